@@ -1,0 +1,123 @@
+# poolshim — build, test, install.
+#
+#   make               build/libpoolshim.so and the poolshim CLI
+#   make deps          apt-get install what building and testing need (Debian, as root)
+#   make test          the CPU suite: unit tests (Criterion) and shim tests (fake CUDA)
+#   make test-all      test, then again under ASan+UBSan, then the threaded tests under TSan (CI)
+#   make check-gpu     the GPU suite (on a machine with a GPU and nvcc)
+#   make bench-core    CPU micro-benchmark of the core allocators
+#   make bench         GPU benchmarks against the peers (on the GPU machine)
+#   make install PREFIX=/usr/local
+#   make clean
+#
+# Settings (override on the command line):
+ifeq ($(origin CC),default)
+CC        := gcc
+endif
+# Optimisation and debug flags.
+OPT       ?= -O2 -g
+# Sanitizers, e.g. SANITIZE=address,undefined or SANITIZE=thread (builds into build-<name>/).
+SANITIZE  ?=
+# Treat warnings as errors (CI keeps this on).
+WERROR    ?= 1
+# Where `make install` puts lib/, bin/ and share/.
+PREFIX    ?= /usr/local
+# The CUDA toolkit (only the GPU suite, the CUPTI profiler and benchmarks need it).
+CUDA_HOME ?= /usr/local/cuda
+# nvcc for the GPU suite.
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+# libinih, linked statically so the .so travels alone. Empty: use the copy in build/ (GPU machine).
+INIH_LIB  ?= $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libinih.a /usr/lib/*/libinih.a /usr/lib/libinih.a))
+
+ifeq ($(SANITIZE),)
+BUILD     ?= build
+SANFLAGS  :=
+else
+BUILD     ?= build-$(subst $(comma),-,$(SANITIZE))
+SANFLAGS  := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+endif
+comma := ,
+
+WARN      := -Wall -Wextra -Wshadow -Wno-unused-parameter $(if $(filter 1,$(WERROR)),-Werror)
+CFLAGS    += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -fPIC -fvisibility=hidden -pthread $(SANFLAGS)
+LDFLAGS   += -pthread $(SANFLAGS)
+LDLIBS    += -ldl
+
+CORE_SRC  := $(sort $(wildcard core/*.c config/*.c))
+SHIM_SRC  := $(sort $(wildcard shim/*.c))
+TOOL_SRC  := $(sort $(wildcard tools/*.c))
+UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
+CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/%.o)
+SHIM_OBJ  := $(SHIM_SRC:%.c=$(BUILD)/%.o)
+TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
+UNIT_OBJ  := $(UNIT_SRC:%.c=$(BUILD)/%.o)
+
+LIB       := $(BUILD)/libpoolshim.so
+CORE_LIB  := $(BUILD)/libpoolshim_core.a
+CLI       := $(BUILD)/poolshim
+UNIT      := $(BUILD)/test_unit
+
+.PHONY: all deps test test-unit test-shim test-all check-gpu bench-core bench install clean
+all: $(LIB) $(CLI)
+
+deps:
+	./tools/install-deps.sh
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/config/default_ini.h: config/default.ini
+	@mkdir -p $(dir $@)
+	./tools/embed.sh ps_default_ini < $< > $@
+$(BUILD)/config/config.o: $(BUILD)/config/default_ini.h
+$(BUILD)/config/config.o: CFLAGS += -I$(BUILD)/config
+
+$(CORE_LIB): $(CORE_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIB): $(SHIM_OBJ) $(CORE_LIB) shim/exports.map
+	$(CC) -shared -o $@ $(SHIM_OBJ) $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) \
+	    -Wl,--version-script=shim/exports.map -Wl,-z,now $(LDLIBS)
+
+$(CLI): $(TOOL_OBJ) $(CORE_LIB)
+	$(CC) -o $@ $(TOOL_OBJ) $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) $(LDLIBS) -lm
+
+$(UNIT): $(UNIT_OBJ) $(CORE_LIB)
+	$(CC) -o $@ $(UNIT_OBJ) $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) -lcriterion $(LDLIBS) -lm
+
+test: test-unit test-shim
+
+# Criterion runs each test in its own process; -j2 matches the CI machine.
+test-unit: $(UNIT) $(CLI)
+	POOLSHIM_TEST_DATA=tests/data POOLSHIM_CLI=$(CLI) $(UNIT) -j2 --short-filename $(UNIT_FILTER)
+
+include tests/shim/shim.mk
+-include $(sort $(wildcard mk/*.mk))
+
+test-all:
+	$(MAKE) test
+	$(MAKE) test SANITIZE=address,undefined
+	$(MAKE) test-unit SANITIZE=thread UNIT_FILTER='--filter=*thread*'
+
+check-gpu: all
+	./tests/gpu/run.sh $(BUILD)
+
+bench-core: $(BUILD)/bench_core
+	$(BUILD)/bench_core
+$(BUILD)/bench_core: tools/bench/bench_core.c $(CORE_LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) $(LDLIBS) -lm
+
+bench: all
+	./tools/bench/run.sh $(BUILD)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/poolshim/examples
+	install -m 755 $(LIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 config/examples/*.ini $(DESTDIR)$(PREFIX)/share/poolshim/examples/
+
+clean:
+	rm -rf build build-*
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,98 @@
+/* Configuration: embedded defaults < INI file < environment, turned into
+ * one validated description, then into a resource stack per device.
+ * config/ holds no CUDA: device sizes reach it through the GPU-ops table.
+ *
+ * Sources, in order of precedence (later wins):
+ *   1. the embedded default (config/default.ini, compiled in);
+ *   2. the file named by POOLSHIM_CONFIG, else ./poolshim.ini, else
+ *      $XDG_CONFIG_HOME/poolshim/poolshim.ini (~/.config/...) if present;
+ *   3. POOLSHIM_OPTIONS="section.key=value,..." and the short forms
+ *      (POOLSHIM_RESOURCE, POOLSHIM_STATS, POOLSHIM_LOG, POOLSHIM_FREE_SYNC,
+ *      POOLSHIM_VERBOSE, ...: see the README).
+ * Every value remembers where it came from (default / file:line / env var).
+ *
+ * Return rule: PS_OK or a negative PS_E* (core/common.h).
+ */
+#ifndef PS_CONFIG_H
+#define PS_CONFIG_H
+
+#include <stdio.h>
+
+#include "../core/gpu_ops.h"
+#include "../core/pool.h"
+#include "../core/resource.h"
+
+typedef enum { PS_STATS_OFF = 0, PS_STATS_TEXT, PS_STATS_JSON } ps_stats_mode_t;
+typedef enum { PS_MEMINFO_POOL = 0, PS_MEMINFO_DEVICE } ps_meminfo_t;
+typedef enum { PS_ON_ERROR_EXIT = 0, PS_ON_ERROR_PASSTHROUGH } ps_on_error_t;
+
+#define PS_PATH_MAX 4096
+
+/* [global]: settings of the whole process. */
+typedef struct ps_global_config {
+    int verbosity;              /* 0 errors, 1 warnings (default), 2 info, 3 debug */
+    ps_stats_mode_t stats;      /* statistics printed at exit */
+    char stats_file[PS_PATH_MAX]; /* where they go ("" = stderr); %p and %r expanded */
+    char log_file[PS_PATH_MAX]; /* RMM-format CSV event log ("" = none); %p, %r, %d expanded */
+    ps_free_sync_t free_sync;   /* policy of cudaFree: event (default), device, none */
+    ps_meminfo_t meminfo;       /* what cudaMemGetInfo reports: pool (default) or device */
+    ps_on_error_t on_error;     /* bad config: exit (default) or warn and pass through */
+    size_t direct_min_size;     /* requests of at least this many bytes bypass the pool and go
+                                   straight to CUDA (IPC-exportable); 0 = never */
+    int disable;                /* 1: pure passthrough (POOLSHIM_DISABLE=1) */
+} ps_global_config_t;
+
+typedef struct ps_config ps_config_t; /* opaque */
+
+/* Where to read from; NULL fields mean "use the process environment". */
+typedef struct ps_config_input {
+    const char *file;     /* INI path; NULL = POOLSHIM_CONFIG / default places */
+    const char *options;  /* POOLSHIM_OPTIONS text; NULL = getenv */
+    char *const *environ; /* environment to read short forms from; NULL = process environ */
+    int no_env;           /* 1: ignore the process environment entirely (tests) */
+} ps_config_input_t;
+
+/* Loads and validates. Returns PS_OK, or PS_ECONFIG with *out still set so
+ * the caller can print every error (ps_config_print_errors). */
+int ps_config_load(const ps_config_input_t *in, ps_config_t **out);
+void ps_config_free(ps_config_t *cfg);
+
+const ps_global_config_t *ps_config_global(const ps_config_t *cfg);
+
+/* Errors found while loading: count, and all of them printed one a line as
+ * "poolshim: error: WHERE: MESSAGE". */
+size_t ps_config_error_count(const ps_config_t *cfg);
+void ps_config_print_errors(const ps_config_t *cfg, FILE *f);
+
+/* Prints the effective stack of `device` (-1 = the [device.*] default) as
+ * a tree, every value with its origin. */
+void ps_config_print(const ps_config_t *cfg, FILE *f, int device);
+
+/* A built stack: the top resource and everything it owns. */
+typedef struct ps_stack {
+    ps_resource_t *top;       /* allocate/deallocate here */
+    ps_resource_t *stats;     /* the stats adaptor, if the stack has one (else NULL) */
+    ps_resource_t *track;     /* the track adaptor, if any */
+    ps_resource_t *log;       /* the log adaptor, if any */
+    ps_resource_t **all;      /* every resource, upstream first, destroyed in reverse */
+    size_t count;             /* entries in `all` */
+} ps_stack_t;
+
+/* Builds the stack for `device` over `gpu` (sizes in % resolved with
+ * gpu->mem_get_info). Returns PS_ECONFIG with a message printed when the
+ * config cannot be built there, PS_ENOMEM when an initial size cannot be
+ * reserved. */
+int ps_config_build_stack(const ps_config_t *cfg, int device, const ps_gpu_ops_t *gpu,
+                          ps_stack_t **out);
+void ps_stack_destroy(ps_stack_t *stack);
+
+/* ---- value parsers (also used by the tools) ---- */
+/* "4096", "64KiB", "1.5G", "2 MiB" -> bytes. "50%" -> *percent = 50 and
+ * *bytes untouched when percent != NULL. PS_EINVAL on malformed input. */
+int ps_parse_size(const char *text, size_t *bytes, double *percent);
+int ps_parse_bool(const char *text, int *value);
+/* Expands %p (pid), %r (rank from RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID,
+ * PMI_RANK, LOCAL_RANK; "0" if none), %d (device, when device >= 0), %% . */
+int ps_expand_path(const char *pattern, int device, char *out, size_t outsize);
+
+#endif

@@ -1,0 +1,64 @@
+/* Adaptors: resources that wrap another resource (their upstream) and add
+ * one behaviour. Each forwards allocate/deallocate/trim to the upstream.
+ *   limit  caps bytes outstanding; past it, PS_ENOMEM and one log line
+ *   stats  current/peak/total bytes and counts, requested vs reserved
+ *   track  outstanding allocations (size, stream, time, optional call
+ *          stack) and a leak report grouped by call site
+ *   log    every allocate/free/failure as CSV in RMM's format
+ */
+#ifndef PS_ADAPTORS_H
+#define PS_ADAPTORS_H
+
+#include <stdio.h>
+
+#include "resource.h"
+
+/* ---- limit ---- */
+int ps_limit_create(const char *name, ps_resource_t *upstream, size_t limit_bytes,
+                    ps_resource_t **out);
+
+/* ---- stats ---- */
+/* The statistics, as an X-macro: name, meaning. Every counter has current,
+ * peak and total where that makes sense. */
+#define PS_STATS_COUNTERS(X)                                                  \
+    X(bytes_requested, "bytes asked for by the program")                     \
+    X(bytes_allocated, "bytes handed out after rounding by the resource")    \
+    X(allocations, "live allocations")
+typedef struct ps_counter {
+    int64_t current; /* now */
+    int64_t peak;    /* maximum of current */
+    int64_t total;   /* sum of all increments */
+} ps_counter_t;
+typedef struct ps_stats {
+#define PS_STATS_FIELD(name, doc) ps_counter_t name;
+    PS_STATS_COUNTERS(PS_STATS_FIELD)
+#undef PS_STATS_FIELD
+    uint64_t frees;             /* deallocations */
+    uint64_t failures;          /* allocations that failed */
+    uint64_t alloc_ns;          /* time spent in allocate */
+    uint64_t free_ns;           /* time spent in deallocate */
+    ps_resource_info_t upstream;/* what the upstream stack reports (reserved...) */
+} ps_stats_t;
+int ps_stats_create(const char *name, ps_resource_t *upstream, ps_resource_t **out);
+/* Copies the current figures (thread-safe). */
+void ps_stats_get(ps_resource_t *stats_adaptor, ps_stats_t *out);
+/* Writes the figures of one device as a text table or JSON object. */
+void ps_stats_write_text(FILE *f, int device, const ps_stats_t *s);
+void ps_stats_write_json(FILE *f, int device, const ps_stats_t *s);
+
+/* ---- track ---- */
+/* stack_depth: frames recorded per allocation (0 = none). */
+int ps_track_create(const char *name, ps_resource_t *upstream, unsigned stack_depth,
+                    ps_resource_t **out);
+/* Writes the leak report (allocations never freed, grouped by call site);
+ * returns the number of leaked allocations. Reads memory only. */
+size_t ps_track_report(ps_resource_t *track_adaptor, FILE *f);
+
+/* ---- log ---- */
+/* Writes RMM's CSV (header "Thread,Time,Action,Pointer,Size,Stream") to
+ * `path`; buffered; flushed at ps_log_flush and destroy. */
+int ps_log_create(const char *name, ps_resource_t *upstream, const char *path,
+                  ps_resource_t **out);
+int ps_log_flush(ps_resource_t *log_adaptor);
+
+#endif

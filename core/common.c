@@ -1,0 +1,76 @@
+/* Shared helpers: status names, the one message path, byte formatting,
+ * the monotonic clock. */
+#include "common.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int ps_verbosity = PS_MSG_WARNING;
+static int message_fd = 2; /* stderr unless ps_message_set_fd */
+
+const char *ps_status_name(int status)
+{
+    switch (status) {
+    case PS_OK: return "success";
+    case PS_ENOMEM: return "out of memory";
+    case PS_EINVAL: return "invalid argument";
+    case PS_EUPSTREAM: return "upstream (CUDA) failure";
+    case PS_ENOTREADY: return "not ready";
+    case PS_ECONFIG: return "invalid configuration";
+    case PS_EUNSUPPORTED: return "not supported";
+    default: return "unknown status";
+    }
+}
+
+void ps_message_set_fd(int fd) { message_fd = fd; }
+
+void ps_vmessage(int level, const char *fmt, va_list ap)
+{
+    static const char *const names[] = {"error", "warning", "info", "debug"};
+    if (level > ps_verbosity)
+        return;
+    char buf[1024]; /* on the stack: no allocation, safe at exit and in hooks */
+    int n = snprintf(buf, sizeof buf, "poolshim: %s: ", names[level < 0 ? 0 : level > 3 ? 3 : level]);
+    int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+    size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+    if (len > sizeof buf - 2)
+        len = sizeof buf - 2;
+    if (len == 0 || buf[len - 1] != '\n')
+        buf[len++] = '\n';
+    /* one write() so lines of several threads do not interleave */
+    ssize_t w = write(message_fd, buf, len);
+    (void)w;
+}
+
+void ps_message(int level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ps_vmessage(level, fmt, ap);
+    va_end(ap);
+}
+
+char *ps_format_bytes(char *buf, size_t bufsize, uint64_t bytes)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, bufsize, "%llu B", (unsigned long long)bytes);
+    else
+        snprintf(buf, bufsize, "%.*f %s", v < 10 ? 2 : v < 100 ? 1 : 0, v, units[u]);
+    return buf;
+}
+
+uint64_t ps_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}

@@ -1,0 +1,60 @@
+/* The coalescing pool: a general-purpose suballocator over an upstream
+ * resource. core/pool.c opens with its algorithm; this header is its
+ * contract.
+ *
+ * Guarantees:
+ *  - every pointer is aligned to `alignment` (>= 256, a power of two);
+ *  - allocate/free cost O(1) in the number of free blocks (TLSF: two-level
+ *    segregated free lists with bitmaps); metadata lives on the host only;
+ *  - blocks never merge across separate upstream chunks;
+ *  - under free_sync = event (the default), a block freed with
+ *    PS_STREAM_NONE is never handed out again until a fence recorded after
+ *    its free has completed; a block freed on stream s is reused at once by
+ *    allocations on s, and by another stream only after that stream waits
+ *    (stream_wait_fence) on a fence recorded on s after the free;
+ *  - out of memory returns PS_ENOMEM with the pool unchanged, after giving
+ *    wholly free chunks back to the upstream and retrying once.
+ */
+#ifndef PS_POOL_H
+#define PS_POOL_H
+
+#include "gpu_ops.h"
+#include "resource.h"
+
+/* What a cudaFree (a free with PS_STREAM_NONE) waits for before its block
+ * can be handed out again. */
+typedef enum ps_free_sync {
+    PS_FREE_SYNC_EVENT = 0, /* epochs closed by fences, polled, never blocks the hot path */
+    PS_FREE_SYNC_DEVICE,    /* synchronize the device at the free, like native cudaFree */
+    PS_FREE_SYNC_NONE       /* reuse at once: trusts the program (one stream only) */
+} ps_free_sync_t;
+
+typedef struct ps_pool_options {
+    size_t initial_size;  /* bytes taken from upstream at creation; 0 = none until first use */
+    size_t maximum_size;  /* cap on bytes reserved from upstream; 0 = no cap */
+    size_t min_chunk;     /* smallest growth step (default 32 MiB) */
+    size_t max_chunk;     /* largest growth step unless one request needs more (default 1 GiB) */
+    unsigned growth_percent; /* a growth step is this % of what is already reserved (default 12) */
+    size_t alignment;     /* alignment of every pointer, power of two >= 256 (default 256) */
+    ps_free_sync_t free_sync; /* policy for frees with PS_STREAM_NONE */
+    uint64_t epoch_wait_ns;   /* before growing, poll a just-closed epoch this long (default 50 us,
+                                 about what one upstream allocation costs) */
+} ps_pool_options_t;
+
+/* Fills *opts with the defaults above. */
+void ps_pool_options_default(ps_pool_options_t *opts);
+
+/* Creates a pool over `upstream`, using `gpu` for fences (gpu may be NULL
+ * only when free_sync is NONE and no stream-ordered calls are made).
+ * Returns PS_EINVAL for bad options, PS_ENOMEM if initial_size cannot be
+ * reserved. */
+int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu,
+                   const ps_pool_options_t *opts, ps_resource_t **out);
+
+/* Debug aid and test hook: checks every invariant of the pool's metadata
+ * (free lists match blocks, neighbours linked, no two adjacent free blocks
+ * of one owner, accounting sums). Returns PS_OK or PS_EINVAL and prints
+ * the first violation. */
+int ps_pool_check(ps_resource_t *pool);
+
+#endif

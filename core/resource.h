@@ -1,0 +1,93 @@
+/* The resource interface: one small vtable that every suballocator
+ * (pool, arena, fixed_size, binning), every upstream (cuda, async, managed,
+ * host) and every adaptor (limit, stats, track, log) implements, so that
+ * stacks are built by chaining resources, as in RMM.
+ *
+ * A resource is a struct whose first member is a ps_resource_t. Resources
+ * are thread-safe unless their header says otherwise.
+ *
+ * Streams: `stream` is PS_STREAM_NONE for cudaMalloc/cudaFree (memory safe
+ * for every stream, the free goes through the free_sync policy), or a
+ * stream handle for cudaMallocAsync/cudaFreeAsync (stream-ordered).
+ * deallocate receives the same size and stream kind the block was
+ * allocated with (the shim's registry remembers them).
+ *
+ * Return rule: PS_OK or a negative PS_E* (core/common.h). On any error the
+ * resource's state is as it was before the call.
+ */
+#ifndef PS_RESOURCE_H
+#define PS_RESOURCE_H
+
+#include "common.h"
+
+typedef struct ps_resource ps_resource_t;
+
+/* What a resource can say about itself; every field in bytes or counts.
+ * Adaptors add what they know and forward the rest from their upstream. */
+typedef struct ps_resource_info {
+    uint64_t bytes_in_use;        /* handed out and not yet freed (as rounded by the resource) */
+    uint64_t bytes_reserved;      /* taken from the upstream and not yet given back */
+    uint64_t peak_bytes_reserved; /* maximum of bytes_reserved */
+    uint64_t bytes_free;          /* reserved, free and reusable now */
+    uint64_t bytes_pending;       /* freed, waiting for a fence before reuse */
+    uint64_t largest_free_block;  /* largest block allocatable without growing */
+    uint64_t upstream_allocs;     /* calls that took memory from the upstream */
+    uint64_t upstream_frees;      /* calls that gave memory back to the upstream */
+    uint64_t fences_recorded;     /* fences recorded by the free policies */
+    uint64_t fence_waits;         /* host waits on a fence (memory pressure) */
+} ps_resource_info_t;
+
+typedef struct ps_resource_ops {
+    const char *type_name; /* "pool", "arena", "limit", ... */
+
+    /* Allocates `size` bytes (size 0 is allowed and returns a unique,
+     * aligned, non-NULL pointer that may not be dereferenced). */
+    int (*allocate)(ps_resource_t *r, size_t size, ps_stream_t stream, void **out);
+
+    /* Frees a pointer this resource returned. A pointer it does not own,
+     * or one already freed, returns PS_EINVAL and changes nothing. */
+    int (*deallocate)(ps_resource_t *r, void *ptr, size_t size, ps_stream_t stream);
+
+    /* Gives cached memory back to the upstream; may be NULL (nothing cached). */
+    int (*trim)(ps_resource_t *r);
+
+    /* Fills *info (zeroed by the caller); may be NULL. */
+    void (*query)(ps_resource_t *r, ps_resource_info_t *info);
+
+    /* Releases everything, including memory still handed out. It does not
+     * destroy the upstream (the owner of the stack does that). */
+    void (*destroy)(ps_resource_t *r);
+} ps_resource_ops_t;
+
+struct ps_resource {
+    const ps_resource_ops_t *ops; /* the vtable */
+    const char *name;             /* the name from the config ("main"), or the type name */
+    ps_resource_t *upstream;      /* the resource this one takes memory from, or NULL */
+};
+
+static inline int ps_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void **out)
+{
+    return r->ops->allocate(r, size, stream, out);
+}
+static inline int ps_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t stream)
+{
+    return r->ops->deallocate(r, ptr, size, stream);
+}
+static inline int ps_trim(ps_resource_t *r)
+{
+    return r->ops->trim ? r->ops->trim(r) : PS_OK;
+}
+static inline void ps_query(ps_resource_t *r, ps_resource_info_t *info)
+{
+    if (r->ops->query)
+        r->ops->query(r, info);
+    else if (r->upstream)
+        ps_query(r->upstream, info);
+}
+static inline void ps_destroy(ps_resource_t *r)
+{
+    if (r)
+        r->ops->destroy(r);
+}
+
+#endif

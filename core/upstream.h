@@ -1,0 +1,23 @@
+/* Upstream resources: the bottom of every stack. Each one takes memory
+ * straight from the device through the GPU-ops table (core/gpu_ops.h):
+ *   cuda     mem_alloc / mem_free          (cuMemAlloc_v2, the real one)
+ *   async    mem_alloc_async / free_async  (CUDA's own stream-ordered pool)
+ *   managed  mem_alloc_managed / mem_free  (cuMemAllocManaged)
+ * They cache nothing: every allocate is one upstream call. The `cuda`
+ * upstream over core/host_ops.c is the host-memory upstream of the tests.
+ */
+#ifndef PS_UPSTREAM_H
+#define PS_UPSTREAM_H
+
+#include "gpu_ops.h"
+#include "resource.h"
+
+int ps_cuda_resource_create(const char *name, const ps_gpu_ops_t *gpu, ps_resource_t **out);
+
+/* release_threshold: bytes CUDA's pool keeps cached (UINT64_MAX = keep all). */
+int ps_async_resource_create(const char *name, const ps_gpu_ops_t *gpu,
+                             uint64_t release_threshold, ps_resource_t **out);
+
+int ps_managed_resource_create(const char *name, const ps_gpu_ops_t *gpu, ps_resource_t **out);
+
+#endif

@@ -1,0 +1,2 @@
+# shim tests (filled in by the shim work)
+test-shim:

@@ -1,0 +1,13 @@
+#!/bin/sh
+# Installs what building and testing poolshim need on Debian/Ubuntu, only
+# when missing. Runs apt-get as root (directly, or through sudo).
+set -e
+need=""
+for pkg in gcc make libcriterion-dev libinih-dev libxml2-utils librsvg2-bin; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need="$need $pkg"
+done
+[ -z "$need" ] && { echo "deps: all present"; exit 0; }
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+echo "deps: installing$need"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $need
