@@ -1,0 +1,58 @@
+/* The few CUDA types and constants the shim needs, written out so the
+ * library builds without the CUDA toolkit and never pulls libcudart in.
+ * Every value here is checked against the real cuda.h/cuda_runtime_api.h
+ * by tests/shim/abi_check.c when the toolkit is present. */
+#ifndef PS_CUDA_ABI_H
+#define PS_CUDA_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- driver API (cuda.h) ---- */
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef uint64_t cuuint64_t;
+typedef int CUdriverProcAddressQueryResult;
+typedef struct { char reserved[64]; } CUipcMemHandle;
+typedef int CUstreamCaptureStatus;
+typedef int CUstreamCaptureMode;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_OUT_OF_MEMORY 2
+#define CUDA_ERROR_NOT_INITIALIZED 3
+#define CUDA_ERROR_DEINITIALIZED 4
+#define CUDA_ERROR_INVALID_CONTEXT 201
+#define CUDA_ERROR_NOT_FOUND 500
+#define CUDA_ERROR_NOT_READY 600
+#define CUDA_ERROR_NOT_SUPPORTED 801
+
+#define CU_STREAM_NON_BLOCKING 0x1
+#define CU_EVENT_DISABLE_TIMING 0x2
+#define CU_STREAM_CAPTURE_STATUS_NONE 0
+#define CU_STREAM_CAPTURE_MODE_RELAXED 2
+#define CU_MEM_ATTACH_GLOBAL 0x1
+
+#define CU_GET_PROC_ADDRESS_DEFAULT 0
+#define CU_GET_PROC_ADDRESS_LEGACY_STREAM (1 << 0)
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (1 << 1)
+#define CU_GET_PROC_ADDRESS_SUCCESS 0
+#define CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND 1
+
+/* ---- runtime API (cuda_runtime_api.h) ---- */
+typedef int cudaError_t;
+typedef CUstream cudaStream_t;
+typedef struct { char reserved[64]; } cudaIpcMemHandle_t;
+typedef int cudaStreamCaptureStatus;
+
+#define cudaSuccess 0
+#define cudaErrorInvalidValue 1
+#define cudaErrorMemoryAllocation 2
+#define cudaErrorNotReady 600
+#define cudaStreamNonBlocking 0x1
+
+#endif

@@ -1,0 +1,355 @@
+/* The GPU-ops table of core/ (core/gpu_ops.h) over the real CUDA driver.
+ *
+ * 1. One table per device, bound to the device's primary context. Every
+ *    operation makes that context current for its duration (push/pop)
+ *    when another one is current: frees may arrive from any device.
+ * 2. Fences are sets of events from a per-device free list (events are
+ *    created once, with timing disabled, and recycled).
+ *    - fence_record(PS_STREAM_NONE) closes a cudaFree epoch: one event on
+ *      the legacy default stream, which orders after all prior work of
+ *      every *blocking* stream (per-thread default streams included), plus
+ *      one on each live *non-blocking* stream of this context, which the
+ *      legacy stream does not order. The stream set comes from our
+ *      cudaStreamCreate... and cuStreamCreate... hooks.
+ *    - fence_record(stream) records one event on that stream.
+ *    If any record fails (a stream being captured into a graph, a sticky
+ *    error), no fence is returned: the pool then grows instead of reusing,
+ *    which is always safe. Our own calls run in relaxed capture mode so
+ *    they never invalidate the program's graph capture.
+ * 3. mem_alloc/mem_free call the real cuMemAlloc_v2/cuMemFree_v2 and
+ *    record the slab in the registry (bad-pointer detection).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim.h"
+
+struct ps_fence {
+    ps_fence_t *next_free; /* free-list link */
+    int count;             /* events recorded in this fence */
+    int capacity;          /* events allocated in `events` */
+    CUevent *events;       /* the events */
+};
+
+typedef struct device_ops {
+    ps_gpu_ops_t ops;          /* the table handed to core/ (must be first) */
+    CUcontext ctx;             /* the device's primary context */
+    pthread_mutex_t lock;      /* guards free_fences */
+    ps_fence_t *free_fences;   /* recycled fences */
+} device_ops_t;
+
+/* ---- stream tracking -------------------------------------------------------- */
+typedef struct tracked_stream {
+    CUstream stream; /* a live non-blocking stream */
+    CUcontext ctx;   /* its context */
+} tracked_stream_t;
+static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
+static tracked_stream_t *streams;   /* live non-blocking streams */
+static size_t stream_count, stream_capacity;
+
+void ps_streams_created(CUstream stream, unsigned int flags)
+{
+    if (!(flags & CU_STREAM_NON_BLOCKING) || !stream || ps_real_load_driver() != PS_OK)
+        return;
+    CUcontext ctx = NULL;
+    if (ps_real.cuStreamGetCtx)
+        ps_real.cuStreamGetCtx(stream, &ctx);
+    else
+        ps_real.cuCtxGetCurrent(&ctx);
+    pthread_mutex_lock(&streams_lock);
+    for (size_t i = 0; i < stream_count; i++)
+        if (streams[i].stream == stream) { /* handle reused after a destroy we missed */
+            streams[i].ctx = ctx;
+            pthread_mutex_unlock(&streams_lock);
+            return;
+        }
+    if (stream_count == stream_capacity) {
+        size_t cap = stream_capacity ? stream_capacity * 2 : 32;
+        tracked_stream_t *grown = realloc(streams, cap * sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&streams_lock);
+            ps_warning("out of host memory tracking a stream");
+            return;
+        }
+        streams = grown;
+        stream_capacity = cap;
+    }
+    streams[stream_count++] = (tracked_stream_t){stream, ctx};
+    pthread_mutex_unlock(&streams_lock);
+}
+
+void ps_streams_destroyed(CUstream stream)
+{
+    pthread_mutex_lock(&streams_lock);
+    for (size_t i = 0; i < stream_count; i++)
+        if (streams[i].stream == stream) {
+            streams[i] = streams[--stream_count];
+            break;
+        }
+    pthread_mutex_unlock(&streams_lock);
+}
+
+/* ---- context scope -------------------------------------------------------------- */
+static int enter_ctx(device_ops_t *d)
+{
+    CUcontext cur = NULL;
+    ps_real.cuCtxGetCurrent(&cur);
+    if (cur == d->ctx)
+        return 0;
+    return ps_real.cuCtxPushCurrent_v2(d->ctx) == CUDA_SUCCESS;
+}
+static void leave_ctx(int pushed)
+{
+    if (pushed) {
+        CUcontext popped;
+        ps_real.cuCtxPopCurrent_v2(&popped);
+    }
+}
+
+static int status_of(CUresult r)
+{
+    if (r == CUDA_SUCCESS)
+        return PS_OK;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+        return PS_ENOMEM;
+    if (r == CUDA_ERROR_NOT_READY)
+        return PS_ENOTREADY;
+    return PS_EUPSTREAM;
+}
+
+/* ---- memory ------------------------------------------------------------------------ */
+static int ops_mem_alloc(void *vctx, size_t size, void **out)
+{
+    device_ops_t *d = vctx;
+    int pushed = enter_ctx(d);
+    CUdeviceptr p = 0;
+    CUresult r = ps_real.cuMemAlloc_v2(&p, size);
+    leave_ctx(pushed);
+    if (r != CUDA_SUCCESS)
+        return status_of(r);
+    ps_slab_add((uintptr_t)p, size);
+    *out = (void *)(uintptr_t)p;
+    return PS_OK;
+}
+
+static int ops_mem_free(void *vctx, void *ptr, size_t size)
+{
+    device_ops_t *d = vctx;
+    ps_slab_remove((uintptr_t)ptr);
+    int pushed = enter_ctx(d);
+    CUresult r = ps_real.cuMemFree_v2((CUdeviceptr)(uintptr_t)ptr);
+    leave_ctx(pushed);
+    return status_of(r);
+}
+
+static int ops_mem_alloc_async(void *vctx, size_t size, ps_stream_t stream, void **out)
+{
+    device_ops_t *d = vctx;
+    if (!ps_real.cuMemAllocAsync)
+        return PS_EUNSUPPORTED;
+    int pushed = enter_ctx(d);
+    CUdeviceptr p = 0;
+    CUstream s = stream == PS_STREAM_NONE ? (CUstream)PS_STREAM_LEGACY : (CUstream)stream;
+    CUresult r = ps_real.cuMemAllocAsync(&p, size, s);
+    leave_ctx(pushed);
+    if (r != CUDA_SUCCESS)
+        return status_of(r);
+    *out = (void *)(uintptr_t)p;
+    return PS_OK;
+}
+
+static int ops_mem_free_async(void *vctx, void *ptr, ps_stream_t stream)
+{
+    device_ops_t *d = vctx;
+    int pushed = enter_ctx(d);
+    CUstream s = stream == PS_STREAM_NONE ? (CUstream)PS_STREAM_LEGACY : (CUstream)stream;
+    CUresult r = ps_real.cuMemFreeAsync((CUdeviceptr)(uintptr_t)ptr, s);
+    leave_ctx(pushed);
+    return status_of(r);
+}
+
+static int ops_mem_alloc_managed(void *vctx, size_t size, void **out)
+{
+    device_ops_t *d = vctx;
+    if (!ps_real.cuMemAllocManaged)
+        return PS_EUNSUPPORTED;
+    int pushed = enter_ctx(d);
+    CUdeviceptr p = 0;
+    CUresult r = ps_real.cuMemAllocManaged(&p, size, CU_MEM_ATTACH_GLOBAL);
+    leave_ctx(pushed);
+    if (r != CUDA_SUCCESS)
+        return status_of(r);
+    ps_slab_add((uintptr_t)p, size);
+    *out = (void *)(uintptr_t)p;
+    return PS_OK;
+}
+
+static int ops_mem_get_info(void *vctx, size_t *free_bytes, size_t *total_bytes)
+{
+    device_ops_t *d = vctx;
+    int pushed = enter_ctx(d);
+    CUresult r = ps_real.cuMemGetInfo_v2(free_bytes, total_bytes);
+    leave_ctx(pushed);
+    return status_of(r);
+}
+
+/* ---- fences ---------------------------------------------------------------------------- */
+static ps_fence_t *fence_take(device_ops_t *d)
+{
+    pthread_mutex_lock(&d->lock);
+    ps_fence_t *f = d->free_fences;
+    if (f)
+        d->free_fences = f->next_free;
+    pthread_mutex_unlock(&d->lock);
+    if (!f)
+        f = calloc(1, sizeof *f);
+    if (f)
+        f->count = 0;
+    return f;
+}
+
+static void ops_fence_release(void *vctx, ps_fence_t *f)
+{
+    device_ops_t *d = vctx;
+    if (!f)
+        return;
+    pthread_mutex_lock(&d->lock);
+    f->next_free = d->free_fences;
+    d->free_fences = f;
+    pthread_mutex_unlock(&d->lock);
+}
+
+/* Records one more event of `f` on `stream`. Requires d's context current. */
+static int fence_add(ps_fence_t *f, CUstream stream)
+{
+    if (f->count == f->capacity) {
+        int cap = f->capacity ? f->capacity * 2 : 4;
+        CUevent *grown = realloc(f->events, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return PS_ENOMEM;
+        memset(grown + f->capacity, 0, (size_t)(cap - f->capacity) * sizeof *grown);
+        f->events = grown;
+        f->capacity = cap;
+    }
+    CUevent *ev = &f->events[f->count];
+    if (!*ev && ps_real.cuEventCreate(ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+        *ev = NULL;
+        return PS_EUPSTREAM;
+    }
+    if (ps_real.cuEventRecord(*ev, stream) != CUDA_SUCCESS)
+        return PS_EUPSTREAM;
+    f->count++;
+    return PS_OK;
+}
+
+static bool capturing(CUstream s)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (ps_real.cuStreamIsCapturing && ps_real.cuStreamIsCapturing(s, &st) == CUDA_SUCCESS)
+        return st != CU_STREAM_CAPTURE_STATUS_NONE;
+    return false;
+}
+
+static int ops_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out)
+{
+    device_ops_t *d = vctx;
+    ps_fence_t *f = fence_take(d);
+    if (!f)
+        return PS_ENOMEM;
+    int pushed = enter_ctx(d);
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (ps_real.cuThreadExchangeStreamCaptureMode)
+        ps_real.cuThreadExchangeStreamCaptureMode(&mode);
+    int status = PS_OK;
+    if (stream == PS_STREAM_NONE) {
+        status = fence_add(f, (CUstream)PS_STREAM_LEGACY);
+        pthread_mutex_lock(&streams_lock);
+        for (size_t i = 0; i < stream_count && status == PS_OK; i++) {
+            if (streams[i].ctx != d->ctx)
+                continue;
+            status = capturing(streams[i].stream) ? PS_EUPSTREAM : fence_add(f, streams[i].stream);
+        }
+        pthread_mutex_unlock(&streams_lock);
+    } else {
+        status = capturing((CUstream)stream) ? PS_EUPSTREAM : fence_add(f, (CUstream)stream);
+    }
+    if (ps_real.cuThreadExchangeStreamCaptureMode)
+        ps_real.cuThreadExchangeStreamCaptureMode(&mode);
+    leave_ctx(pushed);
+    if (status != PS_OK) {
+        ops_fence_release(d, f);
+        return status;
+    }
+    *out = f;
+    return PS_OK;
+}
+
+static int ops_fence_query(void *vctx, ps_fence_t *f)
+{
+    device_ops_t *d = vctx;
+    int pushed = enter_ctx(d);
+    int status = PS_OK;
+    for (int i = 0; i < f->count && status == PS_OK; i++)
+        status = status_of(ps_real.cuEventQuery(f->events[i]));
+    leave_ctx(pushed);
+    return status;
+}
+
+static int ops_fence_wait(void *vctx, ps_fence_t *f)
+{
+    device_ops_t *d = vctx;
+    int pushed = enter_ctx(d);
+    int status = PS_OK;
+    for (int i = 0; i < f->count && status == PS_OK; i++)
+        status = status_of(ps_real.cuEventSynchronize(f->events[i]));
+    leave_ctx(pushed);
+    return status;
+}
+
+static int ops_stream_wait_fence(void *vctx, ps_stream_t stream, ps_fence_t *f)
+{
+    device_ops_t *d = vctx;
+    int pushed = enter_ctx(d);
+    int status = PS_OK;
+    for (int i = 0; i < f->count && status == PS_OK; i++)
+        status = status_of(ps_real.cuStreamWaitEvent((CUstream)stream, f->events[i], 0));
+    leave_ctx(pushed);
+    return status;
+}
+
+static int ops_device_synchronize(void *vctx)
+{
+    device_ops_t *d = vctx;
+    int pushed = enter_ctx(d);
+    CUresult r = ps_real.cuCtxSynchronize();
+    leave_ctx(pushed);
+    return status_of(r);
+}
+
+int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
+{
+    device_ops_t *d = calloc(1, sizeof *d);
+    if (!d)
+        return PS_ENOMEM;
+    d->ctx = ctx;
+    pthread_mutex_init(&d->lock, NULL);
+    d->ops = (ps_gpu_ops_t){
+        .ctx = d,
+        .device = device,
+        .mem_alloc = ops_mem_alloc,
+        .mem_free = ops_mem_free,
+        .mem_alloc_async = ops_mem_alloc_async,
+        .mem_free_async = ops_mem_free_async,
+        .mem_alloc_managed = ops_mem_alloc_managed,
+        .mem_get_info = ops_mem_get_info,
+        .fence_record = ops_fence_record,
+        .fence_query = ops_fence_query,
+        .fence_wait = ops_fence_wait,
+        .fence_release = ops_fence_release,
+        .stream_wait_fence = ops_stream_wait_fence,
+        .device_synchronize = ops_device_synchronize,
+    };
+    *out = &d->ops;
+    return PS_OK;
+}

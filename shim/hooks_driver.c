@@ -1,0 +1,255 @@
+/* The driver door: cuMemAlloc_v2 & co.
+ *
+ * Programs built by plain nvcc link cudart statically; that cudart, like
+ * the shared one, dlopens libcuda.so.1 and fetches every driver function
+ * through cuGetProcAddress_v2(name, &fn, cudaVersion, flags, &status). We
+ * catch it in two places: our dlsym hands out our cuGetProcAddress
+ * wrappers (hooks_dlsym.c), and the wrappers below replace the functions
+ * we hook. Programs linked to libcuda directly call the exported hooks.
+ *
+ * How the wrapper picks a hook: it asks the real cuGetProcAddress first,
+ * so the driver itself resolves `cudaVersion` and `flags` (legacy or
+ * per-thread default stream: the _ptsz variants) and fills symbolStatus.
+ * Then, if the returned address is the real function of one of our hooks,
+ * it hands out that hook instead. Everything else comes back unchanged.
+ */
+#include <string.h>
+
+#include "shim.h"
+
+#define PASS_REAL(name, ...)                                                        \
+    do {                                                                            \
+        if (!ps_real.name && ps_real_load_driver() != PS_OK)                        \
+            return CUDA_ERROR_NOT_INITIALIZED;                                      \
+        if (!ps_real.name)                                                          \
+            return CUDA_ERROR_NOT_FOUND;                                            \
+        return ps_real.name(__VA_ARGS__);                                           \
+    } while (0)
+
+static inline CUresult driver_error(int status)
+{
+    return status == PS_OK ? CUDA_SUCCESS : status == PS_ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+}
+
+PS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    if (!ps_in_shim && dptr && bytesize) {
+        int status;
+        if (ps_route_allocate(PS_CALL_CU_MEM_ALLOC, PS_DOOR_DRIVER, bytesize, PS_STREAM_NONE, (void **)dptr,
+                              &status) == PS_ROUTE_DONE)
+            return driver_error(status);
+    }
+    PASS_REAL(cuMemAlloc_v2, dptr, bytesize);
+}
+
+PS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    if (!ps_in_shim && dptr) {
+        int status;
+        if (ps_route_free(PS_CALL_CU_MEM_FREE, PS_DOOR_DRIVER, (void *)(uintptr_t)dptr, PS_STREAM_NONE, &status) ==
+            PS_ROUTE_DONE)
+            return driver_error(status);
+    }
+    PASS_REAL(cuMemFree_v2, dptr);
+}
+
+static int alloc_async(CUdeviceptr *dptr, size_t size, CUstream stream, bool per_thread, CUresult *result)
+{
+    if (ps_in_shim || !dptr || !size || !ps_shim_ensure_init() || ps_stream_is_capturing(stream, per_thread))
+        return 0;
+    int status;
+    if (ps_route_allocate(PS_CALL_CU_MEM_ALLOC_ASYNC, PS_DOOR_DRIVER, size, ps_stream_key(stream, per_thread),
+                          (void **)dptr, &status) != PS_ROUTE_DONE)
+        return 0;
+    *result = driver_error(status);
+    return 1;
+}
+
+static int free_async(CUdeviceptr dptr, CUstream stream, bool per_thread, CUresult *result)
+{
+    if (ps_in_shim || !dptr)
+        return 0;
+    ps_stream_t key = ps_stream_is_capturing(stream, per_thread) ? PS_STREAM_NONE : ps_stream_key(stream, per_thread);
+    int status;
+    if (ps_route_free(PS_CALL_CU_MEM_FREE_ASYNC, PS_DOOR_DRIVER, (void *)(uintptr_t)dptr, key, &status) !=
+        PS_ROUTE_DONE)
+        return 0;
+    *result = driver_error(status);
+    return 1;
+}
+
+PS_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    CUresult r;
+    if (alloc_async(dptr, bytesize, hStream, false, &r))
+        return r;
+    PASS_REAL(cuMemAllocAsync, dptr, bytesize, hStream);
+}
+
+PS_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    CUresult r;
+    if (alloc_async(dptr, bytesize, hStream, true, &r))
+        return r;
+    PASS_REAL(cuMemAllocAsync_ptsz, dptr, bytesize, hStream);
+}
+
+PS_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    CUresult r;
+    if (free_async(dptr, hStream, false, &r))
+        return r;
+    PASS_REAL(cuMemFreeAsync, dptr, hStream);
+}
+
+PS_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    CUresult r;
+    if (free_async(dptr, hStream, true, &r))
+        return r;
+    PASS_REAL(cuMemFreeAsync_ptsz, dptr, hStream);
+}
+
+PS_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
+{
+    if (!ps_real.cuMemGetInfo_v2 && ps_real_load_driver() != PS_OK)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ps_real.cuMemGetInfo_v2(free_bytes, total_bytes);
+    if (r == CUDA_SUCCESS && free_bytes && !ps_in_shim)
+        ps_route_meminfo(free_bytes);
+    return r;
+}
+
+PS_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    if (!ps_in_shim && ps_slab_contains((uintptr_t)dptr)) {
+        ps_allocation_t a;
+        int found = ps_registry_find((uintptr_t)dptr, &a) == PS_OK ||
+                    ps_registry_find_containing((uintptr_t)dptr, &a) == PS_OK;
+        if (!found)
+            return CUDA_ERROR_NOT_FOUND; /* inside a slab, in no live allocation */
+        if (!a.direct) {                 /* answer for the suballocation, not the slab */
+            if (pbase)
+                *pbase = (CUdeviceptr)a.ptr;
+            if (psize)
+                *psize = a.size;
+            return CUDA_SUCCESS;
+        }
+    }
+    PASS_REAL(cuMemGetAddressRange_v2, pbase, psize, dptr);
+}
+
+PS_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+    if (!ps_in_shim && ps_is_pooled((uintptr_t)dptr)) {
+        ps_ipc_refuse("cuIpcGetMemHandle", (uintptr_t)dptr);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    PASS_REAL(cuIpcGetMemHandle, pHandle, dptr);
+}
+
+PS_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int flags)
+{
+    if (!ps_real.cuStreamCreate && ps_real_load_driver() != PS_OK)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ps_real.cuStreamCreate(phStream, flags);
+    if (r == CUDA_SUCCESS && phStream)
+        ps_streams_created(*phStream, flags);
+    return r;
+}
+
+PS_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
+{
+    if (!ps_real.cuStreamCreateWithPriority && ps_real_load_driver() != PS_OK)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ps_real.cuStreamCreateWithPriority(phStream, flags, priority);
+    if (r == CUDA_SUCCESS && phStream)
+        ps_streams_created(*phStream, flags);
+    return r;
+}
+
+PS_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
+{
+    ps_streams_destroyed(hStream);
+    PASS_REAL(cuStreamDestroy_v2, hStream);
+}
+
+/* ---- cuGetProcAddress ------------------------------------------------------------ */
+static CUresult replace_with_hook(CUresult r, void **pfn)
+{
+    if (r == CUDA_SUCCESS && pfn && *pfn && !ps_disabled_early) {
+        const ps_hook_t *h = ps_hook_by_real(*pfn);
+        if (h)
+            *pfn = h->hook;
+    }
+    return r;
+}
+
+PS_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                       CUdriverProcAddressQueryResult *symbolStatus)
+{
+    if (ps_real_load_driver() != PS_OK || !ps_real.cuGetProcAddress_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return replace_with_hook(ps_real.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus), pfn);
+}
+
+PS_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    if (ps_real_load_driver() != PS_OK || !ps_real.cuGetProcAddress)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return replace_with_hook(ps_real.cuGetProcAddress(symbol, pfn, cudaVersion, flags), pfn);
+}
+
+/* ---- the hook table ------------------------------------------------------------------ */
+extern cudaError_t cudaMalloc(void **, size_t);
+extern cudaError_t cudaFree(void *);
+extern cudaError_t cudaMallocAsync(void **, size_t, cudaStream_t);
+extern cudaError_t cudaMallocAsync_ptsz(void **, size_t, cudaStream_t);
+extern cudaError_t cudaFreeAsync(void *, cudaStream_t);
+extern cudaError_t cudaFreeAsync_ptsz(void *, cudaStream_t);
+extern cudaError_t cudaMemGetInfo(size_t *, size_t *);
+extern cudaError_t cudaStreamCreate(cudaStream_t *);
+extern cudaError_t cudaStreamCreateWithFlags(cudaStream_t *, unsigned int);
+extern cudaError_t cudaStreamCreateWithPriority(cudaStream_t *, unsigned int, int);
+extern cudaError_t cudaStreamDestroy(cudaStream_t);
+extern cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *, void *);
+
+#define HOOK(name) {#name, (void *)name, (void **)&ps_real.name}
+static const ps_hook_t hooks[] = {
+    /* driver */
+    HOOK(cuGetProcAddress), HOOK(cuGetProcAddress_v2), HOOK(cuMemAlloc_v2), HOOK(cuMemFree_v2),
+    HOOK(cuMemAllocAsync), HOOK(cuMemAllocAsync_ptsz), HOOK(cuMemFreeAsync), HOOK(cuMemFreeAsync_ptsz),
+    HOOK(cuMemGetInfo_v2), HOOK(cuMemGetAddressRange_v2), HOOK(cuIpcGetMemHandle), HOOK(cuStreamCreate),
+    HOOK(cuStreamCreateWithPriority), HOOK(cuStreamDestroy_v2),
+    /* runtime (for programs that dlsym them from a libcudart handle) */
+    HOOK(cudaMalloc), HOOK(cudaFree), HOOK(cudaMallocAsync), HOOK(cudaMallocAsync_ptsz), HOOK(cudaFreeAsync),
+    HOOK(cudaFreeAsync_ptsz), HOOK(cudaMemGetInfo), HOOK(cudaStreamCreate), HOOK(cudaStreamCreateWithFlags),
+    HOOK(cudaStreamCreateWithPriority), HOOK(cudaStreamDestroy), HOOK(cudaIpcGetMemHandle),
+};
+#define HOOK_COUNT (sizeof hooks / sizeof hooks[0])
+
+const ps_hook_t *ps_hook_by_name(const char *name)
+{
+    for (size_t i = 0; i < HOOK_COUNT; i++)
+        if (strcmp(hooks[i].name, name) == 0)
+            return &hooks[i];
+    return NULL;
+}
+
+const ps_hook_t *ps_hook_by_real(void *fn)
+{
+    for (size_t i = 0; i < HOOK_COUNT; i++) {
+        void *real = __atomic_load_n(hooks[i].real, __ATOMIC_ACQUIRE);
+        if (real && real == fn)
+            return &hooks[i];
+    }
+    return NULL;
+}
+
+bool ps_is_our_hook(void *fn)
+{
+    for (size_t i = 0; i < HOOK_COUNT; i++)
+        if (hooks[i].hook == fn)
+            return true;
+    return false;
+}

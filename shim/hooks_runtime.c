@@ -1,0 +1,188 @@
+/* The runtime door: cudaMalloc & co., exported so that programs linked to
+ * libcudart.so (PyTorch, CuPy, `nvcc -cudart shared`) call these instead.
+ * Our definitions are unversioned, which binds them to versioned
+ * references such as cudaMalloc@libcudart.so.13.
+ *
+ * Every hook: (1) passes straight to the real function when called from
+ * inside the shim (ps_in_shim) — the real runtime re-enters our driver
+ * hooks, and must not be routed twice; (2) asks the router; (3) forwards
+ * to the real runtime what the router does not take (size 0, NULL, stream
+ * capture, foreign pointers, passthrough mode), with the guard set.
+ */
+#include "shim.h"
+
+#define CALL_REAL_RT(name, ...)                                                      \
+    do {                                                                             \
+        ps_##name##_fn real_ = PS_REAL_RT(name);                                     \
+        if (!real_)                                                                  \
+            return 3; /* cudaErrorInitializationError: no CUDA runtime loaded */     \
+        ps_in_shim++;                                                                \
+        cudaError_t r_ = real_(__VA_ARGS__);                                         \
+        ps_in_shim--;                                                                \
+        return r_;                                                                   \
+    } while (0)
+
+static inline cudaError_t runtime_error(int status)
+{
+    return status == PS_OK ? cudaSuccess : status == PS_ENOMEM ? cudaErrorMemoryAllocation : cudaErrorInvalidValue;
+}
+
+static cudaError_t malloc_common(int call, void **ptr, size_t size, ps_stream_t stream)
+{
+    int status;
+    if (ps_route_allocate(call, PS_DOOR_RUNTIME, size, stream, ptr, &status) == PS_ROUTE_PASSTHROUGH)
+        return (cudaError_t)-1;
+    return runtime_error(status);
+}
+
+PS_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
+{
+    if (!ps_in_shim && devPtr && size) {
+        cudaError_t r = malloc_common(PS_CALL_CUDA_MALLOC, devPtr, size, PS_STREAM_NONE);
+        if (r != (cudaError_t)-1)
+            return r;
+    }
+    CALL_REAL_RT(cudaMalloc, devPtr, size);
+}
+
+PS_EXPORT cudaError_t cudaFree(void *devPtr)
+{
+    if (!ps_in_shim && devPtr) {
+        int status;
+        if (ps_route_free(PS_CALL_CUDA_FREE, PS_DOOR_RUNTIME, devPtr, PS_STREAM_NONE, &status) == PS_ROUTE_DONE)
+            return runtime_error(status);
+    }
+    CALL_REAL_RT(cudaFree, devPtr); /* includes cudaFree(NULL), which creates the context */
+}
+
+static cudaError_t malloc_async(void **devPtr, size_t size, cudaStream_t stream, bool per_thread)
+{
+    if (ps_in_shim || !devPtr || !size || !ps_shim_ensure_init() || ps_stream_is_capturing(stream, per_thread))
+        return (cudaError_t)-1; /* capture: a graph memory node, CUDA's job */
+    return malloc_common(PS_CALL_CUDA_MALLOC_ASYNC, devPtr, size, ps_stream_key(stream, per_thread));
+}
+
+static cudaError_t free_async(void *devPtr, cudaStream_t stream, bool per_thread)
+{
+    if (ps_in_shim || !devPtr)
+        return (cudaError_t)-1;
+    /* a pooled block freed inside a capture is freed as by cudaFree (the
+     * graph has no node for it); the pool then waits for a fence */
+    ps_stream_t key = ps_stream_is_capturing(stream, per_thread) ? PS_STREAM_NONE : ps_stream_key(stream, per_thread);
+    int status;
+    if (ps_route_free(PS_CALL_CUDA_FREE_ASYNC, PS_DOOR_RUNTIME, devPtr, key, &status) == PS_ROUTE_DONE)
+        return runtime_error(status);
+    return (cudaError_t)-1;
+}
+
+PS_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream)
+{
+    cudaError_t r = malloc_async(devPtr, size, stream, false);
+    if (r != (cudaError_t)-1)
+        return r;
+    CALL_REAL_RT(cudaMallocAsync, devPtr, size, stream);
+}
+
+PS_EXPORT cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t stream)
+{
+    cudaError_t r = malloc_async(devPtr, size, stream, true);
+    if (r != (cudaError_t)-1)
+        return r;
+    CALL_REAL_RT(cudaMallocAsync_ptsz, devPtr, size, stream);
+}
+
+PS_EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
+{
+    cudaError_t r = free_async(devPtr, stream, false);
+    if (r != (cudaError_t)-1)
+        return r;
+    CALL_REAL_RT(cudaFreeAsync, devPtr, stream);
+}
+
+PS_EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream)
+{
+    cudaError_t r = free_async(devPtr, stream, true);
+    if (r != (cudaError_t)-1)
+        return r;
+    CALL_REAL_RT(cudaFreeAsync_ptsz, devPtr, stream);
+}
+
+PS_EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
+{
+    ps_cudaMemGetInfo_fn real = PS_REAL_RT(cudaMemGetInfo);
+    if (!real)
+        return 3;
+    ps_in_shim++;
+    cudaError_t r = real(free_bytes, total_bytes);
+    ps_in_shim--;
+    if (r == cudaSuccess && free_bytes && !ps_in_shim)
+        ps_route_meminfo(free_bytes);
+    return r;
+}
+
+PS_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *pStream)
+{
+    CALL_REAL_RT(cudaStreamCreate, pStream); /* a blocking stream: the legacy stream orders it */
+}
+
+PS_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
+{
+    ps_cudaStreamCreateWithFlags_fn real = PS_REAL_RT(cudaStreamCreateWithFlags);
+    if (!real)
+        return 3;
+    ps_in_shim++;
+    cudaError_t r = real(pStream, flags);
+    ps_in_shim--;
+    if (r == cudaSuccess && pStream)
+        ps_streams_created(*pStream, flags);
+    return r;
+}
+
+PS_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority)
+{
+    ps_cudaStreamCreateWithPriority_fn real = PS_REAL_RT(cudaStreamCreateWithPriority);
+    if (!real)
+        return 3;
+    ps_in_shim++;
+    cudaError_t r = real(pStream, flags, priority);
+    ps_in_shim--;
+    if (r == cudaSuccess && pStream)
+        ps_streams_created(*pStream, flags);
+    return r;
+}
+
+PS_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
+{
+    ps_streams_destroyed(stream);
+    CALL_REAL_RT(cudaStreamDestroy, stream);
+}
+
+/* Reports (once per pointer kind) why a pooled pointer cannot be exported. */
+void ps_ipc_refuse(const char *api, uintptr_t ptr)
+{
+    ps_error("%s(%p): this pointer is a suballocation inside one of poolshim's slabs; an IPC handle would "
+             "map the whole slab in the peer, at the wrong offset. Route such allocations straight to "
+             "CUDA with POOLSHIM_OPTIONS=global.direct_min_size=SIZE (requests of at least SIZE bypass "
+             "the pool) or use a `cuda` resource for this device. Refused with \"invalid value\".",
+             api, (void *)ptr);
+}
+
+/* True when `ptr` is pooled memory (not a whole CUDA allocation). */
+bool ps_is_pooled(uintptr_t ptr)
+{
+    ps_allocation_t a;
+    if (!ps_slab_contains(ptr))
+        return false;
+    if (ps_registry_find(ptr, &a) == PS_OK || ps_registry_find_containing(ptr, &a) == PS_OK)
+        return !a.direct;
+    return true; /* inside a slab but not live: certainly not exportable */
+}
+
+PS_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
+{
+    if (!ps_in_shim && ps_is_pooled((uintptr_t)devPtr)) {
+        ps_ipc_refuse("cudaIpcGetMemHandle", (uintptr_t)devPtr);
+        return cudaErrorInvalidValue;
+    }
+    CALL_REAL_RT(cudaIpcGetMemHandle, handle, devPtr);
+}

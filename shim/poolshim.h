@@ -1,0 +1,30 @@
+/* poolshim's public API: what a program (or a benchmark) can call when
+ * libpoolshim.so is loaded, usually found with dlsym(RTLD_DEFAULT, ...).
+ * Unmodified programs need none of it. Return rule: 0 on success, a
+ * negative code otherwise (-1 out of memory, -2 invalid argument,
+ * -6 the shim is not active). */
+#ifndef POOLSHIM_H
+#define POOLSHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when the shim interposes allocations, 0 in passthrough mode. */
+int poolshim_active(void);
+/* Allocates from the current device's stack, like cudaMalloc (stream
+ * UINTPTR_MAX) or cudaMallocAsync (stream = the cudaStream_t), without the
+ * hooks' overhead. */
+int poolshim_allocate(void **ptr, size_t size, uintptr_t stream);
+/* Frees a pointer from poolshim_allocate or an intercepted allocation. */
+int poolshim_deallocate(void *ptr, uintptr_t stream);
+/* Flushes the event logs to their files. */
+int poolshim_flush(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

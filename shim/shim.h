@@ -1,0 +1,242 @@
+/* The shim's internal header: what the hook files, the router, the
+ * registry and the real-function table share.
+ *
+ *   hooks_runtime.c  exported cudaMalloc & co. (programs linked to libcudart.so)
+ *   hooks_driver.c   cuMemAlloc_v2 & co., exported and handed out by
+ *                    cuGetProcAddress (static cudart, driver-API programs)
+ *   hooks_dlsym.c    dlsym override: hands out our hooks for hooked names
+ *   real.c           the real CUDA functions, found without going through us
+ *   router.c         lazy init, per-device stacks, allocate/free routing, stats
+ *   registry.c       device pointer -> owner (sharded hash, no global lock)
+ *   gpu_ops_cuda.c   the GPU-ops table of core/ over the real driver
+ */
+#ifndef PS_SHIM_H
+#define PS_SHIM_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "../config/config.h"
+#include "../core/common.h"
+#include "../core/gpu_ops.h"
+#include "cuda_abi.h"
+
+#define PS_EXPORT __attribute__((visibility("default")))
+#define PS_TLS __thread __attribute__((tls_model("initial-exec")))
+#define PS_LIKELY(x) __builtin_expect(!!(x), 1)
+#define PS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+#define PS_MAX_DEVICES 64
+
+/* ---- real.c: the real functions ---------------------------------------- */
+/* X-macro of every real driver function the shim calls or hooks:
+ * X(name, return type, parameter list). */
+#define PS_REAL_DRIVER(X)                                                                  \
+    X(cuInit, CUresult, (unsigned int))                                                    \
+    X(cuGetProcAddress, CUresult, (const char *, void **, int, cuuint64_t))                 \
+    X(cuGetProcAddress_v2, CUresult,                                                       \
+      (const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *))           \
+    X(cuMemAlloc_v2, CUresult, (CUdeviceptr *, size_t))                                    \
+    X(cuMemFree_v2, CUresult, (CUdeviceptr))                                               \
+    X(cuMemAllocAsync, CUresult, (CUdeviceptr *, size_t, CUstream))                        \
+    X(cuMemAllocAsync_ptsz, CUresult, (CUdeviceptr *, size_t, CUstream))                   \
+    X(cuMemFreeAsync, CUresult, (CUdeviceptr, CUstream))                                   \
+    X(cuMemFreeAsync_ptsz, CUresult, (CUdeviceptr, CUstream))                              \
+    X(cuMemAllocManaged, CUresult, (CUdeviceptr *, size_t, unsigned int))                  \
+    X(cuMemGetInfo_v2, CUresult, (size_t *, size_t *))                                     \
+    X(cuMemGetAddressRange_v2, CUresult, (CUdeviceptr *, size_t *, CUdeviceptr))           \
+    X(cuIpcGetMemHandle, CUresult, (CUipcMemHandle *, CUdeviceptr))                        \
+    X(cuCtxGetCurrent, CUresult, (CUcontext *))                                            \
+    X(cuCtxGetDevice, CUresult, (CUdevice *))                                              \
+    X(cuCtxPushCurrent_v2, CUresult, (CUcontext))                                          \
+    X(cuCtxPopCurrent_v2, CUresult, (CUcontext *))                                         \
+    X(cuCtxSynchronize, CUresult, (void))                                                  \
+    X(cuCtxSetCurrent, CUresult, (CUcontext))                                              \
+    X(cuDevicePrimaryCtxRetain, CUresult, (CUcontext *, CUdevice))                         \
+    X(cuEventCreate, CUresult, (CUevent *, unsigned int))                                  \
+    X(cuEventRecord, CUresult, (CUevent, CUstream))                                        \
+    X(cuEventQuery, CUresult, (CUevent))                                                   \
+    X(cuEventSynchronize, CUresult, (CUevent))                                             \
+    X(cuStreamWaitEvent, CUresult, (CUstream, CUevent, unsigned int))                      \
+    X(cuStreamCreate, CUresult, (CUstream *, unsigned int))                                \
+    X(cuStreamCreateWithPriority, CUresult, (CUstream *, unsigned int, int))               \
+    X(cuStreamDestroy_v2, CUresult, (CUstream))                                            \
+    X(cuStreamGetCtx, CUresult, (CUstream, CUcontext *))                                   \
+    X(cuStreamIsCapturing, CUresult, (CUstream, CUstreamCaptureStatus *))                  \
+    X(cuStreamIsCapturing_ptsz, CUresult, (CUstream, CUstreamCaptureStatus *))             \
+    X(cuThreadExchangeStreamCaptureMode, CUresult, (CUstreamCaptureMode *))
+
+/* The runtime functions the shim forwards to (foreign pointers, cudaFree(NULL),
+ * stream capture, passthrough mode). */
+#define PS_REAL_RUNTIME(X)                                                          \
+    X(cudaMalloc, cudaError_t, (void **, size_t))                                   \
+    X(cudaFree, cudaError_t, (void *))                                              \
+    X(cudaMallocAsync, cudaError_t, (void **, size_t, cudaStream_t))                \
+    X(cudaMallocAsync_ptsz, cudaError_t, (void **, size_t, cudaStream_t))           \
+    X(cudaFreeAsync, cudaError_t, (void *, cudaStream_t))                           \
+    X(cudaFreeAsync_ptsz, cudaError_t, (void *, cudaStream_t))                      \
+    X(cudaMemGetInfo, cudaError_t, (size_t *, size_t *))                            \
+    X(cudaStreamCreate, cudaError_t, (cudaStream_t *))                              \
+    X(cudaStreamCreateWithFlags, cudaError_t, (cudaStream_t *, unsigned int))       \
+    X(cudaStreamCreateWithPriority, cudaError_t, (cudaStream_t *, unsigned int, int)) \
+    X(cudaStreamDestroy, cudaError_t, (cudaStream_t))                               \
+    X(cudaIpcGetMemHandle, cudaError_t, (cudaIpcMemHandle_t *, void *))             \
+    X(cudaStreamIsCapturing, cudaError_t, (cudaStream_t, cudaStreamCaptureStatus *)) \
+    X(cudaStreamIsCapturing_ptsz, cudaError_t, (cudaStream_t, cudaStreamCaptureStatus *))
+
+#define PS_DECLARE_REAL(name, ret, params) typedef ret(*ps_##name##_fn) params;
+PS_REAL_DRIVER(PS_DECLARE_REAL)
+PS_REAL_RUNTIME(PS_DECLARE_REAL)
+#undef PS_DECLARE_REAL
+
+typedef struct ps_real {
+#define PS_REAL_FIELD(name, ret, params) ps_##name##_fn name;
+    PS_REAL_DRIVER(PS_REAL_FIELD)
+    PS_REAL_RUNTIME(PS_REAL_FIELD)
+#undef PS_REAL_FIELD
+} ps_real_t;
+
+/* The real functions. Driver entries are filled by ps_real_load_driver();
+ * a runtime entry is resolved on first use by ps_real_runtime(). */
+extern ps_real_t ps_real;
+extern void *(*ps_real_dlsym)(void *, const char *);
+
+/* Loads libcuda.so.1 and every driver entry (idempotent, thread-safe).
+ * Returns PS_OK, or PS_EUPSTREAM when libcuda cannot be loaded. */
+int ps_real_load_driver(void);
+/* Returns the real runtime function `name` (from libcudart, wherever the
+ * program loaded it), or NULL. `slot` caches it. */
+void *ps_real_runtime_lookup(const char *name, void **slot);
+#define PS_REAL_RT(name)                                                              \
+    ((ps_##name##_fn)(ps_real.name ? (void *)ps_real.name                             \
+                                   : ps_real_runtime_lookup(#name, (void **)&ps_real.name)))
+/* Records the address of a real driver function that a hook replaces, when
+ * it was learned from dlsym/cuGetProcAddress rather than by ps_real_load_driver. */
+void ps_real_note(const char *name, void *fn);
+
+/* ---- the guard: calls made by the shim are never routed again ----------- */
+/* Nonzero while this thread runs inside the shim (a real runtime call made
+ * by the shim re-enters our driver hooks: they must pass straight through). */
+extern PS_TLS int ps_in_shim;
+
+/* ---- registry.c ---------------------------------------------------------- */
+typedef struct ps_allocation {
+    uintptr_t ptr;      /* the device pointer handed out (key) */
+    size_t size;        /* the size the program asked for */
+    ps_stream_t stream; /* allocation stream, PS_STREAM_NONE for cudaMalloc */
+    int16_t device;     /* device whose stack owns it */
+    uint8_t door;       /* PS_DOOR_RUNTIME or PS_DOOR_DRIVER */
+    uint8_t direct;     /* 1: went straight to CUDA (direct_min_size), not pooled */
+} ps_allocation_t;
+
+void ps_registry_init(void);
+/* Inserts (PS_ENOMEM if the table cannot grow). */
+int ps_registry_insert(const ps_allocation_t *a);
+/* Removes `ptr` and copies its record to *out; PS_EINVAL when absent.
+ * Atomic: of two threads freeing the same pointer only one gets PS_OK. */
+int ps_registry_remove(uintptr_t ptr, ps_allocation_t *out);
+/* Copies the record of exactly `ptr`; PS_EINVAL when absent. */
+int ps_registry_find(uintptr_t ptr, ps_allocation_t *out);
+/* Finds the live allocation containing `addr` (slow: scans; rare paths only). */
+int ps_registry_find_containing(uintptr_t addr, ps_allocation_t *out);
+size_t ps_registry_count(void);
+/* Slabs: memory the shim took from upstream. */
+void ps_slab_add(uintptr_t base, size_t size);
+void ps_slab_remove(uintptr_t base);
+bool ps_slab_contains(uintptr_t addr);
+/* fork(): lock everything before, unlock in the parent, reset in the child. */
+void ps_registry_atfork_prepare(void);
+void ps_registry_atfork_parent(void);
+void ps_registry_atfork_child(void);
+
+/* ---- gpu_ops_cuda.c ------------------------------------------------------- */
+/* Creates the GPU-ops table of `device`, whose primary context is `ctx`. */
+int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out);
+/* Stream tracking: non-blocking streams need their own fence at a cudaFree
+ * epoch (the legacy stream does not order them). */
+void ps_streams_created(CUstream stream, unsigned int flags);
+void ps_streams_destroyed(CUstream stream);
+
+/* ---- router.c --------------------------------------------------------------- */
+enum { PS_DOOR_RUNTIME = 0, PS_DOOR_DRIVER = 1 };
+enum {
+    PS_CALL_CUDA_MALLOC, PS_CALL_CUDA_FREE, PS_CALL_CUDA_MALLOC_ASYNC, PS_CALL_CUDA_FREE_ASYNC,
+    PS_CALL_CU_MEM_ALLOC, PS_CALL_CU_MEM_FREE, PS_CALL_CU_MEM_ALLOC_ASYNC, PS_CALL_CU_MEM_FREE_ASYNC,
+    PS_CALL_COUNT
+};
+
+/* 1 when the shim routes allocations, 0 in passthrough (POOLSHIM_DISABLE,
+ * a bad config with on_error=passthrough, a forked child of a CUDA parent). */
+extern atomic_int ps_active;
+/* 1 when POOLSHIM_DISABLE=1 was set at load: hooks are never handed out. */
+extern int ps_disabled_early;
+/* The effective configuration (valid once ps_active is known). */
+extern const ps_global_config_t *ps_global;
+
+/* A device's state: its stack, built on first use. */
+enum { PS_DEVICE_UNBUILT = 0, PS_DEVICE_READY, PS_DEVICE_FAILED };
+typedef struct ps_device_state {
+    atomic_int state;       /* PS_DEVICE_UNBUILT / READY / FAILED (then calls pass through) */
+    int device;             /* ordinal */
+    CUcontext ctx;          /* its primary context, the only one we serve */
+    ps_gpu_ops_t *gpu;      /* the GPU-ops table over that context */
+    ps_stack_t *stack;      /* the resource stack from the config */
+    int warned_foreign_ctx; /* 1 once we warned about a non-primary context */
+} ps_device_state_t;
+extern ps_device_state_t ps_devices[PS_MAX_DEVICES];
+/* The device state of the current context, building its stack on first
+ * use; NULL when the call must pass through. */
+ps_device_state_t *ps_current_device(int door);
+
+/* Initialises on first use (config, driver). Returns ps_active. */
+int ps_shim_ensure_init(void);
+
+/* Outcome of routing: where the call should go. */
+typedef enum {
+    PS_ROUTE_DONE = 0,    /* served by the shim: *status says how */
+    PS_ROUTE_PASSTHROUGH  /* not ours: call the real function */
+} ps_route_t;
+
+/* Allocation through the current context's device stack. `stream` is
+ * PS_STREAM_NONE for cudaMalloc/cuMemAlloc. On PS_ROUTE_DONE, *status is
+ * PS_OK, PS_ENOMEM or PS_EINVAL. */
+ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream, void **out,
+                             int *status);
+/* Free of `ptr`. PS_ROUTE_PASSTHROUGH: not ours and not inside our memory
+ * (forward to the real free). PS_ROUTE_DONE with *status PS_OK, or
+ * PS_EINVAL for a bad pointer (inside our memory but not a live allocation). */
+ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int *status);
+/* Adds the pool's free bytes of the current device to *free_bytes (meminfo=pool). */
+void ps_route_meminfo(size_t *free_bytes);
+/* Counts a call that went to the real function (passthrough). */
+void ps_route_count_passthrough(int device);
+
+/* Is `stream` being captured into a graph? (then async calls go to CUDA) */
+bool ps_stream_is_capturing(CUstream stream, bool per_thread);
+/* Normalises a stream handle of an async call: NULL means the legacy
+ * stream, or the per-thread stream in a _ptsz entry point. */
+static inline ps_stream_t ps_stream_key(CUstream stream, bool per_thread)
+{
+    if (stream == NULL)
+        return per_thread ? PS_STREAM_PER_THREAD : PS_STREAM_LEGACY;
+    return (ps_stream_t)stream;
+}
+
+/* IPC guard (hooks_runtime.c): is `ptr` pooled (not a whole CUDA allocation)? */
+bool ps_is_pooled(uintptr_t ptr);
+void ps_ipc_refuse(const char *api, uintptr_t ptr);
+
+/* Hooks handed out by dlsym and cuGetProcAddress (hooks_driver.c). */
+typedef struct ps_hook {
+    const char *name; /* exported symbol name */
+    void *hook;       /* our function */
+    void **real;      /* where the real function's address is kept */
+} ps_hook_t;
+/* Our hook for `name`, or NULL. */
+const ps_hook_t *ps_hook_by_name(const char *name);
+/* Our hook replacing the real function at `fn`, or NULL. */
+const ps_hook_t *ps_hook_by_real(void *fn);
+/* True when `fn` is one of our hooks. */
+bool ps_is_our_hook(void *fn);
+
+#endif

@@ -1,0 +1,320 @@
+/* The shim's statistics (shim/stats.h).
+ *
+ * 1. Each thread owns a block of counters (calls by device and function,
+ *    doors, failures, time), created on its first counted call and linked
+ *    into a global list. A thread only ever writes its own block, with
+ *    relaxed atomic stores: no shared cache line on the hot path.
+ * 2. When a thread exits, its counts are added to a `retired` block and its
+ *    block is freed.
+ * 3. Bytes requested (current, peak) need one global view: per-device
+ *    atomics, updated only when statistics are enabled.
+ * 4. The exit report reads memory only: no CUDA call after the runtime may
+ *    have been torn down.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../core/adaptors.h"
+#include "stats.h"
+
+int ps_stats_enabled;
+
+typedef struct thread_counters {
+    struct thread_counters *next, *prev;      /* links in the live list */
+    uint64_t calls[PS_MAX_DEVICES][PS_CALL_COUNT];
+    uint64_t doors[PS_MAX_DEVICES][2];
+    uint64_t failures[PS_MAX_DEVICES];
+    uint64_t alloc_ns[PS_MAX_DEVICES];
+    uint64_t free_ns[PS_MAX_DEVICES];
+    uint64_t passthrough;                     /* calls forwarded to CUDA untouched */
+    uint64_t invalid;                         /* bad frees answered with "invalid value" */
+} thread_counters_t;
+
+static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
+static thread_counters_t *live;    /* blocks of running threads */
+static thread_counters_t retired;  /* sums of exited threads */
+static pthread_key_t exit_key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static PS_TLS thread_counters_t *mine;
+
+typedef struct byte_counters {
+    atomic_llong current;   /* bytes requested and not freed */
+    atomic_llong peak;      /* maximum of current */
+    atomic_ullong total;    /* sum of requests */
+} byte_counters_t;
+static byte_counters_t bytes[PS_MAX_DEVICES];
+
+#define BUMP(field, n) __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (n), __ATOMIC_RELAXED)
+#define READ(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
+
+static void add_into(thread_counters_t *dst, thread_counters_t *src)
+{
+    for (int d = 0; d < PS_MAX_DEVICES; d++) {
+        for (int c = 0; c < PS_CALL_COUNT; c++)
+            dst->calls[d][c] += READ(src->calls[d][c]);
+        dst->doors[d][0] += READ(src->doors[d][0]);
+        dst->doors[d][1] += READ(src->doors[d][1]);
+        dst->failures[d] += READ(src->failures[d]);
+        dst->alloc_ns[d] += READ(src->alloc_ns[d]);
+        dst->free_ns[d] += READ(src->free_ns[d]);
+    }
+    dst->passthrough += READ(src->passthrough);
+    dst->invalid += READ(src->invalid);
+}
+
+static void thread_exit(void *p)
+{
+    thread_counters_t *t = p;
+    pthread_mutex_lock(&list_lock);
+    add_into(&retired, t);
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        live = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    pthread_mutex_unlock(&list_lock);
+    mine = NULL;
+    free(t);
+}
+
+static void make_key(void) { pthread_key_create(&exit_key, thread_exit); }
+
+static thread_counters_t *counters(void)
+{
+    if (PS_LIKELY(mine != NULL))
+        return mine;
+    pthread_once(&key_once, make_key);
+    thread_counters_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return &retired; /* out of host memory: count (racily) into the shared block */
+    pthread_mutex_lock(&list_lock);
+    t->next = live;
+    if (live)
+        live->prev = t;
+    live = t;
+    pthread_mutex_unlock(&list_lock);
+    pthread_setspecific(exit_key, t);
+    mine = t;
+    return t;
+}
+
+void ps_stats_init(int enabled) { ps_stats_enabled = enabled; }
+
+static void bytes_add(int device, int64_t delta)
+{
+    byte_counters_t *b = &bytes[device];
+    long long now = atomic_fetch_add_explicit(&b->current, delta, memory_order_relaxed) + delta;
+    if (delta > 0) {
+        atomic_fetch_add_explicit(&b->total, (unsigned long long)delta, memory_order_relaxed);
+        long long peak = atomic_load_explicit(&b->peak, memory_order_relaxed);
+        while (now > peak && !atomic_compare_exchange_weak_explicit(&b->peak, &peak, now, memory_order_relaxed,
+                                                                    memory_order_relaxed))
+            ;
+    }
+}
+
+void ps_stats_count_allocate(int device, int call, int door, size_t size, int status, uint64_t ns)
+{
+    thread_counters_t *t = counters();
+    BUMP(t->calls[device][call], 1);
+    BUMP(t->doors[device][door], 1);
+    if (status != PS_OK)
+        BUMP(t->failures[device], 1);
+    if (ps_stats_enabled) {
+        BUMP(t->alloc_ns[device], ns);
+        if (status == PS_OK)
+            bytes_add(device, (int64_t)size);
+    }
+}
+
+void ps_stats_count_free(int device, int call, int door, size_t size, uint64_t ns)
+{
+    thread_counters_t *t = counters();
+    BUMP(t->calls[device][call], 1);
+    BUMP(t->doors[device][door], 1);
+    if (ps_stats_enabled) {
+        BUMP(t->free_ns[device], ns);
+        bytes_add(device, -(int64_t)size);
+    }
+}
+
+void ps_stats_count_passthrough(int device)
+{
+    (void)device;
+    BUMP(counters()->passthrough, 1);
+}
+
+void ps_stats_count_invalid(int call)
+{
+    thread_counters_t *t = counters();
+    uint64_t n = READ(t->invalid);
+    BUMP(t->invalid, 1);
+    if (n < 10)
+        ps_warning("%s of a pointer inside poolshim's memory that is not a live allocation "
+                   "(double free, or a pointer into the middle of a block): answered \"invalid value\"",
+                   call == PS_CALL_CU_MEM_FREE || call == PS_CALL_CU_MEM_FREE_ASYNC ? "cuMemFree" : "cudaFree");
+}
+
+static void sum_all(thread_counters_t *sum)
+{
+    memset(sum, 0, sizeof *sum);
+    pthread_mutex_lock(&list_lock);
+    add_into(sum, &retired);
+    for (thread_counters_t *t = live; t; t = t->next)
+        add_into(sum, t);
+    pthread_mutex_unlock(&list_lock);
+}
+
+static void snapshot_from(const thread_counters_t *sum, int d, ps_shim_stats_t *out)
+{
+    memset(out, 0, sizeof *out);
+    memcpy(out->calls, sum->calls[d], sizeof out->calls);
+    out->doors[0] = sum->doors[d][0];
+    out->doors[1] = sum->doors[d][1];
+    out->failures = sum->failures[d];
+    out->alloc_ns = sum->alloc_ns[d];
+    out->free_ns = sum->free_ns[d];
+    out->requested_current = atomic_load(&bytes[d].current);
+    out->requested_peak = atomic_load(&bytes[d].peak);
+    out->requested_total = atomic_load(&bytes[d].total);
+}
+
+void ps_stats_snapshot(int device, ps_shim_stats_t *out)
+{
+    static thread_counters_t sum; /* large: not on the stack */
+    static pthread_mutex_t sum_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&sum_lock);
+    sum_all(&sum);
+    snapshot_from(&sum, device, out);
+    pthread_mutex_unlock(&sum_lock);
+}
+
+uint64_t ps_stats_passthrough_total(void)
+{
+    static thread_counters_t sum;
+    sum_all(&sum);
+    return sum.passthrough;
+}
+
+static const char *const call_names[PS_CALL_COUNT] = {
+    "cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync",
+    "cuMemAlloc", "cuMemFree", "cuMemAllocAsync", "cuMemFreeAsync",
+};
+
+static int device_used(const thread_counters_t *sum, int d)
+{
+    if (atomic_load(&ps_devices[d].state) == PS_DEVICE_READY)
+        return 1;
+    for (int c = 0; c < PS_CALL_COUNT; c++)
+        if (sum->calls[d][c])
+            return 1;
+    return 0;
+}
+
+void ps_stats_write(FILE *f, int json)
+{
+    static thread_counters_t sum;
+    sum_all(&sum);
+    char b1[32], b2[32], b3[32];
+    if (json)
+        fprintf(f, "{\"poolshim\": 1, \"pid\": %d, \"passthrough\": %llu, \"invalid_frees\": %llu, \"devices\": [",
+                (int)getpid(), (unsigned long long)sum.passthrough, (unsigned long long)sum.invalid);
+    int first = 1;
+    for (int d = 0; d < PS_MAX_DEVICES; d++) {
+        if (!device_used(&sum, d))
+            continue;
+        ps_shim_stats_t s;
+        snapshot_from(&sum, d, &s);
+        ps_resource_info_t info = {0};
+        ps_device_state_t *dev = &ps_devices[d];
+        const char *stack = "none";
+        if (atomic_load(&dev->state) == PS_DEVICE_READY) {
+            ps_query(dev->stack->top, &info);
+            stack = dev->stack->top->name ? dev->stack->top->name : dev->stack->top->ops->type_name;
+        }
+        if (json) {
+            fprintf(f, "%s{\"device\": %d, \"stack\": \"%s\", \"calls\": {", first ? "" : ", ", d, stack);
+            for (int c = 0; c < PS_CALL_COUNT; c++)
+                fprintf(f, "%s\"%s\": %llu", c ? ", " : "", call_names[c], (unsigned long long)s.calls[c]);
+            fprintf(f,
+                    "}, \"doors\": {\"runtime\": %llu, \"driver\": %llu}, \"failures\": %llu, "
+                    "\"time_ns\": {\"allocate\": %llu, \"free\": %llu}, "
+                    "\"bytes\": {\"requested_current\": %lld, \"requested_peak\": %lld, \"requested_total\": %llu, "
+                    "\"reserved_current\": %llu, \"reserved_peak\": %llu, \"in_use\": %llu, \"pending\": %llu}, "
+                    "\"upstream\": {\"allocs\": %llu, \"frees\": %llu}, "
+                    "\"fences\": {\"recorded\": %llu, \"waits\": %llu}}",
+                    (unsigned long long)s.doors[0], (unsigned long long)s.doors[1], (unsigned long long)s.failures,
+                    (unsigned long long)s.alloc_ns, (unsigned long long)s.free_ns, (long long)s.requested_current,
+                    (long long)s.requested_peak, (unsigned long long)s.requested_total,
+                    (unsigned long long)info.bytes_reserved, (unsigned long long)info.peak_bytes_reserved,
+                    (unsigned long long)info.bytes_in_use, (unsigned long long)info.bytes_pending,
+                    (unsigned long long)info.upstream_allocs, (unsigned long long)info.upstream_frees,
+                    (unsigned long long)info.fences_recorded, (unsigned long long)info.fence_waits);
+        } else {
+            uint64_t n = s.doors[0] + s.doors[1];
+            fprintf(f, "poolshim: device %d (stack: %s)\n", d, stack);
+            fprintf(f, "poolshim:   calls      runtime %llu  driver %llu  failures %llu\n",
+                    (unsigned long long)s.doors[0], (unsigned long long)s.doors[1], (unsigned long long)s.failures);
+            for (int c = 0; c < PS_CALL_COUNT; c++)
+                if (s.calls[c])
+                    fprintf(f, "poolshim:     %-16s %llu\n", call_names[c], (unsigned long long)s.calls[c]);
+            if (ps_stats_enabled) {
+                fprintf(f, "poolshim:   requested  peak %s  total %s  outstanding %s\n",
+                        ps_format_bytes(b1, sizeof b1, (uint64_t)s.requested_peak),
+                        ps_format_bytes(b2, sizeof b2, s.requested_total),
+                        ps_format_bytes(b3, sizeof b3, (uint64_t)(s.requested_current > 0 ? s.requested_current : 0)));
+                fprintf(f, "poolshim:   time       %.3f ms in the shim (%.0f ns per call)\n",
+                        (double)(s.alloc_ns + s.free_ns) / 1e6,
+                        n ? (double)(s.alloc_ns + s.free_ns) / (double)n : 0.0);
+            }
+            fprintf(f, "poolshim:   reserved   peak %s  now %s  (upstream: %llu allocs, %llu frees)\n",
+                    ps_format_bytes(b1, sizeof b1, info.peak_bytes_reserved),
+                    ps_format_bytes(b2, sizeof b2, info.bytes_reserved), (unsigned long long)info.upstream_allocs,
+                    (unsigned long long)info.upstream_frees);
+            fprintf(f, "poolshim:   fences     %llu recorded, %llu host waits\n",
+                    (unsigned long long)info.fences_recorded, (unsigned long long)info.fence_waits);
+        }
+        first = 0;
+    }
+    if (json)
+        fprintf(f, "]}\n");
+    else
+        fprintf(f, "poolshim: passthrough calls %llu, invalid frees %llu\n", (unsigned long long)sum.passthrough,
+                (unsigned long long)sum.invalid);
+    fflush(f);
+}
+
+void ps_stats_report_at_exit(void)
+{
+    for (int d = 0; d < PS_MAX_DEVICES; d++) {
+        ps_device_state_t *dev = &ps_devices[d];
+        if (atomic_load(&dev->state) != PS_DEVICE_READY)
+            continue;
+        if (dev->stack->log)
+            ps_log_flush(dev->stack->log);
+        if (dev->stack->track)
+            ps_track_report(dev->stack->track, stderr);
+    }
+    if (!ps_global || ps_global->stats == PS_STATS_OFF)
+        return;
+    FILE *f = stderr;
+    char path[PS_PATH_MAX];
+    if (ps_global->stats_file[0] && ps_expand_path(ps_global->stats_file, -1, path, sizeof path) == PS_OK) {
+        f = fopen(path, "w");
+        if (!f) {
+            ps_warning("cannot write statistics to %s: printing them here", path);
+            f = stderr;
+        }
+    }
+    ps_stats_write(f, ps_global->stats == PS_STATS_JSON);
+    if (f != stderr)
+        fclose(f);
+}
+
+void ps_stats_atfork_child(void)
+{
+    pthread_mutex_init(&list_lock, NULL);
+}

@@ -1,0 +1,40 @@
+/* The shim's own statistics: calls by function and door, passthrough and
+ * invalid frees, bytes requested, time inside the shim. Counters live per
+ * thread and are summed at exit; byte counters and timing only when
+ * statistics are enabled. The exit report adds what each device's stack
+ * says about itself (reserved bytes, upstream calls, fences). */
+#ifndef PS_SHIM_STATS_H
+#define PS_SHIM_STATS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "shim.h"
+
+extern int ps_stats_enabled; /* 1: count bytes and time calls */
+
+typedef struct ps_shim_stats {
+    uint64_t calls[PS_CALL_COUNT];   /* intercepted calls served, by function */
+    uint64_t doors[2];               /* by door: runtime, driver */
+    uint64_t failures;               /* allocations that returned an error */
+    uint64_t alloc_ns, free_ns;      /* time inside the shim (stats enabled only) */
+    int64_t requested_current;       /* bytes asked for and not freed */
+    int64_t requested_peak;          /* maximum of requested_current */
+    uint64_t requested_total;        /* sum of bytes asked for */
+} ps_shim_stats_t;
+
+void ps_stats_init(int enabled);
+void ps_stats_count_allocate(int device, int call, int door, size_t size, int status, uint64_t ns);
+void ps_stats_count_free(int device, int call, int door, size_t size, uint64_t ns);
+void ps_stats_count_passthrough(int device);
+void ps_stats_count_invalid(int call);
+/* Sums the counters of device `device` over all threads. */
+void ps_stats_snapshot(int device, ps_shim_stats_t *out);
+uint64_t ps_stats_passthrough_total(void);
+/* Writes the whole report (all devices) as text or JSON. */
+void ps_stats_write(FILE *f, int json);
+/* atexit: report, flush logs, leak report. Touches memory and files only. */
+void ps_stats_report_at_exit(void);
+void ps_stats_atfork_child(void);
+
+#endif
