@@ -1,2 +1,50 @@
-# shim tests (filled in by the shim work)
-test-shim:
+# The shim's CPU tests: a fake libcuda.so.1 and libcudart.so.13 over host
+# memory, test programs that use each door the way real binaries do, and a
+# Criterion runner (tests/shim/test_shim.c) that runs them with and without
+# LD_PRELOAD=libpoolshim.so.
+FAKE       := $(BUILD)/fake
+SHIMTEST   := $(BUILD)/shimtest
+PROG_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -pthread $(SANFLAGS)
+SHIM_PROGS := $(SHIMTEST)/prog_runtime $(SHIMTEST)/prog_static $(SHIMTEST)/prog_static_old_dlsym \
+              $(SHIMTEST)/prog_rtld_next $(SHIMTEST)/libwrapnext.so
+ifneq ($(findstring address,$(SANITIZE)),)
+# an ASan-built library can only be preloaded behind the ASan runtime
+SHIM_PRELOAD_PREFIX := $(shell $(CC) -print-file-name=libasan.so)
+endif
+
+$(FAKE)/libcuda.so.1: tests/shim/fake_cuda.c tests/shim/fake_cuda.h shim/cuda_abi.h
+	@mkdir -p $(FAKE)
+	$(CC) $(PROG_FLAGS) -fPIC -shared -Wl,-soname,libcuda.so.1 -o $@ $<
+	ln -sf libcuda.so.1 $(FAKE)/libcuda.so
+
+$(FAKE)/libcudart.so.13: tests/shim/fake_cudart.c tests/shim/fake_cudart.map shim/cuda_abi.h
+	@mkdir -p $(FAKE)
+	$(CC) $(PROG_FLAGS) -fPIC -shared -Wl,-soname,libcudart.so.13 \
+	    -Wl,--version-script=tests/shim/fake_cudart.map -o $@ $< -ldl
+	ln -sf libcudart.so.13 $(FAKE)/libcudart.so
+
+$(SHIMTEST)/prog_runtime: tests/shim/prog_runtime.c tests/shim/prog_common.h $(FAKE)/libcudart.so.13
+	@mkdir -p $(SHIMTEST)
+	$(CC) $(PROG_FLAGS) -o $@ $< -L$(FAKE) -lcudart -ldl
+
+$(SHIMTEST)/prog_static: tests/shim/prog_static.c tests/shim/prog_common.h
+	@mkdir -p $(SHIMTEST)
+	$(CC) $(PROG_FLAGS) -o $@ $< -ldl
+
+$(SHIMTEST)/prog_static_old_dlsym: tests/shim/prog_static.c tests/shim/prog_common.h
+	@mkdir -p $(SHIMTEST)
+	$(CC) $(PROG_FLAGS) -DOLD_DLSYM -o $@ $< -ldl
+
+$(SHIMTEST)/prog_rtld_next: tests/shim/prog_rtld_next.c tests/shim/prog_common.h
+	@mkdir -p $(SHIMTEST)
+	$(CC) $(PROG_FLAGS) -o $@ $< -ldl
+
+$(SHIMTEST)/libwrapnext.so: tests/shim/libwrapnext.c
+	@mkdir -p $(SHIMTEST)
+	$(CC) $(PROG_FLAGS) -fPIC -shared -o $@ $< -ldl
+
+$(BUILD)/test_shim: tests/shim/test_shim.c
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lcriterion
+
+test-shim: $(LIB) $(FAKE)/libcuda.so.1 $(SHIM_PROGS) $(BUILD)/test_shim
+	POOLSHIM_BUILD=$(BUILD) POOLSHIM_PRELOAD_PREFIX="$(SHIM_PRELOAD_PREFIX)" $(BUILD)/test_shim -j2 --short-filename

@@ -1,0 +1,13 @@
+/* What reached the fake driver (tests/shim/fake_cuda.c). */
+#ifndef FAKE_CUDA_H
+#define FAKE_CUDA_H
+typedef struct fake_cuda_counters {
+    unsigned long mem_alloc;            /* successful allocations of any kind */
+    unsigned long mem_free;             /* successful frees */
+    unsigned long bad_free;             /* frees of unknown pointers */
+    unsigned long mem_alloc_async;      /* cuMemAllocAsync calls */
+    unsigned long mem_alloc_async_ptsz; /* cuMemAllocAsync_ptsz calls */
+    unsigned long event_record, event_query, event_sync, stream_wait, stream_create;
+    unsigned long ctx_push, ctx_sync, get_proc_address;
+} fake_cuda_counters_t;
+#endif

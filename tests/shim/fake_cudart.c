@@ -1,0 +1,171 @@
+/* A fake libcudart.so.13 that reaches the driver the way the real runtime
+ * does: dlopen("libcuda.so.1"), dlsym(h, "cuGetProcAddress_v2"), then every
+ * driver function through cuGetProcAddress_v2. Its exports are versioned
+ * libcudart.so.13 like the real ones (tests/shim/fake_cudart.map). Lazy
+ * initialisation on the first call: cuInit, the primary context of the
+ * current device made current. */
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../../shim/cuda_abi.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+static struct {
+    CUresult (*init)(unsigned);
+    CUresult (*alloc)(CUdeviceptr *, size_t);
+    CUresult (*free_)(CUdeviceptr);
+    CUresult (*alloc_async)(CUdeviceptr *, size_t, CUstream);
+    CUresult (*alloc_async_ptsz)(CUdeviceptr *, size_t, CUstream);
+    CUresult (*free_async)(CUdeviceptr, CUstream);
+    CUresult (*free_async_ptsz)(CUdeviceptr, CUstream);
+    CUresult (*get_info)(size_t *, size_t *);
+    CUresult (*retain)(CUcontext *, CUdevice);
+    CUresult (*set_current)(CUcontext);
+    CUresult (*get_current)(CUcontext *);
+    CUresult (*stream_create)(CUstream *, unsigned);
+    CUresult (*stream_destroy)(CUstream);
+    CUresult (*ipc)(CUipcMemHandle *, CUdeviceptr);
+} drv;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static __thread int current_device;
+static int init_ok;
+
+static void *get(gpa_fn gpa, const char *name, int version, cuuint64_t flags)
+{
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult st = 1;
+    if (gpa(name, &fn, version, flags, &st) != CUDA_SUCCESS || st != 0)
+        return NULL;
+    return fn;
+}
+
+static void load(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return;
+    gpa_fn gpa = (gpa_fn)dlsym(h, "cuGetProcAddress_v2");
+    if (!gpa)
+        return;
+    drv.init = get(gpa, "cuInit", 2000, 0);
+    drv.alloc = get(gpa, "cuMemAlloc", 3020, 0);
+    drv.free_ = get(gpa, "cuMemFree", 3020, 0);
+    drv.alloc_async = get(gpa, "cuMemAllocAsync", 11020, CU_GET_PROC_ADDRESS_LEGACY_STREAM);
+    drv.alloc_async_ptsz = get(gpa, "cuMemAllocAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    drv.free_async = get(gpa, "cuMemFreeAsync", 11020, CU_GET_PROC_ADDRESS_LEGACY_STREAM);
+    drv.free_async_ptsz = get(gpa, "cuMemFreeAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    drv.get_info = get(gpa, "cuMemGetInfo", 3020, 0);
+    drv.retain = get(gpa, "cuDevicePrimaryCtxRetain", 7000, 0);
+    drv.set_current = get(gpa, "cuCtxSetCurrent", 4000, 0);
+    drv.get_current = get(gpa, "cuCtxGetCurrent", 4000, 0);
+    drv.stream_create = get(gpa, "cuStreamCreate", 2000, 0);
+    drv.stream_destroy = get(gpa, "cuStreamDestroy", 4000, 0);
+    drv.ipc = get(gpa, "cuIpcGetMemHandle", 4010, 0);
+    init_ok = drv.init && drv.init(0) == CUDA_SUCCESS;
+}
+
+static cudaError_t lazy_init(void)
+{
+    pthread_once(&once, load);
+    if (!init_ok)
+        return 3;
+    CUcontext c = NULL;
+    drv.get_current(&c);
+    if (!c) {
+        if (drv.retain(&c, current_device) != CUDA_SUCCESS)
+            return 3;
+        drv.set_current(c);
+    }
+    return cudaSuccess;
+}
+
+static cudaError_t err(CUresult r)
+{
+    return r == CUDA_SUCCESS ? cudaSuccess : r == CUDA_ERROR_OUT_OF_MEMORY ? cudaErrorMemoryAllocation : cudaErrorInvalidValue;
+}
+
+EXPORT cudaError_t cudaSetDevice(int d)
+{
+    current_device = d;
+    pthread_once(&once, load);
+    CUcontext c;
+    if (drv.retain(&c, d) != CUDA_SUCCESS)
+        return cudaErrorInvalidValue;
+    drv.set_current(c);
+    return cudaSuccess;
+}
+EXPORT cudaError_t cudaMalloc(void **p, size_t n)
+{
+    cudaError_t e = lazy_init();
+    if (e)
+        return e;
+    if (!n) {
+        *p = NULL;
+        return cudaSuccess;
+    }
+    return err(drv.alloc((CUdeviceptr *)p, n));
+}
+EXPORT cudaError_t cudaFree(void *p)
+{
+    cudaError_t e = lazy_init();
+    if (e || !p)
+        return e;
+    return err(drv.free_((CUdeviceptr)(uintptr_t)p));
+}
+EXPORT cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s)
+{
+    cudaError_t e = lazy_init();
+    return e ? e : err(drv.alloc_async((CUdeviceptr *)p, n, s));
+}
+EXPORT cudaError_t cudaMallocAsync_ptsz(void **p, size_t n, cudaStream_t s)
+{
+    cudaError_t e = lazy_init();
+    return e ? e : err(drv.alloc_async_ptsz((CUdeviceptr *)p, n, s));
+}
+EXPORT cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
+{
+    cudaError_t e = lazy_init();
+    return e ? e : err(drv.free_async((CUdeviceptr)(uintptr_t)p, s));
+}
+EXPORT cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s)
+{
+    cudaError_t e = lazy_init();
+    return e ? e : err(drv.free_async_ptsz((CUdeviceptr)(uintptr_t)p, s));
+}
+EXPORT cudaError_t cudaMemGetInfo(size_t *f, size_t *t)
+{
+    cudaError_t e = lazy_init();
+    return e ? e : err(drv.get_info(f, t));
+}
+EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
+{
+    cudaError_t e = lazy_init();
+    return e ? e : err(drv.stream_create(s, flags));
+}
+EXPORT cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags, int prio)
+{
+    (void)prio;
+    return cudaStreamCreateWithFlags(s, flags);
+}
+EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    cudaError_t e = lazy_init();
+    return e ? e : err(drv.stream_destroy(s));
+}
+EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
+{
+    cudaError_t e = lazy_init();
+    return e ? e : err(drv.ipc((CUipcMemHandle *)h, (CUdeviceptr)(uintptr_t)p));
+}
+EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *st)
+{
+    (void)s;
+    *st = 0;
+    return cudaSuccess;
+}

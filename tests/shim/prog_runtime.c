@@ -1,0 +1,212 @@
+/* A program linked to libcudart.so (the fake one), calling the runtime API
+ * like PyTorch or CuPy would. argv[1] picks the scenario; exit 0 = passed.
+ * It checks its own data and, through the fake driver's counters, what
+ * really reached CUDA. */
+#include <pthread.h>
+#include <stdint.h>
+
+#include "prog_common.h"
+
+extern cudaError_t cudaMalloc(void **, size_t);
+extern cudaError_t cudaFree(void *);
+extern cudaError_t cudaMallocAsync(void **, size_t, cudaStream_t);
+extern cudaError_t cudaMallocAsync_ptsz(void **, size_t, cudaStream_t);
+extern cudaError_t cudaFreeAsync(void *, cudaStream_t);
+extern cudaError_t cudaFreeAsync_ptsz(void *, cudaStream_t);
+extern cudaError_t cudaMemGetInfo(size_t *, size_t *);
+extern cudaError_t cudaStreamCreateWithFlags(cudaStream_t *, unsigned int);
+extern cudaError_t cudaStreamDestroy(cudaStream_t);
+extern cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *, void *);
+extern cudaError_t cudaSetDevice(int);
+
+#define N 400
+
+static void basic(void)
+{
+    static void *p[N];
+    static size_t size[N];
+    unsigned long before = fake()->mem_alloc;
+    for (int i = 0; i < N; i++) {
+        size[i] = 1 + (size_t)(i * 7919) % (1 << 20);
+        CHECK(cudaMalloc(&p[i], size[i]) == cudaSuccess, "cudaMalloc %d", i);
+        CHECK(((uintptr_t)p[i] & 255) == 0, "pointer %p not 256-aligned", p[i]);
+        fill(p[i], size[i], (unsigned)i);
+    }
+    for (int i = 0; i < N; i++)
+        CHECK(intact(p[i], size[i], (unsigned)i), "allocation %d overwritten (overlap)", i);
+    unsigned long reached = fake()->mem_alloc - before;
+    if (shim_active())
+        CHECK(reached < 20, "%lu allocations reached the driver: the pool should serve them", reached);
+    else
+        CHECK(reached == N, "%lu of %d allocations reached the driver", reached, N);
+    for (int i = 0; i < N; i += 2)
+        CHECK(cudaFree(p[i]) == cudaSuccess, "cudaFree %d", i);
+    for (int i = 0; i < N; i += 2) { /* reuse after free: still no overlap with the live ones */
+        CHECK(cudaMalloc(&p[i], size[i]) == cudaSuccess, "re-cudaMalloc %d", i);
+        fill(p[i], size[i], (unsigned)i);
+    }
+    for (int i = 0; i < N; i++) {
+        CHECK(intact(p[i], size[i], (unsigned)i), "allocation %d overwritten after reuse", i);
+        CHECK(cudaFree(p[i]) == cudaSuccess, "final cudaFree %d", i);
+    }
+    void *z = (void *)1;
+    CHECK(cudaMalloc(&z, 0) == cudaSuccess, "cudaMalloc(0)");
+    CHECK(cudaFree(NULL) == cudaSuccess, "cudaFree(NULL)");
+}
+
+static void errors(void)
+{
+    void *p = NULL;
+    CHECK(cudaMalloc(&p, 4096) == cudaSuccess, "cudaMalloc");
+    CHECK(cudaFree((char *)p + 256) == cudaErrorInvalidValue, "free of an interior pointer must be invalid");
+    CHECK(cudaFree(p) == cudaSuccess, "free");
+    unsigned long bad_before = fake()->bad_free;
+    CHECK(cudaFree(p) == cudaErrorInvalidValue, "double free must be invalid");
+    if (shim_active())
+        CHECK(fake()->bad_free == bad_before, "a double free of pooled memory must not reach the driver");
+    int on_stack;
+    CHECK(cudaFree(&on_stack) != cudaSuccess, "free of a stack address must fail");
+    void *q = NULL;
+    CHECK(cudaMalloc(&q, 4096) == cudaSuccess && q, "allocation after bad frees");
+    fill(q, 4096, 5);
+    CHECK(intact(q, 4096, 5), "data");
+    CHECK(cudaFree(q) == cudaSuccess, "free after bad frees");
+}
+
+static void async(void)
+{
+    cudaStream_t s1, s2;
+    CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    unsigned long async_before = fake()->mem_alloc_async + fake()->mem_alloc_async_ptsz;
+    void *a, *b, *c, *d;
+    CHECK(cudaMallocAsync(&a, 1000, s1) == cudaSuccess, "async s1");
+    CHECK(cudaMallocAsync(&b, 3000, 0) == cudaSuccess, "async legacy");
+    CHECK(cudaMallocAsync_ptsz(&c, 5000, 0) == cudaSuccess, "async ptsz");
+    fill(a, 1000, 1), fill(b, 3000, 2), fill(c, 5000, 3);
+    CHECK(intact(a, 1000, 1) && intact(b, 3000, 2) && intact(c, 5000, 3), "async data");
+    CHECK(cudaFreeAsync(a, s1) == cudaSuccess, "free async s1");
+    CHECK(cudaMallocAsync(&d, 1000, s2) == cudaSuccess, "async s2 after free on s1");
+    fill(d, 1000, 4);
+    CHECK(intact(b, 3000, 2) && intact(c, 5000, 3), "async data after cross-stream reuse");
+    CHECK(cudaFreeAsync(b, 0) == cudaSuccess, "free async legacy");
+    CHECK(cudaFreeAsync_ptsz(c, 0) == cudaSuccess, "free async ptsz");
+    CHECK(cudaFree(d) == cudaSuccess, "cudaFree of an async allocation");
+    unsigned long reached = fake()->mem_alloc_async + fake()->mem_alloc_async_ptsz - async_before;
+    if (shim_active())
+        CHECK(reached == 0, "%lu async allocations reached the driver", reached);
+    else
+        CHECK(reached == 4, "%lu async allocations reached the driver", reached);
+    CHECK(cudaStreamDestroy(s1) == cudaSuccess && cudaStreamDestroy(s2) == cudaSuccess, "destroy");
+}
+
+static void ipc(void)
+{
+    void *p;
+    cudaIpcMemHandle_t h;
+    CHECK(cudaMalloc(&p, 1 << 20) == cudaSuccess, "cudaMalloc");
+    cudaError_t e = cudaIpcGetMemHandle(&h, p);
+    if (shim_active())
+        CHECK(e == cudaErrorInvalidValue, "IPC export of a pooled pointer must be refused (got %d)", e);
+    else
+        CHECK(e == cudaSuccess, "IPC export natively (got %d)", e);
+    cudaFree(p);
+}
+
+static void meminfo(void)
+{
+    size_t f1, t1, f2, t2;
+    void *p;
+    CHECK(cudaMemGetInfo(&f1, &t1) == cudaSuccess, "meminfo");
+    CHECK(cudaMalloc(&p, 1 << 20) == cudaSuccess, "cudaMalloc");
+    CHECK(cudaFree(p) == cudaSuccess, "cudaFree");
+    CHECK(cudaMemGetInfo(&f2, &t2) == cudaSuccess, "meminfo");
+    CHECK(t1 == t2 && f2 <= t2, "sane totals");
+    if (shim_active() && !getenv("POOLSHIM_OPTIONS"))
+        CHECK(f2 >= f1 - (1 << 20) && f2 <= f1, "meminfo=pool counts the pool's free memory (%zu vs %zu)", f2, f1);
+}
+
+static void *thread_body(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    void *p[16] = {0};
+    size_t n[16] = {0};
+    unsigned tag[16] = {0}; /* the pattern each live block was filled with */
+    for (int step = 0; step < 20000; step++) {
+        int k = (int)(rand_r(&seed) % 16);
+        if (p[k]) {
+            if (!intact(p[k], n[k], tag[k]))
+                __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
+            if (cudaFree(p[k]) != cudaSuccess)
+                __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
+            p[k] = NULL;
+        } else {
+            n[k] = 1 + rand_r(&seed) % 65536;
+            if (cudaMalloc(&p[k], n[k]) != cudaSuccess) {
+                __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
+                p[k] = NULL;
+                continue;
+            }
+            tag[k] = (unsigned)step * 16 + (unsigned)k;
+            fill(p[k], n[k], tag[k]);
+        }
+    }
+    for (int k = 0; k < 16; k++)
+        if (p[k])
+            cudaFree(p[k]);
+    return NULL;
+}
+
+static void threads(void)
+{
+    pthread_t t[8];
+    for (uintptr_t i = 0; i < 8; i++)
+        pthread_create(&t[i], NULL, thread_body, (void *)(i * 1000 + 1));
+    for (int i = 0; i < 8; i++)
+        pthread_join(t[i], NULL);
+}
+
+static void oom(void)
+{
+    /* FAKE_CUDA_MEMORY bounds the device; allocate until it fails */
+    void *p[512];
+    int n = 0;
+    cudaError_t e = cudaSuccess;
+    while (n < 512 && (e = cudaMalloc(&p[n], 8 << 20)) == cudaSuccess)
+        n++;
+    CHECK(e == cudaErrorMemoryAllocation, "out of memory must be cudaErrorMemoryAllocation (got %d after %d)", e, n);
+    CHECK(n > 0 && n < 512, "some allocations fit (%d)", n);
+    for (int i = 0; i < n; i += 2)
+        CHECK(cudaFree(p[i]) == cudaSuccess, "free");
+    void *q;
+    CHECK(cudaMalloc(&q, 8 << 20) == cudaSuccess, "allocation after OOM and frees");
+    cudaFree(q);
+    for (int i = 1; i < n; i += 2)
+        cudaFree(p[i]);
+}
+
+static void devices(void)
+{
+    void *a, *b;
+    CHECK(cudaSetDevice(1) == cudaSuccess, "set device 1");
+    CHECK(cudaMalloc(&b, 4096) == cudaSuccess, "malloc on device 1");
+    CHECK(cudaSetDevice(0) == cudaSuccess, "set device 0");
+    CHECK(cudaMalloc(&a, 4096) == cudaSuccess, "malloc on device 0");
+    CHECK(cudaFree(b) == cudaSuccess, "free of a device-1 pointer with device 0 current");
+    CHECK(cudaFree(a) == cudaSuccess, "free device 0");
+}
+
+int main(int argc, char **argv)
+{
+    const char *what = argc > 1 ? argv[1] : "basic";
+    if (!strcmp(what, "basic")) basic();
+    else if (!strcmp(what, "errors")) errors();
+    else if (!strcmp(what, "async")) async();
+    else if (!strcmp(what, "ipc")) ipc();
+    else if (!strcmp(what, "meminfo")) meminfo();
+    else if (!strcmp(what, "threads")) threads();
+    else if (!strcmp(what, "oom")) oom();
+    else if (!strcmp(what, "devices")) devices();
+    else { fprintf(stderr, "unknown scenario %s\n", what); return 2; }
+    return finish(what);
+}

@@ -1,0 +1,132 @@
+/* Runs the shim's test programs (tests/shim/prog_*.c) over the fake CUDA
+ * libraries, natively and under LD_PRELOAD=libpoolshim.so, and checks that
+ * each scenario passes and that the shim really interposed. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static char output[65536];
+
+/* Runs `prog args` from the build's shimtest folder with `env` prepended
+ * (preloading the shim when `preload` is set); returns the exit status
+ * and keeps stdout+stderr in `output`. */
+static int run(int preload, const char *env, const char *prog_and_args)
+{
+    const char *build = getenv("POOLSHIM_BUILD");
+    const char *prefix = getenv("POOLSHIM_PRELOAD_PREFIX");
+    cr_assert(build, "POOLSHIM_BUILD must name the build folder (make test-shim sets it)");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "env LD_LIBRARY_PATH=%s/fake %s%s%s%s%s %s %s/shimtest/%s 2>&1", build,
+             preload ? "LD_PRELOAD=\"" : "", preload && prefix && *prefix ? prefix : "",
+             preload && prefix && *prefix ? " " : "", preload ? build : "", preload ? "/libpoolshim.so\"" : "",
+             env ? env : "", build, prog_and_args);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "cannot run %s", cmd);
+    size_t n = fread(output, 1, sizeof output - 1, p);
+    output[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void expect_pass(int preload, const char *env, const char *prog, const char *active)
+{
+    int rc = run(preload, env, prog);
+    cr_expect_eq(rc, 0, "%s (%s) exited %d:\n%s", prog, preload ? "shim" : "native", rc, output);
+    cr_expect(strstr(output, active) != NULL, "%s: expected '%s' in:\n%s", prog, active, output);
+}
+
+#define SCENARIO(name)                                                                   \
+    Test(runtime_door, name##_native) { expect_pass(0, NULL, "prog_runtime " #name, "shim inactive"); } \
+    Test(runtime_door, name##_through_shim) { expect_pass(1, NULL, "prog_runtime " #name, "shim active"); }
+
+SCENARIO(basic)
+SCENARIO(errors)
+SCENARIO(async)
+SCENARIO(ipc)
+SCENARIO(meminfo)
+SCENARIO(devices)
+
+Test(runtime_door, threads_native) { expect_pass(0, NULL, "prog_runtime threads", "shim inactive"); }
+Test(runtime_door, threads_through_shim) { expect_pass(1, NULL, "prog_runtime threads", "shim active"); }
+
+Test(runtime_door, out_of_memory_returns_error_and_pool_stays_usable)
+{
+    expect_pass(0, "FAKE_CUDA_MEMORY=268435456", "prog_runtime oom", "shim inactive");
+    expect_pass(1, "FAKE_CUDA_MEMORY=268435456", "prog_runtime oom", "shim active");
+}
+
+Test(runtime_door, free_sync_policies_all_pass)
+{
+    expect_pass(1, "POOLSHIM_FREE_SYNC=device", "prog_runtime basic", "shim active");
+    expect_pass(1, "POOLSHIM_FREE_SYNC=none", "prog_runtime basic", "shim active");
+    expect_pass(1, "FAKE_CUDA_EVENTS_PENDING=3", "prog_runtime basic", "shim active");
+}
+
+Test(driver_door, static_cudart_style_native) { expect_pass(0, NULL, "prog_static", "shim inactive"); }
+Test(driver_door, static_cudart_style_through_shim) { expect_pass(1, NULL, "prog_static", "shim active"); }
+Test(driver_door, old_glibc_dlsym_version_through_shim)
+{
+    expect_pass(1, NULL, "prog_static_old_dlsym", "shim active");
+}
+
+Test(dlsym, rtld_next_stays_relative_to_the_caller)
+{
+    const char *build = getenv("POOLSHIM_BUILD");
+    const char *prefix = getenv("POOLSHIM_PRELOAD_PREFIX");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "env LD_PRELOAD=\"%s %s/libpoolshim.so %s/shimtest/libwrapnext.so\" %s/shimtest/prog_rtld_next 2>&1",
+             prefix ? prefix : "", build, build, build);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(output, 1, sizeof output - 1, p);
+    output[n] = 0;
+    int st = pclose(p);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "RTLD_NEXT through our dlsym:\n%s", output);
+}
+
+Test(life, disable_makes_a_pure_passthrough)
+{
+    expect_pass(1, "POOLSHIM_DISABLE=1", "prog_runtime basic", "shim inactive");
+    expect_pass(1, "POOLSHIM_DISABLE=1", "prog_static", "shim inactive");
+}
+
+Test(life, stats_json_counts_each_door)
+{
+    char env[512];
+    snprintf(env, sizeof env, "POOLSHIM_STATS=json POOLSHIM_STATS_FILE=/tmp/poolshim-test-%d.json", getpid());
+    expect_pass(1, env, "prog_runtime basic", "shim active");
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/poolshim-test-%d.json", getpid());
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no statistics written to %s; output:\n%s", path, output);
+    char json[8192];
+    size_t n = fread(json, 1, sizeof json - 1, f);
+    json[n] = 0;
+    fclose(f);
+    remove(path);
+    cr_expect(strstr(json, "\"cudaMalloc\": 600"), "400 + 200 cudaMalloc calls expected in %s", json);
+    cr_expect(strstr(json, "\"cudaFree\": 600"), "600 cudaFree calls expected in %s", json);
+    cr_expect(strstr(json, "\"driver\": 0"), "no driver-door calls expected (routed once) in %s", json);
+
+    snprintf(env, sizeof env, "POOLSHIM_STATS=json POOLSHIM_STATS_FILE=/tmp/poolshim-test-%d.json", getpid());
+    expect_pass(1, env, "prog_static", "shim active");
+    f = fopen(path, "r");
+    cr_assert(f, "no statistics for prog_static");
+    n = fread(json, 1, sizeof json - 1, f);
+    json[n] = 0;
+    fclose(f);
+    remove(path);
+    cr_expect(strstr(json, "\"runtime\": 0"), "static program: only the driver door, in %s", json);
+    cr_expect(strstr(json, "\"cuMemAlloc\": 100"), "100 cuMemAlloc calls in %s", json);
+}
+
+Test(life, bad_config_stops_before_the_first_allocation)
+{
+    int rc = run(1, "POOLSHIM_OPTIONS=global.free_sync=sometimes", "prog_runtime basic");
+    cr_expect_neq(rc, 0, "a bad config must stop the program:\n%s", output);
+    cr_expect(strstr(output, "free_sync"), "the error names the key:\n%s", output);
+    rc = run(1, "POOLSHIM_OPTIONS=global.free_sync=sometimes POOLSHIM_ON_ERROR=passthrough", "prog_runtime basic");
+    cr_expect_eq(rc, 0, "on_error=passthrough runs without the pool:\n%s", output);
+    cr_expect(strstr(output, "shim inactive"), "%s", output);
+}
