@@ -1,12 +1,1118 @@
-/* STUB: placeholder so the tree links; replaced by the real implementation. */
+/* The coalescing pool (core/pool.h): a TLSF suballocator with host-side
+ * block descriptors, cudaFree epochs and per-stream free lists.
+ *
+ * Algorithm
+ *  1. Memory comes from the upstream in *chunks*. Each chunk is cut into
+ *     *blocks* that tile it exactly; a block is a host-side descriptor
+ *     (address, size, physical prev/next in its chunk, free-list links,
+ *     state, owner, chunk) — device memory is never read, so there are no
+ *     in-band headers. Descriptors live in one array, recycled through a
+ *     free list, addressed by 32-bit index (no malloc per operation).
+ *  2. Free blocks sit in TLSF lists (two-level segregated fit) of an
+ *     *owner*: first level = floor(log2(size)), second level = the next 5
+ *     bits (32 linear classes per power of two), one bitmap bit per
+ *     non-empty list. Owner 0 is the *ready* list (safe for every stream);
+ *     each stream used by cudaMallocAsync/cudaFreeAsync gets an owner of its
+ *     own. Search is good-fit in O(1): the head of the request's own class
+ *     if it is big enough, else the first non-empty class above the request
+ *     rounded up to its class (found with ctz on the bitmaps).
+ *  3. allocate(size): round up to the alignment (size 0 -> one alignment
+ *     unit); take a block (stream s: s's list, then the ready list, then a
+ *     steal from another stream t: record a fence on t, make s wait for it,
+ *     move t's blocks to s); split off the tail if at least one alignment
+ *     unit is left; record address -> descriptor in a hash map of in-use
+ *     blocks. When nothing fits:
+ *       a. poll closed cudaFree epochs, oldest first (fence_query); every
+ *          completed epoch's blocks become free in the ready list; retry;
+ *       b. close the open epoch (one fence on every stream covers each block
+ *          freed before it) and poll it for up to epoch_wait_ns; for a
+ *          cudaMalloc also record (lazily) a fence on each stream with free
+ *          blocks and poll it: blocks freed on t before that fence move to
+ *          the ready list once it completes; retry;
+ *       c. grow: a chunk of max(request rounded up to 2 MiB,
+ *          clamp(reserved * growth_percent / 100, min_chunk, max_chunk))
+ *          bytes, never past maximum_size; on upstream failure halve down
+ *          to the request;
+ *       d. memory pressure: host-wait (fence_wait) the oldest epochs one by
+ *          one, retrying after each; then wait a fence on every stream list
+ *          and merge all of them into the ready list; retry;
+ *       e. give wholly free chunks back to the upstream and grow once more;
+ *       f. PS_ENOMEM.
+ *  4. free(ptr): find the descriptor in the in-use map (absent -> PS_EINVAL,
+ *     nothing changes: foreign pointer, interior pointer or double free).
+ *       - stream-ordered free on s: the block joins s's list at once,
+ *         coalescing with free physical neighbours of the same owner;
+ *       - cudaFree, free_sync none: joins the ready list at once;
+ *       - cudaFree, free_sync device: device_synchronize, then as none;
+ *       - cudaFree, free_sync event: the block joins the open epoch (state
+ *         pending: it neither coalesces nor is handed out) — no CUDA call.
+ *  5. trim(): close and wait every epoch and stream list, merge everything
+ *     into the ready list, and give every wholly free chunk back.
+ *  The per-thread default stream (PS_STREAM_PER_THREAD) is one handle that
+ *  names a different stream on every thread, so a per-handle free list
+ *  would hand one thread's freed block to another thread's stream with no
+ *  ordering between them. Its allocations and frees therefore take the
+ *  cudaFree path (epochs): per-thread streams are blocking streams, which
+ *  the epoch fence (recorded on the legacy stream) covers.
+ *
+ * Guarantees
+ *  - every address and size is a multiple of `alignment`; blocks never
+ *    merge across chunks; allocate and free are O(1) in the number of free
+ *    blocks (moving a stream's list is O(its blocks), off the hot path);
+ *  - free_sync event: a block freed with PS_STREAM_NONE is never handed out
+ *    while any fence covering its free is incomplete; a block freed on
+ *    stream s is handed to another stream only after a stream wait on a
+ *    fence recorded on s after the free, and to a cudaMalloc only after
+ *    such a fence completed;
+ *  - errors change nothing; OOM is reported only after steps a-e.
+ *  - thread-safe: one mutex per pool; fence waits (memory pressure only)
+ *    and the bounded epoch poll of step b happen under it.
+ * Accounting: bytes_reserved (usable chunk bytes) == in use + free + pending.
+ */
 #include "pool.h"
 
+#include "ptr_map.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SL_LOG2 5                      /* second level: 2^5 classes per power of two */
+#define SL_COUNT (1u << SL_LOG2)
+#define FL_COUNT 64                    /* first level: one per bit of a size */
+#define NIL UINT32_MAX                 /* "no block" */
+#define OWNER_READY 0                  /* the ready list's owner index */
+#define MAX_OWNERS 65535               /* owner indices fit 16 bits */
+#define GROWTH_GRANULE (2 * PS_MiB)    /* growth requests are rounded up to this */
+#define MIN_ALIGNMENT 256              /* cudaMalloc's documented alignment */
+
+typedef enum block_state {
+    BLOCK_UNUSED = 0, /* descriptor on the recycle list */
+    BLOCK_FREE,       /* in its owner's TLSF lists */
+    BLOCK_USED,       /* handed out, in the in-use map */
+    BLOCK_PENDING     /* freed by cudaFree under free_sync event, in an epoch */
+} block_state_t;
+
+typedef struct pool_block {
+    uintptr_t addr;     /* device address */
+    size_t size;        /* bytes, a multiple of the alignment */
+    uint64_t free_stamp; /* free counter when it joined a stream list (0 in the ready list) */
+    uint32_t prev_phys; /* block just below in the chunk, or NIL */
+    uint32_t next_phys; /* block just above in the chunk, or NIL */
+    uint32_t prev_free; /* free list links (next_free also links epochs and the recycle list) */
+    uint32_t next_free;
+    uint32_t chunk;     /* index of its chunk */
+    uint16_t owner;     /* owner whose lists hold it (when free) */
+    uint8_t state;      /* block_state_t */
+} pool_block_t;
+
+typedef struct pool_chunk {
+    void *base;           /* pointer from the upstream (NULL: slot unused) */
+    size_t base_size;     /* bytes asked from the upstream */
+    uintptr_t addr;       /* first usable (aligned) address */
+    size_t size;          /* usable bytes */
+    uint32_t first_block; /* block at addr */
+} pool_chunk_t;
+
+typedef struct pool_owner {
+    ps_stream_t stream;                   /* the stream (PS_STREAM_NONE for the ready list) */
+    uint64_t fl_bitmap;                   /* bit f: some list of first level f is non-empty */
+    uint32_t sl_bitmap[FL_COUNT];         /* bit s of [f]: list (f, s) is non-empty */
+    uint32_t heads[FL_COUNT][SL_COUNT];   /* list heads */
+    uint64_t free_bytes;                  /* bytes in these lists */
+    uint64_t free_blocks;                 /* blocks in these lists */
+    ps_fence_t *fence;                    /* lazily recorded fence on `stream` (for cudaMalloc), or NULL */
+    uint64_t fence_stamp;                 /* it covers blocks with free_stamp <= this */
+} pool_owner_t;
+
+typedef struct pool_epoch {
+    ps_fence_t *fence; /* the fence that closed it (NULL while open) */
+    uint32_t head;     /* first pending block (linked by next_free) */
+    uint32_t tail;     /* last pending block */
+    uint64_t bytes;    /* bytes pending in it */
+} pool_epoch_t;
+
+typedef struct pool {
+    ps_resource_t base;         /* the resource (first member) */
+    ps_pool_options_t options;  /* effective options */
+    const ps_gpu_ops_t *gpu;    /* fences and stream waits (NULL: free_sync none only) */
+    pthread_mutex_t lock;       /* guards everything below */
+
+    pool_block_t *blocks;       /* descriptor array */
+    uint32_t blocks_capacity;   /* its length */
+    uint32_t blocks_used;       /* descriptors ever handed out (high-water mark) */
+    uint32_t recycled_head;     /* recycled descriptors, linked by next_free */
+    uint32_t recycled_count;    /* how many */
+
+    pool_chunk_t *chunks;       /* chunk table (slots with base NULL are unused) */
+    uint32_t chunks_capacity;   /* its length */
+    uint32_t chunks_count;      /* slots ever used (high-water mark) */
+
+    pool_owner_t **owners;      /* owners[0] = ready list, then one per stream */
+    uint32_t owners_count;      /* owners in use */
+    uint32_t owners_capacity;   /* length of owners[] */
+    ps_ptr_map_t stream_owners; /* stream -> owner index */
+    ps_stream_t last_stream;    /* one-entry cache of the stream map ... */
+    uint32_t last_owner;        /* ... and its owner */
+
+    ps_ptr_map_t in_use;        /* address -> descriptor index of every used block */
+    pool_epoch_t open_epoch;    /* cudaFree'd blocks not yet covered by a fence */
+    pool_epoch_t *closed;       /* ring of closed epochs, oldest at closed_head */
+    uint32_t closed_capacity;   /* ring length */
+    uint32_t closed_head;       /* index of the oldest */
+    uint32_t closed_count;      /* closed epochs waiting for their fence */
+    uint64_t free_counter;      /* stamps stream-list frees */
+
+    uint64_t bytes_in_use;      /* sum of used block sizes */
+    uint64_t bytes_reserved;    /* sum of usable chunk sizes */
+    uint64_t peak_bytes_reserved; /* maximum of bytes_reserved */
+    uint64_t bytes_free;        /* sum of free block sizes (all owners) */
+    uint64_t bytes_pending;     /* sum of pending block sizes (all epochs) */
+    uint64_t upstream_allocs;   /* chunks taken */
+    uint64_t upstream_frees;    /* chunks given back */
+    uint64_t fences_recorded;   /* fences this pool recorded */
+    uint64_t fence_waits;       /* host waits this pool did */
+} pool_t;
+
+static const ps_resource_ops_t pool_ops;
+
+/* ---- TLSF lists ------------------------------------------------------ */
+
+static inline void size_class(size_t size, unsigned *fl, unsigned *sl)
+{
+    unsigned f = 63u - (unsigned)__builtin_clzll(size); /* size >= 256 */
+    *fl = f;
+    *sl = (unsigned)(size >> (f - SL_LOG2)) & (SL_COUNT - 1);
+}
+
+static inline void list_insert(pool_t *pool, uint32_t owner_index, uint32_t index)
+{
+    pool_owner_t *owner = pool->owners[owner_index];
+    pool_block_t *b = &pool->blocks[index];
+    unsigned fl, sl;
+    size_class(b->size, &fl, &sl);
+    uint32_t head = owner->heads[fl][sl];
+    b->state = BLOCK_FREE;
+    b->owner = (uint16_t)owner_index;
+    b->prev_free = NIL;
+    b->next_free = head;
+    if (head != NIL)
+        pool->blocks[head].prev_free = index;
+    owner->heads[fl][sl] = index;
+    owner->sl_bitmap[fl] |= 1u << sl;
+    owner->fl_bitmap |= 1ull << fl;
+    owner->free_bytes += b->size;
+    owner->free_blocks++;
+    pool->bytes_free += b->size;
+}
+
+static inline void list_remove(pool_t *pool, uint32_t index)
+{
+    pool_block_t *b = &pool->blocks[index];
+    pool_owner_t *owner = pool->owners[b->owner];
+    if (b->prev_free != NIL)
+        pool->blocks[b->prev_free].next_free = b->next_free;
+    else {
+        unsigned fl, sl;
+        size_class(b->size, &fl, &sl);
+        owner->heads[fl][sl] = b->next_free;
+        if (b->next_free == NIL) {
+            owner->sl_bitmap[fl] &= ~(1u << sl);
+            if (!owner->sl_bitmap[fl])
+                owner->fl_bitmap &= ~(1ull << fl);
+        }
+    }
+    if (b->next_free != NIL)
+        pool->blocks[b->next_free].prev_free = b->prev_free;
+    owner->free_bytes -= b->size;
+    owner->free_blocks--;
+    pool->bytes_free -= b->size;
+}
+
+/* Good fit: a free block of `owner` with size >= `size`, or NIL. */
+static inline uint32_t list_find(const pool_t *pool, const pool_owner_t *owner, size_t size)
+{
+    unsigned fl, sl;
+    size_class(size, &fl, &sl);
+    uint32_t head = owner->heads[fl][sl];
+    if (head != NIL && pool->blocks[head].size >= size)
+        return head;
+    size_t rounded = size + ((size_t)1 << (fl - SL_LOG2)) - 1;
+    if (rounded < size)
+        return NIL;
+    size_class(rounded, &fl, &sl);
+    uint32_t sl_map = owner->sl_bitmap[fl] & (~0u << sl);
+    if (!sl_map) {
+        uint64_t fl_map = fl + 1 < FL_COUNT ? owner->fl_bitmap & (~0ull << (fl + 1)) : 0;
+        if (!fl_map)
+            return NIL;
+        fl = (unsigned)__builtin_ctzll(fl_map);
+        sl_map = owner->sl_bitmap[fl];
+    }
+    return owner->heads[fl][(unsigned)__builtin_ctz(sl_map)];
+}
+
+/* ---- descriptors ----------------------------------------------------- */
+
+/* Makes sure `count` descriptors can be taken without allocating. */
+static int reserve_descriptors_locked(pool_t *pool, uint32_t count)
+{
+    if (pool->recycled_count + (pool->blocks_capacity - pool->blocks_used) >= count)
+        return PS_OK;
+    uint32_t capacity = pool->blocks_capacity ? pool->blocks_capacity * 2 : 1024;
+    if (capacity <= pool->blocks_capacity || capacity >= NIL)
+        return PS_ENOMEM;
+    pool_block_t *bigger = realloc(pool->blocks, (size_t)capacity * sizeof *bigger);
+    if (!bigger)
+        return PS_ENOMEM;
+    pool->blocks = bigger;
+    pool->blocks_capacity = capacity;
+    return PS_OK;
+}
+
+static inline uint32_t take_descriptor(pool_t *pool)
+{
+    uint32_t index = pool->recycled_head;
+    if (index != NIL) {
+        pool->recycled_head = pool->blocks[index].next_free;
+        pool->recycled_count--;
+    } else {
+        index = pool->blocks_used++;
+    }
+    return index;
+}
+
+static inline void recycle_descriptor(pool_t *pool, uint32_t index)
+{
+    pool->blocks[index].state = BLOCK_UNUSED;
+    pool->blocks[index].next_free = pool->recycled_head;
+    pool->recycled_head = index;
+    pool->recycled_count++;
+}
+
+/* ---- blocks ---------------------------------------------------------- */
+
+/* Takes free block `index` for a request of `size` bytes: splits off the
+ * tail (staying in the same owner's lists), marks it used, maps it.
+ * Needs one reserved descriptor and one reserved in-use map slot. */
+static inline void take_block(pool_t *pool, uint32_t index, size_t size)
+{
+    list_remove(pool, index);
+    pool_block_t *b = &pool->blocks[index];
+    if (b->size - size >= pool->options.alignment) {
+        uint32_t tail_index = take_descriptor(pool);
+        pool_block_t *tail = &pool->blocks[tail_index];
+        tail->addr = b->addr + size;
+        tail->size = b->size - size;
+        tail->free_stamp = b->free_stamp;
+        tail->prev_phys = index;
+        tail->next_phys = b->next_phys;
+        tail->chunk = b->chunk;
+        if (b->next_phys != NIL)
+            pool->blocks[b->next_phys].prev_phys = tail_index;
+        b->next_phys = tail_index;
+        b->size = size;
+        list_insert(pool, b->owner, tail_index);
+    }
+    b->state = BLOCK_USED;
+    pool->bytes_in_use += b->size;
+    ps_ptr_map_put(&pool->in_use, b->addr, index);
+}
+
+/* Puts block `index` (not in any list) into `owner_index`'s lists with
+ * stamp `stamp`, merging with free physical neighbours of the same owner
+ * (the merged block keeps the newest stamp). */
+static void release_block(pool_t *pool, uint32_t index, uint32_t owner_index, uint64_t stamp)
+{
+    pool_block_t *b = &pool->blocks[index];
+    b->free_stamp = stamp;
+    uint32_t prev = b->prev_phys;
+    if (prev != NIL && pool->blocks[prev].state == BLOCK_FREE && pool->blocks[prev].owner == owner_index) {
+        pool_block_t *p = &pool->blocks[prev];
+        list_remove(pool, prev);
+        p->size += b->size;
+        p->next_phys = b->next_phys;
+        if (b->next_phys != NIL)
+            pool->blocks[b->next_phys].prev_phys = prev;
+        if (b->free_stamp > p->free_stamp)
+            p->free_stamp = b->free_stamp;
+        recycle_descriptor(pool, index);
+        index = prev;
+        b = p;
+    }
+    uint32_t next = b->next_phys;
+    if (next != NIL && pool->blocks[next].state == BLOCK_FREE && pool->blocks[next].owner == owner_index) {
+        pool_block_t *n = &pool->blocks[next];
+        list_remove(pool, next);
+        b->size += n->size;
+        b->next_phys = n->next_phys;
+        if (n->next_phys != NIL)
+            pool->blocks[n->next_phys].prev_phys = index;
+        if (n->free_stamp > b->free_stamp)
+            b->free_stamp = n->free_stamp;
+        recycle_descriptor(pool, next);
+    }
+    list_insert(pool, owner_index, index);
+}
+
+/* ---- epochs (free_sync event) ----------------------------------------- */
+
+static void epoch_append(pool_t *pool, pool_epoch_t *epoch, uint32_t index)
+{
+    pool_block_t *b = &pool->blocks[index];
+    b->state = BLOCK_PENDING;
+    b->next_free = NIL;
+    if (epoch->head == NIL)
+        epoch->head = index;
+    else
+        pool->blocks[epoch->tail].next_free = index;
+    epoch->tail = index;
+    epoch->bytes += b->size;
+    pool->bytes_pending += b->size;
+}
+
+/* The epoch's fence has completed: its blocks join the ready list. */
+static void epoch_release_blocks(pool_t *pool, pool_epoch_t *epoch)
+{
+    for (uint32_t index = epoch->head, next; index != NIL; index = next) {
+        next = pool->blocks[index].next_free;
+        pool->bytes_pending -= pool->blocks[index].size;
+        release_block(pool, index, OWNER_READY, 0);
+    }
+    epoch->head = epoch->tail = NIL;
+    epoch->bytes = 0;
+}
+
+static void closed_pop_front(pool_t *pool)
+{
+    pool_epoch_t *epoch = &pool->closed[pool->closed_head];
+    pool->gpu->fence_release(pool->gpu->ctx, epoch->fence);
+    epoch->fence = NULL;
+    epoch_release_blocks(pool, epoch);
+    pool->closed_head = (pool->closed_head + 1) % pool->closed_capacity;
+    pool->closed_count--;
+}
+
+/* Step a: releases every closed epoch whose fence has completed, oldest
+ * first. Returns how many were released. */
+static int poll_closed_epochs_locked(pool_t *pool)
+{
+    int released = 0;
+    while (pool->closed_count &&
+           pool->gpu->fence_query(pool->gpu->ctx, pool->closed[pool->closed_head].fence) == PS_OK) {
+        closed_pop_front(pool);
+        released++;
+    }
+    return released;
+}
+
+/* Closes the open epoch with one fence covering every stream. Returns
+ * PS_OK, or an error (the epoch stays open) when no fence could be had. */
+static int close_open_epoch_locked(pool_t *pool)
+{
+    if (pool->open_epoch.head == NIL)
+        return PS_EINVAL;
+    if (pool->closed_count == pool->closed_capacity) {
+        uint32_t capacity = pool->closed_capacity ? pool->closed_capacity * 2 : 16;
+        pool_epoch_t *ring = malloc((size_t)capacity * sizeof *ring);
+        if (!ring)
+            return PS_ENOMEM;
+        for (uint32_t i = 0; i < pool->closed_count; i++)
+            ring[i] = pool->closed[(pool->closed_head + i) % pool->closed_capacity];
+        free(pool->closed);
+        pool->closed = ring;
+        pool->closed_capacity = capacity;
+        pool->closed_head = 0;
+    }
+    ps_fence_t *fence;
+    int status = pool->gpu->fence_record(pool->gpu->ctx, PS_STREAM_NONE, &fence);
+    if (status != PS_OK)
+        return status;
+    pool->fences_recorded++;
+    pool_epoch_t *slot = &pool->closed[(pool->closed_head + pool->closed_count) % pool->closed_capacity];
+    *slot = pool->open_epoch;
+    slot->fence = fence;
+    pool->closed_count++;
+    pool->open_epoch = (pool_epoch_t){NULL, NIL, NIL, 0};
+    return PS_OK;
+}
+
+/* ---- owners (streams) -------------------------------------------------- */
+
+static int is_stream_ordered(ps_stream_t stream)
+{
+    return stream != PS_STREAM_NONE && stream != PS_STREAM_PER_THREAD;
+}
+
+static pool_owner_t *owner_new(ps_stream_t stream)
+{
+    pool_owner_t *owner = malloc(sizeof *owner);
+    if (!owner)
+        return NULL;
+    memset(owner, 0, sizeof *owner);
+    memset(owner->heads, 0xff, sizeof owner->heads); /* NIL */
+    owner->stream = stream;
+    return owner;
+}
+
+/* The owner index of `stream`, created on first use. */
+static int owner_of_stream_locked(pool_t *pool, ps_stream_t stream, uint32_t *out)
+{
+    if (stream == pool->last_stream) {
+        *out = pool->last_owner;
+        return PS_OK;
+    }
+    uint64_t found;
+    if (!ps_ptr_map_get(&pool->stream_owners, stream, &found)) {
+        if (pool->owners_count >= MAX_OWNERS)
+            return PS_ENOMEM;
+        if (pool->owners_count == pool->owners_capacity) {
+            uint32_t capacity = pool->owners_capacity * 2;
+            pool_owner_t **bigger = realloc(pool->owners, capacity * sizeof *bigger);
+            if (!bigger)
+                return PS_ENOMEM;
+            pool->owners = bigger;
+            pool->owners_capacity = capacity;
+        }
+        if (ps_ptr_map_reserve(&pool->stream_owners, 1) != PS_OK)
+            return PS_ENOMEM;
+        pool_owner_t *owner = owner_new(stream);
+        if (!owner)
+            return PS_ENOMEM;
+        found = pool->owners_count++;
+        pool->owners[found] = owner;
+        ps_ptr_map_put(&pool->stream_owners, stream, found);
+    }
+    pool->last_stream = stream;
+    pool->last_owner = (uint32_t)found;
+    *out = (uint32_t)found;
+    return PS_OK;
+}
+
+/* Moves `from`'s free blocks with free_stamp <= max_stamp into `to`'s
+ * lists (stamp `new_stamp`), coalescing there. */
+static void owner_move_blocks(pool_t *pool, uint32_t from, uint32_t to, uint64_t max_stamp,
+                              uint64_t new_stamp)
+{
+    pool_owner_t *owner = pool->owners[from];
+    uint64_t fl_map = owner->fl_bitmap;
+    while (fl_map) {
+        unsigned fl = (unsigned)__builtin_ctzll(fl_map);
+        fl_map &= fl_map - 1;
+        uint32_t sl_map = owner->sl_bitmap[fl];
+        while (sl_map) {
+            unsigned sl = (unsigned)__builtin_ctz(sl_map);
+            sl_map &= sl_map - 1;
+            for (uint32_t index = owner->heads[fl][sl], next; index != NIL; index = next) {
+                next = pool->blocks[index].next_free;
+                if (pool->blocks[index].free_stamp > max_stamp)
+                    continue;
+                list_remove(pool, index);
+                release_block(pool, index, to, new_stamp);
+            }
+        }
+    }
+}
+
+/* For a cudaMalloc: stream lists whose fence completed move to the ready
+ * list. record: record a fence on lists that have none; wait: host-wait it
+ * (memory pressure). Returns how many lists moved. */
+static int poll_stream_lists_locked(pool_t *pool, int record, int wait)
+{
+    int moved = 0;
+    for (uint32_t o = 1; o < pool->owners_count; o++) {
+        pool_owner_t *owner = pool->owners[o];
+        if (!owner->free_blocks)
+            continue;
+        if (!owner->fence) {
+            if (!record || pool->gpu->fence_record(pool->gpu->ctx, owner->stream, &owner->fence) != PS_OK)
+                continue;
+            pool->fences_recorded++;
+            owner->fence_stamp = pool->free_counter;
+        }
+        int status;
+        if (wait) {
+            status = pool->gpu->fence_wait(pool->gpu->ctx, owner->fence);
+            pool->fence_waits++;
+        } else {
+            status = pool->gpu->fence_query(pool->gpu->ctx, owner->fence);
+        }
+        if (status != PS_OK)
+            continue;
+        owner_move_blocks(pool, o, OWNER_READY, owner->fence_stamp, 0);
+        pool->gpu->fence_release(pool->gpu->ctx, owner->fence);
+        owner->fence = NULL;
+        moved++;
+    }
+    return moved;
+}
+
+/* For an allocation on stream owner `to`: steals the list of another
+ * stream that has a fitting block (fence on that stream now, `to`'s stream
+ * waits for it). Returns 1 if blocks moved. */
+static int steal_stream_list_locked(pool_t *pool, uint32_t to, size_t size)
+{
+    for (uint32_t o = 1; o < pool->owners_count; o++) {
+        if (o == to || list_find(pool, pool->owners[o], size) == NIL)
+            continue;
+        ps_fence_t *fence;
+        if (pool->gpu->fence_record(pool->gpu->ctx, pool->owners[o]->stream, &fence) != PS_OK)
+            continue;
+        pool->fences_recorded++;
+        int status = pool->gpu->stream_wait_fence(pool->gpu->ctx, pool->owners[to]->stream, fence);
+        pool->gpu->fence_release(pool->gpu->ctx, fence);
+        if (status != PS_OK)
+            continue;
+        owner_move_blocks(pool, o, to, UINT64_MAX, ++pool->free_counter);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- chunks ------------------------------------------------------------ */
+
+/* Takes one chunk of `chunk_size` bytes from the upstream into the ready
+ * list. Needs one reserved descriptor. */
+static int add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need)
+{
+    uint32_t slot = 0;
+    while (slot < pool->chunks_count && pool->chunks[slot].base)
+        slot++;
+    if (slot == pool->chunks_capacity) {
+        uint32_t capacity = pool->chunks_capacity ? pool->chunks_capacity * 2 : 16;
+        pool_chunk_t *bigger = realloc(pool->chunks, capacity * sizeof *bigger);
+        if (!bigger)
+            return PS_ENOMEM;
+        pool->chunks = bigger;
+        pool->chunks_capacity = capacity;
+    }
+    void *base;
+    int status = ps_allocate(pool->base.upstream, chunk_size, PS_STREAM_NONE, &base);
+    if (status != PS_OK)
+        return status;
+    size_t alignment = pool->options.alignment;
+    uintptr_t addr = ((uintptr_t)base + alignment - 1) & ~(uintptr_t)(alignment - 1);
+    size_t usable = (chunk_size - (addr - (uintptr_t)base)) & ~(alignment - 1);
+    if (addr - (uintptr_t)base >= chunk_size || usable < need) {
+        ps_deallocate(pool->base.upstream, base, chunk_size, PS_STREAM_NONE);
+        return PS_ENOMEM; /* the upstream's alignment is too small for this request */
+    }
+    uint32_t index = take_descriptor(pool);
+    pool_block_t *b = &pool->blocks[index];
+    b->addr = addr;
+    b->size = usable;
+    b->free_stamp = 0;
+    b->prev_phys = b->next_phys = NIL;
+    b->chunk = slot;
+    pool->chunks[slot] = (pool_chunk_t){base, chunk_size, addr, usable, index};
+    if (slot == pool->chunks_count)
+        pool->chunks_count++;
+    list_insert(pool, OWNER_READY, index);
+    pool->bytes_reserved += usable;
+    if (pool->bytes_reserved > pool->peak_bytes_reserved)
+        pool->peak_bytes_reserved = pool->bytes_reserved;
+    pool->upstream_allocs++;
+    return PS_OK;
+}
+
+/* Step c: grows by one chunk big enough for `need` bytes. */
+static int grow_locked(pool_t *pool, size_t need)
+{
+    const ps_pool_options_t *o = &pool->options;
+    size_t step = (size_t)(pool->bytes_reserved / 100 * o->growth_percent +
+                           pool->bytes_reserved % 100 * o->growth_percent / 100);
+    if (step < o->min_chunk)
+        step = o->min_chunk;
+    if (step > o->max_chunk)
+        step = o->max_chunk;
+    size_t chunk_size = ps_align_up(need, GROWTH_GRANULE);
+    if (!chunk_size)
+        return PS_ENOMEM;
+    if (chunk_size < step)
+        chunk_size = step;
+    chunk_size = ps_align_up(chunk_size, o->alignment);
+    if (o->maximum_size) {
+        size_t room = pool->bytes_reserved >= o->maximum_size ? 0 : o->maximum_size - pool->bytes_reserved;
+        room &= ~(o->alignment - 1);
+        if (room < need)
+            return PS_ENOMEM;
+        if (chunk_size > room)
+            chunk_size = room;
+    }
+    for (;;) {
+        int status = add_chunk_locked(pool, chunk_size, need);
+        if (status == PS_OK || chunk_size == need)
+            return status;
+        size_t half = ps_align_up(chunk_size / 2, o->alignment);
+        chunk_size = half > need ? half : need;
+    }
+}
+
+/* Gives every wholly free chunk of the ready list back to the upstream. */
+static void release_free_chunks_locked(pool_t *pool)
+{
+    for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
+        pool_chunk_t *chunk = &pool->chunks[slot];
+        if (!chunk->base)
+            continue;
+        uint32_t index = chunk->first_block;
+        pool_block_t *b = &pool->blocks[index];
+        if (b->state != BLOCK_FREE || b->owner != OWNER_READY || b->next_phys != NIL)
+            continue;
+        if (ps_deallocate(pool->base.upstream, chunk->base, chunk->base_size, PS_STREAM_NONE) != PS_OK) {
+            ps_warning("pool '%s': the upstream refused a chunk back; keeping it", pool->base.name);
+            continue;
+        }
+        list_remove(pool, index);
+        recycle_descriptor(pool, index);
+        pool->bytes_reserved -= chunk->size;
+        pool->upstream_frees++;
+        chunk->base = NULL;
+    }
+    while (pool->chunks_count && !pool->chunks[pool->chunks_count - 1].base)
+        pool->chunks_count--;
+}
+
+/* Closes and host-waits every epoch and every stream list; afterwards all
+ * free memory is in the ready list. */
+static void flush_all_locked(pool_t *pool)
+{
+    if (!pool->gpu)
+        return;
+    if (pool->open_epoch.head != NIL && close_open_epoch_locked(pool) != PS_OK) {
+        /* no fence to be had: fall back to a device-wide host wait */
+        if (pool->gpu->device_synchronize(pool->gpu->ctx) == PS_OK) {
+            epoch_release_blocks(pool, &pool->open_epoch);
+        }
+    }
+    while (pool->closed_count) {
+        pool->gpu->fence_wait(pool->gpu->ctx, pool->closed[pool->closed_head].fence);
+        pool->fence_waits++;
+        closed_pop_front(pool);
+    }
+    for (int round = 0; round < 2; round++) /* the 2nd round covers blocks freed after an old lazy fence */
+        poll_stream_lists_locked(pool, 1, 1);
+}
+
+/* ---- allocate / deallocate --------------------------------------------- */
+
+/* Takes a block of `need` bytes from the ready list. */
+static inline int try_ready_locked(pool_t *pool, size_t need, void **out)
+{
+    uint32_t index = list_find(pool, pool->owners[OWNER_READY], need);
+    if (index == NIL)
+        return PS_ENOMEM;
+    take_block(pool, index, need);
+    *out = (void *)pool->blocks[index].addr;
+    return PS_OK;
+}
+
+/* Steps a-f of the file header; `stream_allocation`: the request is
+ * stream-ordered (its own and stolen lists were tried already). */
+static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation, void **out)
+{
+    const ps_gpu_ops_t *gpu = pool->gpu;
+    if (gpu) {
+        /* a. closed epochs (and, for a cudaMalloc, stream lists already fenced) */
+        int released = poll_closed_epochs_locked(pool);
+        if (!stream_allocation)
+            released += poll_stream_lists_locked(pool, 0, 0);
+        if (released && try_ready_locked(pool, need, out) == PS_OK)
+            return PS_OK;
+        /* b. close the open epoch and poll it briefly */
+        if (pool->open_epoch.head != NIL && close_open_epoch_locked(pool) == PS_OK) {
+            uint64_t deadline = ps_now_ns() + pool->options.epoch_wait_ns;
+            ps_fence_t *fence = pool->closed[(pool->closed_head + pool->closed_count - 1) % pool->closed_capacity].fence;
+            while (gpu->fence_query(gpu->ctx, fence) != PS_OK && ps_now_ns() < deadline)
+                ;
+            if (poll_closed_epochs_locked(pool) && try_ready_locked(pool, need, out) == PS_OK)
+                return PS_OK;
+        }
+        if (!stream_allocation && poll_stream_lists_locked(pool, 1, 0) &&
+            try_ready_locked(pool, need, out) == PS_OK)
+            return PS_OK;
+    }
+    /* c. grow rather than wait */
+    if (grow_locked(pool, need) == PS_OK)
+        return try_ready_locked(pool, need, out);
+    if (gpu) {
+        /* d. memory pressure: wait the oldest epochs one by one */
+        if (pool->open_epoch.head != NIL)
+            close_open_epoch_locked(pool);
+        while (pool->closed_count) {
+            gpu->fence_wait(gpu->ctx, pool->closed[pool->closed_head].fence);
+            pool->fence_waits++;
+            closed_pop_front(pool);
+            if (try_ready_locked(pool, need, out) == PS_OK)
+                return PS_OK;
+        }
+        /* ... then merge every stream list into the ready list */
+        if (poll_stream_lists_locked(pool, 1, 1) + poll_stream_lists_locked(pool, 1, 1) &&
+            try_ready_locked(pool, need, out) == PS_OK)
+            return PS_OK;
+    }
+    /* e. give wholly free chunks back and grow once more */
+    release_free_chunks_locked(pool);
+    if (grow_locked(pool, need) == PS_OK)
+        return try_ready_locked(pool, need, out);
+    return PS_ENOMEM; /* f. */
+}
+
+static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void **out)
+{
+    pool_t *pool = (pool_t *)r;
+    size_t need = size ? ps_align_up(size, pool->options.alignment) : pool->options.alignment;
+    if (!need)
+        return PS_ENOMEM;
+    int stream_ordered = is_stream_ordered(stream);
+    if (stream_ordered && !pool->gpu)
+        return PS_EUNSUPPORTED;
+    pthread_mutex_lock(&pool->lock);
+    int status = reserve_descriptors_locked(pool, 2);
+    if (status == PS_OK)
+        status = ps_ptr_map_reserve(&pool->in_use, 1);
+    uint32_t owner = OWNER_READY;
+    if (status == PS_OK && stream_ordered && owner_of_stream_locked(pool, stream, &owner) != PS_OK)
+        owner = OWNER_READY; /* no list for this stream: serve it as a cudaMalloc would be */
+    if (status != PS_OK) {
+        pthread_mutex_unlock(&pool->lock);
+        return status;
+    }
+    uint32_t index = NIL;
+    if (owner != OWNER_READY)
+        index = list_find(pool, pool->owners[owner], need);
+    if (index == NIL)
+        index = list_find(pool, pool->owners[OWNER_READY], need);
+    if (index == NIL && owner != OWNER_READY && steal_stream_list_locked(pool, owner, need))
+        index = list_find(pool, pool->owners[owner], need);
+    if (index != NIL) {
+        take_block(pool, index, need);
+        *out = (void *)pool->blocks[index].addr;
+    } else {
+        status = allocate_slow_locked(pool, need, owner != OWNER_READY, out);
+    }
+    pthread_mutex_unlock(&pool->lock);
+    return status;
+}
+
+static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t stream)
+{
+    pool_t *pool = (pool_t *)r;
+    int stream_ordered = is_stream_ordered(stream);
+    if (stream_ordered && !pool->gpu)
+        return PS_EUNSUPPORTED;
+    if (!stream_ordered && pool->options.free_sync == PS_FREE_SYNC_DEVICE) {
+        int status = pool->gpu->device_synchronize(pool->gpu->ctx);
+        if (status != PS_OK)
+            return status;
+    }
+    pthread_mutex_lock(&pool->lock);
+    uint64_t found;
+    if (!ps_ptr_map_remove(&pool->in_use, (uintptr_t)ptr, &found)) {
+        pthread_mutex_unlock(&pool->lock);
+        return PS_EINVAL;
+    }
+    uint32_t index = (uint32_t)found;
+    pool->bytes_in_use -= pool->blocks[index].size;
+    uint32_t owner;
+    if (stream_ordered && owner_of_stream_locked(pool, stream, &owner) == PS_OK)
+        release_block(pool, index, owner, ++pool->free_counter);
+    else if (pool->options.free_sync == PS_FREE_SYNC_EVENT)
+        epoch_append(pool, &pool->open_epoch, index);
+    else if (stream_ordered)
+        epoch_append(pool, &pool->open_epoch, index); /* no list for the stream: the safe path */
+    else
+        release_block(pool, index, OWNER_READY, 0);
+    pthread_mutex_unlock(&pool->lock);
+    return PS_OK;
+}
+
+static int pool_trim(ps_resource_t *r)
+{
+    pool_t *pool = (pool_t *)r;
+    pthread_mutex_lock(&pool->lock);
+    flush_all_locked(pool);
+    release_free_chunks_locked(pool);
+    pthread_mutex_unlock(&pool->lock);
+    return PS_OK;
+}
+
+static uint64_t largest_free_locked(const pool_t *pool)
+{
+    uint64_t largest = 0;
+    for (uint32_t o = 0; o < pool->owners_count; o++) {
+        const pool_owner_t *owner = pool->owners[o];
+        if (!owner->fl_bitmap)
+            continue;
+        unsigned fl = 63u - (unsigned)__builtin_clzll(owner->fl_bitmap);
+        unsigned sl = 31u - (unsigned)__builtin_clz(owner->sl_bitmap[fl]);
+        for (uint32_t index = owner->heads[fl][sl]; index != NIL; index = pool->blocks[index].next_free)
+            if (pool->blocks[index].size > largest)
+                largest = pool->blocks[index].size;
+    }
+    return largest;
+}
+
+static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
+{
+    pool_t *pool = (pool_t *)r;
+    pthread_mutex_lock(&pool->lock);
+    info->bytes_in_use += pool->bytes_in_use;
+    info->bytes_reserved += pool->bytes_reserved;
+    info->peak_bytes_reserved += pool->peak_bytes_reserved;
+    info->bytes_free += pool->bytes_free;
+    info->bytes_pending += pool->bytes_pending;
+    uint64_t largest = largest_free_locked(pool);
+    if (largest > info->largest_free_block)
+        info->largest_free_block = largest;
+    info->upstream_allocs += pool->upstream_allocs;
+    info->upstream_frees += pool->upstream_frees;
+    info->fences_recorded += pool->fences_recorded;
+    info->fence_waits += pool->fence_waits;
+    pthread_mutex_unlock(&pool->lock);
+}
+
+static void pool_destroy(ps_resource_t *r)
+{
+    pool_t *pool = (pool_t *)r;
+    if (pool->gpu) {
+        for (uint32_t i = 0; i < pool->closed_count; i++)
+            pool->gpu->fence_release(pool->gpu->ctx,
+                                     pool->closed[(pool->closed_head + i) % pool->closed_capacity].fence);
+        for (uint32_t o = 0; o < pool->owners_count; o++)
+            if (pool->owners[o]->fence)
+                pool->gpu->fence_release(pool->gpu->ctx, pool->owners[o]->fence);
+    }
+    for (uint32_t slot = 0; slot < pool->chunks_count; slot++)
+        if (pool->chunks[slot].base)
+            ps_deallocate(pool->base.upstream, pool->chunks[slot].base, pool->chunks[slot].base_size,
+                          PS_STREAM_NONE);
+    for (uint32_t o = 0; o < pool->owners_count; o++)
+        free(pool->owners[o]);
+    free(pool->owners);
+    free(pool->closed);
+    free(pool->chunks);
+    free(pool->blocks);
+    ps_ptr_map_free(&pool->in_use);
+    ps_ptr_map_free(&pool->stream_owners);
+    pthread_mutex_destroy(&pool->lock);
+    free(pool);
+}
+
+static const ps_resource_ops_t pool_ops = {"pool", pool_allocate, pool_deallocate, pool_trim,
+                                           pool_query, pool_destroy};
+
+/* ---- creation ---------------------------------------------------------- */
+
 void ps_pool_options_default(ps_pool_options_t *opts)
-{ (void)opts; }
+{
+    *opts = (ps_pool_options_t){
+        .initial_size = 0,
+        .maximum_size = 0,
+        .min_chunk = 32 * PS_MiB,
+        .max_chunk = PS_GiB,
+        .growth_percent = 12,
+        .alignment = MIN_ALIGNMENT,
+        .free_sync = PS_FREE_SYNC_EVENT,
+        .epoch_wait_ns = 50000,
+    };
+}
 
-int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu, const ps_pool_options_t *opts, ps_resource_t **out)
-{ return PS_EUNSUPPORTED; }
+int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu,
+                   const ps_pool_options_t *opts, ps_resource_t **out)
+{
+    ps_pool_options_t o;
+    if (opts)
+        o = *opts;
+    else
+        ps_pool_options_default(&o);
+    if (!upstream || !out)
+        return PS_EINVAL;
+    if (!ps_is_pow2(o.alignment) || o.alignment < MIN_ALIGNMENT) {
+        ps_error("pool '%s': alignment %zu is not a power of two >= %d", name ? name : "pool",
+                 o.alignment, MIN_ALIGNMENT);
+        return PS_EINVAL;
+    }
+    if (o.min_chunk > o.max_chunk || o.free_sync > PS_FREE_SYNC_NONE ||
+        (o.maximum_size && o.initial_size > o.maximum_size)) {
+        ps_error("pool '%s': bad options (min_chunk > max_chunk, initial_size > maximum_size, or "
+                 "unknown free_sync)", name ? name : "pool");
+        return PS_EINVAL;
+    }
+    if (!gpu && o.free_sync != PS_FREE_SYNC_NONE) {
+        ps_error("pool '%s': free_sync event/device needs the GPU-ops table", name ? name : "pool");
+        return PS_EINVAL;
+    }
+    pool_t *pool = calloc(1, sizeof *pool);
+    if (!pool)
+        return PS_ENOMEM;
+    pool->base.ops = &pool_ops;
+    pool->base.name = name ? name : "pool";
+    pool->base.upstream = upstream;
+    pool->options = o;
+    pool->gpu = gpu;
+    pool->recycled_head = NIL;
+    pool->open_epoch = (pool_epoch_t){NULL, NIL, NIL, 0};
+    pool->last_stream = PS_STREAM_NONE;
+    pool->owners_capacity = 8;
+    pool->owners = calloc(pool->owners_capacity, sizeof *pool->owners);
+    int status = pool->owners ? PS_OK : PS_ENOMEM;
+    if (status == PS_OK && !(pool->owners[0] = owner_new(PS_STREAM_NONE)))
+        status = PS_ENOMEM;
+    if (status == PS_OK) {
+        pool->owners_count = 1;
+        status = ps_ptr_map_init(&pool->in_use, 1024);
+    }
+    if (status == PS_OK)
+        status = ps_ptr_map_init(&pool->stream_owners, 16);
+    if (status == PS_OK)
+        status = reserve_descriptors_locked(pool, 2);
+    pthread_mutex_init(&pool->lock, NULL);
+    if (status == PS_OK && o.initial_size) {
+        size_t initial = ps_align_up(o.initial_size, o.alignment);
+        status = initial ? add_chunk_locked(pool, initial, initial) : PS_ENOMEM;
+    }
+    if (status != PS_OK) {
+        if (!pool->in_use.slots)
+            ps_ptr_map_init(&pool->in_use, 16); /* so destroy has something to free */
+        pool_destroy(&pool->base);
+        return status;
+    }
+    *out = &pool->base;
+    return PS_OK;
+}
 
-int ps_pool_check(ps_resource_t *pool)
-{ (void)pool; return PS_EUNSUPPORTED; }
+/* ---- invariant check --------------------------------------------------- */
 
+#define CHECK(cond, name, fmt, ...)                                   \
+    do {                                                              \
+        if (!(cond)) {                                                \
+            ps_error("pool check '%s': " fmt, name, ##__VA_ARGS__);   \
+            return PS_EINVAL;                                         \
+        }                                                             \
+    } while (0)
+
+static int check_locked(pool_t *pool)
+{
+    size_t alignment = pool->options.alignment;
+    uint64_t used = 0, freeb = 0, pending = 0, reserved = 0, used_blocks = 0, free_blocks = 0,
+             pending_blocks = 0;
+    const char *n = pool->base.name;
+    for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
+        pool_chunk_t *chunk = &pool->chunks[slot];
+        if (!chunk->base)
+            continue;
+        reserved += chunk->size;
+        uintptr_t expect = chunk->addr;
+        uint32_t prev = NIL;
+        for (uint32_t index = chunk->first_block; index != NIL; index = pool->blocks[index].next_phys) {
+            CHECK(index < pool->blocks_used, n, "chunk %u: block index %u out of range", slot, index);
+            pool_block_t *b = &pool->blocks[index];
+            CHECK(b->addr == expect, n, "chunk %u: block %u at %#lx, expected %#lx", slot, index,
+                  (unsigned long)b->addr, (unsigned long)expect);
+            CHECK(b->prev_phys == prev, n, "block %u: prev_phys %u, expected %u", index, b->prev_phys, prev);
+            CHECK(b->chunk == slot, n, "block %u: chunk %u, expected %u", index, b->chunk, slot);
+            CHECK(b->size && b->size % alignment == 0 && b->addr % alignment == 0, n,
+                  "block %u: size %zu / address not aligned to %zu", index, b->size, alignment);
+            switch (b->state) {
+            case BLOCK_FREE:
+                freeb += b->size;
+                free_blocks++;
+                CHECK(b->owner < pool->owners_count, n, "block %u: bad owner %u", index, b->owner);
+                if (prev != NIL)
+                    CHECK(!(pool->blocks[prev].state == BLOCK_FREE && pool->blocks[prev].owner == b->owner), n,
+                          "blocks %u and %u: adjacent free blocks of one owner not coalesced", prev, index);
+                break;
+            case BLOCK_USED: {
+                used += b->size;
+                used_blocks++;
+                uint64_t mapped;
+                CHECK(ps_ptr_map_get(&pool->in_use, b->addr, &mapped) && mapped == index, n,
+                      "used block %u not in the in-use map", index);
+                break;
+            }
+            case BLOCK_PENDING:
+                pending += b->size;
+                pending_blocks++;
+                break;
+            default: CHECK(0, n, "block %u: state %u in a chunk", index, b->state);
+            }
+            expect = b->addr + b->size;
+            prev = index;
+        }
+        CHECK(expect == chunk->addr + chunk->size, n, "chunk %u: blocks end at %#lx, chunk at %#lx", slot,
+              (unsigned long)expect, (unsigned long)(chunk->addr + chunk->size));
+    }
+    CHECK(reserved == pool->bytes_reserved, n, "reserved %llu, chunks sum %llu",
+          (unsigned long long)pool->bytes_reserved, (unsigned long long)reserved);
+    CHECK(used == pool->bytes_in_use, n, "in use %llu, blocks sum %llu", (unsigned long long)pool->bytes_in_use,
+          (unsigned long long)used);
+    CHECK(freeb == pool->bytes_free, n, "free %llu, blocks sum %llu", (unsigned long long)pool->bytes_free,
+          (unsigned long long)freeb);
+    CHECK(pending == pool->bytes_pending, n, "pending %llu, blocks sum %llu",
+          (unsigned long long)pool->bytes_pending, (unsigned long long)pending);
+    CHECK(reserved == used + freeb + pending, n, "reserved != in use + free + pending");
+    CHECK(used_blocks == pool->in_use.count, n, "%llu used blocks, %zu in the map",
+          (unsigned long long)used_blocks, pool->in_use.count);
+    /* free lists */
+    uint64_t listed = 0;
+    for (uint32_t o = 0; o < pool->owners_count; o++) {
+        pool_owner_t *owner = pool->owners[o];
+        uint64_t owner_bytes = 0, owner_blocks = 0;
+        for (unsigned fl = 0; fl < FL_COUNT; fl++) {
+            CHECK(!!(owner->fl_bitmap & (1ull << fl)) == !!owner->sl_bitmap[fl], n,
+                  "owner %u: first-level bit %u disagrees with its second level", o, fl);
+            for (unsigned sl = 0; sl < SL_COUNT; sl++) {
+                uint32_t head = owner->heads[fl][sl];
+                CHECK(!!(owner->sl_bitmap[fl] & (1u << sl)) == (head != NIL), n,
+                      "owner %u: bitmap bit (%u,%u) disagrees with its list", o, fl, sl);
+                uint32_t prev = NIL;
+                for (uint32_t index = head; index != NIL; index = pool->blocks[index].next_free) {
+                    pool_block_t *b = &pool->blocks[index];
+                    unsigned bf, bs;
+                    CHECK(b->state == BLOCK_FREE && b->owner == o, n, "owner %u list: block %u not free/its own", o,
+                          index);
+                    size_class(b->size, &bf, &bs);
+                    CHECK(bf == fl && bs == sl, n, "block %u of size %zu in the wrong class", index, b->size);
+                    CHECK(b->prev_free == prev, n, "block %u: prev_free broken", index);
+                    CHECK(++owner_blocks <= free_blocks, n, "owner %u: a free list loops", o);
+                    owner_bytes += b->size;
+                    prev = index;
+                }
+            }
+        }
+        CHECK(owner_bytes == owner->free_bytes && owner_blocks == owner->free_blocks, n,
+              "owner %u: counters disagree with its lists", o);
+        listed += owner_blocks;
+    }
+    CHECK(listed == free_blocks, n, "%llu free blocks in chunks, %llu in lists", (unsigned long long)free_blocks,
+          (unsigned long long)listed);
+    /* epochs */
+    uint64_t in_epochs = 0;
+    for (uint32_t e = 0; e <= pool->closed_count; e++) {
+        pool_epoch_t *epoch = e < pool->closed_count
+                                  ? &pool->closed[(pool->closed_head + e) % pool->closed_capacity]
+                                  : &pool->open_epoch;
+        uint64_t bytes = 0;
+        for (uint32_t index = epoch->head; index != NIL; index = pool->blocks[index].next_free) {
+            CHECK(pool->blocks[index].state == BLOCK_PENDING, n, "epoch block %u not pending", index);
+            CHECK(++in_epochs <= pending_blocks, n, "an epoch list loops");
+            bytes += pool->blocks[index].size;
+        }
+        CHECK(bytes == epoch->bytes, n, "epoch %u: bytes disagree", e);
+    }
+    CHECK(in_epochs == pending_blocks, n, "%llu pending blocks, %llu in epochs", (unsigned long long)pending_blocks,
+          (unsigned long long)in_epochs);
+    return PS_OK;
+}
+
+int ps_pool_check(ps_resource_t *r)
+{
+    if (!r || r->ops != &pool_ops)
+        return PS_EINVAL;
+    pool_t *pool = (pool_t *)r;
+    pthread_mutex_lock(&pool->lock);
+    int status = check_locked(pool);
+    pthread_mutex_unlock(&pool->lock);
+    return status;
+}

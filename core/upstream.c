@@ -1,12 +1,196 @@
-/* STUB: placeholder so the tree links; replaced by the real implementation. */
+/* Upstream resources: cuda, async and managed, each a thin resource over
+ * one pair of GPU-ops calls (core/upstream.h).
+ *
+ * Algorithm:
+ *  1. allocate: size 0 becomes a minimal 256-byte block (a unique pointer);
+ *     one GPU call (mem_alloc / mem_alloc_async / mem_alloc_managed); the
+ *     pointer and its size go into a hash set of live pointers.
+ *  2. deallocate: a pointer not in the set is PS_EINVAL and nothing is
+ *     called; otherwise one GPU call (mem_free / mem_free_async) and the
+ *     pointer leaves the set.
+ *  3. query reports bytes reserved (= in use: nothing is cached), its peak,
+ *     and the upstream call counts; destroy frees every live pointer.
+ * Guarantees: thread-safe (a mutex around the set, never held across a GPU
+ * call); the `cuda` resource can therefore stand alone as a passthrough
+ * stack that rejects foreign and double frees.
+ * The async resource's release_threshold is kept for the shim's GPU ops
+ * (they set it on the device's mempool); on the host it has no effect.
+ * Frees with PS_STREAM_NONE on the async resource go to the legacy default
+ * stream, which orders after every blocking stream.
+ */
 #include "upstream.h"
 
-int ps_cuda_resource_create(const char *name, const ps_gpu_ops_t *gpu, ps_resource_t **out)
-{ return PS_EUNSUPPORTED; }
+#include "ptr_map.h"
 
-int ps_async_resource_create(const char *name, const ps_gpu_ops_t *gpu, uint64_t release_threshold, ps_resource_t **out)
-{ return PS_EUNSUPPORTED; }
+#include <pthread.h>
+#include <stdlib.h>
+
+/* Which GPU-ops pair an upstream uses. */
+typedef enum upstream_kind { UPSTREAM_CUDA, UPSTREAM_ASYNC, UPSTREAM_MANAGED } upstream_kind_t;
+
+typedef struct upstream {
+    ps_resource_t base;          /* the resource (first member) */
+    const ps_gpu_ops_t *gpu;     /* the device's GPU-ops table */
+    upstream_kind_t kind;        /* cuda, async or managed */
+    uint64_t release_threshold;  /* async only: bytes CUDA's pool keeps cached */
+    pthread_mutex_t lock;        /* guards the fields below */
+    ps_ptr_map_t live;           /* pointer -> size of each live allocation */
+    uint64_t bytes_reserved;     /* sum of live sizes */
+    uint64_t peak_bytes_reserved; /* maximum of bytes_reserved */
+    uint64_t upstream_allocs;    /* successful allocations */
+    uint64_t upstream_frees;     /* successful frees */
+} upstream_t;
+
+/* The smallest block handed out (size 0 asks for this). */
+#define UPSTREAM_MIN_BLOCK 256
+
+static ps_stream_t upstream_stream(ps_stream_t stream)
+{
+    return stream == PS_STREAM_NONE ? (ps_stream_t)0 : stream;
+}
+
+static int upstream_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void **out)
+{
+    upstream_t *up = (upstream_t *)r;
+    if (size == 0)
+        size = UPSTREAM_MIN_BLOCK;
+    pthread_mutex_lock(&up->lock);
+    int status = ps_ptr_map_reserve(&up->live, 1); /* room first: the insert cannot fail later */
+    pthread_mutex_unlock(&up->lock);
+    if (status != PS_OK)
+        return status;
+    void *ptr = NULL;
+    switch (up->kind) {
+    case UPSTREAM_CUDA: status = up->gpu->mem_alloc(up->gpu->ctx, size, &ptr); break;
+    case UPSTREAM_ASYNC:
+        status = up->gpu->mem_alloc_async(up->gpu->ctx, size, upstream_stream(stream), &ptr);
+        break;
+    case UPSTREAM_MANAGED: status = up->gpu->mem_alloc_managed(up->gpu->ctx, size, &ptr); break;
+    }
+    if (status != PS_OK)
+        return status;
+    pthread_mutex_lock(&up->lock);
+    /* another thread may have used the reserved slot: reserve again */
+    if (ps_ptr_map_reserve(&up->live, 1) != PS_OK) {
+        pthread_mutex_unlock(&up->lock);
+        if (up->kind == UPSTREAM_ASYNC)
+            up->gpu->mem_free_async(up->gpu->ctx, ptr, upstream_stream(stream));
+        else
+            up->gpu->mem_free(up->gpu->ctx, ptr, size);
+        return PS_ENOMEM;
+    }
+    ps_ptr_map_put(&up->live, (uintptr_t)ptr, size);
+    up->bytes_reserved += size;
+    if (up->bytes_reserved > up->peak_bytes_reserved)
+        up->peak_bytes_reserved = up->bytes_reserved;
+    up->upstream_allocs++;
+    pthread_mutex_unlock(&up->lock);
+    *out = ptr;
+    return PS_OK;
+}
+
+static int upstream_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t stream)
+{
+    upstream_t *up = (upstream_t *)r;
+    uint64_t live_size;
+    pthread_mutex_lock(&up->lock);
+    int known = ps_ptr_map_remove(&up->live, (uintptr_t)ptr, &live_size);
+    pthread_mutex_unlock(&up->lock);
+    if (!known)
+        return PS_EINVAL;
+    int status = up->kind == UPSTREAM_ASYNC
+                     ? up->gpu->mem_free_async(up->gpu->ctx, ptr, upstream_stream(stream))
+                     : up->gpu->mem_free(up->gpu->ctx, ptr, (size_t)live_size);
+    pthread_mutex_lock(&up->lock);
+    if (status == PS_OK) {
+        up->bytes_reserved -= live_size;
+        up->upstream_frees++;
+    } else {
+        ps_ptr_map_put(&up->live, (uintptr_t)ptr, live_size); /* the slot is still there */
+    }
+    pthread_mutex_unlock(&up->lock);
+    return status;
+}
+
+static void upstream_query(ps_resource_t *r, ps_resource_info_t *info)
+{
+    upstream_t *up = (upstream_t *)r;
+    pthread_mutex_lock(&up->lock);
+    info->bytes_in_use += up->bytes_reserved;
+    info->bytes_reserved += up->bytes_reserved;
+    info->peak_bytes_reserved += up->peak_bytes_reserved;
+    info->upstream_allocs += up->upstream_allocs;
+    info->upstream_frees += up->upstream_frees;
+    pthread_mutex_unlock(&up->lock);
+}
+
+static void upstream_destroy(ps_resource_t *r)
+{
+    upstream_t *up = (upstream_t *)r;
+    for (size_t i = 0; i < up->live.capacity; i++) {
+        ps_ptr_map_slot_t *slot = &up->live.slots[i];
+        if (slot->key == PS_PTR_MAP_EMPTY)
+            continue;
+        if (up->kind == UPSTREAM_ASYNC)
+            up->gpu->mem_free_async(up->gpu->ctx, (void *)slot->key, 0);
+        else
+            up->gpu->mem_free(up->gpu->ctx, (void *)slot->key, (size_t)slot->value);
+    }
+    ps_ptr_map_free(&up->live);
+    pthread_mutex_destroy(&up->lock);
+    free(up);
+}
+
+static const ps_resource_ops_t cuda_ops = {"cuda", upstream_allocate, upstream_deallocate, NULL,
+                                           upstream_query, upstream_destroy};
+static const ps_resource_ops_t async_ops = {"async", upstream_allocate, upstream_deallocate, NULL,
+                                            upstream_query, upstream_destroy};
+static const ps_resource_ops_t managed_ops = {"managed", upstream_allocate, upstream_deallocate,
+                                              NULL, upstream_query, upstream_destroy};
+
+static int upstream_create(const char *name, const ps_gpu_ops_t *gpu, upstream_kind_t kind,
+                           const ps_resource_ops_t *ops, ps_resource_t **out)
+{
+    if (!gpu || !out)
+        return PS_EINVAL;
+    if ((kind == UPSTREAM_CUDA && (!gpu->mem_alloc || !gpu->mem_free)) ||
+        (kind == UPSTREAM_ASYNC && (!gpu->mem_alloc_async || !gpu->mem_free_async)) ||
+        (kind == UPSTREAM_MANAGED && (!gpu->mem_alloc_managed || !gpu->mem_free))) {
+        ps_error("%s upstream: the device does not offer this allocator", ops->type_name);
+        return PS_EUNSUPPORTED;
+    }
+    upstream_t *up = calloc(1, sizeof *up);
+    if (!up)
+        return PS_ENOMEM;
+    if (ps_ptr_map_init(&up->live, 64) != PS_OK) {
+        free(up);
+        return PS_ENOMEM;
+    }
+    pthread_mutex_init(&up->lock, NULL);
+    up->base.ops = ops;
+    up->base.name = name ? name : ops->type_name;
+    up->base.upstream = NULL;
+    up->gpu = gpu;
+    up->kind = kind;
+    *out = &up->base;
+    return PS_OK;
+}
+
+int ps_cuda_resource_create(const char *name, const ps_gpu_ops_t *gpu, ps_resource_t **out)
+{
+    return upstream_create(name, gpu, UPSTREAM_CUDA, &cuda_ops, out);
+}
+
+int ps_async_resource_create(const char *name, const ps_gpu_ops_t *gpu,
+                             uint64_t release_threshold, ps_resource_t **out)
+{
+    int status = upstream_create(name, gpu, UPSTREAM_ASYNC, &async_ops, out);
+    if (status == PS_OK)
+        ((upstream_t *)*out)->release_threshold = release_threshold;
+    return status;
+}
 
 int ps_managed_resource_create(const char *name, const ps_gpu_ops_t *gpu, ps_resource_t **out)
-{ return PS_EUNSUPPORTED; }
-
+{
+    return upstream_create(name, gpu, UPSTREAM_MANAGED, &managed_ops, out);
+}

@@ -1,0 +1,352 @@
+/* The fake GPU: a GPU-ops table (core/gpu_ops.h) over host memory or a
+ * simulated address space, with fences the test completes by hand.
+ *
+ * Algorithm:
+ *  1. mem_alloc rounds the size up to `upstream_alignment` (at least 256),
+ *     checks the injected-failure plan and the capacity, then either takes
+ *     real memory (aligned_alloc, `backed`) or the next addresses of a
+ *     simulated address space (a bump pointer starting at SIMULATED_BASE,
+ *     never dereferenced; a range freed at the top of the space is reused).
+ *     Every live block is kept in a map address -> rounded size, so a free
+ *     of an unknown pointer is PS_EINVAL and the bytes outstanding are exact.
+ *  2. fence_record gives fence number 1, 2, 3... (recycled fence structs);
+ *     a fence is complete when its number is <= the completed mark
+ *     (ps_host_ops_complete_upto), when it was waited on, or at once in
+ *     auto-complete mode. fence_wait on an incomplete fence completes that
+ *     fence (the host waited for it) and counts a wait.
+ *     device_synchronize completes every fence recorded so far.
+ *  3. stream_wait_fence, fence_wait and device_synchronize only count.
+ * Guarantees: thread-safe (one mutex); bytes outstanding never exceed the
+ * capacity; destroy frees every host allocation still live.
+ */
+#include "host_ops.h"
+
+#include "ptr_map.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Start of the simulated address space (64 TiB; user space ends at 128 TiB). */
+#define SIMULATED_BASE ((uintptr_t)0x400000000000ull)
+/* End of the simulated address space. */
+#define SIMULATED_END ((uintptr_t)0x7f0000000000ull)
+
+struct ps_fence {
+    uint64_t sequence;        /* 1, 2, 3... in recording order */
+    int waited;               /* 1: fence_wait completed it */
+    ps_stream_t stream;       /* the stream it was recorded on */
+    struct ps_fence *next;    /* recycled-list link */
+    struct ps_fence *all_next; /* list of every fence struct, for destroy */
+};
+
+typedef struct host_device {
+    ps_gpu_ops_t ops;              /* the table handed out (ops.ctx points here) */
+    pthread_mutex_t lock;          /* guards every field below */
+    ps_host_ops_options_t options; /* as given at create, defaults filled in */
+    ps_ptr_map_t live;             /* address -> rounded size of each live block */
+    uintptr_t simulated_next;      /* bump pointer of the simulated address space */
+    uint64_t bytes_outstanding;    /* sum of rounded sizes of live blocks */
+    uint64_t upstream_allocs;      /* successful allocations */
+    uint64_t fail_after;           /* injected failures: allocations that still succeed */
+    uint64_t fail_count;           /* injected failures: how many then fail */
+    uint64_t fences_recorded;      /* highest fence number given out */
+    uint64_t completed_upto;       /* fences 1..completed_upto are complete */
+    int auto_complete;             /* fences complete as soon as recorded */
+    struct ps_fence *recycled;     /* released fence structs */
+    struct ps_fence *all_fences;   /* every fence struct ever created */
+    uint64_t stream_waits;         /* stream_wait_fence calls */
+    uint64_t fence_waits;          /* fence_wait calls on incomplete fences */
+    uint64_t device_syncs;         /* device_synchronize calls */
+} host_device_t;
+
+static int fence_is_complete_locked(host_device_t *dev, const struct ps_fence *fence)
+{
+    return fence->waited || fence->sequence <= dev->completed_upto;
+}
+
+static int host_alloc(host_device_t *dev, size_t size, void **out)
+{
+    size_t rounded = ps_align_up(size ? size : 1, dev->options.upstream_alignment);
+    if (!rounded)
+        return PS_ENOMEM;
+    pthread_mutex_lock(&dev->lock);
+    int status = PS_OK;
+    if (dev->fail_count) {
+        if (dev->fail_after)
+            dev->fail_after--;
+        else {
+            dev->fail_count--;
+            status = PS_ENOMEM;
+        }
+    }
+    if (status == PS_OK && dev->options.capacity &&
+        rounded > dev->options.capacity - dev->bytes_outstanding)
+        status = PS_ENOMEM;
+    if (status == PS_OK)
+        status = ps_ptr_map_reserve(&dev->live, 1);
+    void *ptr = NULL;
+    if (status == PS_OK) {
+        if (dev->options.backed) {
+            ptr = aligned_alloc(dev->options.upstream_alignment, rounded);
+            if (!ptr)
+                status = PS_ENOMEM;
+        } else if (rounded > SIMULATED_END - dev->simulated_next) {
+            status = PS_ENOMEM;
+        } else {
+            ptr = (void *)dev->simulated_next;
+            dev->simulated_next += rounded;
+        }
+    }
+    if (status == PS_OK) {
+        ps_ptr_map_put(&dev->live, (uintptr_t)ptr, rounded);
+        dev->bytes_outstanding += rounded;
+        dev->upstream_allocs++;
+        *out = ptr;
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return status;
+}
+
+static int host_mem_alloc(void *ctx, size_t size, void **out)
+{
+    return host_alloc(ctx, size, out);
+}
+
+static int host_mem_free(void *ctx, void *ptr, size_t size)
+{
+    host_device_t *dev = ctx;
+    uint64_t rounded;
+    pthread_mutex_lock(&dev->lock);
+    if (!ps_ptr_map_remove(&dev->live, (uintptr_t)ptr, &rounded)) {
+        pthread_mutex_unlock(&dev->lock);
+        return PS_EINVAL;
+    }
+    dev->bytes_outstanding -= rounded;
+    if (dev->options.backed)
+        free(ptr);
+    else if ((uintptr_t)ptr + rounded == dev->simulated_next)
+        dev->simulated_next = (uintptr_t)ptr; /* the top range is reused */
+    pthread_mutex_unlock(&dev->lock);
+    return PS_OK;
+}
+
+static int host_mem_alloc_async(void *ctx, size_t size, ps_stream_t stream, void **out)
+{
+    return host_alloc(ctx, size, out);
+}
+
+static int host_mem_free_async(void *ctx, void *ptr, ps_stream_t stream)
+{
+    return host_mem_free(ctx, ptr, 0);
+}
+
+static int host_mem_alloc_managed(void *ctx, size_t size, void **out)
+{
+    return host_alloc(ctx, size, out);
+}
+
+static int host_mem_get_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
+{
+    host_device_t *dev = ctx;
+    pthread_mutex_lock(&dev->lock);
+    size_t total = dev->options.capacity ? dev->options.capacity : (size_t)(SIMULATED_END - SIMULATED_BASE);
+    *free_bytes = total - (size_t)dev->bytes_outstanding;
+    *total_bytes = total;
+    pthread_mutex_unlock(&dev->lock);
+    return PS_OK;
+}
+
+static int host_fence_record(void *ctx, ps_stream_t stream, ps_fence_t **out)
+{
+    host_device_t *dev = ctx;
+    pthread_mutex_lock(&dev->lock);
+    struct ps_fence *fence = dev->recycled;
+    if (fence) {
+        dev->recycled = fence->next;
+    } else {
+        fence = calloc(1, sizeof *fence);
+        if (!fence) {
+            pthread_mutex_unlock(&dev->lock);
+            return PS_ENOMEM;
+        }
+        fence->all_next = dev->all_fences;
+        dev->all_fences = fence;
+    }
+    fence->sequence = ++dev->fences_recorded;
+    fence->waited = 0;
+    fence->stream = stream;
+    fence->next = NULL;
+    if (dev->auto_complete)
+        dev->completed_upto = fence->sequence;
+    pthread_mutex_unlock(&dev->lock);
+    *out = fence;
+    return PS_OK;
+}
+
+static int host_fence_query(void *ctx, ps_fence_t *fence)
+{
+    host_device_t *dev = ctx;
+    pthread_mutex_lock(&dev->lock);
+    int done = fence_is_complete_locked(dev, fence);
+    pthread_mutex_unlock(&dev->lock);
+    return done ? PS_OK : PS_ENOTREADY;
+}
+
+static int host_fence_wait(void *ctx, ps_fence_t *fence)
+{
+    host_device_t *dev = ctx;
+    pthread_mutex_lock(&dev->lock);
+    if (!fence_is_complete_locked(dev, fence)) {
+        fence->waited = 1; /* the host waited until the GPU got there */
+        dev->fence_waits++;
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return PS_OK;
+}
+
+static void host_fence_release(void *ctx, ps_fence_t *fence)
+{
+    host_device_t *dev = ctx;
+    if (!fence)
+        return;
+    pthread_mutex_lock(&dev->lock);
+    fence->next = dev->recycled;
+    dev->recycled = fence;
+    pthread_mutex_unlock(&dev->lock);
+}
+
+static int host_stream_wait_fence(void *ctx, ps_stream_t stream, ps_fence_t *fence)
+{
+    host_device_t *dev = ctx;
+    pthread_mutex_lock(&dev->lock);
+    dev->stream_waits++;
+    pthread_mutex_unlock(&dev->lock);
+    return PS_OK;
+}
+
+static int host_device_synchronize(void *ctx)
+{
+    host_device_t *dev = ctx;
+    pthread_mutex_lock(&dev->lock);
+    dev->device_syncs++;
+    dev->completed_upto = dev->fences_recorded;
+    pthread_mutex_unlock(&dev->lock);
+    return PS_OK;
+}
+
+int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
+{
+    ps_host_ops_options_t options = {0};
+    if (opts)
+        options = *opts;
+    if (!options.upstream_alignment)
+        options.upstream_alignment = 2 * PS_MiB;
+    if (!ps_is_pow2(options.upstream_alignment) || options.upstream_alignment < 256) {
+        ps_error("host ops: upstream_alignment %zu is not a power of two >= 256",
+                 options.upstream_alignment);
+        return PS_EINVAL;
+    }
+    host_device_t *dev = calloc(1, sizeof *dev);
+    if (!dev)
+        return PS_ENOMEM;
+    if (ps_ptr_map_init(&dev->live, 64) != PS_OK) {
+        free(dev);
+        return PS_ENOMEM;
+    }
+    pthread_mutex_init(&dev->lock, NULL);
+    dev->options = options;
+    dev->auto_complete = options.auto_complete;
+    dev->simulated_next = SIMULATED_BASE;
+    dev->ops = (ps_gpu_ops_t){
+        .ctx = dev,
+        .device = -1,
+        .mem_alloc = host_mem_alloc,
+        .mem_free = host_mem_free,
+        .mem_alloc_async = host_mem_alloc_async,
+        .mem_free_async = host_mem_free_async,
+        .mem_alloc_managed = host_mem_alloc_managed,
+        .mem_get_info = host_mem_get_info,
+        .fence_record = host_fence_record,
+        .fence_query = host_fence_query,
+        .fence_wait = host_fence_wait,
+        .fence_release = host_fence_release,
+        .stream_wait_fence = host_stream_wait_fence,
+        .device_synchronize = host_device_synchronize,
+    };
+    *out = &dev->ops;
+    return PS_OK;
+}
+
+void ps_host_ops_destroy(ps_gpu_ops_t *ops)
+{
+    if (!ops)
+        return;
+    host_device_t *dev = ops->ctx;
+    if (dev->options.backed)
+        for (size_t i = 0; i < dev->live.capacity; i++)
+            if (dev->live.slots[i].key != PS_PTR_MAP_EMPTY)
+                free((void *)dev->live.slots[i].key);
+    ps_ptr_map_free(&dev->live);
+    for (struct ps_fence *fence = dev->all_fences, *next; fence; fence = next) {
+        next = fence->all_next;
+        free(fence);
+    }
+    pthread_mutex_destroy(&dev->lock);
+    free(dev);
+}
+
+/* Reads one counter under the lock. */
+#define HOST_READ(ops, field)                                    \
+    do {                                                         \
+        host_device_t *dev_ = (ops)->ctx;                        \
+        pthread_mutex_lock(&dev_->lock);                         \
+        uint64_t value_ = dev_->field;                           \
+        pthread_mutex_unlock(&dev_->lock);                       \
+        return value_;                                           \
+    } while (0)
+
+uint64_t ps_host_ops_fences_recorded(ps_gpu_ops_t *ops) { HOST_READ(ops, fences_recorded); }
+uint64_t ps_host_ops_stream_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, stream_waits); }
+uint64_t ps_host_ops_fence_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, fence_waits); }
+uint64_t ps_host_ops_device_syncs(ps_gpu_ops_t *ops) { HOST_READ(ops, device_syncs); }
+uint64_t ps_host_ops_bytes_outstanding(ps_gpu_ops_t *ops) { HOST_READ(ops, bytes_outstanding); }
+uint64_t ps_host_ops_upstream_allocs(ps_gpu_ops_t *ops) { HOST_READ(ops, upstream_allocs); }
+
+void ps_host_ops_complete_upto(ps_gpu_ops_t *ops, uint64_t seq)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    if (seq > dev->fences_recorded)
+        seq = dev->fences_recorded;
+    if (seq > dev->completed_upto)
+        dev->completed_upto = seq;
+    pthread_mutex_unlock(&dev->lock);
+}
+
+void ps_host_ops_complete_all(ps_gpu_ops_t *ops)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    dev->completed_upto = dev->fences_recorded;
+    pthread_mutex_unlock(&dev->lock);
+}
+
+void ps_host_ops_set_auto_complete(ps_gpu_ops_t *ops, int on)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    dev->auto_complete = on;
+    if (on)
+        dev->completed_upto = dev->fences_recorded;
+    pthread_mutex_unlock(&dev->lock);
+}
+
+void ps_host_ops_inject_failure(ps_gpu_ops_t *ops, uint64_t fail_after, uint64_t fail_count)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    dev->fail_after = fail_after;
+    dev->fail_count = fail_count;
+    pthread_mutex_unlock(&dev->lock);
+}

@@ -1,0 +1,54 @@
+/* Shared set-up of the pool tests: a fake device (core/host_ops.c), the
+ * `cuda` upstream over it, and a pool over that. */
+#ifndef PS_TEST_POOL_FIXTURE_H
+#define PS_TEST_POOL_FIXTURE_H
+
+#include "../../core/host_ops.h"
+#include "../../core/pool.h"
+#include "../../core/upstream.h"
+
+#include <criterion/criterion.h>
+
+typedef struct pool_fixture {
+    ps_gpu_ops_t *gpu;       /* the fake device */
+    ps_resource_t *upstream; /* cuda upstream over it */
+    ps_resource_t *pool;     /* the pool under test */
+} pool_fixture_t;
+
+/* backed: real host memory; capacity: device bytes (0 = unlimited). */
+static inline void fixture_open(pool_fixture_t *f, int backed, size_t capacity, const ps_pool_options_t *opts)
+{
+    ps_host_ops_options_t host = {.capacity = capacity, .backed = backed};
+    cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, opts, &f->pool), PS_OK);
+}
+
+/* Destroys everything and checks the device got every byte back. */
+static inline void fixture_close(pool_fixture_t *f)
+{
+    ps_destroy(f->pool);
+    ps_destroy(f->upstream);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(f->gpu), 0, "the fake device still has bytes outstanding");
+    ps_host_ops_destroy(f->gpu);
+}
+
+static inline ps_resource_info_t fixture_info(ps_resource_t *r)
+{
+    ps_resource_info_t info = {0};
+    ps_query(r, &info);
+    return info;
+}
+
+/* Options for small deterministic tests: no epoch spin, small chunks. */
+static inline ps_pool_options_t small_pool_options(void)
+{
+    ps_pool_options_t o;
+    ps_pool_options_default(&o);
+    o.min_chunk = 2 * PS_MiB;
+    o.max_chunk = 64 * PS_MiB;
+    o.epoch_wait_ns = 0;
+    return o;
+}
+
+#endif

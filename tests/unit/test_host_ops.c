@@ -1,0 +1,160 @@
+/* The fake device: memory, capacity, failure injection, fences, counters. */
+#include "../../core/host_ops.h"
+#include "../../core/upstream.h"
+
+#include <criterion/criterion.h>
+#include <string.h>
+
+Test(host_ops, backed_memory_is_writable_and_aligned)
+{
+    ps_gpu_ops_t *gpu;
+    ps_host_ops_options_t o = {.backed = 1};
+    cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK);
+    void *p;
+    cr_assert_eq(gpu->mem_alloc(gpu->ctx, 3000, &p), PS_OK);
+    cr_assert_eq((uintptr_t)p % (2 * PS_MiB), 0);
+    memset(p, 0xab, 3000);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 2 * PS_MiB);
+    cr_assert_eq(gpu->mem_free(gpu->ctx, p, 3000), PS_OK);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0);
+    ps_host_ops_destroy(gpu);
+}
+
+Test(host_ops, simulated_memory_respects_capacity_and_reuses_the_top)
+{
+    ps_gpu_ops_t *gpu;
+    ps_host_ops_options_t o = {.capacity = 4 * PS_GiB};
+    cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK);
+    void *a, *b, *c;
+    cr_assert_eq(gpu->mem_alloc(gpu->ctx, 3 * PS_GiB, &a), PS_OK);
+    cr_assert_eq(gpu->mem_alloc(gpu->ctx, 2 * PS_GiB, &b), PS_ENOMEM);
+    cr_assert_eq(gpu->mem_alloc(gpu->ctx, PS_GiB, &b), PS_OK);
+    cr_assert_eq((uintptr_t)b, (uintptr_t)a + 3 * PS_GiB);
+    cr_assert_eq(gpu->mem_free(gpu->ctx, b, PS_GiB), PS_OK);
+    cr_assert_eq(gpu->mem_alloc(gpu->ctx, PS_GiB, &c), PS_OK);
+    cr_assert_eq(c, b, "a range freed at the top is reused");
+    cr_assert_eq(gpu->mem_free(gpu->ctx, (char *)c + 256, 1), PS_EINVAL);
+    cr_assert_eq(gpu->mem_free(gpu->ctx, c, 1), PS_OK);
+    cr_assert_eq(gpu->mem_free(gpu->ctx, c, 1), PS_EINVAL, "double free is refused");
+    cr_assert_eq(gpu->mem_free(gpu->ctx, a, 1), PS_OK);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0);
+    cr_assert_eq(ps_host_ops_upstream_allocs(gpu), 3);
+    ps_host_ops_destroy(gpu);
+}
+
+Test(host_ops, injected_failures_hit_the_planned_calls)
+{
+    ps_gpu_ops_t *gpu;
+    cr_assert_eq(ps_host_ops_create(NULL, &gpu), PS_OK);
+    ps_host_ops_inject_failure(gpu, 2, 2);
+    void *p[5];
+    int expect[5] = {PS_OK, PS_OK, PS_ENOMEM, PS_ENOMEM, PS_OK};
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(gpu->mem_alloc(gpu->ctx, 256, &p[i]), expect[i], "call %d", i);
+    for (int i = 0; i < 5; i++)
+        if (expect[i] == PS_OK)
+            cr_assert_eq(gpu->mem_free(gpu->ctx, p[i], 256), PS_OK);
+    ps_host_ops_destroy(gpu);
+}
+
+Test(host_ops, fences_complete_when_the_test_says)
+{
+    ps_gpu_ops_t *gpu;
+    cr_assert_eq(ps_host_ops_create(NULL, &gpu), PS_OK);
+    ps_fence_t *f1, *f2, *f3;
+    cr_assert_eq(gpu->fence_record(gpu->ctx, PS_STREAM_NONE, &f1), PS_OK);
+    cr_assert_eq(gpu->fence_record(gpu->ctx, 0x100, &f2), PS_OK);
+    cr_assert_eq(gpu->fence_record(gpu->ctx, 0x100, &f3), PS_OK);
+    cr_assert_eq(ps_host_ops_fences_recorded(gpu), 3);
+    cr_assert_eq(gpu->fence_query(gpu->ctx, f1), PS_ENOTREADY);
+    ps_host_ops_complete_upto(gpu, 1);
+    cr_assert_eq(gpu->fence_query(gpu->ctx, f1), PS_OK);
+    cr_assert_eq(gpu->fence_query(gpu->ctx, f2), PS_ENOTREADY);
+    cr_assert_eq(gpu->fence_wait(gpu->ctx, f3), PS_OK);
+    cr_assert_eq(ps_host_ops_fence_waits(gpu), 1);
+    cr_assert_eq(gpu->fence_query(gpu->ctx, f3), PS_OK, "a waited fence is complete");
+    cr_assert_eq(gpu->fence_query(gpu->ctx, f2), PS_ENOTREADY, "waiting one fence completes only it");
+    cr_assert_eq(gpu->fence_wait(gpu->ctx, f1), PS_OK);
+    cr_assert_eq(ps_host_ops_fence_waits(gpu), 1, "waiting a complete fence is not counted");
+    cr_assert_eq(gpu->stream_wait_fence(gpu->ctx, 0x200, f2), PS_OK);
+    cr_assert_eq(ps_host_ops_stream_waits(gpu), 1);
+    cr_assert_eq(gpu->device_synchronize(gpu->ctx), PS_OK);
+    cr_assert_eq(ps_host_ops_device_syncs(gpu), 1);
+    cr_assert_eq(gpu->fence_query(gpu->ctx, f2), PS_OK, "device sync completes every fence");
+    gpu->fence_release(gpu->ctx, f1);
+    gpu->fence_release(gpu->ctx, f2);
+    gpu->fence_release(gpu->ctx, f3);
+    ps_host_ops_set_auto_complete(gpu, 1);
+    ps_fence_t *f4;
+    cr_assert_eq(gpu->fence_record(gpu->ctx, PS_STREAM_NONE, &f4), PS_OK);
+    cr_assert_eq(gpu->fence_query(gpu->ctx, f4), PS_OK, "auto-complete");
+    gpu->fence_release(gpu->ctx, f4);
+    cr_assert_eq(ps_host_ops_fences_recorded(gpu), 4);
+    ps_host_ops_destroy(gpu);
+}
+
+Test(upstream, cuda_resource_tracks_pointers_and_refuses_unknown_ones)
+{
+    ps_gpu_ops_t *gpu;
+    ps_resource_t *cuda;
+    cr_assert_eq(ps_host_ops_create(NULL, &gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create(NULL, gpu, &cuda), PS_OK);
+    void *a, *b, *z1, *z2;
+    cr_assert_eq(ps_allocate(cuda, PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_allocate(cuda, 3 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+    cr_assert_eq(ps_allocate(cuda, 0, PS_STREAM_NONE, &z1), PS_OK);
+    cr_assert_eq(ps_allocate(cuda, 0, PS_STREAM_NONE, &z2), PS_OK);
+    cr_assert(z1 && z2 && z1 != z2, "size 0 gives unique pointers");
+    ps_resource_info_t info = {0};
+    ps_query(cuda, &info);
+    cr_assert_eq(info.bytes_reserved, 4 * PS_MiB + 512);
+    cr_assert_eq(info.upstream_allocs, 4);
+    cr_assert_eq(ps_deallocate(cuda, (char *)a + 256, PS_MiB, PS_STREAM_NONE), PS_EINVAL);
+    cr_assert_eq(ps_deallocate(cuda, a, PS_MiB, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(cuda, a, PS_MiB, PS_STREAM_NONE), PS_EINVAL);
+    memset(&info, 0, sizeof info);
+    ps_query(cuda, &info);
+    cr_assert_eq(info.bytes_reserved, 3 * PS_MiB + 512);
+    cr_assert_eq(info.peak_bytes_reserved, 4 * PS_MiB + 512);
+    cr_assert_eq(info.upstream_frees, 1);
+    ps_destroy(cuda); /* frees b, z1, z2 */
+    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0);
+    ps_host_ops_destroy(gpu);
+}
+
+Test(upstream, async_and_managed_resources_allocate_through_their_calls)
+{
+    ps_gpu_ops_t *gpu;
+    ps_resource_t *async, *managed;
+    cr_assert_eq(ps_host_ops_create(NULL, &gpu), PS_OK);
+    cr_assert_eq(ps_async_resource_create("a", gpu, UINT64_MAX, &async), PS_OK);
+    cr_assert_eq(ps_managed_resource_create("m", gpu, &managed), PS_OK);
+    void *a, *m;
+    cr_assert_eq(ps_allocate(async, 1000, 0x100, &a), PS_OK);
+    cr_assert_eq(ps_allocate(managed, 1000, PS_STREAM_NONE, &m), PS_OK);
+    cr_assert_eq(ps_host_ops_upstream_allocs(gpu), 2);
+    cr_assert_eq(ps_deallocate(managed, a, 1000, PS_STREAM_NONE), PS_EINVAL, "not its pointer");
+    cr_assert_eq(ps_deallocate(async, a, 1000, 0x100), PS_OK);
+    cr_assert_eq(ps_deallocate(managed, m, 1000, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0);
+    ps_destroy(async);
+    ps_destroy(managed);
+    ps_host_ops_destroy(gpu);
+}
+
+Test(upstream, allocation_failure_is_reported_and_not_counted)
+{
+    ps_gpu_ops_t *gpu;
+    ps_resource_t *cuda;
+    ps_host_ops_options_t o = {.capacity = 4 * PS_MiB};
+    cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create(NULL, gpu, &cuda), PS_OK);
+    void *p;
+    cr_assert_eq(ps_allocate(cuda, 8 * PS_MiB, PS_STREAM_NONE, &p), PS_ENOMEM);
+    ps_resource_info_t info = {0};
+    ps_query(cuda, &info);
+    cr_assert_eq(info.bytes_reserved, 0);
+    cr_assert_eq(info.upstream_allocs, 0);
+    ps_destroy(cuda);
+    ps_host_ops_destroy(gpu);
+}
