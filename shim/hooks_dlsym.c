@@ -33,7 +33,7 @@ static void *hooked_lookup(void *handle, const char *symbol)
 
 #define DLSYM_BODY                                                                   \
     if (PS_UNLIKELY(!ps_real_dlsym))                                                 \
-        ps_real_load_driver(); /* only resolves dlsym when called this early */      \
+        ps_real_find_dlsym(); /* called before our constructor (another preload) */  \
     if (symbol && symbol[0] == 'c' && symbol[1] == 'u' && !ps_disabled_early) {      \
         void *hook = hooked_lookup(handle, symbol);                                  \
         if (hook)                                                                    \
@@ -41,12 +41,12 @@ static void *hooked_lookup(void *handle, const char *symbol)
     }                                                                                \
     return ps_real_dlsym(handle, symbol); /* tail call: keeps RTLD_NEXT right */
 
-__attribute__((optimize("optimize-sibling-calls"))) PS_EXPORT void *ps_dlsym_234(void *handle, const char *symbol)
+__attribute__((optimize("optimize-sibling-calls"), no_sanitize("address", "undefined", "thread"))) PS_EXPORT void *ps_dlsym_234(void *handle, const char *symbol)
 {
     DLSYM_BODY
 }
 
-__attribute__((optimize("optimize-sibling-calls"))) PS_EXPORT void *ps_dlsym_225(void *handle, const char *symbol)
+__attribute__((optimize("optimize-sibling-calls"), no_sanitize("address", "undefined", "thread"))) PS_EXPORT void *ps_dlsym_225(void *handle, const char *symbol)
 {
     DLSYM_BODY
 }

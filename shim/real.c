@@ -26,7 +26,9 @@ static void *libcuda_handle;
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
 static int driver_status = PS_EUPSTREAM;
 
-__attribute__((constructor)) static void ps_real_find_dlsym(void)
+/* Not instrumented: a sanitizer runtime calls our dlsym before its own
+ * shadow memory exists. */
+__attribute__((constructor, no_sanitize("address", "undefined", "thread"))) void ps_real_find_dlsym(void)
 {
     if (ps_real_dlsym)
         return;

@@ -101,6 +101,8 @@ typedef struct ps_real {
 extern ps_real_t ps_real;
 extern void *(*ps_real_dlsym)(void *, const char *);
 
+/* Finds the real dlsym (idempotent; no CUDA, safe before constructors). */
+void ps_real_find_dlsym(void);
 /* Loads libcuda.so.1 and every driver entry (idempotent, thread-safe).
  * Returns PS_OK, or PS_EUPSTREAM when libcuda cannot be loaded. */
 int ps_real_load_driver(void);
