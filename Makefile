@@ -38,7 +38,8 @@ SANFLAGS  := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recove
 endif
 comma := ,
 
-WARN      := -Wall -Wextra -Wshadow -Wno-unused-parameter $(if $(filter 1,$(WERROR)),-Werror)
+# Optional vtable entries are left out of initializers on purpose (they are NULL).
+WARN      := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wno-missing-field-initializers $(if $(filter 1,$(WERROR)),-Werror)
 CFLAGS    += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -fPIC -fvisibility=hidden -pthread $(SANFLAGS)
 LDFLAGS   += -pthread $(SANFLAGS)
 LDLIBS    += -ldl

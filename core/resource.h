@@ -57,6 +57,12 @@ typedef struct ps_resource_ops {
     /* Releases everything, including memory still handed out. It does not
      * destroy the upstream (the owner of the stack does that). */
     void (*destroy)(ps_resource_t *r);
+
+    /* The program is about to destroy `stream` (still valid during this
+     * call): stop keeping anything keyed by it. Blocks freed on it must be
+     * retired under a fence recorded on it now, never touched through the
+     * dead handle later. NULL: forward to the upstream (adaptors). */
+    void (*stream_destroyed)(ps_resource_t *r, ps_stream_t stream);
 } ps_resource_ops_t;
 
 struct ps_resource {
@@ -83,6 +89,13 @@ static inline void ps_query(ps_resource_t *r, ps_resource_info_t *info)
         r->ops->query(r, info);
     else if (r->upstream)
         ps_query(r->upstream, info);
+}
+static inline void ps_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
+{
+    if (r->ops->stream_destroyed)
+        r->ops->stream_destroyed(r, stream);
+    else if (r->upstream)
+        ps_stream_destroyed(r->upstream, stream);
 }
 static inline void ps_destroy(ps_resource_t *r)
 {

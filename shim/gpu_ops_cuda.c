@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/resource.h"
 #include "shim.h"
 
 struct ps_fence {
@@ -81,6 +82,15 @@ void ps_streams_created(CUstream stream, unsigned int flags)
 
 void ps_streams_destroyed(CUstream stream)
 {
+    /* let every stack retire what it keeps for this stream while the
+     * handle is still valid (a fence recorded on a dead stream crashes) */
+    if (stream && (uintptr_t)stream > (uintptr_t)PS_STREAM_PER_THREAD) {
+        ps_in_shim++;
+        for (int d = 0; d < PS_MAX_DEVICES; d++)
+            if (atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) == PS_DEVICE_READY)
+                ps_stream_destroyed(ps_devices[d].stack->top, (ps_stream_t)stream);
+        ps_in_shim--;
+    }
     pthread_mutex_lock(&streams_lock);
     for (size_t i = 0; i < stream_count; i++)
         if (streams[i].stream == stream) {

@@ -50,7 +50,12 @@ PS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
             PS_ROUTE_DONE)
             return driver_error(status);
     }
-    PASS_REAL(cuMemFree_v2, dptr);
+    if (!ps_real.cuMemFree_v2 && ps_real_load_driver() != PS_OK)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = ps_real.cuMemFree_v2(dptr);
+    if (r != CUDA_SUCCESS && dptr && !ps_in_shim)
+        ps_stats_count_foreign_invalid();
+    return r;
 }
 
 static int alloc_async(CUdeviceptr *dptr, size_t size, CUstream stream, bool per_thread, CUresult *result)

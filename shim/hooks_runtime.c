@@ -52,7 +52,15 @@ PS_EXPORT cudaError_t cudaFree(void *devPtr)
         if (ps_route_free(PS_CALL_CUDA_FREE, PS_DOOR_RUNTIME, devPtr, PS_STREAM_NONE, &status) == PS_ROUTE_DONE)
             return runtime_error(status);
     }
-    CALL_REAL_RT(cudaFree, devPtr); /* includes cudaFree(NULL), which creates the context */
+    ps_cudaFree_fn real = PS_REAL_RT(cudaFree); /* includes cudaFree(NULL), which creates the context */
+    if (!real)
+        return 3;
+    ps_in_shim++;
+    cudaError_t r = real(devPtr);
+    ps_in_shim--;
+    if (r != cudaSuccess && devPtr && !ps_in_shim)
+        ps_stats_count_foreign_invalid(); /* e.g. a stack address: CUDA said so itself */
+    return r;
 }
 
 static cudaError_t malloc_async(void **devPtr, size_t size, cudaStream_t stream, bool per_thread)

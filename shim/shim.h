@@ -210,8 +210,9 @@ ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream
 ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int *status);
 /* Adds the pool's free bytes of the current device to *free_bytes (meminfo=pool). */
 void ps_route_meminfo(size_t *free_bytes);
-/* Counts a call that went to the real function (passthrough). */
-void ps_route_count_passthrough(int device);
+/* Counts a free of a foreign pointer that CUDA itself refused (a stack
+ * address, say): bad pointers are counted whoever answers them. */
+void ps_stats_count_foreign_invalid(void);
 
 /* Is `stream` being captured into a graph? (then async calls go to CUDA) */
 bool ps_stream_is_capturing(CUstream stream, bool per_thread);

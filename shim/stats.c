@@ -158,6 +158,12 @@ void ps_stats_count_invalid(int call)
                    call == PS_CALL_CU_MEM_FREE || call == PS_CALL_CU_MEM_FREE_ASYNC ? "cuMemFree" : "cudaFree");
 }
 
+void ps_stats_count_foreign_invalid(void)
+{
+    thread_counters_t *t = counters();
+    BUMP(t->invalid, 1);
+}
+
 static void sum_all(thread_counters_t *sum)
 {
     memset(sum, 0, sizeof *sum);

@@ -48,3 +48,14 @@ $(BUILD)/test_shim: tests/shim/test_shim.c
 
 test-shim: $(LIB) $(FAKE)/libcuda.so.1 $(SHIM_PROGS) $(BUILD)/test_shim
 	POOLSHIM_BUILD=$(BUILD) POOLSHIM_PRELOAD_PREFIX="$(SHIM_PRELOAD_PREFIX)" $(BUILD)/test_shim -j2 --short-filename
+
+# shim/cuda_abi.h against the real headers, when the toolkit is here
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
+$(SHIMTEST)/abi_check: tests/shim/abi_check.c tests/shim/abi_ours.c tests/shim/abi_cuda.c tests/shim/abi_list.h shim/cuda_abi.h
+	@mkdir -p $(SHIMTEST)
+	$(CC) $(PROG_FLAGS) -I$(CUDA_HOME)/include -o $@ tests/shim/abi_check.c tests/shim/abi_ours.c tests/shim/abi_cuda.c
+test-shim: abi-check
+abi-check: $(SHIMTEST)/abi_check
+	$(SHIMTEST)/abi_check
+.PHONY: abi-check
+endif

@@ -1,0 +1,14 @@
+/* Every constant shim/cuda_abi.h writes out, checked against the real CUDA
+ * headers by tests/shim/abi_check.c (X(name) expands to the value). */
+#define PS_ABI_VALUES(X)                                                             \
+    X(CUDA_SUCCESS) X(CUDA_ERROR_INVALID_VALUE) X(CUDA_ERROR_OUT_OF_MEMORY)           \
+    X(CUDA_ERROR_NOT_INITIALIZED) X(CUDA_ERROR_DEINITIALIZED) X(CUDA_ERROR_INVALID_CONTEXT) \
+    X(CUDA_ERROR_NOT_FOUND) X(CUDA_ERROR_NOT_READY) X(CUDA_ERROR_NOT_SUPPORTED)       \
+    X(CU_STREAM_NON_BLOCKING) X(CU_EVENT_DISABLE_TIMING) X(CU_STREAM_CAPTURE_STATUS_NONE) \
+    X(CU_STREAM_CAPTURE_MODE_RELAXED) X(CU_MEM_ATTACH_GLOBAL) X(CU_GET_PROC_ADDRESS_DEFAULT) \
+    X(CU_GET_PROC_ADDRESS_LEGACY_STREAM) X(CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) \
+    X(CU_GET_PROC_ADDRESS_SUCCESS) X(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND)            \
+    X(cudaSuccess) X(cudaErrorInvalidValue) X(cudaErrorMemoryAllocation) X(cudaErrorNotReady) \
+    X(cudaStreamNonBlocking)                                                           \
+    X((long)(uintptr_t)CU_STREAM_LEGACY) X((long)(uintptr_t)CU_STREAM_PER_THREAD)     \
+    X((long)sizeof(CUipcMemHandle)) X((long)sizeof(cudaIpcMemHandle_t)) X((long)sizeof(CUdeviceptr))
