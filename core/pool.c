@@ -11,17 +11,24 @@
  *  2. Free blocks sit in TLSF lists (two-level segregated fit) of an
  *     *owner*: first level = floor(log2(size)), second level = the next 5
  *     bits (32 linear classes per power of two), one bitmap bit per
- *     non-empty list. Owner 0 is the *ready* list (safe for every stream);
- *     each stream used by cudaMallocAsync/cudaFreeAsync gets an owner of its
- *     own. Search is good-fit in O(1): the head of the request's own class
- *     if it is big enough, else the first non-empty class above the request
- *     rounded up to its class (found with ctz on the bitmaps).
+ *     non-empty list. A block is listed by the class of size - 1, so a whole
+ *     power-of-two chunk and that chunk less one small block share a class.
+ *     Owner 0 is the *ready* list (safe for every stream); each stream used
+ *     by cudaMallocAsync/cudaFreeAsync gets an owner of its own. Search is
+ *     good-fit in O(1): the head of the request's own class if it is big
+ *     enough, else the first non-empty class whose every block fits (found
+ *     with ctz on the bitmaps).
  *  3. allocate(size): round up to the alignment (size 0 -> one alignment
  *     unit); take a block (stream s: s's list, then the ready list, then a
  *     steal from another stream t: record a fence on t, make s wait for it,
- *     move t's blocks to s); split off the tail if at least one alignment
- *     unit is left; record address -> descriptor in a hash map of in-use
- *     blocks. When nothing fits:
+ *     move t's blocks to s); cut the request off the block's front if at
+ *     least one alignment unit is left (the free rest keeps its descriptor
+ *     and, when its class is unchanged, its list position); record
+ *     address -> descriptor in a hash map of in-use blocks. Before the
+ *     ready list, the *quick cache* is tried: up to 32 recently freed ready
+ *     blocks, one per size slot, taken back only by a request of exactly
+ *     their size (the hot allocate/free cycle never touches the lists).
+ *     When nothing fits (the quick cache is flushed into the lists first):
  *       a. poll closed cudaFree epochs, oldest first (fence_query); every
  *          completed epoch's blocks become free in the ready list; retry;
  *       b. close the open epoch (one fence on every stream covers each block
@@ -42,7 +49,8 @@
  *     nothing changes: foreign pointer, interior pointer or double free).
  *       - stream-ordered free on s: the block joins s's list at once,
  *         coalescing with free physical neighbours of the same owner;
- *       - cudaFree, free_sync none: joins the ready list at once;
+ *       - cudaFree, free_sync none: joins the ready list at once (parked in
+ *         the quick cache; the block it evicts is merged into the lists);
  *       - cudaFree, free_sync device: device_synchronize, then as none;
  *       - cudaFree, free_sync event: the block joins the open epoch (state
  *         pending: it neither coalesces nor is handed out) — no CUDA call.
@@ -64,10 +72,14 @@
  *    stream s is handed to another stream only after a stream wait on a
  *    fence recorded on s after the free, and to a cudaMalloc only after
  *    such a fence completed;
+ *    (conservative: when a stream-list block freed before a fence merges
+ *    with one freed after it, the merged block waits for a later fence);
  *  - errors change nothing; OOM is reported only after steps a-e.
  *  - thread-safe: one mutex per pool; fence waits (memory pressure only)
  *    and the bounded epoch poll of step b happen under it.
- * Accounting: bytes_reserved (usable chunk bytes) == in use + free + pending.
+ * Accounting: bytes_reserved (usable chunk bytes) == in use + free + pending
+ * (free includes parked blocks). query and trim flush the quick cache, so
+ * largest_free_block is exact.
  */
 #include "pool.h"
 
