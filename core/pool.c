@@ -595,6 +595,8 @@ static pool_owner_t *owner_new(ps_stream_t stream)
 /* The owner index of `stream`, created on first use. */
 static int owner_of_stream_locked(pool_t *pool, ps_stream_t stream, uint32_t *out)
 {
+    if (stream == PS_STREAM_LEGACY)
+        stream = 0; /* both handles name the legacy default stream */
     if (stream == pool->last_stream) {
         *out = pool->last_owner;
         return PS_OK;
@@ -811,18 +813,23 @@ static void release_free_chunks_locked(pool_t *pool)
         pool->chunks_count--;
 }
 
+/* Memory pressure: closes the open epoch; when no fence can be had, falls
+ * back to a device-wide host wait and frees the epoch's blocks at once. */
+static void close_or_sync_open_epoch_locked(pool_t *pool)
+{
+    if (pool->open_epoch.head == NIL || close_open_epoch_locked(pool) == PS_OK)
+        return;
+    if (pool->gpu->device_synchronize(pool->gpu->ctx) == PS_OK)
+        epoch_release_blocks(pool, &pool->open_epoch);
+}
+
 /* Closes and host-waits every epoch and every stream list; afterwards all
  * free memory is in the ready list. */
 static void flush_all_locked(pool_t *pool)
 {
     if (!pool->gpu)
         return;
-    if (pool->open_epoch.head != NIL && close_open_epoch_locked(pool) != PS_OK) {
-        /* no fence to be had: fall back to a device-wide host wait */
-        if (pool->gpu->device_synchronize(pool->gpu->ctx) == PS_OK) {
-            epoch_release_blocks(pool, &pool->open_epoch);
-        }
-    }
+    close_or_sync_open_epoch_locked(pool);
     while (pool->closed_count) {
         pool->gpu->fence_wait(pool->gpu->ctx, pool->closed[pool->closed_head].fence);
         pool->fence_waits++;
@@ -879,8 +886,9 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
         return try_ready_locked(pool, need, out);
     if (gpu) {
         /* d. memory pressure: wait the oldest epochs one by one */
-        if (pool->open_epoch.head != NIL)
-            close_open_epoch_locked(pool);
+        close_or_sync_open_epoch_locked(pool);
+        if (try_ready_locked(pool, need, out) == PS_OK) /* the fallback may have freed blocks */
+            return PS_OK;
         while (pool->closed_count) {
             gpu->fence_wait(gpu->ctx, pool->closed[pool->closed_head].fence);
             pool->fence_waits++;
