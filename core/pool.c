@@ -78,8 +78,8 @@
  *  - thread-safe: one mutex per pool; fence waits (memory pressure only)
  *    and the bounded epoch poll of step b happen under it.
  * Accounting: bytes_reserved (usable chunk bytes) == in use + free + pending
- * (free includes parked blocks). query and trim flush the quick cache, so
- * largest_free_block is exact.
+ * (free includes parked blocks); largest_free_block counts the runs parked
+ * blocks form with their free neighbours, so it is exact without a flush.
  */
 #include "pool.h"
 
@@ -993,12 +993,28 @@ static int pool_trim(ps_resource_t *r)
     return PS_OK;
 }
 
+/* A block that joins a run when the quick cache is flushed. */
+static inline int ready_or_parked(const pool_block_t *b)
+{
+    return b->state == BLOCK_CACHED || (b->state == BLOCK_FREE && b->owner == OWNER_READY);
+}
+
+/* The largest block an allocation could get without growing: the biggest
+ * listed block, or the run a parked block would form with its ready and
+ * parked neighbours once the quick cache is flushed. */
 static uint64_t largest_free_locked(const pool_t *pool)
 {
     uint64_t largest = 0;
-    for (uint32_t slot = 0; slot < QUICK_SLOTS; slot++)
-        if (pool->quick[slot] != NIL && pool->blocks[pool->quick[slot]].size > largest)
-            largest = pool->blocks[pool->quick[slot]].size;
+    for (uint32_t mask = pool->quick_mask; mask; mask &= mask - 1) {
+        uint32_t index = pool->quick[__builtin_ctz(mask)];
+        while (pool->blocks[index].prev_phys != NIL && ready_or_parked(&pool->blocks[pool->blocks[index].prev_phys]))
+            index = pool->blocks[index].prev_phys;
+        uint64_t run = 0;
+        for (; index != NIL && ready_or_parked(&pool->blocks[index]); index = pool->blocks[index].next_phys)
+            run += pool->blocks[index].size;
+        if (run > largest)
+            largest = run;
+    }
     for (uint32_t o = 0; o < pool->owners_count; o++) {
         const pool_owner_t *owner = pool->owners[o];
         if (!owner->fl_bitmap)
@@ -1016,7 +1032,6 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
 {
     pool_t *pool = (pool_t *)r;
     pthread_mutex_lock(&pool->lock);
-    quick_flush_locked(pool); /* parked blocks coalesce: largest_free_block is then exact */
     info->bytes_in_use += pool->bytes_in_use;
     info->bytes_reserved += pool->bytes_reserved;
     info->peak_bytes_reserved += pool->peak_bytes_reserved;
