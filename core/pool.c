@@ -11,17 +11,24 @@
  *  2. Free blocks sit in TLSF lists (two-level segregated fit) of an
  *     *owner*: first level = floor(log2(size)), second level = the next 5
  *     bits (32 linear classes per power of two), one bitmap bit per
- *     non-empty list. Owner 0 is the *ready* list (safe for every stream);
- *     each stream used by cudaMallocAsync/cudaFreeAsync gets an owner of its
- *     own. Search is good-fit in O(1): the head of the request's own class
- *     if it is big enough, else the first non-empty class above the request
- *     rounded up to its class (found with ctz on the bitmaps).
+ *     non-empty list. A block is listed by the class of size - 1, so a whole
+ *     power-of-two chunk and that chunk less one small block share a class.
+ *     Owner 0 is the *ready* list (safe for every stream); each stream used
+ *     by cudaMallocAsync/cudaFreeAsync gets an owner of its own. Search is
+ *     good-fit in O(1): the head of the request's own class if it is big
+ *     enough, else the first non-empty class whose every block fits (found
+ *     with ctz on the bitmaps).
  *  3. allocate(size): round up to the alignment (size 0 -> one alignment
  *     unit); take a block (stream s: s's list, then the ready list, then a
  *     steal from another stream t: record a fence on t, make s wait for it,
- *     move t's blocks to s); split off the tail if at least one alignment
- *     unit is left; record address -> descriptor in a hash map of in-use
- *     blocks. When nothing fits:
+ *     move t's blocks to s); cut the request off the block's front if at
+ *     least one alignment unit is left (the free rest keeps its descriptor
+ *     and, when its class is unchanged, its list position); record
+ *     address -> descriptor in a hash map of in-use blocks. Before the
+ *     ready list, the *quick cache* is tried: up to 32 recently freed ready
+ *     blocks, one per size slot, taken back only by a request of exactly
+ *     their size (the hot allocate/free cycle never touches the lists).
+ *     When nothing fits (the quick cache is flushed into the lists first):
  *       a. poll closed cudaFree epochs, oldest first (fence_query); every
  *          completed epoch's blocks become free in the ready list; retry;
  *       b. close the open epoch (one fence on every stream covers each block
@@ -42,7 +49,8 @@
  *     nothing changes: foreign pointer, interior pointer or double free).
  *       - stream-ordered free on s: the block joins s's list at once,
  *         coalescing with free physical neighbours of the same owner;
- *       - cudaFree, free_sync none: joins the ready list at once;
+ *       - cudaFree, free_sync none: joins the ready list at once (parked in
+ *         the quick cache; the block it evicts is merged into the lists);
  *       - cudaFree, free_sync device: device_synchronize, then as none;
  *       - cudaFree, free_sync event: the block joins the open epoch (state
  *         pending: it neither coalesces nor is handed out) — no CUDA call.
@@ -64,10 +72,14 @@
  *    stream s is handed to another stream only after a stream wait on a
  *    fence recorded on s after the free, and to a cudaMalloc only after
  *    such a fence completed;
+ *    (conservative: when a stream-list block freed before a fence merges
+ *    with one freed after it, the merged block waits for a later fence);
  *  - errors change nothing; OOM is reported only after steps a-e.
  *  - thread-safe: one mutex per pool; fence waits (memory pressure only)
  *    and the bounded epoch poll of step b happen under it.
- * Accounting: bytes_reserved (usable chunk bytes) == in use + free + pending.
+ * Accounting: bytes_reserved (usable chunk bytes) == in use + free + pending
+ * (free includes parked blocks); largest_free_block counts the runs parked
+ * blocks form with their free neighbours, so it is exact without a flush.
  */
 #include "pool.h"
 
@@ -85,12 +97,14 @@
 #define MAX_OWNERS 65535               /* owner indices fit 16 bits */
 #define GROWTH_GRANULE (2 * PS_MiB)    /* growth requests are rounded up to this */
 #define MIN_ALIGNMENT 256              /* cudaMalloc's documented alignment */
+#define QUICK_SLOTS 32                 /* quick cache: recently freed blocks by exact size */
 
 typedef enum block_state {
     BLOCK_UNUSED = 0, /* descriptor on the recycle list */
     BLOCK_FREE,       /* in its owner's TLSF lists */
     BLOCK_USED,       /* handed out, in the in-use map */
-    BLOCK_PENDING     /* freed by cudaFree under free_sync event, in an epoch */
+    BLOCK_PENDING,    /* freed by cudaFree under free_sync event, in an epoch */
+    BLOCK_CACHED      /* free, parked in the quick cache (not in lists, not merged yet) */
 } block_state_t;
 
 typedef struct pool_block {
@@ -156,6 +170,9 @@ typedef struct pool {
     uint32_t last_owner;        /* ... and its owner */
 
     ps_ptr_map_t in_use;        /* address -> descriptor index of every used block */
+    uint32_t quick[QUICK_SLOTS]; /* quick cache: a parked ready block per size slot, or NIL */
+    uint32_t quick_mask;        /* bit s: quick[s] holds a block */
+    unsigned alignment_log2;    /* log2(alignment), for the quick cache's slot */
     pool_epoch_t open_epoch;    /* cudaFree'd blocks not yet covered by a fence */
     pool_epoch_t *closed;       /* ring of closed epochs, oldest at closed_head */
     uint32_t closed_capacity;   /* ring length */
@@ -178,11 +195,21 @@ static const ps_resource_ops_t pool_ops;
 
 /* ---- TLSF lists ------------------------------------------------------ */
 
+/* The class of a key: first level = floor(log2(key)), second level = the
+ * next SL_LOG2 bits. */
+static inline void key_class(size_t key, unsigned *fl, unsigned *sl)
+{
+    unsigned f = 63u - (unsigned)__builtin_clzll(key); /* key >= 255 */
+    *fl = f;
+    *sl = (unsigned)(key >> (f - SL_LOG2)) & (SL_COUNT - 1);
+}
+
+/* A free block is listed by the class of size - 1, so a class holds sizes
+ * (lo, hi]: a whole power-of-two chunk and that chunk less a small block
+ * share a class, and the hot split/merge cycle leaves the lists alone. */
 static inline void size_class(size_t size, unsigned *fl, unsigned *sl)
 {
-    unsigned f = 63u - (unsigned)__builtin_clzll(size); /* size >= 256 */
-    *fl = f;
-    *sl = (unsigned)(size >> (f - SL_LOG2)) & (SL_COUNT - 1);
+    key_class(size - 1, fl, sl);
 }
 
 static inline void list_insert(pool_t *pool, uint32_t owner_index, uint32_t index)
@@ -233,14 +260,16 @@ static inline void list_remove(pool_t *pool, uint32_t index)
 static inline uint32_t list_find(const pool_t *pool, const pool_owner_t *owner, size_t size)
 {
     unsigned fl, sl;
-    size_class(size, &fl, &sl);
+    size_t key = size - 1;
+    key_class(key, &fl, &sl);
     uint32_t head = owner->heads[fl][sl];
     if (head != NIL && pool->blocks[head].size >= size)
         return head;
-    size_t rounded = size + ((size_t)1 << (fl - SL_LOG2)) - 1;
-    if (rounded < size)
+    /* the first class whose every block is >= size: keys from `rounded` up */
+    size_t rounded = key + ((size_t)1 << (fl - SL_LOG2)) - 1;
+    if (rounded < key)
         return NIL;
-    size_class(rounded, &fl, &sl);
+    key_class(rounded, &fl, &sl);
     uint32_t sl_map = owner->sl_bitmap[fl] & (~0u << sl);
     if (!sl_map) {
         uint64_t fl_map = fl + 1 < FL_COUNT ? owner->fl_bitmap & (~0ull << (fl + 1)) : 0;
@@ -255,10 +284,16 @@ static inline uint32_t list_find(const pool_t *pool, const pool_owner_t *owner, 
 /* ---- descriptors ----------------------------------------------------- */
 
 /* Makes sure `count` descriptors can be taken without allocating. */
-static int reserve_descriptors_locked(pool_t *pool, uint32_t count)
+static int grow_descriptors_locked(pool_t *pool, uint32_t count);
+static inline int reserve_descriptors_locked(pool_t *pool, uint32_t count)
 {
     if (pool->recycled_count + (pool->blocks_capacity - pool->blocks_used) >= count)
         return PS_OK;
+    return grow_descriptors_locked(pool, count);
+}
+
+static int grow_descriptors_locked(pool_t *pool, uint32_t count)
+{
     uint32_t capacity = pool->blocks_capacity ? pool->blocks_capacity * 2 : 1024;
     if (capacity <= pool->blocks_capacity || capacity >= NIL)
         return PS_ENOMEM;
@@ -292,67 +327,169 @@ static inline void recycle_descriptor(pool_t *pool, uint32_t index)
 
 /* ---- blocks ---------------------------------------------------------- */
 
-/* Takes free block `index` for a request of `size` bytes: splits off the
- * tail (staying in the same owner's lists), marks it used, maps it.
- * Needs one reserved descriptor and one reserved in-use map slot. */
-static inline void take_block(pool_t *pool, uint32_t index, size_t size)
+/* Moves/resizes free block `index` in place; its lists change only when
+ * its size class does (the common case on the hot path: they do not). */
+static inline void free_block_resize(pool_t *pool, uint32_t index, uintptr_t addr, size_t size)
 {
-    list_remove(pool, index);
     pool_block_t *b = &pool->blocks[index];
-    if (b->size - size >= pool->options.alignment) {
-        uint32_t tail_index = take_descriptor(pool);
-        pool_block_t *tail = &pool->blocks[tail_index];
-        tail->addr = b->addr + size;
-        tail->size = b->size - size;
-        tail->free_stamp = b->free_stamp;
-        tail->prev_phys = index;
-        tail->next_phys = b->next_phys;
-        tail->chunk = b->chunk;
-        if (b->next_phys != NIL)
-            pool->blocks[b->next_phys].prev_phys = tail_index;
-        b->next_phys = tail_index;
+    unsigned old_fl, old_sl, new_fl, new_sl;
+    size_class(b->size, &old_fl, &old_sl);
+    size_class(size, &new_fl, &new_sl);
+    if (old_fl == new_fl && old_sl == new_sl) {
+        pool_owner_t *owner = pool->owners[b->owner];
+        owner->free_bytes = owner->free_bytes - b->size + size;
+        pool->bytes_free = pool->bytes_free - b->size + size;
+        b->addr = addr;
         b->size = size;
-        list_insert(pool, b->owner, tail_index);
+    } else {
+        uint32_t owner_index = b->owner;
+        list_remove(pool, index);
+        b->addr = addr;
+        b->size = size;
+        list_insert(pool, owner_index, index);
     }
-    b->state = BLOCK_USED;
-    pool->bytes_in_use += b->size;
-    ps_ptr_map_put(&pool->in_use, b->addr, index);
+}
+
+/* Takes free block `index` for a request of `size` bytes and returns the
+ * used block's index: the front is cut off as a new used block (the free
+ * rest keeps its descriptor and, usually, its list position) unless less
+ * than one alignment unit would be left. The used block is mapped.
+ * Needs one reserved descriptor and one reserved in-use map slot. */
+static inline uint32_t take_block(pool_t *pool, uint32_t index, size_t size)
+{
+    pool_block_t *f = &pool->blocks[index];
+    uint32_t used_index = index;
+    if (f->size - size >= pool->options.alignment) {
+        used_index = take_descriptor(pool);
+        f = &pool->blocks[index];
+        pool_block_t *used = &pool->blocks[used_index];
+        used->addr = f->addr;
+        used->size = size;
+        used->free_stamp = 0;
+        used->prev_phys = f->prev_phys;
+        used->next_phys = index;
+        used->chunk = f->chunk;
+        used->owner = f->owner;
+        if (f->prev_phys != NIL)
+            pool->blocks[f->prev_phys].next_phys = used_index;
+        else
+            pool->chunks[f->chunk].first_block = used_index;
+        f->prev_phys = used_index;
+        free_block_resize(pool, index, f->addr + size, f->size - size);
+    } else {
+        list_remove(pool, index);
+    }
+    pool_block_t *used = &pool->blocks[used_index];
+    used->state = BLOCK_USED;
+    pool->bytes_in_use += used->size;
+    ps_ptr_map_put(&pool->in_use, used->addr, used_index);
+    return used_index;
 }
 
 /* Puts block `index` (not in any list) into `owner_index`'s lists with
- * stamp `stamp`, merging with free physical neighbours of the same owner
- * (the merged block keeps the newest stamp). */
+ * stamp `stamp`, merging with free physical neighbours of the same owner;
+ * a neighbour absorbs it in place (the merged block keeps the newest stamp). */
 static void release_block(pool_t *pool, uint32_t index, uint32_t owner_index, uint64_t stamp)
 {
     pool_block_t *b = &pool->blocks[index];
-    b->free_stamp = stamp;
-    uint32_t prev = b->prev_phys;
-    if (prev != NIL && pool->blocks[prev].state == BLOCK_FREE && pool->blocks[prev].owner == owner_index) {
+    uint32_t prev = b->prev_phys, next = b->next_phys;
+    int merge_prev = prev != NIL && pool->blocks[prev].state == BLOCK_FREE && pool->blocks[prev].owner == owner_index;
+    int merge_next = next != NIL && pool->blocks[next].state == BLOCK_FREE && pool->blocks[next].owner == owner_index;
+    if (merge_prev) {
         pool_block_t *p = &pool->blocks[prev];
-        list_remove(pool, prev);
-        p->size += b->size;
-        p->next_phys = b->next_phys;
-        if (b->next_phys != NIL)
-            pool->blocks[b->next_phys].prev_phys = prev;
-        if (b->free_stamp > p->free_stamp)
-            p->free_stamp = b->free_stamp;
+        size_t size = p->size + b->size;
+        uint32_t after = b->next_phys;
+        if (stamp > p->free_stamp)
+            p->free_stamp = stamp;
+        if (merge_next) {
+            pool_block_t *n = &pool->blocks[next];
+            size += n->size;
+            after = n->next_phys;
+            if (n->free_stamp > p->free_stamp)
+                p->free_stamp = n->free_stamp;
+            list_remove(pool, next);
+            recycle_descriptor(pool, next);
+        }
+        p->next_phys = after;
+        if (after != NIL)
+            pool->blocks[after].prev_phys = prev;
         recycle_descriptor(pool, index);
-        index = prev;
-        b = p;
-    }
-    uint32_t next = b->next_phys;
-    if (next != NIL && pool->blocks[next].state == BLOCK_FREE && pool->blocks[next].owner == owner_index) {
+        free_block_resize(pool, prev, p->addr, size);
+    } else if (merge_next) {
         pool_block_t *n = &pool->blocks[next];
-        list_remove(pool, next);
-        b->size += n->size;
-        b->next_phys = n->next_phys;
-        if (n->next_phys != NIL)
-            pool->blocks[n->next_phys].prev_phys = index;
-        if (n->free_stamp > b->free_stamp)
-            b->free_stamp = n->free_stamp;
-        recycle_descriptor(pool, next);
+        if (stamp > n->free_stamp)
+            n->free_stamp = stamp;
+        n->prev_phys = prev;
+        if (prev != NIL)
+            pool->blocks[prev].next_phys = next;
+        else
+            pool->chunks[b->chunk].first_block = next;
+        uintptr_t addr = b->addr;
+        size_t size = b->size + n->size;
+        recycle_descriptor(pool, index);
+        free_block_resize(pool, next, addr, size);
+    } else {
+        b->free_stamp = stamp;
+        list_insert(pool, owner_index, index);
     }
-    list_insert(pool, owner_index, index);
+}
+
+/* ---- quick cache ------------------------------------------------------
+ * A free to the ready list parks the block in a slot chosen by its size
+ * (evicting, i.e. really freeing, the block parked there before); an
+ * allocation of exactly that size takes it back without touching the
+ * lists. Parked blocks count as free; every slow path, trim and check
+ * flushes them into the lists first, so they never cause growth or OOM. */
+
+static inline uint32_t quick_slot(const pool_t *pool, size_t size)
+{
+    return (uint32_t)(size >> pool->alignment_log2) & (QUICK_SLOTS - 1);
+}
+
+/* A parked block of exactly `size` bytes, taken as used, or NIL. Needs a
+ * reserved in-use map slot. */
+static inline uint32_t quick_take(pool_t *pool, size_t size)
+{
+    uint32_t slot = quick_slot(pool, size);
+    uint32_t index = pool->quick[slot];
+    if (index == NIL || pool->blocks[index].size != size)
+        return NIL;
+    pool->quick[slot] = NIL;
+    pool->quick_mask &= ~(1u << slot);
+    pool->bytes_free -= size;
+    pool->blocks[index].state = BLOCK_USED;
+    pool->bytes_in_use += size;
+    ps_ptr_map_put(&pool->in_use, pool->blocks[index].addr, index);
+    return index;
+}
+
+static inline void quick_park(pool_t *pool, uint32_t index)
+{
+    pool_block_t *b = &pool->blocks[index];
+    uint32_t slot = quick_slot(pool, b->size);
+    uint32_t evicted = pool->quick[slot];
+    pool->quick[slot] = index;
+    pool->quick_mask |= 1u << slot;
+    b->state = BLOCK_CACHED;
+    b->owner = OWNER_READY;
+    b->free_stamp = 0;
+    pool->bytes_free += b->size;
+    if (evicted != NIL) {
+        pool->bytes_free -= pool->blocks[evicted].size;
+        release_block(pool, evicted, OWNER_READY, 0);
+    }
+}
+
+static void quick_flush_locked(pool_t *pool)
+{
+    while (pool->quick_mask) {
+        uint32_t slot = (uint32_t)__builtin_ctz(pool->quick_mask);
+        uint32_t index = pool->quick[slot];
+        pool->quick_mask &= pool->quick_mask - 1;
+        pool->quick[slot] = NIL;
+        pool->bytes_free -= pool->blocks[index].size;
+        release_block(pool, index, OWNER_READY, 0);
+    }
 }
 
 /* ---- epochs (free_sync event) ----------------------------------------- */
@@ -458,6 +595,8 @@ static pool_owner_t *owner_new(ps_stream_t stream)
 /* The owner index of `stream`, created on first use. */
 static int owner_of_stream_locked(pool_t *pool, ps_stream_t stream, uint32_t *out)
 {
+    if (stream == PS_STREAM_LEGACY)
+        stream = 0; /* both handles name the legacy default stream */
     if (stream == pool->last_stream) {
         *out = pool->last_owner;
         return PS_OK;
@@ -651,6 +790,7 @@ static int grow_locked(pool_t *pool, size_t need)
 /* Gives every wholly free chunk of the ready list back to the upstream. */
 static void release_free_chunks_locked(pool_t *pool)
 {
+    quick_flush_locked(pool);
     for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
         pool_chunk_t *chunk = &pool->chunks[slot];
         if (!chunk->base)
@@ -673,18 +813,23 @@ static void release_free_chunks_locked(pool_t *pool)
         pool->chunks_count--;
 }
 
+/* Memory pressure: closes the open epoch; when no fence can be had, falls
+ * back to a device-wide host wait and frees the epoch's blocks at once. */
+static void close_or_sync_open_epoch_locked(pool_t *pool)
+{
+    if (pool->open_epoch.head == NIL || close_open_epoch_locked(pool) == PS_OK)
+        return;
+    if (pool->gpu->device_synchronize(pool->gpu->ctx) == PS_OK)
+        epoch_release_blocks(pool, &pool->open_epoch);
+}
+
 /* Closes and host-waits every epoch and every stream list; afterwards all
  * free memory is in the ready list. */
 static void flush_all_locked(pool_t *pool)
 {
     if (!pool->gpu)
         return;
-    if (pool->open_epoch.head != NIL && close_open_epoch_locked(pool) != PS_OK) {
-        /* no fence to be had: fall back to a device-wide host wait */
-        if (pool->gpu->device_synchronize(pool->gpu->ctx) == PS_OK) {
-            epoch_release_blocks(pool, &pool->open_epoch);
-        }
-    }
+    close_or_sync_open_epoch_locked(pool);
     while (pool->closed_count) {
         pool->gpu->fence_wait(pool->gpu->ctx, pool->closed[pool->closed_head].fence);
         pool->fence_waits++;
@@ -702,8 +847,7 @@ static inline int try_ready_locked(pool_t *pool, size_t need, void **out)
     uint32_t index = list_find(pool, pool->owners[OWNER_READY], need);
     if (index == NIL)
         return PS_ENOMEM;
-    take_block(pool, index, need);
-    *out = (void *)pool->blocks[index].addr;
+    *out = (void *)pool->blocks[take_block(pool, index, need)].addr;
     return PS_OK;
 }
 
@@ -712,6 +856,9 @@ static inline int try_ready_locked(pool_t *pool, size_t need, void **out)
 static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation, void **out)
 {
     const ps_gpu_ops_t *gpu = pool->gpu;
+    quick_flush_locked(pool); /* parked blocks may coalesce into a fit */
+    if (try_ready_locked(pool, need, out) == PS_OK)
+        return PS_OK;
     if (gpu) {
         /* a. closed epochs (and, for a cudaMalloc, stream lists already fenced) */
         int released = poll_closed_epochs_locked(pool);
@@ -721,10 +868,12 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
             return PS_OK;
         /* b. close the open epoch and poll it briefly */
         if (pool->open_epoch.head != NIL && close_open_epoch_locked(pool) == PS_OK) {
-            uint64_t deadline = ps_now_ns() + pool->options.epoch_wait_ns;
             ps_fence_t *fence = pool->closed[(pool->closed_head + pool->closed_count - 1) % pool->closed_capacity].fence;
-            while (gpu->fence_query(gpu->ctx, fence) != PS_OK && ps_now_ns() < deadline)
-                ;
+            if (gpu->fence_query(gpu->ctx, fence) != PS_OK && pool->options.epoch_wait_ns) {
+                uint64_t deadline = ps_now_ns() + pool->options.epoch_wait_ns;
+                while (gpu->fence_query(gpu->ctx, fence) != PS_OK && ps_now_ns() < deadline)
+                    ;
+            }
             if (poll_closed_epochs_locked(pool) && try_ready_locked(pool, need, out) == PS_OK)
                 return PS_OK;
         }
@@ -737,8 +886,9 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
         return try_ready_locked(pool, need, out);
     if (gpu) {
         /* d. memory pressure: wait the oldest epochs one by one */
-        if (pool->open_epoch.head != NIL)
-            close_open_epoch_locked(pool);
+        close_or_sync_open_epoch_locked(pool);
+        if (try_ready_locked(pool, need, out) == PS_OK) /* the fallback may have freed blocks */
+            return PS_OK;
         while (pool->closed_count) {
             gpu->fence_wait(gpu->ctx, pool->closed[pool->closed_head].fence);
             pool->fence_waits++;
@@ -781,13 +931,19 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     uint32_t index = NIL;
     if (owner != OWNER_READY)
         index = list_find(pool, pool->owners[owner], need);
-    if (index == NIL)
+    if (index == NIL) {
+        uint32_t parked = quick_take(pool, need);
+        if (parked != NIL) {
+            *out = (void *)pool->blocks[parked].addr;
+            pthread_mutex_unlock(&pool->lock);
+            return PS_OK;
+        }
         index = list_find(pool, pool->owners[OWNER_READY], need);
+    }
     if (index == NIL && owner != OWNER_READY && steal_stream_list_locked(pool, owner, need))
         index = list_find(pool, pool->owners[owner], need);
     if (index != NIL) {
-        take_block(pool, index, need);
-        *out = (void *)pool->blocks[index].addr;
+        *out = (void *)pool->blocks[take_block(pool, index, need)].addr;
     } else {
         status = allocate_slow_locked(pool, need, owner != OWNER_READY, out);
     }
@@ -822,7 +978,7 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
     else if (stream_ordered)
         epoch_append(pool, &pool->open_epoch, index); /* no list for the stream: the safe path */
     else
-        release_block(pool, index, OWNER_READY, 0);
+        quick_park(pool, index);
     pthread_mutex_unlock(&pool->lock);
     return PS_OK;
 }
@@ -837,9 +993,28 @@ static int pool_trim(ps_resource_t *r)
     return PS_OK;
 }
 
+/* A block that joins a run when the quick cache is flushed. */
+static inline int ready_or_parked(const pool_block_t *b)
+{
+    return b->state == BLOCK_CACHED || (b->state == BLOCK_FREE && b->owner == OWNER_READY);
+}
+
+/* The largest block an allocation could get without growing: the biggest
+ * listed block, or the run a parked block would form with its ready and
+ * parked neighbours once the quick cache is flushed. */
 static uint64_t largest_free_locked(const pool_t *pool)
 {
     uint64_t largest = 0;
+    for (uint32_t mask = pool->quick_mask; mask; mask &= mask - 1) {
+        uint32_t index = pool->quick[__builtin_ctz(mask)];
+        while (pool->blocks[index].prev_phys != NIL && ready_or_parked(&pool->blocks[pool->blocks[index].prev_phys]))
+            index = pool->blocks[index].prev_phys;
+        uint64_t run = 0;
+        for (; index != NIL && ready_or_parked(&pool->blocks[index]); index = pool->blocks[index].next_phys)
+            run += pool->blocks[index].size;
+        if (run > largest)
+            largest = run;
+    }
     for (uint32_t o = 0; o < pool->owners_count; o++) {
         const pool_owner_t *owner = pool->owners[o];
         if (!owner->fl_bitmap)
@@ -952,6 +1127,9 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     pool->options = o;
     pool->gpu = gpu;
     pool->recycled_head = NIL;
+    for (uint32_t slot = 0; slot < QUICK_SLOTS; slot++)
+        pool->quick[slot] = NIL;
+    pool->alignment_log2 = (unsigned)__builtin_ctzll(o.alignment);
     pool->open_epoch = (pool_epoch_t){NULL, NIL, NIL, 0};
     pool->last_stream = PS_STREAM_NONE;
     pool->owners_capacity = 8;
@@ -996,7 +1174,7 @@ static int check_locked(pool_t *pool)
 {
     size_t alignment = pool->options.alignment;
     uint64_t used = 0, freeb = 0, pending = 0, reserved = 0, used_blocks = 0, free_blocks = 0,
-             pending_blocks = 0;
+             pending_blocks = 0, cached_blocks = 0;
     const char *n = pool->base.name;
     for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
         pool_chunk_t *chunk = &pool->chunks[slot];
@@ -1034,6 +1212,11 @@ static int check_locked(pool_t *pool)
             case BLOCK_PENDING:
                 pending += b->size;
                 pending_blocks++;
+                break;
+            case BLOCK_CACHED:
+                freeb += b->size;
+                cached_blocks++;
+                CHECK(pool->quick[quick_slot(pool, b->size)] == index, n, "cached block %u not in its slot", index);
                 break;
             default: CHECK(0, n, "block %u: state %u in a chunk", index, b->state);
             }
@@ -1085,6 +1268,11 @@ static int check_locked(pool_t *pool)
               "owner %u: counters disagree with its lists", o);
         listed += owner_blocks;
     }
+    uint64_t parked = 0;
+    for (uint32_t slot = 0; slot < QUICK_SLOTS; slot++)
+        parked += pool->quick[slot] != NIL;
+    CHECK(parked == cached_blocks, n, "%llu parked blocks, %llu cached in chunks", (unsigned long long)parked,
+          (unsigned long long)cached_blocks);
     CHECK(listed == free_blocks, n, "%llu free blocks in chunks, %llu in lists", (unsigned long long)free_blocks,
           (unsigned long long)listed);
     /* epochs */

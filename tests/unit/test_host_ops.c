@@ -158,3 +158,45 @@ Test(upstream, allocation_failure_is_reported_and_not_counted)
     ps_destroy(cuda);
     ps_host_ops_destroy(gpu);
 }
+
+/* ---- core/ptr_map.h (the map under the pool, the upstreams and this fake) */
+#include "../../core/ptr_map.h"
+
+Test(ptr_map, matches_a_reference_array_under_random_puts_and_removes)
+{
+    enum { KEYS = 4096 };
+    static uint64_t reference[KEYS]; /* 0 = absent, else value */
+    ps_ptr_map_t map;
+    cr_assert_eq(ps_ptr_map_init(&map, 4), PS_OK);
+    unsigned seed = 99;
+    size_t present = 0;
+    for (int step = 0; step < 200000; step++) {
+        unsigned k = (unsigned)rand_r(&seed) % KEYS;
+        uintptr_t key = 0x400000000000ull + (uintptr_t)k * 256; /* aligned like device pointers */
+        uint64_t value;
+        if (rand_r(&seed) % 3) {
+            cr_assert_eq(ps_ptr_map_reserve(&map, 1), PS_OK);
+            present += reference[k] == 0;
+            reference[k] = (uint64_t)step + 1;
+            ps_ptr_map_put(&map, key, reference[k]);
+        } else {
+            int removed = ps_ptr_map_remove(&map, key, &value);
+            cr_assert_eq(removed, reference[k] != 0, "step %d key %u", step, k);
+            if (removed) {
+                cr_assert_eq(value, reference[k]);
+                reference[k] = 0;
+                present--;
+            }
+        }
+        cr_assert_eq(map.count, present);
+        cr_assert(map.count * 2 <= map.capacity, "the table stays at most half full");
+        if (step % 1000 == 0)
+            for (unsigned i = 0; i < KEYS; i++) {
+                int found = ps_ptr_map_get(&map, 0x400000000000ull + (uintptr_t)i * 256, &value);
+                cr_assert_eq(found, reference[i] != 0, "step %d key %u", step, i);
+                if (found)
+                    cr_assert_eq(value, reference[i]);
+            }
+    }
+    ps_ptr_map_free(&map);
+}

@@ -149,6 +149,19 @@ Test(pool_streams, same_stream_reuse_is_immediate_without_fence)
     fixture_close(&f);
 }
 
+Test(pool_streams, legacy_stream_handles_0_and_1_share_one_list)
+{
+    pool_fixture_t f;
+    open_one_chunk(&f, PS_FREE_SYNC_EVENT, 4 * PS_MiB, 0);
+    void *a, *b;
+    cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, 0, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, a, 0, 0), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_LEGACY, &b), PS_OK);
+    cr_assert_eq(b, a);
+    cr_assert_eq(ps_host_ops_stream_waits(f.gpu) + ps_host_ops_fences_recorded(f.gpu), 0);
+    fixture_close(&f);
+}
+
 Test(pool_streams, cross_stream_take_records_a_fence_and_a_stream_wait)
 {
     pool_fixture_t f;
