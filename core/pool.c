@@ -166,6 +166,8 @@ typedef struct pool {
     uint32_t owners_count;      /* owners in use */
     uint32_t owners_capacity;   /* length of owners[] */
     ps_ptr_map_t stream_owners; /* stream -> owner index */
+    uint32_t *dead_owners;      /* owner indices of destroyed streams, reusable */
+    uint32_t dead_count;        /* entries in dead_owners */
     ps_stream_t last_stream;    /* one-entry cache of the stream map ... */
     uint32_t last_owner;        /* ... and its owner */
 
@@ -615,11 +617,16 @@ static int owner_of_stream_locked(pool_t *pool, ps_stream_t stream, uint32_t *ou
         }
         if (ps_ptr_map_reserve(&pool->stream_owners, 1) != PS_OK)
             return PS_ENOMEM;
-        pool_owner_t *owner = owner_new(stream);
-        if (!owner)
-            return PS_ENOMEM;
-        found = pool->owners_count++;
-        pool->owners[found] = owner;
+        if (pool->dead_count) { /* an owner of a destroyed stream: empty, no fence */
+            found = pool->dead_owners[--pool->dead_count];
+            pool->owners[found]->stream = stream;
+        } else {
+            pool_owner_t *owner = owner_new(stream);
+            if (!owner)
+                return PS_ENOMEM;
+            found = pool->owners_count++;
+            pool->owners[found] = owner;
+        }
         ps_ptr_map_put(&pool->stream_owners, stream, found);
     }
     pool->last_stream = stream;
@@ -1065,6 +1072,7 @@ static void pool_destroy(ps_resource_t *r)
     for (uint32_t o = 0; o < pool->owners_count; o++)
         free(pool->owners[o]);
     free(pool->owners);
+    free(pool->dead_owners);
     free(pool->closed);
     free(pool->chunks);
     free(pool->blocks);
@@ -1074,8 +1082,62 @@ static void pool_destroy(ps_resource_t *r)
     free(pool);
 }
 
+/* The program is destroying `stream`. Its free list must never be reached
+ * through the dead handle again (a fence recorded on a destroyed stream
+ * crashes the driver). While the handle is still valid, its blocks are
+ * retired as a closed epoch under a fence recorded now on every stream
+ * (they become ready once the stream's work is done); then the owner is
+ * recycled for the next new stream. Without a fence: synchronize. */
+static void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
+{
+    pool_t *pool = (pool_t *)r;
+    if (!is_stream_ordered(stream) || stream == PS_STREAM_LEGACY || stream == 0)
+        return;
+    pthread_mutex_lock(&pool->lock);
+    uint64_t found;
+    if (!ps_ptr_map_remove(&pool->stream_owners, stream, &found)) {
+        pthread_mutex_unlock(&pool->lock);
+        return;
+    }
+    if (pool->last_stream == stream)
+        pool->last_stream = PS_STREAM_NONE;
+    uint32_t o = (uint32_t)found;
+    pool_owner_t *owner = pool->owners[o];
+    if (owner->free_blocks) {
+        /* gather the stream's blocks as pending, in the (empty) side epoch */
+        pool_epoch_t saved = pool->open_epoch;
+        pool->open_epoch = (pool_epoch_t){NULL, NIL, NIL, 0};
+        while (owner->fl_bitmap) {
+            unsigned fl = (unsigned)__builtin_ctzll(owner->fl_bitmap);
+            unsigned sl = (unsigned)__builtin_ctz(owner->sl_bitmap[fl]);
+            uint32_t index = owner->heads[fl][sl];
+            list_remove(pool, index);
+            epoch_append(pool, &pool->open_epoch, index);
+        }
+        /* one fence on every stream, this one included (it is still
+         * tracked, and the legacy stream covers blocking streams) */
+        int status = close_open_epoch_locked(pool);
+        if (status != PS_OK) {
+            pool->gpu->device_synchronize(pool->gpu->ctx);
+            epoch_release_blocks(pool, &pool->open_epoch);
+        }
+        pool->open_epoch = saved;
+    }
+    if (owner->fence) {
+        pool->gpu->fence_release(pool->gpu->ctx, owner->fence);
+        owner->fence = NULL;
+    }
+    owner->stream = PS_STREAM_NONE;
+    uint32_t *grown = realloc(pool->dead_owners, (pool->dead_count + 1) * sizeof *grown);
+    if (grown) { /* without room the owner is simply never reused */
+        pool->dead_owners = grown;
+        pool->dead_owners[pool->dead_count++] = o;
+    }
+    pthread_mutex_unlock(&pool->lock);
+}
+
 static const ps_resource_ops_t pool_ops = {"pool", pool_allocate, pool_deallocate, pool_trim,
-                                           pool_query, pool_destroy};
+                                           pool_query, pool_destroy, pool_stream_destroyed};
 
 /* ---- creation ---------------------------------------------------------- */
 

@@ -181,6 +181,46 @@ Test(pool_streams, cross_stream_take_records_a_fence_and_a_stream_wait)
     fixture_close(&f);
 }
 
+Test(pool_streams, destroyed_stream_blocks_wait_for_a_fence_then_become_ready)
+{
+    pool_fixture_t f;
+    open_one_chunk(&f, PS_FREE_SYNC_EVENT, 4 * PS_MiB, 0);
+    void *a, *b, *c;
+    cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, S1, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, a, 0, S1), PS_OK);
+    ps_stream_destroyed(f.pool, S1);
+    uint64_t fences = ps_host_ops_fences_recorded(f.gpu);
+    cr_assert_eq(fences, 1, "one fence retires the stream's list at the destroy");
+    cr_assert_eq(fixture_info(f.pool).bytes_pending, 4 * PS_MiB, "its blocks are pending, not free");
+    cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, S2, &b), PS_OK);
+    cr_assert_neq(b, a, "S2 must not take a block of the dead stream before the fence");
+    cr_assert_eq(ps_host_ops_stream_waits(f.gpu), 0, "nothing may wait on the dead stream");
+    ps_host_ops_complete_all(f.gpu);
+    cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &c), PS_OK);
+    cr_assert_eq(c, a, "after the fence the block is ready for everyone");
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    ps_deallocate(f.pool, b, 0, S2);
+    ps_deallocate(f.pool, c, 0, PS_STREAM_NONE);
+    fixture_close(&f);
+}
+
+Test(pool_streams, stream_churn_recycles_owners)
+{
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    fixture_open(&f, 0, 0, &o);
+    ps_host_ops_set_auto_complete(f.gpu, 1);
+    for (uintptr_t i = 0; i < 70000; i++) { /* more streams than owner indices */
+        ps_stream_t s = 0x10000 + i * 64;
+        void *p;
+        cr_assert_eq(ps_allocate(f.pool, 4096, s, &p), PS_OK, "stream %lu", (unsigned long)i);
+        cr_assert_eq(ps_deallocate(f.pool, p, 4096, s), PS_OK);
+        ps_stream_destroyed(f.pool, s);
+    }
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    fixture_close(&f);
+}
+
 Test(pool_streams, cudamalloc_waits_for_a_fence_on_the_freeing_stream)
 {
     pool_fixture_t f;
