@@ -1,0 +1,29 @@
+# The poolshim CLI's extra pieces (see docs/cli.md).
+#
+#   make tools   the CUPTI injection library build/libpoolshim_cupti.so (needs
+#                $(CUDA_HOME)/include/cupti.h; part of `all` when it exists)
+
+# Where libcupti.so lives (the toolkit keeps it in one of these).
+CUPTI_LIBDIR ?= $(firstword $(dir $(wildcard $(CUDA_HOME)/lib64/libcupti.so $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so)))
+CUPTI_LIB    := $(BUILD)/libpoolshim_cupti.so
+CUPTI_SRC    := $(sort $(wildcard tools/cupti/*.c))
+# Empty when the toolkit has no CUPTI: then nothing is built.
+TOOLS_EXTRA  := $(if $(wildcard $(CUDA_HOME)/include/cupti.h),$(if $(CUPTI_LIBDIR),$(CUPTI_LIB)))
+
+.PHONY: tools
+tools: $(CLI) $(TOOLS_EXTRA)
+all: $(TOOLS_EXTRA)
+
+$(CUPTI_LIB): $(CUPTI_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out $(SANFLAGS),$(CFLAGS)) -I$(CUDA_HOME)/include -shared -o $@ $(CUPTI_SRC) \
+	    -L$(CUPTI_LIBDIR) -Wl,-rpath,$(CUPTI_LIBDIR) -lcupti -pthread
+
+# The CLI reaches the simulated device (core/host_ops.c) and the config
+# loader (config/config.c) through weak references (tools/cli_core.c), so it
+# links while those modules are still stubs. Weak references do not pull
+# members out of an archive, so -u pulls them in once they are defined.
+TOOLS_PULL := $(if $(shell grep -ls '^int ps_host_ops_create' core/*.c),ps_host_ops_create) \
+              $(if $(shell grep -ls '^int ps_config_load' config/*.c),ps_config_load) \
+              $(if $(shell grep -ls '^int ps_parse_size' config/*.c core/*.c),ps_parse_size)
+$(CLI): LDFLAGS += $(foreach s,$(strip $(TOOLS_PULL)),-Wl,-u,$(s))
