@@ -2,8 +2,8 @@
  *
  * Exit codes (every subcommand):
  *   0    success
- *   1    the work failed (bad log, stack cannot be built, replay failures
- *        with --strict, a command that could not be profiled)
+ *   1    the work failed (bad log, stack cannot be built, a command that
+ *        could not be profiled)
  *   2    usage error (unknown option, missing `--`, bad value)
  *   126  the command was found but could not be executed (run)
  *   127  the command was not found (run)
