@@ -27,3 +27,13 @@ TOOLS_PULL := $(if $(shell grep -ls '^int ps_host_ops_create' core/*.c),ps_host_
               $(if $(shell grep -ls '^int ps_config_load' config/*.c),ps_config_load) \
               $(if $(shell grep -ls '^int ps_parse_size' config/*.c core/*.c),ps_parse_size)
 $(CLI): LDFLAGS += $(foreach s,$(strip $(TOOLS_PULL)),-Wl,-u,$(s))
+
+# The unit tests call the tools' pure functions (rendering, log parsing,
+# replay, plots) in-process: every tools object but main() goes into an
+# archive linked into build/test_unit after the core (which it needs).
+TOOLS_ARCHIVE := $(BUILD)/libpoolshim_tools.a
+TOOLS_ARCHIVE_OBJ := $(filter-out $(BUILD)/tools/poolshim.o,$(TOOL_OBJ))
+$(TOOLS_ARCHIVE): $(TOOLS_ARCHIVE_OBJ)
+	rm -f $@ && ar rcs $@ $^
+$(UNIT): $(TOOLS_ARCHIVE)
+$(UNIT): LDFLAGS += $(TOOLS_ARCHIVE) $(CORE_LIB)

@@ -85,10 +85,11 @@ static void speed_ratio(char *buf, size_t size, double old_value, double new_val
         snprintf(buf, size, "n/a");
     else if (new_value / old_value > 0.995 && new_value / old_value < 1.005)
         snprintf(buf, size, "same");
-    else if (new_value <= old_value)
-        snprintf(buf, size, "%.3gx %s", old_value / new_value, better);
-    else
-        snprintf(buf, size, "%.3gx %s", new_value / old_value, worse);
+    else {
+        double ratio = new_value <= old_value ? old_value / new_value : new_value / old_value;
+        snprintf(buf, size, "%.*fx %s", ratio >= 100 ? 0 : ratio >= 10 ? 1 : 2, ratio,
+                 new_value <= old_value ? better : worse);
+    }
 }
 
 void ab_print_table(FILE *f, const ab_results_t *results)
@@ -103,7 +104,7 @@ void ab_print_table(FILE *f, const ab_results_t *results)
         if (n > name_width)
             name_width = n;
     }
-    fprintf(f, "%-*s  %10s %10s %10s  %13s %11s %7s  %13s  %14s\n", name_width, "", "wall", "min", "max",
+    fprintf(f, "%-*s  %11s %10s %10s  %13s %11s %7s  %13s  %14s\n", name_width, "", "wall median", "min", "max",
             "alloc calls", "in calls", "share", "reached CUDA", "peak reserved");
     ab_summary_t summaries[AB_MAX_VARIANTS];
     for (size_t i = 0; i < results->variant_count; i++) {
@@ -115,7 +116,7 @@ void ab_print_table(FILE *f, const ab_results_t *results)
             snprintf(share, sizeof share, "%.1f%%", s->share * 100);
         else
             snprintf(share, sizeof share, "-");
-        fprintf(f, "%-*s  %10s %10s %10s  %13s %11s %7s  %13s  %14s\n", name_width, v->name,
+        fprintf(f, "%-*s  %11s %10s %10s  %13s %11s %7s  %13s  %14s\n", name_width, v->name,
                 cli_format_seconds(a, sizeof a, s->wall_median), cli_format_seconds(b, sizeof b, s->wall_min),
                 cli_format_seconds(c, sizeof c, s->wall_max),
                 s->have_calls ? cli_format_count(d, sizeof d, (uint64_t)(s->calls + 0.5)) : "-",

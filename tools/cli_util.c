@@ -156,20 +156,20 @@ char *cli_format_bytes(char *buf, size_t bufsize, uint64_t bytes)
 
 char *cli_format_seconds(char *buf, size_t bufsize, double seconds)
 {
-    if (seconds < 0)
-        seconds = 0;
-    if (seconds == 0)
+    static const char *const units[] = {"ns", "us", "ms", "s"};
+    if (!(seconds > 0)) {
         snprintf(buf, bufsize, "0 s");
-    else if (seconds < 1e-6)
-        snprintf(buf, bufsize, "%.0f ns", seconds * 1e9);
-    else if (seconds < 1e-3)
-        snprintf(buf, bufsize, "%.3g us", seconds * 1e6);
-    else if (seconds < 1)
-        snprintf(buf, bufsize, "%.3g ms", seconds * 1e3);
-    else if (seconds < 1000)
-        snprintf(buf, bufsize, "%.3g s", seconds);
-    else
-        snprintf(buf, bufsize, "%.0f s", seconds);
+        return buf;
+    }
+    double value = seconds * 1e9;
+    int unit = 0;
+    while (unit < 3 && value >= 999.5) {
+        value /= 1000;
+        unit++;
+    }
+    /* three significant digits, fixed (no exponent, trailing zeros kept: 57.0 s) */
+    int decimals = unit == 0 || value >= 99.95 ? 0 : value >= 9.995 ? 1 : 2;
+    snprintf(buf, bufsize, "%.*f %s", decimals, value, units[unit]);
     return buf;
 }
 

@@ -260,8 +260,8 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
     for (size_t i = 0; i < count; i++) {
         const replay_stats_t *r = &results[i];
         char alloc_op[32], free_op[32], requested[32], reserved[32], overhead[32], frag[32];
-        snprintf(alloc_op, sizeof alloc_op, "%.0f ns", per_op_ns(r->alloc_ns, r->allocations));
-        snprintf(free_op, sizeof free_op, "%.0f ns", per_op_ns(r->free_ns, r->frees));
+        cli_format_seconds(alloc_op, sizeof alloc_op, per_op_ns(r->alloc_ns, r->allocations) / 1e9);
+        cli_format_seconds(free_op, sizeof free_op, per_op_ns(r->free_ns, r->frees) / 1e9);
         cli_format_bytes(requested, sizeof requested, r->peak_requested);
         cli_format_bytes(reserved, sizeof reserved, r->peak_reserved);
         if (r->peak_requested)
