@@ -9,7 +9,8 @@
  *      than 4000 points are reduced to 2000 x-buckets keeping each
  *      bucket's maximum and last value, so peaks survive and the file stays
  *      small.
- *   4. Title, axis labels with units, grid, legend; text is XML-escaped.
+ *   4. Title, axis labels with units, grid, legend (the y axis leaves
+ *      room above the data for it); text is XML-escaped.
  */
 #include "svg_plot.h"
 
@@ -94,7 +95,10 @@ int svg_plot_write(FILE *f, const plot_spec_t *spec)
         divisor *= 1024;
         unit++;
     }
-    double y_top_units = (double)y_max / divisor;
+    /* headroom so the legend (top left) never covers a line */
+    const double legend_height = 10 + 20.0 * (double)spec->series_count;
+    const double free_fraction = 1 - (legend_height + 24) / (PLOT_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM);
+    double y_top_units = (double)y_max / divisor / (free_fraction > 0.3 ? free_fraction : 0.3);
     double y_step = plot_nice_step(y_top_units > 0 ? y_top_units : 1, 6);
     double y_axis_max = ceil(y_top_units / y_step - 1e-9) * y_step;
     if (y_axis_max <= 0)
@@ -196,9 +200,13 @@ int svg_plot_write(FILE *f, const plot_spec_t *spec)
 
     /* legend */
     double legend_x = MARGIN_LEFT + 12, legend_y = MARGIN_TOP + 12;
-    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"330\" height=\"%zu\" fill=\"white\" "
+    size_t longest = 0;
+    for (size_t s = 0; s < spec->series_count; s++)
+        if (strlen(spec->series[s].name) > longest)
+            longest = strlen(spec->series[s].name);
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\" fill=\"white\" "
                "fill-opacity=\"0.85\" stroke=\"#999\"/>\n",
-            legend_x, legend_y, 10 + 20 * spec->series_count);
+            legend_x, legend_y, 60 + 7.0 * (double)longest, legend_height);
     for (size_t s = 0; s < spec->series_count; s++) {
         double y = legend_y + 18 + 20.0 * (double)s;
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2.5\"%s/>\n",
