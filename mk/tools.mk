@@ -37,3 +37,10 @@ $(TOOLS_ARCHIVE): $(TOOLS_ARCHIVE_OBJ)
 	rm -f $@ && ar rcs $@ $^
 $(UNIT): $(TOOLS_ARCHIVE)
 $(UNIT): LDFLAGS += $(TOOLS_ARCHIVE) $(CORE_LIB)
+
+# `make install` also installs the CUPTI library beside libpoolshim.so, where
+# `poolshim ab` looks for it (PREFIX/lib, ../lib from PREFIX/bin).
+.PHONY: install-tools
+install: install-tools
+install-tools: $(TOOLS_EXTRA)
+	$(if $(TOOLS_EXTRA),install -d $(DESTDIR)$(PREFIX)/lib && install -m 755 $(TOOLS_EXTRA) $(DESTDIR)$(PREFIX)/lib/,@true)
