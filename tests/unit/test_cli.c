@@ -604,8 +604,13 @@ static void checking_query(ps_resource_t *r, ps_resource_info_t *info)
 
 static void checking_destroy(ps_resource_t *r) { (void)r; }
 
-static const ps_resource_ops_t checking_ops = {"checking", checking_allocate, checking_deallocate, NULL,
-                                               checking_query, checking_destroy};
+static const ps_resource_ops_t checking_ops = {
+    .type_name = "checking",
+    .allocate = checking_allocate,
+    .deallocate = checking_deallocate,
+    .query = checking_query,
+    .destroy = checking_destroy,
+};
 
 Test(replay, peak_requested_matches_an_independent_count)
 {
