@@ -237,10 +237,8 @@ int ab_run_add_shim_stats(ab_run_t *run, const json_value_t *stats)
         return -1;
     static const char *const calls[] = {"cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync",
                                         "cuMemAlloc", "cuMemFree", "cuMemAllocAsync", "cuMemFreeAsync"};
-    ab_run_t r = *run;
+    ab_run_t r = *run; /* adds to what is there: one report per process of the run */
     r.have_shim = 1;
-    r.shim_calls = r.shim_time_ns = r.requested_peak = r.reserved_peak = r.upstream_calls = 0;
-    r.shim_failures = 0;
     for (size_t d = 0; d < devices->count; d++) {
         const json_value_t *dev = &devices->items[d];
         for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
@@ -262,10 +260,10 @@ int ab_run_add_cupti_report(ab_run_t *run, const json_value_t *report)
 {
     if (!json_get(report, "poolshim_cupti"))
         return -1;
-    run->have_cupti = 1;
-    run->cuda_calls = json_u64(report, "alloc_calls", 0) + json_u64(report, "free_calls", 0);
-    run->cuda_time_ns = json_u64(report, "alloc_time_ns", 0) + json_u64(report, "free_time_ns", 0);
-    run->cuda_peak_bytes = json_u64(report, "bytes.peak", 0);
+    run->have_cupti = 1; /* adds, like ab_run_add_shim_stats */
+    run->cuda_calls += json_u64(report, "alloc_calls", 0) + json_u64(report, "free_calls", 0);
+    run->cuda_time_ns += json_u64(report, "alloc_time_ns", 0) + json_u64(report, "free_time_ns", 0);
+    run->cuda_peak_bytes += json_u64(report, "bytes.peak", 0);
     return 0;
 }
 

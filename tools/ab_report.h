@@ -73,8 +73,10 @@ void ab_print_json(FILE *f, const ab_results_t *results);
 /* Reads `ab --json` output. */
 int ab_results_parse(const char *text, ab_results_t *out, char *err, size_t errsize);
 
-/* Fill a run from the shim's exit statistics (POOLSHIM_STATS=json) and
- * from the CUPTI library's report; 0, or -1 when the document is not one. */
+/* Add to a run the shim's exit statistics (POOLSHIM_STATS=json) or the
+ * CUPTI library's report of one process (a run may have several
+ * processes: counts and times add up, peaks add up to an upper bound);
+ * 0, or -1 when the document is not one (run unchanged). */
 int ab_run_add_shim_stats(ab_run_t *run, const json_value_t *stats);
 int ab_run_add_cupti_report(ab_run_t *run, const json_value_t *report);
 

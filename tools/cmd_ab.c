@@ -9,12 +9,13 @@
  *      private temporary directory; time fork -> wait on the monotonic
  *      clock.
  *        baseline: CUDA_INJECTION64_PATH = libpoolshim_cupti.so,
- *                  POOLSHIM_CUPTI_OUT = DIR/cupti-V-R.json (every allocation
+ *                  POOLSHIM_CUPTI_OUT = DIR/cupti-V-R-%p.json (every allocation
  *                  call counted and timed by CUPTI);
  *        configs:  LD_PRELOAD += libpoolshim.so, POOLSHIM_CONFIG,
- *                  POOLSHIM_STATS=json, POOLSHIM_STATS_FILE = DIR/stats-V-R.json,
+ *                  POOLSHIM_STATS=json, POOLSHIM_STATS_FILE = DIR/stats-V-R-%p.json,
  *                  and the CUPTI library too (what still reaches CUDA).
- *   3. Read the JSON files into an ab_results_t; render (ab_report.c).
+ *   3. Read the JSON files (one per process that loaded CUDA; %p = pid)
+ *      and add them up into an ab_results_t; render (ab_report.c).
  *   4. --plot: the first config's first run also writes POOLSHIM_LOG; it is
  *      drawn like `poolshim plot` (reserved from a simulated replay).
  * Progress goes to stderr only when stderr is a terminal. The temporary
@@ -99,13 +100,38 @@ static json_value_t *read_json_file(const char *path)
     return value;
 }
 
+/* Adds every report file DIR/PREFIX*.json of one run (one per process). */
+static void add_reports(const char *directory, const char *prefix, ab_run_t *run, int shim)
+{
+    DIR *dir = opendir(directory);
+    if (!dir)
+        return;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        if (strncmp(entry->d_name, prefix, strlen(prefix)) != 0)
+            continue;
+        char path[PATH_MAX + 256];
+        snprintf(path, sizeof path, "%s/%s", directory, entry->d_name);
+        json_value_t *report = read_json_file(path);
+        if (report && (shim ? ab_run_add_shim_stats(run, report) : ab_run_add_cupti_report(run, report)) != 0)
+            fprintf(stderr, "poolshim: warning: ab: %s: not %s\n", path,
+                    shim ? "the shim's statistics" : "a CUPTI report");
+        json_free(report);
+    }
+    closedir(dir);
+}
+
 /* Runs the command once for `variant`; fills run. */
 static int run_once(const ab_session_t *session, const ab_variant_t *variant, size_t variant_index,
                     size_t run_index, int write_log, ab_run_t *run)
 {
-    char cupti_out[PATH_MAX + 64], stats_out[PATH_MAX + 64], output[PATH_MAX + 64];
-    snprintf(cupti_out, sizeof cupti_out, "%s/cupti-%zu-%zu.json", session->directory, variant_index, run_index);
-    snprintf(stats_out, sizeof stats_out, "%s/stats-%zu-%zu.json", session->directory, variant_index, run_index);
+    /* one report per process: %p (pid) lets every process of the run write its own */
+    char cupti_prefix[64], stats_prefix[64], cupti_out[PATH_MAX + 128], stats_out[PATH_MAX + 128];
+    char output[PATH_MAX + 64];
+    snprintf(cupti_prefix, sizeof cupti_prefix, "cupti-%zu-%zu-", variant_index, run_index);
+    snprintf(stats_prefix, sizeof stats_prefix, "stats-%zu-%zu-", variant_index, run_index);
+    snprintf(cupti_out, sizeof cupti_out, "%s/%s%%p.json", session->directory, cupti_prefix);
+    snprintf(stats_out, sizeof stats_out, "%s/%s%%p.json", session->directory, stats_prefix);
     snprintf(output, sizeof output, "%s/output-%zu-%zu.txt", session->directory, variant_index, run_index);
     memset(run, 0, sizeof *run);
 
@@ -146,16 +172,9 @@ static int run_once(const ab_session_t *session, const ab_variant_t *variant, si
     run->wall_s = (double)(ps_now_ns() - start) / 1e9;
     run->exit_code = cli_exit_code_of(status);
 
-    json_value_t *report = read_json_file(cupti_out);
-    if (report)
-        ab_run_add_cupti_report(run, report);
-    json_free(report);
-    if (!variant->is_baseline) {
-        json_value_t *stats = read_json_file(stats_out);
-        if (stats && ab_run_add_shim_stats(run, stats) != 0)
-            fprintf(stderr, "poolshim: warning: ab: %s: not the shim's statistics\n", stats_out);
-        json_free(stats);
-    }
+    add_reports(session->directory, cupti_prefix, run, 0);
+    if (!variant->is_baseline)
+        add_reports(session->directory, stats_prefix, run, 1);
     if (run->exit_code == CLI_EXIT_NOT_FOUND || run->exit_code == CLI_EXIT_CANNOT_EXECUTE) {
         char *text;
         if (cli_read_file(output, &text, NULL) == 0) {

@@ -777,3 +777,74 @@ Test(plot, replay_plot_option_writes_the_same_kind_of_chart)
     cli_result_free(&r);
     unlink(svg);
 }
+
+Test(ab, adds_up_the_reports_every_process_of_a_run_writes)
+{
+    /* The "program" plays both the shim and the CUPTI library: it copies the
+     * recorded reports to the paths ab names in the environment (%p = pid),
+     * the shim's report twice, as two processes of one run would. */
+    char lib_env[1100], cupti_env[1100], script[2048];
+    snprintf(lib_env, sizeof lib_env, "POOLSHIM_LIB=%s", harmless_library());
+    snprintf(cupti_env, sizeof cupti_env, "POOLSHIM_CUPTI_LIB=%s", harmless_library());
+    snprintf(script, sizeof script,
+             "test -n \"$CUDA_INJECTION64_PATH\" || exit 9; "
+             "cp %s \"$(echo \"$POOLSHIM_CUPTI_OUT\" | sed \"s/%%p/$$/\")\"; "
+             "if [ -n \"$POOLSHIM_STATS_FILE\" ]; then "
+             "cp %s \"$(echo \"$POOLSHIM_STATS_FILE\" | sed \"s/%%p/$$/\")\"; "
+             "cp %s \"$(echo \"$POOLSHIM_STATS_FILE\" | sed \"s/%%p/$$-child/\")\"; fi",
+             data_path("cli/cupti_report.json"), data_path("cli/shim_stats.json"), data_path("cli/shim_stats.json"));
+    const char *env[] = {lib_env, cupti_env, NULL};
+    cli_result_t r = run_cli((const char *[]){"ab", "--runs", "2", "--json", "--", "/bin/sh", "-c", script, NULL}, env);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s\nstdout: %s", r.err, r.out);
+    json_value_t *doc;
+    char err[128];
+    cr_assert_eq(json_parse(r.out, &doc, err, sizeof err), 0, "%s", err);
+    const json_value_t *variants = json_get(doc, "variants");
+    cr_assert(variants && variants->count == 2);
+
+    /* expected figures, read from the recorded files here */
+    char *text = slurp(data_path("cli/shim_stats.json"));
+    json_value_t *stats;
+    cr_assert_eq(json_parse(text, &stats, err, sizeof err), 0);
+    ab_run_t one;
+    memset(&one, 0, sizeof one);
+    cr_assert_eq(ab_run_add_shim_stats(&one, stats), 0);
+    json_free(stats);
+    free(text);
+
+    for (size_t i = 0; i < 2; i++) {
+        const json_value_t *baseline_run = &json_get(&variants->items[0], "runs")->items[i];
+        const json_value_t *shim_run = &json_get(&variants->items[1], "runs")->items[i];
+        cr_expect_eq(json_u64(baseline_run, "cupti.calls", 0), 507 + 506);
+        cr_expect_null(json_path(baseline_run, "shim.calls"), "the baseline has no shim");
+        cr_expect_eq(json_u64(shim_run, "cupti.calls", 0), 507 + 506);
+        cr_expect_eq(json_u64(shim_run, "shim.calls", 0), 2 * one.shim_calls, "two processes add up");
+        cr_expect_eq(json_u64(shim_run, "shim.time_ns", 0), 2 * one.shim_time_ns);
+    }
+    json_free(doc);
+    cli_result_free(&r);
+}
+
+Test(plot, log_without_times_uses_event_numbers_and_binary_units)
+{
+    char log_path[] = "/tmp/poolshim-test-log-XXXXXX";
+    int fd = mkstemp(log_path);
+    cr_assert(fd >= 0);
+    /* 3 GiB at the peak: the y axis must switch to GiB */
+    const char text[] = "Action,Pointer,Size\nallocate,0x1000,2147483648\nallocate,0x2000,1073741824\n"
+                        "free,0x1000,2147483648\nfree,0x2000,1073741824\n";
+    cr_assert_eq(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
+    close(fd);
+    char svg[64];
+    snprintf(svg, sizeof svg, "%s.svg", log_path);
+    cli_result_t r = run_cli((const char *[]){"plot", log_path, "-o", svg, NULL}, NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    char *out = slurp(svg);
+    cr_assert_not_null(out);
+    cr_expect(strstr(out, "event number"), "x axis counts events when the log has no Time column");
+    cr_expect(strstr(out, "memory (GiB)"));
+    free(out);
+    cli_result_free(&r);
+    unlink(svg);
+    unlink(log_path);
+}
