@@ -24,8 +24,7 @@ $(CUPTI_LIB): $(CUPTI_SRC)
 # links while those modules are still stubs. Weak references do not pull
 # members out of an archive, so -u pulls them in once they are defined.
 TOOLS_PULL := $(if $(shell grep -ls '^int ps_host_ops_create' core/*.c),ps_host_ops_create) \
-              $(if $(shell grep -ls '^int ps_config_load' config/*.c),ps_config_load) \
-              $(if $(shell grep -ls '^int ps_parse_size' config/*.c core/*.c),ps_parse_size)
+              $(if $(shell grep -ls '^int ps_config_load' config/*.c),ps_config_load)
 $(CLI): LDFLAGS += $(foreach s,$(strip $(TOOLS_PULL)),-Wl,-u,$(s))
 
 # The unit tests call the tools' pure functions (rendering, log parsing,

@@ -181,13 +181,12 @@ int svg_plot_write(FILE *f, const plot_spec_t *spec)
                 double bucket_end = x_min + (double)(bucket + 1) * width;
                 uint64_t highest = series->y[i], last = series->y[i];
                 double x_first = series->x[i];
-                for (; i < series->count && series->x[i] < bucket_end; i++) {
+                do { /* at least one point per bucket, so this always advances */
                     if (series->y[i] > highest)
                         highest = series->y[i];
                     last = series->y[i];
-                }
-                if (i < series->count && series->x[i] < x_first) /* x not sorted: advance anyway */
                     i++;
+                } while (i < series->count && series->x[i] < bucket_end);
                 double px = PX(x_first);
                 fprintf(f, " %.1f,%.1f %.1f,%.1f %.1f,%.1f", px, previous_y, px, PY(highest),
                         PX(bucket_end > x_axis_max ? x_axis_max : bucket_end), PY(last));

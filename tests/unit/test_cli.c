@@ -848,3 +848,44 @@ Test(plot, log_without_times_uses_event_numbers_and_binary_units)
     unlink(svg);
     unlink(log_path);
 }
+
+Test(plot, long_series_are_reduced_but_keep_their_peak)
+{
+    enum { N = 100000 };
+    double *x = malloc(N * sizeof *x);
+    uint64_t *y = malloc(N * sizeof *y);
+    for (size_t i = 0; i < N; i++) {
+        x[i] = (double)i * 1e-3;
+        y[i] = (i % 1000) * (uint64_t)1048576; /* saw tooth up to 999 MiB */
+    }
+    y[N / 2] = (uint64_t)5 << 30; /* one 5 GiB spike */
+    plot_series_t series = {.name = "requested", .x = x, .y = y, .count = N};
+    plot_spec_t spec = {.title = "long", .x_is_time = 1, .series = &series, .series_count = 1};
+    char *text = NULL;
+    size_t length = 0;
+    FILE *f = open_memstream(&text, &length);
+    cr_assert_eq(svg_plot_write(f, &spec), 0);
+    fclose(f);
+    cr_expect_lt(length, 200000, "100k points must not give a %zu-byte SVG", length);
+    cr_expect(strstr(text, "memory (GiB)"), "the spike sets the unit");
+    /* the spike is drawn: some point sits at the plot's highest data y */
+    const char *points = strstr(text, "points=\"");
+    cr_assert_not_null(points);
+    double lowest_y = 1e9; /* SVG y grows downwards */
+    for (const char *p = points + 8; *p && *p != '"';) {
+        double px, py;
+        int used;
+        if (sscanf(p, "%lf,%lf%n", &px, &py, &used) != 2)
+            break;
+        if (py < lowest_y)
+            lowest_y = py;
+        p += used;
+        while (*p == ' ')
+            p++;
+    }
+    /* 999 MiB would sit near the bottom of a >5 GiB axis; the spike well above it */
+    cr_expect_lt(lowest_y, 300, "highest point drawn at y=%g", lowest_y);
+    free(text);
+    free(x);
+    free(y);
+}
