@@ -889,3 +889,47 @@ Test(plot, long_series_are_reduced_but_keep_their_peak)
     free(x);
     free(y);
 }
+
+/* ---- the JSON reader ------------------------------------------------------ */
+
+Test(json, reads_nested_values_and_exact_integers)
+{
+    const char text[] = "{\"a\": {\"b\": [1, 2.5, -3, true, null, \"x\\ny\\u00e9\"]}, \"big\": 18446744073709551615}";
+    json_value_t *v;
+    char err[128];
+    cr_assert_eq(json_parse(text, &v, err, sizeof err), 0, "%s", err);
+    const json_value_t *b = json_path(v, "a.b");
+    cr_assert(b && b->type == JSON_ARRAY && b->count == 6);
+    cr_expect(b->items[0].is_integer && b->items[0].integer == 1);
+    cr_expect_float_eq(b->items[1].number, 2.5, 1e-12);
+    cr_expect(!b->items[2].is_integer, "negative numbers are not uint64");
+    cr_expect(b->items[3].type == JSON_BOOL && b->items[3].boolean);
+    cr_expect_eq(b->items[4].type, JSON_NULL);
+    cr_expect_str_eq(b->items[5].string, "x\ny\xc3\xa9");
+    cr_expect_eq(json_u64(v, "big", 0), UINT64_MAX, "exact beyond 2^53");
+    cr_expect_eq(json_u64(v, "a.missing", 7), 7);
+    json_free(v);
+}
+
+Test(json, errors_say_line_and_column_and_depth_is_bounded)
+{
+    json_value_t *v;
+    char err[128];
+    cr_expect_eq(json_parse("{\"a\": 1,\n \"b\": }", &v, err, sizeof err), -1);
+    cr_expect(strstr(err, "line 2, column 7"), "%s", err);
+    cr_expect_eq(json_parse("{\"a\": 1} trailing", &v, err, sizeof err), -1);
+    cr_expect_eq(json_parse("\"unterminated", &v, err, sizeof err), -1);
+    char deep[400];
+    memset(deep, '[', sizeof deep - 1);
+    deep[sizeof deep - 1] = '\0';
+    cr_expect_eq(json_parse(deep, &v, err, sizeof err), -1);
+    cr_expect(strstr(err, "deep"), "%s", err);
+    /* random truncations of a valid document never crash */
+    const char doc[] = "{\"poolshim\": 1, \"devices\": [{\"calls\": {\"cudaMalloc\": 3}, \"s\": \"a\\\"b\"}]}";
+    for (size_t n = 0; n < sizeof doc - 1; n++) {
+        char cut[sizeof doc];
+        memcpy(cut, doc, n);
+        cut[n] = '\0';
+        cr_expect_eq(json_parse(cut, &v, err, sizeof err), -1, "prefix of %zu bytes parsed", n);
+    }
+}
