@@ -1,3 +1,65 @@
-/* STUB: the poolshim CLI (replaced by the tools work). */
+/* poolshim: the command-line tool.
+ *
+ *   poolshim run    [options] -- CMD ARGS...   run CMD with the shim preloaded
+ *   poolshim ab     [options] -- CMD ARGS...   A/B: CMD without and with the shim
+ *   poolshim replay LOG.csv [options]          replay an allocation log against stacks
+ *   poolshim plot   LOG.csv -o memory.svg      memory over time as an SVG
+ *   poolshim config [options]                  the effective configuration
+ *
+ * Algorithm: 1. find the subcommand (argv[1]); 2. hand it argv from its
+ * name on; 3. return its exit code (tools/cli.h lists them).
+ */
 #include <stdio.h>
-int main(void) { fprintf(stderr, "poolshim: not built yet\n"); return 2; }
+#include <string.h>
+
+#include "cli.h"
+
+static const char usage_text[] =
+    "usage: poolshim <command> [options]\n"
+    "\n"
+    "Cheap cudaMalloc/cudaFree for unmodified CUDA programs (LD_PRELOAD pool allocator).\n"
+    "\n"
+    "commands:\n"
+    "  run     run a program with the shim preloaded        poolshim run -- ./app args\n"
+    "  ab      time a program without and with the shim     poolshim ab --runs 3 -- ./app\n"
+    "  replay  replay an allocation log against stacks      poolshim replay log.csv --simulate 80GiB\n"
+    "  plot    draw memory over time from a log (SVG)       poolshim plot log.csv -o memory.svg\n"
+    "  config  show or check the effective configuration    poolshim config --help\n"
+    "\n"
+    "'poolshim <command> --help' describes each command. Documentation: docs/cli.md\n";
+
+typedef struct subcommand {
+    const char *name;                  /* as typed */
+    int (*run)(int argc, char **argv); /* entry point */
+} subcommand_t;
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage_text, stderr);
+        return CLI_EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
+        fputs(usage_text, stdout);
+        return CLI_EXIT_OK;
+    }
+    const subcommand_t subcommands[] = {
+        {"run", ps_cmd_run},
+        {"ab", ps_cmd_ab},
+        {"replay", ps_cmd_replay},
+        {"plot", ps_cmd_plot},
+        {"config", ps_cmd_config},
+    };
+    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++) {
+        if (strcmp(name, subcommands[i].name) != 0)
+            continue;
+        if (!subcommands[i].run) {
+            fprintf(stderr, "poolshim: error: '%s' is not available in this build\n", name);
+            return CLI_EXIT_FAILURE;
+        }
+        return subcommands[i].run(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "poolshim: error: unknown command '%s'\n\n%s", name, usage_text);
+    return CLI_EXIT_USAGE;
+}

@@ -1,0 +1,935 @@
+/* The poolshim command: argument handling, `run`, `ab` rendering from
+ * recorded inputs, log reading, replay, plots.
+ *
+ * Most tests start the real CLI (POOLSHIM_CLI, set by `make test-unit`)
+ * with its output sent to files; the pure parts (rendering, log parser,
+ * replay engine, tick choice) are also called in-process. Data comes from
+ * POOLSHIM_TEST_DATA (tests/data).
+ */
+#include <criterion/criterion.h>
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <link.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../../core/resource.h"
+#include "../../tools/ab_report.h"
+#include "../../tools/json.h"
+#include "../../tools/memlog.h"
+#include "../../tools/replay.h"
+#include "../../tools/svg_plot.h"
+
+/* ---- helpers ------------------------------------------------------------ */
+
+typedef struct cli_result {
+    int exit_code;   /* shell-style: 128+signal when killed */
+    char *out;       /* stdout */
+    char *err;       /* stderr */
+} cli_result_t;
+
+static const char *cli_path(void)
+{
+    const char *path = getenv("POOLSHIM_CLI");
+    return path && *path ? path : "build/poolshim";
+}
+
+static const char *data_dir(void)
+{
+    const char *path = getenv("POOLSHIM_TEST_DATA");
+    return path && *path ? path : "tests/data";
+}
+
+static char *data_path(const char *relative)
+{
+    static char buf[4][1024];
+    static int next;
+    char *out = buf[next++ % 4];
+    snprintf(out, sizeof buf[0], "%s/%s", data_dir(), relative);
+    return out;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)n + 1);
+    size_t got = fread(text, 1, (size_t)n, f);
+    text[got] = '\0';
+    fclose(f);
+    return text;
+}
+
+/* Runs the CLI with `args` (NULL-terminated, without argv[0]); `env` is a
+ * NULL-terminated list of "NAME=value" ("NAME=" alone unsets NAME). */
+static cli_result_t run_cli(const char *const *args, const char *const *env)
+{
+    char out_path[] = "/tmp/poolshim-test-out-XXXXXX", err_path[] = "/tmp/poolshim-test-err-XXXXXX";
+    int out_fd = mkstemp(out_path), err_fd = mkstemp(err_path);
+    cr_assert(out_fd >= 0 && err_fd >= 0);
+    const char *argv[64];
+    size_t n = 0;
+    argv[n++] = cli_path();
+    for (; args[n - 1] && n < 63; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        dup2(out_fd, 1);
+        dup2(err_fd, 2);
+        for (const char *const *e = env; e && *e; e++) {
+            const char *eq = strchr(*e, '=');
+            char name[256];
+            snprintf(name, sizeof name, "%.*s", (int)(eq - *e), *e);
+            if (eq[1])
+                setenv(name, eq + 1, 1);
+            else
+                unsetenv(name);
+        }
+        execv(argv[0], (char *const *)argv);
+        _exit(99);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    close(out_fd);
+    close(err_fd);
+    cli_result_t r = {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), slurp(out_path),
+                      slurp(err_path)};
+    unlink(out_path);
+    unlink(err_path);
+    cr_assert_neq(r.exit_code, 99, "could not execute %s", argv[0]);
+    return r;
+}
+
+static void cli_result_free(cli_result_t *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+/* Absolute path of a harmless shared library to stand in for libpoolshim.so
+ * (the real one may be sanitizer-built, or not built in this tree). */
+static const char *harmless_library(void)
+{
+    static char path[1024];
+    void *handle = dlopen("libm.so.6", RTLD_NOW);
+    cr_assert_not_null(handle);
+    struct link_map *map = NULL;
+    cr_assert_eq(dlinfo(handle, RTLD_DI_LINKMAP, &map), 0);
+    char *resolved = realpath(map->l_name, NULL); /* the CLI reports resolved paths */
+    cr_assert_not_null(resolved);
+    snprintf(path, sizeof path, "%s", resolved);
+    free(resolved);
+    cr_assert(path[0] == '/', "libm path %s", path);
+    return path;
+}
+
+static int have_tool(const char *name)
+{
+    char command[256];
+    snprintf(command, sizeof command, "command -v %s >/dev/null 2>&1", name);
+    return system(command) == 0;
+}
+
+/* ---- argument handling ------------------------------------------------------ */
+
+Test(cli, help_exits_zero_for_every_subcommand)
+{
+    const char *commands[] = {"run", "ab", "replay", "plot"};
+    for (size_t i = 0; i < 4; i++) {
+        cli_result_t r = run_cli((const char *[]){commands[i], "--help", NULL}, NULL);
+        cr_expect_eq(r.exit_code, 0, "%s --help exited %d", commands[i], r.exit_code);
+        char expected[64];
+        snprintf(expected, sizeof expected, "usage: poolshim %s", commands[i]);
+        cr_expect(strstr(r.out, expected), "%s --help printed: %s", commands[i], r.out);
+        cli_result_free(&r);
+    }
+    cli_result_t r = run_cli((const char *[]){"--help", NULL}, NULL);
+    cr_expect_eq(r.exit_code, 0);
+    cr_expect(strstr(r.out, "replay"));
+    cli_result_free(&r);
+}
+
+Test(cli, no_command_and_unknown_command_are_usage_errors)
+{
+    cli_result_t r = run_cli((const char *[]){NULL}, NULL);
+    cr_expect_eq(r.exit_code, 2);
+    cli_result_free(&r);
+    r = run_cli((const char *[]){"frobnicate", NULL}, NULL);
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect(strstr(r.err, "unknown command 'frobnicate'"), "stderr: %s", r.err);
+    cli_result_free(&r);
+}
+
+Test(cli, unknown_option_is_a_usage_error_naming_the_option)
+{
+    const char *commands[] = {"run", "ab", "replay", "plot"};
+    for (size_t i = 0; i < 4; i++) {
+        cli_result_t r = run_cli((const char *[]){commands[i], "--no-such-option", "--", "true", NULL}, NULL);
+        cr_expect_eq(r.exit_code, 2, "%s exited %d", commands[i], r.exit_code);
+        cr_expect(strstr(r.err, "poolshim: error:") && strstr(r.err, "--no-such-option"), "stderr: %s", r.err);
+        cli_result_free(&r);
+    }
+}
+
+Test(cli, run_and_ab_require_double_dash_before_the_command)
+{
+    const char *commands[] = {"run", "ab"};
+    for (size_t i = 0; i < 2; i++) {
+        cli_result_t r = run_cli((const char *[]){commands[i], "true", NULL}, NULL);
+        cr_expect_eq(r.exit_code, 2);
+        cr_expect(strstr(r.err, "'--'"), "stderr: %s", r.err);
+        cli_result_free(&r);
+        r = run_cli((const char *[]){commands[i], NULL}, NULL);
+        cr_expect_eq(r.exit_code, 2);
+        cr_expect(strstr(r.err, "no command"), "stderr: %s", r.err);
+        cli_result_free(&r);
+    }
+}
+
+Test(cli, bad_option_values_are_usage_errors)
+{
+    cli_result_t r = run_cli((const char *[]){"ab", "--runs", "0", "--", "true", NULL}, NULL);
+    cr_expect_eq(r.exit_code, 2);
+    cli_result_free(&r);
+    r = run_cli((const char *[]){"replay", data_path("logs/small.csv"), "--simulate", "lots", NULL}, NULL);
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect(strstr(r.err, "lots"));
+    cli_result_free(&r);
+    r = run_cli((const char *[]){"run", "-o", "novalue", "--", "true", NULL}, NULL);
+    cr_expect_eq(r.exit_code, 2);
+    cli_result_free(&r);
+    r = run_cli((const char *[]){"plot", data_path("logs/small.csv"), NULL}, NULL);
+    cr_expect_eq(r.exit_code, 2, "plot without -o");
+    cli_result_free(&r);
+}
+
+/* ---- run ------------------------------------------------------------------- */
+
+Test(cli, run_appends_to_existing_preload_and_passes_exit_status_through)
+{
+    const char *library = harmless_library();
+    char lib_env[1100];
+    snprintf(lib_env, sizeof lib_env, "POOLSHIM_LIB=%s", library);
+    /* the existing preload does not exist: ld.so warns and goes on, which keeps
+     * sanitizer builds of the CLI happy while still testing the appending */
+    const char *env[] = {lib_env, "LD_PRELOAD=/nonexistent/libother.so", "ASAN_OPTIONS=verify_asan_link_order=0",
+                         NULL};
+    cli_result_t r = run_cli((const char *[]){"run", "--", "/bin/sh", "-c", "echo \"$LD_PRELOAD\"; exit 3", NULL},
+                             env);
+    cr_expect_eq(r.exit_code, 3);
+    char expected[1200];
+    snprintf(expected, sizeof expected, "/nonexistent/libother.so:%s\n", library);
+    cr_expect_str_eq(r.out, expected);
+    cli_result_free(&r);
+}
+
+Test(cli, run_sets_config_joined_options_and_stats)
+{
+    char lib_env[1100];
+    snprintf(lib_env, sizeof lib_env, "POOLSHIM_LIB=%s", harmless_library());
+    const char *env[] = {lib_env, "LD_PRELOAD=", "POOLSHIM_OPTIONS=", NULL};
+    cli_result_t r = run_cli(
+        (const char *[]){"run", "--config", "my.ini", "-o", "global.free_sync=none", "-o", "resource.main.type=arena",
+                         "--stats=json", "--", "/bin/sh", "-c",
+                         "echo \"$POOLSHIM_CONFIG|$POOLSHIM_OPTIONS|$POOLSHIM_STATS|$LD_PRELOAD\"", NULL},
+        env);
+    cr_expect_eq(r.exit_code, 0);
+    char expected[1400];
+    snprintf(expected, sizeof expected, "my.ini|global.free_sync=none,resource.main.type=arena|json|%s\n",
+             harmless_library());
+    cr_expect_str_eq(r.out, expected);
+    cli_result_free(&r);
+}
+
+Test(cli, run_reports_128_plus_signal_and_127_for_missing_commands)
+{
+    char lib_env[1100];
+    snprintf(lib_env, sizeof lib_env, "POOLSHIM_LIB=%s", harmless_library());
+    const char *env[] = {lib_env, NULL};
+    cli_result_t r = run_cli((const char *[]){"run", "--", "/bin/sh", "-c", "kill -TERM $$", NULL}, env);
+    cr_expect_eq(r.exit_code, 128 + 15);
+    cli_result_free(&r);
+    r = run_cli((const char *[]){"run", "--", "/nonexistent/program", NULL}, env);
+    cr_expect_eq(r.exit_code, 127);
+    cr_expect(strstr(r.err, "/nonexistent/program"));
+    cli_result_free(&r);
+}
+
+Test(cli, run_without_the_library_says_where_it_looked)
+{
+    const char *env[] = {"POOLSHIM_LIB=/nonexistent/libpoolshim.so", NULL};
+    cli_result_t r = run_cli((const char *[]){"run", "--", "true", NULL}, env);
+    cr_expect_eq(r.exit_code, 1);
+    cr_expect(strstr(r.err, "POOLSHIM_LIB"), "stderr: %s", r.err);
+    cli_result_free(&r);
+}
+
+/* ---- ab ---------------------------------------------------------------------- */
+
+static void expect_render_matches(const char *name)
+{
+    char json_name[128], text_name[128];
+    snprintf(json_name, sizeof json_name, "cli/%s.json", name);
+    snprintf(text_name, sizeof text_name, "cli/%s.txt", name);
+    char *json = slurp(data_path(json_name)), *expected = slurp(data_path(text_name));
+    cr_assert(json && expected, "missing %s or %s", json_name, text_name);
+    ab_results_t *results = calloc(1, sizeof *results);
+    char err[256];
+    cr_assert_eq(ab_results_parse(json, results, err, sizeof err), 0, "%s", err);
+    char *text = NULL;
+    size_t length = 0;
+    FILE *f = open_memstream(&text, &length);
+    ab_print_table(f, results);
+    fclose(f);
+    cr_expect_str_eq(text, expected);
+    /* the CLI renders the same table */
+    cli_result_t r = run_cli((const char *[]){"ab", "--render", data_path(json_name), NULL}, NULL);
+    cr_expect_eq(r.exit_code, 0);
+    cr_expect_str_eq(r.out, expected);
+    cli_result_free(&r);
+    free(text);
+    free(results);
+    free(json);
+    free(expected);
+}
+
+Test(ab, table_matches_recorded_output_for_two_configs) { expect_render_matches("ab_two_configs"); }
+Test(ab, table_shows_dashes_and_warnings_when_figures_are_missing) { expect_render_matches("ab_missing_figures"); }
+
+Test(ab, summary_takes_medians_and_ratios_against_the_baseline)
+{
+    ab_results_t *results = calloc(1, sizeof *results);
+    char *json = slurp(data_path("cli/ab_two_configs.json")), err[256];
+    cr_assert_eq(ab_results_parse(json, results, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(results->variant_count, 3);
+    /* medians computed here from the recorded runs, independently of the renderer */
+    for (size_t v = 0; v < results->variant_count; v++) {
+        const ab_variant_t *variant = &results->variants[v];
+        cr_assert_eq(variant->run_count, 3);
+        double w[3];
+        for (int i = 0; i < 3; i++)
+            w[i] = variant->runs[i].wall_s;
+        double lo = w[0] < w[1] ? w[0] : w[1], hi = w[0] < w[1] ? w[1] : w[0];
+        double median = w[2] < lo ? lo : w[2] > hi ? hi : w[2];
+        ab_summary_t s;
+        ab_summarize(variant, &s);
+        cr_expect_float_eq(s.wall_median, median, 1e-9);
+        cr_expect_leq(s.wall_min, s.wall_median);
+        cr_expect_geq(s.wall_max, s.wall_median);
+        cr_expect(s.have_calls && s.have_peak);
+        cr_expect_float_eq(s.share, s.alloc_time_s / s.wall_median, 1e-12);
+    }
+    /* JSON output reads back to the same table */
+    char *first = NULL, *second = NULL, *json_text = NULL;
+    size_t n1, n2, n3;
+    FILE *f = open_memstream(&first, &n1);
+    ab_print_table(f, results);
+    fclose(f);
+    f = open_memstream(&json_text, &n3);
+    ab_print_json(f, results);
+    fclose(f);
+    ab_results_t *again = calloc(1, sizeof *again);
+    cr_assert_eq(ab_results_parse(json_text, again, err, sizeof err), 0, "%s", err);
+    f = open_memstream(&second, &n2);
+    ab_print_table(f, again);
+    fclose(f);
+    cr_expect_str_eq(first, second);
+    cr_expect(strstr(json_text, "\"speedup\""));
+    free(first);
+    free(second);
+    free(json_text);
+    free(again);
+    free(results);
+    free(json);
+}
+
+Test(ab, reads_the_shim_statistics_and_the_cupti_report)
+{
+    char *text = slurp(data_path("cli/shim_stats.json")), err[128];
+    json_value_t *stats;
+    cr_assert_eq(json_parse(text, &stats, err, sizeof err), 0, "%s", err);
+    ab_run_t run;
+    memset(&run, 0, sizeof run);
+    cr_assert_eq(ab_run_add_shim_stats(&run, stats), 0);
+    /* sums over both devices of the figures in the recorded file */
+    cr_expect_eq(run.shim_calls, (1000 + 999 + 20 + 20 + 3 + 3) + (10 + 10));
+    cr_expect_eq(run.shim_time_ns, 350000 + 150000 + 5000 + 2000);
+    cr_expect_eq(run.reserved_peak, 4294967296ull + 33554432ull);
+    cr_expect_eq(run.upstream_calls, 5 + 1 + 1);
+    cr_expect_eq(run.shim_failures, 2);
+    cr_expect_eq(ab_run_add_cupti_report(&run, stats), -1, "a shim report is not a CUPTI report");
+    json_free(stats);
+    free(text);
+
+    text = slurp(data_path("cli/cupti_report.json"));
+    json_value_t *report;
+    cr_assert_eq(json_parse(text, &report, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(ab_run_add_cupti_report(&run, report), 0);
+    cr_expect_eq(run.cuda_calls, 507 + 506);
+    cr_expect_eq(run.cuda_time_ns, 30700000 + 20300000);
+    cr_expect_eq(run.cuda_peak_bytes, 2147483648ull);
+    json_free(report);
+    free(text);
+}
+
+Test(ab, runs_every_variant_alternately_and_fails_when_a_run_fails)
+{
+    char lib_env[1100];
+    snprintf(lib_env, sizeof lib_env, "POOLSHIM_LIB=%s", harmless_library());
+    const char *env[] = {lib_env, NULL};
+    cli_result_t r = run_cli((const char *[]){"ab", "--runs", "2", "--no-cupti", "--json", "--", "/bin/sh", "-c",
+                                              "echo NOI\"\"SE; exit 0", NULL},
+                             env);
+    cr_expect_eq(r.exit_code, 0, "stderr: %s", r.err);
+    json_value_t *doc;
+    char err[128];
+    cr_assert_eq(json_parse(r.out, &doc, err, sizeof err), 0, "%s in %s", err, r.out);
+    const json_value_t *variants = json_get(doc, "variants");
+    cr_assert(variants && variants->count == 2);
+    cr_expect_str_eq(json_str(&variants->items[0], "name", ""), "baseline");
+    cr_expect_eq(json_get(&variants->items[1], "runs")->count, 2);
+    cr_expect(!strstr(r.out, "NOISE"), "the command's output stays out of the report");
+    json_free(doc);
+    cli_result_free(&r);
+
+    r = run_cli((const char *[]){"ab", "--runs", "1", "--no-cupti", "--", "/bin/sh", "-c", "exit 4", NULL}, env);
+    cr_expect_eq(r.exit_code, 1);
+    cr_expect(strstr(r.out, "exited with status 4"), "table: %s", r.out);
+    cli_result_free(&r);
+}
+
+/* ---- logs ------------------------------------------------------------------------ */
+
+/* Independent reading of the small log format used in tests/data/logs:
+ * sums sizes of live pointers line by line with sscanf. */
+static uint64_t peak_requested_by_hand(const char *path, int device_column, int device)
+{
+    char *text = slurp(path);
+    cr_assert_not_null(text);
+    struct { unsigned long long pointer, size; } live[4096];
+    size_t live_count = 0;
+    uint64_t current = 0, peak = 0;
+    char *save = NULL;
+    int header = 1;
+    for (char *line = strtok_r(text, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
+        if (header) {
+            header = 0;
+            continue;
+        }
+        char action[32] = "";
+        unsigned long long pointer = 0, size = 0;
+        int dev = 0;
+        if (device_column) { /* Device, Size ,Action,Pointer,Extra,Time,Stream,Thread */
+            cr_assert_eq(sscanf(line, "%d,%llu,%31[^,],%llu", &dev, &size, action, &pointer), 4, "%s", line);
+        } else { /* Thread,Time,Action,Pointer,Size,Stream */
+            cr_assert_eq(sscanf(line, "%*[^,],%*[^,],%31[^,],%llx,%llu", action, &pointer, &size), 3, "%s", line);
+        }
+        if (dev != device)
+            continue;
+        if (!strcmp(action, "allocate")) {
+            live[live_count].pointer = pointer;
+            live[live_count++].size = size;
+            current += size;
+            if (current > peak)
+                peak = current;
+        } else if (!strcmp(action, "free")) {
+            for (size_t i = 0; i < live_count; i++)
+                if (live[i].pointer == pointer) {
+                    current -= live[i].size;
+                    live[i] = live[--live_count];
+                    break;
+                }
+        }
+    }
+    free(text);
+    return peak;
+}
+
+Test(memlog, reads_rmm_format_with_times_past_midnight)
+{
+    memlog_t log;
+    cr_assert_eq(memlog_read(data_path("logs/rmm_format.csv"), &log), 0);
+    cr_expect_eq(log.threads, 2);
+    cr_expect_eq(log.device_count, 1);
+    cr_expect(log.has_time);
+    size_t failures = 0;
+    for (size_t i = 0; i < log.count; i++) {
+        failures += log.events[i].action == MEMLOG_ALLOCATE_FAILURE;
+        if (i)
+            cr_expect_geq(log.events[i].time_s, log.events[i - 1].time_s - 1e-9, "time runs forward at line %u",
+                          log.events[i].line);
+    }
+    cr_expect_eq(failures, 1);
+    /* the log starts at 23:59:59.9 and ends after midnight, a fraction of a second later */
+    cr_expect_lt(log.events[log.count - 1].time_s, 1.0);
+    cr_expect_gt(log.events[log.count - 1].time_s, 0.1);
+    cr_expect_eq(log.events[0].pointer, 0x7f8a3c000000ull);
+    memlog_free(&log);
+}
+
+Test(memlog, finds_columns_by_name_in_any_order_with_crlf)
+{
+    memlog_t log;
+    cr_assert_eq(memlog_read(data_path("logs/two_devices.csv"), &log), 0);
+    cr_expect_eq(log.device_count, 2);
+    cr_expect_eq(log.count, 80);
+    cr_expect_eq(log.events[0].time_s, 0);
+    cr_expect_float_eq(log.events[1].time_s, 0.05, 1e-9);
+    memlog_free(&log);
+}
+
+Test(memlog, bad_logs_name_file_and_line)
+{
+    static const struct { const char *file; const char *line; const char *what; } cases[] = {
+        {"bad_action.csv", ":4:", "alocate"},     {"truncated.csv", ":4:", "truncated"},
+        {"no_header.csv", ":1:", "header"},       {"bad_pointer.csv", ":3:", "0xZZ10"},
+        {"negative_size.csv", ":2:", "-5"},       {"bad_time.csv", ":2:", "25:61"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char relative[128];
+        snprintf(relative, sizeof relative, "logs/bad/%s", cases[i].file);
+        const char *commands[] = {"replay", "plot"};
+        for (int c = 0; c < 2; c++) {
+            cli_result_t r = run_cli((const char *[]){commands[c], data_path(relative), "--simulate", "1GiB", "-o",
+                                                      "/dev/null", NULL},
+                                     NULL);
+            if (c == 0) { /* replay has no -o: check plot for the real run below */
+                cli_result_free(&r);
+                r = run_cli((const char *[]){"replay", data_path(relative), "--simulate", "1GiB", NULL}, NULL);
+            }
+            cr_expect_eq(r.exit_code, 1, "%s %s exited %d", commands[c], cases[i].file, r.exit_code);
+            char where[256];
+            snprintf(where, sizeof where, "%s%s", cases[i].file, cases[i].line);
+            cr_expect(strstr(r.err, where) && strstr(r.err, cases[i].what), "%s: stderr: %s", cases[i].file, r.err);
+            cli_result_free(&r);
+        }
+    }
+}
+
+Test(memlog, garbage_never_crashes_the_parser)
+{
+    srand(1234);
+    static const char *const pieces[] = {"allocate", "free", "allocate failure", "0x10", "0x", "-1", "999999999999999999999",
+                                         "12:00:00.5", "99:99:99", ",", ",,,,,,,,,,", "\t", " ", "\"", "0x7fffffffffffffff",
+                                         "18446744073709551615", "Thread", "Time", "Size"};
+    char text[4096];
+    for (int round = 0; round < 300; round++) {
+        size_t n = (size_t)snprintf(text, sizeof text, "%s\n",
+                                    round % 3 ? "Thread,Time,Action,Pointer,Size,Stream" : "Action,Size,Pointer");
+        int lines = rand() % 12;
+        for (int l = 0; l < lines && n < sizeof text - 256; l++) {
+            int fields = rand() % 9;
+            for (int f = 0; f < fields; f++)
+                n += (size_t)snprintf(text + n, sizeof text - n, "%s%s", f ? "," : "", pieces[rand() % 19]);
+            if (rand() % 5 == 0) /* raw bytes, including NUL and high bytes */
+                for (int b = rand() % 6; b > 0; b--)
+                    text[n++] = (char)(rand() % 256);
+            text[n++] = rand() % 7 ? '\n' : '\r';
+        }
+        memlog_t log;
+        FILE *saved = stderr; /* keep the suite's output readable */
+        stderr = fopen("/dev/null", "w");
+        int rc = memlog_parse(text, n, "fuzz.csv", &log);
+        fclose(stderr);
+        stderr = saved;
+        cr_assert(rc == 0 || rc == -1);
+        if (rc == 0) {
+            for (size_t i = 0; i < log.count; i++)
+                cr_assert(log.events[i].line >= 2);
+            memlog_free(&log);
+        }
+    }
+}
+
+/* ---- replay -------------------------------------------------------------------- */
+
+/* A test resource over malloc with a byte budget: checks that replay only
+ * frees what it was given, with the size it asked for. */
+typedef struct checking_resource {
+    ps_resource_t base;
+    uint64_t budget;       /* bytes it may hand out at once */
+    uint64_t in_use;       /* bytes handed out */
+    uint64_t bad_frees;    /* frees with a wrong size or unknown pointer */
+    uint64_t allocations;  /* successful allocations */
+} checking_resource_t;
+
+static int checking_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void **out)
+{
+    checking_resource_t *c = (checking_resource_t *)r;
+    (void)stream;
+    if (c->in_use + size > c->budget)
+        return PS_ENOMEM;
+    size_t *block = malloc(sizeof(size_t) + 1);
+    *block = size;
+    c->in_use += size;
+    c->allocations++;
+    *out = block;
+    return PS_OK;
+}
+
+static int checking_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t stream)
+{
+    checking_resource_t *c = (checking_resource_t *)r;
+    (void)stream;
+    size_t *block = ptr;
+    if (!block || *block != size) {
+        c->bad_frees++;
+        return PS_EINVAL;
+    }
+    c->in_use -= size;
+    free(block);
+    return PS_OK;
+}
+
+static void checking_query(ps_resource_t *r, ps_resource_info_t *info)
+{
+    checking_resource_t *c = (checking_resource_t *)r;
+    info->bytes_in_use = c->in_use;
+    info->bytes_reserved = c->in_use;
+    info->largest_free_block = 0;
+}
+
+static void checking_destroy(ps_resource_t *r) { (void)r; }
+
+static const ps_resource_ops_t checking_ops = {
+    .type_name = "checking",
+    .allocate = checking_allocate,
+    .deallocate = checking_deallocate,
+    .query = checking_query,
+    .destroy = checking_destroy,
+};
+
+Test(replay, peak_requested_matches_an_independent_count)
+{
+    static const struct { const char *file; int device_column; } logs[] = {
+        {"logs/small.csv", 0}, {"logs/rmm_format.csv", 0}, {"logs/two_devices.csv", 1}};
+    for (size_t i = 0; i < 3; i++) {
+        memlog_t log;
+        cr_assert_eq(memlog_read(data_path(logs[i].file), &log), 0);
+        for (int d = 0; d < log.device_count; d++) {
+            replay_stats_t stats;
+            cr_assert_eq(replay_run(&log, log.devices[d], NULL, 0, &stats), 0);
+            uint64_t expected = peak_requested_by_hand(data_path(logs[i].file), logs[i].device_column, log.devices[d]);
+            cr_expect_eq(stats.peak_requested, expected, "%s device %d: %llu vs %llu", logs[i].file, log.devices[d],
+                         (unsigned long long)stats.peak_requested, (unsigned long long)expected);
+            cr_expect_gt(expected, 0);
+            replay_stats_free(&stats);
+        }
+        memlog_free(&log);
+    }
+}
+
+Test(replay, frees_with_the_allocation_size_and_counts_refusals)
+{
+    memlog_t log;
+    cr_assert_eq(memlog_read(data_path("logs/small.csv"), &log), 0);
+    uint64_t peak = peak_requested_by_hand(data_path("logs/small.csv"), 0, 0);
+    /* enough for everything: no failures, reserved peak = requested peak */
+    checking_resource_t roomy = {{&checking_ops, "roomy", NULL}, peak, 0, 0, 0};
+    replay_stats_t stats;
+    cr_assert_eq(replay_run(&log, 0, &roomy.base, 1, &stats), 0);
+    cr_expect_eq(stats.failures, 0);
+    cr_expect_eq(roomy.bad_frees, 0);
+    cr_expect_eq(roomy.in_use, 0, "everything is freed at the end");
+    cr_expect_eq(stats.peak_reserved, peak);
+    cr_expect_eq(stats.logged_failures, 1);
+    cr_expect_eq(stats.sample_count, log.count);
+    cr_expect_eq(stats.samples[stats.sample_count - 1].requested, 0);
+    replay_stats_free(&stats);
+    /* one byte short: the allocation that makes the peak is refused, and its free skipped */
+    checking_resource_t tight = {{&checking_ops, "tight", NULL}, peak - 1, 0, 0, 0};
+    cr_assert_eq(replay_run(&log, 0, &tight.base, 0, &stats), 0);
+    cr_expect_eq(stats.failures, 1);
+    cr_expect_eq(tight.bad_frees, 0);
+    cr_expect_eq(tight.in_use, 0);
+    cr_expect_eq(stats.peak_requested, peak, "requested follows the log, not the stack");
+    replay_stats_free(&stats);
+    memlog_free(&log);
+}
+
+Test(replay, unknown_frees_are_skipped_and_reported_with_their_line)
+{
+    const char text[] = "Action,Pointer,Size\nallocate,0x100,10\nfree,0x200,5\nfree,0x100,10\nfree,0x100,10\n";
+    memlog_t log;
+    cr_assert_eq(memlog_parse(text, sizeof text - 1, "inline.csv", &log), 0);
+    checking_resource_t r = {{&checking_ops, "r", NULL}, 1000, 0, 0, 0};
+    replay_stats_t stats;
+    cr_assert_eq(replay_run(&log, 0, &r.base, 0, &stats), 0);
+    cr_expect_eq(stats.unknown_frees, 2);
+    cr_expect_eq(stats.first_problem_line, 3);
+    cr_expect_eq(stats.frees, 1);
+    cr_expect_eq(r.bad_frees, 0);
+    replay_stats_free(&stats);
+    memlog_free(&log);
+}
+
+Test(replay, simulated_replay_reports_the_same_peak_as_the_log)
+{
+    cli_result_t r = run_cli((const char *[]){"replay", data_path("logs/rmm_format.csv"), "--simulate", "80GiB", "--json",
+                                              NULL},
+                             NULL);
+    if (r.exit_code != 0 && (strstr(r.err, "not supported") || strstr(r.err, "no simulated device"))) {
+        cli_result_free(&r);
+        cr_skip("the pool / simulated device are stubs in this tree (PS_EUNSUPPORTED)");
+    }
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    json_value_t *doc;
+    char err[128];
+    cr_assert_eq(json_parse(r.out, &doc, err, sizeof err), 0, "%s", err);
+    const json_value_t *result = &json_get(doc, "results")->items[0];
+    uint64_t expected = peak_requested_by_hand(data_path("logs/rmm_format.csv"), 0, 0);
+    cr_expect_eq(json_u64(result, "peak_requested", 0), expected);
+    cr_expect_geq(json_u64(result, "peak_reserved", 0), expected, "a pool reserves at least what is live");
+    cr_expect_eq(json_u64(result, "failures", 1), 0);
+    cr_expect_eq(json_u64(result, "logged_failures", 0), 1);
+    json_free(doc);
+    cli_result_free(&r);
+}
+
+Test(replay, without_simulate_explains_what_to_do)
+{
+    cli_result_t r = run_cli((const char *[]){"replay", data_path("logs/small.csv"), NULL}, NULL);
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect(strstr(r.err, "--simulate"));
+    cli_result_free(&r);
+}
+
+/* ---- plots -------------------------------------------------------------------- */
+
+Test(plot, nice_steps_are_one_two_or_five_times_a_power_of_ten)
+{
+    for (double range = 0.0013; range < 1e13; range *= 1.37) {
+        double step = plot_nice_step(range, 6);
+        double mantissa = step / pow(10, floor(log10(step) + 1e-12));
+        cr_expect(fabs(mantissa - 1) < 1e-9 || fabs(mantissa - 2) < 1e-9 || fabs(mantissa - 5) < 1e-9 ||
+                      fabs(mantissa - 10) < 1e-9,
+                  "range %g step %g", range, step);
+        double ticks = range / step;
+        cr_expect(ticks > 6 / 5.0 - 1e-9 && ticks <= 6 + 1e-9, "range %g gives %g ticks", range, ticks);
+    }
+}
+
+Test(plot, writes_valid_svg_that_renders)
+{
+    char svg[] = "/tmp/poolshim-test-plot-XXXXXX";
+    int fd = mkstemp(svg);
+    cr_assert(fd >= 0);
+    close(fd);
+    cli_result_t r = run_cli((const char *[]){"plot", data_path("logs/two_devices.csv"), "-o", svg, "--title",
+                                              "two <devices> & more", NULL},
+                             NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cli_result_free(&r);
+    char *text = slurp(svg);
+    cr_assert(text && strstr(text, "<svg"));
+    cr_expect(strstr(text, "two &lt;devices&gt; &amp; more"), "title escaped");
+    cr_expect(strstr(text, "memory (MiB)"), "y axis in MiB for a ~10 MiB log");
+    cr_expect(strstr(text, "time (s)"));
+    cr_expect(strstr(text, "device 0") && strstr(text, "device 1"), "one series per device");
+    free(text);
+    if (!have_tool("xmllint") || !have_tool("rsvg-convert")) {
+        unlink(svg);
+        cr_skip("xmllint or rsvg-convert not installed: SVG not validated");
+    }
+    char command[1400];
+    snprintf(command, sizeof command, "xmllint --noout %s", svg);
+    cr_expect_eq(system(command), 0, "xmllint rejects %s", svg);
+    char png[64];
+    snprintf(png, sizeof png, "%s.png", svg);
+    snprintf(command, sizeof command, "rsvg-convert %s -o %s", svg, png);
+    cr_expect_eq(system(command), 0);
+    struct stat st;
+    cr_expect(stat(png, &st) == 0 && st.st_size > 1000, "PNG rendered");
+    unlink(png);
+    unlink(svg);
+}
+
+Test(plot, replay_plot_option_writes_the_same_kind_of_chart)
+{
+    char svg[] = "/tmp/poolshim-test-plot-XXXXXX";
+    int fd = mkstemp(svg);
+    cr_assert(fd >= 0);
+    close(fd);
+    cli_result_t r = run_cli(
+        (const char *[]){"replay", data_path("logs/small.csv"), "--simulate", "1GiB", "--plot", svg, NULL}, NULL);
+    if (r.exit_code != 0 && (strstr(r.err, "not supported") || strstr(r.err, "no simulated device"))) {
+        cli_result_free(&r);
+        unlink(svg);
+        cr_skip("the pool / simulated device are stubs in this tree (PS_EUNSUPPORTED)");
+    }
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    char *text = slurp(svg);
+    cr_expect(text && strstr(text, "reserved by") && strstr(text, "requested"));
+    free(text);
+    cli_result_free(&r);
+    unlink(svg);
+}
+
+Test(ab, adds_up_the_reports_every_process_of_a_run_writes)
+{
+    /* The "program" plays both the shim and the CUPTI library: it copies the
+     * recorded reports to the paths ab names in the environment (%p = pid),
+     * the shim's report twice, as two processes of one run would. */
+    char lib_env[1100], cupti_env[1100], script[2048];
+    snprintf(lib_env, sizeof lib_env, "POOLSHIM_LIB=%s", harmless_library());
+    snprintf(cupti_env, sizeof cupti_env, "POOLSHIM_CUPTI_LIB=%s", harmless_library());
+    snprintf(script, sizeof script,
+             "test -n \"$CUDA_INJECTION64_PATH\" || exit 9; "
+             "cp %s \"$(echo \"$POOLSHIM_CUPTI_OUT\" | sed \"s/%%p/$$/\")\"; "
+             "if [ -n \"$POOLSHIM_STATS_FILE\" ]; then "
+             "cp %s \"$(echo \"$POOLSHIM_STATS_FILE\" | sed \"s/%%p/$$/\")\"; "
+             "cp %s \"$(echo \"$POOLSHIM_STATS_FILE\" | sed \"s/%%p/$$-child/\")\"; fi",
+             data_path("cli/cupti_report.json"), data_path("cli/shim_stats.json"), data_path("cli/shim_stats.json"));
+    const char *env[] = {lib_env, cupti_env, NULL};
+    cli_result_t r = run_cli((const char *[]){"ab", "--runs", "2", "--json", "--", "/bin/sh", "-c", script, NULL}, env);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s\nstdout: %s", r.err, r.out);
+    json_value_t *doc;
+    char err[128];
+    cr_assert_eq(json_parse(r.out, &doc, err, sizeof err), 0, "%s", err);
+    const json_value_t *variants = json_get(doc, "variants");
+    cr_assert(variants && variants->count == 2);
+
+    /* expected figures, read from the recorded files here */
+    char *text = slurp(data_path("cli/shim_stats.json"));
+    json_value_t *stats;
+    cr_assert_eq(json_parse(text, &stats, err, sizeof err), 0);
+    ab_run_t one;
+    memset(&one, 0, sizeof one);
+    cr_assert_eq(ab_run_add_shim_stats(&one, stats), 0);
+    json_free(stats);
+    free(text);
+
+    for (size_t i = 0; i < 2; i++) {
+        const json_value_t *baseline_run = &json_get(&variants->items[0], "runs")->items[i];
+        const json_value_t *shim_run = &json_get(&variants->items[1], "runs")->items[i];
+        cr_expect_eq(json_u64(baseline_run, "cupti.calls", 0), 507 + 506);
+        cr_expect_null(json_path(baseline_run, "shim.calls"), "the baseline has no shim");
+        cr_expect_eq(json_u64(shim_run, "cupti.calls", 0), 507 + 506);
+        cr_expect_eq(json_u64(shim_run, "shim.calls", 0), 2 * one.shim_calls, "two processes add up");
+        cr_expect_eq(json_u64(shim_run, "shim.time_ns", 0), 2 * one.shim_time_ns);
+    }
+    json_free(doc);
+    cli_result_free(&r);
+}
+
+Test(plot, log_without_times_uses_event_numbers_and_binary_units)
+{
+    char log_path[] = "/tmp/poolshim-test-log-XXXXXX";
+    int fd = mkstemp(log_path);
+    cr_assert(fd >= 0);
+    /* 3 GiB at the peak: the y axis must switch to GiB */
+    const char text[] = "Action,Pointer,Size\nallocate,0x1000,2147483648\nallocate,0x2000,1073741824\n"
+                        "free,0x1000,2147483648\nfree,0x2000,1073741824\n";
+    cr_assert_eq(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
+    close(fd);
+    char svg[64];
+    snprintf(svg, sizeof svg, "%s.svg", log_path);
+    cli_result_t r = run_cli((const char *[]){"plot", log_path, "-o", svg, NULL}, NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    char *out = slurp(svg);
+    cr_assert_not_null(out);
+    cr_expect(strstr(out, "event number"), "x axis counts events when the log has no Time column");
+    cr_expect(strstr(out, "memory (GiB)"));
+    free(out);
+    cli_result_free(&r);
+    unlink(svg);
+    unlink(log_path);
+}
+
+Test(plot, long_series_are_reduced_but_keep_their_peak)
+{
+    enum { N = 100000 };
+    double *x = malloc(N * sizeof *x);
+    uint64_t *y = malloc(N * sizeof *y);
+    for (size_t i = 0; i < N; i++) {
+        x[i] = (double)i * 1e-3;
+        y[i] = (i % 1000) * (uint64_t)1048576; /* saw tooth up to 999 MiB */
+    }
+    y[N / 2] = (uint64_t)5 << 30; /* one 5 GiB spike */
+    plot_series_t series = {.name = "requested", .x = x, .y = y, .count = N};
+    plot_spec_t spec = {.title = "long", .x_is_time = 1, .series = &series, .series_count = 1};
+    char *text = NULL;
+    size_t length = 0;
+    FILE *f = open_memstream(&text, &length);
+    cr_assert_eq(svg_plot_write(f, &spec), 0);
+    fclose(f);
+    cr_expect_lt(length, 200000, "100k points must not give a %zu-byte SVG", length);
+    cr_expect(strstr(text, "memory (GiB)"), "the spike sets the unit");
+    /* the spike is drawn: some point sits at the plot's highest data y */
+    const char *points = strstr(text, "points=\"");
+    cr_assert_not_null(points);
+    double lowest_y = 1e9; /* SVG y grows downwards */
+    for (const char *p = points + 8; *p && *p != '"';) {
+        double px, py;
+        int used;
+        if (sscanf(p, "%lf,%lf%n", &px, &py, &used) != 2)
+            break;
+        if (py < lowest_y)
+            lowest_y = py;
+        p += used;
+        while (*p == ' ')
+            p++;
+    }
+    /* 999 MiB would sit near the bottom of a >5 GiB axis; the spike well above it */
+    cr_expect_lt(lowest_y, 300, "highest point drawn at y=%g", lowest_y);
+    free(text);
+    free(x);
+    free(y);
+}
+
+/* ---- the JSON reader ------------------------------------------------------ */
+
+Test(json, reads_nested_values_and_exact_integers)
+{
+    const char text[] = "{\"a\": {\"b\": [1, 2.5, -3, true, null, \"x\\ny\\u00e9\"]}, \"big\": 18446744073709551615}";
+    json_value_t *v;
+    char err[128];
+    cr_assert_eq(json_parse(text, &v, err, sizeof err), 0, "%s", err);
+    const json_value_t *b = json_path(v, "a.b");
+    cr_assert(b && b->type == JSON_ARRAY && b->count == 6);
+    cr_expect(b->items[0].is_integer && b->items[0].integer == 1);
+    cr_expect_float_eq(b->items[1].number, 2.5, 1e-12);
+    cr_expect(!b->items[2].is_integer, "negative numbers are not uint64");
+    cr_expect(b->items[3].type == JSON_BOOL && b->items[3].boolean);
+    cr_expect_eq(b->items[4].type, JSON_NULL);
+    cr_expect_str_eq(b->items[5].string, "x\ny\xc3\xa9");
+    cr_expect_eq(json_u64(v, "big", 0), UINT64_MAX, "exact beyond 2^53");
+    cr_expect_eq(json_u64(v, "a.missing", 7), 7);
+    json_free(v);
+}
+
+Test(json, errors_say_line_and_column_and_depth_is_bounded)
+{
+    json_value_t *v;
+    char err[128];
+    cr_expect_eq(json_parse("{\"a\": 1,\n \"b\": }", &v, err, sizeof err), -1);
+    cr_expect(strstr(err, "line 2, column 7"), "%s", err);
+    cr_expect_eq(json_parse("{\"a\": 1} trailing", &v, err, sizeof err), -1);
+    cr_expect_eq(json_parse("\"unterminated", &v, err, sizeof err), -1);
+    char deep[400];
+    memset(deep, '[', sizeof deep - 1);
+    deep[sizeof deep - 1] = '\0';
+    cr_expect_eq(json_parse(deep, &v, err, sizeof err), -1);
+    cr_expect(strstr(err, "deep"), "%s", err);
+    /* random truncations of a valid document never crash */
+    const char doc[] = "{\"poolshim\": 1, \"devices\": [{\"calls\": {\"cudaMalloc\": 3}, \"s\": \"a\\\"b\"}]}";
+    for (size_t n = 0; n < sizeof doc - 1; n++) {
+        char cut[sizeof doc];
+        memcpy(cut, doc, n);
+        cut[n] = '\0';
+        cr_expect_eq(json_parse(cut, &v, err, sizeof err), -1, "prefix of %zu bytes parsed", n);
+    }
+}

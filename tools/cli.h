@@ -1,0 +1,77 @@
+/* The poolshim command: subcommands and the helpers they share.
+ *
+ * Exit codes (every subcommand):
+ *   0    success
+ *   1    the work failed (bad log, stack cannot be built, a command that
+ *        could not be profiled)
+ *   2    usage error (unknown option, missing `--`, bad value)
+ *   126  the command was found but could not be executed (run)
+ *   127  the command was not found (run)
+ *   N    `run` passes the child's exit status through; 128+signal when the
+ *        child was killed by a signal (the shell's convention).
+ * Messages go to stderr as "poolshim: error: ..." (the core's message path).
+ */
+#ifndef PS_CLI_H
+#define PS_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+enum {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_FAILURE = 1,
+    CLI_EXIT_USAGE = 2,
+    CLI_EXIT_CANNOT_EXECUTE = 126,
+    CLI_EXIT_NOT_FOUND = 127,
+};
+
+/* Subcommands: argv[0] is the subcommand's name; each returns an exit code. */
+int ps_cmd_run(int argc, char **argv);
+int ps_cmd_ab(int argc, char **argv);
+int ps_cmd_replay(int argc, char **argv);
+int ps_cmd_plot(int argc, char **argv);
+/* `poolshim config` lives in tools/cmd_config.c (the config work); weak so
+ * the CLI links without it and says "not available". */
+int ps_cmd_config(int argc, char **argv) __attribute__((weak));
+
+/* ---- tools/cli_util.c ---- */
+
+/* Path of the running executable's directory ("/x/build"). */
+int cli_self_dir(char *out, size_t outsize);
+
+/* Finds a library shipped with poolshim, in order: the environment variable
+ * `env_name` (if set and non-empty), beside the executable, ../lib/ relative
+ * to it (after `make install`). Returns 0 and the absolute path, or -1. */
+int cli_find_library(const char *file_name, const char *env_name, char *out, size_t outsize);
+
+/* Sets LD_PRELOAD so that `library` is loaded, appended after what the
+ * environment already preloads (never replacing it, never twice). */
+int cli_preload_append(const char *library);
+
+/* Turns a waitpid status into a shell-style exit code (128+signal). */
+int cli_exit_code_of(int wait_status);
+
+/* "64KiB", "1.5G", "80GiB", "4096" -> bytes. Returns 0 or -1. */
+int cli_parse_size(const char *text, uint64_t *bytes);
+
+/* Human units: "1.50 GiB" (binary), "12.3 ms" (seconds given as double),
+ * "1,234,567" (thousands separators). Return buf. */
+char *cli_format_bytes(char *buf, size_t bufsize, uint64_t bytes);
+char *cli_format_seconds(char *buf, size_t bufsize, double seconds);
+char *cli_format_count(char *buf, size_t bufsize, uint64_t count);
+
+/* Usage errors: prints "poolshim: error: CMD: MESSAGE" and a hint to
+ * --help; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Writes `text` as a JSON string literal (quoted, escaped). */
+void cli_json_string(FILE *f, const char *text);
+
+/* Reads a whole file into a NUL-terminated buffer (free() it). */
+int cli_read_file(const char *path, char **text, size_t *length);
+
+/* Median / minimum / maximum of n doubles (n > 0; values is reordered). */
+double cli_median(double *values, size_t n);
+
+#endif

@@ -1,0 +1,267 @@
+/* Helpers shared by the poolshim subcommands: finding the shipped
+ * libraries, LD_PRELOAD handling, exit codes, size parsing, human units.
+ *
+ * Library lookup (cli_find_library):
+ *   1. an explicit environment variable (POOLSHIM_LIB, POOLSHIM_CUPTI_LIB);
+ *   2. beside the executable (build/libpoolshim.so next to build/poolshim);
+ *   3. ../lib/ relative to the executable (PREFIX/bin -> PREFIX/lib).
+ * LD_PRELOAD is extended, never replaced: other preloads stay in front
+ * and ours is appended once.
+ */
+#include "cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int cli_self_dir(char *out, size_t outsize)
+{
+    char path[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (n <= 0)
+        return -1;
+    path[n] = '\0';
+    char *slash = strrchr(path, '/');
+    if (!slash)
+        return -1;
+    *slash = '\0';
+    if ((size_t)snprintf(out, outsize, "%s", path) >= outsize)
+        return -1;
+    return 0;
+}
+
+static int is_regular_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int cli_find_library(const char *file_name, const char *env_name, char *out, size_t outsize)
+{
+    const char *explicit_path = env_name ? getenv(env_name) : NULL;
+    if (explicit_path && *explicit_path) {
+        if (!is_regular_file(explicit_path))
+            return -1;
+        char *resolved = realpath(explicit_path, NULL);
+        int ok = resolved && (size_t)snprintf(out, outsize, "%s", resolved) < outsize;
+        free(resolved);
+        return ok ? 0 : -1;
+    }
+    char dir[PATH_MAX];
+    if (cli_self_dir(dir, sizeof dir) != 0)
+        return -1;
+    const char *const relative[] = {"", "/../lib"};
+    for (size_t i = 0; i < sizeof relative / sizeof relative[0]; i++) {
+        char candidate[PATH_MAX + 64];
+        snprintf(candidate, sizeof candidate, "%s%s/%s", dir, relative[i], file_name);
+        if (is_regular_file(candidate)) {
+            char *resolved = realpath(candidate, NULL);
+            int ok = resolved && (size_t)snprintf(out, outsize, "%s", resolved) < outsize;
+            free(resolved);
+            return ok ? 0 : -1;
+        }
+    }
+    return -1;
+}
+
+int cli_preload_append(const char *library)
+{
+    const char *current = getenv("LD_PRELOAD");
+    if (!current || !*current)
+        return setenv("LD_PRELOAD", library, 1) == 0 ? 0 : -1;
+    /* already there? (entries are separated by ':' or spaces) */
+    size_t len = strlen(library);
+    for (const char *p = current; (p = strstr(p, library)) != NULL; p += len) {
+        int starts = p == current || p[-1] == ':' || p[-1] == ' ';
+        int ends = p[len] == '\0' || p[len] == ':' || p[len] == ' ';
+        if (starts && ends)
+            return 0;
+    }
+    size_t size = strlen(current) + len + 2;
+    char *joined = malloc(size);
+    if (!joined)
+        return -1;
+    snprintf(joined, size, "%s:%s", current, library);
+    int rc = setenv("LD_PRELOAD", joined, 1);
+    free(joined);
+    return rc == 0 ? 0 : -1;
+}
+
+int cli_exit_code_of(int wait_status)
+{
+    if (WIFEXITED(wait_status))
+        return WEXITSTATUS(wait_status);
+    if (WIFSIGNALED(wait_status))
+        return 128 + WTERMSIG(wait_status);
+    return CLI_EXIT_FAILURE;
+}
+
+int cli_parse_size(const char *text, uint64_t *bytes)
+{
+    if (!text)
+        return -1;
+    while (isspace((unsigned char)*text))
+        text++;
+    if (!isdigit((unsigned char)*text) && *text != '.')
+        return -1;
+    errno = 0;
+    char *end;
+    double value = strtod(text, &end);
+    if (errno || end == text || value < 0)
+        return -1;
+    while (isspace((unsigned char)*end))
+        end++;
+    double scale = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': scale = 1024.0; end++; break;
+    case 'M': scale = 1024.0 * 1024; end++; break;
+    case 'G': scale = 1024.0 * 1024 * 1024; end++; break;
+    case 'T': scale = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (scale > 1 && (*end == 'i' || *end == 'I'))
+        end++;
+    if (*end == 'B' || *end == 'b')
+        end++;
+    while (isspace((unsigned char)*end))
+        end++;
+    double result = value * scale;
+    if (*end != '\0' || result >= 18446744073709551616.0)
+        return -1;
+    *bytes = (uint64_t)result;
+    return 0;
+}
+
+char *cli_format_bytes(char *buf, size_t bufsize, uint64_t bytes)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double value = (double)bytes;
+    int unit = 0;
+    while (value >= 1024.0 && unit < 5) {
+        value /= 1024.0;
+        unit++;
+    }
+    if (unit == 0)
+        snprintf(buf, bufsize, "%llu B", (unsigned long long)bytes);
+    else
+        snprintf(buf, bufsize, "%.2f %s", value, units[unit]);
+    return buf;
+}
+
+char *cli_format_seconds(char *buf, size_t bufsize, double seconds)
+{
+    static const char *const units[] = {"ns", "us", "ms", "s"};
+    if (!(seconds > 0)) {
+        snprintf(buf, bufsize, "0 s");
+        return buf;
+    }
+    double value = seconds * 1e9;
+    int unit = 0;
+    while (unit < 3 && value >= 999.5) {
+        value /= 1000;
+        unit++;
+    }
+    /* three significant digits, fixed (no exponent, trailing zeros kept: 57.0 s) */
+    int decimals = unit == 0 || value >= 99.95 ? 0 : value >= 9.995 ? 1 : 2;
+    snprintf(buf, bufsize, "%.*f %s", decimals, value, units[unit]);
+    return buf;
+}
+
+char *cli_format_count(char *buf, size_t bufsize, uint64_t count)
+{
+    char digits[32];
+    int n = snprintf(digits, sizeof digits, "%llu", (unsigned long long)count);
+    size_t out = 0;
+    for (int i = 0; i < n && out + 2 < bufsize; i++) {
+        if (i > 0 && (n - i) % 3 == 0)
+            buf[out++] = ',';
+        buf[out++] = digits[i];
+    }
+    buf[out] = '\0';
+    return buf;
+}
+
+int cli_usage_error(const char *command, const char *fmt, ...)
+{
+    char message[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "poolshim: error: %s: %s\n(see 'poolshim %s --help')\n", command, message, command);
+    return CLI_EXIT_USAGE;
+}
+
+void cli_json_string(FILE *f, const char *text)
+{
+    fputc('"', f);
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        switch (*c) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\t': fputs("\\t", f); break;
+        case '\r': fputs("\\r", f); break;
+        default:
+            if (*c < 0x20)
+                fprintf(f, "\\u%04x", *c);
+            else
+                fputc(*c, f);
+        }
+    }
+    fputc('"', f);
+}
+
+int cli_read_file(const char *path, char **text, size_t *length)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    size_t capacity = 1 << 16, used = 0;
+    char *buf = malloc(capacity);
+    while (buf) {
+        size_t n = fread(buf + used, 1, capacity - used - 1, f);
+        used += n;
+        if (used + 1 < capacity)
+            break;
+        char *bigger = realloc(buf, capacity * 2);
+        if (!bigger) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = bigger;
+        capacity *= 2;
+    }
+    int failed = ferror(f) || !buf;
+    fclose(f);
+    if (failed) {
+        free(buf);
+        return -1;
+    }
+    buf[used] = '\0';
+    *text = buf;
+    if (length)
+        *length = used;
+    return 0;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double cli_median(double *values, size_t n)
+{
+    if (n == 0)
+        return 0;
+    qsort(values, n, sizeof *values, compare_doubles);
+    return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}

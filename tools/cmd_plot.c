@@ -1,0 +1,170 @@
+/* poolshim plot: memory over time of an allocation log, as SVG.
+ *
+ * Algorithm:
+ *   1. Read the log (FILE:LINE errors as for replay).
+ *   2. Per device: replay its events over the stack (the default, or
+ *      --config) on a simulated device (--simulate, default 1 TiB: large
+ *      enough never to refuse), collecting requested and reserved bytes
+ *      after every event. If the stack cannot be built (a build without
+ *      the pool), requested bytes alone are drawn and the subtitle says
+ *      "reserved unknown".
+ *   3. Write the chart: x is the log's time in seconds (the event number
+ *      when the log has no Time column), y in binary units.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "replay.h"
+#include "sim_stack.h"
+#include "svg_plot.h"
+
+#define PLOT_MAX_DEVICES 4 /* series pairs drawn; more devices are listed as omitted */
+
+static const char plot_usage[] =
+    "usage: poolshim plot LOG.csv -o memory.svg [options]\n"
+    "\n"
+    "Draws memory over time from an allocation log (RMM CSV format): bytes requested by\n"
+    "the program and bytes a stack reserves for them (replayed on a simulated device),\n"
+    "per device, as a self-contained SVG.\n"
+    "\n"
+    "options:\n"
+    "  -o, --output FILE    the SVG to write ('-' = stdout; required)\n"
+    "  -t, --title TEXT     chart title (default: the log's name)\n"
+    "  -c, --config FILE    stack whose reserved bytes are drawn (default config if omitted)\n"
+    "  -s, --simulate SIZE  capacity of the simulated device (default 1TiB)\n"
+    "  -h, --help           this text\n";
+
+int replay_plot(const memlog_t *log, const char *log_name, const char *config, uint64_t capacity,
+                const char *title, const char *path)
+{
+    int devices = log->device_count < PLOT_MAX_DEVICES ? log->device_count : PLOT_MAX_DEVICES;
+    replay_stats_t stats[PLOT_MAX_DEVICES];
+    plot_series_t series[2 * PLOT_MAX_DEVICES];
+    double *xs[PLOT_MAX_DEVICES] = {NULL};
+    uint64_t *requested[PLOT_MAX_DEVICES] = {NULL}, *reserved[PLOT_MAX_DEVICES] = {NULL};
+    size_t series_count = 0;
+    int have_reserved = 1, status = 0;
+    char stack_name[128] = "";
+    memset(stats, 0, sizeof stats);
+    memset(series, 0, sizeof series);
+
+    for (int d = 0; d < devices && status == 0; d++) {
+        sim_stack_t sim;
+        int built = have_reserved && sim_stack_create(config, log->devices[d], capacity, &sim) == PS_OK;
+        if (!built && have_reserved) {
+            fprintf(stderr, "poolshim: warning: plot: no stack to replay on; drawing requested bytes only\n");
+            have_reserved = 0;
+        }
+        if (built)
+            snprintf(stack_name, sizeof stack_name, "%s", sim.name);
+        status = replay_run(log, log->devices[d], built ? sim.top : NULL, 1, &stats[d]);
+        if (built)
+            sim_stack_destroy(&sim);
+        if (status != 0)
+            break;
+        size_t n = stats[d].sample_count;
+        xs[d] = malloc((n ? n : 1) * sizeof *xs[d]);
+        requested[d] = malloc((n ? n : 1) * sizeof *requested[d]);
+        reserved[d] = malloc((n ? n : 1) * sizeof *reserved[d]);
+        if (!xs[d] || !requested[d] || !reserved[d]) {
+            status = -1;
+            break;
+        }
+        for (size_t i = 0; i < n; i++) {
+            xs[d][i] = stats[d].samples[i].time_s;
+            requested[d][i] = stats[d].samples[i].requested;
+            reserved[d][i] = stats[d].samples[i].reserved;
+        }
+        const char *suffix = log->device_count > 1 ? " (device " : "";
+        if (have_reserved) {
+            plot_series_t *s = &series[series_count++];
+            if (*suffix)
+                snprintf(s->name, sizeof s->name, "reserved by %s%s%d)", stack_name, suffix, log->devices[d]);
+            else
+                snprintf(s->name, sizeof s->name, "reserved by %s", stack_name);
+            s->x = xs[d];
+            s->y = reserved[d];
+            s->count = n;
+        }
+        plot_series_t *s = &series[series_count++];
+        if (*suffix)
+            snprintf(s->name, sizeof s->name, "requested%s%d)", suffix, log->devices[d]);
+        else
+            snprintf(s->name, sizeof s->name, "requested by the program");
+        s->x = xs[d];
+        s->y = requested[d];
+        s->count = n;
+        s->dashed = have_reserved;
+    }
+    if (status == 0) {
+        char subtitle[512];
+        const char *base = strrchr(log_name, '/');
+        base = base ? base + 1 : log_name;
+        char omitted[64] = "";
+        if (log->device_count > devices)
+            snprintf(omitted, sizeof omitted, "; %d more devices not drawn", log->device_count - devices);
+        if (have_reserved)
+            snprintf(subtitle, sizeof subtitle, "%s, %zu events; reserved = replay over stack '%s' on a "
+                                                "simulated device%s",
+                     base, log->count, stack_name, omitted);
+        else
+            snprintf(subtitle, sizeof subtitle, "%s, %zu events; reserved unknown (no stack to replay on)%s",
+                     base, log->count, omitted);
+        char default_title[256];
+        snprintf(default_title, sizeof default_title, "Memory over time: %s", base);
+        plot_spec_t spec = {title ? title : default_title, subtitle, log->has_time, series, series_count};
+        status = svg_plot_file(path, &spec);
+    } else {
+        fprintf(stderr, "poolshim: error: plot: out of memory\n");
+    }
+    for (int d = 0; d < devices; d++) {
+        replay_stats_free(&stats[d]);
+        free(xs[d]);
+        free(requested[d]);
+        free(reserved[d]);
+    }
+    return status;
+}
+
+int ps_cmd_plot(int argc, char **argv)
+{
+    static const struct option long_options[] = {
+        {"output", required_argument, NULL, 'o'}, {"title", required_argument, NULL, 't'},
+        {"config", required_argument, NULL, 'c'}, {"simulate", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+    };
+    const char *output = NULL, *title = NULL, *config = NULL;
+    uint64_t capacity = (uint64_t)1 << 40;
+    opterr = 0;
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, ":o:t:c:s:h", long_options, NULL)) != -1) {
+        switch (c) {
+        case 'o': output = optarg; break;
+        case 't': title = optarg; break;
+        case 'c': config = optarg; break;
+        case 's':
+            if (cli_parse_size(optarg, &capacity) != 0 || capacity == 0)
+                return cli_usage_error("plot", "--simulate wants a size such as 80GiB, not '%s'", optarg);
+            break;
+        case 'h': fputs(plot_usage, stdout); return CLI_EXIT_OK;
+        case ':': return cli_usage_error("plot", "option '%s' needs a value", argv[optind - 1]);
+        default: return cli_usage_error("plot", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage_error("plot", "no log given (poolshim plot LOG.csv -o memory.svg)");
+    if (argc - optind > 1)
+        return cli_usage_error("plot", "one log at a time ('%s' is extra)", argv[optind + 1]);
+    if (!output)
+        return cli_usage_error("plot", "say where the SVG goes with -o FILE");
+    memlog_t log;
+    if (memlog_read(argv[optind], &log) != 0)
+        return CLI_EXIT_FAILURE;
+    int rc = replay_plot(&log, argv[optind], config, capacity, title, output);
+    memlog_free(&log);
+    return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+}

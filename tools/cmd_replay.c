@@ -1,0 +1,133 @@
+/* poolshim replay: replays an allocation log against one or more stacks.
+ *
+ * Algorithm:
+ *   1. Read and check the whole log first (a bad line stops here with
+ *      FILE:LINE, before any stack is built).
+ *   2. For each stack (each --config, or the default) and each device of
+ *      the log: build the stack over a fresh simulated device of --simulate
+ *      bytes, replay that device's events in log order on one thread
+ *      (tools/replay.c), destroy the stack.
+ *   3. Print a table (or --json), optionally a memory-over-time plot.
+ * Without --simulate the replay would need the real GPU; that path belongs
+ * in the shim (TODO: `poolshim run -- poolshim-replay-gpu`), so for now
+ * --simulate is required and its absence is a usage error.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "replay.h"
+#include "sim_stack.h"
+
+#define REPLAY_MAX_CONFIGS 16
+
+static const char replay_usage[] =
+    "usage: poolshim replay LOG.csv --simulate SIZE [options]\n"
+    "\n"
+    "Replays an allocation log (RMM CSV format: Thread,Time,Action,Pointer,Size,Stream,\n"
+    "as written by POOLSHIM_LOG or RMM's logging_resource_adaptor) against resource\n"
+    "stacks, in log order on one thread, and reports time per operation, peak reserved\n"
+    "vs peak requested, fragmentation at the peak and failures.\n"
+    "\n"
+    "options:\n"
+    "  -c, --config FILE    stack to replay against (repeatable; default: the built-in\n"
+    "                       default config)\n"
+    "  -s, --simulate SIZE  replay on a simulated device of SIZE bytes (e.g. 80GiB):\n"
+    "                       nothing is allocated, works anywhere (required for now)\n"
+    "  -j, --json           print JSON instead of the table\n"
+    "  -p, --plot FILE      also write memory over time as SVG (first stack)\n"
+    "  -t, --title TEXT     title of the plot\n"
+    "  -h, --help           this text\n";
+
+int ps_cmd_replay(int argc, char **argv)
+{
+    static const struct option long_options[] = {
+        {"config", required_argument, NULL, 'c'}, {"simulate", required_argument, NULL, 's'},
+        {"json", no_argument, NULL, 'j'},         {"plot", required_argument, NULL, 'p'},
+        {"title", required_argument, NULL, 't'},  {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *configs[REPLAY_MAX_CONFIGS];
+    size_t config_count = 0;
+    const char *plot_path = NULL, *title = NULL, *log_path = NULL;
+    uint64_t capacity = 0;
+    int json = 0, simulate = 0;
+
+    opterr = 0;
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, ":c:s:jp:t:h", long_options, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            if (config_count == REPLAY_MAX_CONFIGS)
+                return cli_usage_error("replay", "at most %d --config", REPLAY_MAX_CONFIGS);
+            configs[config_count++] = optarg;
+            break;
+        case 's':
+            if (cli_parse_size(optarg, &capacity) != 0 || capacity == 0)
+                return cli_usage_error("replay", "--simulate wants a size such as 80GiB, not '%s'", optarg);
+            simulate = 1;
+            break;
+        case 'j': json = 1; break;
+        case 'p': plot_path = optarg; break;
+        case 't': title = optarg; break;
+        case 'h': fputs(replay_usage, stdout); return CLI_EXIT_OK;
+        case ':': return cli_usage_error("replay", "option '%s' needs a value", argv[optind - 1]);
+        default: return cli_usage_error("replay", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return cli_usage_error("replay", "no log given (poolshim replay LOG.csv --simulate SIZE)");
+    if (argc - optind > 1)
+        return cli_usage_error("replay", "one log at a time ('%s' is extra)", argv[optind + 1]);
+    log_path = argv[optind];
+    if (!simulate)
+        return cli_usage_error("replay", "give --simulate SIZE (e.g. --simulate 80GiB): replay on the "
+                                         "real GPU is not available yet");
+
+    memlog_t log;
+    if (memlog_read(log_path, &log) != 0)
+        return CLI_EXIT_FAILURE;
+
+    size_t stacks = config_count ? config_count : 1;
+    size_t max_results = stacks * (size_t)log.device_count;
+    replay_stats_t *results = calloc(max_results ? max_results : 1, sizeof *results);
+    size_t result_count = 0;
+    int exit_code = results ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+    for (size_t s = 0; s < stacks && exit_code == CLI_EXIT_OK; s++) {
+        const char *config = config_count ? configs[s] : NULL;
+        for (int d = 0; d < log.device_count && exit_code == CLI_EXIT_OK; d++) {
+            sim_stack_t sim;
+            if (sim_stack_create(config, log.devices[d], capacity, &sim) != PS_OK) {
+                exit_code = CLI_EXIT_FAILURE;
+                break;
+            }
+            replay_stats_t *r = &results[result_count];
+            if (replay_run(&log, log.devices[d], sim.top, 0, r) != 0)
+                exit_code = CLI_EXIT_FAILURE;
+            else {
+                snprintf(r->stack, sizeof r->stack, "%s", sim.name);
+                result_count++;
+            }
+            sim_stack_destroy(&sim);
+        }
+    }
+    if (exit_code == CLI_EXIT_OK) {
+        if (json)
+            replay_print_json(stdout, log_path, &log, capacity, results, result_count);
+        else
+            replay_print_text(stdout, log_path, &log, capacity, results, result_count);
+        if (plot_path &&
+            replay_plot(&log, log_path, config_count ? configs[0] : NULL, capacity, title, plot_path) != 0)
+            exit_code = CLI_EXIT_FAILURE;
+        else if (plot_path && !json)
+            printf("plot: %s\n", plot_path);
+    }
+    for (size_t i = 0; i < result_count; i++)
+        replay_stats_free(&results[i]);
+    free(results);
+    memlog_free(&log);
+    return exit_code;
+}

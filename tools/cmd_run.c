@@ -1,0 +1,160 @@
+/* poolshim run: runs a command with libpoolshim.so preloaded.
+ *
+ * Algorithm:
+ *   1. Parse options up to `--` (required: everything after it is the
+ *      command, so the command's own options never reach us).
+ *   2. Find libpoolshim.so ($POOLSHIM_LIB, beside this executable, or
+ *      ../lib/ after `make install`); append it to LD_PRELOAD.
+ *   3. Set POOLSHIM_CONFIG (--config), POOLSHIM_OPTIONS (the -o values
+ *      joined with commas, after any POOLSHIM_OPTIONS already set) and
+ *      POOLSHIM_STATS (--stats).
+ *   4. execvp the command: it replaces this process, so its exit status,
+ *      signals and terminal are the command's own (no fork, no wait).
+ *      A command that cannot be executed exits 127 (not found) or 126.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const char run_usage[] =
+    "usage: poolshim run [options] -- COMMAND [ARGS...]\n"
+    "\n"
+    "Runs COMMAND with libpoolshim.so preloaded (appended to LD_PRELOAD).\n"
+    "The exit status is COMMAND's (128+N when it is killed by signal N).\n"
+    "\n"
+    "options:\n"
+    "  -c, --config FILE      configuration file (sets POOLSHIM_CONFIG)\n"
+    "  -o, --option KEY=VAL   one setting, e.g. -o global.free_sync=none (repeatable;\n"
+    "                         joined into POOLSHIM_OPTIONS)\n"
+    "  -s, --stats[=FORMAT]   print statistics at exit: text (default) or json\n"
+    "      --stats-file PATH  write the statistics there (%p = pid)\n"
+    "      --log PATH         write the allocation log (RMM CSV format)\n"
+    "  -n, --dry-run          print the environment and command instead of running it\n"
+    "  -h, --help             this text\n"
+    "\n"
+    "environment: POOLSHIM_LIB overrides where libpoolshim.so is found.\n";
+
+/* Appends "key=value" to the comma-joined option list. */
+static int append_option(char **joined, const char *option)
+{
+    if (!strchr(option, '=') || option[0] == '=')
+        return -1;
+    size_t old = *joined ? strlen(*joined) : 0;
+    char *bigger = realloc(*joined, old + strlen(option) + 2);
+    if (!bigger)
+        return -1;
+    if (old)
+        bigger[old++] = ',';
+    strcpy(bigger + old, option);
+    *joined = bigger;
+    return 0;
+}
+
+int ps_cmd_run(int argc, char **argv)
+{
+    static const struct option long_options[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"option", required_argument, NULL, 'o'},
+        {"stats", optional_argument, NULL, 's'},
+        {"stats-file", required_argument, NULL, 'F'},
+        {"log", required_argument, NULL, 'L'},
+        {"dry-run", no_argument, NULL, 'n'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *config = NULL, *stats = NULL, *stats_file = NULL, *log_path = NULL;
+    char *options = NULL;
+    int dry_run = 0;
+    const char *existing = getenv("POOLSHIM_OPTIONS");
+    if (existing && *existing)
+        options = strdup(existing);
+
+    opterr = 0;
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "+:c:o:s::nh", long_options, NULL)) != -1) {
+        switch (c) {
+        case 'c': config = optarg; break;
+        case 'o':
+            if (append_option(&options, optarg) != 0) {
+                free(options);
+                return cli_usage_error("run", "-o wants KEY=VALUE, got '%s'", optarg);
+            }
+            break;
+        case 's':
+            stats = optarg ? optarg : "text";
+            if (strcmp(stats, "text") && strcmp(stats, "json") && strcmp(stats, "1")) {
+                free(options);
+                return cli_usage_error("run", "--stats is text or json, not '%s'", stats);
+            }
+            break;
+        case 'F': stats_file = optarg; break;
+        case 'L': log_path = optarg; break;
+        case 'n': dry_run = 1; break;
+        case 'h':
+            free(options);
+            fputs(run_usage, stdout);
+            return CLI_EXIT_OK;
+        case ':':
+            free(options);
+            return cli_usage_error("run", "option '%s' needs a value", argv[optind - 1]);
+        default:
+            free(options);
+            return cli_usage_error("run", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc || strcmp(argv[optind - 1], "--") != 0) {
+        free(options);
+        if (optind < argc)
+            return cli_usage_error("run", "put '--' before the command ('poolshim run -- %s ...')",
+                                   argv[optind]);
+        return cli_usage_error("run", "no command given (poolshim run [options] -- COMMAND ...)");
+    }
+    char **command = argv + optind;
+
+    char library[PATH_MAX];
+    if (cli_find_library("libpoolshim.so", "POOLSHIM_LIB", library, sizeof library) != 0) {
+        free(options);
+        fprintf(stderr, "poolshim: error: run: cannot find libpoolshim.so (looked at $POOLSHIM_LIB, "
+                        "beside the poolshim executable and in ../lib/); set POOLSHIM_LIB\n");
+        return CLI_EXIT_FAILURE;
+    }
+    int failed = cli_preload_append(library) != 0;
+    if (config)
+        failed |= setenv("POOLSHIM_CONFIG", config, 1) != 0;
+    if (options)
+        failed |= setenv("POOLSHIM_OPTIONS", options, 1) != 0;
+    if (stats)
+        failed |= setenv("POOLSHIM_STATS", stats, 1) != 0;
+    if (stats_file)
+        failed |= setenv("POOLSHIM_STATS_FILE", stats_file, 1) != 0;
+    if (log_path)
+        failed |= setenv("POOLSHIM_LOG", log_path, 1) != 0;
+    free(options);
+    if (failed) {
+        fprintf(stderr, "poolshim: error: run: cannot set the environment: %s\n", strerror(errno));
+        return CLI_EXIT_FAILURE;
+    }
+    if (dry_run) {
+        const char *names[] = {"LD_PRELOAD", "POOLSHIM_CONFIG", "POOLSHIM_OPTIONS", "POOLSHIM_STATS",
+                               "POOLSHIM_STATS_FILE", "POOLSHIM_LOG"};
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (getenv(names[i]))
+                printf("%s=%s\n", names[i], getenv(names[i]));
+        for (char **arg = command; *arg; arg++)
+            printf("%s%s", arg == command ? "" : " ", *arg);
+        printf("\n");
+        return CLI_EXIT_OK;
+    }
+    fflush(NULL);
+    execvp(command[0], command);
+    int error = errno;
+    fprintf(stderr, "poolshim: error: run: cannot execute '%s': %s\n", command[0], strerror(error));
+    return error == ENOENT ? CLI_EXIT_NOT_FOUND : CLI_EXIT_CANNOT_EXECUTE;
+}

@@ -1,0 +1,315 @@
+/* Replay of an allocation log (see replay.h).
+ *
+ * Algorithm:
+ *   1. Walk the events of one device in file order on one thread (the
+ *      log's order is the order the program's calls completed; replaying
+ *      several threads concurrently would not reproduce it either).
+ *   2. allocate: time ps_allocate(size, logged stream); remember
+ *      logged pointer -> (replayed pointer, size, stream) in a hash map.
+ *      A refusal is counted as a failure and its later free is skipped.
+ *   3. free: look the logged pointer up, time ps_deallocate with the
+ *      allocation's size and stream. Frees of unknown pointers are
+ *      skipped and counted (logs cut at the start have them).
+ *   4. requested bytes follow the log itself (independent of the stack);
+ *      each time they reach a new peak the stack is queried for free and
+ *      largest-free bytes, giving fragmentation at the peak.
+ *   5. At the end everything still live is freed (not timed).
+ * Guarantees: the stack sees only valid calls (never a free of a pointer
+ * it did not return); times include one clock read (~20 ns) per call.
+ */
+#include "replay.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* One live allocation of the replay. */
+typedef struct live_entry {
+    uint64_t logged;    /* pointer in the log; 0 = empty slot, UINT64_MAX = deleted */
+    void *replayed;     /* pointer from the stack, NULL when the stack refused */
+    uint64_t size;      /* bytes asked for */
+    uint64_t stream;    /* stream it was allocated on */
+} live_entry_t;
+
+/* Open-addressing map from logged pointer to live_entry_t. */
+typedef struct live_map {
+    live_entry_t *slots; /* capacity entries */
+    size_t capacity;     /* power of two */
+    size_t used;         /* live + deleted */
+} live_map_t;
+
+static size_t map_slot(uint64_t key, size_t capacity)
+{
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & (capacity - 1);
+}
+
+static live_entry_t *map_find(live_map_t *map, uint64_t key)
+{
+    if (!map->capacity)
+        return NULL;
+    for (size_t i = map_slot(key, map->capacity);; i = (i + 1) & (map->capacity - 1)) {
+        if (map->slots[i].logged == key)
+            return &map->slots[i];
+        if (map->slots[i].logged == 0)
+            return NULL;
+    }
+}
+
+static int map_insert(live_map_t *map, const live_entry_t *entry)
+{
+    if ((map->used + 1) * 2 > map->capacity) {
+        size_t capacity = map->capacity ? map->capacity * 2 : 1024;
+        live_entry_t *slots = calloc(capacity, sizeof *slots);
+        if (!slots)
+            return -1;
+        size_t used = 0;
+        for (size_t i = 0; i < map->capacity; i++) {
+            live_entry_t *e = &map->slots[i];
+            if (e->logged == 0 || e->logged == UINT64_MAX)
+                continue;
+            size_t j = map_slot(e->logged, capacity);
+            while (slots[j].logged)
+                j = (j + 1) & (capacity - 1);
+            slots[j] = *e;
+            used++;
+        }
+        free(map->slots);
+        map->slots = slots;
+        map->capacity = capacity;
+        map->used = used;
+    }
+    size_t i = map_slot(entry->logged, map->capacity);
+    while (map->slots[i].logged != 0 && map->slots[i].logged != UINT64_MAX)
+        i = (i + 1) & (map->capacity - 1);
+    if (map->slots[i].logged == 0)
+        map->used++;
+    map->slots[i] = *entry;
+    return 0;
+}
+
+/* Pointer 0 is a legal logged value (size-0 allocations may log it), so keys are
+ * shifted by one; memlog rejects the two largest pointers, so keys never hit
+ * the empty (0) or deleted (UINT64_MAX) marks. */
+static uint64_t key_of(uint64_t pointer) { return pointer + 1; }
+
+static void free_entry(ps_resource_t *top, live_entry_t *entry, replay_stats_t *s, int timed)
+{
+    if (entry->replayed && top) {
+        uint64_t start = timed ? ps_now_ns() : 0;
+        ps_deallocate(top, entry->replayed, (size_t)entry->size, (ps_stream_t)entry->stream);
+        if (timed)
+            s->free_ns += ps_now_ns() - start;
+    }
+    entry->logged = UINT64_MAX;
+}
+
+void replay_stats_free(replay_stats_t *stats)
+{
+    if (!stats)
+        return;
+    free(stats->samples);
+    stats->samples = NULL;
+    stats->sample_count = 0;
+}
+
+int replay_run(const memlog_t *log, int device, ps_resource_t *top, int want_samples,
+               replay_stats_t *out)
+{
+    replay_stats_t s;
+    memset(&s, 0, sizeof s);
+    s.device = device;
+    if (top)
+        snprintf(s.stack, sizeof s.stack, "%s", top->name ? top->name : top->ops->type_name);
+    live_map_t map = {NULL, 0, 0};
+    uint64_t requested = 0, last_reserved = 0;
+    double first_time = -1, last_time = 0;
+    size_t sample_capacity = 0;
+    int status = 0;
+
+    for (size_t i = 0; i < log->count && status == 0; i++) {
+        const memlog_event_t *e = &log->events[i];
+        if (e->device != device)
+            continue;
+        s.events++;
+        if (first_time < 0)
+            first_time = e->time_s;
+        last_time = e->time_s;
+        if (e->action == MEMLOG_ALLOCATE_FAILURE) {
+            s.logged_failures++;
+        } else if (e->action == MEMLOG_ALLOCATE) {
+            live_entry_t *old = map_find(&map, key_of(e->pointer));
+            if (old) { /* the log lost a free: treat the old block as freed */
+                s.double_allocations++;
+                if (!s.first_problem_line)
+                    s.first_problem_line = e->line;
+                requested -= old->size;
+                free_entry(top, old, &s, 0);
+            }
+            live_entry_t entry = {key_of(e->pointer), NULL, e->size, e->stream};
+            if (top) {
+                uint64_t start = ps_now_ns();
+                int rc = ps_allocate(top, (size_t)e->size, (ps_stream_t)e->stream, &entry.replayed);
+                s.alloc_ns += ps_now_ns() - start;
+                if (rc != PS_OK) {
+                    entry.replayed = NULL;
+                    s.failures++;
+                }
+            }
+            s.allocations++;
+            if (map_insert(&map, &entry) != 0) {
+                if (entry.replayed)
+                    ps_deallocate(top, entry.replayed, (size_t)entry.size, (ps_stream_t)entry.stream);
+                status = -1;
+                break;
+            }
+            requested += e->size;
+            if (requested > s.peak_requested) {
+                s.peak_requested = requested;
+                if (top) {
+                    ps_resource_info_t info;
+                    memset(&info, 0, sizeof info);
+                    ps_query(top, &info);
+                    s.free_at_peak = info.bytes_reserved > info.bytes_in_use
+                                         ? info.bytes_reserved - info.bytes_in_use : 0;
+                    s.largest_free_at_peak = info.largest_free_block;
+                }
+            }
+        } else {
+            live_entry_t *entry = map_find(&map, key_of(e->pointer));
+            if (!entry) {
+                s.unknown_frees++;
+                if (!s.first_problem_line)
+                    s.first_problem_line = e->line;
+            } else {
+                requested -= entry->size;
+                free_entry(top, entry, &s, 1);
+                s.frees++;
+            }
+        }
+        if (top) {
+            ps_resource_info_t info;
+            memset(&info, 0, sizeof info);
+            ps_query(top, &info);
+            last_reserved = info.bytes_reserved;
+            if (info.bytes_reserved > s.peak_reserved)
+                s.peak_reserved = info.bytes_reserved;
+            if (info.peak_bytes_reserved > s.peak_reserved)
+                s.peak_reserved = info.peak_bytes_reserved;
+            s.upstream_allocs = info.upstream_allocs;
+        }
+        if (want_samples) {
+            if (s.sample_count == sample_capacity) {
+                size_t grown = sample_capacity ? sample_capacity * 2 : 1024;
+                replay_sample_t *samples = realloc(s.samples, grown * sizeof *samples);
+                if (!samples) {
+                    status = -1;
+                    break;
+                }
+                s.samples = samples;
+                sample_capacity = grown;
+            }
+            replay_sample_t *sample = &s.samples[s.sample_count++];
+            sample->time_s = log->has_time ? e->time_s : (double)s.events;
+            sample->requested = requested;
+            sample->reserved = last_reserved;
+        }
+    }
+    for (size_t i = 0; i < map.capacity; i++)
+        if (map.slots[i].logged != 0 && map.slots[i].logged != UINT64_MAX)
+            free_entry(top, &map.slots[i], &s, 0);
+    free(map.slots);
+    s.duration_s = first_time < 0 ? 0 : last_time - first_time;
+    s.fragmentation = s.free_at_peak ? 1.0 - (double)s.largest_free_at_peak / (double)s.free_at_peak : 0;
+    if (s.fragmentation < 0)
+        s.fragmentation = 0;
+    if (status != 0) {
+        fprintf(stderr, "poolshim: error: replay: out of memory\n");
+        replay_stats_free(&s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+/* ---- rendering ------------------------------------------------------ */
+
+static double per_op_ns(uint64_t ns, uint64_t ops) { return ops ? (double)ns / (double)ops : 0; }
+
+void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
+                       const replay_stats_t *results, size_t count)
+{
+    char a[32], b[32], c[32];
+    uint64_t allocations = 0, frees = 0, failures = 0;
+    for (size_t i = 0; i < log->count; i++) {
+        allocations += log->events[i].action == MEMLOG_ALLOCATE;
+        frees += log->events[i].action == MEMLOG_FREE;
+        failures += log->events[i].action == MEMLOG_ALLOCATE_FAILURE;
+    }
+    fprintf(f, "log: %s: %s events (%s allocate, %s free, %llu logged failures), %zu thread%s, "
+               "%d device%s\n",
+            log_name, cli_format_count(a, sizeof a, log->count), cli_format_count(b, sizeof b, allocations),
+            cli_format_count(c, sizeof c, frees), (unsigned long long)failures, log->threads,
+            log->threads == 1 ? "" : "s", log->device_count, log->device_count == 1 ? "" : "s");
+    if (capacity)
+        fprintf(f, "simulated device: %s (unbacked, fences complete at once)\n",
+                cli_format_bytes(a, sizeof a, capacity));
+    fprintf(f, "\n%-6s  %-16s  %10s  %10s  %14s  %14s  %8s  %13s  %8s  %9s\n", "device", "stack",
+            "alloc/op", "free/op", "peak requested", "peak reserved", "overhead", "fragmentation",
+            "failures", "upstream");
+    for (size_t i = 0; i < count; i++) {
+        const replay_stats_t *r = &results[i];
+        char alloc_op[32], free_op[32], requested[32], reserved[32], overhead[32], frag[32];
+        cli_format_seconds(alloc_op, sizeof alloc_op, per_op_ns(r->alloc_ns, r->allocations) / 1e9);
+        cli_format_seconds(free_op, sizeof free_op, per_op_ns(r->free_ns, r->frees) / 1e9);
+        cli_format_bytes(requested, sizeof requested, r->peak_requested);
+        cli_format_bytes(reserved, sizeof reserved, r->peak_reserved);
+        if (r->peak_requested)
+            snprintf(overhead, sizeof overhead, "%.2fx", (double)r->peak_reserved / (double)r->peak_requested);
+        else
+            snprintf(overhead, sizeof overhead, "-");
+        snprintf(frag, sizeof frag, "%.1f%%", r->fragmentation * 100);
+        fprintf(f, "%-6d  %-16s  %10s  %10s  %14s  %14s  %8s  %13s  %8llu  %9llu\n", r->device,
+                r->stack, alloc_op, free_op, requested, reserved, overhead, frag,
+                (unsigned long long)r->failures, (unsigned long long)r->upstream_allocs);
+    }
+    for (size_t i = 0; i < count; i++) {
+        const replay_stats_t *r = &results[i];
+        if (r->unknown_frees || r->double_allocations)
+            fprintf(f, "note: device %d: %llu frees of unknown pointers and %llu allocations of live "
+                       "pointers were skipped (first at line %u)\n",
+                    r->device, (unsigned long long)r->unknown_frees,
+                    (unsigned long long)r->double_allocations, r->first_problem_line);
+    }
+    fprintf(f, "\noverhead = peak reserved / peak requested; fragmentation = 1 - largest free block / "
+               "free bytes, at the requested peak\n");
+}
+
+void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
+                       const replay_stats_t *results, size_t count)
+{
+    fprintf(f, "{\"poolshim_replay\": 1, \"log\": ");
+    cli_json_string(f, log_name);
+    fprintf(f, ", \"events\": %zu, \"threads\": %zu, \"simulated_capacity\": %llu, \"results\": [",
+            log->count, log->threads, (unsigned long long)capacity);
+    for (size_t i = 0; i < count; i++) {
+        const replay_stats_t *r = &results[i];
+        fprintf(f, "%s\n  {\"device\": %d, \"stack\": ", i ? "," : "", r->device);
+        cli_json_string(f, r->stack);
+        fprintf(f,
+                ", \"events\": %llu, \"allocations\": %llu, \"frees\": %llu, \"failures\": %llu, "
+                "\"logged_failures\": %llu, \"unknown_frees\": %llu, \"double_allocations\": %llu, "
+                "\"alloc_ns_per_op\": %.1f, \"free_ns_per_op\": %.1f, \"peak_requested\": %llu, "
+                "\"peak_reserved\": %llu, \"free_at_peak\": %llu, \"largest_free_at_peak\": %llu, "
+                "\"fragmentation\": %.4f, \"upstream_allocs\": %llu, \"duration_s\": %.6f}",
+                (unsigned long long)r->events, (unsigned long long)r->allocations,
+                (unsigned long long)r->frees, (unsigned long long)r->failures,
+                (unsigned long long)r->logged_failures, (unsigned long long)r->unknown_frees,
+                (unsigned long long)r->double_allocations, per_op_ns(r->alloc_ns, r->allocations),
+                per_op_ns(r->free_ns, r->frees), (unsigned long long)r->peak_requested,
+                (unsigned long long)r->peak_reserved, (unsigned long long)r->free_at_peak,
+                (unsigned long long)r->largest_free_at_peak, r->fragmentation,
+                (unsigned long long)r->upstream_allocs, r->duration_s);
+    }
+    fprintf(f, "\n]}\n");
+}

@@ -1,0 +1,68 @@
+/* Replaying an allocation log against a resource, and rendering results.
+ * Return rule: 0 or -1 (out of memory); refusals by the stack are counted
+ * as failures, not returned.
+ */
+#ifndef PS_TOOLS_REPLAY_H
+#define PS_TOOLS_REPLAY_H
+
+#include <stdio.h>
+
+#include "../core/resource.h"
+#include "memlog.h"
+
+/* One point of memory over time (after an event). */
+typedef struct replay_sample {
+    double time_s;      /* log time of the event (or its index when the log has no times) */
+    uint64_t requested; /* bytes the program had allocated */
+    uint64_t reserved;  /* bytes the stack held from the device (0 when no stack) */
+} replay_sample_t;
+
+/* What one replay measured. */
+typedef struct replay_stats {
+    char stack[128];              /* stack name ("default", config base name, or "" when none) */
+    int device;                   /* device whose events were replayed */
+    uint64_t events;              /* events of this device in the log */
+    uint64_t allocations;         /* allocate events replayed */
+    uint64_t frees;               /* free events replayed */
+    uint64_t failures;            /* allocations the stack refused */
+    uint64_t logged_failures;     /* "allocate failure" lines (not replayed) */
+    uint64_t unknown_frees;       /* frees of pointers not live in the log (skipped) */
+    uint64_t double_allocations;  /* allocations of a pointer still live in the log */
+    unsigned first_problem_line;  /* line of the first unknown free / double allocation */
+    uint64_t alloc_ns;            /* time inside allocate calls */
+    uint64_t free_ns;             /* time inside deallocate calls */
+    uint64_t peak_requested;      /* max bytes live per the log */
+    uint64_t peak_reserved;       /* max bytes the stack reserved */
+    uint64_t free_at_peak;        /* reserved - in use when requested peaked */
+    uint64_t largest_free_at_peak;/* largest free block then */
+    double fragmentation;         /* 1 - largest_free / free at the requested peak */
+    uint64_t upstream_allocs;     /* upstream allocations the stack made */
+    double duration_s;            /* log time from the first to the last event */
+    replay_sample_t *samples;     /* memory over time (when asked), one per event */
+    size_t sample_count;          /* entries in samples */
+} replay_stats_t;
+
+/* Replays the events of `device` in log order on one thread, mapping
+ * logged pointers to replayed ones. `top` may be NULL: then only the
+ * log's own figures (requested) are computed. */
+int replay_run(const memlog_t *log, int device, ps_resource_t *top, int want_samples,
+               replay_stats_t *out);
+void replay_stats_free(replay_stats_t *stats);
+
+/* Renders results (pure: output depends only on the arguments). */
+void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
+                       const replay_stats_t *results, size_t count);
+void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
+                       const replay_stats_t *results, size_t count);
+
+
+/* ---- tools/cmd_plot.c ---- */
+/* Draws memory over time of `log` to an SVG at `path`: requested bytes per
+ * device from the log, and reserved bytes from a replay over the stack of
+ * `config` (NULL = default) on a simulated device of `capacity` bytes. When
+ * that stack cannot be built the chart shows requested bytes only and says
+ * so. Returns 0 or -1. */
+int replay_plot(const memlog_t *log, const char *log_name, const char *config, uint64_t capacity,
+                const char *title, const char *path);
+
+#endif

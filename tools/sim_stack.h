@@ -1,0 +1,33 @@
+/* A resource stack over the simulated device (core/host_ops.h: unbacked
+ * addresses, bounded by a capacity, fences that complete at once), used by
+ * `replay --simulate` and by `plot` to learn what a stack would reserve.
+ * Return rule: PS_OK or a negative PS_E* (core/common.h), with a message
+ * printed on error.
+ */
+#ifndef PS_TOOLS_SIM_STACK_H
+#define PS_TOOLS_SIM_STACK_H
+
+#include "../config/config.h"
+#include "../core/gpu_ops.h"
+#include "../core/resource.h"
+
+typedef struct sim_stack {
+    ps_gpu_ops_t *gpu;         /* the simulated device */
+    ps_config_t *config;       /* loaded config (NULL for the built-in fallback) */
+    ps_stack_t *stack;         /* stack built from the config, or NULL */
+    ps_resource_t *upstream;   /* fallback stack: cuda upstream ... */
+    ps_resource_t *pool;       /* ... under a default pool */
+    ps_resource_t *top;        /* where to allocate */
+    char name[128];            /* "default" or the config file's base name */
+} sim_stack_t;
+
+/* Builds the stack of `config_path` (NULL = the embedded default config)
+ * for `device` on a simulated device of `capacity` bytes. When this build
+ * has no config loader, the default is a pool with default options. */
+int sim_stack_create(const char *config_path, int device, uint64_t capacity, sim_stack_t *out);
+void sim_stack_destroy(sim_stack_t *sim);
+
+/* Short display name of a config path ("configs/arena.ini" -> "arena"). */
+void sim_stack_name(const char *config_path, char *out, size_t outsize);
+
+#endif

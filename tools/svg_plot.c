@@ -1,0 +1,237 @@
+/* SVG line charts of memory over time (see svg_plot.h).
+ *
+ * Algorithm:
+ *   1. Find the x and y ranges over all series; y starts at 0.
+ *   2. Pick the byte unit by the maximum (B, KiB, MiB, GiB, TiB) and nice
+ *      ticks (1/2/5 x 10^k) in that unit for y, and in seconds (or events)
+ *      for x; the axis ends at the first tick at or above the maximum.
+ *   3. Memory is piecewise constant, so each series is a step line. More
+ *      than 4000 points are reduced to 2000 x-buckets keeping each
+ *      bucket's maximum and last value, so peaks survive and the file stays
+ *      small.
+ *   4. Title, axis labels with units, grid, legend (the y axis leaves
+ *      room above the data for it); text is XML-escaped.
+ */
+#include "svg_plot.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#define PLOT_WIDTH 960
+#define PLOT_HEIGHT 540
+#define MARGIN_LEFT 90
+#define MARGIN_RIGHT 30
+#define MARGIN_TOP 70
+#define MARGIN_BOTTOM 60
+#define MAX_POINTS 4000
+#define BUCKETS 2000
+
+static const char *const palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
+                                      "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+
+double plot_nice_step(double range, int target)
+{
+    if (!(range > 0) || target < 1)
+        return 1;
+    double raw = range / target;
+    double magnitude = pow(10, floor(log10(raw)));
+    double fraction = raw / magnitude;
+    double nice = fraction <= 1 ? 1 : fraction <= 2 ? 2 : fraction <= 5 ? 5 : 10;
+    return nice * magnitude;
+}
+
+static void xml_text(FILE *f, const char *text)
+{
+    for (const char *c = text; *c; c++) {
+        switch (*c) {
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '&': fputs("&amp;", f); break;
+        case '"': fputs("&quot;", f); break;
+        default:
+            if ((unsigned char)*c >= 0x20 || *c == '\t')
+                fputc(*c, f);
+        }
+    }
+}
+
+/* Tick label without trailing zeros ("0.5", "2", "1.25"). */
+static void tick_label(char *buf, size_t size, double value, double step)
+{
+    int decimals = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
+    if (decimals > 6)
+        decimals = 6;
+    snprintf(buf, size, "%.*f", decimals, fabs(value) < step * 1e-6 ? 0.0 : value);
+}
+
+int svg_plot_write(FILE *f, const plot_spec_t *spec)
+{
+    double x_min = INFINITY, x_max = -INFINITY;
+    uint64_t y_max = 0;
+    for (size_t s = 0; s < spec->series_count; s++)
+        for (size_t i = 0; i < spec->series[s].count; i++) {
+            double x = spec->series[s].x[i];
+            if (x < x_min)
+                x_min = x;
+            if (x > x_max)
+                x_max = x;
+            if (spec->series[s].y[i] > y_max)
+                y_max = spec->series[s].y[i];
+        }
+    if (!(x_min <= x_max)) {
+        x_min = 0;
+        x_max = 1;
+    }
+    if (!spec->x_is_time || x_min > 0)
+        x_min = 0; /* memory charts start at the program's start */
+    if (x_max <= x_min)
+        x_max = x_min + 1;
+
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int unit = 0;
+    double divisor = 1;
+    while (unit < 4 && (double)y_max >= divisor * 1024) {
+        divisor *= 1024;
+        unit++;
+    }
+    /* headroom so the legend (top left) never covers a line */
+    const double legend_height = 10 + 20.0 * (double)spec->series_count;
+    const double free_fraction = 1 - (legend_height + 24) / (PLOT_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM);
+    double y_top_units = (double)y_max / divisor / (free_fraction > 0.3 ? free_fraction : 0.3);
+    double y_step = plot_nice_step(y_top_units > 0 ? y_top_units : 1, 6);
+    double y_axis_max = ceil(y_top_units / y_step - 1e-9) * y_step;
+    if (y_axis_max <= 0)
+        y_axis_max = y_step;
+    double x_step = plot_nice_step(x_max - x_min, 8);
+    double x_axis_max = x_min + ceil((x_max - x_min) / x_step - 1e-9) * x_step;
+
+    const double plot_w = PLOT_WIDTH - MARGIN_LEFT - MARGIN_RIGHT;
+    const double plot_h = PLOT_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM;
+#define PX(x) (MARGIN_LEFT + ((x) - x_min) / (x_axis_max - x_min) * plot_w)
+#define PY(bytes) (MARGIN_TOP + plot_h - ((double)(bytes) / divisor) / y_axis_max * plot_h)
+
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+               "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
+            PLOT_WIDTH, PLOT_HEIGHT, PLOT_WIDTH, PLOT_HEIGHT);
+    fprintf(f, "<title>");
+    xml_text(f, spec->title ? spec->title : "memory over time");
+    fprintf(f, "</title>\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"%d\" y=\"28\" font-size=\"18\" text-anchor=\"middle\" font-weight=\"bold\">",
+            PLOT_WIDTH / 2);
+    xml_text(f, spec->title ? spec->title : "memory over time");
+    fprintf(f, "</text>\n");
+    if (spec->subtitle) {
+        fprintf(f, "<text x=\"%d\" y=\"50\" font-size=\"13\" text-anchor=\"middle\" fill=\"#444\">",
+                PLOT_WIDTH / 2);
+        xml_text(f, spec->subtitle);
+        fprintf(f, "</text>\n");
+    }
+
+    /* grid and ticks */
+    fprintf(f, "<g font-size=\"12\" fill=\"#333\">\n");
+    char label[64];
+    for (double v = 0; v <= y_axis_max + y_step * 1e-6; v += y_step) {
+        double py = MARGIN_TOP + plot_h - v / y_axis_max * plot_h;
+        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", MARGIN_LEFT,
+                py, MARGIN_LEFT + plot_w, py);
+        tick_label(label, sizeof label, v, y_step);
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", MARGIN_LEFT - 8, py + 4,
+                label);
+    }
+    for (double v = x_min; v <= x_axis_max + x_step * 1e-6; v += x_step) {
+        double px = PX(v);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", px, MARGIN_TOP,
+                px, MARGIN_TOP + plot_h);
+        tick_label(label, sizeof label, v, x_step);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", px,
+                MARGIN_TOP + plot_h + 18, label);
+    }
+    fprintf(f, "</g>\n");
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#333\"/>\n",
+            MARGIN_LEFT, MARGIN_TOP, plot_w, plot_h);
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" font-size=\"13\" text-anchor=\"middle\">%s</text>\n",
+            MARGIN_LEFT + plot_w / 2, PLOT_HEIGHT - 15, spec->x_is_time ? "time (s)" : "event number");
+    fprintf(f, "<text x=\"20\" y=\"%.1f\" font-size=\"13\" text-anchor=\"middle\" "
+               "transform=\"rotate(-90 20 %.1f)\">memory (%s)</text>\n",
+            MARGIN_TOP + plot_h / 2, MARGIN_TOP + plot_h / 2, units[unit]);
+
+    /* series as step lines */
+    for (size_t s = 0; s < spec->series_count; s++) {
+        const plot_series_t *series = &spec->series[s];
+        if (!series->count)
+            continue;
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\"%s points=\"",
+                palette[s % (sizeof palette / sizeof palette[0])],
+                series->dashed ? " stroke-dasharray=\"6 4\"" : "");
+        double previous_y = PY(0);
+        fprintf(f, "%.1f,%.1f", PX(x_min), previous_y);
+        if (series->count <= MAX_POINTS) {
+            for (size_t i = 0; i < series->count; i++) {
+                double px = PX(series->x[i]), py = PY(series->y[i]);
+                fprintf(f, " %.1f,%.1f %.1f,%.1f", px, previous_y, px, py);
+                previous_y = py;
+            }
+        } else {
+            size_t i = 0;
+            double width = (x_axis_max - x_min) / BUCKETS;
+            while (i < series->count) {
+                long bucket = (long)((series->x[i] - x_min) / width);
+                double bucket_end = x_min + (double)(bucket + 1) * width;
+                uint64_t highest = series->y[i], last = series->y[i];
+                double x_first = series->x[i];
+                do { /* at least one point per bucket, so this always advances */
+                    if (series->y[i] > highest)
+                        highest = series->y[i];
+                    last = series->y[i];
+                    i++;
+                } while (i < series->count && series->x[i] < bucket_end);
+                double px = PX(x_first);
+                fprintf(f, " %.1f,%.1f %.1f,%.1f %.1f,%.1f", px, previous_y, px, PY(highest),
+                        PX(bucket_end > x_axis_max ? x_axis_max : bucket_end), PY(last));
+                previous_y = PY(last);
+            }
+        }
+        double last_x = series->x[series->count - 1];
+        fprintf(f, " %.1f,%.1f\"/>\n", PX(last_x), previous_y);
+    }
+
+    /* legend */
+    double legend_x = MARGIN_LEFT + 12, legend_y = MARGIN_TOP + 12;
+    size_t longest = 0;
+    for (size_t s = 0; s < spec->series_count; s++)
+        if (strlen(spec->series[s].name) > longest)
+            longest = strlen(spec->series[s].name);
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\" fill=\"white\" "
+               "fill-opacity=\"0.85\" stroke=\"#999\"/>\n",
+            legend_x, legend_y, 60 + 7.0 * (double)longest, legend_height);
+    for (size_t s = 0; s < spec->series_count; s++) {
+        double y = legend_y + 18 + 20.0 * (double)s;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2.5\"%s/>\n",
+                legend_x + 10, y - 4, legend_x + 40, y - 4, palette[s % (sizeof palette / sizeof palette[0])],
+                spec->series[s].dashed ? " stroke-dasharray=\"6 4\"" : "");
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\">", legend_x + 48, y);
+        xml_text(f, spec->series[s].name);
+        fprintf(f, "</text>\n");
+    }
+    fprintf(f, "</svg>\n");
+#undef PX
+#undef PY
+    return ferror(f) ? -1 : 0;
+}
+
+int svg_plot_file(const char *path, const plot_spec_t *spec)
+{
+    FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
+    if (!f) {
+        fprintf(stderr, "poolshim: error: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    int rc = svg_plot_write(f, spec);
+    if (f != stdout && fclose(f) != 0)
+        rc = -1;
+    if (rc != 0)
+        fprintf(stderr, "poolshim: error: writing %s failed\n", path);
+    return rc;
+}
