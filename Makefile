@@ -133,3 +133,12 @@ clean:
 	rm -rf build build-*
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# The main job of the README: build an allocation-heavy CUDA program with
+# plain nvcc and run it natively, then under the shim with statistics.
+demo: all
+	@mkdir -p $(BUILD)/demo
+	$(NVCC) -O2 -o $(BUILD)/demo/alloc_churn tools/demo/alloc_churn.cu
+	@echo "== native"; $(BUILD)/demo/alloc_churn
+	@echo "== under poolshim"; $(CLI) run -o global.stats=text -- $(BUILD)/demo/alloc_churn
+.PHONY: demo
