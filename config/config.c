@@ -171,7 +171,9 @@ static void read_short_forms(ps_config_t *cfg, env_source_t *env)
     }
 }
 
-int ps_config_load(const ps_config_input_t *in, ps_config_t **out)
+/* The steps of the file comment; `text`, when not NULL, stands for the
+ * user file (named `text_name`). */
+static int load(const ps_config_input_t *in, const char *text, const char *text_name, ps_config_t **out)
 {
     if (!out)
         return PS_EINVAL;
@@ -181,7 +183,10 @@ int ps_config_load(const ps_config_input_t *in, ps_config_t **out)
     env_source_t env = {in ? in->environ : NULL, !(in && in->no_env)};
 
     ps_config_read_ini(cfg, ps_default_ini, PS_ORIGIN_EMBEDDED, "default.ini", PS_LAYER_EMBEDDED);
-    read_user_file(cfg, in, &env);
+    if (text)
+        ps_config_read_ini(cfg, text, PS_ORIGIN_FILE, text_name, PS_LAYER_FILE);
+    else
+        read_user_file(cfg, in, &env);
     const char *options = in && in->options ? in->options : env_lookup(&env, "POOLSHIM_OPTIONS");
     if (options)
         ps_config_read_options(cfg, options);
@@ -190,6 +195,19 @@ int ps_config_load(const ps_config_input_t *in, ps_config_t **out)
 
     *out = cfg;
     return cfg->error_count ? PS_ECONFIG : PS_OK;
+}
+
+int ps_config_load(const ps_config_input_t *in, ps_config_t **out)
+{
+    return load(in, NULL, NULL, out);
+}
+
+int ps_config_load_text(const char *text, const char *name, const ps_config_input_t *in,
+                        ps_config_t **out)
+{
+    if (!text)
+        return PS_EINVAL;
+    return load(in, text, name ? name : "<text>", out);
 }
 
 void ps_config_free(ps_config_t *cfg)
@@ -213,6 +231,10 @@ void ps_config_free(ps_config_t *cfg)
     for (size_t i = 0; i < cfg->error_count; i++)
         free(cfg->errors[i]);
     free(cfg->errors);
+    free(cfg->error_order);
+    for (size_t i = 0; i < cfg->header_count; i++)
+        free(cfg->headers[i].section);
+    free(cfg->headers);
     for (size_t i = 0; i < cfg->string_count; i++)
         free(cfg->strings[i]);
     free(cfg->strings);

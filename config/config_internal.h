@@ -194,12 +194,21 @@ struct ps_config {
     ps_device_def_t *devices;            /* device sections */
     size_t device_count, device_cap;     /* entries used / allocated */
     char **errors;                       /* "WHERE: MESSAGE" */
+    uint64_t *error_order;               /* per error: source kind and line, to sort them */
     size_t error_count, error_cap;       /* entries used / allocated */
+    ps_setting_t *headers;               /* every [section] header of the files (key and value "") */
+    size_t header_count, header_cap;     /* entries used / allocated */
     char **strings;                      /* interned strings (origins' sources) */
     size_t string_count, string_cap;     /* entries used / allocated */
     char *file_path;                     /* the user file read, or NULL */
     int out_of_memory;                   /* 1: an allocation failed while loading */
 };
+
+/* ---- config.c ---------------------------------------------------------- */
+/* ps_config_load with INI text standing for the user file, shown as `name`
+ * in messages (tests, fuzzing); `in` supplies options and environment. */
+int ps_config_load_text(const char *text, const char *name, const ps_config_input_t *in,
+                        ps_config_t **out);
 
 /* ---- load.c --------------------------------------------------------------- */
 /* Records an error "WHERE: MESSAGE" (WHERE from origin; NULL = no place). */

@@ -207,14 +207,24 @@ void ps_config_add_error(ps_config_t *cfg, const ps_origin_t *origin, const char
     ps_origin_format(origin, where, sizeof where);
     size_t len = strlen(where) + strlen(message) + 3;
     char *line = malloc(len);
-    char **n = grow(cfg, cfg->errors, &cfg->error_cap, cfg->error_count, sizeof *n);
-    if (!line || !n) {
+    size_t cap = cfg->error_cap;
+    char **n = grow(cfg, cfg->errors, &cap, cfg->error_count, sizeof *n);
+    if (n)
+        cfg->errors = n;
+    size_t cap2 = cfg->error_cap;
+    uint64_t *order = grow(cfg, cfg->error_order, &cap2, cfg->error_count, sizeof *order);
+    if (order)
+        cfg->error_order = order;
+    if (!line || !n || !order) {
         free(line);
         cfg->out_of_memory = 1;
         return;
     }
-    cfg->errors = n;
+    cfg->error_cap = cap;
     snprintf(line, len, "%s: %s", where, message);
+    /* sorted later by where they are: embedded, file (by line), environment */
+    cfg->error_order[cfg->error_count] =
+        origin ? ((uint64_t)origin->kind << 32) | (uint32_t)origin->line : 0;
     cfg->errors[cfg->error_count++] = line;
 }
 
@@ -302,6 +312,42 @@ static void syntax_error(ini_reader_state_t *st, const char *fmt, const char *te
     st->last_error_line = st->line;
 }
 
+/* Remembers where a [section] header is, so errors about the section can
+ * point at it (inih does not call the handler for headers). */
+static void record_header(ini_reader_state_t *st, const char *name, size_t len)
+{
+    ps_config_t *cfg = st->cfg;
+    char section[INI_MAX_LINE + 1];
+    snprintf(section, sizeof section, "%.*s", (int)len, name);
+    for (size_t i = 0; i < cfg->header_count; i++)
+        if (cfg->headers[i].layer == st->layer && strcmp(cfg->headers[i].section, section) == 0)
+            return; /* a section may be opened again: the first header counts */
+    ps_setting_t *n = grow(cfg, cfg->headers, &cfg->header_cap, cfg->header_count, sizeof *n);
+    if (!n)
+        return;
+    cfg->headers = n;
+    ps_setting_t *h = &cfg->headers[cfg->header_count];
+    h->section = dup_string(cfg, section);
+    h->key = NULL;
+    h->value = NULL;
+    h->origin = (ps_origin_t){st->kind, st->source, st->line};
+    h->layer = st->layer;
+    if (h->section)
+        cfg->header_count++;
+}
+
+/* Where section `section` was opened: its header in the most important
+ * source that has one, else the origin of `fallback`. */
+static const ps_origin_t *section_origin(const ps_config_t *cfg, const char *section,
+                                         const ps_origin_t *fallback)
+{
+    const ps_setting_t *best = NULL;
+    for (size_t i = 0; i < cfg->header_count; i++)
+        if (strcmp(cfg->headers[i].section, section) == 0 && (!best || cfg->headers[i].layer > best->layer))
+            best = &cfg->headers[i];
+    return best ? &best->origin : fallback;
+}
+
 /* The line reader given to ini_parse_stream: one line per call. */
 static char *ini_read_line(char *str, int num, void *stream)
 {
@@ -345,6 +391,8 @@ static char *ini_read_line(char *str, int num, void *stream)
         const char *close = find_chars_or_comment(t + 1, "]");
         if (*close != ']')
             syntax_error(st, "section header `%s` has no closing `]`", t);
+        else
+            record_header(st, t + 1, (size_t)(close - t - 1));
         return str;
     }
     const char *sep = find_chars_or_comment(t, "=:");
@@ -742,6 +790,12 @@ static void validate_resource_key(ps_config_t *cfg, ps_resource_def_t *def, cons
     if (!(ps_type_keys(def->type) & BIT(key))) {
         if (s->layer < type_layer)
             return; /* set for the type an earlier source gave; a later source changed the type */
+        if (key == PS_KEY_UPSTREAM && ps_type_is_leaf(def->type)) {
+            ps_config_add_error(cfg, &s->origin,
+                                "[%s] is of type %s, which takes memory from the device and has no upstream",
+                                s->section, ps_type_names[def->type]);
+            return;
+        }
         char list[512] = "";
         uint32_t mask = ps_type_keys(def->type) & ~BIT(PS_KEY_TYPE);
         for (int k = 0; k < PS_KEY_COUNT; k++)
@@ -815,20 +869,20 @@ static const ps_resource_type_t predefined_types[] = {PS_TYPE_CUDA, PS_TYPE_ASYN
 static void validate_resources(ps_config_t *cfg)
 {
     /* 1. every [resource.NAME] section becomes a def, in order of first appearance */
-    for (size_t i = 0; i < cfg->setting_count; i++) {
-        const ps_setting_t *s = &cfg->settings[i];
+    for (size_t i = 0; i < cfg->header_count + cfg->setting_count; i++) {
+        const ps_setting_t *s = i < cfg->header_count ? &cfg->headers[i] : &cfg->settings[i - cfg->header_count];
         if (strncmp(s->section, "resource.", 9) != 0)
             continue;
         const char *name = s->section + 9;
         if (ps_config_def_index(cfg, name) >= 0)
             continue;
+        const ps_origin_t *where = section_origin(cfg, s->section, &s->origin);
         if (!valid_name(name)) {
-            ps_config_add_error(cfg, &s->origin,
-                                "bad resource name in [%s] (use letters, digits, '_' and '-')",
+            ps_config_add_error(cfg, where, "bad resource name in [%s] (use letters, digits, '_' and '-')",
                                 s->section);
             /* still create it so its keys are not reported again as unknown sections */
         }
-        add_def(cfg, name, &s->origin);
+        add_def(cfg, name, where);
     }
     /* 2. types */
     size_t section_defs = cfg->def_count;
@@ -914,9 +968,13 @@ static void validate_devices(ps_config_t *cfg)
             uint64_t n;
             char why[64];
             if (ps_parse_uint(index, 1023, &n, why, sizeof why) != PS_OK || strchr(index, ' ')) {
-                ps_config_add_error(cfg, &s->origin,
-                                    "device index `%s` in [%s] is not a number (expected [device.N] with N = 0, 1, ..., or [device.*])",
-                                    index, s->section);
+                int reported = 0;
+                for (size_t j = 0; j < i && !reported; j++)
+                    reported = strcmp(cfg->settings[j].section, s->section) == 0;
+                if (!reported)
+                    ps_config_add_error(cfg, section_origin(cfg, s->section, &s->origin),
+                                        "device index `%s` in [%s] is not a number (expected [device.N] with N = 0, 1, ..., or [device.*])",
+                                        index, s->section);
                 continue;
             }
             device = (int)n;
@@ -951,34 +1009,37 @@ static void validate_devices(ps_config_t *cfg)
 static void check_sections(ps_config_t *cfg)
 {
     static const char *const sections[] = {"global", "resource", "device", NULL};
-    for (size_t i = 0; i < cfg->setting_count; i++) {
-        const ps_setting_t *s = &cfg->settings[i];
+    for (size_t i = 0; i < cfg->header_count + cfg->setting_count; i++) {
+        const ps_setting_t *s = i < cfg->header_count ? &cfg->headers[i] : &cfg->settings[i - cfg->header_count];
         if (strcmp(s->section, "global") == 0 || strncmp(s->section, "resource.", 9) == 0 ||
             strncmp(s->section, "device.", 7) == 0)
             continue;
-        /* report each unknown section once, at its first key */
+        /* report each unknown section once, at its header when it has one */
         int seen = 0;
-        for (size_t j = 0; j < i && !seen; j++)
-            seen = strcmp(cfg->settings[j].section, s->section) == 0;
+        for (size_t j = 0; j < i && !seen; j++) {
+            const ps_setting_t *o = j < cfg->header_count ? &cfg->headers[j] : &cfg->settings[j - cfg->header_count];
+            seen = strcmp(o->section, s->section) == 0;
+        }
         if (seen)
             continue;
+        const ps_origin_t *where = section_origin(cfg, s->section, &s->origin);
         char head[64];
         snprintf(head, sizeof head, "%.*s", (int)strcspn(s->section, "."), s->section);
         const char *near = ps_nearest_word(head, sections);
         const char *rest = s->section + strlen(head);
         if (near && strcmp(near, "global") == 0)
-            ps_config_add_error(cfg, &s->origin, "unknown section [%s] (did you mean [global]?)", s->section);
+            ps_config_add_error(cfg, where, "unknown section [%s] (did you mean [global]?)", s->section);
         else if (near && *rest == '.')
-            ps_config_add_error(cfg, &s->origin, "unknown section [%s] (did you mean [%s%s]?)", s->section,
-                                near, rest);
+            ps_config_add_error(cfg, where, "unknown section [%s] (did you mean [%s%s]?)", s->section, near,
+                                rest);
         else if (near && strcmp(near, "resource") == 0)
-            ps_config_add_error(cfg, &s->origin, "unknown section [%s] (did you mean [resource.NAME]?)",
+            ps_config_add_error(cfg, where, "unknown section [%s] (did you mean [resource.NAME]?)",
                                 s->section);
         else if (near)
-            ps_config_add_error(cfg, &s->origin, "unknown section [%s] (did you mean [device.N] or [device.*]?)",
+            ps_config_add_error(cfg, where, "unknown section [%s] (did you mean [device.N] or [device.*]?)",
                                 s->section);
         else
-            ps_config_add_error(cfg, &s->origin,
+            ps_config_add_error(cfg, where,
                                 "unknown section [%s] (expected [global], [resource.NAME], [device.N] or [device.*])",
                                 s->section);
     }
@@ -1014,11 +1075,7 @@ static void resolve_references(ps_config_t *cfg)
         char section[128];
         snprintf(section, sizeof section, "resource.%s", def->name);
         if (ps_type_is_leaf(def->type)) {
-            const ps_setting_t *s = ps_config_find(cfg, section, "upstream");
-            if (s)
-                ps_config_add_error(cfg, &s->origin,
-                                    "[%s] is of type %s, which takes memory from the device and has no upstream",
-                                    section, ps_type_names[def->type]);
+            /* an upstream key was reported with the keys */
         } else if (up->set) {
             def->upstream = resolve(cfg, def, up->text, &up->origin, "upstream");
         } else if (ps_type_is_adaptor(def->type)) {
@@ -1240,6 +1297,18 @@ void ps_config_validate(ps_config_t *cfg)
     ps_config_check_limits(cfg, 0, report_to_config, cfg);
     if (cfg->out_of_memory)
         ps_config_add_error(cfg, NULL, "out of memory while reading the configuration");
+    /* in reading order: embedded, file by line, environment; stable (insertion sort: few errors) */
+    for (size_t i = 1; i < cfg->error_count; i++) {
+        char *text = cfg->errors[i];
+        uint64_t key = cfg->error_order[i];
+        size_t j = i;
+        for (; j > 0 && cfg->error_order[j - 1] > key; j--) {
+            cfg->errors[j] = cfg->errors[j - 1];
+            cfg->error_order[j] = cfg->error_order[j - 1];
+        }
+        cfg->errors[j] = text;
+        cfg->error_order[j] = key;
+    }
 }
 
 const ps_device_def_t *ps_config_device(const ps_config_t *cfg, int device)
