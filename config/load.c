@@ -319,6 +319,11 @@ static void record_header(ini_reader_state_t *st, const char *name, size_t len)
     ps_config_t *cfg = st->cfg;
     char section[INI_MAX_LINE + 1];
     snprintf(section, sizeof section, "%.*s", (int)len, name);
+    if (len >= 49) { /* inih keeps 49 characters of a section name and cuts the rest silently */
+        ps_origin_t o = {st->kind, st->source, st->line};
+        ps_config_add_error(cfg, &o, "section name `%.40s...` is too long (at most 48 characters)", section);
+        return;
+    }
     for (size_t i = 0; i < cfg->header_count; i++)
         if (cfg->headers[i].layer == st->layer && strcmp(cfg->headers[i].section, section) == 0)
             return; /* a section may be opened again: the first header counts */
@@ -406,10 +411,8 @@ static int ini_store_setting(void *user, const char *section, const char *name, 
     ini_reader_state_t *st = user;
     ps_origin_t o = {st->kind, st->source, st->line};
     /* inih copies names into 50-byte buffers and cuts longer ones silently */
-    if (strlen(section) >= 49) {
-        ps_config_add_error(st->cfg, &o, "section name `%.40s...` is too long (at most 48 characters)", section);
-        return 1;
-    }
+    if (strlen(section) >= 49)
+        return 1; /* reported at its header (record_header) */
     if (strlen(name) >= 49) {
         ps_config_add_error(st->cfg, &o, "key `%.40s...` is too long (at most 48 characters)", name);
         return 1;
