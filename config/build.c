@@ -145,7 +145,10 @@ static void failed(builder_t *b, const char *name, ps_resource_type_t type, cons
                    int status)
 {
     char where[PS_PATH_MAX + 32];
-    ps_origin_format(origin, where, sizeof where);
+    if (origin && origin->kind != PS_ORIGIN_NONE)
+        ps_origin_format(origin, where, sizeof where);
+    else
+        snprintf(where, sizeof where, "built in");
     ps_error("device %d: cannot create resource `%s` (type %s, %s): %s%s", b->device, name,
              ps_type_names[type], where, ps_status_name(status),
              status == PS_EUNSUPPORTED ? " (this build has no implementation of it)" : "");
