@@ -282,4 +282,10 @@ void ps_config_fixed_size_options(const ps_config_t *cfg, const ps_resource_def_
 /* A size value resolved against the device's total memory. */
 uint64_t ps_value_bytes(const ps_value_t *v, uint64_t total_bytes);
 
+/* ---- fuzz_entry.c ----------------------------------------------------------- */
+/* What the libFuzzer targets and the corpus replay test run; return 0, or
+ * trap when an invariant breaks. */
+int ps_config_fuzz_ini(const uint8_t *data, size_t size);
+int ps_config_fuzz_size(const uint8_t *data, size_t size);
+
 #endif
