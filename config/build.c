@@ -358,7 +358,6 @@ int ps_config_build_stack_with(const ps_config_t *cfg, int device, const ps_gpu_
     size_t reachable = 0;
     for (size_t i = 0; i < cfg->def_count; i++)
         reachable += seen[i];
-    free(seen);
 
     builder_t b = {cfg, device, gpu, ctors, 0, created, sp, PS_OK};
     if (needs_total) {
@@ -367,17 +366,20 @@ int ps_config_build_stack_with(const ps_config_t *cfg, int device, const ps_gpu_
         if (rc != PS_OK || total == 0) {
             ps_error("device %d: sizes are given in %% of device memory, but the device's size is unknown (%s)",
                      device, ps_status_name(rc != PS_OK ? rc : PS_EUPSTREAM));
+            free(seen);
             free(created);
             free(sp);
             return PS_ECONFIG;
         }
         b.total_bytes = total;
-        if (ps_config_check_limits(cfg, total, report_to_log, &device) > 0) {
+        if (ps_config_check_limits(cfg, total, seen, report_to_log, &device) > 0) {
+            free(seen);
             free(created);
             free(sp);
             return PS_ECONFIG;
         }
     }
+    free(seen);
     sp->capacity = reachable + implicit_bins + 2;
     sp->stack.all = calloc(sp->capacity, sizeof *sp->stack.all);
     sp->types = calloc(sp->capacity, sizeof *sp->types);

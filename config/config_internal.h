@@ -237,10 +237,11 @@ const ps_device_def_t *ps_config_device(const ps_config_t *cfg, int device);
 /* Checks limit adaptors against the initial sizes of pools/arenas in the
  * same chain. With total_bytes == 0 (loading) it compares values of one
  * kind (bytes with bytes, % with %); with the device's total (building) it
- * compares the mixed ones. Each problem goes to report(); returns how many. */
+ * compares the mixed ones. `only` (NULL = all) marks the limits to check,
+ * by def index. Each problem goes to report(); returns how many. */
 typedef void (*ps_config_report_t)(void *ctx, const ps_origin_t *origin, const char *message);
-int ps_config_check_limits(const ps_config_t *cfg, uint64_t total_bytes, ps_config_report_t report,
-                           void *ctx);
+int ps_config_check_limits(const ps_config_t *cfg, uint64_t total_bytes, const char *only,
+                           ps_config_report_t report, void *ctx);
 
 /* ---- build.c ------------------------------------------------------------- */
 /* The constructors the builder calls: the core's by default; tests

@@ -376,9 +376,10 @@ static char *ini_read_line(char *str, int num, void *stream)
         str[0] = '\0';
         return str;
     }
-    if (len + 1 > (size_t)num) {
+    if (len + 1 > (size_t)num || len > INI_MAX_LINE) { /* the second: our copy below */
         ps_origin_t o = {st->kind, st->source, st->line};
-        ps_config_add_error(st->cfg, &o, "line too long (%zu characters; at most %d)", len, num - 1);
+        ps_config_add_error(st->cfg, &o, "line too long (%zu characters; at most %d)", len,
+                            num - 1 < INI_MAX_LINE ? num - 1 : INI_MAX_LINE);
         st->last_error_line = st->line;
         str[0] = '\0';
         return str;
@@ -1224,13 +1225,13 @@ static void check_sizes(ps_config_t *cfg)
     }
 }
 
-int ps_config_check_limits(const ps_config_t *cfg, uint64_t total_bytes, ps_config_report_t report,
-                           void *ctx)
+int ps_config_check_limits(const ps_config_t *cfg, uint64_t total_bytes, const char *only,
+                           ps_config_report_t report, void *ctx)
 {
     int problems = 0;
     for (size_t d = 0; d < cfg->def_count; d++) {
         const ps_resource_def_t *lim = &cfg->defs[d];
-        if (lim->type != PS_TYPE_LIMIT || !lim->values[PS_KEY_LIMIT].set)
+        if (lim->type != PS_TYPE_LIMIT || !lim->values[PS_KEY_LIMIT].set || (only && !only[d]))
             continue;
         const ps_value_t *limit = &lim->values[PS_KEY_LIMIT];
         /* every pool/arena in a straight chain with the limit, below it
@@ -1297,7 +1298,7 @@ void ps_config_validate(ps_config_t *cfg)
     resolve_references(cfg);
     find_cycles(cfg);
     check_sizes(cfg);
-    ps_config_check_limits(cfg, 0, report_to_config, cfg);
+    ps_config_check_limits(cfg, 0, NULL, report_to_config, cfg);
     if (cfg->out_of_memory)
         ps_config_add_error(cfg, NULL, "out of memory while reading the configuration");
     /* in reading order: embedded, file by line, environment; stable (insertion sort: few errors) */

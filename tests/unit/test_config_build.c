@@ -444,6 +444,17 @@ Test(config_build, a_limit_below_a_percent_initial_size_is_caught_at_build)
     ps_config_free(cfg);
 }
 
+Test(config_build, a_limit_on_another_device_does_not_block_this_one)
+{
+    ps_config_t *cfg = load("[resource.cap]\ntype = limit\nlimit = 1GiB\nupstream = big\n"
+                            "[resource.big]\ntype = pool\ninitial_size = 50%\n[device.1]\nresource = cap\n");
+    ps_stack_t *stack = NULL;
+    cr_assert_eq(ps_config_build_stack_with(cfg, 0, &fake_gpu, &fakes, &stack), PS_OK, "device 0 uses main");
+    ps_stack_destroy(stack);
+    cr_assert_eq(ps_config_build_stack_with(cfg, 1, &fake_gpu, &fakes, &stack), PS_ECONFIG);
+    ps_config_free(cfg);
+}
+
 /* ---- the shipped examples ---------------------------------------------------------- */
 static char examples_dir[4096];
 
