@@ -59,10 +59,15 @@ static char *read_file(const char *path)
     if (!f)
         return NULL;
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        int e = S_ISDIR(st.st_mode) ? EISDIR : errno;
+    if (fstat(fileno(f), &st) != 0) {
+        int e = errno;
         fclose(f);
-        errno = e ? e : EINVAL;
+        errno = e;
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fclose(f);
+        errno = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
         return NULL;
     }
     size_t cap = (size_t)st.st_size + 1, n = 0;

@@ -691,13 +691,11 @@ static void parse_bins(ps_config_t *cfg, ps_resource_def_t *def, const ps_settin
     }
     size_t n = 0;
     int ok = 1;
-    char *save = NULL;
     char *item = copy;
     for (size_t i = 0; i < count && ok; i++) {
         char *comma = strchr(item, ',');
         if (comma)
             *comma = '\0';
-        (void)save;
         char *t = ps_trim_blanks(item);
         char *colon = strchr(t, ':');
         const char *size_text = t;
