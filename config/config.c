@@ -1,75 +1,265 @@
-/* STUB (temporary, replaced by the configuration work): just enough of
- * config/config.h for the shim to run — a pool over `cuda` per device,
- * a few short-form environment variables. */
-#include "config.h"
-
+/* ps_config_load: the sources of the configuration, in their order.
+ *
+ * Steps:
+ *   1. the embedded config/default.ini (compiled in as ps_default_ini);
+ *   2. the user's INI file: ps_config_input_t.file, else $POOLSHIM_CONFIG,
+ *      else $XDG_CONFIG_HOME/poolshim/poolshim.ini (or
+ *      $HOME/.config/poolshim/poolshim.ini) when it exists. A file that is
+ *      named but cannot be read is an error; ./poolshim.ini is never read
+ *      implicitly (a program's working directory should not change how its
+ *      memory is managed behind its back);
+ *   3. POOLSHIM_OPTIONS="section.key=value,...";
+ *   4. the short forms, each of which sets one key:
+ *        POOLSHIM_RESOURCE    type of the resource [device.*] uses
+ *        POOLSHIM_STATS       global.stats     (0|1|off|text|json)
+ *        POOLSHIM_STATS_FILE  global.stats_file
+ *        POOLSHIM_LOG         global.log_file  (a log adaptor on top of every stack)
+ *        POOLSHIM_FREE_SYNC   global.free_sync
+ *        POOLSHIM_VERBOSE     global.verbosity
+ *        POOLSHIM_DISABLE     global.disable
+ *        POOLSHIM_ON_ERROR    global.on_error
+ *   5. validation (load.c), which records every error.
+ * A later step wins over an earlier one, key by key.
+ */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include "../core/adaptors.h"
-#include "../core/upstream.h"
+#include "config_internal.h"
+#include "default_ini.h"
 
-struct ps_config {
-    ps_global_config_t global;
-    int errors;
+extern char **environ;
+
+/* Where the short forms and POOLSHIM_* come from. */
+typedef struct env_source {
+    char *const *environ; /* explicit environment, or NULL */
+    int use_process;      /* 1: read the process environment */
+} env_source_t;
+
+static const char *env_lookup(void *ctx, const char *name)
+{
+    const env_source_t *src = ctx;
+    char *const *env = src->environ ? src->environ : (src->use_process ? environ : NULL);
+    if (!env)
+        return NULL;
+    size_t len = strlen(name);
+    for (size_t i = 0; env[i]; i++)
+        if (strncmp(env[i], name, len) == 0 && env[i][len] == '=')
+            return env[i] + len + 1;
+    return NULL;
+}
+
+/* Reads a whole file; returns NULL and sets errno on failure. */
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        int e = errno;
+        fclose(f);
+        errno = e;
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fclose(f);
+        errno = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+        return NULL;
+    }
+    size_t cap = (size_t)st.st_size + 1, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        fclose(f);
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - 1 - n, f)) > 0) {
+        n += got;
+        if (n == cap - 1) { /* the file grew since fstat */
+            char *bigger = realloc(buf, cap * 2);
+            if (!bigger) {
+                free(buf);
+                fclose(f);
+                errno = ENOMEM;
+                return NULL;
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+    }
+    int failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        free(buf);
+        errno = EIO;
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Picks and reads the user's file. */
+static void read_user_file(ps_config_t *cfg, const ps_config_input_t *in, env_source_t *env)
+{
+    const char *path = in ? in->file : NULL;
+    ps_origin_t where = {PS_ORIGIN_FILE, NULL, 0};
+    char xdg[PS_PATH_MAX];
+    if (path) {
+        where.source = ps_config_intern(cfg, path);
+    } else if ((path = env_lookup(env, "POOLSHIM_CONFIG")) && *path) {
+        where = (ps_origin_t){PS_ORIGIN_ENV, ps_config_intern(cfg, "POOLSHIM_CONFIG"), 0};
+    } else {
+        const char *base = env_lookup(env, "XDG_CONFIG_HOME");
+        const char *home = env_lookup(env, "HOME");
+        if (base && *base)
+            snprintf(xdg, sizeof xdg, "%s/poolshim/poolshim.ini", base);
+        else if (home && *home)
+            snprintf(xdg, sizeof xdg, "%s/.config/poolshim/poolshim.ini", home);
+        else
+            return;
+        if (access(xdg, F_OK) != 0)
+            return; /* no personal file: fine */
+        path = xdg;
+        where.source = ps_config_intern(cfg, path);
+    }
+    char *text = read_file(path);
+    if (!text) {
+        if (where.kind == PS_ORIGIN_ENV)
+            ps_config_add_error(cfg, &where, "cannot read the configuration file `%s`: %s", path,
+                                strerror(errno));
+        else
+            ps_config_add_error(cfg, &where, "cannot read the configuration file: %s", strerror(errno));
+        return;
+    }
+    cfg->file_path = strdup(path);
+    if (!cfg->file_path)
+        cfg->out_of_memory = 1;
+    ps_config_read_ini(cfg, text, PS_ORIGIN_FILE, path, PS_LAYER_FILE);
+    free(text);
+}
+
+/* One short form: variable -> section.key. */
+static const struct short_form {
+    const char *variable; /* POOLSHIM_STATS */
+    const char *key;      /* the [global] key it sets, or NULL for POOLSHIM_RESOURCE */
+} short_forms[] = {
+    {"POOLSHIM_RESOURCE", NULL},
+    {"POOLSHIM_STATS", "stats"},
+    {"POOLSHIM_STATS_FILE", "stats_file"},
+    {"POOLSHIM_LOG", "log_file"},
+    {"POOLSHIM_FREE_SYNC", "free_sync"},
+    {"POOLSHIM_VERBOSE", "verbosity"},
+    {"POOLSHIM_DISABLE", "disable"},
+    {"POOLSHIM_ON_ERROR", "on_error"},
 };
+
+static void read_short_forms(ps_config_t *cfg, env_source_t *env)
+{
+    for (size_t i = 0; i < sizeof short_forms / sizeof short_forms[0]; i++) {
+        const char *value = env_lookup(env, short_forms[i].variable);
+        if (!value)
+            continue;
+        ps_origin_t o = {PS_ORIGIN_ENV, ps_config_intern(cfg, short_forms[i].variable), 0};
+        if (short_forms[i].key) {
+            ps_config_set(cfg, "global", short_forms[i].key, value, &o, PS_LAYER_SHORT);
+            continue;
+        }
+        const ps_setting_t *dev = ps_config_find(cfg, "device.*", "resource");
+        char section[128];
+        snprintf(section, sizeof section, "resource.%s", dev ? dev->value : "main");
+        ps_config_set(cfg, section, "type", value, &o, PS_LAYER_SHORT);
+    }
+}
+
+/* The steps of the file comment; `text`, when not NULL, stands for the
+ * user file (named `text_name`). */
+static int load(const ps_config_input_t *in, const char *text, const char *text_name, ps_config_t **out)
+{
+    if (!out)
+        return PS_EINVAL;
+    ps_config_t *cfg = calloc(1, sizeof *cfg);
+    if (!cfg)
+        return PS_ENOMEM;
+    env_source_t env = {in ? in->environ : NULL, !(in && in->no_env)};
+
+    ps_config_read_ini(cfg, ps_default_ini, PS_ORIGIN_EMBEDDED, "default.ini", PS_LAYER_EMBEDDED);
+    if (text)
+        ps_config_read_ini(cfg, text, PS_ORIGIN_FILE, text_name, PS_LAYER_FILE);
+    else
+        read_user_file(cfg, in, &env);
+    const char *options = in && in->options ? in->options : env_lookup(&env, "POOLSHIM_OPTIONS");
+    if (options)
+        ps_config_read_options(cfg, options);
+    read_short_forms(cfg, &env);
+    ps_config_validate(cfg);
+
+    *out = cfg;
+    return cfg->error_count ? PS_ECONFIG : PS_OK;
+}
 
 int ps_config_load(const ps_config_input_t *in, ps_config_t **out)
 {
-    ps_config_t *c = calloc(1, sizeof *c);
-    if (!c)
-        return PS_ENOMEM;
-    c->global.verbosity = 1;
-    const char *v;
-    if ((v = getenv("POOLSHIM_STATS")))
-        c->global.stats = !strcmp(v, "json") ? PS_STATS_JSON : strcmp(v, "0") ? PS_STATS_TEXT : PS_STATS_OFF;
-    if ((v = getenv("POOLSHIM_STATS_FILE")))
-        strncpy(c->global.stats_file, v, sizeof c->global.stats_file - 1);
-    if ((v = getenv("POOLSHIM_FREE_SYNC")))
-        c->global.free_sync = !strcmp(v, "device") ? PS_FREE_SYNC_DEVICE : !strcmp(v, "none") ? PS_FREE_SYNC_NONE : PS_FREE_SYNC_EVENT;
-    if ((v = getenv("POOLSHIM_ON_ERROR")) && !strcmp(v, "passthrough"))
-        c->global.on_error = PS_ON_ERROR_PASSTHROUGH;
-    if ((v = getenv("POOLSHIM_VERBOSE")))
-        c->global.verbosity = atoi(v);
-    if ((v = getenv("POOLSHIM_OPTIONS")) && strstr(v, "free_sync=") &&
-        !strstr(v, "=event") && !strstr(v, "=device") && !strstr(v, "=none"))
-        c->errors++;
-    *out = c;
-    return c->errors ? PS_ECONFIG : PS_OK;
+    return load(in, NULL, NULL, out);
 }
-void ps_config_free(ps_config_t *cfg) { free(cfg); }
+
+int ps_config_load_text(const char *text, const char *name, const ps_config_input_t *in,
+                        ps_config_t **out)
+{
+    if (!text)
+        return PS_EINVAL;
+    return load(in, text, name ? name : "<text>", out);
+}
+
+void ps_config_free(ps_config_t *cfg)
+{
+    if (!cfg)
+        return;
+    for (size_t i = 0; i < cfg->setting_count; i++) {
+        free(cfg->settings[i].section);
+        free(cfg->settings[i].key);
+        free(cfg->settings[i].value);
+    }
+    free(cfg->settings);
+    for (size_t i = 0; i < cfg->def_count; i++) {
+        for (size_t b = 0; b < cfg->defs[i].bin_count; b++)
+            free(cfg->defs[i].bins[b].name);
+        free(cfg->defs[i].bins);
+        free(cfg->defs[i].name);
+    }
+    free(cfg->defs);
+    free(cfg->devices);
+    for (size_t i = 0; i < cfg->error_count; i++)
+        free(cfg->errors[i]);
+    free(cfg->errors);
+    free(cfg->error_order);
+    for (size_t i = 0; i < cfg->header_count; i++)
+        free(cfg->headers[i].section);
+    free(cfg->headers);
+    for (size_t i = 0; i < cfg->string_count; i++)
+        free(cfg->strings[i]);
+    free(cfg->strings);
+    free(cfg->file_path);
+    free(cfg);
+}
+
 const ps_global_config_t *ps_config_global(const ps_config_t *cfg) { return &cfg->global; }
-size_t ps_config_error_count(const ps_config_t *cfg) { return (size_t)cfg->errors; }
+
+size_t ps_config_error_count(const ps_config_t *cfg) { return cfg ? cfg->error_count : 0; }
+
+const char *ps_config_error(const ps_config_t *cfg, size_t index)
+{
+    return cfg && index < cfg->error_count ? cfg->errors[index] : NULL;
+}
+
 void ps_config_print_errors(const ps_config_t *cfg, FILE *f)
 {
-    if (cfg->errors)
-        fprintf(f, "poolshim: error: POOLSHIM_OPTIONS: bad value for global.free_sync\n");
+    for (size_t i = 0; cfg && i < cfg->error_count; i++)
+        fprintf(f, "poolshim: error: %s\n", cfg->errors[i]);
 }
-void ps_config_print(const ps_config_t *cfg, FILE *f, int device) { (void)cfg, (void)f, (void)device; }
 
-int ps_config_build_stack(const ps_config_t *cfg, int device, const ps_gpu_ops_t *gpu, ps_stack_t **out)
-{
-    ps_stack_t *s = calloc(1, sizeof *s);
-    s->all = calloc(2, sizeof *s->all);
-    ps_resource_t *up = NULL, *pool = NULL;
-    int rc = ps_cuda_resource_create("cuda", gpu, &up);
-    if (rc != PS_OK)
-        return rc;
-    ps_pool_options_t o;
-    ps_pool_options_default(&o);
-    o.free_sync = cfg->global.free_sync;
-    rc = ps_pool_create("main", up, gpu, &o, &pool);
-    if (rc != PS_OK)
-        return rc;
-    s->all[0] = up, s->all[1] = pool, s->count = 2, s->top = pool;
-    *out = s;
-    return PS_OK;
-}
-void ps_stack_destroy(ps_stack_t *stack) { (void)stack; }
-int ps_expand_path(const char *pattern, int device, char *out, size_t outsize)
-{
-    (void)device;
-    snprintf(out, outsize, "%s", pattern);
-    return PS_OK;
-}
+const char *ps_config_file_path(const ps_config_t *cfg) { return cfg ? cfg->file_path : NULL; }

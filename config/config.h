@@ -1,15 +1,32 @@
 /* Configuration: embedded defaults < INI file < environment, turned into
  * one validated description, then into a resource stack per device.
  * config/ holds no CUDA: device sizes reach it through the GPU-ops table.
+ * The grammar (sections, keys per type, values, variables) is in
+ * docs/config.md.
  *
- * Sources, in order of precedence (later wins):
- *   1. the embedded default (config/default.ini, compiled in);
- *   2. the file named by POOLSHIM_CONFIG, else ./poolshim.ini, else
- *      $XDG_CONFIG_HOME/poolshim/poolshim.ini (~/.config/...) if present;
- *   3. POOLSHIM_OPTIONS="section.key=value,..." and the short forms
- *      (POOLSHIM_RESOURCE, POOLSHIM_STATS, POOLSHIM_LOG, POOLSHIM_FREE_SYNC,
- *      POOLSHIM_VERBOSE, ...: see the README).
+ * Sources, in order of precedence (later wins, key by key):
+ *   1. the embedded default (config/default.ini, compiled in): a pool
+ *      named `main` on every device;
+ *   2. the INI file: ps_config_input_t.file, else $POOLSHIM_CONFIG, else
+ *      $XDG_CONFIG_HOME/poolshim/poolshim.ini (or
+ *      $HOME/.config/poolshim/poolshim.ini) when it exists. ./poolshim.ini
+ *      is NOT read implicitly: the working directory of a program must not
+ *      change how its memory is managed;
+ *   3. POOLSHIM_OPTIONS="section.key=value,..." (a value with commas is
+ *      quoted: resource.b.bins="256,1KiB");
+ *   4. the short forms, each one key: POOLSHIM_RESOURCE (type of the
+ *      resource [device.*] uses), POOLSHIM_STATS, POOLSHIM_STATS_FILE,
+ *      POOLSHIM_LOG (global.log_file: a log adaptor on top of every stack),
+ *      POOLSHIM_FREE_SYNC, POOLSHIM_VERBOSE, POOLSHIM_DISABLE,
+ *      POOLSHIM_ON_ERROR.
  * Every value remembers where it came from (default / file:line / env var).
+ * A later source that changes a resource's `type` drops the keys earlier
+ * sources set for it that the new type does not have.
+ *
+ * Sizes: bytes, or with a unit B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB —
+ * ALL binary (1 KB = 1024 B); fractions with a unit ("1.5GiB", rounded
+ * down to a byte); where allowed, "50%" of the device's TOTAL memory,
+ * resolved when the stack is built (gpu->mem_get_info).
  *
  * Return rule: PS_OK or a negative PS_E* (core/common.h).
  */
@@ -60,9 +77,14 @@ void ps_config_free(ps_config_t *cfg);
 const ps_global_config_t *ps_config_global(const ps_config_t *cfg);
 
 /* Errors found while loading: count, and all of them printed one a line as
- * "poolshim: error: WHERE: MESSAGE". */
+ * "poolshim: error: WHERE: MESSAGE". WHERE is file:line, the environment
+ * variable (POOLSHIM_OPTIONS item N), or the file name alone. */
 size_t ps_config_error_count(const ps_config_t *cfg);
 void ps_config_print_errors(const ps_config_t *cfg, FILE *f);
+/* Error `index` as "WHERE: MESSAGE" (no prefix), or NULL past the end. */
+const char *ps_config_error(const ps_config_t *cfg, size_t index);
+/* The user file that was read, or NULL when none was. */
+const char *ps_config_file_path(const ps_config_t *cfg);
 
 /* Prints the effective stack of `device` (-1 = the [device.*] default) as
  * a tree, every value with its origin. */
@@ -79,9 +101,14 @@ typedef struct ps_stack {
 } ps_stack_t;
 
 /* Builds the stack for `device` over `gpu` (sizes in % resolved with
- * gpu->mem_get_info). Returns PS_ECONFIG with a message printed when the
- * config cannot be built there, PS_ENOMEM when an initial size cannot be
- * reserved. */
+ * gpu->mem_get_info): resources bottom-up, a resource shared by two
+ * parents created once; a stats adaptor on top when global.stats != off,
+ * then a log adaptor when global.log_file is set (without %d in the name,
+ * devices after 0 get ".N" appended). stack->stats/track/log point at the
+ * topmost adaptor of that kind. Returns PS_ECONFIG with a message printed
+ * when the config cannot be built there, PS_ENOMEM when an initial size
+ * cannot be reserved, PS_EUNSUPPORTED when a resource type has no
+ * implementation in this build; on failure nothing is left allocated. */
 int ps_config_build_stack(const ps_config_t *cfg, int device, const ps_gpu_ops_t *gpu,
                           ps_stack_t **out);
 void ps_stack_destroy(ps_stack_t *stack);

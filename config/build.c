@@ -1,0 +1,459 @@
+/* ps_config_build_stack: turns the validated definitions into resources
+ * for one device.
+ *
+ * Steps:
+ *   1. refuse a config that has errors (PS_ECONFIG);
+ *   2. pick the root: the resource of [device.N], else of [device.*];
+ *   3. if any resource reachable from the root sizes itself in percent,
+ *      ask gpu->mem_get_info for the device's TOTAL memory once, resolve
+ *      the percentages, and check limits against initial sizes again now
+ *      that mixed units (bytes vs %) compare;
+ *   4. create resources depth-first, upstream before the resources that
+ *      use it (a binning's bins and fallback before the binning); a
+ *      resource used by several parents is created once per device;
+ *      implicit bins (bins = SIZE) become fixed_size resources over the
+ *      binning's upstream;
+ *   5. put the global adaptors on top: stats when global.stats != off,
+ *      then log when global.log_file is set;
+ *   6. on any failure destroy what was created, in reverse order, print one
+ *      error naming the resource, and return the constructor's status
+ *      (PS_ENOMEM, PS_EUNSUPPORTED) or PS_ECONFIG.
+ * Guarantees: nothing leaks on failure; every created resource appears once
+ * in stack->all, upstream first; the stack owns the names it gave them.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config_internal.h"
+
+const ps_config_constructors_t ps_core_constructors = {
+    .pool = ps_pool_create,
+    .arena = ps_arena_create,
+    .fixed_size = ps_fixed_size_create,
+    .binning = ps_binning_create,
+    .cuda = ps_cuda_resource_create,
+    .async = ps_async_resource_create,
+    .managed = ps_managed_resource_create,
+    .limit = ps_limit_create,
+    .stats = ps_stats_create,
+    .track = ps_track_create,
+    .log = ps_log_create,
+};
+
+/* The stack with what only the builder needs to know. */
+typedef struct stack_private {
+    ps_stack_t stack;              /* the public part (first member) */
+    ps_resource_type_t *types;     /* type of all[i] */
+    char **names;                  /* names given to the resources (freed after them) */
+    size_t name_count;             /* entries in names */
+    size_t capacity;               /* room in all/types/names */
+} stack_private_t;
+
+/* State of one build. */
+typedef struct builder {
+    const ps_config_t *cfg;                 /* the definitions */
+    int device;                             /* device being built */
+    const ps_gpu_ops_t *gpu;                /* its GPU ops */
+    const ps_config_constructors_t *ctors;  /* what creates resources */
+    uint64_t total_bytes;                   /* device memory, when percentages need it */
+    ps_resource_t **created;                /* per def: the resource built for it, or NULL */
+    stack_private_t *sp;                    /* what is being built */
+    int status;                             /* first failure */
+} builder_t;
+
+void ps_config_pool_options(const ps_config_t *cfg, const ps_resource_def_t *def,
+                            uint64_t total_bytes, ps_pool_options_t *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    ps_pool_options_default(opts);
+    const ps_value_t *v = def->values;
+    if (v[PS_KEY_INITIAL_SIZE].set)
+        opts->initial_size = (size_t)ps_value_bytes(&v[PS_KEY_INITIAL_SIZE], total_bytes);
+    if (v[PS_KEY_MAXIMUM_SIZE].set)
+        opts->maximum_size = (size_t)ps_value_bytes(&v[PS_KEY_MAXIMUM_SIZE], total_bytes);
+    if (v[PS_KEY_MIN_CHUNK].set)
+        opts->min_chunk = (size_t)v[PS_KEY_MIN_CHUNK].number;
+    if (v[PS_KEY_MAX_CHUNK].set)
+        opts->max_chunk = (size_t)v[PS_KEY_MAX_CHUNK].number;
+    if (v[PS_KEY_GROWTH_PERCENT].set)
+        opts->growth_percent = (unsigned)v[PS_KEY_GROWTH_PERCENT].number;
+    if (v[PS_KEY_ALIGNMENT].set)
+        opts->alignment = (size_t)v[PS_KEY_ALIGNMENT].number;
+    if (v[PS_KEY_EPOCH_WAIT_US].set)
+        opts->epoch_wait_ns = v[PS_KEY_EPOCH_WAIT_US].number * 1000u;
+    opts->free_sync = v[PS_KEY_FREE_SYNC].set ? (ps_free_sync_t)v[PS_KEY_FREE_SYNC].number
+                                              : cfg->global.free_sync;
+}
+
+void ps_config_arena_options(const ps_config_t *cfg, const ps_resource_def_t *def,
+                             uint64_t total_bytes, ps_arena_options_t *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    ps_arena_options_default(opts);
+    const ps_value_t *v = def->values;
+    if (v[PS_KEY_INITIAL_SIZE].set)
+        opts->initial_size = (size_t)ps_value_bytes(&v[PS_KEY_INITIAL_SIZE], total_bytes);
+    if (v[PS_KEY_MAXIMUM_SIZE].set)
+        opts->maximum_size = (size_t)ps_value_bytes(&v[PS_KEY_MAXIMUM_SIZE], total_bytes);
+    if (v[PS_KEY_SUPERBLOCK_SIZE].set)
+        opts->superblock_size = (size_t)v[PS_KEY_SUPERBLOCK_SIZE].number;
+    if (v[PS_KEY_ALIGNMENT].set)
+        opts->alignment = (size_t)v[PS_KEY_ALIGNMENT].number;
+    opts->free_sync = v[PS_KEY_FREE_SYNC].set ? (ps_free_sync_t)v[PS_KEY_FREE_SYNC].number
+                                              : cfg->global.free_sync;
+}
+
+void ps_config_fixed_size_options(const ps_config_t *cfg, const ps_resource_def_t *def,
+                                  ps_fixed_size_options_t *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    ps_fixed_size_options_default(opts);
+    const ps_value_t *v = def->values;
+    if (v[PS_KEY_BLOCK_SIZE].set)
+        opts->block_size = (size_t)v[PS_KEY_BLOCK_SIZE].number;
+    if (v[PS_KEY_BLOCKS_PER_BATCH].set)
+        opts->blocks_per_batch = (size_t)v[PS_KEY_BLOCKS_PER_BATCH].number;
+    if (v[PS_KEY_ALIGNMENT].set)
+        opts->alignment = (size_t)v[PS_KEY_ALIGNMENT].number;
+    opts->free_sync = v[PS_KEY_FREE_SYNC].set ? (ps_free_sync_t)v[PS_KEY_FREE_SYNC].number
+                                              : cfg->global.free_sync;
+}
+
+/* Keeps a name alive as long as the stack. */
+static const char *own_name(builder_t *b, const char *name)
+{
+    char *copy = strdup(name);
+    if (!copy) {
+        b->status = PS_ENOMEM;
+        return NULL;
+    }
+    b->sp->names[b->sp->name_count++] = copy;
+    return copy;
+}
+
+static void push(builder_t *b, ps_resource_t *r, ps_resource_type_t type)
+{
+    ps_stack_t *s = &b->sp->stack;
+    s->all[s->count] = r;
+    b->sp->types[s->count] = type;
+    s->count++;
+}
+
+/* Reports a failed constructor and records the status. */
+static void failed(builder_t *b, const char *name, ps_resource_type_t type, const ps_origin_t *origin,
+                   int status)
+{
+    char where[PS_PATH_MAX + 32];
+    if (origin && origin->kind != PS_ORIGIN_NONE)
+        ps_origin_format(origin, where, sizeof where);
+    else
+        snprintf(where, sizeof where, "built in");
+    ps_error("device %d: cannot create resource `%s` (type %s, %s): %s%s", b->device, name,
+             ps_type_names[type], where, ps_status_name(status),
+             status == PS_EUNSUPPORTED ? " (this build has no implementation of it)" : "");
+    b->status = status;
+}
+
+static ps_resource_t *build_def(builder_t *b, int index);
+
+/* Creates the implicit fixed_size of one bin. */
+static ps_resource_t *build_implicit_bin(builder_t *b, const ps_resource_def_t *def,
+                                         const ps_bin_def_t *bin, ps_resource_t *upstream)
+{
+    char label[160];
+    snprintf(label, sizeof label, "%s.bin%llu", def->name, (unsigned long long)bin->max_size);
+    const char *name = own_name(b, label);
+    if (!name)
+        return NULL;
+    ps_fixed_size_options_t opts;
+    memset(&opts, 0, sizeof opts);
+    ps_fixed_size_options_default(&opts);
+    opts.block_size = (size_t)bin->max_size;
+    if (def->values[PS_KEY_BLOCKS_PER_BATCH].set)
+        opts.blocks_per_batch = (size_t)def->values[PS_KEY_BLOCKS_PER_BATCH].number;
+    opts.free_sync = def->values[PS_KEY_FREE_SYNC].set
+                         ? (ps_free_sync_t)def->values[PS_KEY_FREE_SYNC].number
+                         : b->cfg->global.free_sync;
+    ps_resource_t *r = NULL;
+    int rc = b->ctors->fixed_size(name, upstream, b->gpu, &opts, &r);
+    if (rc != PS_OK || !r) {
+        failed(b, name, PS_TYPE_FIXED_SIZE, &def->values[PS_KEY_BINS].origin, rc != PS_OK ? rc : PS_EUPSTREAM);
+        return NULL;
+    }
+    push(b, r, PS_TYPE_FIXED_SIZE);
+    return r;
+}
+
+static ps_resource_t *build_def(builder_t *b, int index)
+{
+    if (b->created[index])
+        return b->created[index];
+    const ps_resource_def_t *def = &b->cfg->defs[index];
+    const ps_value_t *v = def->values;
+    ps_resource_t *upstream = NULL;
+    if (def->upstream >= 0 && !(upstream = build_def(b, def->upstream)))
+        return NULL;
+    const char *name = own_name(b, def->name);
+    if (!name)
+        return NULL;
+    ps_resource_t *r = NULL;
+    int rc = PS_OK;
+    switch (def->type) {
+    case PS_TYPE_POOL: {
+        ps_pool_options_t opts;
+        ps_config_pool_options(b->cfg, def, b->total_bytes, &opts);
+        rc = b->ctors->pool(name, upstream, b->gpu, &opts, &r);
+        break;
+    }
+    case PS_TYPE_ARENA: {
+        ps_arena_options_t opts;
+        ps_config_arena_options(b->cfg, def, b->total_bytes, &opts);
+        rc = b->ctors->arena(name, upstream, b->gpu, &opts, &r);
+        break;
+    }
+    case PS_TYPE_FIXED_SIZE: {
+        ps_fixed_size_options_t opts;
+        ps_config_fixed_size_options(b->cfg, def, &opts);
+        rc = b->ctors->fixed_size(name, upstream, b->gpu, &opts, &r);
+        break;
+    }
+    case PS_TYPE_BINNING: {
+        ps_bin_t *bins = calloc(def->bin_count ? def->bin_count : 1, sizeof *bins);
+        if (!bins) {
+            rc = PS_ENOMEM;
+            break;
+        }
+        for (size_t i = 0; i < def->bin_count; i++) {
+            const ps_bin_def_t *bin = &def->bins[i];
+            bins[i].max_size = (size_t)bin->max_size;
+            bins[i].resource = bin->resource >= 0 ? build_def(b, bin->resource)
+                                                  : build_implicit_bin(b, def, bin, upstream);
+            if (!bins[i].resource) {
+                free(bins);
+                return NULL;
+            }
+        }
+        ps_resource_t *fallback = build_def(b, def->fallback);
+        if (!fallback) {
+            free(bins);
+            return NULL;
+        }
+        rc = b->ctors->binning(name, bins, def->bin_count, fallback, &r);
+        free(bins);
+        break;
+    }
+    case PS_TYPE_CUDA: rc = b->ctors->cuda(name, b->gpu, &r); break;
+    case PS_TYPE_MANAGED: rc = b->ctors->managed(name, b->gpu, &r); break;
+    case PS_TYPE_ASYNC: {
+        uint64_t threshold = UINT64_MAX; /* keep everything cached, as the peers were measured */
+        if (v[PS_KEY_RELEASE_THRESHOLD].set)
+            threshold = ps_value_bytes(&v[PS_KEY_RELEASE_THRESHOLD], b->total_bytes);
+        rc = b->ctors->async(name, b->gpu, threshold, &r);
+        break;
+    }
+    case PS_TYPE_LIMIT: {
+        uint64_t limit = ps_value_bytes(&v[PS_KEY_LIMIT], b->total_bytes);
+        if (limit == 0) {
+            ps_error("device %d: the limit of `%s` comes to 0 bytes on this device", b->device, name);
+            b->status = PS_ECONFIG;
+            return NULL;
+        }
+        rc = b->ctors->limit(name, upstream, (size_t)limit, &r);
+        break;
+    }
+    case PS_TYPE_STATS: rc = b->ctors->stats(name, upstream, &r); break;
+    case PS_TYPE_TRACK:
+        rc = b->ctors->track(name, upstream, (unsigned)v[PS_KEY_STACK_DEPTH].number, &r);
+        break;
+    case PS_TYPE_LOG: {
+        char path[PS_PATH_MAX];
+        if (ps_expand_path(v[PS_KEY_FILE].text, b->device, path, sizeof path) != PS_OK) {
+            ps_error("device %d: cannot expand the log file name `%s` of `%s`", b->device,
+                     v[PS_KEY_FILE].text, name);
+            b->status = PS_ECONFIG;
+            return NULL;
+        }
+        rc = b->ctors->log(name, upstream, path, &r);
+        break;
+    }
+    default: rc = PS_ECONFIG; break;
+    }
+    if (rc != PS_OK || !r) {
+        failed(b, name, def->type, def->values[PS_KEY_TYPE].set ? &v[PS_KEY_TYPE].origin : &def->origin,
+               rc != PS_OK ? rc : PS_EUPSTREAM);
+        return NULL;
+    }
+    push(b, r, def->type);
+    b->created[index] = r;
+    return r;
+}
+
+/* Marks what the root reaches; returns 1 if any of it is sized in percent. */
+static int reach(const ps_config_t *cfg, int index, char *seen, size_t *implicit_bins)
+{
+    if (index < 0 || seen[index])
+        return 0;
+    seen[index] = 1;
+    const ps_resource_def_t *def = &cfg->defs[index];
+    int pct = 0;
+    for (int k = 0; k < PS_KEY_COUNT; k++)
+        pct |= def->values[k].set && def->values[k].is_percent;
+    pct |= reach(cfg, def->upstream, seen, implicit_bins);
+    pct |= reach(cfg, def->fallback, seen, implicit_bins);
+    for (size_t i = 0; i < def->bin_count; i++) {
+        if (def->bins[i].resource < 0)
+            (*implicit_bins)++;
+        pct |= reach(cfg, def->bins[i].resource, seen, implicit_bins);
+    }
+    return pct;
+}
+
+/* Prints the limit problems that only the device's size reveals. */
+static void report_to_log(void *ctx, const ps_origin_t *origin, const char *message)
+{
+    char where[PS_PATH_MAX + 32];
+    ps_error("device %d: %s: %s", *(const int *)ctx, ps_origin_format(origin, where, sizeof where), message);
+}
+
+static void destroy_private(stack_private_t *sp)
+{
+    if (!sp)
+        return;
+    for (size_t i = sp->stack.count; i > 0; i--)
+        ps_destroy(sp->stack.all[i - 1]);
+    for (size_t i = 0; i < sp->name_count; i++)
+        free(sp->names[i]);
+    free(sp->names);
+    free(sp->types);
+    free(sp->stack.all);
+    free(sp);
+}
+
+int ps_config_build_stack_with(const ps_config_t *cfg, int device, const ps_gpu_ops_t *gpu,
+                               const ps_config_constructors_t *ctors, ps_stack_t **out)
+{
+    if (!cfg || !out || !ctors)
+        return PS_EINVAL;
+    if (cfg->error_count) {
+        ps_error("device %d: the configuration has %zu error(s); no stack built", device, cfg->error_count);
+        return PS_ECONFIG;
+    }
+    const ps_device_def_t *dev = ps_config_device(cfg, device);
+    if (!dev || dev->resource < 0) {
+        ps_error("device %d: no [device.%d] or [device.*] section names a resource", device, device);
+        return PS_ECONFIG;
+    }
+    char *seen = calloc(cfg->def_count + 1, 1);
+    ps_resource_t **created = calloc(cfg->def_count + 1, sizeof *created);
+    stack_private_t *sp = calloc(1, sizeof *sp);
+    if (!seen || !created || !sp) {
+        free(seen);
+        free(created);
+        free(sp);
+        return PS_ENOMEM;
+    }
+    size_t implicit_bins = 0;
+    int needs_total = reach(cfg, dev->resource, seen, &implicit_bins);
+    size_t reachable = 0;
+    for (size_t i = 0; i < cfg->def_count; i++)
+        reachable += seen[i];
+
+    builder_t b = {cfg, device, gpu, ctors, 0, created, sp, PS_OK};
+    if (needs_total) {
+        size_t free_bytes = 0, total = 0;
+        int rc = gpu && gpu->mem_get_info ? gpu->mem_get_info(gpu->ctx, &free_bytes, &total) : PS_EUNSUPPORTED;
+        if (rc != PS_OK || total == 0) {
+            ps_error("device %d: sizes are given in %% of device memory, but the device's size is unknown (%s)",
+                     device, ps_status_name(rc != PS_OK ? rc : PS_EUPSTREAM));
+            free(seen);
+            free(created);
+            free(sp);
+            return PS_ECONFIG;
+        }
+        b.total_bytes = total;
+        if (ps_config_check_limits(cfg, total, seen, report_to_log, &device) > 0) {
+            free(seen);
+            free(created);
+            free(sp);
+            return PS_ECONFIG;
+        }
+    }
+    free(seen);
+    sp->capacity = reachable + implicit_bins + 2;
+    sp->stack.all = calloc(sp->capacity, sizeof *sp->stack.all);
+    sp->types = calloc(sp->capacity, sizeof *sp->types);
+    sp->names = calloc(sp->capacity + 1, sizeof *sp->names);
+    if (!sp->stack.all || !sp->types || !sp->names) {
+        free(created);
+        destroy_private(sp);
+        return PS_ENOMEM;
+    }
+
+    ps_resource_t *top = build_def(&b, dev->resource);
+    const ps_global_config_t *g = &cfg->global;
+    if (top && g->stats != PS_STATS_OFF) {
+        ps_resource_t *r = NULL;
+        const char *name = own_name(&b, "stats");
+        int rc = name ? ctors->stats(name, top, &r) : PS_ENOMEM;
+        if (rc == PS_OK && r) {
+            push(&b, r, PS_TYPE_STATS);
+            top = r;
+        } else {
+            failed(&b, "stats", PS_TYPE_STATS, &cfg->global_origin[PS_GKEY_STATS], rc ? rc : PS_EUPSTREAM);
+            top = NULL;
+        }
+    }
+    if (top && g->log_file[0]) {
+        char path[PS_PATH_MAX];
+        ps_resource_t *r = NULL;
+        int rc = ps_expand_path(g->log_file, device < 0 ? 0 : device, path, sizeof path);
+        if (rc == PS_OK && device > 0 && !strstr(g->log_file, "%d")) {
+            /* one file per device: without %d, devices after 0 get ".N" appended */
+            size_t len = strlen(path);
+            if (snprintf(path + len, sizeof path - len, ".%d", device) >= (int)(sizeof path - len))
+                rc = PS_EINVAL;
+        }
+        const char *name = rc == PS_OK ? own_name(&b, "log") : NULL;
+        if (rc == PS_OK && name)
+            rc = ctors->log(name, top, path, &r);
+        if (rc == PS_OK && name && r) {
+            push(&b, r, PS_TYPE_LOG);
+            top = r;
+        } else {
+            failed(&b, "log", PS_TYPE_LOG, &cfg->global_origin[PS_GKEY_LOG_FILE],
+                   rc != PS_OK ? rc : name ? PS_EUPSTREAM : PS_ENOMEM);
+            top = NULL;
+        }
+    }
+    free(created);
+    if (!top) {
+        int status = b.status;
+        destroy_private(sp);
+        return status == PS_ENOMEM || status == PS_EUNSUPPORTED ? status : PS_ECONFIG;
+    }
+    ps_stack_t *s = &sp->stack;
+    s->top = top;
+    for (size_t i = s->count; i > 0; i--) { /* the topmost adaptor of each kind */
+        ps_resource_type_t t = sp->types[i - 1];
+        if (t == PS_TYPE_STATS && !s->stats)
+            s->stats = s->all[i - 1];
+        if (t == PS_TYPE_TRACK && !s->track)
+            s->track = s->all[i - 1];
+        if (t == PS_TYPE_LOG && !s->log)
+            s->log = s->all[i - 1];
+    }
+    *out = s;
+    return PS_OK;
+}
+
+int ps_config_build_stack(const ps_config_t *cfg, int device, const ps_gpu_ops_t *gpu,
+                          ps_stack_t **out)
+{
+    return ps_config_build_stack_with(cfg, device, gpu, &ps_core_constructors, out);
+}
+
+void ps_stack_destroy(ps_stack_t *stack)
+{
+    destroy_private((stack_private_t *)stack);
+}

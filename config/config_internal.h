@@ -1,0 +1,292 @@
+/* Internals shared by the files of config/ (not part of the contract the
+ * shim consumes; config.h is).
+ *
+ *   parse.c   value parsers: sizes, percentages, booleans, integers, enum
+ *             words, file-name patterns; nearest-word suggestions
+ *   load.c    the settings store (every raw value with its origin), the INI
+ *             reader over libinih, POOLSHIM_OPTIONS and the short forms, and
+ *             validation into resource definitions (collects every error)
+ *   config.c  ps_config_load: the sources in their order (embeds default.ini)
+ *   build.c   ps_config_build_stack: definitions -> resources, bottom-up
+ *   print.c   ps_config_print: the effective stack as a tree with origins
+ */
+#ifndef PS_CONFIG_INTERNAL_H
+#define PS_CONFIG_INTERNAL_H
+
+#include <stdint.h>
+
+#include "../core/adaptors.h"
+#include "../core/arena.h"
+#include "../core/binning.h"
+#include "../core/fixed_size.h"
+#include "../core/upstream.h"
+#include "config.h"
+
+/* ---- origins ------------------------------------------------------------ */
+typedef enum ps_origin_kind {
+    PS_ORIGIN_NONE = 0, /* not set anywhere: the built-in default of the key */
+    PS_ORIGIN_EMBEDDED, /* the embedded config/default.ini, at `line` */
+    PS_ORIGIN_FILE,     /* a user INI file `source`, at `line` */
+    PS_ORIGIN_ENV       /* environment variable `source` (item `line` of POOLSHIM_OPTIONS, else 0) */
+} ps_origin_kind_t;
+
+typedef struct ps_origin {
+    ps_origin_kind_t kind; /* where the value came from */
+    const char *source;    /* file path or variable name (owned by the config), or NULL */
+    int line;              /* line in the file, item of POOLSHIM_OPTIONS, or 0 */
+} ps_origin_t;
+
+/* Formats an origin: "default", "default.ini:4", "x.ini:12",
+ * "POOLSHIM_OPTIONS item 2", "POOLSHIM_STATS". Returns buf. */
+char *ps_origin_format(const ps_origin_t *origin, char *buf, size_t size);
+
+/* Layers, in order of precedence (a later layer wins). */
+enum {
+    PS_LAYER_EMBEDDED = 0, /* config/default.ini */
+    PS_LAYER_FILE = 1,     /* POOLSHIM_CONFIG or the XDG file */
+    PS_LAYER_OPTIONS = 2,  /* POOLSHIM_OPTIONS */
+    PS_LAYER_SHORT = 3     /* POOLSHIM_RESOURCE, POOLSHIM_STATS, ... */
+};
+
+/* ---- value parsers (parse.c) -------------------------------------------- */
+/* Sizes: "4096", "64KiB", "1.5 G", "50%". On failure returns PS_EINVAL and
+ * writes why (without the value) into `why`. With allow_percent == 0 a
+ * percentage is an error. *is_percent tells which of bytes/percent is set. */
+int ps_parse_size_ex(const char *text, int allow_percent, uint64_t *bytes, double *percent,
+                     int *is_percent, char *why, size_t why_size);
+/* Non-negative decimal integer no larger than max. */
+int ps_parse_uint(const char *text, uint64_t max, uint64_t *value, char *why, size_t why_size);
+/* Index of `text` in the NULL-terminated `words`, case-insensitive, or -1. */
+int ps_parse_word(const char *text, const char *const *words);
+/* Checks a file-name pattern: only %p, %r, %d (when allow_device) and %%. */
+int ps_check_path_pattern(const char *pattern, int allow_device, char *why, size_t why_size);
+/* ps_expand_path with the environment read through `lookup` (NULL = getenv). */
+typedef const char *(*ps_env_lookup_t)(void *ctx, const char *name);
+int ps_expand_path_env(const char *pattern, int device, ps_env_lookup_t lookup, void *ctx,
+                       char *out, size_t outsize);
+
+/* Nearest word to `text` among `words` (NULL-terminated), or NULL when none
+ * is close. Edit distance, where a prefix of a candidate also counts (so
+ * "intial" finds "initial_size"). */
+const char *ps_nearest_word(const char *text, const char *const *words);
+
+/* Lower-case copy helpers and trimming used by the parsers. */
+char *ps_trim_blanks(char *s);
+
+/* ---- resource types and keys -------------------------------------------- */
+typedef enum ps_resource_type {
+    PS_TYPE_POOL = 0,
+    PS_TYPE_ARENA,
+    PS_TYPE_FIXED_SIZE,
+    PS_TYPE_BINNING,
+    PS_TYPE_CUDA,
+    PS_TYPE_ASYNC,
+    PS_TYPE_MANAGED,
+    PS_TYPE_LIMIT,
+    PS_TYPE_STATS,
+    PS_TYPE_TRACK,
+    PS_TYPE_LOG,
+    PS_TYPE_COUNT
+} ps_resource_type_t;
+
+extern const char *const ps_type_names[PS_TYPE_COUNT + 1]; /* NULL-terminated */
+
+typedef enum ps_key {
+    PS_KEY_TYPE = 0,
+    PS_KEY_UPSTREAM,
+    PS_KEY_INITIAL_SIZE,
+    PS_KEY_MAXIMUM_SIZE,
+    PS_KEY_MIN_CHUNK,
+    PS_KEY_MAX_CHUNK,
+    PS_KEY_GROWTH_PERCENT,
+    PS_KEY_ALIGNMENT,
+    PS_KEY_FREE_SYNC,
+    PS_KEY_EPOCH_WAIT_US,
+    PS_KEY_SUPERBLOCK_SIZE,
+    PS_KEY_BLOCK_SIZE,
+    PS_KEY_BLOCKS_PER_BATCH,
+    PS_KEY_BINS,
+    PS_KEY_FALLBACK,
+    PS_KEY_RELEASE_THRESHOLD,
+    PS_KEY_LIMIT,
+    PS_KEY_STACK_DEPTH,
+    PS_KEY_FILE,
+    PS_KEY_COUNT
+} ps_key_t;
+
+extern const char *const ps_key_names[PS_KEY_COUNT + 1]; /* NULL-terminated */
+
+/* Which keys a type accepts (bit i = ps_key_t i). */
+uint32_t ps_type_keys(ps_resource_type_t type);
+/* Leaves take memory from the device and have no upstream. */
+int ps_type_is_leaf(ps_resource_type_t type);
+/* Adaptors wrap an upstream they must be given. */
+int ps_type_is_adaptor(ps_resource_type_t type);
+
+/* One parsed value of a resource key. */
+typedef struct ps_value {
+    int set;            /* 1 when some source set it */
+    ps_origin_t origin; /* where */
+    const char *text;   /* the raw text (owned by the config) */
+    uint64_t number;    /* bytes / count / enum index */
+    double percent;     /* when is_percent: percent of the device's total memory */
+    int is_percent;     /* 1: `percent` holds the value, resolved at build time */
+} ps_value_t;
+
+/* One bin of a binning resource. */
+typedef struct ps_bin_def {
+    uint64_t max_size; /* requests up to this many bytes */
+    int resource;      /* index of the named resource serving it, or -1: an implicit fixed_size */
+    char *name;        /* the name as written ("" for implicit bins) */
+} ps_bin_def_t;
+
+/* A resource as the config describes it (validated). */
+typedef struct ps_resource_def {
+    char *name;                   /* the NAME of [resource.NAME] */
+    ps_resource_type_t type;      /* its type */
+    int predefined;               /* 1: cuda/async/managed that need no section */
+    ps_origin_t origin;           /* where it was first defined */
+    ps_value_t values[PS_KEY_COUNT]; /* every key, set or not */
+    int upstream;                 /* index of the upstream def, or -1 */
+    int fallback;                 /* binning: index of the fallback def, or -1 */
+    ps_bin_def_t *bins;           /* binning: the bins, sorted */
+    size_t bin_count;             /* entries in bins */
+} ps_resource_def_t;
+
+/* One [device.N] or [device.*] section. */
+typedef struct ps_device_def {
+    int device;         /* N, or -1 for [device.*] */
+    int resource;       /* index of the def, or -1 when the name is unknown */
+    ps_origin_t origin; /* where `resource =` was set */
+} ps_device_def_t;
+
+/* A raw setting as read from a source. */
+typedef struct ps_setting {
+    char *section;      /* "global", "resource.main", "device.0" */
+    char *key;          /* "initial_size" */
+    char *value;        /* the text after '=', trimmed */
+    ps_origin_t origin; /* where */
+    int layer;          /* PS_LAYER_* */
+} ps_setting_t;
+
+/* Origin and value of every [global] key. */
+typedef enum ps_global_key {
+    PS_GKEY_VERBOSITY = 0,
+    PS_GKEY_STATS,
+    PS_GKEY_STATS_FILE,
+    PS_GKEY_LOG_FILE,
+    PS_GKEY_FREE_SYNC,
+    PS_GKEY_MEMINFO,
+    PS_GKEY_ON_ERROR,
+    PS_GKEY_DIRECT_MIN_SIZE,
+    PS_GKEY_DISABLE,
+    PS_GKEY_COUNT
+} ps_global_key_t;
+extern const char *const ps_global_key_names[PS_GKEY_COUNT + 1];
+
+struct ps_config {
+    ps_global_config_t global;           /* the validated [global] */
+    ps_origin_t global_origin[PS_GKEY_COUNT]; /* where each global value came from */
+    ps_setting_t *settings;              /* raw settings, merged (one per section+key) */
+    size_t setting_count, setting_cap;   /* entries used / allocated */
+    ps_resource_def_t *defs;             /* resources */
+    size_t def_count, def_cap;           /* entries used / allocated */
+    ps_device_def_t *devices;            /* device sections */
+    size_t device_count, device_cap;     /* entries used / allocated */
+    char **errors;                       /* "WHERE: MESSAGE" */
+    uint64_t *error_order;               /* per error: source kind and line, to sort them */
+    size_t error_count, error_cap;       /* entries used / allocated */
+    ps_setting_t *headers;               /* every [section] header of the files (key and value "") */
+    size_t header_count, header_cap;     /* entries used / allocated */
+    char **strings;                      /* interned strings (origins' sources) */
+    size_t string_count, string_cap;     /* entries used / allocated */
+    char *file_path;                     /* the user file read, or NULL */
+    int out_of_memory;                   /* 1: an allocation failed while loading */
+};
+
+/* ---- config.c ---------------------------------------------------------- */
+/* ps_config_load with INI text standing for the user file, shown as `name`
+ * in messages (tests, fuzzing); `in` supplies options and environment. */
+int ps_config_load_text(const char *text, const char *name, const ps_config_input_t *in,
+                        ps_config_t **out);
+
+/* ---- load.c --------------------------------------------------------------- */
+/* Records an error "WHERE: MESSAGE" (WHERE from origin; NULL = no place). */
+void ps_config_add_error(ps_config_t *cfg, const ps_origin_t *origin, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Keeps a copy of s for the life of the config. */
+const char *ps_config_intern(ps_config_t *cfg, const char *s);
+/* Reads INI text (NUL-terminated) into the store at `layer`; origin.kind
+ * and origin.source say which file it is. Syntax errors are recorded. */
+void ps_config_read_ini(ps_config_t *cfg, const char *text, ps_origin_kind_t kind,
+                        const char *source, int layer);
+/* Reads POOLSHIM_OPTIONS text into the store (layer OPTIONS). */
+void ps_config_read_options(ps_config_t *cfg, const char *text);
+/* Sets one value in the store; a later layer replaces an earlier one. */
+void ps_config_set(ps_config_t *cfg, const char *section, const char *key, const char *value,
+                   const ps_origin_t *origin, int layer);
+/* Finds a raw setting, or NULL. */
+const ps_setting_t *ps_config_find(const ps_config_t *cfg, const char *section, const char *key);
+/* Turns the merged store into global + defs + devices, recording every error. */
+void ps_config_validate(ps_config_t *cfg);
+/* Index of a def by name, or -1. */
+int ps_config_def_index(const ps_config_t *cfg, const char *name);
+/* The def serving `device` ([device.N], else [device.*]), or NULL. */
+const ps_device_def_t *ps_config_device(const ps_config_t *cfg, int device);
+
+/* Checks limit adaptors against the initial sizes of pools/arenas in the
+ * same chain. With total_bytes == 0 (loading) it compares values of one
+ * kind (bytes with bytes, % with %); with the device's total (building) it
+ * compares the mixed ones. `only` (NULL = all) marks the limits to check,
+ * by def index. Each problem goes to report(); returns how many. */
+typedef void (*ps_config_report_t)(void *ctx, const ps_origin_t *origin, const char *message);
+int ps_config_check_limits(const ps_config_t *cfg, uint64_t total_bytes, const char *only,
+                           ps_config_report_t report, void *ctx);
+
+/* ---- build.c ------------------------------------------------------------- */
+/* The constructors the builder calls: the core's by default; tests
+ * substitute fakes to watch the order and the options. */
+typedef struct ps_config_constructors {
+    int (*pool)(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu,
+                const ps_pool_options_t *opts, ps_resource_t **out);
+    int (*arena)(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu,
+                 const ps_arena_options_t *opts, ps_resource_t **out);
+    int (*fixed_size)(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu,
+                      const ps_fixed_size_options_t *opts, ps_resource_t **out);
+    int (*binning)(const char *name, const ps_bin_t *bins, size_t bin_count,
+                   ps_resource_t *fallback, ps_resource_t **out);
+    int (*cuda)(const char *name, const ps_gpu_ops_t *gpu, ps_resource_t **out);
+    int (*async)(const char *name, const ps_gpu_ops_t *gpu, uint64_t release_threshold,
+                 ps_resource_t **out);
+    int (*managed)(const char *name, const ps_gpu_ops_t *gpu, ps_resource_t **out);
+    int (*limit)(const char *name, ps_resource_t *upstream, size_t limit_bytes,
+                 ps_resource_t **out);
+    int (*stats)(const char *name, ps_resource_t *upstream, ps_resource_t **out);
+    int (*track)(const char *name, ps_resource_t *upstream, unsigned stack_depth,
+                 ps_resource_t **out);
+    int (*log)(const char *name, ps_resource_t *upstream, const char *path, ps_resource_t **out);
+} ps_config_constructors_t;
+
+extern const ps_config_constructors_t ps_core_constructors;
+
+int ps_config_build_stack_with(const ps_config_t *cfg, int device, const ps_gpu_ops_t *gpu,
+                               const ps_config_constructors_t *ctors, ps_stack_t **out);
+
+/* Options of a pool/arena/fixed_size def with the defaults filled in and
+ * percentages resolved against total_bytes (0 = leave percentages as 0). */
+void ps_config_pool_options(const ps_config_t *cfg, const ps_resource_def_t *def,
+                            uint64_t total_bytes, ps_pool_options_t *opts);
+void ps_config_arena_options(const ps_config_t *cfg, const ps_resource_def_t *def,
+                             uint64_t total_bytes, ps_arena_options_t *opts);
+void ps_config_fixed_size_options(const ps_config_t *cfg, const ps_resource_def_t *def,
+                                  ps_fixed_size_options_t *opts);
+/* A size value resolved against the device's total memory. */
+uint64_t ps_value_bytes(const ps_value_t *v, uint64_t total_bytes);
+
+/* ---- fuzz_entry.c ----------------------------------------------------------- */
+/* What the libFuzzer targets and the corpus replay test run; return 0, or
+ * trap when an invariant breaks. */
+int ps_config_fuzz_ini(const uint8_t *data, size_t size);
+int ps_config_fuzz_size(const uint8_t *data, size_t size);
+
+#endif

@@ -1,0 +1,7 @@
+/* libFuzzer target: INI text and POOLSHIM_OPTIONS (make fuzz-config). */
+#include <stddef.h>
+#include <stdint.h>
+
+int ps_config_fuzz_ini(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) { return ps_config_fuzz_ini(data, size); }

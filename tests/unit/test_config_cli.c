@@ -1,0 +1,61 @@
+/* `poolshim config`: --check exits 0 for a valid file and 1 printing every
+ * error; without --check it prints the tree. Runs the CLI that
+ * `make test-unit` names in POOLSHIM_CLI, with a clean environment. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+/* Runs the CLI with args; returns its exit status and its output in out. */
+static int run_cli(const char *args, char *out, size_t size)
+{
+    const char *cli = getenv("POOLSHIM_CLI");
+    const char *data = getenv("POOLSHIM_TEST_DATA");
+    cr_assert_not_null(cli, "POOLSHIM_CLI must be set (make test-unit sets it)");
+    cr_assert_not_null(data);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "cd %s/.. && env -i HOME=/nonexistent %s%s config %s 2>&1", data,
+             cli[0] == '/' ? "" : "../", cli, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, size - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    cr_assert(WIFEXITED(status), "the CLI did not exit normally: %s", out);
+    return WEXITSTATUS(status);
+}
+
+Test(config_cli, check_accepts_a_valid_file)
+{
+    char out[8192];
+    cr_assert_eq(run_cli("--check --file ../config/examples/per_device.ini", out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "configuration is valid"), "%s", out);
+}
+
+Test(config_cli, check_rejects_an_invalid_file_printing_every_error)
+{
+    char out[8192];
+    cr_assert_eq(run_cli("--check --file data/config/many_errors.ini", out, sizeof out), 1, "%s", out);
+    int lines = 0;
+    for (const char *p = out; (p = strstr(p, "poolshim: error: data/config/many_errors.ini:")); p++)
+        lines++;
+    cr_assert_eq(lines, 5, "%s", out);
+}
+
+Test(config_cli, prints_the_stack_of_a_device)
+{
+    char out[16384];
+    cr_assert_eq(run_cli("--file ../config/examples/per_device.ini --device 1", out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "[device.1] resource = serve_cap"), "%s", out);
+    cr_assert(strstr(out, "[resource.serve] type = arena"), "%s", out);
+}
+
+Test(config_cli, options_flag_and_bad_usage)
+{
+    char out[8192];
+    cr_assert_eq(run_cli("--check --options global.stats=", out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "POOLSHIM_OPTIONS item 1: bad value `` for `stats`"), "%s", out);
+    cr_assert_eq(run_cli("--device banana", out, sizeof out), 2, "%s", out);
+    cr_assert_eq(run_cli("--frobnicate", out, sizeof out), 2, "%s", out);
+}

@@ -1,0 +1,338 @@
+/* Environment overrides and precedence: embedded default < file <
+ * POOLSHIM_OPTIONS < short forms, every value with its origin. The tests
+ * pass explicit environment arrays (no_env = 1): the real environment is
+ * never read, except where a test checks that it is ignored. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../config/config_internal.h"
+
+/* Loads `text` as the user file with the given options and environment;
+ * asserts the expected status. */
+static ps_config_t *load(const char *text, const char *options, char **env, int expect)
+{
+    ps_config_input_t in = {.options = options, .environ = env, .no_env = 1};
+    ps_config_t *cfg = NULL;
+    int rc = ps_config_load_text(text ? text : "", "user.ini", &in, &cfg);
+    if (rc != expect)
+        ps_config_print_errors(cfg, stderr);
+    cr_assert_eq(rc, expect, "load returned %d", rc);
+    cr_assert_not_null(cfg);
+    return cfg;
+}
+
+static const ps_resource_def_t *def_of(const ps_config_t *cfg, const char *name)
+{
+    int i = ps_config_def_index(cfg, name);
+    cr_assert_geq(i, 0, "no resource %s", name);
+    return &cfg->defs[i];
+}
+
+static int has_error(const ps_config_t *cfg, const char *text)
+{
+    for (size_t i = 0; i < ps_config_error_count(cfg); i++)
+        if (strstr(ps_config_error(cfg, i), text))
+            return 1;
+    return 0;
+}
+
+static void expect_error(const ps_config_t *cfg, const char *text)
+{
+    if (!has_error(cfg, text))
+        ps_config_print_errors(cfg, stderr);
+    cr_assert(has_error(cfg, text), "no error containing: %s", text);
+}
+
+Test(config_env, embedded_default_is_a_pool_named_main_on_every_device)
+{
+    char *env[] = {NULL};
+    ps_config_t *cfg = load(NULL, NULL, env, PS_OK);
+    const ps_device_def_t *d = ps_config_device(cfg, 3);
+    cr_assert_not_null(d);
+    cr_assert_eq(d->device, -1, "device 3 uses [device.*]");
+    cr_assert_str_eq(cfg->defs[d->resource].name, "main");
+    const ps_resource_def_t *main_def = def_of(cfg, "main");
+    cr_assert_eq(main_def->type, PS_TYPE_POOL);
+    cr_assert_eq(main_def->values[PS_KEY_TYPE].origin.kind, PS_ORIGIN_EMBEDDED);
+    cr_assert_eq(main_def->values[PS_KEY_INITIAL_SIZE].set, 0, "no initial reservation");
+    cr_assert_str_eq(cfg->defs[main_def->upstream].name, "cuda", "implicit cuda upstream");
+    const ps_global_config_t *g = ps_config_global(cfg);
+    cr_assert_eq(g->stats, PS_STATS_OFF);
+    cr_assert_eq(g->free_sync, PS_FREE_SYNC_EVENT);
+    cr_assert_eq(g->on_error, PS_ON_ERROR_EXIT);
+    cr_assert_eq(g->verbosity, 1);
+    cr_assert_eq(cfg->global_origin[PS_GKEY_STATS].kind, PS_ORIGIN_NONE);
+    ps_config_free(cfg);
+}
+
+Test(config_env, each_source_overrides_the_one_before_and_records_its_origin)
+{
+    const char *file = "[global]\nstats = text\nfree_sync = device\nverbosity = 2\nmeminfo = device\n";
+    char *env[] = {"POOLSHIM_STATS=json", NULL};
+    ps_config_t *cfg = load(file, "global.free_sync=none,global.stats=off", env, PS_OK);
+    const ps_global_config_t *g = ps_config_global(cfg);
+    char where[256];
+    /* short form beats OPTIONS beats file */
+    cr_assert_eq(g->stats, PS_STATS_JSON);
+    cr_assert_str_eq(ps_origin_format(&cfg->global_origin[PS_GKEY_STATS], where, sizeof where),
+                     "POOLSHIM_STATS");
+    /* OPTIONS beats file */
+    cr_assert_eq(g->free_sync, PS_FREE_SYNC_NONE);
+    cr_assert_str_eq(ps_origin_format(&cfg->global_origin[PS_GKEY_FREE_SYNC], where, sizeof where),
+                     "POOLSHIM_OPTIONS item 1");
+    /* file beats default */
+    cr_assert_eq(g->verbosity, 2);
+    cr_assert_str_eq(ps_origin_format(&cfg->global_origin[PS_GKEY_VERBOSITY], where, sizeof where),
+                     "user.ini:4");
+    cr_assert_eq(g->meminfo, PS_MEMINFO_DEVICE);
+    /* untouched keys stay default */
+    cr_assert_eq(g->on_error, PS_ON_ERROR_EXIT);
+    cr_assert_str_eq(ps_origin_format(&cfg->global_origin[PS_GKEY_ON_ERROR], where, sizeof where), "default");
+    ps_config_free(cfg);
+}
+
+Test(config_env, options_set_resource_keys_and_quoted_lists)
+{
+    char *env[] = {NULL};
+    ps_config_t *cfg = load(NULL,
+                            "resource.main.type=binning, resource.main.bins=\"256, 1KiB,4KiB\","
+                            "resource.main.fallback=big,resource.big.type=pool,"
+                            "resource.big.initial_size=1.5GiB",
+                            env, PS_OK);
+    const ps_resource_def_t *m = def_of(cfg, "main");
+    cr_assert_eq(m->type, PS_TYPE_BINNING);
+    cr_assert_eq(m->bin_count, 3);
+    cr_assert_eq(m->bins[0].max_size, 256);
+    cr_assert_eq(m->bins[2].max_size, 4096);
+    cr_assert_str_eq(cfg->defs[m->fallback].name, "big");
+    cr_assert_eq(def_of(cfg, "big")->values[PS_KEY_INITIAL_SIZE].number, 3ull << 29);
+    cr_assert_eq(def_of(cfg, "big")->values[PS_KEY_INITIAL_SIZE].origin.line, 5, "item number");
+    ps_config_free(cfg);
+}
+
+Test(config_env, malformed_options_get_exact_messages)
+{
+    char *env[] = {NULL};
+    struct {
+        const char *options; /* POOLSHIM_OPTIONS */
+        const char *message; /* the whole error line */
+    } cases[] = {
+        {"global.stats=json,", "POOLSHIM_OPTIONS: ends with a comma"},
+        {"global.stats", "POOLSHIM_OPTIONS item 1: `global.stats`: missing '=' (expected section.key=value, e.g. global.stats=json)"},
+        {"global.stats=json,,global.verbosity=2", "POOLSHIM_OPTIONS item 2: empty item (two commas in a row?)"},
+        {"stats=json", "POOLSHIM_OPTIONS item 1: `stats`: missing section (expected section.key=value, e.g. global.stats=json)"},
+        {"global.=json", "POOLSHIM_OPTIONS item 1: `global.`: missing section (expected section.key=value, e.g. global.stats=json)"},
+        {"=json", "POOLSHIM_OPTIONS item 1: missing key before '=' (expected section.key=value)"},
+        {"resource.main.bins=\"256,1KiB", "POOLSHIM_OPTIONS item 1: `resource.main.bins`: the value's opening '\"' has no closing '\"'"},
+        {"global.stats=\"json\"x", "POOLSHIM_OPTIONS item 1: `global.stats`: unexpected text after the closing '\"'"},
+        {"global.stats=loud", "POOLSHIM_OPTIONS item 1: bad value `loud` for `stats` in [global]: not a statistics mode (expected off, text or json (or 0/1))"},
+        {"global.verbosity=1,resource.main.intial_size=1G", "POOLSHIM_OPTIONS item 2: unknown key `intial_size` in [resource.main] (did you mean `initial_size`?)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ps_config_t *cfg = load(NULL, cases[i].options, env, PS_ECONFIG);
+        int found = 0;
+        for (size_t e = 0; e < ps_config_error_count(cfg); e++)
+            found |= strcmp(ps_config_error(cfg, e), cases[i].message) == 0;
+        if (!found)
+            ps_config_print_errors(cfg, stderr);
+        cr_expect(found, "options `%s`: expected exactly: %s", cases[i].options, cases[i].message);
+        ps_config_free(cfg);
+    }
+}
+
+Test(config_env, empty_options_are_fine)
+{
+    char *env[] = {"POOLSHIM_OPTIONS=", NULL};
+    ps_config_t *cfg = load(NULL, NULL, env, PS_OK);
+    ps_config_free(cfg);
+    cfg = load(NULL, "  ", env, PS_OK);
+    ps_config_free(cfg);
+}
+
+Test(config_env, options_come_from_the_environment_array_when_not_given)
+{
+    char *env[] = {"POOLSHIM_OPTIONS=global.meminfo=device", NULL};
+    ps_config_t *cfg = load(NULL, NULL, env, PS_OK);
+    cr_assert_eq(ps_config_global(cfg)->meminfo, PS_MEMINFO_DEVICE);
+    ps_config_free(cfg);
+}
+
+Test(config_env, short_forms_set_their_keys)
+{
+    char *env[] = {"POOLSHIM_STATS=1", "POOLSHIM_STATS_FILE=s-%p.txt", "POOLSHIM_LOG=ev-%d.csv",
+                   "POOLSHIM_FREE_SYNC=device", "POOLSHIM_VERBOSE=debug", "POOLSHIM_DISABLE=yes",
+                   "POOLSHIM_ON_ERROR=passthrough", NULL};
+    ps_config_t *cfg = load(NULL, NULL, env, PS_OK);
+    const ps_global_config_t *g = ps_config_global(cfg);
+    cr_assert_eq(g->stats, PS_STATS_TEXT, "1 means text");
+    cr_assert_str_eq(g->stats_file, "s-%p.txt");
+    cr_assert_str_eq(g->log_file, "ev-%d.csv");
+    cr_assert_eq(g->free_sync, PS_FREE_SYNC_DEVICE);
+    cr_assert_eq(g->verbosity, 3);
+    cr_assert_eq(g->disable, 1);
+    cr_assert_eq(g->on_error, PS_ON_ERROR_PASSTHROUGH);
+    cr_assert_eq(cfg->global_origin[PS_GKEY_LOG_FILE].kind, PS_ORIGIN_ENV);
+    cr_assert_str_eq(cfg->global_origin[PS_GKEY_LOG_FILE].source, "POOLSHIM_LOG");
+    ps_config_free(cfg);
+
+    char *off[] = {"POOLSHIM_STATS=0", NULL};
+    cfg = load("[global]\nstats = json\n", NULL, off, PS_OK);
+    cr_assert_eq(ps_config_global(cfg)->stats, PS_STATS_OFF, "0 turns statistics off");
+    ps_config_free(cfg);
+}
+
+Test(config_env, bad_short_form_values_name_the_variable)
+{
+    char *env[] = {"POOLSHIM_STATS=loud", "POOLSHIM_VERBOSE=9", "POOLSHIM_RESOURCE=poool", NULL};
+    ps_config_t *cfg = load(NULL, NULL, env, PS_ECONFIG);
+    expect_error(cfg, "POOLSHIM_STATS: bad value `loud` for `stats` in [global]");
+    expect_error(cfg, "POOLSHIM_VERBOSE: bad value `9` for `verbosity` in [global]");
+    expect_error(cfg, "POOLSHIM_RESOURCE: unknown type `poool` in [resource.main] (did you mean `pool`?)");
+    cr_assert_eq(ps_config_error_count(cfg), 3);
+    ps_config_free(cfg);
+}
+
+Test(config_env, resource_short_form_changes_the_type_of_the_default_device_resource)
+{
+    const char *file = "[resource.work]\ntype = pool\ninitial_size = 2GiB\ngrowth_percent = 20\n"
+                       "[device.*]\nresource = work\n";
+    char *env[] = {"POOLSHIM_RESOURCE=arena", NULL};
+    ps_config_t *cfg = load(file, NULL, env, PS_OK);
+    const ps_resource_def_t *w = def_of(cfg, "work");
+    cr_assert_eq(w->type, PS_TYPE_ARENA);
+    cr_assert_eq(w->values[PS_KEY_INITIAL_SIZE].number, 2ull << 30, "a key arenas have is kept");
+    cr_assert_eq(w->values[PS_KEY_GROWTH_PERCENT].set, 0, "a pool-only key is dropped, not an error");
+    cr_assert_eq(def_of(cfg, "main")->type, PS_TYPE_POOL, "the unused default stays as it was");
+    ps_config_free(cfg);
+}
+
+Test(config_env, a_key_of_the_wrong_type_in_the_same_source_is_an_error)
+{
+    char *env[] = {NULL};
+    ps_config_t *cfg = load(NULL, "resource.main.type=arena,resource.main.growth_percent=20", env, PS_ECONFIG);
+    expect_error(cfg, "POOLSHIM_OPTIONS item 2: key `growth_percent` does not apply to type arena");
+    ps_config_free(cfg);
+}
+
+Test(config_env, no_env_ignores_the_process_environment)
+{
+    setenv("POOLSHIM_STATS", "json", 1); /* this test runs in its own process */
+    setenv("POOLSHIM_OPTIONS", "global.stats=text", 1);
+    setenv("POOLSHIM_CONFIG", "/nonexistent/poolshim.ini", 1);
+    ps_config_input_t in = {.no_env = 1};
+    ps_config_t *cfg = NULL;
+    cr_assert_eq(ps_config_load(&in, &cfg), PS_OK);
+    cr_assert_eq(ps_config_global(cfg)->stats, PS_STATS_OFF);
+    cr_assert_null(ps_config_file_path(cfg));
+    ps_config_free(cfg);
+
+    /* without no_env the same variables are read */
+    ps_config_input_t real = {0};
+    cr_assert_eq(ps_config_load(&real, &cfg), PS_ECONFIG);
+    expect_error(cfg, "POOLSHIM_CONFIG: cannot read the configuration file `/nonexistent/poolshim.ini`");
+    cr_assert_eq(ps_config_global(cfg)->stats, PS_STATS_JSON);
+    ps_config_free(cfg);
+}
+
+Test(config_env, the_config_file_comes_from_poolshim_config_or_xdg)
+{
+    char dir[] = "/tmp/poolshim-config-test-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char sub[64], path[128], named[128], env_config[160], env_xdg[160];
+    snprintf(sub, sizeof sub, "%s/poolshim", dir);
+    cr_assert_eq(mkdir(sub, 0700), 0);
+    snprintf(path, sizeof path, "%s/poolshim.ini", sub);
+    FILE *f = fopen(path, "w");
+    fputs("[global]\nstats = json\n", f);
+    fclose(f);
+    snprintf(named, sizeof named, "%s/named.ini", dir);
+    f = fopen(named, "w");
+    fputs("[global]\nstats = text\n", f);
+    fclose(f);
+    snprintf(env_xdg, sizeof env_xdg, "XDG_CONFIG_HOME=%s", dir);
+    snprintf(env_config, sizeof env_config, "POOLSHIM_CONFIG=%s", named);
+
+    char *xdg_only[] = {env_xdg, NULL};
+    ps_config_input_t in = {.environ = xdg_only, .no_env = 1};
+    ps_config_t *cfg = NULL;
+    cr_assert_eq(ps_config_load(&in, &cfg), PS_OK);
+    cr_assert_eq(ps_config_global(cfg)->stats, PS_STATS_JSON, "the XDG file was read");
+    cr_assert_str_eq(ps_config_file_path(cfg), path);
+    ps_config_free(cfg);
+
+    char *both[] = {env_xdg, env_config, NULL};
+    in.environ = both;
+    cr_assert_eq(ps_config_load(&in, &cfg), PS_OK);
+    cr_assert_eq(ps_config_global(cfg)->stats, PS_STATS_TEXT, "POOLSHIM_CONFIG wins over XDG");
+    ps_config_free(cfg);
+
+    in.file = path; /* an explicit file wins over POOLSHIM_CONFIG */
+    cr_assert_eq(ps_config_load(&in, &cfg), PS_OK);
+    cr_assert_eq(ps_config_global(cfg)->stats, PS_STATS_JSON);
+    ps_config_free(cfg);
+
+    char home[600];
+    snprintf(home, sizeof home, "HOME=%s/nohome", dir);
+    char *none[] = {home, NULL};
+    in.file = NULL;
+    in.environ = none;
+    cr_assert_eq(ps_config_load(&in, &cfg), PS_OK, "no personal file is fine");
+    cr_assert_null(ps_config_file_path(cfg));
+    ps_config_free(cfg);
+
+    unlink(path);
+    unlink(named);
+    rmdir(sub);
+    rmdir(dir);
+}
+
+Test(config_env, a_directory_is_not_a_readable_file)
+{
+    ps_config_input_t in = {.file = "/tmp", .no_env = 1};
+    ps_config_t *cfg = NULL;
+    cr_assert_eq(ps_config_load(&in, &cfg), PS_ECONFIG);
+    expect_error(cfg, "/tmp: cannot read the configuration file: Is a directory");
+    ps_config_free(cfg);
+}
+
+Test(config_env, device_sections_pick_a_resource_per_device)
+{
+    const char *file = "[resource.a]\ntype = pool\n[resource.b]\ntype = arena\n"
+                       "[device.1]\nresource = b\n[device.*]\nresource = a\n";
+    char *env[] = {NULL};
+    ps_config_t *cfg = load(file, NULL, env, PS_OK);
+    cr_assert_str_eq(cfg->defs[ps_config_device(cfg, 0)->resource].name, "a");
+    cr_assert_str_eq(cfg->defs[ps_config_device(cfg, 1)->resource].name, "b", "N wins over *");
+    cr_assert_str_eq(cfg->defs[ps_config_device(cfg, 2)->resource].name, "a");
+    ps_config_free(cfg);
+}
+
+Test(config_env, print_shows_the_stack_with_origins)
+{
+    const char *file = "[global]\nstats = json\n[resource.cap]\ntype = limit\nlimit = 50%\nupstream = main\n"
+                       "[device.*]\nresource = cap\n";
+    char *env[] = {"POOLSHIM_LOG=ev.csv", NULL};
+    ps_config_t *cfg = load(file, "resource.main.initial_size=1GiB", env, PS_OK);
+    char *out = NULL;
+    size_t size = 0;
+    FILE *m = open_memstream(&out, &size);
+    ps_config_print(cfg, m, 0);
+    fclose(m);
+    cr_assert(strstr(out, "[device.0] resource = cap  (from [device.*], user.ini:8)"), "%s", out);
+    cr_assert(strstr(out, "log adaptor, file = ev.csv  (global.log_file, POOLSHIM_LOG)"), "%s", out);
+    cr_assert(strstr(out, "stats adaptor, json at exit  (global.stats, user.ini:2)"), "%s", out);
+    cr_assert(strstr(out, "[resource.cap] type = limit  (user.ini:4)"), "%s", out);
+    cr_assert(strstr(out, "(of device memory, user.ini:5)"), "%s", out);
+    cr_assert(strstr(out, "[resource.main] type = pool  (default.ini:"), "%s", out);
+    cr_assert(strstr(out, "initial_size       = 1GiB") && strstr(out, "(POOLSHIM_OPTIONS item 1)"), "%s", out);
+    cr_assert(strstr(out, "[resource.cuda] type = cuda  (built in)"), "%s", out);
+    /* the log is above the stats, which is above the device's resource */
+    cr_assert_lt(strstr(out, "log adaptor"), strstr(out, "stats adaptor"));
+    cr_assert_lt(strstr(out, "stats adaptor"), strstr(out, "[resource.cap]"));
+    free(out);
+    ps_config_free(cfg);
+}
