@@ -236,18 +236,22 @@ done
 
 # ---------------------------------------------------------------- 7. Python: PyTorch and CuPy
 if "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
-    if wanted native/torch_train || wanted shim/torch_train; then
-        native_loss="" shim_loss=""
+    native_loss="" shim_loss=""
+    if wanted native/torch_train_uncached; then
         name=native_torch_train_uncached
         run_timed $name env -u LD_PRELOAD PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$PYTHON" "$src/torch_train.py" 200
         keep_log $name
         if [ $rc -eq 0 ]; then record native/torch_train_uncached PASS "$(grep RESULT "$logs/$name.log")"
         else record native/torch_train_uncached FAIL "exit $rc, log $name.log"; fi
         native_loss=$(sed -n 's/.*final_loss=\([^ ]*\).*/\1/p' "$logs/$name.log")
+    fi
+    if wanted shim/torch_train_uncached; then
         shim torch_train_uncached "doors.runtime>0 calls.cudaMalloc>0 invalid_frees==0" \
             PYTORCH_NO_CUDA_MEMORY_CACHING=1 -- "$PYTHON" "$src/torch_train.py" 200
         say "  $(grep RESULT "$logs/shim_torch_train_uncached.log")"
         shim_loss=$(sed -n 's/.*final_loss=\([^ ]*\).*/\1/p' "$logs/shim_torch_train_uncached.log")
+    fi
+    if wanted native/torch_train_uncached && wanted shim/torch_train_uncached; then
         if [ -n "$native_loss" ] && [ -n "$shim_loss" ] &&
             "$PYTHON" -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) <= 1e-6 * max(abs(a), abs(b)) else 1)' "$native_loss" "$shim_loss"; then
             record shim/torch_loss_matches_native PASS "native $native_loss, shim $shim_loss"
