@@ -2,8 +2,8 @@
 
 Usage: check_stats.py STATS.json CONDITION...
 A condition is PATH OP NUMBER with PATH a dotted key inside a device's object
-(e.g. doors.driver>0, calls.cudaMalloc>=10, invalid_frees==0); the value is
-summed over all devices. OP is one of >= <= == != > <. Alternatives joined by
+(e.g. doors.driver>0, calls.cudaMalloc>=10), summed over the devices, or a
+top-level key when no device has it (invalid_frees, passthrough). OP is one of >= <= == != > <. Alternatives joined by
 '|' pass when any holds (calls.cudaMalloc>0|calls.cuMemAlloc>0). A condition
 starting with '?' is only printed (information, never a failure).
 Prints each condition with its value; exits 0 when all hold, 1 otherwise,
@@ -35,14 +35,23 @@ def load(path):
     raise ValueError("no poolshim statistics object in the file")
 
 
+def lookup(node, path):
+    """The number at a dotted path inside node, or None when it is not there."""
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node if isinstance(node, (int, float)) else None
+
+
 def value_of(data, path):
-    total = 0
-    for device in data["devices"]:
-        node = device
-        for key in path.split("."):
-            node = node.get(key, 0) if isinstance(node, dict) else 0
-        total += node if isinstance(node, (int, float)) else 0
-    return total
+    """Summed over the devices that have the key; else the top-level value
+    (passthrough and invalid_frees are process-wide); else 0."""
+    values = [v for v in (lookup(device, path) for device in data.get("devices", [])) if v is not None]
+    if values:
+        return sum(values)
+    top = lookup(data, path)
+    return top if top is not None else 0
 
 
 def main(argv):
