@@ -119,6 +119,10 @@ static inline size_t host_verify_ends(const void *p, size_t n, uint32_t seed, si
     return bad;
 }
 
+/* Line-buffered stdout, so a crash still leaves every finished step's line
+ * in the log (output to a file is otherwise block-buffered). */
+__attribute__((unused)) static int stdout_line_buffered = setvbuf(stdout, NULL, _IOLBF, 0);
+
 /* Nanoseconds of the monotonic host clock. */
 static inline double now_ns(void)
 {

@@ -4,8 +4,8 @@ Usage: summarize.py RAW.jsonl OUT.json [--meta KEY=VALUE ...] [--stats LABEL=FIL
   RAW.jsonl  lines `JSON {...}` (psbench and run.sh's program timings); other lines are ignored
   OUT.json   written: {"meta": {...}, "results": [...], "shim_stats": {label: {...}}}
 Prints a table of medians (rows: workload/case, columns: allocators as they
-first appear) and tables of ratios poolshim / peer (below 1: poolshim is
-faster). Every metric is a cost (time per operation, or seconds of a whole
+first appear), tables of ratios poolshim / peer (below 1: poolshim is
+faster), the whole-program timings, and what the shim counted. Every metric is a cost (time per operation, or seconds of a whole
 program), so lower is better everywhere.
 """
 import json
@@ -86,8 +86,10 @@ def main(argv):
         print("summarize: no results")
         return 1
 
+    micro = [r for r in results if r.get("workload") != "program"]
+    programs = [r for r in results if r.get("workload") == "program"]
     labels, cases, cell, units = [], [], {}, {}
-    for r in results:
+    for r in micro:
         key = f"{r['workload']}/{r['case']}"
         if r["label"] not in labels:
             labels.append(r["label"])
@@ -124,6 +126,13 @@ def main(argv):
                            if ratios else "-")
             rows.append(row)
         print(table(rows, ["poolshim stack"] + peers))
+    if programs:
+        print("\nWhole programs (wall time of the timed loop; ratio to the first run of the same program):")
+        rows, first = [], {}
+        for r in programs:
+            base = first.setdefault(r["case"], r["median"])
+            rows.append([r["case"], r["label"], f"{r['median']:.2f} s", f"{r['median'] / base:.2f}" if base else "-"])
+        print(table(rows, ["program", "run", "wall", "ratio"]))
     if stats:
         print("\nWhat the shim saw (from POOLSHIM_STATS=json):")
         rows = []
