@@ -20,6 +20,9 @@
 #                default tools/bench/results (latest.json only goes there then)
 #   WORKDIR      binaries, raw results, statistics (default /tmp/poolshim-bench-work)
 #   CARRY_DIR    RMM headers and the prebuilt psbench (default <repo>/.carry)
+#   BENCH_REPEATS   processes per allocator, run round-robin (default 3): one
+#                   process can be ~1.5x off another of the same allocator, so
+#                   the summary takes the median over processes and shows their range
 #   BENCH_QUICK=1   shorter time budgets (about a third)
 #   BENCH_ONLY      extended regex: only runs whose label matches
 #   BENCH_TIMEOUT   seconds per run (default 150)
@@ -36,6 +39,7 @@ WORKDIR=${WORKDIR:-/tmp/poolshim-bench-work}
 CARRY_DIR=${CARRY_DIR:-$repo/.carry}
 BENCH_ONLY=${BENCH_ONLY:-}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-150}
+BENCH_REPEATS=${BENCH_REPEATS:-3}
 TORCH_STEPS=${TORCH_STEPS:-1000}
 JAX_STEPS=${JAX_STEPS:-500}
 GPU_ARCH=${GPU_ARCH:-sm_90}
@@ -96,39 +100,40 @@ bench() {
     while [ "$1" != "--" ]; do envs+=("$1"); shift; done
     shift
     wanted "$label" || return 0
-    local t0 rc
+    local t0 rc out=$WORKDIR/logs/$label.$rep.log
     t0=$(date +%s)
     timeout -k 5 "$BENCH_TIMEOUT" env -u LD_PRELOAD POOLSHIM_STATS=json \
         POOLSHIM_STATS_FILE="$WORKDIR/stats/$label.json" "${envs[@]}" \
-        "$psbench" --label "$label" "${quick[@]}" "$@" >"$WORKDIR/logs/$label.log" 2>&1
+        "$psbench" --label "$label" "${quick[@]}" "$@" >"$out" 2>&1
     rc=$?
-    grep '^JSON ' "$WORKDIR/logs/$label.log" >>"$raw"
+    grep '^JSON ' "$out" >>"$raw"
     if [ $rc -ne 0 ]; then
         problems=$((problems + 1))
-        note "FAIL $label: exit $rc after $(($(date +%s) - t0)) s; last lines:"
-        tail -5 "$WORKDIR/logs/$label.log" | sed 's/^/    /' | tee -a "$log"
+        note "FAIL $label (process $rep): exit $rc after $(($(date +%s) - t0)) s; last lines:"
+        tail -5 "$out" | sed 's/^/    /' | tee -a "$log"
     else
-        note "ran $label in $(($(date +%s) - t0)) s ($(grep -c '^JSON ' "$WORKDIR/logs/$label.log") results)"
+        note "ran $label (process $rep) in $(($(date +%s) - t0)) s ($(grep -c '^JSON ' "$out") results)"
     fi
 }
 
 shim_env=(LD_PRELOAD="$lib")
 [ -f "$lib" ] || note "WARNING: $lib is missing: the poolshim runs will fail"
 
-bench cudaMalloc -- --allocator cudaMalloc
-bench cudaMallocAsync -- --allocator cudaMallocAsync
-for stack in pool arena binning; do
-    bench "poolshim_$stack" "${shim_env[@]}" POOLSHIM_RESOURCE=$stack -- --allocator cudaMalloc
-done
-bench poolshim_pool_asyncapi "${shim_env[@]}" POOLSHIM_RESOURCE=pool -- --allocator cudaMallocAsync
-bench poolshim_direct "${shim_env[@]}" POOLSHIM_RESOURCE=pool -- --allocator direct
-if [ $has_rmm = 1 ]; then
-    for peer in rmm_pool rmm_arena rmm_binning rmm_async; do
-        bench "$peer" -- --allocator "$peer"
+[ $has_rmm = 1 ] || note "RMM peers left out: psbench was built without RMM"
+for rep in $(seq 1 "$BENCH_REPEATS"); do
+    bench cudaMalloc -- --allocator cudaMalloc
+    bench cudaMallocAsync -- --allocator cudaMallocAsync
+    for stack in pool arena binning; do
+        bench "poolshim_$stack" "${shim_env[@]}" POOLSHIM_RESOURCE=$stack -- --allocator cudaMalloc
     done
-else
-    note "RMM peers left out: psbench was built without RMM"
-fi
+    bench poolshim_pool_asyncapi "${shim_env[@]}" POOLSHIM_RESOURCE=pool -- --allocator cudaMallocAsync
+    bench poolshim_direct "${shim_env[@]}" POOLSHIM_RESOURCE=pool -- --allocator direct
+    if [ $has_rmm = 1 ]; then
+        for peer in rmm_pool rmm_arena rmm_binning rmm_async; do
+            bench "$peer" -- --allocator "$peer"
+        done
+    fi
+done
 
 # ---------------------------------------------------------------- 3. whole programs
 # program LABEL CASE SCRIPT STEPS [VAR=VALUE...]: one timed Python program.

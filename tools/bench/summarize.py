@@ -37,6 +37,30 @@ def load_results(path):
     return results
 
 
+def aggregate(entries):
+    """One result per (label, workload, case): with several processes of the same
+    allocator, the median of their medians, p10/p90 the outermost of theirs, and
+    the per-process medians listed (their range is the between-process spread)."""
+    groups = {}
+    for e in entries:
+        groups.setdefault((e["label"], e["workload"], e["case"]), []).append(e)
+    merged = []
+    for group in groups.values():
+        medians = sorted(e["median"] for e in group)
+        result = dict(group[0])
+        result["median"] = medians[len(medians) // 2] if len(medians) % 2 else \
+            (medians[len(medians) // 2 - 1] + medians[len(medians) // 2]) / 2
+        result["p10"] = min(e["p10"] for e in group)
+        result["p90"] = max(e["p90"] for e in group)
+        result["min"] = min(e["min"] for e in group)
+        result["max"] = max(e["max"] for e in group)
+        result["samples"] = sum(e.get("samples", 1) for e in group)
+        result["processes"] = len(group)
+        result["process_medians"] = [e["median"] for e in group]
+        merged.append(result)
+    return merged
+
+
 def load_stats(path):
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -78,9 +102,11 @@ def main(argv):
             data = load_stats(path)
             if data is not None:
                 stats[label] = data
-    results = load_results(raw)
+    per_process = load_results(raw)
+    results = aggregate(per_process)
     with open(out, "w", encoding="utf-8") as handle:
-        json.dump({"meta": meta, "results": results, "shim_stats": stats}, handle, indent=1)
+        json.dump({"meta": meta, "results": results, "per_process": per_process, "shim_stats": stats},
+                  handle, indent=1)
         handle.write("\n")
     if not results:
         print("summarize: no results")
@@ -98,7 +124,11 @@ def main(argv):
         cell[(key, r["label"])] = r["median"]
         units[key] = r["unit"]
 
-    print("Medians (host clock; lower is better):")
+    spread = {}
+    for r in micro:
+        if r.get("processes", 1) > 1 and r["median"] > 0:
+            spread[(f"{r['workload']}/{r['case']}", r["label"])] = max(r["process_medians"]) / min(r["process_medians"])
+    print("Medians (host clock; median over processes; lower is better):")
     rows = [[key + f" [{units[key]}]"] + [human(cell[(key, l)], units[key]) if (key, l) in cell else "-"
                                           for l in labels] for key in cases]
     print(table(rows, ["workload/case"] + labels))
@@ -126,6 +156,11 @@ def main(argv):
                            if ratios else "-")
             rows.append(row)
         print(table(rows, ["poolshim stack"] + peers))
+    if spread:
+        print("\nBetween-process spread (max / min of the processes' medians), worst case per allocator:")
+        rows = [[l, f"{max(v for (k, lab), v in spread.items() if lab == l):.2f}"] for l in labels
+                if any(lab == l for (_, lab) in spread)]
+        print(table(rows, ["allocator", "spread"]))
     if programs:
         print("\nWhole programs (wall time of the timed loop; ratio to the first run of the same program):")
         rows, first = [], {}
