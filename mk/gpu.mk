@@ -1,0 +1,46 @@
+# GPU suite and benchmarks (tests/gpu, tools/bench). `make check-gpu` and
+# `make bench` (top Makefile) run the scripts on a GPU machine; these targets
+# work anywhere nvcc is installed, no GPU needed:
+#   make gpu-build    compile every GPU test program and psbench (proves they build)
+#   make bench-rmm    fetch RMM's headers and build psbench with the RMM peers into
+#                     .carry/ (git-ignored; the GPU machine gets it from there)
+# GPU_ARCH: the nvcc target (H100/H200: sm_90).
+GPU_ARCH  ?= sm_90
+GPU_BUILD := $(BUILD)/gpu
+GPU_NVCC  := $(NVCC) -arch=$(GPU_ARCH) -O2 -lineinfo -std=c++17 -Itests/gpu
+GPU_PROGS := alloc_basic_static alloc_basic_shared alloc_basic_driver hazard_static \
+             hazard_ptds async_streams_static misc_static overhead_static psbench
+
+.PHONY: gpu-build bench-rmm
+gpu-build: $(GPU_PROGS:%=$(GPU_BUILD)/%)
+
+$(GPU_BUILD)/alloc_basic_static: tests/gpu/alloc_basic.cu tests/gpu/gpu_test.h
+	@mkdir -p $(dir $@)
+	$(GPU_NVCC) -o $@ $<
+$(GPU_BUILD)/alloc_basic_shared: tests/gpu/alloc_basic.cu tests/gpu/gpu_test.h
+	@mkdir -p $(dir $@)
+	$(GPU_NVCC) -cudart shared -o $@ $<
+$(GPU_BUILD)/alloc_basic_driver: tests/gpu/alloc_basic.cu tests/gpu/gpu_test.h
+	@mkdir -p $(dir $@)
+	$(GPU_NVCC) -DUSE_DRIVER_API -o $@ $< -lcuda
+$(GPU_BUILD)/hazard_static: tests/gpu/hazard.cu tests/gpu/gpu_test.h
+	@mkdir -p $(dir $@)
+	$(GPU_NVCC) -o $@ $<
+$(GPU_BUILD)/hazard_ptds: tests/gpu/hazard.cu tests/gpu/gpu_test.h
+	@mkdir -p $(dir $@)
+	$(GPU_NVCC) --default-stream per-thread -o $@ $<
+$(GPU_BUILD)/async_streams_static: tests/gpu/async_streams.cu tests/gpu/gpu_test.h
+	@mkdir -p $(dir $@)
+	$(GPU_NVCC) -o $@ $<
+$(GPU_BUILD)/misc_static: tests/gpu/misc.cu tests/gpu/gpu_test.h
+	@mkdir -p $(dir $@)
+	$(GPU_NVCC) -o $@ $< -lcuda
+$(GPU_BUILD)/overhead_static: tests/gpu/overhead.cu tests/gpu/gpu_test.h
+	@mkdir -p $(dir $@)
+	$(GPU_NVCC) -o $@ $<
+$(GPU_BUILD)/psbench: tools/bench/psbench.cu
+	@mkdir -p $(dir $@)
+	$(GPU_NVCC) -o $@ $<
+
+bench-rmm:
+	./tools/bench/fetch_rmm.sh

@@ -1,0 +1,54 @@
+#!/bin/sh
+# Fetches RMM's headers for the benchmark peers and builds psbench with RMM.
+#
+# RMM 24.12 is header-only for what psbench uses. Its wheel (librmm-cu12) holds
+# include/rmm plus the fmt, spdlog and nvtx3 headers it needs; it builds
+# against CUDA 13.0's own CCCL after removing one unused include
+# (<thrust/optional.h>, gone from CCCL 3) and defining
+# LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE. Nothing of RMM is committed:
+#   1. pip download --no-deps librmm-cu12==24.12.* into a temporary folder;
+#   2. extract include/{rmm,fmt,spdlog,nvtx3} into $CARRY_DIR/rmm/include
+#      (about 2 MiB; RMM is Apache-2.0, its LICENSE goes along), patch it;
+#   3. build $CARRY_DIR/bench/psbench with -DPS_WITH_RMM (static cudart, runs on
+#      any machine with a driver), and record the source's checksum beside it so
+#      tools/bench/run.sh can tell whether the binary matches psbench.cu.
+# Environment: CARRY_DIR (default <repo>/.carry, git-ignored), NVCC, GPU_ARCH (sm_90),
+# RMM_VERSION (24.12.*), PYTHON (python3).
+set -eu
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+CARRY_DIR=${CARRY_DIR:-$repo/.carry}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+NVCC=${NVCC:-$CUDA_HOME/bin/nvcc}
+GPU_ARCH=${GPU_ARCH:-sm_90}
+RMM_VERSION=${RMM_VERSION:-24.12.*}
+PYTHON=${PYTHON:-python3}
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+if [ ! -f "$CARRY_DIR/rmm/include/rmm/mr/device/pool_memory_resource.hpp" ]; then
+    echo "fetch_rmm: downloading librmm-cu12==$RMM_VERSION"
+    "$PYTHON" -m pip download --quiet --no-deps --dest "$tmp" "librmm-cu12==$RMM_VERSION"
+    wheel=$(find "$tmp" -maxdepth 1 -name 'librmm_cu12-*.whl' | head -1)
+    mkdir -p "$tmp/x"
+    (cd "$tmp/x" && unzip -q "$wheel" 'librmm/include/rmm/*' 'librmm/include/fmt/*' \
+        'librmm/include/spdlog/*' 'librmm/include/nvtx3/*' 'librmm/VERSION' '*LICENSE*')
+    rm -rf "$CARRY_DIR/rmm"
+    mkdir -p "$CARRY_DIR/rmm"
+    mv "$tmp/x/librmm/include" "$CARRY_DIR/rmm/include"
+    cp "$tmp/x/librmm/VERSION" "$CARRY_DIR/rmm/VERSION"
+    find "$tmp/x" -name 'LICENSE*' -exec cp {} "$CARRY_DIR/rmm/" \; 2>/dev/null || true
+    # CCCL 3 (CUDA 13) has no thrust/optional.h; RMM 24.12 includes it without using it.
+    sed -i '/#include <thrust\/optional.h>/d' "$CARRY_DIR/rmm/include/rmm/mr/device/pool_memory_resource.hpp"
+    echo "fetch_rmm: headers of RMM $(cat "$CARRY_DIR/rmm/VERSION") in $CARRY_DIR/rmm/include"
+fi
+
+mkdir -p "$CARRY_DIR/bench"
+echo "fetch_rmm: building $CARRY_DIR/bench/psbench with RMM (about a minute)"
+"$NVCC" -arch="$GPU_ARCH" -O2 -lineinfo -std=c++17 -DPS_WITH_RMM -I"$CARRY_DIR/rmm/include" \
+    -DLIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE -DSPDLOG_FMT_EXTERNAL -DFMT_HEADER_ONLY \
+    -o "$CARRY_DIR/bench/psbench.tmp" "$repo/tools/bench/psbench.cu"
+mv "$CARRY_DIR/bench/psbench.tmp" "$CARRY_DIR/bench/psbench"
+(cd "$repo/tools/bench" && sha256sum psbench.cu) >"$CARRY_DIR/bench/psbench.cu.sha256"
+du -sh "$CARRY_DIR/rmm" "$CARRY_DIR/bench"
+echo "fetch_rmm: done"
