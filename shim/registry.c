@@ -23,7 +23,7 @@
 
 #define SHARD_BITS 6
 #define SHARD_COUNT (1u << SHARD_BITS)
-#define INITIAL_SLOTS 256
+#define INITIAL_SLOTS 16 /* small: 64 shards of it stay in L1, the common live set is small */
 
 typedef struct shard {
     atomic_int lock;          /* 0 free, 1 held (spinlock) */
