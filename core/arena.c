@@ -844,24 +844,23 @@ static void release_free_chunks(arena_resource_t *a)
     }
 }
 
-/* Every arena gives back its empty superblocks; with `wait`, epochs and
- * fences are waited for first (memory pressure). Then free chunks go back
+/* Every arena closes its open epoch, reclaims completed ones and gives
+ * back its empty superblocks; with `wait`, epochs and fences are waited
+ * for first (memory pressure). Then free chunks go back
  * to the upstream. No lock held on entry. */
 static void defragment(arena_resource_t *a, int wait)
 {
     pthread_rwlock_rdlock(&a->arenas_lock);
     for (arena_t *ar = a->arenas; ar; ar = ar->next) {
         pthread_mutex_lock(&ar->lock);
-        if (wait)
-            epoch_close(a, &ar->epochs);
+        epoch_close(a, &ar->epochs);
         epoch_reclaim(a, &ar->epochs, wait, release_pending_block, ar);
         release_empty(ar, 0);
         pthread_mutex_unlock(&ar->lock);
     }
     pthread_rwlock_unlock(&a->arenas_lock);
     pthread_mutex_lock(&a->global_lock);
-    if (wait)
-        epoch_close(a, &a->large_epochs);
+    epoch_close(a, &a->large_epochs);
     epoch_reclaim(a, &a->large_epochs, wait, release_pending_large, a);
     for (span_t *s = a->free_spans; s;) {
         if (s->fence && (wait || a->gpu->fence_query(a->gpu->ctx, s->fence) == PS_OK)) {
