@@ -194,9 +194,14 @@ static int by_bytes_desc(const void *x, const void *y)
     return a->bytes < b->bytes ? 1 : a->bytes > b->bytes ? -1 : 0;
 }
 
-/* Frames of poolshim itself are not the program's call site. */
+/* Frames of poolshim itself are not the program's call site: our named
+ * functions, anything in libpoolshim, and unnamed (static or inlined-
+ * elsewhere) code of the object poolshim's core is linked into. */
 static int is_own_frame(const Dl_info *info)
 {
+    Dl_info self;
+    if (!info->dli_sname && dladdr((void *)ps_track_report, &self) && self.dli_fbase == info->dli_fbase)
+        return 1;
     if (info->dli_sname &&
         (strncmp(info->dli_sname, "ps_", 3) == 0 || strncmp(info->dli_sname, "poolshim", 8) == 0))
         return 1;
