@@ -137,6 +137,8 @@ typedef struct arena {
     int orphaned;               /* thread arena whose thread exited */
     span_t **avail;             /* per class: superblocks with free blocks */
     epochs_t epochs;            /* blocks freed under EVENT */
+    uint64_t in_use;            /* bytes of its blocks handed out (per arena: no shared cache line) */
+    uint64_t pending;           /* bytes of its blocks waiting for a fence */
     struct arena *next;         /* the resource's list of arenas */
 } arena_t;
 
@@ -164,8 +166,8 @@ struct arena_resource {
     uint64_t peak_reserved;     /* maximum of reserved */
     uint64_t upstream_allocs;   /* chunk allocations */
     uint64_t upstream_frees;    /* chunks given back */
-    _Atomic uint64_t in_use;    /* bytes handed out (rounded) */
-    _Atomic uint64_t pending;   /* bytes freed, waiting for a fence */
+    uint64_t large_in_use;      /* bytes of large blocks handed out (global lock) */
+    uint64_t large_pending;     /* bytes of large blocks waiting for a fence (global lock) */
     _Atomic uint64_t fences;    /* fences recorded */
     _Atomic uint64_t waits;     /* host fence waits */
 };
@@ -595,7 +597,7 @@ static void block_return(arena_t *ar, span_t *s, uint32_t index)
 static void release_pending_block(void *ctx, pending_t *p)
 {
     arena_t *ar = ctx;
-    atomic_fetch_sub_explicit(&ar->parent->pending, p->span->block_size, memory_order_relaxed);
+    ar->pending -= p->span->block_size;
     block_return(ar, p->span, p->index);
 }
 
@@ -663,9 +665,9 @@ static int arena_allocate(arena_t *ar, unsigned c, void **out)
     s->used++;
     if (s->free_top == 0)
         avail_unlink(ar, s);
-    pthread_mutex_unlock(&ar->lock);
-    atomic_fetch_add_explicit(&a->in_use, s->block_size, memory_order_relaxed);
+    ar->in_use += s->block_size;
     *out = (void *)(s->base + (size_t)i * s->block_size);
+    pthread_mutex_unlock(&ar->lock);
     return PS_OK;
 }
 
@@ -759,7 +761,7 @@ static arena_t *stream_arena(arena_resource_t *a, ps_stream_t stream)
 static void release_pending_large(void *ctx, pending_t *p)
 {
     arena_resource_t *a = ctx;
-    atomic_fetch_sub_explicit(&a->pending, p->span->pages << a->shift, memory_order_relaxed);
+    a->large_pending -= p->span->pages << a->shift;
     global_put(a, p->span, NULL, 0);
 }
 
@@ -778,7 +780,7 @@ static int large_allocate(arena_resource_t *a, size_t size, ps_stream_t stream, 
     if (status == PS_OK) {
         s->kind = SPAN_LARGE;
         s->block_size = pages << a->shift;
-        atomic_fetch_add_explicit(&a->in_use, s->block_size, memory_order_relaxed);
+        a->large_in_use += s->block_size;
         *out = (void *)s->base;
     }
     pthread_mutex_unlock(&a->global_lock);
@@ -806,7 +808,7 @@ static int large_deallocate(arena_resource_t *a, span_t *s, void *ptr, ps_stream
         status = pending_push(&a->large_epochs.open, s, NO_INDEX);
         if (status == PS_OK) {
             s->kind = SPAN_PENDING_LARGE;
-            atomic_fetch_add_explicit(&a->pending, bytes, memory_order_relaxed);
+            a->large_pending += bytes;
         }
     } else {
         if (a->opts.free_sync == PS_FREE_SYNC_DEVICE)
@@ -815,7 +817,7 @@ static int large_deallocate(arena_resource_t *a, span_t *s, void *ptr, ps_stream
             global_put(a, s, NULL, 0);
     }
     if (status == PS_OK)
-        atomic_fetch_sub_explicit(&a->in_use, bytes, memory_order_relaxed);
+        a->large_in_use -= bytes;
     pthread_mutex_unlock(&a->global_lock);
     return status;
 }
@@ -890,6 +892,24 @@ static int try_allocate(arena_resource_t *a, size_t size, ps_stream_t stream, vo
     return arena_allocate(ar, class_of(a, size), out);
 }
 
+/* Sums the bytes handed out and pending over every arena. No lock held. */
+static void usage(arena_resource_t *a, uint64_t *in_use, uint64_t *pending)
+{
+    *in_use = *pending = 0;
+    pthread_rwlock_rdlock(&a->arenas_lock);
+    for (arena_t *ar = a->arenas; ar; ar = ar->next) {
+        pthread_mutex_lock(&ar->lock);
+        *in_use += ar->in_use;
+        *pending += ar->pending;
+        pthread_mutex_unlock(&ar->lock);
+    }
+    pthread_rwlock_unlock(&a->arenas_lock);
+    pthread_mutex_lock(&a->global_lock);
+    *in_use += a->large_in_use;
+    *pending += a->large_pending;
+    pthread_mutex_unlock(&a->global_lock);
+}
+
 static void warn_fragmentation(arena_resource_t *a, size_t size)
 {
     pthread_mutex_lock(&a->global_lock);
@@ -899,7 +919,9 @@ static void warn_fragmentation(arena_resource_t *a, size_t size)
             largest = s->pages << a->shift;
     uint64_t reserved = a->reserved;
     pthread_mutex_unlock(&a->global_lock);
-    uint64_t used = atomic_load(&a->in_use) + atomic_load(&a->pending);
+    uint64_t in_use, pending;
+    usage(a, &in_use, &pending);
+    uint64_t used = in_use + pending;
     uint64_t free_bytes = reserved > used ? reserved - used : 0;
     char b1[32], b2[32], b3[32], b4[32];
     ps_warning("arena '%s': out of memory for %s: largest free run %s of %s free (%s reserved)%s",
@@ -964,8 +986,8 @@ static int arena_res_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_str
             status = pending_push(&ar->epochs.open, s, i);
             if (status == PS_OK) {
                 s->in_use[i / 64] &= ~((uint64_t)1 << (i % 64));
-                atomic_fetch_add_explicit(&a->pending, s->block_size, memory_order_relaxed);
-                atomic_fetch_sub_explicit(&a->in_use, s->block_size, memory_order_relaxed);
+                ar->pending += s->block_size;
+                ar->in_use -= s->block_size;
             }
             pthread_mutex_unlock(&ar->lock);
             return status;
@@ -976,7 +998,7 @@ static int arena_res_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_str
             size_t bytes = s->block_size;
             s->in_use[i / 64] &= ~((uint64_t)1 << (i % 64));
             block_return(ar, s, i);
-            atomic_fetch_sub_explicit(&a->in_use, bytes, memory_order_relaxed);
+            ar->in_use -= bytes;
         }
         pthread_mutex_unlock(&ar->lock);
         return status;
@@ -1001,8 +1023,7 @@ static void arena_res_query(ps_resource_t *r, ps_resource_info_t *info)
         if (!s->fence && (s->pages << a->shift) > info->largest_free_block)
             info->largest_free_block = s->pages << a->shift;
     pthread_mutex_unlock(&a->global_lock);
-    info->bytes_in_use = atomic_load(&a->in_use);
-    info->bytes_pending = atomic_load(&a->pending);
+    usage(a, &info->bytes_in_use, &info->bytes_pending);
     uint64_t used = info->bytes_in_use + info->bytes_pending;
     info->bytes_free = info->bytes_reserved > used ? info->bytes_reserved - used : 0;
     info->fences_recorded = atomic_load(&a->fences);
