@@ -156,6 +156,13 @@ static int grow(fixed_size_t *fs)
         return status;
     }
     uintptr_t base = (uintptr_t)mem;
+    if (base % fs->opts.alignment) {
+        ps_error("fixed_size '%s': the upstream returned %p, not aligned to %zu", fs->base.name, mem,
+                 fs->opts.alignment);
+        ps_deallocate(fs->base.upstream, mem, batch_bytes(fs), PS_STREAM_NONE);
+        free(bits);
+        return PS_EUPSTREAM;
+    }
     size_t at = 0;
     while (at < fs->batch_count && fs->batches[at].base < base)
         at++;
