@@ -407,8 +407,8 @@ static int grow(arena_resource_t *a, size_t pages)
 }
 
 /* Takes `pages` superblocks for `taker` (a stream, or PS_STREAM_NONE),
- * growing when nothing fits. Global lock held. */
-static int global_take(arena_resource_t *a, size_t pages, ps_stream_t taker, span_t **out)
+ * growing when nothing fits and `may_grow`. Global lock held. */
+static int global_take(arena_resource_t *a, size_t pages, ps_stream_t taker, int may_grow, span_t **out)
 {
     for (int attempt = 0; attempt < 2; attempt++) {
         span_t *s = a->free_spans;
@@ -452,6 +452,8 @@ static int global_take(arena_resource_t *a, size_t pages, ps_stream_t taker, spa
             s = next;
         }
         if (attempt == 0) {
+            if (!may_grow)
+                return PS_ENOMEM;
             int status = grow(a, pages);
             if (status != PS_OK)
                 return status;
@@ -646,7 +648,7 @@ static int arena_allocate(arena_t *ar, unsigned c, void **out)
     if (!s) {
         pthread_mutex_lock(&a->global_lock);
         span_t *taken;
-        int status = global_take(a, 1, ar->stream, &taken);
+        int status = global_take(a, 1, ar->stream, 1, &taken);
         if (status == PS_OK) {
             taken->kind = SPAN_SMALL;
             status = carve(ar, taken, c);
@@ -770,13 +772,16 @@ static int large_allocate(arena_resource_t *a, size_t size, ps_stream_t stream, 
     size_t pages = (size + a->opts.superblock_size - 1) >> a->shift;
     pthread_mutex_lock(&a->global_lock);
     span_t *s = NULL;
+    /* what is free, then what completed fences free, then grow */
     epoch_reclaim(a, &a->large_epochs, 0, release_pending_large, a);
-    int status = global_take(a, pages, stream, &s);
-    if (status != PS_OK && a->large_epochs.open.count) {
+    int status = global_take(a, pages, stream, 0, &s);
+    if (status == PS_ENOMEM && a->large_epochs.open.count) {
         epoch_close(a, &a->large_epochs);
         epoch_reclaim(a, &a->large_epochs, 0, release_pending_large, a);
-        status = global_take(a, pages, stream, &s);
+        status = global_take(a, pages, stream, 0, &s);
     }
+    if (status == PS_ENOMEM)
+        status = global_take(a, pages, stream, 1, &s);
     if (status == PS_OK) {
         s->kind = SPAN_LARGE;
         s->block_size = pages << a->shift;

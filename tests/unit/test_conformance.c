@@ -267,6 +267,7 @@ ParameterizedTest(size_t *row, conformance, random_model_has_no_overlap)
     enum { OPS = 100000, MAX_LIVE = 512 };
     live_t *v = calloc(MAX_LIVE, sizeof *v);
     size_t n = 0;
+    uint64_t live_bytes = 0, peak_live = 0; /* to bound what the stack reserves */
     unsigned seed = 42 + (unsigned)*row;
     for (int op = 0; op < OPS; op++) {
         if (n < 16 || (n < MAX_LIVE && rand_r(&seed) % 2)) {
@@ -283,9 +284,13 @@ ParameterizedTest(size_t *row, conformance, random_model_has_no_overlap)
             memmove(&v[i + 1], &v[i], (n - i) * sizeof *v);
             v[i] = (live_t){(uintptr_t)p, size};
             n++;
+            live_bytes += size;
+            if (live_bytes > peak_live)
+                peak_live = live_bytes;
         } else {
             size_t i = (size_t)rand_r(&seed) % n;
             cr_assert_eq(ps_deallocate(fx.top, (void *)v[i].at, v[i].size, PS_STREAM_NONE), PS_OK);
+            live_bytes -= v[i].size;
             memmove(&v[i], &v[i + 1], (n - i - 1) * sizeof *v);
             n--;
         }
@@ -298,6 +303,11 @@ ParameterizedTest(size_t *row, conformance, random_model_has_no_overlap)
     ps_query(fx.top, &info);
     cr_assert_eq(info.bytes_in_use, 0, "%s: %llu bytes still in use", FACTORIES[*row].name,
                  (unsigned long long)info.bytes_in_use);
+    /* freed memory is reused: what was reserved stays within a small factor
+     * of the peak of live bytes (rounding, size classes, growth steps) */
+    cr_assert_leq(info.peak_bytes_reserved, 2 * peak_live + 128 * PS_MiB,
+                  "%s: reserved up to %llu bytes for at most %llu live", FACTORIES[*row].name,
+                  (unsigned long long)info.peak_bytes_reserved, (unsigned long long)peak_live);
     free(v);
     teardown(&fx);
 }
