@@ -60,6 +60,18 @@
 #define ADDRESS_BITS 48 /* addresses the page table covers */
 #define LEAF_BITS 12    /* pages per page-table leaf: 2^12 */
 #define NO_INDEX UINT32_MAX
+#define CACHE_LINE 64   /* arenas and spans of different threads never share one */
+
+/* Zeroed memory aligned to a cache line, so that two threads' arenas (or
+ * spans) never falsely share a line. */
+static void *line_calloc(size_t size)
+{
+    size_t rounded = ps_align_up(size, CACHE_LINE);
+    void *p = aligned_alloc(CACHE_LINE, rounded);
+    if (p)
+        memset(p, 0, rounded);
+    return p;
+}
 
 struct arena;
 struct chunk;
@@ -267,7 +279,7 @@ static span_t *span_new(arena_resource_t *a)
         s->all_next = all_next;
         return s;
     }
-    s = calloc(1, sizeof *s);
+    s = line_calloc(sizeof *s);
     if (!s)
         return NULL;
     s->all_next = a->all_spans;
@@ -677,7 +689,7 @@ static int arena_allocate(arena_t *ar, unsigned c, void **out)
 
 static arena_t *arena_new(arena_resource_t *a, ps_stream_t stream)
 {
-    arena_t *ar = calloc(1, sizeof *ar);
+    arena_t *ar = line_calloc(sizeof *ar);
     if (!ar)
         return NULL;
     ar->avail = calloc(a->class_count, sizeof *ar->avail);

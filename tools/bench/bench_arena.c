@@ -66,6 +66,9 @@ typedef struct worker {
     int errors;                /* failed calls */
 } worker_t;
 
+/* 0: no cross-thread frees (BENCH_ARENA_CROSS=0), to see the pure scaling */
+static int cross_thread = 1;
+
 static double now_s(void) { return (double)ps_now_ns() / 1e9; }
 
 static void *work(void *p)
@@ -79,7 +82,7 @@ static void *work(void *p)
         int k = (int)(i % LIVE);
         if (live[k]) {
             mailbox_t *to = &w->boxes[(w->id + 1) % w->threads];
-            if (w->threads > 1 && i % 8 == 0) {
+            if (w->threads > 1 && cross_thread && i % 8 == 0) {
                 pthread_mutex_lock(&to->lock);
                 if (to->count < MAILBOX) {
                     to->ptr[to->count] = live[k];
@@ -117,12 +120,15 @@ static void *work(void *p)
 int main(int argc, char **argv)
 {
     long pairs = argc > 1 ? atol(argv[1]) : 1000000;
+    const char *cross = getenv("BENCH_ARENA_CROSS");
+    cross_thread = !cross || atoi(cross) != 0;
     static char fence_token;
     ps_gpu_ops_t gpu = {.ctx = &fence_token, .device = -1, .fence_record = fake_fence_record,
                         .fence_query = fake_fence_ok, .fence_wait = fake_fence_ok,
                         .fence_release = fake_fence_release, .stream_wait_fence = fake_stream_wait,
                         .device_synchronize = fake_sync};
-    printf("arena scaling: %ld allocate+free pairs per thread, 256 B..64 KiB, 1/8 freed by another thread\n", pairs);
+    printf("arena scaling: %ld allocate+free pairs per thread, 256 B..64 KiB, %s\n", pairs,
+           cross_thread ? "1/8 freed by another thread" : "no cross-thread frees");
     printf("%8s %16s %20s %12s\n", "threads", "pairs/s total", "pairs/s per thread", "ns/pair");
     for (int a = 2; a < argc || a == 2; a++) {
         int threads = argc > a ? atoi(argv[a]) : 1;
