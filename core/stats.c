@@ -157,12 +157,14 @@ void ps_stats_write_text(FILE *f, int device, const ps_stats_t *s)
             allocs ? (double)s->alloc_ns / (double)allocs : 0.0);
     fprintf(f, "  %-18s %11.1f ms %11.0f ns/call\n", "time in free", s->free_ns / 1e6,
             s->frees ? (double)s->free_ns / (double)s->frees : 0.0);
-    fprintf(f, "  %-18s %14s %14s\n", "reserved", ps_format_bytes(a, sizeof a, s->upstream.bytes_reserved),
+    fprintf(f, "  %-18s %14s %14s (current, peak)\n", "reserved", ps_format_bytes(a, sizeof a, s->upstream.bytes_reserved),
             ps_format_bytes(b, sizeof b, s->upstream.peak_bytes_reserved));
-    fprintf(f, "  %-18s %14" PRIu64 " %14" PRIu64 "\n", "upstream calls", s->upstream.upstream_allocs,
-            s->upstream.upstream_frees);
-    fprintf(f, "  %-18s %14" PRIu64 " %14" PRIu64 "\n", "fences / waits", s->upstream.fences_recorded,
-            s->upstream.fence_waits);
+    fprintf(f, "  %-18s %14s\n", "in use (rounded)", ps_format_bytes(a, sizeof a, s->upstream.bytes_in_use));
+    fprintf(f, "  %-18s %14s\n", "pending fences", ps_format_bytes(a, sizeof a, s->upstream.bytes_pending));
+    fprintf(f, "  %-18s %14" PRIu64 "\n", "upstream allocs", s->upstream.upstream_allocs);
+    fprintf(f, "  %-18s %14" PRIu64 "\n", "upstream frees", s->upstream.upstream_frees);
+    fprintf(f, "  %-18s %14" PRIu64 "\n", "fences recorded", s->upstream.fences_recorded);
+    fprintf(f, "  %-18s %14" PRIu64 "\n", "fence host waits", s->upstream.fence_waits);
 }
 
 void ps_stats_write_json(FILE *f, int device, const ps_stats_t *s)
