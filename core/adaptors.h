@@ -47,7 +47,9 @@ void ps_stats_write_text(FILE *f, int device, const ps_stats_t *s);
 void ps_stats_write_json(FILE *f, int device, const ps_stats_t *s);
 
 /* ---- track ---- */
-/* stack_depth: frames recorded per allocation (0 = none). */
+/* stack_depth: frames recorded per allocation (0 = none, at most 64).
+ * The report names an executable's functions only if it was linked with
+ * -rdynamic (dladdr); shared libraries are named either way. */
 int ps_track_create(const char *name, ps_resource_t *upstream, unsigned stack_depth,
                     ps_resource_t **out);
 /* Writes the leak report (allocations never freed, grouped by call site);
@@ -56,7 +58,10 @@ size_t ps_track_report(ps_resource_t *track_adaptor, FILE *f);
 
 /* ---- log ---- */
 /* Writes RMM's CSV (header "Thread,Time,Action,Pointer,Size,Stream") to
- * `path`; buffered; flushed at ps_log_flush and destroy. */
+ * `path`; buffered; flushed at ps_log_flush and destroy. Lines look like
+ * "4242,23:41:07.123456,allocate,0x7f3a40000000,1024,0x0"; actions are
+ * allocate, free, allocate failure (pointer 0x0); PS_STREAM_NONE is logged
+ * as stream 0x0. Returns PS_ECONFIG when the file cannot be opened. */
 int ps_log_create(const char *name, ps_resource_t *upstream, const char *path,
                   ps_resource_t **out);
 int ps_log_flush(ps_resource_t *log_adaptor);

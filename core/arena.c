@@ -1,9 +1,1143 @@
-/* STUB: placeholder so the tree links; replaced by the real implementation. */
+/* arena: a suballocator built for many threads (core/arena.h), after the
+ * design of RMM's arena_memory_resource.
+ *
+ * Algorithm:
+ *  1. The global arena takes memory from the upstream in large chunks
+ *     (at least 8 superblocks, or 1/8 of what is reserved, whichever is
+ *     larger) and cuts them into superblocks of superblock_size bytes,
+ *     aligned to their size. Free runs of superblocks ("spans") are kept on
+ *     one list; neighbours of one chunk coalesce.
+ *  2. A page table (two levels, lock-free reads) maps address >>
+ *     log2(superblock_size) to the span holding it, so a free finds its
+ *     superblock in O(1) from the address alone, from any thread.
+ *  3. Every thread has its own arena (thread-local through a pthread key,
+ *     registered in a list, orphaned at thread exit by the key's
+ *     destructor and adopted by the next new thread); every stream used by
+ *     cudaMallocAsync has its own arena too. An arena owns superblocks,
+ *     each cut into blocks of one size class (256 B steps up to 1 KiB, then
+ *     four classes per power of two, so at most 25% is lost to rounding),
+ *     with a host-side stack of free block indices and a bitmap of blocks
+ *     handed out. Allocation and free inside a superblock are O(1) under
+ *     the arena's own lock: threads contend only when one frees another's
+ *     block or when they take or return superblocks (global lock).
+ *  4. Requests above superblock_size/2 take whole superblocks straight from
+ *     the global arena (rounded up to a superblock multiple).
+ *  5. A superblock whose blocks are all free goes back to the global arena,
+ *     unless it is its arena's last one of its class (kept to avoid
+ *     ping-pong on alloc/free loops; trim and defragment return it too).
+ *  6. Frees with PS_STREAM_NONE follow free_sync, as the pool: under EVENT
+ *     the block joins its arena's open epoch; when the arena finds no free
+ *     block it closes the epoch with one fence_record(PS_STREAM_NONE) and
+ *     polls closed epochs (never a host wait on that path). Blocks freed on
+ *     the stream of their stream arena are reusable at once; freed on
+ *     another stream, the owner stream first waits (stream_wait_fence) for a
+ *     fence recorded at the free. A superblock leaving a stream arena
+ *     carries a fence on that stream; a thread arena takes it only once the
+ *     fence completed, another stream after stream_wait_fence.
+ *  7. On failure the arena defragments — every arena closes and waits for
+ *     its epochs and returns its empty superblocks, the global arena gives
+ *     wholly free chunks back to the upstream — and retries once. If that
+ *     fails too it warns with the fragmentation (largest free run vs all
+ *     free bytes) and returns PS_ENOMEM.
+ * Why 2 MiB superblocks: the GPU's large-page granularity and cuMemAlloc's
+ * alignment for large blocks, so superblocks never straddle device pages;
+ * small enough that a thread holding one superblock per size class it uses
+ * keeps little memory idle, large enough that classes up to 1 MiB fit two
+ * blocks or more and superblock traffic on the global lock stays rare.
+ * Guarantees: pointers aligned to `alignment`; no block freed under EVENT
+ * reused before a fence recorded after its free completed; bad or double
+ * frees return PS_EINVAL and change nothing; PS_ENOMEM leaves it usable.
+ * Limits: device addresses must lie below 2^48 (true of CUDA's UVA); the
+ * resource must not be destroyed while other threads still use it.
+ */
 #include "arena.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ADDRESS_BITS 48 /* addresses the page table covers */
+#define LEAF_BITS 12    /* pages per page-table leaf: 2^12 */
+#define NO_INDEX UINT32_MAX
+#define CACHE_LINE 64   /* arenas and spans of different threads never share one */
+
+/* Zeroed memory aligned to a cache line, so that two threads' arenas (or
+ * spans) never falsely share a line. */
+static void *line_calloc(size_t size)
+{
+    size_t rounded = ps_align_up(size, CACHE_LINE);
+    void *p = aligned_alloc(CACHE_LINE, rounded);
+    if (p)
+        memset(p, 0, rounded);
+    return p;
+}
+
+struct arena;
+struct chunk;
+
+typedef enum span_kind {
+    SPAN_FREE = 0,      /* in the global free list */
+    SPAN_SMALL,         /* a superblock owned by an arena, cut into blocks */
+    SPAN_LARGE,         /* handed out whole to one large request */
+    SPAN_PENDING_LARGE  /* a large block freed under EVENT, waiting for a fence */
+} span_kind_t;
+
+/* A run of superblocks. Small spans are exactly one superblock. */
+typedef struct span {
+    uintptr_t base;                 /* address of the first superblock */
+    size_t pages;                   /* superblocks in the run */
+    span_kind_t kind;               /* changed only under the global lock */
+    struct chunk *chunk;            /* the upstream chunk it lies in */
+    struct span *prev, *next;       /* links: global free list, or the owner's class list */
+    int linked;                     /* on its owner's class list (has free blocks) */
+    _Atomic(struct arena *) owner;  /* SMALL: the arena that owns it, else NULL */
+    unsigned size_class;            /* SMALL: class index */
+    size_t block_size;              /* SMALL: bytes per block; LARGE: bytes handed out */
+    uint32_t block_count;           /* SMALL: blocks in the superblock */
+    uint32_t used;                  /* SMALL: blocks handed out or pending */
+    uint32_t free_top;              /* SMALL: entries on free_stack */
+    uint32_t *free_stack;           /* SMALL: indices of free blocks (LIFO) */
+    uint32_t stack_capacity;        /* entries allocated in free_stack */
+    uint64_t *in_use;               /* SMALL: bit i set = block i handed out */
+    ps_fence_t *fence;              /* FREE: must complete before reuse (from a stream arena) */
+    ps_stream_t fence_stream;       /* the stream `fence` was recorded on */
+    struct span *all_next;          /* every span struct ever made (freed at destroy) */
+} span_t;
+
+/* One upstream allocation. */
+typedef struct chunk {
+    void *memory;         /* as the upstream returned it */
+    size_t bytes;         /* as asked of the upstream */
+    uintptr_t first;      /* first superblock-aligned address */
+    size_t pages;         /* superblocks in it */
+    struct chunk *next;   /* all chunks */
+} chunk_t;
+
+/* A freed block waiting for a fence. */
+typedef struct pending {
+    span_t *span;   /* its span */
+    uint32_t index; /* block index, NO_INDEX for a large span */
+} pending_t;
+
+typedef struct pending_list {
+    pending_t *items;  /* entries */
+    size_t count;      /* used */
+    size_t capacity;   /* allocated */
+} pending_list_t;
+
+typedef struct epoch {
+    ps_fence_t *fence;     /* covers every entry */
+    pending_list_t blocks; /* reusable once the fence completes */
+} epoch_t;
+
+/* What both kinds of arena (and the global arena) keep for free_sync. */
+typedef struct epochs {
+    pending_list_t open; /* freed since the last fence */
+    epoch_t *closed;     /* oldest first */
+    size_t count;        /* entries in closed */
+    size_t capacity;     /* allocated entries */
+} epochs_t;
+
+typedef struct arena_resource arena_resource_t;
+
+/* A thread's or a stream's arena. */
+typedef struct arena {
+    pthread_mutex_t lock;       /* guards everything below and its spans' blocks */
+    arena_resource_t *parent;   /* the resource */
+    ps_stream_t stream;         /* PS_STREAM_NONE: a thread arena */
+    int orphaned;               /* thread arena whose thread exited */
+    span_t **avail;             /* per class: superblocks with free blocks */
+    epochs_t epochs;            /* blocks freed under EVENT */
+    uint64_t in_use;            /* bytes of its blocks handed out (per arena: no shared cache line) */
+    uint64_t pending;           /* bytes of its blocks waiting for a fence */
+    struct arena *next;         /* the resource's list of arenas */
+} arena_t;
+
+typedef _Atomic(span_t *) span_slot_t;
+
+struct arena_resource {
+    ps_resource_t base;         /* vtable first */
+    const ps_gpu_ops_t *gpu;    /* fences, device sync */
+    ps_arena_options_t opts;    /* effective options */
+    unsigned shift;             /* log2(superblock_size) */
+    unsigned class_count;       /* size classes served inside superblocks */
+    size_t small_max;           /* largest small request: superblock_size / 2 */
+    pthread_key_t key;          /* this thread's arena */
+    pthread_rwlock_t arenas_lock; /* guards the arena list (order: before any arena lock) */
+    arena_t *arenas;            /* every arena, thread and stream */
+    pthread_mutex_t global_lock;/* guards the global arena below (order: after arena locks) */
+    span_t *free_spans;         /* FREE spans */
+    chunk_t *chunks;            /* upstream chunks */
+    span_t *spare_spans;        /* span structs for reuse */
+    span_t *all_spans;          /* every span struct */
+    epochs_t large_epochs;      /* large blocks freed under EVENT */
+    _Atomic(span_slot_t *) *page_table; /* level 1: leaves of 2^LEAF_BITS slots */
+    size_t leaf_count;          /* entries in page_table */
+    uint64_t reserved;          /* bytes of chunks */
+    uint64_t peak_reserved;     /* maximum of reserved */
+    uint64_t upstream_allocs;   /* chunk allocations */
+    uint64_t upstream_frees;    /* chunks given back */
+    uint64_t large_in_use;      /* bytes of large blocks handed out (global lock) */
+    uint64_t large_pending;     /* bytes of large blocks waiting for a fence (global lock) */
+    _Atomic uint64_t fences;    /* fences recorded */
+    _Atomic uint64_t waits;     /* host fence waits */
+};
+
 void ps_arena_options_default(ps_arena_options_t *opts)
-{ (void)opts; }
+{
+    memset(opts, 0, sizeof *opts);
+    opts->superblock_size = 2 * PS_MiB;
+    opts->alignment = 256;
+    opts->free_sync = PS_FREE_SYNC_EVENT;
+}
 
-int ps_arena_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu, const ps_arena_options_t *opts, ps_resource_t **out)
-{ return PS_EUNSUPPORTED; }
+/* ---- size classes ---------------------------------------------------- */
 
+static unsigned log2_floor(size_t x) { return (unsigned)(63 - __builtin_clzll((unsigned long long)x)); }
+
+/* Class of a request of `size` bytes (1 <= size <= small_max). */
+static unsigned class_of(const arena_resource_t *a, size_t size)
+{
+    size_t unit = a->opts.alignment;
+    if (size <= 4 * unit)
+        return (unsigned)((size + unit - 1) / unit - 1);
+    unsigned k = log2_floor(size - 1);
+    size_t step = ((size_t)1 << k) / 4;
+    size_t m = (size + step - 1) / step; /* 5..8 */
+    return 4 + (k - log2_floor(4 * unit)) * 4 + (unsigned)(m - 5);
+}
+
+static size_t class_size(const arena_resource_t *a, unsigned c)
+{
+    size_t unit = a->opts.alignment;
+    if (c < 4)
+        return (c + 1) * unit;
+    unsigned j = c - 4;
+    unsigned k = log2_floor(4 * unit) + j / 4;
+    return (5 + j % 4) * (((size_t)1 << k) / 4);
+}
+
+/* ---- page table ------------------------------------------------------ */
+
+static span_t *lookup(arena_resource_t *a, uintptr_t address)
+{
+    size_t page = address >> a->shift;
+    size_t leaf = page >> LEAF_BITS;
+    if (leaf >= a->leaf_count)
+        return NULL;
+    span_slot_t *slots = atomic_load_explicit(&a->page_table[leaf], memory_order_acquire);
+    if (!slots)
+        return NULL;
+    return atomic_load_explicit(&slots[page & ((1u << LEAF_BITS) - 1)], memory_order_acquire);
+}
+
+/* Points pages [base, base + pages) at `span`. Global lock held; the
+ * leaves exist (made by map_chunk). */
+static void set_pages(arena_resource_t *a, uintptr_t base, size_t pages, span_t *span)
+{
+    size_t page = base >> a->shift;
+    for (size_t i = 0; i < pages; i++, page++) {
+        span_slot_t *slots = atomic_load_explicit(&a->page_table[page >> LEAF_BITS], memory_order_relaxed);
+        atomic_store_explicit(&slots[page & ((1u << LEAF_BITS) - 1)], span, memory_order_release);
+    }
+}
+
+/* Makes the leaves for a chunk. Global lock held. */
+static int map_chunk(arena_resource_t *a, uintptr_t first, size_t pages)
+{
+    size_t first_leaf = (first >> a->shift) >> LEAF_BITS;
+    size_t last_leaf = (((first >> a->shift) + pages - 1) >> LEAF_BITS);
+    if (last_leaf >= a->leaf_count)
+        return PS_EUPSTREAM;
+    for (size_t l = first_leaf; l <= last_leaf; l++) {
+        if (atomic_load_explicit(&a->page_table[l], memory_order_relaxed))
+            continue;
+        span_slot_t *slots = calloc((size_t)1 << LEAF_BITS, sizeof *slots);
+        if (!slots)
+            return PS_ENOMEM;
+        atomic_store_explicit(&a->page_table[l], slots, memory_order_release);
+    }
+    return PS_OK;
+}
+
+/* ---- spans (global lock held) ---------------------------------------- */
+
+static span_t *span_new(arena_resource_t *a)
+{
+    span_t *s = a->spare_spans;
+    if (s) {
+        a->spare_spans = s->next;
+        uint32_t *stack = s->free_stack;
+        uint32_t cap = s->stack_capacity;
+        uint64_t *bits = s->in_use;
+        span_t *all_next = s->all_next;
+        memset(s, 0, sizeof *s);
+        s->free_stack = stack;
+        s->stack_capacity = cap;
+        s->in_use = bits;
+        s->all_next = all_next;
+        return s;
+    }
+    s = line_calloc(sizeof *s);
+    if (!s)
+        return NULL;
+    s->all_next = a->all_spans;
+    a->all_spans = s;
+    return s;
+}
+
+static void span_retire(arena_resource_t *a, span_t *s)
+{
+    s->next = a->spare_spans;
+    a->spare_spans = s;
+}
+
+static void free_list_unlink(arena_resource_t *a, span_t *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        a->free_spans = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->prev = s->next = NULL;
+}
+
+static void free_list_push(arena_resource_t *a, span_t *s)
+{
+    s->prev = NULL;
+    s->next = a->free_spans;
+    if (a->free_spans)
+        a->free_spans->prev = s;
+    a->free_spans = s;
+}
+
+/* A free, unfenced neighbour of `s` in the same chunk, or NULL. */
+static span_t *free_neighbour(arena_resource_t *a, span_t *s, int after)
+{
+    uintptr_t at = after ? s->base + (s->pages << a->shift) : s->base - 1;
+    if (!after && s->base == s->chunk->first)
+        return NULL;
+    if (after && at >= s->chunk->first + (s->chunk->pages << a->shift))
+        return NULL;
+    span_t *n = lookup(a, at);
+    return n && n->kind == SPAN_FREE && !n->fence && n->chunk == s->chunk ? n : NULL;
+}
+
+/* Returns a span to the global free list, coalescing unfenced neighbours. */
+static void global_put(arena_resource_t *a, span_t *s, ps_fence_t *fence, ps_stream_t fence_stream)
+{
+    s->kind = SPAN_FREE;
+    atomic_store_explicit(&s->owner, NULL, memory_order_release);
+    s->fence = fence;
+    s->fence_stream = fence_stream;
+    s->linked = 0;
+    if (!fence) {
+        span_t *left = free_neighbour(a, s, 0);
+        if (left) {
+            free_list_unlink(a, left);
+            set_pages(a, s->base, s->pages, left);
+            left->pages += s->pages;
+            span_retire(a, s);
+            s = left;
+        }
+        span_t *right = free_neighbour(a, s, 1);
+        if (right) {
+            free_list_unlink(a, right);
+            set_pages(a, right->base, right->pages, s);
+            s->pages += right->pages;
+            span_retire(a, right);
+        }
+    }
+    free_list_push(a, s);
+}
+
+/* Clears the fence of a free span and coalesces it. */
+static void unfence(arena_resource_t *a, span_t *s)
+{
+    a->gpu->fence_release(a->gpu->ctx, s->fence);
+    s->fence = NULL;
+    free_list_unlink(a, s);
+    global_put(a, s, NULL, 0);
+}
+
+/* Takes one chunk from the upstream big enough for `pages` superblocks. */
+static int grow(arena_resource_t *a, size_t pages)
+{
+    size_t sb = a->opts.superblock_size;
+    size_t need = pages * sb;
+    size_t step = a->reserved / 8 > 8 * sb ? ps_align_up(a->reserved / 8, sb) : 8 * sb;
+    if (step < need)
+        step = need;
+    if (a->opts.maximum_size) {
+        size_t room = a->opts.maximum_size > a->reserved ? a->opts.maximum_size - a->reserved : 0;
+        if (step > room)
+            step = room - room % sb;
+        if (step < need)
+            return PS_ENOMEM;
+    }
+    size_t tries[3] = {step, need, need + sb};
+    int status = PS_ENOMEM;
+    for (int t = 0; t < 3; t++) {
+        if (t > 0 && tries[t] == tries[t - 1])
+            continue;
+        if (t == 2 && a->opts.maximum_size && a->reserved + tries[t] > a->opts.maximum_size)
+            break;
+        void *mem;
+        status = ps_allocate(a->base.upstream, tries[t], PS_STREAM_NONE, &mem);
+        if (status == PS_ENOMEM)
+            continue;
+        if (status != PS_OK)
+            return status;
+        uintptr_t first = ps_align_up((uintptr_t)mem, sb);
+        size_t usable = first - (uintptr_t)mem < tries[t] ? ((uintptr_t)mem + tries[t] - first) / sb : 0;
+        chunk_t *c = usable >= pages ? calloc(1, sizeof *c) : NULL;
+        span_t *s = c ? span_new(a) : NULL;
+        if (!s || map_chunk(a, first, usable) != PS_OK) {
+            if (s)
+                span_retire(a, s);
+            free(c);
+            ps_deallocate(a->base.upstream, mem, tries[t], PS_STREAM_NONE);
+            status = PS_ENOMEM;
+            continue;
+        }
+        *c = (chunk_t){.memory = mem, .bytes = tries[t], .first = first, .pages = usable, .next = a->chunks};
+        a->chunks = c;
+        s->base = first;
+        s->pages = usable;
+        s->chunk = c;
+        set_pages(a, first, usable, s);
+        global_put(a, s, NULL, 0);
+        a->reserved += tries[t];
+        if (a->reserved > a->peak_reserved)
+            a->peak_reserved = a->reserved;
+        a->upstream_allocs++;
+        return PS_OK;
+    }
+    return status;
+}
+
+/* Takes `pages` superblocks for `taker` (a stream, or PS_STREAM_NONE),
+ * growing when nothing fits and `may_grow`. Global lock held. */
+static int global_take(arena_resource_t *a, size_t pages, ps_stream_t taker, int may_grow, span_t **out)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        span_t *s = a->free_spans;
+        while (s) {
+            span_t *next = s->next;
+            if (s->fence) {
+                if (a->gpu->fence_query(a->gpu->ctx, s->fence) == PS_OK) {
+                    unfence(a, s); /* may merge; rescan from the head */
+                    next = a->free_spans;
+                    s = NULL;
+                } else if (taker != PS_STREAM_NONE && s->pages == pages) {
+                    if (taker != s->fence_stream &&
+                        a->gpu->stream_wait_fence(a->gpu->ctx, taker, s->fence) != PS_OK) {
+                        s = next;
+                        continue;
+                    }
+                    a->gpu->fence_release(a->gpu->ctx, s->fence);
+                    s->fence = NULL;
+                } else {
+                    s = next;
+                    continue;
+                }
+            }
+            if (s && s->pages >= pages) {
+                if (s->pages == pages) {
+                    free_list_unlink(a, s);
+                    *out = s;
+                    return PS_OK;
+                }
+                span_t *tail = span_new(a);
+                if (!tail)
+                    return PS_ENOMEM;
+                s->pages -= pages;
+                tail->base = s->base + (s->pages << a->shift);
+                tail->pages = pages;
+                tail->chunk = s->chunk;
+                set_pages(a, tail->base, pages, tail);
+                *out = tail;
+                return PS_OK;
+            }
+            s = next;
+        }
+        if (attempt == 0) {
+            if (!may_grow)
+                return PS_ENOMEM;
+            int status = grow(a, pages);
+            if (status != PS_OK)
+                return status;
+        }
+    }
+    return PS_ENOMEM;
+}
+
+/* ---- epochs ---------------------------------------------------------- */
+
+static int pending_push(pending_list_t *l, span_t *span, uint32_t index)
+{
+    if (l->count == l->capacity) {
+        size_t cap = l->capacity ? l->capacity * 2 : 16;
+        pending_t *items = realloc(l->items, cap * sizeof *items);
+        if (!items)
+            return PS_ENOMEM;
+        l->items = items;
+        l->capacity = cap;
+    }
+    l->items[l->count++] = (pending_t){span, index};
+    return PS_OK;
+}
+
+/* Closes the open epoch with one fence (no-op when empty). */
+static void epoch_close(arena_resource_t *a, epochs_t *e)
+{
+    if (e->open.count == 0)
+        return;
+    if (e->count == e->capacity) {
+        size_t cap = e->capacity ? e->capacity * 2 : 8;
+        epoch_t *closed = realloc(e->closed, cap * sizeof *closed);
+        if (!closed)
+            return;
+        e->closed = closed;
+        e->capacity = cap;
+    }
+    ps_fence_t *fence;
+    if (a->gpu->fence_record(a->gpu->ctx, PS_STREAM_NONE, &fence) != PS_OK)
+        return;
+    atomic_fetch_add_explicit(&a->fences, 1, memory_order_relaxed);
+    e->closed[e->count++] = (epoch_t){.fence = fence, .blocks = e->open};
+    e->open = (pending_list_t){0};
+}
+
+/* Hands the entries of every completed epoch (oldest first) to `release`;
+ * with `wait`, host-waits for each closed epoch instead of polling. */
+static void epoch_reclaim(arena_resource_t *a, epochs_t *e, int wait,
+                          void (*release)(void *ctx, pending_t *p), void *ctx)
+{
+    while (e->count) {
+        epoch_t *oldest = &e->closed[0];
+        if (wait) {
+            a->gpu->fence_wait(a->gpu->ctx, oldest->fence);
+            atomic_fetch_add_explicit(&a->waits, 1, memory_order_relaxed);
+        } else if (a->gpu->fence_query(a->gpu->ctx, oldest->fence) != PS_OK) {
+            return;
+        }
+        for (size_t i = 0; i < oldest->blocks.count; i++)
+            release(ctx, &oldest->blocks.items[i]);
+        a->gpu->fence_release(a->gpu->ctx, oldest->fence);
+        free(oldest->blocks.items);
+        memmove(&e->closed[0], &e->closed[1], (e->count - 1) * sizeof *e->closed);
+        e->count--;
+    }
+}
+
+static void epochs_free(arena_resource_t *a, epochs_t *e)
+{
+    for (size_t i = 0; i < e->count; i++) {
+        a->gpu->fence_release(a->gpu->ctx, e->closed[i].fence);
+        free(e->closed[i].blocks.items);
+    }
+    free(e->closed);
+    free(e->open.items);
+    memset(e, 0, sizeof *e);
+}
+
+/* ---- superblocks inside an arena (arena lock held) -------------------- */
+
+static void avail_link(arena_t *ar, span_t *s)
+{
+    s->prev = NULL;
+    s->next = ar->avail[s->size_class];
+    if (s->next)
+        s->next->prev = s;
+    ar->avail[s->size_class] = s;
+    s->linked = 1;
+}
+
+static void avail_unlink(arena_t *ar, span_t *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        ar->avail[s->size_class] = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->prev = s->next = NULL;
+    s->linked = 0;
+}
+
+/* Gives an empty superblock back to the global arena. Arena lock held. */
+static void release_superblock(arena_t *ar, span_t *s)
+{
+    arena_resource_t *a = ar->parent;
+    avail_unlink(ar, s);
+    ps_fence_t *fence = NULL;
+    if (ar->stream != PS_STREAM_NONE &&
+        a->gpu->fence_record(a->gpu->ctx, ar->stream, &fence) == PS_OK)
+        atomic_fetch_add_explicit(&a->fences, 1, memory_order_relaxed);
+    pthread_mutex_lock(&a->global_lock);
+    global_put(a, s, fence, ar->stream);
+    pthread_mutex_unlock(&a->global_lock);
+}
+
+/* Releases every empty superblock of the arena (keep_one: but the last of
+ * its class). Arena lock held. */
+static void release_empty(arena_t *ar, int keep_one)
+{
+    for (unsigned c = 0; c < ar->parent->class_count; c++) {
+        span_t *s = ar->avail[c];
+        while (s) {
+            span_t *next = s->next;
+            if (s->used == 0 && !(keep_one && ar->avail[c] == s && !next))
+                release_superblock(ar, s);
+            s = next;
+        }
+    }
+}
+
+/* A block is free again (its bit already cleared). Arena lock held. */
+static void block_return(arena_t *ar, span_t *s, uint32_t index)
+{
+    s->free_stack[s->free_top++] = index;
+    s->used--;
+    if (!s->linked)
+        avail_link(ar, s);
+    if (s->used == 0 && (ar->orphaned || ar->avail[s->size_class] != s || s->next))
+        release_superblock(ar, s);
+}
+
+static void release_pending_block(void *ctx, pending_t *p)
+{
+    arena_t *ar = ctx;
+    ar->pending -= p->span->block_size;
+    block_return(ar, p->span, p->index);
+}
+
+/* Turns a span just taken from the global arena into a superblock of class c. */
+static int carve(arena_t *ar, span_t *s, unsigned c)
+{
+    arena_resource_t *a = ar->parent;
+    size_t bs = class_size(a, c);
+    uint32_t count = (uint32_t)(a->opts.superblock_size / bs);
+    if (s->stack_capacity < count) {
+        uint32_t *stack = realloc(s->free_stack, count * sizeof *stack);
+        if (!stack)
+            return PS_ENOMEM;
+        s->free_stack = stack;
+        uint64_t *bits = realloc(s->in_use, ((count + 63) / 64) * sizeof *bits);
+        if (!bits)
+            return PS_ENOMEM;
+        s->in_use = bits;
+        s->stack_capacity = count;
+    }
+    memset(s->in_use, 0, ((count + 63) / 64) * sizeof *s->in_use);
+    for (uint32_t i = 0; i < count; i++)
+        s->free_stack[i] = count - 1 - i; /* lowest address first */
+    s->free_top = count;
+    s->block_count = count;
+    s->block_size = bs;
+    s->size_class = c;
+    s->used = 0;
+    s->kind = SPAN_SMALL;
+    atomic_store_explicit(&s->owner, ar, memory_order_release);
+    avail_link(ar, s);
+    return PS_OK;
+}
+
+/* Allocates a small block in `ar` (arena lock taken inside). */
+static int arena_allocate(arena_t *ar, unsigned c, void **out)
+{
+    arena_resource_t *a = ar->parent;
+    pthread_mutex_lock(&ar->lock);
+    span_t *s = ar->avail[c];
+    if (!s && (ar->epochs.count || ar->epochs.open.count)) {
+        epoch_close(a, &ar->epochs);
+        epoch_reclaim(a, &ar->epochs, 0, release_pending_block, ar);
+        s = ar->avail[c];
+    }
+    if (!s) {
+        pthread_mutex_lock(&a->global_lock);
+        span_t *taken;
+        int status = global_take(a, 1, ar->stream, 1, &taken);
+        if (status == PS_OK) {
+            taken->kind = SPAN_SMALL;
+            status = carve(ar, taken, c);
+            if (status != PS_OK)
+                global_put(a, taken, NULL, 0);
+        }
+        pthread_mutex_unlock(&a->global_lock);
+        if (status != PS_OK) {
+            pthread_mutex_unlock(&ar->lock);
+            return status;
+        }
+        s = ar->avail[c];
+    }
+    uint32_t i = s->free_stack[--s->free_top];
+    s->in_use[i / 64] |= (uint64_t)1 << (i % 64);
+    s->used++;
+    if (s->free_top == 0)
+        avail_unlink(ar, s);
+    ar->in_use += s->block_size;
+    *out = (void *)(s->base + (size_t)i * s->block_size);
+    pthread_mutex_unlock(&ar->lock);
+    return PS_OK;
+}
+
+/* ---- the arenas list ------------------------------------------------- */
+
+static arena_t *arena_new(arena_resource_t *a, ps_stream_t stream)
+{
+    arena_t *ar = line_calloc(sizeof *ar);
+    if (!ar)
+        return NULL;
+    ar->avail = calloc(a->class_count, sizeof *ar->avail);
+    if (!ar->avail) {
+        free(ar);
+        return NULL;
+    }
+    pthread_mutex_init(&ar->lock, NULL);
+    ar->parent = a;
+    ar->stream = stream;
+    return ar;
+}
+
+/* The pthread key's destructor: the thread exited; its arena becomes an
+ * orphan (adopted by the next new thread) and gives back what is empty. */
+static void thread_arena_exit(void *value)
+{
+    arena_t *ar = value;
+    pthread_mutex_lock(&ar->lock);
+    ar->orphaned = 1;
+    epoch_close(ar->parent, &ar->epochs);
+    epoch_reclaim(ar->parent, &ar->epochs, 0, release_pending_block, ar);
+    release_empty(ar, 0);
+    pthread_mutex_unlock(&ar->lock);
+}
+
+static arena_t *thread_arena(arena_resource_t *a)
+{
+    arena_t *ar = pthread_getspecific(a->key);
+    if (ar)
+        return ar;
+    pthread_rwlock_wrlock(&a->arenas_lock);
+    for (arena_t *o = a->arenas; o && !ar; o = o->next) {
+        pthread_mutex_lock(&o->lock);
+        if (o->orphaned) {
+            o->orphaned = 0;
+            ar = o;
+        }
+        pthread_mutex_unlock(&o->lock);
+    }
+    if (!ar) {
+        ar = arena_new(a, PS_STREAM_NONE);
+        if (ar) {
+            ar->next = a->arenas;
+            a->arenas = ar;
+        }
+    }
+    pthread_rwlock_unlock(&a->arenas_lock);
+    if (ar && pthread_setspecific(a->key, ar) != 0) {
+        pthread_mutex_lock(&ar->lock);
+        ar->orphaned = 1;
+        pthread_mutex_unlock(&ar->lock);
+        return NULL;
+    }
+    return ar;
+}
+
+static arena_t *stream_arena(arena_resource_t *a, ps_stream_t stream)
+{
+    pthread_rwlock_rdlock(&a->arenas_lock);
+    arena_t *ar = a->arenas;
+    while (ar && ar->stream != stream)
+        ar = ar->next;
+    pthread_rwlock_unlock(&a->arenas_lock);
+    if (ar)
+        return ar;
+    pthread_rwlock_wrlock(&a->arenas_lock);
+    for (ar = a->arenas; ar && ar->stream != stream;)
+        ar = ar->next;
+    if (!ar) {
+        ar = arena_new(a, stream);
+        if (ar) {
+            ar->next = a->arenas;
+            a->arenas = ar;
+        }
+    }
+    pthread_rwlock_unlock(&a->arenas_lock);
+    return ar;
+}
+
+/* ---- large blocks (global lock) --------------------------------------- */
+
+static void release_pending_large(void *ctx, pending_t *p)
+{
+    arena_resource_t *a = ctx;
+    a->large_pending -= p->span->pages << a->shift;
+    global_put(a, p->span, NULL, 0);
+}
+
+static int large_allocate(arena_resource_t *a, size_t size, ps_stream_t stream, void **out)
+{
+    size_t pages = (size + a->opts.superblock_size - 1) >> a->shift;
+    pthread_mutex_lock(&a->global_lock);
+    span_t *s = NULL;
+    /* what is free, then what completed fences free, then grow */
+    epoch_reclaim(a, &a->large_epochs, 0, release_pending_large, a);
+    int status = global_take(a, pages, stream, 0, &s);
+    if (status == PS_ENOMEM && a->large_epochs.open.count) {
+        epoch_close(a, &a->large_epochs);
+        epoch_reclaim(a, &a->large_epochs, 0, release_pending_large, a);
+        status = global_take(a, pages, stream, 0, &s);
+    }
+    if (status == PS_ENOMEM)
+        status = global_take(a, pages, stream, 1, &s);
+    if (status == PS_OK) {
+        s->kind = SPAN_LARGE;
+        s->block_size = pages << a->shift;
+        a->large_in_use += s->block_size;
+        *out = (void *)s->base;
+    }
+    pthread_mutex_unlock(&a->global_lock);
+    return status;
+}
+
+static int large_deallocate(arena_resource_t *a, span_t *s, void *ptr, ps_stream_t stream)
+{
+    pthread_mutex_lock(&a->global_lock);
+    if (lookup(a, (uintptr_t)ptr) != s || s->kind != SPAN_LARGE || s->base != (uintptr_t)ptr) {
+        pthread_mutex_unlock(&a->global_lock);
+        return PS_EINVAL;
+    }
+    int status = PS_OK;
+    uint64_t bytes = s->block_size;
+    if (stream != PS_STREAM_NONE) {
+        ps_fence_t *fence = NULL;
+        if (a->gpu->fence_record(a->gpu->ctx, stream, &fence) == PS_OK) {
+            atomic_fetch_add_explicit(&a->fences, 1, memory_order_relaxed);
+            global_put(a, s, fence, stream);
+        } else {
+            status = PS_EUPSTREAM;
+        }
+    } else if (a->opts.free_sync == PS_FREE_SYNC_EVENT) {
+        status = pending_push(&a->large_epochs.open, s, NO_INDEX);
+        if (status == PS_OK) {
+            s->kind = SPAN_PENDING_LARGE;
+            a->large_pending += bytes;
+        }
+    } else {
+        if (a->opts.free_sync == PS_FREE_SYNC_DEVICE)
+            status = a->gpu->device_synchronize(a->gpu->ctx);
+        if (status == PS_OK)
+            global_put(a, s, NULL, 0);
+    }
+    if (status == PS_OK)
+        a->large_in_use -= bytes;
+    pthread_mutex_unlock(&a->global_lock);
+    return status;
+}
+
+/* ---- defragmentation ------------------------------------------------- */
+
+/* Gives wholly free, unfenced chunks back to the upstream. Global lock held. */
+static void release_free_chunks(arena_resource_t *a)
+{
+    chunk_t **link = &a->chunks;
+    while (*link) {
+        chunk_t *c = *link;
+        span_t *s = lookup(a, c->first);
+        if (s && s->kind == SPAN_FREE && !s->fence && s->base == c->first && s->pages == c->pages &&
+            ps_deallocate(a->base.upstream, c->memory, c->bytes, PS_STREAM_NONE) == PS_OK) {
+            free_list_unlink(a, s);
+            set_pages(a, c->first, c->pages, NULL);
+            span_retire(a, s);
+            a->reserved -= c->bytes;
+            a->upstream_frees++;
+            *link = c->next;
+            free(c);
+            continue;
+        }
+        link = &c->next;
+    }
+}
+
+/* Every arena closes its open epoch, reclaims completed ones and gives
+ * back its empty superblocks; with `wait`, epochs and fences are waited
+ * for first (memory pressure). Then free chunks go back
+ * to the upstream. No lock held on entry. */
+static void defragment(arena_resource_t *a, int wait)
+{
+    pthread_rwlock_rdlock(&a->arenas_lock);
+    for (arena_t *ar = a->arenas; ar; ar = ar->next) {
+        pthread_mutex_lock(&ar->lock);
+        epoch_close(a, &ar->epochs);
+        epoch_reclaim(a, &ar->epochs, wait, release_pending_block, ar);
+        release_empty(ar, 0);
+        pthread_mutex_unlock(&ar->lock);
+    }
+    pthread_rwlock_unlock(&a->arenas_lock);
+    pthread_mutex_lock(&a->global_lock);
+    epoch_close(a, &a->large_epochs);
+    epoch_reclaim(a, &a->large_epochs, wait, release_pending_large, a);
+    for (span_t *s = a->free_spans; s;) {
+        if (s->fence && (wait || a->gpu->fence_query(a->gpu->ctx, s->fence) == PS_OK)) {
+            if (wait) {
+                a->gpu->fence_wait(a->gpu->ctx, s->fence);
+                atomic_fetch_add_explicit(&a->waits, 1, memory_order_relaxed);
+            }
+            unfence(a, s);
+            s = a->free_spans; /* the list changed: rescan */
+            continue;
+        }
+        s = s->next;
+    }
+    release_free_chunks(a);
+    pthread_mutex_unlock(&a->global_lock);
+}
+
+/* ---- the vtable ------------------------------------------------------ */
+
+static int try_allocate(arena_resource_t *a, size_t size, ps_stream_t stream, void **out)
+{
+    if (size > a->small_max)
+        return large_allocate(a, size, stream, out);
+    arena_t *ar = stream == PS_STREAM_NONE ? thread_arena(a) : stream_arena(a, stream);
+    if (!ar)
+        return PS_ENOMEM;
+    return arena_allocate(ar, class_of(a, size), out);
+}
+
+/* Sums the bytes handed out and pending over every arena. No lock held. */
+static void usage(arena_resource_t *a, uint64_t *in_use, uint64_t *pending)
+{
+    *in_use = *pending = 0;
+    pthread_rwlock_rdlock(&a->arenas_lock);
+    for (arena_t *ar = a->arenas; ar; ar = ar->next) {
+        pthread_mutex_lock(&ar->lock);
+        *in_use += ar->in_use;
+        *pending += ar->pending;
+        pthread_mutex_unlock(&ar->lock);
+    }
+    pthread_rwlock_unlock(&a->arenas_lock);
+    pthread_mutex_lock(&a->global_lock);
+    *in_use += a->large_in_use;
+    *pending += a->large_pending;
+    pthread_mutex_unlock(&a->global_lock);
+}
+
+static void warn_fragmentation(arena_resource_t *a, size_t size)
+{
+    pthread_mutex_lock(&a->global_lock);
+    uint64_t largest = 0;
+    for (span_t *s = a->free_spans; s; s = s->next)
+        if (!s->fence && (s->pages << a->shift) > largest)
+            largest = s->pages << a->shift;
+    uint64_t reserved = a->reserved;
+    pthread_mutex_unlock(&a->global_lock);
+    uint64_t in_use, pending;
+    usage(a, &in_use, &pending);
+    uint64_t used = in_use + pending;
+    uint64_t free_bytes = reserved > used ? reserved - used : 0;
+    char b1[32], b2[32], b3[32], b4[32];
+    ps_warning("arena '%s': out of memory for %s: largest free run %s of %s free (%s reserved)%s",
+               a->base.name, ps_format_bytes(b1, sizeof b1, size),
+               ps_format_bytes(b2, sizeof b2, largest), ps_format_bytes(b3, sizeof b3, free_bytes),
+               ps_format_bytes(b4, sizeof b4, reserved),
+               free_bytes > largest ? ": fragmented" : "");
+}
+
+static int arena_res_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void **out)
+{
+    arena_resource_t *a = (arena_resource_t *)r;
+    if (size == 0)
+        size = 1;
+    if (size > SIZE_MAX - a->opts.superblock_size)
+        return PS_ENOMEM;
+    int status = try_allocate(a, size, stream, out);
+    if (status == PS_ENOMEM) {
+        defragment(a, 1);
+        status = try_allocate(a, size, stream, out);
+        if (status == PS_ENOMEM)
+            warn_fragmentation(a, size);
+    }
+    return status;
+}
+
+static int arena_res_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t stream)
+{
+    arena_resource_t *a = (arena_resource_t *)r;
+    for (;;) {
+        span_t *s = lookup(a, (uintptr_t)ptr);
+        if (!s)
+            return PS_EINVAL;
+        arena_t *ar = atomic_load_explicit(&s->owner, memory_order_acquire);
+        if (!ar)
+            return large_deallocate(a, s, ptr, stream);
+        pthread_mutex_lock(&ar->lock);
+        if (atomic_load_explicit(&s->owner, memory_order_relaxed) != ar ||
+            lookup(a, (uintptr_t)ptr) != s) {
+            pthread_mutex_unlock(&ar->lock); /* it moved: look again */
+            continue;
+        }
+        uintptr_t offset = (uintptr_t)ptr - s->base;
+        uint32_t i = (uint32_t)(offset / s->block_size);
+        if (offset % s->block_size || i >= s->block_count ||
+            !(s->in_use[i / 64] & ((uint64_t)1 << (i % 64)))) {
+            pthread_mutex_unlock(&ar->lock);
+            return PS_EINVAL;
+        }
+        int status = PS_OK;
+        int ordered_here = stream != PS_STREAM_NONE && ar->stream != PS_STREAM_NONE;
+        if (ordered_here && stream != ar->stream) {
+            /* the owner stream waits for the freeing stream's work */
+            ps_fence_t *fence;
+            status = a->gpu->fence_record(a->gpu->ctx, stream, &fence);
+            if (status == PS_OK) {
+                atomic_fetch_add_explicit(&a->fences, 1, memory_order_relaxed);
+                status = a->gpu->stream_wait_fence(a->gpu->ctx, ar->stream, fence);
+                a->gpu->fence_release(a->gpu->ctx, fence);
+            }
+        } else if (!ordered_here && a->opts.free_sync == PS_FREE_SYNC_EVENT) {
+            status = pending_push(&ar->epochs.open, s, i);
+            if (status == PS_OK) {
+                s->in_use[i / 64] &= ~((uint64_t)1 << (i % 64));
+                ar->pending += s->block_size;
+                ar->in_use -= s->block_size;
+            }
+            pthread_mutex_unlock(&ar->lock);
+            return status;
+        } else if (!ordered_here && a->opts.free_sync == PS_FREE_SYNC_DEVICE) {
+            status = a->gpu->device_synchronize(a->gpu->ctx);
+        }
+        if (status == PS_OK) {
+            size_t bytes = s->block_size;
+            s->in_use[i / 64] &= ~((uint64_t)1 << (i % 64));
+            block_return(ar, s, i);
+            ar->in_use -= bytes;
+        }
+        pthread_mutex_unlock(&ar->lock);
+        return status;
+    }
+}
+
+static int arena_res_trim(ps_resource_t *r)
+{
+    defragment((arena_resource_t *)r, 0);
+    return PS_OK;
+}
+
+static void arena_res_query(ps_resource_t *r, ps_resource_info_t *info)
+{
+    arena_resource_t *a = (arena_resource_t *)r;
+    pthread_mutex_lock(&a->global_lock);
+    info->bytes_reserved = a->reserved;
+    info->peak_bytes_reserved = a->peak_reserved;
+    info->upstream_allocs = a->upstream_allocs;
+    info->upstream_frees = a->upstream_frees;
+    for (span_t *s = a->free_spans; s; s = s->next)
+        if (!s->fence && (s->pages << a->shift) > info->largest_free_block)
+            info->largest_free_block = s->pages << a->shift;
+    pthread_mutex_unlock(&a->global_lock);
+    usage(a, &info->bytes_in_use, &info->bytes_pending);
+    uint64_t used = info->bytes_in_use + info->bytes_pending;
+    info->bytes_free = info->bytes_reserved > used ? info->bytes_reserved - used : 0;
+    info->fences_recorded = atomic_load(&a->fences);
+    info->fence_waits = atomic_load(&a->waits);
+}
+
+static void arena_res_destroy(ps_resource_t *r)
+{
+    arena_resource_t *a = (arena_resource_t *)r;
+    pthread_key_delete(a->key);
+    for (arena_t *ar = a->arenas; ar;) {
+        arena_t *next = ar->next;
+        epochs_free(a, &ar->epochs);
+        pthread_mutex_destroy(&ar->lock);
+        free(ar->avail);
+        free(ar);
+        ar = next;
+    }
+    epochs_free(a, &a->large_epochs);
+    for (chunk_t *c = a->chunks; c;) {
+        chunk_t *next = c->next;
+        ps_deallocate(a->base.upstream, c->memory, c->bytes, PS_STREAM_NONE);
+        free(c);
+        c = next;
+    }
+    for (span_t *s = a->all_spans; s;) {
+        span_t *next = s->all_next;
+        if (s->fence && s->kind == SPAN_FREE)
+            a->gpu->fence_release(a->gpu->ctx, s->fence);
+        free(s->free_stack);
+        free(s->in_use);
+        free(s);
+        s = next;
+    }
+    for (size_t l = 0; l < a->leaf_count; l++)
+        free(atomic_load(&a->page_table[l]));
+    free(a->page_table);
+    pthread_rwlock_destroy(&a->arenas_lock);
+    pthread_mutex_destroy(&a->global_lock);
+    free(a);
+}
+
+static const ps_resource_ops_t arena_ops = {
+    .type_name = "arena",
+    .allocate = arena_res_allocate,
+    .deallocate = arena_res_deallocate,
+    .trim = arena_res_trim,
+    .query = arena_res_query,
+    .destroy = arena_res_destroy,
+};
+
+int ps_arena_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu,
+                    const ps_arena_options_t *opts, ps_resource_t **out)
+{
+    ps_arena_options_t o;
+    if (opts)
+        o = *opts;
+    else
+        ps_arena_options_default(&o);
+    if (!upstream || !out || !gpu || !ps_is_pow2(o.alignment) || o.alignment < 256 ||
+        !ps_is_pow2(o.superblock_size) || o.superblock_size < 64 * PS_KiB ||
+        o.superblock_size < 8 * o.alignment) {
+        ps_error("arena: invalid options (needs an upstream and a GPU-ops table; alignment a "
+                 "power of two >= 256; superblock_size a power of two >= 64 KiB and >= 8 x alignment)");
+        return PS_EINVAL;
+    }
+    arena_resource_t *a = calloc(1, sizeof *a);
+    if (!a)
+        return PS_ENOMEM;
+    a->base.ops = &arena_ops;
+    a->base.name = name ? name : "arena";
+    a->base.upstream = upstream;
+    a->gpu = gpu;
+    a->opts = o;
+    a->shift = log2_floor(o.superblock_size);
+    a->small_max = o.superblock_size / 2;
+    a->class_count = class_of(a, a->small_max) + 1;
+    a->leaf_count = (size_t)1 << (ADDRESS_BITS - a->shift - LEAF_BITS);
+    a->page_table = calloc(a->leaf_count, sizeof *a->page_table);
+    if (!a->page_table || pthread_key_create(&a->key, thread_arena_exit) != 0) {
+        free(a->page_table);
+        free(a);
+        return PS_ENOMEM;
+    }
+    pthread_rwlock_init(&a->arenas_lock, NULL);
+    pthread_mutex_init(&a->global_lock, NULL);
+    if (o.initial_size) {
+        size_t pages = ps_align_up(o.initial_size, o.superblock_size) >> a->shift;
+        pthread_mutex_lock(&a->global_lock);
+        int status = pages ? grow(a, pages) : PS_ENOMEM;
+        pthread_mutex_unlock(&a->global_lock);
+        if (status != PS_OK) {
+            ps_error("arena '%s': cannot reserve the initial %zu bytes", a->base.name, o.initial_size);
+            a->base.ops->destroy(&a->base);
+            return PS_ENOMEM;
+        }
+    }
+    *out = &a->base;
+    return PS_OK;
+}

@@ -1,6 +1,135 @@
-/* STUB: placeholder so the tree links; replaced by the real implementation. */
+/* binning: routes requests by size (core/binning.h).
+ *
+ * Algorithm:
+ *  1. The bins are copied at creation, sorted by max_size (strictly
+ *     increasing, checked).
+ *  2. allocate(size) binary-searches the first bin with max_size >= size
+ *     and forwards to its resource; above the last bin it forwards to the
+ *     fallback (PS_EINVAL when there is none).
+ *  3. deallocate(ptr, size) routes by the same size, so the block returns
+ *     to the resource that served it (the shim's registry keeps sizes).
+ * Guarantees: no state of its own beyond the bin table (read-only after
+ * creation), so it is as thread-safe as its bins.
+ */
 #include "binning.h"
 
-int ps_binning_create(const char *name, const ps_bin_t *bins, size_t bin_count, ps_resource_t *fallback, ps_resource_t **out)
-{ return PS_EUNSUPPORTED; }
+#include <stdlib.h>
+#include <string.h>
 
+typedef struct binning {
+    ps_resource_t base;      /* vtable first; upstream = the fallback */
+    ps_bin_t *bins;          /* sorted by max_size */
+    size_t bin_count;        /* entries in bins */
+} binning_t;
+
+/* The resource serving `size`, or NULL if none. */
+static ps_resource_t *route(const binning_t *b, size_t size)
+{
+    size_t lo = 0, hi = b->bin_count;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (b->bins[mid].max_size < size)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < b->bin_count ? b->bins[lo].resource : b->base.upstream;
+}
+
+static int binning_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void **out)
+{
+    ps_resource_t *target = route((binning_t *)r, size);
+    return target ? ps_allocate(target, size, stream, out) : PS_EINVAL;
+}
+
+static int binning_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t stream)
+{
+    ps_resource_t *target = route((binning_t *)r, size);
+    return target ? ps_deallocate(target, ptr, size, stream) : PS_EINVAL;
+}
+
+static int binning_trim(ps_resource_t *r)
+{
+    binning_t *b = (binning_t *)r;
+    int status = PS_OK;
+    for (size_t i = 0; i < b->bin_count; i++) {
+        int s = ps_trim(b->bins[i].resource);
+        if (s != PS_OK)
+            status = s;
+    }
+    if (b->base.upstream) {
+        int s = ps_trim(b->base.upstream);
+        if (s != PS_OK)
+            status = s;
+    }
+    return status;
+}
+
+/* Sums what the bins and the fallback report. */
+static void binning_query(ps_resource_t *r, ps_resource_info_t *info)
+{
+    binning_t *b = (binning_t *)r;
+    size_t n = b->bin_count + (b->base.upstream != NULL);
+    for (size_t i = 0; i < n; i++) {
+        ps_resource_t *res = i < b->bin_count ? b->bins[i].resource : b->base.upstream;
+        ps_resource_info_t one = {0};
+        ps_query(res, &one);
+        info->bytes_in_use += one.bytes_in_use;
+        info->bytes_reserved += one.bytes_reserved;
+        info->peak_bytes_reserved += one.peak_bytes_reserved;
+        info->bytes_free += one.bytes_free;
+        info->bytes_pending += one.bytes_pending;
+        if (one.largest_free_block > info->largest_free_block)
+            info->largest_free_block = one.largest_free_block;
+        info->upstream_allocs += one.upstream_allocs;
+        info->upstream_frees += one.upstream_frees;
+        info->fences_recorded += one.fences_recorded;
+        info->fence_waits += one.fence_waits;
+    }
+}
+
+static void binning_destroy(ps_resource_t *r)
+{
+    binning_t *b = (binning_t *)r;
+    free(b->bins);
+    free(b);
+}
+
+static const ps_resource_ops_t binning_ops = {
+    .type_name = "binning",
+    .allocate = binning_allocate,
+    .deallocate = binning_deallocate,
+    .trim = binning_trim,
+    .query = binning_query,
+    .destroy = binning_destroy,
+};
+
+int ps_binning_create(const char *name, const ps_bin_t *bins, size_t bin_count,
+                      ps_resource_t *fallback, ps_resource_t **out)
+{
+    if (!out || (bin_count && !bins) || (!bin_count && !fallback))
+        return PS_EINVAL;
+    for (size_t i = 0; i < bin_count; i++) {
+        if (!bins[i].resource || (i > 0 && bins[i].max_size <= bins[i - 1].max_size)) {
+            ps_error("binning: bins must have a resource and strictly increasing max_size "
+                     "(bin %zu)", i);
+            return PS_EINVAL;
+        }
+    }
+    binning_t *b = calloc(1, sizeof *b);
+    ps_bin_t *copy = bin_count ? malloc(bin_count * sizeof *copy) : NULL;
+    if (!b || (bin_count && !copy)) {
+        free(b);
+        free(copy);
+        return PS_ENOMEM;
+    }
+    if (bin_count)
+        memcpy(copy, bins, bin_count * sizeof *copy);
+    b->base.ops = &binning_ops;
+    b->base.name = name ? name : "binning";
+    b->base.upstream = fallback;
+    b->bins = copy;
+    b->bin_count = bin_count;
+    *out = &b->base;
+    return PS_OK;
+}

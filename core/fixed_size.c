@@ -1,9 +1,491 @@
-/* STUB: placeholder so the tree links; replaced by the real implementation. */
+/* fixed_size: a suballocator of one block size (core/fixed_size.h).
+ *
+ * Algorithm:
+ *  1. Memory comes from the upstream in batches of blocks_per_batch blocks,
+ *     one upstream call per batch. Batches are kept sorted by address, each
+ *     with a bitmap of the blocks handed out (host memory only: device
+ *     memory is never read or written, so there are no in-band links).
+ *  2. Free blocks safe for every stream sit on a LIFO stack of addresses
+ *     ("clean"): allocate pops, free pushes — O(1).
+ *  3. A block freed on stream s (cudaFreeAsync) goes to s's own stack and is
+ *     reused at once by allocations on s. Another stream t takes it only
+ *     under memory pressure, after stream_wait_fence(t, fence recorded on s).
+ *  4. A block freed with PS_STREAM_NONE (cudaFree) follows free_sync:
+ *     NONE    pushed on the clean stack at once;
+ *     DEVICE  device_synchronize, then the clean stack;
+ *     EVENT   appended to the open epoch. When an allocation finds the clean
+ *             stack empty, it closes the open epoch with one
+ *             fence_record(PS_STREAM_NONE) and polls the closed epochs
+ *             (oldest first); blocks of completed epochs become clean. If
+ *             nothing is clean it grows rather than waits; only when the
+ *             upstream is out of memory does it wait for the oldest fence.
+ *  5. Out of memory: PS_ENOMEM with the state unchanged (besides epochs
+ *     that completed, which only makes blocks reusable).
+ * Guarantees: every pointer aligned to `alignment`; O(1) allocate and free
+ * (O(log batches) to validate a free); no block freed under EVENT is reused
+ * before a fence recorded after its free completes; bad and double frees
+ * return PS_EINVAL and change nothing. One mutex: thread-safe.
+ */
 #include "fixed_size.h"
 
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A growable array of block addresses. */
+typedef struct block_list {
+    void **items;    /* addresses */
+    size_t count;    /* used entries */
+    size_t capacity; /* allocated entries */
+} block_list_t;
+
+/* One upstream allocation of blocks_per_batch blocks. */
+typedef struct batch {
+    uintptr_t base;     /* first block's address */
+    uint64_t *in_use;   /* bit i set: block i is handed out */
+    size_t free_blocks; /* blocks of this batch that are not handed out (free or pending) */
+} batch_t;
+
+/* Blocks freed on one stream, reusable at once on that stream. */
+typedef struct stream_list {
+    ps_stream_t stream; /* the stream the blocks were freed on */
+    block_list_t blocks;/* LIFO */
+} stream_list_t;
+
+/* A closed epoch: blocks freed before `fence` was recorded. */
+typedef struct epoch {
+    ps_fence_t *fence;  /* covers every block below */
+    block_list_t blocks;/* reusable once the fence completes */
+} epoch_t;
+
+typedef struct fixed_size {
+    ps_resource_t base;          /* vtable first */
+    const ps_gpu_ops_t *gpu;     /* fences and device sync */
+    ps_fixed_size_options_t opts;/* effective options (block_size rounded) */
+    pthread_mutex_t lock;        /* guards everything below */
+    batch_t *batches;            /* sorted by base */
+    size_t batch_count;          /* entries in batches */
+    size_t batch_capacity;       /* allocated entries */
+    block_list_t clean;          /* free and safe for every stream */
+    stream_list_t *streams;      /* per-stream free lists */
+    size_t stream_count;         /* entries in streams */
+    block_list_t open_epoch;     /* freed under EVENT since the last fence */
+    epoch_t *epochs;             /* closed epochs, oldest first */
+    size_t epoch_count;          /* entries in epochs */
+    size_t epoch_capacity;       /* allocated entries */
+    ps_resource_info_t info;     /* counters for query */
+} fixed_size_t;
+
 void ps_fixed_size_options_default(ps_fixed_size_options_t *opts)
-{ (void)opts; }
+{
+    memset(opts, 0, sizeof *opts);
+    opts->block_size = 256;
+    opts->blocks_per_batch = 128;
+    opts->alignment = 256;
+    opts->free_sync = PS_FREE_SYNC_EVENT;
+}
 
-int ps_fixed_size_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu, const ps_fixed_size_options_t *opts, ps_resource_t **out)
-{ return PS_EUNSUPPORTED; }
+static size_t batch_bytes(const fixed_size_t *fs) { return fs->opts.block_size * fs->opts.blocks_per_batch; }
 
+/* Grows the list so that `extra` more entries fit. */
+static int list_reserve(block_list_t *l, size_t extra)
+{
+    if (l->count + extra <= l->capacity)
+        return PS_OK;
+    size_t cap = l->capacity ? l->capacity : 16;
+    while (cap < l->count + extra)
+        cap *= 2;
+    void **items = realloc(l->items, cap * sizeof *items);
+    if (!items)
+        return PS_ENOMEM;
+    l->items = items;
+    l->capacity = cap;
+    return PS_OK;
+}
+
+/* Finds the batch holding `p`, or NULL. Lock held. */
+static batch_t *find_batch(fixed_size_t *fs, uintptr_t p)
+{
+    size_t lo = 0, hi = fs->batch_count;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (p < fs->batches[mid].base)
+            hi = mid;
+        else if (p >= fs->batches[mid].base + batch_bytes(fs))
+            lo = mid + 1;
+        else
+            return &fs->batches[mid];
+    }
+    return NULL;
+}
+
+static void mark(fixed_size_t *fs, void *p, int in_use)
+{
+    batch_t *b = find_batch(fs, (uintptr_t)p);
+    size_t i = ((uintptr_t)p - b->base) / fs->opts.block_size;
+    if (in_use) {
+        b->in_use[i / 64] |= (uint64_t)1 << (i % 64);
+        b->free_blocks--;
+    } else {
+        b->in_use[i / 64] &= ~((uint64_t)1 << (i % 64));
+        b->free_blocks++;
+    }
+}
+
+/* Takes one batch from the upstream. Lock held. */
+static int grow(fixed_size_t *fs)
+{
+    size_t n = fs->opts.blocks_per_batch;
+    if (list_reserve(&fs->clean, n) != PS_OK)
+        return PS_ENOMEM;
+    if (fs->batch_count == fs->batch_capacity) {
+        size_t cap = fs->batch_capacity ? fs->batch_capacity * 2 : 8;
+        batch_t *nb = realloc(fs->batches, cap * sizeof *nb);
+        if (!nb)
+            return PS_ENOMEM;
+        fs->batches = nb;
+        fs->batch_capacity = cap;
+    }
+    uint64_t *bits = calloc((n + 63) / 64, sizeof *bits);
+    if (!bits)
+        return PS_ENOMEM;
+    void *mem;
+    int status = ps_allocate(fs->base.upstream, batch_bytes(fs), PS_STREAM_NONE, &mem);
+    if (status != PS_OK) {
+        free(bits);
+        return status;
+    }
+    uintptr_t base = (uintptr_t)mem;
+    if (base % fs->opts.alignment) {
+        ps_error("fixed_size '%s': the upstream returned %p, not aligned to %zu", fs->base.name, mem,
+                 fs->opts.alignment);
+        ps_deallocate(fs->base.upstream, mem, batch_bytes(fs), PS_STREAM_NONE);
+        free(bits);
+        return PS_EUPSTREAM;
+    }
+    size_t at = 0;
+    while (at < fs->batch_count && fs->batches[at].base < base)
+        at++;
+    memmove(&fs->batches[at + 1], &fs->batches[at], (fs->batch_count - at) * sizeof *fs->batches);
+    fs->batches[at] = (batch_t){.base = base, .in_use = bits, .free_blocks = n};
+    fs->batch_count++;
+    /* push in reverse so the lowest address is handed out first */
+    for (size_t i = n; i-- > 0;)
+        fs->clean.items[fs->clean.count++] = (void *)(base + i * fs->opts.block_size);
+    fs->info.upstream_allocs++;
+    fs->info.bytes_reserved += batch_bytes(fs);
+    if (fs->info.bytes_reserved > fs->info.peak_bytes_reserved)
+        fs->info.peak_bytes_reserved = fs->info.bytes_reserved;
+    return PS_OK;
+}
+
+/* Moves every block of `from` onto the clean stack. Lock held. */
+static int make_clean(fixed_size_t *fs, block_list_t *from)
+{
+    if (list_reserve(&fs->clean, from->count) != PS_OK)
+        return PS_ENOMEM;
+    memcpy(&fs->clean.items[fs->clean.count], from->items, from->count * sizeof *from->items);
+    fs->clean.count += from->count;
+    fs->info.bytes_pending -= from->count * fs->opts.block_size;
+    from->count = 0;
+    return PS_OK;
+}
+
+/* Drops the oldest closed epoch (its blocks already moved). Lock held. */
+static void pop_oldest_epoch(fixed_size_t *fs)
+{
+    fs->gpu->fence_release(fs->gpu->ctx, fs->epochs[0].fence);
+    free(fs->epochs[0].blocks.items);
+    memmove(&fs->epochs[0], &fs->epochs[1], (fs->epoch_count - 1) * sizeof *fs->epochs);
+    fs->epoch_count--;
+}
+
+/* Frees the blocks of completed epochs, oldest first; with `wait`, host-
+ * waits for the oldest one first. Lock held. */
+static void reclaim_epochs(fixed_size_t *fs, int wait)
+{
+    if (wait && fs->epoch_count) {
+        fs->gpu->fence_wait(fs->gpu->ctx, fs->epochs[0].fence);
+        fs->info.fence_waits++;
+    }
+    while (fs->epoch_count && fs->gpu->fence_query(fs->gpu->ctx, fs->epochs[0].fence) == PS_OK) {
+        if (make_clean(fs, &fs->epochs[0].blocks) != PS_OK)
+            return;
+        pop_oldest_epoch(fs);
+    }
+}
+
+/* Closes the open epoch with one fence. Lock held. */
+static void close_epoch(fixed_size_t *fs)
+{
+    if (fs->open_epoch.count == 0)
+        return;
+    if (fs->epoch_count == fs->epoch_capacity) {
+        size_t cap = fs->epoch_capacity ? fs->epoch_capacity * 2 : 8;
+        epoch_t *ne = realloc(fs->epochs, cap * sizeof *ne);
+        if (!ne)
+            return;
+        fs->epochs = ne;
+        fs->epoch_capacity = cap;
+    }
+    ps_fence_t *fence;
+    if (fs->gpu->fence_record(fs->gpu->ctx, PS_STREAM_NONE, &fence) != PS_OK)
+        return;
+    fs->info.fences_recorded++;
+    fs->epochs[fs->epoch_count++] = (epoch_t){.fence = fence, .blocks = fs->open_epoch};
+    fs->open_epoch = (block_list_t){0};
+}
+
+static stream_list_t *find_stream(fixed_size_t *fs, ps_stream_t stream)
+{
+    for (size_t i = 0; i < fs->stream_count; i++)
+        if (fs->streams[i].stream == stream)
+            return &fs->streams[i];
+    return NULL;
+}
+
+/* Under memory pressure: makes the blocks freed on other streams usable by
+ * `stream` (PS_STREAM_NONE: host wait; else a GPU-side stream wait). Returns
+ * 1 if any block moved. Lock held. */
+static int steal_from_streams(fixed_size_t *fs, ps_stream_t stream, block_list_t *into)
+{
+    for (size_t i = 0; i < fs->stream_count; i++) {
+        stream_list_t *sl = &fs->streams[i];
+        if (sl->stream == stream || sl->blocks.count == 0)
+            continue;
+        if (list_reserve(into, sl->blocks.count) != PS_OK)
+            return 0;
+        ps_fence_t *fence;
+        if (fs->gpu->fence_record(fs->gpu->ctx, sl->stream, &fence) != PS_OK)
+            continue;
+        fs->info.fences_recorded++;
+        int status;
+        if (stream == PS_STREAM_NONE) {
+            status = fs->gpu->fence_wait(fs->gpu->ctx, fence);
+            fs->info.fence_waits++;
+        } else {
+            status = fs->gpu->stream_wait_fence(fs->gpu->ctx, stream, fence);
+        }
+        fs->gpu->fence_release(fs->gpu->ctx, fence);
+        if (status != PS_OK)
+            continue;
+        memcpy(&into->items[into->count], sl->blocks.items, sl->blocks.count * sizeof(void *));
+        into->count += sl->blocks.count;
+        sl->blocks.count = 0;
+        return 1;
+    }
+    return 0;
+}
+
+static int fs_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void **out)
+{
+    fixed_size_t *fs = (fixed_size_t *)r;
+    if (size > fs->opts.block_size)
+        return PS_EINVAL;
+    pthread_mutex_lock(&fs->lock);
+    block_list_t *from = NULL;
+    stream_list_t *own = stream == PS_STREAM_NONE ? NULL : find_stream(fs, stream);
+    if (own && own->blocks.count)
+        from = &own->blocks;
+    else if (fs->clean.count)
+        from = &fs->clean;
+    if (!from && (fs->epoch_count || fs->open_epoch.count)) {
+        close_epoch(fs);
+        reclaim_epochs(fs, 0);
+        if (fs->clean.count)
+            from = &fs->clean;
+    }
+    int status = PS_OK;
+    if (!from) {
+        status = grow(fs);
+        if (status == PS_OK)
+            from = &fs->clean;
+    }
+    if (!from && status == PS_ENOMEM) {
+        /* memory pressure: wait for fences, oldest first */
+        while (fs->epoch_count && !fs->clean.count)
+            reclaim_epochs(fs, 1);
+        if (fs->clean.count)
+            from = &fs->clean;
+        else {
+            block_list_t *into = own ? &own->blocks : &fs->clean;
+            if (steal_from_streams(fs, stream, into))
+                from = into;
+        }
+    }
+    if (from) {
+        void *p = from->items[--from->count];
+        mark(fs, p, 1);
+        fs->info.bytes_in_use += fs->opts.block_size;
+        *out = p;
+        status = PS_OK;
+    }
+    pthread_mutex_unlock(&fs->lock);
+    return status;
+}
+
+static int fs_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t stream)
+{
+    fixed_size_t *fs = (fixed_size_t *)r;
+    pthread_mutex_lock(&fs->lock);
+    batch_t *b = find_batch(fs, (uintptr_t)ptr);
+    size_t offset = b ? (uintptr_t)ptr - b->base : 1;
+    size_t i = offset / fs->opts.block_size;
+    if (!b || offset % fs->opts.block_size || !(b->in_use[i / 64] & ((uint64_t)1 << (i % 64)))) {
+        pthread_mutex_unlock(&fs->lock);
+        return PS_EINVAL;
+    }
+    block_list_t *to;
+    if (stream != PS_STREAM_NONE) {
+        stream_list_t *sl = find_stream(fs, stream);
+        if (!sl) {
+            stream_list_t *ns = realloc(fs->streams, (fs->stream_count + 1) * sizeof *ns);
+            if (!ns) {
+                pthread_mutex_unlock(&fs->lock);
+                return PS_ENOMEM;
+            }
+            fs->streams = ns;
+            sl = &fs->streams[fs->stream_count++];
+            *sl = (stream_list_t){.stream = stream};
+        }
+        to = &sl->blocks;
+    } else if (fs->opts.free_sync == PS_FREE_SYNC_EVENT) {
+        to = &fs->open_epoch;
+    } else {
+        to = &fs->clean;
+    }
+    if (list_reserve(to, 1) != PS_OK) {
+        pthread_mutex_unlock(&fs->lock);
+        return PS_ENOMEM;
+    }
+    if (stream == PS_STREAM_NONE && fs->opts.free_sync == PS_FREE_SYNC_DEVICE) {
+        int status = fs->gpu->device_synchronize(fs->gpu->ctx);
+        if (status != PS_OK) {
+            pthread_mutex_unlock(&fs->lock);
+            return status;
+        }
+    }
+    to->items[to->count++] = ptr;
+    mark(fs, ptr, 0);
+    fs->info.bytes_in_use -= fs->opts.block_size;
+    if (to == &fs->open_epoch)
+        fs->info.bytes_pending += fs->opts.block_size;
+    pthread_mutex_unlock(&fs->lock);
+    return PS_OK;
+}
+
+/* Removes from `l` every address inside [base, base+bytes). */
+static void list_remove_range(block_list_t *l, uintptr_t base, size_t bytes)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < l->count; i++)
+        if ((uintptr_t)l->items[i] - base >= bytes)
+            l->items[kept++] = l->items[i];
+    l->count = kept;
+}
+
+/* Gives every batch whose blocks are all clean back to the upstream. */
+static int fs_trim(ps_resource_t *r)
+{
+    fixed_size_t *fs = (fixed_size_t *)r;
+    pthread_mutex_lock(&fs->lock);
+    reclaim_epochs(fs, 0);
+    size_t n = fs->opts.blocks_per_batch;
+    for (size_t b = 0; b < fs->batch_count;) {
+        batch_t *bt = &fs->batches[b];
+        size_t clean_here = 0;
+        for (size_t i = 0; i < fs->clean.count; i++)
+            clean_here += (uintptr_t)fs->clean.items[i] - bt->base < batch_bytes(fs);
+        if (bt->free_blocks != n || clean_here != n) {
+            b++;
+            continue;
+        }
+        if (ps_deallocate(fs->base.upstream, (void *)bt->base, batch_bytes(fs), PS_STREAM_NONE) != PS_OK) {
+            b++;
+            continue;
+        }
+        list_remove_range(&fs->clean, bt->base, batch_bytes(fs));
+        free(bt->in_use);
+        memmove(bt, bt + 1, (fs->batch_count - b - 1) * sizeof *bt);
+        fs->batch_count--;
+        fs->info.upstream_frees++;
+        fs->info.bytes_reserved -= batch_bytes(fs);
+    }
+    pthread_mutex_unlock(&fs->lock);
+    return PS_OK;
+}
+
+static void fs_query(ps_resource_t *r, ps_resource_info_t *info)
+{
+    fixed_size_t *fs = (fixed_size_t *)r;
+    pthread_mutex_lock(&fs->lock);
+    *info = fs->info;
+    info->bytes_free = info->bytes_reserved - info->bytes_in_use - info->bytes_pending;
+    info->largest_free_block = fs->clean.count ? fs->opts.block_size : 0;
+    pthread_mutex_unlock(&fs->lock);
+}
+
+static void fs_destroy(ps_resource_t *r)
+{
+    fixed_size_t *fs = (fixed_size_t *)r;
+    for (size_t e = 0; e < fs->epoch_count; e++) {
+        fs->gpu->fence_release(fs->gpu->ctx, fs->epochs[e].fence);
+        free(fs->epochs[e].blocks.items);
+    }
+    for (size_t b = 0; b < fs->batch_count; b++) {
+        ps_deallocate(fs->base.upstream, (void *)fs->batches[b].base, batch_bytes(fs), PS_STREAM_NONE);
+        free(fs->batches[b].in_use);
+    }
+    for (size_t s = 0; s < fs->stream_count; s++)
+        free(fs->streams[s].blocks.items);
+    free(fs->streams);
+    free(fs->epochs);
+    free(fs->batches);
+    free(fs->clean.items);
+    free(fs->open_epoch.items);
+    pthread_mutex_destroy(&fs->lock);
+    free(fs);
+}
+
+static const ps_resource_ops_t fixed_size_ops = {
+    .type_name = "fixed_size",
+    .allocate = fs_allocate,
+    .deallocate = fs_deallocate,
+    .trim = fs_trim,
+    .query = fs_query,
+    .destroy = fs_destroy,
+};
+
+int ps_fixed_size_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu,
+                         const ps_fixed_size_options_t *opts, ps_resource_t **out)
+{
+    ps_fixed_size_options_t o;
+    if (opts)
+        o = *opts;
+    else
+        ps_fixed_size_options_default(&o);
+    if (!upstream || !out || !ps_is_pow2(o.alignment) || o.alignment < 256 ||
+        o.blocks_per_batch == 0 || o.block_size == 0) {
+        ps_error("fixed_size: invalid options (alignment must be a power of two >= 256, "
+                 "block_size and blocks_per_batch > 0)");
+        return PS_EINVAL;
+    }
+    if (!gpu && o.free_sync != PS_FREE_SYNC_NONE) {
+        ps_error("fixed_size: free_sync other than none needs a GPU-ops table");
+        return PS_EINVAL;
+    }
+    o.block_size = ps_align_up(o.block_size, o.alignment);
+    if (o.block_size == 0 || o.blocks_per_batch > SIZE_MAX / o.block_size)
+        return PS_EINVAL;
+    fixed_size_t *fs = calloc(1, sizeof *fs);
+    if (!fs)
+        return PS_ENOMEM;
+    fs->base.ops = &fixed_size_ops;
+    fs->base.name = name ? name : "fixed_size";
+    fs->base.upstream = upstream;
+    fs->gpu = gpu;
+    fs->opts = o;
+    pthread_mutex_init(&fs->lock, NULL);
+    *out = &fs->base;
+    return PS_OK;
+}

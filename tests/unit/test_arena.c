@@ -1,0 +1,247 @@
+/* arena-specific behaviour: thread caches, defragmentation, the
+ * fragmentation warning, free_sync EVENT with fake fences, streams. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../core/arena.h"
+#include "test_upstream_helper.h"
+
+typedef struct arena_fixture {
+    ps_gpu_ops_t *gpu;      /* fake device */
+    ps_resource_t *up;      /* the `cuda` upstream */
+    ps_resource_t *arena;   /* under test */
+} arena_fixture_t;
+
+static void make(arena_fixture_t *f, size_t capacity, int auto_complete)
+{
+    ps_host_ops_options_t h = {.capacity = capacity, .auto_complete = auto_complete};
+    cr_assert_eq(test_host_ops_create(&h, &f->gpu), PS_OK);
+    cr_assert_eq(test_upstream_create("cuda", f->gpu, &f->up), PS_OK);
+    cr_assert_eq(ps_arena_create("arena", f->up, f->gpu, NULL, &f->arena), PS_OK);
+}
+
+static void unmake(arena_fixture_t *f)
+{
+    ps_destroy(f->arena);
+    ps_destroy(f->up);
+    test_host_ops_destroy(f->gpu);
+}
+
+static ps_resource_info_t info_of(ps_resource_t *r)
+{
+    ps_resource_info_t i = {0};
+    ps_query(r, &i);
+    return i;
+}
+
+/* Eight sizes of eight different size classes: one superblock each. */
+static const size_t CLASS_SIZES[8] = {64 * PS_KiB, 80 * PS_KiB, 96 * PS_KiB, 112 * PS_KiB,
+                                      128 * PS_KiB, 160 * PS_KiB, 192 * PS_KiB, 224 * PS_KiB};
+
+/* ---- a thread that holds superblocks of several classes ---- */
+typedef struct holder {
+    ps_resource_t *arena;      /* shared */
+    pthread_barrier_t *freed;  /* its blocks are freed, it still lives */
+    pthread_barrier_t *go;     /* main thread checked: exit now */
+    int classes;               /* size classes to touch */
+    int keep_live;             /* keep one block of each class (don't free) */
+    void *kept[16];            /* the kept blocks */
+} holder_t;
+
+static void *holder_body(void *p)
+{
+    holder_t *h = p;
+    for (int c = 0; c < h->classes; c++) {
+        void *b;
+        size_t size = CLASS_SIZES[c];
+        cr_assert_eq(ps_allocate(h->arena, size, PS_STREAM_NONE, &b), PS_OK);
+        if (h->keep_live)
+            h->kept[c] = b;
+        else
+            cr_assert_eq(ps_deallocate(h->arena, b, size, PS_STREAM_NONE), PS_OK);
+    }
+    pthread_barrier_wait(h->freed);
+    pthread_barrier_wait(h->go);
+    return NULL;
+}
+
+Test(arena_thread, caches_return_superblocks_when_the_thread_exits)
+{
+    arena_fixture_t f;
+    make(&f, 0, 1);
+    pthread_barrier_t freed, go;
+    pthread_barrier_init(&freed, NULL, 2);
+    pthread_barrier_init(&go, NULL, 2);
+    holder_t h = {.arena = f.arena, .freed = &freed, .go = &go, .classes = 4};
+    pthread_t t;
+    pthread_create(&t, NULL, holder_body, &h);
+    pthread_barrier_wait(&freed);
+    ps_resource_info_t alive = info_of(f.arena);
+    cr_assert_eq(alive.bytes_in_use, 0);
+    /* the thread keeps one empty superblock per class: 4 x 2 MiB not in the global arena */
+    cr_assert_eq(alive.largest_free_block, alive.bytes_reserved - 4 * 2 * PS_MiB,
+                 "largest %llu reserved %llu", (unsigned long long)alive.largest_free_block,
+                 (unsigned long long)alive.bytes_reserved);
+    pthread_barrier_wait(&go);
+    pthread_join(t, NULL);
+    ps_resource_info_t gone = info_of(f.arena);
+    cr_assert_eq(gone.largest_free_block, gone.bytes_reserved, "superblocks came back and coalesced");
+    pthread_barrier_destroy(&freed);
+    pthread_barrier_destroy(&go);
+    unmake(&f);
+}
+
+Test(arena_thread, defragments_on_failure_then_succeeds)
+{
+    arena_fixture_t f;
+    make(&f, 16 * PS_MiB, 0); /* fences complete only when waited for */
+    pthread_barrier_t freed, go;
+    pthread_barrier_init(&freed, NULL, 2);
+    pthread_barrier_init(&go, NULL, 2);
+    holder_t h = {.arena = f.arena, .freed = &freed, .go = &go, .classes = 8};
+    pthread_t t;
+    pthread_create(&t, NULL, holder_body, &h);
+    pthread_barrier_wait(&freed);
+    /* the other thread caches 8 empty superblocks = the whole 16 MiB device,
+     * and its frees wait for a fence: only defragmenting makes room */
+    ps_resource_info_t before = info_of(f.arena);
+    cr_assert_eq(before.bytes_reserved, 16 * PS_MiB);
+    cr_assert_lt(before.largest_free_block, 16 * PS_MiB);
+    void *big;
+    cr_assert_eq(ps_allocate(f.arena, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
+    cr_assert_geq(test_host_ops_fence_waits(f.gpu), 1, "pending frees were waited for under pressure");
+    cr_assert_eq(ps_deallocate(f.arena, big, 16 * PS_MiB, PS_STREAM_NONE), PS_OK);
+    pthread_barrier_wait(&go);
+    pthread_join(t, NULL);
+    pthread_barrier_destroy(&freed);
+    pthread_barrier_destroy(&go);
+    unmake(&f);
+}
+
+/* Reads what the message path wrote into a temp file. */
+static void read_messages(FILE *tmp, char *buf, size_t size)
+{
+    fflush(tmp);
+    rewind(tmp);
+    size_t n = fread(buf, 1, size - 1, tmp);
+    buf[n] = 0;
+}
+
+Test(arena, warns_with_the_fragmentation_when_out_of_memory)
+{
+    arena_fixture_t f;
+    make(&f, 16 * PS_MiB, 1);
+    /* one live block in each of the 8 superblocks (8 different classes) */
+    void *p[8];
+    size_t sizes[8];
+    for (int c = 0; c < 8; c++) {
+        sizes[c] = CLASS_SIZES[c];
+        cr_assert_eq(ps_allocate(f.arena, sizes[c], PS_STREAM_NONE, &p[c]), PS_OK);
+    }
+    FILE *tmp = tmpfile();
+    ps_message_set_fd(fileno(tmp));
+    void *big;
+    int status = ps_allocate(f.arena, 2 * PS_MiB + 1, PS_STREAM_NONE, &big);
+    ps_message_set_fd(2);
+    cr_assert_eq(status, PS_ENOMEM);
+    char text[1024];
+    read_messages(tmp, text, sizeof text);
+    cr_assert(strstr(text, "poolshim: warning: arena 'arena': out of memory for 2.00 MiB"), "got: %s", text);
+    cr_assert(strstr(text, "largest free run 0 B of"), "got: %s", text);
+    cr_assert(strstr(text, "fragmented"), "got: %s", text);
+    /* still usable */
+    for (int c = 0; c < 8; c++)
+        cr_assert_eq(ps_deallocate(f.arena, p[c], sizes[c], PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_allocate(f.arena, 2 * PS_MiB + 1, PS_STREAM_NONE, &big), PS_OK);
+    fclose(tmp);
+    unmake(&f);
+}
+
+Test(arena, event_free_is_not_reused_before_its_fence_completes)
+{
+    arena_fixture_t f;
+    make(&f, 0, 0);
+    /* 1 MiB blocks: two per superblock */
+    void *a, *b, *c, *d;
+    cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, a, PS_MiB, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(info_of(f.arena).bytes_pending, PS_MiB);
+    uint64_t fences = test_host_ops_fences_recorded(f.gpu);
+    cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &c), PS_OK);
+    cr_assert_neq(c, a, "reused before the fence completed");
+    cr_assert_eq(test_host_ops_fences_recorded(f.gpu), fences + 1, "the epoch was closed by one fence");
+    cr_assert_eq(test_host_ops_fence_waits(f.gpu), 0, "no host wait when it can grow");
+    test_host_ops_complete_all(f.gpu);
+    /* c's superblock has one free block left; then a comes back */
+    cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &d), PS_OK);
+    void *e;
+    cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &e), PS_OK);
+    cr_assert(e == a || d == a, "a is reusable once its fence completed");
+    cr_assert_eq(info_of(f.arena).bytes_pending, 0);
+    unmake(&f);
+}
+
+Test(arena, large_event_free_waits_for_its_fence_too)
+{
+    arena_fixture_t f;
+    make(&f, 0, 0);
+    void *a, *b;
+    cr_assert_eq(ps_allocate(f.arena, 3 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, a, 3 * PS_MiB, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, a, 3 * PS_MiB, PS_STREAM_NONE), PS_EINVAL, "double free while pending");
+    cr_assert_eq(ps_allocate(f.arena, 3 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+    cr_assert_neq(b, a);
+    cr_assert_eq(ps_deallocate(f.arena, b, 3 * PS_MiB, PS_STREAM_NONE), PS_OK);
+    unmake(&f);
+}
+
+Test(arena, stream_frees_are_reused_at_once_on_their_stream)
+{
+    arena_fixture_t f;
+    make(&f, 0, 0);
+    ps_stream_t s1 = 0x1000, s2 = 0x2000;
+    void *a, *b;
+    cr_assert_eq(ps_allocate(f.arena, 1000, s1, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, a, 1000, s1), PS_OK);
+    cr_assert_eq(ps_allocate(f.arena, 1000, s1, &b), PS_OK);
+    cr_assert_eq(b, a, "same stream: reused at once");
+    cr_assert_eq(test_host_ops_fences_recorded(f.gpu), 0);
+    /* freed on another stream: the owner stream waits for it on the GPU */
+    cr_assert_eq(ps_deallocate(f.arena, b, 1000, s2), PS_OK);
+    cr_assert_eq(test_host_ops_stream_waits(f.gpu), 1);
+    cr_assert_eq(test_host_ops_fence_waits(f.gpu), 0, "never a host wait");
+    unmake(&f);
+}
+
+Test(arena, refuses_pointers_it_did_not_hand_out)
+{
+    arena_fixture_t f;
+    make(&f, 0, 1);
+    void *a;
+    int local;
+    cr_assert_eq(ps_allocate(f.arena, 1000, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, (char *)a + 256, 1000, PS_STREAM_NONE), PS_EINVAL, "inside a block");
+    cr_assert_eq(ps_deallocate(f.arena, &local, 4, PS_STREAM_NONE), PS_EINVAL, "foreign");
+    cr_assert_eq(info_of(f.arena).bytes_in_use, 1024, "state unchanged");
+    cr_assert_eq(ps_deallocate(f.arena, a, 1000, PS_STREAM_NONE), PS_OK);
+    unmake(&f);
+}
+
+Test(arena, trim_gives_free_chunks_back)
+{
+    arena_fixture_t f;
+    make(&f, 0, 1);
+    void *a;
+    cr_assert_eq(ps_allocate(f.arena, 5 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, a, 5 * PS_MiB, PS_STREAM_NONE), PS_OK);
+    cr_assert_gt(test_host_ops_bytes_outstanding(f.gpu), 0);
+    cr_assert_eq(ps_trim(f.arena), PS_OK);
+    cr_assert_eq(test_host_ops_bytes_outstanding(f.gpu), 0);
+    cr_assert_eq(info_of(f.arena).bytes_reserved, 0);
+    unmake(&f);
+}

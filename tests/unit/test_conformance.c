@@ -1,0 +1,451 @@
+/* One conformance suite, run for every resource and adaptor-over-resource
+ * in FACTORIES (adding a stack is one row). Each test creates its stack
+ * over the private test upstream (test_upstream_helper.h). */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../core/adaptors.h"
+#include "../../core/arena.h"
+#include "../../core/binning.h"
+#include "../../core/fixed_size.h"
+#include "test_upstream_helper.h"
+
+#define MAX_OWNED 8
+
+typedef struct fixture {
+    ps_gpu_ops_t *gpu;               /* fake device */
+    ps_resource_t *owned[MAX_OWNED]; /* upstream first; destroyed in reverse */
+    size_t owned_count;              /* entries in owned */
+    ps_resource_t *top;              /* the stack under test */
+    size_t max_request;              /* largest size the stack serves */
+    char log_path[64];               /* log adaptor's file, if any */
+} fixture_t;
+
+static ps_resource_t *own(fixture_t *fx, ps_resource_t *r)
+{
+    cr_assert_lt(fx->owned_count, MAX_OWNED);
+    fx->owned[fx->owned_count++] = r;
+    fx->top = r;
+    return r;
+}
+
+static ps_resource_t *make_upstream(fixture_t *fx, const ps_host_ops_options_t *hopts)
+{
+    cr_assert_eq(test_host_ops_create(hopts, &fx->gpu), PS_OK);
+    ps_resource_t *up;
+    cr_assert_eq(test_upstream_create("cuda", fx->gpu, &up), PS_OK);
+    return own(fx, up);
+}
+
+static void make_fixed_size(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    ps_resource_t *up = make_upstream(fx, h), *r;
+    ps_fixed_size_options_t o;
+    ps_fixed_size_options_default(&o);
+    o.block_size = 4096;
+    o.blocks_per_batch = 64;
+    cr_assert_eq(ps_fixed_size_create("fixed", up, fx->gpu, &o, &r), PS_OK);
+    own(fx, r);
+    fx->max_request = 4096;
+}
+
+static ps_resource_t *arena_over(fixture_t *fx, ps_resource_t *up, size_t superblock)
+{
+    ps_resource_t *r;
+    ps_arena_options_t o;
+    ps_arena_options_default(&o);
+    if (superblock)
+        o.superblock_size = superblock;
+    cr_assert_eq(ps_arena_create("arena", up, fx->gpu, &o, &r), PS_OK);
+    return own(fx, r);
+}
+
+static void make_arena(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    arena_over(fx, make_upstream(fx, h), 0);
+    fx->max_request = 5 * PS_MiB;
+}
+
+static void make_arena_small_superblocks(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    arena_over(fx, make_upstream(fx, h), 64 * PS_KiB);
+    fx->max_request = 512 * PS_KiB;
+}
+
+static void make_binning(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    ps_resource_t *up = make_upstream(fx, h);
+    ps_bin_t bins[2];
+    size_t sizes[2] = {512, 8192};
+    for (int i = 0; i < 2; i++) {
+        ps_fixed_size_options_t o;
+        ps_fixed_size_options_default(&o);
+        o.block_size = sizes[i];
+        o.blocks_per_batch = 32;
+        bins[i].max_size = sizes[i];
+        cr_assert_eq(ps_fixed_size_create("bin", up, fx->gpu, &o, &bins[i].resource), PS_OK);
+        own(fx, bins[i].resource);
+    }
+    ps_resource_t *fallback = arena_over(fx, up, 0), *r;
+    cr_assert_eq(ps_binning_create("binning", bins, 2, fallback, &r), PS_OK);
+    own(fx, r);
+    fx->max_request = 3 * PS_MiB;
+}
+
+static void make_limit(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    ps_resource_t *a = arena_over(fx, make_upstream(fx, h), 0), *r;
+    cr_assert_eq(ps_limit_create("limit", a, (size_t)1 << 40, &r), PS_OK);
+    own(fx, r);
+    fx->max_request = 3 * PS_MiB;
+}
+
+static void make_stats(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    ps_resource_t *a = arena_over(fx, make_upstream(fx, h), 0), *r;
+    cr_assert_eq(ps_stats_create("stats", a, &r), PS_OK);
+    own(fx, r);
+    fx->max_request = 3 * PS_MiB;
+}
+
+static void make_track(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    ps_resource_t *a = arena_over(fx, make_upstream(fx, h), 0), *r;
+    cr_assert_eq(ps_track_create("track", a, 8, &r), PS_OK);
+    own(fx, r);
+    fx->max_request = 3 * PS_MiB;
+}
+
+static void make_log(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    ps_resource_t *a = arena_over(fx, make_upstream(fx, h), 0), *r;
+    snprintf(fx->log_path, sizeof fx->log_path, "/tmp/poolshim-conf-%d.csv", (int)getpid());
+    cr_assert_eq(ps_log_create("log", a, fx->log_path, &r), PS_OK);
+    own(fx, r);
+    fx->max_request = 3 * PS_MiB;
+}
+
+typedef struct factory {
+    const char *name;                                            /* row name */
+    void (*make)(fixture_t *fx, const ps_host_ops_options_t *h); /* builds the stack */
+} factory_t;
+
+/* The rows. The pool and the `cuda` upstream join when they are merged. */
+static const factory_t FACTORIES[] = {
+    {"fixed_size", make_fixed_size},
+    {"binning", make_binning},
+    {"arena", make_arena},
+    {"arena_64KiB_superblocks", make_arena_small_superblocks},
+    {"limit_over_arena", make_limit},
+    {"stats_over_arena", make_stats},
+    {"track_over_arena", make_track},
+    {"log_over_arena", make_log},
+};
+#define FACTORY_COUNT (sizeof FACTORIES / sizeof FACTORIES[0])
+
+static void setup(fixture_t *fx, size_t row, size_t capacity, int backed)
+{
+    memset(fx, 0, sizeof *fx);
+    ps_host_ops_options_t h = {.capacity = capacity, .backed = backed, .auto_complete = 1};
+    FACTORIES[row].make(fx, &h);
+}
+
+static void teardown(fixture_t *fx)
+{
+    while (fx->owned_count)
+        ps_destroy(fx->owned[--fx->owned_count]);
+    test_host_ops_destroy(fx->gpu);
+    if (fx->log_path[0])
+        unlink(fx->log_path);
+}
+
+static size_t *rows(void)
+{
+    size_t *r = cr_malloc(FACTORY_COUNT * sizeof *r);
+    for (size_t i = 0; i < FACTORY_COUNT; i++)
+        r[i] = i;
+    return r;
+}
+#define ROWS_PARAMETERS(test)                                                  \
+    ParameterizedTestParameters(conformance, test)                             \
+    {                                                                          \
+        return cr_make_param_array(size_t, rows(), FACTORY_COUNT);             \
+    }
+
+/* Sizes spread over orders of magnitude, up to max. */
+static size_t random_size(unsigned *seed, size_t max)
+{
+    unsigned bits = (unsigned)(rand_r(seed) % 64 == 0 ? 0 : 1 + rand_r(seed) % 24);
+    size_t s = bits ? (size_t)rand_r(seed) % ((size_t)1 << bits) : 0;
+    return s > max ? max : s;
+}
+
+ROWS_PARAMETERS(allocates_and_frees)
+ParameterizedTest(size_t *row, conformance, allocates_and_frees)
+{
+    fixture_t fx;
+    setup(&fx, *row, 0, 1);
+    size_t sizes[] = {1, 100, 256, 1000, 4096, fx.max_request};
+    void *p[6];
+    for (int i = 0; i < 6; i++) {
+        cr_assert_eq(ps_allocate(fx.top, sizes[i], PS_STREAM_NONE, &p[i]), PS_OK,
+                     "%s: size %zu", FACTORIES[*row].name, sizes[i]);
+        cr_assert_not_null(p[i]);
+        memset(p[i], 0xA5, sizes[i]); /* backed: the whole block is writable */
+    }
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(ps_deallocate(fx.top, p[i], sizes[i], PS_STREAM_NONE), PS_OK);
+    /* a double free is refused */
+    cr_assert_eq(ps_allocate(fx.top, 100, PS_STREAM_NONE, &p[0]), PS_OK);
+    cr_assert_eq(ps_deallocate(fx.top, p[0], 100, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(fx.top, p[0], 100, PS_STREAM_NONE), PS_EINVAL, "%s", FACTORIES[*row].name);
+    teardown(&fx);
+}
+
+ROWS_PARAMETERS(pointers_are_aligned)
+ParameterizedTest(size_t *row, conformance, pointers_are_aligned)
+{
+    fixture_t fx;
+    setup(&fx, *row, 0, 0);
+    unsigned seed = 7;
+    void *p[200];
+    size_t s[200];
+    for (int i = 0; i < 200; i++) {
+        s[i] = random_size(&seed, fx.max_request);
+        cr_assert_eq(ps_allocate(fx.top, s[i], PS_STREAM_NONE, &p[i]), PS_OK);
+        cr_assert_eq((uintptr_t)p[i] % 256, 0, "%s: %p for %zu bytes", FACTORIES[*row].name, p[i], s[i]);
+    }
+    for (int i = 0; i < 200; i++)
+        cr_assert_eq(ps_deallocate(fx.top, p[i], s[i], PS_STREAM_NONE), PS_OK);
+    teardown(&fx);
+}
+
+ROWS_PARAMETERS(zero_bytes_gives_unique_pointers)
+ParameterizedTest(size_t *row, conformance, zero_bytes_gives_unique_pointers)
+{
+    fixture_t fx;
+    setup(&fx, *row, 0, 0);
+    void *a, *b;
+    cr_assert_eq(ps_allocate(fx.top, 0, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_allocate(fx.top, 0, PS_STREAM_NONE, &b), PS_OK);
+    cr_assert_not_null(a);
+    cr_assert_neq(a, b);
+    cr_assert_eq(ps_deallocate(fx.top, a, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(fx.top, b, 0, PS_STREAM_NONE), PS_OK);
+    teardown(&fx);
+}
+
+/* The model: live blocks sorted by address. */
+typedef struct live {
+    uintptr_t at;        /* pointer */
+    size_t size;         /* bytes asked */
+    ps_stream_t stream;  /* stream it was allocated on */
+} live_t;
+
+static size_t live_find(const live_t *v, size_t n, uintptr_t at)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (v[mid].at < at)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The random model: OPS steps of allocate (when few are live, or at
+ * random) or free a random live block; every new block is checked against
+ * its neighbours. With `streams`, each block goes on one of three streams
+ * (or none), freed on the stream it was allocated on. */
+static void random_model(size_t row_index, int streams)
+{
+    const size_t *row = &row_index;
+    fixture_t fx;
+    setup(&fx, *row, 0, 0);
+    static const ps_stream_t STREAMS[4] = {PS_STREAM_NONE, 0, 0x5000, 0x6000};
+    enum { OPS = 100000, MAX_LIVE = 512 };
+    live_t *v = calloc(MAX_LIVE, sizeof *v);
+    size_t n = 0;
+    uint64_t live_bytes = 0, peak_live = 0; /* to bound what the stack reserves */
+    unsigned seed = 42 + (unsigned)*row;
+    for (int op = 0; op < OPS; op++) {
+        if (n < 16 || (n < MAX_LIVE && rand_r(&seed) % 2)) {
+            size_t size = random_size(&seed, fx.max_request);
+            ps_stream_t stream = streams ? STREAMS[rand_r(&seed) % 4] : PS_STREAM_NONE;
+            void *p;
+            cr_assert_eq(ps_allocate(fx.top, size, stream, &p), PS_OK, "%s op %d", FACTORIES[*row].name, op);
+            size_t span = size ? size : 1;
+            size_t i = live_find(v, n, (uintptr_t)p);
+            if (i < n)
+                cr_assert_leq((uintptr_t)p + span, v[i].at, "%s: %p+%zu overlaps the next block", FACTORIES[*row].name, p, size);
+            if (i > 0)
+                cr_assert_leq(v[i - 1].at + (v[i - 1].size ? v[i - 1].size : 1), (uintptr_t)p,
+                              "%s: %p overlaps the previous block", FACTORIES[*row].name, p);
+            memmove(&v[i + 1], &v[i], (n - i) * sizeof *v);
+            v[i] = (live_t){(uintptr_t)p, size, stream};
+            n++;
+            live_bytes += size;
+            if (live_bytes > peak_live)
+                peak_live = live_bytes;
+        } else {
+            size_t i = (size_t)rand_r(&seed) % n;
+            cr_assert_eq(ps_deallocate(fx.top, (void *)v[i].at, v[i].size, v[i].stream), PS_OK);
+            live_bytes -= v[i].size;
+            memmove(&v[i], &v[i + 1], (n - i - 1) * sizeof *v);
+            n--;
+        }
+    }
+    while (n) {
+        n--;
+        cr_assert_eq(ps_deallocate(fx.top, (void *)v[n].at, v[n].size, v[n].stream), PS_OK);
+    }
+    ps_resource_info_t info = {0};
+    ps_query(fx.top, &info);
+    cr_assert_eq(info.bytes_in_use, 0, "%s: %llu bytes still in use", FACTORIES[*row].name,
+                 (unsigned long long)info.bytes_in_use);
+    /* freed memory is reused: what was reserved stays within a small factor
+     * of the peak of live bytes (rounding, size classes, growth steps), plus
+     * a fixed cost per arena (the arena keeps up to one partly used 2 MiB
+     * superblock per size class in each thread or stream arena: 4 here with
+     * streams) */
+    uint64_t arenas = streams ? 4 : 1;
+    cr_assert_leq(info.peak_bytes_reserved, 2 * peak_live + arenas * 128 * PS_MiB,
+                  "%s: reserved up to %llu bytes for at most %llu live", FACTORIES[*row].name,
+                  (unsigned long long)info.peak_bytes_reserved, (unsigned long long)peak_live);
+    free(v);
+    teardown(&fx);
+}
+
+ROWS_PARAMETERS(random_model_has_no_overlap)
+ParameterizedTest(size_t *row, conformance, random_model_has_no_overlap)
+{
+    random_model(*row, 0);
+}
+
+ROWS_PARAMETERS(random_model_on_streams_has_no_overlap)
+ParameterizedTest(size_t *row, conformance, random_model_on_streams_has_no_overlap)
+{
+    random_model(*row, 1);
+}
+
+ROWS_PARAMETERS(out_of_memory_leaves_it_usable)
+ParameterizedTest(size_t *row, conformance, out_of_memory_leaves_it_usable)
+{
+    fixture_t fx;
+    setup(&fx, *row, 32 * PS_MiB, 0);
+    ps_verbosity = PS_MSG_ERROR; /* the arena's fragmentation warning is expected */
+    size_t size = fx.max_request < 256 * PS_KiB ? fx.max_request : 256 * PS_KiB;
+    enum { MAX = 4096 };
+    void **p = calloc(MAX, sizeof *p);
+    size_t n = 0;
+    int status;
+    while ((status = ps_allocate(fx.top, size, PS_STREAM_NONE, &p[n])) == PS_OK) {
+        n++;
+        cr_assert_lt(n, MAX, "%s: 32 MiB upstream never ran out", FACTORIES[*row].name);
+    }
+    cr_assert_eq(status, PS_ENOMEM, "%s", FACTORIES[*row].name);
+    cr_assert_gt(n, 0);
+    /* still usable: free one, the same request succeeds */
+    cr_assert_eq(ps_deallocate(fx.top, p[n - 1], size, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_allocate(fx.top, size, PS_STREAM_NONE, &p[n - 1]), PS_OK, "%s", FACTORIES[*row].name);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(ps_deallocate(fx.top, p[i], size, PS_STREAM_NONE), PS_OK);
+    /* and after freeing everything, as many fit again */
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(ps_allocate(fx.top, size, PS_STREAM_NONE, &p[i]), PS_OK, "%s: %zu of %zu", FACTORIES[*row].name, i, n);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(ps_deallocate(fx.top, p[i], size, PS_STREAM_NONE), PS_OK);
+    free(p);
+    teardown(&fx);
+}
+
+/* Threads: each allocates, fills its blocks with its id, checks them
+ * before freeing (two threads handed one block would see each other's
+ * pattern), and frees half of another thread's blocks. */
+enum { THREADS = 4, ROUNDS = 2000, KEEP = 32 };
+
+typedef struct thread_arg {
+    fixture_t *fx;                 /* shared stack */
+    int id;                        /* pattern byte */
+    void *handoff[KEEP];           /* blocks for the next thread to free */
+    size_t handoff_size[KEEP];     /* their sizes */
+    int failures;                  /* errors seen */
+} thread_arg_t;
+
+static pthread_barrier_t barrier;
+
+static void *thread_body(void *p)
+{
+    thread_arg_t *arg = p;
+    unsigned seed = (unsigned)arg->id * 7919u;
+    size_t max = arg->fx->max_request < 64 * PS_KiB ? arg->fx->max_request : 64 * PS_KiB;
+    void *mine[KEEP] = {0};
+    size_t sizes[KEEP] = {0};
+    for (int r = 0; r < ROUNDS; r++) {
+        int k = r % KEEP;
+        if (mine[k]) {
+            for (size_t b = 0; b < sizes[k]; b += 61)
+                if (((unsigned char *)mine[k])[b] != (unsigned char)arg->id)
+                    arg->failures++;
+            if (ps_deallocate(arg->fx->top, mine[k], sizes[k], PS_STREAM_NONE) != PS_OK)
+                arg->failures++;
+        }
+        sizes[k] = 1 + (size_t)rand_r(&seed) % max;
+        if (ps_allocate(arg->fx->top, sizes[k], PS_STREAM_NONE, &mine[k]) != PS_OK) {
+            arg->failures++;
+            mine[k] = NULL;
+            continue;
+        }
+        memset(mine[k], arg->id, sizes[k]);
+    }
+    for (int k = 0; k < KEEP; k++) {
+        arg->handoff[k] = mine[k];
+        arg->handoff_size[k] = sizes[k];
+    }
+    pthread_barrier_wait(&barrier);
+    return NULL;
+}
+
+static void *free_handoff(void *p)
+{
+    thread_arg_t *arg = p;
+    for (int k = 0; k < KEEP; k++)
+        if (arg->handoff[k] && ps_deallocate(arg->fx->top, arg->handoff[k], arg->handoff_size[k], PS_STREAM_NONE) != PS_OK)
+            arg->failures++;
+    return NULL;
+}
+
+ROWS_PARAMETERS(many_threads_at_once)
+ParameterizedTest(size_t *row, conformance, many_threads_at_once)
+{
+    fixture_t fx;
+    setup(&fx, *row, 0, 1);
+    thread_arg_t args[THREADS];
+    pthread_t t[THREADS];
+    pthread_barrier_init(&barrier, NULL, THREADS);
+    for (int i = 0; i < THREADS; i++) {
+        args[i] = (thread_arg_t){.fx = &fx, .id = i + 1};
+        pthread_create(&t[i], NULL, thread_body, &args[i]);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    /* frees from other threads than the allocating ones */
+    for (int i = 0; i < THREADS; i++)
+        pthread_create(&t[i], NULL, free_handoff, &args[(i + 1) % THREADS]);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < THREADS; i++)
+        cr_assert_eq(args[i].failures, 0, "%s: thread %d saw %d failures", FACTORIES[*row].name, i, args[i].failures);
+    ps_resource_info_t info = {0};
+    ps_query(fx.top, &info);
+    cr_assert_eq(info.bytes_in_use, 0, "%s", FACTORIES[*row].name);
+    pthread_barrier_destroy(&barrier);
+    teardown(&fx);
+}

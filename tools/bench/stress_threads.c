@@ -1,0 +1,171 @@
+/* Threaded stress of every resource of the family, outside Criterion, so
+ * it can run under ThreadSanitizer (Criterion aborts under TSan: "Could not
+ * initialize inheritable arena", Snaipe/Criterion#274).
+ *
+ *   make stress-threads SANITIZE=thread
+ *
+ * For each stack (fixed_size, binning, arena, limit/stats/track/log over
+ * arena): 4 threads allocate blocks over real host memory, fill them with
+ * their id, check the pattern before freeing, and hand a quarter of their
+ * blocks to the next thread to free. Exits 1 on any failure.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../core/adaptors.h"
+#include "../../core/arena.h"
+#include "../../core/binning.h"
+#include "../../core/fixed_size.h"
+#include "../../tests/unit/test_upstream_helper.h"
+
+enum { THREADS = 4, ROUNDS = 3000, LIVE = 16, MAILBOX = 256 };
+
+typedef struct shared {
+    ps_resource_t *top;            /* the stack */
+    size_t max;                    /* largest request */
+    pthread_mutex_t lock[THREADS]; /* guards each mailbox */
+    void *box[THREADS][MAILBOX];   /* blocks for thread i to free */
+    size_t box_size[THREADS][MAILBOX]; /* their sizes */
+    int box_count[THREADS];        /* entries */
+    int failures;                  /* under lock[0] */
+} shared_t;
+
+typedef struct worker { shared_t *sh; int id; } worker_t;
+
+static void fail(shared_t *sh)
+{
+    pthread_mutex_lock(&sh->lock[0]);
+    sh->failures++;
+    pthread_mutex_unlock(&sh->lock[0]);
+}
+
+static void drain(shared_t *sh, int id)
+{
+    pthread_mutex_lock(&sh->lock[id]);
+    while (sh->box_count[id]) {
+        int n = --sh->box_count[id];
+        if (ps_deallocate(sh->top, sh->box[id][n], sh->box_size[id][n], PS_STREAM_NONE) != PS_OK)
+            fail(sh);
+    }
+    pthread_mutex_unlock(&sh->lock[id]);
+}
+
+static void *work(void *p)
+{
+    worker_t *w = p;
+    shared_t *sh = w->sh;
+    unsigned seed = 99u * (unsigned)(w->id + 1);
+    void *live[LIVE] = {0};
+    size_t size[LIVE] = {0};
+    for (int r = 0; r < ROUNDS; r++) {
+        int k = r % LIVE;
+        if (live[k]) {
+            for (size_t b = 0; b < size[k]; b += 97)
+                if (((unsigned char *)live[k])[b] != (unsigned char)(w->id + 1))
+                    fail(sh);
+            int next = (w->id + 1) % THREADS;
+            int handed = 0;
+            if (r % 4 == 0) {
+                pthread_mutex_lock(&sh->lock[next]);
+                if (sh->box_count[next] < MAILBOX) {
+                    sh->box[next][sh->box_count[next]] = live[k];
+                    sh->box_size[next][sh->box_count[next]++] = size[k];
+                    handed = 1;
+                }
+                pthread_mutex_unlock(&sh->lock[next]);
+            }
+            if (!handed && ps_deallocate(sh->top, live[k], size[k], PS_STREAM_NONE) != PS_OK)
+                fail(sh);
+            live[k] = NULL;
+        }
+        if (r % 8 == 3)
+            drain(sh, w->id);
+        size[k] = 1 + (size_t)rand_r(&seed) % ((size_t)2 << (rand_r(&seed) % 22)); /* log-uniform */
+        if (size[k] > sh->max)
+            size[k] = sh->max;
+        if (ps_allocate(sh->top, size[k], PS_STREAM_NONE, &live[k]) != PS_OK) {
+            fail(sh);
+            live[k] = NULL;
+            continue;
+        }
+        memset(live[k], w->id + 1, size[k]);
+    }
+    for (int k = 0; k < LIVE; k++)
+        if (live[k] && ps_deallocate(sh->top, live[k], size[k], PS_STREAM_NONE) != PS_OK)
+            fail(sh);
+    return NULL;
+}
+
+static int run(const char *name, ps_resource_t *top, size_t max)
+{
+    static shared_t sh;
+    memset(&sh, 0, sizeof sh);
+    sh.top = top;
+    sh.max = max;
+    for (int i = 0; i < THREADS; i++)
+        pthread_mutex_init(&sh.lock[i], NULL);
+    pthread_t t[THREADS];
+    worker_t w[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (worker_t){&sh, i};
+        pthread_create(&t[i], NULL, work, &w[i]);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < THREADS; i++)
+        drain(&sh, i);
+    ps_resource_info_t info = {0};
+    ps_query(top, &info);
+    printf("%-22s %s (in use after: %llu, reserved %llu, upstream calls %llu)\n", name,
+           sh.failures || info.bytes_in_use ? "FAILED" : "ok", (unsigned long long)info.bytes_in_use,
+           (unsigned long long)info.bytes_reserved, (unsigned long long)info.upstream_allocs);
+    fflush(stdout);
+    return sh.failures || info.bytes_in_use;
+}
+
+int main(void)
+{
+    ps_host_ops_options_t h = {.backed = 1, .auto_complete = 1};
+    ps_gpu_ops_t *gpu;
+    ps_resource_t *up, *fs, *fs2, *bins, *arena, *adaptor;
+    int bad = 0;
+    if (test_host_ops_create(&h, &gpu) != PS_OK || test_upstream_create("cuda", gpu, &up) != PS_OK)
+        return 1;
+    ps_fixed_size_options_t fo;
+    ps_fixed_size_options_default(&fo);
+    fo.block_size = 4096;
+    ps_fixed_size_create("fixed", up, gpu, &fo, &fs);
+    bad |= run("fixed_size", fs, 4096);
+    fo.block_size = 512;
+    ps_fixed_size_create("fixed512", up, gpu, &fo, &fs2);
+    ps_arena_create("arena", up, gpu, NULL, &arena);
+    ps_bin_t b[2] = {{512, fs2}, {4096, fs}};
+    ps_binning_create("binning", b, 2, arena, &bins);
+    bad |= run("binning", bins, 128 * 1024);
+    bad |= run("arena", arena, 3 * PS_MiB);
+    ps_limit_create("limit", arena, (size_t)1 << 40, &adaptor);
+    bad |= run("limit_over_arena", adaptor, 64 * 1024);
+    ps_destroy(adaptor);
+    ps_stats_create("stats", arena, &adaptor);
+    bad |= run("stats_over_arena", adaptor, 64 * 1024);
+    ps_destroy(adaptor);
+    ps_track_create("track", arena, 4, &adaptor);
+    bad |= run("track_over_arena", adaptor, 64 * 1024);
+    ps_destroy(adaptor);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/poolshim-stress-%d.csv", (int)getpid());
+    ps_log_create("log", arena, path, &adaptor);
+    bad |= run("log_over_arena", adaptor, 64 * 1024);
+    ps_destroy(adaptor);
+    unlink(path);
+    ps_destroy(bins);
+    ps_destroy(arena);
+    ps_destroy(fs2);
+    ps_destroy(fs);
+    ps_destroy(up);
+    test_host_ops_destroy(gpu);
+    return bad;
+}
