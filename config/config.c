@@ -173,6 +173,17 @@ static void read_short_forms(ps_config_t *cfg, env_source_t *env)
         char section[128];
         snprintf(section, sizeof section, "resource.%s", dev ? dev->value : "main");
         ps_config_set(cfg, section, "type", value, &o, PS_LAYER_SHORT);
+        if (strcmp(value, "binning") == 0) {
+            /* one word must give a working stack: power-of-two bins of
+             * fixed_size blocks from 256 B to 64 KiB, a pool for the rest */
+            if (!ps_config_find(cfg, section, "bins"))
+                ps_config_set(cfg, section, "bins", "256B,512B,1KiB,2KiB,4KiB,8KiB,16KiB,32KiB,64KiB", &o,
+                              PS_LAYER_SHORT);
+            if (!ps_config_find(cfg, section, "fallback")) {
+                ps_config_set(cfg, "resource.binning_fallback", "type", "pool", &o, PS_LAYER_SHORT);
+                ps_config_set(cfg, section, "fallback", "binning_fallback", &o, PS_LAYER_SHORT);
+            }
+        }
     }
 }
 

@@ -15,8 +15,15 @@
  * stack that rejects foreign and double frees.
  * The async resource's release_threshold is kept for the shim's GPU ops
  * (they set it on the device's mempool); on the host it has no effect.
- * Frees with PS_STREAM_NONE on the async resource go to the legacy default
- * stream, which orders after every blocking stream.
+ * The async resource and cudaMalloc/cudaFree semantics (PS_STREAM_NONE):
+ * CUDA's pool frees in stream order, so a plain free on the legacy stream
+ * would let the next allocation reuse the block while a kernel on a
+ * non-blocking stream still writes it (the GPU hazard test caught exactly
+ * that). So a PS_STREAM_NONE free first makes the legacy stream wait for a
+ * fence on every stream, then frees on the legacy stream; and a
+ * PS_STREAM_NONE allocation waits on the host until the legacy stream has
+ * passed the allocation, since the program may use the memory on any
+ * stream at once. Without a fence: synchronize the device.
  */
 #include "upstream.h"
 
@@ -49,6 +56,32 @@ static ps_stream_t upstream_stream(ps_stream_t stream)
     return stream == PS_STREAM_NONE ? (ps_stream_t)0 : stream;
 }
 
+/* async + PS_STREAM_NONE free: the legacy stream waits for every stream. */
+static void async_order_free_after_all_streams(upstream_t *up)
+{
+    ps_fence_t *fence;
+    if (up->gpu->fence_record(up->gpu->ctx, PS_STREAM_NONE, &fence) == PS_OK) {
+        int status = up->gpu->stream_wait_fence(up->gpu->ctx, PS_STREAM_LEGACY, fence);
+        up->gpu->fence_release(up->gpu->ctx, fence);
+        if (status == PS_OK)
+            return;
+    }
+    up->gpu->device_synchronize(up->gpu->ctx);
+}
+
+/* async + PS_STREAM_NONE allocation: usable by every stream on return. */
+static void async_wait_allocation(upstream_t *up)
+{
+    ps_fence_t *fence;
+    if (up->gpu->fence_record(up->gpu->ctx, PS_STREAM_LEGACY, &fence) == PS_OK) {
+        int status = up->gpu->fence_wait(up->gpu->ctx, fence);
+        up->gpu->fence_release(up->gpu->ctx, fence);
+        if (status == PS_OK)
+            return;
+    }
+    up->gpu->device_synchronize(up->gpu->ctx);
+}
+
 static int upstream_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void **out)
 {
     upstream_t *up = (upstream_t *)r;
@@ -69,6 +102,8 @@ static int upstream_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, 
     }
     if (status != PS_OK)
         return status;
+    if (up->kind == UPSTREAM_ASYNC && stream == PS_STREAM_NONE)
+        async_wait_allocation(up);
     pthread_mutex_lock(&up->lock);
     /* another thread may have used the reserved slot: reserve again */
     if (ps_ptr_map_reserve(&up->live, 1) != PS_OK) {
@@ -98,6 +133,8 @@ static int upstream_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stre
     pthread_mutex_unlock(&up->lock);
     if (!known)
         return PS_EINVAL;
+    if (up->kind == UPSTREAM_ASYNC && stream == PS_STREAM_NONE)
+        async_order_free_after_all_streams(up);
     int status = up->kind == UPSTREAM_ASYNC
                      ? up->gpu->mem_free_async(up->gpu->ctx, ptr, upstream_stream(stream))
                      : up->gpu->mem_free(up->gpu->ctx, ptr, (size_t)live_size);

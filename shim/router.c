@@ -96,7 +96,7 @@ static void init_once_body(void)
         if (!g || g->on_error == PS_ON_ERROR_EXIT) {
             ps_error("invalid configuration: stopping before the first allocation "
                      "(set POOLSHIM_ON_ERROR=passthrough to run without the pool instead)");
-            exit(1);
+            _exit(1); /* not exit(): other threads may be inside CUDA, and atexit handlers would race them */
         }
         ps_warning("invalid configuration: on_error=passthrough, running without the pool");
         atomic_store(&ps_active, 0);

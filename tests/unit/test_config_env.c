@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../../config/config_internal.h"
+#include "../../core/host_ops.h"
 
 /* Loads `text` as the user file with the given options and environment;
  * asserts the expected status. */
@@ -335,4 +336,28 @@ Test(config_env, print_shows_the_stack_with_origins)
     cr_assert_lt(strstr(out, "stats adaptor"), strstr(out, "[resource.cap]"));
     free(out);
     ps_config_free(cfg);
+}
+
+Test(config_env, every_resource_word_alone_gives_a_stack_that_builds)
+{
+    /* POOLSHIM_RESOURCE=X must work without any other setting: the GPU
+     * suite runs each word as the shim's stack */
+    const char *words[] = {"pool", "arena", "binning", "cuda", "async", "managed"};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+        char var[64];
+        snprintf(var, sizeof var, "POOLSHIM_RESOURCE=%s", words[i]);
+        char *env[] = {var, NULL};
+        ps_config_t *cfg = load(NULL, NULL, env, PS_OK);
+        ps_host_ops_options_t host = {.capacity = 64ull << 30};
+        ps_gpu_ops_t *gpu = NULL;
+        cr_assert_eq(ps_host_ops_create(&host, &gpu), PS_OK);
+        ps_stack_t *stack = NULL;
+        cr_assert_eq(ps_config_build_stack(cfg, 0, gpu, &stack), PS_OK, "POOLSHIM_RESOURCE=%s", words[i]);
+        void *p = NULL;
+        cr_assert_eq(ps_allocate(stack->top, 1000, PS_STREAM_NONE, &p), PS_OK, "%s allocates", words[i]);
+        cr_assert_eq(ps_deallocate(stack->top, p, 1000, PS_STREAM_NONE), PS_OK);
+        ps_stack_destroy(stack);
+        ps_host_ops_destroy(gpu);
+        ps_config_free(cfg);
+    }
 }

@@ -142,6 +142,28 @@ Test(upstream, async_and_managed_resources_allocate_through_their_calls)
     ps_host_ops_destroy(gpu);
 }
 
+Test(upstream, async_cudafree_orders_after_every_stream_and_cudamalloc_waits)
+{
+    /* CUDA's pool frees in stream order: a cudaFree through the async
+     * upstream must make the legacy stream wait for all streams first, and
+     * a cudaMalloc must be complete on the GPU before it returns */
+    ps_gpu_ops_t *gpu;
+    ps_resource_t *async;
+    cr_assert_eq(ps_host_ops_create(NULL, &gpu), PS_OK);
+    cr_assert_eq(ps_async_resource_create("a", gpu, UINT64_MAX, &async), PS_OK);
+    void *a, *s;
+    cr_assert_eq(ps_allocate(async, 1000, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_host_ops_fence_waits(gpu), 1, "a cudaMalloc waits until the legacy stream passed it");
+    cr_assert_eq(ps_deallocate(async, a, 1000, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_host_ops_stream_waits(gpu), 1, "the legacy stream waits for every stream before the free");
+    cr_assert_eq(ps_allocate(async, 1000, 0x100, &s), PS_OK);
+    cr_assert_eq(ps_deallocate(async, s, 1000, 0x100), PS_OK);
+    cr_assert_eq(ps_host_ops_fence_waits(gpu), 1, "stream-ordered calls wait for nothing");
+    cr_assert_eq(ps_host_ops_stream_waits(gpu), 1, "stream-ordered calls wait for nothing");
+    ps_destroy(async);
+    ps_host_ops_destroy(gpu);
+}
+
 Test(upstream, allocation_failure_is_reported_and_not_counted)
 {
     ps_gpu_ops_t *gpu;
