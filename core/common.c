@@ -2,6 +2,7 @@
  * the monotonic clock. */
 #include "common.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -73,4 +74,15 @@ uint64_t ps_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void ps_lock_slow(ps_lock_t *lock)
+{
+    for (;;) {
+        for (int spins = 0; __atomic_load_n(&lock->held, __ATOMIC_RELAXED); spins++)
+            if (spins >= 100)
+                sched_yield();
+        if (!__atomic_exchange_n(&lock->held, 1, __ATOMIC_ACQUIRE))
+            return;
+    }
 }

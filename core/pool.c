@@ -150,7 +150,7 @@ typedef struct pool {
     ps_resource_t base;         /* the resource (first member) */
     ps_pool_options_t options;  /* effective options */
     const ps_gpu_ops_t *gpu;    /* fences and stream waits (NULL: free_sync none only) */
-    pthread_mutex_t lock;       /* guards everything below */
+    ps_lock_t lock;             /* guards everything below (a spinlock: sections are short) */
 
     pool_block_t *blocks;       /* descriptor array */
     uint32_t blocks_capacity;   /* its length */
@@ -924,7 +924,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     int stream_ordered = is_stream_ordered(stream);
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
-    pthread_mutex_lock(&pool->lock);
+    ps_lock(&pool->lock);
     int status = reserve_descriptors_locked(pool, 2);
     if (status == PS_OK)
         status = ps_ptr_map_reserve(&pool->in_use, 1);
@@ -932,7 +932,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     if (status == PS_OK && stream_ordered && owner_of_stream_locked(pool, stream, &owner) != PS_OK)
         owner = OWNER_READY; /* no list for this stream: serve it as a cudaMalloc would be */
     if (status != PS_OK) {
-        pthread_mutex_unlock(&pool->lock);
+        ps_unlock(&pool->lock);
         return status;
     }
     uint32_t index = NIL;
@@ -942,7 +942,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         uint32_t parked = quick_take(pool, need);
         if (parked != NIL) {
             *out = (void *)pool->blocks[parked].addr;
-            pthread_mutex_unlock(&pool->lock);
+            ps_unlock(&pool->lock);
             return PS_OK;
         }
         index = list_find(pool, pool->owners[OWNER_READY], need);
@@ -954,7 +954,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     } else {
         status = allocate_slow_locked(pool, need, owner != OWNER_READY, out);
     }
-    pthread_mutex_unlock(&pool->lock);
+    ps_unlock(&pool->lock);
     return status;
 }
 
@@ -969,10 +969,10 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
         if (status != PS_OK)
             return status;
     }
-    pthread_mutex_lock(&pool->lock);
+    ps_lock(&pool->lock);
     uint64_t found;
     if (!ps_ptr_map_remove(&pool->in_use, (uintptr_t)ptr, &found)) {
-        pthread_mutex_unlock(&pool->lock);
+        ps_unlock(&pool->lock);
         return PS_EINVAL;
     }
     uint32_t index = (uint32_t)found;
@@ -986,17 +986,17 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
         epoch_append(pool, &pool->open_epoch, index); /* no list for the stream: the safe path */
     else
         quick_park(pool, index);
-    pthread_mutex_unlock(&pool->lock);
+    ps_unlock(&pool->lock);
     return PS_OK;
 }
 
 static int pool_trim(ps_resource_t *r)
 {
     pool_t *pool = (pool_t *)r;
-    pthread_mutex_lock(&pool->lock);
+    ps_lock(&pool->lock);
     flush_all_locked(pool);
     release_free_chunks_locked(pool);
-    pthread_mutex_unlock(&pool->lock);
+    ps_unlock(&pool->lock);
     return PS_OK;
 }
 
@@ -1038,7 +1038,7 @@ static uint64_t largest_free_locked(const pool_t *pool)
 static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
 {
     pool_t *pool = (pool_t *)r;
-    pthread_mutex_lock(&pool->lock);
+    ps_lock(&pool->lock);
     info->bytes_in_use += pool->bytes_in_use;
     info->bytes_reserved += pool->bytes_reserved;
     info->peak_bytes_reserved += pool->peak_bytes_reserved;
@@ -1051,7 +1051,7 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
     info->upstream_frees += pool->upstream_frees;
     info->fences_recorded += pool->fences_recorded;
     info->fence_waits += pool->fence_waits;
-    pthread_mutex_unlock(&pool->lock);
+    ps_unlock(&pool->lock);
 }
 
 static void pool_destroy(ps_resource_t *r)
@@ -1078,7 +1078,6 @@ static void pool_destroy(ps_resource_t *r)
     free(pool->blocks);
     ps_ptr_map_free(&pool->in_use);
     ps_ptr_map_free(&pool->stream_owners);
-    pthread_mutex_destroy(&pool->lock);
     free(pool);
 }
 
@@ -1093,10 +1092,10 @@ static void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
     pool_t *pool = (pool_t *)r;
     if (!is_stream_ordered(stream) || stream == PS_STREAM_LEGACY || stream == 0)
         return;
-    pthread_mutex_lock(&pool->lock);
+    ps_lock(&pool->lock);
     uint64_t found;
     if (!ps_ptr_map_remove(&pool->stream_owners, stream, &found)) {
-        pthread_mutex_unlock(&pool->lock);
+        ps_unlock(&pool->lock);
         return;
     }
     if (pool->last_stream == stream)
@@ -1133,7 +1132,7 @@ static void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
         pool->dead_owners = grown;
         pool->dead_owners[pool->dead_count++] = o;
     }
-    pthread_mutex_unlock(&pool->lock);
+    ps_unlock(&pool->lock);
 }
 
 static const ps_resource_ops_t pool_ops = {"pool", pool_allocate, pool_deallocate, pool_trim,
@@ -1207,7 +1206,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
         status = ps_ptr_map_init(&pool->stream_owners, 16);
     if (status == PS_OK)
         status = reserve_descriptors_locked(pool, 2);
-    pthread_mutex_init(&pool->lock, NULL);
+    pool->lock = (ps_lock_t)PS_LOCK_INIT;
     if (status == PS_OK && o.initial_size) {
         size_t initial = ps_align_up(o.initial_size, o.alignment);
         status = initial ? add_chunk_locked(pool, initial, initial) : PS_ENOMEM;
@@ -1361,8 +1360,8 @@ int ps_pool_check(ps_resource_t *r)
     if (!r || r->ops != &pool_ops)
         return PS_EINVAL;
     pool_t *pool = (pool_t *)r;
-    pthread_mutex_lock(&pool->lock);
+    ps_lock(&pool->lock);
     int status = check_locked(pool);
-    pthread_mutex_unlock(&pool->lock);
+    ps_unlock(&pool->lock);
     return status;
 }

@@ -64,6 +64,7 @@ static void atfork_parent(void)
 }
 static void atfork_child(void)
 {
+    /* (init_done stays: the child inherits the parent's initialised state) */
     ps_registry_atfork_child();
     pthread_mutex_init(&devices_lock, NULL);
     ps_stats_atfork_child();
@@ -119,9 +120,14 @@ static void init_once_body(void)
     atomic_store(&ps_active, 1);
 }
 
+static atomic_int init_done; /* 1 once init_once_body has run (hot-path shortcut) */
+
 int ps_shim_ensure_init(void)
 {
+    if (PS_LIKELY(atomic_load_explicit(&init_done, memory_order_acquire)))
+        return atomic_load_explicit(&ps_active, memory_order_relaxed);
     pthread_once(&init_once, init_once_body);
+    atomic_store_explicit(&init_done, 1, memory_order_release);
     return atomic_load_explicit(&ps_active, memory_order_relaxed);
 }
 

@@ -1,7 +1,7 @@
 /* The shim's statistics (shim/stats.h).
  *
  * 1. Each thread owns a block of counters (calls by device and function,
- *    doors, failures, time), created on its first counted call and linked
+ *    failures, time; the door follows from the function), created on its first counted call and linked
  *    into a global list. A thread only ever writes its own block, with
  *    relaxed atomic stores: no shared cache line on the hot path.
  * 2. When a thread exits, its counts are added to a `retired` block and its
@@ -24,7 +24,6 @@ int ps_stats_enabled;
 typedef struct thread_counters {
     struct thread_counters *next, *prev;      /* links in the live list */
     uint64_t calls[PS_MAX_DEVICES][PS_CALL_COUNT];
-    uint64_t doors[PS_MAX_DEVICES][2];
     uint64_t failures[PS_MAX_DEVICES];
     uint64_t alloc_ns[PS_MAX_DEVICES];
     uint64_t free_ns[PS_MAX_DEVICES];
@@ -54,8 +53,6 @@ static void add_into(thread_counters_t *dst, thread_counters_t *src)
     for (int d = 0; d < PS_MAX_DEVICES; d++) {
         for (int c = 0; c < PS_CALL_COUNT; c++)
             dst->calls[d][c] += READ(src->calls[d][c]);
-        dst->doors[d][0] += READ(src->doors[d][0]);
-        dst->doors[d][1] += READ(src->doors[d][1]);
         dst->failures[d] += READ(src->failures[d]);
         dst->alloc_ns[d] += READ(src->alloc_ns[d]);
         dst->free_ns[d] += READ(src->free_ns[d]);
@@ -120,7 +117,6 @@ void ps_stats_count_allocate(int device, int call, int door, size_t size, int st
 {
     thread_counters_t *t = counters();
     BUMP(t->calls[device][call], 1);
-    BUMP(t->doors[device][door], 1);
     if (status != PS_OK)
         BUMP(t->failures[device], 1);
     if (ps_stats_enabled) {
@@ -134,7 +130,6 @@ void ps_stats_count_free(int device, int call, int door, size_t size, uint64_t n
 {
     thread_counters_t *t = counters();
     BUMP(t->calls[device][call], 1);
-    BUMP(t->doors[device][door], 1);
     if (ps_stats_enabled) {
         BUMP(t->free_ns[device], ns);
         bytes_add(device, -(int64_t)size);
@@ -178,8 +173,9 @@ static void snapshot_from(const thread_counters_t *sum, int d, ps_shim_stats_t *
 {
     memset(out, 0, sizeof *out);
     memcpy(out->calls, sum->calls[d], sizeof out->calls);
-    out->doors[0] = sum->doors[d][0];
-    out->doors[1] = sum->doors[d][1];
+    /* the door is known from the function: cuda* runtime, cu* driver */
+    for (int c = 0; c < PS_CALL_COUNT; c++)
+        out->doors[c < PS_CALL_CU_MEM_ALLOC ? PS_DOOR_RUNTIME : PS_DOOR_DRIVER] += out->calls[c];
     out->failures = sum->failures[d];
     out->alloc_ns = sum->alloc_ns[d];
     out->free_ns = sum->free_ns[d];
