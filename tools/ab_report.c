@@ -44,7 +44,7 @@ static double get_shim_time(const ab_run_t *r) { return (double)r->shim_time_ns 
 static double get_reserved(const ab_run_t *r) { return (double)r->reserved_peak; }
 static double get_reached(const ab_run_t *r)
 {
-    return r->have_cupti ? (double)r->cuda_calls : (double)r->upstream_calls;
+    return r->have_cupti ? (double)r->cuda_reached : (double)r->upstream_calls;
 }
 
 void ab_summarize(const ab_variant_t *v, ab_summary_t *out)
@@ -168,8 +168,9 @@ static void print_run_json(FILE *f, const ab_run_t *r)
 {
     fprintf(f, "{\"wall_s\": %.6f, \"exit_code\": %d, \"cupti\": ", r->wall_s, r->exit_code);
     if (r->have_cupti)
-        fprintf(f, "{\"calls\": %llu, \"time_ns\": %llu, \"peak_bytes\": %llu}",
-                (unsigned long long)r->cuda_calls, (unsigned long long)r->cuda_time_ns,
+        fprintf(f, "{\"calls\": %llu, \"reached\": %llu, \"time_ns\": %llu, \"peak_bytes\": %llu}",
+                (unsigned long long)r->cuda_calls, (unsigned long long)r->cuda_reached,
+                (unsigned long long)r->cuda_time_ns,
                 (unsigned long long)r->cuda_peak_bytes);
     else
         fprintf(f, "null");
@@ -261,7 +262,10 @@ int ab_run_add_cupti_report(ab_run_t *run, const json_value_t *report)
     if (!json_get(report, "poolshim_cupti"))
         return -1;
     run->have_cupti = 1; /* adds, like ab_run_add_shim_stats */
-    run->cuda_calls += json_u64(report, "alloc_calls", 0) + json_u64(report, "free_calls", 0);
+    uint64_t calls = json_u64(report, "alloc_calls", 0) + json_u64(report, "free_calls", 0);
+    run->cuda_calls += calls;
+    /* reports without driver_calls (older libraries) count every call as reaching CUDA */
+    run->cuda_reached += json_get(report, "driver_calls") ? json_u64(report, "driver_calls", 0) : calls;
     run->cuda_time_ns += json_u64(report, "alloc_time_ns", 0) + json_u64(report, "free_time_ns", 0);
     run->cuda_peak_bytes += json_u64(report, "bytes.peak", 0);
     return 0;
@@ -279,6 +283,7 @@ static int parse_run(const json_value_t *j, ab_run_t *r)
     if (cupti && cupti->type == JSON_OBJECT) {
         r->have_cupti = 1;
         r->cuda_calls = json_u64(cupti, "calls", 0);
+        r->cuda_reached = json_get(cupti, "reached") ? json_u64(cupti, "reached", 0) : r->cuda_calls;
         r->cuda_time_ns = json_u64(cupti, "time_ns", 0);
         r->cuda_peak_bytes = json_u64(cupti, "peak_bytes", 0);
     }

@@ -22,7 +22,8 @@ typedef struct ab_run {
     double wall_s;              /* wall time of the whole process */
     int exit_code;              /* its exit code (128+signal when killed) */
     int have_cupti;             /* the CUPTI library wrote its report */
-    uint64_t cuda_calls;        /* allocation calls that reached CUDA (allocs + frees) */
+    uint64_t cuda_calls;        /* allocation calls the program made, as CUPTI saw them (allocs + frees) */
+    uint64_t cuda_reached;      /* driver-level allocation calls: what really reached CUDA */
     uint64_t cuda_time_ns;      /* time inside them */
     uint64_t cuda_peak_bytes;   /* peak bytes outstanding at CUDA */
     int have_shim;              /* the shim wrote its statistics */

@@ -381,8 +381,21 @@ Test(ab, reads_the_shim_statistics_and_the_cupti_report)
     cr_expect_eq(run.cuda_calls, 507 + 506);
     cr_expect_eq(run.cuda_time_ns, 30700000 + 20300000);
     cr_expect_eq(run.cuda_peak_bytes, 2147483648ull);
+    cr_expect_eq(run.cuda_reached, 507 + 506, "a report without driver_calls: every call reached CUDA");
     json_free(report);
     free(text);
+
+    /* a static-cudart program under the shim: CUPTI still sees the runtime
+     * calls, but only pool growth reached the driver */
+    const char *under_shim = "{\"poolshim_cupti\": 1, \"alloc_calls\": 6000, \"free_calls\": 6000, "
+                             "\"driver_calls\": 2, \"bytes\": {\"peak\": 0}}";
+    cr_assert_eq(json_parse(under_shim, &report, err, sizeof err), 0, "%s", err);
+    ab_run_t shimmed;
+    memset(&shimmed, 0, sizeof shimmed);
+    cr_assert_eq(ab_run_add_cupti_report(&shimmed, report), 0);
+    cr_expect_eq(shimmed.cuda_calls, 12000);
+    cr_expect_eq(shimmed.cuda_reached, 2, "reached CUDA counts the driver-level calls");
+    json_free(report);
 }
 
 Test(ab, runs_every_variant_alternately_and_fails_when_a_run_fails)

@@ -73,6 +73,8 @@ static struct {
     uint64_t bytes_current;              /* bytes allocated and not yet freed */
     uint64_t bytes_peak;                 /* maximum of bytes_current */
     uint64_t bytes_total;                /* bytes allocated over the run */
+    atomic_ullong driver_calls;          /* successful driver-level allocation calls, nested ones
+                                            included: what really reached the driver */
     CUpti_SubscriberHandle subscriber;   /* our CUPTI subscription */
     int initialized;                     /* InitializeInjection ran once */
 } profiler = {.table_lock = PTHREAD_MUTEX_INITIALIZER};
@@ -233,6 +235,9 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain, CU
 
     /* CUPTI_API_EXIT */
     uint64_t end = now_ns();
+    if (!is_runtime && (!cbdata->functionReturnValue || *(const int *)cbdata->functionReturnValue == 0))
+        atomic_fetch_add(&profiler.driver_calls, 1); /* under the shim, static cudart's runtime
+                                                        calls are served without reaching here */
     if (is_runtime) {
         if (runtime_depth > 0)
             runtime_depth--;
@@ -312,11 +317,12 @@ static void write_report(void)
     pthread_mutex_lock(&profiler.table_lock);
     fprintf(f,
             "}, \"alloc_calls\": %llu, \"free_calls\": %llu, \"alloc_time_ns\": %llu, "
-            "\"free_time_ns\": %llu, \"failures\": %llu, "
+            "\"free_time_ns\": %llu, \"failures\": %llu, \"driver_calls\": %llu, "
             "\"bytes\": {\"current\": %llu, \"peak\": %llu, \"total\": %llu}}\n",
             (unsigned long long)alloc_calls, (unsigned long long)free_calls,
             (unsigned long long)alloc_ns, (unsigned long long)free_ns,
-            (unsigned long long)failures, (unsigned long long)profiler.bytes_current,
+            (unsigned long long)failures, (unsigned long long)atomic_load(&profiler.driver_calls),
+            (unsigned long long)profiler.bytes_current,
             (unsigned long long)profiler.bytes_peak, (unsigned long long)profiler.bytes_total);
     pthread_mutex_unlock(&profiler.table_lock);
     if (f != stderr)
