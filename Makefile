@@ -91,7 +91,7 @@ test: test-unit test-shim
 
 # Criterion runs each test in its own process; -j2 matches the CI machine.
 test-unit: $(UNIT) $(CLI)
-	POOLSHIM_TEST_DATA=tests/data POOLSHIM_CLI=$(CLI) $(UNIT) -j2 --short-filename $(UNIT_FILTER)
+	POOLSHIM_TEST_DATA=$(CURDIR)/tests/data POOLSHIM_CLI=$(CURDIR)/$(CLI) $(UNIT) -j2 --short-filename $(UNIT_FILTER)
 
 include tests/shim/shim.mk
 -include $(sort $(wildcard mk/*.mk))

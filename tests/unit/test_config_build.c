@@ -533,10 +533,8 @@ static void build_example_with_core(const char *path)
     for (int device = 0; device < 2; device++) {
         ps_stack_t *stack = NULL;
         int rc = ps_config_build_stack(cfg, device, gpu, &stack);
-        /* TODO: PS_EUNSUPPORTED is allowed only while core/{pool,arena,fixed_size,binning,
-         * upstream,adaptors}.c are STUBs in this tree; then require PS_OK. */
-        cr_assert(rc == PS_OK || rc == PS_EUNSUPPORTED, "%s, device %d: %s", path, device, ps_status_name(rc));
-        if (rc == PS_OK) {
+        cr_assert(rc == PS_OK, "%s, device %d: %s", path, device, ps_status_name(rc));
+        {
             void *p = NULL;
             cr_assert_eq(ps_allocate(stack->top, 4096, PS_STREAM_NONE, &p), PS_OK, "%s", path);
             cr_assert_eq(ps_deallocate(stack->top, p, 4096, PS_STREAM_NONE), PS_OK, "%s", path);
