@@ -34,7 +34,17 @@
  *     fence recorded at the free. A superblock leaving a stream arena
  *     carries a fence on that stream; a thread arena takes it only once the
  *     fence completed, another stream after stream_wait_fence.
- *  7. On failure the arena defragments — every arena closes and waits for
+ *  7. stream_destroyed(s): one fence is recorded on s while its handle is
+ *     still valid; every free block of s's arena becomes a closed epoch
+ *     under it, and the arena is *retired*: it forgets s (stream NONE, so
+ *     later frees of its blocks follow free_sync like a thread arena's,
+ *     and no fence or stream wait names s again) and is reused as is by
+ *     the next new stream, which gets the retired blocks only once the
+ *     fence completed. Free spans fenced on s are marked as fenced on "some
+ *     other stream" (a new stream may reuse the handle value). So arenas
+ *     number at most the live streams (plus threads), however many streams
+ *     come and go.
+ *  8. On failure the arena defragments — every arena closes and waits for
  *     its epochs and returns its empty superblocks, the global arena gives
  *     wholly free chunks back to the upstream — and retries once. If that
  *     fails too it warns with the fragmentation (largest free run vs all
@@ -147,6 +157,7 @@ typedef struct arena {
     arena_resource_t *parent;   /* the resource */
     ps_stream_t stream;         /* PS_STREAM_NONE: a thread arena */
     int orphaned;               /* thread arena whose thread exited */
+    int retired;                /* stream arena whose stream was destroyed, waiting for reuse */
     span_t **avail;             /* per class: superblocks with free blocks */
     epochs_t epochs;            /* blocks freed under EVENT */
     uint64_t in_use;            /* bytes of its blocks handed out (per arena: no shared cache line) */
@@ -604,7 +615,7 @@ static void block_return(arena_t *ar, span_t *s, uint32_t index)
     s->used--;
     if (!s->linked)
         avail_link(ar, s);
-    if (s->used == 0 && (ar->orphaned || ar->avail[s->size_class] != s || s->next))
+    if (s->used == 0 && (ar->orphaned || ar->retired || ar->avail[s->size_class] != s || s->next))
         release_superblock(ar, s);
 }
 
@@ -759,6 +770,15 @@ static arena_t *stream_arena(arena_resource_t *a, ps_stream_t stream)
     pthread_rwlock_wrlock(&a->arenas_lock);
     for (ar = a->arenas; ar && ar->stream != stream;)
         ar = ar->next;
+    for (arena_t *o = a->arenas; o && !ar; o = o->next) {
+        pthread_mutex_lock(&o->lock);
+        if (o->retired) { /* a destroyed stream's arena: reuse it */
+            o->retired = 0;
+            o->stream = stream;
+            ar = o;
+        }
+        pthread_mutex_unlock(&o->lock);
+    }
     if (!ar) {
         ar = arena_new(a, stream);
         if (ar) {
@@ -1083,6 +1103,82 @@ static void arena_res_destroy(ps_resource_t *r)
     free(a);
 }
 
+/* Moves every free block of `ar`'s superblocks into `into` (they become
+ * pending). Arena lock held; `into` has room. */
+static void retire_free_blocks(arena_t *ar, pending_list_t *into)
+{
+    for (unsigned c = 0; c < ar->parent->class_count; c++) {
+        while (ar->avail[c]) {
+            span_t *s = ar->avail[c];
+            while (s->free_top)
+                into->items[into->count++] = (pending_t){s, s->free_stack[--s->free_top]};
+            ar->pending += (uint64_t)(s->block_count - s->used) * s->block_size;
+            s->used = s->block_count;
+            avail_unlink(ar, s);
+        }
+    }
+}
+
+/* The program is about to destroy `stream` (see step 7). */
+static void arena_res_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
+{
+    arena_resource_t *a = (arena_resource_t *)r;
+    if (stream == PS_STREAM_NONE)
+        return;
+    pthread_rwlock_wrlock(&a->arenas_lock);
+    arena_t *ar = a->arenas;
+    while (ar && ar->stream != stream)
+        ar = ar->next;
+    if (ar) {
+        pthread_mutex_lock(&ar->lock);
+        size_t free_blocks = 0;
+        for (unsigned c = 0; c < a->class_count; c++)
+            for (span_t *s = ar->avail[c]; s; s = s->next)
+                free_blocks += s->free_top;
+        pending_list_t retired = {0};
+        int status = PS_OK;
+        if (free_blocks) {
+            retired.items = malloc(free_blocks * sizeof *retired.items);
+            retired.capacity = free_blocks;
+            epochs_t *e = &ar->epochs;
+            if (retired.items && e->count == e->capacity) {
+                size_t cap = e->capacity ? e->capacity * 2 : 8;
+                epoch_t *closed = realloc(e->closed, cap * sizeof *closed);
+                if (closed) {
+                    e->closed = closed;
+                    e->capacity = cap;
+                }
+            }
+            ps_fence_t *fence = NULL;
+            status = !retired.items || e->count == e->capacity
+                         ? PS_ENOMEM
+                         : a->gpu->fence_record(a->gpu->ctx, stream, &fence);
+            if (status == PS_OK) {
+                atomic_fetch_add_explicit(&a->fences, 1, memory_order_relaxed);
+                retire_free_blocks(ar, &retired);
+                /* the fence is newer than every closed epoch: it goes last */
+                e->closed[e->count++] = (epoch_t){.fence = fence, .blocks = retired};
+            } else {
+                /* no fence: wait for the whole device; the free blocks
+                 * are then safe for every stream as they are */
+                free(retired.items);
+                a->gpu->device_synchronize(a->gpu->ctx);
+            }
+        }
+        ar->stream = PS_STREAM_NONE;
+        ar->retired = 1;
+        release_empty(ar, 0); /* superblocks with no block out or pending */
+        pthread_mutex_unlock(&ar->lock);
+    }
+    pthread_rwlock_unlock(&a->arenas_lock);
+    /* a span fenced on `stream` is waited for by every taker from now on */
+    pthread_mutex_lock(&a->global_lock);
+    for (span_t *s = a->free_spans; s; s = s->next)
+        if (s->fence && s->fence_stream == stream)
+            s->fence_stream = PS_STREAM_NONE;
+    pthread_mutex_unlock(&a->global_lock);
+}
+
 static const ps_resource_ops_t arena_ops = {
     .type_name = "arena",
     .allocate = arena_res_allocate,
@@ -1090,6 +1186,7 @@ static const ps_resource_ops_t arena_ops = {
     .trim = arena_res_trim,
     .query = arena_res_query,
     .destroy = arena_res_destroy,
+    .stream_destroyed = arena_res_stream_destroyed,
 };
 
 int ps_arena_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu,

@@ -8,6 +8,8 @@
  *     fallback (PS_EINVAL when there is none).
  *  3. deallocate(ptr, size) routes by the same size, so the block returns
  *     to the resource that served it (the shim's registry keeps sizes).
+ *  4. stream_destroyed goes to every distinct bin resource and to the
+ *     fallback (each of them may keep per-stream state).
  * Guarantees: no state of its own beyond the bin table (read-only after
  * creation), so it is as thread-safe as its bins.
  */
@@ -88,6 +90,21 @@ static void binning_query(ps_resource_t *r, ps_resource_info_t *info)
     }
 }
 
+/* Tells every distinct bin resource and the fallback that `stream` dies. */
+static void binning_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
+{
+    binning_t *b = (binning_t *)r;
+    size_t n = b->bin_count + (b->base.upstream != NULL);
+    for (size_t i = 0; i < n; i++) {
+        ps_resource_t *res = i < b->bin_count ? b->bins[i].resource : b->base.upstream;
+        int seen = 0;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = b->bins[j].resource == res;
+        if (!seen)
+            ps_stream_destroyed(res, stream);
+    }
+}
+
 static void binning_destroy(ps_resource_t *r)
 {
     binning_t *b = (binning_t *)r;
@@ -102,6 +119,7 @@ static const ps_resource_ops_t binning_ops = {
     .trim = binning_trim,
     .query = binning_query,
     .destroy = binning_destroy,
+    .stream_destroyed = binning_stream_destroyed,
 };
 
 int ps_binning_create(const char *name, const ps_bin_t *bins, size_t bin_count,
