@@ -8,7 +8,8 @@
 #include <unistd.h>
 
 #include "../../core/arena.h"
-#include "test_upstream_helper.h"
+#include "../../core/host_ops.h"
+#include "../../core/upstream.h"
 
 typedef struct arena_fixture {
     ps_gpu_ops_t *gpu;      /* fake device */
@@ -19,8 +20,8 @@ typedef struct arena_fixture {
 static void make(arena_fixture_t *f, size_t capacity, int auto_complete)
 {
     ps_host_ops_options_t h = {.capacity = capacity, .auto_complete = auto_complete};
-    cr_assert_eq(test_host_ops_create(&h, &f->gpu), PS_OK);
-    cr_assert_eq(test_upstream_create("cuda", f->gpu, &f->up), PS_OK);
+    cr_assert_eq(ps_host_ops_create(&h, &f->gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->up), PS_OK);
     cr_assert_eq(ps_arena_create("arena", f->up, f->gpu, NULL, &f->arena), PS_OK);
 }
 
@@ -28,7 +29,7 @@ static void unmake(arena_fixture_t *f)
 {
     ps_destroy(f->arena);
     ps_destroy(f->up);
-    test_host_ops_destroy(f->gpu);
+    ps_host_ops_destroy(f->gpu);
 }
 
 static ps_resource_info_t info_of(ps_resource_t *r)
@@ -113,7 +114,7 @@ Test(arena_thread, defragments_on_failure_then_succeeds)
     cr_assert_lt(before.largest_free_block, 16 * PS_MiB);
     void *big;
     cr_assert_eq(ps_allocate(f.arena, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
-    cr_assert_geq(test_host_ops_fence_waits(f.gpu), 1, "pending frees were waited for under pressure");
+    cr_assert_geq(ps_host_ops_fence_waits(f.gpu), 1, "pending frees were waited for under pressure");
     cr_assert_eq(ps_deallocate(f.arena, big, 16 * PS_MiB, PS_STREAM_NONE), PS_OK);
     pthread_barrier_wait(&go);
     pthread_join(t, NULL);
@@ -171,12 +172,12 @@ Test(arena, event_free_is_not_reused_before_its_fence_completes)
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_eq(ps_deallocate(f.arena, a, PS_MiB, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(info_of(f.arena).bytes_pending, PS_MiB);
-    uint64_t fences = test_host_ops_fences_recorded(f.gpu);
+    uint64_t fences = ps_host_ops_fences_recorded(f.gpu);
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &c), PS_OK);
     cr_assert_neq(c, a, "reused before the fence completed");
-    cr_assert_eq(test_host_ops_fences_recorded(f.gpu), fences + 1, "the epoch was closed by one fence");
-    cr_assert_eq(test_host_ops_fence_waits(f.gpu), 0, "no host wait when it can grow");
-    test_host_ops_complete_all(f.gpu);
+    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), fences + 1, "the epoch was closed by one fence");
+    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0, "no host wait when it can grow");
+    ps_host_ops_complete_all(f.gpu);
     /* c's superblock has one free block left; then a comes back */
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &d), PS_OK);
     void *e;
@@ -210,11 +211,11 @@ Test(arena, stream_frees_are_reused_at_once_on_their_stream)
     cr_assert_eq(ps_deallocate(f.arena, a, 1000, s1), PS_OK);
     cr_assert_eq(ps_allocate(f.arena, 1000, s1, &b), PS_OK);
     cr_assert_eq(b, a, "same stream: reused at once");
-    cr_assert_eq(test_host_ops_fences_recorded(f.gpu), 0);
+    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 0);
     /* freed on another stream: the owner stream waits for it on the GPU */
     cr_assert_eq(ps_deallocate(f.arena, b, 1000, s2), PS_OK);
-    cr_assert_eq(test_host_ops_stream_waits(f.gpu), 1);
-    cr_assert_eq(test_host_ops_fence_waits(f.gpu), 0, "never a host wait");
+    cr_assert_eq(ps_host_ops_stream_waits(f.gpu), 1);
+    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0, "never a host wait");
     unmake(&f);
 }
 
@@ -239,9 +240,9 @@ Test(arena, trim_gives_free_chunks_back)
     void *a;
     cr_assert_eq(ps_allocate(f.arena, 5 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(ps_deallocate(f.arena, a, 5 * PS_MiB, PS_STREAM_NONE), PS_OK);
-    cr_assert_gt(test_host_ops_bytes_outstanding(f.gpu), 0);
+    cr_assert_gt(ps_host_ops_bytes_outstanding(f.gpu), 0);
     cr_assert_eq(ps_trim(f.arena), PS_OK);
-    cr_assert_eq(test_host_ops_bytes_outstanding(f.gpu), 0);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0);
     cr_assert_eq(info_of(f.arena).bytes_reserved, 0);
     unmake(&f);
 }

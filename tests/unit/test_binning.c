@@ -4,7 +4,8 @@
 
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
-#include "test_upstream_helper.h"
+#include "../../core/host_ops.h"
+#include "../../core/upstream.h"
 
 /* ---- a resource that counts what reaches it ---- */
 typedef struct counting {
@@ -101,8 +102,8 @@ static void fs_make(fs_fixture_t *f, size_t block, size_t per_batch, ps_free_syn
                     size_t capacity, int auto_complete)
 {
     ps_host_ops_options_t h = {.capacity = capacity, .auto_complete = auto_complete};
-    cr_assert_eq(test_host_ops_create(&h, &f->gpu), PS_OK);
-    cr_assert_eq(test_upstream_create("cuda", f->gpu, &f->up), PS_OK);
+    cr_assert_eq(ps_host_ops_create(&h, &f->gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->up), PS_OK);
     ps_fixed_size_options_t o;
     ps_fixed_size_options_default(&o);
     o.block_size = block;
@@ -115,7 +116,7 @@ static void fs_unmake(fs_fixture_t *f)
 {
     ps_destroy(f->fs);
     ps_destroy(f->up);
-    test_host_ops_destroy(f->gpu);
+    ps_host_ops_destroy(f->gpu);
 }
 
 Test(fixed_size, grows_by_one_upstream_call_per_batch)
@@ -125,7 +126,7 @@ Test(fixed_size, grows_by_one_upstream_call_per_batch)
     void *p[33];
     for (int i = 0; i < 33; i++) {
         cr_assert_eq(ps_allocate(f.fs, 1000, PS_STREAM_NONE, &p[i]), PS_OK);
-        cr_assert_eq(test_host_ops_upstream_allocs(f.gpu), (uint64_t)(i / 16 + 1), "after %d blocks", i + 1);
+        cr_assert_eq(ps_host_ops_upstream_allocs(f.gpu), (uint64_t)(i / 16 + 1), "after %d blocks", i + 1);
     }
     ps_resource_info_t info = {0};
     ps_query(f.fs, &info);
@@ -143,7 +144,7 @@ Test(fixed_size, refuses_requests_larger_than_a_block)
     fs_make(&f, 4096, 4, PS_FREE_SYNC_EVENT, 0, 1);
     void *p;
     cr_assert_eq(ps_allocate(f.fs, 4097, PS_STREAM_NONE, &p), PS_EINVAL);
-    cr_assert_eq(test_host_ops_upstream_allocs(f.gpu), 0);
+    cr_assert_eq(ps_host_ops_upstream_allocs(f.gpu), 0);
     cr_assert_eq(ps_allocate(f.fs, 4096, PS_STREAM_NONE, &p), PS_OK);
     fs_unmake(&f);
 }
@@ -159,14 +160,14 @@ Test(fixed_size, event_free_is_not_reused_before_its_fence_completes)
     cr_assert_eq(ps_deallocate(f.fs, a, 256, PS_STREAM_NONE), PS_EINVAL, "double free while pending");
     cr_assert_eq(ps_allocate(f.fs, 256, PS_STREAM_NONE, &c), PS_OK);
     cr_assert_neq(c, a, "reused before its fence completed");
-    cr_assert_eq(test_host_ops_fences_recorded(f.gpu), 1, "one fence closed the epoch");
-    cr_assert_eq(test_host_ops_upstream_allocs(f.gpu), 2, "grew rather than waited");
-    cr_assert_eq(test_host_ops_fence_waits(f.gpu), 0);
-    test_host_ops_complete_all(f.gpu);
+    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 1, "one fence closed the epoch");
+    cr_assert_eq(ps_host_ops_upstream_allocs(f.gpu), 2, "grew rather than waited");
+    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0);
+    ps_host_ops_complete_all(f.gpu);
     cr_assert_eq(ps_allocate(f.fs, 256, PS_STREAM_NONE, &d), PS_OK); /* rest of batch 2 */
     cr_assert_eq(ps_allocate(f.fs, 256, PS_STREAM_NONE, &e), PS_OK);
     cr_assert_eq(e, a, "reusable once the fence completed");
-    cr_assert_eq(test_host_ops_upstream_allocs(f.gpu), 2);
+    cr_assert_eq(ps_host_ops_upstream_allocs(f.gpu), 2);
     fs_unmake(&f);
 }
 
@@ -180,7 +181,7 @@ Test(fixed_size, waits_for_the_oldest_fence_only_when_out_of_memory)
     cr_assert_eq(ps_deallocate(f.fs, a, PS_MiB, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_allocate(f.fs, PS_MiB, PS_STREAM_NONE, &c), PS_OK);
     cr_assert_eq(c, a);
-    cr_assert_eq(test_host_ops_fence_waits(f.gpu), 1);
+    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 1);
     /* nothing pending, nothing left: out of memory, state intact */
     cr_assert_eq(ps_allocate(f.fs, PS_MiB, PS_STREAM_NONE, &a), PS_ENOMEM);
     cr_assert_eq(ps_deallocate(f.fs, b, PS_MiB, PS_STREAM_NONE), PS_OK);
@@ -194,10 +195,10 @@ Test(fixed_size, device_policy_synchronizes_at_free_and_reuses_at_once)
     void *a, *b;
     cr_assert_eq(ps_allocate(f.fs, 256, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(ps_deallocate(f.fs, a, 256, PS_STREAM_NONE), PS_OK);
-    cr_assert_eq(test_host_ops_device_syncs(f.gpu), 1);
+    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 1);
     cr_assert_eq(ps_allocate(f.fs, 256, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_eq(b, a);
-    cr_assert_eq(test_host_ops_fences_recorded(f.gpu), 0);
+    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 0);
     fs_unmake(&f);
 }
 
@@ -218,8 +219,8 @@ Test(fixed_size, stream_free_is_reused_at_once_on_its_stream_only)
     void *d;
     cr_assert_eq(ps_allocate(f.fs, 256, s2, &d), PS_OK);
     cr_assert_eq(d, a);
-    cr_assert_eq(test_host_ops_stream_waits(f.gpu), 1);
-    cr_assert_eq(test_host_ops_fence_waits(f.gpu), 0);
+    cr_assert_eq(ps_host_ops_stream_waits(f.gpu), 1);
+    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0);
     fs_unmake(&f);
 }
 

@@ -1,6 +1,7 @@
 /* One conformance suite, run for every resource and adaptor-over-resource
  * in FACTORIES (adding a stack is one row). Each test creates its stack
- * over the private test upstream (test_upstream_helper.h). */
+ * over the `cuda` upstream (core/upstream.h) on the fake device
+ * (core/host_ops.h). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <pthread.h>
@@ -13,7 +14,9 @@
 #include "../../core/arena.h"
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
-#include "test_upstream_helper.h"
+#include "../../core/pool.h"
+#include "../../core/host_ops.h"
+#include "../../core/upstream.h"
 
 #define MAX_OWNED 8
 
@@ -36,9 +39,9 @@ static ps_resource_t *own(fixture_t *fx, ps_resource_t *r)
 
 static ps_resource_t *make_upstream(fixture_t *fx, const ps_host_ops_options_t *hopts)
 {
-    cr_assert_eq(test_host_ops_create(hopts, &fx->gpu), PS_OK);
+    cr_assert_eq(ps_host_ops_create(hopts, &fx->gpu), PS_OK);
     ps_resource_t *up;
-    cr_assert_eq(test_upstream_create("cuda", fx->gpu, &up), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", fx->gpu, &up), PS_OK);
     return own(fx, up);
 }
 
@@ -130,13 +133,60 @@ static void make_log(fixture_t *fx, const ps_host_ops_options_t *h)
     fx->max_request = 3 * PS_MiB;
 }
 
+static void make_cuda(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    ps_host_ops_options_t fine = *h;
+    fine.upstream_alignment = 256; /* every block is one upstream call: keep them small */
+    make_upstream(fx, &fine);
+    fx->max_request = 3 * PS_MiB;
+}
+
+static ps_resource_t *pool_over(fixture_t *fx, ps_resource_t *up)
+{
+    ps_resource_t *r;
+    ps_pool_options_t o;
+    ps_pool_options_default(&o);
+    cr_assert_eq(ps_pool_create("pool", up, fx->gpu, &o, &r), PS_OK);
+    return own(fx, r);
+}
+
+static void make_pool(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    pool_over(fx, make_upstream(fx, h));
+    fx->max_request = 5 * PS_MiB;
+}
+
+static void make_binning_over_pool(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    ps_resource_t *up = make_upstream(fx, h);
+    ps_resource_t *pool = pool_over(fx, up);
+    ps_bin_t bins[2];
+    size_t sizes[2] = {512, 8192};
+    for (int i = 0; i < 2; i++) {
+        ps_fixed_size_options_t o;
+        ps_fixed_size_options_default(&o);
+        o.block_size = sizes[i];
+        o.blocks_per_batch = 32;
+        bins[i].max_size = sizes[i];
+        cr_assert_eq(ps_fixed_size_create("bin", pool, fx->gpu, &o, &bins[i].resource), PS_OK);
+        own(fx, bins[i].resource);
+    }
+    ps_resource_t *r;
+    cr_assert_eq(ps_binning_create("binning", bins, 2, pool, &r), PS_OK);
+    own(fx, r);
+    fx->max_request = 3 * PS_MiB;
+}
+
 typedef struct factory {
     const char *name;                                            /* row name */
     void (*make)(fixture_t *fx, const ps_host_ops_options_t *h); /* builds the stack */
 } factory_t;
 
-/* The rows. The pool and the `cuda` upstream join when they are merged. */
+/* The rows. */
 static const factory_t FACTORIES[] = {
+    {"cuda", make_cuda},
+    {"pool", make_pool},
+    {"binning_over_pool", make_binning_over_pool},
     {"fixed_size", make_fixed_size},
     {"binning", make_binning},
     {"arena", make_arena},
@@ -159,7 +209,7 @@ static void teardown(fixture_t *fx)
 {
     while (fx->owned_count)
         ps_destroy(fx->owned[--fx->owned_count]);
-    test_host_ops_destroy(fx->gpu);
+    ps_host_ops_destroy(fx->gpu);
     if (fx->log_path[0])
         unlink(fx->log_path);
 }

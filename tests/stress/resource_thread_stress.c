@@ -19,7 +19,8 @@
 #include "../../core/arena.h"
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
-#include "../../tests/unit/test_upstream_helper.h"
+#include "../../core/host_ops.h"
+#include "../../core/upstream.h"
 
 enum { THREADS = 4, ROUNDS = 3000, LIVE = 16, MAILBOX = 256 };
 
@@ -132,7 +133,7 @@ int main(void)
     ps_gpu_ops_t *gpu;
     ps_resource_t *up, *fs, *fs2, *bins, *arena, *adaptor;
     int bad = 0;
-    if (test_host_ops_create(&h, &gpu) != PS_OK || test_upstream_create("cuda", gpu, &up) != PS_OK)
+    if (ps_host_ops_create(&h, &gpu) != PS_OK || ps_cuda_resource_create("cuda", gpu, &up) != PS_OK)
         return 1;
     ps_fixed_size_options_t fo;
     ps_fixed_size_options_default(&fo);
@@ -166,6 +167,6 @@ int main(void)
     ps_destroy(fs2);
     ps_destroy(fs);
     ps_destroy(up);
-    test_host_ops_destroy(gpu);
+    ps_host_ops_destroy(gpu);
     return bad;
 }
