@@ -246,3 +246,92 @@ Test(arena, trim_gives_free_chunks_back)
     cr_assert_eq(info_of(f.arena).bytes_reserved, 0);
     unmake(&f);
 }
+
+/* ---- destroyed streams ---- */
+
+/* An arena of 64 KiB superblocks: 32 KiB requests fit two per superblock. */
+static void make_small(arena_fixture_t *f)
+{
+    ps_host_ops_options_t h = {0};
+    cr_assert_eq(ps_host_ops_create(&h, &f->gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->up), PS_OK);
+    ps_arena_options_t o;
+    ps_arena_options_default(&o);
+    o.superblock_size = 64 * PS_KiB;
+    cr_assert_eq(ps_arena_create("arena", f->up, f->gpu, &o, &f->arena), PS_OK);
+}
+
+Test(arena, destroyed_stream_blocks_wait_for_a_fence_then_become_ready)
+{
+    arena_fixture_t f;
+    make_small(&f);
+    const ps_stream_t s1 = 0x1000, s2 = 0x2000;
+    const size_t size = 32 * PS_KiB;
+    void *a[2], *b[4];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(ps_allocate(f.arena, size, s1, &a[i]), PS_OK);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(ps_deallocate(f.arena, a[i], size, s1), PS_OK);
+    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 0, "freed on their stream: no fence yet");
+    ps_stream_destroyed(f.arena, s1);
+    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1, "one fence on the stream at the destroy");
+    cr_assert_eq(info_of(f.arena).bytes_pending, 2 * size, "its free blocks are pending, not free");
+    /* a new stream (which inherits the retired arena) must not get them yet */
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(ps_allocate(f.arena, size, s2, &b[i]), PS_OK);
+        cr_assert(b[i] != a[0] && b[i] != a[1], "block %d of s2 is a block of the dead stream before its fence", i);
+    }
+    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s1), 0, "nothing waits on the dead stream");
+    ps_host_ops_complete_all(f.gpu);
+    void *c;
+    cr_assert_eq(ps_allocate(f.arena, size, s2, &c), PS_OK);
+    cr_assert(c == a[0] || c == a[1], "after the fence the dead stream's blocks are reused");
+    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1, "no fence on the dead stream afterwards");
+    cr_assert_eq(ps_deallocate(f.arena, c, size, s2), PS_OK);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(ps_deallocate(f.arena, b[i], size, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(info_of(f.arena).bytes_in_use, 0);
+    unmake(&f);
+}
+
+Test(arena, blocks_outliving_their_stream_are_freed_without_naming_it)
+{
+    arena_fixture_t f;
+    make_small(&f);
+    const ps_stream_t s1 = 0x1000, s2 = 0x2000;
+    const size_t size = 32 * PS_KiB;
+    void *a, *b, *c;
+    cr_assert_eq(ps_allocate(f.arena, size, s1, &a), PS_OK);
+    cr_assert_eq(ps_allocate(f.arena, size, s1, &b), PS_OK);
+    ps_stream_destroyed(f.arena, s1);
+    /* freed on another stream after the destroy: no wait of s1 on it */
+    cr_assert_eq(ps_deallocate(f.arena, a, size, s2), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, b, size, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(info_of(f.arena).bytes_pending, 2 * size, "pending until a fence");
+    cr_assert_eq(ps_allocate(f.arena, size, s2, &c), PS_OK);
+    cr_assert(c != a && c != b, "not reused before a fence completed");
+    cr_assert_eq(ps_trim(f.arena), PS_OK);
+    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 0);
+    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s1), 0);
+    ps_deallocate(f.arena, c, size, s2);
+    unmake(&f);
+}
+
+Test(arena, stream_churn_recycles_arenas)
+{
+    arena_fixture_t f;
+    make(&f, 0, 1);
+    uint64_t reserved = 0;
+    for (uintptr_t i = 0; i < 100000; i++) {
+        ps_stream_t s = 0x10000 + i * 64;
+        void *p;
+        cr_assert_eq(ps_allocate(f.arena, 4096, s, &p), PS_OK, "stream %lu", (unsigned long)i);
+        cr_assert_eq(ps_deallocate(f.arena, p, 4096, s), PS_OK);
+        ps_stream_destroyed(f.arena, s);
+        if (i == 10)
+            reserved = info_of(f.arena).bytes_reserved;
+    }
+    cr_assert_eq(info_of(f.arena).bytes_reserved, reserved, "what is reserved stays flat");
+    cr_assert_eq(info_of(f.arena).bytes_in_use, 0);
+    unmake(&f);
+}

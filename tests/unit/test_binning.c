@@ -242,3 +242,76 @@ Test(fixed_size, trim_returns_wholly_free_batches)
         cr_assert_eq(ps_deallocate(f.fs, p[i], 256, PS_STREAM_NONE), PS_OK);
     fs_unmake(&f);
 }
+
+Test(fixed_size, destroyed_stream_blocks_wait_for_a_fence_then_become_ready)
+{
+    fs_fixture_t f;
+    fs_make(&f, 1024, 2, PS_FREE_SYNC_EVENT, 0, 0);
+    const ps_stream_t s1 = 0x1000, s2 = 0x2000;
+    void *a[2], *b, *x, *c;
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(ps_allocate(f.fs, 1024, s1, &a[i]), PS_OK);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(ps_deallocate(f.fs, a[i], 1024, s1), PS_OK);
+    ps_stream_destroyed(f.fs, s1);
+    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 1);
+    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1, "one fence on the stream at the destroy");
+    ps_resource_info_t info = {0};
+    ps_query(f.fs, &info);
+    cr_assert_eq(info.bytes_pending, 2048, "its blocks are pending, not free");
+    cr_assert_eq(ps_allocate(f.fs, 1024, s2, &b), PS_OK);
+    cr_assert(b != a[0] && b != a[1], "s2 must not take a block of the dead stream before the fence");
+    cr_assert_eq(ps_allocate(f.fs, 1024, PS_STREAM_NONE, &x), PS_OK);
+    cr_assert(x != a[0] && x != a[1]);
+    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s1), 0, "nothing waits on the dead stream");
+    ps_host_ops_complete_all(f.gpu);
+    cr_assert_eq(ps_allocate(f.fs, 1024, PS_STREAM_NONE, &c), PS_OK);
+    cr_assert(c == a[0] || c == a[1], "after the fence the blocks are clean");
+    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1);
+    ps_deallocate(f.fs, b, 1024, s2);
+    ps_deallocate(f.fs, x, 1024, PS_STREAM_NONE);
+    ps_deallocate(f.fs, c, 1024, PS_STREAM_NONE);
+    fs_unmake(&f);
+}
+
+Test(fixed_size, pressure_never_steals_through_a_dead_stream)
+{
+    fs_fixture_t f;
+    fs_make(&f, 1024, 2, PS_FREE_SYNC_EVENT, 2 * PS_MiB, 0); /* room for one batch */
+    const ps_stream_t s1 = 0x1000, s2 = 0x2000;
+    void *a[2], *b[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(ps_allocate(f.fs, 1024, s1, &a[i]), PS_OK);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(ps_deallocate(f.fs, a[i], 1024, s1), PS_OK);
+    ps_stream_destroyed(f.fs, s1);
+    uint64_t fences = ps_host_ops_fences_on_stream(f.gpu, s1);
+    /* the device is full: s2 gets the blocks after a host wait on the
+     * destroy's fence, never through a new fence or wait on s1 */
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(ps_allocate(f.fs, 1024, s2, &b[i]), PS_OK);
+    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 1);
+    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), fences);
+    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s1), 0);
+    for (int i = 0; i < 2; i++)
+        ps_deallocate(f.fs, b[i], 1024, s2);
+    fs_unmake(&f);
+}
+
+Test(fixed_size, stream_churn_recycles_stream_lists)
+{
+    fs_fixture_t f;
+    fs_make(&f, 1024, 16, PS_FREE_SYNC_EVENT, 0, 1);
+    for (uintptr_t i = 0; i < 100000; i++) {
+        ps_stream_t s = 0x10000 + i * 64;
+        void *p;
+        cr_assert_eq(ps_allocate(f.fs, 1024, s, &p), PS_OK, "stream %lu", (unsigned long)i);
+        cr_assert_eq(ps_deallocate(f.fs, p, 1024, s), PS_OK);
+        ps_stream_destroyed(f.fs, s);
+    }
+    ps_resource_info_t info = {0};
+    ps_query(f.fs, &info);
+    cr_assert_eq(info.upstream_allocs, 1, "one batch serves every stream in turn");
+    cr_assert_eq(info.bytes_in_use, 0);
+    fs_unmake(&f);
+}

@@ -499,3 +499,97 @@ ParameterizedTest(size_t *row, conformance, many_threads_at_once)
     pthread_barrier_destroy(&barrier);
     teardown(&fx);
 }
+
+/* Streams: after ps_stream_destroyed(s) (the program's cudaStreamDestroy),
+ * no fence is ever recorded on s and no stream is made to wait on s, what
+ * ever happens next: frees of s's blocks on other streams and with
+ * cudaFree, allocations on other streams, memory pressure, trim. */
+ROWS_PARAMETERS(nothing_names_a_destroyed_stream)
+ParameterizedTest(size_t *row, conformance, nothing_names_a_destroyed_stream)
+{
+    fixture_t fx;
+    setup(&fx, *row, 64 * PS_MiB, 0);
+    ps_verbosity = PS_MSG_ERROR; /* out-of-memory warnings are expected */
+    ps_host_ops_set_auto_complete(fx.gpu, 0);
+    const ps_stream_t dead = 0x7000, other = 0x8000;
+    size_t big = fx.max_request < 2 * PS_MiB ? fx.max_request : 2 * PS_MiB;
+    size_t sizes[8] = {1, 300, 4096, 4096, 70000, big, big / 2, 1000};
+    void *p[8];
+    for (int i = 0; i < 8; i++) {
+        if (sizes[i] > fx.max_request)
+            sizes[i] = fx.max_request;
+        cr_assert_eq(ps_allocate(fx.top, sizes[i], dead, &p[i]), PS_OK, "%s", FACTORIES[*row].name);
+    }
+    /* some freed on the stream itself, one on another stream, the rest live */
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(ps_deallocate(fx.top, p[i], sizes[i], dead), PS_OK);
+    cr_assert_eq(ps_deallocate(fx.top, p[4], sizes[4], other), PS_OK);
+    ps_stream_destroyed(fx.top, dead);
+    uint64_t fences = ps_host_ops_fences_on_stream(fx.gpu, dead);
+    uint64_t waits = ps_host_ops_waits_on_stream(fx.gpu, dead);
+    /* the rest of its blocks are freed later, on another stream and with cudaFree */
+    cr_assert_eq(ps_deallocate(fx.top, p[5], sizes[5], other), PS_OK);
+    cr_assert_eq(ps_deallocate(fx.top, p[6], sizes[6], PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(fx.top, p[7], sizes[7], PS_STREAM_NONE), PS_OK);
+    /* other streams and cudaMalloc allocate until the device is full */
+    enum { MAX = 512 };
+    void *q[MAX];
+    size_t qs[MAX];
+    ps_stream_t qstream[MAX];
+    size_t n = 0;
+    for (; n < MAX; n++) {
+        qs[n] = sizes[n % 8];
+        qstream[n] = n % 3 == 0 ? PS_STREAM_NONE : n % 3 == 1 ? other : 0x9000;
+        if (ps_allocate(fx.top, qs[n], qstream[n], &q[n]) != PS_OK)
+            break;
+    }
+    cr_assert_gt(n, 8, "%s", FACTORIES[*row].name);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(ps_deallocate(fx.top, q[i], qs[i], qstream[i]), PS_OK);
+    ps_trim(fx.top);
+    ps_host_ops_complete_all(fx.gpu);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(ps_allocate(fx.top, qs[i], qstream[i], &q[i]), PS_OK, "%s: %zu", FACTORIES[*row].name, i);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(ps_deallocate(fx.top, q[i], qs[i], qstream[i]), PS_OK);
+    ps_trim(fx.top);
+    cr_assert_eq(ps_host_ops_fences_on_stream(fx.gpu, dead), fences,
+                 "%s: a fence was recorded on the destroyed stream", FACTORIES[*row].name);
+    cr_assert_eq(ps_host_ops_waits_on_stream(fx.gpu, dead), waits,
+                 "%s: a stream waited on the destroyed stream", FACTORIES[*row].name);
+    ps_resource_info_t info = {0};
+    ps_query(fx.top, &info);
+    cr_assert_eq(info.bytes_in_use, 0, "%s", FACTORIES[*row].name);
+    teardown(&fx);
+}
+
+/* Creating and destroying many streams, each allocating and freeing a
+ * block, keeps what is reserved flat: per-stream state is recycled. */
+ROWS_PARAMETERS(stream_churn_keeps_memory_flat)
+ParameterizedTest(size_t *row, conformance, stream_churn_keeps_memory_flat)
+{
+    fixture_t fx;
+    setup(&fx, *row, 0, 0);
+    uint64_t reserved_early = 0;
+    enum { STREAMS = 20000 };
+    for (uintptr_t i = 0; i < STREAMS; i++) {
+        ps_stream_t s = 0x100000 + i * 64;
+        void *a, *b;
+        cr_assert_eq(ps_allocate(fx.top, 4096, s, &a), PS_OK, "%s: stream %lu", FACTORIES[*row].name, (unsigned long)i);
+        cr_assert_eq(ps_allocate(fx.top, 300, s, &b), PS_OK);
+        cr_assert_eq(ps_deallocate(fx.top, a, 4096, s), PS_OK);
+        cr_assert_eq(ps_deallocate(fx.top, b, 300, s), PS_OK);
+        ps_stream_destroyed(fx.top, s);
+        if (i == 100) {
+            ps_resource_info_t info = {0};
+            ps_query(fx.top, &info);
+            reserved_early = info.bytes_reserved;
+        }
+    }
+    ps_resource_info_t info = {0};
+    ps_query(fx.top, &info);
+    cr_assert_leq(info.bytes_reserved, reserved_early, "%s: %llu bytes reserved after the churn, %llu after 100 streams",
+                  FACTORIES[*row].name, (unsigned long long)info.bytes_reserved, (unsigned long long)reserved_early);
+    cr_assert_eq(info.bytes_in_use, 0);
+    teardown(&fx);
+}
