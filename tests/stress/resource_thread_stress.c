@@ -2,12 +2,15 @@
  * it can run under ThreadSanitizer (Criterion aborts under TSan: "Could not
  * initialize inheritable arena", Snaipe/Criterion#274).
  *
- *   make stress-threads SANITIZE=thread
+ *   make test-stress SANITIZE=thread
  *
  * For each stack (fixed_size, binning, arena, limit/stats/track/log over
  * arena): 4 threads allocate blocks over real host memory, fill them with
  * their id, check the pattern before freeing, and hand a quarter of their
- * blocks to the next thread to free. Exits 1 on any failure.
+ * blocks to the next thread to free. Then, per stack, 4 threads each churn
+ * through streams of their own (allocate and free on the stream, destroy
+ * it) while they also use cudaMalloc-style calls, so stream_destroyed runs
+ * concurrently with allocation. Exits 1 on any failure.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -100,6 +103,49 @@ static void *work(void *p)
     return NULL;
 }
 
+/* One thread's stream churn: STREAM_ROUNDS streams of its own, each used
+ * for a few blocks and then destroyed. */
+enum { STREAM_ROUNDS = 300 };
+
+static void *churn(void *p)
+{
+    worker_t *w = p;
+    shared_t *sh = w->sh;
+    unsigned seed = 7u * (unsigned)(w->id + 1);
+    void *kept = NULL;
+    size_t kept_size = 0;
+    for (int r = 0; r < STREAM_ROUNDS; r++) {
+        ps_stream_t s = (ps_stream_t)(0x100000 + ((uintptr_t)w->id << 16) + (uintptr_t)r * 64);
+        void *b[4];
+        size_t size[4];
+        for (int i = 0; i < 4; i++) {
+            size[i] = 1 + (size_t)rand_r(&seed) % sh->max;
+            if (ps_allocate(sh->top, size[i], s, &b[i]) != PS_OK) {
+                fail(sh);
+                b[i] = NULL;
+                continue;
+            }
+            memset(b[i], w->id + 1, size[i]);
+        }
+        for (int i = 0; i < 3; i++)
+            if (b[i] && ps_deallocate(sh->top, b[i], size[i], s) != PS_OK)
+                fail(sh);
+        /* the last block outlives its stream, freed with cudaFree next round */
+        if (kept && ps_deallocate(sh->top, kept, kept_size, PS_STREAM_NONE) != PS_OK)
+            fail(sh);
+        kept = b[3];
+        kept_size = size[3];
+        ps_stream_destroyed(sh->top, s);
+        void *n;
+        if (ps_allocate(sh->top, 1000, PS_STREAM_NONE, &n) != PS_OK ||
+            ps_deallocate(sh->top, n, 1000, PS_STREAM_NONE) != PS_OK)
+            fail(sh);
+    }
+    if (kept && ps_deallocate(sh->top, kept, kept_size, PS_STREAM_NONE) != PS_OK)
+        fail(sh);
+    return NULL;
+}
+
 static int run(const char *name, ps_resource_t *top, size_t max)
 {
     static shared_t sh;
@@ -118,6 +164,10 @@ static int run(const char *name, ps_resource_t *top, size_t max)
         pthread_join(t[i], NULL);
     for (int i = 0; i < THREADS; i++)
         drain(&sh, i);
+    for (int i = 0; i < THREADS; i++)
+        pthread_create(&t[i], NULL, churn, &w[i]);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
     ps_resource_info_t info = {0};
     ps_query(top, &info);
     printf("%-22s %s (in use after: %llu, reserved %llu, upstream calls %llu)\n", name,
