@@ -34,16 +34,20 @@
  *     fence recorded at the free. A superblock leaving a stream arena
  *     carries a fence on that stream; a thread arena takes it only once the
  *     fence completed, another stream after stream_wait_fence.
- *  7. stream_destroyed(s): one fence is recorded on s while its handle is
- *     still valid; every free block of s's arena becomes a closed epoch
- *     under it, and the arena is *retired*: it forgets s (stream NONE, so
- *     later frees of its blocks follow free_sync like a thread arena's,
- *     and no fence or stream wait names s again) and is reused as is by
- *     the next new stream, which gets the retired blocks only once the
- *     fence completed. Free spans fenced on s are marked as fenced on "some
- *     other stream" (a new stream may reuse the handle value). So arenas
- *     number at most the live streams (plus threads), however many streams
- *     come and go.
+ *  7. stream_destroyed(s): one fence ("retire fence") is recorded on s
+ *     while its handle is still valid, and s's arena is *retired*: it
+ *     forgets s (stream NONE: later frees of its blocks follow free_sync
+ *     like a thread arena's, and no fence or stream wait names s again).
+ *     Its free blocks count as pending and none of its superblocks goes
+ *     back to the global arena until the retire fence completed (trim
+ *     polls it, defragment under pressure host-waits for it). The next new
+ *     stream reuses the retired arena as is: if the fence is not complete
+ *     yet, the new stream first waits for it on the GPU
+ *     (stream_wait_fence(new, retire fence); a host wait if that fails).
+ *     Free spans fenced on s are marked as fenced on "some other stream"
+ *     (a new stream may reuse the handle value). So arenas number at most
+ *     the live streams (plus threads), however many streams come and go,
+ *     and a destroy costs O(size classes), not O(free blocks).
  *  8. On failure the arena defragments — every arena closes and waits for
  *     its epochs and returns its empty superblocks, the global arena gives
  *     wholly free chunks back to the upstream — and retries once. If that
@@ -158,6 +162,8 @@ typedef struct arena {
     ps_stream_t stream;         /* PS_STREAM_NONE: a thread arena */
     int orphaned;               /* thread arena whose thread exited */
     int retired;                /* stream arena whose stream was destroyed, waiting for reuse */
+    ps_fence_t *retire_fence;   /* recorded on the destroyed stream; NULL once complete */
+    uint64_t retired_free;      /* bytes free at the destroy, counted as pending until then */
     span_t **avail;             /* per class: superblocks with free blocks */
     epochs_t epochs;            /* blocks freed under EVENT */
     uint64_t in_use;            /* bytes of its blocks handed out (per arena: no shared cache line) */
@@ -608,6 +614,26 @@ static void release_empty(arena_t *ar, int keep_one)
     }
 }
 
+/* Whether the arena's retire fence (if any) is behind us; with `wait`,
+ * host-waits for it. Drops the fence once complete. Arena lock held. */
+static int retire_fence_done(arena_t *ar, int wait)
+{
+    arena_resource_t *a = ar->parent;
+    if (!ar->retire_fence)
+        return 1;
+    if (wait) {
+        a->gpu->fence_wait(a->gpu->ctx, ar->retire_fence);
+        atomic_fetch_add_explicit(&a->waits, 1, memory_order_relaxed);
+    } else if (a->gpu->fence_query(a->gpu->ctx, ar->retire_fence) != PS_OK) {
+        return 0;
+    }
+    a->gpu->fence_release(a->gpu->ctx, ar->retire_fence);
+    ar->retire_fence = NULL;
+    ar->pending -= ar->retired_free;
+    ar->retired_free = 0;
+    return 1;
+}
+
 /* A block is free again (its bit already cleared). Arena lock held. */
 static void block_return(arena_t *ar, span_t *s, uint32_t index)
 {
@@ -615,7 +641,8 @@ static void block_return(arena_t *ar, span_t *s, uint32_t index)
     s->used--;
     if (!s->linked)
         avail_link(ar, s);
-    if (s->used == 0 && (ar->orphaned || ar->retired || ar->avail[s->size_class] != s || s->next))
+    if (s->used == 0 && (ar->orphaned || ar->retired || ar->avail[s->size_class] != s || s->next) &&
+        retire_fence_done(ar, 0))
         release_superblock(ar, s);
 }
 
@@ -773,6 +800,17 @@ static arena_t *stream_arena(arena_resource_t *a, ps_stream_t stream)
     for (arena_t *o = a->arenas; o && !ar; o = o->next) {
         pthread_mutex_lock(&o->lock);
         if (o->retired) { /* a destroyed stream's arena: reuse it */
+            if (o->retire_fence && !retire_fence_done(o, 0)) {
+                /* the new stream runs after the dead stream's last work */
+                if (a->gpu->stream_wait_fence(a->gpu->ctx, stream, o->retire_fence) == PS_OK) {
+                    a->gpu->fence_release(a->gpu->ctx, o->retire_fence);
+                    o->retire_fence = NULL;
+                    o->pending -= o->retired_free;
+                    o->retired_free = 0;
+                } else {
+                    retire_fence_done(o, 1);
+                }
+            }
             o->retired = 0;
             o->stream = stream;
             ar = o;
@@ -894,7 +932,8 @@ static void defragment(arena_resource_t *a, int wait)
         pthread_mutex_lock(&ar->lock);
         epoch_close(a, &ar->epochs);
         epoch_reclaim(a, &ar->epochs, wait, release_pending_block, ar);
-        release_empty(ar, 0);
+        if (retire_fence_done(ar, wait))
+            release_empty(ar, 0);
         pthread_mutex_unlock(&ar->lock);
     }
     pthread_rwlock_unlock(&a->arenas_lock);
@@ -1074,6 +1113,8 @@ static void arena_res_destroy(ps_resource_t *r)
     for (arena_t *ar = a->arenas; ar;) {
         arena_t *next = ar->next;
         epochs_free(a, &ar->epochs);
+        if (ar->retire_fence)
+            a->gpu->fence_release(a->gpu->ctx, ar->retire_fence);
         pthread_mutex_destroy(&ar->lock);
         free(ar->avail);
         free(ar);
@@ -1103,22 +1144,6 @@ static void arena_res_destroy(ps_resource_t *r)
     free(a);
 }
 
-/* Moves every free block of `ar`'s superblocks into `into` (they become
- * pending). Arena lock held; `into` has room. */
-static void retire_free_blocks(arena_t *ar, pending_list_t *into)
-{
-    for (unsigned c = 0; c < ar->parent->class_count; c++) {
-        while (ar->avail[c]) {
-            span_t *s = ar->avail[c];
-            while (s->free_top)
-                into->items[into->count++] = (pending_t){s, s->free_stack[--s->free_top]};
-            ar->pending += (uint64_t)(s->block_count - s->used) * s->block_size;
-            s->used = s->block_count;
-            avail_unlink(ar, s);
-        }
-    }
-}
-
 /* The program is about to destroy `stream` (see step 7). */
 static void arena_res_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
 {
@@ -1127,47 +1152,29 @@ static void arena_res_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
         return;
     pthread_rwlock_wrlock(&a->arenas_lock);
     arena_t *ar = a->arenas;
-    while (ar && ar->stream != stream)
+    while (ar && (ar->retired || ar->stream != stream))
         ar = ar->next;
     if (ar) {
         pthread_mutex_lock(&ar->lock);
-        size_t free_blocks = 0;
+        uint64_t free_bytes = 0;
         for (unsigned c = 0; c < a->class_count; c++)
             for (span_t *s = ar->avail[c]; s; s = s->next)
-                free_blocks += s->free_top;
-        pending_list_t retired = {0};
-        int status = PS_OK;
-        if (free_blocks) {
-            retired.items = malloc(free_blocks * sizeof *retired.items);
-            retired.capacity = free_blocks;
-            epochs_t *e = &ar->epochs;
-            if (retired.items && e->count == e->capacity) {
-                size_t cap = e->capacity ? e->capacity * 2 : 8;
-                epoch_t *closed = realloc(e->closed, cap * sizeof *closed);
-                if (closed) {
-                    e->closed = closed;
-                    e->capacity = cap;
-                }
-            }
-            ps_fence_t *fence = NULL;
-            status = !retired.items || e->count == e->capacity
-                         ? PS_ENOMEM
-                         : a->gpu->fence_record(a->gpu->ctx, stream, &fence);
-            if (status == PS_OK) {
-                atomic_fetch_add_explicit(&a->fences, 1, memory_order_relaxed);
-                retire_free_blocks(ar, &retired);
-                /* the fence is newer than every closed epoch: it goes last */
-                e->closed[e->count++] = (epoch_t){.fence = fence, .blocks = retired};
-            } else {
-                /* no fence: wait for the whole device; the free blocks
-                 * are then safe for every stream as they are */
-                free(retired.items);
-                a->gpu->device_synchronize(a->gpu->ctx);
-            }
+                free_bytes += (uint64_t)s->free_top * s->block_size;
+        ps_fence_t *fence = NULL;
+        if (free_bytes && a->gpu->fence_record(a->gpu->ctx, stream, &fence) == PS_OK) {
+            atomic_fetch_add_explicit(&a->fences, 1, memory_order_relaxed);
+            ar->retire_fence = fence;
+            ar->retired_free = free_bytes;
+            ar->pending += free_bytes;
+        } else if (free_bytes) {
+            /* no fence: wait for the whole device; the free blocks are
+             * then safe for every stream as they are */
+            a->gpu->device_synchronize(a->gpu->ctx);
         }
         ar->stream = PS_STREAM_NONE;
         ar->retired = 1;
-        release_empty(ar, 0); /* superblocks with no block out or pending */
+        if (!ar->retire_fence)
+            release_empty(ar, 0);
         pthread_mutex_unlock(&ar->lock);
     }
     pthread_rwlock_unlock(&a->arenas_lock);

@@ -276,21 +276,46 @@ Test(arena, destroyed_stream_blocks_wait_for_a_fence_then_become_ready)
     ps_stream_destroyed(f.arena, s1);
     cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1, "one fence on the stream at the destroy");
     cr_assert_eq(info_of(f.arena).bytes_pending, 2 * size, "its free blocks are pending, not free");
-    /* a new stream (which inherits the retired arena) must not get them yet */
+    /* cudaMalloc must not get them before the fence, trim must not give them back */
     for (int i = 0; i < 4; i++) {
-        cr_assert_eq(ps_allocate(f.arena, size, s2, &b[i]), PS_OK);
-        cr_assert(b[i] != a[0] && b[i] != a[1], "block %d of s2 is a block of the dead stream before its fence", i);
+        cr_assert_eq(ps_allocate(f.arena, size, PS_STREAM_NONE, &b[i]), PS_OK);
+        cr_assert(b[i] != a[0] && b[i] != a[1], "block %d is a block of the dead stream before its fence", i);
     }
-    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s1), 0, "nothing waits on the dead stream");
-    ps_host_ops_complete_all(f.gpu);
+    cr_assert_eq(ps_trim(f.arena), PS_OK);
+    cr_assert_eq(info_of(f.arena).bytes_pending, 2 * size, "still pending after trim");
+    /* a new stream inherits the retired arena: on the GPU it first waits
+     * for the destroy's fence, then reuses the blocks */
+    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s2), 0);
     void *c;
     cr_assert_eq(ps_allocate(f.arena, size, s2, &c), PS_OK);
-    cr_assert(c == a[0] || c == a[1], "after the fence the dead stream's blocks are reused");
+    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s2), 1, "s2 waits for the fence recorded at the destroy");
+    cr_assert(c == a[0] || c == a[1], "after that wait the dead stream's blocks are s2's");
+    cr_assert_eq(info_of(f.arena).bytes_pending, 0);
+    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s1), 0, "nothing waits on the dead stream");
     cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1, "no fence on the dead stream afterwards");
     cr_assert_eq(ps_deallocate(f.arena, c, size, s2), PS_OK);
     for (int i = 0; i < 4; i++)
         cr_assert_eq(ps_deallocate(f.arena, b[i], size, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(info_of(f.arena).bytes_in_use, 0);
+    unmake(&f);
+}
+
+Test(arena, retired_arena_gives_superblocks_back_once_its_fence_completed)
+{
+    arena_fixture_t f;
+    make_small(&f);
+    const ps_stream_t s1 = 0x1000;
+    void *a;
+    cr_assert_eq(ps_allocate(f.arena, 1000, s1, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, a, 1000, s1), PS_OK);
+    ps_stream_destroyed(f.arena, s1);
+    cr_assert_eq(ps_trim(f.arena), PS_OK);
+    cr_assert_gt(info_of(f.arena).bytes_reserved, 0, "kept while the fence is incomplete");
+    ps_host_ops_complete_all(f.gpu);
+    cr_assert_eq(ps_trim(f.arena), PS_OK);
+    cr_assert_eq(info_of(f.arena).bytes_reserved, 0, "given back after it completed");
+    cr_assert_eq(info_of(f.arena).bytes_pending, 0);
+    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1);
     unmake(&f);
 }
 
