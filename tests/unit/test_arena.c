@@ -360,3 +360,24 @@ Test(arena, stream_churn_recycles_arenas)
     cr_assert_eq(info_of(f.arena).bytes_in_use, 0);
     unmake(&f);
 }
+
+Test(arena, a_new_stream_reusing_the_handle_waits_for_the_old_streams_superblocks)
+{
+    arena_fixture_t f;
+    make_small(&f);
+    const ps_stream_t s1 = 0x1000;
+    const size_t size = 32 * PS_KiB;
+    void *a, *b;
+    cr_assert_eq(ps_allocate(f.arena, size, s1, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, a, size, s1), PS_OK);
+    cr_assert_eq(ps_trim(f.arena), PS_OK); /* the superblock leaves with a fence on s1 */
+    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1);
+    ps_stream_destroyed(f.arena, s1);
+    /* the driver hands the same handle to a new stream: it is another
+     * stream, so it must wait for the old one's fence before reusing */
+    cr_assert_eq(ps_allocate(f.arena, size, s1, &b), PS_OK);
+    cr_assert_eq(b, a, "the fenced superblock is reused");
+    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s1), 1, "after a GPU-side wait for the old fence");
+    cr_assert_eq(ps_deallocate(f.arena, b, size, s1), PS_OK);
+    unmake(&f);
+}
