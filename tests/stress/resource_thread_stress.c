@@ -5,7 +5,7 @@
  *   make test-stress SANITIZE=thread
  *
  * For each stack (fixed_size, binning, arena, limit/stats/track/log over
- * arena): 4 threads allocate blocks over real host memory, fill them with
+ * arena, pool, binning over pool): 4 threads allocate blocks over real host memory, fill them with
  * their id, check the pattern before freeing, and hand a quarter of their
  * blocks to the next thread to free. Then, per stack, 4 threads each churn
  * through streams of their own (allocate and free on the stream, destroy
@@ -23,6 +23,7 @@
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
 #include "../../core/host_ops.h"
+#include "../../core/pool.h"
 #include "../../core/upstream.h"
 
 enum { THREADS = 4, ROUNDS = 1500, LIVE = 16, MAILBOX = 256 };
@@ -213,6 +214,20 @@ int main(void)
     bad |= run("log_over_arena", adaptor, 64 * 1024);
     ps_destroy(adaptor);
     unlink(path);
+    ps_resource_t *pool, *pfs[2], *pbins;
+    ps_pool_create("pool", up, gpu, NULL, &pool);
+    bad |= run("pool", pool, 3 * PS_MiB);
+    fo.block_size = 512;
+    ps_fixed_size_create("pool512", pool, gpu, &fo, &pfs[0]);
+    fo.block_size = 4096;
+    ps_fixed_size_create("pool4096", pool, gpu, &fo, &pfs[1]);
+    ps_bin_t pb[2] = {{512, pfs[0]}, {4096, pfs[1]}};
+    ps_binning_create("binning_pool", pb, 2, pool, &pbins);
+    bad |= run("binning_over_pool", pbins, 128 * 1024);
+    ps_destroy(pbins);
+    ps_destroy(pfs[1]);
+    ps_destroy(pfs[0]);
+    ps_destroy(pool);
     ps_destroy(bins);
     ps_destroy(arena);
     ps_destroy(fs2);
