@@ -267,6 +267,12 @@ static int steal_from_streams(fixed_size_t *fs, ps_stream_t stream, block_list_t
         if (list_reserve(into, sl->blocks.count) != PS_OK)
             return 0;
         ps_fence_t *fence;
+        if (!fs->gpu) { /* free_sync none without a device table: no ordering asked for */
+            memcpy(&into->items[into->count], sl->blocks.items, sl->blocks.count * sizeof(void *));
+            into->count += sl->blocks.count;
+            sl->blocks.count = 0;
+            return 1;
+        }
         if (fs->gpu->fence_record(fs->gpu->ctx, sl->stream, &fence) != PS_OK)
             continue;
         fs->info.fences_recorded++;

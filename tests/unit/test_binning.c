@@ -315,3 +315,34 @@ Test(fixed_size, stream_churn_recycles_stream_lists)
     cr_assert_eq(info.bytes_in_use, 0);
     fs_unmake(&f);
 }
+
+Test(fixed_size, without_a_device_table_streams_are_retired_and_stolen_safely)
+{
+    ps_gpu_ops_t *gpu;
+    ps_resource_t *up, *fs;
+    ps_host_ops_options_t h = {.capacity = 2 * PS_MiB};
+    cr_assert_eq(ps_host_ops_create(&h, &gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", gpu, &up), PS_OK);
+    ps_fixed_size_options_t o;
+    ps_fixed_size_options_default(&o);
+    o.block_size = 1024;
+    o.blocks_per_batch = 2;
+    o.free_sync = PS_FREE_SYNC_NONE;
+    cr_assert_eq(ps_fixed_size_create("fixed", up, NULL, &o, &fs), PS_OK);
+    void *a[2], *b[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(ps_allocate(fs, 1024, 0x1000, &a[i]), PS_OK);
+    cr_assert_eq(ps_deallocate(fs, a[0], 1024, 0x1000), PS_OK);
+    cr_assert_eq(ps_deallocate(fs, a[1], 1024, 0x2000), PS_OK);
+    ps_stream_destroyed(fs, 0x1000); /* no fence possible: its block is clean */
+    cr_assert_eq(ps_allocate(fs, 1024, PS_STREAM_NONE, &b[0]), PS_OK);
+    cr_assert_eq(b[0], a[0]);
+    /* the device is full: 0x2000's block is taken without a fence */
+    cr_assert_eq(ps_allocate(fs, 1024, PS_STREAM_NONE, &b[1]), PS_OK);
+    cr_assert_eq(b[1], a[1]);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(ps_deallocate(fs, b[i], 1024, PS_STREAM_NONE), PS_OK);
+    ps_destroy(fs);
+    ps_destroy(up);
+    ps_host_ops_destroy(gpu);
+}
