@@ -34,7 +34,21 @@
  *     fence recorded at the free. A superblock leaving a stream arena
  *     carries a fence on that stream; a thread arena takes it only once the
  *     fence completed, another stream after stream_wait_fence.
- *  7. On failure the arena defragments — every arena closes and waits for
+ *  7. stream_destroyed(s): one fence ("retire fence") is recorded on s
+ *     while its handle is still valid, and s's arena is *retired*: it
+ *     forgets s (stream NONE: later frees of its blocks follow free_sync
+ *     like a thread arena's, and no fence or stream wait names s again).
+ *     Its free blocks count as pending and none of its superblocks goes
+ *     back to the global arena until the retire fence completed (trim
+ *     polls it, defragment under pressure host-waits for it). The next new
+ *     stream reuses the retired arena as is: if the fence is not complete
+ *     yet, the new stream first waits for it on the GPU
+ *     (stream_wait_fence(new, retire fence); a host wait if that fails).
+ *     Free spans fenced on s are marked as fenced on "some other stream"
+ *     (a new stream may reuse the handle value). So arenas number at most
+ *     the live streams (plus threads), however many streams come and go,
+ *     and a destroy costs O(size classes), not O(free blocks).
+ *  8. On failure the arena defragments — every arena closes and waits for
  *     its epochs and returns its empty superblocks, the global arena gives
  *     wholly free chunks back to the upstream — and retries once. If that
  *     fails too it warns with the fragmentation (largest free run vs all
@@ -147,6 +161,9 @@ typedef struct arena {
     arena_resource_t *parent;   /* the resource */
     ps_stream_t stream;         /* PS_STREAM_NONE: a thread arena */
     int orphaned;               /* thread arena whose thread exited */
+    int retired;                /* stream arena whose stream was destroyed, waiting for reuse */
+    ps_fence_t *retire_fence;   /* recorded on the destroyed stream; NULL once complete */
+    uint64_t retired_free;      /* bytes free at the destroy, counted as pending until then */
     span_t **avail;             /* per class: superblocks with free blocks */
     epochs_t epochs;            /* blocks freed under EVENT */
     uint64_t in_use;            /* bytes of its blocks handed out (per arena: no shared cache line) */
@@ -597,6 +614,26 @@ static void release_empty(arena_t *ar, int keep_one)
     }
 }
 
+/* Whether the arena's retire fence (if any) is behind us; with `wait`,
+ * host-waits for it. Drops the fence once complete. Arena lock held. */
+static int retire_fence_done(arena_t *ar, int wait)
+{
+    arena_resource_t *a = ar->parent;
+    if (!ar->retire_fence)
+        return 1;
+    if (wait) {
+        a->gpu->fence_wait(a->gpu->ctx, ar->retire_fence);
+        atomic_fetch_add_explicit(&a->waits, 1, memory_order_relaxed);
+    } else if (a->gpu->fence_query(a->gpu->ctx, ar->retire_fence) != PS_OK) {
+        return 0;
+    }
+    a->gpu->fence_release(a->gpu->ctx, ar->retire_fence);
+    ar->retire_fence = NULL;
+    ar->pending -= ar->retired_free;
+    ar->retired_free = 0;
+    return 1;
+}
+
 /* A block is free again (its bit already cleared). Arena lock held. */
 static void block_return(arena_t *ar, span_t *s, uint32_t index)
 {
@@ -604,7 +641,8 @@ static void block_return(arena_t *ar, span_t *s, uint32_t index)
     s->used--;
     if (!s->linked)
         avail_link(ar, s);
-    if (s->used == 0 && (ar->orphaned || ar->avail[s->size_class] != s || s->next))
+    if (s->used == 0 && (ar->orphaned || ar->retired || ar->avail[s->size_class] != s || s->next) &&
+        retire_fence_done(ar, 0))
         release_superblock(ar, s);
 }
 
@@ -759,6 +797,26 @@ static arena_t *stream_arena(arena_resource_t *a, ps_stream_t stream)
     pthread_rwlock_wrlock(&a->arenas_lock);
     for (ar = a->arenas; ar && ar->stream != stream;)
         ar = ar->next;
+    for (arena_t *o = a->arenas; o && !ar; o = o->next) {
+        pthread_mutex_lock(&o->lock);
+        if (o->retired) { /* a destroyed stream's arena: reuse it */
+            if (o->retire_fence && !retire_fence_done(o, 0)) {
+                /* the new stream runs after the dead stream's last work */
+                if (a->gpu->stream_wait_fence(a->gpu->ctx, stream, o->retire_fence) == PS_OK) {
+                    a->gpu->fence_release(a->gpu->ctx, o->retire_fence);
+                    o->retire_fence = NULL;
+                    o->pending -= o->retired_free;
+                    o->retired_free = 0;
+                } else {
+                    retire_fence_done(o, 1);
+                }
+            }
+            o->retired = 0;
+            o->stream = stream;
+            ar = o;
+        }
+        pthread_mutex_unlock(&o->lock);
+    }
     if (!ar) {
         ar = arena_new(a, stream);
         if (ar) {
@@ -874,7 +932,8 @@ static void defragment(arena_resource_t *a, int wait)
         pthread_mutex_lock(&ar->lock);
         epoch_close(a, &ar->epochs);
         epoch_reclaim(a, &ar->epochs, wait, release_pending_block, ar);
-        release_empty(ar, 0);
+        if (retire_fence_done(ar, wait))
+            release_empty(ar, 0);
         pthread_mutex_unlock(&ar->lock);
     }
     pthread_rwlock_unlock(&a->arenas_lock);
@@ -1054,6 +1113,8 @@ static void arena_res_destroy(ps_resource_t *r)
     for (arena_t *ar = a->arenas; ar;) {
         arena_t *next = ar->next;
         epochs_free(a, &ar->epochs);
+        if (ar->retire_fence)
+            a->gpu->fence_release(a->gpu->ctx, ar->retire_fence);
         pthread_mutex_destroy(&ar->lock);
         free(ar->avail);
         free(ar);
@@ -1083,6 +1144,48 @@ static void arena_res_destroy(ps_resource_t *r)
     free(a);
 }
 
+/* The program is about to destroy `stream` (see step 7). */
+static void arena_res_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
+{
+    arena_resource_t *a = (arena_resource_t *)r;
+    if (stream == PS_STREAM_NONE)
+        return;
+    pthread_rwlock_wrlock(&a->arenas_lock);
+    arena_t *ar = a->arenas;
+    while (ar && (ar->retired || ar->stream != stream))
+        ar = ar->next;
+    if (ar) {
+        pthread_mutex_lock(&ar->lock);
+        uint64_t free_bytes = 0;
+        for (unsigned c = 0; c < a->class_count; c++)
+            for (span_t *s = ar->avail[c]; s; s = s->next)
+                free_bytes += (uint64_t)s->free_top * s->block_size;
+        ps_fence_t *fence = NULL;
+        if (free_bytes && a->gpu->fence_record(a->gpu->ctx, stream, &fence) == PS_OK) {
+            atomic_fetch_add_explicit(&a->fences, 1, memory_order_relaxed);
+            ar->retire_fence = fence;
+            ar->retired_free = free_bytes;
+            ar->pending += free_bytes;
+        } else if (free_bytes) {
+            /* no fence: wait for the whole device; the free blocks are
+             * then safe for every stream as they are */
+            a->gpu->device_synchronize(a->gpu->ctx);
+        }
+        ar->stream = PS_STREAM_NONE;
+        ar->retired = 1;
+        if (!ar->retire_fence)
+            release_empty(ar, 0);
+        pthread_mutex_unlock(&ar->lock);
+    }
+    pthread_rwlock_unlock(&a->arenas_lock);
+    /* a span fenced on `stream` is waited for by every taker from now on */
+    pthread_mutex_lock(&a->global_lock);
+    for (span_t *s = a->free_spans; s; s = s->next)
+        if (s->fence && s->fence_stream == stream)
+            s->fence_stream = PS_STREAM_NONE;
+    pthread_mutex_unlock(&a->global_lock);
+}
+
 static const ps_resource_ops_t arena_ops = {
     .type_name = "arena",
     .allocate = arena_res_allocate,
@@ -1090,6 +1193,7 @@ static const ps_resource_ops_t arena_ops = {
     .trim = arena_res_trim,
     .query = arena_res_query,
     .destroy = arena_res_destroy,
+    .stream_destroyed = arena_res_stream_destroyed,
 };
 
 int ps_arena_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu,

@@ -8,6 +8,12 @@
  *     fallback (PS_EINVAL when there is none).
  *  3. deallocate(ptr, size) routes by the same size, so the block returns
  *     to the resource that served it (the shim's registry keeps sizes).
+ *  4. stream_destroyed goes to every distinct bin resource and to the
+ *     fallback (each of them may keep per-stream state).
+ *  5. query sums the distinct members; a member whose upstream chain
+ *     reaches another member (fixed_size bins over the pool that is also
+ *     the fallback) has its reserved bytes counted once, as the other's
+ *     bytes in use, not twice.
  * Guarantees: no state of its own beyond the bin table (read-only after
  * creation), so it is as thread-safe as its bins.
  */
@@ -65,26 +71,78 @@ static int binning_trim(ps_resource_t *r)
     return status;
 }
 
-/* Sums what the bins and the fallback report. */
+/* Member i: bin i's resource, or (i == bin_count) the fallback. */
+static ps_resource_t *member(const binning_t *b, size_t i)
+{
+    return i < b->bin_count ? b->bins[i].resource : b->base.upstream;
+}
+
+/* Whether member i is the same resource as an earlier member. */
+static int repeated(const binning_t *b, size_t i)
+{
+    for (size_t j = 0; j < i; j++)
+        if (member(b, j) == member(b, i))
+            return 1;
+    return 0;
+}
+
+/* The member that `res` takes its memory from (directly or through
+ * adaptors), or SIZE_MAX when none: e.g. fixed_size bins over the pool
+ * that is also the fallback. */
+static size_t nested_in(const binning_t *b, const ps_resource_t *res)
+{
+    size_t n = b->bin_count + (b->base.upstream != NULL);
+    for (const ps_resource_t *up = res->upstream; up; up = up->upstream)
+        for (size_t j = 0; j < n; j++)
+            if (member(b, j) == up)
+                return j;
+    return SIZE_MAX;
+}
+
+/* Sums what the distinct bins and the fallback report. A member that takes
+ * its memory from another member (step 5) counts its free and pending
+ * bytes, but its reserved bytes are the other's bytes in use, not new
+ * memory: they are taken off that member's bytes in use, and its upstream
+ * traffic is internal. */
 static void binning_query(ps_resource_t *r, ps_resource_info_t *info)
 {
     binning_t *b = (binning_t *)r;
     size_t n = b->bin_count + (b->base.upstream != NULL);
+    uint64_t nested_reserved = 0;
     for (size_t i = 0; i < n; i++) {
-        ps_resource_t *res = i < b->bin_count ? b->bins[i].resource : b->base.upstream;
+        if (repeated(b, i))
+            continue;
+        ps_resource_t *res = member(b, i);
         ps_resource_info_t one = {0};
         ps_query(res, &one);
+        int nested = nested_in(b, res) != SIZE_MAX;
         info->bytes_in_use += one.bytes_in_use;
-        info->bytes_reserved += one.bytes_reserved;
-        info->peak_bytes_reserved += one.peak_bytes_reserved;
+        if (nested) {
+            nested_reserved += one.bytes_reserved;
+        } else {
+            info->bytes_reserved += one.bytes_reserved;
+            info->peak_bytes_reserved += one.peak_bytes_reserved;
+            info->upstream_allocs += one.upstream_allocs;
+            info->upstream_frees += one.upstream_frees;
+        }
         info->bytes_free += one.bytes_free;
         info->bytes_pending += one.bytes_pending;
         if (one.largest_free_block > info->largest_free_block)
             info->largest_free_block = one.largest_free_block;
-        info->upstream_allocs += one.upstream_allocs;
-        info->upstream_frees += one.upstream_frees;
         info->fences_recorded += one.fences_recorded;
         info->fence_waits += one.fence_waits;
+    }
+    info->bytes_in_use = info->bytes_in_use > nested_reserved ? info->bytes_in_use - nested_reserved : 0;
+}
+
+/* Tells every distinct bin resource and the fallback that `stream` dies. */
+static void binning_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
+{
+    binning_t *b = (binning_t *)r;
+    size_t n = b->bin_count + (b->base.upstream != NULL);
+    for (size_t i = 0; i < n; i++) {
+        if (!repeated(b, i))
+            ps_stream_destroyed(member(b, i), stream);
     }
 }
 
@@ -102,6 +160,7 @@ static const ps_resource_ops_t binning_ops = {
     .trim = binning_trim,
     .query = binning_query,
     .destroy = binning_destroy,
+    .stream_destroyed = binning_stream_destroyed,
 };
 
 int ps_binning_create(const char *name, const ps_bin_t *bins, size_t bin_count,

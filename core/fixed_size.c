@@ -19,7 +19,12 @@
  *             (oldest first); blocks of completed epochs become clean. If
  *             nothing is clean it grows rather than waits; only when the
  *             upstream is out of memory does it wait for the oldest fence.
- *  5. Out of memory: PS_ENOMEM with the state unchanged (besides epochs
+ *  5. stream_destroyed(s): s's free list becomes a closed epoch under one
+ *     fence recorded on s now, while the handle is valid (on failure: a
+ *     device synchronize, then clean), and s's entry is removed, so no
+ *     fence or stream wait ever names s again and the stream table holds
+ *     only live streams however many streams come and go.
+ *  6. Out of memory: PS_ENOMEM with the state unchanged (besides epochs
  *     that completed, which only makes blocks reusable).
  * Guarantees: every pointer aligned to `alignment`; O(1) allocate and free
  * (O(log batches) to validate a free); no block freed under EVENT is reused
@@ -215,19 +220,25 @@ static void reclaim_epochs(fixed_size_t *fs, int wait)
     }
 }
 
+/* Room for one more closed epoch. Lock held. */
+static int reserve_epoch(fixed_size_t *fs)
+{
+    if (fs->epoch_count < fs->epoch_capacity)
+        return PS_OK;
+    size_t cap = fs->epoch_capacity ? fs->epoch_capacity * 2 : 8;
+    epoch_t *ne = realloc(fs->epochs, cap * sizeof *ne);
+    if (!ne)
+        return PS_ENOMEM;
+    fs->epochs = ne;
+    fs->epoch_capacity = cap;
+    return PS_OK;
+}
+
 /* Closes the open epoch with one fence. Lock held. */
 static void close_epoch(fixed_size_t *fs)
 {
-    if (fs->open_epoch.count == 0)
+    if (fs->open_epoch.count == 0 || reserve_epoch(fs) != PS_OK)
         return;
-    if (fs->epoch_count == fs->epoch_capacity) {
-        size_t cap = fs->epoch_capacity ? fs->epoch_capacity * 2 : 8;
-        epoch_t *ne = realloc(fs->epochs, cap * sizeof *ne);
-        if (!ne)
-            return;
-        fs->epochs = ne;
-        fs->epoch_capacity = cap;
-    }
     ps_fence_t *fence;
     if (fs->gpu->fence_record(fs->gpu->ctx, PS_STREAM_NONE, &fence) != PS_OK)
         return;
@@ -256,6 +267,12 @@ static int steal_from_streams(fixed_size_t *fs, ps_stream_t stream, block_list_t
         if (list_reserve(into, sl->blocks.count) != PS_OK)
             return 0;
         ps_fence_t *fence;
+        if (!fs->gpu) { /* free_sync none without a device table: no ordering asked for */
+            memcpy(&into->items[into->count], sl->blocks.items, sl->blocks.count * sizeof(void *));
+            into->count += sl->blocks.count;
+            sl->blocks.count = 0;
+            return 1;
+        }
         if (fs->gpu->fence_record(fs->gpu->ctx, sl->stream, &fence) != PS_OK)
             continue;
         fs->info.fences_recorded++;
@@ -447,6 +464,52 @@ static void fs_destroy(ps_resource_t *r)
     free(fs);
 }
 
+/* The program is about to destroy `stream`: its free list is retired as a
+ * closed epoch under a fence recorded on it now, and its entry goes. */
+static void fs_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
+{
+    fixed_size_t *fs = (fixed_size_t *)r;
+    if (stream == PS_STREAM_NONE)
+        return;
+    pthread_mutex_lock(&fs->lock);
+    stream_list_t *sl = find_stream(fs, stream);
+    if (!sl) {
+        pthread_mutex_unlock(&fs->lock);
+        return;
+    }
+    block_list_t blocks = sl->blocks;
+    if (blocks.count) {
+        size_t bytes = blocks.count * fs->opts.block_size;
+        ps_fence_t *fence = NULL;
+        if (fs->gpu && reserve_epoch(fs) == PS_OK &&
+            fs->gpu->fence_record(fs->gpu->ctx, stream, &fence) == PS_OK) {
+            fs->info.fences_recorded++;
+            fs->info.bytes_pending += bytes;
+            fs->epochs[fs->epoch_count++] = (epoch_t){.fence = fence, .blocks = blocks};
+            blocks = (block_list_t){0};
+        } else {
+            /* no fence: wait for the whole device, then the blocks are clean */
+            if (fs->gpu)
+                fs->gpu->device_synchronize(fs->gpu->ctx);
+            fs->info.bytes_pending += bytes; /* make_clean takes them off again */
+            if (make_clean(fs, &blocks) != PS_OK) {
+                /* no room on the clean stack: the blocks stay lost until
+                 * destroy rather than be touched through the dead handle */
+                fs->info.bytes_pending -= bytes;
+                ps_warning("fixed_size '%s': out of host memory retiring a stream's %zu free blocks",
+                           fs->base.name, blocks.count);
+            }
+        }
+    }
+    free(blocks.items);
+    *sl = fs->streams[--fs->stream_count];
+    if (fs->stream_count == 0) {
+        free(fs->streams);
+        fs->streams = NULL;
+    }
+    pthread_mutex_unlock(&fs->lock);
+}
+
 static const ps_resource_ops_t fixed_size_ops = {
     .type_name = "fixed_size",
     .allocate = fs_allocate,
@@ -454,6 +517,7 @@ static const ps_resource_ops_t fixed_size_ops = {
     .trim = fs_trim,
     .query = fs_query,
     .destroy = fs_destroy,
+    .stream_destroyed = fs_stream_destroyed,
 };
 
 int ps_fixed_size_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu,

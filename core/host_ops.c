@@ -15,7 +15,10 @@
  *     auto-complete mode. fence_wait on an incomplete fence completes that
  *     fence (the host waited for it) and counts a wait.
  *     device_synchronize completes every fence recorded so far.
- *  3. stream_wait_fence, fence_wait and device_synchronize only count.
+ *  3. stream_wait_fence, fence_wait and device_synchronize only count;
+ *     fences and stream waits are also counted per stream (a map keyed by
+ *     stream + 1, since the map's empty key is PS_STREAM_NONE's value), so
+ *     tests can check that nothing names a destroyed stream.
  * Guarantees: thread-safe (one mutex); bytes outstanding never exceed the
  * capacity; destroy frees every host allocation still live.
  */
@@ -58,7 +61,31 @@ typedef struct host_device {
     uint64_t stream_waits;         /* stream_wait_fence calls */
     uint64_t fence_waits;          /* fence_wait calls on incomplete fences */
     uint64_t device_syncs;         /* device_synchronize calls */
+    ps_ptr_map_t fences_by_stream; /* stream + 1 -> fences recorded on it */
+    ps_ptr_map_t waits_by_stream;  /* stream + 1 -> stream_wait_fence calls on it */
 } host_device_t;
+
+/* Adds one to `stream`'s entry of `map` (silently skipped without memory).
+ * Lock held. */
+static void count_on_stream(ps_ptr_map_t *map, ps_stream_t stream)
+{
+    uintptr_t key = (uintptr_t)stream + 1;
+    uint64_t value = 0;
+    if (key == PS_PTR_MAP_EMPTY || ps_ptr_map_reserve(map, 1) != PS_OK)
+        return;
+    ps_ptr_map_get(map, key, &value);
+    ps_ptr_map_put(map, key, value + 1);
+}
+
+/* `stream`'s entry of `map`. Lock held. */
+static uint64_t count_of_stream(const ps_ptr_map_t *map, ps_stream_t stream)
+{
+    uintptr_t key = (uintptr_t)stream + 1;
+    uint64_t value = 0;
+    if (key != PS_PTR_MAP_EMPTY)
+        ps_ptr_map_get(map, key, &value);
+    return value;
+}
 
 static int fence_is_complete_locked(host_device_t *dev, const struct ps_fence *fence)
 {
@@ -177,6 +204,7 @@ static int host_fence_record(void *ctx, ps_stream_t stream, ps_fence_t **out)
     fence->waited = 0;
     fence->stream = stream;
     fence->next = NULL;
+    count_on_stream(&dev->fences_by_stream, stream);
     if (dev->auto_complete)
         dev->completed_upto = fence->sequence;
     pthread_mutex_unlock(&dev->lock);
@@ -221,6 +249,7 @@ static int host_stream_wait_fence(void *ctx, ps_stream_t stream, ps_fence_t *fen
     host_device_t *dev = ctx;
     pthread_mutex_lock(&dev->lock);
     dev->stream_waits++;
+    count_on_stream(&dev->waits_by_stream, stream);
     pthread_mutex_unlock(&dev->lock);
     return PS_OK;
 }
@@ -251,6 +280,17 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
     if (!dev)
         return PS_ENOMEM;
     if (ps_ptr_map_init(&dev->live, 64) != PS_OK) {
+        free(dev);
+        return PS_ENOMEM;
+    }
+    if (ps_ptr_map_init(&dev->fences_by_stream, 16) != PS_OK) {
+        ps_ptr_map_free(&dev->live);
+        free(dev);
+        return PS_ENOMEM;
+    }
+    if (ps_ptr_map_init(&dev->waits_by_stream, 16) != PS_OK) {
+        ps_ptr_map_free(&dev->fences_by_stream);
+        ps_ptr_map_free(&dev->live);
         free(dev);
         return PS_ENOMEM;
     }
@@ -288,6 +328,8 @@ void ps_host_ops_destroy(ps_gpu_ops_t *ops)
             if (dev->live.slots[i].key != PS_PTR_MAP_EMPTY)
                 free((void *)dev->live.slots[i].key);
     ps_ptr_map_free(&dev->live);
+    ps_ptr_map_free(&dev->fences_by_stream);
+    ps_ptr_map_free(&dev->waits_by_stream);
     for (struct ps_fence *fence = dev->all_fences, *next; fence; fence = next) {
         next = fence->all_next;
         free(fence);
@@ -312,6 +354,24 @@ uint64_t ps_host_ops_fence_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, fence_waits
 uint64_t ps_host_ops_device_syncs(ps_gpu_ops_t *ops) { HOST_READ(ops, device_syncs); }
 uint64_t ps_host_ops_bytes_outstanding(ps_gpu_ops_t *ops) { HOST_READ(ops, bytes_outstanding); }
 uint64_t ps_host_ops_upstream_allocs(ps_gpu_ops_t *ops) { HOST_READ(ops, upstream_allocs); }
+
+uint64_t ps_host_ops_fences_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    uint64_t value = count_of_stream(&dev->fences_by_stream, stream);
+    pthread_mutex_unlock(&dev->lock);
+    return value;
+}
+
+uint64_t ps_host_ops_waits_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    uint64_t value = count_of_stream(&dev->waits_by_stream, stream);
+    pthread_mutex_unlock(&dev->lock);
+    return value;
+}
 
 void ps_host_ops_complete_upto(ps_gpu_ops_t *ops, uint64_t seq)
 {

@@ -35,6 +35,10 @@ void ps_host_ops_set_auto_complete(ps_gpu_ops_t *ops, int on);
 uint64_t ps_host_ops_stream_waits(ps_gpu_ops_t *ops);            /* stream_wait_fence calls */
 uint64_t ps_host_ops_fence_waits(ps_gpu_ops_t *ops);             /* host fence_wait calls */
 uint64_t ps_host_ops_device_syncs(ps_gpu_ops_t *ops);            /* device_synchronize calls */
+/* Fences recorded on `stream` (PS_STREAM_NONE counts the all-streams
+ * fences), and stream_wait_fence calls that made `stream` wait. */
+uint64_t ps_host_ops_fences_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream);
+uint64_t ps_host_ops_waits_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream);
 
 /* Upstream accounting and fault injection. */
 uint64_t ps_host_ops_bytes_outstanding(ps_gpu_ops_t *ops);

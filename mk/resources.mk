@@ -15,11 +15,3 @@ $(BUILD)/bench_arena: tools/bench/bench_arena.c $(CORE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(CORE_LIB) $(LDFLAGS) $(LDLIBS) -lm
 
-# Threaded stress of every resource outside Criterion (which aborts under
-# TSan, Snaipe/Criterion#274):  make stress-threads SANITIZE=thread
-.PHONY: stress-threads
-stress-threads: $(BUILD)/stress_threads
-	$(BUILD)/stress_threads
-$(BUILD)/stress_threads: tools/bench/stress_threads.c tests/unit/test_upstream_helper.c $(CORE_LIB)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ tools/bench/stress_threads.c tests/unit/test_upstream_helper.c $(CORE_LIB) $(LDFLAGS) $(LDLIBS)

@@ -7,7 +7,8 @@
 
 #include "../../core/adaptors.h"
 #include "../../core/arena.h"
-#include "test_upstream_helper.h"
+#include "../../core/host_ops.h"
+#include "../../core/upstream.h"
 
 typedef struct stack {
     ps_gpu_ops_t *gpu;     /* fake device */
@@ -18,8 +19,8 @@ typedef struct stack {
 static void base_make(stack_t_ *s)
 {
     ps_host_ops_options_t h = {.auto_complete = 1};
-    cr_assert_eq(test_host_ops_create(&h, &s->gpu), PS_OK);
-    cr_assert_eq(test_upstream_create("cuda", s->gpu, &s->up), PS_OK);
+    cr_assert_eq(ps_host_ops_create(&h, &s->gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", s->gpu, &s->up), PS_OK);
     cr_assert_eq(ps_arena_create("arena", s->up, s->gpu, NULL, &s->arena), PS_OK);
 }
 
@@ -27,7 +28,7 @@ static void base_unmake(stack_t_ *s)
 {
     ps_destroy(s->arena);
     ps_destroy(s->up);
-    test_host_ops_destroy(s->gpu);
+    ps_host_ops_destroy(s->gpu);
 }
 
 static char *slurp(FILE *f)

@@ -8,7 +8,8 @@
 #include <unistd.h>
 
 #include "../../core/arena.h"
-#include "test_upstream_helper.h"
+#include "../../core/host_ops.h"
+#include "../../core/upstream.h"
 
 typedef struct arena_fixture {
     ps_gpu_ops_t *gpu;      /* fake device */
@@ -19,8 +20,8 @@ typedef struct arena_fixture {
 static void make(arena_fixture_t *f, size_t capacity, int auto_complete)
 {
     ps_host_ops_options_t h = {.capacity = capacity, .auto_complete = auto_complete};
-    cr_assert_eq(test_host_ops_create(&h, &f->gpu), PS_OK);
-    cr_assert_eq(test_upstream_create("cuda", f->gpu, &f->up), PS_OK);
+    cr_assert_eq(ps_host_ops_create(&h, &f->gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->up), PS_OK);
     cr_assert_eq(ps_arena_create("arena", f->up, f->gpu, NULL, &f->arena), PS_OK);
 }
 
@@ -28,7 +29,7 @@ static void unmake(arena_fixture_t *f)
 {
     ps_destroy(f->arena);
     ps_destroy(f->up);
-    test_host_ops_destroy(f->gpu);
+    ps_host_ops_destroy(f->gpu);
 }
 
 static ps_resource_info_t info_of(ps_resource_t *r)
@@ -113,7 +114,7 @@ Test(arena_thread, defragments_on_failure_then_succeeds)
     cr_assert_lt(before.largest_free_block, 16 * PS_MiB);
     void *big;
     cr_assert_eq(ps_allocate(f.arena, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
-    cr_assert_geq(test_host_ops_fence_waits(f.gpu), 1, "pending frees were waited for under pressure");
+    cr_assert_geq(ps_host_ops_fence_waits(f.gpu), 1, "pending frees were waited for under pressure");
     cr_assert_eq(ps_deallocate(f.arena, big, 16 * PS_MiB, PS_STREAM_NONE), PS_OK);
     pthread_barrier_wait(&go);
     pthread_join(t, NULL);
@@ -171,12 +172,12 @@ Test(arena, event_free_is_not_reused_before_its_fence_completes)
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_eq(ps_deallocate(f.arena, a, PS_MiB, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(info_of(f.arena).bytes_pending, PS_MiB);
-    uint64_t fences = test_host_ops_fences_recorded(f.gpu);
+    uint64_t fences = ps_host_ops_fences_recorded(f.gpu);
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &c), PS_OK);
     cr_assert_neq(c, a, "reused before the fence completed");
-    cr_assert_eq(test_host_ops_fences_recorded(f.gpu), fences + 1, "the epoch was closed by one fence");
-    cr_assert_eq(test_host_ops_fence_waits(f.gpu), 0, "no host wait when it can grow");
-    test_host_ops_complete_all(f.gpu);
+    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), fences + 1, "the epoch was closed by one fence");
+    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0, "no host wait when it can grow");
+    ps_host_ops_complete_all(f.gpu);
     /* c's superblock has one free block left; then a comes back */
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &d), PS_OK);
     void *e;
@@ -210,11 +211,11 @@ Test(arena, stream_frees_are_reused_at_once_on_their_stream)
     cr_assert_eq(ps_deallocate(f.arena, a, 1000, s1), PS_OK);
     cr_assert_eq(ps_allocate(f.arena, 1000, s1, &b), PS_OK);
     cr_assert_eq(b, a, "same stream: reused at once");
-    cr_assert_eq(test_host_ops_fences_recorded(f.gpu), 0);
+    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 0);
     /* freed on another stream: the owner stream waits for it on the GPU */
     cr_assert_eq(ps_deallocate(f.arena, b, 1000, s2), PS_OK);
-    cr_assert_eq(test_host_ops_stream_waits(f.gpu), 1);
-    cr_assert_eq(test_host_ops_fence_waits(f.gpu), 0, "never a host wait");
+    cr_assert_eq(ps_host_ops_stream_waits(f.gpu), 1);
+    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0, "never a host wait");
     unmake(&f);
 }
 
@@ -239,9 +240,144 @@ Test(arena, trim_gives_free_chunks_back)
     void *a;
     cr_assert_eq(ps_allocate(f.arena, 5 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(ps_deallocate(f.arena, a, 5 * PS_MiB, PS_STREAM_NONE), PS_OK);
-    cr_assert_gt(test_host_ops_bytes_outstanding(f.gpu), 0);
+    cr_assert_gt(ps_host_ops_bytes_outstanding(f.gpu), 0);
     cr_assert_eq(ps_trim(f.arena), PS_OK);
-    cr_assert_eq(test_host_ops_bytes_outstanding(f.gpu), 0);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0);
     cr_assert_eq(info_of(f.arena).bytes_reserved, 0);
+    unmake(&f);
+}
+
+/* ---- destroyed streams ---- */
+
+/* An arena of 64 KiB superblocks: 32 KiB requests fit two per superblock. */
+static void make_small(arena_fixture_t *f)
+{
+    ps_host_ops_options_t h = {0};
+    cr_assert_eq(ps_host_ops_create(&h, &f->gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->up), PS_OK);
+    ps_arena_options_t o;
+    ps_arena_options_default(&o);
+    o.superblock_size = 64 * PS_KiB;
+    cr_assert_eq(ps_arena_create("arena", f->up, f->gpu, &o, &f->arena), PS_OK);
+}
+
+Test(arena, destroyed_stream_blocks_wait_for_a_fence_then_become_ready)
+{
+    arena_fixture_t f;
+    make_small(&f);
+    const ps_stream_t s1 = 0x1000, s2 = 0x2000;
+    const size_t size = 32 * PS_KiB;
+    void *a[2], *b[4];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(ps_allocate(f.arena, size, s1, &a[i]), PS_OK);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(ps_deallocate(f.arena, a[i], size, s1), PS_OK);
+    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 0, "freed on their stream: no fence yet");
+    ps_stream_destroyed(f.arena, s1);
+    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1, "one fence on the stream at the destroy");
+    cr_assert_eq(info_of(f.arena).bytes_pending, 2 * size, "its free blocks are pending, not free");
+    /* cudaMalloc must not get them before the fence, trim must not give them back */
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(ps_allocate(f.arena, size, PS_STREAM_NONE, &b[i]), PS_OK);
+        cr_assert(b[i] != a[0] && b[i] != a[1], "block %d is a block of the dead stream before its fence", i);
+    }
+    cr_assert_eq(ps_trim(f.arena), PS_OK);
+    cr_assert_eq(info_of(f.arena).bytes_pending, 2 * size, "still pending after trim");
+    /* a new stream inherits the retired arena: on the GPU it first waits
+     * for the destroy's fence, then reuses the blocks */
+    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s2), 0);
+    void *c;
+    cr_assert_eq(ps_allocate(f.arena, size, s2, &c), PS_OK);
+    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s2), 1, "s2 waits for the fence recorded at the destroy");
+    cr_assert(c == a[0] || c == a[1], "after that wait the dead stream's blocks are s2's");
+    cr_assert_eq(info_of(f.arena).bytes_pending, 0);
+    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s1), 0, "nothing waits on the dead stream");
+    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1, "no fence on the dead stream afterwards");
+    cr_assert_eq(ps_deallocate(f.arena, c, size, s2), PS_OK);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(ps_deallocate(f.arena, b[i], size, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(info_of(f.arena).bytes_in_use, 0);
+    unmake(&f);
+}
+
+Test(arena, retired_arena_gives_superblocks_back_once_its_fence_completed)
+{
+    arena_fixture_t f;
+    make_small(&f);
+    const ps_stream_t s1 = 0x1000;
+    void *a;
+    cr_assert_eq(ps_allocate(f.arena, 1000, s1, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, a, 1000, s1), PS_OK);
+    ps_stream_destroyed(f.arena, s1);
+    cr_assert_eq(ps_trim(f.arena), PS_OK);
+    cr_assert_gt(info_of(f.arena).bytes_reserved, 0, "kept while the fence is incomplete");
+    ps_host_ops_complete_all(f.gpu);
+    cr_assert_eq(ps_trim(f.arena), PS_OK);
+    cr_assert_eq(info_of(f.arena).bytes_reserved, 0, "given back after it completed");
+    cr_assert_eq(info_of(f.arena).bytes_pending, 0);
+    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1);
+    unmake(&f);
+}
+
+Test(arena, blocks_outliving_their_stream_are_freed_without_naming_it)
+{
+    arena_fixture_t f;
+    make_small(&f);
+    const ps_stream_t s1 = 0x1000, s2 = 0x2000;
+    const size_t size = 32 * PS_KiB;
+    void *a, *b, *c;
+    cr_assert_eq(ps_allocate(f.arena, size, s1, &a), PS_OK);
+    cr_assert_eq(ps_allocate(f.arena, size, s1, &b), PS_OK);
+    ps_stream_destroyed(f.arena, s1);
+    /* freed on another stream after the destroy: no wait of s1 on it */
+    cr_assert_eq(ps_deallocate(f.arena, a, size, s2), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, b, size, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(info_of(f.arena).bytes_pending, 2 * size, "pending until a fence");
+    cr_assert_eq(ps_allocate(f.arena, size, s2, &c), PS_OK);
+    cr_assert(c != a && c != b, "not reused before a fence completed");
+    cr_assert_eq(ps_trim(f.arena), PS_OK);
+    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 0);
+    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s1), 0);
+    ps_deallocate(f.arena, c, size, s2);
+    unmake(&f);
+}
+
+Test(arena, stream_churn_recycles_arenas)
+{
+    arena_fixture_t f;
+    make(&f, 0, 1);
+    uint64_t reserved = 0;
+    for (uintptr_t i = 0; i < 100000; i++) {
+        ps_stream_t s = 0x10000 + i * 64;
+        void *p;
+        cr_assert_eq(ps_allocate(f.arena, 4096, s, &p), PS_OK, "stream %lu", (unsigned long)i);
+        cr_assert_eq(ps_deallocate(f.arena, p, 4096, s), PS_OK);
+        ps_stream_destroyed(f.arena, s);
+        if (i == 10)
+            reserved = info_of(f.arena).bytes_reserved;
+    }
+    cr_assert_eq(info_of(f.arena).bytes_reserved, reserved, "what is reserved stays flat");
+    cr_assert_eq(info_of(f.arena).bytes_in_use, 0);
+    unmake(&f);
+}
+
+Test(arena, a_new_stream_reusing_the_handle_waits_for_the_old_streams_superblocks)
+{
+    arena_fixture_t f;
+    make_small(&f);
+    const ps_stream_t s1 = 0x1000;
+    const size_t size = 32 * PS_KiB;
+    void *a, *b;
+    cr_assert_eq(ps_allocate(f.arena, size, s1, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, a, size, s1), PS_OK);
+    cr_assert_eq(ps_trim(f.arena), PS_OK); /* the superblock leaves with a fence on s1 */
+    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1);
+    ps_stream_destroyed(f.arena, s1);
+    /* the driver hands the same handle to a new stream: it is another
+     * stream, so it must wait for the old one's fence before reusing */
+    cr_assert_eq(ps_allocate(f.arena, size, s1, &b), PS_OK);
+    cr_assert_eq(b, a, "the fenced superblock is reused");
+    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s1), 1, "after a GPU-side wait for the old fence");
+    cr_assert_eq(ps_deallocate(f.arena, b, size, s1), PS_OK);
     unmake(&f);
 }

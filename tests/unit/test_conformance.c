@@ -1,6 +1,7 @@
 /* One conformance suite, run for every resource and adaptor-over-resource
  * in FACTORIES (adding a stack is one row). Each test creates its stack
- * over the private test upstream (test_upstream_helper.h). */
+ * over the `cuda` upstream (core/upstream.h) on the fake device
+ * (core/host_ops.h). */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <pthread.h>
@@ -13,7 +14,9 @@
 #include "../../core/arena.h"
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
-#include "test_upstream_helper.h"
+#include "../../core/pool.h"
+#include "../../core/host_ops.h"
+#include "../../core/upstream.h"
 
 #define MAX_OWNED 8
 
@@ -36,9 +39,9 @@ static ps_resource_t *own(fixture_t *fx, ps_resource_t *r)
 
 static ps_resource_t *make_upstream(fixture_t *fx, const ps_host_ops_options_t *hopts)
 {
-    cr_assert_eq(test_host_ops_create(hopts, &fx->gpu), PS_OK);
+    cr_assert_eq(ps_host_ops_create(hopts, &fx->gpu), PS_OK);
     ps_resource_t *up;
-    cr_assert_eq(test_upstream_create("cuda", fx->gpu, &up), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", fx->gpu, &up), PS_OK);
     return own(fx, up);
 }
 
@@ -130,13 +133,60 @@ static void make_log(fixture_t *fx, const ps_host_ops_options_t *h)
     fx->max_request = 3 * PS_MiB;
 }
 
+static void make_cuda(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    ps_host_ops_options_t fine = *h;
+    fine.upstream_alignment = 256; /* every block is one upstream call: keep them small */
+    make_upstream(fx, &fine);
+    fx->max_request = 3 * PS_MiB;
+}
+
+static ps_resource_t *pool_over(fixture_t *fx, ps_resource_t *up)
+{
+    ps_resource_t *r;
+    ps_pool_options_t o;
+    ps_pool_options_default(&o);
+    cr_assert_eq(ps_pool_create("pool", up, fx->gpu, &o, &r), PS_OK);
+    return own(fx, r);
+}
+
+static void make_pool(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    pool_over(fx, make_upstream(fx, h));
+    fx->max_request = 5 * PS_MiB;
+}
+
+static void make_binning_over_pool(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    ps_resource_t *up = make_upstream(fx, h);
+    ps_resource_t *pool = pool_over(fx, up);
+    ps_bin_t bins[2];
+    size_t sizes[2] = {512, 8192};
+    for (int i = 0; i < 2; i++) {
+        ps_fixed_size_options_t o;
+        ps_fixed_size_options_default(&o);
+        o.block_size = sizes[i];
+        o.blocks_per_batch = 32;
+        bins[i].max_size = sizes[i];
+        cr_assert_eq(ps_fixed_size_create("bin", pool, fx->gpu, &o, &bins[i].resource), PS_OK);
+        own(fx, bins[i].resource);
+    }
+    ps_resource_t *r;
+    cr_assert_eq(ps_binning_create("binning", bins, 2, pool, &r), PS_OK);
+    own(fx, r);
+    fx->max_request = 3 * PS_MiB;
+}
+
 typedef struct factory {
     const char *name;                                            /* row name */
     void (*make)(fixture_t *fx, const ps_host_ops_options_t *h); /* builds the stack */
 } factory_t;
 
-/* The rows. The pool and the `cuda` upstream join when they are merged. */
+/* The rows. */
 static const factory_t FACTORIES[] = {
+    {"cuda", make_cuda},
+    {"pool", make_pool},
+    {"binning_over_pool", make_binning_over_pool},
     {"fixed_size", make_fixed_size},
     {"binning", make_binning},
     {"arena", make_arena},
@@ -159,7 +209,7 @@ static void teardown(fixture_t *fx)
 {
     while (fx->owned_count)
         ps_destroy(fx->owned[--fx->owned_count]);
-    test_host_ops_destroy(fx->gpu);
+    ps_host_ops_destroy(fx->gpu);
     if (fx->log_path[0])
         unlink(fx->log_path);
 }
@@ -447,5 +497,99 @@ ParameterizedTest(size_t *row, conformance, many_threads_at_once)
     ps_query(fx.top, &info);
     cr_assert_eq(info.bytes_in_use, 0, "%s", FACTORIES[*row].name);
     pthread_barrier_destroy(&barrier);
+    teardown(&fx);
+}
+
+/* Streams: after ps_stream_destroyed(s) (the program's cudaStreamDestroy),
+ * no fence is ever recorded on s and no stream is made to wait on s, what
+ * ever happens next: frees of s's blocks on other streams and with
+ * cudaFree, allocations on other streams, memory pressure, trim. */
+ROWS_PARAMETERS(nothing_names_a_destroyed_stream)
+ParameterizedTest(size_t *row, conformance, nothing_names_a_destroyed_stream)
+{
+    fixture_t fx;
+    setup(&fx, *row, 64 * PS_MiB, 0);
+    ps_verbosity = PS_MSG_ERROR; /* out-of-memory warnings are expected */
+    ps_host_ops_set_auto_complete(fx.gpu, 0);
+    const ps_stream_t dead = 0x7000, other = 0x8000;
+    size_t big = fx.max_request < 2 * PS_MiB ? fx.max_request : 2 * PS_MiB;
+    size_t sizes[8] = {1, 300, 4096, 4096, 70000, big, big / 2, 1000};
+    void *p[8];
+    for (int i = 0; i < 8; i++) {
+        if (sizes[i] > fx.max_request)
+            sizes[i] = fx.max_request;
+        cr_assert_eq(ps_allocate(fx.top, sizes[i], dead, &p[i]), PS_OK, "%s", FACTORIES[*row].name);
+    }
+    /* some freed on the stream itself, one on another stream, the rest live */
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(ps_deallocate(fx.top, p[i], sizes[i], dead), PS_OK);
+    cr_assert_eq(ps_deallocate(fx.top, p[4], sizes[4], other), PS_OK);
+    ps_stream_destroyed(fx.top, dead);
+    uint64_t fences = ps_host_ops_fences_on_stream(fx.gpu, dead);
+    uint64_t waits = ps_host_ops_waits_on_stream(fx.gpu, dead);
+    /* the rest of its blocks are freed later, on another stream and with cudaFree */
+    cr_assert_eq(ps_deallocate(fx.top, p[5], sizes[5], other), PS_OK);
+    cr_assert_eq(ps_deallocate(fx.top, p[6], sizes[6], PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(fx.top, p[7], sizes[7], PS_STREAM_NONE), PS_OK);
+    /* other streams and cudaMalloc allocate until the device is full */
+    enum { MAX = 512 };
+    void *q[MAX];
+    size_t qs[MAX];
+    ps_stream_t qstream[MAX];
+    size_t n = 0;
+    for (; n < MAX; n++) {
+        qs[n] = sizes[n % 8];
+        qstream[n] = n % 3 == 0 ? PS_STREAM_NONE : n % 3 == 1 ? other : 0x9000;
+        if (ps_allocate(fx.top, qs[n], qstream[n], &q[n]) != PS_OK)
+            break;
+    }
+    cr_assert_gt(n, 8, "%s", FACTORIES[*row].name);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(ps_deallocate(fx.top, q[i], qs[i], qstream[i]), PS_OK);
+    ps_trim(fx.top);
+    ps_host_ops_complete_all(fx.gpu);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(ps_allocate(fx.top, qs[i], qstream[i], &q[i]), PS_OK, "%s: %zu", FACTORIES[*row].name, i);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(ps_deallocate(fx.top, q[i], qs[i], qstream[i]), PS_OK);
+    ps_trim(fx.top);
+    cr_assert_eq(ps_host_ops_fences_on_stream(fx.gpu, dead), fences,
+                 "%s: a fence was recorded on the destroyed stream", FACTORIES[*row].name);
+    cr_assert_eq(ps_host_ops_waits_on_stream(fx.gpu, dead), waits,
+                 "%s: a stream waited on the destroyed stream", FACTORIES[*row].name);
+    ps_resource_info_t info = {0};
+    ps_query(fx.top, &info);
+    cr_assert_eq(info.bytes_in_use, 0, "%s", FACTORIES[*row].name);
+    teardown(&fx);
+}
+
+/* Creating and destroying many streams, each allocating and freeing a
+ * block, keeps what is reserved flat: per-stream state is recycled. */
+ROWS_PARAMETERS(stream_churn_keeps_memory_flat)
+ParameterizedTest(size_t *row, conformance, stream_churn_keeps_memory_flat)
+{
+    fixture_t fx;
+    setup(&fx, *row, 0, 0);
+    uint64_t reserved_early = 0;
+    enum { STREAMS = 20000 };
+    for (uintptr_t i = 0; i < STREAMS; i++) {
+        ps_stream_t s = 0x100000 + i * 64;
+        void *a, *b;
+        cr_assert_eq(ps_allocate(fx.top, 4096, s, &a), PS_OK, "%s: stream %lu", FACTORIES[*row].name, (unsigned long)i);
+        cr_assert_eq(ps_allocate(fx.top, 300, s, &b), PS_OK);
+        cr_assert_eq(ps_deallocate(fx.top, a, 4096, s), PS_OK);
+        cr_assert_eq(ps_deallocate(fx.top, b, 300, s), PS_OK);
+        ps_stream_destroyed(fx.top, s);
+        if (i == 100) {
+            ps_resource_info_t info = {0};
+            ps_query(fx.top, &info);
+            reserved_early = info.bytes_reserved;
+        }
+    }
+    ps_resource_info_t info = {0};
+    ps_query(fx.top, &info);
+    cr_assert_leq(info.bytes_reserved, reserved_early, "%s: %llu bytes reserved after the churn, %llu after 100 streams",
+                  FACTORIES[*row].name, (unsigned long long)info.bytes_reserved, (unsigned long long)reserved_early);
+    cr_assert_eq(info.bytes_in_use, 0);
     teardown(&fx);
 }

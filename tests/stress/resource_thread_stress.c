@@ -2,12 +2,15 @@
  * it can run under ThreadSanitizer (Criterion aborts under TSan: "Could not
  * initialize inheritable arena", Snaipe/Criterion#274).
  *
- *   make stress-threads SANITIZE=thread
+ *   make test-stress SANITIZE=thread
  *
  * For each stack (fixed_size, binning, arena, limit/stats/track/log over
- * arena): 4 threads allocate blocks over real host memory, fill them with
+ * arena, pool, binning over pool): 4 threads allocate blocks over real host memory, fill them with
  * their id, check the pattern before freeing, and hand a quarter of their
- * blocks to the next thread to free. Exits 1 on any failure.
+ * blocks to the next thread to free. Then, per stack, 4 threads each churn
+ * through streams of their own (allocate and free on the stream, destroy
+ * it) while they also use cudaMalloc-style calls, so stream_destroyed runs
+ * concurrently with allocation. Exits 1 on any failure.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -19,9 +22,11 @@
 #include "../../core/arena.h"
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
-#include "../../tests/unit/test_upstream_helper.h"
+#include "../../core/host_ops.h"
+#include "../../core/pool.h"
+#include "../../core/upstream.h"
 
-enum { THREADS = 4, ROUNDS = 3000, LIVE = 16, MAILBOX = 256 };
+enum { THREADS = 4, ROUNDS = 1500, LIVE = 16, MAILBOX = 256 };
 
 typedef struct shared {
     ps_resource_t *top;            /* the stack */
@@ -99,6 +104,50 @@ static void *work(void *p)
     return NULL;
 }
 
+/* One thread's stream churn: STREAM_ROUNDS streams of its own, each used
+ * for a few blocks and then destroyed. */
+enum { STREAM_ROUNDS = 200 };
+
+static void *churn(void *p)
+{
+    worker_t *w = p;
+    shared_t *sh = w->sh;
+    unsigned seed = 7u * (unsigned)(w->id + 1);
+    void *kept = NULL;
+    size_t kept_size = 0;
+    for (int r = 0; r < STREAM_ROUNDS; r++) {
+        ps_stream_t s = (ps_stream_t)(0x100000 + ((uintptr_t)w->id << 16) + (uintptr_t)r * 64);
+        void *b[4];
+        size_t size[4];
+        for (int i = 0; i < 4; i++) {
+            size_t cap = sh->max < 16384 ? sh->max : 16384; /* stay cheap under TSan */
+            size[i] = 1 + (size_t)rand_r(&seed) % cap;
+            if (ps_allocate(sh->top, size[i], s, &b[i]) != PS_OK) {
+                fail(sh);
+                b[i] = NULL;
+                continue;
+            }
+            memset(b[i], w->id + 1, size[i]);
+        }
+        for (int i = 0; i < 3; i++)
+            if (b[i] && ps_deallocate(sh->top, b[i], size[i], s) != PS_OK)
+                fail(sh);
+        /* the last block outlives its stream, freed with cudaFree next round */
+        if (kept && ps_deallocate(sh->top, kept, kept_size, PS_STREAM_NONE) != PS_OK)
+            fail(sh);
+        kept = b[3];
+        kept_size = size[3];
+        ps_stream_destroyed(sh->top, s);
+        void *n;
+        if (ps_allocate(sh->top, 1000, PS_STREAM_NONE, &n) != PS_OK ||
+            ps_deallocate(sh->top, n, 1000, PS_STREAM_NONE) != PS_OK)
+            fail(sh);
+    }
+    if (kept && ps_deallocate(sh->top, kept, kept_size, PS_STREAM_NONE) != PS_OK)
+        fail(sh);
+    return NULL;
+}
+
 static int run(const char *name, ps_resource_t *top, size_t max)
 {
     static shared_t sh;
@@ -117,6 +166,10 @@ static int run(const char *name, ps_resource_t *top, size_t max)
         pthread_join(t[i], NULL);
     for (int i = 0; i < THREADS; i++)
         drain(&sh, i);
+    for (int i = 0; i < THREADS; i++)
+        pthread_create(&t[i], NULL, churn, &w[i]);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
     ps_resource_info_t info = {0};
     ps_query(top, &info);
     printf("%-22s %s (in use after: %llu, reserved %llu, upstream calls %llu)\n", name,
@@ -132,7 +185,7 @@ int main(void)
     ps_gpu_ops_t *gpu;
     ps_resource_t *up, *fs, *fs2, *bins, *arena, *adaptor;
     int bad = 0;
-    if (test_host_ops_create(&h, &gpu) != PS_OK || test_upstream_create("cuda", gpu, &up) != PS_OK)
+    if (ps_host_ops_create(&h, &gpu) != PS_OK || ps_cuda_resource_create("cuda", gpu, &up) != PS_OK)
         return 1;
     ps_fixed_size_options_t fo;
     ps_fixed_size_options_default(&fo);
@@ -161,11 +214,25 @@ int main(void)
     bad |= run("log_over_arena", adaptor, 64 * 1024);
     ps_destroy(adaptor);
     unlink(path);
+    ps_resource_t *pool, *pfs[2], *pbins;
+    ps_pool_create("pool", up, gpu, NULL, &pool);
+    bad |= run("pool", pool, 3 * PS_MiB);
+    fo.block_size = 512;
+    ps_fixed_size_create("pool512", pool, gpu, &fo, &pfs[0]);
+    fo.block_size = 4096;
+    ps_fixed_size_create("pool4096", pool, gpu, &fo, &pfs[1]);
+    ps_bin_t pb[2] = {{512, pfs[0]}, {4096, pfs[1]}};
+    ps_binning_create("binning_pool", pb, 2, pool, &pbins);
+    bad |= run("binning_over_pool", pbins, 128 * 1024);
+    ps_destroy(pbins);
+    ps_destroy(pfs[1]);
+    ps_destroy(pfs[0]);
+    ps_destroy(pool);
     ps_destroy(bins);
     ps_destroy(arena);
     ps_destroy(fs2);
     ps_destroy(fs);
     ps_destroy(up);
-    test_host_ops_destroy(gpu);
+    ps_host_ops_destroy(gpu);
     return bad;
 }
