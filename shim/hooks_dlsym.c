@@ -15,12 +15,15 @@
  * 4. The real dlsym comes from dlvsym (real.c), never from dlsym itself.
  */
 #include <dlfcn.h>
+#include <stdio.h>
 
 #include "shim.h"
 
 static void *hooked_lookup(void *handle, const char *symbol)
 {
     const ps_hook_t *h = ps_hook_by_name(symbol);
+    if (ps_trace_lookups)
+        dprintf(2, "poolshim: trace: dlsym(%s)%s\n", symbol, h ? " -> hooked" : "");
     if (!h)
         return NULL;
     void *real = ps_real_dlsym(handle, symbol);

@@ -13,6 +13,7 @@
  * Then, if the returned address is the real function of one of our hooks,
  * it hands out that hook instead. Everything else comes back unchanged.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "shim.h"
@@ -180,13 +181,18 @@ PS_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 }
 
 /* ---- cuGetProcAddress ------------------------------------------------------------ */
-static CUresult replace_with_hook(CUresult r, void **pfn)
+static CUresult replace_with_hook(CUresult r, void **pfn, const char *symbol, int version, cuuint64_t flags)
 {
+    const ps_hook_t *h = NULL;
     if (r == CUDA_SUCCESS && pfn && *pfn && !ps_disabled_early) {
-        const ps_hook_t *h = ps_hook_by_real(*pfn);
+        h = ps_hook_by_real(*pfn);
         if (h)
             *pfn = h->hook;
     }
+    if (ps_trace_lookups)
+        dprintf(2, "poolshim: trace: cuGetProcAddress(%s, version %d, flags %llu)%s%s\n", symbol ? symbol : "?",
+                version, (unsigned long long)flags, r == CUDA_SUCCESS ? "" : " -> not found",
+                h ? " -> hooked" : "");
     return r;
 }
 
@@ -195,14 +201,16 @@ PS_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaV
 {
     if (ps_real_load_driver() != PS_OK || !ps_real.cuGetProcAddress_v2)
         return CUDA_ERROR_NOT_INITIALIZED;
-    return replace_with_hook(ps_real.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus), pfn);
+    return replace_with_hook(ps_real.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus), pfn,
+                             symbol, cudaVersion, flags);
 }
 
 PS_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
 {
     if (ps_real_load_driver() != PS_OK || !ps_real.cuGetProcAddress)
         return CUDA_ERROR_NOT_INITIALIZED;
-    return replace_with_hook(ps_real.cuGetProcAddress(symbol, pfn, cudaVersion, flags), pfn);
+    return replace_with_hook(ps_real.cuGetProcAddress(symbol, pfn, cudaVersion, flags), pfn, symbol, cudaVersion,
+                             flags);
 }
 
 /* ---- the hook table ------------------------------------------------------------------ */

@@ -46,10 +46,14 @@ static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
 static PS_TLS CUcontext tls_ctx;                /* last context seen on this thread */
 static PS_TLS ps_device_state_t *tls_device;    /* its device state (NULL: pass through) */
 
+int ps_trace_lookups; /* POOLSHIM_TRACE_LOOKUPS=1: print every cu* name looked up */
+
 __attribute__((constructor)) static void read_disable_flag(void)
 {
     const char *v = getenv("POOLSHIM_DISABLE");
     ps_disabled_early = v && *v && strcmp(v, "0") != 0;
+    v = getenv("POOLSHIM_TRACE_LOOKUPS");
+    ps_trace_lookups = v && *v && strcmp(v, "0") != 0;
 }
 
 static void atfork_prepare(void)

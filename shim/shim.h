@@ -172,6 +172,10 @@ enum {
 extern atomic_int ps_active;
 /* 1 when POOLSHIM_DISABLE=1 was set at load: hooks are never handed out. */
 extern int ps_disabled_early;
+/* 1 when POOLSHIM_TRACE_LOOKUPS=1: every driver/runtime name looked up through
+ * dlsym or cuGetProcAddress is printed, with whether we hooked it (to find
+ * the entry points a program allocates through). */
+extern int ps_trace_lookups;
 /* The effective configuration (valid once ps_active is known). */
 extern const ps_global_config_t *ps_global;
 

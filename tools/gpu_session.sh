@@ -2,13 +2,14 @@
 # One GPU session in one call: the GPU suite, the demo, `poolshim ab` on the
 # demo and on PyTorch, and the benchmarks. Used on the lent GPU machine with
 # build/ (and .carry/ for the RMM peer) carried from a machine with libinih:
-#   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [bench]
-# Results land under $OUT (at most a few files: the device tool returns 8).
+#   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [bench]
+# Results land under $OUT: gpu/ and bench/ from the scripts, and everything
+# else in one archive, extra.tgz (the device tool returns at most 8 files).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/poolshim-session}
 mkdir -p "$OUT"
-what=${*:-tests demo ab bench}
+what=${*:-tests demo ab traces bench}
 export PATH=$PATH:/usr/local/cuda/bin
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/extras/CUPTI/lib64:/usr/local/cuda/lib64
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -24,13 +25,24 @@ for step in $what; do
               build/poolshim run -o global.stats=text -- build/demo/alloc_churn; } ;;
     ab)
         echo "=== poolshim ab (demo, static cudart)"
-        mkdir -p "$OUT/ab"
-        build/poolshim ab --runs 3 --plot "$OUT/ab/demo.svg" -- build/demo/alloc_churn 3000 | tee "$OUT/ab/demo.txt"
+        mkdir -p "$OUT/extra"
+        build/poolshim ab --runs 3 --plot "$OUT/extra/demo.svg" -- build/demo/alloc_churn 3000 | tee "$OUT/extra/demo.txt"
         echo "=== poolshim ab (PyTorch, caching off)"
-        PYTORCH_NO_CUDA_MEMORY_CACHING=1 build/poolshim ab --runs 2 -- python3 tests/gpu/torch_train.py | tee "$OUT/ab/torch.txt"
-        (cd "$OUT" && tar czf ab.tgz ab && rm -rf ab) ;;
+        PYTORCH_NO_CUDA_MEMORY_CACHING=1 build/poolshim ab --runs 2 -- python3 tests/gpu/torch_train.py | tee "$OUT/extra/torch.txt" ;;
+    traces)
+        mkdir -p "$OUT/extra"
+        echo "=== allocation log of PyTorch (caching off, 50 steps), for replay"
+        PYTORCH_NO_CUDA_MEMORY_CACHING=1 POOLSHIM_LOG="$OUT/extra/torch_train_50.csv" \
+            LD_PRELOAD=$PWD/build/libpoolshim.so python3 tests/gpu/torch_train.py 50
+        wc -l "$OUT/extra/torch_train_50.csv"
+        echo "=== which driver entry points JAX's platform allocator looks up"
+        XLA_PYTHON_CLIENT_ALLOCATOR=platform POOLSHIM_TRACE_LOOKUPS=1 POOLSHIM_STATS=text \
+            LD_PRELOAD=$PWD/build/libpoolshim.so python3 tools/bench/jax_loop.py 20 >"$OUT/extra/jax_trace.txt" 2>&1
+        grep -E "RESULT|stats|calls" "$OUT/extra/jax_trace.txt" | tail -8
+        grep -o "trace: [a-zA-Z_]*([a-zA-Z_0-9]*" "$OUT/extra/jax_trace.txt" | grep -iE "mem|alloc|pool|va" | sort | uniq -c | sort -rn | head -40 ;;
     bench)
         echo "=== benchmarks"
         OUTDIR=$OUT/bench ./tools/bench/run.sh build | tail -n 80 ;;
     esac
 done
+[ -d "$OUT/extra" ] && (cd "$OUT" && tar czf extra.tgz extra && rm -rf extra)

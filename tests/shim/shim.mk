@@ -14,7 +14,7 @@ endif
 
 $(FAKE)/libcuda.so.1: tests/shim/fake_cuda.c tests/shim/fake_cuda.h shim/cuda_abi.h
 	@mkdir -p $(FAKE)
-	$(CC) $(PROG_FLAGS) -fPIC -shared -Wl,-soname,libcuda.so.1 -o $@ $<
+	$(CC) $(PROG_FLAGS) -fPIC -shared -Wl,-Bsymbolic -Wl,-soname,libcuda.so.1 -o $@ $<
 	ln -sf libcuda.so.1 $(FAKE)/libcuda.so
 
 $(FAKE)/libcudart.so.13: tests/shim/fake_cudart.c tests/shim/fake_cudart.map shim/cuda_abi.h
