@@ -52,8 +52,6 @@ int cli_preload_append(const char *library);
 /* Turns a waitpid status into a shell-style exit code (128+signal). */
 int cli_exit_code_of(int wait_status);
 
-/* "64KiB", "1.5G", "80GiB", "4096" -> bytes. Returns 0 or -1. */
-int cli_parse_size(const char *text, uint64_t *bytes);
 
 /* Human units: "1.50 GiB" (binary), "12.3 ms" (seconds given as double),
  * "1,234,567" (thousands separators). Return buf. */

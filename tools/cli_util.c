@@ -102,42 +102,6 @@ int cli_exit_code_of(int wait_status)
     return CLI_EXIT_FAILURE;
 }
 
-int cli_parse_size(const char *text, uint64_t *bytes)
-{
-    if (!text)
-        return -1;
-    while (isspace((unsigned char)*text))
-        text++;
-    if (!isdigit((unsigned char)*text) && *text != '.')
-        return -1;
-    errno = 0;
-    char *end;
-    double value = strtod(text, &end);
-    if (errno || end == text || value < 0)
-        return -1;
-    while (isspace((unsigned char)*end))
-        end++;
-    double scale = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K': scale = 1024.0; end++; break;
-    case 'M': scale = 1024.0 * 1024; end++; break;
-    case 'G': scale = 1024.0 * 1024 * 1024; end++; break;
-    case 'T': scale = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (scale > 1 && (*end == 'i' || *end == 'I'))
-        end++;
-    if (*end == 'B' || *end == 'b')
-        end++;
-    while (isspace((unsigned char)*end))
-        end++;
-    double result = value * scale;
-    if (*end != '\0' || result >= 18446744073709551616.0)
-        return -1;
-    *bytes = (uint64_t)result;
-    return 0;
-}
-
 char *cli_format_bytes(char *buf, size_t bufsize, uint64_t bytes)
 {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};

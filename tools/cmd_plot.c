@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../config/config.h"
 #include "cli.h"
 #include "replay.h"
 #include "sim_stack.h"
@@ -147,7 +148,7 @@ int ps_cmd_plot(int argc, char **argv)
         case 't': title = optarg; break;
         case 'c': config = optarg; break;
         case 's':
-            if (cli_parse_size(optarg, &capacity) != 0 || capacity == 0)
+            if (ps_parse_size(optarg, &capacity, NULL) != PS_OK || capacity == 0) /* the config's parser */
                 return cli_usage_error("plot", "--simulate wants a size such as 80GiB, not '%s'", optarg);
             break;
         case 'h': fputs(plot_usage, stdout); return CLI_EXIT_OK;

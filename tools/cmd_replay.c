@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../config/config.h"
 #include "cli.h"
 #include "replay.h"
 #include "sim_stack.h"
@@ -66,7 +67,7 @@ int ps_cmd_replay(int argc, char **argv)
             configs[config_count++] = optarg;
             break;
         case 's':
-            if (cli_parse_size(optarg, &capacity) != 0 || capacity == 0)
+            if (ps_parse_size(optarg, &capacity, NULL) != PS_OK || capacity == 0) /* the config's parser */
                 return cli_usage_error("replay", "--simulate wants a size such as 80GiB, not '%s'", optarg);
             simulate = 1;
             break;
