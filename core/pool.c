@@ -1145,7 +1145,7 @@ void ps_pool_options_default(ps_pool_options_t *opts)
     *opts = (ps_pool_options_t){
         .initial_size = 0,
         .maximum_size = 0,
-        .min_chunk = 16 * PS_MiB,
+        .min_chunk = 8 * PS_MiB,
         .max_chunk = PS_GiB,
         .growth_percent = 12,
         .alignment = MIN_ALIGNMENT,

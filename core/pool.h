@@ -32,7 +32,7 @@ typedef enum ps_free_sync {
 typedef struct ps_pool_options {
     size_t initial_size;  /* bytes taken from upstream at creation; 0 = none until first use */
     size_t maximum_size;  /* cap on bytes reserved from upstream; 0 = no cap */
-    size_t min_chunk;     /* smallest growth step (default 16 MiB: peak reserved stays close to what programs use; see docs/benchmarks.md) */
+    size_t min_chunk;     /* smallest growth step (default 8 MiB: peak reserved stays close to what programs use; see docs/benchmarks.md) */
     size_t max_chunk;     /* largest growth step unless one request needs more (default 1 GiB) */
     unsigned growth_percent; /* a growth step is this % of what is already reserved (default 12) */
     size_t alignment;     /* alignment of every pointer, power of two >= 256 (default 256) */
