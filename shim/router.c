@@ -77,6 +77,10 @@ static void atfork_child(void)
     for (int d = 0; d < PS_MAX_DEVICES; d++)
         if (atomic_load(&ps_devices[d].state) != PS_DEVICE_UNBUILT) {
             atomic_store(&ps_active, 0);
+            /* the parent's stacks are not ours: another thread may have held
+             * one of their locks at the fork, and their figures are the
+             * parent's to report */
+            ps_stats_forget_at_exit();
             break;
         }
     tls_ctx = NULL;

@@ -289,8 +289,14 @@ void ps_stats_write(FILE *f, int json)
     fflush(f);
 }
 
+static int report_disabled; /* set in a forked child: see ps_stats_forget_at_exit */
+
+void ps_stats_forget_at_exit(void) { report_disabled = 1; }
+
 void ps_stats_report_at_exit(void)
 {
+    if (report_disabled)
+        return;
     for (int d = 0; d < PS_MAX_DEVICES; d++) {
         ps_device_state_t *dev = &ps_devices[d];
         if (atomic_load(&dev->state) != PS_DEVICE_READY)

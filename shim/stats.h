@@ -36,5 +36,8 @@ void ps_stats_write(FILE *f, int json);
 /* atexit: report, flush logs, leak report. Touches memory and files only. */
 void ps_stats_report_at_exit(void);
 void ps_stats_atfork_child(void);
+/* In a forked child of a process that built stacks: the exit report does
+ * nothing (the stacks' locks may be held, the figures are the parent's). */
+void ps_stats_forget_at_exit(void);
 
 #endif

@@ -3,7 +3,11 @@
  * It checks its own data and, through the fake driver's counters, what
  * really reached CUDA. */
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "prog_common.h"
 
@@ -185,6 +189,46 @@ static void oom(void)
         cudaFree(p[i]);
 }
 
+static atomic_int stop_churn;
+
+static void *churn(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&stop_churn)) {
+        void *p;
+        if (cudaMalloc(&p, 4096) == cudaSuccess)
+            cudaFree(p);
+    }
+    return NULL;
+}
+
+/* fork() while another thread allocates. CUDA itself cannot be used in
+ * the child of a process that initialised it (the fake driver's own lock
+ * may be held too), so the child only does what such children do: asks
+ * the shim (which must now pass through) and exits, with its atexit
+ * handlers — with statistics on, the exit report must not take a lock of
+ * the parent's stacks that another thread held at the fork. */
+static void forks(void)
+{
+    void *warm;
+    CHECK(cudaMalloc(&warm, 4096) == cudaSuccess, "cudaMalloc before fork");
+    pthread_t t;
+    pthread_create(&t, NULL, churn, NULL);
+    for (int i = 0; i < 20; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            alarm(10); /* a deadlock becomes SIGALRM, not a hung test */
+            exit(shim_active() ? 1 : 0); /* passthrough in the child; exit() runs the handlers */
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child %d: status %#x", i, status);
+    }
+    atomic_store(&stop_churn, 1);
+    pthread_join(t, NULL);
+    CHECK(cudaFree(warm) == cudaSuccess, "cudaFree after forks");
+}
+
 static void devices(void)
 {
     void *a, *b;
@@ -207,6 +251,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "threads")) threads();
     else if (!strcmp(what, "oom")) oom();
     else if (!strcmp(what, "devices")) devices();
+    else if (!strcmp(what, "forks")) forks();
     else { fprintf(stderr, "unknown scenario %s\n", what); return 2; }
     return finish(what);
 }

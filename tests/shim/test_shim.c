@@ -51,6 +51,13 @@ SCENARIO(devices)
 Test(runtime_door, threads_native) { expect_pass(0, NULL, "prog_runtime threads", "shim inactive"); }
 Test(runtime_door, threads_through_shim) { expect_pass(1, NULL, "prog_runtime threads", "shim active"); }
 
+Test(life, fork_while_another_thread_allocates_leaves_the_child_usable)
+{
+    expect_pass(0, NULL, "prog_runtime forks", "shim inactive");
+    expect_pass(1, NULL, "prog_runtime forks", "shim active");
+    expect_pass(1, "POOLSHIM_STATS=text", "prog_runtime forks", "shim active");
+}
+
 Test(runtime_door, out_of_memory_returns_error_and_pool_stays_usable)
 {
     expect_pass(0, "FAKE_CUDA_MEMORY=268435456", "prog_runtime oom", "shim inactive");
