@@ -53,9 +53,12 @@ Test(runtime_door, threads_through_shim) { expect_pass(1, NULL, "prog_runtime th
 
 Test(life, fork_while_another_thread_allocates_leaves_the_child_usable)
 {
-    expect_pass(0, NULL, "prog_runtime forks", "shim inactive");
-    expect_pass(1, NULL, "prog_runtime forks", "shim active");
-    expect_pass(1, "POOLSHIM_STATS=text", "prog_runtime forks", "shim active");
+    /* LeakSanitizer cannot stop the other threads in a forked child and
+     * then fails or hangs at its exit ("Running thread ... was not
+     * suspended"), with or without the shim: leak checks off here */
+    expect_pass(0, "ASAN_OPTIONS=detect_leaks=0", "prog_runtime forks", "shim inactive");
+    expect_pass(1, "ASAN_OPTIONS=detect_leaks=0", "prog_runtime forks", "shim active");
+    expect_pass(1, "ASAN_OPTIONS=detect_leaks=0 POOLSHIM_STATS=text", "prog_runtime forks", "shim active");
 }
 
 Test(runtime_door, out_of_memory_returns_error_and_pool_stays_usable)
