@@ -131,6 +131,9 @@ static void binning_query(ps_resource_t *r, ps_resource_info_t *info)
             info->largest_free_block = one.largest_free_block;
         info->fences_recorded += one.fences_recorded;
         info->fence_waits += one.fence_waits;
+        info->barriers += one.barriers;
+        if (!nested)
+            info->expandable += one.expandable;
     }
     info->bytes_in_use = info->bytes_in_use > nested_reserved ? info->bytes_in_use - nested_reserved : 0;
 }

@@ -21,6 +21,7 @@ const char *ps_status_name(int status)
     case PS_ENOTREADY: return "not ready";
     case PS_ECONFIG: return "invalid configuration";
     case PS_EUNSUPPORTED: return "not supported";
+    case PS_EBUSY: return "not possible now (a stream capture is open)";
     default: return "unknown status";
     }
 }

@@ -25,7 +25,8 @@ enum {
     PS_EUPSTREAM = -3,   /* the upstream (CUDA) failed in a way that is not OOM */
     PS_ENOTREADY = -4,   /* an event/fence has not completed yet (not an error) */
     PS_ECONFIG = -5,     /* invalid configuration */
-    PS_EUNSUPPORTED = -6 /* the operation is not available on this resource */
+    PS_EUNSUPPORTED = -6, /* the operation is not available on this resource */
+    PS_EBUSY = -7         /* not possible right now (e.g. a stream capture is open); nothing changed */
 };
 
 /* Human-readable name of a status code ("out of memory", ...). */
@@ -48,6 +49,7 @@ typedef uintptr_t ps_stream_t;
 #define PS_KiB ((size_t)1 << 10)
 #define PS_MiB ((size_t)1 << 20)
 #define PS_GiB ((size_t)1 << 30)
+#define PS_TiB ((size_t)1 << 40)
 
 /* Round up to a multiple of a power of two; returns 0 on overflow. */
 static inline size_t ps_align_up(size_t n, size_t alignment)

@@ -17,6 +17,17 @@
  * Fences are recycled by the implementation (an event pool), so recording
  * one costs a few event records, not an event creation.
  *
+ * A *barrier* (barrier below) is the GPU-side answer to cudaFree's
+ * contract: it orders every piece of GPU work issued after it, on every
+ * stream of the device, after every piece issued before it, without the
+ * host waiting (events on each non-blocking stream joined on the legacy
+ * stream, one event there, every non-blocking stream waits on it; streams
+ * created later wait on it too). Afterwards every block freed before it
+ * may be handed out at once. See docs/design.md, "The barrier".
+ *
+ * Virtual memory (vm_*): one reserved address range per expandable pool,
+ * into which physical memory is mapped piece by piece (core/vm_range.c).
+ *
  * Return rule: PS_OK or a negative PS_E* code (core/common.h);
  * fence_query returns PS_OK when complete, PS_ENOTREADY when not yet.
  * All functions must be callable from any thread; the implementation makes
@@ -61,6 +72,32 @@ typedef struct ps_gpu_ops {
 
     /* Host wait for the whole device (cuCtxSynchronize). */
     int (*device_synchronize)(void *ctx);
+
+    /* Device-wide barrier (see above); may be NULL. PS_OK: done. PS_EBUSY:
+     * not possible now (a stream capture is open that a barrier would
+     * join or invalidate), nothing was ordered. Other errors: a CUDA
+     * error; some streams may already wait, which costs overlap, never
+     * safety, and the caller treats pending blocks as still pending. */
+    int (*barrier)(void *ctx);
+
+    /* Virtual memory; all NULL when the device cannot (no VMM support).
+     * vm_granularity: the smallest piece that can be mapped (bytes).
+     * vm_reserve: reserve `size` bytes of address space (nothing mapped).
+     * vm_release: give a reserved range back (everything unmapped first).
+     * vm_map: create `size` bytes of physical memory, map it at `addr`
+     *   (inside a reserved range, a multiple of the granularity) and make
+     *   it readable and writable by the device; *handle names it for
+     *   vm_unmap. PS_ENOMEM when the device is full; nothing is left
+     *   mapped on error.
+     * vm_unmap: unmap `size` bytes at `addr` mapped by one vm_map call and
+     *   free its physical memory. Unmapping does NOT wait for kernels that
+     *   may still touch the range (measured by PyTorch's expandable
+     *   segments too): the caller synchronizes the device first. */
+    size_t (*vm_granularity)(void *ctx);
+    int (*vm_reserve)(void *ctx, size_t size, void **out);
+    void (*vm_release)(void *ctx, void *addr, size_t size);
+    int (*vm_map)(void *ctx, void *addr, size_t size, uint64_t *handle);
+    int (*vm_unmap)(void *ctx, void *addr, size_t size, uint64_t handle);
 } ps_gpu_ops_t;
 
 #endif

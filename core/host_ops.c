@@ -19,6 +19,14 @@
  *     fences and stream waits are also counted per stream (a map keyed by
  *     stream + 1, since the map's empty key is PS_STREAM_NONE's value), so
  *     tests can check that nothing names a destroyed stream.
+ *  4. barrier only counts (or fails with PS_EBUSY while blocked): it
+ *     completes no fence, so a test sees what a lagging GPU does.
+ *  5. Virtual memory (virtual_memory = 1): vm_reserve takes address space
+ *     (simulated addresses, or an mmap with no access when backed);
+ *     vm_map checks the failure plan and the capacity like mem_alloc and
+ *     (backed) opens the pages; vm_unmap closes and discards them. Each
+ *     mapping is kept in a map address -> size, so an unmap of something
+ *     not mapped is PS_EINVAL.
  * Guarantees: thread-safe (one mutex); bytes outstanding never exceed the
  * capacity; destroy frees every host allocation still live.
  */
@@ -29,6 +37,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Start of the simulated address space (64 TiB; user space ends at 128 TiB). */
 #define SIMULATED_BASE ((uintptr_t)0x400000000000ull)
@@ -63,6 +72,13 @@ typedef struct host_device {
     uint64_t device_syncs;         /* device_synchronize calls */
     ps_ptr_map_t fences_by_stream; /* stream + 1 -> fences recorded on it */
     ps_ptr_map_t waits_by_stream;  /* stream + 1 -> stream_wait_fence calls on it */
+    uint64_t barriers;             /* barrier calls that succeeded */
+    int barriers_blocked;          /* 1: barrier answers PS_EBUSY */
+    ps_ptr_map_t vm_mapped;        /* address -> size of each live vm_map */
+    uint64_t vm_maps;              /* successful vm_map calls */
+    uint64_t vm_unmaps;            /* successful vm_unmap calls */
+    uint64_t unsafe_unmaps;        /* vm_unmap while a fence was incomplete */
+    uint64_t next_handle;          /* vm_map handles: 1, 2, 3... */
 } host_device_t;
 
 /* Adds one to `stream`'s entry of `map` (silently skipped without memory).
@@ -92,24 +108,30 @@ static int fence_is_complete_locked(host_device_t *dev, const struct ps_fence *f
     return fence->waited || fence->sequence <= dev->completed_upto;
 }
 
+/* The failure plan and the capacity: may `rounded` more bytes be taken?
+ * Lock held. */
+static int admit_locked(host_device_t *dev, size_t rounded)
+{
+    if (dev->fail_count) {
+        if (dev->fail_after)
+            dev->fail_after--;
+        else {
+            dev->fail_count--;
+            return PS_ENOMEM;
+        }
+    }
+    if (dev->options.capacity && rounded > dev->options.capacity - dev->bytes_outstanding)
+        return PS_ENOMEM;
+    return PS_OK;
+}
+
 static int host_alloc(host_device_t *dev, size_t size, void **out)
 {
     size_t rounded = ps_align_up(size ? size : 1, dev->options.upstream_alignment);
     if (!rounded)
         return PS_ENOMEM;
     pthread_mutex_lock(&dev->lock);
-    int status = PS_OK;
-    if (dev->fail_count) {
-        if (dev->fail_after)
-            dev->fail_after--;
-        else {
-            dev->fail_count--;
-            status = PS_ENOMEM;
-        }
-    }
-    if (status == PS_OK && dev->options.capacity &&
-        rounded > dev->options.capacity - dev->bytes_outstanding)
-        status = PS_ENOMEM;
+    int status = admit_locked(dev, rounded);
     if (status == PS_OK)
         status = ps_ptr_map_reserve(&dev->live, 1);
     void *ptr = NULL;
@@ -264,6 +286,103 @@ static int host_device_synchronize(void *ctx)
     return PS_OK;
 }
 
+static int host_barrier(void *ctx)
+{
+    host_device_t *dev = ctx;
+    pthread_mutex_lock(&dev->lock);
+    int status = dev->barriers_blocked ? PS_EBUSY : PS_OK;
+    if (status == PS_OK)
+        dev->barriers++;
+    pthread_mutex_unlock(&dev->lock);
+    return status;
+}
+
+/* ---- virtual memory ---------------------------------------------------- */
+
+static size_t host_vm_granularity(void *ctx)
+{
+    return ((host_device_t *)ctx)->options.vm_granularity;
+}
+
+static int host_vm_reserve(void *ctx, size_t size, void **out)
+{
+    host_device_t *dev = ctx;
+    size_t g = dev->options.vm_granularity;
+    if (!size || size % g)
+        return PS_EINVAL;
+    if (dev->options.backed) {
+        void *p = mmap(NULL, size + g, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED)
+            return PS_ENOMEM;
+        uintptr_t aligned = ps_align_up((uintptr_t)p, g); /* trim to a granule-aligned range */
+        if (aligned > (uintptr_t)p)
+            munmap(p, aligned - (uintptr_t)p);
+        munmap((void *)(aligned + size), (uintptr_t)p + g - aligned);
+        *out = (void *)aligned;
+        return PS_OK;
+    }
+    pthread_mutex_lock(&dev->lock);
+    uintptr_t start = ps_align_up(dev->simulated_next, g);
+    int status = start >= dev->simulated_next && size <= SIMULATED_END - start ? PS_OK : PS_ENOMEM;
+    if (status == PS_OK) {
+        dev->simulated_next = start + size;
+        *out = (void *)start;
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return status;
+}
+
+static void host_vm_release(void *ctx, void *addr, size_t size)
+{
+    host_device_t *dev = ctx;
+    if (dev->options.backed)
+        munmap(addr, size);
+    /* simulated address space is not reused: ranges are few and large */
+}
+
+static int host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
+{
+    host_device_t *dev = ctx;
+    if (!size || size % dev->options.vm_granularity || (uintptr_t)addr % dev->options.vm_granularity)
+        return PS_EINVAL;
+    pthread_mutex_lock(&dev->lock);
+    int status = admit_locked(dev, size);
+    if (status == PS_OK)
+        status = ps_ptr_map_reserve(&dev->vm_mapped, 1);
+    if (status == PS_OK && dev->options.backed && mprotect(addr, size, PROT_READ | PROT_WRITE) != 0)
+        status = PS_ENOMEM;
+    if (status == PS_OK) {
+        ps_ptr_map_put(&dev->vm_mapped, (uintptr_t)addr, size);
+        dev->bytes_outstanding += size;
+        dev->vm_maps++;
+        *handle = ++dev->next_handle;
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return status;
+}
+
+static int host_vm_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
+{
+    host_device_t *dev = ctx;
+    pthread_mutex_lock(&dev->lock);
+    uint64_t mapped;
+    if (!ps_ptr_map_get(&dev->vm_mapped, (uintptr_t)addr, &mapped) || mapped != size) {
+        pthread_mutex_unlock(&dev->lock);
+        return PS_EINVAL;
+    }
+    ps_ptr_map_remove(&dev->vm_mapped, (uintptr_t)addr, &mapped);
+    if (dev->options.backed) {
+        madvise(addr, size, MADV_DONTNEED);
+        mprotect(addr, size, PROT_NONE);
+    }
+    if (dev->completed_upto < dev->fences_recorded)
+        dev->unsafe_unmaps++;
+    dev->bytes_outstanding -= size;
+    dev->vm_unmaps++;
+    pthread_mutex_unlock(&dev->lock);
+    return PS_OK;
+}
+
 int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
 {
     ps_host_ops_options_t options = {0};
@@ -271,6 +390,12 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
         options = *opts;
     if (!options.upstream_alignment)
         options.upstream_alignment = 2 * PS_MiB;
+    if (!options.vm_granularity)
+        options.vm_granularity = 2 * PS_MiB;
+    if (!ps_is_pow2(options.vm_granularity) || options.vm_granularity < 4096) {
+        ps_error("host ops: vm_granularity %zu is not a power of two >= 4096", options.vm_granularity);
+        return PS_EINVAL;
+    }
     if (!ps_is_pow2(options.upstream_alignment) || options.upstream_alignment < 256) {
         ps_error("host ops: upstream_alignment %zu is not a power of two >= 256",
                  options.upstream_alignment);
@@ -288,7 +413,8 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
         free(dev);
         return PS_ENOMEM;
     }
-    if (ps_ptr_map_init(&dev->waits_by_stream, 16) != PS_OK) {
+    if (ps_ptr_map_init(&dev->waits_by_stream, 16) != PS_OK || ps_ptr_map_init(&dev->vm_mapped, 16) != PS_OK) {
+        ps_ptr_map_free(&dev->waits_by_stream);
         ps_ptr_map_free(&dev->fences_by_stream);
         ps_ptr_map_free(&dev->live);
         free(dev);
@@ -313,7 +439,15 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
         .fence_release = host_fence_release,
         .stream_wait_fence = host_stream_wait_fence,
         .device_synchronize = host_device_synchronize,
+        .barrier = host_barrier,
     };
+    if (options.virtual_memory) {
+        dev->ops.vm_granularity = host_vm_granularity;
+        dev->ops.vm_reserve = host_vm_reserve;
+        dev->ops.vm_release = host_vm_release;
+        dev->ops.vm_map = host_vm_map;
+        dev->ops.vm_unmap = host_vm_unmap;
+    }
     *out = &dev->ops;
     return PS_OK;
 }
@@ -330,6 +464,7 @@ void ps_host_ops_destroy(ps_gpu_ops_t *ops)
     ps_ptr_map_free(&dev->live);
     ps_ptr_map_free(&dev->fences_by_stream);
     ps_ptr_map_free(&dev->waits_by_stream);
+    ps_ptr_map_free(&dev->vm_mapped);
     for (struct ps_fence *fence = dev->all_fences, *next; fence; fence = next) {
         next = fence->all_next;
         free(fence);
@@ -354,6 +489,18 @@ uint64_t ps_host_ops_fence_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, fence_waits
 uint64_t ps_host_ops_device_syncs(ps_gpu_ops_t *ops) { HOST_READ(ops, device_syncs); }
 uint64_t ps_host_ops_bytes_outstanding(ps_gpu_ops_t *ops) { HOST_READ(ops, bytes_outstanding); }
 uint64_t ps_host_ops_upstream_allocs(ps_gpu_ops_t *ops) { HOST_READ(ops, upstream_allocs); }
+uint64_t ps_host_ops_barriers(ps_gpu_ops_t *ops) { HOST_READ(ops, barriers); }
+uint64_t ps_host_ops_vm_maps(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_maps); }
+uint64_t ps_host_ops_vm_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_unmaps); }
+uint64_t ps_host_ops_unsafe_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, unsafe_unmaps); }
+
+void ps_host_ops_block_barriers(ps_gpu_ops_t *ops, int blocked)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    dev->barriers_blocked = blocked;
+    pthread_mutex_unlock(&dev->lock);
+}
 
 uint64_t ps_host_ops_fences_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream)
 {

@@ -21,6 +21,8 @@ typedef struct ps_host_ops_options {
     int backed;                /* 1: real host memory, 0: simulated addresses */
     size_t upstream_alignment; /* alignment of upstream blocks (default 2 MiB, like cuMemAlloc for big blocks) */
     int auto_complete;         /* 1: fences complete as soon as they are recorded */
+    int virtual_memory;        /* 1: offer the vm_* entries (an expandable pool can be built) */
+    size_t vm_granularity;     /* their granularity (default 2 MiB, like an H100) */
 } ps_host_ops_options_t;
 
 /* Creates the table; *out is owned by the caller (ps_host_ops_destroy). */
@@ -40,7 +42,20 @@ uint64_t ps_host_ops_device_syncs(ps_gpu_ops_t *ops);            /* device_synch
 uint64_t ps_host_ops_fences_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream);
 uint64_t ps_host_ops_waits_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream);
 
-/* Upstream accounting and fault injection. */
+/* Barriers: how many were issued; while blocked, barrier returns PS_EBUSY
+ * (as when a stream capture is open). A barrier completes no fence: the
+ * fake GPU keeps lagging, which is the point. */
+uint64_t ps_host_ops_barriers(ps_gpu_ops_t *ops);
+void ps_host_ops_block_barriers(ps_gpu_ops_t *ops, int blocked);
+
+/* Virtual memory: calls, and unmaps made while some fence was still
+ * incomplete (the GPU might still touch the range: must stay 0). */
+uint64_t ps_host_ops_vm_maps(ps_gpu_ops_t *ops);
+uint64_t ps_host_ops_vm_unmaps(ps_gpu_ops_t *ops);
+uint64_t ps_host_ops_unsafe_unmaps(ps_gpu_ops_t *ops);
+
+/* Upstream accounting and fault injection (vm_map counts as an allocation:
+ * it uses the device's capacity and the same failure plan). */
 uint64_t ps_host_ops_bytes_outstanding(ps_gpu_ops_t *ops);
 uint64_t ps_host_ops_upstream_allocs(ps_gpu_ops_t *ops);  /* successful mem_alloc calls */
 /* The next mem_alloc calls fail with PS_ENOMEM: fail_after = how many succeed first,

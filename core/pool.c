@@ -1,5 +1,6 @@
 /* The coalescing pool (core/pool.h): a TLSF suballocator with host-side
- * block descriptors, cudaFree epochs and per-stream free lists.
+ * block descriptors, cudaFree epochs, per-stream free lists, and either
+ * chunks from an upstream or one expandable virtual-memory range.
  *
  * Algorithm
  *  1. Memory comes from the upstream in *chunks*. Each chunk is cut into
@@ -31,19 +32,36 @@
  *     When nothing fits (the quick cache is flushed into the lists first):
  *       a. poll closed cudaFree epochs, oldest first (fence_query); every
  *          completed epoch's blocks become free in the ready list; retry;
+ *       B. free_sync barrier, when pending blocks (epochs and other streams'
+ *          lists) together with ready memory could serve the request: one
+ *          device-wide GPU barrier (gpu_ops.h) orders all later GPU work
+ *          after all earlier work, so every pending block joins the ready
+ *          list at once, with no host wait; retry. If no barrier can be had
+ *          (a stream capture is open), go on as free_sync event:
  *       b. close the open epoch (one fence on every stream covers each block
  *          freed before it) and poll it for up to epoch_wait_ns; for a
  *          cudaMalloc also record (lazily) a fence on each stream with free
  *          blocks and poll it: blocks freed on t before that fence move to
  *          the ready list once it completes; retry;
- *       c. grow: a chunk of max(request rounded up to 2 MiB,
- *          clamp(reserved * growth_percent / 100, min_chunk, max_chunk))
- *          bytes, never past maximum_size; on upstream failure halve down
- *          to the request;
+ *       c. grow, never past maximum_size:
+ *          - chunks: a chunk of max(request rounded up to 2 MiB,
+ *            clamp(reserved * growth_percent / 100, min_chunk, max_chunk))
+ *            bytes; on upstream failure halve down to the request;
+ *          - expandable: the range is tiled by blocks like a chunk, and the
+ *            parts not backed by memory are UNMAPPED blocks (never listed;
+ *            at first one block covers the whole range). Pick the unmapped
+ *            block that needs the fewest new bytes: map just enough of its
+ *            front (to join a ready free block below), of its back (to join
+ *            one above), or all of it, in whole pieces; the new memory
+ *            merges with its free neighbours, so growth leaves no hole. When
+ *            no unmapped block can serve, reserve another range;
  *       d. memory pressure: host-wait (fence_wait) the oldest epochs one by
  *          one, retrying after each; then wait a fence on every stream list
  *          and merge all of them into the ready list; retry;
- *       e. give wholly free chunks back to the upstream and grow once more;
+ *       e. give wholly free chunks back to the upstream (expandable:
+ *          synchronize the device, then unmap every whole piece inside a
+ *          ready free block, leaving an UNMAPPED block there) and grow once
+ *          more;
  *       f. PS_ENOMEM.
  *  4. free(ptr): find the descriptor in the in-use map (absent -> PS_EINVAL,
  *     nothing changes: foreign pointer, interior pointer or double free).
@@ -55,7 +73,7 @@
  *       - cudaFree, free_sync event: the block joins the open epoch (state
  *         pending: it neither coalesces nor is handed out) — no CUDA call.
  *  5. trim(): close and wait every epoch and stream list, merge everything
- *     into the ready list, and give every wholly free chunk back.
+ *     into the ready list, and give memory back as in step e.
  *  The per-thread default stream (PS_STREAM_PER_THREAD) is one handle that
  *  names a different stream on every thread, so a per-handle free list
  *  would hand one thread's freed block to another thread's stream with no
@@ -65,7 +83,8 @@
  *
  * Guarantees
  *  - every address and size is a multiple of `alignment`; blocks never
- *    merge across chunks; allocate and free are O(1) in the number of free
+ *    merge across chunks (an expandable range is one chunk that grows);
+ *    every free, used or pending block has memory mapped behind it; allocate and free are O(1) in the number of free
  *    blocks (moving a stream's list is O(its blocks), off the hot path);
  *  - free_sync event: a block freed with PS_STREAM_NONE is never handed out
  *    while any fence covering its free is incomplete; a block freed on
@@ -84,6 +103,7 @@
 #include "pool.h"
 
 #include "ptr_map.h"
+#include "vm_range.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -104,7 +124,8 @@ typedef enum block_state {
     BLOCK_FREE,       /* in its owner's TLSF lists */
     BLOCK_USED,       /* handed out, in the in-use map */
     BLOCK_PENDING,    /* freed by cudaFree under free_sync event, in an epoch */
-    BLOCK_CACHED      /* free, parked in the quick cache (not in lists, not merged yet) */
+    BLOCK_CACHED,     /* free, parked in the quick cache (not in lists, not merged yet) */
+    BLOCK_UNMAPPED    /* part of an expandable range with no memory behind it (in the unmapped list) */
 } block_state_t;
 
 typedef struct pool_block {
@@ -124,8 +145,9 @@ typedef struct pool_chunk {
     void *base;           /* pointer from the upstream (NULL: slot unused) */
     size_t base_size;     /* bytes asked from the upstream */
     uintptr_t addr;       /* first usable (aligned) address */
-    size_t size;          /* usable bytes */
+    size_t size;          /* usable bytes (expandable: the whole range, mapped or not) */
     uint32_t first_block; /* block at addr */
+    ps_vm_range_t *range; /* expandable: the range behind the chunk; NULL: an upstream chunk */
 } pool_chunk_t;
 
 typedef struct pool_owner {
@@ -191,6 +213,11 @@ typedef struct pool {
     uint64_t upstream_frees;    /* chunks given back */
     uint64_t fences_recorded;   /* fences this pool recorded */
     uint64_t fence_waits;       /* host waits this pool did */
+    uint64_t barriers;          /* barriers that released pending blocks */
+
+    int expandable;             /* 1: growth maps pieces of virtual-memory ranges, not chunks */
+    uint32_t unmapped_head;     /* UNMAPPED blocks, linked by prev_free/next_free */
+    uint64_t bytes_unmapped;    /* sum of their sizes */
 } pool_t;
 
 static const ps_resource_ops_t pool_ops;
@@ -390,8 +417,9 @@ static inline uint32_t take_block(pool_t *pool, uint32_t index, size_t size)
 
 /* Puts block `index` (not in any list) into `owner_index`'s lists with
  * stamp `stamp`, merging with free physical neighbours of the same owner;
- * a neighbour absorbs it in place (the merged block keeps the newest stamp). */
-static void release_block(pool_t *pool, uint32_t index, uint32_t owner_index, uint64_t stamp)
+ * a neighbour absorbs it in place (the merged block keeps the newest stamp).
+ * Returns the index of the free block that now holds it. */
+static uint32_t release_block(pool_t *pool, uint32_t index, uint32_t owner_index, uint64_t stamp)
 {
     pool_block_t *b = &pool->blocks[index];
     uint32_t prev = b->prev_phys, next = b->next_phys;
@@ -417,6 +445,7 @@ static void release_block(pool_t *pool, uint32_t index, uint32_t owner_index, ui
             pool->blocks[after].prev_phys = prev;
         recycle_descriptor(pool, index);
         free_block_resize(pool, prev, p->addr, size);
+        return prev;
     } else if (merge_next) {
         pool_block_t *n = &pool->blocks[next];
         if (stamp > n->free_stamp)
@@ -430,10 +459,11 @@ static void release_block(pool_t *pool, uint32_t index, uint32_t owner_index, ui
         size_t size = b->size + n->size;
         recycle_descriptor(pool, index);
         free_block_resize(pool, next, addr, size);
-    } else {
-        b->free_stamp = stamp;
-        list_insert(pool, owner_index, index);
+        return next;
     }
+    b->free_stamp = stamp;
+    list_insert(pool, owner_index, index);
+    return index;
 }
 
 /* ---- quick cache ------------------------------------------------------
@@ -715,16 +745,52 @@ static int steal_stream_list_locked(pool_t *pool, uint32_t to, size_t size)
     return 0;
 }
 
+/* ---- barrier (free_sync barrier) -------------------------------------- */
+
+/* Whether a barrier could help a request of `need` bytes: something is
+ * pending (epochs, other streams' lists), and pending plus ready memory
+ * is at least `need` (pending blocks may merge with ready neighbours). */
+static int barrier_could_serve_locked(const pool_t *pool, size_t need)
+{
+    uint64_t pending = pool->bytes_pending;
+    for (uint32_t o = 1; o < pool->owners_count; o++)
+        pending += pool->owners[o]->free_bytes;
+    return pending && pending + pool->owners[OWNER_READY]->free_bytes >= need;
+}
+
+/* Step B: one device-wide barrier; on success every pending block (closed
+ * and open epochs, every stream's list) joins the ready list. Returns 1
+ * when the barrier was issued. */
+static int barrier_release_locked(pool_t *pool)
+{
+    const ps_gpu_ops_t *gpu = pool->gpu;
+    if (!gpu->barrier || gpu->barrier(gpu->ctx) != PS_OK)
+        return 0;
+    pool->barriers++;
+    while (pool->closed_count)
+        closed_pop_front(pool);
+    epoch_release_blocks(pool, &pool->open_epoch);
+    for (uint32_t o = 1; o < pool->owners_count; o++) {
+        pool_owner_t *owner = pool->owners[o];
+        if (owner->free_blocks)
+            owner_move_blocks(pool, o, OWNER_READY, UINT64_MAX, 0);
+        if (owner->fence) {
+            gpu->fence_release(gpu->ctx, owner->fence);
+            owner->fence = NULL;
+        }
+    }
+    return 1;
+}
+
 /* ---- chunks ------------------------------------------------------------ */
 
-/* Takes one chunk of `chunk_size` bytes from the upstream into the ready
- * list. Needs one reserved descriptor. */
-static int add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need)
+/* A free slot of the chunk table (grown when full), in *slot. */
+static int chunk_slot_locked(pool_t *pool, uint32_t *slot)
 {
-    uint32_t slot = 0;
-    while (slot < pool->chunks_count && pool->chunks[slot].base)
-        slot++;
-    if (slot == pool->chunks_capacity) {
+    uint32_t s = 0;
+    while (s < pool->chunks_count && pool->chunks[s].base)
+        s++;
+    if (s == pool->chunks_capacity) {
         uint32_t capacity = pool->chunks_capacity ? pool->chunks_capacity * 2 : 16;
         pool_chunk_t *bigger = realloc(pool->chunks, capacity * sizeof *bigger);
         if (!bigger)
@@ -732,6 +798,17 @@ static int add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need)
         pool->chunks = bigger;
         pool->chunks_capacity = capacity;
     }
+    *slot = s;
+    return PS_OK;
+}
+
+/* Takes one chunk of `chunk_size` bytes from the upstream into the ready
+ * list; *grown = its block. Needs one reserved descriptor. */
+static int add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32_t *grown)
+{
+    uint32_t slot;
+    if (chunk_slot_locked(pool, &slot) != PS_OK)
+        return PS_ENOMEM;
     void *base;
     int status = ps_allocate(pool->base.upstream, chunk_size, PS_STREAM_NONE, &base);
     if (status != PS_OK)
@@ -750,7 +827,7 @@ static int add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need)
     b->free_stamp = 0;
     b->prev_phys = b->next_phys = NIL;
     b->chunk = slot;
-    pool->chunks[slot] = (pool_chunk_t){base, chunk_size, addr, usable, index};
+    pool->chunks[slot] = (pool_chunk_t){base, chunk_size, addr, usable, index, NULL};
     if (slot == pool->chunks_count)
         pool->chunks_count++;
     list_insert(pool, OWNER_READY, index);
@@ -758,12 +835,258 @@ static int add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need)
     if (pool->bytes_reserved > pool->peak_bytes_reserved)
         pool->peak_bytes_reserved = pool->bytes_reserved;
     pool->upstream_allocs++;
+    *grown = index;
     return PS_OK;
 }
 
-/* Step c: grows by one chunk big enough for `need` bytes. */
-static int grow_locked(pool_t *pool, size_t need)
+/* ---- expandable ranges ------------------------------------------------- */
+
+static void unmapped_insert(pool_t *pool, uint32_t index)
 {
+    pool_block_t *b = &pool->blocks[index];
+    b->state = BLOCK_UNMAPPED;
+    b->prev_free = NIL;
+    b->next_free = pool->unmapped_head;
+    if (pool->unmapped_head != NIL)
+        pool->blocks[pool->unmapped_head].prev_free = index;
+    pool->unmapped_head = index;
+    pool->bytes_unmapped += b->size;
+}
+
+static void unmapped_remove(pool_t *pool, uint32_t index)
+{
+    pool_block_t *b = &pool->blocks[index];
+    if (b->prev_free != NIL)
+        pool->blocks[b->prev_free].next_free = b->next_free;
+    else
+        pool->unmapped_head = b->next_free;
+    if (b->next_free != NIL)
+        pool->blocks[b->next_free].prev_free = b->prev_free;
+    pool->bytes_unmapped -= b->size;
+}
+
+/* Cuts block `index` (in no list) at address `at` (inside it): `index`
+ * keeps the front, the returned new block the back (same state, chunk and
+ * owner). Needs one reserved descriptor. */
+static uint32_t split_block(pool_t *pool, uint32_t index, uintptr_t at)
+{
+    uint32_t back = take_descriptor(pool);
+    pool_block_t *b = &pool->blocks[index], *n = &pool->blocks[back];
+    *n = *b;
+    n->addr = at;
+    n->size = b->addr + b->size - at;
+    n->prev_phys = index;
+    if (b->next_phys != NIL)
+        pool->blocks[b->next_phys].prev_phys = back;
+    b->next_phys = back;
+    b->size = at - b->addr;
+    return back;
+}
+
+/* Unmapped block `index` absorbs unmapped physical neighbours. */
+static void unmapped_merge(pool_t *pool, uint32_t index)
+{
+    uint32_t prev = pool->blocks[index].prev_phys;
+    if (prev != NIL && pool->blocks[prev].state == BLOCK_UNMAPPED) {
+        unmapped_remove(pool, index);
+        unmapped_remove(pool, prev);
+        pool_block_t *p = &pool->blocks[prev], *b = &pool->blocks[index];
+        p->size += b->size;
+        p->next_phys = b->next_phys;
+        if (b->next_phys != NIL)
+            pool->blocks[b->next_phys].prev_phys = prev;
+        recycle_descriptor(pool, index);
+        unmapped_insert(pool, prev);
+        index = prev;
+    }
+    uint32_t next = pool->blocks[index].next_phys;
+    if (next != NIL && pool->blocks[next].state == BLOCK_UNMAPPED) {
+        unmapped_remove(pool, index);
+        unmapped_remove(pool, next);
+        pool_block_t *b = &pool->blocks[index], *n = &pool->blocks[next];
+        b->size += n->size;
+        b->next_phys = n->next_phys;
+        if (n->next_phys != NIL)
+            pool->blocks[n->next_phys].prev_phys = index;
+        recycle_descriptor(pool, next);
+        unmapped_insert(pool, index);
+    }
+}
+
+/* Reserves one more range of address space, as a chunk made of one
+ * unmapped block. */
+static int add_range_locked(pool_t *pool, size_t need)
+{
+    const ps_pool_options_t *o = &pool->options;
+    size_t size = o->expandable_reserve;
+    if (!size) {
+        size_t free_bytes = 0, total = 0;
+        if (pool->gpu->mem_get_info(pool->gpu->ctx, &free_bytes, &total) != PS_OK || !total)
+            total = 32 * PS_GiB;
+        size = total > PS_TiB / 2 ? PS_TiB : 2 * total;
+    }
+    if (size < need)
+        size = need;
+    uint32_t slot;
+    if (chunk_slot_locked(pool, &slot) != PS_OK)
+        return PS_ENOMEM;
+    ps_vm_range_t *range;
+    int status = ps_vm_range_create(pool->gpu, size, o->expandable_piece, &range);
+    if (status != PS_OK)
+        return status;
+    uint32_t index = take_descriptor(pool);
+    pool_block_t *b = &pool->blocks[index];
+    b->addr = range->base;
+    b->size = range->size;
+    b->free_stamp = 0;
+    b->prev_phys = b->next_phys = NIL;
+    b->chunk = slot;
+    b->owner = OWNER_READY;
+    pool->chunks[slot] = (pool_chunk_t){(void *)range->base, range->size, range->base, range->size, index, range};
+    if (slot == pool->chunks_count)
+        pool->chunks_count++;
+    unmapped_insert(pool, index);
+    return PS_OK;
+}
+
+/* The size of block `index` if it is free in the ready list, else 0. */
+static inline size_t ready_size(const pool_t *pool, uint32_t index)
+{
+    if (index == NIL)
+        return 0;
+    const pool_block_t *b = &pool->blocks[index];
+    return b->state == BLOCK_FREE && b->owner == OWNER_READY ? b->size : 0;
+}
+
+/* Step c, expandable: maps the fewest new pieces that give a ready block
+ * of at least `need` bytes; *grown = that block. Needs two reserved
+ * descriptors. */
+static int grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        uint32_t best = NIL;
+        size_t best_length = SIZE_MAX;
+        uintptr_t best_start = 0;
+        for (uint32_t u = pool->unmapped_head; u != NIL; u = pool->blocks[u].next_free) {
+            const pool_block_t *b = &pool->blocks[u];
+            size_t piece = pool->chunks[b->chunk].range->piece;
+            size_t below = ready_size(pool, b->prev_phys), above = ready_size(pool, b->next_phys);
+            if (below + b->size + above < need)
+                continue;
+            /* below, above < need: the request did not fit in them */
+            size_t front = ps_align_up(need - below, piece), back = ps_align_up(need - above, piece);
+            size_t length;
+            uintptr_t start;
+            if (front && front <= b->size && front <= back) {
+                length = front;
+                start = b->addr;
+            } else if (back && back <= b->size) {
+                length = back;
+                start = b->addr + b->size - back;
+            } else {
+                length = b->size;
+                start = b->addr;
+            }
+            if (length < best_length || (length == best_length && b->addr < pool->blocks[best].addr)) {
+                best = u;
+                best_length = length;
+                best_start = start;
+            }
+        }
+        if (best == NIL) {
+            if (attempt)
+                return PS_ENOMEM;
+            int status = add_range_locked(pool, need);
+            if (status != PS_OK)
+                return status == PS_EUNSUPPORTED ? PS_ENOMEM : status;
+            continue;
+        }
+        const ps_pool_options_t *o = &pool->options;
+        if (o->maximum_size && pool->bytes_reserved + best_length > o->maximum_size)
+            return PS_ENOMEM;
+        ps_vm_range_t *range = pool->chunks[pool->blocks[best].chunk].range;
+        int status = ps_vm_range_map(range, best_start, best_length);
+        if (status != PS_OK)
+            return status;
+        /* cut the mapped part out of the unmapped block, as a free block */
+        pool_block_t *b = &pool->blocks[best];
+        uint32_t mapped = best;
+        unmapped_remove(pool, best);
+        if (best_length < b->size) {
+            if (best_start == b->addr) { /* front: the unmapped rest is the back */
+                uint32_t rest = split_block(pool, best, best_start + best_length);
+                unmapped_insert(pool, rest);
+            } else { /* back */
+                mapped = split_block(pool, best, best_start);
+                unmapped_insert(pool, best);
+            }
+        }
+        pool->bytes_reserved += best_length;
+        if (pool->bytes_reserved > pool->peak_bytes_reserved)
+            pool->peak_bytes_reserved = pool->bytes_reserved;
+        pool->upstream_allocs += best_length / range->piece;
+        *grown = release_block(pool, mapped, OWNER_READY, 0);
+        return PS_OK;
+    }
+    return PS_ENOMEM;
+}
+
+/* Step e, expandable: unmaps every whole piece inside a ready free block.
+ * The device is synchronized first: unmapping does not wait for kernels
+ * still using the range, and a ready block may have been freed while one
+ * ran (a barrier orders later work, not earlier work). */
+static void unmap_free_pieces_locked(pool_t *pool)
+{
+    int synchronized = 0;
+    for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
+        ps_vm_range_t *range = pool->chunks[slot].range;
+        if (!pool->chunks[slot].base || !range)
+            continue;
+        for (uint32_t index = pool->chunks[slot].first_block, next; index != NIL; index = next) {
+            pool_block_t *b = &pool->blocks[index];
+            next = b->next_phys;
+            if (b->state != BLOCK_FREE || b->owner != OWNER_READY)
+                continue;
+            uintptr_t lo = range->base + ps_align_up(b->addr - range->base, range->piece);
+            uintptr_t hi = range->base + (b->addr + b->size - range->base) / range->piece * range->piece;
+            if (hi <= lo || reserve_descriptors_locked(pool, 2) != PS_OK)
+                continue;
+            if (!synchronized) {
+                if (pool->gpu->device_synchronize(pool->gpu->ctx) != PS_OK)
+                    return;
+                synchronized = 1;
+            }
+            size_t done = 0;
+            ps_vm_range_unmap(range, lo, hi - lo, &done);
+            if (!done)
+                continue;
+            b = &pool->blocks[index];
+            uintptr_t end = b->addr + b->size;
+            list_remove(pool, index);
+            uint32_t hole = index;
+            if (lo > b->addr) {
+                hole = split_block(pool, index, lo);
+                list_insert(pool, OWNER_READY, index);
+            }
+            if (lo + done < end) {
+                uint32_t tail = split_block(pool, hole, lo + done);
+                list_insert(pool, OWNER_READY, tail);
+            }
+            next = pool->blocks[hole].next_phys;
+            unmapped_insert(pool, hole);
+            unmapped_merge(pool, hole);
+            pool->bytes_reserved -= done;
+            pool->upstream_frees += done / range->piece;
+        }
+    }
+}
+
+/* Step c: grows by one chunk big enough for `need` bytes, or (expandable)
+ * maps what is missing; *grown = the ready block that now fits. */
+static int grow_locked(pool_t *pool, size_t need, uint32_t *grown)
+{
+    if (pool->expandable)
+        return grow_expandable_locked(pool, need, grown);
     const ps_pool_options_t *o = &pool->options;
     size_t step = (size_t)(pool->bytes_reserved / 100 * o->growth_percent +
                            pool->bytes_reserved % 100 * o->growth_percent / 100);
@@ -786,7 +1109,7 @@ static int grow_locked(pool_t *pool, size_t need)
             chunk_size = room;
     }
     for (;;) {
-        int status = add_chunk_locked(pool, chunk_size, need);
+        int status = add_chunk_locked(pool, chunk_size, need, grown);
         if (status == PS_OK || chunk_size == need)
             return status;
         size_t half = ps_align_up(chunk_size / 2, o->alignment);
@@ -800,7 +1123,7 @@ static void release_free_chunks_locked(pool_t *pool)
     quick_flush_locked(pool);
     for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
         pool_chunk_t *chunk = &pool->chunks[slot];
-        if (!chunk->base)
+        if (!chunk->base || chunk->range)
             continue;
         uint32_t index = chunk->first_block;
         pool_block_t *b = &pool->blocks[index];
@@ -818,6 +1141,8 @@ static void release_free_chunks_locked(pool_t *pool)
     }
     while (pool->chunks_count && !pool->chunks[pool->chunks_count - 1].base)
         pool->chunks_count--;
+    if (pool->expandable)
+        unmap_free_pieces_locked(pool);
 }
 
 /* Memory pressure: closes the open epoch; when no fence can be had, falls
@@ -858,6 +1183,17 @@ static inline int try_ready_locked(pool_t *pool, size_t need, void **out)
     return PS_OK;
 }
 
+/* Takes `need` bytes from `grown`, the ready block growth produced (it is
+ * big enough; taking it directly avoids the good-fit search, which may
+ * skip a fitting block of the request's own class). */
+static inline int take_grown_locked(pool_t *pool, uint32_t grown, size_t need, void **out)
+{
+    if (pool->blocks[grown].size < need)
+        return try_ready_locked(pool, need, out);
+    *out = (void *)pool->blocks[take_block(pool, grown, need)].addr;
+    return PS_OK;
+}
+
 /* Steps a-f of the file header; `stream_allocation`: the request is
  * stream-ordered (its own and stolen lists were tried already). */
 static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation, void **out)
@@ -873,8 +1209,13 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
             released += poll_stream_lists_locked(pool, 0, 0);
         if (released && try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
-        /* b. close the open epoch and poll it briefly */
-        if (pool->open_epoch.head != NIL && close_open_epoch_locked(pool) == PS_OK) {
+        /* B. one barrier releases everything pending */
+        int barrier = pool->options.free_sync == PS_FREE_SYNC_BARRIER;
+        if (barrier && barrier_could_serve_locked(pool, need) && barrier_release_locked(pool)) {
+            if (try_ready_locked(pool, need, out) == PS_OK)
+                return PS_OK;
+        } else if (pool->open_epoch.head != NIL && close_open_epoch_locked(pool) == PS_OK) {
+            /* b. close the open epoch and poll it briefly */
             ps_fence_t *fence = pool->closed[(pool->closed_head + pool->closed_count - 1) % pool->closed_capacity].fence;
             if (gpu->fence_query(gpu->ctx, fence) != PS_OK && pool->options.epoch_wait_ns) {
                 uint64_t deadline = ps_now_ns() + pool->options.epoch_wait_ns;
@@ -889,10 +1230,15 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
             return PS_OK;
     }
     /* c. grow rather than wait */
-    if (grow_locked(pool, need) == PS_OK)
-        return try_ready_locked(pool, need, out);
+    uint32_t grown;
+    if (grow_locked(pool, need, &grown) == PS_OK)
+        return take_grown_locked(pool, grown, need, out);
     if (gpu) {
-        /* d. memory pressure: wait the oldest epochs one by one */
+        /* d. memory pressure: a barrier (pending blocks may have appeared
+         * since step B), then wait the oldest epochs one by one */
+        if (pool->options.free_sync == PS_FREE_SYNC_BARRIER && barrier_could_serve_locked(pool, need) &&
+            barrier_release_locked(pool) && try_ready_locked(pool, need, out) == PS_OK)
+            return PS_OK;
         close_or_sync_open_epoch_locked(pool);
         if (try_ready_locked(pool, need, out) == PS_OK) /* the fallback may have freed blocks */
             return PS_OK;
@@ -908,10 +1254,10 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
             try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
     }
-    /* e. give wholly free chunks back and grow once more */
+    /* e. give free memory back and grow once more */
     release_free_chunks_locked(pool);
-    if (grow_locked(pool, need) == PS_OK)
-        return try_ready_locked(pool, need, out);
+    if (grow_locked(pool, need, &grown) == PS_OK)
+        return take_grown_locked(pool, grown, need, out);
     return PS_ENOMEM; /* f. */
 }
 
@@ -980,7 +1326,7 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
     uint32_t owner;
     if (stream_ordered && owner_of_stream_locked(pool, stream, &owner) == PS_OK)
         release_block(pool, index, owner, ++pool->free_counter);
-    else if (pool->options.free_sync == PS_FREE_SYNC_EVENT)
+    else if (pool->options.free_sync == PS_FREE_SYNC_EVENT || pool->options.free_sync == PS_FREE_SYNC_BARRIER)
         epoch_append(pool, &pool->open_epoch, index);
     else if (stream_ordered)
         epoch_append(pool, &pool->open_epoch, index); /* no list for the stream: the safe path */
@@ -1051,6 +1397,8 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
     info->upstream_frees += pool->upstream_frees;
     info->fences_recorded += pool->fences_recorded;
     info->fence_waits += pool->fence_waits;
+    info->barriers += pool->barriers;
+    info->expandable += (uint64_t)pool->expandable;
     ps_unlock(&pool->lock);
 }
 
@@ -1066,7 +1414,9 @@ static void pool_destroy(ps_resource_t *r)
                 pool->gpu->fence_release(pool->gpu->ctx, pool->owners[o]->fence);
     }
     for (uint32_t slot = 0; slot < pool->chunks_count; slot++)
-        if (pool->chunks[slot].base)
+        if (pool->chunks[slot].range)
+            ps_vm_range_destroy(pool->chunks[slot].range);
+        else if (pool->chunks[slot].base)
             ps_deallocate(pool->base.upstream, pool->chunks[slot].base, pool->chunks[slot].base_size,
                           PS_STREAM_NONE);
     for (uint32_t o = 0; o < pool->owners_count; o++)
@@ -1140,6 +1490,20 @@ static const ps_resource_ops_t pool_ops = {"pool", pool_allocate, pool_deallocat
 
 /* ---- creation ---------------------------------------------------------- */
 
+/* The initial reservation: one chunk of exactly that size, or (expandable)
+ * that much mapped at the start of the range. */
+static int grow_or_add_initial_locked(pool_t *pool, size_t initial, uint32_t *grown)
+{
+    if (pool->expandable)
+        return grow_expandable_locked(pool, initial, grown);
+    return add_chunk_locked(pool, initial, initial, grown);
+}
+
+int ps_pool_is_expandable(ps_resource_t *r)
+{
+    return r && r->ops == &pool_ops && ((pool_t *)r)->expandable;
+}
+
 void ps_pool_options_default(ps_pool_options_t *opts)
 {
     *opts = (ps_pool_options_t){
@@ -1149,8 +1513,11 @@ void ps_pool_options_default(ps_pool_options_t *opts)
         .max_chunk = PS_GiB,
         .growth_percent = 12,
         .alignment = MIN_ALIGNMENT,
-        .free_sync = PS_FREE_SYNC_EVENT,
+        .free_sync = PS_FREE_SYNC_BARRIER,
         .epoch_wait_ns = 50000,
+        .expandable = 1,
+        .expandable_reserve = 0,
+        .expandable_piece = 2 * PS_MiB,
     };
 }
 
@@ -1169,7 +1536,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
                  o.alignment, MIN_ALIGNMENT);
         return PS_EINVAL;
     }
-    if (o.min_chunk > o.max_chunk || o.free_sync > PS_FREE_SYNC_NONE ||
+    if (o.min_chunk > o.max_chunk || o.free_sync > PS_FREE_SYNC_BARRIER ||
         (o.maximum_size && o.initial_size > o.maximum_size)) {
         ps_error("pool '%s': bad options (min_chunk > max_chunk, initial_size > maximum_size, or "
                  "unknown free_sync)", name ? name : "pool");
@@ -1193,6 +1560,8 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     pool->alignment_log2 = (unsigned)__builtin_ctzll(o.alignment);
     pool->open_epoch = (pool_epoch_t){NULL, NIL, NIL, 0};
     pool->last_stream = PS_STREAM_NONE;
+    pool->unmapped_head = NIL;
+    pool->expandable = o.expandable && gpu && gpu->vm_reserve && gpu->vm_map && gpu->vm_unmap && gpu->vm_granularity;
     pool->owners_capacity = 8;
     pool->owners = calloc(pool->owners_capacity, sizeof *pool->owners);
     int status = pool->owners ? PS_OK : PS_ENOMEM;
@@ -1209,7 +1578,8 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     pool->lock = (ps_lock_t)PS_LOCK_INIT;
     if (status == PS_OK && o.initial_size) {
         size_t initial = ps_align_up(o.initial_size, o.alignment);
-        status = initial ? add_chunk_locked(pool, initial, initial) : PS_ENOMEM;
+        uint32_t grown;
+        status = initial ? grow_or_add_initial_locked(pool, initial, &grown) : PS_ENOMEM;
     }
     if (status != PS_OK) {
         if (!pool->in_use.slots)
@@ -1235,13 +1605,13 @@ static int check_locked(pool_t *pool)
 {
     size_t alignment = pool->options.alignment;
     uint64_t used = 0, freeb = 0, pending = 0, reserved = 0, used_blocks = 0, free_blocks = 0,
-             pending_blocks = 0, cached_blocks = 0;
+             pending_blocks = 0, cached_blocks = 0, unmapped = 0, unmapped_blocks = 0;
     const char *n = pool->base.name;
     for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
         pool_chunk_t *chunk = &pool->chunks[slot];
         if (!chunk->base)
             continue;
-        reserved += chunk->size;
+        reserved += chunk->range ? chunk->range->mapped_bytes : chunk->size;
         uintptr_t expect = chunk->addr;
         uint32_t prev = NIL;
         for (uint32_t index = chunk->first_block; index != NIL; index = pool->blocks[index].next_phys) {
@@ -1253,6 +1623,11 @@ static int check_locked(pool_t *pool)
             CHECK(b->chunk == slot, n, "block %u: chunk %u, expected %u", index, b->chunk, slot);
             CHECK(b->size && b->size % alignment == 0 && b->addr % alignment == 0, n,
                   "block %u: size %zu / address not aligned to %zu", index, b->size, alignment);
+            if (chunk->range && b->state != BLOCK_UNMAPPED)
+                CHECK(ps_vm_range_is_mapped(chunk->range, b->addr - (b->addr - chunk->range->base) % chunk->range->piece,
+                                            ps_align_up(b->addr + b->size - chunk->range->base, chunk->range->piece) -
+                                                (b->addr - chunk->range->base) / chunk->range->piece * chunk->range->piece),
+                      n, "block %u (state %u) is not wholly mapped", index, b->state);
             switch (b->state) {
             case BLOCK_FREE:
                 freeb += b->size;
@@ -1279,6 +1654,15 @@ static int check_locked(pool_t *pool)
                 cached_blocks++;
                 CHECK(pool->quick[quick_slot(pool, b->size)] == index, n, "cached block %u not in its slot", index);
                 break;
+            case BLOCK_UNMAPPED:
+                CHECK(chunk->range, n, "block %u: unmapped outside an expandable range", index);
+                CHECK((b->addr - chunk->range->base) % chunk->range->piece == 0 && b->size % chunk->range->piece == 0,
+                      n, "unmapped block %u is not made of whole pieces", index);
+                CHECK(prev == NIL || pool->blocks[prev].state != BLOCK_UNMAPPED, n,
+                      "unmapped blocks %u and %u not merged", prev, index);
+                unmapped += b->size;
+                unmapped_blocks++;
+                break;
             default: CHECK(0, n, "block %u: state %u in a chunk", index, b->state);
             }
             expect = b->addr + b->size;
@@ -1296,6 +1680,15 @@ static int check_locked(pool_t *pool)
     CHECK(pending == pool->bytes_pending, n, "pending %llu, blocks sum %llu",
           (unsigned long long)pool->bytes_pending, (unsigned long long)pending);
     CHECK(reserved == used + freeb + pending, n, "reserved != in use + free + pending");
+    CHECK(unmapped == pool->bytes_unmapped, n, "unmapped %llu, blocks sum %llu",
+          (unsigned long long)pool->bytes_unmapped, (unsigned long long)unmapped);
+    uint64_t linked = 0;
+    for (uint32_t index = pool->unmapped_head; index != NIL; index = pool->blocks[index].next_free) {
+        CHECK(pool->blocks[index].state == BLOCK_UNMAPPED, n, "unmapped list: block %u is not unmapped", index);
+        CHECK(++linked <= unmapped_blocks, n, "the unmapped list loops or holds strangers");
+    }
+    CHECK(linked == unmapped_blocks, n, "%llu unmapped blocks, %llu in the list", (unsigned long long)unmapped_blocks,
+          (unsigned long long)linked);
     CHECK(used_blocks == pool->in_use.count, n, "%llu used blocks, %zu in the map",
           (unsigned long long)used_blocks, pool->in_use.count);
     /* free lists */

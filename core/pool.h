@@ -6,7 +6,8 @@
  *  - every pointer is aligned to `alignment` (>= 256, a power of two);
  *  - allocate/free cost O(1) in the number of free blocks (TLSF: two-level
  *    segregated free lists with bitmaps); metadata lives on the host only;
- *  - blocks never merge across separate upstream chunks;
+ *  - blocks never merge across separate upstream chunks; an expandable
+ *    pool is one growing range, so they merge across growth;
  *  - under free_sync = event (the default), a block freed with
  *    PS_STREAM_NONE is never handed out again until a fence recorded after
  *    its free has completed; a block freed on stream s is reused at once by
@@ -26,7 +27,9 @@
 typedef enum ps_free_sync {
     PS_FREE_SYNC_EVENT = 0, /* epochs closed by fences, polled, never blocks the hot path */
     PS_FREE_SYNC_DEVICE,    /* synchronize the device at the free, like native cudaFree */
-    PS_FREE_SYNC_NONE       /* reuse at once: trusts the program (one stream only) */
+    PS_FREE_SYNC_NONE,      /* reuse at once: trusts the program (one stream only) */
+    PS_FREE_SYNC_BARRIER    /* (default) before growing, a GPU-side barrier makes every
+                               pending block ready at once; no host wait */
 } ps_free_sync_t;
 
 typedef struct ps_pool_options {
@@ -39,6 +42,13 @@ typedef struct ps_pool_options {
     ps_free_sync_t free_sync; /* policy for frees with PS_STREAM_NONE */
     uint64_t epoch_wait_ns;   /* before growing, poll a just-closed epoch this long (default 50 us,
                                  about what one upstream allocation costs) */
+    int expandable;           /* 1 (default): when the GPU-ops table has virtual memory, one
+                                 reserved address range mapped piece by piece as the pool grows
+                                 (blocks merge across growth; free pieces can be unmapped from the
+                                 middle); 0: chunks from the upstream */
+    size_t expandable_reserve; /* address space reserved per range; 0 (default) = twice the device */
+    size_t expandable_piece;  /* bytes per mapped piece (default 2 MiB, rounded up to the device's
+                                 granularity): the unit of growth and of giving memory back */
 } ps_pool_options_t;
 
 /* Fills *opts with the defaults above. */
@@ -50,6 +60,10 @@ void ps_pool_options_default(ps_pool_options_t *opts);
  * reserved. */
 int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu,
                    const ps_pool_options_t *opts, ps_resource_t **out);
+
+/* Whether the pool ended up expandable (options.expandable and the GPU
+ * has virtual memory). */
+int ps_pool_is_expandable(ps_resource_t *pool);
 
 /* Debug aid and test hook: checks every invariant of the pool's metadata
  * (free lists match blocks, neighbours linked, no two adjacent free blocks

@@ -35,6 +35,8 @@ typedef struct ps_resource_info {
     uint64_t upstream_frees;      /* calls that gave memory back to the upstream */
     uint64_t fences_recorded;     /* fences recorded by the free policies */
     uint64_t fence_waits;         /* host waits on a fence (memory pressure) */
+    uint64_t barriers;            /* device-wide GPU barriers that released pending blocks */
+    uint64_t expandable;          /* resources backed by an expandable (virtual memory) range */
 } ps_resource_info_t;
 
 typedef struct ps_resource_ops {

@@ -1,0 +1,128 @@
+/* A reserved address range mapped piece by piece (core/vm_range.h).
+ *
+ * Algorithm
+ *  1. create: piece = max(requested piece, device granularity) rounded up
+ *     to the granularity; size rounded up to a piece; vm_reserve; one
+ *     handle slot per piece (0 = unmapped).
+ *  2. map(addr, length): every piece must be unmapped; vm_map each (its
+ *     own physical allocation, so it can later be given back alone). On a
+ *     failure, unmap the pieces mapped by this call, back to front.
+ *  3. unmap(addr, length): vm_unmap each piece front to back, stopping at
+ *     the first failure; report how far it got.
+ *  4. destroy: unmap what is mapped, release the reservation.
+ * Guarantees: mapped_bytes == pieces mapped * piece; a failed map leaves
+ * the range as it was.
+ */
+#include "vm_range.h"
+
+#include <stdlib.h>
+
+int ps_vm_range_create(const ps_gpu_ops_t *gpu, size_t size, size_t piece, ps_vm_range_t **out)
+{
+    if (!gpu || !gpu->vm_reserve || !gpu->vm_map || !gpu->vm_unmap || !gpu->vm_granularity)
+        return PS_EUNSUPPORTED;
+    size_t granularity = gpu->vm_granularity(gpu->ctx);
+    if (!granularity)
+        return PS_EUNSUPPORTED;
+    piece = ps_align_up(piece > granularity ? piece : granularity, granularity);
+    size = ps_align_up(size, piece);
+    if (!piece || !size)
+        return PS_EINVAL;
+    ps_vm_range_t *range = calloc(1, sizeof *range);
+    if (!range)
+        return PS_ENOMEM;
+    range->handles = calloc(size / piece, sizeof *range->handles);
+    if (!range->handles) {
+        free(range);
+        return PS_ENOMEM;
+    }
+    void *base;
+    int status = gpu->vm_reserve(gpu->ctx, size, &base);
+    if (status != PS_OK) {
+        free(range->handles);
+        free(range);
+        return status;
+    }
+    range->gpu = gpu;
+    range->base = (uintptr_t)base;
+    range->size = size;
+    range->piece = piece;
+    *out = range;
+    return PS_OK;
+}
+
+static inline size_t piece_index(const ps_vm_range_t *range, uintptr_t addr)
+{
+    return (addr - range->base) / range->piece;
+}
+
+static int unmap_piece(ps_vm_range_t *range, size_t index)
+{
+    const ps_gpu_ops_t *gpu = range->gpu;
+    int status = gpu->vm_unmap(gpu->ctx, (void *)(range->base + index * range->piece), range->piece,
+                               range->handles[index]);
+    if (status == PS_OK) {
+        range->handles[index] = 0;
+        range->mapped_bytes -= range->piece;
+        range->unmaps++;
+    }
+    return status;
+}
+
+void ps_vm_range_destroy(ps_vm_range_t *range)
+{
+    if (!range)
+        return;
+    for (size_t i = 0; i < range->size / range->piece; i++)
+        if (range->handles[i])
+            unmap_piece(range, i);
+    if (range->gpu->vm_release)
+        range->gpu->vm_release(range->gpu->ctx, (void *)range->base, range->size);
+    free(range->handles);
+    free(range);
+}
+
+int ps_vm_range_map(ps_vm_range_t *range, uintptr_t addr, size_t length)
+{
+    const ps_gpu_ops_t *gpu = range->gpu;
+    size_t first = piece_index(range, addr), end = piece_index(range, addr + length);
+    for (size_t i = first; i < end; i++)
+        if (range->handles[i])
+            return PS_EINVAL;
+    for (size_t i = first; i < end; i++) {
+        uint64_t handle = 0;
+        int status = gpu->vm_map(gpu->ctx, (void *)(range->base + i * range->piece), range->piece, &handle);
+        if (status == PS_OK && !handle)
+            status = PS_EUPSTREAM; /* 0 means "unmapped" here */
+        if (status != PS_OK) {
+            while (i-- > first) /* undo this call */
+                unmap_piece(range, i);
+            return status;
+        }
+        range->handles[i] = handle;
+        range->mapped_bytes += range->piece;
+        range->maps++;
+    }
+    return PS_OK;
+}
+
+int ps_vm_range_unmap(ps_vm_range_t *range, uintptr_t addr, size_t length, size_t *done)
+{
+    size_t first = piece_index(range, addr), end = piece_index(range, addr + length);
+    *done = 0;
+    for (size_t i = first; i < end; i++) {
+        int status = unmap_piece(range, i);
+        if (status != PS_OK)
+            return status;
+        *done += range->piece;
+    }
+    return PS_OK;
+}
+
+int ps_vm_range_is_mapped(const ps_vm_range_t *range, uintptr_t addr, size_t length)
+{
+    for (size_t i = piece_index(range, addr), end = piece_index(range, addr + length); i < end; i++)
+        if (!range->handles[i])
+            return 0;
+    return 1;
+}

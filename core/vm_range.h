@@ -1,0 +1,49 @@
+/* A reserved range of device address space into which physical memory is
+ * mapped piece by piece: the backing of the expandable pool (core/pool.c).
+ *
+ * The range is reserved once (vm_reserve, nothing mapped) and cut into
+ * *pieces* of equal size (a multiple of the device's granularity). Each
+ * piece is mapped (vm_map: its own physical allocation) or not. Mapping
+ * and unmapping work on whole pieces, so memory can be given back from the
+ * middle of the range without moving anything, and mapped again later.
+ *
+ * Not thread-safe: its owner (the pool) holds its lock around every call.
+ * Return rule: PS_OK or a negative PS_E* (core/common.h).
+ */
+#ifndef PS_VM_RANGE_H
+#define PS_VM_RANGE_H
+
+#include "gpu_ops.h"
+
+typedef struct ps_vm_range {
+    const ps_gpu_ops_t *gpu; /* the vm_* entries used */
+    uintptr_t base;          /* first address of the reserved range */
+    size_t size;             /* bytes reserved (a multiple of piece) */
+    size_t piece;            /* bytes per piece */
+    uint64_t *handles;       /* per piece: its vm_map handle, 0 = not mapped */
+    size_t mapped_bytes;     /* bytes mapped now */
+    uint64_t maps;           /* successful vm_map calls */
+    uint64_t unmaps;         /* successful vm_unmap calls */
+} ps_vm_range_t;
+
+/* Reserves `size` bytes (rounded up to `piece`; piece rounded up to the
+ * device granularity). PS_EUNSUPPORTED when `gpu` has no virtual memory. */
+int ps_vm_range_create(const ps_gpu_ops_t *gpu, size_t size, size_t piece, ps_vm_range_t **out);
+
+/* Unmaps every piece still mapped and releases the range. */
+void ps_vm_range_destroy(ps_vm_range_t *range);
+
+/* Maps the pieces of [addr, addr + length) (piece-aligned, inside the
+ * range, none mapped yet: PS_EINVAL otherwise). On error the pieces this
+ * call mapped are unmapped again and the range is as before. */
+int ps_vm_range_map(ps_vm_range_t *range, uintptr_t addr, size_t length);
+
+/* Unmaps the pieces of [addr, addr + length) (piece-aligned, all mapped),
+ * front to back. *done receives the bytes unmapped from the front: all of
+ * them on PS_OK, fewer when a call failed (the rest stays mapped). */
+int ps_vm_range_unmap(ps_vm_range_t *range, uintptr_t addr, size_t length, size_t *done);
+
+/* Whether every piece of [addr, addr + length) is mapped. */
+int ps_vm_range_is_mapped(const ps_vm_range_t *range, uintptr_t addr, size_t length);
+
+#endif

@@ -1,0 +1,143 @@
+/* free_sync barrier: pending blocks become ready through a GPU-side barrier
+ * instead of a fence the host polls, so a GPU that lags far behind the
+ * host no longer makes the pool grow. The fake device's fences never
+ * complete here unless a test says so: that is the lagging GPU. */
+#include "pool_fixture.h"
+
+#include <stdlib.h>
+
+/* A pool over a fake device; vm: 1 gives the device virtual memory (the
+ * pool is then expandable). */
+static void open_lagging(pool_fixture_t *f, ps_free_sync_t policy, int vm, size_t capacity)
+{
+    ps_pool_options_t o = small_pool_options();
+    o.free_sync = policy;
+    ps_host_ops_options_t host = {.capacity = capacity, .virtual_memory = vm};
+    cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, &o, &f->pool), PS_OK);
+}
+
+Test(pool_barrier, pending_block_is_reused_after_a_barrier_without_host_wait)
+{
+    pool_fixture_t f;
+    open_lagging(&f, PS_FREE_SYNC_BARRIER, 0, 0);
+    void *a, *b;
+    cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), 0, "a cudaFree issues nothing");
+    cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+    cr_assert_eq(b, a, "the barrier released a's block although its fence never completed");
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), 1);
+    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0, "the host never waited");
+    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0);
+    ps_resource_info_t info = fixture_info(f.pool);
+    cr_assert_eq(info.upstream_allocs, 1, "no growth");
+    cr_assert_eq(info.barriers, 1);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    ps_deallocate(f.pool, b, 0, PS_STREAM_NONE);
+    fixture_close(&f);
+}
+
+Test(pool_barrier, blocked_barrier_never_hands_out_a_pending_block)
+{
+    /* a stream capture is open: no barrier; the block stays pending and
+     * the pool grows instead (negative control of the test above) */
+    pool_fixture_t f;
+    open_lagging(&f, PS_FREE_SYNC_BARRIER, 0, 0);
+    void *a, *b, *c;
+    cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
+    ps_host_ops_block_barriers(f.gpu, 1);
+    cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+    cr_assert_neq(b, a, "no barrier and no completed fence: a's block must stay pending");
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), 0);
+    cr_assert_eq(fixture_info(f.pool).bytes_pending, 4 * PS_MiB);
+    ps_host_ops_block_barriers(f.gpu, 0);
+    cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &c), PS_OK);
+    cr_assert_eq(c, a, "barriers possible again: the pending block is reused");
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    ps_deallocate(f.pool, b, 0, PS_STREAM_NONE);
+    ps_deallocate(f.pool, c, 0, PS_STREAM_NONE);
+    fixture_close(&f);
+}
+
+Test(pool_barrier, no_barrier_when_pending_memory_cannot_serve_the_request)
+{
+    pool_fixture_t f;
+    open_lagging(&f, PS_FREE_SYNC_BARRIER, 0, 0);
+    void *a, *b;
+    cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), 0, "1 MiB pending + a little ready cannot give 64 MiB");
+    ps_deallocate(f.pool, b, 0, PS_STREAM_NONE);
+    fixture_close(&f);
+}
+
+Test(pool_barrier, releases_other_streams_lists_too)
+{
+    pool_fixture_t f;
+    open_lagging(&f, PS_FREE_SYNC_BARRIER, 0, 0);
+    ps_stream_t s1 = (ps_stream_t)0x1000;
+    void *a, *b;
+    cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, s1, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, a, 0, s1), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+    cr_assert_eq(b, a, "a cudaMalloc takes s1's freed block after one barrier");
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), 1);
+    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    ps_deallocate(f.pool, b, 0, PS_STREAM_NONE);
+    fixture_close(&f);
+}
+
+/* A training-loop-like workload on a GPU that never catches up: every step
+ * allocates tensors whose sizes scale with a random sequence length and
+ * batch, frees them, and goes on. Returns peak reserved / peak requested. */
+static double lagging_loop(ps_free_sync_t policy, int vm, uint64_t *barriers)
+{
+    pool_fixture_t f;
+    open_lagging(&f, policy, vm, 0);
+    srand(7);
+    enum { LIVE = 48 };
+    void *live[LIVE];
+    size_t sizes[LIVE];
+    uint64_t requested = 0, peak_requested = 0;
+    for (int step = 0; step < 300; step++) {
+        size_t scale = (size_t)(64 + rand() % 960) * (size_t)(4 + rand() % 28); /* seq x batch */
+        int n = 8 + rand() % (LIVE - 8);
+        for (int i = 0; i < n; i++) {
+            sizes[i] = scale * (size_t)(256 + rand() % 4096);
+            cr_assert_eq(ps_allocate(f.pool, sizes[i], PS_STREAM_NONE, &live[i]), PS_OK);
+            requested += ps_align_up(sizes[i], 256);
+            if (requested > peak_requested)
+                peak_requested = requested;
+        }
+        for (int i = 0; i < n; i++) {
+            cr_assert_eq(ps_deallocate(f.pool, live[i], sizes[i], PS_STREAM_NONE), PS_OK);
+            requested -= ps_align_up(sizes[i], 256);
+        }
+    }
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    ps_resource_info_t info = fixture_info(f.pool);
+    *barriers = info.barriers;
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    fixture_close(&f);
+    return (double)info.peak_bytes_reserved / (double)peak_requested;
+}
+
+Test(pool_barrier, lagging_gpu_keeps_reserved_close_to_requested)
+{
+    uint64_t barriers;
+    double event = lagging_loop(PS_FREE_SYNC_EVENT, 1, &barriers);
+    cr_assert_eq(barriers, 0);
+    double chunked = lagging_loop(PS_FREE_SYNC_BARRIER, 0, &barriers);
+    cr_assert_gt(barriers, 0);
+    double expandable = lagging_loop(PS_FREE_SYNC_BARRIER, 1, &barriers);
+    cr_log_info("lagging GPU, peak reserved / peak requested: event %.2fx, barrier+chunks %.2fx, "
+                "barrier+expandable %.3fx", event, chunked, expandable);
+    cr_assert_gt(event, 5.0, "the polled epoch grows without bound when the GPU lags (%.2fx)", event);
+    cr_assert_leq(expandable, 1.10, "barrier + expandable: %.3fx", expandable);
+    cr_assert_lt(chunked, event / 2, "the barrier alone already bounds growth (%.2fx)", chunked);
+}
