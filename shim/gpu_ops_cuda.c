@@ -18,6 +18,28 @@
  *    they never invalidate the program's graph capture.
  * 3. mem_alloc/mem_free call the real cuMemAlloc_v2/cuMemFree_v2 and
  *    record the slab in the registry (bad-pointer detection).
+ * 4. barrier (free_sync barrier), under streams_lock so that no stream is
+ *    created and no capture begins half-way:
+ *      a. refuse (PS_EBUSY) when a capture is open that it would touch:
+ *         cuStreamIsCapturing on the legacy stream answers
+ *         CUDA_ERROR_STREAM_CAPTURE_IMPLICIT while a blocking stream
+ *         captures (documented not to invalidate that capture), and each
+ *         tracked non-blocking stream is asked directly;
+ *      b. record an event on every live non-blocking stream of the
+ *         context and make the legacy stream wait for each;
+ *      c. record the barrier event E on the legacy stream: it completes
+ *         after all earlier work of every stream (legacy semantics order
+ *         blocking and per-thread streams, b orders the others);
+ *      d. make every live non-blocking stream wait for E. Blocking
+ *         streams order after E by legacy semantics; a non-blocking stream
+ *         created later waits for E in ps_streams_created.
+ *    cudaStreamBeginCapture & co. pass through ps_streams_capture_gate,
+ *    which takes streams_lock, so a capture cannot start between a and d.
+ * 5. vm_*: cuMemAddressReserve / cuMemCreate + cuMemMap + cuMemSetAccess /
+ *    cuMemUnmap + cuMemRelease, pinned device memory at the device's
+ *    recommended granularity; offered only when the device reports
+ *    CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED and the driver
+ *    has every entry point. A reserved range is registered as one slab.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -36,18 +58,49 @@ struct ps_fence {
 typedef struct device_ops {
     ps_gpu_ops_t ops;          /* the table handed to core/ (must be first) */
     CUcontext ctx;             /* the device's primary context */
+    CUdevice device;           /* its device */
     pthread_mutex_t lock;      /* guards free_fences */
     ps_fence_t *free_fences;   /* recycled fences */
+    CUevent barrier_event;     /* E of the last barrier (guarded by streams_lock) */
+    int barrier_recorded;      /* E was recorded at least once (guarded by streams_lock) */
+    size_t vm_granularity;     /* recommended mapping granularity (0: no virtual memory) */
+    uint64_t barriers;         /* barriers issued (guarded by streams_lock) */
 } device_ops_t;
 
 /* ---- stream tracking -------------------------------------------------------- */
 typedef struct tracked_stream {
     CUstream stream; /* a live non-blocking stream */
     CUcontext ctx;   /* its context */
+    CUevent event;   /* barrier step b's event on it (created lazily), or NULL */
 } tracked_stream_t;
 static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
 static tracked_stream_t *streams;   /* live non-blocking streams */
 static size_t stream_count, stream_capacity;
+static device_ops_t *device_tables[PS_MAX_DEVICES]; /* every table made, for barrier waits of new streams */
+
+/* A new non-blocking stream of `ctx` waits for the last barrier of that
+ * context (it would otherwise run beside work issued before it).
+ * streams_lock held. */
+static void wait_last_barrier_locked(CUstream stream, CUcontext ctx)
+{
+    for (int d = 0; d < PS_MAX_DEVICES; d++) {
+        device_ops_t *t = device_tables[d];
+        if (t && t->ctx == ctx && t->barrier_recorded) {
+            ps_real.cuStreamWaitEvent(stream, t->barrier_event, 0);
+            return;
+        }
+    }
+}
+
+int ps_streams_capture_gate(void)
+{
+    return pthread_mutex_lock(&streams_lock);
+}
+
+void ps_streams_capture_gate_end(void)
+{
+    pthread_mutex_unlock(&streams_lock);
+}
 
 void ps_streams_created(CUstream stream, unsigned int flags)
 {
@@ -60,8 +113,9 @@ void ps_streams_created(CUstream stream, unsigned int flags)
         ps_real.cuCtxGetCurrent(&ctx);
     pthread_mutex_lock(&streams_lock);
     for (size_t i = 0; i < stream_count; i++)
-        if (streams[i].stream == stream) { /* handle reused after a destroy we missed */
+        if (streams[i].stream == stream) { /* handle reused after a destroy we missed, or both doors */
             streams[i].ctx = ctx;
+            wait_last_barrier_locked(stream, ctx);
             pthread_mutex_unlock(&streams_lock);
             return;
         }
@@ -76,7 +130,8 @@ void ps_streams_created(CUstream stream, unsigned int flags)
         streams = grown;
         stream_capacity = cap;
     }
-    streams[stream_count++] = (tracked_stream_t){stream, ctx};
+    streams[stream_count++] = (tracked_stream_t){stream, ctx, NULL};
+    wait_last_barrier_locked(stream, ctx);
     pthread_mutex_unlock(&streams_lock);
 }
 
@@ -94,6 +149,8 @@ void ps_streams_destroyed(CUstream stream)
     pthread_mutex_lock(&streams_lock);
     for (size_t i = 0; i < stream_count; i++)
         if (streams[i].stream == stream) {
+            if (streams[i].event)
+                ps_real.cuEventDestroy_v2(streams[i].event);
             streams[i] = streams[--stream_count];
             break;
         }
@@ -328,6 +385,159 @@ static int ops_stream_wait_fence(void *vctx, ps_stream_t stream, ps_fence_t *f)
     return status;
 }
 
+/* ---- barrier (4. above) --------------------------------------------------------------- */
+static int ops_barrier(void *vctx)
+{
+    device_ops_t *d = vctx;
+    if (!ps_real.cuStreamIsCapturing)
+        return PS_EUNSUPPORTED;
+    int pushed = enter_ctx(d);
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (ps_real.cuThreadExchangeStreamCaptureMode)
+        ps_real.cuThreadExchangeStreamCaptureMode(&mode);
+    pthread_mutex_lock(&streams_lock);
+    int status = PS_OK;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult r = ps_real.cuStreamIsCapturing((CUstream)PS_STREAM_LEGACY, &st);
+    if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE))
+        status = PS_EBUSY;
+    else if (r != CUDA_SUCCESS)
+        status = PS_EUPSTREAM;
+    for (size_t i = 0; i < stream_count && status == PS_OK; i++)
+        if (streams[i].ctx == d->ctx && capturing(streams[i].stream))
+            status = PS_EBUSY;
+    if (status == PS_OK && !d->barrier_event && ps_real.cuEventCreate(&d->barrier_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+        d->barrier_event = NULL;
+        status = PS_EUPSTREAM;
+    }
+    /* b: every non-blocking stream's work so far joins the legacy stream */
+    for (size_t i = 0; i < stream_count && status == PS_OK; i++) {
+        tracked_stream_t *t = &streams[i];
+        if (t->ctx != d->ctx)
+            continue;
+        if (!t->event && ps_real.cuEventCreate(&t->event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+            t->event = NULL;
+            status = PS_EUPSTREAM;
+            break;
+        }
+        if (ps_real.cuEventRecord(t->event, t->stream) != CUDA_SUCCESS ||
+            ps_real.cuStreamWaitEvent((CUstream)PS_STREAM_LEGACY, t->event, 0) != CUDA_SUCCESS)
+            status = PS_EUPSTREAM;
+    }
+    /* c: E after everything issued so far */
+    if (status == PS_OK && ps_real.cuEventRecord(d->barrier_event, (CUstream)PS_STREAM_LEGACY) != CUDA_SUCCESS)
+        status = PS_EUPSTREAM;
+    /* d: everything issued from now on, after E */
+    for (size_t i = 0; i < stream_count && status == PS_OK; i++)
+        if (streams[i].ctx == d->ctx &&
+            ps_real.cuStreamWaitEvent(streams[i].stream, d->barrier_event, 0) != CUDA_SUCCESS)
+            status = PS_EUPSTREAM;
+    if (status == PS_OK) {
+        d->barrier_recorded = 1;
+        d->barriers++;
+    }
+    pthread_mutex_unlock(&streams_lock);
+    if (ps_real.cuThreadExchangeStreamCaptureMode)
+        ps_real.cuThreadExchangeStreamCaptureMode(&mode);
+    leave_ctx(pushed);
+    return status;
+}
+
+/* ---- virtual memory (5. above) ------------------------------------------------------------ */
+static size_t ops_vm_granularity(void *vctx)
+{
+    return ((device_ops_t *)vctx)->vm_granularity;
+}
+
+static int ops_vm_reserve(void *vctx, size_t size, void **out)
+{
+    device_ops_t *d = vctx;
+    int pushed = enter_ctx(d);
+    CUdeviceptr p = 0;
+    CUresult r = ps_real.cuMemAddressReserve(&p, size, d->vm_granularity, 0, 0);
+    leave_ctx(pushed);
+    if (r != CUDA_SUCCESS)
+        return status_of(r);
+    ps_slab_add((uintptr_t)p, size);
+    *out = (void *)(uintptr_t)p;
+    return PS_OK;
+}
+
+static void ops_vm_release(void *vctx, void *addr, size_t size)
+{
+    device_ops_t *d = vctx;
+    ps_slab_remove((uintptr_t)addr);
+    int pushed = enter_ctx(d);
+    ps_real.cuMemAddressFree((CUdeviceptr)(uintptr_t)addr, size);
+    leave_ctx(pushed);
+}
+
+static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
+{
+    device_ops_t *d = vctx;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = d->device;
+    CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, d->device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
+    int pushed = enter_ctx(d);
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r = ps_real.cuMemCreate(&h, size, &prop, 0);
+    if (r == CUDA_SUCCESS) {
+        r = ps_real.cuMemMap(at, size, 0, h, 0);
+        if (r == CUDA_SUCCESS) {
+            r = ps_real.cuMemSetAccess(at, size, &access, 1);
+            if (r != CUDA_SUCCESS)
+                ps_real.cuMemUnmap(at, size);
+        }
+        if (r != CUDA_SUCCESS)
+            ps_real.cuMemRelease(h);
+    }
+    leave_ctx(pushed);
+    if (r != CUDA_SUCCESS)
+        return status_of(r);
+    *handle = h;
+    return PS_OK;
+}
+
+static int ops_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle)
+{
+    device_ops_t *d = vctx;
+    int pushed = enter_ctx(d);
+    CUresult r = ps_real.cuMemUnmap((CUdeviceptr)(uintptr_t)addr, size);
+    if (r == CUDA_SUCCESS)
+        r = ps_real.cuMemRelease(handle);
+    leave_ctx(pushed);
+    return status_of(r);
+}
+
+/* The device's mapping granularity when it and the driver support virtual
+ * memory management, else 0. Needs the context current. */
+static size_t vm_granularity_of(CUdevice device)
+{
+    if (!ps_real.cuDeviceGetAttribute || !ps_real.cuMemGetAllocationGranularity || !ps_real.cuMemAddressReserve ||
+        !ps_real.cuMemAddressFree || !ps_real.cuMemCreate || !ps_real.cuMemRelease || !ps_real.cuMemMap ||
+        !ps_real.cuMemUnmap || !ps_real.cuMemSetAccess)
+        return 0;
+    int supported = 0;
+    if (ps_real.cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device) !=
+            CUDA_SUCCESS ||
+        !supported)
+        return 0;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    size_t granularity = 0;
+    if (ps_real.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) !=
+        CUDA_SUCCESS)
+        return 0;
+    return granularity;
+}
+
 static int ops_device_synchronize(void *vctx)
 {
     device_ops_t *d = vctx;
@@ -343,6 +553,7 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
     if (!d)
         return PS_ENOMEM;
     d->ctx = ctx;
+    d->device = device;
     pthread_mutex_init(&d->lock, NULL);
     d->ops = (ps_gpu_ops_t){
         .ctx = d,
@@ -359,7 +570,23 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         .fence_release = ops_fence_release,
         .stream_wait_fence = ops_stream_wait_fence,
         .device_synchronize = ops_device_synchronize,
+        .barrier = ops_barrier,
     };
+    int pushed = enter_ctx(d);
+    d->vm_granularity = vm_granularity_of(device);
+    leave_ctx(pushed);
+    if (d->vm_granularity) {
+        d->ops.vm_granularity = ops_vm_granularity;
+        d->ops.vm_reserve = ops_vm_reserve;
+        d->ops.vm_release = ops_vm_release;
+        d->ops.vm_map = ops_vm_map;
+        d->ops.vm_unmap = ops_vm_unmap;
+    }
+    if (device >= 0 && device < PS_MAX_DEVICES) {
+        pthread_mutex_lock(&streams_lock);
+        device_tables[device] = d;
+        pthread_mutex_unlock(&streams_lock);
+    }
     *out = &d->ops;
     return PS_OK;
 }

@@ -180,6 +180,46 @@ PS_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
     PASS_REAL(cuStreamDestroy_v2, hStream);
 }
 
+/* Stream capture begins: through the gate (see ps_streams_capture_gate). */
+#define BEGIN_CAPTURE(name, ...)                                                    \
+    do {                                                                            \
+        if (!ps_real.name && ps_real_load_driver() != PS_OK)                        \
+            return CUDA_ERROR_NOT_INITIALIZED;                                      \
+        if (!ps_real.name)                                                          \
+            return CUDA_ERROR_NOT_FOUND;                                            \
+        ps_streams_capture_gate();                                                  \
+        CUresult r_ = ps_real.name(__VA_ARGS__);                                    \
+        ps_streams_capture_gate_end();                                              \
+        return r_;                                                                  \
+    } while (0)
+
+PS_EXPORT CUresult cuStreamBeginCapture(CUstream s, CUstreamCaptureMode mode)
+{
+    BEGIN_CAPTURE(cuStreamBeginCapture, s, mode);
+}
+PS_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream s, CUstreamCaptureMode mode)
+{
+    BEGIN_CAPTURE(cuStreamBeginCapture_ptsz, s, mode);
+}
+PS_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode)
+{
+    BEGIN_CAPTURE(cuStreamBeginCapture_v2, s, mode);
+}
+PS_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode)
+{
+    BEGIN_CAPTURE(cuStreamBeginCapture_v2_ptsz, s, mode);
+}
+PS_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                               const CUgraphEdgeData *data, size_t n, CUstreamCaptureMode mode)
+{
+    BEGIN_CAPTURE(cuStreamBeginCaptureToGraph, s, g, deps, data, n, mode);
+}
+PS_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                                    const CUgraphEdgeData *data, size_t n, CUstreamCaptureMode mode)
+{
+    BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz, s, g, deps, data, n, mode);
+}
+
 /* ---- cuGetProcAddress ------------------------------------------------------------ */
 static CUresult replace_with_hook(CUresult r, void **pfn, const char *symbol, int version, cuuint64_t flags)
 {
@@ -233,7 +273,9 @@ static const ps_hook_t hooks[] = {
     HOOK(cuGetProcAddress), HOOK(cuGetProcAddress_v2), HOOK(cuMemAlloc_v2), HOOK(cuMemFree_v2),
     HOOK(cuMemAllocAsync), HOOK(cuMemAllocAsync_ptsz), HOOK(cuMemFreeAsync), HOOK(cuMemFreeAsync_ptsz),
     HOOK(cuMemGetInfo_v2), HOOK(cuMemGetAddressRange_v2), HOOK(cuIpcGetMemHandle), HOOK(cuStreamCreate),
-    HOOK(cuStreamCreateWithPriority), HOOK(cuStreamDestroy_v2),
+    HOOK(cuStreamCreateWithPriority), HOOK(cuStreamDestroy_v2), HOOK(cuStreamBeginCapture),
+    HOOK(cuStreamBeginCapture_ptsz), HOOK(cuStreamBeginCapture_v2), HOOK(cuStreamBeginCapture_v2_ptsz),
+    HOOK(cuStreamBeginCaptureToGraph), HOOK(cuStreamBeginCaptureToGraph_ptsz),
     /* runtime (for programs that dlsym them from a libcudart handle) */
     HOOK(cudaMalloc), HOOK(cudaFree), HOOK(cudaMallocAsync), HOOK(cudaMallocAsync_ptsz), HOOK(cudaFreeAsync),
     HOOK(cudaFreeAsync_ptsz), HOOK(cudaMemGetInfo), HOOK(cudaStreamCreate), HOOK(cudaStreamCreateWithFlags),

@@ -54,6 +54,7 @@
     X(cuCtxSetCurrent, CUresult, (CUcontext))                                              \
     X(cuDevicePrimaryCtxRetain, CUresult, (CUcontext *, CUdevice))                         \
     X(cuEventCreate, CUresult, (CUevent *, unsigned int))                                  \
+    X(cuEventDestroy_v2, CUresult, (CUevent))                                              \
     X(cuEventRecord, CUresult, (CUevent, CUstream))                                        \
     X(cuEventQuery, CUresult, (CUevent))                                                   \
     X(cuEventSynchronize, CUresult, (CUevent))                                             \
@@ -64,7 +65,25 @@
     X(cuStreamGetCtx, CUresult, (CUstream, CUcontext *))                                   \
     X(cuStreamIsCapturing, CUresult, (CUstream, CUstreamCaptureStatus *))                  \
     X(cuStreamIsCapturing_ptsz, CUresult, (CUstream, CUstreamCaptureStatus *))             \
-    X(cuThreadExchangeStreamCaptureMode, CUresult, (CUstreamCaptureMode *))
+    X(cuThreadExchangeStreamCaptureMode, CUresult, (CUstreamCaptureMode *))                \
+    X(cuStreamBeginCapture, CUresult, (CUstream, CUstreamCaptureMode))                      \
+    X(cuStreamBeginCapture_ptsz, CUresult, (CUstream, CUstreamCaptureMode))                 \
+    X(cuStreamBeginCapture_v2, CUresult, (CUstream, CUstreamCaptureMode))                   \
+    X(cuStreamBeginCapture_v2_ptsz, CUresult, (CUstream, CUstreamCaptureMode))              \
+    X(cuStreamBeginCaptureToGraph, CUresult,                                                \
+      (CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, CUstreamCaptureMode)) \
+    X(cuStreamBeginCaptureToGraph_ptsz, CUresult,                                           \
+      (CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, CUstreamCaptureMode)) \
+    X(cuDeviceGetAttribute, CUresult, (int *, int, CUdevice))                               \
+    X(cuMemGetAllocationGranularity, CUresult, (size_t *, const CUmemAllocationProp *, int)) \
+    X(cuMemAddressReserve, CUresult, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long)) \
+    X(cuMemAddressFree, CUresult, (CUdeviceptr, size_t))                                    \
+    X(cuMemCreate, CUresult,                                                                \
+      (CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long)) \
+    X(cuMemRelease, CUresult, (CUmemGenericAllocationHandle))                               \
+    X(cuMemMap, CUresult, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)) \
+    X(cuMemUnmap, CUresult, (CUdeviceptr, size_t))                                          \
+    X(cuMemSetAccess, CUresult, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))
 
 /* The runtime functions the shim forwards to (foreign pointers, cudaFree(NULL),
  * stream capture, passthrough mode). */
@@ -158,6 +177,10 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out);
  * epoch (the legacy stream does not order them). */
 void ps_streams_created(CUstream stream, unsigned int flags);
 void ps_streams_destroyed(CUstream stream);
+/* Around every real cuStreamBeginCapture*: no capture may begin while a
+ * barrier is half-way (it checked that none was open). */
+int ps_streams_capture_gate(void);
+void ps_streams_capture_gate_end(void);
 
 /* ---- router.c --------------------------------------------------------------- */
 enum { PS_DOOR_RUNTIME = 0, PS_DOOR_DRIVER = 1 };

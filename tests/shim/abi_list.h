@@ -1,5 +1,6 @@
 /* Every constant shim/cuda_abi.h writes out, checked against the real CUDA
  * headers by tests/shim/abi_check.c (X(name) expands to the value). */
+#include <stddef.h>
 #define PS_ABI_VALUES(X)                                                             \
     X(CUDA_SUCCESS) X(CUDA_ERROR_INVALID_VALUE) X(CUDA_ERROR_OUT_OF_MEMORY)           \
     X(CUDA_ERROR_NOT_INITIALIZED) X(CUDA_ERROR_DEINITIALIZED) X(CUDA_ERROR_INVALID_CONTEXT) \
@@ -11,4 +12,9 @@
     X(cudaSuccess) X(cudaErrorInvalidValue) X(cudaErrorMemoryAllocation) X(cudaErrorNotReady) \
     X(cudaStreamNonBlocking)                                                           \
     X((long)(uintptr_t)CU_STREAM_LEGACY) X((long)(uintptr_t)CU_STREAM_PER_THREAD)     \
-    X((long)sizeof(CUipcMemHandle)) X((long)sizeof(cudaIpcMemHandle_t)) X((long)sizeof(CUdeviceptr))
+    X((long)sizeof(CUipcMemHandle)) X((long)sizeof(cudaIpcMemHandle_t)) X((long)sizeof(CUdeviceptr)) \
+    X(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) X(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) \
+    X(CU_MEM_ALLOCATION_TYPE_PINNED) X(CU_MEM_LOCATION_TYPE_DEVICE) X(CU_MEM_ACCESS_FLAGS_PROT_READWRITE) \
+    X(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) X((long)sizeof(CUmemAllocationProp)) \
+    X((long)offsetof(CUmemAllocationProp, location)) X((long)offsetof(CUmemAllocationProp, allocFlags)) \
+    X((long)sizeof(CUmemAccessDesc)) X((long)sizeof(CUmemGenericAllocationHandle))
