@@ -28,6 +28,8 @@ CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 # libinih, linked statically so the .so travels alone. Empty: use the copy in build/ (GPU machine).
 INIH_LIB  ?= $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libinih.a /usr/lib/*/libinih.a /usr/lib/libinih.a))
+# jansson (the CLI's JSON reader), linked statically so the CLI runs where libjansson is absent.
+JANSSON_LIB ?= $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libjansson.a /usr/lib/*/libjansson.a /usr/lib/libjansson.a))
 
 ifeq ($(SANITIZE),)
 BUILD     ?= build
@@ -82,7 +84,7 @@ $(LIB): $(SHIM_OBJ) $(CORE_LIB) shim/exports.map
 	    -Wl,--version-script=shim/exports.map -Wl,-z,now $(LDLIBS)
 
 $(CLI): $(TOOL_OBJ) $(CORE_LIB)
-	$(CC) -o $@ $(TOOL_OBJ) $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) $(LDLIBS) -lm
+	$(CC) -o $@ $(TOOL_OBJ) $(CORE_LIB) $(INIH_LIB) $(JANSSON_LIB) $(LDFLAGS) $(LDLIBS) -lm
 
 $(UNIT): $(UNIT_OBJ) $(CORE_LIB)
 	$(CC) -o $@ $(UNIT_OBJ) $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) -lcriterion $(LDLIBS) -lm

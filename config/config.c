@@ -18,7 +18,7 @@
  *        POOLSHIM_VERBOSE     global.verbosity
  *        POOLSHIM_DISABLE     global.disable
  *        POOLSHIM_ON_ERROR    global.on_error
- *   5. validation (load.c), which records every error.
+ *   5. validation (validate.c), which records every error.
  * A later step wins over an earlier one, key by key.
  */
 #include <errno.h>

@@ -1,12 +1,19 @@
 /* Internals shared by the files of config/ (not part of the contract the
  * shim consumes; config.h is).
  *
- *   parse.c   value parsers: sizes, percentages, booleans, integers, enum
- *             words, file-name patterns; nearest-word suggestions
- *   load.c    the settings store (every raw value with its origin), the INI
- *             reader over libinih, POOLSHIM_OPTIONS and the short forms, and
- *             validation into resource definitions (collects every error)
- *   config.c  ps_config_load: the sources in their order (embeds default.ini)
+ *   parse.c           value parsers: sizes, percentages, booleans, integers,
+ *                     enum words, file-name patterns; nearest-word suggestions
+ *   keys.c            the schema: type and key names, which keys a type takes,
+ *                     how each key's text is read
+ *   store.c           the settings store (every raw value with its origin),
+ *                     allocation helpers, interned strings, the error list
+ *   source_ini.c      an INI file (or default.ini) into the store, over libinih
+ *   source_options.c  POOLSHIM_OPTIONS into the store
+ *   validate.c        the store -> [global], resource and device definitions,
+ *                     checking every key and size (collects every error)
+ *   resolve.c         names -> definitions, required references, cycles
+ *   config.c          ps_config_load: the sources in their order, the short
+ *                     environment forms (embeds default.ini)
  *   build.c   ps_config_build_stack: definitions -> resources, bottom-up
  *   print.c   ps_config_print: the effective stack as a tree with origins
  */
@@ -116,12 +123,46 @@ typedef enum ps_key {
 
 extern const char *const ps_key_names[PS_KEY_COUNT + 1]; /* NULL-terminated */
 
+/* ---- keys.c: the schema ------------------------------------------------- */
+/* The bit of key k in ps_type_keys' mask. */
+#define PS_KEY_BIT(k) (1u << (k))
 /* Which keys a type accepts (bit i = ps_key_t i). */
 uint32_t ps_type_keys(ps_resource_type_t type);
 /* Leaves take memory from the device and have no upstream. */
 int ps_type_is_leaf(ps_resource_type_t type);
 /* Adaptors wrap an upstream they must be given. */
 int ps_type_is_adaptor(ps_resource_type_t type);
+
+/* How a resource key's text is read. */
+typedef enum ps_value_kind {
+    PS_VALUE_NAME,      /* a resource name */
+    PS_VALUE_SIZE,      /* bytes */
+    PS_VALUE_SIZE_PCT,  /* bytes or % of device memory */
+    PS_VALUE_ALIGN,     /* bytes, a power of two >= 256 */
+    PS_VALUE_NUMBER,    /* whole number */
+    PS_VALUE_FREE_SYNC, /* event|device|none */
+    PS_VALUE_BINS,      /* list of SIZE or NAME:SIZE */
+    PS_VALUE_PATH,      /* file-name pattern with %p %r %d */
+    PS_VALUE_THRESHOLD, /* size, % or max */
+    PS_VALUE_TYPE       /* a type name */
+} ps_value_kind_t;
+
+/* What a resource key accepts. */
+typedef struct ps_key_info {
+    ps_value_kind_t kind; /* how to read it */
+    int nonzero;          /* 1: zero is not allowed */
+    uint64_t max;         /* PS_VALUE_NUMBER: the largest value */
+    const char *expect;   /* what a good value looks like, for messages */
+} ps_key_info_t;
+
+extern const ps_key_info_t ps_key_info[PS_KEY_COUNT]; /* by ps_key_t */
+
+/* The words of the enumerated values (NULL-terminated, index = enum value). */
+extern const char *const ps_free_sync_words[];  /* ps_free_sync_t */
+extern const char *const ps_verbosity_words[];  /* [global] verbosity 0-3 */
+extern const char *const ps_stats_words[];      /* ps_stats_mode_t */
+extern const char *const ps_meminfo_words[];    /* ps_meminfo_t */
+extern const char *const ps_on_error_words[];   /* ps_on_error_t */
 
 /* One parsed value of a resource key. */
 typedef struct ps_value {
@@ -210,29 +251,54 @@ struct ps_config {
 int ps_config_load_text(const char *text, const char *name, const ps_config_input_t *in,
                         ps_config_t **out);
 
-/* ---- load.c --------------------------------------------------------------- */
+/* ---- store.c -------------------------------------------------------------- */
+/* Grows `array` (of `elem`-byte entries, *cap allocated) so that entry
+ * `count` fits; returns the array (maybe moved, *cap updated), or NULL with
+ * cfg->out_of_memory set and the old array untouched. */
+void *ps_config_grow(ps_config_t *cfg, void *array, size_t *cap, size_t count, size_t elem);
+/* strdup (NULL counts as ""); NULL with cfg->out_of_memory set on failure. */
+char *ps_config_strdup(ps_config_t *cfg, const char *s);
 /* Records an error "WHERE: MESSAGE" (WHERE from origin; NULL = no place). */
 void ps_config_add_error(ps_config_t *cfg, const ps_origin_t *origin, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Keeps a copy of s for the life of the config. */
 const char *ps_config_intern(ps_config_t *cfg, const char *s);
-/* Reads INI text (NUL-terminated) into the store at `layer`; origin.kind
- * and origin.source say which file it is. Syntax errors are recorded. */
-void ps_config_read_ini(ps_config_t *cfg, const char *text, ps_origin_kind_t kind,
-                        const char *source, int layer);
-/* Reads POOLSHIM_OPTIONS text into the store (layer OPTIONS). */
-void ps_config_read_options(ps_config_t *cfg, const char *text);
 /* Sets one value in the store; a later layer replaces an earlier one. */
 void ps_config_set(ps_config_t *cfg, const char *section, const char *key, const char *value,
                    const ps_origin_t *origin, int layer);
 /* Finds a raw setting, or NULL. */
 const ps_setting_t *ps_config_find(const ps_config_t *cfg, const char *section, const char *key);
-/* Turns the merged store into global + defs + devices, recording every error. */
-void ps_config_validate(ps_config_t *cfg);
+/* Where section `section` was opened: its header in the most important
+ * source that has one, else `fallback`. */
+const ps_origin_t *ps_config_section_origin(const ps_config_t *cfg, const char *section,
+                                            const ps_origin_t *fallback);
+
+/* ---- source_ini.c --------------------------------------------------------- */
+/* Reads INI text (NUL-terminated) into the store at `layer`; origin.kind
+ * and origin.source say which file it is. Syntax errors are recorded. */
+void ps_config_read_ini(ps_config_t *cfg, const char *text, ps_origin_kind_t kind,
+                        const char *source, int layer);
+
+/* ---- source_options.c ----------------------------------------------------- */
+/* Reads POOLSHIM_OPTIONS text into the store (layer OPTIONS). */
+void ps_config_read_options(ps_config_t *cfg, const char *text);
+
+/* ---- resolve.c ------------------------------------------------------------ */
 /* Index of a def by name, or -1. */
 int ps_config_def_index(const ps_config_t *cfg, const char *name);
 /* The def serving `device` ([device.N], else [device.*]), or NULL. */
 const ps_device_def_t *ps_config_device(const ps_config_t *cfg, int device);
+/* Resolves upstream, fallback and bin names into def indices and reports
+ * missing names and the references a type needs but lacks. */
+void ps_config_resolve_references(ps_config_t *cfg);
+/* Reports every cycle of the resource graph (upstream, fallback, bins). */
+void ps_config_find_cycles(ps_config_t *cfg);
+
+/* ---- validate.c ----------------------------------------------------------- */
+/* Turns the merged store into global + defs + devices, recording every error. */
+void ps_config_validate(ps_config_t *cfg);
+/* A size value resolved against the device's total memory. */
+uint64_t ps_value_bytes(const ps_value_t *v, uint64_t total_bytes);
 
 /* Checks limit adaptors against the initial sizes of pools/arenas in the
  * same chain. With total_bytes == 0 (loading) it compares values of one
@@ -280,8 +346,6 @@ void ps_config_arena_options(const ps_config_t *cfg, const ps_resource_def_t *de
                              uint64_t total_bytes, ps_arena_options_t *opts);
 void ps_config_fixed_size_options(const ps_config_t *cfg, const ps_resource_def_t *def,
                                   ps_fixed_size_options_t *opts);
-/* A size value resolved against the device's total memory. */
-uint64_t ps_value_bytes(const ps_value_t *v, uint64_t total_bytes);
 
 /* ---- fuzz_entry.c ----------------------------------------------------------- */
 /* What the libFuzzer targets and the corpus replay test run; return 0, or

@@ -18,11 +18,6 @@
 
 #include "config_internal.h"
 
-static const char *const free_sync_names[] = {"event", "device", "none"};
-static const char *const stats_names[] = {"off", "text", "json"};
-static const char *const meminfo_names[] = {"pool", "device"};
-static const char *const on_error_names[] = {"exit", "passthrough"};
-
 static void print_line(FILE *f, int indent, const char *key, const char *value,
                        const ps_origin_t *origin, const char *note)
 {
@@ -42,12 +37,12 @@ static void print_global(const ps_config_t *cfg, FILE *f)
     for (int k = 0; k < PS_GKEY_COUNT; k++) {
         switch ((ps_global_key_t)k) {
         case PS_GKEY_VERBOSITY: snprintf(value, sizeof value, "%d", g->verbosity); break;
-        case PS_GKEY_STATS: snprintf(value, sizeof value, "%s", stats_names[g->stats]); break;
+        case PS_GKEY_STATS: snprintf(value, sizeof value, "%s", ps_stats_words[g->stats]); break;
         case PS_GKEY_STATS_FILE: snprintf(value, sizeof value, "%s", g->stats_file[0] ? g->stats_file : "(stderr)"); break;
         case PS_GKEY_LOG_FILE: snprintf(value, sizeof value, "%s", g->log_file[0] ? g->log_file : "(none)"); break;
-        case PS_GKEY_FREE_SYNC: snprintf(value, sizeof value, "%s", free_sync_names[g->free_sync]); break;
-        case PS_GKEY_MEMINFO: snprintf(value, sizeof value, "%s", meminfo_names[g->meminfo]); break;
-        case PS_GKEY_ON_ERROR: snprintf(value, sizeof value, "%s", on_error_names[g->on_error]); break;
+        case PS_GKEY_FREE_SYNC: snprintf(value, sizeof value, "%s", ps_free_sync_words[g->free_sync]); break;
+        case PS_GKEY_MEMINFO: snprintf(value, sizeof value, "%s", ps_meminfo_words[g->meminfo]); break;
+        case PS_GKEY_ON_ERROR: snprintf(value, sizeof value, "%s", ps_on_error_words[g->on_error]); break;
         case PS_GKEY_DIRECT_MIN_SIZE:
             if (g->direct_min_size)
                 ps_format_bytes(value, sizeof value, g->direct_min_size);
@@ -96,7 +91,7 @@ static void default_text(const ps_config_t *cfg, const ps_resource_def_t *def, i
     case PS_KEY_GROWTH_PERCENT: snprintf(buf, size, "%u", pool.growth_percent); return;
     case PS_KEY_EPOCH_WAIT_US: snprintf(buf, size, "%llu", (unsigned long long)(pool.epoch_wait_ns / 1000)); return;
     case PS_KEY_BLOCKS_PER_BATCH: snprintf(buf, size, "%zu", fixed.blocks_per_batch); return;
-    case PS_KEY_FREE_SYNC: snprintf(buf, size, "%s", free_sync_names[cfg->global.free_sync]); return;
+    case PS_KEY_FREE_SYNC: snprintf(buf, size, "%s", ps_free_sync_words[cfg->global.free_sync]); return;
     case PS_KEY_RELEASE_THRESHOLD: snprintf(buf, size, "max (keep all)"); return;
     case PS_KEY_STACK_DEPTH: snprintf(buf, size, "0"); return;
     default: is_bytes = 0; break;
@@ -141,7 +136,7 @@ static void print_def(const ps_config_t *cfg, FILE *f, int index, int indent, ch
             print_line(f, inner, ps_key_names[k], v->text, &v->origin,
                        v->is_percent ? "of device memory, " : NULL);
         } else if (k == PS_KEY_FREE_SYNC) {
-            print_line(f, inner, ps_key_names[k], free_sync_names[cfg->global.free_sync],
+            print_line(f, inner, ps_key_names[k], ps_free_sync_words[cfg->global.free_sync],
                        &cfg->global_origin[PS_GKEY_FREE_SYNC], "global.free_sync, ");
         } else if (k != PS_KEY_BINS && k != PS_KEY_FILE && k != PS_KEY_LIMIT) {
             char value[64];
@@ -196,7 +191,7 @@ void ps_config_print(const ps_config_t *cfg, FILE *f, int device)
     }
     if (cfg->global.stats != PS_STATS_OFF) {
         fprintf(f, "%*s`-- stats adaptor, %s at exit  (global.stats, %s)\n", indent, "",
-                stats_names[cfg->global.stats],
+                ps_stats_words[cfg->global.stats],
                 ps_origin_format(&cfg->global_origin[PS_GKEY_STATS], where, sizeof where));
         indent += 4;
     }

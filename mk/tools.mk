@@ -28,14 +28,14 @@ TOOLS_PULL := $(if $(shell grep -ls '^int ps_host_ops_create' core/*.c),ps_host_
 $(CLI): LDFLAGS += $(foreach s,$(strip $(TOOLS_PULL)),-Wl,-u,$(s))
 
 # The unit tests call the tools' pure functions (rendering, log parsing,
-# replay, plots) in-process: every tools object but main() goes into an
+# replay, plots, JSON reading) in-process: every tools object but main() goes into an
 # archive linked into build/test_unit after the core (which it needs).
 TOOLS_ARCHIVE := $(BUILD)/libpoolshim_tools.a
 TOOLS_ARCHIVE_OBJ := $(filter-out $(BUILD)/tools/poolshim.o,$(TOOL_OBJ))
 $(TOOLS_ARCHIVE): $(TOOLS_ARCHIVE_OBJ)
 	rm -f $@ && ar rcs $@ $^
 $(UNIT): $(TOOLS_ARCHIVE)
-$(UNIT): LDFLAGS += $(TOOLS_ARCHIVE) $(CORE_LIB)
+$(UNIT): LDFLAGS += $(TOOLS_ARCHIVE) $(CORE_LIB) $(JANSSON_LIB)
 
 # `make install` also installs the CUPTI library beside libpoolshim.so, where
 # `poolshim ab` looks for it (PREFIX/lib, ../lib from PREFIX/bin).

@@ -231,86 +231,86 @@ void ab_print_json(FILE *f, const ab_results_t *results)
     fprintf(f, "\n]}\n");
 }
 
-int ab_run_add_shim_stats(ab_run_t *run, const json_value_t *stats)
+int ab_run_add_shim_stats(ab_run_t *run, const json_t *stats)
 {
-    const json_value_t *devices = json_get(stats, "devices");
-    if (!json_get(stats, "poolshim") || !devices || devices->type != JSON_ARRAY)
+    const json_t *devices = json_object_get(stats, "devices");
+    if (!json_object_get(stats, "poolshim") || !json_is_array(devices))
         return -1;
     static const char *const calls[] = {"cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync",
                                         "cuMemAlloc", "cuMemFree", "cuMemAllocAsync", "cuMemFreeAsync"};
     ab_run_t r = *run; /* adds to what is there: one report per process of the run */
     r.have_shim = 1;
-    for (size_t d = 0; d < devices->count; d++) {
-        const json_value_t *dev = &devices->items[d];
+    for (size_t d = 0; d < json_array_size(devices); d++) {
+        const json_t *dev = json_array_get(devices, d);
         for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
             char path[64];
             snprintf(path, sizeof path, "calls.%s", calls[i]);
-            r.shim_calls += json_u64(dev, path, 0);
+            r.shim_calls += cli_json_u64(dev, path, 0);
         }
-        r.shim_time_ns += json_u64(dev, "time_ns.allocate", 0) + json_u64(dev, "time_ns.free", 0);
-        r.requested_peak += json_u64(dev, "bytes.requested_peak", 0);
-        r.reserved_peak += json_u64(dev, "bytes.reserved_peak", 0);
-        r.upstream_calls += json_u64(dev, "upstream.allocs", 0) + json_u64(dev, "upstream.frees", 0);
-        r.shim_failures += json_u64(dev, "failures", 0);
+        r.shim_time_ns += cli_json_u64(dev, "time_ns.allocate", 0) + cli_json_u64(dev, "time_ns.free", 0);
+        r.requested_peak += cli_json_u64(dev, "bytes.requested_peak", 0);
+        r.reserved_peak += cli_json_u64(dev, "bytes.reserved_peak", 0);
+        r.upstream_calls += cli_json_u64(dev, "upstream.allocs", 0) + cli_json_u64(dev, "upstream.frees", 0);
+        r.shim_failures += cli_json_u64(dev, "failures", 0);
     }
     *run = r;
     return 0;
 }
 
-int ab_run_add_cupti_report(ab_run_t *run, const json_value_t *report)
+int ab_run_add_cupti_report(ab_run_t *run, const json_t *report)
 {
-    if (!json_get(report, "poolshim_cupti"))
+    if (!json_object_get(report, "poolshim_cupti"))
         return -1;
     run->have_cupti = 1; /* adds, like ab_run_add_shim_stats */
-    uint64_t calls = json_u64(report, "alloc_calls", 0) + json_u64(report, "free_calls", 0);
+    uint64_t calls = cli_json_u64(report, "alloc_calls", 0) + cli_json_u64(report, "free_calls", 0);
     run->cuda_calls += calls;
     /* reports without driver_calls (older libraries) count every call as reaching CUDA */
-    run->cuda_reached += json_get(report, "driver_calls") ? json_u64(report, "driver_calls", 0) : calls;
-    run->cuda_time_ns += json_u64(report, "alloc_time_ns", 0) + json_u64(report, "free_time_ns", 0);
-    run->cuda_peak_bytes += json_u64(report, "bytes.peak", 0);
+    run->cuda_reached += json_object_get(report, "driver_calls") ? cli_json_u64(report, "driver_calls", 0) : calls;
+    run->cuda_time_ns += cli_json_u64(report, "alloc_time_ns", 0) + cli_json_u64(report, "free_time_ns", 0);
+    run->cuda_peak_bytes += cli_json_u64(report, "bytes.peak", 0);
     return 0;
 }
 
-static int parse_run(const json_value_t *j, ab_run_t *r)
+static int parse_run(const json_t *j, ab_run_t *r)
 {
     memset(r, 0, sizeof *r);
-    const json_value_t *wall = json_get(j, "wall_s");
-    if (!wall || wall->type != JSON_NUMBER)
+    const json_t *wall = json_object_get(j, "wall_s");
+    if (!json_is_number(wall))
         return -1;
-    r->wall_s = wall->number;
-    r->exit_code = (int)json_double(j, "exit_code", 0);
-    const json_value_t *cupti = json_get(j, "cupti");
-    if (cupti && cupti->type == JSON_OBJECT) {
+    r->wall_s = json_number_value(wall);
+    r->exit_code = (int)cli_json_double(j, "exit_code", 0);
+    const json_t *cupti = json_object_get(j, "cupti");
+    if (json_is_object(cupti)) {
         r->have_cupti = 1;
-        r->cuda_calls = json_u64(cupti, "calls", 0);
-        r->cuda_reached = json_get(cupti, "reached") ? json_u64(cupti, "reached", 0) : r->cuda_calls;
-        r->cuda_time_ns = json_u64(cupti, "time_ns", 0);
-        r->cuda_peak_bytes = json_u64(cupti, "peak_bytes", 0);
+        r->cuda_calls = cli_json_u64(cupti, "calls", 0);
+        r->cuda_reached = json_object_get(cupti, "reached") ? cli_json_u64(cupti, "reached", 0) : r->cuda_calls;
+        r->cuda_time_ns = cli_json_u64(cupti, "time_ns", 0);
+        r->cuda_peak_bytes = cli_json_u64(cupti, "peak_bytes", 0);
     }
-    const json_value_t *shim = json_get(j, "shim");
-    if (shim && shim->type == JSON_OBJECT) {
+    const json_t *shim = json_object_get(j, "shim");
+    if (json_is_object(shim)) {
         r->have_shim = 1;
-        r->shim_calls = json_u64(shim, "calls", 0);
-        r->shim_time_ns = json_u64(shim, "time_ns", 0);
-        r->requested_peak = json_u64(shim, "requested_peak", 0);
-        r->reserved_peak = json_u64(shim, "reserved_peak", 0);
-        r->upstream_calls = json_u64(shim, "upstream_calls", 0);
-        r->shim_failures = json_u64(shim, "failures", 0);
+        r->shim_calls = cli_json_u64(shim, "calls", 0);
+        r->shim_time_ns = cli_json_u64(shim, "time_ns", 0);
+        r->requested_peak = cli_json_u64(shim, "requested_peak", 0);
+        r->reserved_peak = cli_json_u64(shim, "reserved_peak", 0);
+        r->upstream_calls = cli_json_u64(shim, "upstream_calls", 0);
+        r->shim_failures = cli_json_u64(shim, "failures", 0);
     }
     return 0;
 }
 
 int ab_results_parse(const char *text, ab_results_t *out, char *err, size_t errsize)
 {
-    json_value_t *root;
-    if (json_parse(text, &root, err, errsize) != 0)
+    json_t *root = cli_json_parse(text, err, errsize);
+    if (!root)
         return -1;
-    const json_value_t *variants = json_get(root, "variants");
+    const json_t *variants = json_object_get(root, "variants");
     int status = 0;
-    if (!json_get(root, "poolshim_ab") || !variants || variants->type != JSON_ARRAY) {
+    if (!json_object_get(root, "poolshim_ab") || !json_is_array(variants)) {
         snprintf(err, errsize, "not a 'poolshim ab --json' document");
         status = -1;
-    } else if (variants->count > AB_MAX_VARIANTS) {
+    } else if (json_array_size(variants) > AB_MAX_VARIANTS) {
         snprintf(err, errsize, "more than %d variants", AB_MAX_VARIANTS);
         status = -1;
     }
@@ -320,22 +320,21 @@ int ab_results_parse(const char *text, ab_results_t *out, char *err, size_t errs
         status = -1;
     }
     if (status == 0) {
-        snprintf(r->command, sizeof r->command, "%s", json_str(root, "command", ""));
-        for (size_t i = 0; i < variants->count && status == 0; i++) {
-            const json_value_t *jv = &variants->items[i];
+        snprintf(r->command, sizeof r->command, "%s", cli_json_str(root, "command", ""));
+        for (size_t i = 0; i < json_array_size(variants) && status == 0; i++) {
+            const json_t *jv = json_array_get(variants, i);
             ab_variant_t *v = &r->variants[r->variant_count++];
-            snprintf(v->name, sizeof v->name, "%s", json_str(jv, "name", "?"));
-            snprintf(v->config, sizeof v->config, "%s", json_str(jv, "config", ""));
-            const json_value_t *baseline = json_get(jv, "baseline");
-            v->is_baseline = baseline && baseline->type == JSON_BOOL && baseline->boolean;
-            const json_value_t *runs = json_get(jv, "runs");
-            if (!runs || runs->type != JSON_ARRAY || runs->count > AB_MAX_RUNS) {
+            snprintf(v->name, sizeof v->name, "%s", cli_json_str(jv, "name", "?"));
+            snprintf(v->config, sizeof v->config, "%s", cli_json_str(jv, "config", ""));
+            v->is_baseline = json_is_true(json_object_get(jv, "baseline"));
+            const json_t *runs = json_object_get(jv, "runs");
+            if (!json_is_array(runs) || json_array_size(runs) > AB_MAX_RUNS) {
                 snprintf(err, errsize, "variant %zu: 'runs' missing or longer than %d", i + 1, AB_MAX_RUNS);
                 status = -1;
                 break;
             }
-            for (size_t k = 0; k < runs->count; k++) {
-                if (parse_run(&runs->items[k], &v->runs[v->run_count++]) != 0) {
+            for (size_t k = 0; k < json_array_size(runs); k++) {
+                if (parse_run(json_array_get(runs, k), &v->runs[v->run_count++]) != 0) {
                     snprintf(err, errsize, "variant %zu, run %zu: no wall_s", i + 1, k + 1);
                     status = -1;
                     break;
@@ -346,6 +345,6 @@ int ab_results_parse(const char *text, ab_results_t *out, char *err, size_t errs
             *out = *r;
         free(r);
     }
-    json_free(root);
+    json_decref(root);
     return status;
 }

@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "json.h"
+#include <jansson.h>
 
 #define AB_MAX_RUNS 100
 #define AB_MAX_VARIANTS 9
@@ -78,7 +78,7 @@ int ab_results_parse(const char *text, ab_results_t *out, char *err, size_t errs
  * CUPTI library's report of one process (a run may have several
  * processes: counts and times add up, peaks add up to an upper bound);
  * 0, or -1 when the document is not one (run unchanged). */
-int ab_run_add_shim_stats(ab_run_t *run, const json_value_t *stats);
-int ab_run_add_cupti_report(ab_run_t *run, const json_value_t *report);
+int ab_run_add_shim_stats(ab_run_t *run, const json_t *stats);
+int ab_run_add_cupti_report(ab_run_t *run, const json_t *report);
 
 #endif

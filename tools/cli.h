@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 enum {
     CLI_EXIT_OK = 0,
     CLI_EXIT_FAILURE = 1,
@@ -65,6 +67,23 @@ int cli_usage_error(const char *command, const char *fmt, ...) __attribute__((fo
 
 /* Writes `text` as a JSON string literal (quoted, escaped). */
 void cli_json_string(FILE *f, const char *text);
+
+/* Reading JSON (the shim's statistics, the CUPTI report, saved `ab --json`)
+ * goes through jansson, linked statically into the CLI. jansson keeps
+ * integers as long long: a document holding an integer above 2^63-1 does
+ * not parse ("too big integer"). */
+/* Parses a whole document (an object or an array, nothing after it). On
+ * error writes "line L, column C: what" into err and returns NULL.
+ * Release the result with json_decref(). */
+json_t *cli_json_parse(const char *text, char *err, size_t errsize);
+/* Member by dotted path ("bytes.reserved_peak"), or NULL. */
+json_t *cli_json_at(const json_t *object, const char *path);
+/* Number at path as uint64 (exact for integers; negative numbers give 0) /
+ * as double, or `fallback` when absent or not a number. */
+uint64_t cli_json_u64(const json_t *object, const char *path, uint64_t fallback);
+double cli_json_double(const json_t *object, const char *path, double fallback);
+/* String at path, or `fallback`. */
+const char *cli_json_str(const json_t *object, const char *path, const char *fallback);
 
 /* Reads a whole file into a NUL-terminated buffer (free() it). */
 int cli_read_file(const char *path, char **text, size_t *length);

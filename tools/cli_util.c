@@ -1,5 +1,6 @@
 /* Helpers shared by the poolshim subcommands: finding the shipped
- * libraries, LD_PRELOAD handling, exit codes, size parsing, human units.
+ * libraries, LD_PRELOAD handling, exit codes, size parsing, human units,
+ * JSON string writing and reading (over jansson).
  *
  * Library lookup (cli_find_library):
  *   1. an explicit environment variable (POOLSHIM_LIB, POOLSHIM_CUPTI_LIB);
@@ -180,6 +181,57 @@ void cli_json_string(FILE *f, const char *text)
         }
     }
     fputc('"', f);
+}
+
+json_t *cli_json_parse(const char *text, char *err, size_t errsize)
+{
+    json_error_t error;
+    json_t *root = json_loads(text, 0, &error);
+    if (!root)
+        snprintf(err, errsize, "line %d, column %d: %s", error.line, error.column, error.text);
+    return root;
+}
+
+json_t *cli_json_at(const json_t *object, const char *path)
+{
+    char key[128];
+    json_t *value = (json_t *)object;
+    while (value && *path) {
+        const char *dot = strchr(path, '.');
+        size_t n = dot ? (size_t)(dot - path) : strlen(path);
+        if (n >= sizeof key)
+            return NULL;
+        memcpy(key, path, n);
+        key[n] = '\0';
+        value = json_object_get(value, key); /* NULL when value is not an object */
+        path += n + (dot ? 1 : 0);
+    }
+    return value;
+}
+
+uint64_t cli_json_u64(const json_t *object, const char *path, uint64_t fallback)
+{
+    const json_t *v = cli_json_at(object, path);
+    if (json_is_integer(v))
+        return json_integer_value(v) <= 0 ? 0 : (uint64_t)json_integer_value(v);
+    if (!json_is_real(v))
+        return fallback;
+    double d = json_real_value(v);
+    if (d <= 0)
+        return 0;
+    return d >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)d;
+}
+
+double cli_json_double(const json_t *object, const char *path, double fallback)
+{
+    const json_t *v = cli_json_at(object, path);
+    return json_is_number(v) ? json_number_value(v) : fallback;
+}
+
+const char *cli_json_str(const json_t *object, const char *path, const char *fallback)
+{
+    const json_t *v = cli_json_at(object, path);
+    return json_is_string(v) ? json_string_value(v) : fallback;
 }
 
 int cli_read_file(const char *path, char **text, size_t *length)

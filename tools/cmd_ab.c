@@ -83,19 +83,17 @@ static void shell_quote_command(char *out, size_t outsize, char **command)
         memcpy(out + outsize - 4, "...", 4);
 }
 
-static json_value_t *read_json_file(const char *path)
+static json_t *read_json_file(const char *path)
 {
     char *text;
     if (cli_read_file(path, &text, NULL) != 0)
         return NULL;
-    json_value_t *value = NULL;
-    char err[128];
+    json_t *value = NULL;
+    char err[256];
     /* the shim may print the object on one line after other text: start at the first '{' */
     const char *start = strchr(text, '{');
-    if (!start || json_parse(start, &value, err, sizeof err) != 0) {
+    if (!start || !(value = cli_json_parse(start, err, sizeof err)))
         fprintf(stderr, "poolshim: warning: ab: %s: not JSON (%s)\n", path, start ? err : "empty");
-        value = NULL;
-    }
     free(text);
     return value;
 }
@@ -112,11 +110,11 @@ static void add_reports(const char *directory, const char *prefix, ab_run_t *run
             continue;
         char path[PATH_MAX + 256];
         snprintf(path, sizeof path, "%s/%s", directory, entry->d_name);
-        json_value_t *report = read_json_file(path);
+        json_t *report = read_json_file(path);
         if (report && (shim ? ab_run_add_shim_stats(run, report) : ab_run_add_cupti_report(run, report)) != 0)
             fprintf(stderr, "poolshim: warning: ab: %s: not %s\n", path,
                     shim ? "the shim's statistics" : "a CUPTI report");
-        json_free(report);
+        json_decref(report);
     }
     closedir(dir);
 }

@@ -1,6 +1,9 @@
 /* `poolshim config`: shows the effective configuration, or checks it.
  *
- *   poolshim config [--file F] [--options S] [--device N|*] [--check]
+ *   poolshim config [--file F | F] [--options S] [--device N|*] [--check]
+ *
+ * The file may be given positionally (`poolshim config --check my.ini`), as
+ * people type it, or with --file; giving it twice is a usage error.
  *
  * Steps: 1. read the options; 2. load the configuration the way the shim
  * would (embedded default, the file — --file, else POOLSHIM_CONFIG, else
@@ -19,12 +22,18 @@
 
 static int usage(FILE *f)
 {
-    fprintf(f, "usage: poolshim config [--file F] [--options S] [--device N|*] [--check]\n"
-               "  --file F      read F instead of $POOLSHIM_CONFIG / the XDG file\n"
+    fprintf(f, "usage: poolshim config [--file F | F] [--options S] [--device N|*] [--check]\n"
+               "  --file F, F   read F instead of $POOLSHIM_CONFIG / the XDG file\n"
                "  --options S   use S instead of $POOLSHIM_OPTIONS (section.key=value,...)\n"
                "  --device N    show the stack of device N (default: [device.*])\n"
                "  --check       only validate: exit 0 if valid, 1 printing every error\n");
     return f == stdout ? 0 : 2;
+}
+
+static int file_given_twice(const char *first, const char *second)
+{
+    fprintf(stderr, "poolshim: error: config: one configuration file only (`%s`, then `%s`)\n", first, second);
+    return usage(stderr);
 }
 
 int ps_cmd_config(int argc, char **argv)
@@ -36,6 +45,8 @@ int ps_cmd_config(int argc, char **argv)
         if (strcmp(a, "--check") == 0) {
             check = 1;
         } else if ((strcmp(a, "--file") == 0 || strcmp(a, "-f") == 0) && i + 1 < argc) {
+            if (in.file)
+                return file_given_twice(in.file, argv[i + 1]);
             in.file = argv[++i];
         } else if (strcmp(a, "--options") == 0 && i + 1 < argc) {
             in.options = argv[++i];
@@ -53,6 +64,10 @@ int ps_cmd_config(int argc, char **argv)
             }
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             return usage(stdout);
+        } else if (a[0] != '-') {
+            if (in.file)
+                return file_given_twice(in.file, a);
+            in.file = a;
         } else {
             fprintf(stderr, "poolshim: error: config: unknown or incomplete argument `%s`\n", a);
             return usage(stderr);

@@ -21,7 +21,7 @@
 
 #include "../../core/resource.h"
 #include "../../tools/ab_report.h"
-#include "../../tools/json.h"
+#include "../../tools/cli.h"
 #include "../../tools/memlog.h"
 #include "../../tools/replay.h"
 #include "../../tools/svg_plot.h"
@@ -68,6 +68,13 @@ static char *slurp(const char *path)
     text[got] = '\0';
     fclose(f);
     return text;
+}
+
+/* Parses JSON with the CLI's reader (jansson): 0, or -1 with the error in err. */
+static int parse_json(const char *text, json_t **out, char *err, size_t errsize)
+{
+    *out = cli_json_parse(text, err, errsize);
+    return *out ? 0 : -1;
 }
 
 /* Runs the CLI with `args` (NULL-terminated, without argv[0]); `env` is a
@@ -359,8 +366,8 @@ Test(ab, summary_takes_medians_and_ratios_against_the_baseline)
 Test(ab, reads_the_shim_statistics_and_the_cupti_report)
 {
     char *text = slurp(data_path("cli/shim_stats.json")), err[128];
-    json_value_t *stats;
-    cr_assert_eq(json_parse(text, &stats, err, sizeof err), 0, "%s", err);
+    json_t *stats;
+    cr_assert_eq(parse_json(text, &stats, err, sizeof err), 0, "%s", err);
     ab_run_t run;
     memset(&run, 0, sizeof run);
     cr_assert_eq(ab_run_add_shim_stats(&run, stats), 0);
@@ -371,31 +378,31 @@ Test(ab, reads_the_shim_statistics_and_the_cupti_report)
     cr_expect_eq(run.upstream_calls, 5 + 1 + 1);
     cr_expect_eq(run.shim_failures, 2);
     cr_expect_eq(ab_run_add_cupti_report(&run, stats), -1, "a shim report is not a CUPTI report");
-    json_free(stats);
+    json_decref(stats);
     free(text);
 
     text = slurp(data_path("cli/cupti_report.json"));
-    json_value_t *report;
-    cr_assert_eq(json_parse(text, &report, err, sizeof err), 0, "%s", err);
+    json_t *report;
+    cr_assert_eq(parse_json(text, &report, err, sizeof err), 0, "%s", err);
     cr_assert_eq(ab_run_add_cupti_report(&run, report), 0);
     cr_expect_eq(run.cuda_calls, 507 + 506);
     cr_expect_eq(run.cuda_time_ns, 30700000 + 20300000);
     cr_expect_eq(run.cuda_peak_bytes, 2147483648ull);
     cr_expect_eq(run.cuda_reached, 507 + 506, "a report without driver_calls: every call reached CUDA");
-    json_free(report);
+    json_decref(report);
     free(text);
 
     /* a static-cudart program under the shim: CUPTI still sees the runtime
      * calls, but only pool growth reached the driver */
     const char *under_shim = "{\"poolshim_cupti\": 1, \"alloc_calls\": 6000, \"free_calls\": 6000, "
                              "\"driver_calls\": 2, \"bytes\": {\"peak\": 0}}";
-    cr_assert_eq(json_parse(under_shim, &report, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(parse_json(under_shim, &report, err, sizeof err), 0, "%s", err);
     ab_run_t shimmed;
     memset(&shimmed, 0, sizeof shimmed);
     cr_assert_eq(ab_run_add_cupti_report(&shimmed, report), 0);
     cr_expect_eq(shimmed.cuda_calls, 12000);
     cr_expect_eq(shimmed.cuda_reached, 2, "reached CUDA counts the driver-level calls");
-    json_free(report);
+    json_decref(report);
 }
 
 Test(ab, runs_every_variant_alternately_and_fails_when_a_run_fails)
@@ -407,15 +414,15 @@ Test(ab, runs_every_variant_alternately_and_fails_when_a_run_fails)
                                               "echo NOI\"\"SE; exit 0", NULL},
                              env);
     cr_expect_eq(r.exit_code, 0, "stderr: %s", r.err);
-    json_value_t *doc;
+    json_t *doc;
     char err[128];
-    cr_assert_eq(json_parse(r.out, &doc, err, sizeof err), 0, "%s in %s", err, r.out);
-    const json_value_t *variants = json_get(doc, "variants");
-    cr_assert(variants && variants->count == 2);
-    cr_expect_str_eq(json_str(&variants->items[0], "name", ""), "baseline");
-    cr_expect_eq(json_get(&variants->items[1], "runs")->count, 2);
+    cr_assert_eq(parse_json(r.out, &doc, err, sizeof err), 0, "%s in %s", err, r.out);
+    const json_t *variants = json_object_get(doc, "variants");
+    cr_assert(json_array_size(variants) == 2);
+    cr_expect_str_eq(cli_json_str(json_array_get(variants, 0), "name", ""), "baseline");
+    cr_expect_eq(json_array_size(json_object_get(json_array_get(variants, 1), "runs")), 2);
     cr_expect(!strstr(r.out, "NOISE"), "the command's output stays out of the report");
-    json_free(doc);
+    json_decref(doc);
     cli_result_free(&r);
 
     r = run_cli((const char *[]){"ab", "--runs", "1", "--no-cupti", "--", "/bin/sh", "-c", "exit 4", NULL}, env);
@@ -699,16 +706,16 @@ Test(replay, simulated_replay_reports_the_same_peak_as_the_log)
         cr_skip("the pool / simulated device are stubs in this tree (PS_EUNSUPPORTED)");
     }
     cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
-    json_value_t *doc;
+    json_t *doc;
     char err[128];
-    cr_assert_eq(json_parse(r.out, &doc, err, sizeof err), 0, "%s", err);
-    const json_value_t *result = &json_get(doc, "results")->items[0];
+    cr_assert_eq(parse_json(r.out, &doc, err, sizeof err), 0, "%s", err);
+    const json_t *result = json_array_get(json_object_get(doc, "results"), 0);
     uint64_t expected = peak_requested_by_hand(data_path("logs/rmm_format.csv"), 0, 0);
-    cr_expect_eq(json_u64(result, "peak_requested", 0), expected);
-    cr_expect_geq(json_u64(result, "peak_reserved", 0), expected, "a pool reserves at least what is live");
-    cr_expect_eq(json_u64(result, "failures", 1), 0);
-    cr_expect_eq(json_u64(result, "logged_failures", 0), 1);
-    json_free(doc);
+    cr_expect_eq(cli_json_u64(result, "peak_requested", 0), expected);
+    cr_expect_geq(cli_json_u64(result, "peak_reserved", 0), expected, "a pool reserves at least what is live");
+    cr_expect_eq(cli_json_u64(result, "failures", 1), 0);
+    cr_expect_eq(cli_json_u64(result, "logged_failures", 0), 1);
+    json_decref(doc);
     cli_result_free(&r);
 }
 
@@ -809,32 +816,32 @@ Test(ab, adds_up_the_reports_every_process_of_a_run_writes)
     const char *env[] = {lib_env, cupti_env, NULL};
     cli_result_t r = run_cli((const char *[]){"ab", "--runs", "2", "--json", "--", "/bin/sh", "-c", script, NULL}, env);
     cr_assert_eq(r.exit_code, 0, "stderr: %s\nstdout: %s", r.err, r.out);
-    json_value_t *doc;
+    json_t *doc;
     char err[128];
-    cr_assert_eq(json_parse(r.out, &doc, err, sizeof err), 0, "%s", err);
-    const json_value_t *variants = json_get(doc, "variants");
-    cr_assert(variants && variants->count == 2);
+    cr_assert_eq(parse_json(r.out, &doc, err, sizeof err), 0, "%s", err);
+    const json_t *variants = json_object_get(doc, "variants");
+    cr_assert(json_array_size(variants) == 2);
 
     /* expected figures, read from the recorded files here */
     char *text = slurp(data_path("cli/shim_stats.json"));
-    json_value_t *stats;
-    cr_assert_eq(json_parse(text, &stats, err, sizeof err), 0);
+    json_t *stats;
+    cr_assert_eq(parse_json(text, &stats, err, sizeof err), 0);
     ab_run_t one;
     memset(&one, 0, sizeof one);
     cr_assert_eq(ab_run_add_shim_stats(&one, stats), 0);
-    json_free(stats);
+    json_decref(stats);
     free(text);
 
     for (size_t i = 0; i < 2; i++) {
-        const json_value_t *baseline_run = &json_get(&variants->items[0], "runs")->items[i];
-        const json_value_t *shim_run = &json_get(&variants->items[1], "runs")->items[i];
-        cr_expect_eq(json_u64(baseline_run, "cupti.calls", 0), 507 + 506);
-        cr_expect_null(json_path(baseline_run, "shim.calls"), "the baseline has no shim");
-        cr_expect_eq(json_u64(shim_run, "cupti.calls", 0), 507 + 506);
-        cr_expect_eq(json_u64(shim_run, "shim.calls", 0), 2 * one.shim_calls, "two processes add up");
-        cr_expect_eq(json_u64(shim_run, "shim.time_ns", 0), 2 * one.shim_time_ns);
+        const json_t *baseline_run = json_array_get(json_object_get(json_array_get(variants, 0), "runs"), i);
+        const json_t *shim_run = json_array_get(json_object_get(json_array_get(variants, 1), "runs"), i);
+        cr_expect_eq(cli_json_u64(baseline_run, "cupti.calls", 0), 507 + 506);
+        cr_expect_null(cli_json_at(baseline_run, "shim.calls"), "the baseline has no shim");
+        cr_expect_eq(cli_json_u64(shim_run, "cupti.calls", 0), 507 + 506);
+        cr_expect_eq(cli_json_u64(shim_run, "shim.calls", 0), 2 * one.shim_calls, "two processes add up");
+        cr_expect_eq(cli_json_u64(shim_run, "shim.time_ns", 0), 2 * one.shim_time_ns);
     }
-    json_free(doc);
+    json_decref(doc);
     cli_result_free(&r);
 }
 
@@ -903,47 +910,57 @@ Test(plot, long_series_are_reduced_but_keep_their_peak)
     free(y);
 }
 
-/* ---- the JSON reader ------------------------------------------------------ */
+/* ---- the JSON reader (jansson, through tools/cli_util.c) ------------------- */
 
 Test(json, reads_nested_values_and_exact_integers)
 {
-    const char text[] = "{\"a\": {\"b\": [1, 2.5, -3, true, null, \"x\\ny\\u00e9\"]}, \"big\": 18446744073709551615}";
-    json_value_t *v;
+    /* jansson keeps integers as long long: exact up to 2^63-1 (the hand-written
+     * reader it replaced went to 2^64-1; the shim's counters stay far below) */
+    const char text[] = "{\"a\": {\"b\": [1, 2.5, -3, true, null, \"x\\ny\\u00e9\"]}, \"big\": 9223372036854775807}";
+    json_t *v;
     char err[128];
-    cr_assert_eq(json_parse(text, &v, err, sizeof err), 0, "%s", err);
-    const json_value_t *b = json_path(v, "a.b");
-    cr_assert(b && b->type == JSON_ARRAY && b->count == 6);
-    cr_expect(b->items[0].is_integer && b->items[0].integer == 1);
-    cr_expect_float_eq(b->items[1].number, 2.5, 1e-12);
-    cr_expect(!b->items[2].is_integer, "negative numbers are not uint64");
-    cr_expect(b->items[3].type == JSON_BOOL && b->items[3].boolean);
-    cr_expect_eq(b->items[4].type, JSON_NULL);
-    cr_expect_str_eq(b->items[5].string, "x\ny\xc3\xa9");
-    cr_expect_eq(json_u64(v, "big", 0), UINT64_MAX, "exact beyond 2^53");
-    cr_expect_eq(json_u64(v, "a.missing", 7), 7);
-    json_free(v);
+    cr_assert_eq(parse_json(text, &v, err, sizeof err), 0, "%s", err);
+    const json_t *b = cli_json_at(v, "a.b");
+    cr_assert(json_is_array(b) && json_array_size(b) == 6);
+    cr_expect(json_is_integer(json_array_get(b, 0)) && json_integer_value(json_array_get(b, 0)) == 1);
+    cr_expect_float_eq(json_number_value(json_array_get(b, 1)), 2.5, 1e-12);
+    cr_expect_eq(json_integer_value(json_array_get(b, 2)), -3);
+    cr_expect(json_is_true(json_array_get(b, 3)));
+    cr_expect(json_is_null(json_array_get(b, 4)));
+    cr_expect_str_eq(json_string_value(json_array_get(b, 5)), "x\ny\xc3\xa9");
+    cr_expect_eq(cli_json_u64(v, "big", 0), (uint64_t)INT64_MAX, "exact beyond 2^53");
+    cr_expect_eq(cli_json_u64(v, "a.missing", 7), 7);
+    json_decref(v);
+
+    /* negative numbers are not uint64: they read as 0, not as a huge count */
+    cr_assert_eq(parse_json("{\"n\": -3, \"r\": -0.5, \"s\": \"7\"}", &v, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(cli_json_u64(v, "n", 7), 0);
+    cr_expect_eq(cli_json_u64(v, "r", 7), 0);
+    cr_expect_eq(cli_json_u64(v, "s", 7), 7, "a string is not a number");
+    json_decref(v);
 }
 
 Test(json, errors_say_line_and_column_and_depth_is_bounded)
 {
-    json_value_t *v;
-    char err[128];
-    cr_expect_eq(json_parse("{\"a\": 1,\n \"b\": }", &v, err, sizeof err), -1);
+    json_t *v;
+    char err[256];
+    cr_expect_eq(parse_json("{\"a\": 1,\n \"b\": }", &v, err, sizeof err), -1);
     cr_expect(strstr(err, "line 2, column 7"), "%s", err);
-    cr_expect_eq(json_parse("{\"a\": 1} trailing", &v, err, sizeof err), -1);
-    cr_expect_eq(json_parse("\"unterminated", &v, err, sizeof err), -1);
-    char deep[400];
+    cr_expect_eq(parse_json("{\"a\": 1} trailing", &v, err, sizeof err), -1);
+    cr_expect_eq(parse_json("\"unterminated", &v, err, sizeof err), -1);
+    /* jansson stops at 2048 levels (JSON_PARSER_MAX_DEPTH) */
+    char deep[2100];
     memset(deep, '[', sizeof deep - 1);
     deep[sizeof deep - 1] = '\0';
-    cr_expect_eq(json_parse(deep, &v, err, sizeof err), -1);
-    cr_expect(strstr(err, "deep"), "%s", err);
+    cr_expect_eq(parse_json(deep, &v, err, sizeof err), -1);
+    cr_expect(strstr(err, "depth"), "%s", err);
     /* random truncations of a valid document never crash */
     const char doc[] = "{\"poolshim\": 1, \"devices\": [{\"calls\": {\"cudaMalloc\": 3}, \"s\": \"a\\\"b\"}]}";
     for (size_t n = 0; n < sizeof doc - 1; n++) {
         char cut[sizeof doc];
         memcpy(cut, doc, n);
         cut[n] = '\0';
-        cr_expect_eq(json_parse(cut, &v, err, sizeof err), -1, "prefix of %zu bytes parsed", n);
+        cr_expect_eq(parse_json(cut, &v, err, sizeof err), -1, "prefix of %zu bytes parsed", n);
     }
 }
 
@@ -957,17 +974,17 @@ Test(replay, real_pytorch_trace_keeps_reserved_within_15_percent_of_requested)
     const char *log = data_path("logs/pytorch_uncached_mlp_50_steps.csv");
     cli_result_t r = run_cli((const char *[]){"replay", log, "--simulate", "80GiB", "--json", NULL}, NULL);
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
-    json_value_t *j;
+    json_t *j;
     char err[128];
-    cr_assert_eq(json_parse(r.out, &j, err, sizeof err), 0, "%s", err);
-    const json_value_t *results = json_get(j, "results");
-    cr_assert(results && results->type == JSON_ARRAY && results->count == 1);
-    const json_value_t *row = &results->items[0];
-    uint64_t requested = json_u64(row, "peak_requested", 0), reserved = json_u64(row, "peak_reserved", 0);
+    cr_assert_eq(parse_json(r.out, &j, err, sizeof err), 0, "%s", err);
+    const json_t *results = json_object_get(j, "results");
+    cr_assert(json_is_array(results) && json_array_size(results) == 1);
+    const json_t *row = json_array_get(results, 0);
+    uint64_t requested = cli_json_u64(row, "peak_requested", 0), reserved = cli_json_u64(row, "peak_reserved", 0);
     cr_expect_eq(requested, peak_requested_by_hand(log, 0, 0), "peak requested from an independent count");
-    cr_expect_eq(json_u64(row, "failures", 1), 0);
+    cr_expect_eq(cli_json_u64(row, "failures", 1), 0);
     cr_expect_leq((double)reserved, 1.15 * (double)requested, "reserved %llu for requested %llu",
                   (unsigned long long)reserved, (unsigned long long)requested);
-    json_free(j);
+    json_decref(j);
     cli_result_free(&r);
 }

@@ -59,3 +59,51 @@ Test(config_cli, options_flag_and_bad_usage)
     cr_assert_eq(run_cli("--device banana", out, sizeof out), 2, "%s", out);
     cr_assert_eq(run_cli("--frobnicate", out, sizeof out), 2, "%s", out);
 }
+
+Test(config_cli, check_takes_the_file_positionally)
+{
+    char out[8192];
+    cr_assert_eq(run_cli("--check ../config/examples/per_device.ini", out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "configuration is valid (../config/examples/per_device.ini)"), "%s", out);
+    cr_assert_eq(run_cli("../config/examples/per_device.ini --check", out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "configuration is valid"), "%s", out);
+}
+
+Test(config_cli, prints_a_positional_file)
+{
+    char out[16384];
+    cr_assert_eq(run_cli("../config/examples/per_device.ini --device 1", out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "[device.1] resource = serve_cap"), "%s", out);
+    cr_assert(strstr(out, "[resource.serve] type = arena"), "%s", out);
+}
+
+Test(config_cli, positional_bad_file_prints_every_error)
+{
+    char out[8192];
+    cr_assert_eq(run_cli("--check data/config/many_errors.ini", out, sizeof out), 1, "%s", out);
+    int lines = 0;
+    for (const char *p = out; (p = strstr(p, "poolshim: error: data/config/many_errors.ini:")); p++)
+        lines++;
+    cr_assert_eq(lines, 5, "%s", out);
+    cr_assert(strstr(out, "poolshim: 5 error(s) in the configuration"), "%s", out);
+}
+
+Test(config_cli, positional_missing_file_says_it_cannot_be_read)
+{
+    char out[8192];
+    cr_assert_eq(run_cli("--check data/config/no_such_file.ini", out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "poolshim: error: data/config/no_such_file.ini: cannot read the configuration file: "
+                          "No such file or directory"),
+              "%s", out);
+    cr_assert_eq(run_cli("data/config/no_such_file.ini", out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "cannot read the configuration file"), "%s", out);
+}
+
+Test(config_cli, two_files_are_a_usage_error)
+{
+    char out[8192];
+    cr_assert_eq(run_cli("a.ini b.ini", out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "poolshim: error: config: one configuration file only (`a.ini`, then `b.ini`)"), "%s", out);
+    cr_assert_eq(run_cli("--file a.ini b.ini", out, sizeof out), 2, "%s", out);
+    cr_assert_eq(run_cli("a.ini --file b.ini", out, sizeof out), 2, "%s", out);
+}

@@ -1,0 +1,639 @@
+/* Validation: turns the merged settings store into the validated [global],
+ * resource definitions and device sections, recording every error.
+ *
+ * Steps (ps_config_validate):
+ *   1. [global] keys, each against the schema (keys.c);
+ *   2. unknown sections;
+ *   3. every [resource.NAME] becomes a def (type first, then its keys);
+ *      the predefined leaves cuda, async and managed exist without one;
+ *   4. [device.N] / [device.*];
+ *   5. names and cycles (resolve.c);
+ *   6. sizes against each other (maximum vs initial, chunk bounds, limits);
+ *   7. the errors sorted by place: embedded, file by line, environment.
+ * Every error is recorded as "WHERE: MESSAGE" and the walk goes on, so one
+ * run shows all of them; unknown words get a suggestion.
+ * Guarantees: no error stops the walk; nothing here touches CUDA; if
+ * memory runs out, the config says so (one error) rather than crashing.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config_internal.h"
+
+static int add_def(ps_config_t *cfg, const char *name, const ps_origin_t *origin)
+{
+    ps_resource_def_t *n = ps_config_grow(cfg, cfg->defs, &cfg->def_cap, cfg->def_count, sizeof *n);
+    if (!n)
+        return -1;
+    cfg->defs = n;
+    ps_resource_def_t *d = &cfg->defs[cfg->def_count];
+    memset(d, 0, sizeof *d);
+    d->name = ps_config_strdup(cfg, name);
+    if (!d->name)
+        return -1;
+    d->type = PS_TYPE_COUNT; /* unknown until its `type` is read */
+    d->origin = *origin;
+    d->upstream = -1;
+    d->fallback = -1;
+    return (int)cfg->def_count++;
+}
+
+static int valid_name(const char *name)
+{
+    if (!*name)
+        return 0;
+    for (const char *p = name; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '_' && *p != '-')
+            return 0;
+    return 1;
+}
+
+/* "bad value `x` for `key` in [section]: why (expected ...)" */
+static void bad_value(ps_config_t *cfg, const ps_setting_t *s, const char *why, const char *expect)
+{
+    ps_config_add_error(cfg, &s->origin, "bad value `%s` for `%s` in [%s]: %s (expected %s)",
+                        s->value, s->key, s->section, why, expect);
+}
+
+static void validate_global(ps_config_t *cfg, const ps_setting_t *s)
+{
+    ps_global_config_t *g = &cfg->global;
+    int key = ps_parse_word(s->key, ps_global_key_names);
+    if (key < 0 || strcmp(s->key, ps_global_key_names[key]) != 0) {
+        const char *near = ps_nearest_word(s->key, ps_global_key_names);
+        if (near)
+            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [global] (did you mean `%s`?)",
+                                s->key, near);
+        else
+            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [global] (known keys: verbosity, stats, stats_file, log_file, free_sync, meminfo, on_error, direct_min_size, disable)",
+                                s->key);
+        return;
+    }
+    char why[128] = "";
+    uint64_t n;
+    int w, b;
+    switch ((ps_global_key_t)key) {
+    case PS_GKEY_VERBOSITY:
+        if ((w = ps_parse_word(s->value, ps_verbosity_words)) >= 0)
+            g->verbosity = w;
+        else if (ps_parse_uint(s->value, 3, &n, why, sizeof why) == PS_OK)
+            g->verbosity = (int)n;
+        else
+            return bad_value(cfg, s, "not a verbosity", "0-3 or error, warning, info, debug");
+        break;
+    case PS_GKEY_STATS:
+        if ((w = ps_parse_word(s->value, ps_stats_words)) >= 0)
+            g->stats = (ps_stats_mode_t)w;
+        else if (ps_parse_bool(s->value, &b) == PS_OK)
+            g->stats = b ? PS_STATS_TEXT : PS_STATS_OFF;
+        else
+            return bad_value(cfg, s, "not a statistics mode", "off, text or json (or 0/1)");
+        break;
+    case PS_GKEY_STATS_FILE:
+    case PS_GKEY_LOG_FILE: {
+        int is_log = key == PS_GKEY_LOG_FILE;
+        if (ps_check_path_pattern(s->value, is_log, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, is_log ? "a file name; %p = pid, %r = rank, %d = device"
+                                                 : "a file name; %p = pid, %r = rank");
+        if (strlen(s->value) >= PS_PATH_MAX)
+            return bad_value(cfg, s, "too long", "a file name shorter than 4096 bytes");
+        snprintf(is_log ? g->log_file : g->stats_file, PS_PATH_MAX, "%s", s->value);
+        break;
+    }
+    case PS_GKEY_FREE_SYNC:
+        if ((w = ps_parse_word(s->value, ps_free_sync_words)) < 0)
+            return bad_value(cfg, s, "not a policy", "event, device or none");
+        g->free_sync = (ps_free_sync_t)w;
+        break;
+    case PS_GKEY_MEMINFO:
+        if ((w = ps_parse_word(s->value, ps_meminfo_words)) < 0)
+            return bad_value(cfg, s, "not a meminfo mode", "pool or device");
+        g->meminfo = (ps_meminfo_t)w;
+        break;
+    case PS_GKEY_ON_ERROR:
+        if ((w = ps_parse_word(s->value, ps_on_error_words)) < 0)
+            return bad_value(cfg, s, "not an error policy", "exit or passthrough");
+        g->on_error = (ps_on_error_t)w;
+        break;
+    case PS_GKEY_DIRECT_MIN_SIZE: {
+        uint64_t bytes;
+        double pct;
+        int is_pct;
+        if (ps_parse_size_ex(s->value, 0, &bytes, &pct, &is_pct, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, "a size such as 256MiB; 0 = off");
+        g->direct_min_size = (size_t)bytes;
+        break;
+    }
+    case PS_GKEY_DISABLE:
+        if (ps_parse_bool(s->value, &b) != PS_OK)
+            return bad_value(cfg, s, "not a boolean", "1, true, yes, on, 0, false, no or off");
+        g->disable = b;
+        break;
+    default: break;
+    }
+    cfg->global_origin[key] = s->origin;
+}
+
+/* Parses a binning `bins` list into def->bins (names resolved later). */
+static void parse_bins(ps_config_t *cfg, ps_resource_def_t *def, const ps_setting_t *s)
+{
+    const char *expect = ps_key_info[PS_KEY_BINS].expect;
+    char *copy = ps_config_strdup(cfg, s->value);
+    if (!copy)
+        return;
+    size_t count = 1;
+    for (const char *p = copy; *p; p++)
+        count += *p == ',';
+    ps_bin_def_t *bins = calloc(count, sizeof *bins);
+    if (!bins) {
+        cfg->out_of_memory = 1;
+        free(copy);
+        return;
+    }
+    size_t n = 0;
+    int ok = 1;
+    char *item = copy;
+    for (size_t i = 0; i < count && ok; i++) {
+        char *comma = strchr(item, ',');
+        if (comma)
+            *comma = '\0';
+        char *t = ps_trim_blanks(item);
+        char *colon = strchr(t, ':');
+        const char *size_text = t;
+        const char *name = "";
+        if (colon) {
+            *colon = '\0';
+            name = ps_trim_blanks(t);
+            size_text = colon + 1;
+            if (!valid_name(name)) {
+                char why[128];
+                snprintf(why, sizeof why, "bin %zu: `%s` is not a resource name", i + 1, name);
+                bad_value(cfg, s, why, expect);
+                ok = 0;
+                break;
+            }
+        }
+        uint64_t bytes = 0;
+        double pct;
+        int is_pct;
+        char why[160], reason[128];
+        if (*ps_trim_blanks((char *)size_text) == '\0') {
+            snprintf(why, sizeof why, "bin %zu is empty", i + 1);
+            bad_value(cfg, s, why, expect);
+            ok = 0;
+        } else if (ps_parse_size_ex(size_text, 0, &bytes, &pct, &is_pct, reason, sizeof reason) != PS_OK) {
+            snprintf(why, sizeof why, "bin %zu `%s`: %s", i + 1, ps_trim_blanks((char *)size_text), reason);
+            bad_value(cfg, s, why, expect);
+            ok = 0;
+        } else if (bytes == 0) {
+            snprintf(why, sizeof why, "bin %zu has size zero", i + 1);
+            bad_value(cfg, s, why, expect);
+            ok = 0;
+        } else {
+            bins[n].max_size = bytes;
+            bins[n].resource = -1;
+            bins[n].name = ps_config_strdup(cfg, name);
+            n++;
+        }
+        item = comma ? comma + 1 : item + strlen(item);
+    }
+    free(copy);
+    if (ok) {
+        for (size_t i = 1; i < n && ok; i++) {
+            if (bins[i].max_size <= bins[i - 1].max_size) {
+                char a[32], b[32];
+                ps_format_bytes(a, sizeof a, bins[i].max_size);
+                ps_format_bytes(b, sizeof b, bins[i - 1].max_size);
+                ps_config_add_error(cfg, &s->origin,
+                                    "bins of [%s] must be sorted by size, strictly increasing: bin %zu (%s) %s bin %zu (%s)",
+                                    s->section, i + 1, a,
+                                    bins[i].max_size == bins[i - 1].max_size ? "overlaps" : "is below",
+                                    i, b);
+                ok = 0;
+            }
+        }
+    }
+    if (!ok) {
+        for (size_t i = 0; i < n; i++)
+            free(bins[i].name);
+        free(bins);
+        return;
+    }
+    def->bins = bins;
+    def->bin_count = n;
+}
+
+static void validate_resource_key(ps_config_t *cfg, ps_resource_def_t *def, const ps_setting_t *s,
+                                  int type_layer)
+{
+    int key = ps_parse_word(s->key, ps_key_names);
+    if (key < 0 || strcmp(s->key, ps_key_names[key]) != 0) {
+        /* suggest among the keys of this type first */
+        const char *words[PS_KEY_COUNT + 1];
+        size_t n = 0;
+        uint32_t mask = def->type < PS_TYPE_COUNT ? ps_type_keys(def->type) : ~0u;
+        for (int k = 0; k < PS_KEY_COUNT; k++)
+            if (mask & PS_KEY_BIT(k))
+                words[n++] = ps_key_names[k];
+        words[n] = NULL;
+        const char *near = ps_nearest_word(s->key, words);
+        if (!near)
+            near = ps_nearest_word(s->key, ps_key_names);
+        if (near)
+            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [%s] (did you mean `%s`?)",
+                                s->key, s->section, near);
+        else
+            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [%s]", s->key, s->section);
+        return;
+    }
+    if (key == PS_KEY_TYPE)
+        return;
+    if (def->type >= PS_TYPE_COUNT)
+        return; /* the type is wrong: already reported */
+    if (!(ps_type_keys(def->type) & PS_KEY_BIT(key))) {
+        if (s->layer < type_layer)
+            return; /* set for the type an earlier source gave; a later source changed the type */
+        if (key == PS_KEY_UPSTREAM && ps_type_is_leaf(def->type)) {
+            ps_config_add_error(cfg, &s->origin,
+                                "[%s] is of type %s, which takes memory from the device and has no upstream",
+                                s->section, ps_type_names[def->type]);
+            return;
+        }
+        char list[512] = "";
+        uint32_t mask = ps_type_keys(def->type) & ~PS_KEY_BIT(PS_KEY_TYPE);
+        for (int k = 0; k < PS_KEY_COUNT; k++)
+            if (mask & PS_KEY_BIT(k))
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", *list ? ", " : "",
+                         ps_key_names[k]);
+        ps_config_add_error(cfg, &s->origin, "key `%s` does not apply to type %s in [%s] (%s takes %s)",
+                            s->key, ps_type_names[def->type], s->section, ps_type_names[def->type],
+                            *list ? list : "no keys");
+        return;
+    }
+    const ps_key_info_t *info = &ps_key_info[key];
+    ps_value_t *v = &def->values[key];
+    ps_value_t parsed = {1, s->origin, ps_config_intern(cfg, s->value), 0, 0, 0};
+    char why[160] = "";
+    switch (info->kind) {
+    case PS_VALUE_NAME:
+        if (!valid_name(s->value))
+            return bad_value(cfg, s, "not a resource name", "letters, digits, '_' or '-'");
+        break;
+    case PS_VALUE_SIZE:
+    case PS_VALUE_SIZE_PCT:
+    case PS_VALUE_ALIGN:
+    case PS_VALUE_THRESHOLD:
+        if (info->kind == PS_VALUE_THRESHOLD && (strcasecmp(s->value, "max") == 0)) {
+            parsed.number = UINT64_MAX;
+            break;
+        }
+        if (ps_parse_size_ex(s->value, info->kind == PS_VALUE_SIZE_PCT || info->kind == PS_VALUE_THRESHOLD,
+                             &parsed.number, &parsed.percent, &parsed.is_percent, why,
+                             sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, info->expect);
+        if (info->nonzero && (parsed.is_percent ? parsed.percent <= 0 : parsed.number == 0))
+            return bad_value(cfg, s, "zero is not allowed", info->expect);
+        if (info->kind == PS_VALUE_ALIGN && (!ps_is_pow2(parsed.number) || parsed.number < 256))
+            return bad_value(cfg, s,
+                             ps_is_pow2(parsed.number) ? "below 256 (cudaMalloc guarantees 256)"
+                                                       : "not a power of two",
+                             info->expect);
+        break;
+    case PS_VALUE_NUMBER:
+        if (ps_parse_uint(s->value, info->max, &parsed.number, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, info->expect);
+        if (info->nonzero && parsed.number == 0)
+            return bad_value(cfg, s, "zero is not allowed", info->expect);
+        break;
+    case PS_VALUE_FREE_SYNC: {
+        int w = ps_parse_word(s->value, ps_free_sync_words);
+        if (w < 0)
+            return bad_value(cfg, s, "not a policy", info->expect);
+        parsed.number = (uint64_t)w;
+        break;
+    }
+    case PS_VALUE_BINS: parse_bins(cfg, def, s); break;
+    case PS_VALUE_PATH:
+        if (!*s->value)
+            return bad_value(cfg, s, "empty file name", info->expect);
+        if (ps_check_path_pattern(s->value, 1, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, info->expect);
+        if (strlen(s->value) >= PS_PATH_MAX)
+            return bad_value(cfg, s, "too long", info->expect);
+        break;
+    case PS_VALUE_TYPE: break;
+    }
+    *v = parsed;
+}
+
+/* The predefined leaves that need no section. */
+static const ps_resource_type_t predefined_types[] = {PS_TYPE_CUDA, PS_TYPE_ASYNC, PS_TYPE_MANAGED};
+
+static void validate_resources(ps_config_t *cfg)
+{
+    /* 1. every [resource.NAME] section becomes a def, in order of first appearance */
+    for (size_t i = 0; i < cfg->header_count + cfg->setting_count; i++) {
+        const ps_setting_t *s = i < cfg->header_count ? &cfg->headers[i] : &cfg->settings[i - cfg->header_count];
+        if (strncmp(s->section, "resource.", 9) != 0)
+            continue;
+        const char *name = s->section + 9;
+        if (ps_config_def_index(cfg, name) >= 0)
+            continue;
+        const ps_origin_t *where = ps_config_section_origin(cfg, s->section, &s->origin);
+        if (!valid_name(name)) {
+            ps_config_add_error(cfg, where, "bad resource name in [%s] (use letters, digits, '_' and '-')",
+                                s->section);
+            /* still create it so its keys are not reported again as unknown sections */
+        }
+        add_def(cfg, name, where);
+    }
+    /* 2. types */
+    size_t section_defs = cfg->def_count;
+    for (size_t d = 0; d < section_defs; d++) {
+        ps_resource_def_t *def = &cfg->defs[d];
+        char section[128];
+        snprintf(section, sizeof section, "resource.%s", def->name);
+        const ps_setting_t *t = ps_config_find(cfg, section, "type");
+        int predefined = -1;
+        for (size_t p = 0; p < 3; p++)
+            if (strcmp(def->name, ps_type_names[predefined_types[p]]) == 0)
+                predefined = (int)predefined_types[p];
+        if (!t) {
+            if (predefined >= 0) {
+                def->type = (ps_resource_type_t)predefined;
+                def->predefined = 1;
+                continue;
+            }
+            ps_config_add_error(cfg, &def->origin,
+                                "[%s] has no `type` (expected type = pool, arena, fixed_size, binning, cuda, async, managed, limit, stats, track or log)",
+                                section);
+            continue;
+        }
+        int type = ps_parse_word(t->value, ps_type_names);
+        if (type < 0) {
+            const char *near = ps_nearest_word(t->value, ps_type_names);
+            if (near)
+                ps_config_add_error(cfg, &t->origin, "unknown type `%s` in [%s] (did you mean `%s`?)",
+                                    t->value, section, near);
+            else
+                ps_config_add_error(cfg, &t->origin, "unknown type `%s` in [%s] (expected %s)", t->value,
+                                    section, ps_key_info[PS_KEY_TYPE].expect);
+            continue;
+        }
+        if (predefined >= 0 && type != predefined) {
+            ps_config_add_error(cfg, &t->origin,
+                                "the name `%s` is reserved for the built-in resource of type %s; give this %s another name",
+                                def->name, def->name, ps_type_names[type]);
+            continue;
+        }
+        def->type = (ps_resource_type_t)type;
+        def->values[PS_KEY_TYPE] = (ps_value_t){1, t->origin, ps_config_intern(cfg, t->value), (uint64_t)type, 0, 0};
+    }
+    /* 3. keys */
+    for (size_t i = 0; i < cfg->setting_count; i++) {
+        const ps_setting_t *s = &cfg->settings[i];
+        if (strncmp(s->section, "resource.", 9) != 0)
+            continue;
+        int d = ps_config_def_index(cfg, s->section + 9);
+        if (d < 0)
+            continue;
+        ps_resource_def_t *def = &cfg->defs[d];
+        int type_layer = def->values[PS_KEY_TYPE].set ? 0 : -1;
+        if (type_layer == 0) {
+            const ps_setting_t *t = ps_config_find(cfg, s->section, "type");
+            type_layer = t ? t->layer : 0;
+        }
+        validate_resource_key(cfg, def, s, type_layer);
+    }
+    /* 4. the predefined leaves exist even without a section */
+    for (size_t p = 0; p < 3; p++) {
+        const char *name = ps_type_names[predefined_types[p]];
+        if (ps_config_def_index(cfg, name) >= 0)
+            continue;
+        ps_origin_t none = {PS_ORIGIN_NONE, NULL, 0};
+        int d = add_def(cfg, name, &none);
+        if (d >= 0) {
+            cfg->defs[d].type = predefined_types[p];
+            cfg->defs[d].predefined = 1;
+        }
+    }
+}
+
+static void validate_devices(ps_config_t *cfg)
+{
+    for (size_t i = 0; i < cfg->setting_count; i++) {
+        const ps_setting_t *s = &cfg->settings[i];
+        if (strncmp(s->section, "device.", 7) != 0)
+            continue;
+        const char *index = s->section + 7;
+        int device = -1;
+        if (strcmp(index, "*") != 0) {
+            uint64_t n;
+            char why[64];
+            if (ps_parse_uint(index, 1023, &n, why, sizeof why) != PS_OK || strchr(index, ' ')) {
+                int reported = 0;
+                for (size_t j = 0; j < i && !reported; j++)
+                    reported = strcmp(cfg->settings[j].section, s->section) == 0;
+                if (!reported)
+                    ps_config_add_error(cfg, ps_config_section_origin(cfg, s->section, &s->origin),
+                                        "device index `%s` in [%s] is not a number (expected [device.N] with N = 0, 1, ..., or [device.*])",
+                                        index, s->section);
+                continue;
+            }
+            device = (int)n;
+        }
+        if (strcmp(s->key, "resource") != 0) {
+            static const char *const words[] = {"resource", NULL};
+            const char *near = ps_nearest_word(s->key, words);
+            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [%s] (%s)", s->key, s->section,
+                                near ? "did you mean `resource`?" : "the only key is `resource`");
+            continue;
+        }
+        ps_device_def_t *n = ps_config_grow(cfg, cfg->devices, &cfg->device_cap, cfg->device_count, sizeof *n);
+        if (!n)
+            return;
+        cfg->devices = n;
+        int r = ps_config_def_index(cfg, s->value);
+        if (r < 0) {
+            const char *names[64];
+            size_t k = 0;
+            for (size_t d = 0; d < cfg->def_count && k < 63; d++)
+                names[k++] = cfg->defs[d].name;
+            names[k] = NULL;
+            const char *near = ps_nearest_word(s->value, names);
+            ps_config_add_error(cfg, &s->origin, "[%s] uses resource `%s`, which is not defined%s%s%s",
+                                s->section, s->value, near ? " (did you mean `" : "", near ? near : "",
+                                near ? "`?)" : " (add a [resource.NAME] section)");
+        }
+        cfg->devices[cfg->device_count++] = (ps_device_def_t){device, r, s->origin};
+    }
+}
+
+static void check_sections(ps_config_t *cfg)
+{
+    static const char *const sections[] = {"global", "resource", "device", NULL};
+    for (size_t i = 0; i < cfg->header_count + cfg->setting_count; i++) {
+        const ps_setting_t *s = i < cfg->header_count ? &cfg->headers[i] : &cfg->settings[i - cfg->header_count];
+        if (strcmp(s->section, "global") == 0 || strncmp(s->section, "resource.", 9) == 0 ||
+            strncmp(s->section, "device.", 7) == 0)
+            continue;
+        /* report each unknown section once, at its header when it has one */
+        int seen = 0;
+        for (size_t j = 0; j < i && !seen; j++) {
+            const ps_setting_t *o = j < cfg->header_count ? &cfg->headers[j] : &cfg->settings[j - cfg->header_count];
+            seen = strcmp(o->section, s->section) == 0;
+        }
+        if (seen)
+            continue;
+        const ps_origin_t *where = ps_config_section_origin(cfg, s->section, &s->origin);
+        char head[64];
+        snprintf(head, sizeof head, "%.*s", (int)strcspn(s->section, "."), s->section);
+        const char *near = ps_nearest_word(head, sections);
+        const char *rest = s->section + strlen(head);
+        if (near && strcmp(near, "global") == 0)
+            ps_config_add_error(cfg, where, "unknown section [%s] (did you mean [global]?)", s->section);
+        else if (near && *rest == '.')
+            ps_config_add_error(cfg, where, "unknown section [%s] (did you mean [%s%s]?)", s->section, near,
+                                rest);
+        else if (near && strcmp(near, "resource") == 0)
+            ps_config_add_error(cfg, where, "unknown section [%s] (did you mean [resource.NAME]?)",
+                                s->section);
+        else if (near)
+            ps_config_add_error(cfg, where, "unknown section [%s] (did you mean [device.N] or [device.*]?)",
+                                s->section);
+        else
+            ps_config_add_error(cfg, where,
+                                "unknown section [%s] (expected [global], [resource.NAME], [device.N] or [device.*])",
+                                s->section);
+    }
+}
+
+uint64_t ps_value_bytes(const ps_value_t *v, uint64_t total_bytes)
+{
+    if (!v->set)
+        return 0;
+    if (!v->is_percent)
+        return v->number;
+    return (uint64_t)((double)total_bytes * v->percent / 100.0);
+}
+
+/* Compares two size values; returns 1 when a < b is known (both bytes, both
+ * percentages, or total known). */
+static int known_below(const ps_value_t *a, const ps_value_t *b, uint64_t total)
+{
+    if (a->is_percent == b->is_percent)
+        return a->is_percent ? a->percent < b->percent : a->number < b->number;
+    if (total == 0)
+        return 0;
+    return ps_value_bytes(a, total) < ps_value_bytes(b, total);
+}
+
+static void check_sizes(ps_config_t *cfg)
+{
+    for (size_t d = 0; d < cfg->def_count; d++) {
+        ps_resource_def_t *def = &cfg->defs[d];
+        const ps_value_t *init = &def->values[PS_KEY_INITIAL_SIZE];
+        const ps_value_t *max = &def->values[PS_KEY_MAXIMUM_SIZE];
+        if (init->set && max->set && !(max->is_percent ? max->percent == 0 : max->number == 0) &&
+            known_below(max, init, 0))
+            ps_config_add_error(cfg, &max->origin,
+                                "maximum_size `%s` of [resource.%s] is below its initial_size `%s`", max->text,
+                                def->name, init->text);
+        const ps_value_t *lo = &def->values[PS_KEY_MIN_CHUNK], *hi = &def->values[PS_KEY_MAX_CHUNK];
+        if (lo->set && hi->set && hi->number < lo->number)
+            ps_config_add_error(cfg, &hi->origin, "max_chunk `%s` of [resource.%s] is below its min_chunk `%s`",
+                                hi->text, def->name, lo->text);
+    }
+}
+
+int ps_config_check_limits(const ps_config_t *cfg, uint64_t total_bytes, const char *only,
+                           ps_config_report_t report, void *ctx)
+{
+    int problems = 0;
+    for (size_t d = 0; d < cfg->def_count; d++) {
+        const ps_resource_def_t *lim = &cfg->defs[d];
+        if (lim->type != PS_TYPE_LIMIT || !lim->values[PS_KEY_LIMIT].set || (only && !only[d]))
+            continue;
+        const ps_value_t *limit = &lim->values[PS_KEY_LIMIT];
+        /* every pool/arena in a straight chain with the limit, below it
+         * (dir 0) or above it (dir 1), through other adaptors */
+        for (int dir = 0; dir < 2; dir++) {
+            int cur = (int)d;
+            for (size_t steps = 0; steps <= cfg->def_count; steps++) {
+                int next = -1;
+                if (dir == 0) {
+                    next = cfg->defs[cur].upstream;
+                } else {
+                    for (size_t k = 0; k < cfg->def_count && next < 0; k++)
+                        if (cfg->defs[k].upstream == cur)
+                            next = (int)k;
+                }
+                if (next < 0)
+                    break;
+                const ps_resource_def_t *r = &cfg->defs[next];
+                if (r->type == PS_TYPE_POOL || r->type == PS_TYPE_ARENA) {
+                    const ps_value_t *init = &r->values[PS_KEY_INITIAL_SIZE];
+                    int mixed = init->is_percent != limit->is_percent;
+                    /* one kind: checked at load; mixed: once the device's size is known */
+                    if (init->set && (total_bytes > 0) == mixed && known_below(limit, init, total_bytes)) {
+                        char message[512];
+                        snprintf(message, sizeof message,
+                                 "limit `%s` of [resource.%s] is below the initial_size `%s` of %s [resource.%s] (%s)",
+                                 limit->text, lim->name, init->text, ps_type_names[r->type], r->name,
+                                 dir == 0 ? "the pool could never reserve it"
+                                          : "the pool would reserve more than the limit lets the program use");
+                        report(ctx, &limit->origin, message);
+                        problems++;
+                    }
+                    break;
+                }
+                if (!ps_type_is_adaptor(r->type))
+                    break;
+                cur = next;
+            }
+        }
+    }
+    return problems;
+}
+
+static void report_to_config(void *ctx, const ps_origin_t *origin, const char *message)
+{
+    ps_config_add_error(ctx, origin, "%s", message);
+}
+
+void ps_config_validate(ps_config_t *cfg)
+{
+    ps_global_config_t *g = &cfg->global;
+    memset(g, 0, sizeof *g);
+    g->verbosity = 1;
+    g->stats = PS_STATS_OFF;
+    g->free_sync = PS_FREE_SYNC_EVENT;
+    g->meminfo = PS_MEMINFO_POOL;
+    g->on_error = PS_ON_ERROR_EXIT;
+    for (size_t i = 0; i < cfg->setting_count; i++)
+        if (strcmp(cfg->settings[i].section, "global") == 0)
+            validate_global(cfg, &cfg->settings[i]);
+    check_sections(cfg);
+    validate_resources(cfg);
+    validate_devices(cfg);
+    ps_config_resolve_references(cfg);
+    ps_config_find_cycles(cfg);
+    check_sizes(cfg);
+    ps_config_check_limits(cfg, 0, NULL, report_to_config, cfg);
+    if (cfg->out_of_memory)
+        ps_config_add_error(cfg, NULL, "out of memory while reading the configuration");
+    /* in reading order: embedded, file by line, environment; stable (insertion sort: few errors) */
+    for (size_t i = 1; i < cfg->error_count; i++) {
+        char *text = cfg->errors[i];
+        uint64_t key = cfg->error_order[i];
+        size_t j = i;
+        for (; j > 0 && cfg->error_order[j - 1] > key; j--) {
+            cfg->errors[j] = cfg->errors[j - 1];
+            cfg->error_order[j] = cfg->error_order[j - 1];
+        }
+        cfg->errors[j] = text;
+        cfg->error_order[j] = key;
+    }
+}
