@@ -82,6 +82,12 @@ void ps_config_pool_options(const ps_config_t *cfg, const ps_resource_def_t *def
         opts->alignment = (size_t)v[PS_KEY_ALIGNMENT].number;
     if (v[PS_KEY_EPOCH_WAIT_US].set)
         opts->epoch_wait_ns = v[PS_KEY_EPOCH_WAIT_US].number * 1000u;
+    if (v[PS_KEY_EXPANDABLE].set)
+        opts->expandable = (int)v[PS_KEY_EXPANDABLE].number;
+    if (v[PS_KEY_EXPANDABLE_RESERVE].set)
+        opts->expandable_reserve = (size_t)v[PS_KEY_EXPANDABLE_RESERVE].number;
+    if (v[PS_KEY_EXPANDABLE_PIECE].set)
+        opts->expandable_piece = (size_t)v[PS_KEY_EXPANDABLE_PIECE].number;
     opts->free_sync = v[PS_KEY_FREE_SYNC].set ? (ps_free_sync_t)v[PS_KEY_FREE_SYNC].number
                                               : cfg->global.free_sync;
 }

@@ -118,6 +118,9 @@ typedef enum ps_key {
     PS_KEY_LIMIT,
     PS_KEY_STACK_DEPTH,
     PS_KEY_FILE,
+    PS_KEY_EXPANDABLE,
+    PS_KEY_EXPANDABLE_RESERVE,
+    PS_KEY_EXPANDABLE_PIECE,
     PS_KEY_COUNT
 } ps_key_t;
 

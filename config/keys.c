@@ -14,13 +14,13 @@ const char *const ps_key_names[PS_KEY_COUNT + 1] = {
     "type", "upstream", "initial_size", "maximum_size", "min_chunk", "max_chunk",
     "growth_percent", "alignment", "free_sync", "epoch_wait_us", "superblock_size",
     "block_size", "blocks_per_batch", "bins", "fallback", "release_threshold", "limit",
-    "stack_depth", "file", NULL};
+    "stack_depth", "file", "expandable", "expandable_reserve", "expandable_piece", NULL};
 
 const char *const ps_global_key_names[PS_GKEY_COUNT + 1] = {
     "verbosity", "stats", "stats_file", "log_file", "free_sync", "meminfo", "on_error",
     "direct_min_size", "disable", NULL};
 
-const char *const ps_free_sync_words[] = {"event", "device", "none", NULL};
+const char *const ps_free_sync_words[] = {"event", "device", "none", "barrier", NULL};
 const char *const ps_verbosity_words[] = {"error", "warning", "info", "debug", NULL};
 const char *const ps_stats_words[] = {"off", "text", "json", NULL};
 const char *const ps_meminfo_words[] = {"pool", "device", NULL};
@@ -37,7 +37,9 @@ uint32_t ps_type_keys(ps_resource_type_t type)
     case PS_TYPE_POOL:
         return sub | PS_KEY_BIT(PS_KEY_INITIAL_SIZE) | PS_KEY_BIT(PS_KEY_MAXIMUM_SIZE) |
                PS_KEY_BIT(PS_KEY_MIN_CHUNK) | PS_KEY_BIT(PS_KEY_MAX_CHUNK) |
-               PS_KEY_BIT(PS_KEY_GROWTH_PERCENT) | PS_KEY_BIT(PS_KEY_EPOCH_WAIT_US);
+               PS_KEY_BIT(PS_KEY_GROWTH_PERCENT) | PS_KEY_BIT(PS_KEY_EPOCH_WAIT_US) |
+               PS_KEY_BIT(PS_KEY_EXPANDABLE) | PS_KEY_BIT(PS_KEY_EXPANDABLE_RESERVE) |
+               PS_KEY_BIT(PS_KEY_EXPANDABLE_PIECE);
     case PS_TYPE_ARENA:
         return sub | PS_KEY_BIT(PS_KEY_INITIAL_SIZE) | PS_KEY_BIT(PS_KEY_MAXIMUM_SIZE) |
                PS_KEY_BIT(PS_KEY_SUPERBLOCK_SIZE);
@@ -79,7 +81,7 @@ const ps_key_info_t ps_key_info[PS_KEY_COUNT] = {
     [PS_KEY_MAX_CHUNK] = {PS_VALUE_SIZE, 1, 0, "a size above zero such as 1GiB"},
     [PS_KEY_GROWTH_PERCENT] = {PS_VALUE_NUMBER, 0, 1000, "a whole number of percent from 0 to 1000"},
     [PS_KEY_ALIGNMENT] = {PS_VALUE_ALIGN, 1, 0, "a power of two of at least 256 bytes"},
-    [PS_KEY_FREE_SYNC] = {PS_VALUE_FREE_SYNC, 0, 0, "event, device or none"},
+    [PS_KEY_FREE_SYNC] = {PS_VALUE_FREE_SYNC, 0, 0, "barrier, event, device or none"},
     [PS_KEY_EPOCH_WAIT_US] = {PS_VALUE_NUMBER, 0, 10000000, "a whole number of microseconds from 0 to 10000000"},
     [PS_KEY_SUPERBLOCK_SIZE] = {PS_VALUE_SIZE, 1, 0, "a size above zero such as 2MiB"},
     [PS_KEY_BLOCK_SIZE] = {PS_VALUE_SIZE, 1, 0, "a size above zero such as 4KiB"},
@@ -90,4 +92,7 @@ const ps_key_info_t ps_key_info[PS_KEY_COUNT] = {
     [PS_KEY_LIMIT] = {PS_VALUE_SIZE_PCT, 1, 0, "a size above zero such as 8GiB, or a percentage of device memory such as 50%"},
     [PS_KEY_STACK_DEPTH] = {PS_VALUE_NUMBER, 0, 64, "a whole number of frames from 0 to 64"},
     [PS_KEY_FILE] = {PS_VALUE_PATH, 1, 0, "a file name; %p = pid, %r = rank, %d = device, %% = %"},
+    [PS_KEY_EXPANDABLE] = {PS_VALUE_NUMBER, 0, 1, "1 (one virtual-memory range, when the device has it) or 0 (chunks)"},
+    [PS_KEY_EXPANDABLE_RESERVE] = {PS_VALUE_SIZE, 0, 0, "a size of address space such as 256GiB; 0 = twice the device"},
+    [PS_KEY_EXPANDABLE_PIECE] = {PS_VALUE_SIZE, 1, 0, "a size above zero such as 2MiB (rounded up to the device's granularity)"},
 };

@@ -90,6 +90,15 @@ static void default_text(const ps_config_t *cfg, const ps_resource_def_t *def, i
         break;
     case PS_KEY_GROWTH_PERCENT: snprintf(buf, size, "%u", pool.growth_percent); return;
     case PS_KEY_EPOCH_WAIT_US: snprintf(buf, size, "%llu", (unsigned long long)(pool.epoch_wait_ns / 1000)); return;
+    case PS_KEY_EXPANDABLE: snprintf(buf, size, "%d (when the device has virtual memory)", pool.expandable); return;
+    case PS_KEY_EXPANDABLE_RESERVE:
+        if (!pool.expandable_reserve) {
+            snprintf(buf, size, "0 (twice the device)");
+            return;
+        }
+        bytes = pool.expandable_reserve;
+        break;
+    case PS_KEY_EXPANDABLE_PIECE: bytes = pool.expandable_piece; break;
     case PS_KEY_BLOCKS_PER_BATCH: snprintf(buf, size, "%zu", fixed.blocks_per_batch); return;
     case PS_KEY_FREE_SYNC: snprintf(buf, size, "%s", ps_free_sync_words[cfg->global.free_sync]); return;
     case PS_KEY_RELEASE_THRESHOLD: snprintf(buf, size, "max (keep all)"); return;

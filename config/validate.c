@@ -104,7 +104,7 @@ static void validate_global(ps_config_t *cfg, const ps_setting_t *s)
     }
     case PS_GKEY_FREE_SYNC:
         if ((w = ps_parse_word(s->value, ps_free_sync_words)) < 0)
-            return bad_value(cfg, s, "not a policy", "event, device or none");
+            return bad_value(cfg, s, "not a policy", "barrier, event, device or none");
         g->free_sync = (ps_free_sync_t)w;
         break;
     case PS_GKEY_MEMINFO:
@@ -609,7 +609,7 @@ void ps_config_validate(ps_config_t *cfg)
     memset(g, 0, sizeof *g);
     g->verbosity = 1;
     g->stats = PS_STATS_OFF;
-    g->free_sync = PS_FREE_SYNC_EVENT;
+    g->free_sync = PS_FREE_SYNC_BARRIER;
     g->meminfo = PS_MEMINFO_POOL;
     g->on_error = PS_ON_ERROR_EXIT;
     for (size_t i = 0; i < cfg->setting_count; i++)

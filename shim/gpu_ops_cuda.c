@@ -64,6 +64,7 @@ typedef struct device_ops {
     CUevent barrier_event;     /* E of the last barrier (guarded by streams_lock) */
     int barrier_recorded;      /* E was recorded at least once (guarded by streams_lock) */
     size_t vm_granularity;     /* recommended mapping granularity (0: no virtual memory) */
+    int skip_barrier;          /* test only (POOLSHIM_TEST_SKIP_BARRIER=1): barriers order nothing */
     uint64_t barriers;         /* barriers issued (guarded by streams_lock) */
 } device_ops_t;
 
@@ -389,6 +390,8 @@ static int ops_stream_wait_fence(void *vctx, ps_stream_t stream, ps_fence_t *f)
 static int ops_barrier(void *vctx)
 {
     device_ops_t *d = vctx;
+    if (d->skip_barrier) /* the negative control of the GPU hazard tests: must be caught */
+        return PS_OK;
     if (!ps_real.cuStreamIsCapturing)
         return PS_EUNSUPPORTED;
     int pushed = enter_ctx(d);
@@ -554,6 +557,11 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         return PS_ENOMEM;
     d->ctx = ctx;
     d->device = device;
+    const char *skip = getenv("POOLSHIM_TEST_SKIP_BARRIER");
+    d->skip_barrier = skip && *skip == '1';
+    if (d->skip_barrier)
+        ps_warning("POOLSHIM_TEST_SKIP_BARRIER=1: barriers order nothing; freed memory may be reused while "
+                   "kernels still use it (a test switch, never for real work)");
     pthread_mutex_init(&d->lock, NULL);
     d->ops = (ps_gpu_ops_t){
         .ctx = d,

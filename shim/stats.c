@@ -247,14 +247,16 @@ void ps_stats_write(FILE *f, int json)
                     "\"bytes\": {\"requested_current\": %lld, \"requested_peak\": %lld, \"requested_total\": %llu, "
                     "\"reserved_current\": %llu, \"reserved_peak\": %llu, \"in_use\": %llu, \"pending\": %llu}, "
                     "\"upstream\": {\"allocs\": %llu, \"frees\": %llu}, "
-                    "\"fences\": {\"recorded\": %llu, \"waits\": %llu}}",
+                    "\"fences\": {\"recorded\": %llu, \"waits\": %llu}, \"barriers\": %llu, "
+                    "\"expandable\": %llu}",
                     (unsigned long long)s.doors[0], (unsigned long long)s.doors[1], (unsigned long long)s.failures,
                     (unsigned long long)s.alloc_ns, (unsigned long long)s.free_ns, (long long)s.requested_current,
                     (long long)s.requested_peak, (unsigned long long)s.requested_total,
                     (unsigned long long)info.bytes_reserved, (unsigned long long)info.peak_bytes_reserved,
                     (unsigned long long)info.bytes_in_use, (unsigned long long)info.bytes_pending,
                     (unsigned long long)info.upstream_allocs, (unsigned long long)info.upstream_frees,
-                    (unsigned long long)info.fences_recorded, (unsigned long long)info.fence_waits);
+                    (unsigned long long)info.fences_recorded, (unsigned long long)info.fence_waits,
+                    (unsigned long long)info.barriers, (unsigned long long)(info.expandable != 0));
         } else {
             uint64_t n = s.doors[0] + s.doors[1];
             fprintf(f, "poolshim: device %d (stack: %s)\n", d, stack);
@@ -276,8 +278,12 @@ void ps_stats_write(FILE *f, int json)
                     ps_format_bytes(b1, sizeof b1, info.peak_bytes_reserved),
                     ps_format_bytes(b2, sizeof b2, info.bytes_reserved), (unsigned long long)info.upstream_allocs,
                     (unsigned long long)info.upstream_frees);
-            fprintf(f, "poolshim:   fences     %llu recorded, %llu host waits\n",
-                    (unsigned long long)info.fences_recorded, (unsigned long long)info.fence_waits);
+            fprintf(f, "poolshim:   fences     %llu recorded, %llu host waits, %llu barriers\n",
+                    (unsigned long long)info.fences_recorded, (unsigned long long)info.fence_waits,
+                    (unsigned long long)info.barriers);
+            fprintf(f, "poolshim:   memory     %s\n",
+                    info.expandable ? "expandable (one virtual-memory range per pool, mapped as it grows)"
+                                    : "chunks from cuMemAlloc");
         }
         first = 0;
     }

@@ -17,7 +17,12 @@
  * Variants (argv[1]): nonblocking (s1, s2 created cudaStreamNonBlocking),
  * blocking (two ordinary streams: not ordered with each other), legacy (both
  * on the legacy default stream: always ordered), threads (4 host threads; build
- * with --default-stream per-thread: s1 is each thread's default stream).
+ * with --default-stream per-thread: s1 is each thread's default stream),
+ * newstream (s2 is a non-blocking stream created after the free: it must
+ * wait for the last barrier), graph (B is written by a graph, captured on
+ * another stream beforehand... no: captured after the malloc and launched on
+ * a non-blocking s2), threads16 (16 host threads, each with its own
+ * non-blocking s1 and s2).
  * Every round prints whether B == A (the allocator reused the address).
  * Exit 0: verified; 3: corruption detected; 1: error. */
 #include "gpu_test.h"
@@ -61,9 +66,12 @@ struct round_result {
     size_t b_wrong;               /* bytes of B that are not what s2 wrote */
 };
 
+enum write_kind { WRITE_BY_ROUND, WRITE_NEW_STREAM, WRITE_GRAPH };
+
 /* One race of steps 1-3; s1/s2 may be 0 (the default stream of the build). */
 static round_result race_once(size_t n, int round, cudaStream_t s1, cudaStream_t s2,
-                              unsigned long long *changed_dev, uint8_t *pinned_source)
+                              unsigned long long *changed_dev, uint8_t *pinned_source,
+                              write_kind how = WRITE_BY_ROUND)
 {
     const uint8_t b_value = (uint8_t)(0xA0 + round);
     void *a = nullptr, *b = nullptr;
@@ -80,7 +88,23 @@ static round_result race_once(size_t n, int round, cudaStream_t s1, cudaStream_t
     CK(cudaGetLastError());
     CK(cudaFree(a)); /* step 2: no sync before the free */
     CK(cudaMalloc(&b, n));
-    switch (round % 3) {
+    cudaStream_t fresh = 0;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    if (how == WRITE_NEW_STREAM) { /* (c) a stream born after the free */
+        CK(cudaStreamCreateWithFlags(&fresh, cudaStreamNonBlocking));
+        set_bytes_kernel<<<blocks_for(n), 256, 0, fresh>>>((uint8_t *)b, n, b_value);
+        CK(cudaGetLastError());
+    } else if (how == WRITE_GRAPH) { /* (f) a graph launch */
+        cudaStream_t capture;
+        CK(cudaStreamCreateWithFlags(&capture, cudaStreamNonBlocking));
+        CK(cudaStreamBeginCapture(capture, cudaStreamCaptureModeRelaxed));
+        set_bytes_kernel<<<blocks_for(n), 256, 0, capture>>>((uint8_t *)b, n, b_value);
+        CK(cudaStreamEndCapture(capture, &graph));
+        CK(cudaGraphInstantiate(&exec, graph, 0));
+        CK(cudaGraphLaunch(exec, s2));
+        CK(cudaStreamDestroy(capture));
+    } else switch (round % 3) {
     case 0:
         CK(cudaMemsetAsync(b, b_value, n, s2));
         break;
@@ -94,6 +118,12 @@ static round_result race_once(size_t n, int round, cudaStream_t s1, cudaStream_t
         break;
     }
     CK(cudaDeviceSynchronize()); /* step 3 */
+    if (fresh)
+        CK(cudaStreamDestroy(fresh));
+    if (exec) {
+        CK(cudaGraphExecDestroy(exec));
+        CK(cudaGraphDestroy(graph));
+    }
     round_result r;
     r.reused = a == b;
     r.overlapped = (uintptr_t)b < (uintptr_t)a + n && (uintptr_t)a < (uintptr_t)b + n;
@@ -119,6 +149,9 @@ static int report(const char *variant, int thread, size_t n, int round, const ro
 
 static int run_variant(const char *variant)
 {
+    write_kind how = !strcmp(variant, "newstream") ? WRITE_NEW_STREAM
+                     : !strcmp(variant, "graph")   ? WRITE_GRAPH
+                                                   : WRITE_BY_ROUND;
     unsigned long long *changed_dev = nullptr;
     uint8_t *pinned = nullptr;
     CK(cudaMalloc((void **)&changed_dev, sizeof *changed_dev));
@@ -133,7 +166,7 @@ static int run_variant(const char *variant)
     int corrupt = 0, reused = 0;
     for (int round = 0; round < ROUNDS; round++) {
         size_t n = ROUND_SIZES[round % 3];
-        round_result r = race_once(n, round, s1, s2, changed_dev, pinned);
+        round_result r = race_once(n, round, s1, s2, changed_dev, pinned, how);
         corrupt += report(variant, 0, n, round, r);
         reused += r.overlapped;
     }
@@ -149,9 +182,8 @@ static int run_variant(const char *variant)
 
 /* Each thread races on its own default stream (per-thread when built with
  * --default-stream per-thread) against its own non-blocking s2. */
-static int run_threads(void)
+static int run_threads(int thread_count, bool own_s1)
 {
-    const int thread_count = 4;
     std::vector<int> corrupt(thread_count, 0), reused(thread_count, 0);
     std::vector<std::thread> threads;
     for (int t = 0; t < thread_count; t++) {
@@ -161,15 +193,19 @@ static int run_threads(void)
             uint8_t *pinned = nullptr;
             CK(cudaMalloc((void **)&changed_dev, sizeof *changed_dev));
             CK(cudaMallocHost((void **)&pinned, 16u << 20));
-            cudaStream_t s2;
+            cudaStream_t s1 = 0, s2;
+            if (own_s1)
+                CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
             CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
             for (int round = 0; round < ROUNDS; round++) {
                 size_t n = ROUND_SIZES[(round + t) % 3];
-                round_result r = race_once(n, round, 0, s2, changed_dev, pinned);
+                round_result r = race_once(n, round, s1, s2, changed_dev, pinned);
                 corrupt[t] += report("threads", t, n, round, r);
                 reused[t] += r.overlapped;
             }
             CK(cudaStreamDestroy(s2));
+            if (s1)
+                CK(cudaStreamDestroy(s1));
             CK(cudaFreeHost(pinned));
             CK(cudaFree(changed_dev));
         });
@@ -191,11 +227,14 @@ int main(int argc, char **argv)
     const char *variant = argc > 1 ? argv[1] : "nonblocking";
     int corrupt;
     if (strcmp(variant, "threads") == 0)
-        corrupt = run_threads();
-    else if (!strcmp(variant, "nonblocking") || !strcmp(variant, "blocking") || !strcmp(variant, "legacy"))
+        corrupt = run_threads(4, false);
+    else if (strcmp(variant, "threads16") == 0)
+        corrupt = run_threads(16, true);
+    else if (!strcmp(variant, "nonblocking") || !strcmp(variant, "blocking") || !strcmp(variant, "legacy") ||
+             !strcmp(variant, "newstream") || !strcmp(variant, "graph"))
         corrupt = run_variant(variant);
     else {
-        fprintf(stderr, "usage: hazard nonblocking|blocking|legacy|threads\n");
+        fprintf(stderr, "usage: hazard nonblocking|blocking|legacy|threads|threads16|newstream|graph\n");
         return EXIT_CUDA_ERROR;
     }
     if (corrupt) {

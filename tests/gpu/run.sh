@@ -175,6 +175,7 @@ declare -A sources=(
     [misc_static]="misc.cu -lcuda"
     [misc_shared]="misc.cu -cudart shared -lcuda"
     [overhead_static]="overhead.cu"
+    [expandable_static]="expandable.cu"
     [overhead_shared]="overhead.cu -cudart shared"
 )
 build_started=$(date +%s)
@@ -213,6 +214,28 @@ shim hazard_nonblocking_free_sync_device "doors.driver>0" POOLSHIM_FREE_SYNC=dev
 shim hazard_threads_free_sync_device "doors.driver>0" POOLSHIM_FREE_SYNC=device -- hazard_ptds threads
 expect_detect hazard_nonblocking_free_sync_none_expected_failure POOLSHIM_FREE_SYNC=none -- hazard_static nonblocking
 expect_detect hazard_threads_free_sync_none_expected_failure POOLSHIM_FREE_SYNC=none -- hazard_ptds threads
+# the barrier (free_sync barrier, the default): every way of touching a reused
+# block after the free; each also with a test-only switch that makes the
+# barrier do nothing, which must be caught (negative controls)
+for variant in newstream graph threads16; do
+    native hazard_$variant hazard_static $variant
+done
+for variant in nonblocking blocking legacy newstream graph threads16; do
+    shim hazard_barrier_$variant "doors.driver>0 invalid_frees==0 ?barriers>0" -- hazard_static $variant
+done
+shim hazard_barrier_nonblocking_counted "doors.driver>0 barriers>0 fences.waits==0" -- hazard_static nonblocking
+shim hazard_barrier_threads_ptds "doors.driver>0 invalid_frees==0" -- hazard_ptds threads
+shim hazard_barrier_graph_shared "doors.runtime>0 barriers>0" -- hazard_shared graph
+shim hazard_barrier_chunks "doors.driver>0 barriers>0 expandable==0" POOLSHIM_OPTIONS=resource.main.expandable=0 -- hazard_static nonblocking
+shim hazard_event_nonblocking "doors.driver>0 barriers==0" POOLSHIM_FREE_SYNC=event -- hazard_static nonblocking
+for variant in nonblocking newstream graph threads16; do
+    expect_detect hazard_barrier_skipped_${variant}_expected_failure POOLSHIM_TEST_SKIP_BARRIER=1 -- hazard_static $variant
+done
+expect_detect hazard_barrier_skipped_threads_ptds_expected_failure POOLSHIM_TEST_SKIP_BARRIER=1 -- hazard_ptds threads
+
+# ---------------------------------------------------------------- 3b. expandable pool: holes join
+native expandable expandable_static
+shim expandable "doors.driver>0 expandable==1" -- expandable_static
 
 # ---------------------------------------------------------------- 4. stream-ordered and graphs
 native async_streams_static async_streams_static

@@ -213,7 +213,7 @@ Test(config_build, default_config_builds_main_pool_over_cuda)
     cr_assert_eq(created[1]->base.upstream, &created[0]->base);
     cr_assert_null(stack->stats);
     cr_assert_null(stack->log);
-    cr_assert_eq(created[1]->pool.free_sync, PS_FREE_SYNC_EVENT);
+    cr_assert_eq(created[1]->pool.free_sync, PS_FREE_SYNC_BARRIER);
     cr_assert_eq(created[1]->pool.initial_size, 0, "no reservation by default");
     ps_stack_destroy(stack);
     cr_assert_eq(destroyed_count, 2);

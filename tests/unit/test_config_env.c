@@ -63,7 +63,7 @@ Test(config_env, embedded_default_is_a_pool_named_main_on_every_device)
     cr_assert_str_eq(cfg->defs[main_def->upstream].name, "cuda", "implicit cuda upstream");
     const ps_global_config_t *g = ps_config_global(cfg);
     cr_assert_eq(g->stats, PS_STATS_OFF);
-    cr_assert_eq(g->free_sync, PS_FREE_SYNC_EVENT);
+    cr_assert_eq(g->free_sync, PS_FREE_SYNC_BARRIER);
     cr_assert_eq(g->on_error, PS_ON_ERROR_EXIT);
     cr_assert_eq(g->verbosity, 1);
     cr_assert_eq(cfg->global_origin[PS_GKEY_STATS].kind, PS_ORIGIN_NONE);
