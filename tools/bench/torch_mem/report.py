@@ -16,6 +16,8 @@ Columns (see docs/benchmarks.md):
   final_loss  and a mark: '=' same digits as nocache, '~' relative difference < 1e-4, '!' more
   shim_req / shim_res   poolshim's own peak requested / peak reserved (GiB, its stats JSON)
   res/req     shim_res / shim_req
+  t_alloc     torch.cuda.max_memory_allocated() in GiB, when PyTorch counted (its cache on):
+              the program's own peak as PyTorch sees it, to set beside shim_req
 """
 import argparse
 import json
@@ -171,7 +173,7 @@ def main():
         lines.append(f"== {workload} ({steps} timed steps)  context estimate: "
                      f"{fmt(context / GIB if context is not None else None, '.3f', 0).strip()} GiB")
         header = (f"{'config':<16} {'rc':>3} {'wall_s':>8} {'x_time':>6} {'peak_GiB':>9} {'x_nocache':>9} "
-                  f"{'x_req':>6}  {'final_loss':<18} {'shim_req':>8} {'shim_res':>8} {'res/req':>7}")
+                  f"{'x_req':>6}  {'final_loss':<18} {'shim_req':>8} {'shim_res':>8} {'res/req':>7} {'t_alloc':>7}")
         lines.append(header)
         lines.append("-" * len(header))
         for e in entries:
@@ -182,7 +184,8 @@ def main():
                 f"{fmt(e['x_req'], '.3f', 6)}  {(e['final_loss'] or '-') + ' ' + e['loss_mark']:<18} "
                 f"{fmt(e['shim_requested_peak'] / GIB if e['shim_requested_peak'] else None, '.3f', 8)} "
                 f"{fmt(e['shim_reserved_peak'] / GIB if e['shim_reserved_peak'] else None, '.3f', 8)} "
-                f"{fmt(e['shim_res_over_req'], '.3f', 7)}")
+                f"{fmt(e['shim_res_over_req'], '.3f', 7)} "
+                f"{fmt(e['torch_peak_allocated'] / GIB if e['torch_peak_allocated'] else None, '.3f', 7)}")
         # the target: poolshim's peak <= 1.10x nocache's and <= expandable_segments'
         verdict = {}
         exp_peak = by_name.get("expandable", {}).get("nvml_peak_above_baseline")

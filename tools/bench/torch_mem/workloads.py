@@ -252,7 +252,7 @@ def main(argv=None):
     step_model = None
     if args.name == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
-        torch.manual_seed(args.seed)  # DDP broadcasts rank 0's weights anyway
+        # DDP broadcasts rank 0's weights at construction; each rank draws its own data
         step_model = DDP(workload.model, device_ids=[device.index] if device.type == "cuda" else None)
         workload.model = step_model
         model_params = list(step_model.parameters())
