@@ -116,7 +116,6 @@ class TransformerWorkload:
         self.device = device
         self.gen = gen
         self.model = TransformerLM(self.vocab, d_model, heads, layers, ff, self.seq_range[1]).to(device)
-        self.masks = {}
 
     def parameters(self):
         return self.model.parameters()
@@ -129,10 +128,9 @@ class TransformerWorkload:
 
     def step_loss(self, step, rng):
         batch, seq = self.shape(rng)
-        mask = self.masks.get(seq)
-        if mask is None:  # cached per length (at most ~1000 of them, 4 MB for the longest)
-            mask = nn.Transformer.generate_square_subsequent_mask(seq, device=self.device)
-            self.masks[seq] = mask
+        # built every step, as training code usually does (at most 4 MB); is_causal=True
+        # lets attention use its causal kernel rather than read the mask
+        mask = nn.Transformer.generate_square_subsequent_mask(seq, device=self.device)
         data = torch.randint(0, self.vocab, (batch, seq + 1), device=self.device, generator=self.gen)
         logits = self.model(data[:, :-1], mask)
         return F.cross_entropy(logits.reshape(-1, self.vocab), data[:, 1:].reshape(-1))
