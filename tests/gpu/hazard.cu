@@ -187,7 +187,7 @@ static int run_threads(int thread_count, bool own_s1)
     std::vector<int> corrupt(thread_count, 0), reused(thread_count, 0);
     std::vector<std::thread> threads;
     for (int t = 0; t < thread_count; t++) {
-        threads.emplace_back([t, &corrupt, &reused]() {
+        threads.emplace_back([t, own_s1, &corrupt, &reused]() {
             CK(cudaSetDevice(0));
             unsigned long long *changed_dev = nullptr;
             uint8_t *pinned = nullptr;
