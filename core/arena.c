@@ -1204,6 +1204,10 @@ int ps_arena_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_
         o = *opts;
     else
         ps_arena_options_default(&o);
+    /* The barrier lives in the pool; here it falls back to its safe
+     * predecessor, the polled epoch (never to immediate reuse). */
+    if (o.free_sync == PS_FREE_SYNC_BARRIER)
+        o.free_sync = PS_FREE_SYNC_EVENT;
     if (!upstream || !out || !gpu || !ps_is_pow2(o.alignment) || o.alignment < 256 ||
         !ps_is_pow2(o.superblock_size) || o.superblock_size < 64 * PS_KiB ||
         o.superblock_size < 8 * o.alignment) {

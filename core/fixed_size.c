@@ -528,6 +528,10 @@ int ps_fixed_size_create(const char *name, ps_resource_t *upstream, const ps_gpu
         o = *opts;
     else
         ps_fixed_size_options_default(&o);
+    /* The barrier lives in the pool; here it falls back to its safe
+     * predecessor, the polled epoch (never to immediate reuse). */
+    if (o.free_sync == PS_FREE_SYNC_BARRIER)
+        o.free_sync = PS_FREE_SYNC_EVENT;
     if (!upstream || !out || !ps_is_pow2(o.alignment) || o.alignment < 256 ||
         o.blocks_per_batch == 0 || o.block_size == 0) {
         ps_error("fixed_size: invalid options (alignment must be a power of two >= 256, "

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "../../core/arena.h"
+#include "../../core/fixed_size.h"
 #include "../../core/host_ops.h"
 #include "../../core/upstream.h"
 
@@ -380,4 +381,44 @@ Test(arena, a_new_stream_reusing_the_handle_waits_for_the_old_streams_superblock
     cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s1), 1, "after a GPU-side wait for the old fence");
     cr_assert_eq(ps_deallocate(f.arena, b, size, s1), PS_OK);
     unmake(&f);
+}
+
+/* free_sync barrier is the configuration's default, but the barrier lives
+ * in the pool: the arena and fixed_size fall back to the polled epoch.
+ * The GPU found them treating it as "none" (corruption in the hazard
+ * test); this is that bug's CPU test. */
+Test(arena, barrier_policy_falls_back_to_the_epoch_not_to_immediate_reuse)
+{
+    arena_fixture_t f;
+    ps_host_ops_options_t h = {0};
+    cr_assert_eq(ps_host_ops_create(&h, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.up), PS_OK);
+    ps_arena_options_t o;
+    ps_arena_options_default(&o);
+    o.free_sync = PS_FREE_SYNC_BARRIER;
+    cr_assert_eq(ps_arena_create("arena", f.up, f.gpu, &o, &f.arena), PS_OK);
+    void *a, *b;
+    cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, a, PS_MiB, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(info_of(f.arena).bytes_pending, PS_MiB, "the freed block waits");
+    cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+    cr_assert_neq(b, a, "reused before any fence completed");
+    unmake(&f);
+
+    ps_resource_t *fixed;
+    cr_assert_eq(ps_host_ops_create(&h, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.up), PS_OK);
+    ps_fixed_size_options_t fo;
+    ps_fixed_size_options_default(&fo);
+    fo.free_sync = PS_FREE_SYNC_BARRIER;
+    cr_assert_eq(ps_fixed_size_create("fixed", f.up, f.gpu, &fo, &fixed), PS_OK);
+    cr_assert_eq(ps_allocate(fixed, 256, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(fixed, a, 256, PS_STREAM_NONE), PS_OK);
+    for (int i = 0; i < 64; i++) {
+        cr_assert_eq(ps_allocate(fixed, 256, PS_STREAM_NONE, &b), PS_OK);
+        cr_assert_neq(b, a, "fixed_size reused a block before any fence completed");
+    }
+    ps_destroy(fixed);
+    ps_destroy(f.up);
+    ps_host_ops_destroy(f.gpu);
 }
