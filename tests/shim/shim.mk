@@ -23,15 +23,15 @@ $(FAKE)/libcudart.so.13: tests/shim/fake_cudart.c tests/shim/fake_cudart.map shi
 	    -Wl,--version-script=tests/shim/fake_cudart.map -o $@ $< -ldl
 	ln -sf libcudart.so.13 $(FAKE)/libcudart.so
 
-$(SHIMTEST)/prog_runtime: tests/shim/prog_runtime.c tests/shim/prog_common.h $(FAKE)/libcudart.so.13
+$(SHIMTEST)/prog_runtime: tests/shim/prog_runtime.c tests/shim/prog_common.h tests/shim/fake_cuda.h $(FAKE)/libcudart.so.13
 	@mkdir -p $(SHIMTEST)
 	$(CC) $(PROG_FLAGS) -o $@ $< -L$(FAKE) -lcudart -ldl
 
-$(SHIMTEST)/prog_static: tests/shim/prog_static.c tests/shim/prog_common.h
+$(SHIMTEST)/prog_static: tests/shim/prog_static.c tests/shim/prog_common.h tests/shim/fake_cuda.h
 	@mkdir -p $(SHIMTEST)
 	$(CC) $(PROG_FLAGS) -o $@ $< -ldl
 
-$(SHIMTEST)/prog_static_old_dlsym: tests/shim/prog_static.c tests/shim/prog_common.h
+$(SHIMTEST)/prog_static_old_dlsym: tests/shim/prog_static.c tests/shim/prog_common.h tests/shim/fake_cuda.h
 	@mkdir -p $(SHIMTEST)
 	$(CC) $(PROG_FLAGS) -DOLD_DLSYM -o $@ $< -ldl
 
