@@ -176,8 +176,9 @@ static void build_device(ps_device_state_t *dev, int d)
         atomic_store(&dev->state, PS_DEVICE_FAILED);
         return;
     }
-    dev->ctx = primary;
-    dev->device = d;
+    __atomic_store_n(&dev->ctx, primary, __ATOMIC_RELAXED); /* (read by threads racing a reset) */
+    if (dev->device != d)
+        dev->device = d; /* written once: racing readers see the same value */
     dev->holds_ref = 1;
     dev->has_ctx_id = ps_real.cuCtxGetId && ps_real.cuCtxGetId(primary, &dev->ctx_id) == CUDA_SUCCESS;
     ps_gpu_ops_t *gpu = NULL;
@@ -296,7 +297,7 @@ ps_device_state_t *ps_current_device(int door)
     }
     ps_device_state_t *result = NULL;
     if (atomic_load_explicit(&dev->state, memory_order_acquire) == PS_DEVICE_READY) {
-        if (dev->ctx == ctx)
+        if (__atomic_load_n(&dev->ctx, __ATOMIC_RELAXED) == ctx)
             result = dev;
         else
             warn_foreign_ctx(ctx, d);

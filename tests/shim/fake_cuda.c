@@ -89,7 +89,7 @@ static void ctx_destroy(CUcontext c)
             live[i].ptr = 0;
         }
     counters.bytes_outstanding = outstanding;
-    counters.ctx_destroyed++;
+    __atomic_fetch_add(&counters.ctx_destroyed, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&lock);
 }
 
@@ -148,7 +148,7 @@ static CUresult do_alloc(CUdeviceptr *p, size_t size)
     live[i].ctx = current;
     outstanding += size;
     counters.bytes_outstanding = outstanding;
-    counters.mem_alloc++;
+    __atomic_fetch_add(&counters.mem_alloc, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&lock);
     *p = (CUdeviceptr)(uintptr_t)m;
     return CUDA_SUCCESS;
@@ -164,12 +164,12 @@ static CUresult do_free(CUdeviceptr p)
             outstanding -= live[i].size;
             counters.bytes_outstanding = outstanding;
             live[i].ptr = 0;
-            counters.mem_free++;
+            __atomic_fetch_add(&counters.mem_free, 1, __ATOMIC_RELAXED);
             pthread_mutex_unlock(&lock);
             free((void *)(uintptr_t)p);
             return CUDA_SUCCESS;
         }
-    counters.bad_free++;
+    __atomic_fetch_add(&counters.bad_free, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&lock);
     return CUDA_ERROR_INVALID_VALUE;
 }
@@ -184,13 +184,13 @@ EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned int flag
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s)
 {
     (void)s;
-    counters.mem_alloc_async++;
+    __atomic_fetch_add(&counters.mem_alloc_async, 1, __ATOMIC_RELAXED);
     return do_alloc(p, size);
 }
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s)
 {
     (void)s;
-    counters.mem_alloc_async_ptsz++;
+    __atomic_fetch_add(&counters.mem_alloc_async_ptsz, 1, __ATOMIC_RELAXED);
     return do_alloc(p, size);
 }
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
@@ -265,7 +265,7 @@ EXPORT CUresult cuCtxPushCurrent_v2(CUcontext c)
         return CUDA_ERROR_INVALID_VALUE;
     stack_saved[stack_depth++] = current;
     current = c;
-    counters.ctx_push++;
+    __atomic_fetch_add(&counters.ctx_push, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *c)
@@ -281,7 +281,7 @@ EXPORT CUresult cuCtxSynchronize(void)
 {
     if (current && !ctx_alive(current))
         return dead();
-    counters.ctx_sync++;
+    __atomic_fetch_add(&counters.ctx_sync, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
@@ -308,7 +308,7 @@ static CUresult primary_release(CUdevice d)
     pthread_mutex_unlock(&lock);
     if (was <= 0)
         return CUDA_ERROR_INVALID_CONTEXT; /* not retained */
-    counters.ctx_release++;
+    __atomic_fetch_add(&counters.ctx_release, 1, __ATOMIC_RELAXED);
     if (was == 1)
         ctx_destroy(&primary[d]);
     return CUDA_SUCCESS;
@@ -317,7 +317,7 @@ static CUresult primary_reset(CUdevice d)
 {
     if (d < 0 || d >= device_count())
         return CUDA_ERROR_INVALID_VALUE;
-    counters.ctx_reset++;
+    __atomic_fetch_add(&counters.ctx_reset, 1, __ATOMIC_RELAXED);
     if (ctx_alive(&primary[d]))
         ctx_destroy(&primary[d]);
     return CUDA_SUCCESS;
@@ -419,14 +419,14 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
         return CUDA_ERROR_NOT_SUPPORTED;
     const char *p = getenv("FAKE_CUDA_EVENTS_PENDING");
     atomic_store(&e->pending, p ? atoi(p) : 0);
-    counters.event_record++;
+    __atomic_fetch_add(&counters.event_record, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuEventQuery(CUevent e)
 {
     if (!event_alive(e))
         return dead();
-    counters.event_query++;
+    __atomic_fetch_add(&counters.event_query, 1, __ATOMIC_RELAXED);
     if (atomic_load(&e->pending) > 0) {
         atomic_fetch_sub(&e->pending, 1);
         return CUDA_ERROR_NOT_READY;
@@ -438,7 +438,7 @@ EXPORT CUresult cuEventSynchronize(CUevent e)
     if (!event_alive(e))
         return dead();
     atomic_store(&e->pending, 0);
-    counters.event_sync++;
+    __atomic_fetch_add(&counters.event_sync, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuEventDestroy_v2(CUevent e)
@@ -451,7 +451,7 @@ EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int f)
     (void)f;
     if (!event_alive(e) || !stream_alive(s))
         return dead();
-    counters.stream_wait++;
+    __atomic_fetch_add(&counters.stream_wait, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int prio)
@@ -463,7 +463,7 @@ EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int 
     (*s)->flags = flags;
     (*s)->ctx = current;
     (*s)->gen = current ? atomic_load(&current->gen) : 0;
-    counters.stream_create++;
+    __atomic_fetch_add(&counters.stream_create, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int flags) { return cuStreamCreateWithPriority(s, flags, 0); }
@@ -537,7 +537,7 @@ static const struct { const char *name; void *fn; int min_version; } table[] = {
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
                                     CUdriverProcAddressQueryResult *status)
 {
-    counters.get_proc_address++;
+    __atomic_fetch_add(&counters.get_proc_address, 1, __ATOMIC_RELAXED);
     int ptds = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
     void *fn = NULL;
     if (strcmp(symbol, "cuMemAllocAsync") == 0 && version >= 11020)
