@@ -11,6 +11,8 @@
  *    small sorted array behind a mutex: it answers "is this address inside
  *    our memory?" on the rare path of a pointer that is not registered
  *    (bad pointer vs foreign pointer), never on the hot path.
+ * 4. When a device's context dies, its entries and slabs are dropped by a
+ *    sweep of every shard under its lock (rare: resets), no CUDA call.
  * Lookups are O(1) expected; remove is atomic, so of two threads freeing
  * one pointer exactly one succeeds.
  */
