@@ -43,7 +43,10 @@ struct CUctx_st {
     unsigned flags;                /* cuDevicePrimaryCtxSetFlags */
 };
 struct CUevent_st { atomic_int pending; CUcontext ctx; unsigned gen; };
-struct CUstream_st { unsigned flags; CUcontext ctx; int capturing; unsigned gen; };
+struct CUstream_st { unsigned flags; CUcontext ctx; int capturing; unsigned gen; struct CUstream_st *next_live; };
+/* Streams not destroyed by the program, kept reachable for leak checkers:
+ * those of a destroyed context stay (their handles must stay dead). */
+static struct CUstream_st *undestroyed_streams;
 
 static struct CUctx_st primary[MAX_DEV] = {{.device = 0, .is_primary = 1}, {.device = 1, .is_primary = 1},
                                            {.device = 2, .is_primary = 1}, {.device = 3, .is_primary = 1}};
@@ -359,7 +362,10 @@ EXPORT CUresult cuCtxGetId(CUcontext c, unsigned long long *id)
     *id = atomic_load(&c->id);
     return CUDA_SUCCESS;
 }
-/* Non-primary contexts: never freed (the shim may compare handles), made current. */
+/* Non-primary contexts: never freed (the shim may compare handles), kept
+ * reachable here for leak checkers, made current. */
+static CUcontext created_contexts[256];
+static atomic_int created_count;
 EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d)
 {
     if (!initialised)
@@ -371,6 +377,9 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d)
     n->flags = flags;
     atomic_store(&n->refs, 1);
     atomic_store(&n->id, atomic_fetch_add(&next_ctx_id, 1));
+    int slot = atomic_fetch_add(&created_count, 1);
+    if (slot < 256)
+        created_contexts[slot] = n;
     *c = n;
     current = n;
     return CUDA_SUCCESS;
@@ -463,6 +472,10 @@ EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int 
     (*s)->flags = flags;
     (*s)->ctx = current;
     (*s)->gen = current ? atomic_load(&current->gen) : 0;
+    pthread_mutex_lock(&lock);
+    (*s)->next_live = undestroyed_streams;
+    undestroyed_streams = *s;
+    pthread_mutex_unlock(&lock);
     __atomic_fetch_add(&counters.stream_create, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
@@ -471,6 +484,13 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream s)
 {
     if (!stream_alive(s))
         return dead(); /* (kept: the handle is not reused, so tests can see it) */
+    pthread_mutex_lock(&lock);
+    for (struct CUstream_st **l = &undestroyed_streams; *l; l = &(*l)->next_live)
+        if (*l == s) {
+            *l = s->next_live;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
     free(s);
     return CUDA_SUCCESS;
 }
