@@ -409,6 +409,16 @@ void ps_route_meminfo(size_t *free_bytes)
 }
 
 /* ---- context lifecycle -------------------------------------------------------------- */
+/* Gives back the shim's reference on device d's primary context. */
+static void release_ours(ps_device_state_t *dev)
+{
+    ps_cuDevicePrimaryCtxRelease_fn release =
+        ps_real.cuDevicePrimaryCtxRelease_v2 ? ps_real.cuDevicePrimaryCtxRelease_v2 : ps_real.cuDevicePrimaryCtxRelease;
+    if (dev->holds_ref && release)
+        release(dev->device);
+    dev->holds_ref = 0;
+}
+
 /* Drops device d's stack: its context died. No CUDA call on anything of
  * it. Requires devices_lock; the device must have been READY. */
 static void drop_device(ps_device_state_t *dev, const char *api)
@@ -440,7 +450,6 @@ static void drop_device(ps_device_state_t *dev, const char *api)
     dev->dropped_allocations += count;
     dev->dropped_bytes += bytes;
     dev->resets++;
-    dev->holds_ref = 0;
     ps_stats_count_dropped(d, bytes);
     retired_t *r = malloc(sizeof *r);
     if (r) { /* without it the dead stack is simply leaked, which is harmless */
@@ -483,8 +492,12 @@ CUresult ps_context_reset(CUdevice device, ps_cuDevicePrimaryCtxReset_fn real, c
     CUresult r = real(device);
     if (ready) {
         atomic_store(&dev->state, PS_DEVICE_READY);
-        if (r == CUDA_SUCCESS || !context_alive(dev))
+        if (r == CUDA_SUCCESS || !context_alive(dev)) {
             drop_device(dev, api);
+            /* "resetting the primary context does not release it": whoever
+             * retained it releases its usage, which is safe after a reset */
+            release_ours(dev);
+        }
     }
     pthread_mutex_unlock(&devices_lock);
     return r;
@@ -508,14 +521,23 @@ CUresult ps_context_release(CUdevice device, ps_cuDevicePrimaryCtxRelease_fn rea
             ps_real.cuDevicePrimaryCtxRelease_v2 ? ps_real.cuDevicePrimaryCtxRelease_v2 : ps_real.cuDevicePrimaryCtxRelease;
         if (ours && ps_real.cuDevicePrimaryCtxGetState && ours(device) == CUDA_SUCCESS) {
             CUcontext again = NULL;
-            if (primary_active(device) && ps_real.cuDevicePrimaryCtxRetain(&again, device) == CUDA_SUCCESS &&
-                context_alive(dev))
-                ; /* still the same context, our reference is back */
-            else
-                drop_device(dev, api);
+            dev->holds_ref = 0;
+            if (primary_active(device) && ps_real.cuDevicePrimaryCtxRetain(&again, device) == CUDA_SUCCESS) {
+                dev->holds_ref = 1;
+                if (!context_alive(dev)) { /* a new context behind the same handle: ours is in it */
+                    drop_device(dev, api);
+                    release_ours(dev);
+                }
+            } else {
+                drop_device(dev, api); /* our release destroyed it, as the program's would have */
+            }
         }
     } else if (r == CUDA_SUCCESS && atomic_load(&dev->state) == PS_DEVICE_READY && !context_alive(dev)) {
         drop_device(dev, api);
+        if (primary_active(device))
+            release_ours(dev); /* made again: our old reference counts in the new one */
+        else
+            dev->holds_ref = 0;
     }
     pthread_mutex_unlock(&devices_lock);
     return r;
@@ -530,8 +552,10 @@ CUresult ps_context_destroy(CUcontext ctx, ps_cuCtxDestroy_fn real, const char *
     if (r == CUDA_SUCCESS && ctx) {
         for (int d = 0; d < PS_MAX_DEVICES; d++) {
             ps_device_state_t *dev = &ps_devices[d];
-            if (atomic_load(&dev->state) == PS_DEVICE_READY && dev->ctx == ctx)
+            if (atomic_load(&dev->state) == PS_DEVICE_READY && dev->ctx == ctx) {
                 drop_device(dev, api);
+                dev->holds_ref = 0;
+            }
         }
         /* a non-primary context: its streams are gone, its handle may come back */
         ps_gpu_ops_cuda_forget_context(ctx);
@@ -553,8 +577,13 @@ void ps_context_check(const char *api)
     pthread_mutex_lock(&devices_lock);
     for (int d = 0; d < PS_MAX_DEVICES; d++) {
         ps_device_state_t *dev = &ps_devices[d];
-        if (atomic_load(&dev->state) == PS_DEVICE_READY && !context_alive(dev))
+        if (atomic_load(&dev->state) == PS_DEVICE_READY && !context_alive(dev)) {
             drop_device(dev, api);
+            if (primary_active(d))
+                release_ours(dev); /* made again: our old reference counts in the new one */
+            else
+                dev->holds_ref = 0;
+        }
     }
     pthread_mutex_unlock(&devices_lock);
 }

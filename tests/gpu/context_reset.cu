@@ -11,11 +11,12 @@
  *   5. 100 rounds of allocate, fill, check, free half, cudaDeviceReset: the
  *      device memory in use at the same point of each round must not grow.
  * `context_reset driver` (the driver API, -lcuda; no runtime call at all):
- *   1. retain the primary context, allocate, fill, check; cuDevicePrimaryCtxReset;
- *      retain again, allocate, fill, check, 50 cycles;
- *   2. cuDevicePrimaryCtxRelease of the last reference: the context must be
+ *   1. retain the primary context, allocate, fill, check;
+ *      cuDevicePrimaryCtxRelease of the last reference: the context must be
  *      inactive afterwards (the shim must not keep it alive), and a new one
- *      must start with about as much free memory as the first;
+ *      must start with about as much free memory as the first; 50 cycles;
+ *   2. live blocks, cuDevicePrimaryCtxReset, release of the old usage (as the
+ *      driver documents), retain again, 50 cycles;
  *   3. a cuCtxCreate context: allocate, fill, check, free (under the shim
  *      these pass through), cuCtxDestroy, then the primary context again.
  * All sizes are at most 1 MiB, so a fixed_size stack of 1 MiB blocks serves
@@ -181,24 +182,14 @@ static int driver_mode(void)
     CKD(cuCtxSetCurrent(primary));
     size_t fresh_free = driver_free_bytes();
 
-    /* 1. cuDevicePrimaryCtxReset with live blocks */
+    /* 1. cuDevicePrimaryCtxRelease of the last reference (first: the
+     *    reference counts are plain before any reset) */
     CUdeviceptr live[4];
-    for (int i = 0; i < 4; i++) {
-        CKD(cuMemAlloc(&live[i], MAX_BLOCK));
-        CKD(cuMemsetD8(live[i], 1, MAX_BLOCK));
-    }
-    driver_cycles(10, 10, "before cuDevicePrimaryCtxReset");
-    CKD(cuCtxSynchronize());
-    CKD(cuDevicePrimaryCtxReset(dev));
-    CKD(cuDevicePrimaryCtxRetain(&primary, dev));
-    CKD(cuCtxSetCurrent(primary));
-    driver_cycles(50, 20, "after cuDevicePrimaryCtxReset");
-
-    /* 2. cuDevicePrimaryCtxRelease of the last reference */
     for (int i = 0; i < 4; i++) {
         CKD(cuMemAlloc(&live[i], MAX_BLOCK));
         CKD(cuMemsetD8(live[i], 2, MAX_BLOCK));
     }
+    driver_cycles(10, 10, "before the last cuDevicePrimaryCtxRelease");
     CKD(cuCtxSynchronize());
     CKD(cuDevicePrimaryCtxRelease(dev));
     unsigned flags = 0;
@@ -212,7 +203,22 @@ static int driver_mode(void)
            fresh_free / 1048576.0, again_free / 1048576.0);
     EXPECT(again_free + ((size_t)64 << 20) >= fresh_free,
            "the released context's memory did not come back (%zu -> %zu free)", fresh_free, again_free);
-    driver_cycles(50, 30, "after the last cuDevicePrimaryCtxRelease");
+    driver_cycles(50, 20, "after the last cuDevicePrimaryCtxRelease");
+
+    /* 2. cuDevicePrimaryCtxReset with live blocks */
+    for (int i = 0; i < 4; i++) {
+        CKD(cuMemAlloc(&live[i], MAX_BLOCK));
+        CKD(cuMemsetD8(live[i], 1, MAX_BLOCK));
+    }
+    CKD(cuCtxSynchronize());
+    CKD(cuDevicePrimaryCtxReset(dev));
+    /* "resetting the primary context does not release it": release our usage
+     * (documented as safe after a reset), then take a new one */
+    CUresult old_usage = cuDevicePrimaryCtxRelease(dev);
+    printf("context_reset driver: release of the usage from before the reset returned %d\n", (int)old_usage);
+    CKD(cuDevicePrimaryCtxRetain(&primary, dev));
+    CKD(cuCtxSetCurrent(primary));
+    driver_cycles(50, 30, "after cuDevicePrimaryCtxReset");
 
     /* 3. a cuCtxCreate context: its allocations pass through */
     CUcontext created;

@@ -11,7 +11,9 @@
  *
  * Contexts live and die like the driver's: a primary context is retained
  * and released (the last release destroys it), cuDevicePrimaryCtxReset
- * destroys it whatever the count, and the handle stays the same when it is
+ * destroys it whatever the count (the references from before stay owed:
+ * releasing them later is allowed and does not touch the new context, as
+ * the driver documents), and the handle stays the same when it is
  * made again (as on the GPU). Destroying a context frees its memory and
  * kills its events and streams; any later call on a dead object returns
  * CUDA_ERROR_CONTEXT_IS_DESTROYED and is counted in `dead_calls` (printed
@@ -38,6 +40,7 @@ struct CUctx_st {
     int device;
     int is_primary;
     atomic_int refs;               /* primary: retains; created: 1 until destroyed */
+    int stale_refs;                /* references from before a reset: their release does nothing */
     atomic_uint gen;               /* +1 each time it is destroyed */
     atomic_ullong id;              /* unique per incarnation (cuCtxGetId) */
     unsigned flags;                /* cuDevicePrimaryCtxSetFlags */
@@ -305,6 +308,11 @@ static CUresult primary_release(CUdevice d)
     if (d < 0 || d >= device_count())
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
+    if (primary[d].stale_refs > 0) { /* "safe to release after a reset": it does not touch the new context */
+        primary[d].stale_refs--;
+        pthread_mutex_unlock(&lock);
+        return CUDA_SUCCESS;
+    }
     int was = atomic_load(&primary[d].refs);
     if (was > 0)
         atomic_store(&primary[d].refs, was - 1);
@@ -321,6 +329,9 @@ static CUresult primary_reset(CUdevice d)
     if (d < 0 || d >= device_count())
         return CUDA_ERROR_INVALID_VALUE;
     __atomic_fetch_add(&counters.ctx_reset, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&lock);
+    primary[d].stale_refs += atomic_load(&primary[d].refs); /* a reset does not release them */
+    pthread_mutex_unlock(&lock);
     if (ctx_alive(&primary[d]))
         ctx_destroy(&primary[d]);
     return CUDA_SUCCESS;

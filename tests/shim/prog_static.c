@@ -145,6 +145,8 @@ static int context_scenarios(gpa_fn gpa, const char *what)
         CHECK(release_fn(0) == CUDA_SUCCESS, "release of the last reference");
     } else if (!strcmp(what, "primary_reset")) {
         CHECK(reset_fn(0) == CUDA_SUCCESS, "cuDevicePrimaryCtxReset");
+        /* "resetting the primary context does not release it": release our usage */
+        CHECK(release_fn(0) == CUDA_SUCCESS, "release after the reset");
     } else if (!strcmp(what, "ctx_create")) {
         /* non-primary contexts pass through (a warning once per context) */
         for (int round = 0; round < 2; round++) {
