@@ -196,7 +196,7 @@ static int ops_mem_alloc(void *vctx, size_t size, void **out)
     leave_ctx(pushed);
     if (r != CUDA_SUCCESS)
         return status_of(r);
-    ps_slab_add((uintptr_t)p, size);
+    ps_slab_add((uintptr_t)p, size, d->ops.device);
     *out = (void *)(uintptr_t)p;
     return PS_OK;
 }
@@ -248,7 +248,7 @@ static int ops_mem_alloc_managed(void *vctx, size_t size, void **out)
     leave_ctx(pushed);
     if (r != CUDA_SUCCESS)
         return status_of(r);
-    ps_slab_add((uintptr_t)p, size);
+    ps_slab_add((uintptr_t)p, size, d->ops.device);
     *out = (void *)(uintptr_t)p;
     return PS_OK;
 }
@@ -461,7 +461,7 @@ static int ops_vm_reserve(void *vctx, size_t size, void **out)
     leave_ctx(pushed);
     if (r != CUDA_SUCCESS)
         return status_of(r);
-    ps_slab_add((uintptr_t)p, size);
+    ps_slab_add((uintptr_t)p, size, d->ops.device);
     *out = (void *)(uintptr_t)p;
     return PS_OK;
 }
@@ -598,3 +598,75 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
     *out = &d->ops;
     return PS_OK;
 }
+
+/* ---- context lifecycle: a context died (reset, last release, destroy) ----------- */
+void ps_gpu_ops_cuda_forget_context(CUcontext ctx)
+{
+    /* its streams died with it: no fence may be recorded on them, and their
+     * handles may come back for new streams */
+    pthread_mutex_lock(&streams_lock);
+    for (size_t i = 0; i < stream_count;)
+        if (streams[i].ctx == ctx)
+            streams[i] = streams[--stream_count];
+        else
+            i++;
+    pthread_mutex_unlock(&streams_lock);
+}
+
+/* The table of a dead context: every call fails (or does nothing) without
+ * calling CUDA. The resources over it keep their pointer to the table, so
+ * its entries are replaced in place; its events, fences and memory are
+ * abandoned (the driver freed them with the context). */
+static int dead_mem_alloc(void *vctx, size_t size, void **out) { return PS_EUPSTREAM; }
+static int dead_mem_free(void *vctx, void *ptr, size_t size) { return PS_OK; }
+static int dead_mem_alloc_async(void *vctx, size_t size, ps_stream_t stream, void **out) { return PS_EUPSTREAM; }
+static int dead_mem_free_async(void *vctx, void *ptr, ps_stream_t stream) { return PS_OK; }
+static int dead_mem_get_info(void *vctx, size_t *free_bytes, size_t *total_bytes) { return PS_EUPSTREAM; }
+static int dead_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out) { return PS_EUPSTREAM; }
+static int dead_fence_done(void *vctx, ps_fence_t *f) { return PS_OK; } /* nothing can still run */
+static void dead_fence_release(void *vctx, ps_fence_t *f) {}
+static int dead_stream_wait_fence(void *vctx, ps_stream_t stream, ps_fence_t *f) { return PS_OK; }
+static int dead_device_synchronize(void *vctx) { return PS_OK; }
+static int dead_barrier(void *vctx) { return PS_EUPSTREAM; }
+static int dead_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle) { return PS_EUPSTREAM; }
+static int dead_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle) { return PS_OK; }
+static void dead_vm_release(void *vctx, void *addr, size_t size) {}
+
+#define SET_DEAD(field, fn) __atomic_store_n(&ops->field, fn, __ATOMIC_RELEASE)
+void ps_gpu_ops_cuda_mark_dead(ps_gpu_ops_t *ops)
+{
+    if (!ops)
+        return;
+    SET_DEAD(mem_alloc, dead_mem_alloc);
+    SET_DEAD(mem_free, dead_mem_free);
+    if (ops->mem_alloc_async)
+        SET_DEAD(mem_alloc_async, dead_mem_alloc_async);
+    if (ops->mem_free_async)
+        SET_DEAD(mem_free_async, dead_mem_free_async);
+    if (ops->mem_alloc_managed)
+        SET_DEAD(mem_alloc_managed, dead_mem_alloc);
+    SET_DEAD(mem_get_info, dead_mem_get_info);
+    SET_DEAD(fence_record, dead_fence_record);
+    SET_DEAD(fence_query, dead_fence_done);
+    SET_DEAD(fence_wait, dead_fence_done);
+    SET_DEAD(fence_release, dead_fence_release);
+    SET_DEAD(stream_wait_fence, dead_stream_wait_fence);
+    SET_DEAD(device_synchronize, dead_device_synchronize);
+    SET_DEAD(barrier, dead_barrier);
+    if (ops->vm_map) {
+        SET_DEAD(vm_map, dead_vm_map);
+        SET_DEAD(vm_unmap, dead_vm_unmap);
+        SET_DEAD(vm_release, dead_vm_release);
+    }
+    /* new streams of the next context (same primary-context handle) must
+     * not wait on the dead barrier event */
+    device_ops_t *d = (device_ops_t *)ops;
+    pthread_mutex_lock(&streams_lock);
+    d->barrier_recorded = 0;
+    d->barrier_event = NULL;
+    for (int i = 0; i < PS_MAX_DEVICES; i++)
+        if (device_tables[i] == d)
+            device_tables[i] = NULL;
+    pthread_mutex_unlock(&streams_lock);
+}
+#undef SET_DEAD

@@ -266,6 +266,16 @@ extern cudaError_t cudaStreamCreateWithFlags(cudaStream_t *, unsigned int);
 extern cudaError_t cudaStreamCreateWithPriority(cudaStream_t *, unsigned int, int);
 extern cudaError_t cudaStreamDestroy(cudaStream_t);
 extern cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *, void *);
+extern cudaError_t cudaDeviceReset(void);
+extern cudaError_t cudaSetDeviceFlags(unsigned int);
+extern CUresult cuDevicePrimaryCtxReset(CUdevice);
+extern CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
+extern CUresult cuDevicePrimaryCtxRelease(CUdevice);
+extern CUresult cuDevicePrimaryCtxRelease_v2(CUdevice);
+extern CUresult cuDevicePrimaryCtxSetFlags(CUdevice, unsigned int);
+extern CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice, unsigned int);
+extern CUresult cuCtxDestroy(CUcontext);
+extern CUresult cuCtxDestroy_v2(CUcontext);
 
 #define HOOK(name) {#name, (void *)name, (void **)&ps_real.name}
 static const ps_hook_t hooks[] = {
@@ -276,10 +286,15 @@ static const ps_hook_t hooks[] = {
     HOOK(cuStreamCreateWithPriority), HOOK(cuStreamDestroy_v2), HOOK(cuStreamBeginCapture),
     HOOK(cuStreamBeginCapture_ptsz), HOOK(cuStreamBeginCapture_v2), HOOK(cuStreamBeginCapture_v2_ptsz),
     HOOK(cuStreamBeginCaptureToGraph), HOOK(cuStreamBeginCaptureToGraph_ptsz),
+    /* context lifecycle (hooks_context.c) */
+    HOOK(cuDevicePrimaryCtxReset), HOOK(cuDevicePrimaryCtxReset_v2), HOOK(cuDevicePrimaryCtxRelease),
+    HOOK(cuDevicePrimaryCtxRelease_v2), HOOK(cuDevicePrimaryCtxSetFlags), HOOK(cuDevicePrimaryCtxSetFlags_v2),
+    HOOK(cuCtxDestroy), HOOK(cuCtxDestroy_v2),
     /* runtime (for programs that dlsym them from a libcudart handle) */
     HOOK(cudaMalloc), HOOK(cudaFree), HOOK(cudaMallocAsync), HOOK(cudaMallocAsync_ptsz), HOOK(cudaFreeAsync),
     HOOK(cudaFreeAsync_ptsz), HOOK(cudaMemGetInfo), HOOK(cudaStreamCreate), HOOK(cudaStreamCreateWithFlags),
     HOOK(cudaStreamCreateWithPriority), HOOK(cudaStreamDestroy), HOOK(cudaIpcGetMemHandle),
+    HOOK(cudaDeviceReset), HOOK(cudaSetDeviceFlags),
 };
 #define HOOK_COUNT (sizeof hooks / sizeof hooks[0])
 

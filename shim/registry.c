@@ -11,6 +11,8 @@
  *    small sorted array behind a mutex: it answers "is this address inside
  *    our memory?" on the rare path of a pointer that is not registered
  *    (bad pointer vs foreign pointer), never on the hot path.
+ * 4. When a device's context dies, its entries and slabs are dropped by a
+ *    sweep of every shard under its lock (rare: resets), no CUDA call.
  * Lookups are O(1) expected; remove is atomic, so of two threads freeing
  * one pointer exactly one succeeds.
  */
@@ -37,6 +39,7 @@ static shard_t shards[SHARD_COUNT];
 typedef struct slab {
     uintptr_t base; /* first byte */
     size_t size;    /* bytes */
+    int device;     /* whose stack took it */
 } slab_t;
 static pthread_mutex_t slab_lock = PTHREAD_MUTEX_INITIALIZER;
 static slab_t *slabs;        /* sorted by base */
@@ -123,6 +126,24 @@ static size_t shard_find(shard_t *s, uint64_t h, uintptr_t ptr)
     }
 }
 
+/* Requires the shard lock. Empties slot i; backward-shift deletion keeps
+ * every probe chain unbroken (an entry after i may move into slot i). */
+static void shard_remove_slot(shard_t *s, size_t i)
+{
+    size_t hole = i;
+    for (size_t j = (i + 1) & s->mask; s->slots[j].ptr; j = (j + 1) & s->mask) {
+        size_t home = slot_of(hash_ptr(s->slots[j].ptr), s->mask);
+        /* move j into the hole unless its home lies cyclically in (hole, j] */
+        int stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+        if (!stays) {
+            s->slots[hole] = s->slots[j];
+            hole = j;
+        }
+    }
+    s->slots[hole].ptr = 0;
+    s->count--;
+}
+
 int ps_registry_remove(uintptr_t ptr, ps_allocation_t *out)
 {
     if (!ptr)
@@ -137,21 +158,29 @@ int ps_registry_remove(uintptr_t ptr, ps_allocation_t *out)
     }
     if (out)
         *out = s->slots[i];
-    /* backward-shift deletion keeps every probe chain unbroken */
-    size_t hole = i;
-    for (size_t j = (i + 1) & s->mask; s->slots[j].ptr; j = (j + 1) & s->mask) {
-        size_t home = slot_of(hash_ptr(s->slots[j].ptr), s->mask);
-        /* move j into the hole unless its home lies cyclically in (hole, j] */
-        int stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
-        if (!stays) {
-            s->slots[hole] = s->slots[j];
-            hole = j;
-        }
-    }
-    s->slots[hole].ptr = 0;
-    s->count--;
+    shard_remove_slot(s, i);
     shard_unlock(s);
     return PS_OK;
+}
+
+void ps_registry_drop_device(int device, uint64_t *count, uint64_t *bytes)
+{
+    for (unsigned k = 0; k < SHARD_COUNT; k++) {
+        shard_t *s = &shards[k];
+        shard_lock(s);
+        /* an entry shifted into slot i is looked at again; one shifted in
+         * from a wrapped-around slot was already looked at and kept */
+        for (size_t i = 0; s->slots && i <= s->mask;) {
+            if (s->slots[i].ptr && s->slots[i].device == device) {
+                *count += 1;
+                *bytes += s->slots[i].size;
+                shard_remove_slot(s, i);
+            } else {
+                i++;
+            }
+        }
+        shard_unlock(s);
+    }
 }
 
 int ps_registry_find(uintptr_t ptr, ps_allocation_t *out)
@@ -197,7 +226,7 @@ size_t ps_registry_count(void)
     return n;
 }
 
-void ps_slab_add(uintptr_t base, size_t size)
+void ps_slab_add(uintptr_t base, size_t size, int device)
 {
     pthread_mutex_lock(&slab_lock);
     if (slab_count == slab_capacity) {
@@ -216,7 +245,7 @@ void ps_slab_add(uintptr_t base, size_t size)
         slabs[i] = slabs[i - 1];
         i--;
     }
-    slabs[i] = (slab_t){base, size};
+    slabs[i] = (slab_t){base, size, device};
     slab_count++;
     pthread_mutex_unlock(&slab_lock);
 }
@@ -231,6 +260,17 @@ void ps_slab_remove(uintptr_t base)
             break;
         }
     }
+    pthread_mutex_unlock(&slab_lock);
+}
+
+void ps_slab_drop_device(int device)
+{
+    pthread_mutex_lock(&slab_lock);
+    size_t kept = 0;
+    for (size_t i = 0; i < slab_count; i++)
+        if (slabs[i].device != device)
+            slabs[kept++] = slabs[i];
+    slab_count = kept;
     pthread_mutex_unlock(&slab_lock);
 }
 

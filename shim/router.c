@@ -20,6 +20,16 @@
  *    pool untouched (forwarding it could free a whole slab).
  * 5. Counters are per thread (no shared cache line on the hot path) and
  *    summed at exit; byte counters and timing only when stats are on.
+ * 6. Context lifecycle: when a device's primary context dies (reset, last
+ *    release, recreated by new flags), its stack is dropped under the
+ *    devices lock: the GPU-ops table is made dead (no CUDA call on the
+ *    dead events, streams and memory), the registry entries and slabs of
+ *    the device are forgotten, the stack is kept on a list that is never
+ *    freed (another thread may still be inside it), and the device's
+ *    generation and the global context epoch move on. The next allocation
+ *    sees the epoch change, and builds a new stack in the new context.
+ *    A free of a pointer from before finds no entry (or a stale
+ *    generation) and goes to the real free, as natively.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -45,6 +55,24 @@ static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static PS_TLS CUcontext tls_ctx;                /* last context seen on this thread */
 static PS_TLS ps_device_state_t *tls_device;    /* its device state (NULL: pass through) */
+static PS_TLS unsigned tls_epoch;               /* context_epoch when tls_ctx was looked up */
+/* +1 whenever a context died (any device, any kind): every thread's cached
+ * context -> device answer is then looked up again (handles are reused). */
+static atomic_uint context_epoch;
+
+/* Dropped stacks and tables: never freed (a thread may still be inside one),
+ * but kept reachable (leak checkers) and for nothing else. */
+typedef struct retired {
+    struct retired *next; /* older ones */
+    ps_stack_t *stack;    /* the dead stack */
+    ps_gpu_ops_t *gpu;    /* its dead GPU-ops table */
+} retired_t;
+static retired_t *retired_stacks; /* devices_lock */
+
+/* Non-primary contexts we already warned about (once per context). */
+#define WARNED_MAX 256
+static CUcontext warned_ctx[WARNED_MAX]; /* devices_lock */
+static size_t warned_count;              /* devices_lock */
 
 int ps_trace_lookups; /* POOLSHIM_TRACE_LOOKUPS=1: print every cu* name looked up */
 
@@ -148,19 +176,25 @@ static void build_device(ps_device_state_t *dev, int d)
         atomic_store(&dev->state, PS_DEVICE_FAILED);
         return;
     }
-    dev->ctx = primary;
-    dev->device = d;
-    if (ps_gpu_ops_cuda_create(d, primary, &dev->gpu) != PS_OK) {
+    __atomic_store_n(&dev->ctx, primary, __ATOMIC_RELAXED); /* (read by threads racing a reset) */
+    if (dev->device != d)
+        dev->device = d; /* written once: racing readers see the same value */
+    dev->holds_ref = 1;
+    dev->has_ctx_id = ps_real.cuCtxGetId && ps_real.cuCtxGetId(primary, &dev->ctx_id) == CUDA_SUCCESS;
+    ps_gpu_ops_t *gpu = NULL;
+    if (ps_gpu_ops_cuda_create(d, primary, &gpu) != PS_OK) {
         atomic_store(&dev->state, PS_DEVICE_FAILED);
         return;
     }
+    __atomic_store_n(&dev->gpu, gpu, __ATOMIC_RELEASE);
     int pushed = 0;
     CUcontext cur = NULL;
     ps_real.cuCtxGetCurrent(&cur);
     if (cur != primary)
         pushed = ps_real.cuCtxPushCurrent_v2(primary) == CUDA_SUCCESS;
+    ps_stack_t *stack = NULL;
     ps_in_shim++;
-    int rc = ps_config_build_stack(config, d, dev->gpu, &dev->stack);
+    int rc = ps_config_build_stack(config, d, gpu, &stack);
     ps_in_shim--;
     if (pushed) {
         CUcontext popped;
@@ -172,7 +206,8 @@ static void build_device(ps_device_state_t *dev, int d)
         atomic_store(&dev->state, PS_DEVICE_FAILED);
         return;
     }
-    ps_info("device %d: stack ready (%s)", d, dev->stack->top->name);
+    __atomic_store_n(&dev->stack, stack, __ATOMIC_RELEASE);
+    ps_info("device %d: stack ready (%s)%s", d, stack->top->name, dev->resets ? " again, after a context reset" : "");
     atomic_store_explicit(&dev->state, PS_DEVICE_READY, memory_order_release);
 }
 
@@ -191,6 +226,33 @@ static void runtime_lazy_init(void)
     ps_in_shim--;
 }
 
+/* Is device d's primary context active (retained by someone)? Unknown: yes. */
+static bool primary_active(int d)
+{
+    unsigned flags = 0;
+    int active = 1;
+    if (ps_real.cuDevicePrimaryCtxGetState && ps_real.cuDevicePrimaryCtxGetState(d, &flags, &active) != CUDA_SUCCESS)
+        return true;
+    return active != 0;
+}
+
+/* Warns once per context that allocations made in it pass through. */
+static void warn_foreign_ctx(CUcontext ctx, int d)
+{
+    pthread_mutex_lock(&devices_lock);
+    size_t i = 0;
+    while (i < warned_count && warned_ctx[i] != ctx)
+        i++;
+    int fresh = i == warned_count;
+    if (fresh && warned_count < WARNED_MAX)
+        warned_ctx[warned_count++] = ctx;
+    pthread_mutex_unlock(&devices_lock);
+    if (fresh)
+        ps_warning("device %d: context %p is not the device's primary context (cuCtxCreate): "
+                   "its allocations pass through to CUDA",
+                   d, (void *)ctx);
+}
+
 ps_device_state_t *ps_current_device(int door)
 {
     CUcontext ctx = NULL;
@@ -202,13 +264,32 @@ ps_device_state_t *ps_current_device(int door)
         if (ps_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
             return NULL;
     }
-    if (PS_LIKELY(ctx == tls_ctx))
+    unsigned epoch = atomic_load_explicit(&context_epoch, memory_order_acquire);
+    if (PS_LIKELY(ctx == tls_ctx && epoch == tls_epoch))
         return tls_device;
     CUdevice d = -1;
-    if (ps_real.cuCtxGetDevice(&d) != CUDA_SUCCESS || d < 0 || d >= PS_MAX_DEVICES)
+    if (ps_real.cuCtxGetDevice(&d) != CUDA_SUCCESS) {
+        /* after a reset the thread's current context may be the destroyed
+         * primary: the runtime makes it live again on its next call */
+        if (door != PS_DOOR_RUNTIME)
+            return NULL;
+        runtime_lazy_init();
+        if (ps_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx || ps_real.cuCtxGetDevice(&d) != CUDA_SUCCESS)
+            return NULL;
+    }
+    if (d < 0 || d >= PS_MAX_DEVICES)
         return NULL;
     ps_device_state_t *dev = &ps_devices[d];
     if (atomic_load_explicit(&dev->state, memory_order_acquire) == PS_DEVICE_UNBUILT) {
+        /* never make a dead primary context live by ourselves: the runtime
+         * does it on its own next call; a driver-API program must retain it */
+        if (!primary_active(d)) {
+            if (door != PS_DOOR_RUNTIME)
+                return NULL;
+            runtime_lazy_init();
+            if (!primary_active(d))
+                return NULL;
+        }
         pthread_mutex_lock(&devices_lock);
         if (atomic_load(&dev->state) == PS_DEVICE_UNBUILT)
             build_device(dev, d);
@@ -216,17 +297,14 @@ ps_device_state_t *ps_current_device(int door)
     }
     ps_device_state_t *result = NULL;
     if (atomic_load_explicit(&dev->state, memory_order_acquire) == PS_DEVICE_READY) {
-        if (dev->ctx == ctx)
+        if (__atomic_load_n(&dev->ctx, __ATOMIC_RELAXED) == ctx)
             result = dev;
-        else if (!dev->warned_foreign_ctx) {
-            dev->warned_foreign_ctx = 1;
-            ps_warning("device %d: a context other than the primary one is current: "
-                       "its allocations pass through to CUDA",
-                       d);
-        }
+        else
+            warn_foreign_ctx(ctx, d);
     }
     tls_ctx = ctx;
     tls_device = result;
+    tls_epoch = epoch;
     return result;
 }
 
@@ -243,14 +321,17 @@ ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream
     int timed = ps_stats_enabled;
     uint64_t t0 = timed ? ps_now_ns() : 0;
     ps_allocation_t a = {.size = size, .stream = stream, .device = (int16_t)dev->device, .door = (uint8_t)door};
+    a.generation = atomic_load_explicit(&dev->generation, memory_order_acquire);
+    ps_stack_t *stack = __atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE);
+    ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
     void *p = NULL;
     int rc;
     ps_in_shim++;
     if (ps_global->direct_min_size && size >= ps_global->direct_min_size) {
         a.direct = 1;
-        rc = dev->gpu->mem_alloc(dev->gpu->ctx, size, &p);
+        rc = gpu->mem_alloc(gpu->ctx, size, &p);
     } else {
-        rc = ps_allocate(dev->stack->top, size, stream, &p);
+        rc = ps_allocate(stack->top, size, stream, &p);
     }
     ps_in_shim--;
     if (rc == PS_OK) {
@@ -258,9 +339,9 @@ ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream
         if (ps_registry_insert(&a) != PS_OK) {
             ps_in_shim++;
             if (a.direct)
-                dev->gpu->mem_free(dev->gpu->ctx, p, size);
+                gpu->mem_free(gpu->ctx, p, size);
             else
-                ps_deallocate(dev->stack->top, p, size, stream);
+                ps_deallocate(stack->top, p, size, stream);
             ps_in_shim--;
             rc = PS_ENOMEM;
         } else {
@@ -289,12 +370,20 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
         return PS_ROUTE_DONE;
     }
     ps_device_state_t *dev = &ps_devices[a.device];
+    if (a.generation != atomic_load_explicit(&dev->generation, memory_order_acquire)) {
+        /* handed out before its context died (an allocation that raced
+         * with the reset): not ours any more, CUDA answers as natively */
+        ps_stats_count_passthrough(-1);
+        return PS_ROUTE_PASSTHROUGH;
+    }
+    ps_stack_t *stack = __atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE);
+    ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
     int rc;
     ps_in_shim++;
     if (a.direct)
-        rc = dev->gpu->mem_free(dev->gpu->ctx, ptr, a.size);
+        rc = gpu->mem_free(gpu->ctx, ptr, a.size);
     else
-        rc = ps_deallocate(dev->stack->top, ptr, a.size, stream);
+        rc = ps_deallocate(stack->top, ptr, a.size, stream);
     ps_in_shim--;
     if (rc != PS_OK && !a.direct) {
         /* the stack refused it: keep the registry as it was */
@@ -315,8 +404,188 @@ void ps_route_meminfo(size_t *free_bytes)
     if (!dev)
         return;
     ps_resource_info_t info = {0};
-    ps_query(dev->stack->top, &info);
+    ps_query(__atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE)->top, &info);
     *free_bytes += (size_t)(info.bytes_free + info.bytes_pending);
+}
+
+/* ---- context lifecycle -------------------------------------------------------------- */
+/* Gives back the shim's reference on device d's primary context. */
+static void release_ours(ps_device_state_t *dev)
+{
+    ps_cuDevicePrimaryCtxRelease_fn release =
+        ps_real.cuDevicePrimaryCtxRelease_v2 ? ps_real.cuDevicePrimaryCtxRelease_v2 : ps_real.cuDevicePrimaryCtxRelease;
+    if (dev->holds_ref && release)
+        release(dev->device);
+    dev->holds_ref = 0;
+}
+
+/* Drops device d's stack: its context died. No CUDA call on anything of
+ * it. Requires devices_lock; the device must have been READY. */
+static void drop_device(ps_device_state_t *dev, const char *api)
+{
+    int d = dev->device;
+    ps_stack_t *stack = dev->stack;
+    ps_gpu_ops_t *gpu = dev->gpu;
+    atomic_store(&dev->state, PS_DEVICE_UNBUILT);
+    ps_gpu_ops_cuda_mark_dead(gpu);
+    ps_gpu_ops_cuda_forget_context(dev->ctx);
+    atomic_fetch_add(&dev->generation, 1);
+    atomic_fetch_add(&context_epoch, 1);
+    uint64_t count = 0, bytes = 0;
+    ps_registry_drop_device(d, &count, &bytes);
+    ps_slab_drop_device(d);
+    ps_resource_info_t info = {0};
+    ps_query(stack->top, &info);
+    if (stack->log)
+        ps_log_flush(stack->log); /* (a file write) the new stack's log starts the file again */
+    dev->dropped.bytes_reserved += info.bytes_reserved;
+    dev->dropped.bytes_in_use += info.bytes_in_use;
+    dev->dropped.bytes_pending += info.bytes_pending;
+    dev->dropped.upstream_allocs += info.upstream_allocs;
+    dev->dropped.upstream_frees += info.upstream_frees;
+    dev->dropped.fences_recorded += info.fences_recorded;
+    dev->dropped.fence_waits += info.fence_waits;
+    if (info.peak_bytes_reserved > dev->dropped.peak_bytes_reserved)
+        dev->dropped.peak_bytes_reserved = info.peak_bytes_reserved;
+    dev->dropped_allocations += count;
+    dev->dropped_bytes += bytes;
+    dev->resets++;
+    ps_stats_count_dropped(d, bytes);
+    retired_t *r = malloc(sizeof *r);
+    if (r) { /* without it the dead stack is simply leaked, which is harmless */
+        *r = (retired_t){retired_stacks, stack, gpu};
+        retired_stacks = r;
+    }
+    char b1[32], b2[32];
+    ps_info("device %d: its context died (%s): dropped its stack, %llu live allocations (%s) and %s reserved "
+            "went with it; the next allocation builds a new stack",
+            d, api, (unsigned long long)count, ps_format_bytes(b1, sizeof b1, bytes),
+            ps_format_bytes(b2, sizeof b2, info.bytes_reserved));
+}
+
+/* Is the context dev's stack was built in still alive and the same one? */
+static bool context_alive(ps_device_state_t *dev)
+{
+    if (!primary_active(dev->device))
+        return false;
+    unsigned long long id = 0;
+    if (dev->has_ctx_id && (ps_real.cuCtxGetId(dev->ctx, &id) != CUDA_SUCCESS || id != dev->ctx_id))
+        return false; /* destroyed and made again (same handle, new context) */
+    return true;
+}
+
+CUresult ps_context_reset(CUdevice device, ps_cuDevicePrimaryCtxReset_fn real, const char *api)
+{
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    if (device < 0 || device >= PS_MAX_DEVICES)
+        return real(device);
+    ps_device_state_t *dev = &ps_devices[device];
+    pthread_mutex_lock(&devices_lock);
+    /* no new user of the stack while the context goes away: allocations on
+     * this device wait for the lock, then build in the new context */
+    int ready = atomic_load(&dev->state) == PS_DEVICE_READY;
+    if (ready) {
+        atomic_store(&dev->state, PS_DEVICE_UNBUILT);
+        atomic_fetch_add(&context_epoch, 1); /* cached answers are looked up again */
+    }
+    CUresult r = real(device);
+    if (ready) {
+        atomic_store(&dev->state, PS_DEVICE_READY);
+        if (r == CUDA_SUCCESS || !context_alive(dev)) {
+            drop_device(dev, api);
+            /* "resetting the primary context does not release it": whoever
+             * retained it releases its usage, which is safe after a reset */
+            release_ours(dev);
+        }
+    }
+    pthread_mutex_unlock(&devices_lock);
+    return r;
+}
+
+CUresult ps_context_release(CUdevice device, ps_cuDevicePrimaryCtxRelease_fn real, const char *api)
+{
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    if (device < 0 || device >= PS_MAX_DEVICES)
+        return real(device);
+    ps_device_state_t *dev = &ps_devices[device];
+    pthread_mutex_lock(&devices_lock);
+    CUresult r = real(device);
+    if (r == CUDA_SUCCESS && atomic_load(&dev->state) == PS_DEVICE_READY && dev->holds_ref) {
+        /* Was that the program's last reference? Ours keeps the context
+         * alive, so let go of ours too and look: still active means someone
+         * else holds it (take ours back); inactive means the context is gone
+         * now, exactly as it would have been without us. */
+        ps_cuDevicePrimaryCtxRelease_fn ours =
+            ps_real.cuDevicePrimaryCtxRelease_v2 ? ps_real.cuDevicePrimaryCtxRelease_v2 : ps_real.cuDevicePrimaryCtxRelease;
+        if (ours && ps_real.cuDevicePrimaryCtxGetState && ours(device) == CUDA_SUCCESS) {
+            CUcontext again = NULL;
+            dev->holds_ref = 0;
+            if (primary_active(device) && ps_real.cuDevicePrimaryCtxRetain(&again, device) == CUDA_SUCCESS) {
+                dev->holds_ref = 1;
+                if (!context_alive(dev)) { /* a new context behind the same handle: ours is in it */
+                    drop_device(dev, api);
+                    release_ours(dev);
+                }
+            } else {
+                drop_device(dev, api); /* our release destroyed it, as the program's would have */
+            }
+        }
+    } else if (r == CUDA_SUCCESS && atomic_load(&dev->state) == PS_DEVICE_READY && !context_alive(dev)) {
+        drop_device(dev, api);
+        if (primary_active(device))
+            release_ours(dev); /* made again: our old reference counts in the new one */
+        else
+            dev->holds_ref = 0;
+    }
+    pthread_mutex_unlock(&devices_lock);
+    return r;
+}
+
+CUresult ps_context_destroy(CUcontext ctx, ps_cuCtxDestroy_fn real, const char *api)
+{
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    pthread_mutex_lock(&devices_lock);
+    CUresult r = real(ctx);
+    if (r == CUDA_SUCCESS && ctx) {
+        for (int d = 0; d < PS_MAX_DEVICES; d++) {
+            ps_device_state_t *dev = &ps_devices[d];
+            if (atomic_load(&dev->state) == PS_DEVICE_READY && dev->ctx == ctx) {
+                drop_device(dev, api);
+                dev->holds_ref = 0;
+            }
+        }
+        /* a non-primary context: its streams are gone, its handle may come back */
+        ps_gpu_ops_cuda_forget_context(ctx);
+        for (size_t i = 0; i < warned_count; i++)
+            if (warned_ctx[i] == ctx) {
+                warned_ctx[i] = warned_ctx[--warned_count];
+                break;
+            }
+        atomic_fetch_add(&context_epoch, 1);
+    }
+    pthread_mutex_unlock(&devices_lock);
+    return r;
+}
+
+void ps_context_check(const char *api)
+{
+    if (ps_real_load_driver() != PS_OK)
+        return;
+    pthread_mutex_lock(&devices_lock);
+    for (int d = 0; d < PS_MAX_DEVICES; d++) {
+        ps_device_state_t *dev = &ps_devices[d];
+        if (atomic_load(&dev->state) == PS_DEVICE_READY && !context_alive(dev)) {
+            drop_device(dev, api);
+            if (primary_active(d))
+                release_ours(dev); /* made again: our old reference counts in the new one */
+            else
+                dev->holds_ref = 0;
+        }
+    }
+    pthread_mutex_unlock(&devices_lock);
 }
 
 bool ps_stream_is_capturing(CUstream stream, bool per_thread)
@@ -358,8 +627,9 @@ PS_EXPORT int poolshim_flush(void)
     int rc = PS_OK;
     for (int d = 0; d < PS_MAX_DEVICES; d++) {
         ps_device_state_t *dev = &ps_devices[d];
-        if (atomic_load(&dev->state) == PS_DEVICE_READY && dev->stack->log)
-            if (ps_log_flush(dev->stack->log) != PS_OK)
+        ps_stack_t *stack = __atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE);
+        if (atomic_load(&dev->state) == PS_DEVICE_READY && stack->log)
+            if (ps_log_flush(stack->log) != PS_OK)
                 rc = PS_EUPSTREAM;
     }
     return rc;

@@ -5,8 +5,10 @@
  *   hooks_driver.c   cuMemAlloc_v2 & co., exported and handed out by
  *                    cuGetProcAddress (static cudart, driver-API programs)
  *   hooks_dlsym.c    dlsym override: hands out our hooks for hooked names
+ *   hooks_context.c  cudaDeviceReset, cuDevicePrimaryCtxReset/Release, cuCtxDestroy...:
+ *                    a dead context's stack is dropped (router.c)
  *   real.c           the real CUDA functions, found without going through us
- *   router.c         lazy init, per-device stacks, allocate/free routing, stats
+ *   router.c         lazy init, per-device stacks, allocate/free routing, context lifecycle
  *   registry.c       device pointer -> owner (sharded hash, no global lock)
  *   gpu_ops_cuda.c   the GPU-ops table of core/ over the real driver
  */
@@ -19,6 +21,7 @@
 #include "../config/config.h"
 #include "../core/common.h"
 #include "../core/gpu_ops.h"
+#include "../core/resource.h"
 #include "cuda_abi.h"
 
 #define PS_EXPORT __attribute__((visibility("default")))
@@ -53,6 +56,16 @@
     X(cuCtxSynchronize, CUresult, (void))                                                  \
     X(cuCtxSetCurrent, CUresult, (CUcontext))                                              \
     X(cuDevicePrimaryCtxRetain, CUresult, (CUcontext *, CUdevice))                         \
+    X(cuDevicePrimaryCtxRelease, CUresult, (CUdevice))                                     \
+    X(cuDevicePrimaryCtxRelease_v2, CUresult, (CUdevice))                                  \
+    X(cuDevicePrimaryCtxReset, CUresult, (CUdevice))                                       \
+    X(cuDevicePrimaryCtxReset_v2, CUresult, (CUdevice))                                    \
+    X(cuDevicePrimaryCtxSetFlags, CUresult, (CUdevice, unsigned int))                      \
+    X(cuDevicePrimaryCtxSetFlags_v2, CUresult, (CUdevice, unsigned int))                   \
+    X(cuDevicePrimaryCtxGetState, CUresult, (CUdevice, unsigned int *, int *))             \
+    X(cuCtxDestroy, CUresult, (CUcontext))                                                 \
+    X(cuCtxDestroy_v2, CUresult, (CUcontext))                                              \
+    X(cuCtxGetId, CUresult, (CUcontext, unsigned long long *))                             \
     X(cuEventCreate, CUresult, (CUevent *, unsigned int))                                  \
     X(cuEventDestroy_v2, CUresult, (CUevent))                                              \
     X(cuEventRecord, CUresult, (CUevent, CUstream))                                        \
@@ -101,7 +114,9 @@
     X(cudaStreamDestroy, cudaError_t, (cudaStream_t))                               \
     X(cudaIpcGetMemHandle, cudaError_t, (cudaIpcMemHandle_t *, void *))             \
     X(cudaStreamIsCapturing, cudaError_t, (cudaStream_t, cudaStreamCaptureStatus *)) \
-    X(cudaStreamIsCapturing_ptsz, cudaError_t, (cudaStream_t, cudaStreamCaptureStatus *))
+    X(cudaStreamIsCapturing_ptsz, cudaError_t, (cudaStream_t, cudaStreamCaptureStatus *)) \
+    X(cudaDeviceReset, cudaError_t, (void))                                         \
+    X(cudaSetDeviceFlags, cudaError_t, (unsigned int))
 
 #define PS_DECLARE_REAL(name, ret, params) typedef ret(*ps_##name##_fn) params;
 PS_REAL_DRIVER(PS_DECLARE_REAL)
@@ -148,6 +163,7 @@ typedef struct ps_allocation {
     int16_t device;     /* device whose stack owns it */
     uint8_t door;       /* PS_DOOR_RUNTIME or PS_DOOR_DRIVER */
     uint8_t direct;     /* 1: went straight to CUDA (direct_min_size), not pooled */
+    uint32_t generation; /* the device's context generation when it was handed out */
 } ps_allocation_t;
 
 void ps_registry_init(void);
@@ -161,10 +177,15 @@ int ps_registry_find(uintptr_t ptr, ps_allocation_t *out);
 /* Finds the live allocation containing `addr` (slow: scans; rare paths only). */
 int ps_registry_find_containing(uintptr_t addr, ps_allocation_t *out);
 size_t ps_registry_count(void);
-/* Slabs: memory the shim took from upstream. */
-void ps_slab_add(uintptr_t base, size_t size);
+/* Removes every allocation of `device` (its context died with them; no
+ * CUDA call). Adds how many and their bytes to *count and *bytes. */
+void ps_registry_drop_device(int device, uint64_t *count, uint64_t *bytes);
+/* Slabs: memory the shim took from upstream, and for which device. */
+void ps_slab_add(uintptr_t base, size_t size, int device);
 void ps_slab_remove(uintptr_t base);
 bool ps_slab_contains(uintptr_t addr);
+/* Forgets every slab of `device` (its context died; no CUDA call). */
+void ps_slab_drop_device(int device);
 /* fork(): lock everything before, unlock in the parent, reset in the child. */
 void ps_registry_atfork_prepare(void);
 void ps_registry_atfork_parent(void);
@@ -181,6 +202,11 @@ void ps_streams_destroyed(CUstream stream);
  * barrier is half-way (it checked that none was open). */
 int ps_streams_capture_gate(void);
 void ps_streams_capture_gate_end(void);
+/* Context lifecycle (no CUDA call in either): forget the tracked streams
+ * of a context that died; make every later call through `ops` a no-op
+ * that fails (its context, events and memory are gone). */
+void ps_gpu_ops_cuda_forget_context(CUcontext ctx);
+void ps_gpu_ops_cuda_mark_dead(ps_gpu_ops_t *ops);
 
 /* ---- router.c --------------------------------------------------------------- */
 enum { PS_DOOR_RUNTIME = 0, PS_DOOR_DRIVER = 1 };
@@ -202,20 +228,42 @@ extern int ps_trace_lookups;
 /* The effective configuration (valid once ps_active is known). */
 extern const ps_global_config_t *ps_global;
 
-/* A device's state: its stack, built on first use. */
+/* A device's state: its stack, built on first use, dropped when its
+ * context dies (reset, last release, destroy) and built again on the next
+ * allocation. A dropped stack is never freed (another thread may still
+ * hold it); its GPU-ops table is dead, so it makes no CUDA call. */
 enum { PS_DEVICE_UNBUILT = 0, PS_DEVICE_READY, PS_DEVICE_FAILED };
 typedef struct ps_device_state {
     atomic_int state;       /* PS_DEVICE_UNBUILT / READY / FAILED (then calls pass through) */
     int device;             /* ordinal */
     CUcontext ctx;          /* its primary context, the only one we serve */
-    ps_gpu_ops_t *gpu;      /* the GPU-ops table over that context */
-    ps_stack_t *stack;      /* the resource stack from the config */
-    int warned_foreign_ctx; /* 1 once we warned about a non-primary context */
+    ps_gpu_ops_t *gpu;      /* the GPU-ops table over that context (atomic loads: a reset replaces it) */
+    ps_stack_t *stack;      /* the resource stack from the config (atomic loads: a reset replaces it) */
+    atomic_uint generation; /* +1 at each drop; allocations carry it, a stale one is not ours any more */
+    int holds_ref;          /* 1 while we hold a reference on the primary context (devices lock) */
+    int has_ctx_id;         /* 1 when ctx_id is known (cuCtxGetId, CUDA 12+) */
+    unsigned long long ctx_id; /* the context's unique id when the stack was built */
+    /* what the drops took with them (devices lock; read by the exit report) */
+    unsigned resets;                /* contexts that died under a stack */
+    uint64_t dropped_allocations;   /* live allocations they took */
+    uint64_t dropped_bytes;         /* bytes requested by those */
+    ps_resource_info_t dropped;     /* the dropped stacks' own figures, summed (peak: max) */
 } ps_device_state_t;
 extern ps_device_state_t ps_devices[PS_MAX_DEVICES];
 /* The device state of the current context, building its stack on first
  * use; NULL when the call must pass through. */
 ps_device_state_t *ps_current_device(int door);
+
+/* Context lifecycle (router.c; the entry points are in hooks_context.c).
+ * Each calls the real function, returns its result, and drops the stack
+ * of a device whose primary context died, without calling CUDA on it. */
+CUresult ps_context_reset(CUdevice device, ps_cuDevicePrimaryCtxReset_fn real, const char *api);
+CUresult ps_context_release(CUdevice device, ps_cuDevicePrimaryCtxRelease_fn real, const char *api);
+CUresult ps_context_destroy(CUcontext ctx, ps_cuCtxDestroy_fn real, const char *api);
+/* After a call that may have destroyed or recreated primary contexts
+ * (cudaDeviceReset, cudaSetDeviceFlags, cuDevicePrimaryCtxSetFlags): drops
+ * the stack of every device whose context is not the one it was built in. */
+void ps_context_check(const char *api);
 
 /* Initialises on first use (config, driver). Returns ps_active. */
 int ps_shim_ensure_init(void);
@@ -237,6 +285,8 @@ ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream
 ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int *status);
 /* Adds the pool's free bytes of the current device to *free_bytes (meminfo=pool). */
 void ps_route_meminfo(size_t *free_bytes);
+/* Statistics of a dropped stack: its live allocations' bytes are gone. */
+void ps_stats_count_dropped(int device, uint64_t bytes);
 /* Counts a free of a foreign pointer that CUDA itself refused (a stack
  * address, say): bad pointers are counted whoever answers them. */
 void ps_stats_count_foreign_invalid(void);

@@ -136,6 +136,12 @@ void ps_stats_count_free(int device, int call, int door, size_t size, uint64_t n
     }
 }
 
+void ps_stats_count_dropped(int device, uint64_t dropped_bytes)
+{
+    if (ps_stats_enabled && dropped_bytes)
+        bytes_add(device, -(int64_t)dropped_bytes);
+}
+
 void ps_stats_count_passthrough(int device)
 {
     (void)device;
@@ -208,7 +214,7 @@ static const char *const call_names[PS_CALL_COUNT] = {
 
 static int device_used(const thread_counters_t *sum, int d)
 {
-    if (atomic_load(&ps_devices[d].state) == PS_DEVICE_READY)
+    if (atomic_load(&ps_devices[d].state) == PS_DEVICE_READY || ps_devices[d].resets)
         return 1;
     for (int c = 0; c < PS_CALL_COUNT; c++)
         if (sum->calls[d][c])
@@ -236,7 +242,17 @@ void ps_stats_write(FILE *f, int json)
         if (atomic_load(&dev->state) == PS_DEVICE_READY) {
             ps_query(dev->stack->top, &info);
             stack = dev->stack->top->name ? dev->stack->top->name : dev->stack->top->ops->type_name;
+        } else if (dev->resets) {
+            stack = "dropped";
         }
+        /* stacks dropped with their context count in the totals (memory only) */
+        const ps_resource_info_t *gone = &dev->dropped;
+        info.upstream_allocs += gone->upstream_allocs;
+        info.upstream_frees += gone->upstream_frees;
+        info.fences_recorded += gone->fences_recorded;
+        info.fence_waits += gone->fence_waits;
+        if (gone->peak_bytes_reserved > info.peak_bytes_reserved)
+            info.peak_bytes_reserved = gone->peak_bytes_reserved;
         if (json) {
             fprintf(f, "%s{\"device\": %d, \"stack\": \"%s\", \"calls\": {", first ? "" : ", ", d, stack);
             for (int c = 0; c < PS_CALL_COUNT; c++)
@@ -248,7 +264,9 @@ void ps_stats_write(FILE *f, int json)
                     "\"reserved_current\": %llu, \"reserved_peak\": %llu, \"in_use\": %llu, \"pending\": %llu}, "
                     "\"upstream\": {\"allocs\": %llu, \"frees\": %llu}, "
                     "\"fences\": {\"recorded\": %llu, \"waits\": %llu}, \"barriers\": %llu, "
-                    "\"expandable\": %llu}",
+                    "\"expandable\": %llu, "
+                    "\"resets\": {\"count\": %u, \"dropped_allocations\": %llu, \"dropped_bytes\": %llu, "
+                    "\"dropped_reserved\": %llu}}",
                     (unsigned long long)s.doors[0], (unsigned long long)s.doors[1], (unsigned long long)s.failures,
                     (unsigned long long)s.alloc_ns, (unsigned long long)s.free_ns, (long long)s.requested_current,
                     (long long)s.requested_peak, (unsigned long long)s.requested_total,
@@ -256,7 +274,9 @@ void ps_stats_write(FILE *f, int json)
                     (unsigned long long)info.bytes_in_use, (unsigned long long)info.bytes_pending,
                     (unsigned long long)info.upstream_allocs, (unsigned long long)info.upstream_frees,
                     (unsigned long long)info.fences_recorded, (unsigned long long)info.fence_waits,
-                    (unsigned long long)info.barriers, (unsigned long long)(info.expandable != 0));
+                    (unsigned long long)info.barriers, (unsigned long long)(info.expandable != 0), dev->resets,
+                    (unsigned long long)dev->dropped_allocations, (unsigned long long)dev->dropped_bytes,
+                    (unsigned long long)gone->bytes_reserved);
         } else {
             uint64_t n = s.doors[0] + s.doors[1];
             fprintf(f, "poolshim: device %d (stack: %s)\n", d, stack);
@@ -284,6 +304,12 @@ void ps_stats_write(FILE *f, int json)
             fprintf(f, "poolshim:   memory     %s\n",
                     info.expandable ? "expandable (one virtual-memory range per pool, mapped as it grows)"
                                     : "chunks from cuMemAlloc");
+            if (dev->resets)
+                fprintf(f, "poolshim:   resets     %u (the context died under the stack: %llu live allocations, %s, "
+                           "and %s reserved went with it)\n",
+                        dev->resets, (unsigned long long)dev->dropped_allocations,
+                        ps_format_bytes(b1, sizeof b1, dev->dropped_bytes),
+                        ps_format_bytes(b2, sizeof b2, gone->bytes_reserved));
         }
         first = 0;
     }

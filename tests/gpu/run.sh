@@ -177,6 +177,8 @@ declare -A sources=(
     [overhead_static]="overhead.cu"
     [expandable_static]="expandable.cu"
     [overhead_shared]="overhead.cu -cudart shared"
+    [context_reset_static]="context_reset.cu -lcuda"
+    [context_reset_shared]="context_reset.cu -cudart shared -lcuda"
 )
 build_started=$(date +%s)
 for name in "${!sources[@]}"; do
@@ -256,6 +258,29 @@ for resource in pool arena binning cuda async managed; do
     shim stack_${resource}_hazard "doors.driver>0 invalid_frees==0" POOLSHIM_RESOURCE=$resource -- hazard_static nonblocking
     shim stack_${resource}_hazard_threads "doors.driver>0 invalid_frees==0" POOLSHIM_RESOURCE=$resource -- hazard_ptds threads
 done
+
+# ---------------------------------------------------------------- 6b. context lifecycle (cudaDeviceReset & co.)
+# context_reset.cu: `runtime` resets with cudaDeviceReset (live, pending and stream
+# blocks; 100 resets, memory must not grow); `driver` uses cuDevicePrimaryCtxReset,
+# the last cuDevicePrimaryCtxRelease and a cuCtxCreate context. Under the shim the
+# stats must count the resets, for every stack (fixed_size: blocks of 1 MiB over a pool).
+for kind in static shared; do
+    native context_reset_${kind}_runtime context_reset_$kind runtime
+    native context_reset_${kind}_driver context_reset_$kind driver
+done
+for stack in pool arena binning async fixed_over_pool; do
+    if [ $stack = fixed_over_pool ]; then
+        stack_env=POOLSHIM_OPTIONS=resource.main.type=fixed_size,resource.main.block_size=1MiB,resource.main.upstream=base,resource.base.type=pool
+    else
+        stack_env=POOLSHIM_RESOURCE=$stack
+    fi
+    shim context_reset_static_runtime_$stack "doors.driver>0 resets.count>=101 ?resets.dropped_allocations>0" \
+        "$stack_env" -- context_reset_static runtime
+    shim context_reset_shared_runtime_$stack "doors.runtime>0 resets.count>=101 ?resets.dropped_allocations>0" \
+        "$stack_env" -- context_reset_shared runtime
+done
+shim context_reset_static_driver "doors.driver>0 resets.count>=2 passthrough>0" -- context_reset_static driver
+shim context_reset_shared_driver "doors.driver>0 resets.count>=2 passthrough>0" -- context_reset_shared driver
 
 # ---------------------------------------------------------------- 7. Python: PyTorch and CuPy
 if "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then

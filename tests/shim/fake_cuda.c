@@ -8,9 +8,22 @@
  * when queried unless FAKE_CUDA_EVENTS_PENDING=N makes each event report
  * "not ready" N times first. fake_cuda_counters() lets tests see what
  * really reached the "driver" (e.g. that an allocation was routed once).
+ *
+ * Contexts live and die like the driver's: a primary context is retained
+ * and released (the last release destroys it), cuDevicePrimaryCtxReset
+ * destroys it whatever the count (the references from before stay owed:
+ * releasing them later is allowed and does not touch the new context, as
+ * the driver documents), and the handle stays the same when it is
+ * made again (as on the GPU). Destroying a context frees its memory and
+ * kills its events and streams; any later call on a dead object returns
+ * CUDA_ERROR_CONTEXT_IS_DESTROYED and is counted in `dead_calls` (printed
+ * at exit when nonzero). cuCtxCreate makes non-primary contexts. With
+ * FAKE_CUDA_SETFLAGS_RECREATES=1, cuDevicePrimaryCtxSetFlags on an active
+ * primary context destroys and recreates it.
  */
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -23,23 +36,68 @@
 #define MAX_DEV 4
 #define MAX_LIVE 65536
 
-struct CUctx_st { int device; };
-struct CUevent_st { atomic_int pending; };
-struct CUstream_st { unsigned flags; CUcontext ctx; int capturing; };
+struct CUctx_st {
+    int device;
+    int is_primary;
+    atomic_int refs;               /* primary: retains; created: 1 until destroyed */
+    int stale_refs;                /* references from before a reset: their release does nothing */
+    atomic_uint gen;               /* +1 each time it is destroyed */
+    atomic_ullong id;              /* unique per incarnation (cuCtxGetId) */
+    unsigned flags;                /* cuDevicePrimaryCtxSetFlags */
+};
+struct CUevent_st { atomic_int pending; CUcontext ctx; unsigned gen; };
+struct CUstream_st { unsigned flags; CUcontext ctx; int capturing; unsigned gen; struct CUstream_st *next_live; };
+/* Streams not destroyed by the program, kept reachable for leak checkers:
+ * those of a destroyed context stay (their handles must stay dead). */
+static struct CUstream_st *undestroyed_streams;
 
-static struct CUctx_st primary[MAX_DEV] = {{0}, {1}, {2}, {3}};
+static struct CUctx_st primary[MAX_DEV] = {{.device = 0, .is_primary = 1}, {.device = 1, .is_primary = 1},
+                                           {.device = 2, .is_primary = 1}, {.device = 3, .is_primary = 1}};
+static atomic_ullong next_ctx_id = 1;
 static __thread CUcontext current;
 static __thread CUcontext stack_saved[16];
 static __thread int stack_depth;
 static int initialised;
 static fake_cuda_counters_t counters;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct { uintptr_t ptr; size_t size; } live[MAX_LIVE];
+static struct { uintptr_t ptr; size_t size; CUcontext ctx; } live[MAX_LIVE];
 static size_t outstanding;
 
 #define TOTAL_MEMORY ((size_t)4 << 30) /* the fake device's size */
 
 EXPORT fake_cuda_counters_t *fake_cuda_counters(void) { return &counters; }
+
+__attribute__((destructor)) static void report_dead_calls(void)
+{
+    if (counters.dead_calls)
+        fprintf(stderr, "fake libcuda: %lu calls on objects of a destroyed context\n", counters.dead_calls);
+}
+
+static int ctx_alive(CUcontext c) { return c && atomic_load(&c->refs) > 0; }
+
+/* A call on something of a dead context (or a stale incarnation). */
+static CUresult dead(void)
+{
+    __atomic_fetch_add(&counters.dead_calls, 1, __ATOMIC_RELAXED);
+    return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+}
+
+/* Destroys context c: its memory is freed, its events and streams die. */
+static void ctx_destroy(CUcontext c)
+{
+    pthread_mutex_lock(&lock);
+    atomic_store(&c->refs, 0);
+    atomic_fetch_add(&c->gen, 1);
+    for (size_t i = 0; i < MAX_LIVE; i++)
+        if (live[i].ptr && live[i].ctx == c) {
+            outstanding -= live[i].size;
+            free((void *)live[i].ptr);
+            live[i].ptr = 0;
+        }
+    counters.bytes_outstanding = outstanding;
+    __atomic_fetch_add(&counters.ctx_destroyed, 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&lock);
+}
 
 static int device_count(void)
 {
@@ -67,6 +125,8 @@ static CUresult do_alloc(CUdeviceptr *p, size_t size)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!current)
         return CUDA_ERROR_INVALID_CONTEXT;
+    if (!ctx_alive(current))
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED; /* (the program's own mistake, not a dead object's use) */
     if (!size)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
@@ -91,8 +151,10 @@ static CUresult do_alloc(CUdeviceptr *p, size_t size)
     }
     live[i].ptr = (uintptr_t)m;
     live[i].size = size;
+    live[i].ctx = current;
     outstanding += size;
-    counters.mem_alloc++;
+    counters.bytes_outstanding = outstanding;
+    __atomic_fetch_add(&counters.mem_alloc, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&lock);
     *p = (CUdeviceptr)(uintptr_t)m;
     return CUDA_SUCCESS;
@@ -106,13 +168,14 @@ static CUresult do_free(CUdeviceptr p)
     for (size_t i = 0; i < MAX_LIVE; i++)
         if (live[i].ptr == (uintptr_t)p) {
             outstanding -= live[i].size;
+            counters.bytes_outstanding = outstanding;
             live[i].ptr = 0;
-            counters.mem_free++;
+            __atomic_fetch_add(&counters.mem_free, 1, __ATOMIC_RELAXED);
             pthread_mutex_unlock(&lock);
             free((void *)(uintptr_t)p);
             return CUDA_SUCCESS;
         }
-    counters.bad_free++;
+    __atomic_fetch_add(&counters.bad_free, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&lock);
     return CUDA_ERROR_INVALID_VALUE;
 }
@@ -127,13 +190,13 @@ EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned int flag
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s)
 {
     (void)s;
-    counters.mem_alloc_async++;
+    __atomic_fetch_add(&counters.mem_alloc_async, 1, __ATOMIC_RELAXED);
     return do_alloc(p, size);
 }
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s)
 {
     (void)s;
-    counters.mem_alloc_async_ptsz++;
+    __atomic_fetch_add(&counters.mem_alloc_async_ptsz, 1, __ATOMIC_RELAXED);
     return do_alloc(p, size);
 }
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
@@ -197,6 +260,8 @@ EXPORT CUresult cuCtxGetDevice(CUdevice *d)
 {
     if (!current)
         return CUDA_ERROR_INVALID_CONTEXT;
+    if (!ctx_alive(current))
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED; /* the thread still names the destroyed primary */
     *d = current->device;
     return CUDA_SUCCESS;
 }
@@ -206,7 +271,7 @@ EXPORT CUresult cuCtxPushCurrent_v2(CUcontext c)
         return CUDA_ERROR_INVALID_VALUE;
     stack_saved[stack_depth++] = current;
     current = c;
-    counters.ctx_push++;
+    __atomic_fetch_add(&counters.ctx_push, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *c)
@@ -220,7 +285,9 @@ EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *c)
 }
 EXPORT CUresult cuCtxSynchronize(void)
 {
-    counters.ctx_sync++;
+    if (current && !ctx_alive(current))
+        return dead();
+    __atomic_fetch_add(&counters.ctx_sync, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
@@ -229,29 +296,157 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (d < 0 || d >= device_count())
         return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if (atomic_fetch_add(&primary[d].refs, 1) == 0)
+        atomic_store(&primary[d].id, atomic_fetch_add(&next_ctx_id, 1)); /* made (again): a new context */
+    pthread_mutex_unlock(&lock);
     *c = &primary[d];
     return CUDA_SUCCESS;
 }
+static CUresult primary_release(CUdevice d)
+{
+    if (d < 0 || d >= device_count())
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if (primary[d].stale_refs > 0) { /* "safe to release after a reset": it does not touch the new context */
+        primary[d].stale_refs--;
+        pthread_mutex_unlock(&lock);
+        return CUDA_SUCCESS;
+    }
+    int was = atomic_load(&primary[d].refs);
+    if (was > 0)
+        atomic_store(&primary[d].refs, was - 1);
+    pthread_mutex_unlock(&lock);
+    if (was <= 0)
+        return CUDA_ERROR_INVALID_CONTEXT; /* not retained */
+    __atomic_fetch_add(&counters.ctx_release, 1, __ATOMIC_RELAXED);
+    if (was == 1)
+        ctx_destroy(&primary[d]);
+    return CUDA_SUCCESS;
+}
+static CUresult primary_reset(CUdevice d)
+{
+    if (d < 0 || d >= device_count())
+        return CUDA_ERROR_INVALID_VALUE;
+    __atomic_fetch_add(&counters.ctx_reset, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&lock);
+    primary[d].stale_refs += atomic_load(&primary[d].refs); /* a reset does not release them */
+    pthread_mutex_unlock(&lock);
+    if (ctx_alive(&primary[d]))
+        ctx_destroy(&primary[d]);
+    return CUDA_SUCCESS;
+}
+static CUresult primary_set_flags(CUdevice d, unsigned flags)
+{
+    if (d < 0 || d >= device_count())
+        return CUDA_ERROR_INVALID_VALUE;
+    primary[d].flags = flags;
+    const char *e = getenv("FAKE_CUDA_SETFLAGS_RECREATES");
+    if (e && atoi(e) && ctx_alive(&primary[d])) {
+        int refs = atomic_load(&primary[d].refs);
+        ctx_destroy(&primary[d]);
+        atomic_store(&primary[d].refs, refs);
+        atomic_store(&primary[d].id, atomic_fetch_add(&next_ctx_id, 1));
+    }
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d) { return primary_release(d); }
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { return primary_release(d); }
+EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice d) { return primary_reset(d); }
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) { return primary_reset(d); }
+EXPORT CUresult cuDevicePrimaryCtxSetFlags(CUdevice d, unsigned f) { return primary_set_flags(d, f); }
+EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice d, unsigned f) { return primary_set_flags(d, f); }
+EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned *flags, int *active)
+{
+    if (d < 0 || d >= device_count())
+        return CUDA_ERROR_INVALID_VALUE;
+    *flags = primary[d].flags;
+    *active = ctx_alive(&primary[d]);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuCtxGetId(CUcontext c, unsigned long long *id)
+{
+    if (!c)
+        c = current;
+    if (!ctx_alive(c))
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    *id = atomic_load(&c->id);
+    return CUDA_SUCCESS;
+}
+/* Non-primary contexts: never freed (the shim may compare handles), kept
+ * reachable here for leak checkers, made current. */
+static CUcontext created_contexts[256];
+static atomic_int created_count;
+EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d)
+{
+    if (!initialised)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (d < 0 || d >= device_count())
+        return CUDA_ERROR_INVALID_VALUE;
+    CUcontext n = calloc(1, sizeof *n);
+    n->device = d;
+    n->flags = flags;
+    atomic_store(&n->refs, 1);
+    atomic_store(&n->id, atomic_fetch_add(&next_ctx_id, 1));
+    int slot = atomic_fetch_add(&created_count, 1);
+    if (slot < 256)
+        created_contexts[slot] = n;
+    *c = n;
+    current = n;
+    return CUDA_SUCCESS;
+}
+static CUresult ctx_destroy_call(CUcontext c)
+{
+    if (!c || c->is_primary)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!ctx_alive(c))
+        return dead();
+    ctx_destroy(c);
+    if (current == c)
+        current = stack_depth ? stack_saved[--stack_depth] : NULL;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuCtxDestroy(CUcontext c) { return ctx_destroy_call(c); }
+EXPORT CUresult cuCtxDestroy_v2(CUcontext c) { return ctx_destroy_call(c); }
 
 /* events and streams */
+/* Is a stream handle (legacy/per-thread: the current context) alive? */
+static int stream_alive(CUstream s)
+{
+    if ((uintptr_t)s <= 2)
+        return !current || ctx_alive(current);
+    return ctx_alive(s->ctx) && atomic_load(&s->ctx->gen) == s->gen;
+}
+static int event_alive(CUevent e) { return ctx_alive(e->ctx) && atomic_load(&e->ctx->gen) == e->gen; }
+
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned int flags)
 {
     (void)flags;
+    if (current && !ctx_alive(current))
+        return dead();
     *e = calloc(1, sizeof **e);
-    return *e ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    if (!*e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    (*e)->ctx = current;
+    (*e)->gen = current ? atomic_load(&current->gen) : 0;
+    return CUDA_SUCCESS;
 }
 EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
 {
+    if (!event_alive(e) || !stream_alive(s))
+        return dead();
     if (s && (uintptr_t)s > 2 && s->capturing)
         return CUDA_ERROR_NOT_SUPPORTED;
     const char *p = getenv("FAKE_CUDA_EVENTS_PENDING");
     atomic_store(&e->pending, p ? atoi(p) : 0);
-    counters.event_record++;
+    __atomic_fetch_add(&counters.event_record, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuEventQuery(CUevent e)
 {
-    counters.event_query++;
+    if (!event_alive(e))
+        return dead();
+    __atomic_fetch_add(&counters.event_query, 1, __ATOMIC_RELAXED);
     if (atomic_load(&e->pending) > 0) {
         atomic_fetch_sub(&e->pending, 1);
         return CUDA_ERROR_NOT_READY;
@@ -260,8 +455,10 @@ EXPORT CUresult cuEventQuery(CUevent e)
 }
 EXPORT CUresult cuEventSynchronize(CUevent e)
 {
+    if (!event_alive(e))
+        return dead();
     atomic_store(&e->pending, 0);
-    counters.event_sync++;
+    __atomic_fetch_add(&counters.event_sync, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuEventDestroy_v2(CUevent e)
@@ -271,22 +468,40 @@ EXPORT CUresult cuEventDestroy_v2(CUevent e)
 }
 EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int f)
 {
-    (void)s, (void)e, (void)f;
-    counters.stream_wait++;
+    (void)f;
+    if (!event_alive(e) || !stream_alive(s))
+        return dead();
+    __atomic_fetch_add(&counters.stream_wait, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int prio)
 {
     (void)prio;
+    if (current && !ctx_alive(current))
+        return dead();
     *s = calloc(1, sizeof **s);
     (*s)->flags = flags;
     (*s)->ctx = current;
-    counters.stream_create++;
+    (*s)->gen = current ? atomic_load(&current->gen) : 0;
+    pthread_mutex_lock(&lock);
+    (*s)->next_live = undestroyed_streams;
+    undestroyed_streams = *s;
+    pthread_mutex_unlock(&lock);
+    __atomic_fetch_add(&counters.stream_create, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int flags) { return cuStreamCreateWithPriority(s, flags, 0); }
 EXPORT CUresult cuStreamDestroy_v2(CUstream s)
 {
+    if (!stream_alive(s))
+        return dead(); /* (kept: the handle is not reused, so tests can see it) */
+    pthread_mutex_lock(&lock);
+    for (struct CUstream_st **l = &undestroyed_streams; *l; l = &(*l)->next_live)
+        if (*l == s) {
+            *l = s->next_live;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
     free(s);
     return CUDA_SUCCESS;
 }
@@ -297,6 +512,8 @@ EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext *c)
 }
 EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st)
 {
+    if (!stream_alive(s))
+        return dead();
     *st = (uintptr_t)s > 2 && s->capturing ? 1 : 0;
     return CUDA_SUCCESS;
 }
@@ -330,6 +547,10 @@ static const struct { const char *name; void *fn; int min_version; } table[] = {
     {"cuCtxPopCurrent", (void *)cuCtxPopCurrent_v2, 4000},
     {"cuCtxSynchronize", (void *)cuCtxSynchronize, 2000},
     {"cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain, 7000},
+    {"cuDevicePrimaryCtxGetState", (void *)cuDevicePrimaryCtxGetState, 7000},
+    {"cuCtxGetId", (void *)cuCtxGetId, 12000},
+    {"cuCtxCreate", (void *)cuCtxCreate_v2, 3020},
+    {"cuCtxDestroy", (void *)cuCtxDestroy_v2, 4000},
     {"cuEventCreate", (void *)cuEventCreate, 2000},
     {"cuEventRecord", (void *)cuEventRecord, 2000},
     {"cuEventQuery", (void *)cuEventQuery, 2000},
@@ -347,13 +568,19 @@ static const struct { const char *name; void *fn; int min_version; } table[] = {
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
                                     CUdriverProcAddressQueryResult *status)
 {
-    counters.get_proc_address++;
+    __atomic_fetch_add(&counters.get_proc_address, 1, __ATOMIC_RELAXED);
     int ptds = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
     void *fn = NULL;
     if (strcmp(symbol, "cuMemAllocAsync") == 0 && version >= 11020)
         fn = ptds ? (void *)cuMemAllocAsync_ptsz : (void *)cuMemAllocAsync;
     else if (strcmp(symbol, "cuMemFreeAsync") == 0 && version >= 11020)
         fn = ptds ? (void *)cuMemFreeAsync_ptsz : (void *)cuMemFreeAsync;
+    else if (strcmp(symbol, "cuDevicePrimaryCtxRelease") == 0 && version >= 7000)
+        fn = version >= 11000 ? (void *)cuDevicePrimaryCtxRelease_v2 : (void *)cuDevicePrimaryCtxRelease;
+    else if (strcmp(symbol, "cuDevicePrimaryCtxReset") == 0 && version >= 7000)
+        fn = version >= 11000 ? (void *)cuDevicePrimaryCtxReset_v2 : (void *)cuDevicePrimaryCtxReset;
+    else if (strcmp(symbol, "cuDevicePrimaryCtxSetFlags") == 0 && version >= 7000)
+        fn = version >= 11000 ? (void *)cuDevicePrimaryCtxSetFlags_v2 : (void *)cuDevicePrimaryCtxSetFlags;
     else if (strcmp(symbol, "cuStreamIsCapturing") == 0 && version >= 10000)
         fn = ptds ? (void *)cuStreamIsCapturing_ptsz : (void *)cuStreamIsCapturing;
     else

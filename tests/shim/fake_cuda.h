@@ -9,5 +9,9 @@ typedef struct fake_cuda_counters {
     unsigned long mem_alloc_async_ptsz; /* cuMemAllocAsync_ptsz calls */
     unsigned long event_record, event_query, event_sync, stream_wait, stream_create;
     unsigned long ctx_push, ctx_sync, get_proc_address;
+    unsigned long dead_calls;           /* calls on an object of a destroyed context */
+    unsigned long ctx_destroyed;        /* contexts destroyed (reset, last release, cuCtxDestroy) */
+    unsigned long ctx_reset, ctx_release; /* cuDevicePrimaryCtxReset / Release calls */
+    unsigned long bytes_outstanding;    /* device bytes allocated now */
 } fake_cuda_counters_t;
 #endif

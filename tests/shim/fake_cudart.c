@@ -3,11 +3,16 @@
  * driver function through cuGetProcAddress_v2. Its exports are versioned
  * libcudart.so.13 like the real ones (tests/shim/fake_cudart.map). Lazy
  * initialisation on the first call: cuInit, the primary context of the
- * current device made current. */
+ * current device retained (once per device, like the real runtime) and
+ * made current. cudaDeviceReset resets the current device's primary
+ * context through cuDevicePrimaryCtxReset, as the real one does (traced:
+ * cuCtxGetCurrent, cuCtxGetApiVersion, cuDevicePrimaryCtxReset); the next
+ * call retains it again. */
 
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "../../shim/cuda_abi.h"
@@ -30,7 +35,11 @@ static struct {
     CUresult (*stream_create)(CUstream *, unsigned);
     CUresult (*stream_destroy)(CUstream);
     CUresult (*ipc)(CUipcMemHandle *, CUdeviceptr);
+    CUresult (*reset)(CUdevice);
+    CUresult (*set_flags)(CUdevice, unsigned);
 } drv;
+static atomic_int device_retained[8]; /* 1 while the runtime holds the device's primary context */
+static pthread_mutex_t retain_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static __thread int current_device;
 static int init_ok;
@@ -66,7 +75,25 @@ static void load(void)
     drv.stream_create = get(gpa, "cuStreamCreate", 2000, 0);
     drv.stream_destroy = get(gpa, "cuStreamDestroy", 4000, 0);
     drv.ipc = get(gpa, "cuIpcGetMemHandle", 4010, 0);
+    drv.reset = get(gpa, "cuDevicePrimaryCtxReset", 11000, 0);
+    drv.set_flags = get(gpa, "cuDevicePrimaryCtxSetFlags", 11000, 0);
     init_ok = drv.init && drv.init(0) == CUDA_SUCCESS;
+}
+
+/* The primary context of device d, retained by the runtime once. */
+static cudaError_t primary_of(int d, CUcontext *c)
+{
+    static CUcontext handle[8];
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&retain_lock);
+    if (!atomic_load(&device_retained[d])) {
+        r = drv.retain(&handle[d], d);
+        if (r == CUDA_SUCCESS)
+            atomic_store(&device_retained[d], 1);
+    }
+    *c = handle[d];
+    pthread_mutex_unlock(&retain_lock);
+    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 static cudaError_t lazy_init(void)
@@ -76,8 +103,8 @@ static cudaError_t lazy_init(void)
         return 3;
     CUcontext c = NULL;
     drv.get_current(&c);
-    if (!c) {
-        if (drv.retain(&c, current_device) != CUDA_SUCCESS)
+    if (!c || !atomic_load(&device_retained[current_device])) {
+        if (primary_of(current_device, &c) != cudaSuccess)
             return 3;
         drv.set_current(c);
     }
@@ -94,10 +121,28 @@ EXPORT cudaError_t cudaSetDevice(int d)
     current_device = d;
     pthread_once(&once, load);
     CUcontext c;
-    if (drv.retain(&c, d) != CUDA_SUCCESS)
+    if (primary_of(d, &c) != cudaSuccess)
         return cudaErrorInvalidValue;
     drv.set_current(c);
     return cudaSuccess;
+}
+EXPORT cudaError_t cudaDeviceReset(void)
+{
+    pthread_once(&once, load);
+    if (!init_ok || !drv.reset)
+        return 3;
+    CUcontext c = NULL;
+    drv.get_current(&c); /* (as the real one: the current context stays named) */
+    CUresult r = drv.reset(current_device);
+    atomic_store(&device_retained[current_device], 0);
+    return err(r);
+}
+EXPORT cudaError_t cudaSetDeviceFlags(unsigned int flags)
+{
+    pthread_once(&once, load);
+    if (!init_ok || !drv.set_flags)
+        return 3;
+    return err(drv.set_flags(current_device, flags));
 }
 EXPORT cudaError_t cudaMalloc(void **p, size_t n)
 {

@@ -22,6 +22,8 @@ extern cudaError_t cudaStreamCreateWithFlags(cudaStream_t *, unsigned int);
 extern cudaError_t cudaStreamDestroy(cudaStream_t);
 extern cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *, void *);
 extern cudaError_t cudaSetDevice(int);
+extern cudaError_t cudaDeviceReset(void);
+extern cudaError_t cudaSetDeviceFlags(unsigned int);
 
 #define N 400
 
@@ -240,6 +242,144 @@ static void devices(void)
     CHECK(cudaFree(a) == cudaSuccess, "free device 0");
 }
 
+/* ---- context lifecycle (issue 13) ---- */
+/* Allocates n blocks, fills them and checks them: the pool after a reset
+ * hands out memory of the new context. */
+static void use_fresh_memory(int n, unsigned seed, const char *when)
+{
+    void *p[64];
+    size_t size[64];
+    for (int i = 0; i < n && i < 64; i++) {
+        size[i] = 1000 + (size_t)i * 3000;
+        CHECK(cudaMalloc(&p[i], size[i]) == cudaSuccess, "%s: cudaMalloc %d", when, i);
+        fill(p[i], size[i], seed + (unsigned)i);
+    }
+    for (int i = 0; i < n && i < 64; i++) {
+        CHECK(intact(p[i], size[i], seed + (unsigned)i), "%s: block %d overwritten", when, i);
+        CHECK(cudaFree(p[i]) == cudaSuccess, "%s: cudaFree %d", when, i);
+    }
+}
+
+/* Live blocks, pending frees, a tracked non-blocking stream with async
+ * blocks (live and freed), then cudaDeviceReset: the shim must drop all of
+ * it without one CUDA call on the dead context, hand out new memory, and
+ * pass a stale pointer's free to CUDA. */
+static void reset(void)
+{
+    void *live_blocks[20], *stale = NULL;
+    for (int i = 0; i < 20; i++)
+        CHECK(cudaMalloc(&live_blocks[i], 4096 + (size_t)i * 100) == cudaSuccess, "cudaMalloc %d", i);
+    for (int i = 0; i < 20; i += 2) /* pending frees (FAKE_CUDA_EVENTS_PENDING keeps them pending) */
+        CHECK(cudaFree(live_blocks[i]) == cudaSuccess, "cudaFree %d", i);
+    stale = live_blocks[1];
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    void *a1, *a2;
+    CHECK(cudaMallocAsync(&a1, 5000, s) == cudaSuccess && cudaMallocAsync(&a2, 7000, s) == cudaSuccess, "async");
+    CHECK(cudaFreeAsync(a1, s) == cudaSuccess, "free async");
+    unsigned long dead_before = fake()->dead_calls;
+    CHECK(cudaDeviceReset() == cudaSuccess, "cudaDeviceReset");
+    CHECK(fake()->ctx_destroyed >= 1, "the reset destroyed the context");
+    CHECK(fake()->bytes_outstanding == 0, "%lu device bytes survived the reset", fake()->bytes_outstanding);
+
+    use_fresh_memory(30, 100, "after reset");
+    for (int cycle = 0; cycle < 50; cycle++) {
+        void *p;
+        CHECK(cudaMalloc(&p, 1 << 16) == cudaSuccess, "cycle %d", cycle);
+        memset(p, cycle, 1 << 16);
+        CHECK(cudaFree(p) == cudaSuccess, "cycle %d free", cycle);
+    }
+    /* the freed stream's blocks and the dead stream: nothing of it is used */
+    void *b;
+    CHECK(cudaMallocAsync(&b, 5000, 0) == cudaSuccess, "async on the legacy stream after reset");
+    fill(b, 5000, 9);
+    CHECK(intact(b, 5000, 9), "async data after reset");
+    CHECK(cudaFreeAsync(b, 0) == cudaSuccess, "free async after reset");
+    /* a pointer from before the reset: what CUDA says natively */
+    cudaError_t e = cudaFree(stale);
+    CHECK(e == cudaErrorInvalidValue, "stale cudaFree returned %d (CUDA's own answer expected)", e);
+    CHECK(fake()->dead_calls == dead_before, "%lu calls on objects of the dead context",
+          fake()->dead_calls - dead_before);
+}
+
+/* 100 resets with allocations between them: device memory must not grow. */
+static void reset_loop(void)
+{
+    unsigned long most = 0;
+    for (int round = 0; round < 100; round++) {
+        void *p[8];
+        for (int i = 0; i < 8; i++) {
+            CHECK(cudaMalloc(&p[i], (size_t)(i + 1) << 14) == cudaSuccess, "round %d malloc %d", round, i);
+            fill(p[i], (size_t)(i + 1) << 14, (unsigned)(round + i));
+        }
+        for (int i = 0; i < 8; i++)
+            CHECK(intact(p[i], (size_t)(i + 1) << 14, (unsigned)(round + i)), "round %d block %d", round, i);
+        for (int i = 0; i < 8; i += 2)
+            CHECK(cudaFree(p[i]) == cudaSuccess, "round %d free %d", round, i);
+        if (fake()->bytes_outstanding > most)
+            most = fake()->bytes_outstanding;
+        CHECK(cudaDeviceReset() == cudaSuccess, "reset %d", round);
+        CHECK(fake()->bytes_outstanding == 0, "round %d: %lu bytes survive a reset", round, fake()->bytes_outstanding);
+    }
+    CHECK(most <= (64u << 20), "at most %lu bytes reserved at once (grows with resets?)", most);
+    CHECK(fake()->dead_calls == 0, "%lu calls on dead objects", fake()->dead_calls);
+}
+
+/* Device 1 allocates and checks its data on 4 threads while the main
+ * thread allocates on device 0 and resets it, again and again. */
+static atomic_int stop_other;
+static void *other_device(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    CHECK(cudaSetDevice(1) == cudaSuccess, "set device 1");
+    while (!atomic_load(&stop_other)) {
+        void *p;
+        size_t n = 1 + rand_r(&seed) % 100000;
+        if (cudaMalloc(&p, n) != cudaSuccess) {
+            __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        fill(p, n, seed);
+        if (!intact(p, n, seed) || cudaFree(p) != cudaSuccess)
+            __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+static void reset_threads(void)
+{
+    pthread_t t[4];
+    for (uintptr_t i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, other_device, (void *)(i + 7));
+    CHECK(cudaSetDevice(0) == cudaSuccess, "set device 0");
+    for (int round = 0; round < 200; round++) {
+        use_fresh_memory(4, (unsigned)round, "device 0 between resets");
+        CHECK(cudaDeviceReset() == cudaSuccess, "reset %d", round);
+    }
+    atomic_store(&stop_other, 1);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    CHECK(fake()->dead_calls == 0, "%lu calls on dead objects", fake()->dead_calls);
+}
+
+/* The very first CUDA call is a reset; then allocate, reset, exit. */
+static void reset_first(void)
+{
+    CHECK(cudaDeviceReset() == cudaSuccess, "reset as the first call");
+    use_fresh_memory(5, 1, "after a first reset");
+    CHECK(cudaDeviceReset() == cudaSuccess, "reset before exit");
+    CHECK(fake()->dead_calls == 0, "%lu calls on dead objects", fake()->dead_calls);
+}
+
+/* cudaSetDeviceFlags that recreates the context (FAKE_CUDA_SETFLAGS_RECREATES=1). */
+static void set_flags(void)
+{
+    void *p;
+    CHECK(cudaMalloc(&p, 4096) == cudaSuccess, "malloc");
+    CHECK(cudaSetDeviceFlags(4) == cudaSuccess, "cudaSetDeviceFlags");
+    use_fresh_memory(10, 3, "after cudaSetDeviceFlags");
+    CHECK(fake()->dead_calls == 0, "%lu calls on dead objects", fake()->dead_calls);
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "basic";
@@ -252,6 +392,11 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "oom")) oom();
     else if (!strcmp(what, "devices")) devices();
     else if (!strcmp(what, "forks")) forks();
+    else if (!strcmp(what, "reset")) reset();
+    else if (!strcmp(what, "reset_loop")) reset_loop();
+    else if (!strcmp(what, "reset_threads")) reset_threads();
+    else if (!strcmp(what, "reset_first")) reset_first();
+    else if (!strcmp(what, "set_flags")) set_flags();
     else { fprintf(stderr, "unknown scenario %s\n", what); return 2; }
     return finish(what);
 }

@@ -13,7 +13,9 @@ __asm__(".symver dlsym, dlsym@GLIBC_2.2.5");
 
 typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 
-int main(void)
+static int context_scenarios(gpa_fn gpa, const char *what);
+
+int main(int argc, char **argv)
 {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     CHECK(h != NULL, "dlopen libcuda.so.1: %s", dlerror());
@@ -49,6 +51,10 @@ int main(void)
     CHECK(gpa("cuMemGetAddressRange", (void **)&range, 3020, 0, &st) == 0, "range");
     if (failures)
         return finish("static");
+    if (argc > 1) {
+        CHECK(init(0) == CUDA_SUCCESS, "cuInit");
+        return context_scenarios(gpa, argv[1]);
+    }
     CHECK(alloc_async != alloc_async_ptsz, "legacy and per-thread variants must differ");
 
     CUcontext ctx;
@@ -83,4 +89,94 @@ int main(void)
         CHECK(fake()->mem_alloc_async_ptsz == ptsz_before + 1, "per-thread variant natively");
     }
     return finish("static");
+}
+
+/* ---- context lifecycle through the driver API (issue 13) ---- */
+static CUresult (*retain_fn)(CUcontext *, CUdevice);
+static CUresult (*release_fn)(CUdevice);
+static CUresult (*reset_fn)(CUdevice);
+static CUresult (*set_fn)(CUcontext);
+static CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+static CUresult (*free_fn)(CUdeviceptr);
+static CUresult (*create_fn)(CUcontext *, unsigned, CUdevice);
+static CUresult (*destroy_fn)(CUcontext);
+
+/* Allocates, fills, checks and frees n blocks in the current context. */
+static void use_memory(int n, unsigned seed, const char *when)
+{
+    CUdeviceptr p[32];
+    for (int i = 0; i < n && i < 32; i++) {
+        CHECK(alloc_fn(&p[i], 2000 + (size_t)i * 512) == CUDA_SUCCESS, "%s: alloc %d", when, i);
+        fill((void *)(uintptr_t)p[i], 2000 + (size_t)i * 512, seed + (unsigned)i);
+    }
+    for (int i = 0; i < n && i < 32; i++) {
+        CHECK(intact((void *)(uintptr_t)p[i], 2000 + (size_t)i * 512, seed + (unsigned)i), "%s: data %d", when, i);
+        CHECK(free_fn(p[i]) == CUDA_SUCCESS, "%s: free %d", when, i);
+    }
+}
+
+static int context_scenarios(gpa_fn gpa, const char *what)
+{
+    CUdriverProcAddressQueryResult st;
+    CHECK(gpa("cuDevicePrimaryCtxRetain", (void **)&retain_fn, 13000, 0, &st) == 0, "retain");
+    CHECK(gpa("cuDevicePrimaryCtxRelease", (void **)&release_fn, 13000, 0, &st) == 0, "release");
+    CHECK(gpa("cuDevicePrimaryCtxReset", (void **)&reset_fn, 13000, 0, &st) == 0, "reset");
+    CHECK(gpa("cuCtxSetCurrent", (void **)&set_fn, 13000, 0, &st) == 0, "set");
+    CHECK(gpa("cuMemAlloc", (void **)&alloc_fn, 13000, 0, &st) == 0, "alloc");
+    CHECK(gpa("cuMemFree", (void **)&free_fn, 13000, 0, &st) == 0, "free");
+    CHECK(gpa("cuCtxCreate", (void **)&create_fn, 13000, 0, &st) == 0, "create");
+    CHECK(gpa("cuCtxDestroy", (void **)&destroy_fn, 13000, 0, &st) == 0, "destroy");
+    if (failures)
+        return finish(what);
+    CUcontext ctx;
+    CHECK(retain_fn(&ctx, 0) == CUDA_SUCCESS && set_fn(ctx) == CUDA_SUCCESS, "primary context");
+    CUdeviceptr stale;
+    CHECK(alloc_fn(&stale, 4096) == CUDA_SUCCESS, "alloc before");
+    use_memory(10, 1, "before");
+    unsigned long destroyed = fake()->ctx_destroyed;
+    if (!strcmp(what, "release")) {
+        /* a second reference: releasing it keeps the context (and the pool) */
+        CUcontext again;
+        CHECK(retain_fn(&again, 0) == CUDA_SUCCESS && again == ctx, "second retain");
+        CHECK(release_fn(0) == CUDA_SUCCESS, "release of the second reference");
+        CHECK(fake()->ctx_destroyed == destroyed, "the context must survive while referenced");
+        CUdeviceptr kept;
+        CHECK(alloc_fn(&kept, 100) == CUDA_SUCCESS && free_fn(kept) == CUDA_SUCCESS, "still usable");
+        CHECK(release_fn(0) == CUDA_SUCCESS, "release of the last reference");
+    } else if (!strcmp(what, "primary_reset")) {
+        CHECK(reset_fn(0) == CUDA_SUCCESS, "cuDevicePrimaryCtxReset");
+        /* "resetting the primary context does not release it": release our usage */
+        CHECK(release_fn(0) == CUDA_SUCCESS, "release after the reset");
+    } else if (!strcmp(what, "ctx_create")) {
+        /* non-primary contexts pass through (a warning once per context) */
+        for (int round = 0; round < 2; round++) {
+            CUcontext created;
+            CHECK(create_fn(&created, 0, 0) == CUDA_SUCCESS, "cuCtxCreate");
+            unsigned long before = fake()->mem_alloc;
+            use_memory(5, 10, "in a created context");
+            CHECK(fake()->mem_alloc - before == 5, "%lu of 5 allocations reached the driver (pass through)",
+                  fake()->mem_alloc - before);
+            CHECK(destroy_fn(created) == CUDA_SUCCESS, "cuCtxDestroy");
+            CHECK(set_fn(ctx) == CUDA_SUCCESS, "primary current again");
+            use_memory(5, 20, "primary after a created context");
+        }
+        CHECK(free_fn(stale) == CUDA_SUCCESS, "free in the primary context");
+        CHECK(fake()->dead_calls == 0, "%lu calls on dead objects", fake()->dead_calls);
+        return finish(what);
+    } else {
+        fprintf(stderr, "unknown scenario %s\n", what);
+        return 2;
+    }
+    CHECK(fake()->ctx_destroyed == destroyed + 1, "the context died");
+    CHECK(fake()->bytes_outstanding == 0, "%lu bytes survive", fake()->bytes_outstanding);
+    /* without a reference the driver refuses, under the shim too */
+    CUdeviceptr none;
+    CHECK(alloc_fn(&none, 100) != CUDA_SUCCESS, "allocation in a dead context must fail as natively");
+    CHECK(retain_fn(&ctx, 0) == CUDA_SUCCESS && set_fn(ctx) == CUDA_SUCCESS, "retain again");
+    unsigned long dead_before = fake()->dead_calls;
+    use_memory(20, 5, "after");
+    CHECK(free_fn(stale) == CUDA_ERROR_INVALID_VALUE, "a stale free gets CUDA's answer");
+    CHECK(fake()->dead_calls == dead_before, "%lu calls on dead objects by the shim", fake()->dead_calls - dead_before);
+    CHECK(release_fn(0) == CUDA_SUCCESS, "release at the end");
+    return finish(what);
 }

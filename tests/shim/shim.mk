@@ -23,15 +23,15 @@ $(FAKE)/libcudart.so.13: tests/shim/fake_cudart.c tests/shim/fake_cudart.map shi
 	    -Wl,--version-script=tests/shim/fake_cudart.map -o $@ $< -ldl
 	ln -sf libcudart.so.13 $(FAKE)/libcudart.so
 
-$(SHIMTEST)/prog_runtime: tests/shim/prog_runtime.c tests/shim/prog_common.h $(FAKE)/libcudart.so.13
+$(SHIMTEST)/prog_runtime: tests/shim/prog_runtime.c tests/shim/prog_common.h tests/shim/fake_cuda.h $(FAKE)/libcudart.so.13
 	@mkdir -p $(SHIMTEST)
 	$(CC) $(PROG_FLAGS) -o $@ $< -L$(FAKE) -lcudart -ldl
 
-$(SHIMTEST)/prog_static: tests/shim/prog_static.c tests/shim/prog_common.h
+$(SHIMTEST)/prog_static: tests/shim/prog_static.c tests/shim/prog_common.h tests/shim/fake_cuda.h
 	@mkdir -p $(SHIMTEST)
 	$(CC) $(PROG_FLAGS) -o $@ $< -ldl
 
-$(SHIMTEST)/prog_static_old_dlsym: tests/shim/prog_static.c tests/shim/prog_common.h
+$(SHIMTEST)/prog_static_old_dlsym: tests/shim/prog_static.c tests/shim/prog_common.h tests/shim/fake_cuda.h
 	@mkdir -p $(SHIMTEST)
 	$(CC) $(PROG_FLAGS) -DOLD_DLSYM -o $@ $< -ldl
 
@@ -59,3 +59,10 @@ abi-check: $(SHIMTEST)/abi_check
 	$(SHIMTEST)/abi_check
 .PHONY: abi-check
 endif
+
+# A stress program over the shim and the fake CUDA (tests/stress/, run by
+# `make test-stress`, under TSan in `make test-all`): it preloads the shim itself.
+$(BUILD)/stress/context_reset_stress: tests/stress/context_reset_stress.c tests/shim/prog_common.h \
+                                      tests/shim/fake_cuda.h $(LIB) $(FAKE)/libcuda.so.1 $(FAKE)/libcudart.so.13
+	@mkdir -p $(dir $@)
+	$(CC) $(PROG_FLAGS) -DPS_BUILD_DIR='"$(abspath $(BUILD))"' -o $@ $< -L$(FAKE) -Wl,-rpath,$(abspath $(FAKE)) -lcudart -ldl

@@ -140,3 +140,77 @@ Test(life, bad_config_stops_before_the_first_allocation)
     cr_expect_eq(rc, 0, "on_error=passthrough runs without the pool:\n%s", output);
     cr_expect(strstr(output, "shim inactive"), "%s", output);
 }
+
+/* ---- context lifecycle (issue 13) ------------------------------------------------ */
+/* Passes natively and under the shim, and the fake driver saw no call on an
+ * object of a destroyed context (it says so at exit otherwise). */
+static void expect_clean(const char *env, const char *prog)
+{
+    expect_pass(0, env, prog, "shim inactive");
+    expect_pass(1, env, prog, "shim active");
+    cr_expect(strstr(output, "destroyed context") == NULL, "%s: calls on dead objects:\n%s", prog, output);
+}
+
+Test(context, reset_drops_live_pending_and_stream_blocks_and_allocates_again)
+{
+    expect_clean(NULL, "prog_runtime reset");
+    expect_clean("FAKE_CUDA_EVENTS_PENDING=3", "prog_runtime reset");
+    expect_clean("POOLSHIM_FREE_SYNC=none", "prog_runtime reset");
+}
+
+Test(context, reset_works_for_every_resource_type)
+{
+    const char *types[] = {"pool", "arena", "binning", "async", "cuda"};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        char env[128];
+        snprintf(env, sizeof env, "POOLSHIM_RESOURCE=%s FAKE_CUDA_EVENTS_PENDING=2", types[i]);
+        expect_clean(env, "prog_runtime reset");
+    }
+}
+
+Test(context, hundred_resets_do_not_grow_device_memory) { expect_clean(NULL, "prog_runtime reset_loop"); }
+
+Test(context, reset_does_not_disturb_threads_on_another_device)
+{
+    expect_clean(NULL, "prog_runtime reset_threads");
+}
+
+Test(context, reset_as_first_call_and_before_exit_stays_clean)
+{
+    expect_clean("POOLSHIM_STATS=text", "prog_runtime reset_first");
+    cr_expect(strstr(output, "resets     1"), "the exit report counts the reset:\n%s", output);
+}
+
+Test(context, set_device_flags_that_recreate_the_context)
+{
+    expect_clean("FAKE_CUDA_SETFLAGS_RECREATES=1", "prog_runtime set_flags");
+}
+
+Test(context, driver_release_of_the_last_reference) { expect_clean(NULL, "prog_static release"); }
+Test(context, driver_primary_ctx_reset) { expect_clean(NULL, "prog_static primary_reset"); }
+
+Test(context, created_contexts_pass_through_with_one_warning_each)
+{
+    expect_clean(NULL, "prog_static ctx_create");
+    int warnings = 0;
+    for (const char *p = output; (p = strstr(p, "is not the device's primary context")); p++)
+        warnings++;
+    cr_expect_eq(warnings, 2, "one warning per created context (2), got %d:\n%s", warnings, output);
+}
+
+Test(context, stats_json_reports_resets_and_what_they_dropped)
+{
+    char env[512], path[128];
+    snprintf(path, sizeof path, "/tmp/poolshim-reset-%d.json", getpid());
+    snprintf(env, sizeof env, "POOLSHIM_STATS=json POOLSHIM_STATS_FILE=%s", path);
+    expect_pass(1, env, "prog_runtime reset", "shim active");
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no statistics written to %s; output:\n%s", path, output);
+    char json[8192];
+    size_t n = fread(json, 1, sizeof json - 1, f);
+    json[n] = 0;
+    fclose(f);
+    remove(path);
+    cr_expect(strstr(json, "\"resets\": {\"count\": 1, \"dropped_allocations\": 11"),
+              "one reset, 11 live allocations dropped (10 blocks + 1 async), in %s", json);
+}

@@ -1,0 +1,105 @@
+/* Context lifecycle entry points, both doors: every way a context dies or
+ * is made again. Each calls the real function and returns its result; the
+ * router (ps_context_*) drops the stack of a device whose primary context
+ * died, without calling CUDA on anything of the dead context, and the next
+ * allocation builds a new stack in the new context.
+ *
+ *   cudaDeviceReset                     runtime door (shared cudart); static
+ *                                       cudart resets through the driver call
+ *   cuDevicePrimaryCtxReset(_v2)        always destroys the primary context
+ *   cuDevicePrimaryCtxRelease(_v2)      destroys it with the last reference
+ *   cuCtxDestroy(_v2)                   a cuCtxCreate context (its streams
+ *                                       are forgotten, its handle may return)
+ *   cudaSetDeviceFlags,
+ *   cuDevicePrimaryCtxSetFlags(_v2)     in case the driver made the context again
+ *
+ * They act whether or not the call came from inside the shim's own calls
+ * into the runtime (ps_in_shim): a context dies the same way for everyone.
+ */
+#include "shim.h"
+
+#define DRIVER_READY(name)                                                          \
+    do {                                                                            \
+        if (!ps_real.name && ps_real_load_driver() != PS_OK)                        \
+            return CUDA_ERROR_NOT_INITIALIZED;                                      \
+    } while (0)
+
+PS_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    DRIVER_READY(cuDevicePrimaryCtxReset);
+    return ps_context_reset(dev, ps_real.cuDevicePrimaryCtxReset, "cuDevicePrimaryCtxReset");
+}
+
+PS_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    DRIVER_READY(cuDevicePrimaryCtxReset_v2);
+    return ps_context_reset(dev, ps_real.cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset");
+}
+
+PS_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+    DRIVER_READY(cuDevicePrimaryCtxRelease);
+    return ps_context_release(dev, ps_real.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease");
+}
+
+PS_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    DRIVER_READY(cuDevicePrimaryCtxRelease_v2);
+    return ps_context_release(dev, ps_real.cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease");
+}
+
+PS_EXPORT CUresult cuCtxDestroy(CUcontext ctx)
+{
+    DRIVER_READY(cuCtxDestroy);
+    return ps_context_destroy(ctx, ps_real.cuCtxDestroy, "cuCtxDestroy");
+}
+
+PS_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    DRIVER_READY(cuCtxDestroy_v2);
+    return ps_context_destroy(ctx, ps_real.cuCtxDestroy_v2, "cuCtxDestroy");
+}
+
+static CUresult set_flags(ps_cuDevicePrimaryCtxSetFlags_fn real, CUdevice dev, unsigned int flags)
+{
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    CUresult r = real(dev, flags);
+    if (r == CUDA_SUCCESS)
+        ps_context_check("cuDevicePrimaryCtxSetFlags");
+    return r;
+}
+
+PS_EXPORT CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
+{
+    DRIVER_READY(cuDevicePrimaryCtxSetFlags);
+    return set_flags(ps_real.cuDevicePrimaryCtxSetFlags, dev, flags);
+}
+
+PS_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+    DRIVER_READY(cuDevicePrimaryCtxSetFlags_v2);
+    return set_flags(ps_real.cuDevicePrimaryCtxSetFlags_v2, dev, flags);
+}
+
+PS_EXPORT cudaError_t cudaDeviceReset(void)
+{
+    ps_cudaDeviceReset_fn real = PS_REAL_RT(cudaDeviceReset);
+    if (!real)
+        return 3; /* cudaErrorInitializationError: no CUDA runtime loaded */
+    /* no ps_in_shim here: the runtime resets through cuDevicePrimaryCtxReset,
+     * and that hook must do its work (under the devices lock, around the call) */
+    cudaError_t r = real();
+    ps_context_check("cudaDeviceReset");
+    return r;
+}
+
+PS_EXPORT cudaError_t cudaSetDeviceFlags(unsigned int flags)
+{
+    ps_cudaSetDeviceFlags_fn real = PS_REAL_RT(cudaSetDeviceFlags);
+    if (!real)
+        return 3;
+    cudaError_t r = real(flags);
+    ps_context_check("cudaSetDeviceFlags");
+    return r;
+}
