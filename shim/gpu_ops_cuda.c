@@ -45,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/ptr_map.h"
 #include "../core/resource.h"
 #include "shim.h"
 
@@ -65,6 +66,10 @@ typedef struct device_ops {
     int barrier_recorded;      /* E was recorded at least once (guarded by streams_lock) */
     size_t vm_granularity;     /* recommended mapping granularity (0: no virtual memory) */
     int skip_barrier;          /* test only (POOLSHIM_TEST_SKIP_BARRIER=1): barriers order nothing */
+    pthread_mutex_t vm_lock;   /* guards the three maps below */
+    ps_ptr_map_t vm_handles;   /* mapped address -> its physical allocation handle */
+    ps_ptr_map_t vm_sizes;     /* mapped address -> bytes mapped there */
+    ps_ptr_map_t vm_ranges;    /* reserved range -> its size (all, for release before a reset) */
     uint64_t barriers;         /* barriers issued (guarded by streams_lock) */
 } device_ops_t;
 
@@ -462,6 +467,10 @@ static int ops_vm_reserve(void *vctx, size_t size, void **out)
     if (r != CUDA_SUCCESS)
         return status_of(r);
     ps_slab_add((uintptr_t)p, size, d->ops.device);
+    pthread_mutex_lock(&d->vm_lock);
+    if (ps_ptr_map_reserve(&d->vm_ranges, 1) == PS_OK)
+        ps_ptr_map_put(&d->vm_ranges, (uintptr_t)p, size);
+    pthread_mutex_unlock(&d->vm_lock);
     *out = (void *)(uintptr_t)p;
     return PS_OK;
 }
@@ -469,6 +478,10 @@ static int ops_vm_reserve(void *vctx, size_t size, void **out)
 static void ops_vm_release(void *vctx, void *addr, size_t size)
 {
     device_ops_t *d = vctx;
+    uint64_t ignored;
+    pthread_mutex_lock(&d->vm_lock);
+    ps_ptr_map_remove(&d->vm_ranges, (uintptr_t)addr, &ignored);
+    pthread_mutex_unlock(&d->vm_lock);
     ps_slab_remove((uintptr_t)addr);
     int pushed = enter_ctx(d);
     ps_real.cuMemAddressFree((CUdeviceptr)(uintptr_t)addr, size);
@@ -501,6 +514,12 @@ static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
     leave_ctx(pushed);
     if (r != CUDA_SUCCESS)
         return status_of(r);
+    pthread_mutex_lock(&d->vm_lock);
+    if (ps_ptr_map_reserve(&d->vm_handles, 1) == PS_OK && ps_ptr_map_reserve(&d->vm_sizes, 1) == PS_OK) {
+        ps_ptr_map_put(&d->vm_handles, (uintptr_t)addr, h);
+        ps_ptr_map_put(&d->vm_sizes, (uintptr_t)addr, size);
+    }
+    pthread_mutex_unlock(&d->vm_lock);
     *handle = h;
     return PS_OK;
 }
@@ -513,7 +532,49 @@ static int ops_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle)
     if (r == CUDA_SUCCESS)
         r = ps_real.cuMemRelease(handle);
     leave_ctx(pushed);
+    if (r == CUDA_SUCCESS) {
+        uint64_t ignored;
+        pthread_mutex_lock(&d->vm_lock);
+        ps_ptr_map_remove(&d->vm_handles, (uintptr_t)addr, &ignored);
+        ps_ptr_map_remove(&d->vm_sizes, (uintptr_t)addr, &ignored);
+        pthread_mutex_unlock(&d->vm_lock);
+    }
     return status_of(r);
+}
+
+/* Before a reset of the context (which is still alive): physical memory
+ * from cuMemCreate and reserved address ranges belong to the process, not
+ * to the context, so a reset would not free them (measured: +6 MiB per
+ * reset of a pool stack). Wait for the device, unmap and release every
+ * mapping and reservation of this table. Its pools must not be used
+ * again: the caller drops them. */
+void ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops)
+{
+    device_ops_t *d = (device_ops_t *)ops;
+    if (!d || !d->vm_granularity)
+        return;
+    int pushed = enter_ctx(d);
+    ps_real.cuCtxSynchronize();
+    pthread_mutex_lock(&d->vm_lock);
+    for (size_t i = 0; i < d->vm_handles.capacity; i++) {
+        uintptr_t addr = d->vm_handles.slots[i].key;
+        uint64_t size = 0;
+        if (addr == PS_PTR_MAP_EMPTY || !ps_ptr_map_get(&d->vm_sizes, addr, &size))
+            continue;
+        if (ps_real.cuMemUnmap((CUdeviceptr)addr, size) == CUDA_SUCCESS)
+            ps_real.cuMemRelease(d->vm_handles.slots[i].value);
+    }
+    for (size_t i = 0; i < d->vm_ranges.capacity; i++)
+        if (d->vm_ranges.slots[i].key != PS_PTR_MAP_EMPTY)
+            ps_real.cuMemAddressFree((CUdeviceptr)d->vm_ranges.slots[i].key, d->vm_ranges.slots[i].value);
+    ps_ptr_map_free(&d->vm_handles);
+    ps_ptr_map_free(&d->vm_sizes);
+    ps_ptr_map_free(&d->vm_ranges);
+    ps_ptr_map_init(&d->vm_handles, 64);
+    ps_ptr_map_init(&d->vm_sizes, 64);
+    ps_ptr_map_init(&d->vm_ranges, 4);
+    pthread_mutex_unlock(&d->vm_lock);
+    leave_ctx(pushed);
 }
 
 /* The device's mapping granularity when it and the driver support virtual
@@ -563,6 +624,14 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         ps_warning("POOLSHIM_TEST_SKIP_BARRIER=1: barriers order nothing; freed memory may be reused while "
                    "kernels still use it (a test switch, never for real work)");
     pthread_mutex_init(&d->lock, NULL);
+    pthread_mutex_init(&d->vm_lock, NULL);
+    if (ps_ptr_map_init(&d->vm_handles, 64) != PS_OK || ps_ptr_map_init(&d->vm_sizes, 64) != PS_OK ||
+        ps_ptr_map_init(&d->vm_ranges, 4) != PS_OK) {
+        ps_ptr_map_free(&d->vm_handles);
+        ps_ptr_map_free(&d->vm_sizes);
+        free(d);
+        return PS_ENOMEM;
+    }
     d->ops = (ps_gpu_ops_t){
         .ctx = d,
         .device = device,

@@ -485,14 +485,23 @@ CUresult ps_context_reset(CUdevice device, ps_cuDevicePrimaryCtxReset_fn real, c
     /* no new user of the stack while the context goes away: allocations on
      * this device wait for the lock, then build in the new context */
     int ready = atomic_load(&dev->state) == PS_DEVICE_READY;
+    bool released_vm = false;
     if (ready) {
         atomic_store(&dev->state, PS_DEVICE_UNBUILT);
         atomic_fetch_add(&context_epoch, 1); /* cached answers are looked up again */
+        /* virtual memory outlives the context: give it back while it lives
+         * (the stack cannot be used afterwards, whatever the reset says) */
+        ps_resource_info_t info = {0};
+        ps_query(dev->stack->top, &info);
+        if (info.expandable) {
+            ps_gpu_ops_cuda_release_vm(dev->gpu);
+            released_vm = true;
+        }
     }
     CUresult r = real(device);
     if (ready) {
         atomic_store(&dev->state, PS_DEVICE_READY);
-        if (r == CUDA_SUCCESS || !context_alive(dev)) {
+        if (r == CUDA_SUCCESS || !context_alive(dev) || released_vm) {
             drop_device(dev, api);
             /* "resetting the primary context does not release it": whoever
              * retained it releases its usage, which is safe after a reset */

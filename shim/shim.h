@@ -207,6 +207,9 @@ void ps_streams_capture_gate_end(void);
  * that fails (its context, events and memory are gone). */
 void ps_gpu_ops_cuda_forget_context(CUcontext ctx);
 void ps_gpu_ops_cuda_mark_dead(ps_gpu_ops_t *ops);
+/* Before a reset, while the context lives: unmap and release the virtual
+ * memory of `ops` (it outlives the context otherwise); its pools are dead. */
+void ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops);
 
 /* ---- router.c --------------------------------------------------------------- */
 enum { PS_DOOR_RUNTIME = 0, PS_DOOR_DRIVER = 1 };
