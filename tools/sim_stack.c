@@ -71,7 +71,8 @@ int sim_stack_create(const char *config_path, int device, uint64_t capacity, sim
         return PS_EUNSUPPORTED;
     }
     ps_host_ops_options_t host = {.capacity = (size_t)capacity, .backed = 0,
-                                  .upstream_alignment = 2 * PS_MiB, .auto_complete = 1};
+                                  .upstream_alignment = 2 * PS_MiB, .auto_complete = 1,
+                                  .virtual_memory = 1, .vm_granularity = 2 * PS_MiB};
     int rc = ps_host_ops_create(&host, &sim.gpu);
     if (rc != PS_OK) {
         fprintf(stderr, "poolshim: error: cannot create the simulated device: %s\n", ps_status_name(rc));
