@@ -49,6 +49,9 @@ typedef struct ps_pool_options {
     size_t expandable_reserve; /* address space reserved per range; 0 (default) = twice the device */
     size_t expandable_piece;  /* bytes per mapped piece (default 2 MiB, rounded up to the device's
                                  granularity): the unit of growth and of giving memory back */
+    unsigned barrier_pending_percent; /* free_sync barrier: an allocation issues a barrier once pending
+                                 bytes exceed this % of reserved bytes (default 3; 0 = only when
+                                 nothing fits). Lower: less memory, more barriers */
 } ps_pool_options_t;
 
 /* Fills *opts with the defaults above. */

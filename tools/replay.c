@@ -209,6 +209,7 @@ int replay_run(const memlog_t *log, int device, ps_resource_t *top, int want_sam
             if (info.peak_bytes_reserved > s.peak_reserved)
                 s.peak_reserved = info.peak_bytes_reserved;
             s.upstream_allocs = info.upstream_allocs;
+            s.barriers = info.barriers;
         }
         if (want_samples) {
             if (s.sample_count == sample_capacity) {
@@ -313,7 +314,7 @@ void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint6
                 "\"logged_failures\": %llu, \"unknown_frees\": %llu, \"double_allocations\": %llu, "
                 "\"alloc_ns_per_op\": %.1f, \"free_ns_per_op\": %.1f, \"peak_requested\": %llu, "
                 "\"peak_reserved\": %llu, \"free_at_peak\": %llu, \"largest_free_at_peak\": %llu, "
-                "\"fragmentation\": %.4f, \"upstream_allocs\": %llu, \"duration_s\": %.6f}",
+                "\"fragmentation\": %.4f, \"upstream_allocs\": %llu, \"barriers\": %llu, \"duration_s\": %.6f}",
                 (unsigned long long)r->events, (unsigned long long)r->allocations,
                 (unsigned long long)r->frees, (unsigned long long)r->failures,
                 (unsigned long long)r->logged_failures, (unsigned long long)r->unknown_frees,
@@ -321,7 +322,7 @@ void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint6
                 per_op_ns(r->free_ns, r->frees), (unsigned long long)r->peak_requested,
                 (unsigned long long)r->peak_reserved, (unsigned long long)r->free_at_peak,
                 (unsigned long long)r->largest_free_at_peak, r->fragmentation,
-                (unsigned long long)r->upstream_allocs, r->duration_s);
+                (unsigned long long)r->upstream_allocs, (unsigned long long)r->barriers, r->duration_s);
     }
     fprintf(f, "\n]}\n");
 }

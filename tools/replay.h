@@ -37,6 +37,7 @@ typedef struct replay_stats {
     uint64_t largest_free_at_peak;/* largest free block then */
     double fragmentation;         /* 1 - largest_free / free at the requested peak */
     uint64_t upstream_allocs;     /* upstream allocations the stack made */
+    uint64_t barriers;            /* GPU barriers the stack issued (free_sync barrier) */
     double duration_s;            /* log time from the first to the last event */
     replay_sample_t *samples;     /* memory over time (when asked), one per event */
     size_t sample_count;          /* entries in samples */

@@ -62,16 +62,49 @@ Test(pool_barrier, blocked_barrier_never_hands_out_a_pending_block)
     fixture_close(&f);
 }
 
-Test(pool_barrier, no_barrier_when_pending_memory_cannot_serve_the_request)
+Test(pool_barrier, growth_merges_with_blocks_a_barrier_released)
 {
+    /* pending memory smaller than the request is still released before
+     * growing, so the growth joins it instead of leaving it as a hole */
     pool_fixture_t f;
-    open_lagging(&f, PS_FREE_SYNC_BARRIER, 0, 0);
+    open_lagging(&f, PS_FREE_SYNC_BARRIER, 1, 0);
     void *a, *b;
     cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), 0, "1 MiB pending + a little ready cannot give 64 MiB");
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), 1);
+    cr_assert_eq(b, a, "the 64 MiB block starts where the released 1 MiB block was");
+    cr_assert_eq(fixture_info(f.pool).peak_bytes_reserved, 64 * PS_MiB, "no hole was left behind");
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     ps_deallocate(f.pool, b, 0, PS_STREAM_NONE);
+    fixture_close(&f);
+}
+
+Test(pool_barrier, pending_memory_above_the_threshold_is_released_early)
+{
+    /* barrier_pending_percent: an allocation that fits anyway still
+     * issues a barrier once pending memory passes the threshold */
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    o.barrier_pending_percent = 10;
+    ps_host_ops_options_t host = {.virtual_memory = 1};
+    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    o.initial_size = 100 * PS_MiB;
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    void *a, *b, *c;
+    cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), 0, "8 MiB pending of 100 MiB: below 10%%");
+    cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &c), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, c, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &c), PS_OK);
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), 1, "16 MiB pending of 100 MiB: above 10%%, released");
+    cr_assert_eq(fixture_info(f.pool).bytes_pending, 0);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    ps_deallocate(f.pool, b, 0, PS_STREAM_NONE);
+    ps_deallocate(f.pool, c, 0, PS_STREAM_NONE);
     fixture_close(&f);
 }
 
