@@ -29,7 +29,10 @@
  *     unit); take a block (stream s: s's list, then the ready list, then a
  *     steal from another stream t: record a fence on t, make s wait for it,
  *     move t's blocks to s); cut the request off the block's front if at
- *     least one alignment unit is left (the free rest keeps its descriptor
+ *     least one alignment unit is left (requests of at most small_from_back
+ *     bytes off its back: small blocks gather at the ends of free runs and
+ *     stop splitting the large ones; replay of PyTorch transformer and conv
+ *     net logs: 1.099x -> 1.043x and 1.016x -> 1.013x reserved/requested) (the free rest keeps its descriptor
  *     and, when its class is unchanged, its list position); record
  *     address -> descriptor in a hash map of in-use blocks. Before the
  *     ready list, the *quick cache* is tried: up to 32 recently freed ready
@@ -389,13 +392,29 @@ static inline void free_block_resize(pool_t *pool, uint32_t index, uintptr_t add
 /* Takes free block `index` for a request of `size` bytes and returns the
  * used block's index: the front is cut off as a new used block (the free
  * rest keeps its descriptor and, usually, its list position) unless less
- * than one alignment unit would be left. The used block is mapped.
- * Needs one reserved descriptor and one reserved in-use map slot. */
+ * than one alignment unit would be left; a request of at most
+ * small_from_back bytes is cut off the back instead. The used block is
+ * mapped. Needs one reserved descriptor and one reserved in-use map slot. */
 static inline uint32_t take_block(pool_t *pool, uint32_t index, size_t size)
 {
     pool_block_t *f = &pool->blocks[index];
     uint32_t used_index = index;
-    if (f->size - size >= pool->options.alignment) {
+    if (size <= pool->options.small_from_back && f->size - size >= pool->options.alignment) {
+        used_index = take_descriptor(pool);
+        f = &pool->blocks[index];
+        pool_block_t *used = &pool->blocks[used_index];
+        used->addr = f->addr + f->size - size;
+        used->size = size;
+        used->free_stamp = 0;
+        used->prev_phys = index;
+        used->next_phys = f->next_phys;
+        used->chunk = f->chunk;
+        used->owner = f->owner;
+        if (f->next_phys != NIL)
+            pool->blocks[f->next_phys].prev_phys = used_index;
+        f->next_phys = used_index;
+        free_block_resize(pool, index, f->addr, f->size - size);
+    } else if (f->size - size >= pool->options.alignment) {
         used_index = take_descriptor(pool);
         f = &pool->blocks[index];
         pool_block_t *used = &pool->blocks[used_index];
@@ -1538,6 +1557,7 @@ void ps_pool_options_default(ps_pool_options_t *opts)
         .expandable_reserve = 0,
         .expandable_piece = 2 * PS_MiB,
         .barrier_pending_percent = 3,
+        .small_from_back = PS_MiB,
     };
 }
 

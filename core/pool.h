@@ -52,6 +52,9 @@ typedef struct ps_pool_options {
     unsigned barrier_pending_percent; /* free_sync barrier: an allocation issues a barrier once pending
                                  bytes exceed this % of reserved bytes (default 3; 0 = only when
                                  nothing fits). Lower: less memory, more barriers */
+    size_t small_from_back;   /* requests of at most this many bytes are cut from the back of a
+                                 free block, larger ones from the front (default 1 MiB; 0 = all
+                                 from the front) */
 } ps_pool_options_t;
 
 /* Fills *opts with the defaults above. */

@@ -40,7 +40,8 @@ static inline ps_resource_info_t fixture_info(ps_resource_t *r)
     return info;
 }
 
-/* Options for small deterministic tests: no epoch spin, small chunks. */
+/* Options for small deterministic tests: no epoch spin, small chunks,
+ * every request cut from the front of its block. */
 static inline ps_pool_options_t small_pool_options(void)
 {
     ps_pool_options_t o;
@@ -48,6 +49,7 @@ static inline ps_pool_options_t small_pool_options(void)
     o.min_chunk = 2 * PS_MiB;
     o.max_chunk = 64 * PS_MiB;
     o.epoch_wait_ns = 0;
+    o.small_from_back = 0; /* tests that check addresses expect front cuts */
     return o;
 }
 

@@ -174,3 +174,33 @@ Test(pool_barrier, lagging_gpu_keeps_reserved_close_to_requested)
     cr_assert_leq(expandable, 1.10, "barrier + expandable: %.3fx", expandable);
     cr_assert_lt(chunked, event / 2, "the barrier alone already bounds growth (%.2fx)", chunked);
 }
+
+Test(pool_placement, small_requests_are_cut_from_the_back_large_from_the_front)
+{
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    o.small_from_back = PS_MiB;
+    o.initial_size = 16 * PS_MiB;
+    ps_host_ops_options_t host = {.virtual_memory = 1};
+    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    void *large, *small, *exactly;
+    cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &large), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, 4096, PS_STREAM_NONE, &small), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &exactly), PS_OK);
+    uintptr_t base = (uintptr_t)large;
+    cr_assert_eq((uintptr_t)small, base + 16 * PS_MiB - 4096, "a small request comes off the back");
+    cr_assert_eq((uintptr_t)exactly, base + 15 * PS_MiB - 4096, "small_from_back is inclusive");
+    void *large2;
+    cr_assert_eq(ps_allocate(f.pool, 2 * PS_MiB, PS_STREAM_NONE, &large2), PS_OK);
+    cr_assert_eq((uintptr_t)large2, base + 4 * PS_MiB, "a large request comes off the front");
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    ps_deallocate(f.pool, small, 0, PS_STREAM_NONE);
+    ps_deallocate(f.pool, exactly, 0, PS_STREAM_NONE);
+    ps_deallocate(f.pool, large, 0, PS_STREAM_NONE);
+    ps_deallocate(f.pool, large2, 0, PS_STREAM_NONE);
+    ps_trim(f.pool);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    fixture_close(&f);
+}
