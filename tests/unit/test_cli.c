@@ -641,7 +641,7 @@ Test(replay, peak_requested_matches_an_independent_count)
         cr_assert_eq(memlog_read(data_path(logs[i].file), &log), 0);
         for (int d = 0; d < log.device_count; d++) {
             replay_stats_t stats;
-            cr_assert_eq(replay_run(&log, log.devices[d], NULL, 0, &stats), 0);
+            cr_assert_eq(replay_run(&log, log.devices[d], NULL, NULL, 0, &stats), 0);
             uint64_t expected = peak_requested_by_hand(data_path(logs[i].file), logs[i].device_column, log.devices[d]);
             cr_expect_eq(stats.peak_requested, expected, "%s device %d: %llu vs %llu", logs[i].file, log.devices[d],
                          (unsigned long long)stats.peak_requested, (unsigned long long)expected);
@@ -660,7 +660,7 @@ Test(replay, frees_with_the_allocation_size_and_counts_refusals)
     /* enough for everything: no failures, reserved peak = requested peak */
     checking_resource_t roomy = {{&checking_ops, "roomy", NULL}, peak, 0, 0, 0};
     replay_stats_t stats;
-    cr_assert_eq(replay_run(&log, 0, &roomy.base, 1, &stats), 0);
+    cr_assert_eq(replay_run(&log, 0, &roomy.base, NULL, 1, &stats), 0);
     cr_expect_eq(stats.failures, 0);
     cr_expect_eq(roomy.bad_frees, 0);
     cr_expect_eq(roomy.in_use, 0, "everything is freed at the end");
@@ -671,7 +671,7 @@ Test(replay, frees_with_the_allocation_size_and_counts_refusals)
     replay_stats_free(&stats);
     /* one byte short: the allocation that makes the peak is refused, and its free skipped */
     checking_resource_t tight = {{&checking_ops, "tight", NULL}, peak - 1, 0, 0, 0};
-    cr_assert_eq(replay_run(&log, 0, &tight.base, 0, &stats), 0);
+    cr_assert_eq(replay_run(&log, 0, &tight.base, NULL, 0, &stats), 0);
     cr_expect_eq(stats.failures, 1);
     cr_expect_eq(tight.bad_frees, 0);
     cr_expect_eq(tight.in_use, 0);
@@ -687,7 +687,7 @@ Test(replay, unknown_frees_are_skipped_and_reported_with_their_line)
     cr_assert_eq(memlog_parse(text, sizeof text - 1, "inline.csv", &log), 0);
     checking_resource_t r = {{&checking_ops, "r", NULL}, 1000, 0, 0, 0};
     replay_stats_t stats;
-    cr_assert_eq(replay_run(&log, 0, &r.base, 0, &stats), 0);
+    cr_assert_eq(replay_run(&log, 0, &r.base, NULL, 0, &stats), 0);
     cr_expect_eq(stats.unknown_frees, 2);
     cr_expect_eq(stats.first_problem_line, 3);
     cr_expect_eq(stats.frees, 1);
