@@ -12,7 +12,11 @@
  *  2. fence_record gives fence number 1, 2, 3... (recycled fence structs);
  *     a fence is complete when its number is <= the completed mark
  *     (ps_host_ops_complete_upto), when it was waited on, or at once in
- *     auto-complete mode. fence_wait on an incomplete fence completes that
+ *     auto-complete mode. With a lag (options.lag_ns > 0) a fence also
+ *     stores the simulated clock at recording and is complete once the
+ *     clock (ps_host_ops_set_clock, monotonic) reaches that time + lag:
+ *     fences recorded later complete later, as on a GPU that runs lag_ns
+ *     behind the host. fence_wait on an incomplete fence completes that
  *     fence (the host waited for it) and counts a wait.
  *     device_synchronize completes every fence recorded so far.
  *  3. stream_wait_fence, fence_wait and device_synchronize only count;
@@ -46,6 +50,7 @@
 
 struct ps_fence {
     uint64_t sequence;        /* 1, 2, 3... in recording order */
+    uint64_t recorded_ns;     /* simulated clock when recorded (lag mode) */
     int waited;               /* 1: fence_wait completed it */
     ps_stream_t stream;       /* the stream it was recorded on */
     struct ps_fence *next;    /* recycled-list link */
@@ -65,6 +70,8 @@ typedef struct host_device {
     uint64_t fences_recorded;      /* highest fence number given out */
     uint64_t completed_upto;       /* fences 1..completed_upto are complete */
     int auto_complete;             /* fences complete as soon as recorded */
+    uint64_t clock_ns;             /* simulated clock (lag mode), never decreasing */
+    uint64_t last_recorded_ns;     /* recorded_ns of the newest fence */
     struct ps_fence *recycled;     /* released fence structs */
     struct ps_fence *all_fences;   /* every fence struct ever created */
     uint64_t stream_waits;         /* stream_wait_fence calls */
@@ -105,7 +112,15 @@ static uint64_t count_of_stream(const ps_ptr_map_t *map, ps_stream_t stream)
 
 static int fence_is_complete_locked(host_device_t *dev, const struct ps_fence *fence)
 {
-    return fence->waited || fence->sequence <= dev->completed_upto;
+    return fence->waited || fence->sequence <= dev->completed_upto ||
+           (dev->options.lag_ns && dev->clock_ns - fence->recorded_ns >= dev->options.lag_ns);
+}
+
+/* Is every fence recorded so far complete (waited fences aside)? Lock held. */
+static int all_fences_complete_locked(const host_device_t *dev)
+{
+    return dev->completed_upto >= dev->fences_recorded ||
+           (dev->options.lag_ns && dev->clock_ns - dev->last_recorded_ns >= dev->options.lag_ns);
 }
 
 /* The failure plan and the capacity: may `rounded` more bytes be taken?
@@ -226,8 +241,10 @@ static int host_fence_record(void *ctx, ps_stream_t stream, ps_fence_t **out)
     fence->waited = 0;
     fence->stream = stream;
     fence->next = NULL;
+    fence->recorded_ns = dev->clock_ns;
+    dev->last_recorded_ns = dev->clock_ns;
     count_on_stream(&dev->fences_by_stream, stream);
-    if (dev->auto_complete)
+    if (dev->auto_complete && !dev->options.lag_ns)
         dev->completed_upto = fence->sequence;
     pthread_mutex_unlock(&dev->lock);
     *out = fence;
@@ -375,7 +392,7 @@ static int host_vm_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
         madvise(addr, size, MADV_DONTNEED);
         mprotect(addr, size, PROT_NONE);
     }
-    if (dev->completed_upto < dev->fences_recorded)
+    if (!all_fences_complete_locked(dev))
         dev->unsafe_unmaps++;
     dev->bytes_outstanding -= size;
     dev->vm_unmaps++;
@@ -546,6 +563,15 @@ void ps_host_ops_set_auto_complete(ps_gpu_ops_t *ops, int on)
     dev->auto_complete = on;
     if (on)
         dev->completed_upto = dev->fences_recorded;
+    pthread_mutex_unlock(&dev->lock);
+}
+
+void ps_host_ops_set_clock(ps_gpu_ops_t *ops, uint64_t now_ns)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    if (now_ns > dev->clock_ns)
+        dev->clock_ns = now_ns;
     pthread_mutex_unlock(&dev->lock);
 }
 

@@ -8,7 +8,9 @@
  *
  * Fences are fake: each records a sequence number; a fence completes when
  * the test says so (ps_host_ops_complete_*), or at once in auto-complete
- * mode. stream_wait_fence is recorded so tests can assert it happened.
+ * mode, or, with a GPU lag, once a simulated clock has passed the fence's
+ * recording time plus the lag (a GPU that runs `lag_ns` behind the host).
+ * stream_wait_fence is recorded so tests can assert it happened.
  * Thread-safe.
  */
 #ifndef PS_HOST_OPS_H
@@ -23,6 +25,8 @@ typedef struct ps_host_ops_options {
     int auto_complete;         /* 1: fences complete as soon as they are recorded */
     int virtual_memory;        /* 1: offer the vm_* entries (an expandable pool can be built) */
     size_t vm_granularity;     /* their granularity (default 2 MiB, like an H100) */
+    uint64_t lag_ns;           /* > 0: a fence completes lag_ns of simulated clock after it was
+                                  recorded (ps_host_ops_set_clock); overrides auto_complete */
 } ps_host_ops_options_t;
 
 /* Creates the table; *out is owned by the caller (ps_host_ops_destroy). */
@@ -34,6 +38,12 @@ uint64_t ps_host_ops_fences_recorded(ps_gpu_ops_t *ops);        /* how many so f
 void ps_host_ops_complete_upto(ps_gpu_ops_t *ops, uint64_t seq); /* fences 1..seq are done */
 void ps_host_ops_complete_all(ps_gpu_ops_t *ops);
 void ps_host_ops_set_auto_complete(ps_gpu_ops_t *ops, int on);
+/* The simulated clock (ns; starts at 0), used when options.lag_ns > 0: a
+ * fence records the clock when it is recorded and is complete once the
+ * clock reaches that time + lag_ns (fence_wait, device_synchronize and
+ * ps_host_ops_complete_* complete fences as before, without moving the
+ * clock). The clock never goes back: an earlier `now_ns` is ignored. */
+void ps_host_ops_set_clock(ps_gpu_ops_t *ops, uint64_t now_ns);
 uint64_t ps_host_ops_stream_waits(ps_gpu_ops_t *ops);            /* stream_wait_fence calls */
 uint64_t ps_host_ops_fence_waits(ps_gpu_ops_t *ops);             /* host fence_wait calls */
 uint64_t ps_host_ops_device_syncs(ps_gpu_ops_t *ops);            /* device_synchronize calls */

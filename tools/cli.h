@@ -61,6 +61,12 @@ char *cli_format_bytes(char *buf, size_t bufsize, uint64_t bytes);
 char *cli_format_seconds(char *buf, size_t bufsize, double seconds);
 char *cli_format_count(char *buf, size_t bufsize, uint64_t count);
 
+/* Durations for options: a number (fraction allowed) and a unit, ns, us,
+ * µs, ms or s ("5ms", "200us", "1.5 s"); "0" needs no unit. Returns 0 and
+ * the nanoseconds (rounded to nearest), or -1 on a malformed, negative or
+ * too large (> ~584 years) value, with why a short reason. */
+int cli_parse_duration(const char *text, uint64_t *ns, const char **why);
+
 /* Usage errors: prints "poolshim: error: CMD: MESSAGE" and a hint to
  * --help; returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -152,6 +152,62 @@ char *cli_format_count(char *buf, size_t bufsize, uint64_t count)
     return buf;
 }
 
+int cli_parse_duration(const char *text, uint64_t *ns, const char **why)
+{
+    static const struct {
+        const char *name; /* unit as written */
+        double scale;     /* nanoseconds per unit */
+    } units[] = {{"ns", 1}, {"us", 1e3}, {"\xc2\xb5s", 1e3} /* µs in UTF-8 */, {"ms", 1e6}, {"s", 1e9}};
+    const char *reason = "not a number";
+    const char *p = text ? text : "";
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p == '-')
+        reason = "durations cannot be negative";
+    if (isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1]))) {
+        char *end;
+        double value = strtod(p, &end); /* digits and a fraction only: checked above and below */
+        const char *digits_end = p + strspn(p, "0123456789.");
+        const char *dot = memchr(p, '.', (size_t)(digits_end - p));
+        if (end != digits_end) {
+            reason = "not a number";
+        } else if (dot && !isdigit((unsigned char)dot[1])) {
+            reason = "a '.' must be followed by digits";
+        } else {
+            while (*end == ' ' || *end == '\t')
+                end++;
+            size_t unit_len = strcspn(end, " \t");
+            const char *after = end + unit_len;
+            while (*after == ' ' || *after == '\t')
+                after++;
+            double scale = 0;
+            for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+                if (unit_len == strlen(units[i].name) && !strncmp(end, units[i].name, unit_len))
+                    scale = units[i].scale;
+            if (*after)
+                reason = "unexpected characters after the unit";
+            else if (!unit_len && value == 0)
+                scale = 1;
+            else if (!unit_len)
+                reason = "give a unit (ns, us, ms, s)";
+            else if (!scale)
+                reason = "unknown unit (ns, us, ms, s)";
+            if (scale && !*after) {
+                double total = value * scale + 0.5;
+                if (total >= 18446744073709551615.0) {
+                    reason = "too large";
+                } else {
+                    *ns = (uint64_t)total;
+                    return 0;
+                }
+            }
+        }
+    }
+    if (why)
+        *why = reason;
+    return -1;
+}
+
 int cli_usage_error(const char *command, const char *fmt, ...)
 {
     char message[512];

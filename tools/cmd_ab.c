@@ -360,7 +360,7 @@ int ps_cmd_ab(int argc, char **argv)
                 char title[2200];
                 snprintf(title, sizeof title, "Memory over time: %s", results->command);
                 const char *config = results->variants[1].config[0] ? results->variants[1].config : NULL;
-                if (replay_plot(&log, results->variants[1].name, config, (uint64_t)1 << 40, title, plot_path) != 0)
+                if (replay_plot(&log, results->variants[1].name, config, (uint64_t)1 << 40, 0, title, plot_path) != 0)
                     exit_code = CLI_EXIT_FAILURE;
                 memlog_free(&log);
             } else {

@@ -9,7 +9,10 @@
  *      the pool), requested bytes alone are drawn and the subtitle says
  *      "reserved unknown".
  *   3. Write the chart: x is the log's time in seconds (the event number
- *      when the log has no Time column), y in binary units.
+ *      when the log has no Time column), y in binary units. The reserved
+ *      curve is labelled "(simulated)": it is what the stack would reserve
+ *      on the simulated device, not what the program's GPU held; a GPU lag
+ *      (--gpu-lag) is named in the title and the subtitle.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -36,10 +39,11 @@ static const char plot_usage[] =
     "  -t, --title TEXT     chart title (default: the log's name)\n"
     "  -c, --config FILE    stack whose reserved bytes are drawn (default config if omitted)\n"
     "  -s, --simulate SIZE  capacity of the simulated device (default 1TiB)\n"
+    "  -g, --gpu-lag TIME   the simulated GPU lags the host by TIME (e.g. 5ms), in log time\n"
     "  -h, --help           this text\n";
 
 int replay_plot(const memlog_t *log, const char *log_name, const char *config, uint64_t capacity,
-                const char *title, const char *path)
+                uint64_t gpu_lag_ns, const char *title, const char *path)
 {
     int devices = log->device_count < PLOT_MAX_DEVICES ? log->device_count : PLOT_MAX_DEVICES;
     replay_stats_t stats[PLOT_MAX_DEVICES];
@@ -54,14 +58,14 @@ int replay_plot(const memlog_t *log, const char *log_name, const char *config, u
 
     for (int d = 0; d < devices && status == 0; d++) {
         sim_stack_t sim;
-        int built = have_reserved && sim_stack_create(config, log->devices[d], capacity, &sim) == PS_OK;
+        int built = have_reserved && sim_stack_create(config, log->devices[d], capacity, gpu_lag_ns, &sim) == PS_OK;
         if (!built && have_reserved) {
             fprintf(stderr, "poolshim: warning: plot: no stack to replay on; drawing requested bytes only\n");
             have_reserved = 0;
         }
         if (built)
             snprintf(stack_name, sizeof stack_name, "%s", sim.name);
-        status = replay_run(log, log->devices[d], built ? sim.top : NULL, 1, &stats[d]);
+        status = replay_run(log, log->devices[d], built ? sim.top : NULL, built ? sim.gpu : NULL, 1, &stats[d]);
         if (built)
             sim_stack_destroy(&sim);
         if (status != 0)
@@ -83,9 +87,10 @@ int replay_plot(const memlog_t *log, const char *log_name, const char *config, u
         if (have_reserved) {
             plot_series_t *s = &series[series_count++];
             if (*suffix)
-                snprintf(s->name, sizeof s->name, "reserved by %s%s%d)", stack_name, suffix, log->devices[d]);
+                snprintf(s->name, sizeof s->name, "reserved by %s, simulated%s%d)", stack_name, suffix,
+                         log->devices[d]);
             else
-                snprintf(s->name, sizeof s->name, "reserved by %s", stack_name);
+                snprintf(s->name, sizeof s->name, "reserved by %s (simulated)", stack_name);
             s->x = xs[d];
             s->y = reserved[d];
             s->count = n;
@@ -107,15 +112,19 @@ int replay_plot(const memlog_t *log, const char *log_name, const char *config, u
         char omitted[64] = "";
         if (log->device_count > devices)
             snprintf(omitted, sizeof omitted, "; %d more devices not drawn", log->device_count - devices);
+        char lag[64] = "", lag_text[32];
+        if (gpu_lag_ns)
+            snprintf(lag, sizeof lag, " (GPU lag %s)",
+                     cli_format_seconds(lag_text, sizeof lag_text, (double)gpu_lag_ns / 1e9));
         if (have_reserved)
             snprintf(subtitle, sizeof subtitle, "%s, %zu events; reserved = replay over stack '%s' on a "
-                                                "simulated device%s",
-                     base, log->count, stack_name, omitted);
+                                                "simulated device%s%s",
+                     base, log->count, stack_name, lag, omitted);
         else
             snprintf(subtitle, sizeof subtitle, "%s, %zu events; reserved unknown (no stack to replay on)%s",
                      base, log->count, omitted);
         char default_title[256];
-        snprintf(default_title, sizeof default_title, "Memory over time: %s", base);
+        snprintf(default_title, sizeof default_title, "Memory over time: %s%s", base, lag);
         plot_spec_t spec = {title ? title : default_title, subtitle, log->has_time, series, series_count};
         status = svg_plot_file(path, &spec);
     } else {
@@ -135,14 +144,15 @@ int ps_cmd_plot(int argc, char **argv)
     static const struct option long_options[] = {
         {"output", required_argument, NULL, 'o'}, {"title", required_argument, NULL, 't'},
         {"config", required_argument, NULL, 'c'}, {"simulate", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"gpu-lag", required_argument, NULL, 'g'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
-    const char *output = NULL, *title = NULL, *config = NULL;
-    uint64_t capacity = (uint64_t)1 << 40;
+    const char *output = NULL, *title = NULL, *config = NULL, *why;
+    uint64_t capacity = (uint64_t)1 << 40, gpu_lag_ns = 0;
     opterr = 0;
     optind = 1;
     int c;
-    while ((c = getopt_long(argc, argv, ":o:t:c:s:h", long_options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":o:t:c:s:g:h", long_options, NULL)) != -1) {
         switch (c) {
         case 'o': output = optarg; break;
         case 't': title = optarg; break;
@@ -150,6 +160,11 @@ int ps_cmd_plot(int argc, char **argv)
         case 's':
             if (ps_parse_size(optarg, &capacity, NULL) != PS_OK || capacity == 0) /* the config's parser */
                 return cli_usage_error("plot", "--simulate wants a size such as 80GiB, not '%s'", optarg);
+            break;
+        case 'g':
+            if (cli_parse_duration(optarg, &gpu_lag_ns, &why) != 0)
+                return cli_usage_error("plot", "--gpu-lag wants a duration such as 5ms or 200us, not '%s' (%s)",
+                                       optarg, why);
             break;
         case 'h': fputs(plot_usage, stdout); return CLI_EXIT_OK;
         case ':': return cli_usage_error("plot", "option '%s' needs a value", argv[optind - 1]);
@@ -165,7 +180,12 @@ int ps_cmd_plot(int argc, char **argv)
     memlog_t log;
     if (memlog_read(argv[optind], &log) != 0)
         return CLI_EXIT_FAILURE;
-    int rc = replay_plot(&log, argv[optind], config, capacity, title, output);
+    if (gpu_lag_ns && !log.has_time) {
+        fprintf(stderr, "poolshim: error: %s: --gpu-lag needs the log's Time column\n", argv[optind]);
+        memlog_free(&log);
+        return CLI_EXIT_FAILURE;
+    }
+    int rc = replay_plot(&log, argv[optind], config, capacity, gpu_lag_ns, title, output);
     memlog_free(&log);
     return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
 }

@@ -8,6 +8,10 @@
  *      bytes, replay that device's events in log order on one thread
  *      (tools/replay.c), destroy the stack.
  *   3. Print a table (or --json), optionally a memory-over-time plot.
+ * --gpu-lag makes the simulated GPU lag the host: a fence completes that
+ * long after it was recorded, in the log's time (the replay moves the
+ * device's clock to each event's timestamp), so the cost of a free policy
+ * that waits for fences (free_sync = event) shows as growth.
  * Without --simulate the replay would need the real GPU; that path belongs
  * in the shim (TODO: `poolshim run -- poolshim-replay-gpu`), so for now
  * --simulate is required and its absence is a usage error.
@@ -37,6 +41,9 @@ static const char replay_usage[] =
     "                       default config)\n"
     "  -s, --simulate SIZE  replay on a simulated device of SIZE bytes (e.g. 80GiB):\n"
     "                       nothing is allocated, works anywhere (required for now)\n"
+    "  -g, --gpu-lag TIME   the simulated GPU lags the host by TIME (e.g. 5ms, 200us):\n"
+    "                       a fence completes TIME after it was recorded, in the log's\n"
+    "                       time (needs its Time column); default 0: at once\n"
     "  -j, --json           print JSON instead of the table\n"
     "  -p, --plot FILE      also write memory over time as SVG (first stack)\n"
     "  -t, --title TEXT     title of the plot\n"
@@ -47,19 +54,20 @@ int ps_cmd_replay(int argc, char **argv)
     static const struct option long_options[] = {
         {"config", required_argument, NULL, 'c'}, {"simulate", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'j'},         {"plot", required_argument, NULL, 'p'},
-        {"title", required_argument, NULL, 't'},  {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"title", required_argument, NULL, 't'},  {"gpu-lag", required_argument, NULL, 'g'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     const char *configs[REPLAY_MAX_CONFIGS];
     size_t config_count = 0;
     const char *plot_path = NULL, *title = NULL, *log_path = NULL;
-    uint64_t capacity = 0;
+    uint64_t capacity = 0, gpu_lag_ns = 0;
+    const char *why;
     int json = 0, simulate = 0;
 
     opterr = 0;
     optind = 1;
     int c;
-    while ((c = getopt_long(argc, argv, ":c:s:jp:t:h", long_options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":c:s:g:jp:t:h", long_options, NULL)) != -1) {
         switch (c) {
         case 'c':
             if (config_count == REPLAY_MAX_CONFIGS)
@@ -70,6 +78,11 @@ int ps_cmd_replay(int argc, char **argv)
             if (ps_parse_size(optarg, &capacity, NULL) != PS_OK || capacity == 0) /* the config's parser */
                 return cli_usage_error("replay", "--simulate wants a size such as 80GiB, not '%s'", optarg);
             simulate = 1;
+            break;
+        case 'g':
+            if (cli_parse_duration(optarg, &gpu_lag_ns, &why) != 0)
+                return cli_usage_error("replay", "--gpu-lag wants a duration such as 5ms or 200us, not '%s' (%s)",
+                                       optarg, why);
             break;
         case 'j': json = 1; break;
         case 'p': plot_path = optarg; break;
@@ -91,6 +104,11 @@ int ps_cmd_replay(int argc, char **argv)
     memlog_t log;
     if (memlog_read(log_path, &log) != 0)
         return CLI_EXIT_FAILURE;
+    if (gpu_lag_ns && !log.has_time) {
+        fprintf(stderr, "poolshim: error: %s: --gpu-lag needs the log's Time column\n", log_path);
+        memlog_free(&log);
+        return CLI_EXIT_FAILURE;
+    }
 
     size_t stacks = config_count ? config_count : 1;
     size_t max_results = stacks * (size_t)log.device_count;
@@ -101,12 +119,12 @@ int ps_cmd_replay(int argc, char **argv)
         const char *config = config_count ? configs[s] : NULL;
         for (int d = 0; d < log.device_count && exit_code == CLI_EXIT_OK; d++) {
             sim_stack_t sim;
-            if (sim_stack_create(config, log.devices[d], capacity, &sim) != PS_OK) {
+            if (sim_stack_create(config, log.devices[d], capacity, gpu_lag_ns, &sim) != PS_OK) {
                 exit_code = CLI_EXIT_FAILURE;
                 break;
             }
             replay_stats_t *r = &results[result_count];
-            if (replay_run(&log, log.devices[d], sim.top, 0, r) != 0)
+            if (replay_run(&log, log.devices[d], sim.top, sim.gpu, 0, r) != 0)
                 exit_code = CLI_EXIT_FAILURE;
             else {
                 snprintf(r->stack, sizeof r->stack, "%s", sim.name);
@@ -117,11 +135,12 @@ int ps_cmd_replay(int argc, char **argv)
     }
     if (exit_code == CLI_EXIT_OK) {
         if (json)
-            replay_print_json(stdout, log_path, &log, capacity, results, result_count);
+            replay_print_json(stdout, log_path, &log, capacity, gpu_lag_ns, results, result_count);
         else
-            replay_print_text(stdout, log_path, &log, capacity, results, result_count);
+            replay_print_text(stdout, log_path, &log, capacity, gpu_lag_ns, results, result_count);
         if (plot_path &&
-            replay_plot(&log, log_path, config_count ? configs[0] : NULL, capacity, title, plot_path) != 0)
+            replay_plot(&log, log_path, config_count ? configs[0] : NULL, capacity, gpu_lag_ns, title,
+                        plot_path) != 0)
             exit_code = CLI_EXIT_FAILURE;
         else if (plot_path && !json)
             printf("plot: %s\n", plot_path);

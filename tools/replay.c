@@ -14,6 +14,9 @@
  *      each time they reach a new peak the stack is queried for free and
  *      largest-free bytes, giving fragmentation at the peak.
  *   5. At the end everything still live is freed (not timed).
+ * With a simulated device given, its clock is moved to each event's log
+ * time before the event (a lagging simulated GPU completes its fences in
+ * the log's time; without a Time column the clock stays at 0).
  * Guarantees: the stack sees only valid calls (never a free of a pointer
  * it did not return); times include one clock read (~20 ns) per call.
  */
@@ -22,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/host_ops.h"
 #include "cli.h"
 
 /* One live allocation of the replay. */
@@ -125,8 +129,8 @@ void replay_stats_free(replay_stats_t *stats)
     stats->sample_count = 0;
 }
 
-int replay_run(const memlog_t *log, int device, ps_resource_t *top, int want_samples,
-               replay_stats_t *out)
+int replay_run(const memlog_t *log, int device, ps_resource_t *top, ps_gpu_ops_t *sim_gpu,
+               int want_samples, replay_stats_t *out)
 {
     replay_stats_t s;
     memset(&s, 0, sizeof s);
@@ -147,6 +151,8 @@ int replay_run(const memlog_t *log, int device, ps_resource_t *top, int want_sam
         if (first_time < 0)
             first_time = e->time_s;
         last_time = e->time_s;
+        if (sim_gpu && log->has_time)
+            ps_host_ops_set_clock(sim_gpu, (uint64_t)(e->time_s * 1e9 + 0.5));
         if (e->action == MEMLOG_ALLOCATE_FAILURE) {
             s.logged_failures++;
         } else if (e->action == MEMLOG_ALLOCATE) {
@@ -250,7 +256,7 @@ int replay_run(const memlog_t *log, int device, ps_resource_t *top, int want_sam
 static double per_op_ns(uint64_t ns, uint64_t ops) { return ops ? (double)ns / (double)ops : 0; }
 
 void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
-                       const replay_stats_t *results, size_t count)
+                       uint64_t gpu_lag_ns, const replay_stats_t *results, size_t count)
 {
     char a[32], b[32], c[32];
     uint64_t allocations = 0, frees = 0, failures = 0;
@@ -264,7 +270,11 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
             log_name, cli_format_count(a, sizeof a, log->count), cli_format_count(b, sizeof b, allocations),
             cli_format_count(c, sizeof c, frees), (unsigned long long)failures, log->threads,
             log->threads == 1 ? "" : "s", log->device_count, log->device_count == 1 ? "" : "s");
-    if (capacity)
+    if (capacity && gpu_lag_ns)
+        fprintf(f, "simulated device: %s (unbacked; GPU lag %s: a fence completes that long after it was "
+                   "recorded, in log time)\n",
+                cli_format_bytes(a, sizeof a, capacity), cli_format_seconds(b, sizeof b, (double)gpu_lag_ns / 1e9));
+    else if (capacity)
         fprintf(f, "simulated device: %s (unbacked, fences complete at once)\n",
                 cli_format_bytes(a, sizeof a, capacity));
     fprintf(f, "\n%-6s  %-16s  %10s  %10s  %14s  %14s  %8s  %13s  %8s  %9s\n", "device", "stack",
@@ -299,12 +309,13 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
 }
 
 void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
-                       const replay_stats_t *results, size_t count)
+                       uint64_t gpu_lag_ns, const replay_stats_t *results, size_t count)
 {
     fprintf(f, "{\"poolshim_replay\": 1, \"log\": ");
     cli_json_string(f, log_name);
-    fprintf(f, ", \"events\": %zu, \"threads\": %zu, \"simulated_capacity\": %llu, \"results\": [",
-            log->count, log->threads, (unsigned long long)capacity);
+    fprintf(f, ", \"events\": %zu, \"threads\": %zu, \"simulated_capacity\": %llu, \"gpu_lag_ns\": %llu, "
+               "\"results\": [",
+            log->count, log->threads, (unsigned long long)capacity, (unsigned long long)gpu_lag_ns);
     for (size_t i = 0; i < count; i++) {
         const replay_stats_t *r = &results[i];
         fprintf(f, "%s\n  {\"device\": %d, \"stack\": ", i ? "," : "", r->device);

@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 
+#include "../core/gpu_ops.h"
 #include "../core/resource.h"
 #include "memlog.h"
 
@@ -45,25 +46,30 @@ typedef struct replay_stats {
 
 /* Replays the events of `device` in log order on one thread, mapping
  * logged pointers to replayed ones. `top` may be NULL: then only the
- * log's own figures (requested) are computed. */
-int replay_run(const memlog_t *log, int device, ps_resource_t *top, int want_samples,
-               replay_stats_t *out);
+ * log's own figures (requested) are computed. `sim_gpu`, when not NULL,
+ * is the simulated device (core/host_ops.h) under `top`: before each event
+ * its clock is moved to the event's log time (ns since the first event),
+ * so a lagging simulated GPU completes fences in the log's time. */
+int replay_run(const memlog_t *log, int device, ps_resource_t *top, ps_gpu_ops_t *sim_gpu,
+               int want_samples, replay_stats_t *out);
 void replay_stats_free(replay_stats_t *stats);
 
-/* Renders results (pure: output depends only on the arguments). */
+/* Renders results (pure: output depends only on the arguments).
+ * `gpu_lag_ns` is the simulated GPU's lag (0: fences complete at once). */
 void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
-                       const replay_stats_t *results, size_t count);
+                       uint64_t gpu_lag_ns, const replay_stats_t *results, size_t count);
 void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
-                       const replay_stats_t *results, size_t count);
+                       uint64_t gpu_lag_ns, const replay_stats_t *results, size_t count);
 
 
 /* ---- tools/cmd_plot.c ---- */
 /* Draws memory over time of `log` to an SVG at `path`: requested bytes per
  * device from the log, and reserved bytes from a replay over the stack of
- * `config` (NULL = default) on a simulated device of `capacity` bytes. When
+ * `config` (NULL = default) on a simulated device of `capacity` bytes whose
+ * GPU lags by `gpu_lag_ns` (named in the title and subtitle when > 0). When
  * that stack cannot be built the chart shows requested bytes only and says
  * so. Returns 0 or -1. */
 int replay_plot(const memlog_t *log, const char *log_name, const char *config, uint64_t capacity,
-                const char *title, const char *path);
+                uint64_t gpu_lag_ns, const char *title, const char *path);
 
 #endif

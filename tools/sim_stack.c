@@ -4,7 +4,9 @@
  *   1. Create a host-ops table: unbacked (no memory is touched, so an
  *      80 GiB device costs nothing), capacity bytes, fences auto-complete
  *      (the simulated GPU has always finished its work: replay measures
- *      the allocator, not kernel overlap).
+ *      the allocator, not kernel overlap), or, with a GPU lag, complete
+ *      that long after they were recorded, in the log's time (the replay
+ *      moves the device's clock to each event's timestamp).
  *   2. Load the config (the file, or the embedded default; the process
  *      environment is ignored so replays are reproducible) and build the
  *      stack for the device.
@@ -61,7 +63,8 @@ void sim_stack_destroy(sim_stack_t *sim)
     memset(sim, 0, sizeof *sim);
 }
 
-int sim_stack_create(const char *config_path, int device, uint64_t capacity, sim_stack_t *out)
+int sim_stack_create(const char *config_path, int device, uint64_t capacity, uint64_t gpu_lag_ns,
+                     sim_stack_t *out)
 {
     sim_stack_t sim;
     memset(&sim, 0, sizeof sim);
@@ -72,7 +75,8 @@ int sim_stack_create(const char *config_path, int device, uint64_t capacity, sim
     }
     ps_host_ops_options_t host = {.capacity = (size_t)capacity, .backed = 0,
                                   .upstream_alignment = 2 * PS_MiB, .auto_complete = 1,
-                                  .virtual_memory = 1, .vm_granularity = 2 * PS_MiB};
+                                  .virtual_memory = 1, .vm_granularity = 2 * PS_MiB,
+                                  .lag_ns = gpu_lag_ns};
     int rc = ps_host_ops_create(&host, &sim.gpu);
     if (rc != PS_OK) {
         fprintf(stderr, "poolshim: error: cannot create the simulated device: %s\n", ps_status_name(rc));

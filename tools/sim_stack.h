@@ -1,5 +1,6 @@
 /* A resource stack over the simulated device (core/host_ops.h: unbacked
- * addresses, bounded by a capacity, fences that complete at once), used by
+ * addresses, bounded by a capacity, fences that complete at once, or a
+ * given lag after they were recorded on a clock the replay advances), used by
  * `replay --simulate` and by `plot` to learn what a stack would reserve.
  * Return rule: PS_OK or a negative PS_E* (core/common.h), with a message
  * printed on error.
@@ -22,9 +23,13 @@ typedef struct sim_stack {
 } sim_stack_t;
 
 /* Builds the stack of `config_path` (NULL = the embedded default config)
- * for `device` on a simulated device of `capacity` bytes. When this build
- * has no config loader, the default is a pool with default options. */
-int sim_stack_create(const char *config_path, int device, uint64_t capacity, sim_stack_t *out);
+ * for `device` on a simulated device of `capacity` bytes whose GPU lags the
+ * host by `gpu_lag_ns` (0: fences complete at once; else a fence completes
+ * gpu_lag_ns after it was recorded, on the clock the replay advances with
+ * ps_host_ops_set_clock(sim.gpu, ...)). When this build has no config
+ * loader, the default is a pool with default options. */
+int sim_stack_create(const char *config_path, int device, uint64_t capacity, uint64_t gpu_lag_ns,
+                     sim_stack_t *out);
 void sim_stack_destroy(sim_stack_t *sim);
 
 /* Short display name of a config path ("configs/arena.ini" -> "arena"). */

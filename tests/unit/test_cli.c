@@ -641,7 +641,7 @@ Test(replay, peak_requested_matches_an_independent_count)
         cr_assert_eq(memlog_read(data_path(logs[i].file), &log), 0);
         for (int d = 0; d < log.device_count; d++) {
             replay_stats_t stats;
-            cr_assert_eq(replay_run(&log, log.devices[d], NULL, 0, &stats), 0);
+            cr_assert_eq(replay_run(&log, log.devices[d], NULL, NULL, 0, &stats), 0);
             uint64_t expected = peak_requested_by_hand(data_path(logs[i].file), logs[i].device_column, log.devices[d]);
             cr_expect_eq(stats.peak_requested, expected, "%s device %d: %llu vs %llu", logs[i].file, log.devices[d],
                          (unsigned long long)stats.peak_requested, (unsigned long long)expected);
@@ -660,7 +660,7 @@ Test(replay, frees_with_the_allocation_size_and_counts_refusals)
     /* enough for everything: no failures, reserved peak = requested peak */
     checking_resource_t roomy = {{&checking_ops, "roomy", NULL}, peak, 0, 0, 0};
     replay_stats_t stats;
-    cr_assert_eq(replay_run(&log, 0, &roomy.base, 1, &stats), 0);
+    cr_assert_eq(replay_run(&log, 0, &roomy.base, NULL, 1, &stats), 0);
     cr_expect_eq(stats.failures, 0);
     cr_expect_eq(roomy.bad_frees, 0);
     cr_expect_eq(roomy.in_use, 0, "everything is freed at the end");
@@ -671,7 +671,7 @@ Test(replay, frees_with_the_allocation_size_and_counts_refusals)
     replay_stats_free(&stats);
     /* one byte short: the allocation that makes the peak is refused, and its free skipped */
     checking_resource_t tight = {{&checking_ops, "tight", NULL}, peak - 1, 0, 0, 0};
-    cr_assert_eq(replay_run(&log, 0, &tight.base, 0, &stats), 0);
+    cr_assert_eq(replay_run(&log, 0, &tight.base, NULL, 0, &stats), 0);
     cr_expect_eq(stats.failures, 1);
     cr_expect_eq(tight.bad_frees, 0);
     cr_expect_eq(tight.in_use, 0);
@@ -687,7 +687,7 @@ Test(replay, unknown_frees_are_skipped_and_reported_with_their_line)
     cr_assert_eq(memlog_parse(text, sizeof text - 1, "inline.csv", &log), 0);
     checking_resource_t r = {{&checking_ops, "r", NULL}, 1000, 0, 0, 0};
     replay_stats_t stats;
-    cr_assert_eq(replay_run(&log, 0, &r.base, 0, &stats), 0);
+    cr_assert_eq(replay_run(&log, 0, &r.base, NULL, 0, &stats), 0);
     cr_expect_eq(stats.unknown_frees, 2);
     cr_expect_eq(stats.first_problem_line, 3);
     cr_expect_eq(stats.frees, 1);
@@ -991,7 +991,10 @@ Test(replay, real_pytorch_trace_keeps_reserved_within_15_percent_of_requested)
 
 /* Replays one gzipped log of tests/data/logs against the stack of `config`
  * (NULL: the default) and returns peak reserved / peak requested. */
-static double replayed_overhead(const char *gz_name, const char *config)
+/* Replays a gzipped log on an 80 GiB simulated device over `config` (NULL:
+ * the default) with the GPU lagging by `gpu_lag` (NULL: none); returns
+ * peak reserved / peak requested. */
+static double replayed_overhead_lagging(const char *gz_name, const char *config, const char *gpu_lag)
 {
     char csv[] = "/tmp/poolshim-replay-XXXXXX";
     int fd = mkstemp(csv);
@@ -1000,20 +1003,37 @@ static double replayed_overhead(const char *gz_name, const char *config)
     char command[1024];
     snprintf(command, sizeof command, "gzip -dc '%s' > '%s'", data_path(gz_name), csv);
     cr_assert_eq(system(command), 0, "%s", command);
-    const char *with_config[] = {"replay", csv, "--simulate", "80GiB", "--json", "-c", config, NULL};
-    const char *plain[] = {"replay", csv, "--simulate", "80GiB", "--json", NULL};
-    cli_result_t r = run_cli(config ? with_config : plain, NULL);
+    const char *args[12] = {"replay", csv, "--simulate", "80GiB", "--json"};
+    size_t n = 5;
+    if (config) {
+        args[n++] = "-c";
+        args[n++] = config;
+    }
+    if (gpu_lag) {
+        args[n++] = "--gpu-lag";
+        args[n++] = gpu_lag;
+    }
+    args[n] = NULL;
+    cli_result_t r = run_cli(args, NULL);
     unlink(csv);
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
     json_t *j;
     char err[128];
     cr_assert_eq(parse_json(r.out, &j, err, sizeof err), 0, "%s", err);
+    uint64_t lag_ns;
+    cr_assert_eq(cli_parse_duration(gpu_lag ? gpu_lag : "0", &lag_ns, NULL), 0);
+    cr_assert_eq(cli_json_u64(j, "gpu_lag_ns", UINT64_MAX), lag_ns);
     const json_t *row = json_array_get(json_object_get(j, "results"), 0);
     cr_assert_eq(cli_json_u64(row, "failures", 1), 0);
     double overhead = (double)cli_json_u64(row, "peak_reserved", 0) / (double)cli_json_u64(row, "peak_requested", 1);
     json_decref(j);
     cli_result_free(&r);
     return overhead;
+}
+
+static double replayed_overhead(const char *gz_name, const char *config)
+{
+    return replayed_overhead_lagging(gz_name, config, NULL);
 }
 
 Test(replay, h100_pytorch_logs_keep_reserved_within_10_percent_of_requested)
@@ -1040,4 +1060,92 @@ Test(replay, h100_pytorch_logs_keep_reserved_within_10_percent_of_requested)
     double lazy_overhead = replayed_overhead(logs[0], lazy);
     unlink(lazy);
     cr_expect_gt(lazy_overhead, 1.5, "barrier only when nothing fits: %.3fx (the GPU measured 1.80x)", lazy_overhead);
+}
+
+Test(replay, a_lagging_gpu_blows_up_the_event_policy_but_not_the_barrier)
+{
+    /* On the H100 the event policy (reuse after a polled fence) reserved
+     * 12.7x the requested peak of this log: the host ran far ahead of the
+     * GPU, the poll missed, the pool grew. With fences completing at once
+     * the replay cannot show it (1.80x); with the GPU 5 ms behind, it must.
+     * The barrier makes freed blocks reusable without waiting for the GPU,
+     * so the lag must not change it. */
+    const char *log = "logs/h100_torch_transformer_uncached.csv.gz";
+    const char *event = data_path("cli/free_sync_event.ini");
+    double event_no_lag = replayed_overhead_lagging(log, event, NULL);
+    double event_lagging = replayed_overhead_lagging(log, event, "5ms");
+    double barrier_lagging = replayed_overhead_lagging(log, NULL, "5ms");
+    cr_log_info("%s, GPU lag 5 ms: free_sync event %.3fx (no lag %.3fx), default (barrier) %.3fx", log,
+                event_lagging, event_no_lag, barrier_lagging);
+    cr_expect_gt(event_lagging, 3.0, "event policy, GPU 5 ms behind: %.3fx (the H100 measured 12.7x)",
+                 event_lagging);
+    cr_expect_gt(event_lagging, 2 * event_no_lag, "the lag is what costs: %.3fx vs %.3fx", event_lagging,
+                 event_no_lag);
+    cr_expect_leq(barrier_lagging, 1.10, "barrier, GPU 5 ms behind: %.3fx", barrier_lagging);
+}
+
+Test(replay, gpu_lag_is_named_in_the_text_output_and_the_plot)
+{
+    char svg[] = "/tmp/poolshim-test-plot-XXXXXX";
+    int fd = mkstemp(svg);
+    cr_assert(fd >= 0);
+    close(fd);
+    cli_result_t r = run_cli((const char *[]){"replay", data_path("logs/small.csv"), "--simulate", "1GiB",
+                                              "--gpu-lag", "200us", "--plot", svg, NULL},
+                             NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cr_expect(strstr(r.out, "GPU lag 200 us"), "%s", r.out);
+    char *text = slurp(svg);
+    cr_assert(text);
+    cr_expect(strstr(text, "reserved by default (simulated)"), "the reserved curve says it is simulated");
+    cr_expect(strstr(text, "<title>Memory over time: small.csv (GPU lag 200 us)</title>"), "the lag in the title");
+    free(text);
+    cli_result_free(&r);
+    r = run_cli((const char *[]){"replay", data_path("logs/small.csv"), "--simulate", "1GiB", NULL}, NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cr_expect(strstr(r.out, "fences complete at once"), "no lag: %s", r.out);
+    cli_result_free(&r);
+    unlink(svg);
+}
+
+Test(replay, bad_gpu_lag_is_a_usage_error_and_needs_a_time_column)
+{
+    const char *bad[] = {"5", "abc", "-5ms", "5mss", "5.ms", "99999999999s"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cli_result_t r = run_cli(
+            (const char *[]){"replay", data_path("logs/small.csv"), "--simulate", "1GiB", "--gpu-lag", bad[i], NULL},
+            NULL);
+        cr_expect_eq(r.exit_code, 2, "--gpu-lag %s exited %d", bad[i], r.exit_code);
+        cr_expect(strstr(r.err, "--gpu-lag wants a duration"), "%s", r.err);
+        cli_result_free(&r);
+    }
+    char csv[] = "/tmp/poolshim-no-time-XXXXXX";
+    int fd = mkstemp(csv);
+    cr_assert_geq(fd, 0);
+    const char *text = "Action,Pointer,Size\nallocate,0x1000,256\nfree,0x1000,256\n";
+    cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    cli_result_t r = run_cli((const char *[]){"replay", csv, "--simulate", "1GiB", "--gpu-lag", "1ms", NULL}, NULL);
+    unlink(csv);
+    cr_expect_eq(r.exit_code, 1);
+    cr_expect(strstr(r.err, "needs the log's Time column"), "%s", r.err);
+    cli_result_free(&r);
+}
+
+Test(cli, durations_parse_with_units)
+{
+    uint64_t ns;
+    cr_expect(cli_parse_duration("5ms", &ns, NULL) == 0 && ns == 5000000);
+    cr_expect(cli_parse_duration("200us", &ns, NULL) == 0 && ns == 200000);
+    cr_expect(cli_parse_duration("200\xc2\xb5s", &ns, NULL) == 0 && ns == 200000);
+    cr_expect(cli_parse_duration(" 1.5 s ", &ns, NULL) == 0 && ns == 1500000000);
+    cr_expect(cli_parse_duration("7ns", &ns, NULL) == 0 && ns == 7);
+    cr_expect(cli_parse_duration("0", &ns, NULL) == 0 && ns == 0);
+    const char *why = NULL;
+    cr_expect_eq(cli_parse_duration("5", &ns, &why), -1);
+    cr_expect_str_eq(why, "give a unit (ns, us, ms, s)");
+    cr_expect_eq(cli_parse_duration("5 min", &ns, &why), -1);
+    cr_expect_str_eq(why, "unknown unit (ns, us, ms, s)");
+    cr_expect_eq(cli_parse_duration("1e3ms", &ns, NULL), -1);
+    cr_expect_eq(cli_parse_duration("", &ns, NULL), -1);
 }

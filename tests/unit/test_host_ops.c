@@ -222,3 +222,42 @@ Test(ptr_map, matches_a_reference_array_under_random_puts_and_removes)
     }
     ps_ptr_map_free(&map);
 }
+
+Test(host_ops, lagging_gpu_completes_a_fence_lag_after_it_was_recorded)
+{
+    ps_gpu_ops_t *gpu;
+    ps_host_ops_options_t o = {.auto_complete = 1, .lag_ns = 5000000}; /* the lag overrides auto_complete */
+    cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK);
+    ps_fence_t *early, *late;
+    ps_host_ops_set_clock(gpu, 1000);
+    cr_assert_eq(gpu->fence_record(gpu->ctx, PS_STREAM_NONE, &early), PS_OK);
+    ps_host_ops_set_clock(gpu, 2000000);
+    cr_assert_eq(gpu->fence_record(gpu->ctx, 0x100, &late), PS_OK);
+    ps_host_ops_set_clock(gpu, 1000 + 5000000 - 1);
+    cr_assert_eq(gpu->fence_query(gpu->ctx, early), PS_ENOTREADY, "1 ns before the lag has passed");
+    ps_host_ops_set_clock(gpu, 10); /* the clock never goes back */
+    ps_host_ops_set_clock(gpu, 1000 + 5000000);
+    cr_assert_eq(gpu->fence_query(gpu->ctx, early), PS_OK, "complete once the lag has passed");
+    cr_assert_eq(gpu->fence_query(gpu->ctx, late), PS_ENOTREADY, "a later fence completes later");
+    cr_assert_eq(gpu->fence_wait(gpu->ctx, late), PS_OK);
+    cr_assert_eq(ps_host_ops_fence_waits(gpu), 1, "the host waited for the lagging GPU");
+    cr_assert_eq(gpu->fence_query(gpu->ctx, late), PS_OK, "a waited fence is complete");
+    ps_host_ops_set_clock(gpu, 7000000);
+    cr_assert_eq(gpu->fence_query(gpu->ctx, late), PS_OK);
+    gpu->fence_release(gpu->ctx, early);
+    gpu->fence_release(gpu->ctx, late);
+    ps_host_ops_destroy(gpu);
+}
+
+Test(host_ops, without_a_lag_the_clock_changes_nothing)
+{
+    ps_gpu_ops_t *gpu;
+    ps_host_ops_options_t o = {.auto_complete = 0};
+    cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK);
+    ps_fence_t *f;
+    cr_assert_eq(gpu->fence_record(gpu->ctx, PS_STREAM_NONE, &f), PS_OK);
+    ps_host_ops_set_clock(gpu, UINT64_MAX);
+    cr_assert_eq(gpu->fence_query(gpu->ctx, f), PS_ENOTREADY, "only the test completes fences");
+    gpu->fence_release(gpu->ctx, f);
+    ps_host_ops_destroy(gpu);
+}
