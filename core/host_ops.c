@@ -31,6 +31,11 @@
  *     (backed) opens the pages; vm_unmap closes and discards them. Each
  *     mapping is kept in a map address -> size, so an unmap of something
  *     not mapped is PS_EINVAL.
+ *  6. Fault plan (ps_host_ops_fail_call): every entry that can fail first
+ *     counts its call (per entry and in total) and asks the plan whether
+ *     this call number fails; a failing call returns at once, having done
+ *     nothing. Fences and reserved ranges still live are counted, so a
+ *     test sees what a failure path forgot to release.
  * Guarantees: thread-safe (one mutex); bytes outstanding never exceed the
  * capacity; destroy frees every host allocation still live.
  */
@@ -56,6 +61,24 @@ struct ps_fence {
     struct ps_fence *next;    /* recycled-list link */
     struct ps_fence *all_next; /* list of every fence struct, for destroy */
 };
+
+/* One entry of the fault plan (ps_host_ops_fail_call). */
+typedef struct host_fault {
+    ps_host_op_t op; /* the entry, or PS_HOST_OP_ANY */
+    uint64_t nth;    /* the call number that fails (0: slot unused) */
+    int status;      /* what it returns */
+} host_fault_t;
+
+/* The fault plan and what it has done; lives in host_device_t. */
+typedef struct host_faults {
+    uint64_t calls[PS_HOST_OP_COUNT + 1];     /* calls per entry; [PS_HOST_OP_ANY]: all */
+    host_fault_t plan[PS_HOST_FAULTS_MAX];    /* pending entries */
+    uint64_t fired;                           /* calls failed by the plan */
+    ps_host_op_t last_op;                     /* the last failed call's entry */
+    uint64_t last_call;                       /* its number among that entry's calls */
+    uint64_t live_fences;                     /* fence_record successes - fence_release calls */
+    uint64_t live_vm_ranges;                  /* vm_reserve successes - vm_release calls */
+} host_faults_t;
 
 typedef struct host_device {
     ps_gpu_ops_t ops;              /* the table handed out (ops.ctx points here) */
@@ -86,6 +109,7 @@ typedef struct host_device {
     uint64_t vm_unmaps;            /* successful vm_unmap calls */
     uint64_t unsafe_unmaps;        /* vm_unmap while a fence was incomplete */
     uint64_t next_handle;          /* vm_map handles: 1, 2, 3... */
+    host_faults_t faults;          /* the fault plan and the per-entry call counters */
 } host_device_t;
 
 /* Adds one to `stream`'s entry of `map` (silently skipped without memory).
@@ -123,6 +147,35 @@ static int all_fences_complete_locked(const host_device_t *dev)
            (dev->options.lag_ns && dev->clock_ns - dev->last_recorded_ns >= dev->options.lag_ns);
 }
 
+static const char *const OP_NAMES[PS_HOST_OP_COUNT + 1] = {
+    "mem_alloc", "mem_free", "mem_alloc_async", "mem_free_async", "mem_alloc_managed", "mem_get_info",
+    "fence_record", "fence_query", "fence_wait", "stream_wait_fence", "device_synchronize", "barrier",
+    "vm_reserve", "vm_map", "vm_unmap", "any",
+};
+
+/* Counts one call of `op` and answers whether the fault plan fails it:
+ * PS_OK, or the planned error (the call must then do nothing else).
+ * Takes the lock itself. */
+static int host_fault(host_device_t *dev, ps_host_op_t op)
+{
+    pthread_mutex_lock(&dev->lock);
+    host_faults_t *f = &dev->faults;
+    uint64_t mine = ++f->calls[op], any = ++f->calls[PS_HOST_OP_ANY];
+    int status = PS_OK;
+    for (int i = 0; i < PS_HOST_FAULTS_MAX && status == PS_OK; i++) {
+        host_fault_t *entry = &f->plan[i];
+        if (entry->nth && ((entry->op == op && entry->nth == mine) || (entry->op == PS_HOST_OP_ANY && entry->nth == any))) {
+            status = entry->status;
+            entry->nth = 0;
+            f->fired++;
+            f->last_op = op;
+            f->last_call = mine;
+        }
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return status;
+}
+
 /* The failure plan and the capacity: may `rounded` more bytes be taken?
  * Lock held. */
 static int admit_locked(host_device_t *dev, size_t rounded)
@@ -140,8 +193,11 @@ static int admit_locked(host_device_t *dev, size_t rounded)
     return PS_OK;
 }
 
-static int host_alloc(host_device_t *dev, size_t size, void **out)
+static int host_alloc(host_device_t *dev, ps_host_op_t op, size_t size, void **out)
 {
+    int fault = host_fault(dev, op);
+    if (fault != PS_OK)
+        return fault;
     size_t rounded = ps_align_up(size ? size : 1, dev->options.upstream_alignment);
     if (!rounded)
         return PS_ENOMEM;
@@ -174,12 +230,12 @@ static int host_alloc(host_device_t *dev, size_t size, void **out)
 
 static int host_mem_alloc(void *ctx, size_t size, void **out)
 {
-    return host_alloc(ctx, size, out);
+    return host_alloc(ctx, PS_HOST_OP_MEM_ALLOC, size, out);
 }
 
-static int host_mem_free(void *ctx, void *ptr, size_t size)
+/* mem_free and mem_free_async, once the call is counted. */
+static int host_free(host_device_t *dev, void *ptr)
 {
-    host_device_t *dev = ctx;
     uint64_t rounded;
     pthread_mutex_lock(&dev->lock);
     if (!ps_ptr_map_remove(&dev->live, (uintptr_t)ptr, &rounded)) {
@@ -195,24 +251,34 @@ static int host_mem_free(void *ctx, void *ptr, size_t size)
     return PS_OK;
 }
 
+static int host_mem_free(void *ctx, void *ptr, size_t size)
+{
+    int fault = host_fault(ctx, PS_HOST_OP_MEM_FREE);
+    return fault != PS_OK ? fault : host_free(ctx, ptr);
+}
+
 static int host_mem_alloc_async(void *ctx, size_t size, ps_stream_t stream, void **out)
 {
-    return host_alloc(ctx, size, out);
+    return host_alloc(ctx, PS_HOST_OP_MEM_ALLOC_ASYNC, size, out);
 }
 
 static int host_mem_free_async(void *ctx, void *ptr, ps_stream_t stream)
 {
-    return host_mem_free(ctx, ptr, 0);
+    int fault = host_fault(ctx, PS_HOST_OP_MEM_FREE_ASYNC);
+    return fault != PS_OK ? fault : host_free(ctx, ptr);
 }
 
 static int host_mem_alloc_managed(void *ctx, size_t size, void **out)
 {
-    return host_alloc(ctx, size, out);
+    return host_alloc(ctx, PS_HOST_OP_MEM_ALLOC_MANAGED, size, out);
 }
 
 static int host_mem_get_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 {
     host_device_t *dev = ctx;
+    int fault = host_fault(dev, PS_HOST_OP_MEM_GET_INFO);
+    if (fault != PS_OK)
+        return fault;
     pthread_mutex_lock(&dev->lock);
     size_t total = dev->options.capacity ? dev->options.capacity : (size_t)(SIMULATED_END - SIMULATED_BASE);
     *free_bytes = total - (size_t)dev->bytes_outstanding;
@@ -224,6 +290,9 @@ static int host_mem_get_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 static int host_fence_record(void *ctx, ps_stream_t stream, ps_fence_t **out)
 {
     host_device_t *dev = ctx;
+    int fault = host_fault(dev, PS_HOST_OP_FENCE_RECORD);
+    if (fault != PS_OK)
+        return fault;
     pthread_mutex_lock(&dev->lock);
     struct ps_fence *fence = dev->recycled;
     if (fence) {
@@ -244,6 +313,7 @@ static int host_fence_record(void *ctx, ps_stream_t stream, ps_fence_t **out)
     fence->recorded_ns = dev->clock_ns;
     dev->last_recorded_ns = dev->clock_ns;
     count_on_stream(&dev->fences_by_stream, stream);
+    dev->faults.live_fences++;
     if (dev->auto_complete && !dev->options.lag_ns)
         dev->completed_upto = fence->sequence;
     pthread_mutex_unlock(&dev->lock);
@@ -254,6 +324,9 @@ static int host_fence_record(void *ctx, ps_stream_t stream, ps_fence_t **out)
 static int host_fence_query(void *ctx, ps_fence_t *fence)
 {
     host_device_t *dev = ctx;
+    int fault = host_fault(dev, PS_HOST_OP_FENCE_QUERY);
+    if (fault != PS_OK)
+        return fault;
     pthread_mutex_lock(&dev->lock);
     int done = fence_is_complete_locked(dev, fence);
     pthread_mutex_unlock(&dev->lock);
@@ -263,6 +336,9 @@ static int host_fence_query(void *ctx, ps_fence_t *fence)
 static int host_fence_wait(void *ctx, ps_fence_t *fence)
 {
     host_device_t *dev = ctx;
+    int fault = host_fault(dev, PS_HOST_OP_FENCE_WAIT);
+    if (fault != PS_OK)
+        return fault;
     pthread_mutex_lock(&dev->lock);
     if (!fence_is_complete_locked(dev, fence)) {
         fence->waited = 1; /* the host waited until the GPU got there */
@@ -280,12 +356,16 @@ static void host_fence_release(void *ctx, ps_fence_t *fence)
     pthread_mutex_lock(&dev->lock);
     fence->next = dev->recycled;
     dev->recycled = fence;
+    dev->faults.live_fences--;
     pthread_mutex_unlock(&dev->lock);
 }
 
 static int host_stream_wait_fence(void *ctx, ps_stream_t stream, ps_fence_t *fence)
 {
     host_device_t *dev = ctx;
+    int fault = host_fault(dev, PS_HOST_OP_STREAM_WAIT_FENCE);
+    if (fault != PS_OK)
+        return fault;
     pthread_mutex_lock(&dev->lock);
     dev->stream_waits++;
     count_on_stream(&dev->waits_by_stream, stream);
@@ -296,6 +376,9 @@ static int host_stream_wait_fence(void *ctx, ps_stream_t stream, ps_fence_t *fen
 static int host_device_synchronize(void *ctx)
 {
     host_device_t *dev = ctx;
+    int fault = host_fault(dev, PS_HOST_OP_DEVICE_SYNCHRONIZE);
+    if (fault != PS_OK)
+        return fault;
     pthread_mutex_lock(&dev->lock);
     dev->device_syncs++;
     dev->completed_upto = dev->fences_recorded;
@@ -306,6 +389,9 @@ static int host_device_synchronize(void *ctx)
 static int host_barrier(void *ctx)
 {
     host_device_t *dev = ctx;
+    int fault = host_fault(dev, PS_HOST_OP_BARRIER);
+    if (fault != PS_OK)
+        return fault;
     pthread_mutex_lock(&dev->lock);
     int status = dev->barriers_blocked ? PS_EBUSY : PS_OK;
     if (status == PS_OK)
@@ -325,6 +411,9 @@ static int host_vm_reserve(void *ctx, size_t size, void **out)
 {
     host_device_t *dev = ctx;
     size_t g = dev->options.vm_granularity;
+    int fault = host_fault(dev, PS_HOST_OP_VM_RESERVE);
+    if (fault != PS_OK)
+        return fault;
     if (!size || size % g)
         return PS_EINVAL;
     if (dev->options.backed) {
@@ -335,6 +424,9 @@ static int host_vm_reserve(void *ctx, size_t size, void **out)
         if (aligned > (uintptr_t)p)
             munmap(p, aligned - (uintptr_t)p);
         munmap((void *)(aligned + size), (uintptr_t)p + g - aligned);
+        pthread_mutex_lock(&dev->lock);
+        dev->faults.live_vm_ranges++;
+        pthread_mutex_unlock(&dev->lock);
         *out = (void *)aligned;
         return PS_OK;
     }
@@ -343,6 +435,7 @@ static int host_vm_reserve(void *ctx, size_t size, void **out)
     int status = start >= dev->simulated_next && size <= SIMULATED_END - start ? PS_OK : PS_ENOMEM;
     if (status == PS_OK) {
         dev->simulated_next = start + size;
+        dev->faults.live_vm_ranges++;
         *out = (void *)start;
     }
     pthread_mutex_unlock(&dev->lock);
@@ -352,6 +445,9 @@ static int host_vm_reserve(void *ctx, size_t size, void **out)
 static void host_vm_release(void *ctx, void *addr, size_t size)
 {
     host_device_t *dev = ctx;
+    pthread_mutex_lock(&dev->lock);
+    dev->faults.live_vm_ranges--;
+    pthread_mutex_unlock(&dev->lock);
     if (dev->options.backed)
         munmap(addr, size);
     /* simulated address space is not reused: ranges are few and large */
@@ -360,6 +456,9 @@ static void host_vm_release(void *ctx, void *addr, size_t size)
 static int host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
 {
     host_device_t *dev = ctx;
+    int fault = host_fault(dev, PS_HOST_OP_VM_MAP);
+    if (fault != PS_OK)
+        return fault;
     if (!size || size % dev->options.vm_granularity || (uintptr_t)addr % dev->options.vm_granularity)
         return PS_EINVAL;
     pthread_mutex_lock(&dev->lock);
@@ -381,6 +480,9 @@ static int host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
 static int host_vm_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
 {
     host_device_t *dev = ctx;
+    int fault = host_fault(dev, PS_HOST_OP_VM_UNMAP);
+    if (fault != PS_OK)
+        return fault;
     pthread_mutex_lock(&dev->lock);
     uint64_t mapped;
     if (!ps_ptr_map_get(&dev->vm_mapped, (uintptr_t)addr, &mapped) || mapped != size) {
@@ -583,3 +685,71 @@ void ps_host_ops_inject_failure(ps_gpu_ops_t *ops, uint64_t fail_after, uint64_t
     dev->fail_count = fail_count;
     pthread_mutex_unlock(&dev->lock);
 }
+
+/* ---- fault plan ---------------------------------------------------------- */
+
+const char *ps_host_ops_op_name(ps_host_op_t op)
+{
+    return (unsigned)op <= PS_HOST_OP_ANY ? OP_NAMES[op] : "?";
+}
+
+/* The natural error of a failing `op`. */
+static int natural_error(ps_host_op_t op)
+{
+    switch (op) {
+    case PS_HOST_OP_MEM_ALLOC:
+    case PS_HOST_OP_MEM_ALLOC_ASYNC:
+    case PS_HOST_OP_MEM_ALLOC_MANAGED:
+    case PS_HOST_OP_VM_RESERVE:
+    case PS_HOST_OP_VM_MAP: return PS_ENOMEM;
+    default: return PS_EUPSTREAM;
+    }
+}
+
+uint64_t ps_host_ops_calls(ps_gpu_ops_t *ops, ps_host_op_t op)
+{
+    if ((unsigned)op > PS_HOST_OP_ANY)
+        return 0;
+    HOST_READ(ops, faults.calls[op]);
+}
+
+int ps_host_ops_fail_call(ps_gpu_ops_t *ops, ps_host_op_t op, uint64_t nth, int status)
+{
+    if ((unsigned)op > PS_HOST_OP_ANY || !nth || status > 0 || status == PS_ENOTREADY)
+        return PS_EINVAL;
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    int result = PS_ENOMEM;
+    for (int i = 0; i < PS_HOST_FAULTS_MAX; i++)
+        if (!dev->faults.plan[i].nth) {
+            dev->faults.plan[i] = (host_fault_t){op, nth, status ? status : natural_error(op)};
+            result = PS_OK;
+            break;
+        }
+    pthread_mutex_unlock(&dev->lock);
+    return result;
+}
+
+void ps_host_ops_clear_faults(ps_gpu_ops_t *ops)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    memset(dev->faults.plan, 0, sizeof dev->faults.plan);
+    pthread_mutex_unlock(&dev->lock);
+}
+
+uint64_t ps_host_ops_faults_fired(ps_gpu_ops_t *ops, ps_host_op_t *op, uint64_t *call)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    uint64_t fired = dev->faults.fired;
+    if (op)
+        *op = dev->faults.last_op;
+    if (call)
+        *call = dev->faults.last_call;
+    pthread_mutex_unlock(&dev->lock);
+    return fired;
+}
+
+uint64_t ps_host_ops_live_fences(ps_gpu_ops_t *ops) { HOST_READ(ops, faults.live_fences); }
+uint64_t ps_host_ops_live_vm_ranges(ps_gpu_ops_t *ops) { HOST_READ(ops, faults.live_vm_ranges); }
