@@ -178,6 +178,30 @@ static void upstream_destroy(ps_resource_t *r)
     free(up);
 }
 
+static const ps_resource_ops_t async_ops;
+
+size_t ps_upstream_release_all(ps_resource_t *r)
+{
+    if (!r || r->ops != &async_ops)
+        return 0;
+    upstream_t *up = (upstream_t *)r;
+    size_t released = 0;
+    pthread_mutex_lock(&up->lock);
+    for (size_t i = 0; i < up->live.capacity; i++) {
+        ps_ptr_map_slot_t *slot = &up->live.slots[i];
+        if (slot->key == PS_PTR_MAP_EMPTY)
+            continue;
+        if (up->gpu->mem_free_async(up->gpu->ctx, (void *)slot->key, 0) == PS_OK)
+            released++;
+    }
+    ps_ptr_map_free(&up->live);
+    ps_ptr_map_init(&up->live, 64);
+    up->upstream_frees += released;
+    up->bytes_reserved = 0;
+    pthread_mutex_unlock(&up->lock);
+    return released;
+}
+
 static const ps_resource_ops_t cuda_ops = {"cuda", upstream_allocate, upstream_deallocate, NULL,
                                            upstream_query, upstream_destroy};
 static const ps_resource_ops_t async_ops = {"async", upstream_allocate, upstream_deallocate, NULL,

@@ -38,6 +38,7 @@
 
 #include "../core/adaptors.h"
 #include "../core/resource.h"
+#include "../core/upstream.h"
 #include "poolshim.h"
 #include "shim.h"
 #include "stats.h"
@@ -485,7 +486,7 @@ CUresult ps_context_reset(CUdevice device, ps_cuDevicePrimaryCtxReset_fn real, c
     /* no new user of the stack while the context goes away: allocations on
      * this device wait for the lock, then build in the new context */
     int ready = atomic_load(&dev->state) == PS_DEVICE_READY;
-    bool released_vm = false;
+    bool released_vm = false; /* memory of the stack was given back: it must be dropped */
     if (ready) {
         atomic_store(&dev->state, PS_DEVICE_UNBUILT);
         atomic_fetch_add(&context_epoch, 1); /* cached answers are looked up again */
@@ -495,6 +496,14 @@ CUresult ps_context_reset(CUdevice device, ps_cuDevicePrimaryCtxReset_fn real, c
         ps_query(dev->stack->top, &info);
         if (info.expandable) {
             ps_gpu_ops_cuda_release_vm(dev->gpu);
+            released_vm = true;
+        }
+        /* and so does memory of CUDA's memory pools (the async upstream) */
+        size_t released = 0;
+        for (size_t i = 0; i < dev->stack->count; i++)
+            released += ps_upstream_release_all(dev->stack->all[i]);
+        if (released) {
+            dev->gpu->device_synchronize(dev->gpu->ctx);
             released_vm = true;
         }
     }
