@@ -195,6 +195,20 @@ static int host_mem_alloc_managed(void *ctx, size_t size, void **out)
     return host_alloc(ctx, size, out);
 }
 
+/* Pinned host memory: the fake has no pinning, so it is the same host
+ * memory (or simulated addresses) as mem_alloc, under the same capacity;
+ * the flags are not checked. */
+static int host_host_alloc(void *ctx, size_t size, unsigned flags, void **out)
+{
+    (void)flags;
+    return host_alloc(ctx, size, out);
+}
+
+static int host_host_free(void *ctx, void *ptr, size_t size)
+{
+    return host_mem_free(ctx, ptr, size);
+}
+
 static int host_mem_get_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 {
     host_device_t *dev = ctx;
@@ -440,6 +454,8 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
         .stream_wait_fence = host_stream_wait_fence,
         .device_synchronize = host_device_synchronize,
         .barrier = host_barrier,
+        .host_alloc = host_host_alloc,
+        .host_free = host_host_free,
     };
     if (options.virtual_memory) {
         dev->ops.vm_granularity = host_vm_granularity;
