@@ -45,6 +45,23 @@ typedef enum { PS_ON_ERROR_EXIT = 0, PS_ON_ERROR_PASSTHROUGH } ps_on_error_t;
 
 #define PS_PATH_MAX 4096
 
+/* [host]: the pinned host memory pool (cudaMallocHost, cudaHostAlloc,
+ * cuMemHostAlloc, cuMemAllocHost; freed by cudaFreeHost/cuMemFreeHost).
+ * One pool per device, in its primary context, free_sync event with a
+ * growth bound (docs/config.md, [host]). */
+typedef struct ps_host_config {
+    int enable;                    /* 1 (default): pool pinned host memory; 0: pass it through */
+    size_t min_chunk;              /* smallest growth step (default 8 MiB) */
+    size_t max_chunk;              /* largest growth step unless one request needs more (default 1 GiB) */
+    unsigned growth_percent;       /* a growth step is this % of what is reserved (default 12) */
+    size_t maximum_size;           /* cap on pinned bytes reserved; 0 (default) = no cap */
+    size_t pending_wait_bytes;     /* growth bound: grow while pending <= max(this, */
+    unsigned pending_wait_percent; /*   this % of reserved), else host-wait the oldest
+                                      fence (defaults 64 MiB and 50) */
+    ps_free_sync_t free_sync;      /* event (default) or device; barrier and none are refused */
+    uint64_t epoch_wait_us;        /* before growing, poll a just-closed epoch this long (default 50) */
+} ps_host_config_t;
+
 /* [global]: settings of the whole process. */
 typedef struct ps_global_config {
     int verbosity;              /* 0 errors, 1 warnings (default), 2 info, 3 debug */
@@ -57,7 +74,11 @@ typedef struct ps_global_config {
     size_t direct_min_size;     /* requests of at least this many bytes bypass the pool and go
                                    straight to CUDA (IPC-exportable); 0 = never */
     int disable;                /* 1: pure passthrough (POOLSHIM_DISABLE=1) */
+    ps_host_config_t host;      /* [host]: the pinned host pool */
 } ps_global_config_t;
+
+/* The pool options of the pinned host pool described by `host`. */
+void ps_host_pool_options(const ps_host_config_t *host, ps_pool_options_t *out);
 
 typedef struct ps_config ps_config_t; /* opaque */
 

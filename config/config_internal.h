@@ -230,6 +230,21 @@ typedef enum ps_global_key {
 } ps_global_key_t;
 extern const char *const ps_global_key_names[PS_GKEY_COUNT + 1];
 
+/* The keys of [host] (the pinned host pool). */
+typedef enum ps_host_key {
+    PS_HKEY_ENABLE = 0,
+    PS_HKEY_MIN_CHUNK,
+    PS_HKEY_MAX_CHUNK,
+    PS_HKEY_GROWTH_PERCENT,
+    PS_HKEY_MAXIMUM_SIZE,
+    PS_HKEY_PENDING_WAIT_BYTES,
+    PS_HKEY_PENDING_WAIT_PERCENT,
+    PS_HKEY_FREE_SYNC,
+    PS_HKEY_EPOCH_WAIT_US,
+    PS_HKEY_COUNT
+} ps_host_key_t;
+extern const char *const ps_host_key_names[PS_HKEY_COUNT + 1];
+
 struct ps_config {
     ps_global_config_t global;           /* the validated [global] */
     ps_origin_t global_origin[PS_GKEY_COUNT]; /* where each global value came from */

@@ -21,6 +21,10 @@ const char *const ps_global_key_names[PS_GKEY_COUNT + 1] = {
     "verbosity", "stats", "stats_file", "log_file", "free_sync", "meminfo", "on_error",
     "direct_min_size", "disable", NULL};
 
+const char *const ps_host_key_names[PS_HKEY_COUNT + 1] = {
+    "enable", "min_chunk", "max_chunk", "growth_percent", "maximum_size", "pending_wait_bytes",
+    "pending_wait_percent", "free_sync", "epoch_wait_us", NULL};
+
 const char *const ps_free_sync_words[] = {"event", "device", "none", "barrier", NULL};
 const char *const ps_verbosity_words[] = {"error", "warning", "info", "debug", NULL};
 const char *const ps_stats_words[] = {"off", "text", "json", NULL};

@@ -136,6 +136,89 @@ static void validate_global(ps_config_t *cfg, const ps_setting_t *s)
     cfg->global_origin[key] = s->origin;
 }
 
+/* One key of [host] (the pinned host pool). */
+static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
+{
+    ps_host_config_t *h = &cfg->global.host;
+    int key = ps_parse_word(s->key, ps_host_key_names);
+    if (key < 0 || strcmp(s->key, ps_host_key_names[key]) != 0) {
+        const char *near = ps_nearest_word(s->key, ps_host_key_names);
+        if (near)
+            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [host] (did you mean `%s`?)", s->key, near);
+        else
+            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [host] (known keys: enable, min_chunk, "
+                                "max_chunk, growth_percent, maximum_size, pending_wait_bytes, pending_wait_percent, "
+                                "free_sync, epoch_wait_us)", s->key);
+        return;
+    }
+    char why[128] = "";
+    uint64_t n, bytes;
+    double pct;
+    int is_pct, b, w;
+    switch ((ps_host_key_t)key) {
+    case PS_HKEY_ENABLE:
+        if (ps_parse_bool(s->value, &b) != PS_OK)
+            return bad_value(cfg, s, "not a boolean", "1, true, yes, on, 0, false, no or off");
+        h->enable = b;
+        break;
+    case PS_HKEY_MIN_CHUNK:
+    case PS_HKEY_MAX_CHUNK:
+    case PS_HKEY_MAXIMUM_SIZE:
+    case PS_HKEY_PENDING_WAIT_BYTES:
+        if (ps_parse_size_ex(s->value, 0, &bytes, &pct, &is_pct, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, "a size such as 64MiB");
+        if (!bytes && (key == PS_HKEY_MIN_CHUNK || key == PS_HKEY_MAX_CHUNK))
+            return bad_value(cfg, s, "zero", "a size above zero such as 32MiB");
+        if (key == PS_HKEY_MIN_CHUNK)
+            h->min_chunk = (size_t)bytes;
+        else if (key == PS_HKEY_MAX_CHUNK)
+            h->max_chunk = (size_t)bytes;
+        else if (key == PS_HKEY_MAXIMUM_SIZE)
+            h->maximum_size = (size_t)bytes;
+        else
+            h->pending_wait_bytes = (size_t)bytes;
+        break;
+    case PS_HKEY_GROWTH_PERCENT:
+        if (ps_parse_uint(s->value, 1000, &n, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, "a whole number of percent from 0 to 1000");
+        h->growth_percent = (unsigned)n;
+        break;
+    case PS_HKEY_PENDING_WAIT_PERCENT:
+        if (ps_parse_uint(s->value, 100, &n, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, "a whole number of percent from 0 to 100");
+        h->pending_wait_percent = (unsigned)n;
+        break;
+    case PS_HKEY_FREE_SYNC:
+        w = ps_parse_word(s->value, ps_free_sync_words);
+        if (w != PS_FREE_SYNC_EVENT && w != PS_FREE_SYNC_DEVICE)
+            return bad_value(cfg, s, "not a policy for pinned memory (the host writes a reused block at once: "
+                             "a GPU barrier does not protect it)", "event or device");
+        h->free_sync = (ps_free_sync_t)w;
+        break;
+    case PS_HKEY_EPOCH_WAIT_US:
+        if (ps_parse_uint(s->value, 10000000, &n, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, "a whole number of microseconds from 0 to 10000000");
+        h->epoch_wait_us = n;
+        break;
+    default: break;
+    }
+}
+
+void ps_host_pool_options(const ps_host_config_t *host, ps_pool_options_t *out)
+{
+    ps_pool_options_default(out);
+    out->min_chunk = host->min_chunk;
+    out->max_chunk = host->max_chunk;
+    out->growth_percent = host->growth_percent;
+    out->maximum_size = host->maximum_size;
+    out->free_sync = host->free_sync;
+    out->epoch_wait_ns = host->epoch_wait_us * 1000;
+    out->expandable = 0; /* host memory has no virtual-memory ranges here */
+    out->barrier_pending_percent = 0;
+    out->pending_wait_bytes = host->pending_wait_bytes;
+    out->pending_wait_percent = host->pending_wait_percent;
+}
+
 /* Parses a binning `bins` list into def->bins (names resolved later). */
 static void parse_bins(ps_config_t *cfg, ps_resource_def_t *def, const ps_setting_t *s)
 {
@@ -473,10 +556,10 @@ static void validate_devices(ps_config_t *cfg)
 
 static void check_sections(ps_config_t *cfg)
 {
-    static const char *const sections[] = {"global", "resource", "device", NULL};
+    static const char *const sections[] = {"global", "resource", "device", "host", NULL};
     for (size_t i = 0; i < cfg->header_count + cfg->setting_count; i++) {
         const ps_setting_t *s = i < cfg->header_count ? &cfg->headers[i] : &cfg->settings[i - cfg->header_count];
-        if (strcmp(s->section, "global") == 0 || strncmp(s->section, "resource.", 9) == 0 ||
+        if (strcmp(s->section, "global") == 0 || strcmp(s->section, "host") == 0 || strncmp(s->section, "resource.", 9) == 0 ||
             strncmp(s->section, "device.", 7) == 0)
             continue;
         /* report each unknown section once, at its header when it has one */
@@ -612,9 +695,21 @@ void ps_config_validate(ps_config_t *cfg)
     g->free_sync = PS_FREE_SYNC_BARRIER;
     g->meminfo = PS_MEMINFO_POOL;
     g->on_error = PS_ON_ERROR_EXIT;
+    g->host = (ps_host_config_t){.enable = 1,
+                                 .min_chunk = 8 * PS_MiB,
+                                 .max_chunk = PS_GiB,
+                                 .growth_percent = 12,
+                                 .pending_wait_bytes = 64 * PS_MiB,
+                                 .pending_wait_percent = 50,
+                                 .free_sync = PS_FREE_SYNC_EVENT,
+                                 .epoch_wait_us = 50};
     for (size_t i = 0; i < cfg->setting_count; i++)
         if (strcmp(cfg->settings[i].section, "global") == 0)
             validate_global(cfg, &cfg->settings[i]);
+        else if (strcmp(cfg->settings[i].section, "host") == 0)
+            validate_host(cfg, &cfg->settings[i]);
+    if (g->host.min_chunk > g->host.max_chunk)
+        ps_config_add_error(cfg, NULL, "[host] min_chunk is larger than max_chunk");
     check_sections(cfg);
     validate_resources(cfg);
     validate_devices(cfg);

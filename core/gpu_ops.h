@@ -98,6 +98,20 @@ typedef struct ps_gpu_ops {
     void (*vm_release)(void *ctx, void *addr, size_t size);
     int (*vm_map)(void *ctx, void *addr, size_t size, uint64_t *handle);
     int (*vm_unmap)(void *ctx, void *addr, size_t size, uint64_t handle);
+
+    /* Page-locked host memory (the pinned host pool's upstream); NULL when
+     * not available. host_alloc: cuMemHostAlloc (the real one) in this
+     * table's context, `flags` are CU_MEMHOSTALLOC_* (PS_HOST_ALLOC_*
+     * below, the same values as cudaHostAlloc's); PS_ENOMEM when it
+     * cannot. host_free: cuMemFreeHost (which synchronizes the device). */
+    int (*host_alloc)(void *ctx, size_t size, unsigned flags, void **out);
+    int (*host_free)(void *ctx, void *ptr, size_t size);
 } ps_gpu_ops_t;
+
+/* host_alloc flags: CU_MEMHOSTALLOC_PORTABLE, _DEVICEMAP, _WRITECOMBINED
+ * (= cudaHostAllocPortable, cudaHostAllocMapped, cudaHostAllocWriteCombined). */
+#define PS_HOST_ALLOC_PORTABLE 0x1u
+#define PS_HOST_ALLOC_MAPPED 0x2u
+#define PS_HOST_ALLOC_WRITE_COMBINED 0x4u
 
 #endif

@@ -150,7 +150,7 @@ static int all_fences_complete_locked(const host_device_t *dev)
 static const char *const OP_NAMES[PS_HOST_OP_COUNT + 1] = {
     "mem_alloc", "mem_free", "mem_alloc_async", "mem_free_async", "mem_alloc_managed", "mem_get_info",
     "fence_record", "fence_query", "fence_wait", "stream_wait_fence", "device_synchronize", "barrier",
-    "vm_reserve", "vm_map", "vm_unmap", "any",
+    "vm_reserve", "vm_map", "vm_unmap", "host_alloc", "any",
 };
 
 /* Counts one call of `op` and answers whether the fault plan fails it:
@@ -271,6 +271,20 @@ static int host_mem_free_async(void *ctx, void *ptr, ps_stream_t stream)
 static int host_mem_alloc_managed(void *ctx, size_t size, void **out)
 {
     return host_alloc(ctx, PS_HOST_OP_MEM_ALLOC_MANAGED, size, out);
+}
+
+/* Pinned host memory: the fake has no pinning, so it is the same host
+ * memory (or simulated addresses) as mem_alloc, under the same capacity;
+ * the flags are not checked. */
+static int host_host_alloc(void *ctx, size_t size, unsigned flags, void **out)
+{
+    (void)flags;
+    return host_alloc(ctx, PS_HOST_OP_HOST_ALLOC, size, out);
+}
+
+static int host_host_free(void *ctx, void *ptr, size_t size)
+{
+    return host_mem_free(ctx, ptr, size);
 }
 
 static int host_mem_get_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
@@ -559,6 +573,8 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
         .stream_wait_fence = host_stream_wait_fence,
         .device_synchronize = host_device_synchronize,
         .barrier = host_barrier,
+        .host_alloc = host_host_alloc,
+        .host_free = host_host_free,
     };
     if (options.virtual_memory) {
         dev->ops.vm_granularity = host_vm_granularity;
@@ -701,7 +717,8 @@ static int natural_error(ps_host_op_t op)
     case PS_HOST_OP_MEM_ALLOC_ASYNC:
     case PS_HOST_OP_MEM_ALLOC_MANAGED:
     case PS_HOST_OP_VM_RESERVE:
-    case PS_HOST_OP_VM_MAP: return PS_ENOMEM;
+    case PS_HOST_OP_VM_MAP:
+    case PS_HOST_OP_HOST_ALLOC: return PS_ENOMEM;
     default: return PS_EUPSTREAM;
     }
 }

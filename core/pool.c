@@ -52,7 +52,12 @@
  *          cudaMalloc also record (lazily) a fence on each stream with free
  *          blocks and poll it: blocks freed on t before that fence move to
  *          the ready list once it completes; retry;
- *       c. grow, never past maximum_size:
+ *       c. growth bound (pending_wait_bytes/percent, off by default; the
+          pinned host pool): while the pending bytes exceed
+          max(pending_wait_bytes, pending_wait_percent % of reserved),
+          close the open epoch and host-wait the oldest one (fence_wait),
+          retrying after each: growth while the GPU lags stays bounded;
+          then grow, never past maximum_size:
  *          - chunks: a chunk of max(request rounded up to 2 MiB,
  *            clamp(reserved * growth_percent / 100, min_chunk, max_chunk))
  *            bytes; on upstream failure halve down to the request;
@@ -223,6 +228,7 @@ typedef struct pool {
     uint64_t fences_recorded;   /* fences this pool recorded */
     uint64_t fence_waits;       /* host waits this pool did */
     uint64_t barriers;          /* barriers that released pending blocks */
+    uint64_t pending_waits;     /* host waits because pending bytes passed the growth bound */
 
     int eager_barrier;          /* 1: free_sync barrier with barrier_pending_percent > 0 */
     int expandable;             /* 1: growth maps pieces of virtual-memory ranges, not chunks */
@@ -1227,6 +1233,35 @@ static inline int take_grown_locked(pool_t *pool, uint32_t grown, size_t need, v
     return PS_OK;
 }
 
+/* The growth bound allowed now: max(pending_wait_bytes, pending_wait_percent % of reserved). */
+static uint64_t pending_bound_locked(const pool_t *pool)
+{
+    uint64_t share = pool->bytes_reserved / 100 * pool->options.pending_wait_percent;
+    return share > pool->options.pending_wait_bytes ? share : pool->options.pending_wait_bytes;
+}
+
+/* Step c's bound: while more bytes are pending than the bound allows,
+ * host-wait the oldest epoch and retry. PS_OK: served from released
+ * blocks; PS_ENOMEM: go on and grow. */
+static int wait_pending_over_bound_locked(pool_t *pool, size_t need, void **out)
+{
+    const ps_gpu_ops_t *gpu = pool->gpu;
+    if (pool->bytes_pending <= pending_bound_locked(pool))
+        return PS_ENOMEM;
+    close_or_sync_open_epoch_locked(pool);
+    if (try_ready_locked(pool, need, out) == PS_OK) /* the fallback may have freed blocks */
+        return PS_OK;
+    while (pool->closed_count && pool->bytes_pending > pending_bound_locked(pool)) {
+        gpu->fence_wait(gpu->ctx, pool->closed[pool->closed_head].fence);
+        pool->fence_waits++;
+        pool->pending_waits++;
+        closed_pop_front(pool);
+        if (try_ready_locked(pool, need, out) == PS_OK)
+            return PS_OK;
+    }
+    return PS_ENOMEM;
+}
+
 /* Steps a-f of the file header; `stream_allocation`: the request is
  * stream-ordered (its own and stolen lists were tried already). */
 static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation, void **out)
@@ -1262,7 +1297,10 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
             try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
     }
-    /* c. grow rather than wait */
+    /* c. grow rather than wait, within the growth bound */
+    if (gpu && (pool->options.pending_wait_bytes || pool->options.pending_wait_percent) &&
+        wait_pending_over_bound_locked(pool, need, out) == PS_OK)
+        return PS_OK;
     uint32_t grown;
     if (grow_locked(pool, need, &grown) == PS_OK)
         return take_grown_locked(pool, grown, need, out);
@@ -1436,6 +1474,7 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
     info->fences_recorded += pool->fences_recorded;
     info->fence_waits += pool->fence_waits;
     info->barriers += pool->barriers;
+    info->pending_waits += pool->pending_waits;
     info->expandable += (uint64_t)pool->expandable;
     ps_unlock(&pool->lock);
 }

@@ -13,6 +13,10 @@
  *    its free has completed; a block freed on stream s is reused at once by
  *    allocations on s, and by another stream only after that stream waits
  *    (stream_wait_fence) on a fence recorded on s after the free;
+ *  - with a growth bound (pending_wait_bytes / pending_wait_percent), the
+ *    pool grows while blocks wait for their fences only as long as the
+ *    pending bytes stay within the bound; past it, it host-waits the oldest
+ *    epoch (counted in pending_waits);
  *  - out of memory returns PS_ENOMEM with the pool unchanged, after giving
  *    wholly free chunks back to the upstream and retrying once.
  */
@@ -55,6 +59,12 @@ typedef struct ps_pool_options {
     size_t small_from_back;   /* requests of at most this many bytes are cut from the back of a
                                  free block, larger ones from the front (default 1 MiB; 0 = all
                                  from the front) */
+    size_t pending_wait_bytes; /* growth bound (0 with pending_wait_percent 0 = off, the default):
+                                 before growing, while pending bytes exceed
+                                 max(pending_wait_bytes, pending_wait_percent % of reserved),
+                                 host-wait the oldest epoch instead (the pinned host pool: its
+                                 blocks cannot be released by a barrier) */
+    unsigned pending_wait_percent; /* see pending_wait_bytes (0 = off) */
 } ps_pool_options_t;
 
 /* Fills *opts with the defaults above. */

@@ -37,6 +37,7 @@ typedef struct ps_resource_info {
     uint64_t fence_waits;         /* host waits on a fence (memory pressure) */
     uint64_t barriers;            /* device-wide GPU barriers that released pending blocks */
     uint64_t expandable;          /* resources backed by an expandable (virtual memory) range */
+    uint64_t pending_waits;       /* host waits because pending bytes passed the growth bound */
 } ps_resource_info_t;
 
 typedef struct ps_resource_ops {

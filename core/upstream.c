@@ -1,4 +1,4 @@
-/* Upstream resources: cuda, async and managed, each a thin resource over
+/* Upstream resources: cuda, async, managed and host (pinned host memory), each a thin resource over
  * one pair of GPU-ops calls (core/upstream.h).
  *
  * Algorithm:
@@ -33,13 +33,14 @@
 #include <stdlib.h>
 
 /* Which GPU-ops pair an upstream uses. */
-typedef enum upstream_kind { UPSTREAM_CUDA, UPSTREAM_ASYNC, UPSTREAM_MANAGED } upstream_kind_t;
+typedef enum upstream_kind { UPSTREAM_CUDA, UPSTREAM_ASYNC, UPSTREAM_MANAGED, UPSTREAM_HOST } upstream_kind_t;
 
 typedef struct upstream {
     ps_resource_t base;          /* the resource (first member) */
     const ps_gpu_ops_t *gpu;     /* the device's GPU-ops table */
     upstream_kind_t kind;        /* cuda, async or managed */
     uint64_t release_threshold;  /* async only: bytes CUDA's pool keeps cached */
+    unsigned host_flags;         /* host only: PS_HOST_ALLOC_* flags of every allocation */
     pthread_mutex_t lock;        /* guards the fields below */
     ps_ptr_map_t live;           /* pointer -> size of each live allocation */
     uint64_t bytes_reserved;     /* sum of live sizes */
@@ -82,6 +83,16 @@ static void async_wait_allocation(upstream_t *up)
     up->gpu->device_synchronize(up->gpu->ctx);
 }
 
+/* The GPU call that gives `ptr` back, for the upstream's kind. */
+static int upstream_free(upstream_t *up, void *ptr, size_t size, ps_stream_t stream)
+{
+    switch (up->kind) {
+    case UPSTREAM_ASYNC: return up->gpu->mem_free_async(up->gpu->ctx, ptr, upstream_stream(stream));
+    case UPSTREAM_HOST: return up->gpu->host_free(up->gpu->ctx, ptr, size);
+    default: return up->gpu->mem_free(up->gpu->ctx, ptr, size);
+    }
+}
+
 static int upstream_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void **out)
 {
     upstream_t *up = (upstream_t *)r;
@@ -99,6 +110,7 @@ static int upstream_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, 
         status = up->gpu->mem_alloc_async(up->gpu->ctx, size, upstream_stream(stream), &ptr);
         break;
     case UPSTREAM_MANAGED: status = up->gpu->mem_alloc_managed(up->gpu->ctx, size, &ptr); break;
+    case UPSTREAM_HOST: status = up->gpu->host_alloc(up->gpu->ctx, size, up->host_flags, &ptr); break;
     }
     if (status != PS_OK)
         return status;
@@ -108,10 +120,7 @@ static int upstream_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, 
     /* another thread may have used the reserved slot: reserve again */
     if (ps_ptr_map_reserve(&up->live, 1) != PS_OK) {
         pthread_mutex_unlock(&up->lock);
-        if (up->kind == UPSTREAM_ASYNC)
-            up->gpu->mem_free_async(up->gpu->ctx, ptr, upstream_stream(stream));
-        else
-            up->gpu->mem_free(up->gpu->ctx, ptr, size);
+        upstream_free(up, ptr, size, stream);
         return PS_ENOMEM;
     }
     ps_ptr_map_put(&up->live, (uintptr_t)ptr, size);
@@ -135,9 +144,7 @@ static int upstream_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stre
         return PS_EINVAL;
     if (up->kind == UPSTREAM_ASYNC && stream == PS_STREAM_NONE)
         async_order_free_after_all_streams(up);
-    int status = up->kind == UPSTREAM_ASYNC
-                     ? up->gpu->mem_free_async(up->gpu->ctx, ptr, upstream_stream(stream))
-                     : up->gpu->mem_free(up->gpu->ctx, ptr, (size_t)live_size);
+    int status = upstream_free(up, ptr, (size_t)live_size, stream);
     pthread_mutex_lock(&up->lock);
     if (status == PS_OK) {
         up->bytes_reserved -= live_size;
@@ -168,10 +175,7 @@ static void upstream_destroy(ps_resource_t *r)
         ps_ptr_map_slot_t *slot = &up->live.slots[i];
         if (slot->key == PS_PTR_MAP_EMPTY)
             continue;
-        if (up->kind == UPSTREAM_ASYNC)
-            up->gpu->mem_free_async(up->gpu->ctx, (void *)slot->key, 0);
-        else
-            up->gpu->mem_free(up->gpu->ctx, (void *)slot->key, (size_t)slot->value);
+        upstream_free(up, (void *)slot->key, (size_t)slot->value, 0);
     }
     ps_ptr_map_free(&up->live);
     pthread_mutex_destroy(&up->lock);
@@ -209,6 +213,9 @@ static const ps_resource_ops_t async_ops = {"async", upstream_allocate, upstream
 static const ps_resource_ops_t managed_ops = {"managed", upstream_allocate, upstream_deallocate,
                                               NULL, upstream_query, upstream_destroy};
 
+static const ps_resource_ops_t host_ops = {"host", upstream_allocate, upstream_deallocate, NULL,
+                                           upstream_query, upstream_destroy};
+
 static int upstream_create(const char *name, const ps_gpu_ops_t *gpu, upstream_kind_t kind,
                            const ps_resource_ops_t *ops, ps_resource_t **out)
 {
@@ -216,7 +223,8 @@ static int upstream_create(const char *name, const ps_gpu_ops_t *gpu, upstream_k
         return PS_EINVAL;
     if ((kind == UPSTREAM_CUDA && (!gpu->mem_alloc || !gpu->mem_free)) ||
         (kind == UPSTREAM_ASYNC && (!gpu->mem_alloc_async || !gpu->mem_free_async)) ||
-        (kind == UPSTREAM_MANAGED && (!gpu->mem_alloc_managed || !gpu->mem_free))) {
+        (kind == UPSTREAM_MANAGED && (!gpu->mem_alloc_managed || !gpu->mem_free)) ||
+        (kind == UPSTREAM_HOST && (!gpu->host_alloc || !gpu->host_free))) {
         ps_error("%s upstream: the device does not offer this allocator", ops->type_name);
         return PS_EUNSUPPORTED;
     }
@@ -254,4 +262,12 @@ int ps_async_resource_create(const char *name, const ps_gpu_ops_t *gpu,
 int ps_managed_resource_create(const char *name, const ps_gpu_ops_t *gpu, ps_resource_t **out)
 {
     return upstream_create(name, gpu, UPSTREAM_MANAGED, &managed_ops, out);
+}
+
+int ps_host_resource_create(const char *name, const ps_gpu_ops_t *gpu, unsigned flags, ps_resource_t **out)
+{
+    int status = upstream_create(name, gpu, UPSTREAM_HOST, &host_ops, out);
+    if (status == PS_OK)
+        ((upstream_t *)*out)->host_flags = flags;
+    return status;
 }

@@ -3,6 +3,7 @@
  *   cuda     mem_alloc / mem_free          (cuMemAlloc_v2, the real one)
  *   async    mem_alloc_async / free_async  (CUDA's own stream-ordered pool)
  *   managed  mem_alloc_managed / mem_free  (cuMemAllocManaged)
+ *   host     host_alloc / host_free        (cuMemHostAlloc: pinned host memory)
  * They cache nothing: every allocate is one upstream call. The `cuda`
  * upstream over core/host_ops.c is the host-memory upstream of the tests.
  */
@@ -26,5 +27,9 @@ int ps_managed_resource_create(const char *name, const ps_gpu_ops_t *gpu, ps_res
  * cuDevicePrimaryCtxReset (measured: +2.7 MiB per reset; JuliaGPU/CUDA.jl
  * #1579 saw the same). Any other resource: 0, nothing changes. */
 size_t ps_upstream_release_all(ps_resource_t *r);
+
+/* Pinned host memory: every allocation is one host_alloc with `flags`
+ * (PS_HOST_ALLOC_*); the upstream of the pinned host pool. */
+int ps_host_resource_create(const char *name, const ps_gpu_ops_t *gpu, unsigned flags, ps_resource_t **out);
 
 #endif

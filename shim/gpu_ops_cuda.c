@@ -242,6 +242,35 @@ static int ops_mem_free_async(void *vctx, void *ptr, ps_stream_t stream)
     return status_of(r);
 }
 
+/* Pinned host memory in the device's primary context. Its slabs are
+ * recorded like device slabs, so a double or interior cudaFreeHost is
+ * answered "invalid value" instead of reaching cuMemFreeHost. */
+static int ops_host_alloc(void *vctx, size_t size, unsigned flags, void **out)
+{
+    device_ops_t *d = vctx;
+    if (!ps_real.cuMemHostAlloc || !ps_real.cuMemFreeHost)
+        return PS_EUNSUPPORTED;
+    int pushed = enter_ctx(d);
+    void *p = NULL;
+    CUresult r = ps_real.cuMemHostAlloc(&p, size, flags);
+    leave_ctx(pushed);
+    if (r != CUDA_SUCCESS)
+        return status_of(r);
+    ps_slab_add((uintptr_t)p, size, d->ops.device);
+    *out = p;
+    return PS_OK;
+}
+
+static int ops_host_free(void *vctx, void *ptr, size_t size)
+{
+    device_ops_t *d = vctx;
+    ps_slab_remove((uintptr_t)ptr);
+    int pushed = enter_ctx(d);
+    CUresult r = ps_real.cuMemFreeHost(ptr);
+    leave_ctx(pushed);
+    return status_of(r);
+}
+
 static int ops_mem_alloc_managed(void *vctx, size_t size, void **out)
 {
     device_ops_t *d = vctx;
@@ -648,6 +677,8 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         .stream_wait_fence = ops_stream_wait_fence,
         .device_synchronize = ops_device_synchronize,
         .barrier = ops_barrier,
+        .host_alloc = ops_host_alloc,
+        .host_free = ops_host_free,
     };
     int pushed = enter_ctx(d);
     d->vm_granularity = vm_granularity_of(device);
@@ -700,6 +731,7 @@ static int dead_barrier(void *vctx) { return PS_EUPSTREAM; }
 static int dead_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle) { return PS_EUPSTREAM; }
 static int dead_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle) { return PS_OK; }
 static void dead_vm_release(void *vctx, void *addr, size_t size) {}
+static int dead_host_alloc(void *vctx, size_t size, unsigned flags, void **out) { return PS_EUPSTREAM; }
 
 #define SET_DEAD(field, fn) __atomic_store_n(&ops->field, fn, __ATOMIC_RELEASE)
 void ps_gpu_ops_cuda_mark_dead(ps_gpu_ops_t *ops)
@@ -722,6 +754,8 @@ void ps_gpu_ops_cuda_mark_dead(ps_gpu_ops_t *ops)
     SET_DEAD(stream_wait_fence, dead_stream_wait_fence);
     SET_DEAD(device_synchronize, dead_device_synchronize);
     SET_DEAD(barrier, dead_barrier);
+    SET_DEAD(host_alloc, dead_host_alloc);
+    SET_DEAD(host_free, dead_mem_free); /* the context freed its pinned memory */
     if (ops->vm_map) {
         SET_DEAD(vm_map, dead_vm_map);
         SET_DEAD(vm_unmap, dead_vm_unmap);

@@ -59,6 +59,39 @@ PS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
     return r;
 }
 
+/* ---- pinned host memory (the host pool, router.c) ---- */
+PS_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    if (!ps_in_shim && pp) {
+        int status;
+        if (ps_route_host_alloc(PS_CALL_CU_MEM_HOST_ALLOC, PS_DOOR_DRIVER, bytesize, Flags, pp, &status) ==
+            PS_ROUTE_DONE)
+            return driver_error(status);
+    }
+    PASS_REAL(cuMemHostAlloc, pp, bytesize, Flags);
+}
+
+PS_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+    if (!ps_in_shim && pp) {
+        int status;
+        if (ps_route_host_alloc(PS_CALL_CU_MEM_HOST_ALLOC, PS_DOOR_DRIVER, bytesize, 0, pp, &status) ==
+            PS_ROUTE_DONE)
+            return driver_error(status);
+    }
+    PASS_REAL(cuMemAllocHost_v2, pp, bytesize);
+}
+
+PS_EXPORT CUresult cuMemFreeHost(void *p)
+{
+    if (!ps_in_shim && p) {
+        int status;
+        if (ps_route_host_free(PS_CALL_CU_MEM_FREE_HOST, PS_DOOR_DRIVER, p, &status) == PS_ROUTE_DONE)
+            return driver_error(status);
+    }
+    PASS_REAL(cuMemFreeHost, p);
+}
+
 static int alloc_async(CUdeviceptr *dptr, size_t size, CUstream stream, bool per_thread, CUresult *result)
 {
     if (ps_in_shim || !dptr || !size || !ps_shim_ensure_init() || ps_stream_is_capturing(stream, per_thread))
@@ -268,6 +301,9 @@ extern cudaError_t cudaStreamDestroy(cudaStream_t);
 extern cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *, void *);
 extern cudaError_t cudaDeviceReset(void);
 extern cudaError_t cudaSetDeviceFlags(unsigned int);
+extern cudaError_t cudaHostAlloc(void **, size_t, unsigned int);
+extern cudaError_t cudaMallocHost(void **, size_t);
+extern cudaError_t cudaFreeHost(void *);
 extern CUresult cuDevicePrimaryCtxReset(CUdevice);
 extern CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
 extern CUresult cuDevicePrimaryCtxRelease(CUdevice);
@@ -286,6 +322,8 @@ static const ps_hook_t hooks[] = {
     HOOK(cuStreamCreateWithPriority), HOOK(cuStreamDestroy_v2), HOOK(cuStreamBeginCapture),
     HOOK(cuStreamBeginCapture_ptsz), HOOK(cuStreamBeginCapture_v2), HOOK(cuStreamBeginCapture_v2_ptsz),
     HOOK(cuStreamBeginCaptureToGraph), HOOK(cuStreamBeginCaptureToGraph_ptsz),
+    /* pinned host memory */
+    HOOK(cuMemHostAlloc), HOOK(cuMemAllocHost_v2), HOOK(cuMemFreeHost),
     /* context lifecycle (hooks_context.c) */
     HOOK(cuDevicePrimaryCtxReset), HOOK(cuDevicePrimaryCtxReset_v2), HOOK(cuDevicePrimaryCtxRelease),
     HOOK(cuDevicePrimaryCtxRelease_v2), HOOK(cuDevicePrimaryCtxSetFlags), HOOK(cuDevicePrimaryCtxSetFlags_v2),
@@ -294,7 +332,7 @@ static const ps_hook_t hooks[] = {
     HOOK(cudaMalloc), HOOK(cudaFree), HOOK(cudaMallocAsync), HOOK(cudaMallocAsync_ptsz), HOOK(cudaFreeAsync),
     HOOK(cudaFreeAsync_ptsz), HOOK(cudaMemGetInfo), HOOK(cudaStreamCreate), HOOK(cudaStreamCreateWithFlags),
     HOOK(cudaStreamCreateWithPriority), HOOK(cudaStreamDestroy), HOOK(cudaIpcGetMemHandle),
-    HOOK(cudaDeviceReset), HOOK(cudaSetDeviceFlags),
+    HOOK(cudaDeviceReset), HOOK(cudaSetDeviceFlags), HOOK(cudaHostAlloc), HOOK(cudaMallocHost), HOOK(cudaFreeHost),
 };
 #define HOOK_COUNT (sizeof hooks / sizeof hooks[0])
 

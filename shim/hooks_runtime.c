@@ -63,6 +63,44 @@ PS_EXPORT cudaError_t cudaFree(void *devPtr)
     return r;
 }
 
+/* ---- pinned host memory (the host pool, router.c) ---- */
+static cudaError_t host_alloc_common(void **pHost, size_t size, unsigned int flags)
+{
+    if (ps_in_shim || !pHost)
+        return (cudaError_t)-1;
+    int status;
+    if (ps_route_host_alloc(PS_CALL_CUDA_HOST_ALLOC, PS_DOOR_RUNTIME, size, flags, pHost, &status) ==
+        PS_ROUTE_PASSTHROUGH)
+        return (cudaError_t)-1;
+    return runtime_error(status);
+}
+
+PS_EXPORT cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
+{
+    cudaError_t r = host_alloc_common(pHost, size, flags);
+    if (r != (cudaError_t)-1)
+        return r;
+    CALL_REAL_RT(cudaHostAlloc, pHost, size, flags);
+}
+
+PS_EXPORT cudaError_t cudaMallocHost(void **ptr, size_t size)
+{
+    cudaError_t r = host_alloc_common(ptr, size, 0);
+    if (r != (cudaError_t)-1)
+        return r;
+    CALL_REAL_RT(cudaMallocHost, ptr, size);
+}
+
+PS_EXPORT cudaError_t cudaFreeHost(void *ptr)
+{
+    if (!ps_in_shim && ptr) {
+        int status;
+        if (ps_route_host_free(PS_CALL_CUDA_FREE_HOST, PS_DOOR_RUNTIME, ptr, &status) == PS_ROUTE_DONE)
+            return runtime_error(status);
+    }
+    CALL_REAL_RT(cudaFreeHost, ptr);
+}
+
 static cudaError_t malloc_async(void **devPtr, size_t size, cudaStream_t stream, bool per_thread)
 {
     if (ps_in_shim || !devPtr || !size || !ps_shim_ensure_init() || ps_stream_is_capturing(stream, per_thread))

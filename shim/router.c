@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "../core/adaptors.h"
+#include "../core/pool.h"
 #include "../core/resource.h"
 #include "../core/upstream.h"
 #include "poolshim.h"
@@ -67,6 +68,8 @@ typedef struct retired {
     struct retired *next; /* older ones */
     ps_stack_t *stack;    /* the dead stack */
     ps_gpu_ops_t *gpu;    /* its dead GPU-ops table */
+    ps_resource_t *host_pool;     /* its dead pinned host pool, or NULL */
+    ps_resource_t *host_upstream; /* and that pool's upstream */
 } retired_t;
 static retired_t *retired_stacks; /* devices_lock */
 
@@ -168,6 +171,39 @@ int ps_shim_ensure_init(void)
     return atomic_load_explicit(&ps_active, memory_order_relaxed);
 }
 
+/* Builds device d's pinned host pool from [host] (devices_lock held): a
+ * pool with free_sync event and a growth bound over a host upstream whose
+ * slabs are cuMemHostAlloc(PORTABLE | DEVICEMAP) memory of the primary
+ * context. Without it (disabled, or it cannot be made) pinned memory
+ * passes through. POOLSHIM_TEST_SKIP_HOST_WAIT=1 (tests only) reuses freed
+ * blocks at once: the negative control of tests/gpu/pinned.cu. */
+static void build_host_pool(ps_device_state_t *dev, ps_gpu_ops_t *gpu)
+{
+    const ps_host_config_t *h = &ps_global->host;
+    if (!h->enable || !gpu->host_alloc)
+        return;
+    ps_pool_options_t o;
+    ps_host_pool_options(h, &o);
+    const char *skip = getenv("POOLSHIM_TEST_SKIP_HOST_WAIT");
+    if (skip && *skip == '1') {
+        ps_warning("POOLSHIM_TEST_SKIP_HOST_WAIT=1: freed pinned blocks are reused at once, while copies may "
+                   "still read them (a test switch, never for real work)");
+        o.free_sync = PS_FREE_SYNC_NONE;
+    }
+    ps_resource_t *upstream = NULL, *pool = NULL;
+    int rc = ps_host_resource_create("pinned", gpu, PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED, &upstream);
+    if (rc == PS_OK)
+        rc = ps_pool_create("host", upstream, gpu, &o, &pool);
+    if (rc != PS_OK) {
+        ps_destroy(upstream);
+        ps_warning("device %d: cannot build the pinned host pool (%s): pinned memory passes through",
+                   dev->device, ps_status_name(rc));
+        return;
+    }
+    dev->host_upstream = upstream;
+    __atomic_store_n(&dev->host_pool, pool, __ATOMIC_RELEASE);
+}
+
 /* Builds the stack of device `d` (devices_lock held). */
 static void build_device(ps_device_state_t *dev, int d)
 {
@@ -208,6 +244,7 @@ static void build_device(ps_device_state_t *dev, int d)
         return;
     }
     __atomic_store_n(&dev->stack, stack, __ATOMIC_RELEASE);
+    build_host_pool(dev, gpu);
     ps_info("device %d: stack ready (%s)%s", d, stack->top->name, dev->resets ? " again, after a context reset" : "");
     atomic_store_explicit(&dev->state, PS_DEVICE_READY, memory_order_release);
 }
@@ -377,6 +414,12 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
         ps_stats_count_passthrough(-1);
         return PS_ROUTE_PASSTHROUGH;
     }
+    if (a.host) { /* cudaFree of pinned host memory: CUDA says "invalid value" too */
+        ps_registry_insert(&a);
+        ps_stats_count_invalid(call);
+        *status = PS_EINVAL;
+        return PS_ROUTE_DONE;
+    }
     ps_stack_t *stack = __atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE);
     ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
     int rc;
@@ -388,6 +431,84 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
     ps_in_shim--;
     if (rc != PS_OK && !a.direct) {
         /* the stack refused it: keep the registry as it was */
+        ps_registry_insert(&a);
+        ps_stats_count_invalid(call);
+        rc = PS_EINVAL;
+    }
+    ps_stats_count_free(a.device, call, door, a.size, timed ? ps_now_ns() - t0 : 0);
+    *status = rc;
+    return PS_ROUTE_DONE;
+}
+
+/* ---- pinned host memory ---------------------------------------------------------------- */
+ps_route_t ps_route_host_alloc(int call, int door, size_t size, unsigned flags, void **out, int *status)
+{
+    const unsigned pooled_flags = PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED;
+    if (!size || (flags & ~pooled_flags) || PS_UNLIKELY(!ps_shim_ensure_init()) || !ps_global->host.enable)
+        return PS_ROUTE_PASSTHROUGH; /* write-combined (or unknown) flags: CUDA's own */
+    ps_device_state_t *dev = ps_current_device(door);
+    ps_resource_t *pool = dev ? __atomic_load_n(&dev->host_pool, __ATOMIC_ACQUIRE) : NULL;
+    if (!pool) {
+        ps_stats_count_passthrough(-1);
+        return PS_ROUTE_PASSTHROUGH;
+    }
+    int timed = ps_stats_enabled;
+    uint64_t t0 = timed ? ps_now_ns() : 0;
+    ps_allocation_t a = {.size = size, .stream = PS_STREAM_NONE, .device = (int16_t)dev->device,
+                         .door = (uint8_t)door, .host = 1};
+    a.generation = atomic_load_explicit(&dev->generation, memory_order_acquire);
+    void *p = NULL;
+    ps_in_shim++;
+    int rc = ps_allocate(pool, size, PS_STREAM_NONE, &p);
+    ps_in_shim--;
+    if (rc == PS_OK) {
+        a.ptr = (uintptr_t)p;
+        if (ps_registry_insert(&a) != PS_OK) {
+            ps_in_shim++;
+            ps_deallocate(pool, p, size, PS_STREAM_NONE);
+            ps_in_shim--;
+            rc = PS_ENOMEM;
+        } else {
+            *out = p;
+        }
+    }
+    ps_stats_count_allocate(dev->device, call, door, size, rc, timed ? ps_now_ns() - t0 : 0);
+    *status = rc;
+    return PS_ROUTE_DONE;
+}
+
+ps_route_t ps_route_host_free(int call, int door, void *ptr, int *status)
+{
+    if (!ptr || PS_UNLIKELY(!ps_shim_ensure_init()))
+        return PS_ROUTE_PASSTHROUGH;
+    int timed = ps_stats_enabled;
+    uint64_t t0 = timed ? ps_now_ns() : 0;
+    ps_allocation_t a;
+    if (ps_registry_remove((uintptr_t)ptr, &a) != PS_OK) {
+        if (!ps_slab_contains((uintptr_t)ptr)) {
+            ps_stats_count_passthrough(-1);
+            return PS_ROUTE_PASSTHROUGH;
+        }
+        ps_stats_count_invalid(call); /* a double free, or inside a block */
+        *status = PS_EINVAL;
+        return PS_ROUTE_DONE;
+    }
+    ps_device_state_t *dev = &ps_devices[a.device];
+    if (a.generation != atomic_load_explicit(&dev->generation, memory_order_acquire)) {
+        ps_stats_count_passthrough(-1); /* its context died with the memory: CUDA answers */
+        return PS_ROUTE_PASSTHROUGH;
+    }
+    ps_resource_t *pool = __atomic_load_n(&dev->host_pool, __ATOMIC_ACQUIRE);
+    if (!a.host || !pool) { /* cudaFreeHost of a device pointer of ours */
+        ps_registry_insert(&a);
+        ps_stats_count_invalid(call);
+        *status = PS_EINVAL;
+        return PS_ROUTE_DONE;
+    }
+    ps_in_shim++;
+    int rc = ps_deallocate(pool, ptr, a.size, PS_STREAM_NONE);
+    ps_in_shim--;
+    if (rc != PS_OK) {
         ps_registry_insert(&a);
         ps_stats_count_invalid(call);
         rc = PS_EINVAL;
@@ -448,13 +569,28 @@ static void drop_device(ps_device_state_t *dev, const char *api)
     dev->dropped.fence_waits += info.fence_waits;
     if (info.peak_bytes_reserved > dev->dropped.peak_bytes_reserved)
         dev->dropped.peak_bytes_reserved = info.peak_bytes_reserved;
+    ps_resource_t *host_pool = dev->host_pool, *host_upstream = dev->host_upstream;
+    if (host_pool) {
+        ps_resource_info_t hinfo = {0};
+        ps_query(host_pool, &hinfo);
+        dev->dropped_host.bytes_reserved += hinfo.bytes_reserved;
+        dev->dropped_host.upstream_allocs += hinfo.upstream_allocs;
+        dev->dropped_host.upstream_frees += hinfo.upstream_frees;
+        dev->dropped_host.fences_recorded += hinfo.fences_recorded;
+        dev->dropped_host.fence_waits += hinfo.fence_waits;
+        dev->dropped_host.pending_waits += hinfo.pending_waits;
+        if (hinfo.peak_bytes_reserved > dev->dropped_host.peak_bytes_reserved)
+            dev->dropped_host.peak_bytes_reserved = hinfo.peak_bytes_reserved;
+        __atomic_store_n(&dev->host_pool, NULL, __ATOMIC_RELEASE);
+        dev->host_upstream = NULL;
+    }
     dev->dropped_allocations += count;
     dev->dropped_bytes += bytes;
     dev->resets++;
     ps_stats_count_dropped(d, bytes);
     retired_t *r = malloc(sizeof *r);
     if (r) { /* without it the dead stack is simply leaked, which is harmless */
-        *r = (retired_t){retired_stacks, stack, gpu};
+        *r = (retired_t){retired_stacks, stack, gpu, host_pool, host_upstream};
         retired_stacks = r;
     }
     char b1[32], b2[32];

@@ -96,7 +96,10 @@
     X(cuMemRelease, CUresult, (CUmemGenericAllocationHandle))                               \
     X(cuMemMap, CUresult, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)) \
     X(cuMemUnmap, CUresult, (CUdeviceptr, size_t))                                          \
-    X(cuMemSetAccess, CUresult, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))
+    X(cuMemSetAccess, CUresult, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))   \
+    X(cuMemHostAlloc, CUresult, (void **, size_t, unsigned int))                            \
+    X(cuMemAllocHost_v2, CUresult, (void **, size_t))                                       \
+    X(cuMemFreeHost, CUresult, (void *))
 
 /* The runtime functions the shim forwards to (foreign pointers, cudaFree(NULL),
  * stream capture, passthrough mode). */
@@ -116,7 +119,10 @@
     X(cudaStreamIsCapturing, cudaError_t, (cudaStream_t, cudaStreamCaptureStatus *)) \
     X(cudaStreamIsCapturing_ptsz, cudaError_t, (cudaStream_t, cudaStreamCaptureStatus *)) \
     X(cudaDeviceReset, cudaError_t, (void))                                         \
-    X(cudaSetDeviceFlags, cudaError_t, (unsigned int))
+    X(cudaSetDeviceFlags, cudaError_t, (unsigned int))                              \
+    X(cudaHostAlloc, cudaError_t, (void **, size_t, unsigned int))                  \
+    X(cudaMallocHost, cudaError_t, (void **, size_t))                               \
+    X(cudaFreeHost, cudaError_t, (void *))
 
 #define PS_DECLARE_REAL(name, ret, params) typedef ret(*ps_##name##_fn) params;
 PS_REAL_DRIVER(PS_DECLARE_REAL)
@@ -162,7 +168,8 @@ typedef struct ps_allocation {
     ps_stream_t stream; /* allocation stream, PS_STREAM_NONE for cudaMalloc */
     int16_t device;     /* device whose stack owns it */
     uint8_t door;       /* PS_DOOR_RUNTIME or PS_DOOR_DRIVER */
-    uint8_t direct;     /* 1: went straight to CUDA (direct_min_size), not pooled */
+    uint8_t direct : 1; /* 1: went straight to CUDA (direct_min_size), not pooled */
+    uint8_t host : 1;   /* 1: pinned host memory from the device's host pool (cudaFreeHost frees it) */
     uint32_t generation; /* the device's context generation when it was handed out */
 } ps_allocation_t;
 
@@ -216,6 +223,9 @@ enum { PS_DOOR_RUNTIME = 0, PS_DOOR_DRIVER = 1 };
 enum {
     PS_CALL_CUDA_MALLOC, PS_CALL_CUDA_FREE, PS_CALL_CUDA_MALLOC_ASYNC, PS_CALL_CUDA_FREE_ASYNC,
     PS_CALL_CU_MEM_ALLOC, PS_CALL_CU_MEM_FREE, PS_CALL_CU_MEM_ALLOC_ASYNC, PS_CALL_CU_MEM_FREE_ASYNC,
+    /* pinned host memory (the host pool); cudaMallocHost counts as cudaHostAlloc,
+     * cuMemAllocHost as cuMemHostAlloc */
+    PS_CALL_CUDA_HOST_ALLOC, PS_CALL_CUDA_FREE_HOST, PS_CALL_CU_MEM_HOST_ALLOC, PS_CALL_CU_MEM_FREE_HOST,
     PS_CALL_COUNT
 };
 
@@ -242,6 +252,9 @@ typedef struct ps_device_state {
     CUcontext ctx;          /* its primary context, the only one we serve */
     ps_gpu_ops_t *gpu;      /* the GPU-ops table over that context (atomic loads: a reset replaces it) */
     ps_stack_t *stack;      /* the resource stack from the config (atomic loads: a reset replaces it) */
+    ps_resource_t *host_pool; /* the pinned host pool ([host]) over its own host upstream, or NULL
+                                 (atomic loads: a reset replaces it; pinned memory dies with the context) */
+    ps_resource_t *host_upstream; /* its upstream (host_alloc / host_free) */
     atomic_uint generation; /* +1 at each drop; allocations carry it, a stale one is not ours any more */
     int holds_ref;          /* 1 while we hold a reference on the primary context (devices lock) */
     int has_ctx_id;         /* 1 when ctx_id is known (cuCtxGetId, CUDA 12+) */
@@ -251,6 +264,7 @@ typedef struct ps_device_state {
     uint64_t dropped_allocations;   /* live allocations they took */
     uint64_t dropped_bytes;         /* bytes requested by those */
     ps_resource_info_t dropped;     /* the dropped stacks' own figures, summed (peak: max) */
+    ps_resource_info_t dropped_host; /* the same for the dropped host pools */
 } ps_device_state_t;
 extern ps_device_state_t ps_devices[PS_MAX_DEVICES];
 /* The device state of the current context, building its stack on first
@@ -286,6 +300,15 @@ ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream
  * (forward to the real free). PS_ROUTE_DONE with *status PS_OK, or
  * PS_EINVAL for a bad pointer (inside our memory but not a live allocation). */
 ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int *status);
+/* Pinned host memory (cudaHostAlloc & co.): `flags` are cudaHostAlloc's
+ * (= CU_MEMHOSTALLOC_*). Pooled: no write-combined bit and size > 0, with
+ * [host] enabled and a served current device; otherwise PASSTHROUGH. */
+ps_route_t ps_route_host_alloc(int call, int door, size_t size, unsigned flags, void **out, int *status);
+/* cudaFreeHost/cuMemFreeHost of `ptr`: PASSTHROUGH when it is not ours and
+ * not inside our memory; DONE with PS_OK, or PS_EINVAL (double free, an
+ * interior pointer, a device pointer of ours). */
+ps_route_t ps_route_host_free(int call, int door, void *ptr, int *status);
+
 /* Adds the pool's free bytes of the current device to *free_bytes (meminfo=pool). */
 void ps_route_meminfo(size_t *free_bytes);
 /* Statistics of a dropped stack: its live allocations' bytes are gone. */

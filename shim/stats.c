@@ -27,6 +27,7 @@ typedef struct thread_counters {
     uint64_t failures[PS_MAX_DEVICES];
     uint64_t alloc_ns[PS_MAX_DEVICES];
     uint64_t free_ns[PS_MAX_DEVICES];
+    uint64_t host_ns[PS_MAX_DEVICES];         /* time in pinned host calls */
     uint64_t passthrough;                     /* calls forwarded to CUDA untouched */
     uint64_t invalid;                         /* bad frees answered with "invalid value" */
 } thread_counters_t;
@@ -44,6 +45,15 @@ typedef struct byte_counters {
     atomic_ullong total;    /* sum of requests */
 } byte_counters_t;
 static byte_counters_t bytes[PS_MAX_DEVICES];
+static byte_counters_t host_bytes[PS_MAX_DEVICES]; /* pinned host memory, apart from device bytes */
+
+/* Is `call` one of the pinned host memory calls? */
+static int is_host_call(int call) { return call >= PS_CALL_CUDA_HOST_ALLOC; }
+/* The door of a device call: cuda* runtime, cu* driver. */
+static int door_of_call(int call)
+{
+    return call >= PS_CALL_CU_MEM_ALLOC && call <= PS_CALL_CU_MEM_FREE_ASYNC ? PS_DOOR_DRIVER : PS_DOOR_RUNTIME;
+}
 
 #define BUMP(field, n) __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (n), __ATOMIC_RELAXED)
 #define READ(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
@@ -56,6 +66,7 @@ static void add_into(thread_counters_t *dst, thread_counters_t *src)
         dst->failures[d] += READ(src->failures[d]);
         dst->alloc_ns[d] += READ(src->alloc_ns[d]);
         dst->free_ns[d] += READ(src->free_ns[d]);
+        dst->host_ns[d] += READ(src->host_ns[d]);
     }
     dst->passthrough += READ(src->passthrough);
     dst->invalid += READ(src->invalid);
@@ -100,9 +111,8 @@ static thread_counters_t *counters(void)
 
 void ps_stats_init(int enabled) { ps_stats_enabled = enabled; }
 
-static void bytes_add(int device, int64_t delta)
+static void bytes_add_to(byte_counters_t *b, int64_t delta)
 {
-    byte_counters_t *b = &bytes[device];
     long long now = atomic_fetch_add_explicit(&b->current, delta, memory_order_relaxed) + delta;
     if (delta > 0) {
         atomic_fetch_add_explicit(&b->total, (unsigned long long)delta, memory_order_relaxed);
@@ -113,13 +123,19 @@ static void bytes_add(int device, int64_t delta)
     }
 }
 
+static void bytes_add(int device, int64_t delta) { bytes_add_to(&bytes[device], delta); }
+
 void ps_stats_count_allocate(int device, int call, int door, size_t size, int status, uint64_t ns)
 {
     thread_counters_t *t = counters();
     BUMP(t->calls[device][call], 1);
     if (status != PS_OK)
         BUMP(t->failures[device], 1);
-    if (ps_stats_enabled) {
+    if (ps_stats_enabled && is_host_call(call)) {
+        BUMP(t->host_ns[device], ns);
+        if (status == PS_OK)
+            bytes_add_to(&host_bytes[device], (int64_t)size);
+    } else if (ps_stats_enabled) {
         BUMP(t->alloc_ns[device], ns);
         if (status == PS_OK)
             bytes_add(device, (int64_t)size);
@@ -130,7 +146,10 @@ void ps_stats_count_free(int device, int call, int door, size_t size, uint64_t n
 {
     thread_counters_t *t = counters();
     BUMP(t->calls[device][call], 1);
-    if (ps_stats_enabled) {
+    if (ps_stats_enabled && is_host_call(call)) {
+        BUMP(t->host_ns[device], ns);
+        bytes_add_to(&host_bytes[device], -(int64_t)size);
+    } else if (ps_stats_enabled) {
         BUMP(t->free_ns[device], ns);
         bytes_add(device, -(int64_t)size);
     }
@@ -156,7 +175,10 @@ void ps_stats_count_invalid(int call)
     if (n < 10)
         ps_warning("%s of a pointer inside poolshim's memory that is not a live allocation "
                    "(double free, or a pointer into the middle of a block): answered \"invalid value\"",
-                   call == PS_CALL_CU_MEM_FREE || call == PS_CALL_CU_MEM_FREE_ASYNC ? "cuMemFree" : "cudaFree");
+                   call == PS_CALL_CU_MEM_FREE || call == PS_CALL_CU_MEM_FREE_ASYNC ? "cuMemFree"
+                   : call == PS_CALL_CUDA_FREE_HOST                                ? "cudaFreeHost"
+                   : call == PS_CALL_CU_MEM_FREE_HOST                              ? "cuMemFreeHost"
+                                                                                   : "cudaFree");
 }
 
 void ps_stats_count_foreign_invalid(void)
@@ -180,8 +202,8 @@ static void snapshot_from(const thread_counters_t *sum, int d, ps_shim_stats_t *
     memset(out, 0, sizeof *out);
     memcpy(out->calls, sum->calls[d], sizeof out->calls);
     /* the door is known from the function: cuda* runtime, cu* driver */
-    for (int c = 0; c < PS_CALL_COUNT; c++)
-        out->doors[c < PS_CALL_CU_MEM_ALLOC ? PS_DOOR_RUNTIME : PS_DOOR_DRIVER] += out->calls[c];
+    for (int c = 0; c < PS_CALL_CUDA_HOST_ALLOC; c++) /* device calls; pinned host calls apart */
+        out->doors[door_of_call(c)] += out->calls[c];
     out->failures = sum->failures[d];
     out->alloc_ns = sum->alloc_ns[d];
     out->free_ns = sum->free_ns[d];
@@ -210,7 +232,62 @@ uint64_t ps_stats_passthrough_total(void)
 static const char *const call_names[PS_CALL_COUNT] = {
     "cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync",
     "cuMemAlloc", "cuMemFree", "cuMemAllocAsync", "cuMemFreeAsync",
+    "cudaHostAlloc", "cudaFreeHost", "cuMemHostAlloc", "cuMemFreeHost",
 };
+
+/* The pinned host pool of device d, now and dropped with earlier contexts. */
+static void host_pool_info(const ps_device_state_t *dev, ps_resource_info_t *info)
+{
+    ps_resource_t *pool = __atomic_load_n(&dev->host_pool, __ATOMIC_ACQUIRE);
+    if (atomic_load(&dev->state) == PS_DEVICE_READY && pool)
+        ps_query(pool, info);
+    const ps_resource_info_t *gone = &dev->dropped_host;
+    info->upstream_allocs += gone->upstream_allocs;
+    info->upstream_frees += gone->upstream_frees;
+    info->fences_recorded += gone->fences_recorded;
+    info->fence_waits += gone->fence_waits;
+    info->pending_waits += gone->pending_waits;
+    if (gone->peak_bytes_reserved > info->peak_bytes_reserved)
+        info->peak_bytes_reserved = gone->peak_bytes_reserved;
+}
+
+/* The pinned host pool's part of the report (JSON object, or text lines). */
+static void write_host(FILE *f, int json, const ps_device_state_t *dev, const ps_shim_stats_t *s, uint64_t host_ns)
+{
+    ps_resource_info_t info = {0};
+    host_pool_info(dev, &info);
+    const byte_counters_t *hb = &host_bytes[dev->device];
+    uint64_t calls = 0;
+    for (int c = PS_CALL_CUDA_HOST_ALLOC; c < PS_CALL_COUNT; c++)
+        calls += s->calls[c];
+    if (json) {
+        fprintf(f,
+                ", \"host\": {\"enabled\": %d, \"calls\": %llu, \"time_ns\": %llu, "
+                "\"requested_current\": %lld, \"requested_peak\": %lld, \"requested_total\": %llu, "
+                "\"reserved_current\": %llu, \"reserved_peak\": %llu, \"in_use\": %llu, \"pending\": %llu, "
+                "\"upstream\": {\"allocs\": %llu, \"frees\": %llu}, \"fences\": {\"recorded\": %llu, "
+                "\"waits\": %llu}, \"bound_waits\": %llu}",
+                ps_global && ps_global->host.enable, (unsigned long long)calls, (unsigned long long)host_ns,
+                (long long)atomic_load(&hb->current), (long long)atomic_load(&hb->peak),
+                (unsigned long long)atomic_load(&hb->total), (unsigned long long)info.bytes_reserved,
+                (unsigned long long)info.peak_bytes_reserved, (unsigned long long)info.bytes_in_use,
+                (unsigned long long)info.bytes_pending, (unsigned long long)info.upstream_allocs,
+                (unsigned long long)info.upstream_frees, (unsigned long long)info.fences_recorded,
+                (unsigned long long)info.fence_waits, (unsigned long long)info.pending_waits);
+        return;
+    }
+    if (!calls && !info.upstream_allocs)
+        return;
+    char b1[32], b2[32], b3[32];
+    fprintf(f, "poolshim:   pinned     %llu calls, requested peak %s, reserved peak %s now %s (upstream: %llu allocs, "
+               "%llu frees)\n",
+            (unsigned long long)calls, ps_format_bytes(b1, sizeof b1, (uint64_t)atomic_load(&hb->peak)),
+            ps_format_bytes(b2, sizeof b2, info.peak_bytes_reserved), ps_format_bytes(b3, sizeof b3, info.bytes_reserved),
+            (unsigned long long)info.upstream_allocs, (unsigned long long)info.upstream_frees);
+    fprintf(f, "poolshim:   pinned     %llu fences, %llu host waits (%llu because pending bytes passed the growth bound)\n",
+            (unsigned long long)info.fences_recorded, (unsigned long long)info.fence_waits,
+            (unsigned long long)info.pending_waits);
+}
 
 static int device_used(const thread_counters_t *sum, int d)
 {
@@ -266,7 +343,7 @@ void ps_stats_write(FILE *f, int json)
                     "\"fences\": {\"recorded\": %llu, \"waits\": %llu}, \"barriers\": %llu, "
                     "\"expandable\": %llu, "
                     "\"resets\": {\"count\": %u, \"dropped_allocations\": %llu, \"dropped_bytes\": %llu, "
-                    "\"dropped_reserved\": %llu}}",
+                    "\"dropped_reserved\": %llu}",
                     (unsigned long long)s.doors[0], (unsigned long long)s.doors[1], (unsigned long long)s.failures,
                     (unsigned long long)s.alloc_ns, (unsigned long long)s.free_ns, (long long)s.requested_current,
                     (long long)s.requested_peak, (unsigned long long)s.requested_total,
@@ -277,6 +354,8 @@ void ps_stats_write(FILE *f, int json)
                     (unsigned long long)info.barriers, (unsigned long long)(info.expandable != 0), dev->resets,
                     (unsigned long long)dev->dropped_allocations, (unsigned long long)dev->dropped_bytes,
                     (unsigned long long)gone->bytes_reserved);
+            write_host(f, 1, dev, &s, sum.host_ns[d]);
+            fprintf(f, "}");
         } else {
             uint64_t n = s.doors[0] + s.doors[1];
             fprintf(f, "poolshim: device %d (stack: %s)\n", d, stack);
@@ -310,6 +389,7 @@ void ps_stats_write(FILE *f, int json)
                         dev->resets, (unsigned long long)dev->dropped_allocations,
                         ps_format_bytes(b1, sizeof b1, dev->dropped_bytes),
                         ps_format_bytes(b2, sizeof b2, gone->bytes_reserved));
+            write_host(f, 0, dev, &s, sum.host_ns[d]);
         }
         first = 0;
     }

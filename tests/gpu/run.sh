@@ -179,6 +179,8 @@ declare -A sources=(
     [overhead_shared]="overhead.cu -cudart shared"
     [context_reset_static]="context_reset.cu -lcuda"
     [context_reset_shared]="context_reset.cu -cudart shared -lcuda"
+    [pinned_static]="pinned.cu"
+    [pinned_shared]="pinned.cu -cudart shared"
 )
 build_started=$(date +%s)
 for name in "${!sources[@]}"; do
@@ -320,6 +322,41 @@ if "$PYTHON" -c 'import cupy' >/dev/null 2>&1; then
     shim cupy_test "doors.runtime>0|doors.driver>0 calls.cudaMalloc>0|calls.cuMemAlloc>0 invalid_frees==0" -- "$PYTHON" "$src/cupy_test.py"
 else
     wanted cupy_test && record cupy_test SKIP "CuPy not available"
+fi
+
+# ---------------------------------------------------------------- 7b. pinned host pool (cudaHostAlloc/cudaFreeHost)
+# An async copy from/to a pinned block, cudaFreeHost, cudaHostAlloc of the same size
+# and a host write at once must not change what the copy delivered; the
+# negative control (POOLSHIM_TEST_SKIP_HOST_WAIT=1 reuses freed blocks at once)
+# must detect corruption. Static cudart reaches us through cuMemHostAlloc /
+# cuMemFreeHost (driver door), shared cudart through cudaHostAlloc/cudaFreeHost.
+for kind in static shared; do
+    native pinned_$kind pinned_$kind hazard
+done
+shim pinned_static "calls.cuMemHostAlloc>0 calls.cuMemFreeHost>0 host.upstream.allocs>0 invalid_frees==0 ?host.fences.recorded>0 ?host.fences.waits>0 ?host.bound_waits>0" -- pinned_static hazard
+shim pinned_shared "calls.cudaHostAlloc>0 calls.cudaFreeHost>0 host.upstream.allocs>0 invalid_frees==0 ?host.fences.recorded>0 ?host.fences.waits>0 ?host.bound_waits>0" -- pinned_shared hazard
+shim pinned_static_tiny_bound "host.upstream.allocs>0 invalid_frees==0 ?host.bound_waits>0" \
+    POOLSHIM_OPTIONS=host.pending_wait_bytes=0,host.pending_wait_percent=1 -- pinned_static hazard
+for kind in static shared; do
+    expect_detect pinned_skip_wait_${kind}_expected_failure POOLSHIM_TEST_SKIP_HOST_WAIT=1 -- pinned_$kind hazard
+done
+if wanted pinned_timing; then
+    for kind in static shared; do
+        for mode in native shim; do
+            name=pinned_timing_${kind}_$mode
+            path=$(exe pinned_$kind) || { record "$name" FAIL "not built"; continue; }
+            if [ $mode = native ]; then run_timed "$name" env -u LD_PRELOAD "$path" timing
+            else run_timed "$name" env LD_PRELOAD="$lib" "$path" timing; fi
+            keep_log "$name"
+            line=$(grep '^pinned timing' "$logs/$name.log")
+            if [ $rc -eq 0 ] && [ -n "$line" ]; then
+                record "pinned_timing/$kind/$mode" PASS
+                say "  $kind $mode: ${line#pinned timing: }"
+            else
+                record "pinned_timing/$kind/$mode" FAIL "exit $rc, log $name.log"
+            fi
+        done
+    done
 fi
 
 # ---------------------------------------------------------------- 8. overhead of a cudaMalloc+cudaFree pair

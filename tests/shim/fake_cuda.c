@@ -523,6 +523,30 @@ EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *m)
     (void)m;
     return CUDA_SUCCESS;
 }
+/* Pinned host memory: the same host memory as device memory (one live
+ * table), counted apart. */
+EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
+{
+    if (!pp)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr p = 0;
+    CUresult r = do_alloc(&p, size);
+    if (r == CUDA_SUCCESS) {
+        __atomic_fetch_add(&counters.host_alloc, 1, __ATOMIC_RELAXED);
+        counters.host_alloc_flags = flags;
+        *pp = (void *)(uintptr_t)p;
+    }
+    return r;
+}
+EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t size) { return cuMemHostAlloc(pp, size, 0); }
+EXPORT CUresult cuMemFreeHost(void *p)
+{
+    CUresult r = do_free((CUdeviceptr)(uintptr_t)p);
+    if (r == CUDA_SUCCESS)
+        __atomic_fetch_add(&counters.host_free, 1, __ATOMIC_RELAXED);
+    return r;
+}
+
 /* test control: mark a stream as being captured into a graph */
 EXPORT void fake_cuda_set_capturing(CUstream s, int on) { s->capturing = on; }
 
@@ -537,6 +561,9 @@ static const struct { const char *name; void *fn; int min_version; } table[] = {
     {"cuMemAlloc", (void *)cuMemAlloc_v2, 3020},
     {"cuMemFree", (void *)cuMemFree_v2, 3020},
     {"cuMemAllocManaged", (void *)cuMemAllocManaged, 6000},
+    {"cuMemHostAlloc", (void *)cuMemHostAlloc, 2020},
+    {"cuMemAllocHost", (void *)cuMemAllocHost_v2, 3020},
+    {"cuMemFreeHost", (void *)cuMemFreeHost, 2000},
     {"cuMemGetInfo", (void *)cuMemGetInfo_v2, 3020},
     {"cuMemGetAddressRange", (void *)cuMemGetAddressRange_v2, 3020},
     {"cuIpcGetMemHandle", (void *)cuIpcGetMemHandle, 4010},

@@ -13,5 +13,8 @@ typedef struct fake_cuda_counters {
     unsigned long ctx_destroyed;        /* contexts destroyed (reset, last release, cuCtxDestroy) */
     unsigned long ctx_reset, ctx_release; /* cuDevicePrimaryCtxReset / Release calls */
     unsigned long bytes_outstanding;    /* device bytes allocated now */
+    unsigned long host_alloc;           /* cuMemHostAlloc / cuMemAllocHost_v2 calls that succeeded */
+    unsigned long host_free;            /* cuMemFreeHost calls that succeeded */
+    unsigned long host_alloc_flags;     /* the flags of the last cuMemHostAlloc */
 } fake_cuda_counters_t;
 #endif

@@ -37,6 +37,8 @@ static struct {
     CUresult (*ipc)(CUipcMemHandle *, CUdeviceptr);
     CUresult (*reset)(CUdevice);
     CUresult (*set_flags)(CUdevice, unsigned);
+    CUresult (*host_alloc)(void **, size_t, unsigned);
+    CUresult (*free_host)(void *);
 } drv;
 static atomic_int device_retained[8]; /* 1 while the runtime holds the device's primary context */
 static pthread_mutex_t retain_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -77,6 +79,8 @@ static void load(void)
     drv.ipc = get(gpa, "cuIpcGetMemHandle", 4010, 0);
     drv.reset = get(gpa, "cuDevicePrimaryCtxReset", 11000, 0);
     drv.set_flags = get(gpa, "cuDevicePrimaryCtxSetFlags", 11000, 0);
+    drv.host_alloc = get(gpa, "cuMemHostAlloc", 3020, 0);
+    drv.free_host = get(gpa, "cuMemFreeHost", 3020, 0);
     init_ok = drv.init && drv.init(0) == CUDA_SUCCESS;
 }
 
@@ -161,6 +165,22 @@ EXPORT cudaError_t cudaFree(void *p)
     if (e || !p)
         return e;
     return err(drv.free_((CUdeviceptr)(uintptr_t)p));
+}
+/* pinned host memory: through cuMemHostAlloc/cuMemFreeHost, as the real runtime */
+EXPORT cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags)
+{
+    cudaError_t e = lazy_init();
+    if (e)
+        return e;
+    return err(drv.host_alloc(p, n, flags));
+}
+EXPORT cudaError_t cudaMallocHost(void **p, size_t n) { return cudaHostAlloc(p, n, 0); }
+EXPORT cudaError_t cudaFreeHost(void *p)
+{
+    cudaError_t e = lazy_init();
+    if (e || !p)
+        return e;
+    return err(drv.free_host(p));
 }
 EXPORT cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s)
 {

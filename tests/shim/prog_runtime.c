@@ -24,6 +24,9 @@ extern cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *, void *);
 extern cudaError_t cudaSetDevice(int);
 extern cudaError_t cudaDeviceReset(void);
 extern cudaError_t cudaSetDeviceFlags(unsigned int);
+extern cudaError_t cudaHostAlloc(void **, size_t, unsigned int);
+extern cudaError_t cudaMallocHost(void **, size_t);
+extern cudaError_t cudaFreeHost(void *);
 
 #define N 400
 
@@ -380,11 +383,68 @@ static void set_flags(void)
     CHECK(fake()->dead_calls == 0, "%lu calls on dead objects", fake()->dead_calls);
 }
 
+/* Pinned host memory through the runtime door: cudaHostAlloc (every pooled
+ * flag), cudaMallocHost, cudaFreeHost; write-combined passes through; a
+ * double free and an interior pointer are "invalid value"; cudaFree of a
+ * pinned block too; a foreign pointer reaches the driver. */
+static void pinned(void)
+{
+    static void *p[64];
+    static const unsigned flag_cases[] = {0, 1, 2, 3}; /* default, portable, mapped, portable|mapped */
+    const char *options = getenv("POOLSHIM_OPTIONS");
+    int pooled = shim_active() && !(options && strstr(options, "host.enable=0"));
+    unsigned long before = fake()->host_alloc, slab_flags = 0;
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < 64; i++) {
+            size_t n = 4096 + (size_t)i * 1000;
+            cudaError_t e = i % 5 == 4 ? cudaMallocHost(&p[i], n) : cudaHostAlloc(&p[i], n, flag_cases[i % 4]);
+            CHECK(e == cudaSuccess, "pinned alloc %d", i);
+            if (!round && !i)
+                slab_flags = fake()->host_alloc_flags;
+            fill(p[i], n, (unsigned)(i + round));
+        }
+        for (int i = 0; i < 64; i++)
+            CHECK(intact(p[i], 4096 + (size_t)i * 1000, (unsigned)(i + round)), "pinned block %d overwritten", i);
+        for (int i = 0; i < 64; i++)
+            CHECK(cudaFreeHost(p[i]) == cudaSuccess, "cudaFreeHost %d", i);
+    }
+    unsigned long reached = fake()->host_alloc - before;
+    if (pooled) {
+        CHECK(reached < 10, "%lu pinned allocations reached the driver: the host pool should serve them", reached);
+        CHECK(slab_flags == 3, "pooled slabs are portable|mapped (%lu)", slab_flags);
+    } else {
+        CHECK(reached == 256, "%lu of 256 pinned allocations reached the driver", reached);
+    }
+    /* write-combined: passed through to CUDA, and freed there */
+    void *wc = NULL;
+    before = fake()->host_alloc;
+    CHECK(cudaHostAlloc(&wc, 8192, 4) == cudaSuccess, "write-combined");
+    CHECK(fake()->host_alloc == before + 1, "write-combined memory must come from CUDA itself");
+    CHECK(fake()->host_alloc_flags == 4, "with its flags (%lu)", fake()->host_alloc_flags);
+    unsigned long freed = fake()->host_free;
+    CHECK(cudaFreeHost(wc) == cudaSuccess, "free write-combined (a foreign pointer)");
+    CHECK(fake()->host_free == freed + 1, "the foreign pointer reached cuMemFreeHost");
+    if (pooled) {
+        void *q;
+        CHECK(cudaHostAlloc(&q, 4096, 0) == cudaSuccess, "alloc");
+        CHECK(cudaFreeHost((char *)q + 256) == cudaErrorInvalidValue, "interior pointer");
+        CHECK(cudaFree(q) == cudaErrorInvalidValue, "cudaFree of pinned memory");
+        void *d;
+        CHECK(cudaMalloc(&d, 4096) == cudaSuccess, "device alloc");
+        CHECK(cudaFreeHost(d) == cudaErrorInvalidValue, "cudaFreeHost of device memory");
+        CHECK(cudaFree(d) == cudaSuccess, "device free");
+        CHECK(cudaFreeHost(q) == cudaSuccess, "free");
+        CHECK(cudaFreeHost(q) == cudaErrorInvalidValue, "double free");
+    }
+    CHECK(cudaFreeHost(NULL) == cudaSuccess, "cudaFreeHost(NULL)");
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "basic";
     if (!strcmp(what, "basic")) basic();
     else if (!strcmp(what, "errors")) errors();
+    else if (!strcmp(what, "pinned")) pinned();
     else if (!strcmp(what, "async")) async();
     else if (!strcmp(what, "ipc")) ipc();
     else if (!strcmp(what, "meminfo")) meminfo();

@@ -15,6 +15,51 @@ typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcA
 
 static int context_scenarios(gpa_fn gpa, const char *what);
 
+/* Pinned host memory through the driver door (hooks handed out by
+ * cuGetProcAddress): cuMemHostAlloc, cuMemAllocHost, cuMemFreeHost. */
+static int pinned_scenario(gpa_fn gpa)
+{
+    CUdriverProcAddressQueryResult st;
+    CUresult (*host_alloc)(void **, size_t, unsigned) = NULL;
+    CUresult (*alloc_host)(void **, size_t) = NULL;
+    CUresult (*free_host)(void *) = NULL;
+    CHECK(gpa("cuMemHostAlloc", (void **)&host_alloc, 13000, 0, &st) == CUDA_SUCCESS, "cuMemHostAlloc");
+    CHECK(gpa("cuMemAllocHost", (void **)&alloc_host, 13000, 0, &st) == CUDA_SUCCESS, "cuMemAllocHost");
+    CHECK(gpa("cuMemFreeHost", (void **)&free_host, 13000, 0, &st) == CUDA_SUCCESS, "cuMemFreeHost");
+    if (failures)
+        return finish("pinned");
+    unsigned long before = fake()->host_alloc;
+    void *p[40];
+    for (int round = 0; round < 5; round++) {
+        for (int i = 0; i < 40; i++) {
+            size_t n = 1000 + (size_t)i * 3000;
+            CUresult r = i & 1 ? alloc_host(&p[i], n) : host_alloc(&p[i], n, (unsigned)(i % 4) & 3u);
+            CHECK(r == CUDA_SUCCESS, "pinned alloc %d", i);
+            fill(p[i], n, (unsigned)i * 3 + (unsigned)round);
+        }
+        for (int i = 0; i < 40; i++)
+            CHECK(intact(p[i], 1000 + (size_t)i * 3000, (unsigned)i * 3 + (unsigned)round), "block %d overwritten", i);
+        for (int i = 0; i < 40; i++)
+            CHECK(free_host(p[i]) == CUDA_SUCCESS, "cuMemFreeHost %d", i);
+    }
+    unsigned long reached = fake()->host_alloc - before;
+    if (shim_active()) {
+        CHECK(reached < 10, "%lu pinned allocations reached the driver", reached);
+        void *q;
+        CHECK(host_alloc(&q, 4096, 0) == CUDA_SUCCESS, "alloc");
+        CHECK(free_host((char *)q + 512) == CUDA_ERROR_INVALID_VALUE, "interior pointer");
+        CHECK(free_host(q) == CUDA_SUCCESS, "free");
+        CHECK(free_host(q) == CUDA_ERROR_INVALID_VALUE, "double free");
+    } else {
+        CHECK(reached == 200, "%lu of 200 pinned allocations reached the driver", reached);
+    }
+    void *wc;
+    before = fake()->host_alloc;
+    CHECK(host_alloc(&wc, 4096, 4) == CUDA_SUCCESS && fake()->host_alloc == before + 1, "write-combined passes through");
+    CHECK(free_host(wc) == CUDA_SUCCESS, "foreign free");
+    return finish("pinned");
+}
+
 int main(int argc, char **argv)
 {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -51,6 +96,12 @@ int main(int argc, char **argv)
     CHECK(gpa("cuMemGetAddressRange", (void **)&range, 3020, 0, &st) == 0, "range");
     if (failures)
         return finish("static");
+    if (argc > 1 && !strcmp(argv[1], "pinned")) {
+        CHECK(init(0) == CUDA_SUCCESS, "cuInit");
+        CUcontext pctx;
+        CHECK(retain(&pctx, 0) == CUDA_SUCCESS && set(pctx) == CUDA_SUCCESS, "context");
+        return pinned_scenario(gpa);
+    }
     if (argc > 1) {
         CHECK(init(0) == CUDA_SUCCESS, "cuInit");
         return context_scenarios(gpa, argv[1]);

@@ -47,6 +47,27 @@ SCENARIO(async)
 SCENARIO(ipc)
 SCENARIO(meminfo)
 SCENARIO(devices)
+SCENARIO(pinned)
+
+Test(runtime_door, pinned_host_pool_off_passes_everything_through)
+{
+    expect_pass(1, "POOLSHIM_OPTIONS=host.enable=0", "prog_runtime pinned", "shim active");
+}
+
+Test(runtime_door, pinned_with_lagging_events_and_a_tiny_bound)
+{
+    expect_pass(1, "FAKE_CUDA_EVENTS_PENDING=3 POOLSHIM_OPTIONS=host.pending_wait_bytes=0,host.pending_wait_percent=1",
+                "prog_runtime pinned", "shim active");
+}
+
+Test(runtime_door, pinned_figures_in_the_exit_report)
+{
+    expect_pass(1, "POOLSHIM_STATS=json", "prog_runtime pinned", "\"host\": {\"enabled\": 1");
+    expect_pass(1, "POOLSHIM_STATS=text", "prog_runtime pinned", "poolshim:   pinned ");
+}
+
+Test(driver_door, pinned_native) { expect_pass(0, NULL, "prog_static pinned", "shim inactive"); }
+Test(driver_door, pinned_through_shim) { expect_pass(1, NULL, "prog_static pinned", "shim active"); }
 
 Test(runtime_door, threads_native) { expect_pass(0, NULL, "prog_runtime threads", "shim inactive"); }
 Test(runtime_door, threads_through_shim) { expect_pass(1, NULL, "prog_runtime threads", "shim active"); }

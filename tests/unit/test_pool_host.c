@@ -1,0 +1,223 @@
+/* The pinned host pool's reuse rule: a pool (free_sync event) over the
+ * `host` upstream (host_alloc / host_free) with a growth bound. The host
+ * writes a block as soon as it is handed out, so a freed block is reused
+ * only after a fence recorded after its free has completed; while fences
+ * lag, the pool grows only as long as the pending bytes stay within the
+ * bound, then host-waits the oldest fence. */
+#include "pool_fixture.h"
+
+#include <string.h>
+
+typedef struct host_fixture {
+    ps_gpu_ops_t *gpu;       /* the fake device */
+    ps_resource_t *upstream; /* host upstream over it */
+    ps_resource_t *pool;     /* the pinned pool */
+} host_fixture_t;
+
+static ps_pool_options_t host_pool_options(size_t bound_bytes, unsigned bound_percent)
+{
+    ps_pool_options_t o;
+    ps_pool_options_default(&o);
+    o.free_sync = PS_FREE_SYNC_EVENT;
+    o.expandable = 0;
+    o.min_chunk = 2 * PS_MiB;
+    o.max_chunk = 64 * PS_MiB;
+    o.epoch_wait_ns = 0;
+    o.pending_wait_bytes = bound_bytes;
+    o.pending_wait_percent = bound_percent;
+    return o;
+}
+
+static void host_open(host_fixture_t *f, const ps_pool_options_t *o)
+{
+    ps_host_ops_options_t host = {.backed = 1};
+    cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
+    cr_assert_eq(ps_host_resource_create("host", f->gpu, PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED,
+                                         &f->upstream),
+                 PS_OK);
+    cr_assert_eq(ps_pool_create("pinned", f->upstream, f->gpu, o, &f->pool), PS_OK);
+}
+
+static void host_close(host_fixture_t *f)
+{
+    cr_assert_eq(ps_pool_check(f->pool), PS_OK);
+    ps_destroy(f->pool);
+    ps_destroy(f->upstream);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(f->gpu), 0, "every pinned slab was given back");
+    ps_host_ops_destroy(f->gpu);
+}
+
+Test(pool_host, upstream_takes_and_gives_pinned_memory)
+{
+    ps_gpu_ops_t *gpu;
+    ps_host_ops_options_t host = {.backed = 1};
+    cr_assert_eq(ps_host_ops_create(&host, &gpu), PS_OK);
+    ps_resource_t *up;
+    cr_assert_eq(ps_host_resource_create("host", gpu, 0, &up), PS_OK);
+    void *p;
+    cr_assert_eq(ps_allocate(up, 4096, PS_STREAM_NONE, &p), PS_OK);
+    memset(p, 7, 4096);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 2 * PS_MiB);
+    cr_assert_eq(ps_deallocate(up, p, 4096, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(up, p, 4096, PS_STREAM_NONE), PS_EINVAL, "double free refused");
+    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0);
+    ps_destroy(up);
+    ps_host_ops_destroy(gpu);
+}
+
+Test(pool_host, upstream_refuses_a_table_without_host_memory)
+{
+    ps_gpu_ops_t *gpu;
+    cr_assert_eq(ps_host_ops_create(NULL, &gpu), PS_OK);
+    ps_gpu_ops_t copy = *gpu;
+    copy.host_alloc = NULL;
+    ps_resource_t *up = NULL;
+    cr_assert_eq(ps_host_resource_create("host", &copy, 0, &up), PS_EUNSUPPORTED);
+    ps_host_ops_destroy(gpu);
+}
+
+Test(pool_host, freed_block_is_not_reused_before_its_fence_completes)
+{
+    host_fixture_t f;
+    ps_pool_options_t o = host_pool_options(64 * PS_MiB, 50);
+    host_open(&f, &o);
+    void *a, *b;
+    cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, a, PS_MiB, PS_STREAM_NONE), PS_OK);
+    /* the fake GPU lags: the copy reading `a` may still run */
+    cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+    cr_assert_neq(b, a, "a block whose fence is incomplete was handed out again");
+    memset(b, 0x5a, PS_MiB); /* the host writes at once: it must not be a's bytes */
+    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0, "within the bound: grows, no host wait");
+    ps_resource_info_t info = fixture_info(f.pool);
+    cr_assert_eq(info.pending_waits, 0);
+    cr_assert_eq(info.bytes_pending, PS_MiB);
+    cr_assert_eq(ps_deallocate(f.pool, b, PS_MiB, PS_STREAM_NONE), PS_OK);
+    host_close(&f);
+}
+
+Test(pool_host, freed_block_is_reused_once_the_gpu_passed_its_fence)
+{
+    host_fixture_t f;
+    ps_pool_options_t o = host_pool_options(64 * PS_MiB, 50);
+    host_open(&f, &o);
+    void *a, *b, *c;
+    cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, PS_MiB / 2, PS_STREAM_NONE, &c), PS_OK); /* fills the chunk */
+    cr_assert_eq(ps_deallocate(f.pool, a, PS_MiB, PS_STREAM_NONE), PS_OK);
+    /* the next allocation that finds nothing ready closes the epoch with a fence */
+    cr_assert_eq(ps_allocate(f.pool, 2 * PS_MiB, PS_STREAM_NONE, &b), PS_OK); /* fills a new chunk */
+    cr_assert_neq(b, a);
+    uint64_t recorded = ps_host_ops_fences_recorded(f.gpu);
+    cr_assert_geq(recorded, 1);
+    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, PS_STREAM_NONE), recorded,
+                 "the fence covers every stream (a copy on any stream may read the block)");
+    ps_host_ops_complete_upto(f.gpu, recorded);
+    void *d;
+    cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &d), PS_OK);
+    cr_assert_eq(d, a, "after the fence the block is reused");
+    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0);
+    ps_deallocate(f.pool, b, 2 * PS_MiB, PS_STREAM_NONE);
+    ps_deallocate(f.pool, c, PS_MiB / 2, PS_STREAM_NONE);
+    ps_deallocate(f.pool, d, PS_MiB, PS_STREAM_NONE);
+    host_close(&f);
+}
+
+Test(pool_host, a_barrier_never_releases_pinned_blocks)
+{
+    /* the pinned pool runs free_sync event: barriers order GPU work, but the
+     * host writes the block, so no barrier may be issued for it */
+    host_fixture_t f;
+    ps_pool_options_t o = host_pool_options(0, 0);
+    host_open(&f, &o);
+    void *p[8];
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < 8; i++)
+            cr_assert_eq(ps_allocate(f.pool, 256 * PS_KiB, PS_STREAM_NONE, &p[i]), PS_OK);
+        for (int i = 0; i < 8; i++)
+            cr_assert_eq(ps_deallocate(f.pool, p[i], 256 * PS_KiB, PS_STREAM_NONE), PS_OK);
+    }
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), 0);
+    cr_assert_eq(fixture_info(f.pool).barriers, 0);
+    host_close(&f);
+}
+
+Test(pool_host, without_a_bound_it_grows_while_fences_lag)
+{
+    host_fixture_t f;
+    ps_pool_options_t o = host_pool_options(0, 0);
+    host_open(&f, &o);
+    for (int i = 0; i < 40; i++) {
+        void *p;
+        cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &p), PS_OK);
+        cr_assert_eq(ps_deallocate(f.pool, p, PS_MiB, PS_STREAM_NONE), PS_OK);
+    }
+    ps_resource_info_t info = fixture_info(f.pool);
+    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0);
+    cr_assert_eq(info.pending_waits, 0);
+    cr_assert_geq(info.bytes_reserved, 40 * PS_MiB, "the negative control: unbounded growth");
+    host_close(&f);
+}
+
+Test(pool_host, past_the_bound_it_waits_the_oldest_fence_instead_of_growing)
+{
+    host_fixture_t f;
+    ps_pool_options_t o = host_pool_options(8 * PS_MiB, 50);
+    host_open(&f, &o);
+    for (int i = 0; i < 40; i++) {
+        void *p;
+        cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &p), PS_OK);
+        memset(p, i, PS_MiB);
+        cr_assert_eq(ps_deallocate(f.pool, p, PS_MiB, PS_STREAM_NONE), PS_OK);
+    }
+    ps_resource_info_t info = fixture_info(f.pool);
+    cr_assert_gt(info.pending_waits, 0, "the bound made it wait");
+    cr_assert_eq(info.pending_waits, ps_host_ops_fence_waits(f.gpu), "every host wait is counted");
+    cr_assert_leq(info.bytes_reserved, 20 * PS_MiB, "growth stayed bounded (reserved %llu)",
+                  (unsigned long long)info.bytes_reserved);
+    host_close(&f);
+}
+
+Test(pool_host, a_waited_block_is_reused_only_after_its_own_fence)
+{
+    /* bound 0 bytes / 1%: every allocation that would grow over pending
+     * memory waits. The fake's fence_wait completes just that fence. */
+    host_fixture_t f;
+    ps_pool_options_t o = host_pool_options(0, 1);
+    o.maximum_size = 0;
+    host_open(&f, &o);
+    void *a, *b;
+    cr_assert_eq(ps_allocate(f.pool, 2 * PS_MiB, PS_STREAM_NONE, &a), PS_OK); /* the whole chunk */
+    cr_assert_eq(ps_deallocate(f.pool, a, 2 * PS_MiB, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, 2 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+    cr_assert_eq(b, a, "reused, but only after a host wait");
+    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 1);
+    cr_assert_eq(fixture_info(f.pool).pending_waits, 1);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 2 * PS_MiB, "no growth");
+    ps_deallocate(f.pool, b, 2 * PS_MiB, PS_STREAM_NONE);
+    host_close(&f);
+}
+
+Test(pool_host, bad_pointers_change_nothing)
+{
+    host_fixture_t f;
+    ps_pool_options_t o = host_pool_options(64 * PS_MiB, 50);
+    host_open(&f, &o);
+    void *a;
+    cr_assert_eq(ps_allocate(f.pool, 4096, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, (char *)a + 256, 4096, PS_STREAM_NONE), PS_EINVAL);
+    cr_assert_eq(ps_deallocate(f.pool, a, 4096, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, a, 4096, PS_STREAM_NONE), PS_EINVAL, "double free");
+    int local;
+    cr_assert_eq(ps_deallocate(f.pool, &local, 4, PS_STREAM_NONE), PS_EINVAL);
+    host_close(&f);
+}
+
+Test(pool_host, device_pools_keep_growing_without_the_bound)
+{
+    /* the default options have no bound: device pools behave as before */
+    ps_pool_options_t o;
+    ps_pool_options_default(&o);
+    cr_assert_eq(o.pending_wait_bytes, 0);
+    cr_assert_eq(o.pending_wait_percent, 0);
+}
