@@ -576,12 +576,17 @@ static int ops_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle)
  * to the context, so a reset would not free them (measured: +6 MiB per
  * reset of a pool stack). Wait for the device, unmap and release every
  * mapping and reservation of this table. Its pools must not be used
- * again: the caller drops them. */
-void ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops)
+ * again: the caller drops them. Returns whether it had anything. */
+bool ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops)
 {
     device_ops_t *d = (device_ops_t *)ops;
     if (!d || !d->vm_granularity)
-        return;
+        return false;
+    pthread_mutex_lock(&d->vm_lock);
+    bool any = d->vm_ranges.count > 0;
+    pthread_mutex_unlock(&d->vm_lock);
+    if (!any)
+        return false;
     int pushed = enter_ctx(d);
     ps_real.cuCtxSynchronize();
     pthread_mutex_lock(&d->vm_lock);
@@ -604,6 +609,7 @@ void ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops)
     ps_ptr_map_init(&d->vm_ranges, 4);
     pthread_mutex_unlock(&d->vm_lock);
     leave_ctx(pushed);
+    return true;
 }
 
 /* The device's mapping granularity when it and the driver support virtual

@@ -628,12 +628,7 @@ CUresult ps_context_reset(CUdevice device, ps_cuDevicePrimaryCtxReset_fn real, c
         atomic_fetch_add(&context_epoch, 1); /* cached answers are looked up again */
         /* virtual memory outlives the context: give it back while it lives
          * (the stack cannot be used afterwards, whatever the reset says) */
-        ps_resource_info_t info = {0};
-        ps_query(dev->stack->top, &info);
-        if (info.expandable) {
-            ps_gpu_ops_cuda_release_vm(dev->gpu);
-            released_vm = true;
-        }
+        released_vm = ps_gpu_ops_cuda_release_vm(dev->gpu); /* any pool of the stack, however deep */
         /* and so does memory of CUDA's memory pools (the async upstream) */
         size_t released = 0;
         for (size_t i = 0; i < dev->stack->count; i++)

@@ -216,7 +216,7 @@ void ps_gpu_ops_cuda_forget_context(CUcontext ctx);
 void ps_gpu_ops_cuda_mark_dead(ps_gpu_ops_t *ops);
 /* Before a reset, while the context lives: unmap and release the virtual
  * memory of `ops` (it outlives the context otherwise); its pools are dead. */
-void ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops);
+bool ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops);
 
 /* ---- router.c --------------------------------------------------------------- */
 enum { PS_DOOR_RUNTIME = 0, PS_DOOR_DRIVER = 1 };

@@ -318,6 +318,9 @@ void ps_stats_write(FILE *f, int json)
         const char *stack = "none";
         if (atomic_load(&dev->state) == PS_DEVICE_READY) {
             ps_query(dev->stack->top, &info);
+            /* an expandable pool under an adaptor that keeps its own figures (fixed_size) */
+            for (size_t r = 0; !info.expandable && r < dev->stack->count; r++)
+                info.expandable = (uint64_t)ps_pool_is_expandable(dev->stack->all[r]);
             stack = dev->stack->top->name ? dev->stack->top->name : dev->stack->top->ops->type_name;
         } else if (dev->resets) {
             stack = "dropped";
