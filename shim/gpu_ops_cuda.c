@@ -24,7 +24,9 @@
  *         cuStreamIsCapturing on the legacy stream answers
  *         CUDA_ERROR_STREAM_CAPTURE_IMPLICIT while a blocking stream
  *         captures (documented not to invalidate that capture), and each
- *         tracked non-blocking stream is asked directly;
+ *         tracked non-blocking stream is asked directly (all skipped, with
+ *         the capture-mode exchange, while no capture was ever begun in the
+ *         process: a barrier is then one event record per stream);
  *      b. record an event on every live non-blocking stream of the
  *         context and make the legacy stream wait for each;
  *      c. record the barrier event E on the legacy stream: it completes
@@ -98,9 +100,17 @@ static void wait_last_barrier_locked(CUstream stream, CUcontext ctx)
     }
 }
 
+/* Stream captures ever begun in this process (every cuStreamBeginCapture*
+ * passes the gate). While it is 0 no capture can be open, and a barrier
+ * skips the capture checks (3 driver calls of its ~5). Guarded by
+ * streams_lock for writers; read under it by ops_barrier. */
+static uint64_t captures_begun;
+
 int ps_streams_capture_gate(void)
 {
-    return pthread_mutex_lock(&streams_lock);
+    int r = pthread_mutex_lock(&streams_lock);
+    captures_begun++;
+    return r;
 }
 
 void ps_streams_capture_gate_end(void)
@@ -429,20 +439,23 @@ static int ops_barrier(void *vctx)
     if (!ps_real.cuStreamIsCapturing)
         return PS_EUNSUPPORTED;
     int pushed = enter_ctx(d);
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (ps_real.cuThreadExchangeStreamCaptureMode)
-        ps_real.cuThreadExchangeStreamCaptureMode(&mode);
     pthread_mutex_lock(&streams_lock);
+    bool check_captures = captures_begun != 0; /* none ever begun: none is open (the gate holds this lock) */
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (check_captures && ps_real.cuThreadExchangeStreamCaptureMode)
+        ps_real.cuThreadExchangeStreamCaptureMode(&mode);
     int status = PS_OK;
-    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUresult r = ps_real.cuStreamIsCapturing((CUstream)PS_STREAM_LEGACY, &st);
-    if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE))
-        status = PS_EBUSY;
-    else if (r != CUDA_SUCCESS)
-        status = PS_EUPSTREAM;
-    for (size_t i = 0; i < stream_count && status == PS_OK; i++)
-        if (streams[i].ctx == d->ctx && capturing(streams[i].stream))
+    if (check_captures) {
+        CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+        CUresult r = ps_real.cuStreamIsCapturing((CUstream)PS_STREAM_LEGACY, &st);
+        if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE))
             status = PS_EBUSY;
+        else if (r != CUDA_SUCCESS)
+            status = PS_EUPSTREAM;
+        for (size_t i = 0; i < stream_count && status == PS_OK; i++)
+            if (streams[i].ctx == d->ctx && capturing(streams[i].stream))
+                status = PS_EBUSY;
+    }
     if (status == PS_OK && !d->barrier_event && ps_real.cuEventCreate(&d->barrier_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
         d->barrier_event = NULL;
         status = PS_EUPSTREAM;
@@ -473,9 +486,9 @@ static int ops_barrier(void *vctx)
         d->barrier_recorded = 1;
         d->barriers++;
     }
-    pthread_mutex_unlock(&streams_lock);
-    if (ps_real.cuThreadExchangeStreamCaptureMode)
+    if (check_captures && ps_real.cuThreadExchangeStreamCaptureMode)
         ps_real.cuThreadExchangeStreamCaptureMode(&mode);
+    pthread_mutex_unlock(&streams_lock);
     leave_ctx(pushed);
     return status;
 }
