@@ -85,6 +85,9 @@ static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
 static tracked_stream_t *streams;   /* live non-blocking streams */
 static size_t stream_count, stream_capacity;
 static device_ops_t *device_tables[PS_MAX_DEVICES]; /* every table made, for barrier waits of new streams */
+/* Peer access granted by the program: bit D of peer_access[P] = device D
+ * may access device P's memory (guarded by streams_lock). */
+static uint64_t peer_access[PS_MAX_DEVICES];
 
 /* A new non-blocking stream of `ctx` waits for the last barrier of that
  * context (it would otherwise run beside work issued before it).
@@ -538,7 +541,16 @@ static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = d->device;
-    CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, d->device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    /* the device itself, and every device granted peer access to it */
+    CUmemAccessDesc access[PS_MAX_DEVICES];
+    size_t access_count = 0;
+    access[access_count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, d->device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    pthread_mutex_lock(&streams_lock);
+    uint64_t peers = d->device >= 0 && d->device < PS_MAX_DEVICES ? peer_access[d->device] : 0;
+    pthread_mutex_unlock(&streams_lock);
+    for (int p = 0; p < PS_MAX_DEVICES; p++)
+        if ((peers >> p & 1) && p != d->device)
+            access[access_count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, p}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
     int pushed = enter_ctx(d);
     CUmemGenericAllocationHandle h = 0;
@@ -546,7 +558,7 @@ static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
     if (r == CUDA_SUCCESS) {
         r = ps_real.cuMemMap(at, size, 0, h, 0);
         if (r == CUDA_SUCCESS) {
-            r = ps_real.cuMemSetAccess(at, size, &access, 1);
+            r = ps_real.cuMemSetAccess(at, size, access, access_count);
             if (r != CUDA_SUCCESS)
                 ps_real.cuMemUnmap(at, size);
         }
@@ -564,6 +576,37 @@ static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
     pthread_mutex_unlock(&d->vm_lock);
     *handle = h;
     return PS_OK;
+}
+
+void ps_peer_access_enabled(CUcontext peer)
+{
+    CUdevice me = -1, owner = -1;
+    if (ps_real.cuCtxGetDevice(&me) != CUDA_SUCCESS || me < 0 || me >= PS_MAX_DEVICES)
+        return;
+    if (ps_real.cuCtxPushCurrent_v2(peer) != CUDA_SUCCESS)
+        return;
+    CUresult r = ps_real.cuCtxGetDevice(&owner);
+    CUcontext popped;
+    ps_real.cuCtxPopCurrent_v2(&popped);
+    if (r != CUDA_SUCCESS || owner < 0 || owner >= PS_MAX_DEVICES || owner == me)
+        return;
+    pthread_mutex_lock(&streams_lock);
+    peer_access[owner] |= 1ull << me;
+    device_ops_t *d = device_tables[owner];
+    pthread_mutex_unlock(&streams_lock);
+    if (!d || !d->vm_granularity)
+        return;
+    /* what is mapped already: grant it now (later mappings include `me`) */
+    CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, me}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    int pushed = enter_ctx(d);
+    pthread_mutex_lock(&d->vm_lock);
+    for (size_t i = 0; i < d->vm_sizes.capacity; i++)
+        if (d->vm_sizes.slots[i].key != PS_PTR_MAP_EMPTY &&
+            ps_real.cuMemSetAccess((CUdeviceptr)d->vm_sizes.slots[i].key, d->vm_sizes.slots[i].value, &access, 1) !=
+                CUDA_SUCCESS)
+            ps_warning("device %d: could not give device %d access to a mapped piece of the pool", owner, me);
+    pthread_mutex_unlock(&d->vm_lock);
+    leave_ctx(pushed);
 }
 
 static int ops_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle)

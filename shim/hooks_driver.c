@@ -253,6 +253,19 @@ PS_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const
     BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz, s, g, deps, data, n, mode);
 }
 
+/* Peer access: mapped memory needs it granted per mapping (gpu_ops_cuda.c). */
+PS_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
+{
+    if (!ps_real.cuCtxEnablePeerAccess && ps_real_load_driver() != PS_OK)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!ps_real.cuCtxEnablePeerAccess)
+        return CUDA_ERROR_NOT_FOUND;
+    CUresult r = ps_real.cuCtxEnablePeerAccess(peer, flags);
+    if (r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+        ps_peer_access_enabled(peer);
+    return r;
+}
+
 /* ---- cuGetProcAddress ------------------------------------------------------------ */
 static CUresult replace_with_hook(CUresult r, void **pfn, const char *symbol, int version, cuuint64_t flags)
 {
@@ -321,7 +334,7 @@ static const ps_hook_t hooks[] = {
     HOOK(cuMemGetInfo_v2), HOOK(cuMemGetAddressRange_v2), HOOK(cuIpcGetMemHandle), HOOK(cuStreamCreate),
     HOOK(cuStreamCreateWithPriority), HOOK(cuStreamDestroy_v2), HOOK(cuStreamBeginCapture),
     HOOK(cuStreamBeginCapture_ptsz), HOOK(cuStreamBeginCapture_v2), HOOK(cuStreamBeginCapture_v2_ptsz),
-    HOOK(cuStreamBeginCaptureToGraph), HOOK(cuStreamBeginCaptureToGraph_ptsz),
+    HOOK(cuStreamBeginCaptureToGraph), HOOK(cuStreamBeginCaptureToGraph_ptsz), HOOK(cuCtxEnablePeerAccess),
     /* pinned host memory */
     HOOK(cuMemHostAlloc), HOOK(cuMemAllocHost_v2), HOOK(cuMemFreeHost),
     /* context lifecycle (hooks_context.c) */

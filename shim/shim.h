@@ -96,7 +96,8 @@
     X(cuMemRelease, CUresult, (CUmemGenericAllocationHandle))                               \
     X(cuMemMap, CUresult, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long)) \
     X(cuMemUnmap, CUresult, (CUdeviceptr, size_t))                                          \
-    X(cuMemSetAccess, CUresult, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))   \
+    X(cuMemSetAccess, CUresult, (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))      \
+    X(cuCtxEnablePeerAccess, CUresult, (CUcontext, unsigned int))   \
     X(cuMemHostAlloc, CUresult, (void **, size_t, unsigned int))                            \
     X(cuMemAllocHost_v2, CUresult, (void **, size_t))                                       \
     X(cuMemFreeHost, CUresult, (void *))
@@ -217,6 +218,11 @@ void ps_gpu_ops_cuda_mark_dead(ps_gpu_ops_t *ops);
 /* Before a reset, while the context lives: unmap and release the virtual
  * memory of `ops` (it outlives the context otherwise); its pools are dead. */
 bool ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops);
+/* The current context was just given access to `peer`'s memory
+ * (cuCtxEnablePeerAccess / cudaDeviceEnablePeerAccess): memory mapped with
+ * cuMemMap is not covered by that, so every mapping of the peer device's
+ * pools, and every later one, is made accessible to the current device. */
+void ps_peer_access_enabled(CUcontext peer);
 
 /* ---- router.c --------------------------------------------------------------- */
 enum { PS_DOOR_RUNTIME = 0, PS_DOOR_DRIVER = 1 };

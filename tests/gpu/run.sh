@@ -176,6 +176,8 @@ declare -A sources=(
     [misc_shared]="misc.cu -cudart shared -lcuda"
     [overhead_static]="overhead.cu"
     [expandable_static]="expandable.cu"
+    [peer_static]="peer.cu"
+    [peer_shared]="peer.cu -cudart shared"
     [overhead_shared]="overhead.cu -cudart shared"
     [context_reset_static]="context_reset.cu -lcuda"
     [context_reset_shared]="context_reset.cu -cudart shared -lcuda"
@@ -240,6 +242,10 @@ expect_detect hazard_barrier_skipped_threads_ptds_expected_failure POOLSHIM_TEST
 # ---------------------------------------------------------------- 3b. expandable pool: holes join
 native expandable expandable_static
 shim expandable "doors.driver>0 expandable==1" -- expandable_static
+# peer access to mapped memory (two GPUs; prints SKIP with one)
+native peer_static peer_static
+shim peer_static "doors.driver>0 invalid_frees==0" -- peer_static
+shim peer_shared "doors.runtime>0 invalid_frees==0" -- peer_shared
 
 # ---------------------------------------------------------------- 4. stream-ordered and graphs
 native async_streams_static async_streams_static
