@@ -366,6 +366,21 @@ static bool capturing(CUstream s)
     return false;
 }
 
+/* PS_OK when the legacy stream may be recorded on; PS_EBUSY while a
+ * blocking stream captures (recording there would invalidate that capture:
+ * cudaErrorStreamCaptureImplicit), whatever thread captures. streams_lock
+ * held (no capture can begin meanwhile). */
+static int legacy_usable_locked(void)
+{
+    if (!captures_begun)
+        return PS_OK;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult r = ps_real.cuStreamIsCapturing((CUstream)PS_STREAM_LEGACY, &st);
+    if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE))
+        return PS_EBUSY;
+    return r == CUDA_SUCCESS ? PS_OK : PS_EUPSTREAM;
+}
+
 static int ops_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out)
 {
     device_ops_t *d = vctx;
@@ -378,13 +393,21 @@ static int ops_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out)
         ps_real.cuThreadExchangeStreamCaptureMode(&mode);
     int status = PS_OK;
     if (stream == PS_STREAM_NONE) {
-        status = fence_add(f, (CUstream)PS_STREAM_LEGACY);
         pthread_mutex_lock(&streams_lock);
+        status = legacy_usable_locked();
+        if (status == PS_OK)
+            status = fence_add(f, (CUstream)PS_STREAM_LEGACY);
         for (size_t i = 0; i < stream_count && status == PS_OK; i++) {
             if (streams[i].ctx != d->ctx)
                 continue;
             status = capturing(streams[i].stream) ? PS_EUPSTREAM : fence_add(f, streams[i].stream);
         }
+        pthread_mutex_unlock(&streams_lock);
+    } else if (stream == 0 || stream == PS_STREAM_LEGACY) {
+        pthread_mutex_lock(&streams_lock);
+        status = legacy_usable_locked();
+        if (status == PS_OK)
+            status = fence_add(f, (CUstream)stream);
         pthread_mutex_unlock(&streams_lock);
     } else {
         status = capturing((CUstream)stream) ? PS_EUPSTREAM : fence_add(f, (CUstream)stream);
@@ -449,12 +472,7 @@ static int ops_barrier(void *vctx)
         ps_real.cuThreadExchangeStreamCaptureMode(&mode);
     int status = PS_OK;
     if (check_captures) {
-        CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-        CUresult r = ps_real.cuStreamIsCapturing((CUstream)PS_STREAM_LEGACY, &st);
-        if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE))
-            status = PS_EBUSY;
-        else if (r != CUDA_SUCCESS)
-            status = PS_EUPSTREAM;
+        status = legacy_usable_locked();
         for (size_t i = 0; i < stream_count && status == PS_OK; i++)
             if (streams[i].ctx == d->ctx && capturing(streams[i].stream))
                 status = PS_EBUSY;

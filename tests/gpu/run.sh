@@ -177,6 +177,8 @@ declare -A sources=(
     [overhead_static]="overhead.cu"
     [expandable_static]="expandable.cu"
     [peer_static]="peer.cu"
+    [capture_threads_static]="capture_threads.cu"
+    [capture_threads_shared]="capture_threads.cu -cudart shared"
     [peer_shared]="peer.cu -cudart shared"
     [overhead_shared]="overhead.cu -cudart shared"
     [context_reset_static]="context_reset.cu -lcuda"
@@ -242,6 +244,13 @@ expect_detect hazard_barrier_skipped_threads_ptds_expected_failure POOLSHIM_TEST
 # ---------------------------------------------------------------- 3b. expandable pool: holes join
 native expandable expandable_static
 shim expandable "doors.driver>0 expandable==1" -- expandable_static
+# a capture on one thread while another allocates and frees (barriers refused, no legacy-stream record)
+for mode in relaxed threadlocal; do
+    native capture_threads_$mode capture_threads_static $mode
+    shim capture_threads_$mode "doors.driver>0 invalid_frees==0" -- capture_threads_static $mode
+    shim capture_threads_${mode}_shared "doors.runtime>0 invalid_frees==0" -- capture_threads_shared $mode
+    shim capture_threads_${mode}_event "doors.driver>0" POOLSHIM_FREE_SYNC=event -- capture_threads_static $mode
+done
 # peer access to mapped memory (two GPUs; prints SKIP with one)
 native peer_static peer_static
 shim peer_static "doors.driver>0 invalid_frees==0" -- peer_static
