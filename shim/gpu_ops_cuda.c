@@ -108,6 +108,9 @@ static void wait_last_barrier_locked(CUstream stream, CUcontext ctx)
  * skips the capture checks (3 driver calls of its ~5). Guarded by
  * streams_lock for writers; read under it by ops_barrier. */
 static uint64_t captures_begun;
+/* Test only (POOLSHIM_TEST_IGNORE_CAPTURES=1): behave as if no capture were
+ * ever open (the negative control of tests/gpu/capture_threads.cu). */
+static int ignore_captures;
 
 int ps_streams_capture_gate(void)
 {
@@ -372,7 +375,7 @@ static bool capturing(CUstream s)
  * held (no capture can begin meanwhile). */
 static int legacy_usable_locked(void)
 {
-    if (!captures_begun)
+    if (!captures_begun || ignore_captures)
         return PS_OK;
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     CUresult r = ps_real.cuStreamIsCapturing((CUstream)PS_STREAM_LEGACY, &st);
@@ -466,7 +469,7 @@ static int ops_barrier(void *vctx)
         return PS_EUNSUPPORTED;
     int pushed = enter_ctx(d);
     pthread_mutex_lock(&streams_lock);
-    bool check_captures = captures_begun != 0; /* none ever begun: none is open (the gate holds this lock) */
+    bool check_captures = captures_begun != 0 && !ignore_captures; /* none ever begun: none is open (the gate holds this lock) */
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     if (check_captures && ps_real.cuThreadExchangeStreamCaptureMode)
         ps_real.cuThreadExchangeStreamCaptureMode(&mode);
@@ -727,6 +730,8 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         return PS_ENOMEM;
     d->ctx = ctx;
     d->device = device;
+    const char *ignore = getenv("POOLSHIM_TEST_IGNORE_CAPTURES");
+    ignore_captures = ignore && *ignore == '1';
     const char *skip = getenv("POOLSHIM_TEST_SKIP_BARRIER");
     d->skip_barrier = skip && *skip == '1';
     if (d->skip_barrier)

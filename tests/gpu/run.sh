@@ -251,6 +251,20 @@ for mode in relaxed threadlocal; do
     shim capture_threads_${mode}_shared "doors.runtime>0 invalid_frees==0" -- capture_threads_shared $mode
     shim capture_threads_${mode}_event "doors.driver>0" POOLSHIM_FREE_SYNC=event -- capture_threads_static $mode
 done
+# negative control: with the capture checks switched off the capture must die
+# (exit 1: cudaStreamEndCapture fails), or the test could not fail
+expect_capture_broken() {
+    local name=shim/capture_threads_ignoring_captures_expected_failure
+    wanted "$name" || return 0
+    local path log=${name//\//_}
+    path=$(exe capture_threads_static) || { record "$name" FAIL "capture_threads_static did not build"; return 0; }
+    run_timed "$log" env LD_PRELOAD="$lib" POOLSHIM_TEST_IGNORE_CAPTURES=1 "$path" relaxed
+    keep_log "$log"
+    if [ $rc -eq 1 ] && grep -q "ended with cudaError" "$logs/$log.log"; then
+        record "$name" PASS "expected failure: $(grep -o 'ended with [A-Za-z]*' "$logs/$log.log" | head -1)"
+    else record "$name" FAIL "the capture survived without the checks (exit $rc): the test cannot fail"; fi
+}
+expect_capture_broken
 # peer access to mapped memory (two GPUs; prints SKIP with one)
 native peer_static peer_static
 shim peer_static "doors.driver>0 invalid_frees==0" -- peer_static
