@@ -6,16 +6,23 @@
 
 #include <stdlib.h>
 
-/* A pool over a fake device; vm: 1 gives the device virtual memory (the
- * pool is then expandable). */
+/* A pool with options `o` over a fake device; vm: 1 gives the device
+ * virtual memory (the pool is then expandable). */
+static void open_pool(pool_fixture_t *f, const ps_pool_options_t *o, int vm, size_t capacity)
+{
+    ps_host_ops_options_t host = {.capacity = capacity, .virtual_memory = vm};
+    cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, o, &f->pool), PS_OK);
+}
+
+/* The small test pool with free policy `policy` (fences never complete
+ * unless a test says so: the lagging GPU). */
 static void open_lagging(pool_fixture_t *f, ps_free_sync_t policy, int vm, size_t capacity)
 {
     ps_pool_options_t o = small_pool_options();
     o.free_sync = policy;
-    ps_host_ops_options_t host = {.capacity = capacity, .virtual_memory = vm};
-    cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
-    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
-    cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, &o, &f->pool), PS_OK);
+    open_pool(f, &o, vm, capacity);
 }
 
 Test(pool_barrier, pending_block_is_reused_after_a_barrier_without_host_wait)
@@ -87,11 +94,8 @@ Test(pool_barrier, pending_memory_above_the_threshold_is_released_early)
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
     o.barrier_pending_percent = 10;
-    ps_host_ops_options_t host = {.virtual_memory = 1};
-    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
-    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
     o.initial_size = 100 * PS_MiB;
-    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    open_pool(&f, &o, 1, 0);
     void *a, *b, *c;
     cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
@@ -181,10 +185,7 @@ Test(pool_placement, small_requests_are_cut_from_the_back_large_from_the_front)
     ps_pool_options_t o = small_pool_options();
     o.small_from_back = PS_MiB;
     o.initial_size = 16 * PS_MiB;
-    ps_host_ops_options_t host = {.virtual_memory = 1};
-    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
-    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
-    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    open_pool(&f, &o, 1, 0);
     void *large, *small, *exactly;
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &large), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 4096, PS_STREAM_NONE, &small), PS_OK);
