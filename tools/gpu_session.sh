@@ -2,7 +2,9 @@
 # One GPU session in one call: the GPU suite, the demo, `poolshim ab` on the
 # demo and on PyTorch, and the benchmarks. Used on the lent GPU machine with
 # build/ (and .carry/ for the RMM peer) carried from a machine with libinih:
-#   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [bench]
+#   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [bench] [torchmem] [ddp]
+# torchmem: NVML memory of varied PyTorch loops per allocator (about 6 min on an
+# H100); ddp: DDP per free policy (needs two GPUs: nvidia-h200-x2).
 # Results land under $OUT: gpu/ and bench/ from the scripts, and everything
 # else in one archive, extra.tgz (the device tool returns at most 8 files).
 set -u
@@ -43,6 +45,13 @@ for step in $what; do
     bench)
         echo "=== benchmarks"
         OUTDIR=$OUT/bench ./tools/bench/run.sh build | tail -n 80 ;;
+    torchmem)
+        echo "=== PyTorch memory on varied shapes (NVML)"
+        OUT_DIR=$OUT/torchmem TRACE_DIR=$OUT/torchmem/traces tools/bench/torch_mem/run.sh build/libpoolshim.so |
+            grep -v '^ran ' | tail -n 50 ;;
+    ddp)
+        echo "=== DDP on two GPUs per free policy"
+        OUT_DIR=$OUT/ddp tools/bench/torch_mem/ddp.sh build/libpoolshim.so ;;
     esac
 done
 [ -d "$OUT/extra" ] && (cd "$OUT" && tar czf extra.tgz extra && rm -rf extra)
