@@ -205,3 +205,69 @@ Test(pool_placement, small_requests_are_cut_from_the_back_large_from_the_front)
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     fixture_close(&f);
 }
+
+/* ---- the expandable pool (virtual memory) ------------------------------ */
+
+Test(pool_expandable, trim_unmaps_free_pieces_in_the_middle_and_growth_maps_them_again)
+{
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    open_pool(&f, &o, 1, 0);
+    cr_assert(ps_pool_is_expandable(f.pool));
+    void *a, *b, *c;
+    cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &c), PS_OK);
+    cr_assert_eq((uintptr_t)b, (uintptr_t)a + 8 * PS_MiB, "one range: blocks follow each other");
+    cr_assert_eq(ps_deallocate(f.pool, b, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_trim(f.pool), PS_OK);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 16 * PS_MiB, "the middle 8 MiB were unmapped");
+    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 16 * PS_MiB);
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0, "the device was synchronized before unmapping");
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    void *again;
+    cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &again), PS_OK);
+    cr_assert_eq(again, b, "the hole is mapped again rather than the range's end");
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 24 * PS_MiB);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    ps_deallocate(f.pool, a, 0, PS_STREAM_NONE);
+    ps_deallocate(f.pool, again, 0, PS_STREAM_NONE);
+    ps_deallocate(f.pool, c, 0, PS_STREAM_NONE);
+    fixture_close(&f);
+}
+
+Test(pool_expandable, holes_join_for_one_big_block_where_chunks_cannot)
+{
+    /* fill a 64 MiB device with 8 MiB blocks, free every other one, ask for
+     * 24 MiB: no hole is that big, and the device is full. The expandable
+     * pool unmaps the free pieces and maps them where the block goes; the
+     * chunked pool must fail (its chunks never merge). */
+    for (int vm = 1; vm >= 0; vm--) {
+        pool_fixture_t f;
+        ps_pool_options_t o = small_pool_options();
+        o.min_chunk = 16 * PS_MiB; /* chunks: two blocks each, so no chunk ever empties */
+        o.max_chunk = 16 * PS_MiB;
+        open_pool(&f, &o, vm, 64 * PS_MiB);
+        void *blocks[8];
+        int filled = 0;
+        while (filled < 8 && ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &blocks[filled]) == PS_OK)
+            filled++;
+        cr_assert_eq(filled, 8, "vm %d: the device holds 8 blocks of 8 MiB", vm);
+        for (int i = 0; i < 8; i += 2)
+            cr_assert_eq(ps_deallocate(f.pool, blocks[i], 0, PS_STREAM_NONE), PS_OK);
+        void *big = NULL;
+        int status = ps_allocate(f.pool, 24 * PS_MiB, PS_STREAM_NONE, &big);
+        if (vm) {
+            cr_assert_eq(status, PS_OK, "the expandable pool joins the holes");
+            cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+            cr_assert_leq(ps_host_ops_bytes_outstanding(f.gpu), 64 * PS_MiB);
+            cr_assert_eq(ps_deallocate(f.pool, big, 0, PS_STREAM_NONE), PS_OK);
+        } else {
+            cr_assert_eq(status, PS_ENOMEM, "chunks cannot merge: out of memory, pool unchanged");
+        }
+        cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+        for (int i = 1; i < 8; i += 2)
+            cr_assert_eq(ps_deallocate(f.pool, blocks[i], 0, PS_STREAM_NONE), PS_OK);
+        fixture_close(&f);
+    }
+}
