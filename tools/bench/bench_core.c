@@ -32,7 +32,7 @@
 #define PAIRS_PER_ROUND 20000 /* allocate+free pairs in one round */
 #define RANDOM_RUNS 50      /* runs of the random workload */
 #define SCALING_PAIRS 300000 /* allocate+free pairs per thread in one scaling run */
-#define SCALING_REPEATS 5   /* scaling runs per thread count (median taken) */
+#define SCALING_REPEATS 7   /* scaling runs per thread count (median taken) */
 #define SCALING_MAX_THREADS 16 /* largest thread count measured */
 
 typedef struct bench_stack {
