@@ -247,10 +247,12 @@ static void scaling_row(const char *name, ps_resource_t *resource, int stream_or
 static void scaling_section(void)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    double load = -1; /* other work on the machine skews every ratio: say how much there was */
+    getloadavg(&load, 1);
     printf("thread scaling: %d allocate+free pairs of mixed sizes (256 B..64 KiB) per thread,\n"
            "aggregate pairs/s of N threads over one thread's, median of %d; %ld online CPUs\n"
-           "(no scaling can show above that many threads)\n",
-           SCALING_PAIRS, SCALING_REPEATS, cpus);
+           "(no scaling can show above that many threads); load average %.1f before\n",
+           SCALING_PAIRS, SCALING_REPEATS, cpus, load);
 
     /* The default stack: as on a real GPU (virtual memory, so the pool is expandable). */
     ps_host_ops_options_t host = {.capacity = 80 * PS_GiB, .backed = 0, .auto_complete = 1, .virtual_memory = 1};
