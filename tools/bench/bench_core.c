@@ -166,7 +166,7 @@ static const size_t mixed_sizes[] = {256, 4096, 1024, 65536, 512, 16384, 2048, 3
 typedef struct scaling_run {
     ps_resource_t *resource;     /* the allocator measured */
     int stream_ordered;          /* 1: each thread on its own stream; 0: PS_STREAM_NONE */
-    pthread_barrier_t start;     /* releases every thread (and the timer) at once */
+    pthread_barrier_t start;     /* releases every thread at once (each then reads the clock) */
 } scaling_run_t;
 
 typedef struct scaling_thread {
