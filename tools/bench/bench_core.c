@@ -7,17 +7,33 @@
  *    1 + rand() % (4 << 20) bytes when fewer than 16 are live or (fewer
  *    than 512 and rand() & 1), else free a random live one; then free the
  *    rest. ns per operation (allocations + frees), median of 50 runs.
+ * 3. Thread scaling, for the default stack (a pool with default options:
+ *    free_sync barrier, expandable over a fake device with virtual memory,
+ *    as on a real GPU) and for the arena (default options): N threads
+ *    (1, 2, 4, 8, 16) each do SCALING_PAIRS allocate+free pairs of mixed
+ *    small sizes (256 B .. 64 KiB), once with PS_STREAM_NONE (cudaMalloc
+ *    style) and once each thread on its own fake stream handle (stream
+ *    ordered). Aggregate pairs per second of N threads over one thread's,
+ *    median of SCALING_REPEATS runs; ns per pair for one thread. Scaling
+ *    cannot show above the number of online CPUs, printed beside.
  */
 #include "../../core/host_ops.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 
+#include "../../core/arena.h"
+
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define ROUNDS 51           /* timed rounds per measurement (median taken) */
 #define PAIRS_PER_ROUND 20000 /* allocate+free pairs in one round */
 #define RANDOM_RUNS 50      /* runs of the random workload */
+#define SCALING_PAIRS 300000 /* allocate+free pairs per thread in one scaling run */
+#define SCALING_REPEATS 7   /* scaling runs per thread count (median taken) */
+#define SCALING_MAX_THREADS 16 /* largest thread count measured */
 
 typedef struct bench_stack {
     ps_gpu_ops_t *gpu;       /* simulated device */
@@ -141,6 +157,134 @@ static void random_row(const char *name, ps_free_sync_t policy)
     stack_close(&s);
 }
 
+/* ---- Thread scaling ---- */
+
+/* Mixed small sizes, each thread walking them from its own offset. */
+static const size_t mixed_sizes[] = {256, 4096, 1024, 65536, 512, 16384, 2048, 300, 8192, 40000, 768, 32768};
+#define MIXED_SIZES (sizeof mixed_sizes / sizeof mixed_sizes[0])
+
+typedef struct scaling_run {
+    ps_resource_t *resource;     /* the allocator measured */
+    int stream_ordered;          /* 1: each thread on its own stream; 0: PS_STREAM_NONE */
+    pthread_barrier_t start;     /* releases every thread at once (each then reads the clock) */
+} scaling_run_t;
+
+typedef struct scaling_thread {
+    scaling_run_t *run;          /* what this thread measures */
+    int index;                   /* 0..threads-1: size offset and stream handle */
+    pthread_t id;                /* its pthread */
+    uint64_t start_ns, end_ns;   /* when its first pair began and its last ended */
+} scaling_thread_t;
+
+static void *scaling_worker(void *arg)
+{
+    scaling_thread_t *t = arg;
+    ps_resource_t *r = t->run->resource;
+    ps_stream_t stream = t->run->stream_ordered ? (ps_stream_t)(0x1000 + 0x100 * (uintptr_t)t->index)
+                                                : PS_STREAM_NONE;
+    pthread_barrier_wait(&t->run->start);
+    t->start_ns = ps_now_ns();
+    for (int i = 0; i < SCALING_PAIRS; i++) {
+        size_t size = mixed_sizes[(size_t)(i + t->index) % MIXED_SIZES];
+        void *p;
+        int status = ps_allocate(r, size, stream, &p);
+        if (status != PS_OK)
+            die("allocate", status);
+        ps_deallocate(r, p, size, stream);
+    }
+    t->end_ns = ps_now_ns();
+    return NULL;
+}
+
+/* One run of `threads` threads; returns aggregate pairs per second, over
+ * the span from the first thread's start to the last one's end (each
+ * thread reads the clock itself: the releasing thread may be descheduled
+ * after the barrier while the workers already run). */
+static double scaling_run_pairs_per_s(ps_resource_t *resource, int stream_ordered, int threads)
+{
+    scaling_run_t run = {.resource = resource, .stream_ordered = stream_ordered};
+    scaling_thread_t t[SCALING_MAX_THREADS];
+    pthread_barrier_init(&run.start, NULL, (unsigned)threads + 1);
+    for (int i = 0; i < threads; i++) {
+        t[i] = (scaling_thread_t){.run = &run, .index = i};
+        if (pthread_create(&t[i].id, NULL, scaling_worker, &t[i]) != 0)
+            die("pthread_create", PS_ENOMEM);
+    }
+    pthread_barrier_wait(&run.start);
+    uint64_t first_start = UINT64_MAX, last_end = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(t[i].id, NULL);
+        first_start = t[i].start_ns < first_start ? t[i].start_ns : first_start;
+        last_end = t[i].end_ns > last_end ? t[i].end_ns : last_end;
+    }
+    uint64_t elapsed = last_end - first_start;
+    pthread_barrier_destroy(&run.start);
+    return (double)threads * SCALING_PAIRS * 1e9 / (double)(elapsed ? elapsed : 1);
+}
+
+/* Prints one row: ns per pair of one thread, then `threads N: X.Xx of one
+ * thread` per thread count. Thread counts are interleaved within each
+ * repetition so drift on the machine hits them alike. */
+static void scaling_row(const char *name, ps_resource_t *resource, int stream_ordered, long cpus)
+{
+    static const int counts[] = {1, 2, 4, 8, 16};
+    enum { COUNTS = sizeof counts / sizeof counts[0] };
+    double rate[COUNTS][SCALING_REPEATS];
+    scaling_run_pairs_per_s(resource, stream_ordered, SCALING_MAX_THREADS); /* warm up: growth, arenas */
+    for (int repeat = 0; repeat < SCALING_REPEATS; repeat++)
+        for (int c = 0; c < COUNTS; c++)
+            rate[c][repeat] = scaling_run_pairs_per_s(resource, stream_ordered, counts[c]);
+    double one = median(rate[0], SCALING_REPEATS);
+    printf("%s: 1 thread %.1f ns per pair\n", name, 1e9 / one);
+    for (int c = 1; c < COUNTS; c++) {
+        double ratio = median(rate[c], SCALING_REPEATS) / one;
+        double low = rate[c][0] / one, high = rate[c][SCALING_REPEATS - 1] / one; /* sorted by median() */
+        printf("  threads %d: %.1fx of one thread (runs %.1f-%.1fx; %ld online CPUs)\n", counts[c], ratio, low,
+               high, cpus);
+    }
+}
+
+static void scaling_section(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    double load = -1; /* other work on the machine skews every ratio: say how much there was */
+    getloadavg(&load, 1);
+    printf("thread scaling: %d allocate+free pairs of mixed sizes (256 B..64 KiB) per thread,\n"
+           "aggregate pairs/s of N threads over one thread's, median of %d; %ld online CPUs\n"
+           "(no scaling can show above that many threads); load average %.1f before\n",
+           SCALING_PAIRS, SCALING_REPEATS, cpus, load);
+
+    /* The default stack: as on a real GPU (virtual memory, so the pool is expandable). */
+    ps_host_ops_options_t host = {.capacity = 80 * PS_GiB, .backed = 0, .auto_complete = 1, .virtual_memory = 1};
+    ps_gpu_ops_t *gpu;
+    ps_resource_t *upstream, *pool, *arena;
+    int status = ps_host_ops_create(&host, &gpu);
+    if (status == PS_OK)
+        status = ps_cuda_resource_create("cuda", gpu, &upstream);
+    ps_pool_options_t pool_options;
+    ps_pool_options_default(&pool_options);
+    if (status == PS_OK)
+        status = ps_pool_create("pool", upstream, gpu, &pool_options, &pool);
+    if (status == PS_OK && (pool_options.free_sync != PS_FREE_SYNC_BARRIER || !ps_pool_is_expandable(pool)))
+        die("default pool is not barrier + expandable", PS_EINVAL);
+    ps_arena_options_t arena_options;
+    ps_arena_options_default(&arena_options);
+    if (status == PS_OK)
+        status = ps_arena_create("arena", upstream, gpu, &arena_options, &arena);
+    if (status != PS_OK)
+        die("create", status);
+
+    scaling_row("pool (default), cudaMalloc-style (PS_STREAM_NONE)", pool, 0, cpus);
+    scaling_row("pool (default), stream-ordered (a stream per thread)", pool, 1, cpus);
+    scaling_row("arena, cudaMalloc-style (PS_STREAM_NONE)", arena, 0, cpus);
+    scaling_row("arena, stream-ordered (a stream per thread)", arena, 1, cpus);
+
+    ps_destroy(arena);
+    ps_destroy(pool);
+    ps_destroy(upstream);
+    ps_host_ops_destroy(gpu);
+}
+
 int main(void)
 {
     static const size_t sizes[] = {256, PS_MiB, 256 * PS_MiB};
@@ -158,5 +302,6 @@ int main(void)
     }
     random_row("none", PS_FREE_SYNC_NONE);
     random_row("event", PS_FREE_SYNC_EVENT);
+    scaling_section();
     return 0;
 }
