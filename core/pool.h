@@ -8,9 +8,12 @@
  *    segregated free lists with bitmaps); metadata lives on the host only;
  *  - blocks never merge across separate upstream chunks; an expandable
  *    pool is one growing range, so they merge across growth;
- *  - under free_sync = event (the default), a block freed with
- *    PS_STREAM_NONE is never handed out again until a fence recorded after
- *    its free has completed; a block freed on stream s is reused at once by
+ *  - under free_sync = barrier (the default), a block freed with
+ *    PS_STREAM_NONE is never handed out again until a barrier issued after
+ *    its free (gpu_ops.h: all later GPU work ordered after all earlier
+ *    work) or, when no barrier can be had, a fence recorded after its free
+ *    has completed; under free_sync = event, only the latter; a block
+ *    freed on stream s is reused at once by
  *    allocations on s, and by another stream only after that stream waits
  *    (stream_wait_fence) on a fence recorded on s after the free;
  *  - with a growth bound (pending_wait_bytes / pending_wait_percent), the
