@@ -142,5 +142,8 @@ int ps_parse_bool(const char *text, int *value);
 /* Expands %p (pid), %r (rank from RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID,
  * PMI_RANK, LOCAL_RANK; "0" if none), %d (device, when device >= 0), %% . */
 int ps_expand_path(const char *pattern, int device, char *out, size_t outsize);
+/* The process's rank as the launcher set it (the first non-empty of the
+ * variables %r reads), or NULL when none is set. */
+const char *ps_env_rank(void);
 
 #endif

@@ -276,11 +276,24 @@ static const char *process_env(void *ctx, const char *name)
     return getenv(name);
 }
 
-int ps_expand_path_env(const char *pattern, int device, ps_env_lookup_t lookup, void *ctx,
-                       char *out, size_t outsize)
+/* The rank variables of the launchers, in the order they are trusted. */
+static const char *rank_from(ps_env_lookup_t lookup, void *ctx)
 {
     static const char *const rank_vars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
                                             "PMI_RANK", "LOCAL_RANK", NULL};
+    for (int i = 0; rank_vars[i]; i++) {
+        const char *v = lookup(ctx, rank_vars[i]);
+        if (v && *v)
+            return v;
+    }
+    return NULL;
+}
+
+const char *ps_env_rank(void) { return rank_from(process_env, NULL); }
+
+int ps_expand_path_env(const char *pattern, int device, ps_env_lookup_t lookup, void *ctx,
+                       char *out, size_t outsize)
+{
     if (!pattern || !out || outsize == 0)
         return PS_EINVAL;
     if (!lookup)
@@ -300,17 +313,11 @@ int ps_expand_path_env(const char *pattern, int device, ps_env_lookup_t lookup, 
                     return PS_EINVAL;
                 snprintf(piece, sizeof piece, "%d", device);
                 break;
-            case 'r': {
-                add = NULL;
-                for (int i = 0; rank_vars[i] && !add; i++) {
-                    const char *v = lookup(ctx, rank_vars[i]);
-                    if (v && *v)
-                        add = v;
-                }
+            case 'r':
+                add = rank_from(lookup, ctx);
                 if (!add)
                     add = "0";
                 break;
-            }
             case '%': snprintf(piece, sizeof piece, "%%"); break;
             default: return PS_EINVAL;
             }

@@ -304,9 +304,17 @@ void ps_stats_write(FILE *f, int json)
     static thread_counters_t sum;
     sum_all(&sum);
     char b1[32], b2[32], b3[32];
-    if (json)
-        fprintf(f, "{\"poolshim\": 1, \"pid\": %d, \"passthrough\": %llu, \"invalid_frees\": %llu, \"devices\": [",
-                (int)getpid(), (unsigned long long)sum.passthrough, (unsigned long long)sum.invalid);
+    if (json) {
+        fprintf(f, "{\"poolshim\": 1, \"pid\": %d, ", (int)getpid());
+        /* the launcher's rank (as %r reads it), when one is set and numeric */
+        const char *rank = ps_env_rank();
+        char *end = NULL;
+        long rank_value = rank ? strtol(rank, &end, 10) : -1;
+        if (rank && end != rank && !*end && rank_value >= 0)
+            fprintf(f, "\"rank\": %ld, ", rank_value);
+        fprintf(f, "\"passthrough\": %llu, \"invalid_frees\": %llu, \"devices\": [",
+                (unsigned long long)sum.passthrough, (unsigned long long)sum.invalid);
+    }
     int first = 1;
     for (int d = 0; d < PS_MAX_DEVICES; d++) {
         if (!device_used(&sum, d))

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "stats_table.h"
 
 static double median_of(const ab_variant_t *v, double (*get)(const ab_run_t *), int (*has)(const ab_run_t *),
                         int *found)
@@ -233,27 +234,16 @@ void ab_print_json(FILE *f, const ab_results_t *results)
 
 int ab_run_add_shim_stats(ab_run_t *run, const json_t *stats)
 {
-    const json_t *devices = json_object_get(stats, "devices");
-    if (!json_object_get(stats, "poolshim") || !json_is_array(devices))
+    stats_process_t process; /* the report's devices summed, as `poolshim stats` reads it */
+    if (stats_process_from_json(stats, NULL, &process) != 0)
         return -1;
-    static const char *const calls[] = {"cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync",
-                                        "cuMemAlloc", "cuMemFree", "cuMemAllocAsync", "cuMemFreeAsync"};
-    ab_run_t r = *run; /* adds to what is there: one report per process of the run */
-    r.have_shim = 1;
-    for (size_t d = 0; d < json_array_size(devices); d++) {
-        const json_t *dev = json_array_get(devices, d);
-        for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
-            char path[64];
-            snprintf(path, sizeof path, "calls.%s", calls[i]);
-            r.shim_calls += cli_json_u64(dev, path, 0);
-        }
-        r.shim_time_ns += cli_json_u64(dev, "time_ns.allocate", 0) + cli_json_u64(dev, "time_ns.free", 0);
-        r.requested_peak += cli_json_u64(dev, "bytes.requested_peak", 0);
-        r.reserved_peak += cli_json_u64(dev, "bytes.reserved_peak", 0);
-        r.upstream_calls += cli_json_u64(dev, "upstream.allocs", 0) + cli_json_u64(dev, "upstream.frees", 0);
-        r.shim_failures += cli_json_u64(dev, "failures", 0);
-    }
-    *run = r;
+    run->have_shim = 1; /* adds to what is there: one report per process of the run */
+    run->shim_calls += process.calls;
+    run->shim_time_ns += process.time_ns;
+    run->requested_peak += process.requested_peak;
+    run->reserved_peak += process.reserved_peak;
+    run->upstream_calls += process.upstream_calls;
+    run->shim_failures += process.failures;
     return 0;
 }
 

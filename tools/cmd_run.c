@@ -11,16 +11,30 @@
  *   4. execvp the command: it replaces this process, so its exit status,
  *      signals and terminal are the command's own (no fork, no wait).
  *      A command that cannot be executed exits 127 (not found) or 126.
+ *   With --stats and no --stats-file the command may be a launcher
+ *   (torchrun, mpirun, srun) whose processes would all print or write one
+ *   report: instead, every process writes its own JSON file
+ *   (POOLSHIM_STATS_FILE = DIR/stats_%p.json in a private temporary
+ *   directory), the command runs as a child (SIGTERM and SIGHUP are passed
+ *   on to it; SIGINT and SIGQUIT reach it from the terminal), and at its
+ *   exit the files are read back and printed to stderr as one table, a row
+ *   per process (rank) and a total (stats_table.c); one process with
+ *   --stats=json gets its report as the shim wrote it. The exit status is
+ *   still the command's.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "stats_table.h"
 
 static const char run_usage[] =
     "usage: poolshim run [options] -- COMMAND [ARGS...]\n"
@@ -32,8 +46,11 @@ static const char run_usage[] =
     "  -c, --config FILE      configuration file (sets POOLSHIM_CONFIG)\n"
     "  -o, --option KEY=VAL   one setting, e.g. -o global.free_sync=none (repeatable;\n"
     "                         joined into POOLSHIM_OPTIONS)\n"
-    "  -s, --stats[=FORMAT]   print statistics at exit: text (default) or json\n"
-    "      --stats-file PATH  write the statistics there (%p = pid)\n"
+    "  -s, --stats[=FORMAT]   print statistics at exit: text (default) or json; every\n"
+    "                         process (all ranks under torchrun, mpirun, srun) writes its\n"
+    "                         own, and one table follows: a row per rank and the total\n"
+    "      --stats-file PATH  write the statistics there instead (%p = pid, %r = rank);\n"
+    "                         merge them later with 'poolshim stats'\n"
     "      --log PATH         write the allocation log (RMM CSV format)\n"
     "  -n, --dry-run          print the environment and command instead of running it\n"
     "  -h, --help             this text\n"
@@ -54,6 +71,90 @@ static int append_option(char **joined, const char *option)
     strcpy(bigger + old, option);
     *joined = bigger;
     return 0;
+}
+
+/* The child under --stats: passes on what is sent to poolshim itself. */
+static volatile sig_atomic_t child_pid;
+
+static void forward_signal(int signal_number)
+{
+    if (child_pid > 0)
+        kill((pid_t)child_pid, signal_number);
+}
+
+static void remove_directory(const char *path)
+{
+    DIR *dir = opendir(path);
+    if (!dir)
+        return;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        if (!strcmp(entry->d_name, ".") || !strcmp(entry->d_name, ".."))
+            continue;
+        char file[PATH_MAX + 256];
+        snprintf(file, sizeof file, "%s/%s", path, entry->d_name);
+        unlink(file);
+    }
+    closedir(dir);
+    rmdir(path);
+}
+
+/* Prints what the processes wrote into `directory` (one stats_*.json each). */
+static void print_merged_stats(const char *directory, int json)
+{
+    stats_job_t job = {0};
+    char err[4400];
+    size_t found = 0;
+    if (stats_job_read_directory(&job, directory, "stats_", 0, &found, err, sizeof err) != 0)
+        fprintf(stderr, "poolshim: warning: run: %s\n", err);
+    stats_job_sort(&job);
+    if (job.count == 1 && json) {
+        char *text; /* one process: its report as the shim wrote it */
+        if (cli_read_file(job.processes[0].file, &text, NULL) == 0) {
+            fputs(text, stderr);
+            free(text);
+        }
+    } else if (job.count) {
+        for (size_t i = 0; i < job.count; i++)
+            job.processes[i].file[0] = '\0'; /* removed with the directory: not worth a column */
+        fprintf(stderr, "\n");
+        if (json)
+            stats_print_json(stderr, &job);
+        else
+            stats_print_table(stderr, &job);
+    }
+    stats_job_free(&job);
+}
+
+/* Runs the command as a child and waits; returns its exit code. */
+static int run_and_wait(char **command)
+{
+    struct sigaction ignore = {.sa_handler = SIG_IGN}, forward = {.sa_handler = forward_signal}, old[4];
+    static const int signals[4] = {SIGINT, SIGQUIT, SIGTERM, SIGHUP};
+    sigemptyset(&ignore.sa_mask);
+    sigemptyset(&forward.sa_mask);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "poolshim: error: run: fork: %s\n", strerror(errno));
+        return CLI_EXIT_FAILURE;
+    }
+    if (pid == 0) {
+        execvp(command[0], command);
+        int error = errno;
+        fprintf(stderr, "poolshim: error: run: cannot execute '%s': %s\n", command[0], strerror(error));
+        _exit(error == ENOENT ? CLI_EXIT_NOT_FOUND : CLI_EXIT_CANNOT_EXECUTE);
+    }
+    child_pid = pid;
+    for (int i = 0; i < 4; i++)
+        sigaction(signals[i], i < 2 ? &ignore : &forward, &old[i]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    for (int i = 0; i < 4; i++)
+        sigaction(signals[i], &old[i], NULL);
+    child_pid = 0;
+    return cli_exit_code_of(status);
 }
 
 int ps_cmd_run(int argc, char **argv)
@@ -136,9 +237,26 @@ int ps_cmd_run(int argc, char **argv)
         failed |= setenv("POOLSHIM_STATS_FILE", stats_file, 1) != 0;
     if (log_path)
         failed |= setenv("POOLSHIM_LOG", log_path, 1) != 0;
+    /* --stats alone: one JSON file per process, merged at the end */
+    int merge = stats && !stats_file;
+    char directory[PATH_MAX], pattern[PATH_MAX + 32];
+    if (merge) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(directory, sizeof directory, "%s/poolshim-run-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!dry_run && !mkdtemp(directory)) {
+            free(options);
+            fprintf(stderr, "poolshim: error: run: cannot create a temporary directory: %s\n", strerror(errno));
+            return CLI_EXIT_FAILURE;
+        }
+        snprintf(pattern, sizeof pattern, "%s/stats_%%p.json", directory);
+        failed |= setenv("POOLSHIM_STATS", "json", 1) != 0;
+        failed |= setenv("POOLSHIM_STATS_FILE", pattern, 1) != 0;
+    }
     free(options);
     if (failed) {
         fprintf(stderr, "poolshim: error: run: cannot set the environment: %s\n", strerror(errno));
+        if (merge && !dry_run)
+            remove_directory(directory);
         return CLI_EXIT_FAILURE;
     }
     if (dry_run) {
@@ -151,6 +269,12 @@ int ps_cmd_run(int argc, char **argv)
             printf("%s%s", arg == command ? "" : " ", *arg);
         printf("\n");
         return CLI_EXIT_OK;
+    }
+    if (merge) {
+        int exit_code = run_and_wait(command);
+        print_merged_stats(directory, !strcmp(stats, "json"));
+        remove_directory(directory);
+        return exit_code;
     }
     fflush(NULL);
     execvp(command[0], command);

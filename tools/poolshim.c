@@ -4,6 +4,7 @@
  *   poolshim ab     [options] -- CMD ARGS...   A/B: CMD without and with the shim
  *   poolshim replay LOG.csv [options]          replay an allocation log against stacks
  *   poolshim plot   LOG.csv -o memory.svg      memory over time as an SVG
+ *   poolshim stats  FILE|DIR...                merge the statistics of a job's processes
  *   poolshim config [options]                  the effective configuration
  *
  * Algorithm: 1. find the subcommand (argv[1]); 2. hand it argv from its
@@ -24,6 +25,7 @@ static const char usage_text[] =
     "  ab      time a program without and with the shim     poolshim ab --runs 3 -- ./app\n"
     "  replay  replay an allocation log against stacks      poolshim replay log.csv --simulate 80GiB\n"
     "  plot    draw memory over time from a log (SVG)       poolshim plot log.csv -o memory.svg\n"
+    "  stats   merge the statistics of a job's processes    poolshim stats out/stats_*.json\n"
     "  config  show or check the effective configuration    poolshim config --help\n"
     "\n"
     "'poolshim <command> --help' describes each command. Documentation: docs/cli.md\n";
@@ -49,6 +51,7 @@ int main(int argc, char **argv)
         {"ab", ps_cmd_ab},
         {"replay", ps_cmd_replay},
         {"plot", ps_cmd_plot},
+        {"stats", ps_cmd_stats},
         {"config", ps_cmd_config},
     };
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++) {

@@ -235,3 +235,66 @@ Test(context, stats_json_reports_resets_and_what_they_dropped)
     cr_expect(strstr(json, "\"resets\": {\"count\": 1, \"dropped_allocations\": 11"),
               "one reset, 11 live allocations dropped (10 blocks + 1 async), in %s", json);
 }
+
+/* ---- several processes: `poolshim run` over a launcher ----------------------- */
+
+/* Runs `poolshim run ARGS` with the fake CUDA and the shim of this build;
+ * keeps stderr (where the statistics go) in `output`, drops stdout. */
+static int run_cli(const char *args)
+{
+    const char *build = getenv("POOLSHIM_BUILD"), *cli = getenv("POOLSHIM_CLI");
+    const char *prefix = getenv("POOLSHIM_PRELOAD_PREFIX");
+    cr_assert(build && cli, "POOLSHIM_BUILD and POOLSHIM_CLI must be set (make test-shim sets them)");
+    char cmd[4096];
+    /* an ASan-built shim is preloaded behind the ASan runtime: the CLI appends it */
+    snprintf(cmd, sizeof cmd, "env LD_LIBRARY_PATH=%s/fake POOLSHIM_LIB=%s/libpoolshim.so LD_PRELOAD=%s %s run %s 2>&1 >/dev/null",
+             build, build, prefix ? prefix : "", cli, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "cannot run %s", cmd);
+    size_t n = fread(output, 1, sizeof output - 1, p);
+    output[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+Test(launcher, run_stats_gives_one_row_per_rank_and_the_total)
+{
+    const char *build = getenv("POOLSHIM_BUILD"), *data = getenv("POOLSHIM_TEST_DATA");
+    cr_assert(data, "POOLSHIM_TEST_DATA must be set (make test-shim sets it)");
+    char args[2048];
+    /* tests/data/cli/fake_launcher.sh starts the program twice, with RANK=0 and RANK=1 */
+    snprintf(args, sizeof args, "--stats=json -- %s/cli/fake_launcher.sh %s/shimtest/prog_runtime basic", data, build);
+    int rc = run_cli(args);
+    cr_expect_eq(rc, 0, "exit %d:\n%s", rc, output);
+    /* prog_runtime basic: 600 cudaMalloc + 600 cudaFree per process */
+    cr_expect(strstr(output, "\"rank\": 0,") && strstr(output, "\"rank\": 1,"), "both ranks, from the shim's report:\n%s",
+              output);
+    cr_expect(strstr(output, "\"total\": {\"processes\": 2, \"devices\": 2, \"calls\": 2400,"),
+              "the total adds both processes up:\n%s", output);
+
+    snprintf(args, sizeof args, "--stats -- %s/cli/fake_launcher.sh %s/shimtest/prog_runtime basic", data, build);
+    rc = run_cli(args);
+    cr_expect_eq(rc, 0, "exit %d:\n%s", rc, output);
+    cr_expect(strstr(output, "poolshim stats: 2 processes"), "the table:\n%s", output);
+    cr_expect(strstr(output, "\n0 ") && strstr(output, "\n1 "), "a row per rank:\n%s", output);
+    cr_expect(strstr(output, "\ntotal ") && strstr(output, " 2,400 "), "the total row:\n%s", output);
+
+    /* a failing rank: its status comes through, the statistics are still printed */
+    snprintf(args, sizeof args, "--stats -- %s/cli/fake_launcher.sh /bin/sh -c '%s/shimtest/prog_runtime basic; exit 5'",
+             data, build);
+    rc = run_cli(args);
+    cr_expect_eq(rc, 5, "the launcher's exit status, got %d:\n%s", rc, output);
+    cr_expect(strstr(output, "poolshim stats: 2 processes"), "the table:\n%s", output);
+}
+
+Test(launcher, run_stats_json_of_one_process_is_the_shims_own_report)
+{
+    const char *build = getenv("POOLSHIM_BUILD");
+    char args[1024];
+    snprintf(args, sizeof args, "--stats=json -- env RANK=3 %s/shimtest/prog_runtime basic", build);
+    int rc = run_cli(args);
+    cr_expect_eq(rc, 0, "exit %d:\n%s", rc, output);
+    cr_expect(strncmp(output, "{\"poolshim\": 1, \"pid\": ", 23) == 0 && strstr(output, "\"rank\": 3, "),
+              "the shim's report, verbatim, with the rank:\n%s", output);
+    cr_expect(!strstr(output, "poolshim_stats"), "no merged table for one process:\n%s", output);
+}

@@ -24,6 +24,7 @@
 #include "../../tools/cli.h"
 #include "../../tools/memlog.h"
 #include "../../tools/replay.h"
+#include "../../tools/stats_table.h"
 #include "../../tools/svg_plot.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -154,8 +155,8 @@ static int have_tool(const char *name)
 
 Test(cli, help_exits_zero_for_every_subcommand)
 {
-    const char *commands[] = {"run", "ab", "replay", "plot"};
-    for (size_t i = 0; i < 4; i++) {
+    const char *commands[] = {"run", "ab", "replay", "plot", "stats"};
+    for (size_t i = 0; i < 5; i++) {
         cli_result_t r = run_cli((const char *[]){commands[i], "--help", NULL}, NULL);
         cr_expect_eq(r.exit_code, 0, "%s --help exited %d", commands[i], r.exit_code);
         char expected[64];
@@ -1148,4 +1149,159 @@ Test(cli, durations_parse_with_units)
     cr_expect_str_eq(why, "unknown unit (ns, us, ms, s)");
     cr_expect_eq(cli_parse_duration("1e3ms", &ns, NULL), -1);
     cr_expect_eq(cli_parse_duration("", &ns, NULL), -1);
+}
+
+/* ---- stats: the reports of a job's processes, merged ----------------------------- */
+
+Test(stats, total_row_adds_up_the_processes_and_ranks_come_from_report_or_name)
+{
+    stats_job_t job = {0};
+    char err[512];
+    /* rank 1's report has no "rank" (an older shim): its file name tells it */
+    cr_assert_eq(stats_job_read_file(&job, data_path("cli/stats_rank1.json"), err, sizeof err), 0, "%s", err);
+    cr_assert_eq(stats_job_read_file(&job, data_path("cli/stats_rank0.json"), err, sizeof err), 0, "%s", err);
+    stats_job_sort(&job);
+    cr_assert_eq(job.count, 2);
+    const stats_process_t *r0 = &job.processes[0], *r1 = &job.processes[1];
+    cr_expect_eq(r0->rank, 0);
+    cr_expect_eq(r0->pid, 5101);
+    cr_expect_eq(r1->rank, 1);
+    cr_expect_eq(r1->pid, 5102);
+    /* figures from the files: device calls only (the pinned calls apart) */
+    cr_expect_eq(r0->calls, 1200 + 1190 + 4 + 4);
+    cr_expect_eq(r0->host_calls, 12);
+    cr_expect(r0->have_host && !r1->have_host);
+    stats_process_t total;
+    stats_job_total(&job, &total);
+    cr_expect_eq(total.calls, (1200 + 1190 + 4 + 4) + (1000 + 1000));
+    cr_expect_eq(total.time_ns, (480000 + 120000) + (300000 + 100000));
+    cr_expect_eq(total.requested_peak, 2147483648ull + 1073741824ull);
+    cr_expect_eq(total.reserved_peak, 2415919104ull + 1610612736ull);
+    cr_expect_eq(total.barriers, 40 + 25);
+    cr_expect_eq(total.failures, 1);
+    cr_expect_eq(total.host_reserved_peak, 134217728ull);
+    stats_job_free(&job);
+
+    cr_expect_eq(stats_rank_from_file_name("/x/rank7/stats.json"), -1, "only the file's own name counts");
+    cr_expect_eq(stats_rank_from_file_name("out/stats_rank-12.json"), 12);
+    cr_expect_eq(stats_rank_from_file_name("out/stats_4242.json"), -1);
+}
+
+Test(stats, table_has_a_row_per_rank_and_the_total)
+{
+    cli_result_t r = run_cli((const char *[]){"stats", data_path("cli/stats_rank1.json"),
+                                              data_path("cli/stats_rank0.json"), NULL}, NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    const char *rank0 = strstr(r.out, "\n0 "), *rank1 = strstr(r.out, "\n1 "), *total = strstr(r.out, "\ntotal ");
+    cr_assert(rank0 && rank1 && total, "rows: %s", r.out);
+    cr_expect(rank0 < rank1 && rank1 < total, "ordered by rank, total last: %s", r.out);
+    /* total: 4,398 calls, 1.00 ms, 3.00 GiB requested, 3.75 GiB reserved, 1.25x, 65 barriers */
+    char line[512];
+    snprintf(line, sizeof line, "%.*s", (int)strcspn(total + 1, "\n"), total + 1);
+    cr_expect(strstr(line, " 4,398 ") && strstr(line, " 1.00 ms ") && strstr(line, " 3.00 GiB ") &&
+                  strstr(line, " 3.75 GiB ") && strstr(line, " 1.25x ") && strstr(line, " 65 "),
+              "total row: %s", line);
+    cr_expect(strstr(r.out, "pinned calls"), "pinned columns when a process used pinned memory: %s", r.out);
+    cli_result_free(&r);
+
+    /* the directory: every stats file in it; other JSON reports there are skipped */
+    char directory[] = "/tmp/poolshim-test-stats-XXXXXX", path[1200];
+    cr_assert(mkdtemp(directory));
+    const char *names[] = {"stats_rank0.json", "stats_rank1.json", "cupti_report.json"};
+    for (size_t i = 0; i < 3; i++) {
+        char *text = slurp(data_path(i < 2 ? (i ? "cli/stats_rank1.json" : "cli/stats_rank0.json")
+                                            : "cli/cupti_report.json"));
+        snprintf(path, sizeof path, "%s/%s", directory, names[i]);
+        FILE *f = fopen(path, "w");
+        cr_assert(f && text);
+        fputs(text, f);
+        fclose(f);
+        free(text);
+    }
+    r = run_cli((const char *[]){"stats", directory, NULL}, NULL);
+    cr_expect_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cr_expect(strstr(r.out, "poolshim stats: 2 processes"), "%s", r.out);
+    cli_result_free(&r);
+    snprintf(path, sizeof path, "%s/stats_*.json", directory);
+    r = run_cli((const char *[]){"stats", path, NULL}, NULL);
+    cr_expect_eq(r.exit_code, 0, "a pattern the shell did not expand; stderr: %s", r.err);
+    cr_expect(strstr(r.out, "poolshim stats: 2 processes"), "%s", r.out);
+    cli_result_free(&r);
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", directory, names[i]);
+        unlink(path);
+    }
+    rmdir(directory);
+}
+
+Test(stats, json_output_has_every_process_and_the_total)
+{
+    cli_result_t r = run_cli((const char *[]){"stats", "--json", data_path("cli/stats_rank0.json"),
+                                              data_path("cli/stats_rank1.json"), NULL}, NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    json_t *doc;
+    char err[256];
+    cr_assert_eq(parse_json(r.out, &doc, err, sizeof err), 0, "%s in %s", err, r.out);
+    const json_t *processes = json_object_get(doc, "processes");
+    cr_assert_eq(json_array_size(processes), 2);
+    cr_expect_eq(cli_json_u64(json_array_get(processes, 1), "rank", 99), 1);
+    cr_expect(json_is_null(json_object_get(json_array_get(processes, 1), "host")), "no pinned use: null");
+    cr_expect_eq(cli_json_u64(doc, "total.processes", 0), 2);
+    cr_expect_eq(cli_json_u64(doc, "total.calls", 0), 4398);
+    cr_expect_eq(cli_json_u64(doc, "total.reserved_peak", 0), 2415919104ull + 1610612736ull);
+    cr_expect_float_eq(cli_json_double(doc, "total.reserved_ratio", 0), 1.25, 1e-9);
+    cr_expect_eq(cli_json_u64(doc, "total.host.reserved_peak", 0), 134217728ull);
+    json_decref(doc);
+    cli_result_free(&r);
+}
+
+Test(stats, bad_files_stop_with_their_name_and_line)
+{
+    cli_result_t r = run_cli((const char *[]){"stats", data_path("cli/stats_rank0.json"),
+                                              data_path("cli/stats_malformed.json"), NULL}, NULL);
+    cr_expect_eq(r.exit_code, 1);
+    cr_expect(strstr(r.err, "poolshim: error: stats: ") && strstr(r.err, "cli/stats_malformed.json:3:"),
+              "file:line: %s", r.err);
+    cr_expect_str_eq(r.out, "", "nothing printed when a file is bad");
+    cli_result_free(&r);
+
+    r = run_cli((const char *[]){"stats", data_path("cli/no_such_stats.json"), NULL}, NULL);
+    cr_expect_eq(r.exit_code, 1);
+    cr_expect(strstr(r.err, "no_such_stats.json: cannot read: No such file"), "%s", r.err);
+    cli_result_free(&r);
+
+    r = run_cli((const char *[]){"stats", data_path("cli/cupti_report.json"), NULL}, NULL);
+    cr_expect_eq(r.exit_code, 1);
+    cr_expect(strstr(r.err, "cupti_report.json: not poolshim statistics"), "%s", r.err);
+    cli_result_free(&r);
+
+    r = run_cli((const char *[]){"stats", data_path("cli/nothing_*.json"), NULL}, NULL);
+    cr_expect_eq(r.exit_code, 1);
+    cr_expect(strstr(r.err, "no file matches"), "%s", r.err);
+    cli_result_free(&r);
+
+    r = run_cli((const char *[]){"stats", NULL}, NULL);
+    cr_expect_eq(r.exit_code, 2, "no file is a usage error");
+    cli_result_free(&r);
+}
+
+Test(stats, run_stats_passes_the_exit_status_through_when_no_process_reported)
+{
+    char lib_env[1100];
+    snprintf(lib_env, sizeof lib_env, "POOLSHIM_LIB=%s", harmless_library());
+    const char *env[] = {lib_env, NULL};
+    cli_result_t r = run_cli((const char *[]){"run", "--stats", "--", "/bin/sh", "-c",
+                                              "echo \"$POOLSHIM_STATS $POOLSHIM_STATS_FILE\"; exit 3", NULL}, env);
+    cr_expect_eq(r.exit_code, 3);
+    cr_expect(strncmp(r.out, "json ", 5) == 0 && strstr(r.out, "/stats_%p.json\n"),
+              "one JSON file per process: %s", r.out);
+    cr_expect_str_eq(r.err, "", "no process wrote statistics, nothing printed: %s", r.err);
+    cli_result_free(&r);
+    r = run_cli((const char *[]){"run", "--stats", "--", "/bin/sh", "-c", "kill -TERM $$", NULL}, env);
+    cr_expect_eq(r.exit_code, 128 + 15);
+    cli_result_free(&r);
+    r = run_cli((const char *[]){"run", "--stats", "--", "/nonexistent/program", NULL}, env);
+    cr_expect_eq(r.exit_code, 127);
+    cr_expect(strstr(r.err, "/nonexistent/program"), "%s", r.err);
+    cli_result_free(&r);
 }

@@ -1,0 +1,339 @@
+/* Merging the shim's exit statistics of several processes (stats_table.h).
+ *
+ * 1. Each file is one process's report (POOLSHIM_STATS=json): a document
+ *    {"poolshim": 1, "pid": P, "rank": R (when a launcher set one),
+ *    "devices": [...]}. Its devices are summed into one row.
+ * 2. The rank comes from the report, else from the file name ("rank3");
+ *    rows are ordered by rank, then pid, then file name, so the output does
+ *    not depend on the order a directory lists its files.
+ * 3. The total adds every row up. Peaks add up too: the sum is what the job
+ *    held at most, exact only when the processes peaked together (true of
+ *    data-parallel ranks doing the same steps, not in general).
+ * Guarantees: the output depends only on the job; missing figures print as
+ * "-" (a ratio over nothing), never as 0.
+ */
+#include "stats_table.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cli.h"
+
+/* The device calls of the report (the pinned host calls are counted apart). */
+static const char *const device_calls[] = {"cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync",
+                                           "cuMemAlloc", "cuMemFree", "cuMemAllocAsync", "cuMemFreeAsync"};
+
+long stats_rank_from_file_name(const char *path)
+{
+    const char *name = strrchr(path, '/');
+    name = name ? name + 1 : path;
+    for (const char *p = name; (p = strcasestr(p, "rank")) != NULL; p += 4) {
+        const char *digits = p + 4;
+        if (*digits == '-' || *digits == '_' || *digits == '.' || *digits == '=')
+            digits++;
+        if (*digits < '0' || *digits > '9')
+            continue;
+        char *end;
+        long rank = strtol(digits, &end, 10);
+        if (end - digits <= 9)
+            return rank;
+    }
+    return -1;
+}
+
+/* A non-negative integer member, or -1. */
+static long integer_or_unknown(const json_t *object, const char *key)
+{
+    const json_t *v = json_object_get(object, key);
+    return json_is_integer(v) && json_integer_value(v) >= 0 ? (long)json_integer_value(v) : -1;
+}
+
+int stats_process_from_json(const json_t *stats, const char *file, stats_process_t *out)
+{
+    const json_t *devices = json_object_get(stats, "devices");
+    if (!json_is_object(stats) || !json_object_get(stats, "poolshim") || !json_is_array(devices))
+        return -1;
+    stats_process_t p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.file, sizeof p.file, "%s", file ? file : "");
+    p.pid = integer_or_unknown(stats, "pid");
+    p.rank = integer_or_unknown(stats, "rank");
+    if (p.rank < 0 && file)
+        p.rank = stats_rank_from_file_name(file);
+    p.devices = json_array_size(devices);
+    for (size_t d = 0; d < p.devices; d++) {
+        const json_t *dev = json_array_get(devices, d);
+        for (size_t i = 0; i < sizeof device_calls / sizeof device_calls[0]; i++) {
+            char path[64];
+            snprintf(path, sizeof path, "calls.%s", device_calls[i]);
+            p.calls += cli_json_u64(dev, path, 0);
+        }
+        p.time_ns += cli_json_u64(dev, "time_ns.allocate", 0) + cli_json_u64(dev, "time_ns.free", 0);
+        p.requested_peak += cli_json_u64(dev, "bytes.requested_peak", 0);
+        p.reserved_peak += cli_json_u64(dev, "bytes.reserved_peak", 0);
+        p.barriers += cli_json_u64(dev, "barriers", 0);
+        p.upstream_calls += cli_json_u64(dev, "upstream.allocs", 0) + cli_json_u64(dev, "upstream.frees", 0);
+        p.failures += cli_json_u64(dev, "failures", 0);
+        const json_t *host = json_object_get(dev, "host");
+        if (json_is_object(host)) {
+            uint64_t calls = cli_json_u64(host, "calls", 0), reserved = cli_json_u64(host, "reserved_peak", 0);
+            p.have_host |= calls > 0 || reserved > 0;
+            p.host_calls += calls;
+            p.host_time_ns += cli_json_u64(host, "time_ns", 0);
+            p.host_requested_peak += cli_json_u64(host, "requested_peak", 0);
+            p.host_reserved_peak += reserved;
+        }
+    }
+    *out = p;
+    return 0;
+}
+
+static int job_append(stats_job_t *job, const stats_process_t *p)
+{
+    if (job->count == job->capacity) {
+        size_t capacity = job->capacity ? 2 * job->capacity : 8;
+        stats_process_t *bigger = realloc(job->processes, capacity * sizeof *bigger);
+        if (!bigger)
+            return -1;
+        job->processes = bigger;
+        job->capacity = capacity;
+    }
+    job->processes[job->count++] = *p;
+    return 0;
+}
+
+/* Reads and parses one file: 0, 1 when it is JSON but not the shim's
+ * statistics, -1 on any other error (message in err). */
+static int read_one(stats_job_t *job, const char *path, char *err, size_t errsize)
+{
+    char *text;
+    if (cli_read_file(path, &text, NULL) != 0) {
+        snprintf(err, errsize, "%s: cannot read: %s", path, strerror(errno));
+        return -1;
+    }
+    json_error_t error;
+    json_t *root = json_loads(text, 0, &error);
+    free(text);
+    if (!root) {
+        snprintf(err, errsize, "%s:%d:%d: %s", path, error.line, error.column, error.text);
+        return -1;
+    }
+    stats_process_t p;
+    int rc = stats_process_from_json(root, path, &p);
+    json_decref(root);
+    if (rc != 0) {
+        snprintf(err, errsize, "%s: not poolshim statistics (no \"poolshim\" and \"devices\"; written with "
+                               "POOLSHIM_STATS=json?)", path);
+        return 1;
+    }
+    if (job_append(job, &p) != 0) {
+        snprintf(err, errsize, "%s: out of memory", path);
+        return -1;
+    }
+    return 0;
+}
+
+int stats_job_read_file(stats_job_t *job, const char *path, char *err, size_t errsize)
+{
+    return read_one(job, path, err, errsize) == 0 ? 0 : -1;
+}
+
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int stats_job_read_directory(stats_job_t *job, const char *directory, const char *prefix, int skip_foreign,
+                             size_t *found, char *err, size_t errsize)
+{
+    *found = 0;
+    DIR *dir = opendir(directory);
+    if (!dir) {
+        snprintf(err, errsize, "%s: cannot read: %s", directory, strerror(errno));
+        return -1;
+    }
+    char **names = NULL;
+    size_t count = 0, capacity = 0;
+    int status = 0;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        size_t n = strlen(entry->d_name);
+        if (strncmp(entry->d_name, prefix, strlen(prefix)) != 0 || n < 5 || strcmp(entry->d_name + n - 5, ".json"))
+            continue;
+        if (count == capacity) {
+            capacity = capacity ? 2 * capacity : 16;
+            char **bigger = realloc(names, capacity * sizeof *names);
+            if (!bigger) {
+                status = -1;
+                break;
+            }
+            names = bigger;
+        }
+        if (!(names[count] = strdup(entry->d_name))) {
+            status = -1;
+            break;
+        }
+        count++;
+    }
+    closedir(dir);
+    if (status != 0)
+        snprintf(err, errsize, "%s: out of memory", directory);
+    if (count)
+        qsort(names, count, sizeof *names, compare_names);
+    for (size_t i = 0; i < count && status == 0; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s%s%s", directory, directory[strlen(directory) - 1] == '/' ? "" : "/",
+                 names[i]);
+        int rc = read_one(job, path, err, errsize);
+        if (rc == 0)
+            (*found)++;
+        else if (rc < 0 || !skip_foreign)
+            status = -1;
+    }
+    for (size_t i = 0; i < count; i++)
+        free(names[i]);
+    free(names);
+    return status;
+}
+
+static int compare_processes(const void *a, const void *b)
+{
+    const stats_process_t *x = a, *y = b;
+    if ((x->rank < 0) != (y->rank < 0))
+        return x->rank < 0 ? 1 : -1;
+    if (x->rank != y->rank)
+        return x->rank < y->rank ? -1 : 1;
+    if (x->pid != y->pid)
+        return x->pid < y->pid ? -1 : 1;
+    return strcmp(x->file, y->file);
+}
+
+void stats_job_sort(stats_job_t *job)
+{
+    if (job->count > 1)
+        qsort(job->processes, job->count, sizeof *job->processes, compare_processes);
+}
+
+void stats_job_total(const stats_job_t *job, stats_process_t *total)
+{
+    stats_process_t t;
+    memset(&t, 0, sizeof t);
+    t.rank = t.pid = -1;
+    for (size_t i = 0; i < job->count; i++) {
+        const stats_process_t *p = &job->processes[i];
+        t.devices += p->devices;
+        t.calls += p->calls;
+        t.time_ns += p->time_ns;
+        t.requested_peak += p->requested_peak;
+        t.reserved_peak += p->reserved_peak;
+        t.barriers += p->barriers;
+        t.upstream_calls += p->upstream_calls;
+        t.failures += p->failures;
+        t.have_host |= p->have_host;
+        t.host_calls += p->host_calls;
+        t.host_time_ns += p->host_time_ns;
+        t.host_requested_peak += p->host_requested_peak;
+        t.host_reserved_peak += p->host_reserved_peak;
+    }
+    *total = t;
+}
+
+/* reserved / requested as "1.25x", or "-" when nothing was requested. */
+static char *format_ratio(char *buf, size_t size, uint64_t reserved, uint64_t requested)
+{
+    if (requested)
+        snprintf(buf, size, "%.2fx", (double)reserved / (double)requested);
+    else
+        snprintf(buf, size, "-");
+    return buf;
+}
+
+static void print_row(FILE *f, const char *rank, const char *pid, const stats_process_t *p, int host,
+                      const char *file)
+{
+    char a[40], b[40], c[40], d[40], e[40], g[40], h[40], k[40], m[40];
+    fprintf(f, "%-6s %8s %7zu %13s %11s %15s %15s %9s %9s", rank, pid, p->devices,
+            cli_format_count(a, sizeof a, p->calls), cli_format_seconds(b, sizeof b, (double)p->time_ns / 1e9),
+            cli_format_bytes(c, sizeof c, p->requested_peak), cli_format_bytes(d, sizeof d, p->reserved_peak),
+            format_ratio(e, sizeof e, p->reserved_peak, p->requested_peak),
+            cli_format_count(g, sizeof g, p->barriers));
+    if (host)
+        fprintf(f, " %13s %15s %15s", cli_format_count(h, sizeof h, p->host_calls),
+                cli_format_bytes(k, sizeof k, p->host_requested_peak),
+                cli_format_bytes(m, sizeof m, p->host_reserved_peak));
+    fprintf(f, "%s%s\n", *file ? "  " : "", file);
+}
+
+void stats_print_table(FILE *f, const stats_job_t *job)
+{
+    stats_process_t total;
+    stats_job_total(job, &total);
+    int host = total.have_host;
+    fprintf(f, "poolshim stats: %zu process%s\n\n", job->count, job->count == 1 ? "" : "es");
+    fprintf(f, "%-6s %8s %7s %13s %11s %15s %15s %9s %9s", "rank", "pid", "devices", "alloc calls", "in calls",
+            "peak requested", "peak reserved", "res/req", "barriers");
+    if (host)
+        fprintf(f, " %13s %15s %15s", "pinned calls", "pinned req.", "pinned res.");
+    fprintf(f, "  file\n");
+    for (size_t i = 0; i < job->count; i++) {
+        const stats_process_t *p = &job->processes[i];
+        char rank[24], pid[24];
+        snprintf(rank, sizeof rank, p->rank >= 0 ? "%ld" : "-", p->rank);
+        snprintf(pid, sizeof pid, p->pid >= 0 ? "%ld" : "-", p->pid);
+        print_row(f, rank, pid, p, host, p->file);
+    }
+    if (job->count > 1) {
+        print_row(f, "total", "", &total, host, "");
+        fprintf(f, "\npeaks are summed over the processes: what the job held at most (exact when they peaked "
+                   "together)\n");
+    }
+}
+
+static void print_counters_json(FILE *f, const stats_process_t *p)
+{
+    fprintf(f, "\"devices\": %zu, \"calls\": %llu, \"time_ns\": %llu, \"requested_peak\": %llu, "
+               "\"reserved_peak\": %llu, \"reserved_ratio\": ",
+            p->devices, (unsigned long long)p->calls, (unsigned long long)p->time_ns,
+            (unsigned long long)p->requested_peak, (unsigned long long)p->reserved_peak);
+    if (p->requested_peak)
+        fprintf(f, "%.4f", (double)p->reserved_peak / (double)p->requested_peak);
+    else
+        fprintf(f, "null");
+    fprintf(f, ", \"barriers\": %llu, \"upstream_calls\": %llu, \"failures\": %llu, \"host\": ",
+            (unsigned long long)p->barriers, (unsigned long long)p->upstream_calls,
+            (unsigned long long)p->failures);
+    if (p->have_host)
+        fprintf(f, "{\"calls\": %llu, \"time_ns\": %llu, \"requested_peak\": %llu, \"reserved_peak\": %llu}",
+                (unsigned long long)p->host_calls, (unsigned long long)p->host_time_ns,
+                (unsigned long long)p->host_requested_peak, (unsigned long long)p->host_reserved_peak);
+    else
+        fprintf(f, "null");
+}
+
+void stats_print_json(FILE *f, const stats_job_t *job)
+{
+    fprintf(f, "{\"poolshim_stats\": 1, \"processes\": [");
+    for (size_t i = 0; i < job->count; i++) {
+        const stats_process_t *p = &job->processes[i];
+        fprintf(f, "%s\n  {\"file\": ", i ? "," : "");
+        cli_json_string(f, p->file);
+        fprintf(f, p->rank >= 0 ? ", \"rank\": %ld" : ", \"rank\": null", p->rank);
+        fprintf(f, p->pid >= 0 ? ", \"pid\": %ld, " : ", \"pid\": null, ", p->pid);
+        print_counters_json(f, p);
+        fprintf(f, "}");
+    }
+    stats_process_t total;
+    stats_job_total(job, &total);
+    fprintf(f, "\n ],\n \"total\": {\"processes\": %zu, ", job->count);
+    print_counters_json(f, &total);
+    fprintf(f, "}}\n");
+}
+
+void stats_job_free(stats_job_t *job)
+{
+    free(job->processes);
+    memset(job, 0, sizeof *job);
+}

@@ -1,0 +1,79 @@
+/* The shim's exit statistics of one job, merged: one row per process (per
+ * rank under a launcher) and a total. Read by `poolshim stats FILE...`,
+ * by `poolshim run --stats` (one file per process, %p) and by `poolshim ab`
+ * (which adds a run's processes up). The rendering is a pure function of a
+ * stats_job_t, so it is tested on the CPU from recorded files
+ * (tests/data/cli/stats_*.json).
+ * Return rule: 0 or -1 (message in err).
+ */
+#ifndef PS_TOOLS_STATS_TABLE_H
+#define PS_TOOLS_STATS_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+/* One process's report, summed over its devices. */
+typedef struct stats_process {
+    char file[1024];              /* the file it was read from ("" when none) */
+    long rank;                    /* the launcher's rank (report, else file name), -1 when unknown */
+    long pid;                     /* the process id, -1 when unknown */
+    size_t devices;               /* devices in the report */
+    uint64_t calls;               /* device allocation + free calls the shim served (both doors) */
+    uint64_t time_ns;             /* time inside the shim's allocate + free */
+    uint64_t requested_peak;      /* peak bytes the program held, summed over devices */
+    uint64_t reserved_peak;       /* peak bytes the stacks reserved, summed over devices */
+    uint64_t barriers;            /* GPU-side barriers issued by the stacks */
+    uint64_t upstream_calls;      /* upstream allocs + frees of the stacks */
+    uint64_t failures;            /* allocations that returned an error */
+    int have_host;                /* pinned host memory was used (calls or reserved bytes) */
+    uint64_t host_calls;          /* pinned host allocation + free calls */
+    uint64_t host_time_ns;        /* time inside them */
+    uint64_t host_requested_peak; /* peak pinned bytes the program held, summed over devices */
+    uint64_t host_reserved_peak;  /* peak pinned bytes the host pools reserved, summed */
+} stats_process_t;
+
+/* The processes of one job. */
+typedef struct stats_job {
+    size_t count;                 /* entries in processes */
+    size_t capacity;              /* allocated entries */
+    stats_process_t *processes;   /* in the order read; stats_job_sort orders them by rank */
+} stats_job_t;
+
+/* Fills `out` from one parsed report ({"poolshim": 1, "devices": [...]});
+ * -1 when the document is not the shim's statistics. `file` may be NULL. */
+int stats_process_from_json(const json_t *stats, const char *file, stats_process_t *out);
+
+/* The rank a file name tells ("stats_rank3.json", "rank-3.json"), or -1. */
+long stats_rank_from_file_name(const char *path);
+
+/* Reads one statistics file into the job. Errors in err: "PATH: cannot
+ * read: why", "PATH:LINE:COLUMN: what" (jansson), "PATH: not poolshim
+ * statistics". */
+int stats_job_read_file(stats_job_t *job, const char *path, char *err, size_t errsize);
+
+/* Reads every DIR/PREFIX*.json (PREFIX "" for all), in name order. Files
+ * that are JSON but not the shim's statistics are skipped when
+ * skip_foreign is set (a directory may hold other reports), else errors.
+ * *found counts the files read. */
+int stats_job_read_directory(stats_job_t *job, const char *directory, const char *prefix, int skip_foreign,
+                             size_t *found, char *err, size_t errsize);
+
+/* Orders by rank (known ranks first), then pid, then file name. */
+void stats_job_sort(stats_job_t *job);
+
+/* Sums over the processes: counts, times and peaks add up (the summed peak
+ * is an upper bound of the job's: processes may peak at different times);
+ * rank and pid are -1. */
+void stats_job_total(const stats_job_t *job, stats_process_t *total);
+
+/* The table (one row per process, then the total when there are several). */
+void stats_print_table(FILE *f, const stats_job_t *job);
+/* The same as JSON: {"poolshim_stats": 1, "processes": [...], "total": {...}}. */
+void stats_print_json(FILE *f, const stats_job_t *job);
+
+void stats_job_free(stats_job_t *job);
+
+#endif
