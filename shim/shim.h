@@ -5,6 +5,7 @@
  *   hooks_driver.c   cuMemAlloc_v2 & co., exported and handed out by
  *                    cuGetProcAddress (static cudart, driver-API programs)
  *   hooks_dlsym.c    dlsym override: hands out our hooks for hooked names
+ *   hook_table.c     the table of hooked names (lists the entry points, calls none)
  *   hooks_context.c  cudaDeviceReset, cuDevicePrimaryCtxReset/Release, cuCtxDestroy...:
  *                    a dead context's stack is dropped (router.c)
  *   real.c           the real CUDA functions, found without going through us
@@ -338,7 +339,7 @@ static inline ps_stream_t ps_stream_key(CUstream stream, bool per_thread)
 bool ps_is_pooled(uintptr_t ptr);
 void ps_ipc_refuse(const char *api, uintptr_t ptr);
 
-/* Hooks handed out by dlsym and cuGetProcAddress (hooks_driver.c). */
+/* Hooks handed out by dlsym and cuGetProcAddress (hook_table.c). */
 typedef struct ps_hook {
     const char *name; /* exported symbol name */
     void *hook;       /* our function */
