@@ -160,19 +160,17 @@ PS_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 
 PS_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
-    if (!ps_in_shim && ps_slab_contains((uintptr_t)dptr)) {
-        ps_allocation_t a;
-        int found = ps_registry_find((uintptr_t)dptr, &a) == PS_OK ||
-                    ps_registry_find_containing((uintptr_t)dptr, &a) == PS_OK;
-        if (!found)
+    uintptr_t base;
+    size_t size;
+    int status;
+    if (!ps_in_shim && ps_route_address_range((uintptr_t)dptr, &base, &size, &status) == PS_ROUTE_DONE) {
+        if (status != PS_OK)
             return CUDA_ERROR_NOT_FOUND; /* inside a slab, in no live allocation */
-        if (!a.direct) {                 /* answer for the suballocation, not the slab */
-            if (pbase)
-                *pbase = (CUdeviceptr)a.ptr;
-            if (psize)
-                *psize = a.size;
-            return CUDA_SUCCESS;
-        }
+        if (pbase)                       /* answer for the suballocation, not the slab */
+            *pbase = (CUdeviceptr)base;
+        if (psize)
+            *psize = size;
+        return CUDA_SUCCESS;
     }
     PASS_REAL(cuMemGetAddressRange_v2, pbase, psize, dptr);
 }

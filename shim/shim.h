@@ -335,9 +335,15 @@ static inline ps_stream_t ps_stream_key(CUstream stream, bool per_thread)
     return (ps_stream_t)stream;
 }
 
-/* IPC guard (hooks_runtime.c): is `ptr` pooled (not a whole CUDA allocation)? */
+/* IPC guard (cudaIpcGetMemHandle, cuIpcGetMemHandle): is `ptr` pooled (not
+ * a whole CUDA allocation)? ps_ipc_refuse says why such a pointer is refused. */
 bool ps_is_pooled(uintptr_t ptr);
 void ps_ipc_refuse(const char *api, uintptr_t ptr);
+/* cuMemGetAddressRange of `addr`: PS_ROUTE_DONE when it lies in memory the
+ * shim took from CUDA, with *status PS_OK and the live suballocation's
+ * *base and *size, or PS_EINVAL inside a slab but in no live allocation;
+ * PASSTHROUGH when it is not ours or a direct (whole CUDA) allocation. */
+ps_route_t ps_route_address_range(uintptr_t addr, uintptr_t *base, size_t *size, int *status);
 
 /* Hooks handed out by dlsym and cuGetProcAddress (hook_table.c). */
 typedef struct ps_hook {
