@@ -570,6 +570,41 @@ ps_route_t ps_route_address_range(uintptr_t addr, uintptr_t *base, size_t *size,
     return PS_ROUTE_DONE;
 }
 
+/* ---- streams, captures, peer access (entry points in hooks_*.c, tracking in gpu_ops_cuda.c) ---- */
+void ps_streams_created(CUstream stream, unsigned int flags)
+{
+    ps_gpu_ops_cuda_stream_created(stream, flags);
+}
+
+void ps_streams_destroyed(CUstream stream)
+{
+    /* let every stack retire what it keeps for this stream while the
+     * handle is still valid (a fence recorded on a dead stream crashes) */
+    if (stream && (uintptr_t)stream > (uintptr_t)PS_STREAM_PER_THREAD) {
+        ps_in_shim++;
+        for (int d = 0; d < PS_MAX_DEVICES; d++)
+            if (atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) == PS_DEVICE_READY)
+                ps_stream_destroyed(ps_devices[d].stack->top, (ps_stream_t)stream);
+        ps_in_shim--;
+    }
+    ps_gpu_ops_cuda_stream_destroyed(stream);
+}
+
+int ps_streams_capture_gate(void)
+{
+    return ps_gpu_ops_cuda_capture_gate();
+}
+
+void ps_streams_capture_gate_end(void)
+{
+    ps_gpu_ops_cuda_capture_gate_end();
+}
+
+void ps_peer_access_enabled(CUcontext peer)
+{
+    ps_gpu_ops_cuda_peer_access_enabled(peer);
+}
+
 /* ---- context lifecycle -------------------------------------------------------------- */
 /* Gives back the shim's reference on device d's primary context. */
 static void release_ours(ps_device_state_t *dev)

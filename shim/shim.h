@@ -205,12 +205,12 @@ void ps_registry_atfork_child(void);
 int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out);
 /* Stream tracking: non-blocking streams need their own fence at a cudaFree
  * epoch (the legacy stream does not order them). */
-void ps_streams_created(CUstream stream, unsigned int flags);
-void ps_streams_destroyed(CUstream stream);
+void ps_gpu_ops_cuda_stream_created(CUstream stream, unsigned int flags);
+void ps_gpu_ops_cuda_stream_destroyed(CUstream stream);
 /* Around every real cuStreamBeginCapture*: no capture may begin while a
  * barrier is half-way (it checked that none was open). */
-int ps_streams_capture_gate(void);
-void ps_streams_capture_gate_end(void);
+int ps_gpu_ops_cuda_capture_gate(void);
+void ps_gpu_ops_cuda_capture_gate_end(void);
 /* Context lifecycle (no CUDA call in either): forget the tracked streams
  * of a context that died; make every later call through `ops` a no-op
  * that fails (its context, events and memory are gone). */
@@ -223,7 +223,7 @@ bool ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops);
  * (cuCtxEnablePeerAccess / cudaDeviceEnablePeerAccess): memory mapped with
  * cuMemMap is not covered by that, so every mapping of the peer device's
  * pools, and every later one, is made accessible to the current device. */
-void ps_peer_access_enabled(CUcontext peer);
+void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer);
 
 /* ---- router.c --------------------------------------------------------------- */
 enum { PS_DOOR_RUNTIME = 0, PS_DOOR_DRIVER = 1 };
@@ -288,6 +288,18 @@ CUresult ps_context_destroy(CUcontext ctx, ps_cuCtxDestroy_fn real, const char *
  * (cudaDeviceReset, cudaSetDeviceFlags, cuDevicePrimaryCtxSetFlags): drops
  * the stack of every device whose context is not the one it was built in. */
 void ps_context_check(const char *api);
+
+/* Streams, captures and peer access, as the hooks see them (router.c; the
+ * tracking itself is gpu_ops_cuda.c's). A stream was created with `flags`
+ * (non-blocking ones are tracked); a stream is about to be destroyed (every
+ * stack first retires what it keeps for it); a real cuStreamBeginCapture*
+ * runs between capture_gate and capture_gate_end; the current context was
+ * given access to `peer`'s memory (ps_gpu_ops_cuda_peer_access_enabled). */
+void ps_streams_created(CUstream stream, unsigned int flags);
+void ps_streams_destroyed(CUstream stream);
+int ps_streams_capture_gate(void);
+void ps_streams_capture_gate_end(void);
+void ps_peer_access_enabled(CUcontext peer);
 
 /* Initialises on first use (config, driver). Returns ps_active. */
 int ps_shim_ensure_init(void);
