@@ -9,9 +9,29 @@
  *   hooks_context.c  cudaDeviceReset, cuDevicePrimaryCtxReset/Release, cuCtxDestroy...:
  *                    a dead context's stack is dropped (router.c)
  *   real.c           the real CUDA functions, found without going through us
- *   router.c         lazy init, per-device stacks, allocate/free routing, context lifecycle
+ *   router.c         lazy init, per-device stacks, allocate/free routing, context
+ *                    lifecycle, streams/captures/peer access on their way to gpu_ops_cuda.c
  *   registry.c       device pointer -> owner (sharded hash, no global lock)
- *   gpu_ops_cuda.c   the GPU-ops table of core/ over the real driver
+ *   gpu_ops_cuda.c   the GPU-ops table of core/ over the real driver, stream tracking
+ *   stats.c          the shim's counters and exit report
+ *
+ * Calls go one way:
+ *
+ *   hooks_runtime.c hooks_driver.c hooks_context.c hooks_dlsym.c   (entry points)
+ *        |    hook_table.c lists them for dlsym and cuGetProcAddress (a table, no calls)
+ *        v
+ *   router.c                                                       (decides)
+ *        v                   (and core/'s stacks, which call the GPU-ops table)
+ *   gpu_ops_cuda.c    registry.c    real.c                         (do)
+ *
+ * A hook calls the router, real.c to pass a call through, and the hook
+ * table; it never calls another hook file, gpu_ops_cuda.c or registry.c.
+ * gpu_ops_cuda.c calls registry.c and real.c only; registry.c and real.c
+ * call nothing here. stats.c is a leaf any of them may count into; its
+ * exit report, registered by the router, reads the router's device table
+ * (ps_devices, ps_global: data, no call). Calls back up happen only
+ * through CUDA (the real runtime entering our driver hooks), and
+ * ps_in_shim passes them straight through.
  */
 #ifndef PS_SHIM_H
 #define PS_SHIM_H
