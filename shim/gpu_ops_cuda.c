@@ -34,8 +34,8 @@
  *         blocking and per-thread streams, b orders the others);
  *      d. make every live non-blocking stream wait for E. Blocking
  *         streams order after E by legacy semantics; a non-blocking stream
- *         created later waits for E in ps_streams_created.
- *    cudaStreamBeginCapture & co. pass through ps_streams_capture_gate,
+ *         created later waits for E in ps_gpu_ops_cuda_stream_created.
+ *    cudaStreamBeginCapture & co. pass through ps_gpu_ops_cuda_capture_gate,
  *    which takes streams_lock, so a capture cannot start between a and d.
  * 5. vm_*: cuMemAddressReserve / cuMemCreate + cuMemMap + cuMemSetAccess /
  *    cuMemUnmap + cuMemRelease, pinned device memory at the device's
@@ -112,19 +112,19 @@ static uint64_t captures_begun;
  * ever open (the negative control of tests/gpu/capture_threads.cu). */
 static int ignore_captures;
 
-int ps_streams_capture_gate(void)
+int ps_gpu_ops_cuda_capture_gate(void)
 {
     int r = pthread_mutex_lock(&streams_lock);
     captures_begun++;
     return r;
 }
 
-void ps_streams_capture_gate_end(void)
+void ps_gpu_ops_cuda_capture_gate_end(void)
 {
     pthread_mutex_unlock(&streams_lock);
 }
 
-void ps_streams_created(CUstream stream, unsigned int flags)
+void ps_gpu_ops_cuda_stream_created(CUstream stream, unsigned int flags)
 {
     if (!(flags & CU_STREAM_NON_BLOCKING) || !stream || ps_real_load_driver() != PS_OK)
         return;
@@ -157,17 +157,8 @@ void ps_streams_created(CUstream stream, unsigned int flags)
     pthread_mutex_unlock(&streams_lock);
 }
 
-void ps_streams_destroyed(CUstream stream)
+void ps_gpu_ops_cuda_stream_destroyed(CUstream stream)
 {
-    /* let every stack retire what it keeps for this stream while the
-     * handle is still valid (a fence recorded on a dead stream crashes) */
-    if (stream && (uintptr_t)stream > (uintptr_t)PS_STREAM_PER_THREAD) {
-        ps_in_shim++;
-        for (int d = 0; d < PS_MAX_DEVICES; d++)
-            if (atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) == PS_DEVICE_READY)
-                ps_stream_destroyed(ps_devices[d].stack->top, (ps_stream_t)stream);
-        ps_in_shim--;
-    }
     pthread_mutex_lock(&streams_lock);
     for (size_t i = 0; i < stream_count; i++)
         if (streams[i].stream == stream) {
@@ -599,7 +590,7 @@ static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
     return PS_OK;
 }
 
-void ps_peer_access_enabled(CUcontext peer)
+void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer)
 {
     CUdevice me = -1, owner = -1;
     if (ps_real.cuCtxGetDevice(&me) != CUDA_SUCCESS || me < 0 || me >= PS_MAX_DEVICES)

@@ -14,7 +14,6 @@
  * it hands out that hook instead. Everything else comes back unchanged.
  */
 #include <stdio.h>
-#include <string.h>
 
 #include "shim.h"
 
@@ -161,19 +160,17 @@ PS_EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 
 PS_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
-    if (!ps_in_shim && ps_slab_contains((uintptr_t)dptr)) {
-        ps_allocation_t a;
-        int found = ps_registry_find((uintptr_t)dptr, &a) == PS_OK ||
-                    ps_registry_find_containing((uintptr_t)dptr, &a) == PS_OK;
-        if (!found)
+    uintptr_t base;
+    size_t size;
+    int status;
+    if (!ps_in_shim && ps_route_address_range((uintptr_t)dptr, &base, &size, &status) == PS_ROUTE_DONE) {
+        if (status != PS_OK)
             return CUDA_ERROR_NOT_FOUND; /* inside a slab, in no live allocation */
-        if (!a.direct) {                 /* answer for the suballocation, not the slab */
-            if (pbase)
-                *pbase = (CUdeviceptr)a.ptr;
-            if (psize)
-                *psize = a.size;
-            return CUDA_SUCCESS;
-        }
+        if (pbase)                       /* answer for the suballocation, not the slab */
+            *pbase = (CUdeviceptr)base;
+        if (psize)
+            *psize = size;
+        return CUDA_SUCCESS;
     }
     PASS_REAL(cuMemGetAddressRange_v2, pbase, psize, dptr);
 }
@@ -297,80 +294,4 @@ PS_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVers
         return CUDA_ERROR_NOT_INITIALIZED;
     return replace_with_hook(ps_real.cuGetProcAddress(symbol, pfn, cudaVersion, flags), pfn, symbol, cudaVersion,
                              flags);
-}
-
-/* ---- the hook table ------------------------------------------------------------------ */
-extern cudaError_t cudaMalloc(void **, size_t);
-extern cudaError_t cudaFree(void *);
-extern cudaError_t cudaMallocAsync(void **, size_t, cudaStream_t);
-extern cudaError_t cudaMallocAsync_ptsz(void **, size_t, cudaStream_t);
-extern cudaError_t cudaFreeAsync(void *, cudaStream_t);
-extern cudaError_t cudaFreeAsync_ptsz(void *, cudaStream_t);
-extern cudaError_t cudaMemGetInfo(size_t *, size_t *);
-extern cudaError_t cudaStreamCreate(cudaStream_t *);
-extern cudaError_t cudaStreamCreateWithFlags(cudaStream_t *, unsigned int);
-extern cudaError_t cudaStreamCreateWithPriority(cudaStream_t *, unsigned int, int);
-extern cudaError_t cudaStreamDestroy(cudaStream_t);
-extern cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *, void *);
-extern cudaError_t cudaDeviceReset(void);
-extern cudaError_t cudaSetDeviceFlags(unsigned int);
-extern cudaError_t cudaHostAlloc(void **, size_t, unsigned int);
-extern cudaError_t cudaMallocHost(void **, size_t);
-extern cudaError_t cudaFreeHost(void *);
-extern CUresult cuDevicePrimaryCtxReset(CUdevice);
-extern CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
-extern CUresult cuDevicePrimaryCtxRelease(CUdevice);
-extern CUresult cuDevicePrimaryCtxRelease_v2(CUdevice);
-extern CUresult cuDevicePrimaryCtxSetFlags(CUdevice, unsigned int);
-extern CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice, unsigned int);
-extern CUresult cuCtxDestroy(CUcontext);
-extern CUresult cuCtxDestroy_v2(CUcontext);
-
-#define HOOK(name) {#name, (void *)name, (void **)&ps_real.name}
-static const ps_hook_t hooks[] = {
-    /* driver */
-    HOOK(cuGetProcAddress), HOOK(cuGetProcAddress_v2), HOOK(cuMemAlloc_v2), HOOK(cuMemFree_v2),
-    HOOK(cuMemAllocAsync), HOOK(cuMemAllocAsync_ptsz), HOOK(cuMemFreeAsync), HOOK(cuMemFreeAsync_ptsz),
-    HOOK(cuMemGetInfo_v2), HOOK(cuMemGetAddressRange_v2), HOOK(cuIpcGetMemHandle), HOOK(cuStreamCreate),
-    HOOK(cuStreamCreateWithPriority), HOOK(cuStreamDestroy_v2), HOOK(cuStreamBeginCapture),
-    HOOK(cuStreamBeginCapture_ptsz), HOOK(cuStreamBeginCapture_v2), HOOK(cuStreamBeginCapture_v2_ptsz),
-    HOOK(cuStreamBeginCaptureToGraph), HOOK(cuStreamBeginCaptureToGraph_ptsz), HOOK(cuCtxEnablePeerAccess),
-    /* pinned host memory */
-    HOOK(cuMemHostAlloc), HOOK(cuMemAllocHost_v2), HOOK(cuMemFreeHost),
-    /* context lifecycle (hooks_context.c) */
-    HOOK(cuDevicePrimaryCtxReset), HOOK(cuDevicePrimaryCtxReset_v2), HOOK(cuDevicePrimaryCtxRelease),
-    HOOK(cuDevicePrimaryCtxRelease_v2), HOOK(cuDevicePrimaryCtxSetFlags), HOOK(cuDevicePrimaryCtxSetFlags_v2),
-    HOOK(cuCtxDestroy), HOOK(cuCtxDestroy_v2),
-    /* runtime (for programs that dlsym them from a libcudart handle) */
-    HOOK(cudaMalloc), HOOK(cudaFree), HOOK(cudaMallocAsync), HOOK(cudaMallocAsync_ptsz), HOOK(cudaFreeAsync),
-    HOOK(cudaFreeAsync_ptsz), HOOK(cudaMemGetInfo), HOOK(cudaStreamCreate), HOOK(cudaStreamCreateWithFlags),
-    HOOK(cudaStreamCreateWithPriority), HOOK(cudaStreamDestroy), HOOK(cudaIpcGetMemHandle),
-    HOOK(cudaDeviceReset), HOOK(cudaSetDeviceFlags), HOOK(cudaHostAlloc), HOOK(cudaMallocHost), HOOK(cudaFreeHost),
-};
-#define HOOK_COUNT (sizeof hooks / sizeof hooks[0])
-
-const ps_hook_t *ps_hook_by_name(const char *name)
-{
-    for (size_t i = 0; i < HOOK_COUNT; i++)
-        if (strcmp(hooks[i].name, name) == 0)
-            return &hooks[i];
-    return NULL;
-}
-
-const ps_hook_t *ps_hook_by_real(void *fn)
-{
-    for (size_t i = 0; i < HOOK_COUNT; i++) {
-        void *real = __atomic_load_n(hooks[i].real, __ATOMIC_ACQUIRE);
-        if (real && real == fn)
-            return &hooks[i];
-    }
-    return NULL;
-}
-
-bool ps_is_our_hook(void *fn)
-{
-    for (size_t i = 0; i < HOOK_COUNT; i++)
-        if (hooks[i].hook == fn)
-            return true;
-    return false;
 }

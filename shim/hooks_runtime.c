@@ -203,27 +203,6 @@ PS_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
     CALL_REAL_RT(cudaStreamDestroy, stream);
 }
 
-/* Reports (once per pointer kind) why a pooled pointer cannot be exported. */
-void ps_ipc_refuse(const char *api, uintptr_t ptr)
-{
-    ps_error("%s(%p): this pointer is a suballocation inside one of poolshim's slabs; an IPC handle would "
-             "map the whole slab in the peer, at the wrong offset. Route such allocations straight to "
-             "CUDA with POOLSHIM_OPTIONS=global.direct_min_size=SIZE (requests of at least SIZE bypass "
-             "the pool) or use a `cuda` resource for this device. Refused with \"invalid value\".",
-             api, (void *)ptr);
-}
-
-/* True when `ptr` is pooled memory (not a whole CUDA allocation). */
-bool ps_is_pooled(uintptr_t ptr)
-{
-    ps_allocation_t a;
-    if (!ps_slab_contains(ptr))
-        return false;
-    if (ps_registry_find(ptr, &a) == PS_OK || ps_registry_find_containing(ptr, &a) == PS_OK)
-        return !a.direct;
-    return true; /* inside a slab but not live: certainly not exportable */
-}
-
 PS_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
 {
     if (!ps_in_shim && ps_is_pooled((uintptr_t)devPtr)) {

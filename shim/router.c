@@ -530,6 +530,81 @@ void ps_route_meminfo(size_t *free_bytes)
     *free_bytes += (size_t)(info.bytes_free + info.bytes_pending);
 }
 
+/* ---- pointers of ours asked about (IPC handles, address ranges) ---------------------------- */
+/* Reports (once per pointer kind) why a pooled pointer cannot be exported. */
+void ps_ipc_refuse(const char *api, uintptr_t ptr)
+{
+    ps_error("%s(%p): this pointer is a suballocation inside one of poolshim's slabs; an IPC handle would "
+             "map the whole slab in the peer, at the wrong offset. Route such allocations straight to "
+             "CUDA with POOLSHIM_OPTIONS=global.direct_min_size=SIZE (requests of at least SIZE bypass "
+             "the pool) or use a `cuda` resource for this device. Refused with \"invalid value\".",
+             api, (void *)ptr);
+}
+
+/* True when `ptr` is pooled memory (not a whole CUDA allocation). */
+bool ps_is_pooled(uintptr_t ptr)
+{
+    ps_allocation_t a;
+    if (!ps_slab_contains(ptr))
+        return false;
+    if (ps_registry_find(ptr, &a) == PS_OK || ps_registry_find_containing(ptr, &a) == PS_OK)
+        return !a.direct;
+    return true; /* inside a slab but not live: certainly not exportable */
+}
+
+ps_route_t ps_route_address_range(uintptr_t addr, uintptr_t *base, size_t *size, int *status)
+{
+    if (!ps_slab_contains(addr))
+        return PS_ROUTE_PASSTHROUGH;
+    ps_allocation_t a;
+    int found = ps_registry_find(addr, &a) == PS_OK || ps_registry_find_containing(addr, &a) == PS_OK;
+    if (!found) {
+        *status = PS_EINVAL; /* inside a slab, in no live allocation */
+        return PS_ROUTE_DONE;
+    }
+    if (a.direct)
+        return PS_ROUTE_PASSTHROUGH; /* a whole CUDA allocation: CUDA answers */
+    *base = a.ptr;
+    *size = a.size;
+    *status = PS_OK;
+    return PS_ROUTE_DONE;
+}
+
+/* ---- streams, captures, peer access (entry points in hooks_*.c, tracking in gpu_ops_cuda.c) ---- */
+void ps_streams_created(CUstream stream, unsigned int flags)
+{
+    ps_gpu_ops_cuda_stream_created(stream, flags);
+}
+
+void ps_streams_destroyed(CUstream stream)
+{
+    /* let every stack retire what it keeps for this stream while the
+     * handle is still valid (a fence recorded on a dead stream crashes) */
+    if (stream && (uintptr_t)stream > (uintptr_t)PS_STREAM_PER_THREAD) {
+        ps_in_shim++;
+        for (int d = 0; d < PS_MAX_DEVICES; d++)
+            if (atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) == PS_DEVICE_READY)
+                ps_stream_destroyed(ps_devices[d].stack->top, (ps_stream_t)stream);
+        ps_in_shim--;
+    }
+    ps_gpu_ops_cuda_stream_destroyed(stream);
+}
+
+int ps_streams_capture_gate(void)
+{
+    return ps_gpu_ops_cuda_capture_gate();
+}
+
+void ps_streams_capture_gate_end(void)
+{
+    ps_gpu_ops_cuda_capture_gate_end();
+}
+
+void ps_peer_access_enabled(CUcontext peer)
+{
+    ps_gpu_ops_cuda_peer_access_enabled(peer);
+}
+
 /* ---- context lifecycle -------------------------------------------------------------- */
 /* Gives back the shim's reference on device d's primary context. */
 static void release_ours(ps_device_state_t *dev)

@@ -5,12 +5,33 @@
  *   hooks_driver.c   cuMemAlloc_v2 & co., exported and handed out by
  *                    cuGetProcAddress (static cudart, driver-API programs)
  *   hooks_dlsym.c    dlsym override: hands out our hooks for hooked names
+ *   hook_table.c     the table of hooked names (lists the entry points, calls none)
  *   hooks_context.c  cudaDeviceReset, cuDevicePrimaryCtxReset/Release, cuCtxDestroy...:
  *                    a dead context's stack is dropped (router.c)
  *   real.c           the real CUDA functions, found without going through us
- *   router.c         lazy init, per-device stacks, allocate/free routing, context lifecycle
+ *   router.c         lazy init, per-device stacks, allocate/free routing, context
+ *                    lifecycle, streams/captures/peer access on their way to gpu_ops_cuda.c
  *   registry.c       device pointer -> owner (sharded hash, no global lock)
- *   gpu_ops_cuda.c   the GPU-ops table of core/ over the real driver
+ *   gpu_ops_cuda.c   the GPU-ops table of core/ over the real driver, stream tracking
+ *   stats.c          the shim's counters and exit report
+ *
+ * Calls go one way:
+ *
+ *   hooks_runtime.c hooks_driver.c hooks_context.c hooks_dlsym.c   (entry points)
+ *        |    hook_table.c lists them for dlsym and cuGetProcAddress (a table, no calls)
+ *        v
+ *   router.c                                                       (decides)
+ *        v                   (and core/'s stacks, which call the GPU-ops table)
+ *   gpu_ops_cuda.c    registry.c    real.c                         (do)
+ *
+ * A hook calls the router, real.c to pass a call through, and the hook
+ * table; it never calls another hook file, gpu_ops_cuda.c or registry.c.
+ * gpu_ops_cuda.c calls registry.c and real.c only; registry.c and real.c
+ * call nothing here. stats.c is a leaf any of them may count into; its
+ * exit report, registered by the router, reads the router's device table
+ * (ps_devices, ps_global: data, no call). Calls back up happen only
+ * through CUDA (the real runtime entering our driver hooks), and
+ * ps_in_shim passes them straight through.
  */
 #ifndef PS_SHIM_H
 #define PS_SHIM_H
@@ -204,12 +225,12 @@ void ps_registry_atfork_child(void);
 int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out);
 /* Stream tracking: non-blocking streams need their own fence at a cudaFree
  * epoch (the legacy stream does not order them). */
-void ps_streams_created(CUstream stream, unsigned int flags);
-void ps_streams_destroyed(CUstream stream);
+void ps_gpu_ops_cuda_stream_created(CUstream stream, unsigned int flags);
+void ps_gpu_ops_cuda_stream_destroyed(CUstream stream);
 /* Around every real cuStreamBeginCapture*: no capture may begin while a
  * barrier is half-way (it checked that none was open). */
-int ps_streams_capture_gate(void);
-void ps_streams_capture_gate_end(void);
+int ps_gpu_ops_cuda_capture_gate(void);
+void ps_gpu_ops_cuda_capture_gate_end(void);
 /* Context lifecycle (no CUDA call in either): forget the tracked streams
  * of a context that died; make every later call through `ops` a no-op
  * that fails (its context, events and memory are gone). */
@@ -222,7 +243,7 @@ bool ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops);
  * (cuCtxEnablePeerAccess / cudaDeviceEnablePeerAccess): memory mapped with
  * cuMemMap is not covered by that, so every mapping of the peer device's
  * pools, and every later one, is made accessible to the current device. */
-void ps_peer_access_enabled(CUcontext peer);
+void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer);
 
 /* ---- router.c --------------------------------------------------------------- */
 enum { PS_DOOR_RUNTIME = 0, PS_DOOR_DRIVER = 1 };
@@ -288,6 +309,18 @@ CUresult ps_context_destroy(CUcontext ctx, ps_cuCtxDestroy_fn real, const char *
  * the stack of every device whose context is not the one it was built in. */
 void ps_context_check(const char *api);
 
+/* Streams, captures and peer access, as the hooks see them (router.c; the
+ * tracking itself is gpu_ops_cuda.c's). A stream was created with `flags`
+ * (non-blocking ones are tracked); a stream is about to be destroyed (every
+ * stack first retires what it keeps for it); a real cuStreamBeginCapture*
+ * runs between capture_gate and capture_gate_end; the current context was
+ * given access to `peer`'s memory (ps_gpu_ops_cuda_peer_access_enabled). */
+void ps_streams_created(CUstream stream, unsigned int flags);
+void ps_streams_destroyed(CUstream stream);
+int ps_streams_capture_gate(void);
+void ps_streams_capture_gate_end(void);
+void ps_peer_access_enabled(CUcontext peer);
+
 /* Initialises on first use (config, driver). Returns ps_active. */
 int ps_shim_ensure_init(void);
 
@@ -334,11 +367,17 @@ static inline ps_stream_t ps_stream_key(CUstream stream, bool per_thread)
     return (ps_stream_t)stream;
 }
 
-/* IPC guard (hooks_runtime.c): is `ptr` pooled (not a whole CUDA allocation)? */
+/* IPC guard (cudaIpcGetMemHandle, cuIpcGetMemHandle): is `ptr` pooled (not
+ * a whole CUDA allocation)? ps_ipc_refuse says why such a pointer is refused. */
 bool ps_is_pooled(uintptr_t ptr);
 void ps_ipc_refuse(const char *api, uintptr_t ptr);
+/* cuMemGetAddressRange of `addr`: PS_ROUTE_DONE when it lies in memory the
+ * shim took from CUDA, with *status PS_OK and the live suballocation's
+ * *base and *size, or PS_EINVAL inside a slab but in no live allocation;
+ * PASSTHROUGH when it is not ours or a direct (whole CUDA) allocation. */
+ps_route_t ps_route_address_range(uintptr_t addr, uintptr_t *base, size_t *size, int *status);
 
-/* Hooks handed out by dlsym and cuGetProcAddress (hooks_driver.c). */
+/* Hooks handed out by dlsym and cuGetProcAddress (hook_table.c). */
 typedef struct ps_hook {
     const char *name; /* exported symbol name */
     void *hook;       /* our function */
