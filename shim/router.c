@@ -88,33 +88,44 @@ __attribute__((constructor)) static void read_disable_flag(void)
     ps_trace_lookups = v && *v && strcmp(v, "0") != 0;
 }
 
+/* Lock order: devices_lock, then the streams lock (drop_device takes it
+ * under devices_lock), then the registry's. */
 static void atfork_prepare(void)
 {
     pthread_mutex_lock(&devices_lock);
+    ps_gpu_ops_cuda_atfork_prepare();
     ps_registry_atfork_prepare();
 }
 static void atfork_parent(void)
 {
     ps_registry_atfork_parent();
+    ps_gpu_ops_cuda_atfork_parent();
     pthread_mutex_unlock(&devices_lock);
 }
 static void atfork_child(void)
 {
     /* (init_done stays: the child inherits the parent's initialised state) */
     ps_registry_atfork_child();
+    ps_gpu_ops_cuda_atfork_child();
     pthread_mutex_init(&devices_lock, NULL);
     ps_stats_atfork_child();
     /* CUDA cannot be used in the child of a process that initialised it:
-     * if we built a stack, the child's calls pass straight through. */
+     * if we built a stack, the child's calls pass straight through. The
+     * parent's stacks are not ours: another thread may have held one of
+     * their locks at the fork, and their figures are the parent's to
+     * report. So each device is marked failed (the stream and context
+     * hooks then leave its stack alone: a cuStreamDestroy in the child
+     * waited forever for a pool lock), and the exit report is skipped. */
+    int had_stacks = 0;
     for (int d = 0; d < PS_MAX_DEVICES; d++)
         if (atomic_load(&ps_devices[d].state) != PS_DEVICE_UNBUILT) {
-            atomic_store(&ps_active, 0);
-            /* the parent's stacks are not ours: another thread may have held
-             * one of their locks at the fork, and their figures are the
-             * parent's to report */
-            ps_stats_forget_at_exit();
-            break;
+            atomic_store(&ps_devices[d].state, PS_DEVICE_FAILED);
+            had_stacks = 1;
         }
+    if (had_stacks) {
+        atomic_store(&ps_active, 0);
+        ps_stats_forget_at_exit();
+    }
     tls_ctx = NULL;
     tls_device = NULL;
 }

@@ -218,6 +218,11 @@ void ps_gpu_ops_cuda_mark_dead(ps_gpu_ops_t *ops);
 /* Before a reset, while the context lives: unmap and release the virtual
  * memory of `ops` (it outlives the context otherwise); its pools are dead. */
 bool ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops);
+/* fork(): the streams lock is taken before, released in the parent, reset
+ * in the child (the child's stream hooks take it). */
+void ps_gpu_ops_cuda_atfork_prepare(void);
+void ps_gpu_ops_cuda_atfork_parent(void);
+void ps_gpu_ops_cuda_atfork_child(void);
 /* The current context was just given access to `peer`'s memory
  * (cuCtxEnablePeerAccess / cudaDeviceEnablePeerAccess): memory mapped with
  * cuMemMap is not covered by that, so every mapping of the peer device's
