@@ -161,7 +161,7 @@ void ps_streams_destroyed(CUstream stream)
 {
     /* let every stack retire what it keeps for this stream while the
      * handle is still valid (a fence recorded on a dead stream crashes) */
-    if (stream && (uintptr_t)stream > (uintptr_t)PS_STREAM_PER_THREAD) {
+    if (stream && (uintptr_t)stream > (uintptr_t)PS_STREAM_PER_THREAD && !atomic_load(&ps_exiting)) {
         ps_in_shim++;
         for (int d = 0; d < PS_MAX_DEVICES; d++)
             if (atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) == PS_DEVICE_READY)

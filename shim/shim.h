@@ -241,8 +241,12 @@ enum {
 };
 
 /* 1 when the shim routes allocations, 0 in passthrough (POOLSHIM_DISABLE,
- * a bad config with on_error=passthrough, a forked child of a CUDA parent). */
+ * a bad config with on_error=passthrough, a forked child of a CUDA parent,
+ * and from the start of exit() on). */
 extern atomic_int ps_active;
+/* 1 once exit() began (router.c, exit_begins): the shim starts no CUDA
+ * call any more; a free of one of its blocks just forgets it. */
+extern atomic_int ps_exiting;
 /* 1 when POOLSHIM_DISABLE=1 was set at load: hooks are never handed out. */
 extern int ps_disabled_early;
 /* 1 when POOLSHIM_TRACE_LOOKUPS=1: every driver/runtime name looked up through
