@@ -383,6 +383,7 @@ static void *exit_soon(void *arg)
 }
 static void exit_thread(void)
 {
+    alarm(30); /* a hang becomes SIGALRM, not a hung test */
     void *live;
     CHECK(cudaMalloc(&live, 4096) == cudaSuccess, "cudaMalloc");
     start_churn(1);
@@ -434,8 +435,21 @@ static void *alloc_loop(void *arg)
     }
     return NULL;
 }
+static void *watchdog(void *arg)
+{
+    sigset_t alrm;
+    sigemptyset(&alrm);
+    sigaddset(&alrm, SIGALRM);
+    pthread_sigmask(SIG_BLOCK, &alrm, NULL); /* (a signal would cut its sleep short) */
+    sleep((unsigned)(uintptr_t)arg);
+    fprintf(stderr, "FAIL: still running after %u s (deadlock?)\n", (unsigned)(uintptr_t)arg);
+    _exit(3);
+}
 static void signals(void)
 {
+    pthread_t dog; /* (SIGALRM is taken: a thread stands watch instead of alarm()) */
+    pthread_create(&dog, NULL, watchdog, (void *)(uintptr_t)60);
+    pthread_detach(dog);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_alarm;
