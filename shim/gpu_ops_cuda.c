@@ -170,6 +170,10 @@ void ps_gpu_ops_cuda_stream_destroyed(CUstream stream)
     pthread_mutex_unlock(&streams_lock);
 }
 
+void ps_gpu_ops_cuda_atfork_prepare(void) { pthread_mutex_lock(&streams_lock); }
+void ps_gpu_ops_cuda_atfork_parent(void) { pthread_mutex_unlock(&streams_lock); }
+void ps_gpu_ops_cuda_atfork_child(void) { pthread_mutex_init(&streams_lock, NULL); }
+
 /* ---- context scope -------------------------------------------------------------- */
 static int enter_ctx(device_ops_t *d)
 {

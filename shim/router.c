@@ -20,7 +20,16 @@
  *    pool untouched (forwarding it could free a whole slab).
  * 5. Counters are per thread (no shared cache line on the hot path) and
  *    summed at exit; byte counters and timing only when stats are on.
- * 6. Context lifecycle: when a device's primary context dies (reset, last
+ * 6. Exit: the first stack built registers exit_begins with atexit. The
+ *    CUDA runtime registered its own teardown when it initialised, which
+ *    came before (a context must exist for a stack to be built), so
+ *    exit_begins runs first: from then on allocations pass through, a free
+ *    of one of our blocks forgets it (the process ends with it), and no
+ *    stack is touched, so the shim starts no CUDA call once the runtime
+ *    may be gone. The exit report (registered at init, before the
+ *    runtime's teardown, so it runs after) reads memory only. A call
+ *    already inside the shim when exit() begins finishes as it started.
+ * 7. Context lifecycle: when a device's primary context dies (reset, last
  *    release, recreated by new flags), its stack is dropped under the
  *    devices lock: the GPU-ops table is made dead (no CUDA call on the
  *    dead events, streams and memory), the registry entries and slabs of
@@ -45,6 +54,7 @@
 #include "stats.h"
 
 atomic_int ps_active;
+atomic_int ps_exiting;
 const ps_global_config_t *ps_global;
 int ps_disabled_early; /* POOLSHIM_DISABLE=1 seen by the constructor */
 
@@ -88,33 +98,44 @@ __attribute__((constructor)) static void read_disable_flag(void)
     ps_trace_lookups = v && *v && strcmp(v, "0") != 0;
 }
 
+/* Lock order: devices_lock, then the streams lock (drop_device takes it
+ * under devices_lock), then the registry's. */
 static void atfork_prepare(void)
 {
     pthread_mutex_lock(&devices_lock);
+    ps_gpu_ops_cuda_atfork_prepare();
     ps_registry_atfork_prepare();
 }
 static void atfork_parent(void)
 {
     ps_registry_atfork_parent();
+    ps_gpu_ops_cuda_atfork_parent();
     pthread_mutex_unlock(&devices_lock);
 }
 static void atfork_child(void)
 {
     /* (init_done stays: the child inherits the parent's initialised state) */
     ps_registry_atfork_child();
+    ps_gpu_ops_cuda_atfork_child();
     pthread_mutex_init(&devices_lock, NULL);
     ps_stats_atfork_child();
     /* CUDA cannot be used in the child of a process that initialised it:
-     * if we built a stack, the child's calls pass straight through. */
+     * if we built a stack, the child's calls pass straight through. The
+     * parent's stacks are not ours: another thread may have held one of
+     * their locks at the fork, and their figures are the parent's to
+     * report. So each device is marked failed (the stream and context
+     * hooks then leave its stack alone: a cuStreamDestroy in the child
+     * waited forever for a pool lock), and the exit report is skipped. */
+    int had_stacks = 0;
     for (int d = 0; d < PS_MAX_DEVICES; d++)
         if (atomic_load(&ps_devices[d].state) != PS_DEVICE_UNBUILT) {
-            atomic_store(&ps_active, 0);
-            /* the parent's stacks are not ours: another thread may have held
-             * one of their locks at the fork, and their figures are the
-             * parent's to report */
-            ps_stats_forget_at_exit();
-            break;
+            atomic_store(&ps_devices[d].state, PS_DEVICE_FAILED);
+            had_stacks = 1;
         }
+    if (had_stacks) {
+        atomic_store(&ps_active, 0);
+        ps_stats_forget_at_exit();
+    }
     tls_ctx = NULL;
     tls_device = NULL;
 }
@@ -204,9 +225,21 @@ static void build_host_pool(ps_device_state_t *dev, ps_gpu_ops_t *gpu)
     __atomic_store_n(&dev->host_pool, pool, __ATOMIC_RELEASE);
 }
 
+/* Runs at exit() before the CUDA runtime's teardown (see 6. above). */
+static void exit_begins(void)
+{
+    atomic_store(&ps_exiting, 1);
+    atomic_store(&ps_active, 0);
+}
+
 /* Builds the stack of device `d` (devices_lock held). */
 static void build_device(ps_device_state_t *dev, int d)
 {
+    static int exit_hook_registered; /* devices_lock */
+    if (!exit_hook_registered) {
+        atexit(exit_begins);
+        exit_hook_registered = 1;
+    }
     CUcontext primary = NULL;
     if (ps_real.cuDevicePrimaryCtxRetain(&primary, d) != CUDA_SUCCESS || !primary) {
         ps_warning("device %d: cannot retain its primary context: passing its calls through", d);
@@ -391,10 +424,29 @@ ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream
     return PS_ROUTE_DONE;
 }
 
+/* A free after exit() began: one of our blocks is forgotten without a CUDA
+ * call (the process ends with it), a bad pointer into our memory is still
+ * "invalid value", anything else goes to CUDA. */
+static ps_route_t free_while_exiting(uintptr_t ptr, int *status)
+{
+    ps_allocation_t a;
+    if (ps_registry_remove(ptr, &a) == PS_OK) {
+        *status = PS_OK;
+        return PS_ROUTE_DONE;
+    }
+    if (ps_slab_contains(ptr)) {
+        *status = PS_EINVAL;
+        return PS_ROUTE_DONE;
+    }
+    return PS_ROUTE_PASSTHROUGH;
+}
+
 ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int *status)
 {
-    if (!ptr || PS_UNLIKELY(!ps_shim_ensure_init()))
+    if (!ptr)
         return PS_ROUTE_PASSTHROUGH;
+    if (PS_UNLIKELY(!ps_shim_ensure_init()))
+        return atomic_load(&ps_exiting) ? free_while_exiting((uintptr_t)ptr, status) : PS_ROUTE_PASSTHROUGH;
     int timed = ps_stats_enabled;
     uint64_t t0 = timed ? ps_now_ns() : 0;
     ps_allocation_t a;
@@ -479,8 +531,10 @@ ps_route_t ps_route_host_alloc(int call, int door, size_t size, unsigned flags, 
 
 ps_route_t ps_route_host_free(int call, int door, void *ptr, int *status)
 {
-    if (!ptr || PS_UNLIKELY(!ps_shim_ensure_init()))
+    if (!ptr)
         return PS_ROUTE_PASSTHROUGH;
+    if (PS_UNLIKELY(!ps_shim_ensure_init()))
+        return atomic_load(&ps_exiting) ? free_while_exiting((uintptr_t)ptr, status) : PS_ROUTE_PASSTHROUGH;
     int timed = ps_stats_enabled;
     uint64_t t0 = timed ? ps_now_ns() : 0;
     ps_allocation_t a;
@@ -579,8 +633,9 @@ void ps_streams_created(CUstream stream, unsigned int flags)
 void ps_streams_destroyed(CUstream stream)
 {
     /* let every stack retire what it keeps for this stream while the
-     * handle is still valid (a fence recorded on a dead stream crashes) */
-    if (stream && (uintptr_t)stream > (uintptr_t)PS_STREAM_PER_THREAD) {
+     * handle is still valid (a fence recorded on a dead stream crashes);
+     * not once exit() began (see 6. above) */
+    if (stream && (uintptr_t)stream > (uintptr_t)PS_STREAM_PER_THREAD && !atomic_load(&ps_exiting)) {
         ps_in_shim++;
         for (int d = 0; d < PS_MAX_DEVICES; d++)
             if (atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) == PS_DEVICE_READY)

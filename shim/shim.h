@@ -239,6 +239,11 @@ void ps_gpu_ops_cuda_mark_dead(ps_gpu_ops_t *ops);
 /* Before a reset, while the context lives: unmap and release the virtual
  * memory of `ops` (it outlives the context otherwise); its pools are dead. */
 bool ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops);
+/* fork(): the streams lock is taken before, released in the parent, reset
+ * in the child (the child's stream hooks take it). */
+void ps_gpu_ops_cuda_atfork_prepare(void);
+void ps_gpu_ops_cuda_atfork_parent(void);
+void ps_gpu_ops_cuda_atfork_child(void);
 /* The current context was just given access to `peer`'s memory
  * (cuCtxEnablePeerAccess / cudaDeviceEnablePeerAccess): memory mapped with
  * cuMemMap is not covered by that, so every mapping of the peer device's
@@ -257,8 +262,12 @@ enum {
 };
 
 /* 1 when the shim routes allocations, 0 in passthrough (POOLSHIM_DISABLE,
- * a bad config with on_error=passthrough, a forked child of a CUDA parent). */
+ * a bad config with on_error=passthrough, a forked child of a CUDA parent,
+ * and from the start of exit() on). */
 extern atomic_int ps_active;
+/* 1 once exit() began (router.c, exit_begins): the shim starts no CUDA
+ * call any more; a free of one of its blocks just forgets it. */
+extern atomic_int ps_exiting;
 /* 1 when POOLSHIM_DISABLE=1 was set at load: hooks are never handed out. */
 extern int ps_disabled_early;
 /* 1 when POOLSHIM_TRACE_LOOKUPS=1: every driver/runtime name looked up through

@@ -20,6 +20,13 @@
  * at exit when nonzero). cuCtxCreate makes non-primary contexts. With
  * FAKE_CUDA_SETFLAGS_RECREATES=1, cuDevicePrimaryCtxSetFlags on an active
  * primary context destroys and recreates it.
+ *
+ * Process life: in the child of a fork() after cuInit, every entry point
+ * answers CUDA_ERROR_NOT_INITIALIZED without touching the parent's state
+ * (CUDA cannot be used in such a child), counted in `child_calls`. The
+ * fake libcudart's teardown at exit calls fake_cuda_runtime_torn_down();
+ * every entry-point call after it is counted in `calls_after_teardown`
+ * and printed at exit when nonzero.
  */
 
 #include <pthread.h>
@@ -67,10 +74,40 @@ static size_t outstanding;
 
 EXPORT fake_cuda_counters_t *fake_cuda_counters(void) { return &counters; }
 
+static atomic_int torn_down;    /* the runtime's exit teardown ran (fake_cuda_runtime_torn_down) */
+static atomic_int forked_child; /* this process is a fork() child of one that called cuInit */
+
+/* The fake libcudart's teardown at exit says so here: every driver call
+ * from then on is counted in calls_after_teardown (printed at exit). */
+EXPORT void fake_cuda_runtime_torn_down(void) { atomic_store(&torn_down, 1); }
+
+static void child_after_fork(void) { atomic_store(&forked_child, 1); }
+
+/* What the driver answers in the child of a process that initialised it:
+ * CUDA cannot be used there. Nothing of the parent's state is touched (its
+ * lock may have been held by another thread at the fork). */
+static CUresult child_call(void)
+{
+    __atomic_fetch_add(&counters.child_calls, 1, __ATOMIC_RELAXED);
+    return CUDA_ERROR_NOT_INITIALIZED;
+}
+
+/* The first line of every entry point. */
+#define ENTER()                                                                          \
+    do {                                                                                 \
+        if (atomic_load_explicit(&torn_down, memory_order_relaxed))                      \
+            __atomic_fetch_add(&counters.calls_after_teardown, 1, __ATOMIC_RELAXED);     \
+        if (atomic_load_explicit(&forked_child, memory_order_relaxed))                   \
+            return child_call();                                                         \
+    } while (0)
+
 __attribute__((destructor)) static void report_dead_calls(void)
 {
     if (counters.dead_calls)
         fprintf(stderr, "fake libcuda: %lu calls on objects of a destroyed context\n", counters.dead_calls);
+    unsigned long late = __atomic_load_n(&counters.calls_after_teardown, __ATOMIC_RELAXED);
+    if (late)
+        fprintf(stderr, "fake libcuda: %lu calls after the runtime was torn down\n", late);
 }
 
 static int ctx_alive(CUcontext c) { return c && atomic_load(&c->refs) > 0; }
@@ -99,6 +136,8 @@ static void ctx_destroy(CUcontext c)
     pthread_mutex_unlock(&lock);
 }
 
+static void register_atfork(void) { pthread_atfork(NULL, NULL, child_after_fork); }
+
 static int device_count(void)
 {
     const char *n = getenv("FAKE_CUDA_DEVICES");
@@ -108,13 +147,17 @@ static int device_count(void)
 
 EXPORT CUresult cuInit(unsigned int flags)
 {
+    ENTER();
     (void)flags;
+    static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+    pthread_once(&atfork_once, register_atfork);
     initialised = 1;
     return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuDeviceGetCount(int *n)
 {
+    ENTER();
     *n = device_count();
     return CUDA_SUCCESS;
 }
@@ -180,38 +223,44 @@ static CUresult do_free(CUdeviceptr p)
     return CUDA_ERROR_INVALID_VALUE;
 }
 
-EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) { return do_alloc(p, size); }
-EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { return do_free(p); }
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) { ENTER(); return do_alloc(p, size); }
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { ENTER(); return do_free(p); }
 EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned int flags)
 {
+    ENTER();
     (void)flags;
     return do_alloc(p, size);
 }
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s)
 {
+    ENTER();
     (void)s;
     __atomic_fetch_add(&counters.mem_alloc_async, 1, __ATOMIC_RELAXED);
     return do_alloc(p, size);
 }
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s)
 {
+    ENTER();
     (void)s;
     __atomic_fetch_add(&counters.mem_alloc_async_ptsz, 1, __ATOMIC_RELAXED);
     return do_alloc(p, size);
 }
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {
+    ENTER();
     (void)s;
     return do_free(p);
 }
 EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
 {
+    ENTER();
     (void)s;
     return do_free(p);
 }
 
 EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 {
+    ENTER();
     pthread_mutex_lock(&lock);
     *free_bytes = TOTAL_MEMORY - outstanding;
     *total = TOTAL_MEMORY;
@@ -221,6 +270,7 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 
 EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)
 {
+    ENTER();
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < MAX_LIVE; i++)
         if (live[i].ptr && p >= live[i].ptr && p - live[i].ptr < live[i].size) {
@@ -237,6 +287,7 @@ EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevic
 
 EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
 {
+    ENTER();
     CUdeviceptr base;
     if (cuMemGetAddressRange_v2(&base, NULL, p) != CUDA_SUCCESS || base != p)
         return CUDA_ERROR_INVALID_VALUE;
@@ -248,16 +299,19 @@ EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
 /* contexts */
 EXPORT CUresult cuCtxGetCurrent(CUcontext *c)
 {
+    ENTER();
     *c = current;
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuCtxSetCurrent(CUcontext c)
 {
+    ENTER();
     current = c;
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuCtxGetDevice(CUdevice *d)
 {
+    ENTER();
     if (!current)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (!ctx_alive(current))
@@ -267,6 +321,7 @@ EXPORT CUresult cuCtxGetDevice(CUdevice *d)
 }
 EXPORT CUresult cuCtxPushCurrent_v2(CUcontext c)
 {
+    ENTER();
     if (stack_depth == 16)
         return CUDA_ERROR_INVALID_VALUE;
     stack_saved[stack_depth++] = current;
@@ -276,6 +331,7 @@ EXPORT CUresult cuCtxPushCurrent_v2(CUcontext c)
 }
 EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *c)
 {
+    ENTER();
     if (!stack_depth)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (c)
@@ -285,6 +341,7 @@ EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *c)
 }
 EXPORT CUresult cuCtxSynchronize(void)
 {
+    ENTER();
     if (current && !ctx_alive(current))
         return dead();
     __atomic_fetch_add(&counters.ctx_sync, 1, __ATOMIC_RELAXED);
@@ -292,6 +349,7 @@ EXPORT CUresult cuCtxSynchronize(void)
 }
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
+    ENTER();
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (d < 0 || d >= device_count())
@@ -350,14 +408,15 @@ static CUresult primary_set_flags(CUdevice d, unsigned flags)
     }
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d) { return primary_release(d); }
-EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { return primary_release(d); }
-EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice d) { return primary_reset(d); }
-EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) { return primary_reset(d); }
-EXPORT CUresult cuDevicePrimaryCtxSetFlags(CUdevice d, unsigned f) { return primary_set_flags(d, f); }
-EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice d, unsigned f) { return primary_set_flags(d, f); }
+EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice d) { ENTER(); return primary_release(d); }
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) { ENTER(); return primary_release(d); }
+EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice d) { ENTER(); return primary_reset(d); }
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) { ENTER(); return primary_reset(d); }
+EXPORT CUresult cuDevicePrimaryCtxSetFlags(CUdevice d, unsigned f) { ENTER(); return primary_set_flags(d, f); }
+EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice d, unsigned f) { ENTER(); return primary_set_flags(d, f); }
 EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned *flags, int *active)
 {
+    ENTER();
     if (d < 0 || d >= device_count())
         return CUDA_ERROR_INVALID_VALUE;
     *flags = primary[d].flags;
@@ -366,6 +425,7 @@ EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned *flags, int *act
 }
 EXPORT CUresult cuCtxGetId(CUcontext c, unsigned long long *id)
 {
+    ENTER();
     if (!c)
         c = current;
     if (!ctx_alive(c))
@@ -379,6 +439,7 @@ static CUcontext created_contexts[256];
 static atomic_int created_count;
 EXPORT CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d)
 {
+    ENTER();
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (d < 0 || d >= device_count())
@@ -406,8 +467,8 @@ static CUresult ctx_destroy_call(CUcontext c)
         current = stack_depth ? stack_saved[--stack_depth] : NULL;
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuCtxDestroy(CUcontext c) { return ctx_destroy_call(c); }
-EXPORT CUresult cuCtxDestroy_v2(CUcontext c) { return ctx_destroy_call(c); }
+EXPORT CUresult cuCtxDestroy(CUcontext c) { ENTER(); return ctx_destroy_call(c); }
+EXPORT CUresult cuCtxDestroy_v2(CUcontext c) { ENTER(); return ctx_destroy_call(c); }
 
 /* events and streams */
 /* Is a stream handle (legacy/per-thread: the current context) alive? */
@@ -421,6 +482,7 @@ static int event_alive(CUevent e) { return ctx_alive(e->ctx) && atomic_load(&e->
 
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned int flags)
 {
+    ENTER();
     (void)flags;
     if (current && !ctx_alive(current))
         return dead();
@@ -433,6 +495,7 @@ EXPORT CUresult cuEventCreate(CUevent *e, unsigned int flags)
 }
 EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
 {
+    ENTER();
     if (!event_alive(e) || !stream_alive(s))
         return dead();
     if (s && (uintptr_t)s > 2 && s->capturing)
@@ -444,6 +507,7 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
 }
 EXPORT CUresult cuEventQuery(CUevent e)
 {
+    ENTER();
     if (!event_alive(e))
         return dead();
     __atomic_fetch_add(&counters.event_query, 1, __ATOMIC_RELAXED);
@@ -455,6 +519,7 @@ EXPORT CUresult cuEventQuery(CUevent e)
 }
 EXPORT CUresult cuEventSynchronize(CUevent e)
 {
+    ENTER();
     if (!event_alive(e))
         return dead();
     atomic_store(&e->pending, 0);
@@ -463,11 +528,13 @@ EXPORT CUresult cuEventSynchronize(CUevent e)
 }
 EXPORT CUresult cuEventDestroy_v2(CUevent e)
 {
+    ENTER();
     free(e);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int f)
 {
+    ENTER();
     (void)f;
     if (!event_alive(e) || !stream_alive(s))
         return dead();
@@ -476,6 +543,7 @@ EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int f)
 }
 EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int prio)
 {
+    ENTER();
     (void)prio;
     if (current && !ctx_alive(current))
         return dead();
@@ -490,9 +558,10 @@ EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int 
     __atomic_fetch_add(&counters.stream_create, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int flags) { return cuStreamCreateWithPriority(s, flags, 0); }
+EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int flags) { ENTER(); return cuStreamCreateWithPriority(s, flags, 0); }
 EXPORT CUresult cuStreamDestroy_v2(CUstream s)
 {
+    ENTER();
     if (!stream_alive(s))
         return dead(); /* (kept: the handle is not reused, so tests can see it) */
     pthread_mutex_lock(&lock);
@@ -507,19 +576,22 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream s)
 }
 EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext *c)
 {
+    ENTER();
     *c = (uintptr_t)s > 2 ? s->ctx : current;
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st)
 {
+    ENTER();
     if (!stream_alive(s))
         return dead();
     *st = (uintptr_t)s > 2 && s->capturing ? 1 : 0;
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *st) { return cuStreamIsCapturing(s, st); }
+EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *st) { ENTER(); return cuStreamIsCapturing(s, st); }
 EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *m)
 {
+    ENTER();
     (void)m;
     return CUDA_SUCCESS;
 }
@@ -527,6 +599,7 @@ EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *m)
  * table), counted apart. */
 EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 {
+    ENTER();
     if (!pp)
         return CUDA_ERROR_INVALID_VALUE;
     CUdeviceptr p = 0;
@@ -538,9 +611,10 @@ EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
     }
     return r;
 }
-EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t size) { return cuMemHostAlloc(pp, size, 0); }
+EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t size) { ENTER(); return cuMemHostAlloc(pp, size, 0); }
 EXPORT CUresult cuMemFreeHost(void *p)
 {
+    ENTER();
     CUresult r = do_free((CUdeviceptr)(uintptr_t)p);
     if (r == CUDA_SUCCESS)
         __atomic_fetch_add(&counters.host_free, 1, __ATOMIC_RELAXED);
@@ -595,6 +669,7 @@ static const struct { const char *name; void *fn; int min_version; } table[] = {
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
                                     CUdriverProcAddressQueryResult *status)
 {
+    ENTER();
     __atomic_fetch_add(&counters.get_proc_address, 1, __ATOMIC_RELAXED);
     int ptds = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
     void *fn = NULL;
@@ -622,5 +697,6 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
 
 EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
 {
+    ENTER();
     return cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
 }

@@ -7,7 +7,16 @@
  * made current. cudaDeviceReset resets the current device's primary
  * context through cuDevicePrimaryCtxReset, as the real one does (traced:
  * cuCtxGetCurrent, cuCtxGetApiVersion, cuDevicePrimaryCtxReset); the next
- * call retains it again. */
+ * call retains it again.
+ *
+ * Process life, as the real runtime: its initialisation registers its
+ * teardown with atexit(), so at exit it runs before the handlers
+ * registered earlier (a shim that initialised first) and after those
+ * registered later. From the teardown on, every entry point answers
+ * cudaErrorCudartUnloading without reaching the driver, and the fake
+ * driver counts any call it still gets. In a fork() child of a process that
+ * initialised it, the runtime asks the driver (which refuses) and answers
+ * cudaErrorInitializationError, without taking its own lock. */
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -45,6 +54,20 @@ static pthread_mutex_t retain_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static __thread int current_device;
 static int init_ok;
+static atomic_int unloading; /* the teardown at exit ran */
+static atomic_int forked;    /* a fork() child of an initialised process */
+static void (*driver_torn_down)(void); /* the fake driver's fake_cuda_runtime_torn_down */
+
+#define cudaErrorCudartUnloading 4
+
+static void teardown_at_exit(void)
+{
+    atomic_store(&unloading, 1);
+    if (driver_torn_down)
+        driver_torn_down();
+}
+
+static void child_after_fork(void) { atomic_store(&forked, 1); }
 
 static void *get(gpa_fn gpa, const char *name, int version, cuuint64_t flags)
 {
@@ -82,6 +105,9 @@ static void load(void)
     drv.host_alloc = get(gpa, "cuMemHostAlloc", 3020, 0);
     drv.free_host = get(gpa, "cuMemFreeHost", 3020, 0);
     init_ok = drv.init && drv.init(0) == CUDA_SUCCESS;
+    driver_torn_down = (void (*)(void))dlsym(h, "fake_cuda_runtime_torn_down");
+    atexit(teardown_at_exit);
+    pthread_atfork(NULL, NULL, child_after_fork);
 }
 
 /* The primary context of device d, retained by the runtime once. */
@@ -102,10 +128,16 @@ static cudaError_t primary_of(int d, CUcontext *c)
 
 static cudaError_t lazy_init(void)
 {
+    if (atomic_load(&unloading))
+        return cudaErrorCudartUnloading;
     pthread_once(&once, load);
     if (!init_ok)
         return 3;
     CUcontext c = NULL;
+    if (atomic_load(&forked)) {
+        drv.get_current(&c); /* the driver refuses in the child */
+        return 3;
+    }
     drv.get_current(&c);
     if (!c || !atomic_load(&device_retained[current_device])) {
         if (primary_of(current_device, &c) != cudaSuccess)
@@ -117,11 +149,15 @@ static cudaError_t lazy_init(void)
 
 static cudaError_t err(CUresult r)
 {
+    if (r == CUDA_ERROR_NOT_INITIALIZED)
+        return 3; /* cudaErrorInitializationError */
     return r == CUDA_SUCCESS ? cudaSuccess : r == CUDA_ERROR_OUT_OF_MEMORY ? cudaErrorMemoryAllocation : cudaErrorInvalidValue;
 }
 
 EXPORT cudaError_t cudaSetDevice(int d)
 {
+    if (atomic_load(&unloading))
+        return cudaErrorCudartUnloading;
     current_device = d;
     pthread_once(&once, load);
     CUcontext c;
@@ -132,6 +168,8 @@ EXPORT cudaError_t cudaSetDevice(int d)
 }
 EXPORT cudaError_t cudaDeviceReset(void)
 {
+    if (atomic_load(&unloading))
+        return cudaErrorCudartUnloading;
     pthread_once(&once, load);
     if (!init_ok || !drv.reset)
         return 3;

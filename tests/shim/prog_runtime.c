@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -194,44 +195,278 @@ static void oom(void)
         cudaFree(p[i]);
 }
 
+/* ---- process life (issue 15): fork, exit, signals ---- */
 static atomic_int stop_churn;
+
+/* Allocates and frees random sizes, checking its live blocks, until told
+ * to stop; thread 0 allocates stream-ordered on a non-blocking stream. With
+ * `tolerate` set (exit races), failed calls are not counted. */
+typedef struct churn_args {
+    unsigned seed;  /* rand_r seed; 0: the stream-ordered thread */
+    int tolerate;   /* errors allowed (the process is exiting under it) */
+} churn_args_t;
 
 static void *churn(void *arg)
 {
-    (void)arg;
-    while (!atomic_load(&stop_churn)) {
-        void *p;
-        if (cudaMalloc(&p, 4096) == cudaSuccess)
-            cudaFree(p);
+    churn_args_t *a = arg;
+    unsigned seed = a->seed + 1;
+    cudaStream_t s = NULL;
+    if (a->seed == 0 && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess && !a->tolerate)
+        __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
+    void *p[8] = {0};
+    size_t n[8] = {0};
+    unsigned tag[8] = {0};
+    for (unsigned step = 0; !atomic_load(&stop_churn); step++) {
+        int k = (int)(rand_r(&seed) % 8);
+        if (p[k]) {
+            int bad = !intact(p[k], n[k], tag[k]);
+            bad |= (s ? cudaFreeAsync(p[k], s) : cudaFree(p[k])) != cudaSuccess;
+            if (bad && !a->tolerate)
+                __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
+            p[k] = NULL;
+        } else {
+            n[k] = 1 + rand_r(&seed) % 100000;
+            if ((s ? cudaMallocAsync(&p[k], n[k], s) : cudaMalloc(&p[k], n[k])) != cudaSuccess) {
+                if (!a->tolerate)
+                    __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
+                p[k] = NULL;
+                continue;
+            }
+            tag[k] = step * 8 + (unsigned)k;
+            fill(p[k], n[k], tag[k]);
+        }
     }
+    for (int k = 0; k < 8; k++)
+        if (p[k])
+            cudaFree(p[k]);
+    if (s)
+        cudaStreamDestroy(s);
     return NULL;
 }
 
-/* fork() while another thread allocates. CUDA itself cannot be used in
- * the child of a process that initialised it (the fake driver's own lock
- * may be held too), so the child only does what such children do: asks
- * the shim (which must now pass through) and exits, with its atexit
- * handlers — with statistics on, the exit report must not take a lock of
- * the parent's stacks that another thread held at the fork. */
+#define CHURNERS 4
+static pthread_t churners[CHURNERS];
+static churn_args_t churn_args[CHURNERS];
+static void start_churn(int tolerate)
+{
+    for (int i = 0; i < CHURNERS; i++) {
+        churn_args[i] = (churn_args_t){(unsigned)i, tolerate};
+        pthread_create(&churners[i], NULL, churn, &churn_args[i]);
+    }
+}
+static void stop_churn_threads(void)
+{
+    atomic_store(&stop_churn, 1);
+    for (int i = 0; i < CHURNERS; i++)
+        pthread_join(churners[i], NULL);
+}
+
+/* Driver functions as the program would have them (through the libcuda
+ * handle: the shim's hooks under the shim). */
+typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+static struct {
+    CUresult (*mem_alloc)(CUdeviceptr *, size_t);
+    CUresult (*stream_destroy)(CUstream);
+    CUresult (*primary_reset)(CUdevice);
+    CUresult (*ctx_get_current)(CUcontext *);
+} drv;
+static void look_up_driver(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    gpa_fn gpa = h ? (gpa_fn)dlsym(h, "cuGetProcAddress_v2") : NULL;
+    CHECK(gpa != NULL, "cuGetProcAddress_v2");
+    if (!gpa)
+        return;
+    CUdriverProcAddressQueryResult st;
+    gpa("cuMemAlloc", (void **)&drv.mem_alloc, 3020, 0, &st);
+    gpa("cuStreamDestroy", (void **)&drv.stream_destroy, 4000, 0, &st);
+    gpa("cuDevicePrimaryCtxReset", (void **)&drv.primary_reset, 11000, 0, &st);
+    gpa("cuCtxGetCurrent", (void **)&drv.ctx_get_current, 4000, 0, &st);
+    CHECK(drv.mem_alloc && drv.stream_destroy && drv.primary_reset && drv.ctx_get_current, "driver functions");
+}
+
+/* In the child: CUDA cannot be used in the child of a process that
+ * initialised it; the shim must pass every call through (whatever another
+ * thread of the parent held at the fork) so that CUDA answers as it would
+ * natively (the fake: "not initialised"), and exit cleanly. Returns a bit
+ * set of what went wrong (0: all good). */
+static int child_after_fork(void *parent_block, cudaStream_t parent_stream)
+{
+    alarm(10); /* a deadlock becomes SIGALRM, not a hung test */
+    int bad = 0;
+    if (shim_active())
+        bad |= 1; /* the shim passes through in the child */
+    unsigned long before = fake()->child_calls;
+    void *p = NULL;
+    if (cudaMalloc(&p, 4096) != 3) /* cudaErrorInitializationError, CUDA's own answer */
+        bad |= 2;
+    if (fake()->child_calls == before)
+        bad |= 4; /* the allocation reached CUDA */
+    if (cudaFree(parent_block) != 3)
+        bad |= 8; /* a pooled block of the parent: to CUDA as well, not into the parent's pool */
+    before = fake()->child_calls;
+    CUdeviceptr d = 0;
+    if (drv.mem_alloc(&d, 4096) != CUDA_ERROR_NOT_INITIALIZED || fake()->child_calls == before)
+        bad |= 16; /* the driver door passes through too */
+    /* the hooks that do bookkeeping beside the call: a stream destroyed,
+     * a context reset (the parent's stacks, whose locks another thread
+     * may have held at the fork, must be left alone) */
+    if (drv.stream_destroy((CUstream)parent_stream) != CUDA_ERROR_NOT_INITIALIZED)
+        bad |= 32;
+    if (drv.primary_reset(0) != CUDA_ERROR_NOT_INITIALIZED)
+        bad |= 64;
+    return bad;
+}
+
+/* fork() 50 times while 4 threads allocate and free (one stream-ordered).
+ * Each child checks child_after_fork and exits with exit(), running the
+ * atexit handlers (with statistics on, the exit report must not take a lock
+ * of the parent's stacks); the parent goes on, its data intact. */
 static void forks(void)
 {
     void *warm;
     CHECK(cudaMalloc(&warm, 4096) == cudaSuccess, "cudaMalloc before fork");
-    pthread_t t;
-    pthread_create(&t, NULL, churn, NULL);
-    for (int i = 0; i < 20; i++) {
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    look_up_driver();
+    if (failures)
+        return;
+    start_churn(0);
+    for (int i = 0; i < 50; i++) {
         pid_t pid = fork();
-        if (pid == 0) {
-            alarm(10); /* a deadlock becomes SIGALRM, not a hung test */
-            exit(shim_active() ? 1 : 0); /* passthrough in the child; exit() runs the handlers */
-        }
+        if (pid == 0)
+            exit(child_after_fork(warm, s)); /* exit(): the handlers run */
         int status = 0;
         waitpid(pid, &status, 0);
-        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child %d: status %#x", i, status);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child %d: %s %d", i,
+              WIFEXITED(status) ? "exit status (bits of child_after_fork)" : "killed by signal",
+              WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+        usleep(200);
     }
-    atomic_store(&stop_churn, 1);
-    pthread_join(t, NULL);
+    stop_churn_threads();
+    fill(warm, 4096, 77);
+    CHECK(intact(warm, 4096, 77), "parent's block");
     CHECK(cudaFree(warm) == cudaSuccess, "cudaFree after forks");
+    CHECK(cudaStreamDestroy(s) == cudaSuccess, "stream destroy after forks");
+    void *p;
+    CHECK(cudaMalloc(&p, 1 << 20) == cudaSuccess && cudaFree(p) == cudaSuccess, "the parent goes on");
+}
+
+/* Returns from main with live blocks, pending frees (FAKE_CUDA_EVENTS_PENDING
+ * keeps them pending), stream-ordered blocks and a pinned block: the exit
+ * report runs after the runtime's teardown and must read memory only (the
+ * fake driver prints "calls after the runtime was torn down" otherwise). */
+static void exit_live(void)
+{
+    static void *p[200];
+    for (int i = 0; i < 200; i++) {
+        CHECK(cudaMalloc(&p[i], 1000 + (size_t)i * 512) == cudaSuccess, "cudaMalloc %d", i);
+        fill(p[i], 1000 + (size_t)i * 512, (unsigned)i);
+    }
+    for (int i = 0; i < 200; i += 2)
+        CHECK(cudaFree(p[i]) == cudaSuccess, "cudaFree %d", i);
+    cudaStream_t s;
+    void *a, *b, *h;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    CHECK(cudaMallocAsync(&a, 5000, s) == cudaSuccess && cudaMallocAsync(&b, 7000, s) == cudaSuccess, "async");
+    CHECK(cudaFreeAsync(a, s) == cudaSuccess, "free async");
+    CHECK(cudaHostAlloc(&h, 4096, 0) == cudaSuccess, "pinned");
+}
+
+/* exit() from another thread while 4 threads allocate and free: the
+ * report prints, nothing hangs, and the exit status is exit()'s. */
+static void *exit_soon(void *arg)
+{
+    (void)arg;
+    usleep(50 * 1000);
+    exit(finish("exit_thread"));
+}
+static void exit_thread(void)
+{
+    alarm(30); /* a hang becomes SIGALRM, not a hung test */
+    void *live;
+    CHECK(cudaMalloc(&live, 4096) == cudaSuccess, "cudaMalloc");
+    start_churn(1);
+    pthread_t t;
+    pthread_create(&t, NULL, exit_soon, NULL);
+    pthread_join(t, NULL); /* never returns: exit() ends the process */
+}
+
+/* A driver call made by the program itself after the runtime's teardown
+ * (an atexit handler registered before CUDA was first used runs after the
+ * teardown): the fake driver must count it. The negative control of
+ * exit_live. */
+static void late_call(void)
+{
+    CUcontext c;
+    drv.ctx_get_current(&c);
+}
+static void exit_late_call(void)
+{
+    atexit(late_call);
+    void *p;
+    CHECK(cudaMalloc(&p, 4096) == cudaSuccess, "cudaMalloc");
+    look_up_driver();
+}
+
+/* SIGALRM every 20 µs (setitimer) while the main thread and 2 others
+ * allocate, fill, check and free: the handler only counts. No deadlock, no
+ * failed call, no overwritten block; with statistics on, the exit report
+ * must show 150000 cudaMalloc and 150000 cudaFree, nothing outstanding. */
+static atomic_int ticks;
+static void on_alarm(int sig)
+{
+    (void)sig;
+    atomic_fetch_add_explicit(&ticks, 1, memory_order_relaxed);
+}
+static void *alloc_loop(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    for (int i = 0; i < 50000; i++) {
+        void *p;
+        size_t n = 1 + rand_r(&seed) % 20000;
+        if (cudaMalloc(&p, n) != cudaSuccess) {
+            __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        fill(p, n, (unsigned)i);
+        if (!intact(p, n, (unsigned)i) || cudaFree(p) != cudaSuccess)
+            __atomic_fetch_add(&failures, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+static void *watchdog(void *arg)
+{
+    sigset_t alrm;
+    sigemptyset(&alrm);
+    sigaddset(&alrm, SIGALRM);
+    pthread_sigmask(SIG_BLOCK, &alrm, NULL); /* (a signal would cut its sleep short) */
+    sleep((unsigned)(uintptr_t)arg);
+    fprintf(stderr, "FAIL: still running after %u s (deadlock?)\n", (unsigned)(uintptr_t)arg);
+    _exit(3);
+}
+static void signals(void)
+{
+    pthread_t dog; /* (SIGALRM is taken: a thread stands watch instead of alarm()) */
+    pthread_create(&dog, NULL, watchdog, (void *)(uintptr_t)60);
+    pthread_detach(dog);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGALRM, &sa, NULL);
+    struct itimerval every = {{0, 20}, {0, 20}};
+    setitimer(ITIMER_REAL, &every, NULL);
+    pthread_t t[2];
+    for (uintptr_t i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, alloc_loop, (void *)(i + 11));
+    alloc_loop((void *)(uintptr_t)5);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &off, NULL);
+    CHECK(atomic_load(&ticks) >= 1000, "only %d signals arrived", atomic_load(&ticks));
+    printf("signals: %d\n", atomic_load(&ticks));
 }
 
 static void devices(void)
@@ -452,6 +687,10 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "oom")) oom();
     else if (!strcmp(what, "devices")) devices();
     else if (!strcmp(what, "forks")) forks();
+    else if (!strcmp(what, "exit_live")) exit_live();
+    else if (!strcmp(what, "exit_thread")) exit_thread();
+    else if (!strcmp(what, "exit_late_call")) exit_late_call();
+    else if (!strcmp(what, "signals")) signals();
     else if (!strcmp(what, "reset")) reset();
     else if (!strcmp(what, "reset_loop")) reset_loop();
     else if (!strcmp(what, "reset_threads")) reset_threads();
