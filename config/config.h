@@ -68,7 +68,7 @@ typedef struct ps_global_config {
     ps_stats_mode_t stats;      /* statistics printed at exit */
     char stats_file[PS_PATH_MAX]; /* where they go ("" = stderr); %p and %r expanded */
     char log_file[PS_PATH_MAX]; /* RMM-format CSV event log ("" = none); %p, %r, %d expanded */
-    ps_free_sync_t free_sync;   /* policy of cudaFree: event (default), device, none */
+    ps_free_sync_t free_sync;   /* policy of cudaFree: barrier (default), event, device, none */
     ps_meminfo_t meminfo;       /* what cudaMemGetInfo reports: pool (default) or device */
     ps_on_error_t on_error;     /* bad config: exit (default) or warn and pass through */
     size_t direct_min_size;     /* requests of at least this many bytes bypass the pool and go
