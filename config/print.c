@@ -56,6 +56,40 @@ static void print_global(const ps_config_t *cfg, FILE *f)
     }
 }
 
+/* [host]: the pinned host pool, each value with where it came from (the
+ * settings store's entry for host.KEY, else the default). */
+static void print_host(const ps_config_t *cfg, FILE *f)
+{
+    const ps_host_config_t *h = &cfg->global.host;
+    char value[64];
+    fprintf(f, "\n[host]\n");
+    for (int k = 0; k < PS_HKEY_COUNT; k++) {
+        switch ((ps_host_key_t)k) {
+        case PS_HKEY_ENABLE: snprintf(value, sizeof value, "%s", h->enable ? "yes" : "no"); break;
+        case PS_HKEY_MIN_CHUNK: ps_format_bytes(value, sizeof value, h->min_chunk); break;
+        case PS_HKEY_MAX_CHUNK: ps_format_bytes(value, sizeof value, h->max_chunk); break;
+        case PS_HKEY_GROWTH_PERCENT: snprintf(value, sizeof value, "%u", h->growth_percent); break;
+        case PS_HKEY_MAXIMUM_SIZE:
+            if (h->maximum_size)
+                ps_format_bytes(value, sizeof value, h->maximum_size);
+            else
+                snprintf(value, sizeof value, "0 (no cap)");
+            break;
+        case PS_HKEY_PENDING_WAIT_BYTES: ps_format_bytes(value, sizeof value, h->pending_wait_bytes); break;
+        case PS_HKEY_PENDING_WAIT_PERCENT: snprintf(value, sizeof value, "%u", h->pending_wait_percent); break;
+        case PS_HKEY_FREE_SYNC: snprintf(value, sizeof value, "%s", ps_free_sync_words[h->free_sync]); break;
+        case PS_HKEY_EPOCH_WAIT_US: snprintf(value, sizeof value, "%llu", (unsigned long long)h->epoch_wait_us); break;
+        default: value[0] = '\0'; break;
+        }
+        static const ps_origin_t unset = {PS_ORIGIN_NONE, NULL, 0};
+        const ps_origin_t *origin = &unset;
+        for (size_t i = 0; i < cfg->setting_count; i++)
+            if (strcmp(cfg->settings[i].section, "host") == 0 && strcmp(cfg->settings[i].key, ps_host_key_names[k]) == 0)
+                origin = &cfg->settings[i].origin;
+        print_line(f, 0, ps_host_key_names[k], value, origin, NULL);
+    }
+}
+
 /* The value the builder uses for an unset key. */
 static void default_text(const ps_config_t *cfg, const ps_resource_def_t *def, int key, char *buf,
                          size_t size)
@@ -179,6 +213,7 @@ void ps_config_print(const ps_config_t *cfg, FILE *f, int device)
     if (!cfg || !f)
         return;
     print_global(cfg, f);
+    print_host(cfg, f);
     const ps_device_def_t *dev = ps_config_device(cfg, device);
     char where[PS_PATH_MAX + 32];
     if (device < 0)

@@ -361,3 +361,22 @@ Test(config_env, every_resource_word_alone_gives_a_stack_that_builds)
         ps_config_free(cfg);
     }
 }
+
+Test(config_env, print_shows_the_host_pool_with_origins)
+{
+    const char *file = "[host]\nmin_chunk = 4MiB\n";
+    char *env[] = {NULL};
+    ps_config_t *cfg = load(file, "host.pending_wait_percent=25", env, PS_OK);
+    char *out = NULL;
+    size_t size = 0;
+    FILE *m = open_memstream(&out, &size);
+    ps_config_print(cfg, m, 0);
+    fclose(m);
+    cr_assert(strstr(out, "\n[host]\n"), "%s", out);
+    cr_assert(strstr(out, "min_chunk          = 4.00 MiB") && strstr(out, "(user.ini:2)"), "%s", out);
+    cr_assert(strstr(out, "pending_wait_percent = 25") && strstr(out, "(POOLSHIM_OPTIONS item 1)"), "%s", out);
+    cr_assert(strstr(out, "free_sync          = event              (default)"), "%s", out);
+    cr_assert_lt(strstr(out, "[host]"), strstr(out, "[device.0]"), "[host] comes before the stack");
+    free(out);
+    ps_config_free(cfg);
+}
