@@ -10,6 +10,9 @@
  *   peak reserved          baseline: CUPTI's peak outstanding bytes; shim:
  *                          bytes.reserved_peak summed over devices
  * Ratios compare each configuration with the baseline's medians.
+ * Under a launcher (several processes per run) each shim variant's row is
+ * followed by one row per process (rank order, medians over the runs) and
+ * their total; the summed peaks are an upper bound (stats_table.c).
  * Guarantees: the output depends only on the results struct; missing
  * figures print as "-", never as 0.
  */
@@ -78,6 +81,97 @@ void ab_summarize(const ab_variant_t *v, ab_summary_t *out)
     *out = s;
 }
 
+size_t ab_variant_process_count(const ab_variant_t *v)
+{
+    size_t most = 0;
+    for (size_t i = 0; i < v->run_count; i++)
+        if (v->runs[i].processes.count > most)
+            most = v->runs[i].processes.count;
+    return most;
+}
+
+size_t ab_summarize_processes(const ab_variant_t *v, ab_process_summary_t *rows, ab_process_summary_t *total)
+{
+    size_t count = ab_variant_process_count(v);
+    double calls[AB_MAX_RUNS], time_s[AB_MAX_RUNS], requested[AB_MAX_RUNS], reserved[AB_MAX_RUNS];
+    for (size_t i = 0; i <= count; i++) { /* i == count: the total */
+        ab_process_summary_t *out = i < count ? &rows[i] : total;
+        memset(out, 0, sizeof *out);
+        out->rank = out->pid = -1;
+        size_t n = 0;
+        for (size_t r = 0; r < v->run_count; r++) {
+            const stats_job_t *job = &v->runs[r].processes;
+            if (job->count == 0 || (i < count && job->count <= i))
+                continue;
+            stats_process_t p;
+            if (i < count)
+                p = job->processes[i];
+            else
+                stats_job_total(job, &p);
+            if (n == 0) {
+                out->rank = p.rank;
+                out->pid = p.pid;
+            }
+            calls[n] = (double)p.calls;
+            time_s[n] = (double)p.time_ns / 1e9;
+            requested[n] = (double)p.requested_peak;
+            reserved[n] = (double)p.reserved_peak;
+            n++;
+        }
+        out->calls = cli_median(calls, n);
+        out->time_s = cli_median(time_s, n);
+        out->requested_peak = cli_median(requested, n);
+        out->reserved_peak = cli_median(reserved, n);
+    }
+    return count;
+}
+
+/* The label of a per-process row: "  rank 3", else "  pid 1234", else "  process 2". */
+static void process_label(char *buf, size_t size, const ab_process_summary_t *p, size_t index)
+{
+    if (p->rank >= 0)
+        snprintf(buf, size, "  rank %ld", p->rank);
+    else if (p->pid >= 0)
+        snprintf(buf, size, "  pid %ld", p->pid);
+    else
+        snprintf(buf, size, "  process %zu", index + 1);
+}
+
+/* reserved / requested as "1.25x", or "-" when nothing was requested. */
+static char *format_reserved_ratio(char *buf, size_t size, double reserved, double requested)
+{
+    if (requested > 0)
+        snprintf(buf, size, "%.2fx", reserved / requested);
+    else
+        snprintf(buf, size, "-");
+    return buf;
+}
+
+/* The rows under a variant's row: one per process, then the total. */
+static void print_process_rows(FILE *f, const ab_variant_t *v, int name_width)
+{
+    size_t count = ab_variant_process_count(v);
+    ab_process_summary_t *rows = calloc(count, sizeof *rows), total;
+    if (!rows)
+        return;
+    ab_summarize_processes(v, rows, &total);
+    for (size_t i = 0; i <= count; i++) {
+        const ab_process_summary_t *p = i < count ? &rows[i] : &total;
+        char label[64], a[40], b[40], c[40], d[40], e[40];
+        if (i < count)
+            process_label(label, sizeof label, p, i);
+        else
+            snprintf(label, sizeof label, "  total");
+        fprintf(f, "%-*s  %11s %10s %10s  %13s %11s %7s  %13s  %14s  peak requested %s, reserved/requested %s\n",
+                name_width, label, "", "", "", cli_format_count(a, sizeof a, (uint64_t)(p->calls + 0.5)),
+                cli_format_seconds(b, sizeof b, p->time_s), "", "",
+                cli_format_bytes(c, sizeof c, (uint64_t)(p->reserved_peak + 0.5)),
+                cli_format_bytes(d, sizeof d, (uint64_t)(p->requested_peak + 0.5)),
+                format_reserved_ratio(e, sizeof e, p->reserved_peak, p->requested_peak));
+    }
+    free(rows);
+}
+
 /* "10x faster" / "1.25x slower" / "same" (within 0.5%) for old -> new. */
 static void speed_ratio(char *buf, size_t size, double old_value, double new_value, const char *better,
                         const char *worse)
@@ -104,6 +198,20 @@ void ab_print_table(FILE *f, const ab_results_t *results)
         int n = (int)strlen(results->variants[i].name);
         if (n > name_width)
             name_width = n;
+        size_t processes = ab_variant_process_count(&results->variants[i]);
+        if (processes > 1) {
+            ab_process_summary_t *rows = calloc(processes, sizeof *rows), total;
+            if (rows) {
+                ab_summarize_processes(&results->variants[i], rows, &total);
+                for (size_t k = 0; k < processes; k++) {
+                    char label[64];
+                    process_label(label, sizeof label, &rows[k], k);
+                    if ((int)strlen(label) > name_width)
+                        name_width = (int)strlen(label);
+                }
+                free(rows);
+            }
+        }
     }
     fprintf(f, "%-*s  %11s %10s %10s  %13s %11s %7s  %13s  %14s\n", name_width, "", "wall median", "min", "max",
             "alloc calls", "in calls", "share", "reached CUDA", "peak reserved");
@@ -124,6 +232,8 @@ void ab_print_table(FILE *f, const ab_results_t *results)
                 s->have_calls ? cli_format_seconds(e, sizeof e, s->alloc_time_s) : "-", share,
                 s->have_cuda ? cli_format_count(g, sizeof g, (uint64_t)(s->cuda_calls + 0.5)) : "-",
                 s->have_peak ? cli_format_bytes(h, sizeof h, (uint64_t)(s->peak_reserved + 0.5)) : "-");
+        if (ab_variant_process_count(v) > 1)
+            print_process_rows(f, v, name_width);
     }
     if (results->variant_count && results->variants[0].is_baseline) {
         const ab_summary_t *base = &summaries[0];
@@ -148,7 +258,12 @@ void ab_print_table(FILE *f, const ab_results_t *results)
             fprintf(f, "\n");
         }
     }
-    int notes = 0;
+    int notes = 0, several = 0;
+    for (size_t i = 0; i < results->variant_count; i++)
+        several |= ab_variant_process_count(&results->variants[i]) > 1;
+    if (several)
+        fprintf(f, "%snote: rows under a variant: its processes (medians over the runs) and their total; %s\n",
+                notes++ ? "" : "\n", STATS_SUMMED_PEAKS_NOTE);
     for (size_t i = 0; i < results->variant_count; i++) {
         const ab_variant_t *v = &results->variants[i];
         for (size_t r = 0; r < v->run_count; r++) {
@@ -184,7 +299,48 @@ static void print_run_json(FILE *f, const ab_run_t *r)
                 (unsigned long long)r->upstream_calls, (unsigned long long)r->shim_failures);
     else
         fprintf(f, "null");
+    if (r->processes.count > 1) { /* one process: its figures are the run's, printed above */
+        fprintf(f, ", \"processes\": [");
+        for (size_t i = 0; i < r->processes.count; i++) {
+            fprintf(f, "%s\n      ", i ? "," : "");
+            stats_print_process_json(f, &r->processes.processes[i]);
+        }
+        fprintf(f, "]");
+    }
     fprintf(f, "}");
+}
+
+static void print_process_summary_json(FILE *f, const ab_process_summary_t *p)
+{
+    fprintf(f, p->rank >= 0 ? "\"rank\": %ld, " : "\"rank\": null, ", p->rank);
+    fprintf(f, p->pid >= 0 ? "\"pid\": %ld, " : "\"pid\": null, ", p->pid);
+    fprintf(f, "\"calls\": %.0f, \"time_s\": %.9f, \"requested_peak\": %.0f, \"reserved_peak\": %.0f, "
+               "\"reserved_ratio\": ",
+            p->calls, p->time_s, p->requested_peak, p->reserved_peak);
+    if (p->requested_peak > 0)
+        fprintf(f, "%.4f", p->reserved_peak / p->requested_peak);
+    else
+        fprintf(f, "null");
+}
+
+/* The summary's per-process medians and their total (several processes only). */
+static void print_processes_json(FILE *f, const ab_variant_t *v)
+{
+    size_t count = ab_variant_process_count(v);
+    ab_process_summary_t *rows = count > 1 ? calloc(count, sizeof *rows) : NULL, total;
+    if (!rows)
+        return;
+    ab_summarize_processes(v, rows, &total);
+    fprintf(f, ",\n     \"processes\": [");
+    for (size_t i = 0; i < count; i++) {
+        fprintf(f, "%s\n      {", i ? "," : "");
+        print_process_summary_json(f, &rows[i]);
+        fprintf(f, "}");
+    }
+    fprintf(f, "],\n     \"processes_total\": {\"processes\": %zu, ", count);
+    print_process_summary_json(f, &total);
+    fprintf(f, ", \"note\": \"%s\"}", STATS_SUMMED_PEAKS_NOTE);
+    free(rows);
 }
 
 void ab_print_json(FILE *f, const ab_results_t *results)
@@ -227,9 +383,21 @@ void ab_print_json(FILE *f, const ab_results_t *results)
             if (base.have_peak && s.have_peak && base.peak_reserved > 0)
                 fprintf(f, ", \"peak_ratio\": %.4f", s.peak_reserved / base.peak_reserved);
         }
+        print_processes_json(f, v);
         fprintf(f, "}}");
     }
     fprintf(f, "\n]}\n");
+}
+
+static void add_to_sums(ab_run_t *run, const stats_process_t *process)
+{
+    run->have_shim = 1; /* adds to what is there: one report per process of the run */
+    run->shim_calls += process->calls;
+    run->shim_time_ns += process->time_ns;
+    run->requested_peak += process->requested_peak;
+    run->reserved_peak += process->reserved_peak;
+    run->upstream_calls += process->upstream_calls;
+    run->shim_failures += process->failures;
 }
 
 int ab_run_add_shim_stats(ab_run_t *run, const json_t *stats)
@@ -237,14 +405,24 @@ int ab_run_add_shim_stats(ab_run_t *run, const json_t *stats)
     stats_process_t process; /* the report's devices summed, as `poolshim stats` reads it */
     if (stats_process_from_json(stats, NULL, &process) != 0)
         return -1;
-    run->have_shim = 1; /* adds to what is there: one report per process of the run */
-    run->shim_calls += process.calls;
-    run->shim_time_ns += process.time_ns;
-    run->requested_peak += process.requested_peak;
-    run->reserved_peak += process.reserved_peak;
-    run->upstream_calls += process.upstream_calls;
-    run->shim_failures += process.failures;
+    add_to_sums(run, &process);
     return 0;
+}
+
+int ab_run_add_process(ab_run_t *run, const stats_process_t *process)
+{
+    if (stats_job_add(&run->processes, process) != 0)
+        return -1;
+    stats_job_sort(&run->processes);
+    add_to_sums(run, process);
+    return 0;
+}
+
+void ab_results_free(ab_results_t *results)
+{
+    for (size_t v = 0; v < results->variant_count; v++)
+        for (size_t r = 0; r < results->variants[v].run_count; r++)
+            stats_job_free(&results->variants[v].runs[r].processes);
 }
 
 int ab_run_add_cupti_report(ab_run_t *run, const json_t *report)
@@ -287,6 +465,13 @@ static int parse_run(const json_t *j, ab_run_t *r)
         r->upstream_calls = cli_json_u64(shim, "upstream_calls", 0);
         r->shim_failures = cli_json_u64(shim, "failures", 0);
     }
+    const json_t *processes = json_object_get(j, "processes");
+    for (size_t i = 0; i < json_array_size(processes); i++) {
+        stats_process_t p;
+        if (stats_process_from_row_json(json_array_get(processes, i), &p) != 0 ||
+            stats_job_add(&r->processes, &p) != 0)
+            return -1;
+    }
     return 0;
 }
 
@@ -325,7 +510,7 @@ int ab_results_parse(const char *text, ab_results_t *out, char *err, size_t errs
             }
             for (size_t k = 0; k < json_array_size(runs); k++) {
                 if (parse_run(json_array_get(runs, k), &v->runs[v->run_count++]) != 0) {
-                    snprintf(err, errsize, "variant %zu, run %zu: no wall_s", i + 1, k + 1);
+                    snprintf(err, errsize, "variant %zu, run %zu: no wall_s, or a bad process", i + 1, k + 1);
                     status = -1;
                     break;
                 }
@@ -333,6 +518,8 @@ int ab_results_parse(const char *text, ab_results_t *out, char *err, size_t errs
         }
         if (status == 0)
             *out = *r;
+        else
+            ab_results_free(r);
         free(r);
     }
     json_decref(root);

@@ -14,6 +14,8 @@
 
 #include <jansson.h>
 
+#include "stats_table.h"
+
 #define AB_MAX_RUNS 100
 #define AB_MAX_VARIANTS 9
 
@@ -33,6 +35,8 @@ typedef struct ab_run {
     uint64_t reserved_peak;     /* peak bytes the shim's stacks reserved */
     uint64_t upstream_calls;    /* upstream allocs + frees of the shim's stacks */
     uint64_t shim_failures;     /* failed allocations seen by the shim */
+    stats_job_t processes;      /* the shim's report of each process, in rank order (ab_run_add_process;
+                                   freed by ab_results_free) */
 } ab_run_t;
 
 /* One configuration: the baseline (no shim) or a shim config. */
@@ -66,12 +70,30 @@ typedef struct ab_summary {
 
 void ab_summarize(const ab_variant_t *variant, ab_summary_t *out);
 
+/* Medians over the runs of one process of a variant (its i-th in rank order
+ * in every run that had more than i), or of the runs' totals. */
+typedef struct ab_process_summary {
+    long rank;                  /* the launcher's rank (from the first run), -1 when unknown or the total */
+    long pid;                   /* the process id in the first run, -1 when unknown or the total */
+    double calls;               /* allocation calls the shim intercepted */
+    double time_s;              /* time inside the shim's allocate + free */
+    double requested_peak;      /* peak bytes the program held (a sum of peaks in the total) */
+    double reserved_peak;       /* peak bytes the stacks reserved (a sum of peaks in the total) */
+} ab_process_summary_t;
+
+/* The most processes one run of the variant had (0: no shim report). */
+size_t ab_variant_process_count(const ab_variant_t *variant);
+/* Fills rows[0 .. ab_variant_process_count) and the total (peaks summed
+ * over the processes, as stats_job_total does); returns the row count. */
+size_t ab_summarize_processes(const ab_variant_t *variant, ab_process_summary_t *rows,
+                              ab_process_summary_t *total);
+
 /* The table a person pastes into a bug report. */
 void ab_print_table(FILE *f, const ab_results_t *results);
 /* Everything, for scripts (readable by ab_results_parse). */
 void ab_print_json(FILE *f, const ab_results_t *results);
 
-/* Reads `ab --json` output. */
+/* Reads `ab --json` output (free with ab_results_free). */
 int ab_results_parse(const char *text, ab_results_t *out, char *err, size_t errsize);
 
 /* Add to a run the shim's exit statistics (POOLSHIM_STATS=json) or the
@@ -80,5 +102,11 @@ int ab_results_parse(const char *text, ab_results_t *out, char *err, size_t errs
  * 0, or -1 when the document is not one (run unchanged). */
 int ab_run_add_shim_stats(ab_run_t *run, const json_t *stats);
 int ab_run_add_cupti_report(ab_run_t *run, const json_t *report);
+/* Adds one process (read by stats_table.c) to a run's sums and keeps it in
+ * run->processes (kept in rank order); -1 when out of memory. */
+int ab_run_add_process(ab_run_t *run, const stats_process_t *process);
+
+/* Frees what the runs hold (their processes), not the struct itself. */
+void ab_results_free(ab_results_t *results);
 
 #endif

@@ -15,7 +15,9 @@
  *                  POOLSHIM_STATS=json, POOLSHIM_STATS_FILE = DIR/stats-V-R-%p.json,
  *                  and the CUPTI library too (what still reaches CUDA).
  *   3. Read the JSON files (one per process that loaded CUDA; %p = pid)
- *      and add them up into an ab_results_t; render (ab_report.c).
+ *      and add them up into an ab_results_t, keeping each process's shim
+ *      statistics (stats_table.c reads them: rank from the report); render
+ *      (ab_report.c: per-rank rows under a launcher).
  *   4. --plot: the first config's first run also writes POOLSHIM_LOG; it is
  *      drawn like `poolshim plot` (reserved from a simulated replay).
  * Progress goes to stderr only when stderr is a terminal. The temporary
@@ -98,7 +100,8 @@ static json_t *read_json_file(const char *path)
     return value;
 }
 
-/* Adds every report file DIR/PREFIX*.json of one run (one per process). */
+/* Adds every report file DIR/PREFIX*.json of one run (one per process);
+ * the shim's are read like `poolshim stats` reads them and kept per process. */
 static void add_reports(const char *directory, const char *prefix, ab_run_t *run, int shim)
 {
     DIR *dir = opendir(directory);
@@ -110,10 +113,19 @@ static void add_reports(const char *directory, const char *prefix, ab_run_t *run
             continue;
         char path[PATH_MAX + 256];
         snprintf(path, sizeof path, "%s/%s", directory, entry->d_name);
+        if (shim) {
+            stats_job_t job = {0};
+            char err[PATH_MAX + 512];
+            if (stats_job_read_file(&job, path, err, sizeof err) != 0)
+                fprintf(stderr, "poolshim: warning: ab: %s\n", err);
+            else if (ab_run_add_process(run, &job.processes[0]) != 0)
+                fprintf(stderr, "poolshim: warning: ab: %s: out of memory\n", path);
+            stats_job_free(&job);
+            continue;
+        }
         json_t *report = read_json_file(path);
-        if (report && (shim ? ab_run_add_shim_stats(run, report) : ab_run_add_cupti_report(run, report)) != 0)
-            fprintf(stderr, "poolshim: warning: ab: %s: not %s\n", path,
-                    shim ? "the shim's statistics" : "a CUPTI report");
+        if (report && ab_run_add_cupti_report(run, report) != 0)
+            fprintf(stderr, "poolshim: warning: ab: %s: not a CUPTI report\n", path);
         json_decref(report);
     }
     closedir(dir);
@@ -223,6 +235,7 @@ static int render_saved(const char *path, int json)
         ab_print_json(stdout, results);
     else
         ab_print_table(stdout, results);
+    ab_results_free(results);
     free(results);
     return CLI_EXIT_OK;
 }
@@ -372,6 +385,7 @@ int ps_cmd_ab(int argc, char **argv)
         fprintf(stderr, "poolshim: ab: runs' output and statistics kept in %s\n", session.directory);
     else
         remove_directory(session.directory);
+    ab_results_free(results);
     free(results);
     return exit_code;
 }

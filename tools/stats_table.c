@@ -91,7 +91,7 @@ int stats_process_from_json(const json_t *stats, const char *file, stats_process
     return 0;
 }
 
-static int job_append(stats_job_t *job, const stats_process_t *p)
+int stats_job_add(stats_job_t *job, const stats_process_t *p)
 {
     if (job->count == job->capacity) {
         size_t capacity = job->capacity ? 2 * job->capacity : 8;
@@ -129,7 +129,7 @@ static int read_one(stats_job_t *job, const char *path, char *err, size_t errsiz
                                "POOLSHIM_STATS=json?)", path);
         return 1;
     }
-    if (job_append(job, &p) != 0) {
+    if (stats_job_add(job, &p) != 0) {
         snprintf(err, errsize, "%s: out of memory", path);
         return -1;
     }
@@ -287,8 +287,7 @@ void stats_print_table(FILE *f, const stats_job_t *job)
     }
     if (job->count > 1) {
         print_row(f, "total", "", &total, host, "");
-        fprintf(f, "\npeaks are summed over the processes: what the job held at most (exact when they peaked "
-                   "together)\n");
+        fprintf(f, "\n%s\n", STATS_SUMMED_PEAKS_NOTE);
     }
 }
 
@@ -313,17 +312,51 @@ static void print_counters_json(FILE *f, const stats_process_t *p)
         fprintf(f, "null");
 }
 
+void stats_print_process_json(FILE *f, const stats_process_t *p)
+{
+    fprintf(f, "{\"file\": ");
+    cli_json_string(f, p->file);
+    fprintf(f, p->rank >= 0 ? ", \"rank\": %ld" : ", \"rank\": null", p->rank);
+    fprintf(f, p->pid >= 0 ? ", \"pid\": %ld, " : ", \"pid\": null, ", p->pid);
+    print_counters_json(f, p);
+    fprintf(f, "}");
+}
+
+int stats_process_from_row_json(const json_t *row, stats_process_t *out)
+{
+    if (!json_is_object(row) || !json_object_get(row, "calls"))
+        return -1;
+    stats_process_t p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.file, sizeof p.file, "%s", cli_json_str(row, "file", ""));
+    p.rank = integer_or_unknown(row, "rank");
+    p.pid = integer_or_unknown(row, "pid");
+    p.devices = (size_t)cli_json_u64(row, "devices", 0);
+    p.calls = cli_json_u64(row, "calls", 0);
+    p.time_ns = cli_json_u64(row, "time_ns", 0);
+    p.requested_peak = cli_json_u64(row, "requested_peak", 0);
+    p.reserved_peak = cli_json_u64(row, "reserved_peak", 0);
+    p.barriers = cli_json_u64(row, "barriers", 0);
+    p.upstream_calls = cli_json_u64(row, "upstream_calls", 0);
+    p.failures = cli_json_u64(row, "failures", 0);
+    const json_t *host = json_object_get(row, "host");
+    if (json_is_object(host)) {
+        p.have_host = 1;
+        p.host_calls = cli_json_u64(host, "calls", 0);
+        p.host_time_ns = cli_json_u64(host, "time_ns", 0);
+        p.host_requested_peak = cli_json_u64(host, "requested_peak", 0);
+        p.host_reserved_peak = cli_json_u64(host, "reserved_peak", 0);
+    }
+    *out = p;
+    return 0;
+}
+
 void stats_print_json(FILE *f, const stats_job_t *job)
 {
     fprintf(f, "{\"poolshim_stats\": 1, \"processes\": [");
     for (size_t i = 0; i < job->count; i++) {
-        const stats_process_t *p = &job->processes[i];
-        fprintf(f, "%s\n  {\"file\": ", i ? "," : "");
-        cli_json_string(f, p->file);
-        fprintf(f, p->rank >= 0 ? ", \"rank\": %ld" : ", \"rank\": null", p->rank);
-        fprintf(f, p->pid >= 0 ? ", \"pid\": %ld, " : ", \"pid\": null, ", p->pid);
-        print_counters_json(f, p);
-        fprintf(f, "}");
+        fprintf(f, "%s\n  ", i ? "," : "");
+        stats_print_process_json(f, &job->processes[i]);
     }
     stats_process_t total;
     stats_job_total(job, &total);

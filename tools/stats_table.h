@@ -49,6 +49,9 @@ int stats_process_from_json(const json_t *stats, const char *file, stats_process
 /* The rank a file name tells ("stats_rank3.json", "rank-3.json"), or -1. */
 long stats_rank_from_file_name(const char *path);
 
+/* Appends a copy of one process (-1: out of memory). */
+int stats_job_add(stats_job_t *job, const stats_process_t *p);
+
 /* Reads one statistics file into the job. Errors in err: "PATH: cannot
  * read: why", "PATH:LINE:COLUMN: what" (jansson), "PATH: not poolshim
  * statistics". */
@@ -69,10 +72,20 @@ void stats_job_sort(stats_job_t *job);
  * rank and pid are -1. */
 void stats_job_total(const stats_job_t *job, stats_process_t *total);
 
+/* The note printed under a summed total (the table's, and `poolshim ab`'s). */
+#define STATS_SUMMED_PEAKS_NOTE \
+    "peaks are summed over the processes: what the job held at most (exact when they peaked together)"
+
 /* The table (one row per process, then the total when there are several). */
 void stats_print_table(FILE *f, const stats_job_t *job);
 /* The same as JSON: {"poolshim_stats": 1, "processes": [...], "total": {...}}. */
 void stats_print_json(FILE *f, const stats_job_t *job);
+
+/* One process as an element of stats_print_json's "processes":
+ * {"file": ..., "rank": R|null, "pid": P|null, "devices": ..., "calls": ...}. */
+void stats_print_process_json(FILE *f, const stats_process_t *p);
+/* Reads such an element back; -1 when it has no "calls". */
+int stats_process_from_row_json(const json_t *row, stats_process_t *out);
 
 void stats_job_free(stats_job_t *job);
 

@@ -390,3 +390,73 @@ Test(launcher, run_stats_json_of_one_process_is_the_shims_own_report)
               "the shim's report, verbatim, with the rank:\n%s", output);
     cr_expect(!strstr(output, "poolshim_stats"), "no merged table for one process:\n%s", output);
 }
+
+/* Runs `poolshim ab ARGS` like run_cli; keeps stdout (the table or JSON)
+ * and stderr together in `output`. */
+static int run_ab(const char *args)
+{
+    const char *build = getenv("POOLSHIM_BUILD"), *cli = getenv("POOLSHIM_CLI");
+    const char *prefix = getenv("POOLSHIM_PRELOAD_PREFIX");
+    cr_assert(build && cli, "POOLSHIM_BUILD and POOLSHIM_CLI must be set (make test-shim sets them)");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "env LD_LIBRARY_PATH=%s/fake POOLSHIM_LIB=%s/libpoolshim.so LD_PRELOAD=%s %s ab %s 2>&1",
+             build, build, prefix ? prefix : "", cli, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "cannot run %s", cmd);
+    size_t n = fread(output, 1, sizeof output - 1, p);
+    output[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+Test(launcher, ab_gives_a_row_per_rank_and_the_total_under_the_variant)
+{
+    const char *build = getenv("POOLSHIM_BUILD"), *data = getenv("POOLSHIM_TEST_DATA");
+    cr_assert(data, "POOLSHIM_TEST_DATA must be set (make test-shim sets it)");
+    char args[2048];
+    /* two processes, rank 0 and rank 1, each 600 cudaMalloc + 600 cudaFree */
+    snprintf(args, sizeof args, "--runs 1 --no-cupti -- %s/cli/fake_launcher.sh %s/shimtest/prog_runtime basic", data,
+             build);
+    int rc = run_ab(args);
+    cr_expect_eq(rc, 0, "exit %d:\n%s", rc, output);
+    const char *variant = strstr(output, "\ndefault ");
+    cr_assert(variant, "the default config's row:\n%s", output);
+    cr_expect(strstr(variant, " 2,400 "), "the variant's row adds both processes up:\n%s", output);
+    const char *rank0 = strstr(variant, "\n  rank 0 "), *rank1 = strstr(variant, "\n  rank 1 ");
+    const char *total = strstr(variant, "\n  total ");
+    cr_assert(rank0 && rank1 && total && rank0 < rank1 && rank1 < total, "rank rows, then the total:\n%s", output);
+    cr_expect(strstr(rank0, " 1,200 ") < rank1 && strstr(rank1, " 1,200 ") < total, "each rank's calls:\n%s", output);
+    cr_expect(strstr(total, " 2,400 ") && strstr(total, "peak requested ") && strstr(total, "reserved/requested "),
+              "the total row:\n%s", output);
+    cr_expect(strstr(output, "peaks are summed over the processes"), "the note on summed peaks:\n%s", output);
+    cr_expect(!strstr(output, "\n  rank ") || strstr(output, "\n  rank ") > variant, "no rows under the baseline");
+
+    snprintf(args, sizeof args, "--runs 1 --no-cupti --json -- %s/cli/fake_launcher.sh %s/shimtest/prog_runtime basic",
+             data, build);
+    rc = run_ab(args);
+    cr_expect_eq(rc, 0, "exit %d:\n%s", rc, output);
+    /* the summary: a row per rank (medians over the runs) and the total, after the variant's own figures */
+    const char *summary = strstr(output, "\"summary\": {\"wall_s\"");
+    summary = summary ? strstr(summary + 1, "\"summary\": {\"wall_s\"") : NULL;
+    cr_assert(summary, "the shim variant's summary:\n%s", output);
+    const char *json_rank0 = strstr(summary, "{\"rank\": 0, \"pid\": "), *json_rank1 = strstr(summary, "{\"rank\": 1, \"pid\": ");
+    cr_assert(json_rank0 && json_rank1, "a summary per rank:\n%s", output);
+    cr_expect(strstr(json_rank0, "\"calls\": 1200, ") && strstr(json_rank1, "\"calls\": 1200, "), "%s", output);
+    cr_expect(strstr(json_rank0, "\"reserved_ratio\": 1.") || strstr(json_rank0, "\"reserved_ratio\": 2."),
+              "reserved/requested:\n%s", output);
+    cr_expect(strstr(summary, "\"processes_total\": {\"processes\": 2, \"rank\": null, \"pid\": null, "
+                              "\"calls\": 2400, "),
+              "the total:\n%s", output);
+    cr_expect(strstr(summary, "\"note\": \"peaks are summed over the processes"), "the note:\n%s", output);
+    /* each run keeps its processes (the shim's figures per rank) */
+    const char *kept = strstr(output, "\"processes\": [\n      {\"file\": ");
+    cr_expect(kept && kept < summary && strstr(kept, "\"rank\": 0, ") && strstr(kept, "\"rank\": 1, "),
+              "the run's processes:\n%s", output);
+
+    /* one process: no rows under the variant, the JSON as before */
+    snprintf(args, sizeof args, "--runs 1 --no-cupti -- %s/shimtest/prog_runtime basic", build);
+    rc = run_ab(args);
+    cr_expect_eq(rc, 0, "exit %d:\n%s", rc, output);
+    cr_expect(!strstr(output, "\n  rank ") && !strstr(output, "\n  total ") && !strstr(output, "summed"),
+              "one process, no breakdown:\n%s", output);
+}

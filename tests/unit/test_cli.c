@@ -1305,3 +1305,75 @@ Test(stats, run_stats_passes_the_exit_status_through_when_no_process_reported)
     cr_expect(strstr(r.err, "/nonexistent/program"), "%s", r.err);
     cli_result_free(&r);
 }
+
+Test(ab, per_process_rows_are_medians_by_rank_order_and_read_back_from_json)
+{
+    ab_results_t *results = calloc(1, sizeof *results);
+    results->variant_count = 2;
+    results->variants[0].is_baseline = 1;
+    snprintf(results->variants[0].name, sizeof results->variants[0].name, "baseline");
+    ab_variant_t *v = &results->variants[1];
+    snprintf(v->name, sizeof v->name, "default");
+    /* three runs of two ranks, added in reverse rank order; rank 1 requests twice as much */
+    for (size_t r = 0; r < 3; r++) {
+        v->runs[r].wall_s = 1;
+        results->variants[0].runs[r].wall_s = 1;
+        for (long rank = 1; rank >= 0; rank--) {
+            stats_process_t p;
+            memset(&p, 0, sizeof p);
+            p.rank = rank;
+            p.pid = 100 + rank;
+            p.devices = 1;
+            p.calls = 10 * (r + 1) + (uint64_t)rank;
+            p.time_ns = 1000000;
+            p.requested_peak = (uint64_t)(rank + 1) << 20;
+            p.reserved_peak = (uint64_t)(rank + 1) << 21;
+            cr_assert_eq(ab_run_add_process(&v->runs[r], &p), 0);
+        }
+    }
+    v->run_count = results->variants[0].run_count = 3;
+    cr_expect_eq(v->runs[0].processes.processes[0].rank, 0, "kept in rank order");
+    cr_expect_eq(v->runs[1].shim_calls, 20 + 21, "the run's sums");
+    cr_assert_eq(ab_variant_process_count(v), 2);
+    cr_expect_eq(ab_variant_process_count(&results->variants[0]), 0);
+    ab_process_summary_t rows[2], total;
+    cr_assert_eq(ab_summarize_processes(v, rows, &total), 2);
+    cr_expect_eq(rows[0].rank, 0);
+    cr_expect_eq(rows[1].rank, 1);
+    cr_expect_float_eq(rows[0].calls, 20, 1e-9, "median of 10, 20, 30");
+    cr_expect_float_eq(rows[1].calls, 21, 1e-9);
+    cr_expect_float_eq(rows[1].requested_peak, 2 << 20, 1e-9);
+    cr_expect_eq(total.rank, -1);
+    cr_expect_float_eq(total.calls, 41, 1e-9);
+    cr_expect_float_eq(total.time_s, 0.002, 1e-12);
+    cr_expect_float_eq(total.requested_peak, 3 << 20, 1e-9, "peaks summed");
+    cr_expect_float_eq(total.reserved_peak, 6 << 20, 1e-9);
+
+    char *table = NULL, *json = NULL, *again_table = NULL;
+    size_t n;
+    FILE *f = open_memstream(&table, &n);
+    ab_print_table(f, results);
+    fclose(f);
+    cr_expect(strstr(table, "\n  rank 0 ") && strstr(table, "\n  rank 1 ") && strstr(table, "\n  total "), "%s", table);
+    cr_expect(strstr(strstr(table, "\n  total "), "reserved/requested 2.00x"), "%s", table);
+    cr_expect(strstr(table, STATS_SUMMED_PEAKS_NOTE), "%s", table);
+    f = open_memstream(&json, &n);
+    ab_print_json(f, results);
+    fclose(f);
+    ab_results_t *again = calloc(1, sizeof *again);
+    char err[256];
+    cr_assert_eq(ab_results_parse(json, again, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(again->variants[1].runs[2].processes.count, 2);
+    cr_expect_eq(again->variants[1].runs[2].processes.processes[1].calls, 31);
+    f = open_memstream(&again_table, &n);
+    ab_print_table(f, again);
+    fclose(f);
+    cr_expect_str_eq(again_table, table, "the JSON reads back to the same table");
+    free(table);
+    free(json);
+    free(again_table);
+    ab_results_free(again);
+    free(again);
+    ab_results_free(results);
+    free(results);
+}
