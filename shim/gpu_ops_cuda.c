@@ -68,12 +68,36 @@ typedef struct device_ops {
     int barrier_recorded;      /* E was recorded at least once (guarded by streams_lock) */
     size_t vm_granularity;     /* recommended mapping granularity (0: no virtual memory) */
     int skip_barrier;          /* test only (POOLSHIM_TEST_SKIP_BARRIER=1): barriers order nothing */
+    atomic_int dead;           /* 1: the context died (reset): every entry answers as dead_* below */
     pthread_mutex_t vm_lock;   /* guards the three maps below */
     ps_ptr_map_t vm_handles;   /* mapped address -> its physical allocation handle */
     ps_ptr_map_t vm_sizes;     /* mapped address -> bytes mapped there */
     ps_ptr_map_t vm_ranges;    /* reserved range -> its size (all, for release before a reset) */
     uint64_t barriers;         /* barriers issued (guarded by streams_lock) */
 } device_ops_t;
+
+/* What each entry answers once its context died (ps_gpu_ops_cuda_mark_dead):
+ * no CUDA call; its events, fences and memory went with the context. The
+ * table itself never changes (other threads may be reading it); each entry
+ * checks the flag first. */
+static inline bool is_dead(void *vctx)
+{
+    return atomic_load_explicit(&((device_ops_t *)vctx)->dead, memory_order_acquire) != 0;
+}
+static int dead_mem_alloc(void *vctx, size_t size, void **out) { return PS_EUPSTREAM; }
+static int dead_mem_free(void *vctx, void *ptr, size_t size) { return PS_OK; }
+static int dead_mem_alloc_async(void *vctx, size_t size, ps_stream_t stream, void **out) { return PS_EUPSTREAM; }
+static int dead_mem_free_async(void *vctx, void *ptr, ps_stream_t stream) { return PS_OK; }
+static int dead_mem_get_info(void *vctx, size_t *free_bytes, size_t *total_bytes) { return PS_EUPSTREAM; }
+static int dead_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out) { return PS_EUPSTREAM; }
+static int dead_fence_done(void *vctx, ps_fence_t *f) { return PS_OK; } /* nothing can still run */
+static int dead_stream_wait_fence(void *vctx, ps_stream_t stream, ps_fence_t *f) { return PS_OK; }
+static int dead_device_synchronize(void *vctx) { return PS_OK; }
+static int dead_barrier(void *vctx) { return PS_EUPSTREAM; }
+static int dead_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle) { return PS_EUPSTREAM; }
+static int dead_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle) { return PS_OK; }
+static int dead_host_alloc(void *vctx, size_t size, unsigned flags, void **out) { return PS_EUPSTREAM; }
+
 
 /* ---- stream tracking -------------------------------------------------------- */
 typedef struct tracked_stream {
@@ -205,6 +229,9 @@ static int status_of(CUresult r)
 /* ---- memory ------------------------------------------------------------------------ */
 static int ops_mem_alloc(void *vctx, size_t size, void **out)
 {
+    if (is_dead(vctx))
+        return dead_mem_alloc(vctx, size, out);
+
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     CUdeviceptr p = 0;
@@ -219,6 +246,9 @@ static int ops_mem_alloc(void *vctx, size_t size, void **out)
 
 static int ops_mem_free(void *vctx, void *ptr, size_t size)
 {
+    if (is_dead(vctx))
+        return dead_mem_free(vctx, ptr, size);
+
     device_ops_t *d = vctx;
     ps_slab_remove((uintptr_t)ptr);
     int pushed = enter_ctx(d);
@@ -229,6 +259,9 @@ static int ops_mem_free(void *vctx, void *ptr, size_t size)
 
 static int ops_mem_alloc_async(void *vctx, size_t size, ps_stream_t stream, void **out)
 {
+    if (is_dead(vctx))
+        return dead_mem_alloc_async(vctx, size, stream, out);
+
     device_ops_t *d = vctx;
     if (!ps_real.cuMemAllocAsync)
         return PS_EUNSUPPORTED;
@@ -245,6 +278,9 @@ static int ops_mem_alloc_async(void *vctx, size_t size, ps_stream_t stream, void
 
 static int ops_mem_free_async(void *vctx, void *ptr, ps_stream_t stream)
 {
+    if (is_dead(vctx))
+        return dead_mem_free_async(vctx, ptr, stream);
+
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     CUstream s = stream == PS_STREAM_NONE ? (CUstream)PS_STREAM_LEGACY : (CUstream)stream;
@@ -258,6 +294,9 @@ static int ops_mem_free_async(void *vctx, void *ptr, ps_stream_t stream)
  * answered "invalid value" instead of reaching cuMemFreeHost. */
 static int ops_host_alloc(void *vctx, size_t size, unsigned flags, void **out)
 {
+    if (is_dead(vctx))
+        return dead_host_alloc(vctx, size, flags, out);
+
     device_ops_t *d = vctx;
     if (!ps_real.cuMemHostAlloc || !ps_real.cuMemFreeHost)
         return PS_EUNSUPPORTED;
@@ -274,6 +313,9 @@ static int ops_host_alloc(void *vctx, size_t size, unsigned flags, void **out)
 
 static int ops_host_free(void *vctx, void *ptr, size_t size)
 {
+    if (is_dead(vctx))
+        return dead_mem_free(vctx, ptr, size); /* the context freed its pinned memory */
+
     device_ops_t *d = vctx;
     ps_slab_remove((uintptr_t)ptr);
     int pushed = enter_ctx(d);
@@ -284,6 +326,9 @@ static int ops_host_free(void *vctx, void *ptr, size_t size)
 
 static int ops_mem_alloc_managed(void *vctx, size_t size, void **out)
 {
+    if (is_dead(vctx))
+        return dead_mem_alloc(vctx, size, out);
+
     device_ops_t *d = vctx;
     if (!ps_real.cuMemAllocManaged)
         return PS_EUNSUPPORTED;
@@ -300,6 +345,9 @@ static int ops_mem_alloc_managed(void *vctx, size_t size, void **out)
 
 static int ops_mem_get_info(void *vctx, size_t *free_bytes, size_t *total_bytes)
 {
+    if (is_dead(vctx))
+        return dead_mem_get_info(vctx, free_bytes, total_bytes);
+
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     CUresult r = ps_real.cuMemGetInfo_v2(free_bytes, total_bytes);
@@ -324,6 +372,9 @@ static ps_fence_t *fence_take(device_ops_t *d)
 
 static void ops_fence_release(void *vctx, ps_fence_t *f)
 {
+    if (is_dead(vctx))
+        return;
+
     device_ops_t *d = vctx;
     if (!f)
         return;
@@ -381,6 +432,9 @@ static int legacy_usable_locked(void)
 
 static int ops_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out)
 {
+    if (is_dead(vctx))
+        return dead_fence_record(vctx, stream, out);
+
     device_ops_t *d = vctx;
     ps_fence_t *f = fence_take(d);
     if (!f)
@@ -423,6 +477,9 @@ static int ops_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out)
 
 static int ops_fence_query(void *vctx, ps_fence_t *f)
 {
+    if (is_dead(vctx))
+        return dead_fence_done(vctx, f);
+
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     int status = PS_OK;
@@ -434,6 +491,9 @@ static int ops_fence_query(void *vctx, ps_fence_t *f)
 
 static int ops_fence_wait(void *vctx, ps_fence_t *f)
 {
+    if (is_dead(vctx))
+        return dead_fence_done(vctx, f);
+
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     int status = PS_OK;
@@ -445,6 +505,9 @@ static int ops_fence_wait(void *vctx, ps_fence_t *f)
 
 static int ops_stream_wait_fence(void *vctx, ps_stream_t stream, ps_fence_t *f)
 {
+    if (is_dead(vctx))
+        return dead_stream_wait_fence(vctx, stream, f);
+
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     int status = PS_OK;
@@ -457,6 +520,9 @@ static int ops_stream_wait_fence(void *vctx, ps_stream_t stream, ps_fence_t *f)
 /* ---- barrier (4. above) --------------------------------------------------------------- */
 static int ops_barrier(void *vctx)
 {
+    if (is_dead(vctx))
+        return dead_barrier(vctx);
+
     device_ops_t *d = vctx;
     if (d->skip_barrier) /* the negative control of the GPU hazard tests: must be caught */
         return PS_OK;
@@ -538,6 +604,9 @@ static int ops_vm_reserve(void *vctx, size_t size, void **out)
 
 static void ops_vm_release(void *vctx, void *addr, size_t size)
 {
+    if (is_dead(vctx))
+        return;
+
     device_ops_t *d = vctx;
     uint64_t ignored;
     pthread_mutex_lock(&d->vm_lock);
@@ -551,6 +620,9 @@ static void ops_vm_release(void *vctx, void *addr, size_t size)
 
 static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
 {
+    if (is_dead(vctx))
+        return dead_vm_map(vctx, addr, size, handle);
+
     device_ops_t *d = vctx;
     CUmemAllocationProp prop;
     memset(&prop, 0, sizeof prop);
@@ -627,6 +699,9 @@ void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer)
 
 static int ops_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle)
 {
+    if (is_dead(vctx))
+        return dead_vm_unmap(vctx, addr, size, handle);
+
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     CUresult r = ps_real.cuMemUnmap((CUdeviceptr)(uintptr_t)addr, size);
@@ -711,6 +786,9 @@ static size_t vm_granularity_of(CUdevice device)
 
 static int ops_device_synchronize(void *vctx)
 {
+    if (is_dead(vctx))
+        return dead_device_synchronize(vctx);
+
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     CUresult r = ps_real.cuCtxSynchronize();
@@ -797,50 +875,11 @@ void ps_gpu_ops_cuda_forget_context(CUcontext ctx)
  * calling CUDA. The resources over it keep their pointer to the table, so
  * its entries are replaced in place; its events, fences and memory are
  * abandoned (the driver freed them with the context). */
-static int dead_mem_alloc(void *vctx, size_t size, void **out) { return PS_EUPSTREAM; }
-static int dead_mem_free(void *vctx, void *ptr, size_t size) { return PS_OK; }
-static int dead_mem_alloc_async(void *vctx, size_t size, ps_stream_t stream, void **out) { return PS_EUPSTREAM; }
-static int dead_mem_free_async(void *vctx, void *ptr, ps_stream_t stream) { return PS_OK; }
-static int dead_mem_get_info(void *vctx, size_t *free_bytes, size_t *total_bytes) { return PS_EUPSTREAM; }
-static int dead_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out) { return PS_EUPSTREAM; }
-static int dead_fence_done(void *vctx, ps_fence_t *f) { return PS_OK; } /* nothing can still run */
-static void dead_fence_release(void *vctx, ps_fence_t *f) {}
-static int dead_stream_wait_fence(void *vctx, ps_stream_t stream, ps_fence_t *f) { return PS_OK; }
-static int dead_device_synchronize(void *vctx) { return PS_OK; }
-static int dead_barrier(void *vctx) { return PS_EUPSTREAM; }
-static int dead_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle) { return PS_EUPSTREAM; }
-static int dead_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle) { return PS_OK; }
-static void dead_vm_release(void *vctx, void *addr, size_t size) {}
-static int dead_host_alloc(void *vctx, size_t size, unsigned flags, void **out) { return PS_EUPSTREAM; }
-
-#define SET_DEAD(field, fn) __atomic_store_n(&ops->field, fn, __ATOMIC_RELEASE)
 void ps_gpu_ops_cuda_mark_dead(ps_gpu_ops_t *ops)
 {
     if (!ops)
         return;
-    SET_DEAD(mem_alloc, dead_mem_alloc);
-    SET_DEAD(mem_free, dead_mem_free);
-    if (ops->mem_alloc_async)
-        SET_DEAD(mem_alloc_async, dead_mem_alloc_async);
-    if (ops->mem_free_async)
-        SET_DEAD(mem_free_async, dead_mem_free_async);
-    if (ops->mem_alloc_managed)
-        SET_DEAD(mem_alloc_managed, dead_mem_alloc);
-    SET_DEAD(mem_get_info, dead_mem_get_info);
-    SET_DEAD(fence_record, dead_fence_record);
-    SET_DEAD(fence_query, dead_fence_done);
-    SET_DEAD(fence_wait, dead_fence_done);
-    SET_DEAD(fence_release, dead_fence_release);
-    SET_DEAD(stream_wait_fence, dead_stream_wait_fence);
-    SET_DEAD(device_synchronize, dead_device_synchronize);
-    SET_DEAD(barrier, dead_barrier);
-    SET_DEAD(host_alloc, dead_host_alloc);
-    SET_DEAD(host_free, dead_mem_free); /* the context freed its pinned memory */
-    if (ops->vm_map) {
-        SET_DEAD(vm_map, dead_vm_map);
-        SET_DEAD(vm_unmap, dead_vm_unmap);
-        SET_DEAD(vm_release, dead_vm_release);
-    }
+    atomic_store_explicit(&((device_ops_t *)ops)->dead, 1, memory_order_release);
     /* new streams of the next context (same primary-context handle) must
      * not wait on the dead barrier event */
     device_ops_t *d = (device_ops_t *)ops;
@@ -852,4 +891,3 @@ void ps_gpu_ops_cuda_mark_dead(ps_gpu_ops_t *ops)
             device_tables[i] = NULL;
     pthread_mutex_unlock(&streams_lock);
 }
-#undef SET_DEAD
