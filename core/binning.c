@@ -149,6 +149,17 @@ static void binning_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
     }
 }
 
+/* Passes a device synchronize to every distinct bin resource and the fallback. */
+static void binning_device_synchronized(ps_resource_t *r)
+{
+    binning_t *b = (binning_t *)r;
+    size_t n = b->bin_count + (b->base.upstream != NULL);
+    for (size_t i = 0; i < n; i++) {
+        if (!repeated(b, i))
+            ps_device_synchronized(member(b, i));
+    }
+}
+
 static void binning_destroy(ps_resource_t *r)
 {
     binning_t *b = (binning_t *)r;
@@ -164,6 +175,7 @@ static const ps_resource_ops_t binning_ops = {
     .query = binning_query,
     .destroy = binning_destroy,
     .stream_destroyed = binning_stream_destroyed,
+    .device_synchronized = binning_device_synchronized,
 };
 
 int ps_binning_create(const char *name, const ps_bin_t *bins, size_t bin_count,

@@ -87,7 +87,9 @@
  *       - cudaFree, free_sync event: the block joins the open epoch (state
  *         pending: it neither coalesces nor is handed out) — no CUDA call.
  *  5. trim(): close and wait every epoch and stream list, merge everything
- *     into the ready list, and give memory back as in step e.
+ *     into the ready list, and give memory back as in step e. When the
+ *     program synchronizes the device and more than release_threshold
+ *     bytes are reserved, the same, stopping once at most that many are.
  *  The per-thread default stream (PS_STREAM_PER_THREAD) is one handle that
  *  names a different stream on every thread, so a per-handle free list
  *  would hand one thread's freed block to another thread's stream with no
@@ -1072,20 +1074,23 @@ static int grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown)
  * The device is synchronized first: unmapping does not wait for kernels
  * still using the range, and a ready block may have been freed while one
  * ran (a barrier orders later work, not earlier work). */
-static void unmap_free_pieces_locked(pool_t *pool)
+static void unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
 {
     int synchronized = 0;
-    for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
+    for (uint32_t slot = 0; slot < pool->chunks_count && pool->bytes_reserved > keep; slot++) {
         ps_vm_range_t *range = pool->chunks[slot].range;
         if (!pool->chunks[slot].base || !range)
             continue;
-        for (uint32_t index = pool->chunks[slot].first_block, next; index != NIL; index = next) {
+        for (uint32_t index = pool->chunks[slot].first_block, next; index != NIL && pool->bytes_reserved > keep;
+             index = next) {
             pool_block_t *b = &pool->blocks[index];
             next = b->next_phys;
             if (b->state != BLOCK_FREE || b->owner != OWNER_READY)
                 continue;
             uintptr_t lo = range->base + ps_align_up(b->addr - range->base, range->piece);
             uintptr_t hi = range->base + (b->addr + b->size - range->base) / range->piece * range->piece;
+            if (hi > lo && hi - lo > pool->bytes_reserved - keep) /* unmap no more than needed */
+                hi = lo + ps_align_up(pool->bytes_reserved - keep, range->piece);
             if (hi <= lo || reserve_descriptors_locked(pool, 2) != PS_OK)
                 continue;
             if (!synchronized) {
@@ -1154,11 +1159,12 @@ static int grow_locked(pool_t *pool, size_t need, uint32_t *grown)
     }
 }
 
-/* Gives every wholly free chunk of the ready list back to the upstream. */
-static void release_free_chunks_locked(pool_t *pool)
+/* Gives wholly free chunks of the ready list back to the upstream (and,
+ * expandable, unmaps free pieces) until at most `keep` bytes are reserved. */
+static void release_free_chunks_locked(pool_t *pool, uint64_t keep)
 {
     quick_flush_locked(pool);
-    for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
+    for (uint32_t slot = 0; slot < pool->chunks_count && pool->bytes_reserved > keep; slot++) {
         pool_chunk_t *chunk = &pool->chunks[slot];
         if (!chunk->base || chunk->range)
             continue;
@@ -1179,7 +1185,7 @@ static void release_free_chunks_locked(pool_t *pool)
     while (pool->chunks_count && !pool->chunks[pool->chunks_count - 1].base)
         pool->chunks_count--;
     if (pool->expandable)
-        unmap_free_pieces_locked(pool);
+        unmap_free_pieces_locked(pool, keep);
 }
 
 /* Memory pressure: closes the open epoch; when no fence can be had, falls
@@ -1325,7 +1331,7 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
             return PS_OK;
     }
     /* e. give free memory back and grow once more */
-    release_free_chunks_locked(pool);
+    release_free_chunks_locked(pool, 0);
     if (grow_locked(pool, need, &grown) == PS_OK)
         return take_grown_locked(pool, grown, need, out);
     return PS_ENOMEM; /* f. */
@@ -1411,12 +1417,29 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
     return PS_OK;
 }
 
+/* The program synchronized the device: above release_threshold, wait for
+ * what is pending (the device is idle, so at once) and give free memory
+ * back down to the threshold. Memory freed by another thread since the
+ * program's synchronize is covered by the fences flush_all waits on. */
+static void pool_device_synchronized(ps_resource_t *r)
+{
+    pool_t *pool = (pool_t *)r;
+    if (pool->options.release_threshold == UINT64_MAX)
+        return;
+    ps_lock(&pool->lock);
+    if (pool->bytes_reserved > pool->options.release_threshold) {
+        flush_all_locked(pool);
+        release_free_chunks_locked(pool, pool->options.release_threshold);
+    }
+    ps_unlock(&pool->lock);
+}
+
 static int pool_trim(ps_resource_t *r)
 {
     pool_t *pool = (pool_t *)r;
     ps_lock(&pool->lock);
     flush_all_locked(pool);
-    release_free_chunks_locked(pool);
+    release_free_chunks_locked(pool, 0);
     ps_unlock(&pool->lock);
     return PS_OK;
 }
@@ -1562,7 +1585,8 @@ static void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
 }
 
 static const ps_resource_ops_t pool_ops = {"pool", pool_allocate, pool_deallocate, pool_trim,
-                                           pool_query, pool_destroy, pool_stream_destroyed};
+                                           pool_query, pool_destroy, pool_stream_destroyed,
+                                           pool_device_synchronized};
 
 /* ---- creation ---------------------------------------------------------- */
 
@@ -1596,6 +1620,7 @@ void ps_pool_options_default(ps_pool_options_t *opts)
         .expandable_piece = 2 * PS_MiB,
         .barrier_pending_percent = 3,
         .small_from_back = PS_MiB,
+        .release_threshold = UINT64_MAX,
     };
 }
 

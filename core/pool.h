@@ -68,6 +68,10 @@ typedef struct ps_pool_options {
                                  host-wait the oldest epoch instead (the pinned host pool: its
                                  blocks cannot be released by a barrier) */
     unsigned pending_wait_percent; /* see pending_wait_bytes (0 = off) */
+    uint64_t release_threshold; /* when the program synchronizes the device and more than this
+                                 many bytes are reserved, free memory goes back to the upstream
+                                 (whole chunks; expandable: whole free pieces) until at most this
+                                 many are; UINT64_MAX (default) = keep all, as before */
 } ps_pool_options_t;
 
 /* Fills *opts with the defaults above. */

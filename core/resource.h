@@ -66,6 +66,10 @@ typedef struct ps_resource_ops {
      * retired under a fence recorded on it now, never touched through the
      * dead handle later. NULL: forward to the upstream (adaptors). */
     void (*stream_destroyed)(ps_resource_t *r, ps_stream_t stream);
+    /* The program just synchronized the device (cudaDeviceSynchronize):
+     * a moment to give memory back (the pool's release_threshold). NULL:
+     * forward to the upstream (adaptors) or nothing to do. */
+    void (*device_synchronized)(ps_resource_t *r);
 } ps_resource_ops_t;
 
 struct ps_resource {
@@ -99,6 +103,13 @@ static inline void ps_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
         r->ops->stream_destroyed(r, stream);
     else if (r->upstream)
         ps_stream_destroyed(r->upstream, stream);
+}
+static inline void ps_device_synchronized(ps_resource_t *r)
+{
+    if (r->ops->device_synchronized)
+        r->ops->device_synchronized(r);
+    else if (r->upstream)
+        ps_device_synchronized(r->upstream);
 }
 static inline void ps_destroy(ps_resource_t *r)
 {

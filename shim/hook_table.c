@@ -25,6 +25,7 @@ static const ps_hook_t hooks[] = {
     HOOK(cuStreamCreateWithPriority), HOOK(cuStreamDestroy_v2), HOOK(cuStreamBeginCapture),
     HOOK(cuStreamBeginCapture_ptsz), HOOK(cuStreamBeginCapture_v2), HOOK(cuStreamBeginCapture_v2_ptsz),
     HOOK(cuStreamBeginCaptureToGraph), HOOK(cuStreamBeginCaptureToGraph_ptsz), HOOK(cuCtxEnablePeerAccess),
+    HOOK(cuCtxSynchronize), HOOK(cuCtxSynchronize_v2),
     /* pinned host memory */
     HOOK(cuMemHostAlloc), HOOK(cuMemAllocHost_v2), HOOK(cuMemFreeHost),
     /* context lifecycle (hooks_context.c) */

@@ -263,6 +263,34 @@ PS_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
     return r;
 }
 
+/* Device synchronize (cudaDeviceSynchronize reaches cuCtxSynchronize through
+ * cuGetProcAddress): after it, the stack may give memory back (the pool's
+ * release_threshold). _v2 names its context: only the current one counts. */
+PS_EXPORT CUresult cuCtxSynchronize(void)
+{
+    if (!ps_real.cuCtxSynchronize && ps_real_load_driver() != PS_OK)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!ps_real.cuCtxSynchronize)
+        return CUDA_ERROR_NOT_FOUND;
+    CUresult r = ps_real.cuCtxSynchronize();
+    if (r == CUDA_SUCCESS)
+        ps_route_device_synchronized();
+    return r;
+}
+
+PS_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+    if (!ps_real.cuCtxSynchronize_v2 && ps_real_load_driver() != PS_OK)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!ps_real.cuCtxSynchronize_v2)
+        return CUDA_ERROR_NOT_FOUND;
+    CUresult r = ps_real.cuCtxSynchronize_v2(ctx);
+    CUcontext current = NULL;
+    if (r == CUDA_SUCCESS && (!ctx || (ps_real.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == ctx)))
+        ps_route_device_synchronized();
+    return r;
+}
+
 /* ---- cuGetProcAddress ------------------------------------------------------------ */
 static CUresult replace_with_hook(CUresult r, void **pfn, const char *symbol, int version, cuuint64_t flags)
 {

@@ -660,6 +660,19 @@ void ps_peer_access_enabled(CUcontext peer)
     ps_gpu_ops_cuda_peer_access_enabled(peer);
 }
 
+void ps_route_device_synchronized(void)
+{
+    if (!atomic_load_explicit(&init_done, memory_order_acquire) || ps_disabled_early)
+        return;
+    CUdevice d = -1;
+    if (ps_real.cuCtxGetDevice(&d) != CUDA_SUCCESS || d < 0 || d >= PS_MAX_DEVICES ||
+        atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) != PS_DEVICE_READY)
+        return; /* nothing built on this device: nothing to give back */
+    ps_device_state_t *dev = ps_current_device(PS_DOOR_DRIVER);
+    if (dev)
+        ps_device_synchronized(__atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE)->top);
+}
+
 /* ---- context lifecycle -------------------------------------------------------------- */
 /* Gives back the shim's reference on device d's primary context. */
 static void release_ours(ps_device_state_t *dev)

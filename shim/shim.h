@@ -75,6 +75,7 @@
     X(cuCtxPushCurrent_v2, CUresult, (CUcontext))                                          \
     X(cuCtxPopCurrent_v2, CUresult, (CUcontext *))                                         \
     X(cuCtxSynchronize, CUresult, (void))                                                  \
+    X(cuCtxSynchronize_v2, CUresult, (CUcontext))                                          \
     X(cuCtxSetCurrent, CUresult, (CUcontext))                                              \
     X(cuDevicePrimaryCtxRetain, CUresult, (CUcontext *, CUdevice))                         \
     X(cuDevicePrimaryCtxRelease, CUresult, (CUdevice))                                     \
@@ -329,6 +330,10 @@ void ps_streams_destroyed(CUstream stream);
 int ps_streams_capture_gate(void);
 void ps_streams_capture_gate_end(void);
 void ps_peer_access_enabled(CUcontext peer);
+/* The program synchronized the current context (cuCtxSynchronize, and so
+ * cudaDeviceSynchronize): tells the device's stack, if it was built
+ * (release_threshold). */
+void ps_route_device_synchronized(void);
 
 /* Initialises on first use (config, driver). Returns ps_active. */
 int ps_shim_ensure_init(void);

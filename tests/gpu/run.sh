@@ -180,6 +180,7 @@ declare -A sources=(
     [misc_shared]="misc.cu -cudart shared -lcuda"
     [overhead_static]="overhead.cu"
     [expandable_static]="expandable.cu"
+    [release_threshold_static]="release_threshold.cu"
     [peer_static]="peer.cu"
     [capture_threads_static]="capture_threads.cu"
     [capture_threads_shared]="capture_threads.cu -cudart shared"
@@ -248,6 +249,12 @@ expect_detect hazard_barrier_skipped_threads_ptds_expected_failure POOLSHIM_TEST
 # ---------------------------------------------------------------- 3b. expandable pool: holes join
 native expandable expandable_static
 shim expandable "doors.driver>0 expandable==1" -- expandable_static
+# release_threshold: cudaDeviceSynchronize gives free memory back (and keeps it without the option)
+native release_threshold release_threshold_static released
+shim release_threshold "doors.driver>0 upstream.frees>0" \
+    POOLSHIM_OPTIONS=resource.main.release_threshold=0,global.meminfo=device -- release_threshold_static released
+shim release_threshold_off "doors.driver>0 upstream.frees==0" POOLSHIM_OPTIONS=global.meminfo=device \
+    -- release_threshold_static kept
 # a capture on one thread while another allocates and frees (barriers refused, no legacy-stream record)
 for mode in relaxed threadlocal; do
     native capture_threads_$mode capture_threads_static $mode

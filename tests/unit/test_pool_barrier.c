@@ -271,3 +271,40 @@ Test(pool_expandable, holes_join_for_one_big_block_where_chunks_cannot)
         fixture_close(&f);
     }
 }
+
+Test(pool_expandable, device_synchronize_gives_back_memory_above_the_release_threshold)
+{
+    for (int vm = 1; vm >= 0; vm--) {
+        for (int threshold_set = 0; threshold_set <= 1; threshold_set++) {
+            pool_fixture_t f;
+            ps_pool_options_t o = small_pool_options();
+            o.min_chunk = o.max_chunk = 8 * PS_MiB; /* chunks: one block each */
+            if (threshold_set)
+                o.release_threshold = 8 * PS_MiB;
+            open_pool(&f, &o, vm, 0);
+            void *blocks[4];
+            for (int i = 0; i < 4; i++)
+                cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &blocks[i]), PS_OK);
+            for (int i = 0; i < 3; i++) /* pending: the fake GPU lags */
+                cr_assert_eq(ps_deallocate(f.pool, blocks[i], 0, PS_STREAM_NONE), PS_OK);
+            cr_assert_eq(fixture_info(f.pool).bytes_reserved, 32 * PS_MiB);
+            ps_device_synchronized(f.pool);
+            ps_resource_info_t info = fixture_info(f.pool);
+            if (threshold_set) {
+                cr_assert_eq(info.bytes_reserved, 8 * PS_MiB, "vm %d: down to the threshold", vm);
+                cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 8 * PS_MiB);
+            } else {
+                cr_assert_eq(info.bytes_reserved, 32 * PS_MiB, "vm %d: no threshold, nothing given back", vm);
+            }
+            cr_assert_eq(info.bytes_in_use, 8 * PS_MiB);
+            cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0, "the device was synchronized before unmapping");
+            cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+            void *again; /* memory given back is taken again when needed */
+            cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &again), PS_OK);
+            cr_assert_eq(ps_deallocate(f.pool, again, 0, PS_STREAM_NONE), PS_OK);
+            cr_assert_eq(ps_deallocate(f.pool, blocks[3], 0, PS_STREAM_NONE), PS_OK);
+            cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+            fixture_close(&f);
+        }
+    }
+}
