@@ -135,6 +135,9 @@ for rep in $(seq 1 "$BENCH_REPEATS"); do
         bench "poolshim_$stack" "${shim_env[@]}" POOLSHIM_RESOURCE=$stack -- --allocator cudaMalloc
     done
     bench poolshim_pool_asyncapi "${shim_env[@]}" POOLSHIM_RESOURCE=pool -- --allocator cudaMallocAsync
+    # the pool over chunks instead of the expandable range: its hot path beside the default's
+    bench poolshim_pool_chunked "${shim_env[@]}" POOLSHIM_RESOURCE=pool POOLSHIM_OPTIONS=resource.main.expandable=0 \
+        -- --allocator cudaMalloc
     bench poolshim_direct "${shim_env[@]}" POOLSHIM_RESOURCE=pool -- --allocator direct
     if [ $has_rmm = 1 ]; then
         for peer in rmm_pool rmm_arena rmm_binning rmm_async; do
