@@ -30,6 +30,8 @@ NVCC      ?= $(CUDA_HOME)/bin/nvcc
 INIH_LIB  ?= $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libinih.a /usr/lib/*/libinih.a /usr/lib/libinih.a))
 # jansson (the CLI's JSON reader), linked statically so the CLI runs where libjansson is absent.
 JANSSON_LIB ?= $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libjansson.a /usr/lib/*/libjansson.a /usr/lib/libjansson.a))
+# zlib (the CLI reads gzip-compressed allocation logs), linked statically too.
+ZLIB_LIB ?= $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libz.a /usr/lib/*/libz.a /usr/lib/libz.a))
 
 ifeq ($(SANITIZE),)
 BUILD     ?= build
@@ -84,7 +86,7 @@ $(LIB): $(SHIM_OBJ) $(CORE_LIB) shim/exports.map
 	    -Wl,--version-script=shim/exports.map -Wl,-z,now $(LDLIBS)
 
 $(CLI): $(TOOL_OBJ) $(CORE_LIB)
-	$(CC) -o $@ $(TOOL_OBJ) $(CORE_LIB) $(INIH_LIB) $(JANSSON_LIB) $(LDFLAGS) $(LDLIBS) -lm
+	$(CC) -o $@ $(TOOL_OBJ) $(CORE_LIB) $(INIH_LIB) $(JANSSON_LIB) $(ZLIB_LIB) $(LDFLAGS) $(LDLIBS) -lm
 
 $(UNIT): $(UNIT_OBJ) $(CORE_LIB)
 	$(CC) -o $@ $(UNIT_OBJ) $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) -lcriterion $(LDLIBS) -lm

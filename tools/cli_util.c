@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 int cli_self_dir(char *out, size_t outsize)
 {
@@ -292,14 +293,25 @@ const char *cli_json_str(const json_t *object, const char *path, const char *fal
 
 int cli_read_file(const char *path, char **text, size_t *length)
 {
-    FILE *f = fopen(path, "rb");
+    /* zlib reads plain files as they are and gzip files decompressed */
+    gzFile f = gzopen(path, "rb");
     if (!f)
         return -1;
+    gzbuffer(f, 1 << 17);
     size_t capacity = 1 << 16, used = 0;
     char *buf = malloc(capacity);
+    int read_error = 0;
     while (buf) {
-        size_t n = fread(buf + used, 1, capacity - used - 1, f);
-        used += n;
+        size_t room = capacity - used - 1;
+        int n = gzread(f, buf + used, room > (1u << 30) ? (1u << 30) : (unsigned)room);
+        if (n < 0) {
+            int zerr = 0;
+            const char *why = gzerror(f, &zerr);
+            fprintf(stderr, "poolshim: error: %s: broken gzip data (zlib: %s)\n", path, why ? why : "?");
+            read_error = 1;
+            break;
+        }
+        used += (size_t)n;
         if (used + 1 < capacity)
             break;
         char *bigger = realloc(buf, capacity * 2);
@@ -311,9 +323,10 @@ int cli_read_file(const char *path, char **text, size_t *length)
         buf = bigger;
         capacity *= 2;
     }
-    int failed = ferror(f) || !buf;
-    fclose(f);
+    int failed = read_error || !buf;
+    gzclose(f);
     if (failed) {
+        errno = read_error ? EIO : ENOMEM;
         free(buf);
         return -1;
     }

@@ -224,6 +224,21 @@ Test(cli, bad_option_values_are_usage_errors)
     cli_result_free(&r);
 }
 
+Test(cli, broken_gzip_log_is_an_error_that_names_the_file)
+{
+    char path[] = "/tmp/poolshim-broken-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    const char bytes[] = "\x1f\x8b garbage that is no deflate stream";
+    cr_assert_eq(write(fd, bytes, sizeof bytes - 1), (ssize_t)(sizeof bytes - 1));
+    close(fd);
+    cli_result_t r = run_cli((const char *[]){"replay", path, "--simulate", "80GiB", NULL}, NULL);
+    unlink(path);
+    cr_expect_neq(r.exit_code, 0);
+    cr_expect(strstr(r.err, "broken gzip data") && strstr(r.err, path), "stderr: %s", r.err);
+    cli_result_free(&r);
+}
+
 /* ---- run ------------------------------------------------------------------- */
 
 Test(cli, run_appends_to_existing_preload_and_passes_exit_status_through)
@@ -990,21 +1005,12 @@ Test(replay, real_pytorch_trace_keeps_reserved_within_15_percent_of_requested)
     cli_result_free(&r);
 }
 
-/* Replays one gzipped log of tests/data/logs against the stack of `config`
- * (NULL: the default) and returns peak reserved / peak requested. */
-/* Replays a gzipped log on an 80 GiB simulated device over `config` (NULL:
- * the default) with the GPU lagging by `gpu_lag` (NULL: none); returns
- * peak reserved / peak requested. */
+/* Replays a gzipped log (read as it is: the CLI decompresses it) on an
+ * 80 GiB simulated device over `config` (NULL: the default) with the GPU
+ * lagging by `gpu_lag` (NULL: none); returns peak reserved / peak requested. */
 static double replayed_overhead_lagging(const char *gz_name, const char *config, const char *gpu_lag)
 {
-    char csv[] = "/tmp/poolshim-replay-XXXXXX";
-    int fd = mkstemp(csv);
-    cr_assert_geq(fd, 0);
-    close(fd);
-    char command[1024];
-    snprintf(command, sizeof command, "gzip -dc '%s' > '%s'", data_path(gz_name), csv);
-    cr_assert_eq(system(command), 0, "%s", command);
-    const char *args[12] = {"replay", csv, "--simulate", "80GiB", "--json"};
+    const char *args[12] = {"replay", data_path(gz_name), "--simulate", "80GiB", "--json"};
     size_t n = 5;
     if (config) {
         args[n++] = "-c";
@@ -1016,7 +1022,6 @@ static double replayed_overhead_lagging(const char *gz_name, const char *config,
     }
     args[n] = NULL;
     cli_result_t r = run_cli(args, NULL);
-    unlink(csv);
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
     json_t *j;
     char err[128];
