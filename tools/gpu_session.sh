@@ -2,7 +2,7 @@
 # One GPU session in one call: the GPU suite, the demo, `poolshim ab` on the
 # demo and on PyTorch, and the benchmarks. Used on the lent GPU machine with
 # build/ (and .carry/ for the RMM peer) carried from a machine with libinih:
-#   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [bench] [torchmem] [ddp]
+#   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [bench] [torchmem] [ddp] [ddp_transformer]
 # torchmem: NVML memory of varied PyTorch loops per allocator (about 6 min on an
 # H100); ddp: DDP per free policy (needs two GPUs: nvidia-h200-x2).
 # Results land under $OUT: gpu/ and bench/ from the scripts, and everything
@@ -52,6 +52,10 @@ for step in $what; do
     ddp)
         echo "=== DDP on two GPUs per free policy"
         OUT_DIR=$OUT/ddp tools/bench/torch_mem/ddp.sh build/libpoolshim.so ;;
+    ddp_transformer)
+        echo "=== DDP of the transformer (random length and batch) on two GPUs per free policy"
+        OUT_DIR=$OUT/ddp_transformer WORKLOAD=ddp_transformer STEPS=${STEPS:-150} \
+            tools/bench/torch_mem/ddp.sh build/libpoolshim.so ;;
     esac
 done
 [ -d "$OUT/extra" ] && (cd "$OUT" && tar czf extra.tgz extra && rm -rf extra)

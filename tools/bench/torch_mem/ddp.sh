@@ -4,7 +4,9 @@
 # every 20 ms, peak above the idle baseline) and the shim's own peak
 # requested / reserved per rank. The barrier makes NCCL's non-blocking
 # streams wait at every barrier; this measures what that costs.
-#   tools/bench/torch_mem/ddp.sh [LIB]      (OUT_DIR, STEPS, PYTHON)
+#   tools/bench/torch_mem/ddp.sh [LIB]      (OUT_DIR, STEPS, PYTHON, WORKLOAD)
+# WORKLOAD: ddp (the MLP, default) or ddp_transformer (random sequence
+# length and batch: tensors large next to NCCL's buffers).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
@@ -12,8 +14,9 @@ lib=$(realpath -m "${1:-$repo/build/libpoolshim.so}")
 OUT_DIR=${OUT_DIR:-/tmp/ddp-mem}
 STEPS=${STEPS:-300}
 PYTHON=${PYTHON:-python3}
+WORKLOAD=${WORKLOAD:-ddp}
 mkdir -p "$OUT_DIR"
-summary=$OUT_DIR/ddp.txt
+summary=$OUT_DIR/$WORKLOAD.txt
 : >"$summary"
 configs=(
     "nocache|PYTORCH_NO_CUDA_MEMORY_CACHING=1"
@@ -33,7 +36,7 @@ for entry in "${configs[@]}"; do
     smi=$!
     # shellcheck disable=SC2086
     env $envs POOLSHIM_STATS=json POOLSHIM_STATS_FILE="$OUT_DIR/$name.stats_%r.json" \
-        timeout 240 torchrun --standalone --nproc-per-node 2 "$here/workloads.py" ddp --steps "$STEPS" \
+        timeout 240 torchrun --standalone --nproc-per-node 2 "$here/workloads.py" "$WORKLOAD" --steps "$STEPS" \
         >"$OUT_DIR/$name.log" 2>&1
     rc=$?
     kill $smi 2>/dev/null; wait $smi 2>/dev/null

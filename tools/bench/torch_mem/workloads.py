@@ -201,7 +201,7 @@ class ConvnetWorkload:
 
 
 WORKLOADS = {"mlp": MLPWorkload, "transformer": TransformerWorkload, "convnet": ConvnetWorkload,
-             "ddp": MLPWorkload}
+             "ddp": MLPWorkload, "ddp_transformer": TransformerWorkload}
 
 
 def bytes_stat(fn, device):
@@ -224,7 +224,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     rank, world = 0, 1
-    if args.name == "ddp":
+    if args.name.startswith("ddp"):
         import torch.distributed as dist
         if "RANK" not in os.environ:
             sys.exit("workloads.py ddp: run it under torchrun (e.g. torchrun --nproc-per-node 2 workloads.py ddp)")
@@ -248,7 +248,7 @@ def main(argv=None):
     workload = WORKLOADS[args.name](device, args.small, gen, rng, rank)
     model_params = list(workload.parameters())
     step_model = None
-    if args.name == "ddp":
+    if args.name.startswith("ddp"):
         from torch.nn.parallel import DistributedDataParallel as DDP
         # DDP broadcasts rank 0's weights at construction; each rank draws its own data
         step_model = DDP(workload.model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -277,11 +277,11 @@ def main(argv=None):
     peak_alloc = bytes_stat(torch.cuda.max_memory_allocated, device)
     peak_res = bytes_stat(torch.cuda.max_memory_reserved, device)
     name = (torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu").replace(" ", "_")
-    rank_field = f" rank={rank} world={world}" if args.name == "ddp" else ""
+    rank_field = f" rank={rank} world={world}" if args.name.startswith("ddp") else ""
     print(f"RESULT name={args.name}{rank_field} steps={args.steps} warmup={args.warmup} wall_s={wall:.3f} "
           f"final_loss={final:.10e} peak_allocated={peak_alloc} peak_reserved={peak_res} "
           f"max_tokens={workload.max_tokens} small={int(args.small)} device={name}", flush=True)
-    if args.name == "ddp":
+    if args.name.startswith("ddp"):
         import torch.distributed as dist
         dist.destroy_process_group()
 
