@@ -13,10 +13,11 @@
  *   peer_before  device 1 is granted access to device 0 (cudaDeviceEnablePeerAccess)
  *                before device 0 allocated anything (its pool is built after
  *                the grant), then device 0 allocates; a kernel on device 1
- *                reads every byte and writes a block, device 0 checks it.
+ *                reads every byte and writes a block, device 0 checks it;
+ *                then peer copies both ways (cudaMemcpyPeer, cudaMemcpyDefault).
  *   peer_after   device 0 allocates first, then device 1 is granted access,
  *                then device 0 allocates more (memory mapped before and after
- *                the grant); the same kernels. (tests/gpu/peer.cu does the
+ *                the grant); the same kernels and copies. (tests/gpu/peer.cu does the
  *                other direction: device 0 reading device 1.)
  *   copies       no peer access: cudaMemcpyPeer, cudaMemcpyPeerAsync and
  *                cudaMemcpy(cudaMemcpyDefault) between pooled blocks of the two
@@ -190,7 +191,23 @@ static int peer(int grant_first)
     unsigned long long wrong_written = mismatches_on(0, late, large, 33);
     printf("multi_gpu: %s: device 1 wrote %zu MiB of device 0, device 0 read it: %llu wrong\n", name, large / MiB,
            wrong_written);
+    /* copies with peer access on (the driver may copy peer to peer, which
+     * needs the grant on mapped memory too): device 0 -> 1 and back */
+    void *on1 = nullptr;
+    CK(cudaSetDevice(1));
+    CK(cudaMalloc(&on1, small));
+    CK(cudaMemcpyPeer(on1, 1, early, 0, small));
+    unsigned long long wrong_copied = mismatches_on(1, on1, small, 31);
+    fill_pattern(on1, small, 34, 0);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpyPeer(late, 0, on1, 1, small));
+    CK(cudaMemcpy((uint8_t *)late + small, on1, small, cudaMemcpyDefault));
+    wrong_copied += mismatches_on(0, late, small, 34) + mismatches_on(0, (uint8_t *)late + small, small, 34);
+    printf("multi_gpu: %s: peer copies of %zu MiB both ways with peer access on: %llu wrong\n", name, small / MiB,
+           wrong_copied);
+    wrong += wrong_copied;
     CK(cudaSetDevice(1)); /* freed with device 1 current */
+    CK(cudaFree(on1));
     CK(cudaFree(early));
     CK(cudaFree(late));
     if (wrong || wrong_written) {
