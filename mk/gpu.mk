@@ -2,6 +2,8 @@
 # `make bench` (top Makefile) run the scripts on a GPU machine; these targets
 # work anywhere nvcc is installed, no GPU needed:
 #   make gpu-build    compile every GPU test program and psbench (proves they build)
+#   make test-gpu-scripts   (part of `make test`) the unit tests of check_stats.py and a
+#                     syntax check (bash -n; shellcheck where installed) of the GPU scripts
 #   make bench-rmm    fetch RMM's headers and build psbench with the RMM peers into
 #                     .carry/ (git-ignored; the GPU machine gets it from there)
 # GPU_ARCH: the nvcc target (H100/H200: sm_90).
@@ -9,9 +11,10 @@ GPU_ARCH  ?= sm_90
 GPU_BUILD := $(BUILD)/gpu
 GPU_NVCC  := $(NVCC) -arch=$(GPU_ARCH) -O2 -lineinfo -std=c++17 -Itests/gpu
 GPU_PROGS := alloc_basic_static alloc_basic_shared alloc_basic_driver hazard_static \
-             hazard_ptds async_streams_static misc_static overhead_static context_reset_static psbench
+             hazard_ptds async_streams_static misc_static overhead_static context_reset_static psbench \
+             multi_gpu_static multi_gpu_shared mp_ranks_static
 
-.PHONY: gpu-build bench-rmm
+.PHONY: gpu-build bench-rmm test-gpu-scripts
 gpu-build: $(GPU_PROGS:%=$(GPU_BUILD)/%)
 
 $(GPU_BUILD)/alloc_basic_static: tests/gpu/alloc_basic.cu tests/gpu/gpu_test.h
@@ -41,9 +44,27 @@ $(GPU_BUILD)/context_reset_static: tests/gpu/context_reset.cu tests/gpu/gpu_test
 $(GPU_BUILD)/overhead_static: tests/gpu/overhead.cu tests/gpu/gpu_test.h
 	@mkdir -p $(dir $@)
 	$(GPU_NVCC) -o $@ $<
+$(GPU_BUILD)/multi_gpu_static: tests/gpu/multi_gpu.cu tests/gpu/gpu_test.h
+	@mkdir -p $(dir $@)
+	$(GPU_NVCC) -o $@ $<
+$(GPU_BUILD)/multi_gpu_shared: tests/gpu/multi_gpu.cu tests/gpu/gpu_test.h
+	@mkdir -p $(dir $@)
+	$(GPU_NVCC) -cudart shared -o $@ $<
+$(GPU_BUILD)/mp_ranks_static: tests/gpu/mp_ranks.cu tests/gpu/gpu_test.h
+	@mkdir -p $(dir $@)
+	$(GPU_NVCC) -o $@ $<
 $(GPU_BUILD)/psbench: tools/bench/psbench.cu
 	@mkdir -p $(dir $@)
 	$(GPU_NVCC) -o $@ $<
 
 bench-rmm:
 	./tools/bench/fetch_rmm.sh
+
+# The GPU suite's scripts, checked on the CPU: check_stats.py's own tests, and
+# the shell scripts parse (shellcheck too when it is installed).
+GPU_SCRIPTS := tests/gpu/run.sh tools/gpu_session.sh tools/bench/run.sh tools/bench/multigpu.sh
+test: test-gpu-scripts
+test-gpu-scripts:
+	python3 tests/gpu/test_check_stats.py -q
+	@for s in $(GPU_SCRIPTS); do bash -n $$s || exit 1; done
+	@if command -v shellcheck >/dev/null; then shellcheck -S warning $(GPU_SCRIPTS); fi

@@ -42,6 +42,12 @@
  *    recommended granularity; offered only when the device reports
  *    CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED and the driver
  *    has every entry point. A reserved range is registered as one slab.
+ *    Mapped memory is not covered by peer access: when the program enables
+ *    access from device D to device P (cuCtxEnablePeerAccess, which
+ *    cudaDeviceEnablePeerAccess calls), D is granted access to every piece
+ *    of P mapped so far and is named in every later mapping of P.
+ *    POOLSHIM_TEST_SKIP_PEER_GRANT=1 (tests only) grants nothing: the
+ *    negative control of tests/gpu/multi_gpu.cu, whose kernel must then fault.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -668,6 +674,12 @@ static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
 
 void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer)
 {
+    const char *skip = getenv("POOLSHIM_TEST_SKIP_PEER_GRANT");
+    if (skip && *skip == '1') {
+        ps_warning("POOLSHIM_TEST_SKIP_PEER_GRANT=1: peer access to the pool's mapped memory is not granted "
+                   "(a test switch: kernels of the peer will fault)");
+        return;
+    }
     CUdevice me = -1, owner = -1;
     if (ps_real.cuCtxGetDevice(&me) != CUDA_SUCCESS || me < 0 || me >= PS_MAX_DEVICES)
         return;

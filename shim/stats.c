@@ -289,6 +289,21 @@ static void write_host(FILE *f, int json, const ps_device_state_t *dev, const ps
             (unsigned long long)info.pending_waits);
 }
 
+/* The name of the top of the stack the configuration gave the device
+ * ([device.N] resource = NAME): the global stats and log adaptors that the
+ * builder puts above it are not part of it (they would make every device
+ * read "stats"). */
+static const char *configured_top_name(const ps_stack_t *stack)
+{
+    size_t top = stack->count;
+    if (top > 0 && ps_global && ps_global->log_file[0] && stack->all[top - 1] == stack->log)
+        top--;
+    if (top > 0 && ps_global && ps_global->stats != PS_STATS_OFF && stack->all[top - 1] == stack->stats)
+        top--;
+    const ps_resource_t *r = top > 0 ? stack->all[top - 1] : stack->top;
+    return r->name ? r->name : r->ops->type_name;
+}
+
 static int device_used(const thread_counters_t *sum, int d)
 {
     if (atomic_load(&ps_devices[d].state) == PS_DEVICE_READY || ps_devices[d].resets)
@@ -329,7 +344,7 @@ void ps_stats_write(FILE *f, int json)
             /* an expandable pool under an adaptor that keeps its own figures (fixed_size) */
             for (size_t r = 0; !info.expandable && r < dev->stack->count; r++)
                 info.expandable = (uint64_t)ps_pool_is_expandable(dev->stack->all[r]);
-            stack = dev->stack->top->name ? dev->stack->top->name : dev->stack->top->ops->type_name;
+            stack = configured_top_name(dev->stack);
         } else if (dev->resets) {
             stack = "dropped";
         }

@@ -2,13 +2,16 @@
 # One GPU session in one call: the GPU suite, the demo, `poolshim ab` on the
 # demo and on PyTorch, and the benchmarks. Used on the lent GPU machine with
 # build/ (and .carry/ for the RMM peer) carried from a machine with libinih:
-#   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [bench] [torchmem] [ddp] [ddp_transformer]
+#   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [bench] [torchmem] [ddp]
+#                                      [ddp_transformer] [multigpu]
 # torchmem: NVML memory of varied PyTorch loops per allocator (about 6 min on an
-# H100); ddp: DDP per free policy (needs two GPUs: nvidia-h200-x2).
+# H100); ddp: DDP per free policy (needs two GPUs: nvidia-h200-x2); multigpu:
+# the GPU suite's multi-GPU and multi-process tests, then mpirun and torchrun
+# jobs timed natively and under the shim, a table per rank (two GPUs, about 3 min).
 # Results land under $OUT: gpu/ and bench/ from the scripts, and everything
 # else in one archive, extra.tgz (the device tool returns at most 8 files).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/poolshim-session}
 mkdir -p "$OUT"
 what=${*:-tests demo ab traces bench}
@@ -56,6 +59,12 @@ for step in $what; do
         echo "=== DDP of the transformer (random length and batch) on two GPUs per free policy"
         OUT_DIR=$OUT/ddp_transformer WORKLOAD=ddp_transformer STEPS=${STEPS:-150} \
             tools/bench/torch_mem/ddp.sh build/libpoolshim.so ;;
+    multigpu)
+        echo "=== several GPUs and processes: tests (tests/gpu/run.sh, TESTS=multi_gpu|mpi_ranks|ddp)"
+        OUTDIR=$OUT/multigpu TESTS='multi_gpu|mpi_ranks|ddp' TEST_TIMEOUT=${TEST_TIMEOUT:-180} \
+            ./tests/gpu/run.sh build | grep -vE '^(PASS|SKIP) build/' | tail -n 60
+        echo "=== several GPUs and processes: per rank, native vs shim (tools/bench/multigpu.sh)"
+        OUT_DIR=$OUT/multigpu/bench tools/bench/multigpu.sh build ;;
     esac
 done
 [ -d "$OUT/extra" ] && (cd "$OUT" && tar czf extra.tgz extra && rm -rf extra)

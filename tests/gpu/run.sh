@@ -18,6 +18,11 @@
 #   TEST_TIMEOUT  seconds per test (default 120)
 #   GPU_ARCH      nvcc -arch (default sm_90)
 #   NVCC, PYTHON  the tools (default nvcc on PATH or $CUDA_HOME/bin/nvcc, python3)
+#   MPIRUN        the MPI launcher for the multi-process tests (default mpirun on PATH)
+#   MPI_STEPS, DDP_STEPS   work per rank in the mpirun and torchrun tests (3000, 60)
+# Several GPUs (section 3c, multi_gpu.cu) and several processes (section 9,
+# mp_ranks.cu under mpirun, DDP under torchrun) need two GPUs (nvidia-h200-x2);
+# with one GPU they are recorded SKIP.
 set -u
 
 build_dir=${1:-build}
@@ -32,6 +37,10 @@ GPU_ARCH=${GPU_ARCH:-sm_90}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 NVCC=${NVCC:-$(command -v nvcc || echo "$CUDA_HOME/bin/nvcc")}
 PYTHON=${PYTHON:-python3}
+MPIRUN=${MPIRUN:-mpirun}
+MPI_STEPS=${MPI_STEPS:-3000}
+DDP_STEPS=${DDP_STEPS:-60}
+cli=$(realpath -m "$build_dir/poolshim")
 
 bin=$WORKDIR/bin
 logs=$WORKDIR/logs
@@ -89,7 +98,10 @@ native() {
     path=$(exe "$program") || { record "$name" FAIL "$program did not build"; return 0; }
     run_timed "${name//\//_}" env -u LD_PRELOAD "$path" "$@"
     keep_log "${name//\//_}"
-    if [ $rc -eq 0 ]; then record "$name" PASS; else record "$name" FAIL "exit $rc, log ${name//\//_}.log"; fi
+    local skip_line
+    skip_line=$(grep -m1 -E '^[a-z_]+: SKIP' "$logs/${name//\//_}.log")
+    if [ $rc -eq 0 ] && [ -n "$skip_line" ]; then record "$name" SKIP "${skip_line#*SKIP }"
+    elif [ $rc -eq 0 ]; then record "$name" PASS; else record "$name" FAIL "exit $rc, log ${name//\//_}.log"; fi
 }
 
 # shim NAME "CONDITIONS" [VAR=VALUE...] -- PROGRAM [ARGS...]:
@@ -190,6 +202,10 @@ declare -A sources=(
     [context_reset_shared]="context_reset.cu -cudart shared -lcuda"
     [pinned_static]="pinned.cu"
     [pinned_shared]="pinned.cu -cudart shared"
+    [multi_gpu_static]="multi_gpu.cu"
+    [multi_gpu_shared]="multi_gpu.cu -cudart shared"
+    [mp_ranks_static]="mp_ranks.cu"
+    [mp_ranks_shared]="mp_ranks.cu -cudart shared"
 )
 build_started=$(date +%s)
 for name in "${!sources[@]}"; do
@@ -280,6 +296,60 @@ expect_capture_broken
 native peer_static peer_static
 shim peer_static "doors.driver>0 invalid_frees==0" -- peer_static
 shim peer_shared "doors.runtime>0 invalid_frees==0" -- peer_shared
+
+# ---------------------------------------------------------------- 3c. several GPUs in one process
+# multi_gpu.cu (two GPUs; each case prints SKIP with one): blocks freed with the
+# other device current and cudaMemGetInfo per device (cross), device 1's kernels
+# on device-0 memory with peer access granted before / after device 0 allocated
+# (peer_before, peer_after), peer copies (copies), 16 threads switching devices
+# (threads), per-device stacks from multi_gpu_stacks.ini (stacks). Every block
+# must come back to its own device: requested bytes of each device end at 0.
+gpu_count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+for kind in static shared; do
+    door=driver
+    [ $kind = shared ] && door=runtime
+    for case in cross peer_before peer_after copies threads; do
+        native multi_gpu_${case}_$kind multi_gpu_$kind $case
+        shim multi_gpu_${case}_$kind "device0.doors.$door>0 device1.doors.$door>0 invalid_frees==0 \
+device0.bytes.requested_current==0 device1.bytes.requested_current==0 ?barriers>0" -- multi_gpu_$kind $case
+    done
+    native multi_gpu_stacks_$kind multi_gpu_$kind stacks
+    # device 0: the pool (expandable, no limit, 512 MiB held); device 1: the arena
+    # behind 256 MiB, which refused the request past it
+    shim multi_gpu_stacks_$kind "device0.stack==dev0pool device1.stack==dev1cap device0.expandable==1 \
+device1.expandable==0 device0.failures==0 device1.failures>=1 device0.bytes.requested_peak>=536870912 \
+device1.bytes.requested_peak<=268435456 device0.bytes.requested_current==0 device1.bytes.requested_current==0 \
+invalid_frees==0" POOLSHIM_CONFIG="$src/multi_gpu_stacks.ini" -- multi_gpu_$kind stacks 256
+done
+# expect_multi_gpu_failure NAME WHAT [VAR=VALUE...] -- ARGS: a negative control
+# of multi_gpu_static: passes when the program failed (exit 1 with a line matching
+# WHAT, or exit 3: wrong bytes), SKIP with one GPU, fails when it passed.
+expect_multi_gpu_failure() {
+    local name=shim/$1 what=$2
+    shift 2
+    local -a envs=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    wanted "$name" || return 0
+    local path log=${name//\//_}
+    path=$(exe multi_gpu_static) || { record "$name" FAIL "multi_gpu_static did not build"; return 0; }
+    run_timed "$log" env LD_PRELOAD="$lib" "${envs[@]}" "$path" "$@"
+    keep_log "$log"
+    local skip_line seen
+    skip_line=$(grep -m1 -E '^[a-z_]+: SKIP' "$logs/$log.log")
+    seen=$(grep -m1 -E "$what" "$logs/$log.log")
+    if [ $rc -eq 0 ] && [ -n "$skip_line" ]; then record "$name" SKIP "${skip_line#*SKIP }"
+    elif [ $rc -eq 3 ]; then record "$name" PASS "expected failure: wrong bytes seen"
+    elif [ $rc -eq 1 ] && [ -n "$seen" ]; then record "$name" PASS "expected failure: ${seen:0:160}"
+    elif [ $rc -eq 0 ]; then record "$name" FAIL "it passed without what it checks: the test cannot fail"
+    else record "$name" FAIL "exit $rc without the expected failure, log $log.log"; fi
+}
+# without the peer grants on mapped memory, device 1's kernel must fault (or read wrong bytes)
+expect_multi_gpu_failure multi_gpu_peer_without_grant_expected_failure 'FAIL .*returned' \
+    POOLSHIM_TEST_SKIP_PEER_GRANT=1 -- peer_before
+# without the per-device config, device 1 has no limit and the test must notice
+expect_multi_gpu_failure multi_gpu_stacks_without_config_expected_failure 'stack is not the configured one' \
+    -- stacks 256
 
 # ---------------------------------------------------------------- 4. stream-ordered and graphs
 native async_streams_static async_streams_static
@@ -431,6 +501,142 @@ if wanted overhead; then
         say "$(printf '%-8s %-18s %12s %12s %12s %8s' "$build_kind" "$mode" "${median#median_ns=}" \
             "${p10#p10_ns=}" "${p90#p90_ns=}" "${pairs#pairs=}")"
     done <"$table"
+fi
+
+# ---------------------------------------------------------------- 9. several processes: mpirun, torchrun
+# mp_ranks.cu under `mpirun -np 2` (no MPI library: it reads its rank from the
+# launcher's environment and uses device rank % GPUs): natively, then under the
+# shim two ways, (a) the launcher's own export (Open MPI `-x`; `env` otherwise)
+# and (b) `poolshim run --stats-file ..._%r_%p.json -- mpirun ...` (the launcher
+# itself preloaded too). Same RESULT per rank as natively, one statistics file per
+# rank naming its rank, its device served, every block back.
+# rank_results LOG: "rank checksum" per RESULT line, sorted.
+rank_results() {
+    sed -n 's/^RESULT mp_ranks rank=\([0-9]*\) .*checksum=\(0x[0-9a-f]*\).*/\1 \2/p' "$1" | sort
+}
+# rank_stats NAME FILE RANK DOOR [all_freed]: the rank's statistics file names the
+# rank and says the shim served its device (rank % GPUs); all_freed: and every
+# block came back (a Python program may exit with tensors alive, a C one not).
+rank_stats() {
+    local name=$1 file=$2 rank=$3 door=$4 device
+    device=$((rank % (gpu_count > 0 ? gpu_count : 1)))
+    local -a freed=()
+    [ "${5:-}" = all_freed ] && freed=("device$device.bytes.requested_current==0")
+    if [ -z "$file" ] || [ ! -f "$file" ]; then
+        record "$name/rank$rank/stats" FAIL "no statistics file for rank $rank"
+    elif "$PYTHON" "$src/check_stats.py" "$file" "rank==$rank" "device$device.doors.$door>0" \
+        "${freed[@]}" "invalid_frees==0" >>"$logs/${name//\//_}.log" 2>&1; then
+        record "$name/rank$rank/stats" PASS "$(basename "$file")"
+    else
+        record "$name/rank$rank/stats" FAIL "stats check failed, log ${name//\//_}.log"
+    fi
+}
+if wanted mpi_ranks; then
+    mpi_cmd=() mpi_env=() mpi_open=0
+    if command -v "$MPIRUN" >/dev/null 2>&1; then
+        mpi_cmd=("$MPIRUN" -np 2)
+        if "$MPIRUN" --version 2>&1 | grep -qiE 'open mpi|open-mpi|openrte|prrte'; then
+            mpi_open=1
+            mpi_cmd+=(--oversubscribe --bind-to none)
+            if [ "$(id -u)" = 0 ]; then
+                mpi_cmd+=(--allow-run-as-root)
+                mpi_env=(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+            fi
+        fi
+    fi
+    if [ ${#mpi_cmd[@]} -eq 0 ]; then
+        record mpi_ranks SKIP "no $MPIRUN on PATH"
+    elif ! exe mp_ranks_static >/dev/null || ! exe mp_ranks_shared >/dev/null; then
+        record mpi_ranks FAIL "mp_ranks did not build"
+    else
+        say "mpirun: $("$MPIRUN" --version 2>&1 | head -1); $gpu_count GPU(s)"
+        run_timed native_mpi_ranks env -u LD_PRELOAD "${mpi_env[@]}" "${mpi_cmd[@]}" "$(exe mp_ranks_static)" "$MPI_STEPS"
+        keep_log native_mpi_ranks
+        native_ranks=$(rank_results "$logs/native_mpi_ranks.log")
+        if [ $rc -ne 0 ]; then
+            record native/mpi_ranks SKIP "mpirun fails natively (exit $rc): $(grep -m1 -iE 'error|denied|not' "$logs/native_mpi_ranks.log" | cut -c1-160)"
+        elif [ "$(printf '%s\n' "$native_ranks" | cut -d' ' -f1 | tr '\n' ' ')" != "0 1 " ]; then
+            record native/mpi_ranks FAIL "expected a RESULT of rank 0 and of rank 1, got '$native_ranks'"
+        elif [ "$(printf '%s\n' "$native_ranks" | cut -d' ' -f2 | sort -u | wc -l)" -ne 2 ]; then
+            record native/mpi_ranks FAIL "both ranks printed the same checksum: the ranks were not told apart"
+        else
+            record native/mpi_ranks PASS "$(printf '%s\n' "$native_ranks" | tr '\n' ' ')"
+            rm -f "$stats"/mpi_x_*.json "$stats"/mpi_run_*.json
+            # (a) the launcher exports the preload to each rank
+            if [ $mpi_open = 1 ]; then
+                run_timed shim_mpi_ranks_export env -u LD_PRELOAD "${mpi_env[@]}" "${mpi_cmd[@]}" -x LD_PRELOAD="$lib" \
+                    -x POOLSHIM_STATS=json -x POOLSHIM_STATS_FILE="$stats/mpi_x_%r.json" \
+                    "$(exe mp_ranks_static)" "$MPI_STEPS"
+            else
+                run_timed shim_mpi_ranks_export env -u LD_PRELOAD "${mpi_env[@]}" "${mpi_cmd[@]}" env LD_PRELOAD="$lib" \
+                    POOLSHIM_STATS=json POOLSHIM_STATS_FILE="$stats/mpi_x_%r.json" "$(exe mp_ranks_static)" "$MPI_STEPS"
+            fi
+            keep_log shim_mpi_ranks_export
+            shim_ranks=$(rank_results "$logs/shim_mpi_ranks_export.log")
+            if [ $rc -eq 0 ] && [ "$shim_ranks" = "$native_ranks" ] && [ "$(grep -c 'shim active' "$logs/shim_mpi_ranks_export.log")" -eq 2 ]; then
+                record shim/mpi_ranks_export PASS "same checksums as natively, shim active in both ranks"
+            else
+                record shim/mpi_ranks_export FAIL "exit $rc, ranks '$shim_ranks' against native '$native_ranks', log shim_mpi_ranks_export.log"
+            fi
+            for r in 0 1; do rank_stats shim/mpi_ranks_export "$stats/mpi_x_$r.json" $r driver all_freed; done
+            # (b) poolshim run over the launcher (shared cudart: the runtime door)
+            run_timed shim_mpi_ranks_poolshim_run env -u LD_PRELOAD "${mpi_env[@]}" "$cli" run --stats=json \
+                --stats-file "$stats/mpi_run_%r_%p.json" -- "${mpi_cmd[@]}" "$(exe mp_ranks_shared)" "$MPI_STEPS"
+            keep_log shim_mpi_ranks_poolshim_run
+            shim_ranks=$(rank_results "$logs/shim_mpi_ranks_poolshim_run.log")
+            if [ $rc -eq 0 ] && [ "$shim_ranks" = "$native_ranks" ] && [ "$(grep -c 'shim active' "$logs/shim_mpi_ranks_poolshim_run.log")" -eq 2 ]; then
+                record shim/mpi_ranks_poolshim_run PASS "same checksums as natively (static there, shared cudart here)"
+            else
+                record shim/mpi_ranks_poolshim_run FAIL "exit $rc, ranks '$shim_ranks' against native '$native_ranks', log shim_mpi_ranks_poolshim_run.log"
+            fi
+            # the launcher may write a report of its own (no rank, no calls): take the ranks' files
+            for r in 0 1; do
+                rank_stats shim/mpi_ranks_poolshim_run "$(grep -l "\"rank\": $r," "$stats"/mpi_run_*.json 2>/dev/null | head -1)" $r runtime all_freed
+            done
+            if [ -x "$cli" ]; then
+                say "  per rank under the shim (poolshim stats):"
+                "$cli" stats "$stats"/mpi_x_*.json 2>&1 | sed 's/^/    /' | tee -a "$results"
+            fi
+        fi
+    fi
+fi
+# DDP on two GPUs (tools/bench/torch_mem/workloads.py ddp: torchrun, NCCL), PyTorch's
+# cache off so every tensor goes through the shim: the final loss of each rank must
+# equal the native one, and each rank writes its own statistics (%r).
+if wanted ddp; then
+    if ! "$PYTHON" -c 'import torch, torch.distributed, sys; sys.exit(0 if torch.cuda.device_count() >= 2 and torch.distributed.is_nccl_available() else 1)' >/dev/null 2>&1; then
+        record ddp SKIP "needs PyTorch with NCCL and two GPUs ($gpu_count GPU(s))"
+    else
+        ddp_script=$repo/tools/bench/torch_mem/workloads.py
+        run_timed native_ddp env -u LD_PRELOAD PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$PYTHON" -m torch.distributed.run \
+            --standalone --nproc-per-node 2 "$ddp_script" ddp --steps "$DDP_STEPS"
+        keep_log native_ddp
+        ddp_losses() { sed -n 's/^RESULT name=ddp rank=\([0-9]*\) .*final_loss=\([^ ]*\).*/\1 \2/p' "$1" | sort; }
+        native_losses=$(ddp_losses "$logs/native_ddp.log")
+        if [ $rc -ne 0 ] || [ "$(printf '%s\n' "$native_losses" | wc -l)" -ne 2 ]; then
+            record native/ddp FAIL "exit $rc, losses '$native_losses', log native_ddp.log"
+        else
+            record native/ddp PASS "$(printf '%s\n' "$native_losses" | tr '\n' ' ')"
+            rm -f "$stats"/ddp_*.json
+            run_timed shim_ddp env LD_PRELOAD="$lib" POOLSHIM_STATS=json POOLSHIM_STATS_FILE="$stats/ddp_%r.json" \
+                PYTORCH_NO_CUDA_MEMORY_CACHING=1 "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node 2 \
+                "$ddp_script" ddp --steps "$DDP_STEPS"
+            keep_log shim_ddp
+            shim_losses=$(ddp_losses "$logs/shim_ddp.log")
+            if [ $rc -eq 0 ] && "$PYTHON" -c '
+import sys
+native = dict(line.split() for line in sys.argv[1].splitlines())
+shim = dict(line.split() for line in sys.argv[2].splitlines())
+close = lambda a, b: abs(a - b) <= 1e-6 * max(abs(a), abs(b), 1e-30)
+sys.exit(0 if native.keys() == shim.keys() and all(close(float(native[r]), float(shim[r])) for r in native) else 1)' \
+                "$native_losses" "$shim_losses"; then
+                record shim/ddp_loss_matches_native PASS "$(printf '%s\n' "$shim_losses" | tr '\n' ' ')"
+            else
+                record shim/ddp_loss_matches_native FAIL "exit $rc, native '$native_losses', shim '$shim_losses', log shim_ddp.log"
+            fi
+            for r in 0 1; do rank_stats shim/ddp "$stats/ddp_$r.json" $r runtime; done
+        fi
+    fi
 fi
 
 # ---------------------------------------------------------------- summary

@@ -50,6 +50,30 @@ SCENARIO(meminfo)
 SCENARIO(devices)
 SCENARIO(pinned)
 
+/* Per-device stacks ([device.0] a pool, [device.1] an arena under a limit):
+ * the exit report names each device's configured stack, not the global
+ * stats and log adaptors put on top of every stack (which made every
+ * device read "stats"); the multi-GPU suite checks the names on two GPUs. */
+#define PER_DEVICE_OPTIONS                                                                                 \
+    "POOLSHIM_OPTIONS=resource.dev0pool.type=pool,resource.dev1arena.type=arena,resource.dev1cap.type=limit," \
+    "resource.dev1cap.limit=64MiB,resource.dev1cap.upstream=dev1arena,device.0.resource=dev0pool,"            \
+    "device.1.resource=dev1cap"
+Test(runtime_door, per_device_stacks_are_named_in_the_report)
+{
+    char log[128], env[1024];
+    snprintf(log, sizeof log, "/tmp/poolshim-stacks-%d.csv", getpid());
+    expect_pass(1, PER_DEVICE_OPTIONS " POOLSHIM_STATS=json", "prog_runtime devices", "shim active");
+    cr_expect(strstr(output, "{\"device\": 0, \"stack\": \"dev0pool\""), "device 0's stack:\n%s", output);
+    cr_expect(strstr(output, "{\"device\": 1, \"stack\": \"dev1cap\""), "device 1's stack:\n%s", output);
+    snprintf(env, sizeof env, "%s POOLSHIM_STATS=text POOLSHIM_LOG=%s", PER_DEVICE_OPTIONS, log);
+    expect_pass(1, env, "prog_runtime devices", "shim active");
+    cr_expect(strstr(output, "poolshim: device 0 (stack: dev0pool)"), "with a log adaptor too:\n%s", output);
+    cr_expect(strstr(output, "poolshim: device 1 (stack: dev1cap)"), "with a log adaptor too:\n%s", output);
+    remove(log);
+    snprintf(log + strlen(log), sizeof log - strlen(log), ".1");
+    remove(log);
+}
+
 Test(runtime_door, pinned_host_pool_off_passes_everything_through)
 {
     expect_pass(1, "POOLSHIM_OPTIONS=host.enable=0", "prog_runtime pinned", "shim active");

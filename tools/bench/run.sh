@@ -14,6 +14,8 @@
 #      PYTORCH_NO_CUDA_MEMORY_CACHING=1 natively, the same under poolshim, and
 #      with PyTorch's own cache; JAX (jax_loop.py) with
 #      XLA_PYTHON_CLIENT_ALLOCATOR=platform natively, under poolshim, and default.
+#   3b. With two GPUs: mpirun and torchrun jobs natively and under the shim, a
+#      row per rank (tools/bench/multigpu.sh; multigpu.txt beside bench.txt).
 #   4. summarize.py writes latest.json and prints medians and ratios.
 # Environment:
 #   OUTDIR       results: latest.json, bench.txt (the tables), bench.log (all output);
@@ -187,6 +189,21 @@ if "$PYTHON" -c 'import jax, sys; sys.exit(0 if jax.default_backend() == "gpu" e
     program jax_default "$jax_case" "$here/jax_loop.py" "$JAX_STEPS"
 else
     note "JAX with a GPU not available: its programs left out"
+fi
+
+# ---------------------------------------------------------------- 3b. several GPUs and processes
+# mpirun and torchrun jobs of two ranks, natively and under the shim, a row per
+# rank (tools/bench/multigpu.sh); only where two GPUs are present.
+if wanted multigpu; then
+    if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
+        note "multigpu: mpirun and torchrun jobs on two GPUs (tools/bench/multigpu.sh)"
+        OUT_DIR=$WORKDIR/multigpu "$here/multigpu.sh" "$build_dir" >"$WORKDIR/logs/multigpu.log" 2>&1 ||
+            problems=$((problems + 1))
+        tee -a "$log" <"$WORKDIR/logs/multigpu.log"
+        [ -n "${OUTDIR:-}" ] && cp "$WORKDIR/multigpu/multigpu.txt" "$OUTDIR/multigpu.txt" 2>/dev/null
+    else
+        note "multigpu: left out (needs two GPUs)"
+    fi
 fi
 
 # ---------------------------------------------------------------- 4. summary
