@@ -60,6 +60,12 @@ typedef struct ps_host_config {
                                       fence (defaults 64 MiB and 50) */
     ps_free_sync_t free_sync;      /* event (default) or device; barrier and none are refused */
     uint64_t epoch_wait_us;        /* before growing, poll a just-closed epoch this long (default 50) */
+    /* adaptors over the pool (ps_config_build_host_stack), bottom to top */
+    size_t limit;                  /* limit adaptor: cap on pinned bytes the program holds; 0 (default) = none */
+    int track;                     /* 1: track adaptor (pinned leak report at exit); default 0 */
+    unsigned stack_depth;          /* frames the track adaptor records per allocation (0-64, default 0) */
+    char log_file[PS_PATH_MAX];    /* log adaptor: RMM-format CSV of pinned allocations ("" = none;
+                                      %p, %r, %d expanded) */
 } ps_host_config_t;
 
 /* [global]: settings of the whole process. */
@@ -133,6 +139,16 @@ typedef struct ps_stack {
 int ps_config_build_stack(const ps_config_t *cfg, int device, const ps_gpu_ops_t *gpu,
                           ps_stack_t **out);
 void ps_stack_destroy(ps_stack_t *stack);
+
+/* Builds `device`'s pinned host stack from [host]: a pool (`pool_options`,
+ * or NULL for [host]'s own) over host_alloc slabs with `flags`
+ * (PS_HOST_ALLOC_*), then the adaptors [host] asks for, bottom to top:
+ * limit (`limit`), track (`track`, `stack_depth`), stats (when
+ * global.stats != off), log (`log_file`). stack->stats/track/log point at
+ * them. PS_ECONFIG (message printed) when the log cannot be opened or the
+ * config has errors; PS_ENOMEM; nothing left allocated on failure. */
+int ps_config_build_host_stack(const ps_config_t *cfg, int device, const ps_gpu_ops_t *gpu, unsigned flags,
+                               const ps_pool_options_t *pool_options, ps_stack_t **out);
 
 /* ---- value parsers (also used by the tools) ---- */
 /* "4096", "64KiB", "1.5G", "2 MiB" -> bytes. "50%" -> *percent = 50 and

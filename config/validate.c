@@ -148,7 +148,7 @@ static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
         else
             ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [host] (known keys: enable, min_chunk, "
                                 "max_chunk, growth_percent, maximum_size, pending_wait_bytes, pending_wait_percent, "
-                                "free_sync, epoch_wait_us)", s->key);
+                                "free_sync, epoch_wait_us, limit, track, stack_depth, log_file)", s->key);
         return;
     }
     char why[128] = "";
@@ -165,8 +165,10 @@ static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
     case PS_HKEY_MAX_CHUNK:
     case PS_HKEY_MAXIMUM_SIZE:
     case PS_HKEY_PENDING_WAIT_BYTES:
+    case PS_HKEY_LIMIT:
         if (ps_parse_size_ex(s->value, 0, &bytes, &pct, &is_pct, why, sizeof why) != PS_OK)
-            return bad_value(cfg, s, why, "a size such as 64MiB");
+            return bad_value(cfg, s, why, key == PS_HKEY_LIMIT ? "a size such as 4GiB; 0 = no limit"
+                                                                : "a size such as 64MiB");
         if (!bytes && (key == PS_HKEY_MIN_CHUNK || key == PS_HKEY_MAX_CHUNK))
             return bad_value(cfg, s, "zero", "a size above zero such as 32MiB");
         if (key == PS_HKEY_MIN_CHUNK)
@@ -175,8 +177,27 @@ static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
             h->max_chunk = (size_t)bytes;
         else if (key == PS_HKEY_MAXIMUM_SIZE)
             h->maximum_size = (size_t)bytes;
+        else if (key == PS_HKEY_LIMIT)
+            h->limit = (size_t)bytes;
         else
             h->pending_wait_bytes = (size_t)bytes;
+        break;
+    case PS_HKEY_TRACK:
+        if (ps_parse_bool(s->value, &b) != PS_OK)
+            return bad_value(cfg, s, "not a boolean", "1, true, yes, on, 0, false, no or off");
+        h->track = b;
+        break;
+    case PS_HKEY_STACK_DEPTH:
+        if (ps_parse_uint(s->value, 64, &n, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, "a whole number of frames from 0 to 64");
+        h->stack_depth = (unsigned)n;
+        break;
+    case PS_HKEY_LOG_FILE:
+        if (ps_check_path_pattern(s->value, 1, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, "a file name; %p = pid, %r = rank, %d = device");
+        if (strlen(s->value) >= PS_PATH_MAX)
+            return bad_value(cfg, s, "too long", "a file name shorter than 4096 bytes");
+        snprintf(h->log_file, PS_PATH_MAX, "%s", s->value);
         break;
     case PS_HKEY_GROWTH_PERCENT:
         if (ps_parse_uint(s->value, 1000, &n, why, sizeof why) != PS_OK)
@@ -710,6 +731,8 @@ void ps_config_validate(ps_config_t *cfg)
             validate_host(cfg, &cfg->settings[i]);
     if (g->host.min_chunk > g->host.max_chunk)
         ps_config_add_error(cfg, NULL, "[host] min_chunk is larger than max_chunk");
+    if (g->host.stack_depth && !g->host.track)
+        ps_config_add_error(cfg, NULL, "[host] stack_depth is set but track is off (set track = yes)");
     check_sections(cfg);
     validate_resources(cfg);
     validate_devices(cfg);
