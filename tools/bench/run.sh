@@ -14,6 +14,9 @@
 #      PYTORCH_NO_CUDA_MEMORY_CACHING=1 natively, the same under poolshim, and
 #      with PyTorch's own cache; JAX (jax_loop.py) with
 #      XLA_PYTHON_CLIENT_ALLOCATOR=platform natively, under poolshim, and default.
+#   3b. Pinned host memory (tools/bench/pinned/pinned_bench.py): PyTorch's
+#      pin_memory DataLoader and a CuPy copy pipeline, natively with and without
+#      their own pinned caches and under poolshim; pinned.txt and pinned.json.
 #   4. summarize.py writes latest.json and prints medians and ratios.
 # Environment:
 #   OUTDIR       results: latest.json, bench.txt (the tables), bench.log (all output);
@@ -184,6 +187,19 @@ if "$PYTHON" -c 'import jax, sys; sys.exit(0 if jax.default_backend() == "gpu" e
     program jax_default "$jax_case" "$here/jax_loop.py" "$JAX_STEPS"
 else
     note "JAX with a GPU not available: its programs left out"
+fi
+
+# ---------------------------------------------------------------- 3b. pinned host memory
+# PyTorch's pin_memory DataLoader and a CuPy copy pipeline, natively with and
+# without their pinned caches and under poolshim (tools/bench/pinned/pinned_bench.py:
+# checksums, time, pinned peak reserved vs requested against the 1.15x target).
+# Its own table and verdicts go to pinned.txt / pinned.json beside latest.json;
+# a FAIL verdict (a checksum, the target, no interception) counts as a problem.
+if wanted pinned; then
+    note "=== pinned host memory (tools/bench/pinned)"
+    "$PYTHON" "$here/pinned/pinned_bench.py" --lib "$lib" "${quick[@]}" --repeats "$BENCH_REPEATS" \
+        --json "$results_dir/pinned.json" 2>&1 | tee "$results_dir/pinned.txt" | tee -a "$log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { problems=$((problems + 1)); note "FAIL pinned: see pinned.txt"; }
 fi
 
 # ---------------------------------------------------------------- 4. summary
