@@ -79,6 +79,7 @@ static void print_host(const ps_config_t *cfg, FILE *f)
         case PS_HKEY_PENDING_WAIT_PERCENT: snprintf(value, sizeof value, "%u", h->pending_wait_percent); break;
         case PS_HKEY_FREE_SYNC: snprintf(value, sizeof value, "%s", ps_free_sync_words[h->free_sync]); break;
         case PS_HKEY_EPOCH_WAIT_US: snprintf(value, sizeof value, "%llu", (unsigned long long)h->epoch_wait_us); break;
+        case PS_HKEY_RELEASE_BEFORE_GROW: snprintf(value, sizeof value, "%s", h->release_before_grow ? "yes" : "no"); break;
         case PS_HKEY_LIMIT:
             if (h->limit)
                 ps_format_bytes(value, sizeof value, h->limit);

@@ -148,7 +148,7 @@ static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
         else
             ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [host] (known keys: enable, min_chunk, "
                                 "max_chunk, growth_percent, maximum_size, pending_wait_bytes, pending_wait_percent, "
-                                "free_sync, epoch_wait_us, limit, track, stack_depth, log_file)", s->key);
+                                "free_sync, epoch_wait_us, release_before_grow, limit, track, stack_depth, log_file)", s->key);
         return;
     }
     char why[128] = "";
@@ -183,9 +183,13 @@ static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
             h->pending_wait_bytes = (size_t)bytes;
         break;
     case PS_HKEY_TRACK:
+    case PS_HKEY_RELEASE_BEFORE_GROW:
         if (ps_parse_bool(s->value, &b) != PS_OK)
             return bad_value(cfg, s, "not a boolean", "1, true, yes, on, 0, false, no or off");
-        h->track = b;
+        if (key == PS_HKEY_TRACK)
+            h->track = b;
+        else
+            h->release_before_grow = b;
         break;
     case PS_HKEY_STACK_DEPTH:
         if (ps_parse_uint(s->value, 64, &n, why, sizeof why) != PS_OK)
@@ -238,6 +242,8 @@ void ps_host_pool_options(const ps_host_config_t *host, ps_pool_options_t *out)
     out->barrier_pending_percent = 0;
     out->pending_wait_bytes = host->pending_wait_bytes;
     out->pending_wait_percent = host->pending_wait_percent;
+    out->release_before_grow = host->release_before_grow;
+    out->chunk_granule = PS_HOST_CHUNK_GRANULE;
 }
 
 /* Parses a binning `bins` list into def->bins (names resolved later). */
@@ -716,14 +722,19 @@ void ps_config_validate(ps_config_t *cfg)
     g->free_sync = PS_FREE_SYNC_BARRIER;
     g->meminfo = PS_MEMINFO_POOL;
     g->on_error = PS_ON_ERROR_EXIT;
+    /* pinned defaults: slabs of what is asked (rounded to 64 KiB, at least
+     * 2 MiB), wholly free slabs given back before growing, and a tight
+     * growth bound; docs/benchmarks.md ("Pinned host memory") has the
+     * simulated DataLoader that chose them */
     g->host = (ps_host_config_t){.enable = 1,
-                                 .min_chunk = 8 * PS_MiB,
+                                 .min_chunk = 2 * PS_MiB,
                                  .max_chunk = PS_GiB,
-                                 .growth_percent = 12,
-                                 .pending_wait_bytes = 64 * PS_MiB,
-                                 .pending_wait_percent = 50,
+                                 .growth_percent = 0,
+                                 .pending_wait_bytes = 4 * PS_MiB,
+                                 .pending_wait_percent = 10,
                                  .free_sync = PS_FREE_SYNC_EVENT,
-                                 .epoch_wait_us = 50};
+                                 .epoch_wait_us = 50,
+                                 .release_before_grow = 1};
     for (size_t i = 0; i < cfg->setting_count; i++)
         if (strcmp(cfg->settings[i].section, "global") == 0)
             validate_global(cfg, &cfg->settings[i]);
