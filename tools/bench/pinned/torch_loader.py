@@ -7,9 +7,11 @@ Algorithm:
  1. A map-style dataset: sample i is a 3x224x224 uint8 image drawn from a
     generator seeded with i, and the label i (int64): the data do not depend
     on which worker made them or when.
- 2. Batches of seeded random sizes (16..128 samples, a batch_sampler), so
-    pinned requests vary from 2.4 to 19 MiB (and one small label tensor per
-    batch): what a loader with variable batches or crops asks for.
+ 2. Batches of --batch-size samples (64: 9.2 MiB of pinned images and one
+    small label tensor per batch, the usual DataLoader), or with
+    --batch-size 0 of seeded random sizes (16..128 samples, a batch_sampler),
+    so pinned requests vary from 2.4 to 19 MiB: what a loader with variable
+    batches or crops asks for (workload torch_loader_varied).
  3. DataLoader(num_workers, pin_memory=True, prefetch_factor): its pin thread
     page-locks every batch through PyTorch's host allocator (cudaHostAlloc
     when its cache misses, or always when the cache is off).
@@ -85,15 +87,17 @@ def main():
                     help="GPU time per batch (torch.cuda._sleep), so the GPU lags the loader")
     ap.add_argument("--empty-host-cache", action="store_true")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--batch-size", type=int, default=64, help="samples per batch; 0: random 16..128")
     args = ap.parse_args()
+    workload = WORKLOAD + ("_varied" if args.batch_size <= 0 else "")
 
     try:
         import torch
         from torch.utils.data import DataLoader, Dataset
     except ImportError as e:
-        skip(WORKLOAD, f"PyTorch not installed ({e})")
+        skip(workload, f"PyTorch not installed ({e})")
     if not torch.cuda.is_available():
-        skip(WORKLOAD, "PyTorch sees no CUDA GPU")
+        skip(workload, "PyTorch sees no CUDA GPU")
 
     class Images(Dataset):
         def __init__(self, n):
@@ -109,12 +113,12 @@ def main():
     rng = random.Random(args.seed)
     batches, start = [], 0
     for _ in range(args.batches):
-        b = rng.randint(16, 128)
+        b = args.batch_size if args.batch_size > 0 else rng.randint(16, 128)
         batches.append(list(range(start, start + b)))
         start += b
     empty_cache = host_empty_cache_fn(torch) if args.empty_host_cache else None
     if args.empty_host_cache and empty_cache is None:
-        skip(WORKLOAD, f"torch {torch.__version__} has no empty_host_cache")
+        skip(workload, f"torch {torch.__version__} has no empty_host_cache")
 
     dev = torch.device("cuda")
     features = 1
@@ -142,7 +146,7 @@ def main():
                 torch.cuda.synchronize()
                 t_warm = time.perf_counter()
             if not x.is_pinned():
-                print(f"FAIL {WORKLOAD}: batch {step} is not in pinned memory", flush=True)
+                print(f"FAIL {workload}: batch {step} is not in pinned memory", flush=True)
                 return 1
             xg = x.to(dev, non_blocking=True)
             yg = y.to(dev, non_blocking=True)
@@ -162,7 +166,7 @@ def main():
     total = checksum.item()
     reserved, active, host_allocs = host_figures(torch)
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") or os.environ.get("PYTORCH_ALLOC_CONF", "")
-    result(workload=WORKLOAD, variant=args.variant, torch=torch.__version__, batches=len(batches),
+    result(workload=workload, variant=args.variant, torch=torch.__version__, batches=len(batches),
            samples=samples, wall_s=t_end - (t_warm or t_first), total_s=t_end - t_first,
            checksum=total, torch_reserved_peak=reserved, torch_active_peak=active,
            torch_host_allocs=host_allocs, vmlck_peak=pins.peak["VmLck"], vmpin_peak=pins.peak["VmPin"],
