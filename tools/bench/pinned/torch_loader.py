@@ -22,10 +22,12 @@ Algorithm:
     on the GPU: sum over samples of (sum of the sample's bytes) * (label+1).
     A lost or reordered batch, or bytes overwritten before the copy read
     them, change it.
- 5. --empty-host-cache: after every batch, ask PyTorch to give its cached
+ 5. --sync-every N (10): a synchronize every N batches, as a loop that
+    reads its loss for logging has; the GPU lags the host by at most that.
+ 6. --empty-host-cache: after every batch, ask PyTorch to give its cached
     pinned blocks back (torch's empty_host_cache): the cache "off" for a
     PyTorch that has no knob for it.
- 6. Prints RESULT with the wall time (after a 5-batch warm-up), the
+ 7. Prints RESULT with the wall time (after a 5-batch warm-up), the
     checksum, PyTorch's host-allocator figures (host_memory_stats: reserved
     and in-use peaks, cudaHostAlloc calls; -1 where this PyTorch has none)
     and the VmLck/VmPin maxima.
@@ -43,6 +45,23 @@ from pinned_common import PinSampler, result, skip  # noqa: E402
 WORKLOAD = "torch_loader"
 SAMPLE_SHAPE = (3, 224, 224)
 WARMUP_BATCHES = 5
+
+
+class Images:
+    """Sample i: a 3x224x224 uint8 image from a generator seeded with i, and
+    the label i. At module level, so workers started by spawn or forkserver
+    can unpickle it."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import torch
+        g = torch.Generator().manual_seed(i)
+        return torch.randint(0, 256, SAMPLE_SHAPE, dtype=torch.uint8, generator=g), i
 
 
 def host_empty_cache_fn(torch):
@@ -85,6 +104,8 @@ def main():
     ap.add_argument("--prefetch", type=int, default=4)
     ap.add_argument("--gpu-ms", type=float, default=15.0,
                     help="GPU time per batch (torch.cuda._sleep), so the GPU lags the loader")
+    ap.add_argument("--sync-every", type=int, default=10,
+                    help="synchronize every N batches, as reading a loss for logging does (0: never)")
     ap.add_argument("--empty-host-cache", action="store_true")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--batch-size", type=int, default=64, help="samples per batch; 0: random 16..128")
@@ -93,22 +114,11 @@ def main():
 
     try:
         import torch
-        from torch.utils.data import DataLoader, Dataset
+        from torch.utils.data import DataLoader
     except ImportError as e:
         skip(workload, f"PyTorch not installed ({e})")
     if not torch.cuda.is_available():
         skip(workload, "PyTorch sees no CUDA GPU")
-
-    class Images(Dataset):
-        def __init__(self, n):
-            self.n = n
-
-        def __len__(self):
-            return self.n
-
-        def __getitem__(self, i):
-            g = torch.Generator().manual_seed(i)
-            return torch.randint(0, 256, SAMPLE_SHAPE, dtype=torch.uint8, generator=g), i
 
     rng = random.Random(args.seed)
     batches, start = [], 0
@@ -159,6 +169,8 @@ def main():
             per_sample = flat.sum(dim=1, dtype=torch.int64)
             checksum += (per_sample * (yg + 1)).sum()
             samples += flat.shape[0]
+            if args.sync_every and (step + 1) % args.sync_every == 0:
+                torch.cuda.synchronize()  # the loop's own sync point: the GPU lags at most this far
             if empty_cache is not None:
                 empty_cache()
         torch.cuda.synchronize()
@@ -171,6 +183,7 @@ def main():
            checksum=total, torch_reserved_peak=reserved, torch_active_peak=active,
            torch_host_allocs=host_allocs, vmlck_peak=pins.peak["VmLck"], vmpin_peak=pins.peak["VmPin"],
            empty_host_cache=int(empty_cache is not None), gpu_ms=args.gpu_ms if sleep else 0.0,
+           sync_every=args.sync_every,
            alloc_conf=conf or "-")
     return 0
 
