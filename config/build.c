@@ -20,6 +20,17 @@
  *      (PS_ENOMEM, PS_EUNSUPPORTED) or PS_ECONFIG.
  * Guarantees: nothing leaks on failure; every created resource appears once
  * in stack->all, upstream first; the stack owns the names it gave them.
+ *
+ * The pinned host stack of a device (ps_config_build_host_stack), from
+ * [host] alone:
+ *   1. the upstream `pinned` (cuMemHostAlloc slabs with the caller's flags)
+ *      and the pool `host` over it (ps_host_pool_options, or the caller's
+ *      options);
+ *   2. the adaptors [host] asks for, bottom to top: `host.limit` (limit),
+ *      `host.track` (track), `host.stats` (when global.stats != off, as on
+ *      device stacks), `host.log` (log_file; without %d, devices after 0 get
+ *      ".N" appended, as global.log_file);
+ *   3. on failure, as step 6 above.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +153,19 @@ static const char *own_name(builder_t *b, const char *name)
     }
     b->sp->names[b->sp->name_count++] = copy;
     return copy;
+}
+
+/* Expands a log file pattern for `device`: %p, %r, %d; without %d in the
+ * pattern, devices after 0 get ".N" appended (one file per device). */
+static int log_path(const char *pattern, int device, char *path, size_t size)
+{
+    int rc = ps_expand_path(pattern, device < 0 ? 0 : device, path, size);
+    if (rc == PS_OK && device > 0 && !strstr(pattern, "%d")) {
+        size_t len = strlen(path);
+        if (snprintf(path + len, size - len, ".%d", device) >= (int)(size - len))
+            rc = PS_EINVAL;
+    }
+    return rc;
 }
 
 static void push(builder_t *b, ps_resource_t *r, ps_resource_type_t type)
@@ -419,13 +443,7 @@ int ps_config_build_stack_with(const ps_config_t *cfg, int device, const ps_gpu_
     if (top && g->log_file[0]) {
         char path[PS_PATH_MAX];
         ps_resource_t *r = NULL;
-        int rc = ps_expand_path(g->log_file, device < 0 ? 0 : device, path, sizeof path);
-        if (rc == PS_OK && device > 0 && !strstr(g->log_file, "%d")) {
-            /* one file per device: without %d, devices after 0 get ".N" appended */
-            size_t len = strlen(path);
-            if (snprintf(path + len, sizeof path - len, ".%d", device) >= (int)(sizeof path - len))
-                rc = PS_EINVAL;
-        }
+        int rc = log_path(g->log_file, device, path, sizeof path);
         const char *name = rc == PS_OK ? own_name(&b, "log") : NULL;
         if (rc == PS_OK && name)
             rc = ctors->log(name, top, path, &r);
@@ -455,6 +473,76 @@ int ps_config_build_stack_with(const ps_config_t *cfg, int device, const ps_gpu_
         if (t == PS_TYPE_LOG && !s->log)
             s->log = s->all[i - 1];
     }
+    *out = s;
+    return PS_OK;
+}
+
+int ps_config_build_host_stack(const ps_config_t *cfg, int device, const ps_gpu_ops_t *gpu, unsigned flags,
+                               const ps_pool_options_t *pool_options, ps_stack_t **out)
+{
+    if (!cfg || !gpu || !out)
+        return PS_EINVAL;
+    if (cfg->error_count)
+        return PS_ECONFIG;
+    const ps_host_config_t *h = &cfg->global.host;
+    stack_private_t *sp = calloc(1, sizeof *sp);
+    if (!sp)
+        return PS_ENOMEM;
+    sp->capacity = 6; /* pinned, host, limit, track, stats, log */
+    sp->stack.all = calloc(sp->capacity, sizeof *sp->stack.all);
+    sp->types = calloc(sp->capacity, sizeof *sp->types);
+    sp->names = calloc(sp->capacity + 1, sizeof *sp->names);
+    if (!sp->stack.all || !sp->types || !sp->names) {
+        destroy_private(sp);
+        return PS_ENOMEM;
+    }
+    builder_t b = {cfg, device, gpu, &ps_core_constructors, 0, NULL, sp, PS_OK};
+    ps_stack_t *s = &sp->stack;
+    ps_pool_options_t opts;
+    if (pool_options)
+        opts = *pool_options;
+    else
+        ps_host_pool_options(h, &opts);
+    ps_resource_t *r = NULL, *top = NULL;
+    /* (the names are literals: nothing for the stack to own) */
+    int rc = ps_host_resource_create("pinned", gpu, flags, &r);
+    if (rc == PS_OK) {
+        push(&b, r, PS_TYPE_CUDA); /* (a leaf; no adaptor type) */
+        rc = ps_pool_create("host", r, gpu, &opts, &top);
+        if (rc == PS_OK)
+            push(&b, top, PS_TYPE_POOL);
+    }
+    if (rc == PS_OK && h->limit) {
+        if ((rc = ps_limit_create("host.limit", top, h->limit, &r)) == PS_OK)
+            push(&b, top = r, PS_TYPE_LIMIT);
+    }
+    if (rc == PS_OK && h->track) {
+        if ((rc = ps_track_create("host.track", top, h->stack_depth, &r)) == PS_OK) {
+            push(&b, top = r, PS_TYPE_TRACK);
+            s->track = r;
+        }
+    }
+    if (rc == PS_OK && cfg->global.stats != PS_STATS_OFF) {
+        if ((rc = ps_stats_create("host.stats", top, &r)) == PS_OK) {
+            push(&b, top = r, PS_TYPE_STATS);
+            s->stats = r;
+        }
+    }
+    if (rc == PS_OK && h->log_file[0]) {
+        char path[PS_PATH_MAX];
+        if ((rc = log_path(h->log_file, device, path, sizeof path)) == PS_OK &&
+            (rc = ps_log_create("host.log", top, path, &r)) == PS_OK) {
+            push(&b, top = r, PS_TYPE_LOG);
+            s->log = r;
+        } else {
+            ps_error("device %d: cannot open the pinned memory log `%s` ([host] log_file)", device, h->log_file);
+        }
+    }
+    if (rc != PS_OK) {
+        destroy_private(sp);
+        return rc == PS_EINVAL ? PS_ECONFIG : rc;
+    }
+    s->top = top;
     *out = s;
     return PS_OK;
 }

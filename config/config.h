@@ -51,15 +51,22 @@ typedef enum { PS_ON_ERROR_EXIT = 0, PS_ON_ERROR_PASSTHROUGH } ps_on_error_t;
  * growth bound (docs/config.md, [host]). */
 typedef struct ps_host_config {
     int enable;                    /* 1 (default): pool pinned host memory; 0: pass it through */
-    size_t min_chunk;              /* smallest growth step (default 8 MiB) */
+    size_t min_chunk;              /* smallest growth step (default 2 MiB) */
     size_t max_chunk;              /* largest growth step unless one request needs more (default 1 GiB) */
-    unsigned growth_percent;       /* a growth step is this % of what is reserved (default 12) */
+    unsigned growth_percent;       /* a growth step is this % of what is reserved (default 0: the request) */
     size_t maximum_size;           /* cap on pinned bytes reserved; 0 (default) = no cap */
     size_t pending_wait_bytes;     /* growth bound: grow while pending <= max(this, */
     unsigned pending_wait_percent; /*   this % of reserved), else host-wait the oldest
-                                      fence (defaults 64 MiB and 50) */
+                                      fence (defaults 4 MiB and 10) */
     ps_free_sync_t free_sync;      /* event (default) or device; barrier and none are refused */
     uint64_t epoch_wait_us;        /* before growing, poll a just-closed epoch this long (default 50) */
+    int release_before_grow;       /* 1 (default): give wholly free slabs back before growing */
+    /* adaptors over the pool (ps_config_build_host_stack), bottom to top */
+    size_t limit;                  /* limit adaptor: cap on pinned bytes the program holds; 0 (default) = none */
+    int track;                     /* 1: track adaptor (pinned leak report at exit); default 0 */
+    unsigned stack_depth;          /* frames the track adaptor records per allocation (0-64, default 0) */
+    char log_file[PS_PATH_MAX];    /* log adaptor: RMM-format CSV of pinned allocations ("" = none;
+                                      %p, %r, %d expanded) */
 } ps_host_config_t;
 
 /* [global]: settings of the whole process. */
@@ -76,6 +83,10 @@ typedef struct ps_global_config {
     int disable;                /* 1: pure passthrough (POOLSHIM_DISABLE=1) */
     ps_host_config_t host;      /* [host]: the pinned host pool */
 } ps_global_config_t;
+
+/* Pinned slabs are rounded up to this (host pages are small; cuMemAlloc's
+ * 2 MiB would waste up to 2 MiB per slab). */
+#define PS_HOST_CHUNK_GRANULE ((size_t)64 * 1024)
 
 /* The pool options of the pinned host pool described by `host`. */
 void ps_host_pool_options(const ps_host_config_t *host, ps_pool_options_t *out);
@@ -133,6 +144,16 @@ typedef struct ps_stack {
 int ps_config_build_stack(const ps_config_t *cfg, int device, const ps_gpu_ops_t *gpu,
                           ps_stack_t **out);
 void ps_stack_destroy(ps_stack_t *stack);
+
+/* Builds `device`'s pinned host stack from [host]: a pool (`pool_options`,
+ * or NULL for [host]'s own) over host_alloc slabs with `flags`
+ * (PS_HOST_ALLOC_*), then the adaptors [host] asks for, bottom to top:
+ * limit (`limit`), track (`track`, `stack_depth`), stats (when
+ * global.stats != off), log (`log_file`). stack->stats/track/log point at
+ * them. PS_ECONFIG (message printed) when the log cannot be opened or the
+ * config has errors; PS_ENOMEM; nothing left allocated on failure. */
+int ps_config_build_host_stack(const ps_config_t *cfg, int device, const ps_gpu_ops_t *gpu, unsigned flags,
+                               const ps_pool_options_t *pool_options, ps_stack_t **out);
 
 /* ---- value parsers (also used by the tools) ---- */
 /* "4096", "64KiB", "1.5G", "2 MiB" -> bytes. "50%" -> *percent = 50 and

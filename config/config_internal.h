@@ -241,6 +241,11 @@ typedef enum ps_host_key {
     PS_HKEY_PENDING_WAIT_PERCENT,
     PS_HKEY_FREE_SYNC,
     PS_HKEY_EPOCH_WAIT_US,
+    PS_HKEY_RELEASE_BEFORE_GROW,
+    PS_HKEY_LIMIT,
+    PS_HKEY_TRACK,
+    PS_HKEY_STACK_DEPTH,
+    PS_HKEY_LOG_FILE,
     PS_HKEY_COUNT
 } ps_host_key_t;
 extern const char *const ps_host_key_names[PS_HKEY_COUNT + 1];

@@ -61,7 +61,7 @@ static void print_global(const ps_config_t *cfg, FILE *f)
 static void print_host(const ps_config_t *cfg, FILE *f)
 {
     const ps_host_config_t *h = &cfg->global.host;
-    char value[64];
+    char value[PS_PATH_MAX];
     fprintf(f, "\n[host]\n");
     for (int k = 0; k < PS_HKEY_COUNT; k++) {
         switch ((ps_host_key_t)k) {
@@ -79,6 +79,16 @@ static void print_host(const ps_config_t *cfg, FILE *f)
         case PS_HKEY_PENDING_WAIT_PERCENT: snprintf(value, sizeof value, "%u", h->pending_wait_percent); break;
         case PS_HKEY_FREE_SYNC: snprintf(value, sizeof value, "%s", ps_free_sync_words[h->free_sync]); break;
         case PS_HKEY_EPOCH_WAIT_US: snprintf(value, sizeof value, "%llu", (unsigned long long)h->epoch_wait_us); break;
+        case PS_HKEY_RELEASE_BEFORE_GROW: snprintf(value, sizeof value, "%s", h->release_before_grow ? "yes" : "no"); break;
+        case PS_HKEY_LIMIT:
+            if (h->limit)
+                ps_format_bytes(value, sizeof value, h->limit);
+            else
+                snprintf(value, sizeof value, "0 (none)");
+            break;
+        case PS_HKEY_TRACK: snprintf(value, sizeof value, "%s", h->track ? "yes" : "no"); break;
+        case PS_HKEY_STACK_DEPTH: snprintf(value, sizeof value, "%u", h->stack_depth); break;
+        case PS_HKEY_LOG_FILE: snprintf(value, sizeof value, "%s", h->log_file[0] ? h->log_file : "(none)"); break;
         default: value[0] = '\0'; break;
         }
         static const ps_origin_t unset = {PS_ORIGIN_NONE, NULL, 0};

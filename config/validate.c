@@ -148,7 +148,7 @@ static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
         else
             ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [host] (known keys: enable, min_chunk, "
                                 "max_chunk, growth_percent, maximum_size, pending_wait_bytes, pending_wait_percent, "
-                                "free_sync, epoch_wait_us)", s->key);
+                                "free_sync, epoch_wait_us, release_before_grow, limit, track, stack_depth, log_file)", s->key);
         return;
     }
     char why[128] = "";
@@ -165,8 +165,10 @@ static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
     case PS_HKEY_MAX_CHUNK:
     case PS_HKEY_MAXIMUM_SIZE:
     case PS_HKEY_PENDING_WAIT_BYTES:
+    case PS_HKEY_LIMIT:
         if (ps_parse_size_ex(s->value, 0, &bytes, &pct, &is_pct, why, sizeof why) != PS_OK)
-            return bad_value(cfg, s, why, "a size such as 64MiB");
+            return bad_value(cfg, s, why, key == PS_HKEY_LIMIT ? "a size such as 4GiB; 0 = no limit"
+                                                                : "a size such as 64MiB");
         if (!bytes && (key == PS_HKEY_MIN_CHUNK || key == PS_HKEY_MAX_CHUNK))
             return bad_value(cfg, s, "zero", "a size above zero such as 32MiB");
         if (key == PS_HKEY_MIN_CHUNK)
@@ -175,8 +177,31 @@ static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
             h->max_chunk = (size_t)bytes;
         else if (key == PS_HKEY_MAXIMUM_SIZE)
             h->maximum_size = (size_t)bytes;
+        else if (key == PS_HKEY_LIMIT)
+            h->limit = (size_t)bytes;
         else
             h->pending_wait_bytes = (size_t)bytes;
+        break;
+    case PS_HKEY_TRACK:
+    case PS_HKEY_RELEASE_BEFORE_GROW:
+        if (ps_parse_bool(s->value, &b) != PS_OK)
+            return bad_value(cfg, s, "not a boolean", "1, true, yes, on, 0, false, no or off");
+        if (key == PS_HKEY_TRACK)
+            h->track = b;
+        else
+            h->release_before_grow = b;
+        break;
+    case PS_HKEY_STACK_DEPTH:
+        if (ps_parse_uint(s->value, 64, &n, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, "a whole number of frames from 0 to 64");
+        h->stack_depth = (unsigned)n;
+        break;
+    case PS_HKEY_LOG_FILE:
+        if (ps_check_path_pattern(s->value, 1, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, "a file name; %p = pid, %r = rank, %d = device");
+        if (strlen(s->value) >= PS_PATH_MAX)
+            return bad_value(cfg, s, "too long", "a file name shorter than 4096 bytes");
+        snprintf(h->log_file, PS_PATH_MAX, "%s", s->value);
         break;
     case PS_HKEY_GROWTH_PERCENT:
         if (ps_parse_uint(s->value, 1000, &n, why, sizeof why) != PS_OK)
@@ -217,6 +242,8 @@ void ps_host_pool_options(const ps_host_config_t *host, ps_pool_options_t *out)
     out->barrier_pending_percent = 0;
     out->pending_wait_bytes = host->pending_wait_bytes;
     out->pending_wait_percent = host->pending_wait_percent;
+    out->release_before_grow = host->release_before_grow;
+    out->chunk_granule = PS_HOST_CHUNK_GRANULE;
 }
 
 /* Parses a binning `bins` list into def->bins (names resolved later). */
@@ -695,14 +722,19 @@ void ps_config_validate(ps_config_t *cfg)
     g->free_sync = PS_FREE_SYNC_BARRIER;
     g->meminfo = PS_MEMINFO_POOL;
     g->on_error = PS_ON_ERROR_EXIT;
+    /* pinned defaults: slabs of what is asked (rounded to 64 KiB, at least
+     * 2 MiB), wholly free slabs given back before growing, and a tight
+     * growth bound; docs/benchmarks.md ("Pinned host memory") has the
+     * simulated DataLoader that chose them */
     g->host = (ps_host_config_t){.enable = 1,
-                                 .min_chunk = 8 * PS_MiB,
+                                 .min_chunk = 2 * PS_MiB,
                                  .max_chunk = PS_GiB,
-                                 .growth_percent = 12,
-                                 .pending_wait_bytes = 64 * PS_MiB,
-                                 .pending_wait_percent = 50,
+                                 .growth_percent = 0,
+                                 .pending_wait_bytes = 4 * PS_MiB,
+                                 .pending_wait_percent = 10,
                                  .free_sync = PS_FREE_SYNC_EVENT,
-                                 .epoch_wait_us = 50};
+                                 .epoch_wait_us = 50,
+                                 .release_before_grow = 1};
     for (size_t i = 0; i < cfg->setting_count; i++)
         if (strcmp(cfg->settings[i].section, "global") == 0)
             validate_global(cfg, &cfg->settings[i]);
@@ -710,6 +742,8 @@ void ps_config_validate(ps_config_t *cfg)
             validate_host(cfg, &cfg->settings[i]);
     if (g->host.min_chunk > g->host.max_chunk)
         ps_config_add_error(cfg, NULL, "[host] min_chunk is larger than max_chunk");
+    if (g->host.stack_depth && !g->host.track)
+        ps_config_add_error(cfg, NULL, "[host] stack_depth is set but track is off (set track = yes)");
     check_sections(cfg);
     validate_resources(cfg);
     validate_devices(cfg);

@@ -58,7 +58,11 @@
           close the open epoch and host-wait the oldest one (fence_wait),
           retrying after each: growth while the GPU lags stays bounded;
           then grow, never past maximum_size:
- *          - chunks: a chunk of max(request rounded up to 2 MiB,
+ *          - chunks: with release_before_grow (the pinned host pool),
+ *            first give every wholly free ready chunk back (none of them
+ *            fits the request, or step 3 would have taken it: kept, they
+ *            would only strand memory, as chunks never merge); then a chunk
+ *            of max(request rounded up to chunk_granule (2 MiB),
  *            clamp(reserved * growth_percent / 100, min_chunk, max_chunk))
  *            bytes; on upstream failure halve down to the request;
  *          - expandable: the range is tiled by blocks like a chunk, and the
@@ -1136,7 +1140,7 @@ static int grow_locked(pool_t *pool, size_t need, uint32_t *grown)
         step = o->min_chunk;
     if (step > o->max_chunk)
         step = o->max_chunk;
-    size_t chunk_size = ps_align_up(need, GROWTH_GRANULE);
+    size_t chunk_size = ps_align_up(need, o->chunk_granule ? o->chunk_granule : GROWTH_GRANULE);
     if (!chunk_size)
         return PS_ENOMEM;
     if (chunk_size < step)
@@ -1306,6 +1310,8 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
         wait_pending_over_bound_locked(pool, need, out) == PS_OK)
         return PS_OK;
     uint32_t grown;
+    if (pool->options.release_before_grow && !pool->expandable)
+        release_free_chunks_locked(pool, 0);
     if (grow_locked(pool, need, &grown) == PS_OK)
         return take_grown_locked(pool, grown, need, out);
     if (gpu) {
@@ -1633,6 +1639,8 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     else
         ps_pool_options_default(&o);
     if (!upstream || !out)
+        return PS_EINVAL;
+    if (o.chunk_granule && !ps_is_pow2(o.chunk_granule))
         return PS_EINVAL;
     if (!ps_is_pow2(o.alignment) || o.alignment < MIN_ALIGNMENT) {
         ps_error("pool '%s': alignment %zu is not a power of two >= %d", name ? name : "pool",

@@ -72,6 +72,12 @@ typedef struct ps_pool_options {
                                  many bytes are reserved, free memory goes back to the upstream
                                  (whole chunks; expandable: whole free pieces) until at most this
                                  many are; UINT64_MAX (default) = keep all, as before */
+    int release_before_grow;  /* chunks only: before growing, give every wholly free ready chunk
+                                 back to the upstream (0, the default: only under memory pressure).
+                                 The pinned host pool: its chunks cannot merge, and a fresh chunk
+                                 of the size now needed wastes less than keeping stranded ones */
+    size_t chunk_granule;     /* chunks are multiples of this (0 = 2 MiB, cuMemAlloc's granularity;
+                                 the pinned pool: 64 KiB, host pages are small) */
 } ps_pool_options_t;
 
 /* Fills *opts with the defaults above. */

@@ -78,8 +78,7 @@ typedef struct retired {
     struct retired *next; /* older ones */
     ps_stack_t *stack;    /* the dead stack */
     ps_gpu_ops_t *gpu;    /* its dead GPU-ops table */
-    ps_resource_t *host_pool;     /* its dead pinned host pool, or NULL */
-    ps_resource_t *host_upstream; /* and that pool's upstream */
+    ps_stack_t *host_stack; /* its dead pinned host stack, or NULL */
 } retired_t;
 static retired_t *retired_stacks; /* devices_lock */
 
@@ -192,12 +191,14 @@ int ps_shim_ensure_init(void)
     return atomic_load_explicit(&ps_active, memory_order_relaxed);
 }
 
-/* Builds device d's pinned host pool from [host] (devices_lock held): a
+/* Builds device d's pinned host stack from [host] (devices_lock held): a
  * pool with free_sync event and a growth bound over a host upstream whose
  * slabs are cuMemHostAlloc(PORTABLE | DEVICEMAP) memory of the primary
- * context. Without it (disabled, or it cannot be made) pinned memory
- * passes through. POOLSHIM_TEST_SKIP_HOST_WAIT=1 (tests only) reuses freed
- * blocks at once: the negative control of tests/gpu/pinned.cu. */
+ * context, under the adaptors [host] asks for (limit, track, stats, log;
+ * ps_config_build_host_stack). Without it (disabled, or it cannot be made)
+ * pinned memory passes through. POOLSHIM_TEST_SKIP_HOST_WAIT=1 (tests
+ * only) reuses freed blocks at once: the negative control of
+ * tests/gpu/pinned.cu. */
 static void build_host_pool(ps_device_state_t *dev, ps_gpu_ops_t *gpu)
 {
     const ps_host_config_t *h = &ps_global->host;
@@ -211,18 +212,16 @@ static void build_host_pool(ps_device_state_t *dev, ps_gpu_ops_t *gpu)
                    "still read them (a test switch, never for real work)");
         o.free_sync = PS_FREE_SYNC_NONE;
     }
-    ps_resource_t *upstream = NULL, *pool = NULL;
-    int rc = ps_host_resource_create("pinned", gpu, PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED, &upstream);
-    if (rc == PS_OK)
-        rc = ps_pool_create("host", upstream, gpu, &o, &pool);
+    ps_stack_t *stack = NULL;
+    int rc = ps_config_build_host_stack(config, dev->device, gpu, PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED,
+                                        &o, &stack);
     if (rc != PS_OK) {
-        ps_destroy(upstream);
         ps_warning("device %d: cannot build the pinned host pool (%s): pinned memory passes through",
                    dev->device, ps_status_name(rc));
         return;
     }
-    dev->host_upstream = upstream;
-    __atomic_store_n(&dev->host_pool, pool, __ATOMIC_RELEASE);
+    dev->host_stack = stack;
+    __atomic_store_n(&dev->host_pool, stack->top, __ATOMIC_RELEASE);
 }
 
 /* Runs at exit() before the CUDA runtime's teardown (see 6. above). */
@@ -712,8 +711,11 @@ static void drop_device(ps_device_state_t *dev, const char *api)
     dev->dropped.fence_waits += info.fence_waits;
     if (info.peak_bytes_reserved > dev->dropped.peak_bytes_reserved)
         dev->dropped.peak_bytes_reserved = info.peak_bytes_reserved;
-    ps_resource_t *host_pool = dev->host_pool, *host_upstream = dev->host_upstream;
+    ps_resource_t *host_pool = dev->host_pool;
+    ps_stack_t *host_stack = dev->host_stack;
     if (host_pool) {
+        if (host_stack->log)
+            ps_log_flush(host_stack->log);
         ps_resource_info_t hinfo = {0};
         ps_query(host_pool, &hinfo);
         dev->dropped_host.bytes_reserved += hinfo.bytes_reserved;
@@ -725,7 +727,7 @@ static void drop_device(ps_device_state_t *dev, const char *api)
         if (hinfo.peak_bytes_reserved > dev->dropped_host.peak_bytes_reserved)
             dev->dropped_host.peak_bytes_reserved = hinfo.peak_bytes_reserved;
         __atomic_store_n(&dev->host_pool, NULL, __ATOMIC_RELEASE);
-        dev->host_upstream = NULL;
+        dev->host_stack = NULL;
     }
     dev->dropped_allocations += count;
     dev->dropped_bytes += bytes;
@@ -733,7 +735,7 @@ static void drop_device(ps_device_state_t *dev, const char *api)
     ps_stats_count_dropped(d, bytes);
     retired_t *r = malloc(sizeof *r);
     if (r) { /* without it the dead stack is simply leaked, which is harmless */
-        *r = (retired_t){retired_stacks, stack, gpu, host_pool, host_upstream};
+        *r = (retired_t){retired_stacks, stack, gpu, host_stack};
         retired_stacks = r;
     }
     char b1[32], b2[32];
@@ -922,6 +924,10 @@ PS_EXPORT int poolshim_flush(void)
         ps_stack_t *stack = __atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE);
         if (atomic_load(&dev->state) == PS_DEVICE_READY && stack->log)
             if (ps_log_flush(stack->log) != PS_OK)
+                rc = PS_EUPSTREAM;
+        ps_stack_t *host = dev->host_stack;
+        if (atomic_load(&dev->state) == PS_DEVICE_READY && host && host->log)
+            if (ps_log_flush(host->log) != PS_OK)
                 rc = PS_EUPSTREAM;
     }
     return rc;

@@ -289,9 +289,9 @@ typedef struct ps_device_state {
     CUcontext ctx;          /* its primary context, the only one we serve */
     ps_gpu_ops_t *gpu;      /* the GPU-ops table over that context (atomic loads: a reset replaces it) */
     ps_stack_t *stack;      /* the resource stack from the config (atomic loads: a reset replaces it) */
-    ps_resource_t *host_pool; /* the pinned host pool ([host]) over its own host upstream, or NULL
-                                 (atomic loads: a reset replaces it; pinned memory dies with the context) */
-    ps_resource_t *host_upstream; /* its upstream (host_alloc / host_free) */
+    ps_resource_t *host_pool; /* the top of the pinned host stack ([host]: the pool and its adaptors), or
+                                 NULL (atomic loads: a reset replaces it; pinned memory dies with the context) */
+    ps_stack_t *host_stack;   /* that stack (its log, track and stats adaptors), or NULL */
     atomic_uint generation; /* +1 at each drop; allocations carry it, a stale one is not ours any more */
     int holds_ref;          /* 1 while we hold a reference on the primary context (devices lock) */
     int has_ctx_id;         /* 1 when ctx_id is known (cuCtxGetId, CUDA 12+) */

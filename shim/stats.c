@@ -257,6 +257,11 @@ static void write_host(FILE *f, int json, const ps_device_state_t *dev, const ps
     ps_resource_info_t info = {0};
     host_pool_info(dev, &info);
     const byte_counters_t *hb = &host_bytes[dev->device];
+    /* the host stack's stats adaptor (global.stats on): failed allocations, live blocks */
+    ps_stats_t st = {0};
+    ps_stack_t *host = dev->host_stack;
+    if (atomic_load(&dev->state) == PS_DEVICE_READY && host && host->stats)
+        ps_stats_get(host->stats, &st);
     uint64_t calls = 0;
     for (int c = PS_CALL_CUDA_HOST_ALLOC; c < PS_CALL_COUNT; c++)
         calls += s->calls[c];
@@ -266,14 +271,15 @@ static void write_host(FILE *f, int json, const ps_device_state_t *dev, const ps
                 "\"requested_current\": %lld, \"requested_peak\": %lld, \"requested_total\": %llu, "
                 "\"reserved_current\": %llu, \"reserved_peak\": %llu, \"in_use\": %llu, \"pending\": %llu, "
                 "\"upstream\": {\"allocs\": %llu, \"frees\": %llu}, \"fences\": {\"recorded\": %llu, "
-                "\"waits\": %llu}, \"bound_waits\": %llu}",
+                "\"waits\": %llu}, \"bound_waits\": %llu, \"failures\": %llu, \"live_peak\": %lld}",
                 ps_global && ps_global->host.enable, (unsigned long long)calls, (unsigned long long)host_ns,
                 (long long)atomic_load(&hb->current), (long long)atomic_load(&hb->peak),
                 (unsigned long long)atomic_load(&hb->total), (unsigned long long)info.bytes_reserved,
                 (unsigned long long)info.peak_bytes_reserved, (unsigned long long)info.bytes_in_use,
                 (unsigned long long)info.bytes_pending, (unsigned long long)info.upstream_allocs,
                 (unsigned long long)info.upstream_frees, (unsigned long long)info.fences_recorded,
-                (unsigned long long)info.fence_waits, (unsigned long long)info.pending_waits);
+                (unsigned long long)info.fence_waits, (unsigned long long)info.pending_waits,
+                (unsigned long long)st.failures, (long long)st.allocations.peak);
         return;
     }
     if (!calls && !info.upstream_allocs)
@@ -287,6 +293,9 @@ static void write_host(FILE *f, int json, const ps_device_state_t *dev, const ps
     fprintf(f, "poolshim:   pinned     %llu fences, %llu host waits (%llu because pending bytes passed the growth bound)\n",
             (unsigned long long)info.fences_recorded, (unsigned long long)info.fence_waits,
             (unsigned long long)info.pending_waits);
+    if (st.failures)
+        fprintf(f, "poolshim:   pinned     %llu allocations failed (out of memory, [host] limit or maximum_size)\n",
+                (unsigned long long)st.failures);
 }
 
 /* The name of the top of the stack the configuration gave the device
@@ -443,6 +452,10 @@ void ps_stats_report_at_exit(void)
             ps_log_flush(dev->stack->log);
         if (dev->stack->track)
             ps_track_report(dev->stack->track, stderr);
+        if (dev->host_stack && dev->host_stack->log)
+            ps_log_flush(dev->host_stack->log);
+        if (dev->host_stack && dev->host_stack->track)
+            ps_track_report(dev->host_stack->track, stderr);
     }
     if (!ps_global || ps_global->stats == PS_STATS_OFF)
         return;

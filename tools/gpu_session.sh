@@ -2,8 +2,9 @@
 # One GPU session in one call: the GPU suite, the demo, `poolshim ab` on the
 # demo and on PyTorch, and the benchmarks. Used on the lent GPU machine with
 # build/ (and .carry/ for the RMM peer) carried from a machine with libinih:
-#   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [bench] [torchmem] [ddp]
+#   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [bench] [pinned] [torchmem] [ddp]
 #                                      [ddp_transformer] [multigpu]
+# pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # torchmem: NVML memory of varied PyTorch loops per allocator (about 6 min on an
 # H100); ddp: DDP per free policy (needs two GPUs: nvidia-h200-x2); multigpu:
 # the GPU suite's multi-GPU and multi-process tests, then mpirun and torchrun
@@ -48,6 +49,11 @@ for step in $what; do
     bench)
         echo "=== benchmarks"
         OUTDIR=$OUT/bench ./tools/bench/run.sh build | tail -n 80 ;;
+    pinned)
+        echo "=== pinned host memory: PyTorch pin_memory loader, CuPy pipeline (also part of bench)"
+        mkdir -p "$OUT/pinned"
+        python3 tools/bench/pinned/pinned_bench.py --lib build/libpoolshim.so --json "$OUT/pinned/pinned.json" |
+            tee "$OUT/pinned/pinned.txt" | tail -n 60 ;;
     torchmem)
         echo "=== PyTorch memory on varied shapes (NVML)"
         OUT_DIR=$OUT/torchmem TRACE_DIR=$OUT/torchmem/traces tools/bench/torch_mem/run.sh build/libpoolshim.so |

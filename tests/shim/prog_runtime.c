@@ -674,12 +674,38 @@ static void pinned(void)
     CHECK(cudaFreeHost(NULL) == cudaSuccess, "cudaFreeHost(NULL)");
 }
 
+/* The [host] adaptors end to end (run with POOLSHIM_OPTIONS naming
+ * host.limit=1MiB): two 512 KiB blocks fit the limit, one byte more is
+ * refused with cudaErrorMemoryAllocation, a freed block's bytes count again, and one
+ * block stays live for the track adaptor's leak report at exit. Without the
+ * limit (native, or host.limit unset) every call succeeds. */
+static void pinned_adaptors(void)
+{
+    const char *options = getenv("POOLSHIM_OPTIONS");
+    int limited = shim_active() && options && strstr(options, "host.limit=1MiB");
+    static void *a, *b, *c, *kept;
+    CHECK(cudaHostAlloc(&a, 512 << 10, 0) == cudaSuccess, "512 KiB");
+    CHECK(cudaMallocHost(&b, 512 << 10) == cudaSuccess, "another 512 KiB");
+    cudaError_t e = cudaHostAlloc(&c, 1, 0);
+    if (limited) {
+        CHECK(e == cudaErrorMemoryAllocation, "one byte past host.limit: %d", (int)e);
+    } else {
+        CHECK(e == cudaSuccess, "no limit: %d", (int)e);
+        CHECK(cudaFreeHost(c) == cudaSuccess, "free");
+    }
+    CHECK(cudaFreeHost(a) == cudaSuccess, "free a");
+    CHECK(cudaHostAlloc(&kept, 4000, 0) == cudaSuccess, "freed bytes count again");
+    CHECK(cudaFreeHost(b) == cudaSuccess, "free b");
+    /* `kept` stays live: a leak for the track adaptor */
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "basic";
     if (!strcmp(what, "basic")) basic();
     else if (!strcmp(what, "errors")) errors();
     else if (!strcmp(what, "pinned")) pinned();
+    else if (!strcmp(what, "pinned_adaptors")) pinned_adaptors();
     else if (!strcmp(what, "async")) async();
     else if (!strcmp(what, "ipc")) ipc();
     else if (!strcmp(what, "meminfo")) meminfo();

@@ -91,6 +91,45 @@ Test(runtime_door, pinned_figures_in_the_exit_report)
     expect_pass(1, "POOLSHIM_STATS=text", "prog_runtime pinned", "poolshim:   pinned ");
 }
 
+/* [host] adaptors through the shim: the limit refuses (the program checks
+ * it), the track adaptor reports the block left live, the stats adaptor
+ * counts the refusal, the log adaptor writes every pinned call */
+Test(runtime_door, pinned_adaptors_limit_track_stats_log)
+{
+    char dir[] = "/tmp/ps_shim_host_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char env[1024], path[256];
+    snprintf(path, sizeof path, "%s/pinned.csv", dir);
+    snprintf(env, sizeof env, "POOLSHIM_STATS=json POOLSHIM_OPTIONS=host.limit=1MiB,host.track=yes,host.log_file=%s",
+             path);
+    expect_pass(1, env, "prog_runtime pinned_adaptors", "shim active");
+    cr_expect(strstr(output, "track 'host.track': 1 allocation (3.91 KiB) never freed"), "%s", output);
+    cr_expect(strstr(output, "\"bound_waits\": 0, \"failures\": 1, \"live_peak\": 2}"), "%s", output);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "no pinned log at %s", path);
+    char text[8192];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    int allocs = 0, frees = 0, failures = 0;
+    for (char *p = text; (p = strstr(p, ",allocate,")); p++)
+        allocs++;
+    for (char *p = text; (p = strstr(p, ",free,")); p++)
+        frees++;
+    for (char *p = text; (p = strstr(p, ",allocate failure,")); p++)
+        failures++;
+    cr_expect_eq(allocs, 3, "3 pinned allocations logged:\n%s", text);
+    cr_expect_eq(frees, 2, "2 pinned frees logged:\n%s", text);
+    cr_expect_eq(failures, 1, "the refusal logged:\n%s", text);
+    cr_expect(strstr(text, ",524288,0x0\n") && strstr(text, ",4000,0x0\n"), "sizes logged:\n%s", text);
+    unlink(path);
+    rmdir(dir);
+    /* negative control: the same program without the limit must see every call succeed */
+    expect_pass(1, "POOLSHIM_OPTIONS=host.track=yes", "prog_runtime pinned_adaptors", "shim active");
+    cr_expect(strstr(output, "track 'host.track': 1 allocation") != NULL, "%s", output);
+    expect_pass(0, NULL, "prog_runtime pinned_adaptors", "shim inactive");
+}
+
 Test(driver_door, pinned_native) { expect_pass(0, NULL, "prog_static pinned", "shim inactive"); }
 Test(driver_door, pinned_through_shim) { expect_pass(1, NULL, "prog_static pinned", "shim active"); }
 

@@ -221,3 +221,80 @@ Test(pool_host, device_pools_keep_growing_without_the_bound)
     cr_assert_eq(o.pending_wait_bytes, 0);
     cr_assert_eq(o.pending_wait_percent, 0);
 }
+
+Test(pool_host, release_before_grow_gives_an_idle_slab_back_first)
+{
+    for (int release = 0; release <= 1; release++) {
+        host_fixture_t f;
+        ps_pool_options_t o = host_pool_options(0, 0);
+        o.min_chunk = 64 * PS_KiB;
+        o.growth_percent = 0;
+        o.chunk_granule = 64 * PS_KiB;
+        o.release_before_grow = release;
+        host_open(&f, &o);
+        void *a, *b;
+        cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+        cr_assert_eq(ps_deallocate(f.pool, a, 4 * PS_MiB, PS_STREAM_NONE), PS_OK);
+        ps_host_ops_set_auto_complete(f.gpu, 1); /* the GPU passed the free: its fence completes at once */
+        cr_assert_eq(ps_allocate(f.pool, 6 * PS_MiB, PS_STREAM_NONE, &b), PS_OK, "a slab too small for it");
+        ps_host_ops_complete_all(f.gpu);
+        ps_resource_info_t info = fixture_info(f.pool);
+        if (release) {
+            cr_assert_eq(info.upstream_frees, 1, "the idle 4 MiB slab went back before growing");
+            cr_assert_eq(info.bytes_reserved, 6 * PS_MiB);
+            cr_assert_eq(info.peak_bytes_reserved, 6 * PS_MiB, "never both at once");
+            cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 6 * PS_MiB);
+        } else {
+            cr_assert_eq(info.upstream_frees, 0, "the control: kept");
+            cr_assert_eq(info.bytes_reserved, 10 * PS_MiB);
+        }
+        cr_assert_eq(ps_deallocate(f.pool, b, 6 * PS_MiB, PS_STREAM_NONE), PS_OK);
+        host_close(&f);
+    }
+}
+
+Test(pool_host, release_before_grow_never_gives_back_a_slab_still_pending)
+{
+    host_fixture_t f;
+    ps_pool_options_t o = host_pool_options(0, 0); /* no bound: grows while fences lag */
+    o.min_chunk = 64 * PS_KiB;
+    o.growth_percent = 0;
+    o.chunk_granule = 64 * PS_KiB;
+    o.release_before_grow = 1;
+    host_open(&f, &o);
+    void *a, *b;
+    cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, a, 4 * PS_MiB, PS_STREAM_NONE), PS_OK);
+    /* the GPU may still copy from `a`: its slab must stay */
+    cr_assert_eq(ps_allocate(f.pool, 6 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+    ps_resource_info_t info = fixture_info(f.pool);
+    cr_assert_eq(info.upstream_frees, 0, "a pending block's slab was given back");
+    cr_assert_eq(info.bytes_pending, 4 * PS_MiB);
+    cr_assert_eq(ps_deallocate(f.pool, b, 6 * PS_MiB, PS_STREAM_NONE), PS_OK);
+    ps_host_ops_complete_all(f.gpu);
+    host_close(&f);
+}
+
+Test(pool_host, chunk_granule_rounds_slabs_to_host_pages_not_2mib)
+{
+    host_fixture_t f;
+    ps_pool_options_t o = host_pool_options(0, 0);
+    o.min_chunk = 64 * PS_KiB;
+    o.growth_percent = 0;
+    o.chunk_granule = 64 * PS_KiB;
+    host_open(&f, &o);
+    void *a;
+    cr_assert_eq(ps_allocate(f.pool, 2 * PS_MiB + 1000, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 2 * PS_MiB + 64 * PS_KiB, "rounded to 64 KiB");
+    cr_assert_eq(ps_deallocate(f.pool, a, 2 * PS_MiB + 1000, PS_STREAM_NONE), PS_OK);
+    host_close(&f);
+    o.chunk_granule = 3 * PS_KiB;
+    ps_gpu_ops_t *gpu;
+    ps_host_ops_options_t host = {.backed = 1};
+    cr_assert_eq(ps_host_ops_create(&host, &gpu), PS_OK);
+    ps_resource_t *up, *pool = NULL;
+    cr_assert_eq(ps_host_resource_create("host", gpu, 0, &up), PS_OK);
+    cr_assert_eq(ps_pool_create("pinned", up, gpu, &o, &pool), PS_EINVAL, "a granule must be a power of two");
+    ps_destroy(up);
+    ps_host_ops_destroy(gpu);
+}

@@ -14,7 +14,10 @@
 #      PYTORCH_NO_CUDA_MEMORY_CACHING=1 natively, the same under poolshim, and
 #      with PyTorch's own cache; JAX (jax_loop.py) with
 #      XLA_PYTHON_CLIENT_ALLOCATOR=platform natively, under poolshim, and default.
-#   3b. With two GPUs: mpirun and torchrun jobs natively and under the shim, a
+#   3b. Pinned host memory (tools/bench/pinned/pinned_bench.py): PyTorch's
+#      pin_memory DataLoader and a CuPy copy pipeline, natively with and without
+#      their own pinned caches and under poolshim; pinned.txt and pinned.json.
+#   3c. With two GPUs: mpirun and torchrun jobs natively and under the shim, a
 #      row per rank (tools/bench/multigpu.sh; multigpu.txt beside bench.txt).
 #   4. summarize.py writes latest.json and prints medians and ratios.
 # Environment:
@@ -191,7 +194,20 @@ else
     note "JAX with a GPU not available: its programs left out"
 fi
 
-# ---------------------------------------------------------------- 3b. several GPUs and processes
+# ---------------------------------------------------------------- 3b. pinned host memory
+# PyTorch's pin_memory DataLoader and a CuPy copy pipeline, natively with and
+# without their pinned caches and under poolshim (tools/bench/pinned/pinned_bench.py:
+# checksums, time, pinned peak reserved vs requested against the 1.15x target).
+# Its own table and verdicts go to pinned.txt / pinned.json beside latest.json;
+# a FAIL verdict (a checksum, the target, no interception) counts as a problem.
+if wanted pinned; then
+    note "=== pinned host memory (tools/bench/pinned)"
+    "$PYTHON" "$here/pinned/pinned_bench.py" --lib "$lib" "${quick[@]}" --repeats "$BENCH_REPEATS" \
+        --json "$results_dir/pinned.json" 2>&1 | tee "$results_dir/pinned.txt" | tee -a "$log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { problems=$((problems + 1)); note "FAIL pinned: see pinned.txt"; }
+fi
+
+# ---------------------------------------------------------------- 3c. several GPUs and processes
 # mpirun and torchrun jobs of two ranks, natively and under the shim, a row per
 # rank (tools/bench/multigpu.sh); only where two GPUs are present.
 if wanted multigpu; then
