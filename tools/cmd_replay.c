@@ -24,6 +24,7 @@
 #include "../config/config.h"
 #include "cli.h"
 #include "replay.h"
+#include "reserved_log.h"
 #include "sim_stack.h"
 
 #define REPLAY_MAX_CONFIGS 16
@@ -110,6 +111,13 @@ int ps_cmd_replay(int argc, char **argv)
         return CLI_EXIT_FAILURE;
     }
 
+    reserved_log_t recorded;
+    int have_recorded = reserved_log_read(log_path, &log, &recorded);
+    if (have_recorded < 0) {
+        memlog_free(&log);
+        return CLI_EXIT_FAILURE;
+    }
+
     size_t stacks = config_count ? config_count : 1;
     size_t max_results = stacks * (size_t)log.device_count;
     replay_stats_t *results = calloc(max_results ? max_results : 1, sizeof *results);
@@ -128,6 +136,10 @@ int ps_cmd_replay(int argc, char **argv)
                 exit_code = CLI_EXIT_FAILURE;
             else {
                 snprintf(r->stack, sizeof r->stack, "%s", sim.name);
+                if (have_recorded && recorded.device == r->device) {
+                    r->has_recorded = 1;
+                    r->recorded_peak_reserved = recorded.peak;
+                }
                 result_count++;
             }
             sim_stack_destroy(&sim);
@@ -139,8 +151,8 @@ int ps_cmd_replay(int argc, char **argv)
         else
             replay_print_text(stdout, log_path, &log, capacity, gpu_lag_ns, results, result_count);
         if (plot_path &&
-            replay_plot(&log, log_path, config_count ? configs[0] : NULL, capacity, gpu_lag_ns, title,
-                        plot_path) != 0)
+            replay_plot(&log, log_path, config_count ? configs[0] : NULL, capacity, gpu_lag_ns,
+                        have_recorded ? &recorded : NULL, title, plot_path) != 0)
             exit_code = CLI_EXIT_FAILURE;
         else if (plot_path && !json)
             printf("plot: %s\n", plot_path);
@@ -148,6 +160,7 @@ int ps_cmd_replay(int argc, char **argv)
     for (size_t i = 0; i < result_count; i++)
         replay_stats_free(&results[i]);
     free(results);
+    reserved_log_free(&recorded);
     memlog_free(&log);
     return exit_code;
 }

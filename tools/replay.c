@@ -277,9 +277,13 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
     else if (capacity)
         fprintf(f, "simulated device: %s (unbacked, fences complete at once)\n",
                 cli_format_bytes(a, sizeof a, capacity));
-    fprintf(f, "\n%-6s  %-16s  %10s  %10s  %14s  %14s  %8s  %13s  %8s  %9s\n", "device", "stack",
+    int recorded = 0;
+    for (size_t i = 0; i < count; i++)
+        recorded |= results[i].has_recorded;
+    fprintf(f, "\n%-6s  %-16s  %10s  %10s  %14s  %14s  %8s  %13s  %8s  %9s", "device", "stack",
             "alloc/op", "free/op", "peak requested", "peak reserved", "overhead", "fragmentation",
             "failures", "upstream");
+    fprintf(f, recorded ? "  %14s  %8s\n" : "\n", "recorded peak", "overhead");
     for (size_t i = 0; i < count; i++) {
         const replay_stats_t *r = &results[i];
         char alloc_op[32], free_op[32], requested[32], reserved[32], overhead[32], frag[32];
@@ -292,9 +296,19 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
         else
             snprintf(overhead, sizeof overhead, "-");
         snprintf(frag, sizeof frag, "%.1f%%", r->fragmentation * 100);
-        fprintf(f, "%-6d  %-16s  %10s  %10s  %14s  %14s  %8s  %13s  %8llu  %9llu\n", r->device,
+        fprintf(f, "%-6d  %-16s  %10s  %10s  %14s  %14s  %8s  %13s  %8llu  %9llu", r->device,
                 r->stack, alloc_op, free_op, requested, reserved, overhead, frag,
                 (unsigned long long)r->failures, (unsigned long long)r->upstream_allocs);
+        if (recorded && r->has_recorded) {
+            char real[32], real_overhead[32] = "-";
+            if (r->peak_requested)
+                snprintf(real_overhead, sizeof real_overhead, "%.2fx",
+                         (double)r->recorded_peak_reserved / (double)r->peak_requested);
+            fprintf(f, "  %14s  %8s", cli_format_bytes(real, sizeof real, r->recorded_peak_reserved), real_overhead);
+        } else if (recorded) {
+            fprintf(f, "  %14s  %8s", "-", "-");
+        }
+        fputc('\n', f);
     }
     for (size_t i = 0; i < count; i++) {
         const replay_stats_t *r = &results[i];
@@ -306,6 +320,9 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
     }
     fprintf(f, "\noverhead = peak reserved / peak requested; fragmentation = 1 - largest free block / "
                "free bytes, at the requested peak\n");
+    if (recorded)
+        fprintf(f, "recorded peak = what the recorded program's GPU really held at most (the log's companion "
+                   "LOG.reserved.csv, written by the shim)\n");
 }
 
 void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
@@ -325,7 +342,8 @@ void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint6
                 "\"logged_failures\": %llu, \"unknown_frees\": %llu, \"double_allocations\": %llu, "
                 "\"alloc_ns_per_op\": %.1f, \"free_ns_per_op\": %.1f, \"peak_requested\": %llu, "
                 "\"peak_reserved\": %llu, \"free_at_peak\": %llu, \"largest_free_at_peak\": %llu, "
-                "\"fragmentation\": %.4f, \"upstream_allocs\": %llu, \"barriers\": %llu, \"duration_s\": %.6f}",
+                "\"fragmentation\": %.4f, \"upstream_allocs\": %llu, \"barriers\": %llu, \"duration_s\": %.6f, "
+                "\"recorded_peak_reserved\": ",
                 (unsigned long long)r->events, (unsigned long long)r->allocations,
                 (unsigned long long)r->frees, (unsigned long long)r->failures,
                 (unsigned long long)r->logged_failures, (unsigned long long)r->unknown_frees,
@@ -334,6 +352,10 @@ void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint6
                 (unsigned long long)r->peak_reserved, (unsigned long long)r->free_at_peak,
                 (unsigned long long)r->largest_free_at_peak, r->fragmentation,
                 (unsigned long long)r->upstream_allocs, (unsigned long long)r->barriers, r->duration_s);
+        if (r->has_recorded)
+            fprintf(f, "%llu}", (unsigned long long)r->recorded_peak_reserved);
+        else
+            fprintf(f, "null}");
     }
     fprintf(f, "\n]}\n");
 }

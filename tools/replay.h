@@ -40,6 +40,8 @@ typedef struct replay_stats {
     uint64_t upstream_allocs;     /* upstream allocations the stack made */
     uint64_t barriers;            /* GPU barriers the stack issued (free_sync barrier) */
     double duration_s;            /* log time from the first to the last event */
+    int has_recorded;             /* the log's companion (LOG.reserved.csv) covers this device */
+    uint64_t recorded_peak_reserved; /* then: the peak the recorded program's GPU really held */
     replay_sample_t *samples;     /* memory over time (when asked), one per event */
     size_t sample_count;          /* entries in samples */
 } replay_stats_t;
@@ -55,7 +57,10 @@ int replay_run(const memlog_t *log, int device, ps_resource_t *top, ps_gpu_ops_t
 void replay_stats_free(replay_stats_t *stats);
 
 /* Renders results (pure: output depends only on the arguments).
- * `gpu_lag_ns` is the simulated GPU's lag (0: fences complete at once). */
+ * `gpu_lag_ns` is the simulated GPU's lag (0: fences complete at once).
+ * When any result has_recorded, the table gains a "recorded peak" column
+ * (what the program's GPU really held, beside the simulated peak) and the
+ * JSON a "recorded_peak_reserved" (null where unknown). */
 void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
                        uint64_t gpu_lag_ns, const replay_stats_t *results, size_t count);
 void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
@@ -68,8 +73,11 @@ void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint6
  * `config` (NULL = default) on a simulated device of `capacity` bytes whose
  * GPU lags by `gpu_lag_ns` (named in the title and subtitle when > 0). When
  * that stack cannot be built the chart shows requested bytes only and says
- * so. Returns 0 or -1. */
+ * so. `recorded` (NULL: none), the log's companion (tools/reserved_log.h),
+ * adds the curve of what the recorded program's GPU really held. Returns 0
+ * or -1. */
+struct reserved_log;
 int replay_plot(const memlog_t *log, const char *log_name, const char *config, uint64_t capacity,
-                uint64_t gpu_lag_ns, const char *title, const char *path);
+                uint64_t gpu_lag_ns, const struct reserved_log *recorded, const char *title, const char *path);
 
 #endif
