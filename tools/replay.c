@@ -109,15 +109,40 @@ static int map_insert(live_map_t *map, const live_entry_t *entry)
  * the empty (0) or deleted (UINT64_MAX) marks. */
 static uint64_t key_of(uint64_t pointer) { return pointer + 1; }
 
+static uint32_t saturate_ns(uint64_t ns) { return ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns; }
+
 static void free_entry(ps_resource_t *top, live_entry_t *entry, replay_stats_t *s, int timed)
 {
     if (entry->replayed && top) {
         uint64_t start = timed ? ps_now_ns() : 0;
         ps_deallocate(top, entry->replayed, (size_t)entry->size, replay_stream(entry->stream));
-        if (timed)
-            s->free_ns += ps_now_ns() - start;
+        if (timed) {
+            uint64_t took = ps_now_ns() - start;
+            s->free_ns += took;
+            if (s->free_call_ns)
+                s->free_call_ns[s->frees] = saturate_ns(took);
+        }
     }
     entry->logged = UINT64_MAX;
+}
+
+static int compare_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+double replay_quantile_ns(uint32_t *values, size_t n, double q)
+{
+    if (!n)
+        return 0;
+    qsort(values, n, sizeof *values, compare_u32);
+    size_t rank = (size_t)(q * (double)n + 0.999999); /* nearest rank, 1-based */
+    if (rank < 1)
+        rank = 1;
+    if (rank > n)
+        rank = n;
+    return values[rank - 1];
 }
 
 void replay_stats_free(replay_stats_t *stats)
@@ -125,16 +150,40 @@ void replay_stats_free(replay_stats_t *stats)
     if (!stats)
         return;
     free(stats->samples);
+    free(stats->alloc_call_ns);
+    free(stats->free_call_ns);
     stats->samples = NULL;
+    stats->alloc_call_ns = stats->free_call_ns = NULL;
     stats->sample_count = 0;
 }
 
 int replay_run(const memlog_t *log, int device, ps_resource_t *top, ps_gpu_ops_t *sim_gpu,
                int want_samples, replay_stats_t *out)
 {
+    replay_options_t options = {.sim_gpu = sim_gpu, .want_samples = want_samples};
+    return replay_run_with(log, device, top, &options, out);
+}
+
+int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const replay_options_t *options,
+                    replay_stats_t *out)
+{
+    ps_gpu_ops_t *sim_gpu = options->sim_gpu;
+    int want_samples = options->want_samples;
     replay_stats_t s;
     memset(&s, 0, sizeof s);
     s.device = device;
+    if (options->call_times) {
+        size_t events = 0;
+        for (size_t i = 0; i < log->count; i++)
+            events += log->events[i].device == device;
+        s.alloc_call_ns = malloc((events ? events : 1) * sizeof *s.alloc_call_ns);
+        s.free_call_ns = malloc((events ? events : 1) * sizeof *s.free_call_ns);
+        if (!s.alloc_call_ns || !s.free_call_ns) {
+            replay_stats_free(&s);
+            fprintf(stderr, "poolshim: error: replay: out of memory\n");
+            return -1;
+        }
+    }
     if (top)
         snprintf(s.stack, sizeof s.stack, "%s", top->name ? top->name : top->ops->type_name);
     live_map_t map = {NULL, 0, 0};
@@ -153,6 +202,8 @@ int replay_run(const memlog_t *log, int device, ps_resource_t *top, ps_gpu_ops_t
         last_time = e->time_s;
         if (sim_gpu && log->has_time)
             ps_host_ops_set_clock(sim_gpu, (uint64_t)(e->time_s * 1e9 + 0.5));
+        if (options->before_event)
+            options->before_event(options->context, e);
         if (e->action == MEMLOG_ALLOCATE_FAILURE) {
             s.logged_failures++;
         } else if (e->action == MEMLOG_ALLOCATE) {
@@ -168,7 +219,10 @@ int replay_run(const memlog_t *log, int device, ps_resource_t *top, ps_gpu_ops_t
             if (top) {
                 uint64_t start = ps_now_ns();
                 int rc = ps_allocate(top, (size_t)e->size, replay_stream(e->stream), &entry.replayed);
-                s.alloc_ns += ps_now_ns() - start;
+                uint64_t took = ps_now_ns() - start;
+                s.alloc_ns += took;
+                if (s.alloc_call_ns)
+                    s.alloc_call_ns[s.allocations] = saturate_ns(took);
                 if (rc != PS_OK) {
                     entry.replayed = NULL;
                     s.failures++;

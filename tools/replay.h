@@ -44,7 +44,21 @@ typedef struct replay_stats {
     uint64_t recorded_peak_reserved; /* then: the peak the recorded program's GPU really held */
     replay_sample_t *samples;     /* memory over time (when asked), one per event */
     size_t sample_count;          /* entries in samples */
+    uint32_t *alloc_call_ns;      /* when asked (call_times): each timed allocate, ns (saturated) */
+    uint32_t *free_call_ns;       /* ... and each timed free; allocations / frees entries */
 } replay_stats_t;
+
+/* What a replay does besides calling the stack (replay_run_with). */
+typedef struct replay_options {
+    ps_gpu_ops_t *sim_gpu;   /* the simulated device under the stack, or NULL (see replay_run) */
+    int want_samples;        /* keep memory over time in samples */
+    int call_times;          /* keep every call's time in alloc_call_ns / free_call_ns */
+    /* Called before each event of the device, outside the timed calls (the
+     * GPU replay launches its lag kernels and samples device memory here);
+     * may be NULL. */
+    void (*before_event)(void *context, const memlog_event_t *event);
+    void *context;           /* passed to before_event */
+} replay_options_t;
 
 /* Replays the events of `device` in log order on one thread, mapping
  * logged pointers to replayed ones. `top` may be NULL: then only the
@@ -54,6 +68,13 @@ typedef struct replay_stats {
  * so a lagging simulated GPU completes fences in the log's time. */
 int replay_run(const memlog_t *log, int device, ps_resource_t *top, ps_gpu_ops_t *sim_gpu,
                int want_samples, replay_stats_t *out);
+/* The same with every option (replay_run is replay_run_with with sim_gpu
+ * and want_samples only). */
+int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const replay_options_t *options,
+                    replay_stats_t *out);
+/* The q-quantile (0..1, nearest rank) of n call times; 0 when n is 0.
+ * `values` is reordered. */
+double replay_quantile_ns(uint32_t *values, size_t n, double q);
 void replay_stats_free(replay_stats_t *stats);
 
 /* Renders results (pure: output depends only on the arguments).
