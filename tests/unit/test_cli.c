@@ -24,6 +24,7 @@
 #include "../../tools/cli.h"
 #include "../../tools/memlog.h"
 #include "../../tools/replay.h"
+#include "../../tools/replay_gpu.h"
 #include "../../tools/reserved_log.h"
 #include "../../tools/stats_table.h"
 #include "../../tools/svg_plot.h"
@@ -721,12 +722,46 @@ Test(replay, simulated_replay_reports_the_same_peak_as_the_log)
     cli_result_free(&r);
 }
 
-Test(replay, without_simulate_explains_what_to_do)
+Test(replay, on_the_gpu_where_there_is_none_says_so_and_points_to_simulate)
 {
-    cli_result_t r = run_cli((const char *[]){"replay", data_path("logs/small.csv"), NULL}, NULL);
-    cr_expect_eq(r.exit_code, 2);
-    cr_expect(strstr(r.err, "--simulate"));
+    /* no libcuda.so.1 on the library path (this machine has no driver; the shim tests
+     * replay over the fake one) */
+    cli_result_t r = run_cli((const char *[]){"replay", data_path("logs/small.csv"), NULL},
+                             (const char *[]){"LD_LIBRARY_PATH=", NULL});
+    if (r.exit_code == 0) {
+        cli_result_free(&r);
+        cr_skip("a CUDA driver and device are here: the GPU replay ran");
+    }
+    cr_expect_eq(r.exit_code, 1, "stderr: %s", r.err);
+    cr_expect(strstr(r.err, "poolshim: error: replay on the GPU: "), "stderr: %s", r.err);
+    cr_expect(strstr(r.err, "no GPU here") || strstr(r.err, "no CUDA device here"), "stderr: %s", r.err);
+    cr_expect(strstr(r.err, "--simulate SIZE"), "points to the simulated replay: %s", r.err);
+    cr_expect_eq(r.out[0], '\0', "nothing on stdout: %s", r.out);
     cli_result_free(&r);
+    /* --native belongs to the GPU replay */
+    r = run_cli((const char *[]){"replay", data_path("logs/small.csv"), "--simulate", "1GiB", "--native", NULL}, NULL);
+    cr_expect_eq(r.exit_code, 2);
+    cli_result_free(&r);
+}
+
+Test(replay, the_lag_kernel_ptx_assembles_for_the_gpus_we_run_on)
+{
+    const char *ptxas = "/usr/local/cuda/bin/ptxas";
+    if (access(ptxas, X_OK) != 0)
+        cr_skip("no CUDA toolkit here (%s): the lag kernel's PTX is not checked", ptxas);
+    char ptx[] = "/tmp/poolshim-test-spin-XXXXXX";
+    int fd = mkstemp(ptx);
+    cr_assert(fd >= 0);
+    size_t n = strlen(replay_gpu_spin_ptx);
+    cr_assert_eq(write(fd, replay_gpu_spin_ptx, n), (ssize_t)n);
+    close(fd);
+    const char *archs[] = {"sm_75", "sm_80", "sm_90"};
+    for (int i = 0; i < 3; i++) {
+        char command[512];
+        snprintf(command, sizeof command, "%s -arch=%s %s -o /dev/null", ptxas, archs[i], ptx);
+        cr_expect_eq(system(command), 0, "ptxas rejects the spin kernel for %s", archs[i]);
+    }
+    unlink(ptx);
 }
 
 /* ---- plots -------------------------------------------------------------------- */
