@@ -61,7 +61,7 @@ typedef struct CUfunc_st *CUfunction;
  * Checked with ptxas (sm_75, sm_90) by the unit tests where the toolkit is. */
 const char replay_gpu_spin_ptx[] =
     ".version 7.0\n"
-    ".target sm_52\n"
+    ".target sm_75\n"
     ".address_size 64\n"
     "\n"
     ".visible .entry ps_spin(.param .u64 ps_spin_ns)\n"
