@@ -40,7 +40,9 @@
  *     (ps_query, one lock of the pool) under the companion's mutex; when
  *     its reserved bytes changed since the last row, a grow or release
  *     row is buffered the same way (query and row under one mutex, so rows
- *     are in the order of the levels they report).
+ *     are in the order of the levels they report). Its cost: about 0.1 us
+ *     per call (one query of a pool, measured on the CPU), against the
+ *     1.3 us a logged call costs anyway.
  * Guarantees: thread-safe; lines never interleave; the headers are written
  * at creation; the companion is best effort (a file that cannot be opened
  * is warned about once and the log goes on without it).

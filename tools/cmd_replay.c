@@ -85,6 +85,8 @@ static int replay_on_gpu(const memlog_t *log, const char *log_path, const char *
                          int native, uint64_t gpu_lag_ns, const reserved_log_t *recorded, int json,
                          const char *plot_path, const char *title)
 {
+    if (!replay_gpu_driver_present())
+        return CLI_EXIT_FAILURE;
     size_t stacks = (config_count ? config_count : 1) + (native ? 1 : 0);
     replay_gpu_result_t *results = calloc(stacks * (size_t)log->device_count + 1, sizeof *results);
     size_t count = 0;

@@ -1,6 +1,7 @@
 /* Replay on the real GPU (tools/replay_gpu.h).
  *
- * Parent (replay_gpu_run), per stack and device:
+ * Parent (replay_gpu_run), per stack and device (after replay_gpu_driver_present
+ * said libcuda.so.1 can be loaded here: "no GPU here" comes first):
  *   1. Make a private temporary directory; run this executable again as
  *      `poolshim replay-gpu-driver LOG DEVICE LAG RESULT` with the shim
  *      preloaded (LD_PRELOAD += libpoolshim.so, found as `run` finds it),
@@ -252,12 +253,28 @@ static void before_event(void *context, const memlog_event_t *e)
     }
 }
 
+static void no_driver_here(void)
+{
+    fprintf(stderr, "poolshim: error: replay on the GPU: no GPU here (cannot load libcuda.so.1: %s); "
+                    "replay on a simulated device with --simulate SIZE\n", dlerror());
+}
+
+int replay_gpu_driver_present(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL); /* no CUDA call: fork stays safe */
+    if (!lib) {
+        no_driver_here();
+        return 0;
+    }
+    dlclose(lib);
+    return 1;
+}
+
 static int load_api(cuda_api_t *cu, int want_lag)
 {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
     if (!lib) {
-        fprintf(stderr, "poolshim: error: replay on the GPU: no GPU here (cannot load libcuda.so.1: %s); "
-                        "replay on a simulated device with --simulate SIZE\n", dlerror());
+        no_driver_here();
         return -1;
     }
     struct { void **slot; const char *name; int needed; } symbols[] = {
