@@ -65,5 +65,14 @@ size_t ps_track_report(ps_resource_t *track_adaptor, FILE *f);
 int ps_log_create(const char *name, ps_resource_t *upstream, const char *path,
                   ps_resource_t **out);
 int ps_log_flush(ps_resource_t *log_adaptor);
+/* The companion file beside the log, PATH.reserved.csv (header
+ * "Time,Action,Bytes,Reserved,Peak"; actions start, grow, release, end):
+ * what the stack under the log really held from the device over time,
+ * one row per change (core/log.c, docs/cli.md). A companion that cannot be
+ * opened is warned about; the log goes on without it. */
+#define PS_LOG_RESERVED_SUFFIX ".reserved.csv"
+#define PS_LOG_PATH_MAX 4096
+/* Writes PATH + PS_LOG_RESERVED_SUFFIX into out; PS_EINVAL when too long. */
+int ps_log_reserved_path(const char *log_path, char *out, size_t outsize);
 
 #endif

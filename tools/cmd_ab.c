@@ -38,6 +38,7 @@
 #include "ab_report.h"
 #include "cli.h"
 #include "replay.h"
+#include "reserved_log.h"
 #include "sim_stack.h"
 
 static const char ab_usage[] =
@@ -373,8 +374,13 @@ int ps_cmd_ab(int argc, char **argv)
                 char title[2200];
                 snprintf(title, sizeof title, "Memory over time: %s", results->command);
                 const char *config = results->variants[1].config[0] ? results->variants[1].config : NULL;
-                if (replay_plot(&log, results->variants[1].name, config, (uint64_t)1 << 40, 0, title, plot_path) != 0)
+                reserved_log_t recorded; /* the shim wrote its companion beside the log */
+                int have_recorded = reserved_log_read(session.log_path, &log, &recorded);
+                if (have_recorded < 0 ||
+                    replay_plot(&log, results->variants[1].name, config, (uint64_t)1 << 40, 0,
+                                have_recorded ? &recorded : NULL, title, plot_path) != 0)
                     exit_code = CLI_EXIT_FAILURE;
+                reserved_log_free(&recorded);
                 memlog_free(&log);
             } else {
                 exit_code = CLI_EXIT_FAILURE;

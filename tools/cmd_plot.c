@@ -8,8 +8,12 @@
  *      after every event. If the stack cannot be built (a build without
  *      the pool), requested bytes alone are drawn and the subtitle says
  *      "reserved unknown".
- *   3. Write the chart: x is the log's time in seconds (the event number
- *      when the log has no Time column), y in binary units. The reserved
+ *   3. When the log has its companion LOG.reserved.csv (written by the
+ *      shim's log adaptor, tools/reserved_log.h), draw what the recorded
+ *      program's GPU really held as a third curve, "reserved on the GPU
+ *      (recorded)", as steps at the recorded times.
+ *   4. Write the chart: x is the log's time in seconds (the event number
+ *      when the log has no Time column), y in binary units. The replayed
  *      curve is labelled "(simulated)": it is what the stack would reserve
  *      on the simulated device, not what the program's GPU held; a GPU lag
  *      (--gpu-lag) is named in the title and the subtitle.
@@ -22,6 +26,7 @@
 #include "../config/config.h"
 #include "cli.h"
 #include "replay.h"
+#include "reserved_log.h"
 #include "sim_stack.h"
 #include "svg_plot.h"
 
@@ -32,7 +37,8 @@ static const char plot_usage[] =
     "\n"
     "Draws memory over time from an allocation log (RMM CSV format): bytes requested by\n"
     "the program and bytes a stack reserves for them (replayed on a simulated device),\n"
-    "per device, as a self-contained SVG.\n"
+    "per device, as a self-contained SVG; and, when the shim wrote the log (its companion\n"
+    "LOG.reserved.csv exists), the bytes the recorded program's GPU really held.\n"
     "\n"
     "options:\n"
     "  -o, --output FILE    the SVG to write ('-' = stdout; required)\n"
@@ -43,11 +49,13 @@ static const char plot_usage[] =
     "  -h, --help           this text\n";
 
 int replay_plot(const memlog_t *log, const char *log_name, const char *config, uint64_t capacity,
-                uint64_t gpu_lag_ns, const char *title, const char *path)
+                uint64_t gpu_lag_ns, const reserved_log_t *recorded, const char *title, const char *path)
 {
     int devices = log->device_count < PLOT_MAX_DEVICES ? log->device_count : PLOT_MAX_DEVICES;
     replay_stats_t stats[PLOT_MAX_DEVICES];
-    plot_series_t series[2 * PLOT_MAX_DEVICES];
+    plot_series_t series[2 * PLOT_MAX_DEVICES + 1];
+    double *recorded_x = NULL;
+    uint64_t *recorded_y = NULL;
     double *xs[PLOT_MAX_DEVICES] = {NULL};
     uint64_t *requested[PLOT_MAX_DEVICES] = {NULL}, *reserved[PLOT_MAX_DEVICES] = {NULL};
     size_t series_count = 0;
@@ -105,6 +113,23 @@ int replay_plot(const memlog_t *log, const char *log_name, const char *config, u
         s->count = n;
         s->dashed = have_reserved;
     }
+    if (status == 0 && recorded && recorded->count) { /* step 3 */
+        recorded_x = malloc(recorded->count * sizeof *recorded_x);
+        recorded_y = malloc(recorded->count * sizeof *recorded_y);
+        if (!recorded_x || !recorded_y) {
+            status = -1;
+        } else {
+            for (size_t i = 0; i < recorded->count; i++) {
+                recorded_x[i] = recorded->points[i].time_s;
+                recorded_y[i] = recorded->points[i].reserved;
+            }
+            plot_series_t *s = &series[series_count++];
+            snprintf(s->name, sizeof s->name, "reserved on the GPU (recorded)");
+            s->x = recorded_x;
+            s->y = recorded_y;
+            s->count = recorded->count;
+        }
+    }
     if (status == 0) {
         char subtitle[512];
         const char *base = strrchr(log_name, '/');
@@ -116,13 +141,17 @@ int replay_plot(const memlog_t *log, const char *log_name, const char *config, u
         if (gpu_lag_ns)
             snprintf(lag, sizeof lag, " (GPU lag %s)",
                      cli_format_seconds(lag_text, sizeof lag_text, (double)gpu_lag_ns / 1e9));
+        char real[160] = "", peak_text[32];
+        if (recorded && recorded->count)
+            snprintf(real, sizeof real, "; recorded on the GPU: peak %s",
+                     cli_format_bytes(peak_text, sizeof peak_text, recorded->peak));
         if (have_reserved)
-            snprintf(subtitle, sizeof subtitle, "%s, %zu events; reserved = replay over stack '%s' on a "
-                                                "simulated device%s%s",
-                     base, log->count, stack_name, lag, omitted);
+            snprintf(subtitle, sizeof subtitle, "%s, %zu events; simulated = replay over stack '%s' on a "
+                                                "simulated device%s%s%s",
+                     base, log->count, stack_name, lag, real, omitted);
         else
-            snprintf(subtitle, sizeof subtitle, "%s, %zu events; reserved unknown (no stack to replay on)%s",
-                     base, log->count, omitted);
+            snprintf(subtitle, sizeof subtitle, "%s, %zu events; simulated reserved unknown (no stack to replay on)%s%s",
+                     base, log->count, real, omitted);
         char default_title[256];
         snprintf(default_title, sizeof default_title, "Memory over time: %s%s", base, lag);
         plot_spec_t spec = {title ? title : default_title, subtitle, log->has_time, series, series_count};
@@ -130,6 +159,8 @@ int replay_plot(const memlog_t *log, const char *log_name, const char *config, u
     } else {
         fprintf(stderr, "poolshim: error: plot: out of memory\n");
     }
+    free(recorded_x);
+    free(recorded_y);
     for (int d = 0; d < devices; d++) {
         replay_stats_free(&stats[d]);
         free(xs[d]);
@@ -185,7 +216,15 @@ int ps_cmd_plot(int argc, char **argv)
         memlog_free(&log);
         return CLI_EXIT_FAILURE;
     }
-    int rc = replay_plot(&log, argv[optind], config, capacity, gpu_lag_ns, title, output);
+    reserved_log_t recorded;
+    int have_recorded = reserved_log_read(argv[optind], &log, &recorded);
+    if (have_recorded < 0) {
+        memlog_free(&log);
+        return CLI_EXIT_FAILURE;
+    }
+    int rc = replay_plot(&log, argv[optind], config, capacity, gpu_lag_ns, have_recorded ? &recorded : NULL, title,
+                         output);
+    reserved_log_free(&recorded);
     memlog_free(&log);
     return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
 }

@@ -12,9 +12,15 @@
  * long after it was recorded, in the log's time (the replay moves the
  * device's clock to each event's timestamp), so the cost of a free policy
  * that waits for fences (free_sync = event) shows as growth.
- * Without --simulate the replay would need the real GPU; that path belongs
- * in the shim (TODO: `poolshim run -- poolshim-replay-gpu`), so for now
- * --simulate is required and its absence is a usage error.
+ * Without --simulate the log is replayed on the real GPU (tools/replay_gpu.c):
+ * for each stack and device, this executable runs again as a replay driver
+ * under LD_PRELOAD=libpoolshim.so, times every call, and reports per-call
+ * medians and p99, the shim's real peak reserved and the device's used
+ * memory, beside the same stack's simulated peak (replayed here on a
+ * simulated device of the GPU's size) and the recorded peak (the log's
+ * companion). --native adds a row without the shim. --gpu-lag there runs
+ * a spin kernel of the log's time gaps before each call and keeps the GPU
+ * at most that far behind. Where there is no GPU it stops with "no GPU here".
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -24,30 +30,105 @@
 #include "../config/config.h"
 #include "cli.h"
 #include "replay.h"
+#include "replay_gpu.h"
+#include "reserved_log.h"
 #include "sim_stack.h"
 
 #define REPLAY_MAX_CONFIGS 16
 
 static const char replay_usage[] =
-    "usage: poolshim replay LOG.csv --simulate SIZE [options]\n"
+    "usage: poolshim replay LOG.csv [--simulate SIZE] [options]\n"
     "\n"
     "Replays an allocation log (RMM CSV format: Thread,Time,Action,Pointer,Size,Stream,\n"
     "as written by POOLSHIM_LOG or RMM's logging_resource_adaptor; gzip is read as is)\n"
     "against resource stacks, in log order on one thread, and reports time per operation,\n"
     "peak reserved vs peak requested, fragmentation at the peak and failures.\n"
+    "Without --simulate: on the real GPU, through the shim (per-call median and p99,\n"
+    "the shim's peak reserved and the device's used memory beside the simulated peak).\n"
     "\n"
     "options:\n"
     "  -c, --config FILE    stack to replay against (repeatable; default: the built-in\n"
     "                       default config)\n"
     "  -s, --simulate SIZE  replay on a simulated device of SIZE bytes (e.g. 80GiB):\n"
-    "                       nothing is allocated, works anywhere (required for now)\n"
-    "  -g, --gpu-lag TIME   the simulated GPU lags the host by TIME (e.g. 5ms, 200us):\n"
-    "                       a fence completes TIME after it was recorded, in the log's\n"
-    "                       time (needs its Time column); default 0: at once\n"
+    "                       nothing is allocated, works anywhere\n"
+    "  -g, --gpu-lag TIME   the GPU lags the host by TIME (e.g. 5ms, 200us), in the log's\n"
+    "                       time (needs its Time column). Simulated: a fence completes\n"
+    "                       TIME after it was recorded. On the GPU: a spin kernel of the\n"
+    "                       log's time gap runs before each call and the host waits when\n"
+    "                       the GPU is more than TIME behind. Default 0: no lag\n"
+    "  -n, --native         on the GPU: also replay without the shim (cuMemAlloc/cuMemFree)\n"
     "  -j, --json           print JSON instead of the table\n"
     "  -p, --plot FILE      also write memory over time as SVG (first stack)\n"
     "  -t, --title TEXT     title of the plot\n"
     "  -h, --help           this text\n";
+
+/* The simulated peak reserved of one stack on a device of `capacity` bytes
+ * (0 when it cannot be built). */
+static uint64_t simulated_peak(const memlog_t *log, const char *config, int device, uint64_t capacity,
+                               uint64_t gpu_lag_ns)
+{
+    sim_stack_t sim;
+    if (sim_stack_create(config, device, capacity, gpu_lag_ns, &sim) != PS_OK)
+        return 0;
+    replay_stats_t stats;
+    uint64_t peak = 0;
+    if (replay_run(log, device, sim.top, sim.gpu, 0, &stats) == 0) {
+        peak = stats.peak_reserved;
+        replay_stats_free(&stats);
+    }
+    sim_stack_destroy(&sim);
+    return peak;
+}
+
+/* Without --simulate: each stack (and --native) on the GPU, per device. */
+static int replay_on_gpu(const memlog_t *log, const char *log_path, const char *const *configs, size_t config_count,
+                         int native, uint64_t gpu_lag_ns, const reserved_log_t *recorded, int json,
+                         const char *plot_path, const char *title)
+{
+    if (!replay_gpu_driver_present())
+        return CLI_EXIT_FAILURE;
+    size_t stacks = (config_count ? config_count : 1) + (native ? 1 : 0);
+    replay_gpu_result_t *results = calloc(stacks * (size_t)log->device_count + 1, sizeof *results);
+    size_t count = 0;
+    int exit_code = results ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+    for (size_t s = 0; s < stacks && exit_code == CLI_EXIT_OK; s++) {
+        int is_native = native && s == 0;
+        size_t config_index = s - (native ? 1 : 0);
+        const char *config = is_native || !config_count ? NULL : configs[config_index];
+        for (int d = 0; d < log->device_count && exit_code == CLI_EXIT_OK; d++) {
+            replay_gpu_result_t *r = &results[count];
+            if (replay_gpu_run(log_path, config, is_native, log->devices[d], gpu_lag_ns, r) != 0) {
+                exit_code = CLI_EXIT_FAILURE;
+                break;
+            }
+            if (is_native)
+                snprintf(r->stack, sizeof r->stack, "native");
+            else
+                sim_stack_name(config, r->stack, sizeof r->stack);
+            if (!is_native)
+                r->simulated_peak = simulated_peak(log, config, log->devices[d],
+                                                   r->device_total ? r->device_total : (uint64_t)1 << 40, gpu_lag_ns);
+            if (recorded && recorded->device == r->device) {
+                r->have_recorded = 1;
+                r->recorded_peak = recorded->peak;
+            }
+            count++;
+        }
+    }
+    if (exit_code == CLI_EXIT_OK) {
+        if (json)
+            replay_gpu_print_json(stdout, log_path, results, count);
+        else
+            replay_gpu_print_text(stdout, log_path, results, count);
+        if (plot_path && replay_plot(log, log_path, config_count ? configs[0] : NULL, (uint64_t)1 << 40, gpu_lag_ns,
+                                     recorded, title, plot_path) != 0)
+            exit_code = CLI_EXIT_FAILURE;
+        else if (plot_path && !json)
+            printf("plot: %s\n", plot_path);
+    }
+    free(results);
+    return exit_code;
+}
 
 int ps_cmd_replay(int argc, char **argv)
 {
@@ -55,19 +136,20 @@ int ps_cmd_replay(int argc, char **argv)
         {"config", required_argument, NULL, 'c'}, {"simulate", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'j'},         {"plot", required_argument, NULL, 'p'},
         {"title", required_argument, NULL, 't'},  {"gpu-lag", required_argument, NULL, 'g'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"native", no_argument, NULL, 'n'},       {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     const char *configs[REPLAY_MAX_CONFIGS];
     size_t config_count = 0;
     const char *plot_path = NULL, *title = NULL, *log_path = NULL;
     uint64_t capacity = 0, gpu_lag_ns = 0;
     const char *why;
-    int json = 0, simulate = 0;
+    int json = 0, simulate = 0, native = 0;
 
     opterr = 0;
     optind = 1;
     int c;
-    while ((c = getopt_long(argc, argv, ":c:s:g:jp:t:h", long_options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":c:s:g:jp:t:nh", long_options, NULL)) != -1) {
         switch (c) {
         case 'c':
             if (config_count == REPLAY_MAX_CONFIGS)
@@ -85,6 +167,7 @@ int ps_cmd_replay(int argc, char **argv)
                                        optarg, why);
             break;
         case 'j': json = 1; break;
+        case 'n': native = 1; break;
         case 'p': plot_path = optarg; break;
         case 't': title = optarg; break;
         case 'h': fputs(replay_usage, stdout); return CLI_EXIT_OK;
@@ -97,9 +180,8 @@ int ps_cmd_replay(int argc, char **argv)
     if (argc - optind > 1)
         return cli_usage_error("replay", "one log at a time ('%s' is extra)", argv[optind + 1]);
     log_path = argv[optind];
-    if (!simulate)
-        return cli_usage_error("replay", "give --simulate SIZE (e.g. --simulate 80GiB): replay on the "
-                                         "real GPU is not available yet");
+    if (native && simulate)
+        return cli_usage_error("replay", "--native replays on the GPU: leave out --simulate");
 
     memlog_t log;
     if (memlog_read(log_path, &log) != 0)
@@ -108,6 +190,21 @@ int ps_cmd_replay(int argc, char **argv)
         fprintf(stderr, "poolshim: error: %s: --gpu-lag needs the log's Time column\n", log_path);
         memlog_free(&log);
         return CLI_EXIT_FAILURE;
+    }
+
+    reserved_log_t recorded;
+    int have_recorded = reserved_log_read(log_path, &log, &recorded);
+    if (have_recorded < 0) {
+        memlog_free(&log);
+        return CLI_EXIT_FAILURE;
+    }
+
+    if (!simulate) {
+        int rc = replay_on_gpu(&log, log_path, configs, config_count, native, gpu_lag_ns,
+                               have_recorded ? &recorded : NULL, json, plot_path, title);
+        reserved_log_free(&recorded);
+        memlog_free(&log);
+        return rc;
     }
 
     size_t stacks = config_count ? config_count : 1;
@@ -128,6 +225,10 @@ int ps_cmd_replay(int argc, char **argv)
                 exit_code = CLI_EXIT_FAILURE;
             else {
                 snprintf(r->stack, sizeof r->stack, "%s", sim.name);
+                if (have_recorded && recorded.device == r->device) {
+                    r->has_recorded = 1;
+                    r->recorded_peak_reserved = recorded.peak;
+                }
                 result_count++;
             }
             sim_stack_destroy(&sim);
@@ -139,8 +240,8 @@ int ps_cmd_replay(int argc, char **argv)
         else
             replay_print_text(stdout, log_path, &log, capacity, gpu_lag_ns, results, result_count);
         if (plot_path &&
-            replay_plot(&log, log_path, config_count ? configs[0] : NULL, capacity, gpu_lag_ns, title,
-                        plot_path) != 0)
+            replay_plot(&log, log_path, config_count ? configs[0] : NULL, capacity, gpu_lag_ns,
+                        have_recorded ? &recorded : NULL, title, plot_path) != 0)
             exit_code = CLI_EXIT_FAILURE;
         else if (plot_path && !json)
             printf("plot: %s\n", plot_path);
@@ -148,6 +249,7 @@ int ps_cmd_replay(int argc, char **argv)
     for (size_t i = 0; i < result_count; i++)
         replay_stats_free(&results[i]);
     free(results);
+    reserved_log_free(&recorded);
     memlog_free(&log);
     return exit_code;
 }

@@ -2,9 +2,11 @@
 # One GPU session in one call: the GPU suite, the demo, `poolshim ab` on the
 # demo and on PyTorch, and the benchmarks. Used on the lent GPU machine with
 # build/ (and .carry/ for the RMM peer) carried from a machine with libinih:
-#   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [bench] [pinned] [torchmem] [ddp]
-#                                      [ddp_transformer] [multigpu]
+#   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [replay] [bench] [pinned] [torchmem]
+#                                      [ddp] [ddp_transformer] [multigpu]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
+# replay: the committed PyTorch logs replayed on this GPU (tools/bench/replay_logs.sh,
+# also part of bench); traces also plots its log with the recorded reserved curve.
 # torchmem: NVML memory of varied PyTorch loops per allocator (about 6 min on an
 # H100); ddp: DDP per free policy (needs two GPUs: nvidia-h200-x2); multigpu:
 # the GPU suite's multi-GPU and multi-process tests, then mpirun and torchrun
@@ -40,12 +42,26 @@ for step in $what; do
         echo "=== allocation log of PyTorch (caching off, 50 steps), for replay"
         PYTORCH_NO_CUDA_MEMORY_CACHING=1 POOLSHIM_LOG="$OUT/extra/torch_train_50.csv" \
             LD_PRELOAD=$PWD/build/libpoolshim.so python3 tests/gpu/torch_train.py 50
-        wc -l "$OUT/extra/torch_train_50.csv"
+        wc -l "$OUT/extra/torch_train_50.csv" "$OUT/extra/torch_train_50.csv.reserved.csv"
+        echo "=== its plot (recorded reserved beside simulated) and replay --simulate (recorded peak beside)"
+        build/poolshim plot "$OUT/extra/torch_train_50.csv" -o "$OUT/extra/torch_train_50.svg" &&
+            grep -c "reserved on the GPU (recorded)" "$OUT/extra/torch_train_50.svg"
+        build/poolshim replay "$OUT/extra/torch_train_50.csv" --simulate 80GiB
+        echo "=== the same log replayed on this GPU"
+        build/poolshim replay "$OUT/extra/torch_train_50.csv" --native
+        build/poolshim replay "$OUT/extra/torch_train_50.csv" --native --gpu-lag 5ms
         echo "=== which driver entry points JAX's platform allocator looks up"
         XLA_PYTHON_CLIENT_ALLOCATOR=platform POOLSHIM_TRACE_LOOKUPS=1 POOLSHIM_STATS=text \
             LD_PRELOAD=$PWD/build/libpoolshim.so python3 tools/bench/jax_loop.py 20 >"$OUT/extra/jax_trace.txt" 2>&1
         grep -E "RESULT|stats|calls" "$OUT/extra/jax_trace.txt" | tail -8
         grep -o "trace: [a-zA-Z_]*([a-zA-Z_0-9]*" "$OUT/extra/jax_trace.txt" | grep -iE "mem|alloc|pool|va" | sort | uniq -c | sort -rn | head -40 ;;
+    replay)
+        echo "=== recorded PyTorch logs replayed on this GPU"
+        mkdir -p "$OUT/replay"
+        ./tools/bench/replay_logs.sh build "$OUT/replay-work"
+        cp "$OUT/replay-work/replay.txt" "$OUT/replay/replay.txt"
+        rm -rf "$OUT/replay-work"
+        cat "$OUT/replay/replay.txt" ;;
     bench)
         echo "=== benchmarks"
         OUTDIR=$OUT/bench ./tools/bench/run.sh build | tail -n 80 ;;

@@ -234,6 +234,7 @@ int memlog_parse(const char *text, size_t length, const char *name, memlog_t *ou
         if (log.has_time) {
             if (log.count == 0) {
                 first_time = e.time_s;
+                log.start_s = e.time_s;
             } else if (e.time_s + day_offset < previous_time - 12 * 3600.0) {
                 day_offset += 24 * 3600.0; /* the program ran past midnight */
             }

@@ -36,6 +36,7 @@ typedef struct memlog {
     memlog_event_t *events; /* in file order */
     size_t count;           /* number of events */
     int has_time;           /* the log has a Time column */
+    double start_s;         /* time of day of the first event, seconds (0 without a Time column) */
     int devices[64];        /* distinct devices, in order of appearance */
     int device_count;       /* entries in devices */
     size_t threads;         /* distinct thread ids */

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "replay_gpu.h"
 
 static const char usage_text[] =
     "usage: poolshim <command> [options]\n"
@@ -53,6 +54,7 @@ int main(int argc, char **argv)
         {"plot", ps_cmd_plot},
         {"stats", ps_cmd_stats},
         {"config", ps_cmd_config},
+        {"replay-gpu-driver", replay_gpu_driver_main}, /* internal: what `replay` runs under the shim */
     };
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++) {
         if (strcmp(name, subcommands[i].name) != 0)

@@ -109,15 +109,40 @@ static int map_insert(live_map_t *map, const live_entry_t *entry)
  * the empty (0) or deleted (UINT64_MAX) marks. */
 static uint64_t key_of(uint64_t pointer) { return pointer + 1; }
 
+static uint32_t saturate_ns(uint64_t ns) { return ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns; }
+
 static void free_entry(ps_resource_t *top, live_entry_t *entry, replay_stats_t *s, int timed)
 {
     if (entry->replayed && top) {
         uint64_t start = timed ? ps_now_ns() : 0;
         ps_deallocate(top, entry->replayed, (size_t)entry->size, replay_stream(entry->stream));
-        if (timed)
-            s->free_ns += ps_now_ns() - start;
+        if (timed) {
+            uint64_t took = ps_now_ns() - start;
+            s->free_ns += took;
+            if (s->free_call_ns)
+                s->free_call_ns[s->frees] = saturate_ns(took);
+        }
     }
     entry->logged = UINT64_MAX;
+}
+
+static int compare_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+double replay_quantile_ns(uint32_t *values, size_t n, double q)
+{
+    if (!n)
+        return 0;
+    qsort(values, n, sizeof *values, compare_u32);
+    size_t rank = (size_t)(q * (double)n + 0.999999); /* nearest rank, 1-based */
+    if (rank < 1)
+        rank = 1;
+    if (rank > n)
+        rank = n;
+    return values[rank - 1];
 }
 
 void replay_stats_free(replay_stats_t *stats)
@@ -125,16 +150,40 @@ void replay_stats_free(replay_stats_t *stats)
     if (!stats)
         return;
     free(stats->samples);
+    free(stats->alloc_call_ns);
+    free(stats->free_call_ns);
     stats->samples = NULL;
+    stats->alloc_call_ns = stats->free_call_ns = NULL;
     stats->sample_count = 0;
 }
 
 int replay_run(const memlog_t *log, int device, ps_resource_t *top, ps_gpu_ops_t *sim_gpu,
                int want_samples, replay_stats_t *out)
 {
+    replay_options_t options = {.sim_gpu = sim_gpu, .want_samples = want_samples};
+    return replay_run_with(log, device, top, &options, out);
+}
+
+int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const replay_options_t *options,
+                    replay_stats_t *out)
+{
+    ps_gpu_ops_t *sim_gpu = options->sim_gpu;
+    int want_samples = options->want_samples;
     replay_stats_t s;
     memset(&s, 0, sizeof s);
     s.device = device;
+    if (options->call_times) {
+        size_t events = 0;
+        for (size_t i = 0; i < log->count; i++)
+            events += log->events[i].device == device;
+        s.alloc_call_ns = malloc((events ? events : 1) * sizeof *s.alloc_call_ns);
+        s.free_call_ns = malloc((events ? events : 1) * sizeof *s.free_call_ns);
+        if (!s.alloc_call_ns || !s.free_call_ns) {
+            replay_stats_free(&s);
+            fprintf(stderr, "poolshim: error: replay: out of memory\n");
+            return -1;
+        }
+    }
     if (top)
         snprintf(s.stack, sizeof s.stack, "%s", top->name ? top->name : top->ops->type_name);
     live_map_t map = {NULL, 0, 0};
@@ -153,6 +202,8 @@ int replay_run(const memlog_t *log, int device, ps_resource_t *top, ps_gpu_ops_t
         last_time = e->time_s;
         if (sim_gpu && log->has_time)
             ps_host_ops_set_clock(sim_gpu, (uint64_t)(e->time_s * 1e9 + 0.5));
+        if (options->before_event)
+            options->before_event(options->context, e);
         if (e->action == MEMLOG_ALLOCATE_FAILURE) {
             s.logged_failures++;
         } else if (e->action == MEMLOG_ALLOCATE) {
@@ -168,7 +219,10 @@ int replay_run(const memlog_t *log, int device, ps_resource_t *top, ps_gpu_ops_t
             if (top) {
                 uint64_t start = ps_now_ns();
                 int rc = ps_allocate(top, (size_t)e->size, replay_stream(e->stream), &entry.replayed);
-                s.alloc_ns += ps_now_ns() - start;
+                uint64_t took = ps_now_ns() - start;
+                s.alloc_ns += took;
+                if (s.alloc_call_ns)
+                    s.alloc_call_ns[s.allocations] = saturate_ns(took);
                 if (rc != PS_OK) {
                     entry.replayed = NULL;
                     s.failures++;
@@ -277,9 +331,13 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
     else if (capacity)
         fprintf(f, "simulated device: %s (unbacked, fences complete at once)\n",
                 cli_format_bytes(a, sizeof a, capacity));
-    fprintf(f, "\n%-6s  %-16s  %10s  %10s  %14s  %14s  %8s  %13s  %8s  %9s\n", "device", "stack",
+    int recorded = 0;
+    for (size_t i = 0; i < count; i++)
+        recorded |= results[i].has_recorded;
+    fprintf(f, "\n%-6s  %-16s  %10s  %10s  %14s  %14s  %8s  %13s  %8s  %9s", "device", "stack",
             "alloc/op", "free/op", "peak requested", "peak reserved", "overhead", "fragmentation",
             "failures", "upstream");
+    fprintf(f, recorded ? "  %14s  %8s\n" : "\n", "recorded peak", "overhead");
     for (size_t i = 0; i < count; i++) {
         const replay_stats_t *r = &results[i];
         char alloc_op[32], free_op[32], requested[32], reserved[32], overhead[32], frag[32];
@@ -292,9 +350,19 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
         else
             snprintf(overhead, sizeof overhead, "-");
         snprintf(frag, sizeof frag, "%.1f%%", r->fragmentation * 100);
-        fprintf(f, "%-6d  %-16s  %10s  %10s  %14s  %14s  %8s  %13s  %8llu  %9llu\n", r->device,
+        fprintf(f, "%-6d  %-16s  %10s  %10s  %14s  %14s  %8s  %13s  %8llu  %9llu", r->device,
                 r->stack, alloc_op, free_op, requested, reserved, overhead, frag,
                 (unsigned long long)r->failures, (unsigned long long)r->upstream_allocs);
+        if (recorded && r->has_recorded) {
+            char real[32], real_overhead[32] = "-";
+            if (r->peak_requested)
+                snprintf(real_overhead, sizeof real_overhead, "%.2fx",
+                         (double)r->recorded_peak_reserved / (double)r->peak_requested);
+            fprintf(f, "  %14s  %8s", cli_format_bytes(real, sizeof real, r->recorded_peak_reserved), real_overhead);
+        } else if (recorded) {
+            fprintf(f, "  %14s  %8s", "-", "-");
+        }
+        fputc('\n', f);
     }
     for (size_t i = 0; i < count; i++) {
         const replay_stats_t *r = &results[i];
@@ -306,6 +374,9 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
     }
     fprintf(f, "\noverhead = peak reserved / peak requested; fragmentation = 1 - largest free block / "
                "free bytes, at the requested peak\n");
+    if (recorded)
+        fprintf(f, "recorded peak = what the recorded program's GPU really held at most (the log's companion "
+                   "LOG.reserved.csv, written by the shim)\n");
 }
 
 void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
@@ -325,7 +396,8 @@ void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint6
                 "\"logged_failures\": %llu, \"unknown_frees\": %llu, \"double_allocations\": %llu, "
                 "\"alloc_ns_per_op\": %.1f, \"free_ns_per_op\": %.1f, \"peak_requested\": %llu, "
                 "\"peak_reserved\": %llu, \"free_at_peak\": %llu, \"largest_free_at_peak\": %llu, "
-                "\"fragmentation\": %.4f, \"upstream_allocs\": %llu, \"barriers\": %llu, \"duration_s\": %.6f}",
+                "\"fragmentation\": %.4f, \"upstream_allocs\": %llu, \"barriers\": %llu, \"duration_s\": %.6f, "
+                "\"recorded_peak_reserved\": ",
                 (unsigned long long)r->events, (unsigned long long)r->allocations,
                 (unsigned long long)r->frees, (unsigned long long)r->failures,
                 (unsigned long long)r->logged_failures, (unsigned long long)r->unknown_frees,
@@ -334,6 +406,10 @@ void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint6
                 (unsigned long long)r->peak_reserved, (unsigned long long)r->free_at_peak,
                 (unsigned long long)r->largest_free_at_peak, r->fragmentation,
                 (unsigned long long)r->upstream_allocs, (unsigned long long)r->barriers, r->duration_s);
+        if (r->has_recorded)
+            fprintf(f, "%llu}", (unsigned long long)r->recorded_peak_reserved);
+        else
+            fprintf(f, "null}");
     }
     fprintf(f, "\n]}\n");
 }

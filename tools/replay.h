@@ -40,9 +40,25 @@ typedef struct replay_stats {
     uint64_t upstream_allocs;     /* upstream allocations the stack made */
     uint64_t barriers;            /* GPU barriers the stack issued (free_sync barrier) */
     double duration_s;            /* log time from the first to the last event */
+    int has_recorded;             /* the log's companion (LOG.reserved.csv) covers this device */
+    uint64_t recorded_peak_reserved; /* then: the peak the recorded program's GPU really held */
     replay_sample_t *samples;     /* memory over time (when asked), one per event */
     size_t sample_count;          /* entries in samples */
+    uint32_t *alloc_call_ns;      /* when asked (call_times): each timed allocate, ns (saturated) */
+    uint32_t *free_call_ns;       /* ... and each timed free; allocations / frees entries */
 } replay_stats_t;
+
+/* What a replay does besides calling the stack (replay_run_with). */
+typedef struct replay_options {
+    ps_gpu_ops_t *sim_gpu;   /* the simulated device under the stack, or NULL (see replay_run) */
+    int want_samples;        /* keep memory over time in samples */
+    int call_times;          /* keep every call's time in alloc_call_ns / free_call_ns */
+    /* Called before each event of the device, outside the timed calls (the
+     * GPU replay launches its lag kernels and samples device memory here);
+     * may be NULL. */
+    void (*before_event)(void *context, const memlog_event_t *event);
+    void *context;           /* passed to before_event */
+} replay_options_t;
 
 /* Replays the events of `device` in log order on one thread, mapping
  * logged pointers to replayed ones. `top` may be NULL: then only the
@@ -52,10 +68,20 @@ typedef struct replay_stats {
  * so a lagging simulated GPU completes fences in the log's time. */
 int replay_run(const memlog_t *log, int device, ps_resource_t *top, ps_gpu_ops_t *sim_gpu,
                int want_samples, replay_stats_t *out);
+/* The same with every option (replay_run is replay_run_with with sim_gpu
+ * and want_samples only). */
+int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const replay_options_t *options,
+                    replay_stats_t *out);
+/* The q-quantile (0..1, nearest rank) of n call times; 0 when n is 0.
+ * `values` is reordered. */
+double replay_quantile_ns(uint32_t *values, size_t n, double q);
 void replay_stats_free(replay_stats_t *stats);
 
 /* Renders results (pure: output depends only on the arguments).
- * `gpu_lag_ns` is the simulated GPU's lag (0: fences complete at once). */
+ * `gpu_lag_ns` is the simulated GPU's lag (0: fences complete at once).
+ * When any result has_recorded, the table gains a "recorded peak" column
+ * (what the program's GPU really held, beside the simulated peak) and the
+ * JSON a "recorded_peak_reserved" (null where unknown). */
 void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
                        uint64_t gpu_lag_ns, const replay_stats_t *results, size_t count);
 void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
@@ -68,8 +94,11 @@ void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint6
  * `config` (NULL = default) on a simulated device of `capacity` bytes whose
  * GPU lags by `gpu_lag_ns` (named in the title and subtitle when > 0). When
  * that stack cannot be built the chart shows requested bytes only and says
- * so. Returns 0 or -1. */
+ * so. `recorded` (NULL: none), the log's companion (tools/reserved_log.h),
+ * adds the curve of what the recorded program's GPU really held. Returns 0
+ * or -1. */
+struct reserved_log;
 int replay_plot(const memlog_t *log, const char *log_name, const char *config, uint64_t capacity,
-                uint64_t gpu_lag_ns, const char *title, const char *path);
+                uint64_t gpu_lag_ns, const struct reserved_log *recorded, const char *title, const char *path);
 
 #endif

@@ -503,6 +503,41 @@ if wanted overhead; then
     done <"$table"
 fi
 
+# ---------------------------------------------------------------- 8. the log's companion, replay on the GPU
+# A program under the shim with POOLSHIM_LOG: its companion LOG.reserved.csv must
+# peak where the shim's statistics say it did; then `poolshim replay` of that log
+# on this GPU (natively and through the default stack), and with --gpu-lag 1ms
+# (check_replay.py says what is compared).
+cli=$(realpath -m "$build_dir/poolshim")
+replay_log=$WORKDIR/replay_alloc_basic.csv
+if wanted shim/log_companion_matches_stats; then
+    rm -f "$replay_log" "$replay_log.reserved.csv"
+    shim log_companion_matches_stats "doors.driver>0" POOLSHIM_LOG="$replay_log" -- alloc_basic_static
+    if [ -f "$replay_log.reserved.csv" ] &&
+        "$PYTHON" "$src/check_replay.py" companion "$replay_log" "$stats/shim_log_companion_matches_stats.json" \
+            >"$logs/companion_check.log" 2>&1; then
+        record shim/log_companion_peak_is_the_stats_peak PASS "$(tail -1 "$logs/companion_check.log")"
+    else
+        record shim/log_companion_peak_is_the_stats_peak FAIL "log companion_check.log"
+    fi
+    keep_log companion_check
+fi
+for variant in replay_gpu replay_gpu_lag; do
+    wanted "cli/$variant" || continue
+    [ -f "$replay_log" ] || { record "cli/$variant" SKIP "no log (shim/log_companion_matches_stats did not run)"; continue; }
+    args=(--native --json)
+    check=replay
+    [ $variant = replay_gpu_lag ] && args+=(--gpu-lag 1ms) && check=lag
+    run_timed "$variant" env -u LD_PRELOAD "$cli" replay "$replay_log" "${args[@]}"
+    program_rc=$rc
+    sed -n '/^{/,$p' "$logs/$variant.log" >"$WORKDIR/$variant.json"
+    "$PYTHON" "$src/check_replay.py" $check "$replay_log" "$WORKDIR/$variant.json" >>"$logs/$variant.log" 2>&1
+    check_rc=$?
+    keep_log "$variant"
+    if [ $program_rc -ne 0 ]; then record "cli/$variant" FAIL "exit $program_rc, log $variant.log"
+    elif [ $check_rc -ne 0 ]; then record "cli/$variant" FAIL "check failed, log $variant.log"
+    else record "cli/$variant" PASS; fi
+done
 # ---------------------------------------------------------------- 9. several processes: mpirun, torchrun
 # mp_ranks.cu under `mpirun -np 2` (no MPI library: it reads its rank from the
 # launcher's environment and uses device rank % GPUs): natively, then under the

@@ -624,6 +624,40 @@ EXPORT CUresult cuMemFreeHost(void *p)
 /* test control: mark a stream as being captured into a graph */
 EXPORT void fake_cuda_set_capturing(CUstream s, int on) { s->capturing = on; }
 
+/* Modules and launches, for `poolshim replay`'s lag kernel: a module is
+ * "loaded" from any PTX text that defines an entry, a function exists when
+ * the PTX names it, and a launch runs nothing (the fake GPU is always done;
+ * FAKE_CUDA_EVENTS_PENDING makes it look busy). */
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+    ENTER();
+    if (!module || !image || !strstr((const char *)image, ".entry "))
+        return CUDA_ERROR_INVALID_VALUE;
+    *module = (CUmodule)strdup((const char *)image);
+    return *module ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+EXPORT CUresult cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name)
+{
+    ENTER();
+    char entry[256];
+    snprintf(entry, sizeof entry, ".entry %s(", name ? name : "");
+    if (!function || !module || !name || !strstr((const char *)module, entry))
+        return CUDA_ERROR_INVALID_VALUE;
+    *function = (CUfunction)module;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                               unsigned bz, unsigned shared, CUstream s, void **params, void **extra)
+{
+    ENTER();
+    (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)extra;
+    if (!f || !params || !stream_alive(s))
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
 /* cuGetProcAddress: names resolved like the driver, by version and flags */
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
                                     CUdriverProcAddressQueryResult *status);

@@ -523,3 +523,107 @@ Test(launcher, ab_gives_a_row_per_rank_and_the_total_under_the_variant)
     cr_expect(!strstr(output, "\n  rank ") && !strstr(output, "\n  total ") && !strstr(output, "summed"),
               "one process, no breakdown:\n%s", output);
 }
+
+/* ---- `poolshim replay` on the "GPU": the fake driver, through the shim ------------- */
+
+/* Runs `[env] poolshim replay ARGS` with the fake CUDA and the shim of this
+ * build; keeps stdout and stderr together in `output`. */
+static int run_replay(const char *env, const char *args)
+{
+    const char *build = getenv("POOLSHIM_BUILD"), *cli = getenv("POOLSHIM_CLI");
+    const char *prefix = getenv("POOLSHIM_PRELOAD_PREFIX");
+    cr_assert(build && cli, "POOLSHIM_BUILD and POOLSHIM_CLI must be set (make test-shim sets them)");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "env LD_LIBRARY_PATH=%s/fake POOLSHIM_LIB=%s/libpoolshim.so LD_PRELOAD=%s %s %s replay %s 2>&1",
+             build, build, prefix ? prefix : "", env ? env : "", cli, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "cannot run %s", cmd);
+    size_t n = fread(output, 1, sizeof output - 1, p);
+    output[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The number after "KEY": in `from` (the replay's JSON), or -1. */
+static double json_number(const char *from, const char *key)
+{
+    char pattern[128];
+    snprintf(pattern, sizeof pattern, "\"%s\": ", key);
+    const char *at = from ? strstr(from, pattern) : NULL;
+    if (!at || !strncmp(at + strlen(pattern), "null", 4))
+        return -1;
+    return strtod(at + strlen(pattern), NULL);
+}
+
+Test(replay_gpu, replays_a_shim_log_through_the_shim_and_natively)
+{
+    const char *build = getenv("POOLSHIM_BUILD");
+    char log[256], companion[300], args[1024];
+    snprintf(log, sizeof log, "/tmp/poolshim-replay-gpu-%d.csv", (int)getpid());
+    snprintf(companion, sizeof companion, "%s.reserved.csv", log);
+    /* record: prog_runtime basic (600 cudaMalloc + 600 cudaFree, one thread) under the default stack */
+    char env[512];
+    snprintf(env, sizeof env, "POOLSHIM_LOG=%s", log);
+    cr_assert_eq(run(1, env, "prog_runtime basic"), 0, "%s", output);
+    FILE *f = fopen(companion, "r");
+    cr_assert_not_null(f, "the shim wrote the companion %s", companion);
+    fclose(f);
+
+    snprintf(args, sizeof args, "%s --native --json", log);
+    int rc = run_replay(NULL, args);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, output);
+    const char *native = strstr(output, "\"stack\": \"native\""), *shim = strstr(output, "\"stack\": \"default\"");
+    cr_assert(native && shim && native < shim, "a native row, then the default stack's:\n%s", output);
+    cr_expect_eq(json_number(native, "allocations"), 600, "%s", output);
+    cr_expect_eq(json_number(native, "frees"), 600);
+    cr_expect_eq(json_number(shim, "allocations"), 600);
+    cr_expect_eq(json_number(shim, "failures"), 0);
+    cr_expect_eq(json_number(native, "reserved_peak"), -1, "no shim, no shim statistics: null");
+    double requested = json_number(shim, "peak_requested"), reserved = json_number(shim, "reserved_peak");
+    double recorded = json_number(shim, "recorded_peak_reserved"), used = json_number(shim, "device_used_peak");
+    cr_expect_gt(requested, 0);
+    cr_expect_geq(reserved, requested, "the shim's stack holds at least what is live:\n%s", output);
+    /* the same stack, the same calls in the same order, the same (fake) driver: the replay
+     * reserves exactly what the recorded run reserved */
+    cr_expect_eq(reserved, recorded, "replayed %.0f vs recorded %.0f:\n%s", reserved, recorded, output);
+    cr_expect_eq(used, reserved, "the device's used memory is the shim's reservation:\n%s", output);
+    cr_expect_gt(json_number(shim, "alloc_median_ns"), 0);
+    cr_expect_geq(json_number(shim, "alloc_p99_ns"), json_number(shim, "alloc_median_ns"));
+    cr_expect_gt(json_number(shim, "simulated_peak_reserved"), 0, "the simulated peak beside");
+
+    snprintf(args, sizeof args, "%s", log);
+    rc = run_replay(NULL, args);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, output);
+    cr_expect(strstr(output, "alloc p50") && strstr(output, "alloc p99") && strstr(output, "simulated") &&
+                  strstr(output, "recorded") && strstr(output, "\n0       default "),
+              "the table:\n%s", output);
+    unlink(log);
+    unlink(companion);
+    (void)build;
+}
+
+/* tests/data/logs/recorded.csv: 6 events 100 ms apart (the first at 0). */
+Test(replay_gpu, gpu_lag_spins_the_log_gaps_and_bounds_how_far_the_gpu_falls_behind)
+{
+    const char *data = getenv("POOLSHIM_TEST_DATA");
+    cr_assert(data, "POOLSHIM_TEST_DATA must be set (make test-shim sets it)");
+    char args[1024];
+    snprintf(args, sizeof args, "%s/logs/recorded.csv --gpu-lag 1ms --json", data);
+    int rc = run_replay(NULL, args);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, output);
+    cr_expect_eq(json_number(output, "lag_kernels"), 5, "one kernel per gap:\n%s", output);
+    double work_error = json_number(output, "gpu_work_s") - 0.4999;
+    cr_expect(work_error < 1e-6 && work_error > -1e-6, "the gaps add up to the log's 499.9 ms:\n%s",
+              output);
+    cr_expect_eq(json_number(output, "lag_waits"), 0, "a GPU that is always done needs no wait:\n%s", output);
+
+    /* a GPU that never finishes on its own: each event waits for the previous kernel (100 ms > 1 ms) */
+    rc = run_replay("FAKE_CUDA_EVENTS_PENDING=1000000", args);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, output);
+    cr_expect_eq(json_number(output, "lag_waits"), 4, "the host waited to stay within 1 ms:\n%s", output);
+    /* ... unless the bound is wider than the whole log */
+    snprintf(args, sizeof args, "%s/logs/recorded.csv --gpu-lag 1s --json", data);
+    rc = run_replay("FAKE_CUDA_EVENTS_PENDING=1000000", args);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, output);
+    cr_expect_eq(json_number(output, "lag_waits"), 0, "within 1 s, no wait:\n%s", output);
+}

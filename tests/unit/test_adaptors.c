@@ -225,6 +225,9 @@ Test(log, file_parses_back_to_the_same_events)
     ps_destroy(lg);
     ps_destroy(cap);
     unlink(path);
+    char companion[128];
+    cr_assert_eq(ps_log_reserved_path(path, companion, sizeof companion), PS_OK);
+    unlink(companion);
     base_unmake(&s);
 }
 
@@ -249,6 +252,100 @@ Test(log, destroy_flushes_what_is_buffered)
         lines++;
     fclose(f);
     cr_assert_eq(lines, 1 + 10000);
+    unlink(path);
+    char companion[128];
+    cr_assert_eq(ps_log_reserved_path(path, companion, sizeof companion), PS_OK);
+    unlink(companion);
+    base_unmake(&s);
+}
+
+/* Reads PATH.reserved.csv into rows; returns the count. */
+typedef struct reserved_row {
+    char action[16];        /* start, grow, release, end */
+    unsigned long long bytes, reserved, peak;
+} reserved_row_t;
+
+static int read_reserved(const char *log_path, reserved_row_t *rows, int max)
+{
+    char path[128];
+    cr_assert_eq(ps_log_reserved_path(log_path, path, sizeof path), PS_OK);
+    cr_assert_str_eq(path + strlen(log_path), ".reserved.csv");
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "no companion file %s", path);
+    char line[256];
+    cr_assert_not_null(fgets(line, sizeof line, f));
+    cr_assert_str_eq(line, "Time,Action,Bytes,Reserved,Peak\n");
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        int hh, mm, ss;
+        char micro[16];
+        cr_assert_lt(n, max, "more rows than expected");
+        int fields = sscanf(line, "%d:%d:%d.%6[0-9],%15[^,],%llu,%llu,%llu", &hh, &mm, &ss, micro, rows[n].action,
+                            &rows[n].bytes, &rows[n].reserved, &rows[n].peak);
+        cr_assert_eq(fields, 8, "row %d: %s", n, line);
+        n++;
+    }
+    fclose(f);
+    unlink(path);
+    return n;
+}
+
+Test(log, companion_file_records_every_growth_and_release_of_the_stack_below)
+{
+    stack_t_ s;
+    base_make(&s);
+    ps_resource_t *lg;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/poolshim-log3-%d.csv", (int)getpid());
+    /* over the `cuda` upstream every allocate and free is one device call */
+    cr_assert_eq(ps_log_create("log", s.up, path, &lg), PS_OK);
+    void *a, *b;
+    cr_assert_eq(ps_allocate(lg, 1000, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_allocate(lg, 3000, PS_STREAM_NONE, &b), PS_OK);
+    cr_assert_eq(ps_deallocate(lg, a, 1000, PS_STREAM_NONE), PS_OK);
+    ps_destroy(lg); /* b stays live: the end row gives its 3000 bytes back */
+    reserved_row_t rows[8];
+    int n = read_reserved(path, rows, 8);
+    cr_assert_eq(n, 5);
+    const reserved_row_t want[5] = {{"start", 0, 0, 0},        {"grow", 1000, 1000, 1000}, {"grow", 3000, 4000, 4000},
+                                    {"release", 1000, 3000, 4000}, {"end", 3000, 0, 4000}};
+    for (int i = 0; i < n; i++) {
+        cr_expect_str_eq(rows[i].action, want[i].action, "row %d", i);
+        cr_expect_eq(rows[i].bytes, want[i].bytes, "row %d bytes", i);
+        cr_expect_eq(rows[i].reserved, want[i].reserved, "row %d reserved", i);
+        cr_expect_eq(rows[i].peak, want[i].peak, "row %d peak", i);
+    }
+    unlink(path);
+    base_unmake(&s);
+}
+
+Test(log, companion_file_stays_quiet_while_the_allocator_reuses_its_memory)
+{
+    stack_t_ s;
+    base_make(&s);
+    ps_resource_t *lg;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/poolshim-log4-%d.csv", (int)getpid());
+    cr_assert_eq(ps_log_create("log", s.arena, path, &lg), PS_OK);
+    for (int i = 0; i < 5000; i++) {
+        void *p;
+        cr_assert_eq(ps_allocate(lg, 512, PS_STREAM_NONE, &p), PS_OK);
+        cr_assert_eq(ps_deallocate(lg, p, 512, PS_STREAM_NONE), PS_OK);
+    }
+    ps_resource_info_t info = {0};
+    ps_query(s.arena, &info);
+    cr_assert_gt(info.bytes_reserved, 0);
+    ps_destroy(lg);
+    reserved_row_t rows[16];
+    int n = read_reserved(path, rows, 16);
+    cr_assert_geq(n, 3, "start, at least one growth, end");
+    cr_expect_lt(n, 10, "10000 calls served from the arena's memory write a row only when it grows");
+    cr_expect_str_eq(rows[0].action, "start");
+    cr_expect_str_eq(rows[1].action, "grow");
+    cr_expect_eq(rows[n - 2].reserved, info.bytes_reserved, "the last level is what the arena holds");
+    cr_expect_str_eq(rows[n - 1].action, "end");
+    cr_expect_eq(rows[n - 1].reserved, 0);
+    cr_expect_eq(rows[n - 1].peak, info.peak_bytes_reserved);
     unlink(path);
     base_unmake(&s);
 }

@@ -24,6 +24,8 @@
 #include "../../tools/cli.h"
 #include "../../tools/memlog.h"
 #include "../../tools/replay.h"
+#include "../../tools/replay_gpu.h"
+#include "../../tools/reserved_log.h"
 #include "../../tools/stats_table.h"
 #include "../../tools/svg_plot.h"
 
@@ -735,12 +737,46 @@ Test(replay, simulated_replay_reports_the_same_peak_as_the_log)
     cli_result_free(&r);
 }
 
-Test(replay, without_simulate_explains_what_to_do)
+Test(replay, on_the_gpu_where_there_is_none_says_so_and_points_to_simulate)
 {
-    cli_result_t r = run_cli((const char *[]){"replay", data_path("logs/small.csv"), NULL}, NULL);
-    cr_expect_eq(r.exit_code, 2);
-    cr_expect(strstr(r.err, "--simulate"));
+    /* no libcuda.so.1 on the library path (this machine has no driver; the shim tests
+     * replay over the fake one) */
+    cli_result_t r = run_cli((const char *[]){"replay", data_path("logs/small.csv"), NULL},
+                             (const char *[]){"LD_LIBRARY_PATH=", NULL});
+    if (r.exit_code == 0) {
+        cli_result_free(&r);
+        cr_skip("a CUDA driver and device are here: the GPU replay ran");
+    }
+    cr_expect_eq(r.exit_code, 1, "stderr: %s", r.err);
+    cr_expect(strstr(r.err, "poolshim: error: replay on the GPU: "), "stderr: %s", r.err);
+    cr_expect(strstr(r.err, "no GPU here") || strstr(r.err, "no CUDA device here"), "stderr: %s", r.err);
+    cr_expect(strstr(r.err, "--simulate SIZE"), "points to the simulated replay: %s", r.err);
+    cr_expect_eq(r.out[0], '\0', "nothing on stdout: %s", r.out);
     cli_result_free(&r);
+    /* --native belongs to the GPU replay */
+    r = run_cli((const char *[]){"replay", data_path("logs/small.csv"), "--simulate", "1GiB", "--native", NULL}, NULL);
+    cr_expect_eq(r.exit_code, 2);
+    cli_result_free(&r);
+}
+
+Test(replay, the_lag_kernel_ptx_assembles_for_the_gpus_we_run_on)
+{
+    const char *ptxas = "/usr/local/cuda/bin/ptxas";
+    if (access(ptxas, X_OK) != 0)
+        cr_skip("no CUDA toolkit here (%s): the lag kernel's PTX is not checked", ptxas);
+    char ptx[] = "/tmp/poolshim-test-spin-XXXXXX";
+    int fd = mkstemp(ptx);
+    cr_assert(fd >= 0);
+    size_t n = strlen(replay_gpu_spin_ptx);
+    cr_assert_eq(write(fd, replay_gpu_spin_ptx, n), (ssize_t)n);
+    close(fd);
+    const char *archs[] = {"sm_75", "sm_80", "sm_90"};
+    for (int i = 0; i < 3; i++) {
+        char command[512];
+        snprintf(command, sizeof command, "%s -arch=%s %s -o /dev/null", ptxas, archs[i], ptx);
+        cr_expect_eq(system(command), 0, "ptxas rejects the spin kernel for %s", archs[i]);
+    }
+    unlink(ptx);
 }
 
 /* ---- plots -------------------------------------------------------------------- */
@@ -1381,4 +1417,124 @@ Test(ab, per_process_rows_are_medians_by_rank_order_and_read_back_from_json)
     free(again);
     ab_results_free(results);
     free(results);
+}
+
+/* ---- the recorded reserved bytes (LOG.reserved.csv, written by the shim) ------------ */
+
+/* tests/data/logs/recorded.csv: 3 MiB requested at most; its companion says
+ * the GPU really held 1 GiB at the peak (as on the H100, where a PyTorch run
+ * held far more than any replay predicted). */
+Test(plot, draws_the_recorded_reserved_curve_beside_the_simulated_one)
+{
+    char svg[] = "/tmp/poolshim-test-plot-XXXXXX";
+    int fd = mkstemp(svg);
+    cr_assert(fd >= 0);
+    close(fd);
+    cli_result_t r = run_cli((const char *[]){"plot", data_path("logs/recorded.csv"), "-o", svg, NULL}, NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cli_result_free(&r);
+    char *text = slurp(svg);
+    cr_assert_not_null(text);
+    cr_expect(strstr(text, "reserved on the GPU (recorded)"), "the recorded curve's legend");
+    cr_expect(strstr(text, "reserved by default (simulated)"), "the simulated curve's legend");
+    cr_expect(strstr(text, "requested by the program"), "the requested curve's legend");
+    cr_expect(strstr(text, "recorded on the GPU: peak 1.00 GiB"), "the subtitle names the recorded peak");
+    cr_expect(strstr(text, "memory (GiB)"), "the y axis is scaled to the recorded 1 GiB, not the simulated MiBs");
+    int lines = 0;
+    for (const char *p = text; (p = strstr(p, "<polyline")); p++)
+        lines++;
+    cr_expect_eq(lines, 3, "three curves");
+    free(text);
+    unlink(svg);
+
+    /* a log without a companion: two curves, as before */
+    fd = mkstemp(svg);
+    close(fd);
+    r = run_cli((const char *[]){"plot", data_path("logs/small.csv"), "-o", svg, NULL}, NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cli_result_free(&r);
+    text = slurp(svg);
+    cr_expect(!strstr(text, "(recorded)"), "no recorded curve without the companion");
+    lines = 0;
+    for (const char *p = text; (p = strstr(p, "<polyline")); p++)
+        lines++;
+    cr_expect_eq(lines, 2);
+    free(text);
+    unlink(svg);
+}
+
+Test(replay, simulate_prints_the_recorded_peak_beside_the_simulated_one)
+{
+    cli_result_t r = run_cli((const char *[]){"replay", data_path("logs/recorded.csv"), "--simulate", "80GiB", NULL},
+                             NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cr_expect(strstr(r.out, "recorded peak"), "the column:\n%s", r.out);
+    const char *row = strstr(r.out, "\n0 ");
+    cr_assert(row, "the device's row:\n%s", r.out);
+    cr_expect(strstr(row, "3.00 MiB") && strstr(row, "1.00 GiB") && strstr(row, "341.33x"),
+              "requested, recorded peak and its overhead on the row:\n%s", r.out);
+    cli_result_free(&r);
+
+    r = run_cli((const char *[]){"replay", data_path("logs/recorded.csv"), "--simulate", "80GiB", "--json", NULL},
+                NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    json_t *doc;
+    char err[128];
+    cr_assert_eq(parse_json(r.out, &doc, err, sizeof err), 0, "%s", err);
+    const json_t *result = json_array_get(json_object_get(doc, "results"), 0);
+    cr_expect_eq(cli_json_u64(result, "recorded_peak_reserved", 0), 1073741824);
+    cr_expect_lt(cli_json_u64(result, "peak_reserved", 0), 1073741824, "the simulated peak is the replay's own");
+    json_decref(doc);
+    cli_result_free(&r);
+
+    /* an old log (no companion): no column, null in JSON */
+    r = run_cli((const char *[]){"replay", data_path("logs/small.csv"), "--simulate", "80GiB", NULL}, NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cr_expect(!strstr(r.out, "recorded peak"), "%s", r.out);
+    cli_result_free(&r);
+    r = run_cli((const char *[]){"replay", data_path("logs/small.csv"), "--simulate", "80GiB", "--json", NULL}, NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cr_expect(strstr(r.out, "\"recorded_peak_reserved\": null"), "%s", r.out);
+    cli_result_free(&r);
+}
+
+Test(replay, a_bad_companion_file_names_its_line)
+{
+    cli_result_t r = run_cli(
+        (const char *[]){"replay", data_path("logs/bad/bad_reserved.csv"), "--simulate", "1GiB", NULL}, NULL);
+    cr_expect_eq(r.exit_code, 1);
+    cr_expect(strstr(r.err, "bad_reserved.csv.reserved.csv:3: bad Reserved"), "%s", r.err);
+    cli_result_free(&r);
+}
+
+Test(memlog, companion_times_line_up_across_midnight)
+{
+    memlog_t log;
+    const char *text = "Thread,Time,Action,Pointer,Size,Stream\n"
+                       "1,23:59:59.500000,allocate,0x1000,100,0x0\n"
+                       "1,00:00:00.500000,free,0x1000,100,0x0\n";
+    cr_assert_eq(memlog_parse(text, strlen(text), "mem", &log), 0);
+    char path[] = "/tmp/poolshim-test-midnight-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    char companion[128];
+    snprintf(companion, sizeof companion, "%s.reserved.csv", path);
+    FILE *f = fopen(companion, "w");
+    fputs("Time,Action,Bytes,Reserved,Peak\n23:59:59.400000,start,0,0,0\n23:59:59.600000,grow,4096,4096,4096\n"
+          "00:00:00.700000,release,4096,0,4096\n",
+          f);
+    fclose(f);
+    reserved_log_t recorded;
+    cr_assert_eq(reserved_log_read(path, &log, &recorded), 1);
+    cr_assert_eq(recorded.count, 3);
+    cr_expect_float_eq(recorded.points[0].time_s, 0.0, 1e-9, "before the first event: clamped at 0");
+    cr_expect_float_eq(recorded.points[1].time_s, 0.1, 1e-6);
+    cr_expect_float_eq(recorded.points[2].time_s, 1.2, 1e-6, "after midnight");
+    cr_expect_eq(recorded.peak, 4096);
+    reserved_log_free(&recorded);
+    unlink(companion);
+    cr_expect_eq(reserved_log_read(path, &log, &recorded), 0, "no companion: 0");
+    unlink(path);
+    memlog_free(&log);
 }

@@ -19,7 +19,11 @@
 #      their own pinned caches and under poolshim; pinned.txt and pinned.json.
 #   3c. With two GPUs: mpirun and torchrun jobs natively and under the shim, a
 #      row per rank (tools/bench/multigpu.sh; multigpu.txt beside bench.txt).
-#   4. summarize.py writes latest.json and prints medians and ratios.
+#   4. Recorded logs on the GPU: replay_logs.sh replays the committed PyTorch
+#      logs through the shim (and --native), with and without --gpu-lag, each
+#      beside `replay --simulate` (label replay_logs; BENCH_ONLY applies).
+#   5. summarize.py writes latest.json and prints medians and ratios; the
+#      replay tables follow it in bench.txt.
 # Environment:
 #   OUTDIR       results: latest.json, bench.txt (the tables), bench.log (all output);
 #                default tools/bench/results (latest.json only goes there then)
@@ -222,7 +226,16 @@ if wanted multigpu; then
     fi
 fi
 
-# ---------------------------------------------------------------- 4. summary
+# ---------------------------------------------------------------- 4. recorded logs on the GPU
+if wanted replay_logs; then
+    t0=$(date +%s)
+    "$here/replay_logs.sh" "$build_dir" "$WORKDIR/replay" | tee -a "$log"
+    failed_replays=${PIPESTATUS[0]}
+    problems=$((problems + failed_replays))
+    note "ran replay_logs in $(($(date +%s) - t0)) s ($failed_replays failed)"
+fi
+
+# ---------------------------------------------------------------- 5. summary
 stats_args=()
 for file in "$WORKDIR"/stats/*.json; do
     [ -f "$file" ] && stats_args+=("$(basename "$file" .json)=$file")
@@ -235,6 +248,10 @@ cuda=$("$NVCC" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
     "host=$(hostname)" "psbench=$psbench" "rmm=$(cat "$CARRY_DIR/rmm/VERSION" 2>/dev/null || echo none)" \
     "quick=${BENCH_QUICK:-0}" "library=$lib" "wall_s=$(($(date +%s) - started))" \
     --stats "${stats_args[@]}" | tee "$WORKDIR/bench.txt" | tee -a "$log"
+if [ -s "$WORKDIR/replay/replay.txt" ]; then
+    { echo; echo "=== recorded PyTorch logs replayed on this GPU (tools/bench/replay_logs.sh)"; cat "$WORKDIR/replay/replay.txt"; } |
+        tee -a "$WORKDIR/bench.txt" >>"$log"
+fi
 if [ -n "${OUTDIR:-}" ]; then
     cp "$WORKDIR/bench.txt" "$OUTDIR/bench.txt"
     cp "$log" "$OUTDIR/bench.log"
