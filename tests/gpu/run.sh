@@ -503,12 +503,11 @@ if wanted overhead; then
     done <"$table"
 fi
 
-# ---------------------------------------------------------------- 8. the log's companion, replay on the GPU
+# ---------------------------------------------------------------- 8b. the log's companion, replay on the GPU
 # A program under the shim with POOLSHIM_LOG: its companion LOG.reserved.csv must
 # peak where the shim's statistics say it did; then `poolshim replay` of that log
 # on this GPU (natively and through the default stack), and with --gpu-lag 1ms
 # (check_replay.py says what is compared).
-cli=$(realpath -m "$build_dir/poolshim")
 replay_log=$WORKDIR/replay_alloc_basic.csv
 if wanted shim/log_companion_matches_stats; then
     rm -f "$replay_log" "$replay_log.reserved.csv"
