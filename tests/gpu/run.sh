@@ -100,7 +100,7 @@ native() {
     keep_log "${name//\//_}"
     local skip_line
     skip_line=$(grep -m1 -E '^[a-z_]+: SKIP' "$logs/${name//\//_}.log")
-    if [ $rc -eq 0 ] && [ -n "$skip_line" ]; then record "$name" SKIP "${skip_line#*SKIP }"
+    if [ $rc -eq 0 ] && [ -n "$skip_line" ]; then skip_line=${skip_line#*SKIP (}; record "$name" SKIP "${skip_line%)}"
     elif [ $rc -eq 0 ]; then record "$name" PASS; else record "$name" FAIL "exit $rc, log ${name//\//_}.log"; fi
 }
 
@@ -132,7 +132,7 @@ shim() {
     skip_line=$(grep -m1 -E '^[a-z_]+: SKIP' "$logs/$log.log")
     if [ $program_rc -ne 0 ]; then record "$name" FAIL "exit $program_rc, log $log.log"
     # a test that cannot run here (one GPU) says so and allocates nothing
-    elif [ -n "$skip_line" ] && [ ! -f "$stats_file" ]; then record "$name" SKIP "${skip_line#*SKIP }"
+    elif [ -n "$skip_line" ] && [ ! -f "$stats_file" ]; then skip_line=${skip_line#*SKIP (}; record "$name" SKIP "${skip_line%)}"
     elif [ $stats_rc -ne 0 ]; then record "$name" FAIL "stats check failed, log $log.log"
     else record "$name" PASS; fi
 }
@@ -338,7 +338,7 @@ expect_multi_gpu_failure() {
     local skip_line seen
     skip_line=$(grep -m1 -E '^[a-z_]+: SKIP' "$logs/$log.log")
     seen=$(grep -m1 -E "$what" "$logs/$log.log")
-    if [ $rc -eq 0 ] && [ -n "$skip_line" ]; then record "$name" SKIP "${skip_line#*SKIP }"
+    if [ $rc -eq 0 ] && [ -n "$skip_line" ]; then skip_line=${skip_line#*SKIP (}; record "$name" SKIP "${skip_line%)}"
     elif [ $rc -eq 3 ]; then record "$name" PASS "expected failure: wrong bytes seen"
     elif [ $rc -eq 1 ] && [ -n "$seen" ]; then record "$name" PASS "expected failure: ${seen:0:160}"
     elif [ $rc -eq 0 ]; then record "$name" FAIL "it passed without what it checks: the test cannot fail"
