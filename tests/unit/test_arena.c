@@ -18,12 +18,22 @@ typedef struct arena_fixture {
     ps_resource_t *arena;   /* under test */
 } arena_fixture_t;
 
-static void make(arena_fixture_t *f, size_t capacity, int auto_complete)
+/* An arena under free_sync `sync` over a fake device of `capacity` bytes. */
+static void make_with(arena_fixture_t *f, size_t capacity, int auto_complete, ps_free_sync_t sync)
 {
     ps_host_ops_options_t h = {.capacity = capacity, .auto_complete = auto_complete};
     cr_assert_eq(ps_host_ops_create(&h, &f->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->up), PS_OK);
-    cr_assert_eq(ps_arena_create("arena", f->up, f->gpu, NULL, &f->arena), PS_OK);
+    ps_arena_options_t o;
+    ps_arena_options_default(&o);
+    o.free_sync = sync;
+    cr_assert_eq(ps_arena_create("arena", f->up, f->gpu, &o, &f->arena), PS_OK);
+}
+
+/* The polled epoch (free_sync event): the tests of fences and epochs. */
+static void make(arena_fixture_t *f, size_t capacity, int auto_complete)
+{
+    make_with(f, capacity, auto_complete, PS_FREE_SYNC_EVENT);
 }
 
 static void unmake(arena_fixture_t *f)
@@ -259,6 +269,7 @@ static void make_small(arena_fixture_t *f)
     ps_arena_options_t o;
     ps_arena_options_default(&o);
     o.superblock_size = 64 * PS_KiB;
+    o.free_sync = PS_FREE_SYNC_EVENT; /* these tests follow fences */
     cr_assert_eq(ps_arena_create("arena", f->up, f->gpu, &o, &f->arena), PS_OK);
 }
 
@@ -383,10 +394,12 @@ Test(arena, a_new_stream_reusing_the_handle_waits_for_the_old_streams_superblock
     unmake(&f);
 }
 
-/* free_sync barrier is the configuration's default, but the barrier lives
- * in the pool: the arena and fixed_size fall back to the polled epoch.
- * The GPU found them treating it as "none" (corruption in the hazard
- * test); this is that bug's CPU test. */
+/* free_sync barrier (the default): a cudaFree alone never makes a block
+ * reusable; only a barrier (core/reuse.c, when nothing else fits) or a
+ * completed fence does. The GPU once found the arena and fixed_size
+ * treating barrier as "none" (corruption in the hazard test); this is that
+ * bug's CPU test (tests/unit/test_reuse.c covers the barrier itself and
+ * its refusal). */
 Test(arena, barrier_policy_falls_back_to_the_epoch_not_to_immediate_reuse)
 {
     arena_fixture_t f;
