@@ -4,7 +4,12 @@
  * Algorithm:
  *  1. The global arena takes memory from the upstream in large chunks
  *     (at least 8 superblocks, or 1/8 of what is reserved, whichever is
- *     larger) and cuts them into superblocks of superblock_size bytes,
+ *     larger, rounded down to a power of two — free runs never merge
+ *     across chunks, so a chunk that is not a whole number of the requests
+ *     filling it keeps a hole each; a power of two is a whole number of
+ *     every power-of-two request up to its size — or the request alone
+ *     when it is bigger or that fails) and cuts them into superblocks of
+ *     superblock_size bytes,
  *     aligned to their size. Free runs of superblocks ("spans") are kept on
  *     one list; neighbours of one chunk coalesce.
  *  2. A page table (two levels, lock-free reads) maps address >>
@@ -371,6 +376,11 @@ static int grow(arena_resource_t *a, size_t pages)
     size_t sb = a->opts.superblock_size;
     size_t need = pages * sb;
     size_t step = a->reserved / 8 > 8 * sb ? ps_align_up(a->reserved / 8, sb) : 8 * sb;
+    /* a power of two: spans never merge across chunks, so a chunk that is
+     * not a whole number of the requests that fill it keeps a hole each
+     * (1 GiB blocks reached 127 of the 139 an H200 holds); a power of two
+     * is a whole number of every power-of-two request up to its size */
+    step = (size_t)1 << log2_floor(step);
     if (step < need)
         step = need;
     if (a->opts.maximum_size) {

@@ -10,6 +10,7 @@
 #include "../../core/arena.h"
 #include "../../core/fixed_size.h"
 #include "../../core/host_ops.h"
+#include "../../core/pool.h"
 #include "../../core/upstream.h"
 
 typedef struct arena_fixture {
@@ -434,4 +435,53 @@ Test(arena, barrier_policy_falls_back_to_the_epoch_not_to_immediate_reuse)
     ps_destroy(fixed);
     ps_destroy(f.up);
     ps_host_ops_destroy(f.gpu);
+}
+
+/* Issue 18: filled with 1 GiB blocks, the arena reached 127 on an H200
+ * where the pool and native cudaMalloc reach 139. A simulated device of
+ * the H200's size (139.5 GiB free): the arena must reach the pool's
+ * count, and the device's. */
+static int fill_with_gib_blocks(ps_resource_t *r, void **blocks, int max)
+{
+    int n = 0;
+    while (n < max && ps_allocate(r, PS_GiB, PS_STREAM_NONE, &blocks[n]) == PS_OK)
+        n++;
+    return n;
+}
+
+Test(arena, fills_the_device_with_1GiB_blocks_as_far_as_the_pool)
+{
+    enum { MAX = 200 };
+    static void *blocks[MAX];
+    const size_t capacity = 139 * PS_GiB + 512 * PS_MiB;
+    ps_host_ops_options_t h = {.capacity = capacity};
+    ps_gpu_ops_t *gpu;
+    ps_resource_t *up, *pool, *arena;
+
+    cr_assert_eq(ps_host_ops_create(&h, &gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", gpu, &up), PS_OK);
+    int native = fill_with_gib_blocks(up, blocks, MAX);
+    for (int i = 0; i < native; i++)
+        ps_deallocate(up, blocks[i], PS_GiB, PS_STREAM_NONE);
+    cr_assert_eq(native, 139, "the simulated device holds 139 blocks natively");
+
+    ps_pool_options_t po;
+    ps_pool_options_default(&po);
+    po.expandable = 0;
+    cr_assert_eq(ps_pool_create("pool", up, gpu, &po, &pool), PS_OK);
+    int pooled = fill_with_gib_blocks(pool, blocks, MAX);
+    ps_destroy(pool);
+
+    cr_assert_eq(ps_arena_create("arena", up, gpu, NULL, &arena), PS_OK);
+    int arena_count = fill_with_gib_blocks(arena, blocks, MAX);
+    ps_resource_info_t info = info_of(arena);
+    cr_log_info("1 GiB blocks on a 139.5 GiB device: native %d, pool %d, arena %d (arena reserved %.1f GiB)",
+                native, pooled, arena_count, (double)info.bytes_reserved / (double)PS_GiB);
+    cr_assert_eq(pooled, native);
+    cr_assert_eq(arena_count, pooled, "the arena reaches the pool's count (%d vs %d)", arena_count, pooled);
+    for (int i = 0; i < arena_count; i++)
+        cr_assert_eq(ps_deallocate(arena, blocks[i], PS_GiB, PS_STREAM_NONE), PS_OK);
+    ps_destroy(arena);
+    ps_destroy(up);
+    ps_host_ops_destroy(gpu);
 }
