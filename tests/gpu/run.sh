@@ -256,6 +256,9 @@ for mode in relaxed threadlocal; do
     shim capture_threads_$mode "doors.driver>0 invalid_frees==0" -- capture_threads_static $mode
     shim capture_threads_${mode}_shared "doors.runtime>0 invalid_frees==0" -- capture_threads_shared $mode
     shim capture_threads_${mode}_event "doors.driver>0" POOLSHIM_FREE_SYNC=event -- capture_threads_static $mode
+    # the arena takes the barrier too (core/reuse.c): the capture must survive there as well
+    shim capture_threads_${mode}_arena "doors.driver>0 invalid_frees==0" POOLSHIM_RESOURCE=arena -- capture_threads_static $mode
+    shim capture_threads_${mode}_arena_shared "doors.runtime>0 invalid_frees==0" POOLSHIM_RESOURCE=arena -- capture_threads_shared $mode
 done
 # negative control: with the capture checks switched off the capture must die
 # (exit 1: cudaStreamEndCapture fails), or the test could not fail
