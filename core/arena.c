@@ -4,7 +4,12 @@
  * Algorithm:
  *  1. The global arena takes memory from the upstream in large chunks
  *     (at least 8 superblocks, or 1/8 of what is reserved, whichever is
- *     larger) and cuts them into superblocks of superblock_size bytes,
+ *     larger, rounded down to a power of two — free runs never merge
+ *     across chunks, so a chunk that is not a whole number of the requests
+ *     filling it keeps a hole each; a power of two is a whole number of
+ *     every power-of-two request up to its size — or the request alone
+ *     when it is bigger or that fails) and cuts them into superblocks of
+ *     superblock_size bytes,
  *     aligned to their size. Free runs of superblocks ("spans") are kept on
  *     one list; neighbours of one chunk coalesce.
  *  2. A page table (two levels, lock-free reads) maps address >>
@@ -25,11 +30,20 @@
  *  5. A superblock whose blocks are all free goes back to the global arena,
  *     unless it is its arena's last one of its class (kept to avoid
  *     ping-pong on alloc/free loops; trim and defragment return it too).
- *  6. Frees with PS_STREAM_NONE follow free_sync, as the pool: under EVENT
- *     the block joins its arena's open epoch; when the arena finds no free
- *     block it closes the epoch with one fence_record(PS_STREAM_NONE) and
- *     polls closed epochs (never a host wait on that path). Blocks freed on
- *     the stream of their stream arena are reusable at once; freed on
+ *  6. Frees with PS_STREAM_NONE follow free_sync through core/reuse.c,
+ *     which owns the rule for every resource (epochs, fences, the barrier
+ *     and its fallback, pending bytes): each arena has a reuse state, the
+ *     large blocks one more, all of one *family* (a barrier issued by one
+ *     releases, at the others' next poll, what they deferred before it).
+ *     Under BARRIER (the default) and EVENT the block is deferred; when an
+ *     arena finds no free block of the class (or a large request no free
+ *     span) it reclaims before taking memory it would not otherwise need:
+ *     completed epochs, then one GPU barrier (every pending block free at
+ *     once, no host wait), or — barrier refused because a stream capture
+ *     is open, or EVENT — close the epoch with one
+ *     fence_record(PS_STREAM_NONE) and poll (never a host wait on that
+ *     path). Blocks freed on the
+ *     stream of their stream arena are reusable at once; freed on
  *     another stream, the owner stream first waits (stream_wait_fence) for a
  *     fence recorded at the free. A superblock leaving a stream arena
  *     carries a fence on that stream; a thread arena takes it only once the
@@ -48,8 +62,9 @@
  *     (a new stream may reuse the handle value). So arenas number at most
  *     the live streams (plus threads), however many streams come and go,
  *     and a destroy costs O(size classes), not O(free blocks).
- *  8. On failure the arena defragments — every arena closes and waits for
- *     its epochs and returns its empty superblocks, the global arena gives
+ *  8. On failure the arena defragments — every arena releases its pending
+ *     blocks (one barrier for the family, else it closes and waits for
+ *     its epochs) and returns its empty superblocks, the global arena gives
  *     wholly free chunks back to the upstream — and retries once. If that
  *     fails too it warns with the fragmentation (largest free run vs all
  *     free bytes) and returns PS_ENOMEM.
@@ -58,8 +73,9 @@
  * small enough that a thread holding one superblock per size class it uses
  * keeps little memory idle, large enough that classes up to 1 MiB fit two
  * blocks or more and superblock traffic on the global lock stays rare.
- * Guarantees: pointers aligned to `alignment`; no block freed under EVENT
- * reused before a fence recorded after its free completed; bad or double
+ * Guarantees: pointers aligned to `alignment`; no block freed under
+ * BARRIER or EVENT reused before a barrier begun after its free or a fence
+ * recorded after its free completed; bad or double
  * frees return PS_EINVAL and change nothing; PS_ENOMEM leaves it usable.
  * Limits: device addresses must lie below 2^48 (true of CUDA's UVA); the
  * resource must not be destroyed while other threads still use it.
@@ -128,31 +144,6 @@ typedef struct chunk {
     struct chunk *next;   /* all chunks */
 } chunk_t;
 
-/* A freed block waiting for a fence. */
-typedef struct pending {
-    span_t *span;   /* its span */
-    uint32_t index; /* block index, NO_INDEX for a large span */
-} pending_t;
-
-typedef struct pending_list {
-    pending_t *items;  /* entries */
-    size_t count;      /* used */
-    size_t capacity;   /* allocated */
-} pending_list_t;
-
-typedef struct epoch {
-    ps_fence_t *fence;     /* covers every entry */
-    pending_list_t blocks; /* reusable once the fence completes */
-} epoch_t;
-
-/* What both kinds of arena (and the global arena) keep for free_sync. */
-typedef struct epochs {
-    pending_list_t open; /* freed since the last fence */
-    epoch_t *closed;     /* oldest first */
-    size_t count;        /* entries in closed */
-    size_t capacity;     /* allocated entries */
-} epochs_t;
-
 typedef struct arena_resource arena_resource_t;
 
 /* A thread's or a stream's arena. */
@@ -163,11 +154,11 @@ typedef struct arena {
     int orphaned;               /* thread arena whose thread exited */
     int retired;                /* stream arena whose stream was destroyed, waiting for reuse */
     ps_fence_t *retire_fence;   /* recorded on the destroyed stream; NULL once complete */
-    uint64_t retired_free;      /* bytes free at the destroy, counted as pending until then */
+    uint64_t retired_free;      /* bytes free at the destroy, counted as pending until then (in `pending`) */
     span_t **avail;             /* per class: superblocks with free blocks */
-    epochs_t epochs;            /* blocks freed under EVENT */
+    ps_reuse_t reuse;           /* its cudaFree'd blocks until a barrier or fence (core/reuse.c) */
     uint64_t in_use;            /* bytes of its blocks handed out (per arena: no shared cache line) */
-    uint64_t pending;           /* bytes of its blocks waiting for a fence */
+    uint64_t pending;           /* retired_free while the retire fence runs (reuse counts the rest) */
     struct arena *next;         /* the resource's list of arenas */
 } arena_t;
 
@@ -188,7 +179,8 @@ struct arena_resource {
     chunk_t *chunks;            /* upstream chunks */
     span_t *spare_spans;        /* span structs for reuse */
     span_t *all_spans;          /* every span struct */
-    epochs_t large_epochs;      /* large blocks freed under EVENT */
+    ps_reuse_t large_reuse;     /* cudaFree'd large blocks (global lock) */
+    ps_reuse_family_t family;   /* barrier numbers shared by every arena's reuse state and large_reuse */
     _Atomic(span_slot_t *) *page_table; /* level 1: leaves of 2^LEAF_BITS slots */
     size_t leaf_count;          /* entries in page_table */
     uint64_t reserved;          /* bytes of chunks */
@@ -196,7 +188,6 @@ struct arena_resource {
     uint64_t upstream_allocs;   /* chunk allocations */
     uint64_t upstream_frees;    /* chunks given back */
     uint64_t large_in_use;      /* bytes of large blocks handed out (global lock) */
-    uint64_t large_pending;     /* bytes of large blocks waiting for a fence (global lock) */
     _Atomic uint64_t fences;    /* fences recorded */
     _Atomic uint64_t waits;     /* host fence waits */
 };
@@ -206,7 +197,7 @@ void ps_arena_options_default(ps_arena_options_t *opts)
     memset(opts, 0, sizeof *opts);
     opts->superblock_size = 2 * PS_MiB;
     opts->alignment = 256;
-    opts->free_sync = PS_FREE_SYNC_EVENT;
+    opts->free_sync = PS_FREE_SYNC_BARRIER;
 }
 
 /* ---- size classes ---------------------------------------------------- */
@@ -385,6 +376,11 @@ static int grow(arena_resource_t *a, size_t pages)
     size_t sb = a->opts.superblock_size;
     size_t need = pages * sb;
     size_t step = a->reserved / 8 > 8 * sb ? ps_align_up(a->reserved / 8, sb) : 8 * sb;
+    /* a power of two: spans never merge across chunks, so a chunk that is
+     * not a whole number of the requests that fill it keeps a hole each
+     * (1 GiB blocks reached 127 of the 139 an H200 holds); a power of two
+     * is a whole number of every power-of-two request up to its size */
+    step = (size_t)1 << log2_floor(step);
     if (step < need)
         step = need;
     if (a->opts.maximum_size) {
@@ -491,76 +487,6 @@ static int global_take(arena_resource_t *a, size_t pages, ps_stream_t taker, int
     return PS_ENOMEM;
 }
 
-/* ---- epochs ---------------------------------------------------------- */
-
-static int pending_push(pending_list_t *l, span_t *span, uint32_t index)
-{
-    if (l->count == l->capacity) {
-        size_t cap = l->capacity ? l->capacity * 2 : 16;
-        pending_t *items = realloc(l->items, cap * sizeof *items);
-        if (!items)
-            return PS_ENOMEM;
-        l->items = items;
-        l->capacity = cap;
-    }
-    l->items[l->count++] = (pending_t){span, index};
-    return PS_OK;
-}
-
-/* Closes the open epoch with one fence (no-op when empty). */
-static void epoch_close(arena_resource_t *a, epochs_t *e)
-{
-    if (e->open.count == 0)
-        return;
-    if (e->count == e->capacity) {
-        size_t cap = e->capacity ? e->capacity * 2 : 8;
-        epoch_t *closed = realloc(e->closed, cap * sizeof *closed);
-        if (!closed)
-            return;
-        e->closed = closed;
-        e->capacity = cap;
-    }
-    ps_fence_t *fence;
-    if (a->gpu->fence_record(a->gpu->ctx, PS_STREAM_NONE, &fence) != PS_OK)
-        return;
-    atomic_fetch_add_explicit(&a->fences, 1, memory_order_relaxed);
-    e->closed[e->count++] = (epoch_t){.fence = fence, .blocks = e->open};
-    e->open = (pending_list_t){0};
-}
-
-/* Hands the entries of every completed epoch (oldest first) to `release`;
- * with `wait`, host-waits for each closed epoch instead of polling. */
-static void epoch_reclaim(arena_resource_t *a, epochs_t *e, int wait,
-                          void (*release)(void *ctx, pending_t *p), void *ctx)
-{
-    while (e->count) {
-        epoch_t *oldest = &e->closed[0];
-        if (wait) {
-            a->gpu->fence_wait(a->gpu->ctx, oldest->fence);
-            atomic_fetch_add_explicit(&a->waits, 1, memory_order_relaxed);
-        } else if (a->gpu->fence_query(a->gpu->ctx, oldest->fence) != PS_OK) {
-            return;
-        }
-        for (size_t i = 0; i < oldest->blocks.count; i++)
-            release(ctx, &oldest->blocks.items[i]);
-        a->gpu->fence_release(a->gpu->ctx, oldest->fence);
-        free(oldest->blocks.items);
-        memmove(&e->closed[0], &e->closed[1], (e->count - 1) * sizeof *e->closed);
-        e->count--;
-    }
-}
-
-static void epochs_free(arena_resource_t *a, epochs_t *e)
-{
-    for (size_t i = 0; i < e->count; i++) {
-        a->gpu->fence_release(a->gpu->ctx, e->closed[i].fence);
-        free(e->closed[i].blocks.items);
-    }
-    free(e->closed);
-    free(e->open.items);
-    memset(e, 0, sizeof *e);
-}
-
 /* ---- superblocks inside an arena (arena lock held) -------------------- */
 
 static void avail_link(arena_t *ar, span_t *s)
@@ -646,11 +572,13 @@ static void block_return(arena_t *ar, span_t *s, uint32_t index)
         release_superblock(ar, s);
 }
 
-static void release_pending_block(void *ctx, pending_t *p)
+/* The reuse state's release callback (arena lock held): a barrier or a
+ * fence covers the block at address `item`; it is free again. */
+static void release_pending_block(void *ctx, uint64_t item)
 {
     arena_t *ar = ctx;
-    ar->pending -= p->span->block_size;
-    block_return(ar, p->span, p->index);
+    span_t *s = lookup(ar->parent, (uintptr_t)item);
+    block_return(ar, s, (uint32_t)(((uintptr_t)item - s->base) / s->block_size));
 }
 
 /* Turns a span just taken from the global arena into a superblock of class c. */
@@ -690,9 +618,10 @@ static int arena_allocate(arena_t *ar, unsigned c, void **out)
     arena_resource_t *a = ar->parent;
     pthread_mutex_lock(&ar->lock);
     span_t *s = ar->avail[c];
-    if (!s && (ar->epochs.count || ar->epochs.open.count)) {
-        epoch_close(a, &ar->epochs);
-        epoch_reclaim(a, &ar->epochs, 0, release_pending_block, ar);
+    if (!s && ar->reuse.bytes_pending) {
+        /* before taking a superblock: completed epochs, then one barrier
+         * (or, refused or under EVENT, close the epoch and poll it) */
+        ps_reuse_reclaim(&ar->reuse);
         s = ar->avail[c];
     }
     if (!s) {
@@ -736,6 +665,7 @@ static arena_t *arena_new(arena_resource_t *a, ps_stream_t stream)
         return NULL;
     }
     pthread_mutex_init(&ar->lock, NULL);
+    ps_reuse_init(&ar->reuse, a->gpu, a->opts.free_sync, 0, &a->family, release_pending_block, ar);
     ar->parent = a;
     ar->stream = stream;
     return ar;
@@ -748,8 +678,9 @@ static void thread_arena_exit(void *value)
     arena_t *ar = value;
     pthread_mutex_lock(&ar->lock);
     ar->orphaned = 1;
-    epoch_close(ar->parent, &ar->epochs);
-    epoch_reclaim(ar->parent, &ar->epochs, 0, release_pending_block, ar);
+    if (ar->reuse.open.count)
+        ps_reuse_close(&ar->reuse);
+    ps_reuse_poll(&ar->reuse);
     release_empty(ar, 0);
     pthread_mutex_unlock(&ar->lock);
 }
@@ -830,11 +761,12 @@ static arena_t *stream_arena(arena_resource_t *a, ps_stream_t stream)
 
 /* ---- large blocks (global lock) --------------------------------------- */
 
-static void release_pending_large(void *ctx, pending_t *p)
+/* large_reuse's release callback (global lock held): the span at `item`
+ * is free. */
+static void release_pending_large(void *ctx, uint64_t item)
 {
     arena_resource_t *a = ctx;
-    a->large_pending -= p->span->pages << a->shift;
-    global_put(a, p->span, NULL, 0);
+    global_put(a, lookup(a, (uintptr_t)item), NULL, 0);
 }
 
 static int large_allocate(arena_resource_t *a, size_t size, ps_stream_t stream, void **out)
@@ -843,13 +775,10 @@ static int large_allocate(arena_resource_t *a, size_t size, ps_stream_t stream, 
     pthread_mutex_lock(&a->global_lock);
     span_t *s = NULL;
     /* what is free, then what completed fences free, then grow */
-    epoch_reclaim(a, &a->large_epochs, 0, release_pending_large, a);
+    ps_reuse_poll(&a->large_reuse);
     int status = global_take(a, pages, stream, 0, &s);
-    if (status == PS_ENOMEM && a->large_epochs.open.count) {
-        epoch_close(a, &a->large_epochs);
-        epoch_reclaim(a, &a->large_epochs, 0, release_pending_large, a);
-        status = global_take(a, pages, stream, 0, &s);
-    }
+    if (status == PS_ENOMEM && a->large_reuse.bytes_pending && ps_reuse_reclaim(&a->large_reuse))
+        status = global_take(a, pages, stream, 0, &s); /* after a barrier, or epochs that completed */
     if (status == PS_ENOMEM)
         status = global_take(a, pages, stream, 1, &s);
     if (status == PS_OK) {
@@ -879,12 +808,10 @@ static int large_deallocate(arena_resource_t *a, span_t *s, void *ptr, ps_stream
         } else {
             status = PS_EUPSTREAM;
         }
-    } else if (a->opts.free_sync == PS_FREE_SYNC_EVENT) {
-        status = pending_push(&a->large_epochs.open, s, NO_INDEX);
-        if (status == PS_OK) {
+    } else if (ps_reuse_defers(&a->large_reuse)) {
+        status = ps_reuse_defer(&a->large_reuse, s->base, bytes);
+        if (status == PS_OK)
             s->kind = SPAN_PENDING_LARGE;
-            a->large_pending += bytes;
-        }
     } else {
         if (a->opts.free_sync == PS_FREE_SYNC_DEVICE)
             status = a->gpu->device_synchronize(a->gpu->ctx);
@@ -921,6 +848,23 @@ static void release_free_chunks(arena_resource_t *a)
     }
 }
 
+/* Defragmentation's reclaim of one reuse state: what a barrier of the
+ * family already covers; then one barrier (free_sync barrier; the other
+ * states find it covered); refused or under EVENT, close the open epoch
+ * and poll, or with `wait` host-wait, every closed epoch. */
+static void reclaim_for_defragment(ps_reuse_t *r, int wait)
+{
+    ps_reuse_poll(r);
+    if (!r->bytes_pending || ps_reuse_barrier(r))
+        return;
+    if (r->open.count)
+        ps_reuse_close(r);
+    if (wait)
+        while (ps_reuse_wait_oldest(r))
+            ;
+    ps_reuse_poll(r);
+}
+
 /* Every arena closes its open epoch, reclaims completed ones and gives
  * back its empty superblocks; with `wait`, epochs and fences are waited
  * for first (memory pressure). Then free chunks go back
@@ -930,16 +874,14 @@ static void defragment(arena_resource_t *a, int wait)
     pthread_rwlock_rdlock(&a->arenas_lock);
     for (arena_t *ar = a->arenas; ar; ar = ar->next) {
         pthread_mutex_lock(&ar->lock);
-        epoch_close(a, &ar->epochs);
-        epoch_reclaim(a, &ar->epochs, wait, release_pending_block, ar);
+        reclaim_for_defragment(&ar->reuse, wait);
         if (retire_fence_done(ar, wait))
             release_empty(ar, 0);
         pthread_mutex_unlock(&ar->lock);
     }
     pthread_rwlock_unlock(&a->arenas_lock);
     pthread_mutex_lock(&a->global_lock);
-    epoch_close(a, &a->large_epochs);
-    epoch_reclaim(a, &a->large_epochs, wait, release_pending_large, a);
+    reclaim_for_defragment(&a->large_reuse, wait);
     for (span_t *s = a->free_spans; s;) {
         if (s->fence && (wait || a->gpu->fence_query(a->gpu->ctx, s->fence) == PS_OK)) {
             if (wait) {
@@ -976,13 +918,13 @@ static void usage(arena_resource_t *a, uint64_t *in_use, uint64_t *pending)
     for (arena_t *ar = a->arenas; ar; ar = ar->next) {
         pthread_mutex_lock(&ar->lock);
         *in_use += ar->in_use;
-        *pending += ar->pending;
+        *pending += ar->pending + ar->reuse.bytes_pending;
         pthread_mutex_unlock(&ar->lock);
     }
     pthread_rwlock_unlock(&a->arenas_lock);
     pthread_mutex_lock(&a->global_lock);
     *in_use += a->large_in_use;
-    *pending += a->large_pending;
+    *pending += a->large_reuse.bytes_pending;
     pthread_mutex_unlock(&a->global_lock);
 }
 
@@ -1058,11 +1000,10 @@ static int arena_res_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_str
                 status = a->gpu->stream_wait_fence(a->gpu->ctx, ar->stream, fence);
                 a->gpu->fence_release(a->gpu->ctx, fence);
             }
-        } else if (!ordered_here && a->opts.free_sync == PS_FREE_SYNC_EVENT) {
-            status = pending_push(&ar->epochs.open, s, i);
+        } else if (!ordered_here && ps_reuse_defers(&ar->reuse)) {
+            status = ps_reuse_defer(&ar->reuse, (uintptr_t)ptr, s->block_size);
             if (status == PS_OK) {
                 s->in_use[i / 64] &= ~((uint64_t)1 << (i % 64));
-                ar->pending += s->block_size;
                 ar->in_use -= s->block_size;
             }
             pthread_mutex_unlock(&ar->lock);
@@ -1104,6 +1045,20 @@ static void arena_res_query(ps_resource_t *r, ps_resource_info_t *info)
     info->bytes_free = info->bytes_reserved > used ? info->bytes_reserved - used : 0;
     info->fences_recorded = atomic_load(&a->fences);
     info->fence_waits = atomic_load(&a->waits);
+    pthread_rwlock_rdlock(&a->arenas_lock);
+    for (arena_t *ar = a->arenas; ar; ar = ar->next) {
+        pthread_mutex_lock(&ar->lock);
+        info->fences_recorded += ar->reuse.fences_recorded;
+        info->fence_waits += ar->reuse.fence_waits;
+        info->barriers += ar->reuse.barriers;
+        pthread_mutex_unlock(&ar->lock);
+    }
+    pthread_rwlock_unlock(&a->arenas_lock);
+    pthread_mutex_lock(&a->global_lock);
+    info->fences_recorded += a->large_reuse.fences_recorded;
+    info->fence_waits += a->large_reuse.fence_waits;
+    info->barriers += a->large_reuse.barriers;
+    pthread_mutex_unlock(&a->global_lock);
 }
 
 static void arena_res_destroy(ps_resource_t *r)
@@ -1112,7 +1067,7 @@ static void arena_res_destroy(ps_resource_t *r)
     pthread_key_delete(a->key);
     for (arena_t *ar = a->arenas; ar;) {
         arena_t *next = ar->next;
-        epochs_free(a, &ar->epochs);
+        ps_reuse_destroy(&ar->reuse);
         if (ar->retire_fence)
             a->gpu->fence_release(a->gpu->ctx, ar->retire_fence);
         pthread_mutex_destroy(&ar->lock);
@@ -1120,7 +1075,7 @@ static void arena_res_destroy(ps_resource_t *r)
         free(ar);
         ar = next;
     }
-    epochs_free(a, &a->large_epochs);
+    ps_reuse_destroy(&a->large_reuse);
     for (chunk_t *c = a->chunks; c;) {
         chunk_t *next = c->next;
         ps_deallocate(a->base.upstream, c->memory, c->bytes, PS_STREAM_NONE);
@@ -1204,10 +1159,6 @@ int ps_arena_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_
         o = *opts;
     else
         ps_arena_options_default(&o);
-    /* The barrier lives in the pool; here it falls back to its safe
-     * predecessor, the polled epoch (never to immediate reuse). */
-    if (o.free_sync == PS_FREE_SYNC_BARRIER)
-        o.free_sync = PS_FREE_SYNC_EVENT;
     if (!upstream || !out || !gpu || !ps_is_pow2(o.alignment) || o.alignment < 256 ||
         !ps_is_pow2(o.superblock_size) || o.superblock_size < 64 * PS_KiB ||
         o.superblock_size < 8 * o.alignment) {
@@ -1223,6 +1174,7 @@ int ps_arena_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_
     a->base.upstream = upstream;
     a->gpu = gpu;
     a->opts = o;
+    ps_reuse_init(&a->large_reuse, gpu, o.free_sync, 0, &a->family, release_pending_large, a);
     a->shift = log2_floor(o.superblock_size);
     a->small_max = o.superblock_size / 2;
     a->class_count = class_of(a, a->small_max) + 1;

@@ -10,7 +10,7 @@
 #define PS_ARENA_H
 
 #include "gpu_ops.h"
-#include "pool.h"
+#include "reuse.h" /* ps_free_sync_t */
 #include "resource.h"
 
 typedef struct ps_arena_options {

@@ -14,6 +14,9 @@
  *     reaches another member (fixed_size bins over the pool that is also
  *     the fallback) has its reserved bytes counted once, as the other's
  *     bytes in use, not twice.
+ * Delegated: reuse after cudaFree (free_sync) belongs to its members —
+ * fixed_size bins and the fallback — which follow core/reuse.c, so binning
+ * gets the barrier and its fallback with no code of its own.
  * Guarantees: no state of its own beyond the bin table (read-only after
  * creation), so it is as thread-safe as its bins.
  */

@@ -22,6 +22,7 @@ const char *ps_status_name(int status)
     case PS_ECONFIG: return "invalid configuration";
     case PS_EUNSUPPORTED: return "not supported";
     case PS_EBUSY: return "not possible now (a stream capture is open)";
+    case PS_ECAPTURE: return "prohibited while a stream capture is open";
     default: return "unknown status";
     }
 }

@@ -26,7 +26,8 @@ enum {
     PS_ENOTREADY = -4,   /* an event/fence has not completed yet (not an error) */
     PS_ECONFIG = -5,     /* invalid configuration */
     PS_EUNSUPPORTED = -6, /* the operation is not available on this resource */
-    PS_EBUSY = -7         /* not possible right now (e.g. a stream capture is open); nothing changed */
+    PS_EBUSY = -7,        /* not possible right now (e.g. a stream capture is open); nothing changed */
+    PS_ECAPTURE = -8      /* prohibited while a stream capture is open, as CUDA answers (stream capture unsupported) */
 };
 
 /* Human-readable name of a status code ("out of memory", ...). */

@@ -13,22 +13,29 @@
  *  4. A block freed with PS_STREAM_NONE (cudaFree) follows free_sync:
  *     NONE    pushed on the clean stack at once;
  *     DEVICE  device_synchronize, then the clean stack;
- *     EVENT   appended to the open epoch. When an allocation finds the clean
- *             stack empty, it closes the open epoch with one
- *             fence_record(PS_STREAM_NONE) and polls the closed epochs
- *             (oldest first); blocks of completed epochs become clean. If
- *             nothing is clean it grows rather than waits; only when the
- *             upstream is out of memory does it wait for the oldest fence.
- *  5. stream_destroyed(s): s's free list becomes a closed epoch under one
- *     fence recorded on s now, while the handle is valid (on failure: a
- *     device synchronize, then clean), and s's entry is removed, so no
- *     fence or stream wait ever names s again and the stream table holds
- *     only live streams however many streams come and go.
+ *     BARRIER (default) and EVENT: deferred to core/reuse.c, which owns
+ *             the rule (epochs, fences, the barrier and its fallback,
+ *             pending bytes) and hands blocks back to the clean stack.
+ *             When an allocation finds nothing on its stream's stack or
+ *             the clean stack it reclaims (ps_reuse_reclaim): completed
+ *             epochs first; then, while blocks are pending, one GPU
+ *             barrier (BARRIER: every pending block is clean at once, no
+ *             host wait) or, when the barrier is refused (a capture open)
+ *             or under EVENT, the open epoch is closed with one
+ *             fence_record(PS_STREAM_NONE) and polled. If nothing is clean
+ *             it grows rather than waits; only when the upstream is out of
+ *             memory does it host-wait the oldest fence.
+ *  5. stream_destroyed(s): s's free list becomes a closed epoch (reuse's
+ *     retire) under one fence recorded on s now, while the handle is valid
+ *     (on failure: a device synchronize, then clean), and s's entry is
+ *     removed, so no fence or stream wait ever names s again and the
+ *     stream table holds only live streams however many streams come and go.
  *  6. Out of memory: PS_ENOMEM with the state unchanged (besides epochs
  *     that completed, which only makes blocks reusable).
  * Guarantees: every pointer aligned to `alignment`; O(1) allocate and free
- * (O(log batches) to validate a free); no block freed under EVENT is reused
- * before a fence recorded after its free completes; bad and double frees
+ * (O(log batches) to validate a free); no block freed under BARRIER or
+ * EVENT is reused before a barrier issued after its free, or a fence
+ * recorded after its free completed; bad and double frees
  * return PS_EINVAL and change nothing. One mutex: thread-safe.
  */
 #include "fixed_size.h"
@@ -57,12 +64,6 @@ typedef struct stream_list {
     block_list_t blocks;/* LIFO */
 } stream_list_t;
 
-/* A closed epoch: blocks freed before `fence` was recorded. */
-typedef struct epoch {
-    ps_fence_t *fence;  /* covers every block below */
-    block_list_t blocks;/* reusable once the fence completes */
-} epoch_t;
-
 typedef struct fixed_size {
     ps_resource_t base;          /* vtable first */
     const ps_gpu_ops_t *gpu;     /* fences and device sync */
@@ -71,13 +72,10 @@ typedef struct fixed_size {
     batch_t *batches;            /* sorted by base */
     size_t batch_count;          /* entries in batches */
     size_t batch_capacity;       /* allocated entries */
-    block_list_t clean;          /* free and safe for every stream */
+    block_list_t clean;          /* free and safe for every stream (capacity: every block) */
     stream_list_t *streams;      /* per-stream free lists */
     size_t stream_count;         /* entries in streams */
-    block_list_t open_epoch;     /* freed under EVENT since the last fence */
-    epoch_t *epochs;             /* closed epochs, oldest first */
-    size_t epoch_count;          /* entries in epochs */
-    size_t epoch_capacity;       /* allocated entries */
+    ps_reuse_t reuse;            /* cudaFree'd blocks until a barrier or fence (core/reuse.c) */
     ps_resource_info_t info;     /* counters for query */
 } fixed_size_t;
 
@@ -87,7 +85,7 @@ void ps_fixed_size_options_default(ps_fixed_size_options_t *opts)
     opts->block_size = 256;
     opts->blocks_per_batch = 128;
     opts->alignment = 256;
-    opts->free_sync = PS_FREE_SYNC_EVENT;
+    opts->free_sync = PS_FREE_SYNC_BARRIER;
 }
 
 static size_t batch_bytes(const fixed_size_t *fs) { return fs->opts.block_size * fs->opts.blocks_per_batch; }
@@ -141,7 +139,8 @@ static void mark(fixed_size_t *fs, void *p, int in_use)
 static int grow(fixed_size_t *fs)
 {
     size_t n = fs->opts.blocks_per_batch;
-    if (list_reserve(&fs->clean, n) != PS_OK)
+    /* room on the clean stack for every block, so releasing never fails */
+    if (list_reserve(&fs->clean, (fs->batch_count + 1) * n - fs->clean.count) != PS_OK)
         return PS_ENOMEM;
     if (fs->batch_count == fs->batch_capacity) {
         size_t cap = fs->batch_capacity ? fs->batch_capacity * 2 : 8;
@@ -184,67 +183,12 @@ static int grow(fixed_size_t *fs)
     return PS_OK;
 }
 
-/* Moves every block of `from` onto the clean stack. Lock held. */
-static int make_clean(fixed_size_t *fs, block_list_t *from)
+/* The reuse state's release callback: a barrier or fence covers the
+ * block; it goes on the clean stack (which has room for every block). */
+static void release_clean(void *owner, uint64_t item)
 {
-    if (list_reserve(&fs->clean, from->count) != PS_OK)
-        return PS_ENOMEM;
-    memcpy(&fs->clean.items[fs->clean.count], from->items, from->count * sizeof *from->items);
-    fs->clean.count += from->count;
-    fs->info.bytes_pending -= from->count * fs->opts.block_size;
-    from->count = 0;
-    return PS_OK;
-}
-
-/* Drops the oldest closed epoch (its blocks already moved). Lock held. */
-static void pop_oldest_epoch(fixed_size_t *fs)
-{
-    fs->gpu->fence_release(fs->gpu->ctx, fs->epochs[0].fence);
-    free(fs->epochs[0].blocks.items);
-    memmove(&fs->epochs[0], &fs->epochs[1], (fs->epoch_count - 1) * sizeof *fs->epochs);
-    fs->epoch_count--;
-}
-
-/* Frees the blocks of completed epochs, oldest first; with `wait`, host-
- * waits for the oldest one first. Lock held. */
-static void reclaim_epochs(fixed_size_t *fs, int wait)
-{
-    if (wait && fs->epoch_count) {
-        fs->gpu->fence_wait(fs->gpu->ctx, fs->epochs[0].fence);
-        fs->info.fence_waits++;
-    }
-    while (fs->epoch_count && fs->gpu->fence_query(fs->gpu->ctx, fs->epochs[0].fence) == PS_OK) {
-        if (make_clean(fs, &fs->epochs[0].blocks) != PS_OK)
-            return;
-        pop_oldest_epoch(fs);
-    }
-}
-
-/* Room for one more closed epoch. Lock held. */
-static int reserve_epoch(fixed_size_t *fs)
-{
-    if (fs->epoch_count < fs->epoch_capacity)
-        return PS_OK;
-    size_t cap = fs->epoch_capacity ? fs->epoch_capacity * 2 : 8;
-    epoch_t *ne = realloc(fs->epochs, cap * sizeof *ne);
-    if (!ne)
-        return PS_ENOMEM;
-    fs->epochs = ne;
-    fs->epoch_capacity = cap;
-    return PS_OK;
-}
-
-/* Closes the open epoch with one fence. Lock held. */
-static void close_epoch(fixed_size_t *fs)
-{
-    if (fs->open_epoch.count == 0 || reserve_epoch(fs) != PS_OK)
-        return;
-    ps_fence_t *fence;
-    if (fs->gpu->fence_record(fs->gpu->ctx, PS_STREAM_NONE, &fence) != PS_OK)
-        return;
-    fs->info.fences_recorded++;
-    fs->epochs[fs->epoch_count++] = (epoch_t){.fence = fence, .blocks = fs->open_epoch};
-    fs->open_epoch = (block_list_t){0};
+    fixed_size_t *fs = owner;
+    fs->clean.items[fs->clean.count++] = (void *)(uintptr_t)item;
 }
 
 static stream_list_t *find_stream(fixed_size_t *fs, ps_stream_t stream)
@@ -306,12 +250,8 @@ static int fs_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void *
         from = &own->blocks;
     else if (fs->clean.count)
         from = &fs->clean;
-    if (!from && (fs->epoch_count || fs->open_epoch.count)) {
-        close_epoch(fs);
-        reclaim_epochs(fs, 0);
-        if (fs->clean.count)
-            from = &fs->clean;
-    }
+    if (!from && fs->reuse.bytes_pending && ps_reuse_reclaim(&fs->reuse) && fs->clean.count)
+        from = &fs->clean; /* a barrier, or epochs that completed */
     int status = PS_OK;
     if (!from) {
         status = grow(fs);
@@ -320,8 +260,8 @@ static int fs_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void *
     }
     if (!from && status == PS_ENOMEM) {
         /* memory pressure: wait for fences, oldest first */
-        while (fs->epoch_count && !fs->clean.count)
-            reclaim_epochs(fs, 1);
+        while (!fs->clean.count && ps_reuse_wait_oldest(&fs->reuse))
+            ps_reuse_poll(&fs->reuse);
         if (fs->clean.count)
             from = &fs->clean;
         else {
@@ -352,7 +292,7 @@ static int fs_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t s
         pthread_mutex_unlock(&fs->lock);
         return PS_EINVAL;
     }
-    block_list_t *to;
+    block_list_t *to = NULL; /* NULL: deferred to the reuse state */
     if (stream != PS_STREAM_NONE) {
         stream_list_t *sl = find_stream(fs, stream);
         if (!sl) {
@@ -366,12 +306,10 @@ static int fs_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t s
             *sl = (stream_list_t){.stream = stream};
         }
         to = &sl->blocks;
-    } else if (fs->opts.free_sync == PS_FREE_SYNC_EVENT) {
-        to = &fs->open_epoch;
-    } else {
+    } else if (!ps_reuse_defers(&fs->reuse)) {
         to = &fs->clean;
     }
-    if (list_reserve(to, 1) != PS_OK) {
+    if (to && list_reserve(to, 1) != PS_OK) {
         pthread_mutex_unlock(&fs->lock);
         return PS_ENOMEM;
     }
@@ -382,11 +320,14 @@ static int fs_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t s
             return status;
         }
     }
-    to->items[to->count++] = ptr;
+    if (to) {
+        to->items[to->count++] = ptr;
+    } else if (ps_reuse_defer(&fs->reuse, (uintptr_t)ptr, fs->opts.block_size) != PS_OK) {
+        pthread_mutex_unlock(&fs->lock);
+        return PS_ENOMEM;
+    }
     mark(fs, ptr, 0);
     fs->info.bytes_in_use -= fs->opts.block_size;
-    if (to == &fs->open_epoch)
-        fs->info.bytes_pending += fs->opts.block_size;
     pthread_mutex_unlock(&fs->lock);
     return PS_OK;
 }
@@ -406,7 +347,7 @@ static int fs_trim(ps_resource_t *r)
 {
     fixed_size_t *fs = (fixed_size_t *)r;
     pthread_mutex_lock(&fs->lock);
-    reclaim_epochs(fs, 0);
+    ps_reuse_poll(&fs->reuse);
     size_t n = fs->opts.blocks_per_batch;
     for (size_t b = 0; b < fs->batch_count;) {
         batch_t *bt = &fs->batches[b];
@@ -437,6 +378,10 @@ static void fs_query(ps_resource_t *r, ps_resource_info_t *info)
     fixed_size_t *fs = (fixed_size_t *)r;
     pthread_mutex_lock(&fs->lock);
     *info = fs->info;
+    info->bytes_pending = fs->reuse.bytes_pending;
+    info->fences_recorded += fs->reuse.fences_recorded;
+    info->fence_waits += fs->reuse.fence_waits;
+    info->barriers += fs->reuse.barriers;
     info->bytes_free = info->bytes_reserved - info->bytes_in_use - info->bytes_pending;
     info->largest_free_block = fs->clean.count ? fs->opts.block_size : 0;
     pthread_mutex_unlock(&fs->lock);
@@ -445,10 +390,7 @@ static void fs_query(ps_resource_t *r, ps_resource_info_t *info)
 static void fs_destroy(ps_resource_t *r)
 {
     fixed_size_t *fs = (fixed_size_t *)r;
-    for (size_t e = 0; e < fs->epoch_count; e++) {
-        fs->gpu->fence_release(fs->gpu->ctx, fs->epochs[e].fence);
-        free(fs->epochs[e].blocks.items);
-    }
+    ps_reuse_destroy(&fs->reuse);
     for (size_t b = 0; b < fs->batch_count; b++) {
         ps_deallocate(fs->base.upstream, (void *)fs->batches[b].base, batch_bytes(fs), PS_STREAM_NONE);
         free(fs->batches[b].in_use);
@@ -456,10 +398,8 @@ static void fs_destroy(ps_resource_t *r)
     for (size_t s = 0; s < fs->stream_count; s++)
         free(fs->streams[s].blocks.items);
     free(fs->streams);
-    free(fs->epochs);
     free(fs->batches);
     free(fs->clean.items);
-    free(fs->open_epoch.items);
     pthread_mutex_destroy(&fs->lock);
     free(fs);
 }
@@ -478,29 +418,21 @@ static void fs_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
         return;
     }
     block_list_t blocks = sl->blocks;
-    if (blocks.count) {
-        size_t bytes = blocks.count * fs->opts.block_size;
-        ps_fence_t *fence = NULL;
-        if (fs->gpu && reserve_epoch(fs) == PS_OK &&
-            fs->gpu->fence_record(fs->gpu->ctx, stream, &fence) == PS_OK) {
-            fs->info.fences_recorded++;
-            fs->info.bytes_pending += bytes;
-            fs->epochs[fs->epoch_count++] = (epoch_t){.fence = fence, .blocks = blocks};
-            blocks = (block_list_t){0};
-        } else {
-            /* no fence: wait for the whole device, then the blocks are clean */
+    ps_reuse_list_t retired = {0};
+    for (size_t i = 0; i < blocks.count; i++)
+        if (ps_reuse_list_push(&retired, (uintptr_t)blocks.items[i], fs->opts.block_size) != PS_OK) {
+            /* no host memory for the list: wait for the whole device, then
+             * every block is safe as it is */
             if (fs->gpu)
                 fs->gpu->device_synchronize(fs->gpu->ctx);
-            fs->info.bytes_pending += bytes; /* make_clean takes them off again */
-            if (make_clean(fs, &blocks) != PS_OK) {
-                /* no room on the clean stack: the blocks stay lost until
-                 * destroy rather than be touched through the dead handle */
-                fs->info.bytes_pending -= bytes;
-                ps_warning("fixed_size '%s': out of host memory retiring a stream's %zu free blocks",
-                           fs->base.name, blocks.count);
-            }
+            for (size_t j = 0; j < blocks.count; j++)
+                fs->clean.items[fs->clean.count++] = blocks.items[j];
+            free(retired.items);
+            retired = (ps_reuse_list_t){0};
+            break;
         }
-    }
+    /* a closed epoch under a fence on the stream (device sync without one) */
+    ps_reuse_retire(&fs->reuse, &retired, stream);
     free(blocks.items);
     *sl = fs->streams[--fs->stream_count];
     if (fs->stream_count == 0) {
@@ -528,10 +460,6 @@ int ps_fixed_size_create(const char *name, ps_resource_t *upstream, const ps_gpu
         o = *opts;
     else
         ps_fixed_size_options_default(&o);
-    /* The barrier lives in the pool; here it falls back to its safe
-     * predecessor, the polled epoch (never to immediate reuse). */
-    if (o.free_sync == PS_FREE_SYNC_BARRIER)
-        o.free_sync = PS_FREE_SYNC_EVENT;
     if (!upstream || !out || !ps_is_pow2(o.alignment) || o.alignment < 256 ||
         o.blocks_per_batch == 0 || o.block_size == 0) {
         ps_error("fixed_size: invalid options (alignment must be a power of two >= 256, "
@@ -553,6 +481,7 @@ int ps_fixed_size_create(const char *name, ps_resource_t *upstream, const ps_gpu
     fs->base.upstream = upstream;
     fs->gpu = gpu;
     fs->opts = o;
+    ps_reuse_init(&fs->reuse, gpu, o.free_sync, 0, NULL, release_clean, fs);
     pthread_mutex_init(&fs->lock, NULL);
     *out = &fs->base;
     return PS_OK;

@@ -5,7 +5,7 @@
 #define PS_FIXED_SIZE_H
 
 #include "gpu_ops.h"
-#include "pool.h"
+#include "reuse.h" /* ps_free_sync_t */
 #include "resource.h"
 
 typedef struct ps_fixed_size_options {

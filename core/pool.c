@@ -2,6 +2,14 @@
  * block descriptors, cudaFree epochs, per-stream free lists, and either
  * chunks from an upstream or one expandable virtual-memory range.
  *
+ * Delegated: the cudaFree reuse rule — open and closed epochs, fences,
+ * polling and waiting, the barrier and its fallback to epochs when it is
+ * refused, pending-bytes accounting and the barrier_pending_percent
+ * trigger — lives in core/reuse.c (shared with arena and fixed_size); this
+ * file decides *when* to call it (steps 3a-d, 4 and 5) and releases the
+ * blocks it hands back into the ready list. Stream-ordered lists (the
+ * cudaFreeAsync model) stay here.
+ *
  * Algorithm
  *  1. Memory comes from the upstream in *chunks*. Each chunk is cut into
  *     *blocks* that tile it exactly; a block is a host-side descriptor
@@ -154,7 +162,7 @@ typedef struct pool_block {
     uint64_t free_stamp; /* free counter when it joined a stream list (0 in the ready list) */
     uint32_t prev_phys; /* block just below in the chunk, or NIL */
     uint32_t next_phys; /* block just above in the chunk, or NIL */
-    uint32_t prev_free; /* free list links (next_free also links epochs and the recycle list) */
+    uint32_t prev_free; /* free list links (next_free also links the recycle list) */
     uint32_t next_free;
     uint32_t chunk;     /* index of its chunk */
     uint16_t owner;     /* owner whose lists hold it (when free) */
@@ -180,13 +188,6 @@ typedef struct pool_owner {
     ps_fence_t *fence;                    /* lazily recorded fence on `stream` (for cudaMalloc), or NULL */
     uint64_t fence_stamp;                 /* it covers blocks with free_stamp <= this */
 } pool_owner_t;
-
-typedef struct pool_epoch {
-    ps_fence_t *fence; /* the fence that closed it (NULL while open) */
-    uint32_t head;     /* first pending block (linked by next_free) */
-    uint32_t tail;     /* last pending block */
-    uint64_t bytes;    /* bytes pending in it */
-} pool_epoch_t;
 
 typedef struct pool {
     ps_resource_t base;         /* the resource (first member) */
@@ -217,23 +218,17 @@ typedef struct pool {
     uint32_t quick[QUICK_SLOTS]; /* quick cache: a parked ready block per size slot, or NIL */
     uint32_t quick_mask;        /* bit s: quick[s] holds a block */
     unsigned alignment_log2;    /* log2(alignment), for the quick cache's slot */
-    pool_epoch_t open_epoch;    /* cudaFree'd blocks not yet covered by a fence */
-    pool_epoch_t *closed;       /* ring of closed epochs, oldest at closed_head */
-    uint32_t closed_capacity;   /* ring length */
-    uint32_t closed_head;       /* index of the oldest */
-    uint32_t closed_count;      /* closed epochs waiting for their fence */
+    ps_reuse_t reuse;           /* cudaFree'd blocks (state PENDING) until a barrier or fence (core/reuse.c) */
     uint64_t free_counter;      /* stamps stream-list frees */
 
     uint64_t bytes_in_use;      /* sum of used block sizes */
     uint64_t bytes_reserved;    /* sum of usable chunk sizes */
     uint64_t peak_bytes_reserved; /* maximum of bytes_reserved */
     uint64_t bytes_free;        /* sum of free block sizes (all owners) */
-    uint64_t bytes_pending;     /* sum of pending block sizes (all epochs) */
     uint64_t upstream_allocs;   /* chunks taken */
     uint64_t upstream_frees;    /* chunks given back */
-    uint64_t fences_recorded;   /* fences this pool recorded */
-    uint64_t fence_waits;       /* host waits this pool did */
-    uint64_t barriers;          /* barriers that released pending blocks */
+    uint64_t fences_recorded;   /* fences this pool recorded for stream lists (epochs: reuse's) */
+    uint64_t fence_waits;       /* host waits on stream lists (epochs: reuse's) */
     uint64_t pending_waits;     /* host waits because pending bytes passed the growth bound */
 
     int eager_barrier;          /* 1: free_sync barrier with barrier_pending_percent > 0 */
@@ -562,86 +557,31 @@ static void quick_flush_locked(pool_t *pool)
     }
 }
 
-/* ---- epochs (free_sync event) ----------------------------------------- */
+/* ---- epochs (core/reuse.c owns them) ---------------------------------- */
 
-static void epoch_append(pool_t *pool, pool_epoch_t *epoch, uint32_t index)
+/* A cudaFree'd block waits in the reuse state (state pending: it neither
+ * coalesces nor is handed out). On host OOM for the epoch list it is
+ * reused after a device synchronize instead. */
+static int defer_block(pool_t *pool, uint32_t index)
 {
     pool_block_t *b = &pool->blocks[index];
     b->state = BLOCK_PENDING;
-    b->next_free = NIL;
-    if (epoch->head == NIL)
-        epoch->head = index;
-    else
-        pool->blocks[epoch->tail].next_free = index;
-    epoch->tail = index;
-    epoch->bytes += b->size;
-    pool->bytes_pending += b->size;
-}
-
-/* The epoch's fence has completed: its blocks join the ready list. */
-static void epoch_release_blocks(pool_t *pool, pool_epoch_t *epoch)
-{
-    for (uint32_t index = epoch->head, next; index != NIL; index = next) {
-        next = pool->blocks[index].next_free;
-        pool->bytes_pending -= pool->blocks[index].size;
-        release_block(pool, index, OWNER_READY, 0);
-    }
-    epoch->head = epoch->tail = NIL;
-    epoch->bytes = 0;
-}
-
-static void closed_pop_front(pool_t *pool)
-{
-    pool_epoch_t *epoch = &pool->closed[pool->closed_head];
-    pool->gpu->fence_release(pool->gpu->ctx, epoch->fence);
-    epoch->fence = NULL;
-    epoch_release_blocks(pool, epoch);
-    pool->closed_head = (pool->closed_head + 1) % pool->closed_capacity;
-    pool->closed_count--;
-}
-
-/* Step a: releases every closed epoch whose fence has completed, oldest
- * first. Returns how many were released. */
-static int poll_closed_epochs_locked(pool_t *pool)
-{
-    int released = 0;
-    while (pool->closed_count &&
-           pool->gpu->fence_query(pool->gpu->ctx, pool->closed[pool->closed_head].fence) == PS_OK) {
-        closed_pop_front(pool);
-        released++;
-    }
-    return released;
-}
-
-/* Closes the open epoch with one fence covering every stream. Returns
- * PS_OK, or an error (the epoch stays open) when no fence could be had. */
-static int close_open_epoch_locked(pool_t *pool)
-{
-    if (pool->open_epoch.head == NIL)
-        return PS_EINVAL;
-    if (pool->closed_count == pool->closed_capacity) {
-        uint32_t capacity = pool->closed_capacity ? pool->closed_capacity * 2 : 16;
-        pool_epoch_t *ring = malloc((size_t)capacity * sizeof *ring);
-        if (!ring)
-            return PS_ENOMEM;
-        for (uint32_t i = 0; i < pool->closed_count; i++)
-            ring[i] = pool->closed[(pool->closed_head + i) % pool->closed_capacity];
-        free(pool->closed);
-        pool->closed = ring;
-        pool->closed_capacity = capacity;
-        pool->closed_head = 0;
-    }
-    ps_fence_t *fence;
-    int status = pool->gpu->fence_record(pool->gpu->ctx, PS_STREAM_NONE, &fence);
-    if (status != PS_OK)
+    if (ps_reuse_defer(&pool->reuse, index, b->size) == PS_OK)
+        return PS_OK;
+    int status = pool->gpu->device_synchronize(pool->gpu->ctx);
+    if (status != PS_OK) {
+        b->state = BLOCK_USED;
         return status;
-    pool->fences_recorded++;
-    pool_epoch_t *slot = &pool->closed[(pool->closed_head + pool->closed_count) % pool->closed_capacity];
-    *slot = pool->open_epoch;
-    slot->fence = fence;
-    pool->closed_count++;
-    pool->open_epoch = (pool_epoch_t){NULL, NIL, NIL, 0};
+    }
+    release_block(pool, index, OWNER_READY, 0);
     return PS_OK;
+}
+
+/* The reuse state's release callback: a barrier or fence covers the
+ * block, it joins the ready list. */
+static void release_pending(void *owner, uint64_t item)
+{
+    release_block((pool_t *)owner, (uint32_t)item, OWNER_READY, 0);
 }
 
 /* ---- owners (streams) -------------------------------------------------- */
@@ -793,7 +733,7 @@ static int steal_stream_list_locked(pool_t *pool, uint32_t to, size_t size)
  * costs a microsecond or a few, a growth more. */
 static int anything_pending_locked(const pool_t *pool)
 {
-    if (pool->bytes_pending)
+    if (pool->reuse.bytes_pending)
         return 1;
     for (uint32_t o = 1; o < pool->owners_count; o++)
         if (pool->owners[o]->free_bytes)
@@ -807,12 +747,8 @@ static int anything_pending_locked(const pool_t *pool)
 static int barrier_release_locked(pool_t *pool)
 {
     const ps_gpu_ops_t *gpu = pool->gpu;
-    if (!gpu->barrier || gpu->barrier(gpu->ctx) != PS_OK)
+    if (!ps_reuse_barrier(&pool->reuse)) /* refused: epochs stay, the caller goes on with them */
         return 0;
-    pool->barriers++;
-    while (pool->closed_count)
-        closed_pop_front(pool);
-    epoch_release_blocks(pool, &pool->open_epoch);
     for (uint32_t o = 1; o < pool->owners_count; o++) {
         pool_owner_t *owner = pool->owners[o];
         if (owner->free_blocks)
@@ -1192,28 +1128,13 @@ static void release_free_chunks_locked(pool_t *pool, uint64_t keep)
         unmap_free_pieces_locked(pool, keep);
 }
 
-/* Memory pressure: closes the open epoch; when no fence can be had, falls
- * back to a device-wide host wait and frees the epoch's blocks at once. */
-static void close_or_sync_open_epoch_locked(pool_t *pool)
-{
-    if (pool->open_epoch.head == NIL || close_open_epoch_locked(pool) == PS_OK)
-        return;
-    if (pool->gpu->device_synchronize(pool->gpu->ctx) == PS_OK)
-        epoch_release_blocks(pool, &pool->open_epoch);
-}
-
 /* Closes and host-waits every epoch and every stream list; afterwards all
  * free memory is in the ready list. */
 static void flush_all_locked(pool_t *pool)
 {
     if (!pool->gpu)
         return;
-    close_or_sync_open_epoch_locked(pool);
-    while (pool->closed_count) {
-        pool->gpu->fence_wait(pool->gpu->ctx, pool->closed[pool->closed_head].fence);
-        pool->fence_waits++;
-        closed_pop_front(pool);
-    }
+    ps_reuse_flush(&pool->reuse);
     for (int round = 0; round < 2; round++) /* the 2nd round covers blocks freed after an old lazy fence */
         poll_stream_lists_locked(pool, 1, 1);
 }
@@ -1253,17 +1174,14 @@ static uint64_t pending_bound_locked(const pool_t *pool)
  * blocks; PS_ENOMEM: go on and grow. */
 static int wait_pending_over_bound_locked(pool_t *pool, size_t need, void **out)
 {
-    const ps_gpu_ops_t *gpu = pool->gpu;
-    if (pool->bytes_pending <= pending_bound_locked(pool))
+    if (pool->reuse.bytes_pending <= pending_bound_locked(pool))
         return PS_ENOMEM;
-    close_or_sync_open_epoch_locked(pool);
+    ps_reuse_close_or_sync(&pool->reuse);
     if (try_ready_locked(pool, need, out) == PS_OK) /* the fallback may have freed blocks */
         return PS_OK;
-    while (pool->closed_count && pool->bytes_pending > pending_bound_locked(pool)) {
-        gpu->fence_wait(gpu->ctx, pool->closed[pool->closed_head].fence);
-        pool->fence_waits++;
+    while (pool->reuse.closed_count && pool->reuse.bytes_pending > pending_bound_locked(pool)) {
+        ps_reuse_wait_oldest(&pool->reuse);
         pool->pending_waits++;
-        closed_pop_front(pool);
         if (try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
     }
@@ -1280,7 +1198,7 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
         return PS_OK;
     if (gpu) {
         /* a. closed epochs (and, for a cudaMalloc, stream lists already fenced) */
-        int released = poll_closed_epochs_locked(pool);
+        int released = ps_reuse_poll(&pool->reuse);
         if (!stream_allocation)
             released += poll_stream_lists_locked(pool, 0, 0);
         if (released && try_ready_locked(pool, need, out) == PS_OK)
@@ -1290,16 +1208,9 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
         if (barrier && anything_pending_locked(pool) && barrier_release_locked(pool)) {
             if (try_ready_locked(pool, need, out) == PS_OK)
                 return PS_OK;
-        } else if (pool->open_epoch.head != NIL && close_open_epoch_locked(pool) == PS_OK) {
-            /* b. close the open epoch and poll it briefly */
-            ps_fence_t *fence = pool->closed[(pool->closed_head + pool->closed_count - 1) % pool->closed_capacity].fence;
-            if (gpu->fence_query(gpu->ctx, fence) != PS_OK && pool->options.epoch_wait_ns) {
-                uint64_t deadline = ps_now_ns() + pool->options.epoch_wait_ns;
-                while (gpu->fence_query(gpu->ctx, fence) != PS_OK && ps_now_ns() < deadline)
-                    ;
-            }
-            if (poll_closed_epochs_locked(pool) && try_ready_locked(pool, need, out) == PS_OK)
-                return PS_OK;
+        } else if (ps_reuse_close_and_poll(&pool->reuse, pool->options.epoch_wait_ns) &&
+                   try_ready_locked(pool, need, out) == PS_OK) {
+            return PS_OK; /* b. close the open epoch and poll it briefly */
         }
         if (!stream_allocation && poll_stream_lists_locked(pool, 1, 0) &&
             try_ready_locked(pool, need, out) == PS_OK)
@@ -1321,16 +1232,12 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
         if (pool->options.free_sync == PS_FREE_SYNC_BARRIER && anything_pending_locked(pool) &&
             barrier_release_locked(pool) && try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
-        close_or_sync_open_epoch_locked(pool);
+        ps_reuse_close_or_sync(&pool->reuse);
         if (try_ready_locked(pool, need, out) == PS_OK) /* the fallback may have freed blocks */
             return PS_OK;
-        while (pool->closed_count) {
-            gpu->fence_wait(gpu->ctx, pool->closed[pool->closed_head].fence);
-            pool->fence_waits++;
-            closed_pop_front(pool);
+        while (ps_reuse_wait_oldest(&pool->reuse))
             if (try_ready_locked(pool, need, out) == PS_OK)
                 return PS_OK;
-        }
         /* ... then merge every stream list into the ready list */
         if (poll_stream_lists_locked(pool, 1, 1) + poll_stream_lists_locked(pool, 1, 1) &&
             try_ready_locked(pool, need, out) == PS_OK)
@@ -1353,8 +1260,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
     ps_lock(&pool->lock);
-    if (__builtin_expect(pool->eager_barrier, 0) &&
-        pool->bytes_pending * 100 > pool->bytes_reserved * pool->options.barrier_pending_percent) {
+    if (__builtin_expect(pool->eager_barrier, 0) && ps_reuse_wants_barrier(&pool->reuse, pool->bytes_reserved)) {
         quick_flush_locked(pool);
         barrier_release_locked(pool); /* 0. (free_sync barrier) pending memory is piling up */
     }
@@ -1411,16 +1317,19 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
     uint32_t index = (uint32_t)found;
     pool->bytes_in_use -= pool->blocks[index].size;
     uint32_t owner;
+    int status = PS_OK;
     if (stream_ordered && owner_of_stream_locked(pool, stream, &owner) == PS_OK)
         release_block(pool, index, owner, ++pool->free_counter);
-    else if (pool->options.free_sync == PS_FREE_SYNC_EVENT || pool->options.free_sync == PS_FREE_SYNC_BARRIER)
-        epoch_append(pool, &pool->open_epoch, index);
-    else if (stream_ordered)
-        epoch_append(pool, &pool->open_epoch, index); /* no list for the stream: the safe path */
+    else if (ps_reuse_defers(&pool->reuse) || stream_ordered) /* no list for the stream: the safe path */
+        status = defer_block(pool, index);
     else
         quick_park(pool, index);
+    if (status != PS_OK) { /* nothing changed: the block is still in use */
+        ps_ptr_map_put(&pool->in_use, (uintptr_t)ptr, index);
+        pool->bytes_in_use += pool->blocks[index].size;
+    }
     ps_unlock(&pool->lock);
-    return PS_OK;
+    return status;
 }
 
 /* The program synchronized the device: above release_threshold, wait for
@@ -1493,15 +1402,15 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
     info->bytes_reserved += pool->bytes_reserved;
     info->peak_bytes_reserved += pool->peak_bytes_reserved;
     info->bytes_free += pool->bytes_free;
-    info->bytes_pending += pool->bytes_pending;
+    info->bytes_pending += pool->reuse.bytes_pending;
     uint64_t largest = largest_free_locked(pool);
     if (largest > info->largest_free_block)
         info->largest_free_block = largest;
     info->upstream_allocs += pool->upstream_allocs;
     info->upstream_frees += pool->upstream_frees;
-    info->fences_recorded += pool->fences_recorded;
-    info->fence_waits += pool->fence_waits;
-    info->barriers += pool->barriers;
+    info->fences_recorded += pool->fences_recorded + pool->reuse.fences_recorded;
+    info->fence_waits += pool->fence_waits + pool->reuse.fence_waits;
+    info->barriers += pool->reuse.barriers;
     info->pending_waits += pool->pending_waits;
     info->expandable += (uint64_t)pool->expandable;
     ps_unlock(&pool->lock);
@@ -1510,10 +1419,8 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
 static void pool_destroy(ps_resource_t *r)
 {
     pool_t *pool = (pool_t *)r;
+    ps_reuse_destroy(&pool->reuse);
     if (pool->gpu) {
-        for (uint32_t i = 0; i < pool->closed_count; i++)
-            pool->gpu->fence_release(pool->gpu->ctx,
-                                     pool->closed[(pool->closed_head + i) % pool->closed_capacity].fence);
         for (uint32_t o = 0; o < pool->owners_count; o++)
             if (pool->owners[o]->fence)
                 pool->gpu->fence_release(pool->gpu->ctx, pool->owners[o]->fence);
@@ -1528,7 +1435,6 @@ static void pool_destroy(ps_resource_t *r)
         free(pool->owners[o]);
     free(pool->owners);
     free(pool->dead_owners);
-    free(pool->closed);
     free(pool->chunks);
     free(pool->blocks);
     ps_ptr_map_free(&pool->in_use);
@@ -1558,24 +1464,25 @@ static void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
     uint32_t o = (uint32_t)found;
     pool_owner_t *owner = pool->owners[o];
     if (owner->free_blocks) {
-        /* gather the stream's blocks as pending, in the (empty) side epoch */
-        pool_epoch_t saved = pool->open_epoch;
-        pool->open_epoch = (pool_epoch_t){NULL, NIL, NIL, 0};
+        /* gather the stream's blocks as pending, in a side list */
+        ps_reuse_list_t retired = {0};
+        int synced = 0;
         while (owner->fl_bitmap) {
             unsigned fl = (unsigned)__builtin_ctzll(owner->fl_bitmap);
             unsigned sl = (unsigned)__builtin_ctz(owner->sl_bitmap[fl]);
             uint32_t index = owner->heads[fl][sl];
             list_remove(pool, index);
-            epoch_append(pool, &pool->open_epoch, index);
+            pool->blocks[index].state = BLOCK_PENDING;
+            if (ps_reuse_list_push(&retired, index, pool->blocks[index].size) != PS_OK) {
+                /* no host memory for the list: this block is safe after a device sync */
+                synced = synced || pool->gpu->device_synchronize(pool->gpu->ctx) == PS_OK;
+                release_block(pool, index, OWNER_READY, 0);
+            }
         }
         /* one fence on every stream, this one included (it is still
-         * tracked, and the legacy stream covers blocking streams) */
-        int status = close_open_epoch_locked(pool);
-        if (status != PS_OK) {
-            pool->gpu->device_synchronize(pool->gpu->ctx);
-            epoch_release_blocks(pool, &pool->open_epoch);
-        }
-        pool->open_epoch = saved;
+         * tracked, and the legacy stream covers blocking streams); without
+         * one, a device synchronize */
+        ps_reuse_retire(&pool->reuse, &retired, PS_STREAM_NONE);
     }
     if (owner->fence) {
         pool->gpu->fence_release(pool->gpu->ctx, owner->fence);
@@ -1669,7 +1576,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     for (uint32_t slot = 0; slot < QUICK_SLOTS; slot++)
         pool->quick[slot] = NIL;
     pool->alignment_log2 = (unsigned)__builtin_ctzll(o.alignment);
-    pool->open_epoch = (pool_epoch_t){NULL, NIL, NIL, 0};
+    ps_reuse_init(&pool->reuse, gpu, o.free_sync, o.barrier_pending_percent, NULL, release_pending, pool);
     pool->last_stream = PS_STREAM_NONE;
     pool->unmapped_head = NIL;
     pool->eager_barrier = o.free_sync == PS_FREE_SYNC_BARRIER && o.barrier_pending_percent && gpu && gpu->barrier;
@@ -1712,6 +1619,23 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
             return PS_EINVAL;                                         \
         }                                                             \
     } while (0)
+
+/* Counts what the epochs hold (check_locked). */
+typedef struct epoch_visit {
+    const pool_t *pool;    /* the pool checked */
+    uint64_t blocks;       /* blocks listed */
+    uint64_t bytes;        /* their bytes */
+    uint64_t not_pending;  /* listed blocks whose state is not pending */
+} epoch_visit_t;
+
+static void epoch_visit(void *ctx, uint64_t item)
+{
+    epoch_visit_t *v = ctx;
+    const pool_block_t *b = &v->pool->blocks[item];
+    v->blocks++;
+    v->bytes += b->size;
+    v->not_pending += b->state != BLOCK_PENDING;
+}
 
 static int check_locked(pool_t *pool)
 {
@@ -1789,8 +1713,8 @@ static int check_locked(pool_t *pool)
           (unsigned long long)used);
     CHECK(freeb == pool->bytes_free, n, "free %llu, blocks sum %llu", (unsigned long long)pool->bytes_free,
           (unsigned long long)freeb);
-    CHECK(pending == pool->bytes_pending, n, "pending %llu, blocks sum %llu",
-          (unsigned long long)pool->bytes_pending, (unsigned long long)pending);
+    CHECK(pending == pool->reuse.bytes_pending, n, "pending %llu, blocks sum %llu",
+          (unsigned long long)pool->reuse.bytes_pending, (unsigned long long)pending);
     CHECK(reserved == used + freeb + pending, n, "reserved != in use + free + pending");
     CHECK(unmapped == pool->bytes_unmapped, n, "unmapped %llu, blocks sum %llu",
           (unsigned long long)pool->bytes_unmapped, (unsigned long long)unmapped);
@@ -1841,22 +1765,14 @@ static int check_locked(pool_t *pool)
           (unsigned long long)cached_blocks);
     CHECK(listed == free_blocks, n, "%llu free blocks in chunks, %llu in lists", (unsigned long long)free_blocks,
           (unsigned long long)listed);
-    /* epochs */
-    uint64_t in_epochs = 0;
-    for (uint32_t e = 0; e <= pool->closed_count; e++) {
-        pool_epoch_t *epoch = e < pool->closed_count
-                                  ? &pool->closed[(pool->closed_head + e) % pool->closed_capacity]
-                                  : &pool->open_epoch;
-        uint64_t bytes = 0;
-        for (uint32_t index = epoch->head; index != NIL; index = pool->blocks[index].next_free) {
-            CHECK(pool->blocks[index].state == BLOCK_PENDING, n, "epoch block %u not pending", index);
-            CHECK(++in_epochs <= pending_blocks, n, "an epoch list loops");
-            bytes += pool->blocks[index].size;
-        }
-        CHECK(bytes == epoch->bytes, n, "epoch %u: bytes disagree", e);
-    }
-    CHECK(in_epochs == pending_blocks, n, "%llu pending blocks, %llu in epochs", (unsigned long long)pending_blocks,
-          (unsigned long long)in_epochs);
+    /* epochs (core/reuse.c): every listed block pending, listed once */
+    epoch_visit_t visit = {pool, 0, 0, 0};
+    CHECK(ps_reuse_visit(&pool->reuse, epoch_visit, &visit) == PS_OK, n, "epoch bytes disagree with pending");
+    CHECK(!visit.not_pending, n, "%llu epoch blocks not pending", (unsigned long long)visit.not_pending);
+    CHECK(visit.bytes == pending, n, "epochs hold %llu bytes, pending blocks %llu",
+          (unsigned long long)visit.bytes, (unsigned long long)pending);
+    CHECK(visit.blocks == pending_blocks, n, "%llu pending blocks, %llu in epochs", (unsigned long long)pending_blocks,
+          (unsigned long long)visit.blocks);
     return PS_OK;
 }
 

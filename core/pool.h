@@ -28,16 +28,7 @@
 
 #include "gpu_ops.h"
 #include "resource.h"
-
-/* What a cudaFree (a free with PS_STREAM_NONE) waits for before its block
- * can be handed out again. */
-typedef enum ps_free_sync {
-    PS_FREE_SYNC_EVENT = 0, /* epochs closed by fences, polled, never blocks the hot path */
-    PS_FREE_SYNC_DEVICE,    /* synchronize the device at the free, like native cudaFree */
-    PS_FREE_SYNC_NONE,      /* reuse at once: trusts the program (one stream only) */
-    PS_FREE_SYNC_BARRIER    /* (default) before growing, a GPU-side barrier makes every
-                               pending block ready at once; no host wait */
-} ps_free_sync_t;
+#include "reuse.h" /* ps_free_sync_t: the reuse policy after cudaFree */
 
 typedef struct ps_pool_options {
     size_t initial_size;  /* bytes taken from upstream at creation; 0 = none until first use */

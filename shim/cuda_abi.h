@@ -63,6 +63,9 @@ typedef struct {
 #define CU_STREAM_CAPTURE_MODE_RELAXED 2
 #define CU_MEM_ATTACH_GLOBAL 0x1
 #define CUDA_ERROR_STREAM_CAPTURE_IMPLICIT 906
+#define CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED 900
+#define CU_STREAM_CAPTURE_MODE_GLOBAL 0
+#define CU_STREAM_CAPTURE_MODE_THREAD_LOCAL 1
 #define CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED 704
 #define CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED 102
 #define CU_MEM_ALLOCATION_TYPE_PINNED 0x1
@@ -86,6 +89,7 @@ typedef int cudaStreamCaptureStatus;
 #define cudaErrorInvalidValue 1
 #define cudaErrorMemoryAllocation 2
 #define cudaErrorNotReady 600
+#define cudaErrorStreamCaptureUnsupported 900
 #define cudaStreamNonBlocking 0x1
 
 #endif

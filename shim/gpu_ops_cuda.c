@@ -37,6 +37,13 @@
  *         created later waits for E in ps_gpu_ops_cuda_stream_created.
  *    cudaStreamBeginCapture & co. pass through ps_gpu_ops_cuda_capture_gate,
  *    which takes streams_lock, so a capture cannot start between a and d.
+ *    A global-mode capture that begins on a named stream is remembered: while
+ *    one is open, CUDA refuses "unsafe" calls (cudaMalloc, cudaFree) on
+ *    every thread not in relaxed mode with cudaErrorStreamCaptureUnsupported,
+ *    and so does the shim (ps_gpu_ops_cuda_unsafe_call_prohibited, asked by
+ *    the router before a pool serves one: cuStreamIsCapturing drops ended
+ *    captures, the thread's own mode is read, then one real cuMemAlloc asks
+ *    CUDA, whose answer — and effect on the capture — is the native one).
  * 5. vm_*: cuMemAddressReserve / cuMemCreate + cuMemMap + cuMemSetAccess /
  *    cuMemUnmap + cuMemRelease, pinned device memory at the device's
  *    recommended granularity; offered only when the device reports
@@ -152,6 +159,65 @@ int ps_gpu_ops_cuda_capture_gate(void)
 void ps_gpu_ops_cuda_capture_gate_end(void)
 {
     pthread_mutex_unlock(&streams_lock);
+}
+
+/* Global-mode captures that began on a named stream and may still be open
+ * (guarded by streams_lock; a stream leaves when cuStreamIsCapturing says
+ * its capture ended). The per-thread and legacy default streams (handle 0
+ * and the special values) are not remembered: another thread's cannot be
+ * asked. */
+#define GLOBAL_CAPTURES_MAX 64
+static CUstream global_captures[GLOBAL_CAPTURES_MAX];
+static atomic_int global_capture_count; /* entries in global_captures (read without the lock) */
+
+void ps_gpu_ops_cuda_capture_begun(CUstream stream, CUstreamCaptureMode mode)
+{
+    int n = atomic_load(&global_capture_count);
+    if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL || (uintptr_t)stream <= 2 || n == GLOBAL_CAPTURES_MAX)
+        return;
+    for (int i = 0; i < n; i++)
+        if (global_captures[i] == stream)
+            return;
+    global_captures[n] = stream;
+    atomic_store(&global_capture_count, n + 1);
+}
+
+CUresult ps_gpu_ops_cuda_unsafe_call_prohibited(void)
+{
+    if (PS_LIKELY(atomic_load_explicit(&global_capture_count, memory_order_relaxed) == 0))
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&streams_lock);
+    int n = atomic_load(&global_capture_count);
+    for (int i = 0; i < n;) {
+        CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+        if (ps_real.cuStreamIsCapturing(global_captures[i], &st) == CUDA_SUCCESS &&
+            st != CU_STREAM_CAPTURE_STATUS_NONE) {
+            i++;
+            continue;
+        }
+        global_captures[i] = global_captures[--n]; /* ended (or the stream is gone) */
+    }
+    atomic_store(&global_capture_count, n);
+    pthread_mutex_unlock(&streams_lock);
+    if (n == 0)
+        return CUDA_SUCCESS;
+    /* this thread's own mode: relaxed may make unsafe calls */
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (!ps_real.cuThreadExchangeStreamCaptureMode ||
+        ps_real.cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
+        return CUDA_SUCCESS;
+    CUstreamCaptureMode own = mode; /* the thread's mode; put it back */
+    ps_real.cuThreadExchangeStreamCaptureMode(&mode);
+    if (own == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_SUCCESS;
+    /* ask CUDA with a real unsafe call, as the program's would have been */
+    CUdeviceptr probe = 0;
+    CUresult r = ps_real.cuMemAlloc_v2(&probe, 256);
+    if (r == CUDA_SUCCESS) {
+        ps_real.cuMemFree_v2(probe);
+        return CUDA_SUCCESS;
+    }
+    return r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ? r : CUDA_SUCCESS;
 }
 
 void ps_gpu_ops_cuda_stream_created(CUstream stream, unsigned int flags)

@@ -28,7 +28,9 @@
 
 static inline CUresult driver_error(int status)
 {
-    return status == PS_OK ? CUDA_SUCCESS : status == PS_ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+    return status == PS_OK ? CUDA_SUCCESS : status == PS_ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY
+                                          : status == PS_ECAPTURE ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+                                                                  : CUDA_ERROR_INVALID_VALUE;
 }
 
 PS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
@@ -210,8 +212,9 @@ PS_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
     PASS_REAL(cuStreamDestroy_v2, hStream);
 }
 
-/* Stream capture begins: through the gate (see ps_streams_capture_gate). */
-#define BEGIN_CAPTURE(name, ...)                                                    \
+/* Stream capture begins: through the gate (see ps_streams_capture_gate);
+ * a global-mode capture that began is remembered (ps_streams_capture_begun). */
+#define BEGIN_CAPTURE(name, stream_, mode_, ...)                                    \
     do {                                                                            \
         if (!ps_real.name && ps_real_load_driver() != PS_OK)                        \
             return CUDA_ERROR_NOT_INITIALIZED;                                      \
@@ -219,35 +222,37 @@ PS_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
             return CUDA_ERROR_NOT_FOUND;                                            \
         ps_streams_capture_gate();                                                  \
         CUresult r_ = ps_real.name(__VA_ARGS__);                                    \
+        if (r_ == CUDA_SUCCESS)                                                     \
+            ps_streams_capture_begun(stream_, mode_);                               \
         ps_streams_capture_gate_end();                                              \
         return r_;                                                                  \
     } while (0)
 
 PS_EXPORT CUresult cuStreamBeginCapture(CUstream s, CUstreamCaptureMode mode)
 {
-    BEGIN_CAPTURE(cuStreamBeginCapture, s, mode);
+    BEGIN_CAPTURE(cuStreamBeginCapture, s, mode, s, mode);
 }
 PS_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream s, CUstreamCaptureMode mode)
 {
-    BEGIN_CAPTURE(cuStreamBeginCapture_ptsz, s, mode);
+    BEGIN_CAPTURE(cuStreamBeginCapture_ptsz, s, mode, s, mode);
 }
 PS_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode)
 {
-    BEGIN_CAPTURE(cuStreamBeginCapture_v2, s, mode);
+    BEGIN_CAPTURE(cuStreamBeginCapture_v2, s, mode, s, mode);
 }
 PS_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode)
 {
-    BEGIN_CAPTURE(cuStreamBeginCapture_v2_ptsz, s, mode);
+    BEGIN_CAPTURE(cuStreamBeginCapture_v2_ptsz, s, mode, s, mode);
 }
 PS_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps,
                                                const CUgraphEdgeData *data, size_t n, CUstreamCaptureMode mode)
 {
-    BEGIN_CAPTURE(cuStreamBeginCaptureToGraph, s, g, deps, data, n, mode);
+    BEGIN_CAPTURE(cuStreamBeginCaptureToGraph, s, mode, s, g, deps, data, n, mode);
 }
 PS_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps,
                                                     const CUgraphEdgeData *data, size_t n, CUstreamCaptureMode mode)
 {
-    BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz, s, g, deps, data, n, mode);
+    BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz, s, mode, s, g, deps, data, n, mode);
 }
 
 /* Peer access: mapped memory needs it granted per mapping (gpu_ops_cuda.c). */

@@ -24,7 +24,9 @@
 
 static inline cudaError_t runtime_error(int status)
 {
-    return status == PS_OK ? cudaSuccess : status == PS_ENOMEM ? cudaErrorMemoryAllocation : cudaErrorInvalidValue;
+    return status == PS_OK ? cudaSuccess : status == PS_ENOMEM ? cudaErrorMemoryAllocation
+                                         : status == PS_ECAPTURE ? cudaErrorStreamCaptureUnsupported
+                                                                 : cudaErrorInvalidValue;
 }
 
 static cudaError_t malloc_common(int call, void **ptr, size_t size, ps_stream_t stream)

@@ -388,6 +388,10 @@ ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream
         ps_stats_count_passthrough(-1);
         return PS_ROUTE_PASSTHROUGH;
     }
+    if (PS_UNLIKELY(stream == PS_STREAM_NONE && ps_gpu_ops_cuda_unsafe_call_prohibited())) {
+        *status = PS_ECAPTURE; /* a global-mode capture is open: as CUDA answers */
+        return PS_ROUTE_DONE;
+    }
     int timed = ps_stats_enabled;
     uint64_t t0 = timed ? ps_now_ns() : 0;
     ps_allocation_t a = {.size = size, .stream = stream, .device = (int16_t)dev->device, .door = (uint8_t)door};
@@ -446,6 +450,12 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
         return PS_ROUTE_PASSTHROUGH;
     if (PS_UNLIKELY(!ps_shim_ensure_init()))
         return atomic_load(&ps_exiting) ? free_while_exiting((uintptr_t)ptr, status) : PS_ROUTE_PASSTHROUGH;
+    if (PS_UNLIKELY(stream == PS_STREAM_NONE && ps_gpu_ops_cuda_unsafe_call_prohibited())) {
+        if (!ps_is_pooled((uintptr_t)ptr))
+            return PS_ROUTE_PASSTHROUGH; /* CUDA's own answer */
+        *status = PS_ECAPTURE; /* a global-mode capture is open: the block stays allocated, as natively */
+        return PS_ROUTE_DONE;
+    }
     int timed = ps_stats_enabled;
     uint64_t t0 = timed ? ps_now_ns() : 0;
     ps_allocation_t a;
@@ -652,6 +662,11 @@ int ps_streams_capture_gate(void)
 void ps_streams_capture_gate_end(void)
 {
     ps_gpu_ops_cuda_capture_gate_end();
+}
+
+void ps_streams_capture_begun(CUstream stream, CUstreamCaptureMode mode)
+{
+    ps_gpu_ops_cuda_capture_begun(stream, mode);
 }
 
 void ps_peer_access_enabled(CUcontext peer)

@@ -232,6 +232,17 @@ void ps_gpu_ops_cuda_stream_destroyed(CUstream stream);
  * barrier is half-way (it checked that none was open). */
 int ps_gpu_ops_cuda_capture_gate(void);
 void ps_gpu_ops_cuda_capture_gate_end(void);
+/* Global-mode captures (CUDA prohibits "unsafe" calls such as cudaMalloc
+ * and cudaFree on every thread not in relaxed mode while one is open):
+ * capture_begun remembers one (streams_lock held: inside the gate);
+ * unsafe_call_prohibited answers, for a cudaMalloc/cudaFree the shim would
+ * serve, what CUDA answers natively: 0 when the call is allowed (no global
+ * capture open, this thread in relaxed mode: one atomic load while none
+ * was ever begun), else the CUresult of a real unsafe call made as the
+ * program's would have been (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, with
+ * whatever that does to the capture natively). */
+void ps_gpu_ops_cuda_capture_begun(CUstream stream, CUstreamCaptureMode mode);
+CUresult ps_gpu_ops_cuda_unsafe_call_prohibited(void);
 /* Context lifecycle (no CUDA call in either): forget the tracked streams
  * of a context that died; make every later call through `ops` a no-op
  * that fails (its context, events and memory are gone). */
@@ -329,6 +340,9 @@ void ps_streams_created(CUstream stream, unsigned int flags);
 void ps_streams_destroyed(CUstream stream);
 int ps_streams_capture_gate(void);
 void ps_streams_capture_gate_end(void);
+/* A real cuStreamBeginCapture* on `stream` in `mode` succeeded (called
+ * between gate and gate_end). */
+void ps_streams_capture_begun(CUstream stream, CUstreamCaptureMode mode);
 void ps_peer_access_enabled(CUcontext peer);
 /* The program synchronized the current context (cuCtxSynchronize, and so
  * cudaDeviceSynchronize): tells the device's stack, if it was built

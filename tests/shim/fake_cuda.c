@@ -162,10 +162,24 @@ EXPORT CUresult cuDeviceGetCount(int *n)
     return CUDA_SUCCESS;
 }
 
+/* Stream capture, as far as the shim needs it: global-mode captures open
+ * (while one is, cuMemAlloc and cuMemFree answer
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED on every thread whose own mode is
+ * not relaxed, as CUDA does), and each thread's capture mode. */
+static int global_captures_open;
+static __thread CUstreamCaptureMode thread_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+static int unsafe_call_prohibited(void)
+{
+    return __atomic_load_n(&global_captures_open, __ATOMIC_ACQUIRE) > 0 &&
+           thread_capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+}
+
 static CUresult do_alloc(CUdeviceptr *p, size_t size)
 {
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
+    if (unsafe_call_prohibited())
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (!current)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (!ctx_alive(current))
@@ -224,7 +238,11 @@ static CUresult do_free(CUdeviceptr p)
 }
 
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) { ENTER(); return do_alloc(p, size); }
-EXPORT CUresult cuMemFree_v2(CUdeviceptr p) { ENTER(); return do_free(p); }
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
+{
+    ENTER();
+    return unsafe_call_prohibited() ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : do_free(p);
+}
 EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned int flags)
 {
     ENTER();
@@ -592,7 +610,31 @@ EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *st) 
 EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *m)
 {
     ENTER();
-    (void)m;
+    CUstreamCaptureMode old = thread_capture_mode;
+    thread_capture_mode = *m;
+    *m = old;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode)
+{
+    ENTER();
+    if ((uintptr_t)s <= 2 || !stream_alive(s) || s->capturing)
+        return CUDA_ERROR_INVALID_VALUE;
+    s->capturing = mode == CU_STREAM_CAPTURE_MODE_GLOBAL ? 2 : 1;
+    if (mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
+        __atomic_fetch_add(&global_captures_open, 1, __ATOMIC_RELEASE);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamEndCapture(CUstream s, void **graph)
+{
+    ENTER();
+    if ((uintptr_t)s <= 2 || !stream_alive(s) || !s->capturing)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (s->capturing == 2)
+        __atomic_fetch_sub(&global_captures_open, 1, __ATOMIC_RELEASE);
+    s->capturing = 0;
+    if (graph)
+        *graph = NULL;
     return CUDA_SUCCESS;
 }
 /* Pinned host memory: the same host memory as device memory (one live
@@ -697,6 +739,8 @@ static const struct { const char *name; void *fn; int min_version; } table[] = {
     {"cuStreamDestroy", (void *)cuStreamDestroy_v2, 4000},
     {"cuStreamGetCtx", (void *)cuStreamGetCtx, 9020},
     {"cuThreadExchangeStreamCaptureMode", (void *)cuThreadExchangeStreamCaptureMode, 10010},
+    {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2, 10010},
+    {"cuStreamEndCapture", (void *)cuStreamEndCapture, 10000},
     {"cuGetProcAddress", (void *)cuGetProcAddress_v2, 12000},
 };
 

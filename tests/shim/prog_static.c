@@ -14,6 +14,8 @@ __asm__(".symver dlsym, dlsym@GLIBC_2.2.5");
 typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 
 static int context_scenarios(gpa_fn gpa, const char *what);
+static int capture_global_scenario(gpa_fn gpa, CUresult (*alloc)(CUdeviceptr *, size_t),
+                                   CUresult (*mfree)(CUdeviceptr));
 
 /* Pinned host memory through the driver door (hooks handed out by
  * cuGetProcAddress): cuMemHostAlloc, cuMemAllocHost, cuMemFreeHost. */
@@ -102,6 +104,11 @@ int main(int argc, char **argv)
         CHECK(retain(&pctx, 0) == CUDA_SUCCESS && set(pctx) == CUDA_SUCCESS, "context");
         return pinned_scenario(gpa);
     }
+    if (argc > 1 && !strcmp(argv[1], "capture_global")) {
+        CUcontext pctx;
+        CHECK(init(0) == CUDA_SUCCESS && retain(&pctx, 0) == CUDA_SUCCESS && set(pctx) == CUDA_SUCCESS, "context");
+        return capture_global_scenario(gpa, alloc, mfree);
+    }
     if (argc > 1) {
         CHECK(init(0) == CUDA_SUCCESS, "cuInit");
         return context_scenarios(gpa, argv[1]);
@@ -140,6 +147,52 @@ int main(int argc, char **argv)
         CHECK(fake()->mem_alloc_async_ptsz == ptsz_before + 1, "per-thread variant natively");
     }
     return finish("static");
+}
+
+/* ---- a global-mode capture is open (issue 11) ----
+ * CUDA prohibits cuMemAlloc/cuMemFree (cudaMalloc/cudaFree) on a thread
+ * whose capture mode is not relaxed while a global-mode capture is open:
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the block stays allocated. The
+ * shim must answer the same, natively and through the shim alike, even when
+ * its pool could serve the request without CUDA (the blocks freed before
+ * the capture are pending or free in the pool); in relaxed mode both work. */
+static int capture_global_scenario(gpa_fn gpa, CUresult (*alloc)(CUdeviceptr *, size_t),
+                                   CUresult (*mfree)(CUdeviceptr))
+{
+    CUdriverProcAddressQueryResult st;
+    CUresult (*stream_create)(CUstream *, unsigned) = NULL;
+    CUresult (*stream_destroy)(CUstream) = NULL;
+    CUresult (*begin)(CUstream, CUstreamCaptureMode) = NULL;
+    CUresult (*end)(CUstream, void **) = NULL;
+    CUresult (*exchange)(CUstreamCaptureMode *) = NULL;
+    CHECK(gpa("cuStreamCreate", (void **)&stream_create, 13000, 0, &st) == CUDA_SUCCESS, "cuStreamCreate");
+    CHECK(gpa("cuStreamDestroy", (void **)&stream_destroy, 13000, 0, &st) == CUDA_SUCCESS, "cuStreamDestroy");
+    CHECK(gpa("cuStreamBeginCapture", (void **)&begin, 13000, 0, &st) == CUDA_SUCCESS, "cuStreamBeginCapture");
+    CHECK(gpa("cuStreamEndCapture", (void **)&end, 13000, 0, &st) == CUDA_SUCCESS, "cuStreamEndCapture");
+    CHECK(gpa("cuThreadExchangeStreamCaptureMode", (void **)&exchange, 13000, 0, &st) == CUDA_SUCCESS, "exchange");
+    if (failures)
+        return finish("capture_global");
+    CUdeviceptr keep, p[8], q = 0;
+    CHECK(alloc(&keep, 4096) == CUDA_SUCCESS, "alloc before the capture");
+    for (int i = 0; i < 8; i++) /* churn: the pool holds free and pending blocks of this size */
+        CHECK(alloc(&p[i], 4096) == CUDA_SUCCESS, "alloc %d", i);
+    for (int i = 0; i < 8; i++)
+        CHECK(mfree(p[i]) == CUDA_SUCCESS, "free %d", i);
+    CUstream s;
+    CHECK(stream_create(&s, 0) == CUDA_SUCCESS, "stream");
+    CHECK(begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS, "begin a global capture");
+    CHECK(mfree(keep) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuMemFree during a global capture");
+    CHECK(alloc(&q, 4096) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuMemAlloc during a global capture");
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    CHECK(exchange(&mode) == CUDA_SUCCESS && mode == CU_STREAM_CAPTURE_MODE_GLOBAL, "relaxed mode");
+    CHECK(alloc(&q, 4096) == CUDA_SUCCESS, "cuMemAlloc in relaxed mode");
+    CHECK(mfree(q) == CUDA_SUCCESS, "cuMemFree in relaxed mode");
+    CHECK(exchange(&mode) == CUDA_SUCCESS, "global mode again");
+    CHECK(end(s, NULL) == CUDA_SUCCESS, "end the capture");
+    CHECK(mfree(keep) == CUDA_SUCCESS, "the block survived the refused free");
+    CHECK(alloc(&q, 4096) == CUDA_SUCCESS && mfree(q) == CUDA_SUCCESS, "allowed again after the capture");
+    CHECK(stream_destroy(s) == CUDA_SUCCESS, "destroy");
+    return finish("capture_global");
 }
 
 /* ---- context lifecycle through the driver API (issue 13) ---- */

@@ -251,6 +251,15 @@ Test(runtime_door, free_sync_policies_all_pass)
 }
 
 Test(driver_door, static_cudart_style_native) { expect_pass(0, NULL, "prog_static", "shim inactive"); }
+/* cuMemAlloc/cuMemFree while a global-mode capture is open: the shim answers
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED as the driver does (pool and arena,
+ * which could serve from memory they hold), and serves them in relaxed mode */
+Test(driver_door, global_capture_native) { expect_pass(0, NULL, "prog_static capture_global", "shim inactive"); }
+Test(driver_door, global_capture_pool) { expect_pass(1, NULL, "prog_static capture_global", "shim active"); }
+Test(driver_door, global_capture_arena)
+{
+    expect_pass(1, "POOLSHIM_RESOURCE=arena", "prog_static capture_global", "shim active");
+}
 Test(driver_door, static_cudart_style_through_shim) { expect_pass(1, NULL, "prog_static", "shim active"); }
 Test(driver_door, old_glibc_dlsym_version_through_shim)
 {

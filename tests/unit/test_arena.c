@@ -10,6 +10,7 @@
 #include "../../core/arena.h"
 #include "../../core/fixed_size.h"
 #include "../../core/host_ops.h"
+#include "../../core/pool.h"
 #include "../../core/upstream.h"
 
 typedef struct arena_fixture {
@@ -18,12 +19,22 @@ typedef struct arena_fixture {
     ps_resource_t *arena;   /* under test */
 } arena_fixture_t;
 
-static void make(arena_fixture_t *f, size_t capacity, int auto_complete)
+/* An arena under free_sync `sync` over a fake device of `capacity` bytes. */
+static void make_with(arena_fixture_t *f, size_t capacity, int auto_complete, ps_free_sync_t sync)
 {
     ps_host_ops_options_t h = {.capacity = capacity, .auto_complete = auto_complete};
     cr_assert_eq(ps_host_ops_create(&h, &f->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->up), PS_OK);
-    cr_assert_eq(ps_arena_create("arena", f->up, f->gpu, NULL, &f->arena), PS_OK);
+    ps_arena_options_t o;
+    ps_arena_options_default(&o);
+    o.free_sync = sync;
+    cr_assert_eq(ps_arena_create("arena", f->up, f->gpu, &o, &f->arena), PS_OK);
+}
+
+/* The polled epoch (free_sync event): the tests of fences and epochs. */
+static void make(arena_fixture_t *f, size_t capacity, int auto_complete)
+{
+    make_with(f, capacity, auto_complete, PS_FREE_SYNC_EVENT);
 }
 
 static void unmake(arena_fixture_t *f)
@@ -259,6 +270,7 @@ static void make_small(arena_fixture_t *f)
     ps_arena_options_t o;
     ps_arena_options_default(&o);
     o.superblock_size = 64 * PS_KiB;
+    o.free_sync = PS_FREE_SYNC_EVENT; /* these tests follow fences */
     cr_assert_eq(ps_arena_create("arena", f->up, f->gpu, &o, &f->arena), PS_OK);
 }
 
@@ -383,10 +395,12 @@ Test(arena, a_new_stream_reusing_the_handle_waits_for_the_old_streams_superblock
     unmake(&f);
 }
 
-/* free_sync barrier is the configuration's default, but the barrier lives
- * in the pool: the arena and fixed_size fall back to the polled epoch.
- * The GPU found them treating it as "none" (corruption in the hazard
- * test); this is that bug's CPU test. */
+/* free_sync barrier (the default): a cudaFree alone never makes a block
+ * reusable; only a barrier (core/reuse.c, when nothing else fits) or a
+ * completed fence does. The GPU once found the arena and fixed_size
+ * treating barrier as "none" (corruption in the hazard test); this is that
+ * bug's CPU test (tests/unit/test_reuse.c covers the barrier itself and
+ * its refusal). */
 Test(arena, barrier_policy_falls_back_to_the_epoch_not_to_immediate_reuse)
 {
     arena_fixture_t f;
@@ -421,4 +435,53 @@ Test(arena, barrier_policy_falls_back_to_the_epoch_not_to_immediate_reuse)
     ps_destroy(fixed);
     ps_destroy(f.up);
     ps_host_ops_destroy(f.gpu);
+}
+
+/* Issue 18: filled with 1 GiB blocks, the arena reached 127 on an H200
+ * where the pool and native cudaMalloc reach 139. A simulated device of
+ * the H200's size (139.5 GiB free): the arena must reach the pool's
+ * count, and the device's. */
+static int fill_with_gib_blocks(ps_resource_t *r, void **blocks, int max)
+{
+    int n = 0;
+    while (n < max && ps_allocate(r, PS_GiB, PS_STREAM_NONE, &blocks[n]) == PS_OK)
+        n++;
+    return n;
+}
+
+Test(arena, fills_the_device_with_1GiB_blocks_as_far_as_the_pool)
+{
+    enum { MAX = 200 };
+    static void *blocks[MAX];
+    const size_t capacity = 139 * PS_GiB + 512 * PS_MiB;
+    ps_host_ops_options_t h = {.capacity = capacity};
+    ps_gpu_ops_t *gpu;
+    ps_resource_t *up, *pool, *arena;
+
+    cr_assert_eq(ps_host_ops_create(&h, &gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", gpu, &up), PS_OK);
+    int native = fill_with_gib_blocks(up, blocks, MAX);
+    for (int i = 0; i < native; i++)
+        ps_deallocate(up, blocks[i], PS_GiB, PS_STREAM_NONE);
+    cr_assert_eq(native, 139, "the simulated device holds 139 blocks natively");
+
+    ps_pool_options_t po;
+    ps_pool_options_default(&po);
+    po.expandable = 0;
+    cr_assert_eq(ps_pool_create("pool", up, gpu, &po, &pool), PS_OK);
+    int pooled = fill_with_gib_blocks(pool, blocks, MAX);
+    ps_destroy(pool);
+
+    cr_assert_eq(ps_arena_create("arena", up, gpu, NULL, &arena), PS_OK);
+    int arena_count = fill_with_gib_blocks(arena, blocks, MAX);
+    ps_resource_info_t info = info_of(arena);
+    cr_log_info("1 GiB blocks on a 139.5 GiB device: native %d, pool %d, arena %d (arena reserved %.1f GiB)",
+                native, pooled, arena_count, (double)info.bytes_reserved / (double)PS_GiB);
+    cr_assert_eq(pooled, native);
+    cr_assert_eq(arena_count, pooled, "the arena reaches the pool's count (%d vs %d)", arena_count, pooled);
+    for (int i = 0; i < arena_count; i++)
+        cr_assert_eq(ps_deallocate(arena, blocks[i], PS_GiB, PS_STREAM_NONE), PS_OK);
+    ps_destroy(arena);
+    ps_destroy(up);
+    ps_host_ops_destroy(gpu);
 }

@@ -1,0 +1,308 @@
+/* reuse: deferred reuse after cudaFree (core/reuse.h), the one place that
+ * owns the rule for the pool, the arena and fixed_size (binning composes
+ * them and inherits it).
+ *
+ * Algorithm
+ *  1. defer(item, bytes): the block joins the *open epoch* (an array in
+ *     free order) and is stamped with the family's barrier count: a
+ *     barrier that starts later covers it. No CUDA call.
+ *  2. close: one fence_record(PS_STREAM_NONE) — the legacy stream plus
+ *     every live non-blocking stream — covers every block freed before it;
+ *     the open epoch moves to the ring of closed epochs, oldest first.
+ *  3. poll: closed epochs whose fence completed are released oldest first
+ *     (each block through the resource's release callback, in free order);
+ *     so is every epoch, open or closed, whose stamp a barrier issued since
+ *     (by this state or another of its family) already covers.
+ *  4. barrier (free_sync barrier): number n = ++family.started, then
+ *     gpu->barrier orders all later GPU work after all earlier work
+ *     (gpu_ops.h). On success family.issued = max(issued, n) and every
+ *     deferred block is released at once, no host wait. A block stamped s
+ *     was deferred before barrier s + 1 began, so any issued n > s covers
+ *     it (step 3 for the family's other states). Refused (PS_EBUSY: a
+ *     capture is open that the barrier would join or invalidate) or failed:
+ *     nothing is released and the caller goes on with epochs (steps 2-3),
+ *     never with immediate reuse.
+ *  5. reclaim, the rule before growing: poll; if anything is still
+ *     pending, one barrier, or without one close and poll (never a host
+ *     wait: the host running ahead of the GPU is the normal state).
+ *  6. The eager trigger (pool): a barrier once pending bytes pass
+ *     barrier_pending_percent of reserved bytes.
+ *  7. Memory pressure: close (or, without a fence, synchronize the device
+ *     and release), then host-wait closed epochs oldest first.
+ *  8. retire(list, stream): a destroyed stream's free blocks become a
+ *     closed epoch under a fence on that stream, recorded while its handle
+ *     is valid (device synchronize without one).
+ * Guarantees: a deferred block is released only after a barrier begun
+ * after its free was issued, or after a fence recorded after its free
+ * completed, or after a device synchronize; bytes_pending is the sum of
+ * every unreleased block. Not thread-safe by itself: the resource's lock
+ * guards it (the family counters are atomic).
+ */
+#include "reuse.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ps_reuse_init(ps_reuse_t *r, const ps_gpu_ops_t *gpu, ps_free_sync_t free_sync,
+                   unsigned barrier_pending_percent, ps_reuse_family_t *family,
+                   ps_reuse_release_fn release, void *owner)
+{
+    memset(r, 0, sizeof *r);
+    r->gpu = gpu;
+    r->free_sync = free_sync;
+    r->barrier_pending_percent = gpu && gpu->barrier ? barrier_pending_percent : 0;
+    r->release = release;
+    r->owner = owner;
+    r->family = family ? family : &r->own_family;
+}
+
+void ps_reuse_destroy(ps_reuse_t *r)
+{
+    for (uint32_t i = 0; i < r->closed_count; i++) {
+        ps_reuse_epoch_t *e = &r->closed[(r->closed_head + i) % r->closed_capacity];
+        r->gpu->fence_release(r->gpu->ctx, e->fence);
+        free(e->list.items);
+    }
+    free(r->closed);
+    free(r->open.items);
+    free(r->spare.items);
+    r->closed = NULL;
+    r->open = r->spare = (ps_reuse_list_t){0};
+    r->closed_count = r->closed_capacity = r->closed_head = 0;
+    r->bytes_pending = 0;
+}
+
+int ps_reuse_list_push(ps_reuse_list_t *list, uint64_t item, uint64_t bytes)
+{
+    if (list->count == list->capacity) {
+        size_t capacity = list->capacity ? list->capacity * 2 : 64;
+        uint64_t *items = realloc(list->items, capacity * sizeof *items);
+        if (!items)
+            return PS_ENOMEM;
+        list->items = items;
+        list->capacity = capacity;
+    }
+    list->items[list->count++] = item;
+    list->bytes += bytes;
+    return PS_OK;
+}
+
+int ps_reuse_defer(ps_reuse_t *r, uint64_t item, uint64_t bytes)
+{
+    if (r->open.count == r->open.capacity && !r->open.items && r->spare.items) {
+        r->open = r->spare; /* an emptied array from a released epoch */
+        r->spare = (ps_reuse_list_t){0};
+    }
+    int status = ps_reuse_list_push(&r->open, item, bytes);
+    if (status != PS_OK)
+        return status;
+    r->open.stamp = atomic_load(&r->family->started);
+    r->bytes_pending += bytes;
+    return PS_OK;
+}
+
+/* Releases every block of `list` (oldest first) and empties it, keeping
+ * one array for reuse. */
+static void release_list(ps_reuse_t *r, ps_reuse_list_t *list, int keep_array)
+{
+    for (size_t i = 0; i < list->count; i++)
+        r->release(r->owner, list->items[i]);
+    r->bytes_pending -= list->bytes;
+    if (keep_array) {
+        list->count = 0;
+        list->bytes = 0;
+        return;
+    }
+    if (!r->spare.items && list->items) {
+        r->spare = (ps_reuse_list_t){.items = list->items, .capacity = list->capacity};
+    } else {
+        free(list->items);
+    }
+    *list = (ps_reuse_list_t){0};
+}
+
+static void pop_oldest(ps_reuse_t *r)
+{
+    ps_reuse_epoch_t *e = &r->closed[r->closed_head];
+    r->gpu->fence_release(r->gpu->ctx, e->fence);
+    e->fence = NULL;
+    release_list(r, &e->list, 0);
+    r->closed_head = (r->closed_head + 1) % r->closed_capacity;
+    r->closed_count--;
+}
+
+/* Whether a barrier issued since covers a list stamped `stamp`. */
+static inline int covered(const ps_reuse_t *r, const ps_reuse_list_t *list)
+{
+    return atomic_load(&r->family->issued) > list->stamp;
+}
+
+int ps_reuse_poll(ps_reuse_t *r)
+{
+    int released = 0;
+    while (r->closed_count) {
+        ps_reuse_epoch_t *oldest = &r->closed[r->closed_head];
+        if (!covered(r, &oldest->list) && r->gpu->fence_query(r->gpu->ctx, oldest->fence) != PS_OK)
+            break;
+        pop_oldest(r);
+        released++;
+    }
+    /* another state of the family issued a barrier: the open epoch too */
+    if (r->family != &r->own_family && r->open.count && covered(r, &r->open)) {
+        release_list(r, &r->open, 1);
+        released++;
+    }
+    return released;
+}
+
+/* Room for one more closed epoch. */
+static int reserve_closed(ps_reuse_t *r)
+{
+    if (r->closed_count < r->closed_capacity)
+        return PS_OK;
+    uint32_t capacity = r->closed_capacity ? r->closed_capacity * 2 : 16;
+    ps_reuse_epoch_t *ring = malloc((size_t)capacity * sizeof *ring);
+    if (!ring)
+        return PS_ENOMEM;
+    for (uint32_t i = 0; i < r->closed_count; i++)
+        ring[i] = r->closed[(r->closed_head + i) % r->closed_capacity];
+    free(r->closed);
+    r->closed = ring;
+    r->closed_capacity = capacity;
+    r->closed_head = 0;
+    return PS_OK;
+}
+
+/* Appends `list` as a closed epoch under `fence`; the list is taken over. */
+static void push_closed(ps_reuse_t *r, ps_fence_t *fence, ps_reuse_list_t *list)
+{
+    ps_reuse_epoch_t *slot = &r->closed[(r->closed_head + r->closed_count) % r->closed_capacity];
+    slot->fence = fence;
+    slot->list = *list;
+    r->closed_count++;
+    *list = (ps_reuse_list_t){0};
+}
+
+int ps_reuse_close(ps_reuse_t *r)
+{
+    if (r->open.count == 0)
+        return PS_EINVAL;
+    int status = reserve_closed(r);
+    if (status != PS_OK)
+        return status;
+    ps_fence_t *fence;
+    status = r->gpu->fence_record(r->gpu->ctx, PS_STREAM_NONE, &fence);
+    if (status != PS_OK)
+        return status;
+    r->fences_recorded++;
+    push_closed(r, fence, &r->open);
+    return PS_OK;
+}
+
+int ps_reuse_close_and_poll(ps_reuse_t *r, uint64_t wait_ns)
+{
+    if (r->open.count == 0 || ps_reuse_close(r) != PS_OK)
+        return 0;
+    ps_fence_t *fence = r->closed[(r->closed_head + r->closed_count - 1) % r->closed_capacity].fence;
+    if (r->gpu->fence_query(r->gpu->ctx, fence) != PS_OK && wait_ns) {
+        uint64_t deadline = ps_now_ns() + wait_ns;
+        while (r->gpu->fence_query(r->gpu->ctx, fence) != PS_OK && ps_now_ns() < deadline)
+            ;
+    }
+    return ps_reuse_poll(r);
+}
+
+int ps_reuse_barrier(ps_reuse_t *r)
+{
+    const ps_gpu_ops_t *gpu = r->gpu;
+    if (r->free_sync != PS_FREE_SYNC_BARRIER || !gpu || !gpu->barrier)
+        return 0;
+    uint64_t number = atomic_fetch_add(&r->family->started, 1) + 1;
+    if (gpu->barrier(gpu->ctx) != PS_OK) {
+        r->barriers_refused++;
+        return 0;
+    }
+    uint64_t seen = atomic_load(&r->family->issued);
+    while (seen < number && !atomic_compare_exchange_weak(&r->family->issued, &seen, number))
+        ;
+    r->barriers++;
+    while (r->closed_count)
+        pop_oldest(r);
+    release_list(r, &r->open, 1);
+    return 1;
+}
+
+int ps_reuse_reclaim(ps_reuse_t *r)
+{
+    int released = ps_reuse_poll(r);
+    if (!r->bytes_pending)
+        return released > 0;
+    if (ps_reuse_barrier(r))
+        return 1;
+    if (r->open.count)
+        ps_reuse_close(r);
+    return released + ps_reuse_poll(r) > 0;
+}
+
+int ps_reuse_wait_oldest(ps_reuse_t *r)
+{
+    if (!r->closed_count)
+        return 0;
+    r->gpu->fence_wait(r->gpu->ctx, r->closed[r->closed_head].fence);
+    r->fence_waits++;
+    pop_oldest(r);
+    return 1;
+}
+
+void ps_reuse_close_or_sync(ps_reuse_t *r)
+{
+    if (r->open.count == 0 || ps_reuse_close(r) == PS_OK)
+        return;
+    if (r->gpu->device_synchronize(r->gpu->ctx) == PS_OK)
+        release_list(r, &r->open, 1);
+}
+
+void ps_reuse_flush(ps_reuse_t *r)
+{
+    if (!r->gpu)
+        return;
+    ps_reuse_close_or_sync(r);
+    while (ps_reuse_wait_oldest(r))
+        ;
+}
+
+void ps_reuse_retire(ps_reuse_t *r, ps_reuse_list_t *list, ps_stream_t stream)
+{
+    if (!list->count) {
+        free(list->items);
+        *list = (ps_reuse_list_t){0};
+        return;
+    }
+    r->bytes_pending += list->bytes;
+    ps_fence_t *fence;
+    if (r->gpu && reserve_closed(r) == PS_OK && r->gpu->fence_record(r->gpu->ctx, stream, &fence) == PS_OK) {
+        r->fences_recorded++;
+        list->stamp = atomic_load(&r->family->started);
+        push_closed(r, fence, list);
+        return;
+    }
+    /* no fence: wait for the whole device; then the blocks are safe */
+    if (r->gpu)
+        r->gpu->device_synchronize(r->gpu->ctx);
+    release_list(r, list, 0);
+}
+
+int ps_reuse_visit(const ps_reuse_t *r, void (*visit)(void *ctx, uint64_t item), void *ctx)
+{
+    uint64_t bytes = 0;
+    for (uint32_t e = 0; e <= r->closed_count; e++) {
+        const ps_reuse_list_t *list = e < r->closed_count
+                                          ? &r->closed[(r->closed_head + e) % r->closed_capacity].list
+                                          : &r->open;
+        for (size_t i = 0; i < list->count; i++)
+            visit(ctx, list->items[i]);
+        bytes += list->bytes;
+    }
+    return bytes == r->bytes_pending ? PS_OK : PS_EINVAL;
+}

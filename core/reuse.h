@@ -1,0 +1,159 @@
+/* reuse: deferred reuse after cudaFree, one policy for every resource that
+ * defers (pool, arena, fixed_size; binning composes them). core/reuse.c
+ * opens with the algorithm; this header is its contract.
+ *
+ * A resource hands each block freed with PS_STREAM_NONE to ps_reuse_defer
+ * (an opaque 64-bit item: a descriptor index, an address) and gets it back
+ * through its release callback once no GPU work issued before the free can
+ * still touch it: after a device-wide barrier (free_sync barrier) or after
+ * a fence recorded after the free completed (free_sync event, and barrier
+ * when no barrier can be had). The resource keeps its own lock; every
+ * function here is called with it held ("_locked" is implied) and calls
+ * the release callback under it.
+ *
+ * Return rule: functions returning int return PS_OK or a negative PS_E*
+ * code, except those documented to return a count.
+ */
+#ifndef PS_REUSE_H
+#define PS_REUSE_H
+
+#include "gpu_ops.h"
+
+/* What a cudaFree (a free with PS_STREAM_NONE) waits for before its block
+ * can be handed out again. */
+typedef enum ps_free_sync {
+    PS_FREE_SYNC_EVENT = 0, /* epochs closed by fences, polled, never blocks the hot path */
+    PS_FREE_SYNC_DEVICE,    /* synchronize the device at the free, like native cudaFree */
+    PS_FREE_SYNC_NONE,      /* reuse at once: trusts the program (one stream only) */
+    PS_FREE_SYNC_BARRIER    /* (default) before growing, a GPU-side barrier makes every
+                               pending block ready at once; no host wait */
+} ps_free_sync_t;
+
+/* Gives a block back to its resource: it may be handed out again. */
+typedef void (*ps_reuse_release_fn)(void *owner, uint64_t item);
+
+/* Barrier numbers shared by the reuse states of one resource (an arena's
+ * per-thread states and its large blocks): a barrier issued by one of them
+ * orders the blocks every other one deferred before it, and they release
+ * them when they next poll. Lock-free. */
+typedef struct ps_reuse_family {
+    _Atomic uint64_t started; /* barriers begun (a defer stamps its block with this) */
+    _Atomic uint64_t issued;  /* highest barrier number issued successfully */
+} ps_reuse_family_t;
+
+/* Blocks deferred together. */
+typedef struct ps_reuse_list {
+    uint64_t *items;   /* the resource's items, in free order */
+    size_t count;      /* entries used */
+    size_t capacity;   /* entries allocated */
+    uint64_t bytes;    /* bytes they cover */
+    uint64_t stamp;    /* family->started at the last defer: a barrier numbered above it covers all */
+} ps_reuse_list_t;
+
+/* A closed epoch: its blocks are reusable once `fence` completed. */
+typedef struct ps_reuse_epoch {
+    ps_fence_t *fence;    /* recorded after every free in `list` */
+    ps_reuse_list_t list; /* the blocks */
+} ps_reuse_epoch_t;
+
+typedef struct ps_reuse {
+    const ps_gpu_ops_t *gpu;       /* fences and barriers (NULL: free_sync none or device only) */
+    ps_free_sync_t free_sync;      /* the policy */
+    unsigned barrier_pending_percent; /* eager barrier trigger (ps_reuse_wants_barrier); 0 = off */
+    ps_reuse_release_fn release;   /* hands a block back */
+    void *owner;                   /* its first argument */
+    ps_reuse_family_t *family;     /* barrier numbers (own_family unless shared) */
+    ps_reuse_family_t own_family;  /* used when no family is shared */
+    ps_reuse_list_t open;          /* deferred since the last close */
+    ps_reuse_list_t spare;         /* an emptied list kept for the next open one (no realloc churn) */
+    ps_reuse_epoch_t *closed;      /* ring of closed epochs, oldest at closed_head */
+    uint32_t closed_capacity;      /* ring length */
+    uint32_t closed_head;          /* index of the oldest */
+    uint32_t closed_count;         /* closed epochs waiting for their fence */
+    uint64_t bytes_pending;        /* bytes of every deferred block not yet released */
+    uint64_t fences_recorded;      /* fences this state recorded */
+    uint64_t fence_waits;          /* host waits this state did */
+    uint64_t barriers;             /* barriers this state issued that released its blocks */
+    uint64_t barriers_refused;     /* barriers refused (a capture open: PS_EBUSY) or failed */
+} ps_reuse_t;
+
+/* Prepares *r. `family` NULL: its own. barrier_pending_percent: see
+ * ps_reuse_wants_barrier. */
+void ps_reuse_init(ps_reuse_t *r, const ps_gpu_ops_t *gpu, ps_free_sync_t free_sync,
+                   unsigned barrier_pending_percent, ps_reuse_family_t *family,
+                   ps_reuse_release_fn release, void *owner);
+/* Releases every fence and array; deferred blocks are dropped, not released. */
+void ps_reuse_destroy(ps_reuse_t *r);
+
+/* Whether blocks freed with PS_STREAM_NONE wait here (event or barrier). */
+static inline int ps_reuse_defers(const ps_reuse_t *r)
+{
+    return r->free_sync == PS_FREE_SYNC_EVENT || r->free_sync == PS_FREE_SYNC_BARRIER;
+}
+
+/* A block of `bytes` was freed: it joins the open epoch. PS_ENOMEM (host
+ * memory) leaves it with the caller. */
+int ps_reuse_defer(ps_reuse_t *r, uint64_t item, uint64_t bytes);
+
+/* Polls closed epochs oldest first (fence_query) and releases the
+ * completed ones, and any epoch (open ones included) a barrier of the
+ * family already covered. Returns how many epochs were released. */
+int ps_reuse_poll(ps_reuse_t *r);
+
+/* Closes the open epoch with one fence on every stream
+ * (fence_record(PS_STREAM_NONE)). PS_EINVAL when it is empty; another
+ * error (the epoch stays open) when no fence could be had. */
+int ps_reuse_close(ps_reuse_t *r);
+
+/* Closes the open epoch and polls the new fence for up to wait_ns, then
+ * polls every epoch. Returns how many epochs were released (0 also when
+ * nothing could be closed). */
+int ps_reuse_close_and_poll(ps_reuse_t *r, uint64_t wait_ns);
+
+/* free_sync barrier only (returns 0 otherwise): one device-wide barrier;
+ * on success every deferred block is released and 1 is returned. 0: no
+ * barrier could be had (no barrier entry, a capture open: PS_EBUSY, a
+ * CUDA error); nothing was released, the caller goes on with epochs. */
+int ps_reuse_barrier(ps_reuse_t *r);
+
+/* The rule every resource follows before it grows or takes memory it
+ * would not otherwise need: poll; then, while something is pending, one
+ * barrier (free_sync barrier) or, without one, close the open epoch and
+ * poll it (never a host wait). Returns 1 when anything was released. */
+int ps_reuse_reclaim(ps_reuse_t *r);
+
+/* The eager trigger (free_sync barrier, percent > 0, a barrier entry):
+ * whether the pending bytes passed barrier_pending_percent of `reserved`. */
+static inline int ps_reuse_wants_barrier(const ps_reuse_t *r, uint64_t reserved)
+{
+    return r->free_sync == PS_FREE_SYNC_BARRIER && r->barrier_pending_percent &&
+           r->bytes_pending * 100 > reserved * r->barrier_pending_percent;
+}
+
+/* Host-waits the oldest closed epoch and releases it. Returns 1 when one
+ * was released, 0 when none is closed. */
+int ps_reuse_wait_oldest(ps_reuse_t *r);
+
+/* Memory pressure: closes the open epoch; when no fence can be had,
+ * synchronizes the device and releases the open epoch's blocks at once. */
+void ps_reuse_close_or_sync(ps_reuse_t *r);
+
+/* Everything deferred is released: close_or_sync, then host-wait every
+ * closed epoch. */
+void ps_reuse_flush(ps_reuse_t *r);
+
+/* Appends one item to a list of the caller's (for ps_reuse_retire). */
+int ps_reuse_list_push(ps_reuse_list_t *list, uint64_t item, uint64_t bytes);
+
+/* Blocks of a stream being destroyed: `list` (built with
+ * ps_reuse_list_push; taken over and emptied) becomes a closed epoch under
+ * a fence recorded on `stream` now (PS_STREAM_NONE: every stream); without
+ * a fence the device is synchronized and they are released at once. */
+void ps_reuse_retire(ps_reuse_t *r, ps_reuse_list_t *list, ps_stream_t stream);
+
+/* Test hook for invariant checks: calls visit(ctx, item) for every
+ * deferred block, and returns PS_OK when the per-epoch byte counts add up
+ * to bytes_pending, PS_EINVAL otherwise. */
+int ps_reuse_visit(const ps_reuse_t *r, void (*visit)(void *ctx, uint64_t item), void *ctx);
+
+#endif
