@@ -245,6 +245,14 @@ typedef enum ps_host_key {
 } ps_host_key_t;
 extern const char *const ps_host_key_names[PS_HKEY_COUNT + 1];
 
+/* The keys of [debug] (checks that cost time, all off by default). */
+typedef enum ps_debug_key {
+    PS_DKEY_NVTX = 0, /* suballocations shown to compute-sanitizer through NVTX */
+    PS_DKEY_GUARD,    /* red-zone bytes after each block, checked on free */
+    PS_DKEY_COUNT
+} ps_debug_key_t;
+extern const char *const ps_debug_key_names[PS_DKEY_COUNT + 1];
+
 struct ps_config {
     ps_global_config_t global;           /* the validated [global] */
     ps_origin_t global_origin[PS_GKEY_COUNT]; /* where each global value came from */
