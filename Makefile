@@ -48,6 +48,11 @@ CFLAGS    += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -fPIC -fvisibility=hidden -pt
 LDFLAGS   += -pthread $(SANFLAGS)
 LDLIBS    += -ldl
 
+# NVTX v3 (header-only, in the CUDA toolkit) for debug.nvtx; without the
+# headers shim/nvtx.c builds as a stub that warns when the option is on.
+NVTX_INC  ?= $(CUDA_HOME)/include
+NVTX_CFLAGS := $(if $(wildcard $(NVTX_INC)/nvtx3/nvToolsExtMem.h),-isystem $(NVTX_INC),-DPS_NO_NVTX)
+
 CORE_SRC  := $(sort $(wildcard core/*.c config/*.c))
 SHIM_SRC  := $(sort $(wildcard shim/*.c))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
@@ -77,6 +82,8 @@ $(BUILD)/config/default_ini.h: config/default.ini
 	./tools/embed.sh ps_default_ini < $< > $@
 $(BUILD)/config/config.o: $(BUILD)/config/default_ini.h
 $(BUILD)/config/config.o: CFLAGS += -I$(BUILD)/config
+
+$(BUILD)/shim/nvtx.o: CFLAGS += $(NVTX_CFLAGS)
 
 $(CORE_LIB): $(CORE_OBJ)
 	rm -f $@ && ar rcs $@ $^

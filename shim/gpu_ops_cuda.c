@@ -42,6 +42,9 @@
  *    recommended granularity; offered only when the device reports
  *    CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED and the driver
  *    has every entry point. A reserved range is registered as one slab.
+ * 6. With debug.nvtx on, every chunk (mem_alloc, mem_alloc_managed) and
+ *    every mapped piece (vm_map) is announced to nvtx.c as a heap, and
+ *    withdrawn before it goes back (mem_free, vm_unmap).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -240,6 +243,8 @@ static int ops_mem_alloc(void *vctx, size_t size, void **out)
     if (r != CUDA_SUCCESS)
         return status_of(r);
     ps_slab_add((uintptr_t)p, size, d->ops.device);
+    if (PS_UNLIKELY(ps_nvtx_on))
+        ps_nvtx_heap_add((void *)(uintptr_t)p, size, d->ops.device);
     *out = (void *)(uintptr_t)p;
     return PS_OK;
 }
@@ -251,6 +256,8 @@ static int ops_mem_free(void *vctx, void *ptr, size_t size)
 
     device_ops_t *d = vctx;
     ps_slab_remove((uintptr_t)ptr);
+    if (PS_UNLIKELY(ps_nvtx_on))
+        ps_nvtx_heap_remove(ptr);
     int pushed = enter_ctx(d);
     CUresult r = ps_real.cuMemFree_v2((CUdeviceptr)(uintptr_t)ptr);
     leave_ctx(pushed);
@@ -339,6 +346,8 @@ static int ops_mem_alloc_managed(void *vctx, size_t size, void **out)
     if (r != CUDA_SUCCESS)
         return status_of(r);
     ps_slab_add((uintptr_t)p, size, d->ops.device);
+    if (PS_UNLIKELY(ps_nvtx_on))
+        ps_nvtx_heap_add((void *)(uintptr_t)p, size, d->ops.device);
     *out = (void *)(uintptr_t)p;
     return PS_OK;
 }
@@ -662,6 +671,8 @@ static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
         ps_ptr_map_put(&d->vm_sizes, (uintptr_t)addr, size);
     }
     pthread_mutex_unlock(&d->vm_lock);
+    if (PS_UNLIKELY(ps_nvtx_on))
+        ps_nvtx_heap_add(addr, size, d->ops.device);
     *handle = h;
     return PS_OK;
 }
@@ -703,6 +714,8 @@ static int ops_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle)
         return dead_vm_unmap(vctx, addr, size, handle);
 
     device_ops_t *d = vctx;
+    if (PS_UNLIKELY(ps_nvtx_on))
+        ps_nvtx_heap_remove(addr);
     int pushed = enter_ctx(d);
     CUresult r = ps_real.cuMemUnmap((CUdeviceptr)(uintptr_t)addr, size);
     if (r == CUDA_SUCCESS)

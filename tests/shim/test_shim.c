@@ -460,3 +460,41 @@ Test(launcher, ab_gives_a_row_per_rank_and_the_total_under_the_variant)
     cr_expect(!strstr(output, "\n  rank ") && !strstr(output, "\n  total ") && !strstr(output, "summed"),
               "one process, no breakdown:\n%s", output);
 }
+
+/* debug.nvtx: the blocks reach an NVTX tool (the fake one) as regions inside
+ * heaps, with the expandable range and with chunks; nothing when off. */
+static void expect_nvtx(const char *env, const char *mode)
+{
+    const char *build = getenv("POOLSHIM_BUILD");
+    char tool[1024], full[2048];
+    snprintf(tool, sizeof tool, "%s/fake/libfake_nvtx.so", build);
+    if (access(tool, F_OK) != 0)
+        cr_skip_test("built without the NVTX headers");
+    snprintf(full, sizeof full, "NVTX_INJECTION64_PATH=%s %s", tool, env);
+    char prog[64];
+    snprintf(prog, sizeof prog, "prog_runtime nvtx %s", mode);
+    int rc = run(1, full, prog);
+    cr_expect_eq(rc, 0, "%s exited %d:\n%s", prog, rc, output);
+    cr_expect(strstr(output, "shim active") != NULL, "%s", output);
+}
+Test(nvtx, blocks_are_regions_in_expandable_heaps)
+{
+    expect_nvtx("POOLSHIM_NVTX=1 POOLSHIM_OPTIONS=resource.main.expandable=1", "on");
+}
+Test(nvtx, blocks_are_regions_in_chunk_heaps)
+{
+    expect_nvtx("POOLSHIM_OPTIONS=debug.nvtx=on,resource.main.expandable=0", "on");
+}
+Test(nvtx, every_stack_type_registers_its_blocks)
+{
+    static const char *types[] = {"arena", "binning"}; /* binning: fixed_size bins over a pool */
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        char env[128];
+        snprintf(env, sizeof env, "POOLSHIM_NVTX=1 POOLSHIM_RESOURCE=%s", types[i]);
+        expect_nvtx(env, "on");
+    }
+}
+Test(nvtx, nothing_is_registered_when_off)
+{
+    expect_nvtx("", "off");
+}
