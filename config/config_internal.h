@@ -359,6 +359,9 @@ typedef struct ps_config_constructors {
     int (*track)(const char *name, ps_resource_t *upstream, unsigned stack_depth,
                  ps_resource_t **out);
     int (*log)(const char *name, ps_resource_t *upstream, const char *path, ps_resource_t **out);
+    /* debug.guard; NULL in a test's table: the core's ps_guard_create */
+    int (*guard)(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu, size_t bytes,
+                 ps_resource_t *track, ps_resource_t **out);
 } ps_config_constructors_t;
 
 extern const ps_config_constructors_t ps_core_constructors;

@@ -387,6 +387,20 @@ static int host_stream_wait_fence(void *ctx, ps_stream_t stream, ps_fence_t *fen
     return PS_OK;
 }
 
+/* Guard mode over real host memory (backed only): the "device" bytes are
+ * host bytes, and nothing runs behind the host's back. */
+static int host_memset_d8(void *ctx, void *ptr, uint8_t value, size_t bytes, ps_stream_t stream)
+{
+    memset(ptr, value, bytes);
+    return PS_OK;
+}
+
+static int host_copy_to_host(void *ctx, void *dst, const void *src, size_t bytes, ps_stream_t stream)
+{
+    memcpy(dst, src, bytes);
+    return PS_OK;
+}
+
 static int host_device_synchronize(void *ctx)
 {
     host_device_t *dev = ctx;
@@ -576,6 +590,10 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
         .host_alloc = host_host_alloc,
         .host_free = host_host_free,
     };
+    if (options.backed) {
+        dev->ops.memset_d8 = host_memset_d8;
+        dev->ops.copy_to_host = host_copy_to_host;
+    }
     if (options.virtual_memory) {
         dev->ops.vm_granularity = host_vm_granularity;
         dev->ops.vm_reserve = host_vm_reserve;

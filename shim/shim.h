@@ -122,7 +122,10 @@
     X(cuCtxEnablePeerAccess, CUresult, (CUcontext, unsigned int))   \
     X(cuMemHostAlloc, CUresult, (void **, size_t, unsigned int))                            \
     X(cuMemAllocHost_v2, CUresult, (void **, size_t))                                       \
-    X(cuMemFreeHost, CUresult, (void *))
+    X(cuMemFreeHost, CUresult, (void *))                                                    \
+    X(cuMemsetD8Async, CUresult, (CUdeviceptr, unsigned char, size_t, CUstream))              \
+    X(cuMemcpyDtoH_v2, CUresult, (void *, CUdeviceptr, size_t))                               \
+    X(cuStreamSynchronize, CUresult, (CUstream))
 
 /* The runtime functions the shim forwards to (foreign pointers, cudaFree(NULL),
  * stream capture, passthrough mode). */
