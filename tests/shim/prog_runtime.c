@@ -737,6 +737,26 @@ static void nvtx(const char *mode)
     CHECK(errors_seen() == 0, "the tool saw %ld rule breaks", errors_seen());
 }
 
+/* debug.guard through the shim (the fake driver's cuMemsetD8Async and
+ * cuMemcpyDtoH work on host memory): argv[2] "overflow" writes one byte
+ * past a block (the shim reports it, the test runner checks the text),
+ * "clean" stays inside every block. Blocks keep their contents. */
+static void guard(const char *mode)
+{
+    void *p[8];
+    for (int i = 0; i < 8; i++) {
+        CHECK(cudaMalloc(&p[i], 1000 + (size_t)i) == cudaSuccess, "cudaMalloc");
+        fill(p[i], 1000 + (size_t)i, (unsigned)i);
+    }
+    if (!strcmp(mode, "overflow"))
+        ((unsigned char *)p[3])[1003] = 0; /* one byte past block 3 */
+    for (int i = 0; i < 8; i++) {
+        CHECK(intact(p[i], 1000 + (size_t)i, (unsigned)i), "block %d intact", i);
+        CHECK(cudaFree(p[i]) == cudaSuccess, "cudaFree %d", i);
+    }
+    fprintf(stderr, "guard: block 3 was %p\n", p[3]);
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "basic";
@@ -760,6 +780,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "reset_first")) reset_first();
     else if (!strcmp(what, "set_flags")) set_flags();
     else if (!strcmp(what, "nvtx")) nvtx(argc > 2 ? argv[2] : "on");
+    else if (!strcmp(what, "guard")) guard(argc > 2 ? argv[2] : "clean");
     else { fprintf(stderr, "unknown scenario %s\n", what); return 2; }
     return finish(what);
 }

@@ -498,3 +498,31 @@ Test(nvtx, nothing_is_registered_when_off)
 {
     expect_nvtx("", "off");
 }
+
+/* debug.guard through the shim's real GPU-ops table (over the fake driver):
+ * an overflow of one byte is reported with the block; a clean run and the
+ * same overflow without the option report nothing. */
+Test(guard, one_byte_overflow_is_reported_with_the_block)
+{
+    int rc = run(1, "POOLSHIM_GUARD=64", "prog_runtime guard overflow");
+    cr_expect_eq(rc, 0, "%s", output);
+    const char *at = strstr(output, "guard: block 3 was ");
+    cr_assert(at, "%s", output);
+    char block[64], expected[256];
+    sscanf(at + strlen("guard: block 3 was "), "%63s", block);
+    snprintf(expected, sizeof expected,
+             "poolshim: error: guard: block %s (1003 bytes, cudaMalloc): 1 of the 64 red-zone bytes after it were "
+             "overwritten, the first at +0 past its end", block);
+    cr_expect(strstr(output, expected), "expected\n%s\nin\n%s", expected, output);
+    cr_expect_eq(strstr(output, "red-zone") ? strstr(strstr(output, "red-zone") + 1, "red-zone") : NULL, NULL,
+                 "one report only: %s", output);
+}
+Test(guard, clean_program_and_option_off_report_nothing)
+{
+    int rc = run(1, "POOLSHIM_GUARD=64", "prog_runtime guard clean");
+    cr_expect_eq(rc, 0, "%s", output);
+    cr_expect_null(strstr(output, "red-zone"), "%s", output);
+    rc = run(1, NULL, "prog_runtime guard overflow");
+    cr_expect_eq(rc, 0, "%s", output);
+    cr_expect_null(strstr(output, "red-zone"), "without debug.guard the overflow goes unseen: %s", output);
+}
