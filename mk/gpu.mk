@@ -9,7 +9,8 @@ GPU_ARCH  ?= sm_90
 GPU_BUILD := $(BUILD)/gpu
 GPU_NVCC  := $(NVCC) -arch=$(GPU_ARCH) -O2 -lineinfo -std=c++17 -Itests/gpu
 GPU_PROGS := alloc_basic_static alloc_basic_shared alloc_basic_driver hazard_static \
-             hazard_ptds async_streams_static misc_static overhead_static context_reset_static psbench
+             hazard_ptds async_streams_static misc_static overhead_static context_reset_static psbench \
+             sanitize_static soak_static
 
 .PHONY: gpu-build bench-rmm
 gpu-build: $(GPU_PROGS:%=$(GPU_BUILD)/%)
@@ -41,6 +42,12 @@ $(GPU_BUILD)/context_reset_static: tests/gpu/context_reset.cu tests/gpu/gpu_test
 $(GPU_BUILD)/overhead_static: tests/gpu/overhead.cu tests/gpu/gpu_test.h
 	@mkdir -p $(dir $@)
 	$(GPU_NVCC) -o $@ $<
+$(GPU_BUILD)/sanitize_static: tests/gpu/sanitize.cu tests/gpu/gpu_test.h
+	@mkdir -p $(dir $@)
+	$(GPU_NVCC) -o $@ $<
+$(GPU_BUILD)/soak_static: tests/gpu/soak.cu tests/gpu/gpu_test.h
+	@mkdir -p $(dir $@)
+	$(GPU_NVCC) -o $@ $< -lcuda
 $(GPU_BUILD)/psbench: tools/bench/psbench.cu
 	@mkdir -p $(dir $@)
 	$(GPU_NVCC) -o $@ $<

@@ -2,9 +2,12 @@
 # One GPU session in one call: the GPU suite, the demo, `poolshim ab` on the
 # demo and on PyTorch, and the benchmarks. Used on the lent GPU machine with
 # build/ (and .carry/ for the RMM peer) carried from a machine with libinih:
-#   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [bench] [torchmem] [ddp]
+#   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [bench] [torchmem] [ddp] [soak]
 # torchmem: NVML memory of varied PyTorch loops per allocator (about 6 min on an
-# H100); ddp: DDP per free policy (needs two GPUs: nvidia-h200-x2).
+# H100); ddp: DDP per free policy (needs two GPUs: nvidia-h200-x2); soak: the
+# randomized soak of tests/gpu/soak.cu on every stack, SOAK_TOTAL seconds in all
+# (default 540: 90 s for each of the 6 runs, inside one 10-minute device call;
+# SOAK_STACKS=pool SOAK_TOTAL=560 gives one stack the whole call).
 # Results land under $OUT: gpu/ and bench/ from the scripts, and everything
 # else in one archive, extra.tgz (the device tool returns at most 8 files).
 set -u
@@ -52,6 +55,13 @@ for step in $what; do
     ddp)
         echo "=== DDP on two GPUs per free policy"
         OUT_DIR=$OUT/ddp tools/bench/torch_mem/ddp.sh build/libpoolshim.so ;;
+    soak)
+        stacks=${SOAK_STACKS:-pool pool_shared arena binning fixed_over_pool async}
+        count=$(printf '%s\n' $stacks | wc -l)
+        per=$(( ${SOAK_TOTAL:-540} / count ))
+        echo "=== soak: $per s per stack ($stacks)"
+        pattern=$(printf 'soak/%s$|' $stacks)
+        OUTDIR=$OUT/soak TESTS="^(${pattern%|})" SOAK_SECONDS=$per ./tests/gpu/run.sh build | grep -E '^(PASS|FAIL|SKIP) soak|passed' ;;
     esac
 done
 [ -d "$OUT/extra" ] && (cd "$OUT" && tar czf extra.tgz extra && rm -rf extra)
