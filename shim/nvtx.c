@@ -23,6 +23,8 @@
  * 4. When memory goes back to CUDA (cuMemFree, cuMemUnmap) its heap is
  *    unregistered (which drops any region still in it); when a context
  *    dies, every heap of its device is forgotten.
+ * NVTX calls run with ps_in_shim raised: a CUDA call the tool makes from
+ * inside them passes straight through, like the shim's own.
  * Heaps are kept in an array sorted by address under one lock; it is
  * touched only when the option is on. Off (the default), the callers test
  * ps_nvtx_on and call nothing here: no cost but one predictable branch.
@@ -122,7 +124,9 @@ void ps_nvtx_heap_add(void *base, size_t size, int device)
     desc.type = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
     desc.typeSpecificDescSize = sizeof range;
     desc.typeSpecificDesc = &range;
+    ps_in_shim++; /* whatever the tool calls in CUDA is not the program's */
     nvtxMemHeapHandle_t h = nvtxMemHeapRegister(get_domain(), &desc);
+    ps_in_shim--;
     size_t i = first_ending_after((uintptr_t)base);
     memmove(&heaps[i + 1], &heaps[i], (heap_count - i) * sizeof *heaps);
     heaps[i] = (heap_t){(uintptr_t)base, size, device, h};
@@ -132,7 +136,9 @@ void ps_nvtx_heap_add(void *base, size_t size, int device)
 
 static void remove_at(size_t i) /* lock held */
 {
+    ps_in_shim++;
     nvtxMemHeapUnregister(get_domain(), heaps[i].handle);
+    ps_in_shim--;
     memmove(&heaps[i], &heaps[i + 1], (heap_count - i - 1) * sizeof *heaps);
     heap_count--;
 }
@@ -162,6 +168,7 @@ static void regions(void *ptr, size_t size, int add)
     if (!ptr || !size)
         return; /* a size-0 block may not be dereferenced: nothing to show */
     uintptr_t start = (uintptr_t)ptr, end = start + size;
+    ps_in_shim++; /* whatever the tool calls in CUDA is not the program's */
     pthread_mutex_lock(&lock);
     for (size_t i = first_ending_after(start); i < heap_count && heaps[i].base < end; i++) {
         uintptr_t lo = start > heaps[i].base ? start : heaps[i].base;
@@ -193,6 +200,7 @@ static void regions(void *ptr, size_t size, int add)
         }
     }
     pthread_mutex_unlock(&lock);
+    ps_in_shim--;
 }
 
 void ps_nvtx_region_add(void *ptr, size_t size)

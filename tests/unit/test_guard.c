@@ -202,3 +202,32 @@ Test(guard, debug_guard_puts_the_guard_over_the_stack_under_stats)
     ps_config_free(cfg);
     ps_host_ops_destroy(gpu);
 }
+
+Test(guard, a_fill_that_fails_fails_the_allocation_and_keeps_nothing)
+{
+    fixture_t f;
+    open_fixture(&f);
+    ps_resource_t *g;
+    cr_assert_eq(ps_guard_create("guard", f.pool, f.gpu, 64, NULL, &g), PS_OK);
+    ps_host_ops_fail_call(f.gpu, PS_HOST_OP_MEMSET_D8, 1, PS_EUPSTREAM);
+    void *p = NULL;
+    cr_assert_eq(ps_allocate(g, 1000, PS_STREAM_NONE, &p), PS_EUPSTREAM, "the CUDA error reaches the caller");
+    ps_resource_info_t info = {0};
+    ps_query(g, &info);
+    cr_assert_eq(info.bytes_in_use, 0, "the block went back to the pool");
+    cr_assert_eq(ps_allocate(g, 1000, PS_STREAM_NONE, &p), PS_OK, "the next allocation works");
+    /* a read-back that fails: the block is freed, counted unchecked, nothing reported */
+    ps_host_ops_fail_call(f.gpu, PS_HOST_OP_COPY_TO_HOST, 1, PS_EUPSTREAM);
+    ((unsigned char *)p)[1000] = 0;
+    cr_assert_eq(free_capturing(g, p, 1000, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(messages[0], 0, "%s", messages);
+    ps_guard_counts_t c;
+    ps_guard_get(g, &c);
+    cr_assert_eq(c.unchecked, 1);
+    cr_assert_eq(c.overwritten, 0);
+    ps_query(g, &info);
+    cr_assert_eq(info.bytes_in_use, 0);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    ps_destroy(g);
+    close_fixture(&f);
+}
