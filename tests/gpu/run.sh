@@ -437,7 +437,8 @@ fi
 # sanitized NAME errors|clean [VAR=VALUE...] -- PROGRAM ARGS: runs PROGRAM under
 # `compute-sanitizer --tool memcheck --nvtx yes`, with the shim preloaded unless
 # the first VAR is NOSHIM=1. `errors`: passes when memcheck reported at least one
-# error and an invalid global access; `clean`: when it reported 0 errors.
+# error and an invalid global access; `clean`: when it reported 0 errors and the
+# program ran to its end.
 # Without compute-sanitizer every such test is SKIPped.
 SANITIZER=${SANITIZER:-$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")}
 sanitized() {
@@ -465,8 +466,11 @@ sanitized() {
     local summary errors
     summary=$(grep -m1 -E 'ERROR SUMMARY: [0-9]+ error' "$logs/$log.log")
     errors=$(printf '%s\n' "$summary" | sed -E 's/.*ERROR SUMMARY: ([0-9]+) error.*/\1/')
+    # after a reported access memcheck leaves the context in error, so the
+    # program may stop at its next CUDA call: only a clean run must finish
     if [ -z "$summary" ]; then record "$name" FAIL "no ERROR SUMMARY (exit $rc), log $log.log"
-    elif ! grep -q "OK (the verdict" "$logs/$log.log"; then record "$name" FAIL "the program did not finish (exit $rc), log $log.log"
+    elif [ "$want" = clean ] && ! grep -q "OK (the verdict" "$logs/$log.log"; then
+        record "$name" FAIL "the program did not finish (exit $rc), log $log.log"
     elif [ "$want" = errors ] && [ "$errors" -gt 0 ] && grep -q 'Invalid __global__' "$logs/$log.log"; then
         record "$name" PASS "memcheck: $errors errors"
     elif [ "$want" = clean ] && [ "$errors" -eq 0 ]; then record "$name" PASS "memcheck: 0 errors"
