@@ -170,6 +170,16 @@ __attribute__((visibility("default"))) size_t fake_nvtx_live_regions(void)
     return n;
 }
 
+__attribute__((visibility("default"))) size_t fake_nvtx_live_heaps(void)
+{
+    pthread_mutex_lock(&lock);
+    size_t n = 0;
+    for (size_t i = 0; i < heaps_used; i++)
+        n += heaps[i].live;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
 __attribute__((visibility("default"))) size_t fake_nvtx_heaps_registered(void)
 {
     return heaps_used;

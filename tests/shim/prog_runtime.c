@@ -734,6 +734,18 @@ static void nvtx(const char *mode)
     CHECK(cudaStreamDestroy(s) == cudaSuccess, "stream destroy");
     CHECK(live_regions() == 0, "%zu regions left after every free", live_regions());
     CHECK(on ? heaps() > 0 : heaps() == 0, "%zu heaps registered", heaps());
+    /* a reset takes the pool's memory with the context: no heap may stay */
+    size_t (*live_heaps)(void) = (size_t (*)(void))dlsym(tool, "fake_nvtx_live_heaps");
+    void *r = NULL;
+    CHECK(cudaMalloc(&r, 3000) == cudaSuccess, "cudaMalloc before the reset");
+    if (on)
+        CHECK(live_heaps() > 0 && region_size(r) == 3000, "a live block before the reset");
+    CHECK(cudaDeviceReset() == cudaSuccess, "cudaDeviceReset");
+    CHECK(live_heaps() == 0, "%zu heaps left after the reset", live_heaps());
+    CHECK(cudaMalloc(&r, 3000) == cudaSuccess, "cudaMalloc after the reset");
+    if (on)
+        CHECK(region_size(r) == 3000 && in_heap(r), "the new stack registers again");
+    CHECK(cudaFree(r) == cudaSuccess, "free after the reset");
     CHECK(errors_seen() == 0, "the tool saw %ld rule breaks", errors_seen());
 }
 
