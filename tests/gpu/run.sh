@@ -541,7 +541,7 @@ guarded overflow_shared report POOLSHIM_GUARD=256 -- sanitize_shared overflow
 guarded overflow_async report POOLSHIM_GUARD=256 -- sanitize_static overflow_async
 guarded overflow_arena report POOLSHIM_GUARD=256 POOLSHIM_RESOURCE=arena -- sanitize_static overflow
 guarded overflow_tracked_site report \
-    POOLSHIM_OPTIONS=debug.guard=64,resource.t.type=track,resource.t.upstream=main,resource.t.stack_depth=16,device.*.resource=t \
+    'POOLSHIM_OPTIONS=debug.guard=64,resource.t.type=track,resource.t.upstream=main,resource.t.stack_depth=16,device.*.resource=t' \
     -- sanitize_static overflow
 if wanted guard/overflow_tracked_site && [ -f "$logs/guard_overflow_tracked_site.log" ]; then
     if grep -q "allocated at:" "$logs/guard_overflow_tracked_site.log"; then
@@ -584,7 +584,7 @@ soak pool_shared soak_shared 4194304 POOLSHIM_RESOURCE=pool
 soak arena soak_static 4194304 POOLSHIM_RESOURCE=arena
 soak binning soak_static 4194304 POOLSHIM_RESOURCE=binning
 soak fixed_over_pool soak_static 65536 \
-    POOLSHIM_OPTIONS=resource.f.type=fixed_size,resource.f.block_size=64KiB,resource.f.upstream=main,device.*.resource=f
+    'POOLSHIM_OPTIONS=resource.f.type=fixed_size,resource.f.block_size=64KiB,resource.f.upstream=main,device.*.resource=f'
 soak async soak_static 4194304 POOLSHIM_RESOURCE=async
 
 # ---------------------------------------------------------------- summary
