@@ -3,7 +3,9 @@
 #   make               build/libpoolshim.so and the poolshim CLI
 #   make deps          apt-get install what building and testing need (Debian, as root)
 #   make test          the CPU suite: unit tests (Criterion) and shim tests (fake CUDA)
-#   make test-all      test, then again under ASan+UBSan, then the threaded tests under TSan (CI)
+#   make test-all      test, then again under ASan+UBSan, then the threaded tests under TSan,
+#                      then test-long (CI)
+#   make test-long     the 10^7-operation pool model runs (about a minute; not in `make test`)
 #   make check-gpu     the GPU suite (on a machine with a GPU and nvcc)
 #   make bench-core    CPU micro-benchmark of the core allocators
 #   make bench         GPU benchmarks against the peers (on the GPU machine)
@@ -48,6 +50,11 @@ CFLAGS    += -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -fPIC -fvisibility=hidden -pt
 LDFLAGS   += -pthread $(SANFLAGS)
 LDLIBS    += -ldl
 
+# NVTX v3 (header-only, in the CUDA toolkit) for debug.nvtx; without the
+# headers shim/nvtx.c builds as a stub that warns when the option is on.
+NVTX_INC  ?= $(CUDA_HOME)/include
+NVTX_CFLAGS := $(if $(wildcard $(NVTX_INC)/nvtx3/nvToolsExtMem.h),-isystem $(NVTX_INC),-DPS_NO_NVTX)
+
 CORE_SRC  := $(sort $(wildcard core/*.c config/*.c))
 SHIM_SRC  := $(sort $(wildcard shim/*.c))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
@@ -62,7 +69,7 @@ CORE_LIB  := $(BUILD)/libpoolshim_core.a
 CLI       := $(BUILD)/poolshim
 UNIT      := $(BUILD)/test_unit
 
-.PHONY: all deps test test-unit test-shim test-stress test-all check-gpu bench-core bench install clean
+.PHONY: all deps test test-unit test-shim test-stress test-long test-all check-gpu bench-core bench install clean
 all: $(LIB) $(CLI)
 
 deps:
@@ -77,6 +84,8 @@ $(BUILD)/config/default_ini.h: config/default.ini
 	./tools/embed.sh ps_default_ini < $< > $@
 $(BUILD)/config/config.o: $(BUILD)/config/default_ini.h
 $(BUILD)/config/config.o: CFLAGS += -I$(BUILD)/config
+
+$(BUILD)/shim/nvtx.o: CFLAGS += $(NVTX_CFLAGS)
 
 $(CORE_LIB): $(CORE_OBJ)
 	rm -f $@ && ar rcs $@ $^
@@ -111,10 +120,15 @@ $(BUILD)/stress/%: tests/stress/%.c $(CORE_LIB)
 test-stress: $(STRESS_BIN)
 	@for t in $(STRESS_BIN); do echo "== $$t"; TSAN_OPTIONS=halt_on_error=1 $$t || exit 1; done
 
+# The pool against its reference model for 10^7 random operations (two runs).
+test-long: $(UNIT) $(CLI)
+	POOLSHIM_TEST_LONG=1 $(UNIT) -j2 --short-filename --filter='pool_model/ten_million_*'
+
 test-all:
 	$(MAKE) test
 	$(MAKE) test SANITIZE=address,undefined
 	$(MAKE) test-stress SANITIZE=thread
+	$(MAKE) test-long
 
 # The GPU machine has no libinih: build here, carry build/, and these use it.
 check-gpu:

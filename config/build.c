@@ -50,6 +50,7 @@ const ps_config_constructors_t ps_core_constructors = {
     .stats = ps_stats_create,
     .track = ps_track_create,
     .log = ps_log_create,
+    .guard = ps_guard_create,
 };
 
 /* The stack with what only the builder needs to know. */
@@ -416,7 +417,7 @@ int ps_config_build_stack_with(const ps_config_t *cfg, int device, const ps_gpu_
         }
     }
     free(seen);
-    sp->capacity = reachable + implicit_bins + 2;
+    sp->capacity = reachable + implicit_bins + 3; /* + guard, stats, log */
     sp->stack.all = calloc(sp->capacity, sizeof *sp->stack.all);
     sp->types = calloc(sp->capacity, sizeof *sp->types);
     sp->names = calloc(sp->capacity + 1, sizeof *sp->names);
@@ -428,6 +429,26 @@ int ps_config_build_stack_with(const ps_config_t *cfg, int device, const ps_gpu_
 
     ps_resource_t *top = build_def(&b, dev->resource);
     const ps_global_config_t *g = &cfg->global;
+    if (top && g->debug.guard) {
+        /* red zones over the configured stack, under stats and log (which
+         * then count what the program asked for) */
+        ps_resource_t *track = NULL, *r = NULL;
+        for (size_t i = sp->stack.count; i > 0 && !track; i--)
+            if (sp->types[i - 1] == PS_TYPE_TRACK)
+                track = sp->stack.all[i - 1];
+        const char *name = own_name(&b, "guard");
+        int rc = name ? (ctors->guard ? ctors->guard : ps_guard_create)(name, top, gpu, g->debug.guard, track, &r)
+                      : PS_ENOMEM;
+        if (rc == PS_OK && r) {
+            push(&b, r, PS_TYPE_LIMIT); /* an adaptor the stack lists; no kind of its own there */
+            top = r;
+        } else {
+            ps_error("device %d: cannot create the guard adaptor (debug.guard): %s%s", device, ps_status_name(rc),
+                     rc == PS_EUNSUPPORTED ? " (this device's GPU-ops table cannot fill and read device memory)" : "");
+            b.status = rc ? rc : PS_EUPSTREAM;
+            top = NULL;
+        }
+    }
     if (top && g->stats != PS_STATS_OFF) {
         ps_resource_t *r = NULL;
         const char *name = own_name(&b, "stats");

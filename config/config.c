@@ -18,6 +18,8 @@
  *        POOLSHIM_VERBOSE     global.verbosity
  *        POOLSHIM_DISABLE     global.disable
  *        POOLSHIM_ON_ERROR    global.on_error
+ *        POOLSHIM_NVTX        debug.nvtx       (NVTX regions for compute-sanitizer)
+ *        POOLSHIM_GUARD       debug.guard      (red-zone bytes after each block)
  *   5. validation (validate.c), which records every error.
  * A later step wins over an earlier one, key by key.
  */
@@ -146,16 +148,19 @@ static void read_user_file(ps_config_t *cfg, const ps_config_input_t *in, env_so
 /* One short form: variable -> section.key. */
 static const struct short_form {
     const char *variable; /* POOLSHIM_STATS */
-    const char *key;      /* the [global] key it sets, or NULL for POOLSHIM_RESOURCE */
+    const char *key;      /* the key it sets, or NULL for POOLSHIM_RESOURCE */
+    const char *section;  /* the section of that key */
 } short_forms[] = {
-    {"POOLSHIM_RESOURCE", NULL},
-    {"POOLSHIM_STATS", "stats"},
-    {"POOLSHIM_STATS_FILE", "stats_file"},
-    {"POOLSHIM_LOG", "log_file"},
-    {"POOLSHIM_FREE_SYNC", "free_sync"},
-    {"POOLSHIM_VERBOSE", "verbosity"},
-    {"POOLSHIM_DISABLE", "disable"},
-    {"POOLSHIM_ON_ERROR", "on_error"},
+    {"POOLSHIM_RESOURCE", NULL, NULL},
+    {"POOLSHIM_STATS", "stats", "global"},
+    {"POOLSHIM_STATS_FILE", "stats_file", "global"},
+    {"POOLSHIM_LOG", "log_file", "global"},
+    {"POOLSHIM_FREE_SYNC", "free_sync", "global"},
+    {"POOLSHIM_VERBOSE", "verbosity", "global"},
+    {"POOLSHIM_DISABLE", "disable", "global"},
+    {"POOLSHIM_ON_ERROR", "on_error", "global"},
+    {"POOLSHIM_NVTX", "nvtx", "debug"},
+    {"POOLSHIM_GUARD", "guard", "debug"},
 };
 
 static void read_short_forms(ps_config_t *cfg, env_source_t *env)
@@ -166,7 +171,7 @@ static void read_short_forms(ps_config_t *cfg, env_source_t *env)
             continue;
         ps_origin_t o = {PS_ORIGIN_ENV, ps_config_intern(cfg, short_forms[i].variable), 0};
         if (short_forms[i].key) {
-            ps_config_set(cfg, "global", short_forms[i].key, value, &o, PS_LAYER_SHORT);
+            ps_config_set(cfg, short_forms[i].section, short_forms[i].key, value, &o, PS_LAYER_SHORT);
             continue;
         }
         const ps_setting_t *dev = ps_config_find(cfg, "device.*", "resource");

@@ -18,7 +18,8 @@
  *      resource [device.*] uses), POOLSHIM_STATS, POOLSHIM_STATS_FILE,
  *      POOLSHIM_LOG (global.log_file: a log adaptor on top of every stack),
  *      POOLSHIM_FREE_SYNC, POOLSHIM_VERBOSE, POOLSHIM_DISABLE,
- *      POOLSHIM_ON_ERROR.
+ *      POOLSHIM_ON_ERROR; and two [debug] keys: POOLSHIM_NVTX
+ *      (debug.nvtx), POOLSHIM_GUARD (debug.guard).
  * Every value remembers where it came from (default / file:line / env var).
  * A later source that changes a resource's `type` drops the keys earlier
  * sources set for it that the new type does not have.
@@ -69,6 +70,16 @@ typedef struct ps_host_config {
                                       %p, %r, %d expanded) */
 } ps_host_config_t;
 
+/* [debug]: checks for finding the program's memory bugs inside the pool
+ * (docs/config.md, [debug]). Both off by default; both cost time. */
+typedef struct ps_debug_config {
+    int nvtx;     /* 1: register chunks as NVTX heaps and blocks as regions (compute-sanitizer) */
+    size_t guard; /* red-zone bytes after every block, filled at allocate, checked at free; 0 = off */
+} ps_debug_config_t;
+
+/* The largest red zone debug.guard accepts. */
+#define PS_GUARD_MAX ((size_t)1 << 20)
+
 /* [global]: settings of the whole process. */
 typedef struct ps_global_config {
     int verbosity;              /* 0 errors, 1 warnings (default), 2 info, 3 debug */
@@ -82,6 +93,7 @@ typedef struct ps_global_config {
                                    straight to CUDA (IPC-exportable); 0 = never */
     int disable;                /* 1: pure passthrough (POOLSHIM_DISABLE=1) */
     ps_host_config_t host;      /* [host]: the pinned host pool */
+    ps_debug_config_t debug;    /* [debug]: NVTX registration, guard mode */
 } ps_global_config_t;
 
 /* Pinned slabs are rounded up to this (host pages are small; cuMemAlloc's

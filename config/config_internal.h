@@ -250,6 +250,14 @@ typedef enum ps_host_key {
 } ps_host_key_t;
 extern const char *const ps_host_key_names[PS_HKEY_COUNT + 1];
 
+/* The keys of [debug] (checks that cost time, all off by default). */
+typedef enum ps_debug_key {
+    PS_DKEY_NVTX = 0, /* suballocations shown to compute-sanitizer through NVTX */
+    PS_DKEY_GUARD,    /* red-zone bytes after each block, checked on free */
+    PS_DKEY_COUNT
+} ps_debug_key_t;
+extern const char *const ps_debug_key_names[PS_DKEY_COUNT + 1];
+
 struct ps_config {
     ps_global_config_t global;           /* the validated [global] */
     ps_origin_t global_origin[PS_GKEY_COUNT]; /* where each global value came from */
@@ -356,6 +364,9 @@ typedef struct ps_config_constructors {
     int (*track)(const char *name, ps_resource_t *upstream, unsigned stack_depth,
                  ps_resource_t **out);
     int (*log)(const char *name, ps_resource_t *upstream, const char *path, ps_resource_t **out);
+    /* debug.guard; NULL in a test's table: the core's ps_guard_create */
+    int (*guard)(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu, size_t bytes,
+                 ps_resource_t *track, ps_resource_t **out);
 } ps_config_constructors_t;
 
 extern const ps_config_constructors_t ps_core_constructors;

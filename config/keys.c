@@ -25,6 +25,8 @@ const char *const ps_host_key_names[PS_HKEY_COUNT + 1] = {
     "enable", "min_chunk", "max_chunk", "growth_percent", "maximum_size", "pending_wait_bytes",
     "pending_wait_percent", "free_sync", "epoch_wait_us", "release_before_grow", "limit", "track", "stack_depth", "log_file", NULL};
 
+const char *const ps_debug_key_names[PS_DKEY_COUNT + 1] = {"nvtx", "guard", NULL};
+
 const char *const ps_free_sync_words[] = {"event", "device", "none", "barrier", NULL};
 const char *const ps_verbosity_words[] = {"error", "warning", "info", "debug", NULL};
 const char *const ps_stats_words[] = {"off", "text", "json", NULL};

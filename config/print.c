@@ -100,6 +100,32 @@ static void print_host(const ps_config_t *cfg, FILE *f)
     }
 }
 
+/* [debug]: NVTX registration and guard mode, each with its origin. */
+static void print_debug(const ps_config_t *cfg, FILE *f)
+{
+    const ps_debug_config_t *d = &cfg->global.debug;
+    char value[64];
+    fprintf(f, "\n[debug]\n");
+    for (int k = 0; k < PS_DKEY_COUNT; k++) {
+        switch ((ps_debug_key_t)k) {
+        case PS_DKEY_NVTX: snprintf(value, sizeof value, "%s", d->nvtx ? "on" : "off"); break;
+        case PS_DKEY_GUARD:
+            if (d->guard)
+                ps_format_bytes(value, sizeof value, d->guard);
+            else
+                snprintf(value, sizeof value, "0 (off)");
+            break;
+        default: value[0] = '\0'; break;
+        }
+        static const ps_origin_t unset = {PS_ORIGIN_NONE, NULL, 0};
+        const ps_origin_t *origin = &unset;
+        for (size_t i = 0; i < cfg->setting_count; i++)
+            if (strcmp(cfg->settings[i].section, "debug") == 0 && strcmp(cfg->settings[i].key, ps_debug_key_names[k]) == 0)
+                origin = &cfg->settings[i].origin;
+        print_line(f, 0, ps_debug_key_names[k], value, origin, NULL);
+    }
+}
+
 /* The value the builder uses for an unset key. */
 static void default_text(const ps_config_t *cfg, const ps_resource_def_t *def, int key, char *buf,
                          size_t size)
@@ -224,6 +250,7 @@ void ps_config_print(const ps_config_t *cfg, FILE *f, int device)
         return;
     print_global(cfg, f);
     print_host(cfg, f);
+    print_debug(cfg, f);
     const ps_device_def_t *dev = ps_config_device(cfg, device);
     char where[PS_PATH_MAX + 32];
     if (device < 0)

@@ -229,6 +229,40 @@ static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
     }
 }
 
+/* One key of [debug]. */
+static void validate_debug(ps_config_t *cfg, const ps_setting_t *s)
+{
+    ps_debug_config_t *d = &cfg->global.debug;
+    int key = ps_parse_word(s->key, ps_debug_key_names);
+    if (key < 0 || strcmp(s->key, ps_debug_key_names[key]) != 0) {
+        const char *near = ps_nearest_word(s->key, ps_debug_key_names);
+        if (near)
+            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [debug] (did you mean `%s`?)", s->key, near);
+        else
+            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [debug] (known keys: nvtx, guard)", s->key);
+        return;
+    }
+    char why[128] = "";
+    uint64_t bytes;
+    double pct;
+    int is_pct, b;
+    switch ((ps_debug_key_t)key) {
+    case PS_DKEY_NVTX:
+        if (ps_parse_bool(s->value, &b) != PS_OK)
+            return bad_value(cfg, s, "not a boolean", "1, true, yes, on, 0, false, no or off");
+        d->nvtx = b;
+        break;
+    case PS_DKEY_GUARD:
+        if (ps_parse_size_ex(s->value, 0, &bytes, &pct, &is_pct, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, "a size from 0 (off) to 1MiB such as 256 or 4KiB");
+        if (bytes > PS_GUARD_MAX)
+            return bad_value(cfg, s, "larger than 1MiB", "a size from 0 (off) to 1MiB such as 256 or 4KiB");
+        d->guard = (size_t)bytes;
+        break;
+    default: break;
+    }
+}
+
 void ps_host_pool_options(const ps_host_config_t *host, ps_pool_options_t *out)
 {
     ps_pool_options_default(out);
@@ -583,10 +617,11 @@ static void validate_devices(ps_config_t *cfg)
 
 static void check_sections(ps_config_t *cfg)
 {
-    static const char *const sections[] = {"global", "resource", "device", "host", NULL};
+    static const char *const sections[] = {"global", "resource", "device", "host", "debug", NULL};
     for (size_t i = 0; i < cfg->header_count + cfg->setting_count; i++) {
         const ps_setting_t *s = i < cfg->header_count ? &cfg->headers[i] : &cfg->settings[i - cfg->header_count];
-        if (strcmp(s->section, "global") == 0 || strcmp(s->section, "host") == 0 || strncmp(s->section, "resource.", 9) == 0 ||
+        if (strcmp(s->section, "global") == 0 || strcmp(s->section, "host") == 0 ||
+            strcmp(s->section, "debug") == 0 || strncmp(s->section, "resource.", 9) == 0 ||
             strncmp(s->section, "device.", 7) == 0)
             continue;
         /* report each unknown section once, at its header when it has one */
@@ -740,6 +775,8 @@ void ps_config_validate(ps_config_t *cfg)
             validate_global(cfg, &cfg->settings[i]);
         else if (strcmp(cfg->settings[i].section, "host") == 0)
             validate_host(cfg, &cfg->settings[i]);
+        else if (strcmp(cfg->settings[i].section, "debug") == 0)
+            validate_debug(cfg, &cfg->settings[i]);
     if (g->host.min_chunk > g->host.max_chunk)
         ps_config_add_error(cfg, NULL, "[host] min_chunk is larger than max_chunk");
     if (g->host.stack_depth && !g->host.track)

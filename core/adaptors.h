@@ -5,12 +5,14 @@
  *   track  outstanding allocations (size, stream, time, optional call
  *          stack) and a leak report grouped by call site
  *   log    every allocate/free/failure as CSV in RMM's format
+ *   guard  red zones after each block, checked at free (debug.guard)
  */
 #ifndef PS_ADAPTORS_H
 #define PS_ADAPTORS_H
 
 #include <stdio.h>
 
+#include "gpu_ops.h"
 #include "resource.h"
 
 /* ---- limit ---- */
@@ -55,6 +57,10 @@ int ps_track_create(const char *name, ps_resource_t *upstream, unsigned stack_de
 /* Writes the leak report (allocations never freed, grouped by call site);
  * returns the number of leaked allocations. Reads memory only. */
 size_t ps_track_report(ps_resource_t *track_adaptor, FILE *f);
+/* Writes the call stack recorded for the live allocation `ptr` (the
+ * program's frames, one a line, as in the report); returns 1, or 0 when
+ * `ptr` is not tracked. */
+int ps_track_write_site(ps_resource_t *track_adaptor, const void *ptr, FILE *f);
 
 /* ---- log ---- */
 /* Writes RMM's CSV (header "Thread,Time,Action,Pointer,Size,Stream") to
@@ -74,5 +80,22 @@ int ps_log_flush(ps_resource_t *log_adaptor);
 #define PS_LOG_PATH_MAX 4096
 /* Writes PATH + PS_LOG_RESERVED_SUFFIX into out; PS_EINVAL when too long. */
 int ps_log_reserved_path(const char *log_path, char *out, size_t outsize);
+
+/* ---- guard ---- */
+/* The byte every red zone is filled with. */
+#define PS_GUARD_BYTE 0xA5
+/* `bytes` of red zone after every block, filled with gpu->memset_d8 at
+ * allocate and read back with gpu->copy_to_host at free (both required:
+ * PS_EUNSUPPORTED otherwise); an overwrite is reported with ps_error, with
+ * the allocation site when `track` (a track adaptor below, or NULL) knows
+ * the block. Synchronizes at every free (core/guard.c). */
+int ps_guard_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu, size_t bytes,
+                    ps_resource_t *track, ps_resource_t **out);
+typedef struct ps_guard_counts {
+    uint64_t checked;     /* frees whose red zone was compared */
+    uint64_t overwritten; /* of those, red zones found changed (each reported) */
+    uint64_t unchecked;   /* frees whose red zone could not be read back */
+} ps_guard_counts_t;
+void ps_guard_get(ps_resource_t *guard_adaptor, ps_guard_counts_t *out);
 
 #endif

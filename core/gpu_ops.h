@@ -106,6 +106,19 @@ typedef struct ps_gpu_ops {
      * cannot. host_free: cuMemFreeHost (which synchronizes the device). */
     int (*host_alloc)(void *ctx, size_t size, unsigned flags, void **out);
     int (*host_free)(void *ctx, void *ptr, size_t size);
+
+    /* Debug (guard mode, core/guard.c); NULL when not available.
+     * memset_d8: fill `bytes` device bytes at `ptr` with `value`
+     *   (cuMemsetD8Async). stream PS_STREAM_NONE: on the legacy stream,
+     *   and the host waits for it (cuStreamSynchronize); a stream: in that
+     *   stream's order, no host wait.
+     * copy_to_host: copy `bytes` device bytes at `src` to host `dst` after
+     *   every earlier kernel that could write them has finished: stream
+     *   PS_STREAM_NONE synchronizes the device (cuCtxSynchronize), a
+     *   stream synchronizes that stream (cuStreamSynchronize); then
+     *   cuMemcpyDtoH. */
+    int (*memset_d8)(void *ctx, void *ptr, uint8_t value, size_t bytes, ps_stream_t stream);
+    int (*copy_to_host)(void *ctx, void *dst, const void *src, size_t bytes, ps_stream_t stream);
 } ps_gpu_ops_t;
 
 /* host_alloc flags: CU_MEMHOSTALLOC_PORTABLE, _DEVICEMAP, _WRITECOMBINED

@@ -150,7 +150,7 @@ static int all_fences_complete_locked(const host_device_t *dev)
 static const char *const OP_NAMES[PS_HOST_OP_COUNT + 1] = {
     "mem_alloc", "mem_free", "mem_alloc_async", "mem_free_async", "mem_alloc_managed", "mem_get_info",
     "fence_record", "fence_query", "fence_wait", "stream_wait_fence", "device_synchronize", "barrier",
-    "vm_reserve", "vm_map", "vm_unmap", "host_alloc", "any",
+    "vm_reserve", "vm_map", "vm_unmap", "host_alloc", "memset_d8", "copy_to_host", "any",
 };
 
 /* Counts one call of `op` and answers whether the fault plan fails it:
@@ -387,6 +387,26 @@ static int host_stream_wait_fence(void *ctx, ps_stream_t stream, ps_fence_t *fen
     return PS_OK;
 }
 
+/* Guard mode over real host memory (backed only): the "device" bytes are
+ * host bytes, and nothing runs behind the host's back. */
+static int host_memset_d8(void *ctx, void *ptr, uint8_t value, size_t bytes, ps_stream_t stream)
+{
+    int fault = host_fault(ctx, PS_HOST_OP_MEMSET_D8);
+    if (fault != PS_OK)
+        return fault;
+    memset(ptr, value, bytes);
+    return PS_OK;
+}
+
+static int host_copy_to_host(void *ctx, void *dst, const void *src, size_t bytes, ps_stream_t stream)
+{
+    int fault = host_fault(ctx, PS_HOST_OP_COPY_TO_HOST);
+    if (fault != PS_OK)
+        return fault;
+    memcpy(dst, src, bytes);
+    return PS_OK;
+}
+
 static int host_device_synchronize(void *ctx)
 {
     host_device_t *dev = ctx;
@@ -576,6 +596,10 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
         .host_alloc = host_host_alloc,
         .host_free = host_host_free,
     };
+    if (options.backed) {
+        dev->ops.memset_d8 = host_memset_d8;
+        dev->ops.copy_to_host = host_copy_to_host;
+    }
     if (options.virtual_memory) {
         dev->ops.vm_granularity = host_vm_granularity;
         dev->ops.vm_reserve = host_vm_reserve;

@@ -108,6 +108,8 @@ typedef enum ps_host_op {
     PS_HOST_OP_VM_MAP,             /* vm_map */
     PS_HOST_OP_VM_UNMAP,           /* vm_unmap */
     PS_HOST_OP_HOST_ALLOC,         /* host_alloc (pinned host memory) */
+    PS_HOST_OP_MEMSET_D8,          /* memset_d8 (guard mode) */
+    PS_HOST_OP_COPY_TO_HOST,       /* copy_to_host (guard mode) */
     PS_HOST_OP_COUNT,              /* number of counted entries */
     PS_HOST_OP_ANY = PS_HOST_OP_COUNT /* every counted entry together */
 } ps_host_op_t;

@@ -10,6 +10,8 @@
  *     and resolves each frame with dladdr at report time (function name,
  *     offset, object); our own frames (ps_*, poolshim*) are skipped, so the
  *     first line shown is the program's call site. It reads memory only.
+ *  4. ps_track_write_site writes one live record's frames the same way
+ *     (the guard adaptor names the allocation site of an overwritten block).
  * Guarantees: thread-safe; costs one backtrace() per allocation when
  * stack_depth > 0. Executables need -rdynamic for dladdr to name their
  * functions (shared libraries are named without it).
@@ -208,18 +210,15 @@ static int is_own_frame(const Dl_info *info)
     return info->dli_fname && strstr(info->dli_fname, "libpoolshim") != NULL;
 }
 
-static void write_site(FILE *f, const site_t *s)
+static void write_frames(FILE *f, const record_t *rec)
 {
-    char b[32];
-    fprintf(f, "  %zu allocation%s, %s, at:\n", s->count, s->count == 1 ? "" : "s",
-            ps_format_bytes(b, sizeof b, s->bytes));
-    if (s->first->depth == 0) {
+    if (rec->depth == 0) {
         fprintf(f, "    (no call stack: track.stack_depth = 0)\n");
         return;
     }
     int shown = 0;
-    for (unsigned i = 0; i < s->first->depth; i++) {
-        void *pc = s->first->frames[i];
+    for (unsigned i = 0; i < rec->depth; i++) {
+        void *pc = rec->frames[i];
         Dl_info info;
         int known = dladdr(pc, &info) != 0;
         if (known && !shown && is_own_frame(&info))
@@ -235,6 +234,27 @@ static void write_site(FILE *f, const site_t *s)
         else
             fprintf(f, "    #%d %p\n", shown - 1, pc);
     }
+}
+
+static void write_site(FILE *f, const site_t *s)
+{
+    char b[32];
+    fprintf(f, "  %zu allocation%s, %s, at:\n", s->count, s->count == 1 ? "" : "s",
+            ps_format_bytes(b, sizeof b, s->bytes));
+    write_frames(f, s->first);
+}
+
+int ps_track_write_site(ps_resource_t *track_adaptor, const void *ptr, FILE *f)
+{
+    track_t *t = (track_t *)track_adaptor;
+    pthread_mutex_lock(&t->lock);
+    const record_t *rec = t->buckets[bucket_of(t, ptr)];
+    while (rec && rec->ptr != ptr)
+        rec = rec->next;
+    if (rec)
+        write_frames(f, rec);
+    pthread_mutex_unlock(&t->lock);
+    return rec != NULL;
 }
 
 size_t ps_track_report(ps_resource_t *track_adaptor, FILE *f)

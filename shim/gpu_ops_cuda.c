@@ -55,6 +55,13 @@
  *    of P mapped so far and is named in every later mapping of P.
  *    POOLSHIM_TEST_SKIP_PEER_GRANT=1 (tests only) grants nothing: the
  *    negative control of tests/gpu/multi_gpu.cu, whose kernel must then fault.
+ * 6. With debug.nvtx on, every chunk (mem_alloc, mem_alloc_managed) and
+ *    every mapped piece (vm_map) is announced to nvtx.c as a heap, and
+ *    withdrawn before it goes back (mem_free, vm_unmap).
+ * 7. memset_d8 / copy_to_host (guard mode): cuMemsetD8Async on the
+ *    block's stream (the legacy stream for cudaMalloc, then a host wait on
+ *    it); cuCtxSynchronize (or cuStreamSynchronize of the block's stream)
+ *    before cuMemcpyDtoH, so no kernel can still write what is read.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -107,6 +114,8 @@ static int dead_fence_done(void *vctx, ps_fence_t *f) { return PS_OK; } /* nothi
 static int dead_stream_wait_fence(void *vctx, ps_stream_t stream, ps_fence_t *f) { return PS_OK; }
 static int dead_device_synchronize(void *vctx) { return PS_OK; }
 static int dead_barrier(void *vctx) { return PS_EUPSTREAM; }
+static int dead_memset_d8(void *vctx, void *ptr, uint8_t value, size_t bytes, ps_stream_t stream) { return PS_EUPSTREAM; }
+static int dead_copy_to_host(void *vctx, void *dst, const void *src, size_t bytes, ps_stream_t stream) { return PS_EUPSTREAM; }
 static int dead_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle) { return PS_EUPSTREAM; }
 static int dead_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle) { return PS_OK; }
 static int dead_host_alloc(void *vctx, size_t size, unsigned flags, void **out) { return PS_EUPSTREAM; }
@@ -312,6 +321,8 @@ static int ops_mem_alloc(void *vctx, size_t size, void **out)
     if (r != CUDA_SUCCESS)
         return status_of(r);
     ps_slab_add((uintptr_t)p, size, d->ops.device);
+    if (PS_UNLIKELY(ps_nvtx_on))
+        ps_nvtx_heap_add((void *)(uintptr_t)p, size, d->ops.device);
     *out = (void *)(uintptr_t)p;
     return PS_OK;
 }
@@ -323,6 +334,8 @@ static int ops_mem_free(void *vctx, void *ptr, size_t size)
 
     device_ops_t *d = vctx;
     ps_slab_remove((uintptr_t)ptr);
+    if (PS_UNLIKELY(ps_nvtx_on))
+        ps_nvtx_heap_remove(ptr);
     int pushed = enter_ctx(d);
     CUresult r = ps_real.cuMemFree_v2((CUdeviceptr)(uintptr_t)ptr);
     leave_ctx(pushed);
@@ -411,6 +424,8 @@ static int ops_mem_alloc_managed(void *vctx, size_t size, void **out)
     if (r != CUDA_SUCCESS)
         return status_of(r);
     ps_slab_add((uintptr_t)p, size, d->ops.device);
+    if (PS_UNLIKELY(ps_nvtx_on))
+        ps_nvtx_heap_add((void *)(uintptr_t)p, size, d->ops.device);
     *out = (void *)(uintptr_t)p;
     return PS_OK;
 }
@@ -650,6 +665,38 @@ static int ops_barrier(void *vctx)
     return status;
 }
 
+/* ---- guard mode (7. above) ------------------------------------------------------------ */
+static CUstream stream_of(ps_stream_t stream)
+{
+    return stream == PS_STREAM_NONE ? (CUstream)(uintptr_t)PS_STREAM_LEGACY : (CUstream)stream;
+}
+
+static int ops_memset_d8(void *vctx, void *ptr, uint8_t value, size_t bytes, ps_stream_t stream)
+{
+    if (is_dead(vctx))
+        return dead_memset_d8(vctx, ptr, value, bytes, stream);
+    device_ops_t *d = vctx;
+    int pushed = enter_ctx(d);
+    CUresult r = ps_real.cuMemsetD8Async((CUdeviceptr)(uintptr_t)ptr, value, bytes, stream_of(stream));
+    if (r == CUDA_SUCCESS && stream == PS_STREAM_NONE)
+        r = ps_real.cuStreamSynchronize(stream_of(stream));
+    leave_ctx(pushed);
+    return status_of(r);
+}
+
+static int ops_copy_to_host(void *vctx, void *dst, const void *src, size_t bytes, ps_stream_t stream)
+{
+    if (is_dead(vctx))
+        return dead_copy_to_host(vctx, dst, src, bytes, stream);
+    device_ops_t *d = vctx;
+    int pushed = enter_ctx(d);
+    CUresult r = stream == PS_STREAM_NONE ? ps_real.cuCtxSynchronize() : ps_real.cuStreamSynchronize((CUstream)stream);
+    if (r == CUDA_SUCCESS)
+        r = ps_real.cuMemcpyDtoH_v2(dst, (CUdeviceptr)(uintptr_t)src, bytes);
+    leave_ctx(pushed);
+    return status_of(r);
+}
+
 /* ---- virtual memory (5. above) ------------------------------------------------------------ */
 static size_t ops_vm_granularity(void *vctx)
 {
@@ -734,6 +781,8 @@ static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
         ps_ptr_map_put(&d->vm_sizes, (uintptr_t)addr, size);
     }
     pthread_mutex_unlock(&d->vm_lock);
+    if (PS_UNLIKELY(ps_nvtx_on))
+        ps_nvtx_heap_add(addr, size, d->ops.device);
     *handle = h;
     return PS_OK;
 }
@@ -781,6 +830,8 @@ static int ops_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle)
         return dead_vm_unmap(vctx, addr, size, handle);
 
     device_ops_t *d = vctx;
+    if (PS_UNLIKELY(ps_nvtx_on))
+        ps_nvtx_heap_remove(addr);
     int pushed = enter_ctx(d);
     CUresult r = ps_real.cuMemUnmap((CUdeviceptr)(uintptr_t)addr, size);
     if (r == CUDA_SUCCESS)
@@ -916,6 +967,10 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         .host_alloc = ops_host_alloc,
         .host_free = ops_host_free,
     };
+    if (ps_real.cuMemsetD8Async && ps_real.cuMemcpyDtoH_v2 && ps_real.cuStreamSynchronize) {
+        d->ops.memset_d8 = ops_memset_d8;
+        d->ops.copy_to_host = ops_copy_to_host;
+    }
     int pushed = enter_ctx(d);
     d->vm_granularity = vm_granularity_of(device);
     leave_ctx(pushed);

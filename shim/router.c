@@ -13,7 +13,9 @@
  *    A thread-local cache maps the last context to its device.
  * 3. Every pointer handed out is recorded in the registry with its size,
  *    stream and door; a free looks it up (no context query), removes it
- *    atomically and gives it back to the device's stack.
+ *    atomically and gives it back to the device's stack. With debug.nvtx
+ *    on, the block is shown to compute-sanitizer as an NVTX region from
+ *    its registration to its free (nvtx.c).
  * 4. A pointer not in the registry is forwarded to the real free — unless
  *    it lies inside memory the shim took from CUDA: then it is a double
  *    free or an interior pointer, answered with "invalid value" and the
@@ -170,6 +172,8 @@ static void init_once_body(void)
         return;
     }
     ps_stats_init(ps_global->stats != PS_STATS_OFF);
+    if (ps_global->debug.nvtx)
+        ps_nvtx_enable();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     atexit(ps_stats_report_at_exit);
     ps_info("active (pid %d): free_sync=%s, stats=%s", (int)getpid(),
@@ -419,6 +423,8 @@ ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream
             ps_in_shim--;
             rc = PS_ENOMEM;
         } else {
+            if (PS_UNLIKELY(ps_nvtx_on))
+                ps_nvtx_region_add(p, size);
             *out = p;
         }
     }
@@ -484,6 +490,8 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
     ps_stack_t *stack = __atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE);
     ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
     int rc;
+    if (PS_UNLIKELY(ps_nvtx_on))
+        ps_nvtx_region_remove(ptr, a.size); /* before the pool may hand it out again */
     ps_in_shim++;
     if (a.direct)
         rc = gpu->mem_free(gpu->ctx, ptr, a.size);
@@ -493,6 +501,8 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
     if (rc != PS_OK && !a.direct) {
         /* the stack refused it: keep the registry as it was */
         ps_registry_insert(&a);
+        if (PS_UNLIKELY(ps_nvtx_on))
+            ps_nvtx_region_add(ptr, a.size);
         ps_stats_count_invalid(call);
         rc = PS_EINVAL;
     }
@@ -713,6 +723,8 @@ static void drop_device(ps_device_state_t *dev, const char *api)
     uint64_t count = 0, bytes = 0;
     ps_registry_drop_device(d, &count, &bytes);
     ps_slab_drop_device(d);
+    if (ps_nvtx_on)
+        ps_nvtx_drop_device(d);
     ps_resource_info_t info = {0};
     ps_query(stack->top, &info);
     if (stack->log)

@@ -14,6 +14,7 @@
  *   registry.c       device pointer -> owner (sharded hash, no global lock)
  *   gpu_ops_cuda.c   the GPU-ops table of core/ over the real driver, stream tracking
  *   stats.c          the shim's counters and exit report
+ *   nvtx.c           debug.nvtx: chunks as NVTX heaps, blocks as regions (compute-sanitizer)
  *
  * Calls go one way:
  *
@@ -27,7 +28,7 @@
  * A hook calls the router, real.c to pass a call through, and the hook
  * table; it never calls another hook file, gpu_ops_cuda.c or registry.c.
  * gpu_ops_cuda.c calls registry.c and real.c only; registry.c and real.c
- * call nothing here. stats.c is a leaf any of them may count into; its
+ * call nothing here. stats.c and nvtx.c are leaves any of them may call; stats.c's
  * exit report, registered by the router, reads the router's device table
  * (ps_devices, ps_global: data, no call). Calls back up happen only
  * through CUDA (the real runtime entering our driver hooks), and
@@ -122,7 +123,10 @@
     X(cuCtxEnablePeerAccess, CUresult, (CUcontext, unsigned int))   \
     X(cuMemHostAlloc, CUresult, (void **, size_t, unsigned int))                            \
     X(cuMemAllocHost_v2, CUresult, (void **, size_t))                                       \
-    X(cuMemFreeHost, CUresult, (void *))
+    X(cuMemFreeHost, CUresult, (void *))                                                    \
+    X(cuMemsetD8Async, CUresult, (CUdeviceptr, unsigned char, size_t, CUstream))              \
+    X(cuMemcpyDtoH_v2, CUresult, (void *, CUdeviceptr, size_t))                               \
+    X(cuStreamSynchronize, CUresult, (CUstream))
 
 /* The runtime functions the shim forwards to (foreign pointers, cudaFree(NULL),
  * stream capture, passthrough mode). */
@@ -261,6 +265,22 @@ void ps_gpu_ops_cuda_atfork_child(void);
  * cuMemMap is not covered by that, so every mapping of the peer device's
  * pools, and every later one, is made accessible to the current device. */
 void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer);
+
+/* ---- nvtx.c: debug.nvtx (a leaf; NVTX calls only, never CUDA) -------------- */
+/* 1 when debug.nvtx is on; every caller tests it first (the option off
+ * costs one branch). Set by the router at init, before any stack exists. */
+extern int ps_nvtx_on;
+void ps_nvtx_enable(void);
+/* Device memory taken from CUDA (a chunk, a mapped piece) / given back. */
+void ps_nvtx_heap_add(void *base, size_t size, int device);
+void ps_nvtx_heap_remove(void *base);
+/* A block handed to the program (`size` = the bytes asked for) / freed. */
+void ps_nvtx_region_add(void *ptr, size_t size);
+void ps_nvtx_region_remove(void *ptr, size_t size);
+/* The device's context died: forget its heaps. */
+void ps_nvtx_drop_device(int device);
+/* Heaps registered now (tests). */
+size_t ps_nvtx_heap_count(void);
 
 /* ---- router.c --------------------------------------------------------------- */
 enum { PS_DOOR_RUNTIME = 0, PS_DOOR_DRIVER = 1 };

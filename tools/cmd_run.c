@@ -7,7 +7,11 @@
  *      ../lib/ after `make install`); append it to LD_PRELOAD.
  *   3. Set POOLSHIM_CONFIG (--config), POOLSHIM_OPTIONS (the -o values
  *      joined with commas, after any POOLSHIM_OPTIONS already set) and
- *      POOLSHIM_STATS (--stats).
+ *      POOLSHIM_STATS (--stats). --sanitize sets POOLSHIM_NVTX=1 (the
+ *      shim shows every block to the tool as an NVTX region) and puts
+ *      `compute-sanitizer --tool memcheck --nvtx yes --` before the command
+ *      ($POOLSHIM_SANITIZER, else compute-sanitizer on PATH, else
+ *      $CUDA_HOME/bin, else /usr/local/cuda/bin).
  *   4. execvp the command: it replaces this process, so its exit status,
  *      signals and terminal are the command's own (no fork, no wait).
  *      A command that cannot be executed exits 127 (not found) or 126.
@@ -52,10 +56,41 @@ static const char run_usage[] =
     "      --stats-file PATH  write the statistics there instead (%p = pid, %r = rank);\n"
     "                         merge them later with 'poolshim stats'\n"
     "      --log PATH         write the allocation log (RMM CSV format)\n"
+    "      --sanitize         run COMMAND under compute-sanitizer --tool memcheck with\n"
+    "                         debug.nvtx on: overflows into a neighbouring block and uses\n"
+    "                         after free inside the pool are reported\n"
     "  -n, --dry-run          print the environment and command instead of running it\n"
     "  -h, --help             this text\n"
     "\n"
-    "environment: POOLSHIM_LIB overrides where libpoolshim.so is found.\n";
+    "environment: POOLSHIM_LIB overrides where libpoolshim.so is found; POOLSHIM_SANITIZER\n"
+    "where compute-sanitizer is.\n";
+
+/* compute-sanitizer for --sanitize: $POOLSHIM_SANITIZER, PATH, $CUDA_HOME/bin,
+ * /usr/local/cuda/bin. Returns 0 and the path in `out`, or -1. */
+static int find_sanitizer(char *out, size_t size)
+{
+    const char *given = getenv("POOLSHIM_SANITIZER");
+    if (given && *given) {
+        snprintf(out, size, "%s", given);
+        return access(out, X_OK) == 0 ? 0 : -1;
+    }
+    const char *path = getenv("PATH");
+    while (path && *path) {
+        size_t n = strcspn(path, ":");
+        snprintf(out, size, "%.*s/compute-sanitizer", (int)n, path);
+        if (n && access(out, X_OK) == 0)
+            return 0;
+        path += n + (path[n] == ':');
+    }
+    const char *home = getenv("CUDA_HOME");
+    if (home && *home) {
+        snprintf(out, size, "%s/bin/compute-sanitizer", home);
+        if (access(out, X_OK) == 0)
+            return 0;
+    }
+    snprintf(out, size, "/usr/local/cuda/bin/compute-sanitizer");
+    return access(out, X_OK) == 0 ? 0 : -1;
+}
 
 /* Appends "key=value" to the comma-joined option list. */
 static int append_option(char **joined, const char *option)
@@ -166,12 +201,13 @@ int ps_cmd_run(int argc, char **argv)
         {"stats-file", required_argument, NULL, 'F'},
         {"log", required_argument, NULL, 'L'},
         {"dry-run", no_argument, NULL, 'n'},
+        {"sanitize", no_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *config = NULL, *stats = NULL, *stats_file = NULL, *log_path = NULL;
     char *options = NULL;
-    int dry_run = 0;
+    int dry_run = 0, sanitize = 0;
     const char *existing = getenv("POOLSHIM_OPTIONS");
     if (existing && *existing)
         options = strdup(existing);
@@ -198,6 +234,7 @@ int ps_cmd_run(int argc, char **argv)
         case 'F': stats_file = optarg; break;
         case 'L': log_path = optarg; break;
         case 'n': dry_run = 1; break;
+        case 'S': sanitize = 1; break;
         case 'h':
             free(options);
             fputs(run_usage, stdout);
@@ -218,10 +255,34 @@ int ps_cmd_run(int argc, char **argv)
         return cli_usage_error("run", "no command given (poolshim run [options] -- COMMAND ...)");
     }
     char **command = argv + optind;
+    char sanitizer[PATH_MAX];
+    char **sanitized = NULL; /* compute-sanitizer's arguments, then the command */
+    if (sanitize) {
+        if (find_sanitizer(sanitizer, sizeof sanitizer) != 0) {
+            free(options);
+            fprintf(stderr, "poolshim: error: run: --sanitize: cannot find compute-sanitizer (looked at "
+                            "$POOLSHIM_SANITIZER, PATH, $CUDA_HOME/bin and /usr/local/cuda/bin)\n");
+            return CLI_EXIT_NOT_FOUND;
+        }
+        static const char *const prefix[] = {"--tool", "memcheck", "--nvtx", "yes", "--"};
+        size_t count = (size_t)(argc - optind), extra = 1 + sizeof prefix / sizeof prefix[0];
+        sanitized = calloc(count + extra + 1, sizeof *sanitized);
+        if (!sanitized) {
+            free(options);
+            fprintf(stderr, "poolshim: error: run: out of memory\n");
+            return CLI_EXIT_FAILURE;
+        }
+        sanitized[0] = sanitizer;
+        for (size_t i = 0; i + 1 < extra; i++)
+            sanitized[1 + i] = (char *)prefix[i];
+        memcpy(sanitized + extra, command, count * sizeof *command);
+        command = sanitized;
+    }
 
     char library[PATH_MAX];
     if (cli_find_library("libpoolshim.so", "POOLSHIM_LIB", library, sizeof library) != 0) {
         free(options);
+        free(sanitized);
         fprintf(stderr, "poolshim: error: run: cannot find libpoolshim.so (looked at $POOLSHIM_LIB, "
                         "beside the poolshim executable and in ../lib/); set POOLSHIM_LIB\n");
         return CLI_EXIT_FAILURE;
@@ -237,6 +298,8 @@ int ps_cmd_run(int argc, char **argv)
         failed |= setenv("POOLSHIM_STATS_FILE", stats_file, 1) != 0;
     if (log_path)
         failed |= setenv("POOLSHIM_LOG", log_path, 1) != 0;
+    if (sanitize)
+        failed |= setenv("POOLSHIM_NVTX", "1", 1) != 0;
     /* --stats alone: one JSON file per process, merged at the end */
     int merge = stats && !stats_file;
     char directory[PATH_MAX], pattern[PATH_MAX + 32];
@@ -245,6 +308,7 @@ int ps_cmd_run(int argc, char **argv)
         snprintf(directory, sizeof directory, "%s/poolshim-run-XXXXXX", tmp && *tmp ? tmp : "/tmp");
         if (!dry_run && !mkdtemp(directory)) {
             free(options);
+            free(sanitized);
             fprintf(stderr, "poolshim: error: run: cannot create a temporary directory: %s\n", strerror(errno));
             return CLI_EXIT_FAILURE;
         }
@@ -257,28 +321,32 @@ int ps_cmd_run(int argc, char **argv)
         fprintf(stderr, "poolshim: error: run: cannot set the environment: %s\n", strerror(errno));
         if (merge && !dry_run)
             remove_directory(directory);
+        free(sanitized);
         return CLI_EXIT_FAILURE;
     }
     if (dry_run) {
         const char *names[] = {"LD_PRELOAD", "POOLSHIM_CONFIG", "POOLSHIM_OPTIONS", "POOLSHIM_STATS",
-                               "POOLSHIM_STATS_FILE", "POOLSHIM_LOG"};
+                               "POOLSHIM_STATS_FILE", "POOLSHIM_LOG", "POOLSHIM_NVTX"};
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
             if (getenv(names[i]))
                 printf("%s=%s\n", names[i], getenv(names[i]));
         for (char **arg = command; *arg; arg++)
             printf("%s%s", arg == command ? "" : " ", *arg);
         printf("\n");
+        free(sanitized);
         return CLI_EXIT_OK;
     }
     if (merge) {
         int exit_code = run_and_wait(command);
         print_merged_stats(directory, !strcmp(stats, "json"));
         remove_directory(directory);
+        free(sanitized);
         return exit_code;
     }
     fflush(NULL);
     execvp(command[0], command);
     int error = errno;
     fprintf(stderr, "poolshim: error: run: cannot execute '%s': %s\n", command[0], strerror(error));
+    free(sanitized);
     return error == ENOENT ? CLI_EXIT_NOT_FOUND : CLI_EXIT_CANNOT_EXECUTE;
 }

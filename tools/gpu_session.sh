@@ -3,14 +3,17 @@
 # demo and on PyTorch, and the benchmarks. Used on the lent GPU machine with
 # build/ (and .carry/ for the RMM peer) carried from a machine with libinih:
 #   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [replay] [bench] [pinned] [torchmem]
-#                                      [ddp] [ddp_transformer] [multigpu]
+#                                      [ddp] [ddp_transformer] [multigpu] [soak]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # replay: the committed PyTorch logs replayed on this GPU (tools/bench/replay_logs.sh,
 # also part of bench); traces also plots its log with the recorded reserved curve.
 # torchmem: NVML memory of varied PyTorch loops per allocator (about 6 min on an
 # H100); ddp: DDP per free policy (needs two GPUs: nvidia-h200-x2); multigpu:
 # the GPU suite's multi-GPU and multi-process tests, then mpirun and torchrun
-# jobs timed natively and under the shim, a table per rank (two GPUs, about 3 min).
+# jobs timed natively and under the shim, a table per rank (two GPUs, about 3 min);
+# soak: the randomized soak of tests/gpu/soak.cu on every stack, SOAK_TOTAL seconds
+# in all (default 540: 90 s for each of the 6 runs, inside one 10-minute device call;
+# SOAK_STACKS=pool SOAK_TOTAL=560 gives one stack the whole call).
 # Results land under $OUT: gpu/ and bench/ from the scripts, and everything
 # else in one archive, extra.tgz (the device tool returns at most 8 files).
 set -u
@@ -87,6 +90,13 @@ for step in $what; do
             ./tests/gpu/run.sh build | grep -vE '^(PASS|SKIP) build/' | tail -n 60
         echo "=== several GPUs and processes: per rank, native vs shim (tools/bench/multigpu.sh)"
         OUT_DIR=$OUT/multigpu/bench tools/bench/multigpu.sh build ;;
+    soak)
+        stacks=${SOAK_STACKS:-pool pool_shared arena binning fixed_over_pool async}
+        count=$(printf '%s\n' $stacks | wc -l)
+        per=$(( ${SOAK_TOTAL:-540} / count ))
+        echo "=== soak: $per s per stack ($stacks)"
+        pattern=$(printf 'soak/%s$|' $stacks)
+        OUTDIR=$OUT/soak TESTS="^(${pattern%|})" SOAK_SECONDS=$per ./tests/gpu/run.sh build | grep -E '^(PASS|FAIL|SKIP) soak|passed' ;;
     esac
 done
 [ -d "$OUT/extra" ] && (cd "$OUT" && tar czf extra.tgz extra && rm -rf extra)

@@ -17,6 +17,9 @@
 #   TESTS         only tests whose name matches this extended regex (default all)
 #   TEST_TIMEOUT  seconds per test (default 120)
 #   GPU_ARCH      nvcc -arch (default sm_90)
+#   SOAK_SECONDS  seconds per stack of the soak (section 11; default 20)
+#   SANITIZER     compute-sanitizer (default: on PATH, else $CUDA_HOME/bin); the
+#                 sanitizer tests (section 9) are SKIPped when it is absent
 #   NVCC, PYTHON  the tools (default nvcc on PATH or $CUDA_HOME/bin/nvcc, python3)
 #   MPIRUN        the MPI launcher for the multi-process tests (default mpirun on PATH)
 #   MPI_STEPS, DDP_STEPS   work per rank in the mpirun and torchrun tests (3000, 60)
@@ -208,6 +211,10 @@ declare -A sources=(
     [multi_gpu_shared]="multi_gpu.cu -cudart shared"
     [mp_ranks_static]="mp_ranks.cu"
     [mp_ranks_shared]="mp_ranks.cu -cudart shared"
+    [sanitize_static]="sanitize.cu"
+    [sanitize_shared]="sanitize.cu -cudart shared"
+    [soak_static]="soak.cu -lcuda"
+    [soak_shared]="soak.cu -cudart shared -lcuda"
 )
 build_started=$(date +%s)
 for name in "${!sources[@]}"; do
@@ -780,6 +787,159 @@ sys.exit(0 if native.keys() == shim.keys() and all(close(float(native[r]), float
         fi
     fi
 fi
+# ---------------------------------------------------------------- 9. compute-sanitizer sees the pool's blocks (debug.nvtx)
+# sanitized NAME errors|clean [VAR=VALUE...] -- PROGRAM ARGS: runs PROGRAM under
+# `compute-sanitizer --tool memcheck --nvtx yes`, with the shim preloaded unless
+# the first VAR is NOSHIM=1. `errors`: passes when memcheck reported at least one
+# error and an invalid global access; `clean`: when it reported 0 errors and the
+# program ran to its end.
+# Without compute-sanitizer every such test is SKIPped.
+SANITIZER=${SANITIZER:-$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")}
+sanitized() {
+    local name=sanitize/$1 want=$2
+    shift 2
+    local -a envs=()
+    local preload=1
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        if [ "$1" = NOSHIM=1 ]; then preload=0; else envs+=("$1"); fi
+        shift
+    done
+    shift
+    wanted "$name" || return 0
+    [ -x "$SANITIZER" ] || { record "$name" SKIP "no compute-sanitizer at $SANITIZER"; return 0; }
+    local path log=${name//\//_}
+    path=$(exe "$1") || { record "$name" FAIL "$1 did not build"; return 0; }
+    shift
+    [ -f "$lib" ] || { record "$name" FAIL "no $lib"; return 0; }
+    if [ $preload -eq 1 ]; then
+        run_timed "$log" env LD_PRELOAD="$lib" "${envs[@]}" "$SANITIZER" --tool memcheck --nvtx yes "$path" "$@"
+    else
+        run_timed "$log" env -u LD_PRELOAD "${envs[@]}" "$SANITIZER" --tool memcheck --nvtx yes "$path" "$@"
+    fi
+    keep_log "$log"
+    local summary errors
+    summary=$(grep -m1 -E 'ERROR SUMMARY: [0-9]+ error' "$logs/$log.log")
+    errors=$(printf '%s\n' "$summary" | sed -E 's/.*ERROR SUMMARY: ([0-9]+) error.*/\1/')
+    # after a reported access memcheck leaves the context in error, so the
+    # program may stop at its next CUDA call: only a clean run must finish
+    if [ -z "$summary" ]; then record "$name" FAIL "no ERROR SUMMARY (exit $rc), log $log.log"
+    elif [ "$want" = clean ] && ! grep -q "OK (the verdict" "$logs/$log.log"; then
+        record "$name" FAIL "the program did not finish (exit $rc), log $log.log"
+    elif [ "$want" = errors ] && [ "$errors" -gt 0 ] && grep -q 'Invalid __global__' "$logs/$log.log"; then
+        record "$name" PASS "memcheck: $errors errors"
+    elif [ "$want" = clean ] && [ "$errors" -eq 0 ]; then record "$name" PASS "memcheck: 0 errors"
+    else record "$name" FAIL "memcheck reported $errors errors, expected $want; log $log.log"; fi
+}
+# the reference: memcheck sees the overflow of a native cudaMalloc block (no shim)
+sanitized overflow_native errors NOSHIM=1 -- sanitize_static overflow
+# with debug.nvtx: the overflow into the next block and the use after free are reported
+sanitized overflow_nvtx errors POOLSHIM_NVTX=1 -- sanitize_static overflow
+sanitized overflow_nvtx_shared errors POOLSHIM_NVTX=1 -- sanitize_shared overflow
+sanitized overflow_nvtx_chunks errors POOLSHIM_NVTX=1 POOLSHIM_OPTIONS=resource.main.expandable=0 -- sanitize_static overflow
+sanitized overflow_async_nvtx errors POOLSHIM_NVTX=1 -- sanitize_static overflow_async
+sanitized uaf_nvtx errors POOLSHIM_NVTX=1 -- sanitize_static uaf
+sanitized uaf_nvtx_arena errors POOLSHIM_NVTX=1 POOLSHIM_RESOURCE=arena -- sanitize_static uaf
+# and nothing on a clean program
+sanitized clean_nvtx clean POOLSHIM_NVTX=1 -- sanitize_static clean
+sanitized clean_nvtx_shared clean POOLSHIM_NVTX=1 -- sanitize_shared clean
+# why the option exists: without it the same bugs inside the pool go unseen
+sanitized overflow_without_nvtx_unseen clean -- sanitize_static overflow
+sanitized uaf_without_nvtx_unseen clean -- sanitize_static uaf
+# poolshim run --sanitize does the same in one command
+if wanted sanitize/cli_run_sanitize_overflow; then
+    name=sanitize/cli_run_sanitize_overflow
+    if [ ! -x "$SANITIZER" ]; then record "$name" SKIP "no compute-sanitizer at $SANITIZER"
+    elif ! path=$(exe sanitize_static) || [ ! -x "$build_dir/poolshim" ]; then record "$name" FAIL "sanitize_static or $build_dir/poolshim missing"
+    else
+        run_timed sanitize_cli_run_sanitize_overflow env POOLSHIM_SANITIZER="$SANITIZER" POOLSHIM_LIB="$lib" \
+            "$build_dir/poolshim" run --sanitize -- "$path" overflow
+        keep_log sanitize_cli_run_sanitize_overflow
+        if grep -qE 'ERROR SUMMARY: [1-9][0-9]* error' "$logs/sanitize_cli_run_sanitize_overflow.log"; then
+            record "$name" PASS
+        else
+            record "$name" FAIL "no memcheck error reported (exit $rc), log sanitize_cli_run_sanitize_overflow.log"
+        fi
+    fi
+fi
+
+# ---------------------------------------------------------------- 10. guard mode (debug.guard)
+# guarded NAME report|none [VAR=VALUE...] -- PROGRAM ARGS: runs PROGRAM (sanitize.cu)
+# under the shim; `report`: passes when the shim printed one guard report naming
+# block A (the address the program printed) and its 4096 bytes; `none`: when no
+# guard report appeared. Both need the program to finish (exit 0).
+guarded() {
+    local name=guard/$1 want=$2
+    shift 2
+    local -a envs=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    wanted "$name" || return 0
+    local path log=${name//\//_}
+    path=$(exe "$1") || { record "$name" FAIL "$1 did not build"; return 0; }
+    shift
+    [ -f "$lib" ] || { record "$name" FAIL "no $lib"; return 0; }
+    run_timed "$log" env LD_PRELOAD="$lib" "${envs[@]}" "$path" "$@"
+    keep_log "$log"
+    local block reports
+    block=$(sed -n -E 's/^block A (0x[0-9a-f]+) .*/\1/p' "$logs/$log.log" | head -1)
+    reports=$(grep -c 'poolshim: error: guard: block' "$logs/$log.log")
+    if [ $rc -ne 0 ]; then record "$name" FAIL "exit $rc, log $log.log"
+    elif [ "$want" = none ] && [ "$reports" -eq 0 ]; then record "$name" PASS "no guard report"
+    elif [ "$want" = report ] && [ -n "$block" ] &&
+        grep -q "poolshim: error: guard: block $block (4096 bytes, " "$logs/$log.log"; then
+        record "$name" PASS "$reports report(s), block $block named"
+    else record "$name" FAIL "$reports guard report(s), wanted $want (block ${block:-?}); log $log.log"; fi
+}
+guarded overflow report POOLSHIM_GUARD=256 -- sanitize_static overflow
+guarded overflow_shared report POOLSHIM_GUARD=256 -- sanitize_shared overflow
+guarded overflow_async report POOLSHIM_GUARD=256 -- sanitize_static overflow_async
+guarded overflow_arena report POOLSHIM_GUARD=256 POOLSHIM_RESOURCE=arena -- sanitize_static overflow
+guarded overflow_tracked_site report \
+    'POOLSHIM_OPTIONS=debug.guard=64,resource.t.type=track,resource.t.upstream=main,resource.t.stack_depth=16,device.*.resource=t' \
+    -- sanitize_static overflow
+if wanted guard/overflow_tracked_site && [ -f "$logs/guard_overflow_tracked_site.log" ]; then
+    if grep -q "allocated at:" "$logs/guard_overflow_tracked_site.log"; then
+        record guard/overflow_tracked_site_names_the_call_stack PASS
+    else
+        record guard/overflow_tracked_site_names_the_call_stack FAIL "no 'allocated at:' in the report"
+    fi
+fi
+guarded clean none POOLSHIM_GUARD=256 -- sanitize_static clean
+guarded clean_shared none POOLSHIM_GUARD=256 -- sanitize_shared clean
+# the negative control: the same overflow without debug.guard is not reported,
+# so the report above comes from the red zone, not from elsewhere
+guarded overflow_without_guard_unseen none -- sanitize_static overflow
+
+# ---------------------------------------------------------------- 11. soak (every stack, every block checked)
+# SOAK_SECONDS per stack (default 20); tools/gpu_session.sh soak runs the long one.
+SOAK_SECONDS=${SOAK_SECONDS:-20}
+soak() { # soak NAME PROGRAM MAX_BYTES [VAR=VALUE...]
+    local name=soak/$1 program=$2 max=$3
+    shift 3
+    wanted "$name" || return 0
+    local path log=${name//\//_}
+    path=$(exe "$program") || { record "$name" FAIL "$program did not build"; return 0; }
+    local timeout_was=$TEST_TIMEOUT
+    TEST_TIMEOUT=$((SOAK_SECONDS * 2 + 60))
+    run_timed "$log" env LD_PRELOAD="$lib" POOLSHIM_STATS=json POOLSHIM_STATS_FILE="$stats/$log.json" "$@" \
+        "$path" "$SOAK_SECONDS" 8 "$max"
+    TEST_TIMEOUT=$timeout_was
+    keep_log "$log"
+    local line
+    line=$(grep -m1 '^RESULT soak' "$logs/$log.log")
+    if [ $rc -eq 0 ] && printf '%s\n' "$line" | grep -q 'corrupted_bytes=0$'; then
+        record "$name" PASS "${line#RESULT soak }"
+    else
+        record "$name" FAIL "exit $rc${line:+, ${line#RESULT soak }}; log $log.log"
+    fi
+}
+soak pool soak_static 4194304 POOLSHIM_RESOURCE=pool
+soak pool_shared soak_shared 4194304 POOLSHIM_RESOURCE=pool
+soak arena soak_static 4194304 POOLSHIM_RESOURCE=arena
+soak binning soak_static 4194304 POOLSHIM_RESOURCE=binning
+soak fixed_over_pool soak_static 65536 \
+    'POOLSHIM_OPTIONS=resource.f.type=fixed_size,resource.f.block_size=64KiB,resource.f.upstream=main,device.*.resource=f'
+soak async soak_static 4194304 POOLSHIM_RESOURCE=async
 
 # ---------------------------------------------------------------- summary
 tar -czf "$OUTDIR/logs.tar.gz" -C "$WORKDIR" logs stats 2>/dev/null

@@ -699,6 +699,103 @@ static void pinned_adaptors(void)
     /* `kept` stays live: a leak for the track adaptor */
 }
 
+/* debug.nvtx against the fake NVTX tool (tests/shim/fake_nvtx.c, loaded by
+ * NVTX through NVTX_INJECTION64_PATH): each block is a region of exactly the
+ * bytes asked for, inside a registered heap, from allocation to free; with
+ * the option off (argv[2] = "off") the shim registers nothing. */
+static void nvtx(const char *mode)
+{
+    const char *path = getenv("NVTX_INJECTION64_PATH");
+    CHECK(path != NULL, "NVTX_INJECTION64_PATH names the fake tool");
+    if (!path)
+        return;
+    void *tool = dlopen(path, RTLD_NOW);
+    CHECK(tool != NULL, "dlopen %s: %s", path, dlerror());
+    if (!tool)
+        return;
+    size_t (*region_size)(const void *) = (size_t (*)(const void *))dlsym(tool, "fake_nvtx_region_size");
+    int (*in_heap)(const void *) = (int (*)(const void *))dlsym(tool, "fake_nvtx_in_heap");
+    size_t (*live_regions)(void) = (size_t (*)(void))dlsym(tool, "fake_nvtx_live_regions");
+    size_t (*heaps)(void) = (size_t (*)(void))dlsym(tool, "fake_nvtx_heaps_registered");
+    long (*errors_seen)(void) = (long (*)(void))dlsym(tool, "fake_nvtx_errors");
+    int on = strcmp(mode, "off") != 0;
+    /* a reset takes the pool's memory with the context: no heap may stay (first,
+     * before any barrier made an event the fake driver would not free at the reset) */
+    size_t (*live_heaps)(void) = (size_t (*)(void))dlsym(tool, "fake_nvtx_live_heaps");
+    void *r = NULL;
+    CHECK(cudaMalloc(&r, 3000) == cudaSuccess, "cudaMalloc before the reset");
+    if (on)
+        CHECK(live_heaps() > 0 && region_size(r) == 3000, "a live block before the reset");
+    CHECK(cudaDeviceReset() == cudaSuccess, "cudaDeviceReset");
+    CHECK(live_heaps() == 0, "%zu heaps left after the reset", live_heaps());
+    CHECK(cudaMalloc(&r, 3000) == cudaSuccess, "cudaMalloc after the reset");
+    if (on)
+        CHECK(region_size(r) == 3000 && in_heap(r), "the new stack registers again");
+    CHECK(cudaFree(r) == cudaSuccess, "free after the reset");
+    CHECK(live_regions() == 0, "the freed block is no region");
+    static const size_t sizes[] = {1000, 769, 4, 256, (64u << 20) + 3, 12345};
+    enum { COUNT = sizeof sizes / sizeof sizes[0] };
+    void *p[COUNT];
+    for (int i = 0; i < COUNT; i++) {
+        CHECK(cudaMalloc(&p[i], sizes[i]) == cudaSuccess, "cudaMalloc %zu", sizes[i]);
+        fill(p[i], sizes[i], (unsigned)i);
+    }
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, 1) == cudaSuccess, "stream");
+    void *q = NULL;
+    CHECK(cudaMallocAsync(&q, 5000, s) == cudaSuccess, "cudaMallocAsync");
+    for (int i = 0; i < COUNT; i++) {
+        if (on) {
+            CHECK(region_size(p[i]) == sizes[i], "block %d: region of %zu bytes, asked %zu", i, region_size(p[i]),
+                  sizes[i]);
+            CHECK(in_heap(p[i]), "block %d lies in a registered heap", i);
+        } else {
+            CHECK(region_size(p[i]) == 0 && !in_heap(p[i]), "option off: block %d not registered", i);
+        }
+    }
+    if (on)
+        CHECK(region_size(q) == 5000, "stream-ordered block: region of %zu bytes", region_size(q));
+    CHECK(live_regions() == (on ? COUNT + 1u : 0u), "%zu live regions", live_regions());
+    CHECK(cudaFree(p[0]) == cudaSuccess && cudaFree(p[4]) == cudaSuccess, "free two");
+    CHECK(cudaFreeAsync(q, s) == cudaSuccess, "cudaFreeAsync");
+    CHECK(region_size(p[0]) == 0 && region_size(p[4]) == 0 && region_size(q) == 0, "freed blocks are no regions");
+    if (on)
+        CHECK(region_size(p[1]) == sizes[1], "a live neighbour keeps its region");
+    CHECK(cudaFree(p[0]) == cudaErrorInvalidValue, "double free refused");
+    for (int i = 0; i < COUNT; i++) /* reuse: registered again with the new size */
+        if (i == 0 || i == 4) {
+            CHECK(cudaMalloc(&p[i], sizes[i] / 2 + 1) == cudaSuccess, "re-cudaMalloc %d", i);
+            if (on)
+                CHECK(region_size(p[i]) == sizes[i] / 2 + 1, "reused block %d: %zu bytes", i, region_size(p[i]));
+        }
+    for (int i = 0; i < COUNT; i++)
+        CHECK(cudaFree(p[i]) == cudaSuccess, "final free %d", i);
+    CHECK(cudaStreamDestroy(s) == cudaSuccess, "stream destroy");
+    CHECK(live_regions() == 0, "%zu regions left after every free", live_regions());
+    CHECK(on ? heaps() > 0 : heaps() == 0, "%zu heaps registered", heaps());
+    CHECK(errors_seen() == 0, "the tool saw %ld rule breaks", errors_seen());
+}
+
+/* debug.guard through the shim (the fake driver's cuMemsetD8Async and
+ * cuMemcpyDtoH work on host memory): argv[2] "overflow" writes one byte
+ * past a block (the shim reports it, the test runner checks the text),
+ * "clean" stays inside every block. Blocks keep their contents. */
+static void guard(const char *mode)
+{
+    void *p[8];
+    for (int i = 0; i < 8; i++) {
+        CHECK(cudaMalloc(&p[i], 1000 + (size_t)i) == cudaSuccess, "cudaMalloc");
+        fill(p[i], 1000 + (size_t)i, (unsigned)i);
+    }
+    if (!strcmp(mode, "overflow"))
+        ((unsigned char *)p[3])[1003] = 0; /* one byte past block 3 */
+    for (int i = 0; i < 8; i++) {
+        CHECK(intact(p[i], 1000 + (size_t)i, (unsigned)i), "block %d intact", i);
+        CHECK(cudaFree(p[i]) == cudaSuccess, "cudaFree %d", i);
+    }
+    fprintf(stderr, "guard: block 3 was %p\n", p[3]);
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "basic";
@@ -722,6 +819,8 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "reset_threads")) reset_threads();
     else if (!strcmp(what, "reset_first")) reset_first();
     else if (!strcmp(what, "set_flags")) set_flags();
+    else if (!strcmp(what, "nvtx")) nvtx(argc > 2 ? argv[2] : "on");
+    else if (!strcmp(what, "guard")) guard(argc > 2 ? argv[2] : "clean");
     else { fprintf(stderr, "unknown scenario %s\n", what); return 2; }
     return finish(what);
 }

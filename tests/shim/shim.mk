@@ -7,6 +7,10 @@ SHIMTEST   := $(BUILD)/shimtest
 PROG_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -pthread $(SANFLAGS)
 SHIM_PROGS := $(SHIMTEST)/prog_runtime $(SHIMTEST)/prog_static $(SHIMTEST)/prog_static_old_dlsym \
               $(SHIMTEST)/prog_rtld_next $(SHIMTEST)/libwrapnext.so
+# the fake NVTX tool (debug.nvtx), when the NVTX headers are here
+ifeq ($(filter -DPS_NO_NVTX,$(NVTX_CFLAGS)),)
+SHIM_PROGS += $(FAKE)/libfake_nvtx.so
+endif
 ifneq ($(findstring address,$(SANITIZE)),)
 # an ASan-built library can only be preloaded behind the ASan runtime
 SHIM_PRELOAD_PREFIX := $(shell $(CC) -print-file-name=libasan.so)
@@ -22,6 +26,10 @@ $(FAKE)/libcudart.so.13: tests/shim/fake_cudart.c tests/shim/fake_cudart.map shi
 	$(CC) $(PROG_FLAGS) -fPIC -shared -Wl,-soname,libcudart.so.13 \
 	    -Wl,--version-script=tests/shim/fake_cudart.map -o $@ $< -ldl
 	ln -sf libcudart.so.13 $(FAKE)/libcudart.so
+
+$(FAKE)/libfake_nvtx.so: tests/shim/fake_nvtx.c
+	@mkdir -p $(FAKE)
+	$(CC) $(PROG_FLAGS) -fPIC -shared $(NVTX_CFLAGS) -o $@ $<
 
 $(SHIMTEST)/prog_runtime: tests/shim/prog_runtime.c tests/shim/prog_common.h tests/shim/fake_cuda.h $(FAKE)/libcudart.so.13
 	@mkdir -p $(SHIMTEST)

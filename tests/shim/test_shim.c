@@ -636,3 +636,69 @@ Test(replay_gpu, gpu_lag_spins_the_log_gaps_and_bounds_how_far_the_gpu_falls_beh
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, output);
     cr_expect_eq(json_number(output, "lag_waits"), 0, "within 1 s, no wait:\n%s", output);
 }
+
+/* debug.nvtx: the blocks reach an NVTX tool (the fake one) as regions inside
+ * heaps, with the expandable range and with chunks; nothing when off. */
+static void expect_nvtx(const char *env, const char *mode)
+{
+    const char *build = getenv("POOLSHIM_BUILD");
+    char tool[1024], full[2048];
+    snprintf(tool, sizeof tool, "%s/fake/libfake_nvtx.so", build);
+    if (access(tool, F_OK) != 0)
+        cr_skip_test("built without the NVTX headers");
+    snprintf(full, sizeof full, "NVTX_INJECTION64_PATH=%s %s", tool, env);
+    char prog[64];
+    snprintf(prog, sizeof prog, "prog_runtime nvtx %s", mode);
+    int rc = run(1, full, prog);
+    cr_expect_eq(rc, 0, "%s exited %d:\n%s", prog, rc, output);
+    cr_expect(strstr(output, "shim active") != NULL, "%s", output);
+}
+Test(nvtx, blocks_are_regions_in_expandable_heaps)
+{
+    expect_nvtx("POOLSHIM_NVTX=1 POOLSHIM_OPTIONS=resource.main.expandable=1", "on");
+}
+Test(nvtx, blocks_are_regions_in_chunk_heaps)
+{
+    expect_nvtx("POOLSHIM_OPTIONS=debug.nvtx=on,resource.main.expandable=0", "on");
+}
+Test(nvtx, every_stack_type_registers_its_blocks)
+{
+    static const char *types[] = {"arena", "binning"}; /* binning: fixed_size bins over a pool */
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        char env[128];
+        snprintf(env, sizeof env, "POOLSHIM_NVTX=1 POOLSHIM_RESOURCE=%s", types[i]);
+        expect_nvtx(env, "on");
+    }
+}
+Test(nvtx, nothing_is_registered_when_off)
+{
+    expect_nvtx("", "off");
+}
+
+/* debug.guard through the shim's real GPU-ops table (over the fake driver):
+ * an overflow of one byte is reported with the block; a clean run and the
+ * same overflow without the option report nothing. */
+Test(guard, one_byte_overflow_is_reported_with_the_block)
+{
+    int rc = run(1, "POOLSHIM_GUARD=64", "prog_runtime guard overflow");
+    cr_expect_eq(rc, 0, "%s", output);
+    const char *at = strstr(output, "guard: block 3 was ");
+    cr_assert(at, "%s", output);
+    char block[64], expected[256];
+    sscanf(at + strlen("guard: block 3 was "), "%63s", block);
+    snprintf(expected, sizeof expected,
+             "poolshim: error: guard: block %s (1003 bytes, cudaMalloc): 1 of the 64 red-zone bytes after it were "
+             "overwritten, the first at +0 past its end", block);
+    cr_expect(strstr(output, expected), "expected\n%s\nin\n%s", expected, output);
+    cr_expect_eq(strstr(output, "red-zone") ? strstr(strstr(output, "red-zone") + 1, "red-zone") : NULL, NULL,
+                 "one report only: %s", output);
+}
+Test(guard, clean_program_and_option_off_report_nothing)
+{
+    int rc = run(1, "POOLSHIM_GUARD=64", "prog_runtime guard clean");
+    cr_expect_eq(rc, 0, "%s", output);
+    cr_expect_null(strstr(output, "red-zone"), "%s", output);
+    rc = run(1, NULL, "prog_runtime guard overflow");
+    cr_expect_eq(rc, 0, "%s", output);
+    cr_expect_null(strstr(output, "red-zone"), "without debug.guard the overflow goes unseen: %s", output);
+}

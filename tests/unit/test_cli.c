@@ -1538,3 +1538,35 @@ Test(memlog, companion_times_line_up_across_midnight)
     unlink(path);
     memlog_free(&log);
 }
+
+/* --sanitize: compute-sanitizer (here a stand-in script that prints its
+ * arguments and the variables the shim reads, then runs the command) goes
+ * before the command, with memcheck and NVTX, and debug.nvtx is on. */
+Test(cli, run_sanitize_puts_compute_sanitizer_before_the_command_with_nvtx_on)
+{
+    char dir[] = "/tmp/poolshim-sanitize-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char tool[sizeof dir + 32];
+    snprintf(tool, sizeof tool, "%s/compute-sanitizer", dir);
+    FILE *f = fopen(tool, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "#!/bin/sh\necho \"sanitizer: $* | nvtx=$POOLSHIM_NVTX\"\nshift 5\nexec \"$@\"\n");
+    fclose(f);
+    chmod(tool, 0755);
+    char lib_env[1100], tool_env[sizeof tool + 32];
+    snprintf(lib_env, sizeof lib_env, "POOLSHIM_LIB=%s", harmless_library());
+    snprintf(tool_env, sizeof tool_env, "POOLSHIM_SANITIZER=%s", tool);
+    const char *env[] = {lib_env, tool_env, "LD_PRELOAD=", NULL};
+    cli_result_t r = run_cli((const char *[]){"run", "--sanitize", "--", "/bin/sh", "-c", "echo ran; exit 7", NULL}, env);
+    cr_expect_eq(r.exit_code, 7, "the command's exit status comes through");
+    cr_expect_str_eq(r.out, "sanitizer: --tool memcheck --nvtx yes -- /bin/sh -c echo ran; exit 7 | nvtx=1\nran\n");
+    cli_result_free(&r);
+
+    const char *missing[] = {lib_env, "POOLSHIM_SANITIZER=/nonexistent/compute-sanitizer", "LD_PRELOAD=", NULL};
+    r = run_cli((const char *[]){"run", "--sanitize", "--", "/bin/true", NULL}, missing);
+    cr_expect_eq(r.exit_code, 127);
+    cr_expect(strstr(r.err, "cannot find compute-sanitizer"), "%s", r.err);
+    cli_result_free(&r);
+    unlink(tool);
+    rmdir(dir);
+}

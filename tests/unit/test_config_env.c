@@ -380,3 +380,47 @@ Test(config_env, print_shows_the_host_pool_with_origins)
     free(out);
     ps_config_free(cfg);
 }
+
+Test(config_env, debug_keys_default_off_and_come_from_file_options_and_short_forms)
+{
+    char *none[] = {NULL};
+    ps_config_t *cfg = load(NULL, NULL, none, PS_OK);
+    cr_assert_eq(ps_config_global(cfg)->debug.nvtx, 0, "nvtx is off by default");
+    cr_assert_eq(ps_config_global(cfg)->debug.guard, 0, "guard is off by default");
+    ps_config_free(cfg);
+
+    cfg = load("[debug]\nnvtx = on\nguard = 4KiB\n", NULL, none, PS_OK);
+    cr_assert_eq(ps_config_global(cfg)->debug.nvtx, 1);
+    cr_assert_eq(ps_config_global(cfg)->debug.guard, 4096);
+    ps_config_free(cfg);
+
+    cfg = load("[debug]\nnvtx = on\n", "debug.guard=256,debug.nvtx=off", none, PS_OK);
+    cr_assert_eq(ps_config_global(cfg)->debug.nvtx, 0, "POOLSHIM_OPTIONS beats the file");
+    cr_assert_eq(ps_config_global(cfg)->debug.guard, 256);
+    ps_config_free(cfg);
+
+    char *env[] = {"POOLSHIM_NVTX=1", "POOLSHIM_GUARD=1KiB", NULL};
+    cfg = load(NULL, "debug.guard=256", env, PS_OK);
+    cr_assert_eq(ps_config_global(cfg)->debug.nvtx, 1, "POOLSHIM_NVTX sets debug.nvtx");
+    cr_assert_eq(ps_config_global(cfg)->debug.guard, 1024, "POOLSHIM_GUARD beats POOLSHIM_OPTIONS");
+    char *out = NULL;
+    size_t size = 0;
+    FILE *m = open_memstream(&out, &size);
+    ps_config_print(cfg, m, 0);
+    fclose(m);
+    cr_assert(strstr(out, "\n[debug]\n"), "%s", out);
+    cr_assert(strstr(out, "(POOLSHIM_NVTX)") && strstr(out, "(POOLSHIM_GUARD)"), "%s", out);
+    free(out);
+    ps_config_free(cfg);
+}
+
+Test(config_env, debug_guard_refuses_more_than_a_mebibyte_and_bad_short_forms)
+{
+    char *env[] = {"POOLSHIM_GUARD=2MiB", "POOLSHIM_NVTX=perhaps", NULL};
+    ps_config_t *cfg = load(NULL, NULL, env, PS_ECONFIG);
+    cr_assert(has_error(cfg, "bad value `2MiB` for `guard` in [debug]: larger than 1MiB"), "%s",
+              ps_config_error(cfg, 0));
+    cr_assert(has_error(cfg, "bad value `perhaps` for `nvtx` in [debug]: not a boolean"), "%s",
+              ps_config_error(cfg, 0));
+    ps_config_free(cfg);
+}

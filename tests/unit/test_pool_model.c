@@ -2,7 +2,10 @@
  * every step (no overlap, alignment, accounting, fence safety) and with
  * ps_pool_check at intervals; at the end everything must coalesce back
  * into whole chunks that trim gives back.
- * Seed: POOLSHIM_TEST_SEED, else the time; every failure prints it. */
+ * Seed: POOLSHIM_TEST_SEED, else the time; every failure prints it.
+ * The 10^7-operation runs (pool_model/ten_million_*) only run with
+ * POOLSHIM_TEST_LONG=1 (`make test-long`, part of `make test-all`); the
+ * fast `make test` skips them. */
 #include "pool_fixture.h"
 
 #include <stdio.h>
@@ -266,4 +269,26 @@ Test(pool_model, random_streams_with_auto_fences)
 {
     model_config_t cfg = {PS_FREE_SYNC_EVENT, 200000, 10000, 1, 0, 256, 26, 256};
     run_model(&cfg);
+}
+
+/* 10^7 operations (issue 15 item 4): `make test-long` sets POOLSHIM_TEST_LONG=1;
+ * elsewhere these are skipped (they take tens of seconds each). */
+static void long_model(const model_config_t *cfg)
+{
+    const char *on = getenv("POOLSHIM_TEST_LONG");
+    if (!on || strcmp(on, "1") != 0)
+        cr_skip_test("10^7 operations: run with POOLSHIM_TEST_LONG=1 (make test-long)");
+    run_model(cfg);
+}
+
+Test(pool_model, ten_million_random_operations_free_sync_none, .timeout = 900)
+{
+    model_config_t cfg = {PS_FREE_SYNC_NONE, 10000000, 200000, 0, 0, 256, 26, 256};
+    long_model(&cfg);
+}
+
+Test(pool_model, ten_million_random_operations_streams_and_auto_fences, .timeout = 900)
+{
+    model_config_t cfg = {PS_FREE_SYNC_EVENT, 10000000, 100000, 1, 0, 256, 26, 256};
+    long_model(&cfg);
 }

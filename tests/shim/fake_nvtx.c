@@ -1,0 +1,191 @@
+/* A fake NVTX tool (what compute-sanitizer is to NVTX) for the shim's CPU
+ * tests: loaded through NVTX_INJECTION64_PATH like the real one, it takes
+ * the memory extension's heap and region calls and keeps a model of them,
+ * checking what a sanitizer relies on:
+ *   - heaps never overlap, and are unregistered by the handle they got;
+ *   - a region lies inside the heap it was registered in and overlaps no
+ *     live region; unregistering names a live region by its pointer;
+ *   - unregistering a heap drops the regions still in it.
+ * Every broken rule counts one error (and is printed). The test program
+ * reads the model through the fake_nvtx_* functions below (dlopen the
+ * same path with RTLD_NOLOAD). */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <nvtx3/nvToolsExtMem.h>
+
+#define MAX_HEAPS 4096
+#define MAX_REGIONS 65536
+
+typedef struct { uintptr_t base; size_t size; int live; } fake_heap_t;
+typedef struct { uintptr_t ptr; size_t size; size_t heap; int live; } fake_region_t;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static fake_heap_t heaps[MAX_HEAPS];
+static size_t heaps_used;
+static fake_region_t regions[MAX_REGIONS];
+static size_t regions_used;
+static long errors;
+
+#define ERROR(...)                                                                 \
+    do {                                                                           \
+        fprintf(stderr, "fake_nvtx: error: " __VA_ARGS__);                         \
+        fprintf(stderr, "\n");                                                     \
+        errors++;                                                                  \
+    } while (0)
+
+static nvtxMemHeapHandle_t heap_register(nvtxDomainHandle_t domain __attribute__((unused)), nvtxMemHeapDesc_t const *desc)
+{
+    pthread_mutex_lock(&lock);
+    const nvtxMemVirtualRangeDesc_t *r = desc->typeSpecificDesc;
+    if (desc->usage != NVTX_MEM_HEAP_USAGE_TYPE_SUB_ALLOCATOR || desc->type != NVTX_MEM_TYPE_VIRTUAL_ADDRESS ||
+        desc->typeSpecificDescSize != sizeof *r)
+        ERROR("heap of usage %u type %u", desc->usage, desc->type);
+    uintptr_t base = (uintptr_t)r->ptr;
+    for (size_t i = 0; i < heaps_used; i++)
+        if (heaps[i].live && base < heaps[i].base + heaps[i].size && heaps[i].base < base + r->size)
+            ERROR("heap %#lx+%zu overlaps a live heap", (unsigned long)base, r->size);
+    nvtxMemHeapHandle_t h = NULL;
+    if (heaps_used < MAX_HEAPS) {
+        heaps[heaps_used] = (fake_heap_t){base, r->size, 1};
+        h = (nvtxMemHeapHandle_t)(uintptr_t)(++heaps_used); /* index + 1 */
+    }
+    pthread_mutex_unlock(&lock);
+    return h;
+}
+
+static void heap_unregister(nvtxDomainHandle_t domain __attribute__((unused)), nvtxMemHeapHandle_t heap)
+{
+    pthread_mutex_lock(&lock);
+    size_t i = (size_t)(uintptr_t)heap;
+    if (i == 0 || i > heaps_used || !heaps[i - 1].live) {
+        ERROR("unregister of an unknown heap %zu", i);
+    } else {
+        heaps[i - 1].live = 0;
+        for (size_t k = 0; k < regions_used; k++)
+            if (regions[k].live && regions[k].heap == i - 1)
+                regions[k].live = 0;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+static void regions_register(nvtxDomainHandle_t domain __attribute__((unused)), nvtxMemRegionsRegisterBatch_t const *b)
+{
+    pthread_mutex_lock(&lock);
+    size_t h = (size_t)(uintptr_t)b->heap;
+    const nvtxMemVirtualRangeDesc_t *r = b->regionDescElements;
+    for (size_t n = 0; n < b->regionCount; n++) {
+        uintptr_t p = (uintptr_t)r[n].ptr;
+        if (h == 0 || h > heaps_used || !heaps[h - 1].live) {
+            ERROR("region %#lx in an unknown heap", (unsigned long)p);
+            continue;
+        }
+        const fake_heap_t *heap = &heaps[h - 1];
+        if (p < heap->base || p + r[n].size > heap->base + heap->size)
+            ERROR("region %#lx+%zu outside its heap %#lx+%zu", (unsigned long)p, r[n].size,
+                  (unsigned long)heap->base, heap->size);
+        for (size_t k = 0; k < regions_used; k++)
+            if (regions[k].live && p < regions[k].ptr + regions[k].size && regions[k].ptr < p + r[n].size)
+                ERROR("region %#lx+%zu overlaps the live region %#lx+%zu", (unsigned long)p, r[n].size,
+                      (unsigned long)regions[k].ptr, regions[k].size);
+        if (regions_used < MAX_REGIONS)
+            regions[regions_used++] = (fake_region_t){p, r[n].size, h - 1, 1};
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+static void regions_unregister(nvtxDomainHandle_t domain __attribute__((unused)), nvtxMemRegionsUnregisterBatch_t const *b)
+{
+    pthread_mutex_lock(&lock);
+    if (b->refType != NVTX_MEM_REGION_REF_TYPE_POINTER)
+        ERROR("unregister by reference type %u", b->refType);
+    for (size_t n = 0; n < b->refCount; n++) {
+        uintptr_t p = (uintptr_t)b->refElements[n].pointer;
+        int found = 0;
+        for (size_t k = 0; k < regions_used && !found; k++)
+            if (regions[k].live && regions[k].ptr == p)
+                regions[k].live = 0, found = 1;
+        if (!found)
+            ERROR("unregister of %#lx, which is no live region", (unsigned long)p);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+__attribute__((visibility("default"))) int InitializeInjectionNvtxExtension(nvtxExtModuleInfo_t *info)
+{
+    if (info->moduleId != NVTX_EXT_MODULEID_MEM || info->segmentsCount < 1)
+        return 1; /* other modules: leave their calls no-ops */
+    intptr_t *slots = info->segments[0].functionSlots;
+    slots[NVTX3EXT_CBID_nvtxMemHeapRegister] = (intptr_t)heap_register;
+    slots[NVTX3EXT_CBID_nvtxMemHeapUnregister] = (intptr_t)heap_unregister;
+    slots[NVTX3EXT_CBID_nvtxMemRegionsRegister] = (intptr_t)regions_register;
+    slots[NVTX3EXT_CBID_nvtxMemRegionsUnregister] = (intptr_t)regions_unregister;
+    return 1;
+}
+
+/* ---- what the test program reads ---------------------------------------- */
+/* Bytes of the live region starting at `ptr` (0: none). A block that spans
+ * two heaps (mapped pieces) is one region per heap: the parts that continue
+ * exactly at the end of a heap are added. */
+__attribute__((visibility("default"))) size_t fake_nvtx_region_size(const void *ptr)
+{
+    pthread_mutex_lock(&lock);
+    size_t size = 0;
+    uintptr_t at = (uintptr_t)ptr;
+    for (int more = 1; more;) {
+        more = 0;
+        for (size_t k = 0; k < regions_used; k++)
+            if (regions[k].live && regions[k].ptr == at && (at == (uintptr_t)ptr || size)) {
+                size += regions[k].size;
+                at += regions[k].size;
+                const fake_heap_t *h = &heaps[regions[k].heap];
+                more = at == h->base + h->size; /* the block may go on in the next heap */
+                break;
+            }
+    }
+    pthread_mutex_unlock(&lock);
+    return size;
+}
+
+/* Whether `ptr` lies in a live heap. */
+__attribute__((visibility("default"))) int fake_nvtx_in_heap(const void *ptr)
+{
+    pthread_mutex_lock(&lock);
+    int in = 0;
+    for (size_t i = 0; i < heaps_used && !in; i++)
+        in = heaps[i].live && (uintptr_t)ptr >= heaps[i].base && (uintptr_t)ptr < heaps[i].base + heaps[i].size;
+    pthread_mutex_unlock(&lock);
+    return in;
+}
+
+__attribute__((visibility("default"))) size_t fake_nvtx_live_regions(void)
+{
+    pthread_mutex_lock(&lock);
+    size_t n = 0;
+    for (size_t k = 0; k < regions_used; k++)
+        n += regions[k].live;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+__attribute__((visibility("default"))) size_t fake_nvtx_live_heaps(void)
+{
+    pthread_mutex_lock(&lock);
+    size_t n = 0;
+    for (size_t i = 0; i < heaps_used; i++)
+        n += heaps[i].live;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+__attribute__((visibility("default"))) size_t fake_nvtx_heaps_registered(void)
+{
+    return heaps_used;
+}
+
+__attribute__((visibility("default"))) long fake_nvtx_errors(void)
+{
+    return errors;
+}
