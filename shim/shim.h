@@ -12,6 +12,7 @@
  *   router.c         lazy init, per-device stacks, allocate/free routing, context
  *                    lifecycle, streams/captures/peer access on their way to gpu_ops_cuda.c
  *   registry.c       device pointer -> owner (sharded hash, no global lock)
+ *   ipc.c            IPC handles of pooled blocks: export table, service thread, imports
  *   gpu_ops_cuda.c   the GPU-ops table of core/ over the real driver, stream tracking
  *   stats.c          the shim's counters and exit report
  *
@@ -22,11 +23,12 @@
  *        v
  *   router.c                                                       (decides)
  *        v                   (and core/'s stacks, which call the GPU-ops table)
- *   gpu_ops_cuda.c    registry.c    real.c                         (do)
+ *   gpu_ops_cuda.c    registry.c    ipc.c    real.c                (do)
  *
  * A hook calls the router, real.c to pass a call through, and the hook
  * table; it never calls another hook file, gpu_ops_cuda.c or registry.c.
- * gpu_ops_cuda.c calls registry.c and real.c only; registry.c and real.c
+ * gpu_ops_cuda.c calls registry.c and real.c only; ipc.c calls the GPU-ops
+ * table it is given (and reads ps_exiting); registry.c and real.c
  * call nothing here. stats.c is a leaf any of them may count into; its
  * exit report, registered by the router, reads the router's device table
  * (ps_devices, ps_global: data, no call). Calls back up happen only
@@ -70,6 +72,11 @@
     X(cuMemGetInfo_v2, CUresult, (size_t *, size_t *))                                     \
     X(cuMemGetAddressRange_v2, CUresult, (CUdeviceptr *, size_t *, CUdeviceptr))           \
     X(cuIpcGetMemHandle, CUresult, (CUipcMemHandle *, CUdeviceptr))                        \
+    X(cuIpcOpenMemHandle, CUresult, (CUdeviceptr *, CUipcMemHandle, unsigned int))         \
+    X(cuIpcOpenMemHandle_v2, CUresult, (CUdeviceptr *, CUipcMemHandle, unsigned int))      \
+    X(cuIpcCloseMemHandle, CUresult, (CUdeviceptr))                                        \
+    X(cuMemExportToShareableHandle, CUresult, (void *, CUmemGenericAllocationHandle, int, unsigned long long)) \
+    X(cuMemImportFromShareableHandle, CUresult, (CUmemGenericAllocationHandle *, void *, int)) \
     X(cuCtxGetCurrent, CUresult, (CUcontext *))                                            \
     X(cuCtxGetDevice, CUresult, (CUdevice *))                                              \
     X(cuCtxPushCurrent_v2, CUresult, (CUcontext))                                          \
@@ -138,6 +145,8 @@
     X(cudaStreamCreateWithPriority, cudaError_t, (cudaStream_t *, unsigned int, int)) \
     X(cudaStreamDestroy, cudaError_t, (cudaStream_t))                               \
     X(cudaIpcGetMemHandle, cudaError_t, (cudaIpcMemHandle_t *, void *))             \
+    X(cudaIpcOpenMemHandle, cudaError_t, (void **, cudaIpcMemHandle_t, unsigned int)) \
+    X(cudaIpcCloseMemHandle, cudaError_t, (void *))                                 \
     X(cudaStreamIsCapturing, cudaError_t, (cudaStream_t, cudaStreamCaptureStatus *)) \
     X(cudaStreamIsCapturing_ptsz, cudaError_t, (cudaStream_t, cudaStreamCaptureStatus *)) \
     X(cudaDeviceReset, cudaError_t, (void))                                         \
@@ -249,6 +258,30 @@ void ps_gpu_ops_cuda_atfork_child(void);
  * cuMemMap is not covered by that, so every mapping of the peer device's
  * pools, and every later one, is made accessible to the current device. */
 void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer);
+
+/* ---- ipc.c: IPC of pooled memory between processes under the shim ---------- */
+/* Live exported blocks: the router calls ps_ipc_forget at a free while > 0. */
+extern atomic_int ps_ipc_exports;
+/* Whether the 64 bytes at `handle` are a handle of ours (our magic). */
+bool ps_ipc_is_ours(const void *handle);
+/* Exports the live block [block, block + size) of the device whose table is
+ * `gpu` into the 64 bytes at `handle` (the same handle again for the same
+ * block). PS_EUNSUPPORTED: its memory cannot be exported (the caller
+ * refuses); PS_EUPSTREAM: the service socket or thread failed (printed). */
+int ps_ipc_export(const ps_gpu_ops_t *gpu, uintptr_t block, size_t size, void *handle);
+/* The block is being freed: its export, if any, goes (a handle made for it
+ * is stale from now on). */
+void ps_ipc_forget(uintptr_t block);
+/* Opens a handle of ours through `gpu` (NULL: this process cannot import);
+ * *out = the exported block mapped here. Errors are printed, naming `api`:
+ * PS_EINVAL (damaged, stale, our own), PS_EUNSUPPORTED, PS_EUPSTREAM, PS_ENOMEM. */
+int ps_ipc_open(const char *api, const ps_gpu_ops_t *gpu, const void *handle, void **out);
+/* cudaIpcCloseMemHandle of `ptr`: false when it is no pointer we opened;
+ * else *status PS_OK and one reference goes (the last unmaps). */
+bool ps_ipc_close(uintptr_t ptr, int *status);
+/* The opened block containing `addr` (cuMemGetAddressRange), if any. */
+bool ps_ipc_import_range(uintptr_t addr, uintptr_t *base, size_t *size);
+void ps_ipc_atfork_child(void);
 
 /* ---- router.c --------------------------------------------------------------- */
 enum { PS_DOOR_RUNTIME = 0, PS_DOOR_DRIVER = 1 };
@@ -376,10 +409,18 @@ static inline ps_stream_t ps_stream_key(CUstream stream, bool per_thread)
     return (ps_stream_t)stream;
 }
 
-/* IPC guard (cudaIpcGetMemHandle, cuIpcGetMemHandle): is `ptr` pooled (not
- * a whole CUDA allocation)? ps_ipc_refuse says why such a pointer is refused. */
-bool ps_is_pooled(uintptr_t ptr);
-void ps_ipc_refuse(const char *api, uintptr_t ptr);
+/* IPC (cudaIpcGetMemHandle, cuIpcGetMemHandle and the Open/Close pairs;
+ * the mechanism is ipc.c's). ps_route_ipc_get: PASSTHROUGH when `ptr` is not
+ * in our memory or is a direct (whole CUDA) allocation; DONE with *status
+ * PS_OK and `handle` (64 bytes) filled, or PS_EINVAL: refused, and why was
+ * printed (not a live block, or memory that cannot be exported: the chunked
+ * pool, global.ipc off, no POSIX fd handles). ps_route_ipc_open:
+ * PASSTHROUGH when `handle` is not ours; DONE with PS_OK and *out, or an
+ * error (printed). ps_route_ipc_close: PASSTHROUGH when `ptr` is not a
+ * handle we opened. */
+ps_route_t ps_route_ipc_get(const char *api, uintptr_t ptr, void *handle, int *status);
+ps_route_t ps_route_ipc_open(const char *api, int door, const void *handle, void **out, int *status);
+ps_route_t ps_route_ipc_close(uintptr_t ptr, int *status);
 /* cuMemGetAddressRange of `addr`: PS_ROUTE_DONE when it lies in memory the
  * shim took from CUDA, with *status PS_OK and the live suballocation's
  * *base and *size, or PS_EINVAL inside a slab but in no live allocation;
