@@ -5,7 +5,7 @@
 FAKE       := $(BUILD)/fake
 SHIMTEST   := $(BUILD)/shimtest
 PROG_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -pthread $(SANFLAGS)
-SHIM_PROGS := $(SHIMTEST)/prog_runtime $(SHIMTEST)/prog_static $(SHIMTEST)/prog_static_old_dlsym \
+SHIM_PROGS := $(SHIMTEST)/prog_runtime $(SHIMTEST)/prog_ipc $(SHIMTEST)/prog_static $(SHIMTEST)/prog_static_old_dlsym \
               $(SHIMTEST)/prog_rtld_next $(SHIMTEST)/libwrapnext.so
 ifneq ($(findstring address,$(SANITIZE)),)
 # an ASan-built library can only be preloaded behind the ASan runtime
@@ -24,6 +24,10 @@ $(FAKE)/libcudart.so.13: tests/shim/fake_cudart.c tests/shim/fake_cudart.map shi
 	ln -sf libcudart.so.13 $(FAKE)/libcudart.so
 
 $(SHIMTEST)/prog_runtime: tests/shim/prog_runtime.c tests/shim/prog_common.h tests/shim/fake_cuda.h $(FAKE)/libcudart.so.13
+	@mkdir -p $(SHIMTEST)
+	$(CC) $(PROG_FLAGS) -o $@ $< -L$(FAKE) -lcudart -ldl
+
+$(SHIMTEST)/prog_ipc: tests/shim/prog_ipc.c tests/shim/prog_common.h tests/shim/fake_cuda.h $(FAKE)/libcudart.so.13
 	@mkdir -p $(SHIMTEST)
 	$(CC) $(PROG_FLAGS) -o $@ $< -L$(FAKE) -lcudart -ldl
 

@@ -50,6 +50,34 @@ SCENARIO(meminfo)
 SCENARIO(devices)
 SCENARIO(pinned)
 
+/* ---- IPC of pooled memory (tests/shim/prog_ipc.c) ------------------------------ */
+Test(ipc, two_processes_share_a_pooled_block)
+{
+    expect_pass(1, "FAKE_CUDA_VMM=1", "prog_ipc share", "shim active");
+    cr_expect(strstr(output, "stale handle") != NULL, "the stale handle's error names it:\n%s", output);
+    cr_expect(strstr(output, "cannot open its own IPC handle") != NULL, "own handle refused with why:\n%s", output);
+}
+
+Test(ipc, refused_over_the_chunked_pool)
+{
+    expect_pass(1, NULL, "prog_ipc refused", "shim active");
+    cr_expect(strstr(output, "cannot be exported") != NULL, "says why:\n%s", output);
+}
+
+Test(ipc, refused_with_ipc_off) { expect_pass(1, "FAKE_CUDA_VMM=1 POOLSHIM_OPTIONS=global.ipc=0", "prog_ipc refused", "shim active"); }
+
+Test(ipc, refused_without_posix_fd_handles)
+{
+    expect_pass(1, "FAKE_CUDA_VMM=1 FAKE_CUDA_VMM_NO_FD=1", "prog_ipc refused", "shim active");
+}
+
+Test(ipc, direct_allocations_export_natively)
+{
+    expect_pass(1, "FAKE_CUDA_VMM=1 POOLSHIM_OPTIONS=global.direct_min_size=1MiB", "prog_ipc refused", "shim active");
+}
+
+Test(ipc, native_export_without_the_shim) { expect_pass(0, "FAKE_CUDA_VMM=1", "prog_ipc refused", "shim inactive"); }
+
 Test(runtime_door, pinned_host_pool_off_passes_everything_through)
 {
     expect_pass(1, "POOLSHIM_OPTIONS=host.enable=0", "prog_runtime pinned", "shim active");
