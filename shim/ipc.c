@@ -398,6 +398,14 @@ static void unmap_import(import_entry_t *e, size_t count)
 static int receive_pieces(int fd, const ipc_handle_t *h, import_entry_t *e, const char **why)
 {
     size_t cursor = 0;
+    /* test only (POOLSHIM_TEST_IPC_SKEW=1): piece i is mapped where piece
+     * i + 1 belongs (pieces are of one size), so the bytes are wrong but in
+     * range: the GPU test's negative control must see it */
+    const char *skew_env = getenv("POOLSHIM_TEST_IPC_SKEW");
+    int skew = skew_env && *skew_env == '1' && h->pieces > 1;
+    if (skew)
+        ps_warning("POOLSHIM_TEST_IPC_SKEW=1: opened IPC blocks get their pieces in the wrong order (a test "
+                   "switch, never for real work)");
     while (e->count < h->pieces) {
         reply_t r;
         char control[CMSG_SPACE(BATCH * sizeof(int))];
@@ -430,8 +438,13 @@ static int receive_pieces(int fd, const ipc_handle_t *h, import_entry_t *e, cons
                 *why = "the exporter's pieces are larger than the handle says";
                 rc = PS_EINVAL;
             }
+            if (rc == PS_OK && skew && r.sizes[i] * h->pieces != e->mapped) {
+                *why = "POOLSHIM_TEST_IPC_SKEW needs pieces of one size";
+                rc = PS_EINVAL;
+            }
             if (rc == PS_OK) {
-                rc = e->gpu->ipc_map(e->gpu->ctx, (void *)(e->base + cursor), r.sizes[i], fds[i], &e->handles[e->count]);
+                size_t at = skew ? (e->count + 1) % h->pieces * r.sizes[i] : cursor;
+                rc = e->gpu->ipc_map(e->gpu->ctx, (void *)(e->base + at), r.sizes[i], fds[i], &e->handles[e->count]);
                 if (rc != PS_OK)
                     *why = "importing or mapping a piece failed (cuMemImportFromShareableHandle, cuMemMap or "
                            "cuMemSetAccess)";
