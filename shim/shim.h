@@ -180,9 +180,14 @@ int ps_real_load_driver(void);
 /* Returns the real runtime function `name` (from libcudart, wherever the
  * program loaded it), or NULL. `slot` caches it. */
 void *ps_real_runtime_lookup(const char *name, void **slot);
-#define PS_REAL_RT(name)                                                              \
-    ((ps_##name##_fn)(ps_real.name ? (void *)ps_real.name                             \
-                                   : ps_real_runtime_lookup(#name, (void **)&ps_real.name)))
+/* (the slot is read atomically: two threads making their first call of a
+ * runtime function race to fill it; TSan saw it in tests/stress/ipc_stress) */
+static inline void *ps_real_rt_slot(void **slot, const char *name)
+{
+    void *fn = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    return fn ? fn : ps_real_runtime_lookup(name, slot);
+}
+#define PS_REAL_RT(name) ((ps_##name##_fn)ps_real_rt_slot((void **)&ps_real.name, #name))
 /* Records the address of a real driver function that a hook replaces, when
  * it was learned from dlsym/cuGetProcAddress rather than by ps_real_load_driver. */
 void ps_real_note(const char *name, void *fn);
