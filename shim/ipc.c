@@ -489,9 +489,10 @@ int ps_ipc_open(const char *api, const ps_gpu_ops_t *gpu, const void *handle, vo
         }
     if (!gpu || !gpu->ipc_map) {
         pthread_mutex_unlock(&imports_lock);
-        ps_error("%s: a handle to pooled memory of process %u, but this device cannot import it (it needs CUDA "
-                 "virtual memory with POSIX file descriptor handles, and global.ipc on); refused",
-                 api, h.pid);
+        ps_error("%s: a handle to pooled memory of process %u, but it cannot be imported here: %s; refused", api,
+                 h.pid,
+                 gpu ? "this device lacks CUDA virtual memory with POSIX file descriptor handles, or global.ipc is off"
+                     : "no primary context served by poolshim is current (or the shim passes this process through)");
         return PS_EUNSUPPORTED;
     }
     const char *why = NULL;

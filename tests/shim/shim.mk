@@ -67,7 +67,7 @@ endif
 
 # A stress program over the shim and the fake CUDA (tests/stress/, run by
 # `make test-stress`, under TSan in `make test-all`): it preloads the shim itself.
-$(BUILD)/stress/context_reset_stress $(BUILD)/stress/fork_stress: $(BUILD)/stress/%: tests/stress/%.c tests/shim/prog_common.h \
+$(BUILD)/stress/context_reset_stress $(BUILD)/stress/fork_stress $(BUILD)/stress/ipc_stress: $(BUILD)/stress/%: tests/stress/%.c tests/shim/prog_common.h \
                                       tests/shim/fake_cuda.h $(LIB) $(FAKE)/libcuda.so.1 $(FAKE)/libcudart.so.13
 	@mkdir -p $(dir $@)
 	$(CC) $(PROG_FLAGS) -DPS_BUILD_DIR='"$(abspath $(BUILD))"' -o $@ $< -L$(FAKE) -Wl,-rpath,$(abspath $(FAKE)) -lcudart -ldl

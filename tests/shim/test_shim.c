@@ -58,6 +58,15 @@ Test(ipc, two_processes_share_a_pooled_block)
     cr_expect(strstr(output, "cannot open its own IPC handle") != NULL, "own handle refused with why:\n%s", output);
 }
 
+/* Negative control: the test switch maps the pieces out of order in the
+ * importer; the share scenario must notice (wrong bytes both ways). */
+Test(ipc, negative_control_pieces_out_of_order_are_caught)
+{
+    int rc = run(1, "FAKE_CUDA_VMM=1 POOLSHIM_TEST_IPC_SKEW=1", "prog_ipc share");
+    cr_expect_neq(rc, 0, "the share scenario passed with the pieces out of order:\n%s", output);
+    cr_expect(strstr(output, "the exporter's pattern") != NULL, "the importer saw wrong bytes:\n%s", output);
+}
+
 Test(ipc, refused_over_the_chunked_pool)
 {
     expect_pass(1, NULL, "prog_ipc refused", "shim active");
