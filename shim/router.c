@@ -615,6 +615,7 @@ ps_route_t ps_route_ipc_get(const char *api, uintptr_t ptr, void *handle, int *s
     ps_allocation_t a;
     if (ps_registry_find(ptr, &a) != PS_OK && ps_registry_find_containing(ptr, &a) != PS_OK) {
         ipc_refuse(api, ptr, "is in no live allocation");
+        ps_stats_count_ipc(PS_IPC_REFUSED);
         *status = PS_EINVAL;
         return PS_ROUTE_DONE;
     }
@@ -628,6 +629,7 @@ ps_route_t ps_route_ipc_get(const char *api, uintptr_t ptr, void *handle, int *s
         rc = ps_ipc_export(gpu, a.ptr, a.size, handle);
         ps_in_shim--;
     }
+    ps_stats_count_ipc(rc == PS_OK ? PS_IPC_EXPORTED : PS_IPC_REFUSED);
     if (rc == PS_EUNSUPPORTED)
         ipc_refuse(api, ptr,
                    a.host ? "is pinned host memory"
@@ -646,6 +648,7 @@ ps_route_t ps_route_ipc_open(const char *api, int door, const void *handle, void
     ps_in_shim++;
     *status = ps_ipc_open(api, gpu, handle, out);
     ps_in_shim--;
+    ps_stats_count_ipc(*status == PS_OK ? PS_IPC_OPENED : PS_IPC_REFUSED);
     return PS_ROUTE_DONE;
 }
 

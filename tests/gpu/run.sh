@@ -306,9 +306,9 @@ shim async_streams_shared "doors.runtime>0 calls.cudaMallocAsync>0 calls.cudaFre
 native misc_static misc_static --expect-ipc=ok
 native misc_shared misc_shared --expect-ipc=ok
 # (the expandable pool exports pooled blocks, see 5b; the chunked pool refuses)
-shim misc_static "doors.driver>0 invalid_frees>=3 ?failures>0" -- misc_static --expect-ipc=ok
-shim misc_shared "doors.runtime>0 invalid_frees>=3 ?failures>0" -- misc_shared --expect-ipc=ok
-shim misc_static_chunks "doors.driver>0 expandable==0 ?failures>0" POOLSHIM_OPTIONS=resource.main.expandable=0 -- misc_static --expect-ipc=error
+shim misc_static "doors.driver>0 invalid_frees>=3 ipc.exported>=1 ?failures>0" -- misc_static --expect-ipc=ok
+shim misc_shared "doors.runtime>0 invalid_frees>=3 ipc.exported>=1 ?failures>0" -- misc_shared --expect-ipc=ok
+shim misc_static_chunks "doors.driver>0 expandable==0 ipc.refused>=1 ?failures>0" POOLSHIM_OPTIONS=resource.main.expandable=0 -- misc_static --expect-ipc=error
 shim misc_static_passthrough "invalid_frees>=0 ?passthrough>0" POOLSHIM_RESOURCE=cuda -- misc_static --expect-ipc=any
 
 # ---------------------------------------------------------------- 5b. IPC of pooled memory between two processes
@@ -319,10 +319,10 @@ shim misc_static_passthrough "invalid_frees>=0 ?passthrough>0" POOLSHIM_RESOURCE
 # test switch POOLSHIM_TEST_IPC_SKEW=1 maps the pieces out of order: must exit 3.
 native ipc_static ipc_static
 native ipc_shared ipc_shared
-shim ipc_static "doors.driver>0 invalid_frees==0 expandable==1" -- ipc_static
-shim ipc_shared "doors.runtime>0 invalid_frees==0 expandable==1" -- ipc_shared
-shim ipc_refused_chunks "doors.driver>0 expandable==0" POOLSHIM_OPTIONS=resource.main.expandable=0 -- ipc_static --expect=refused
-shim ipc_refused_ipc_off "doors.runtime>0" POOLSHIM_OPTIONS=global.ipc=0 -- ipc_shared --expect=refused
+shim ipc_static "doors.driver>0 invalid_frees==0 expandable==1 ipc.exported>=1 ipc.refused>=1" -- ipc_static
+shim ipc_shared "doors.runtime>0 invalid_frees==0 expandable==1 ipc.exported>=1 ipc.refused>=1" -- ipc_shared
+shim ipc_refused_chunks "doors.driver>0 expandable==0 ipc.refused>=1 ipc.exported==0" POOLSHIM_OPTIONS=resource.main.expandable=0 -- ipc_static --expect=refused
+shim ipc_refused_ipc_off "doors.runtime>0 ipc.refused>=1 ipc.exported==0" POOLSHIM_OPTIONS=global.ipc=0 -- ipc_shared --expect=refused
 expect_corruption ipc_skew_detected POOLSHIM_TEST_IPC_SKEW=1 -- ipc_static
 
 # ---------------------------------------------------------------- 6. resource types as the stack
@@ -390,7 +390,7 @@ if "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else
             if [ $rc -eq 0 ]; then record native/torch_ipc_cache_$cache PASS
             else record native/torch_ipc_cache_$cache FAIL "exit $rc, log $name.log"; fi
         fi
-        shim torch_ipc_cache_$cache "doors.runtime>0 invalid_frees==0" $cache_env -- "$PYTHON" "$src/torch_ipc.py"
+        shim torch_ipc_cache_$cache "doors.runtime>0 invalid_frees==0 ipc.exported>=1" $cache_env -- "$PYTHON" "$src/torch_ipc.py"
     done
 else
     wanted torch_train && record torch_train SKIP "PyTorch with CUDA not available"

@@ -58,6 +58,19 @@ Test(ipc, two_processes_share_a_pooled_block)
     cr_expect(strstr(output, "cannot open its own IPC handle") != NULL, "own handle refused with why:\n%s", output);
 }
 
+Test(ipc, counted_in_each_process_exit_report)
+{
+    expect_pass(1, "FAKE_CUDA_VMM=1 POOLSHIM_STATS=json", "prog_ipc share", "shim active");
+    /* the exporter: 5 cudaIpcGetMemHandle calls, its own and a damaged handle
+     * refused (driver handles pass through, uncounted); the importer opens
+     * twice; the stale open is refused */
+    cr_expect(strstr(output, "\"ipc\": {\"exported\": 5, \"opened\": 0, \"refused\": 2}") != NULL, "exporter:\n%s", output);
+    cr_expect(strstr(output, "\"ipc\": {\"exported\": 0, \"opened\": 2, \"refused\": 0}") != NULL, "importer:\n%s", output);
+    cr_expect(strstr(output, "\"ipc\": {\"exported\": 0, \"opened\": 0, \"refused\": 1}") != NULL, "stale:\n%s", output);
+    expect_pass(1, "POOLSHIM_STATS=text", "prog_ipc refused", "shim active");
+    cr_expect(strstr(output, "poolshim: IPC handles exported 0, opened 0, refused 1") != NULL, "text:\n%s", output);
+}
+
 /* Negative control: the test switch maps the pieces out of order in the
  * importer; the share scenario must notice (wrong bytes both ways). */
 Test(ipc, negative_control_pieces_out_of_order_are_caught)
