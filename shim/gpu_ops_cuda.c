@@ -746,6 +746,8 @@ static int ops_ipc_export(void *vctx, uintptr_t addr, uintptr_t *start, size_t *
     if (is_dead(vctx))
         return PS_EUPSTREAM;
     device_ops_t *d = vctx;
+    if (!atomic_load_explicit(&d->shareable, memory_order_relaxed))
+        return PS_EUNSUPPORTED; /* cuMemCreate refused exportable memory once: pieces are mixed now */
     uint64_t piece_size = 0, handle = 0;
     uintptr_t piece = 0;
     pthread_mutex_lock(&d->vm_lock);
