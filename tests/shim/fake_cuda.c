@@ -30,7 +30,8 @@
  *
  * Virtual memory (only with FAKE_CUDA_VMM=1, so other tests keep the
  * chunked pool): the device reports VMM support and, unless
- * FAKE_CUDA_VMM_NO_FD=1, POSIX file descriptor handles. cuMemAddressReserve
+ * FAKE_CUDA_VMM_NO_FD=1, POSIX file descriptor handles (with
+ * FAKE_CUDA_VMM_REFUSE_FD=1 it reports them but cuMemCreate refuses them). cuMemAddressReserve
  * takes inaccessible address space; cuMemCreate makes a memfd of the size;
  * cuMemMap maps it shared at the address, cuMemSetAccess opens it,
  * cuMemUnmap closes it again. cuMemExportToShareableHandle gives a dup of
@@ -401,8 +402,8 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const 
     (void)flags;
     if (!env_on("FAKE_CUDA_VMM") || !size || size % FAKE_GRANULARITY)
         return CUDA_ERROR_INVALID_VALUE;
-    if (prop->requestedHandleTypes && env_on("FAKE_CUDA_VMM_NO_FD"))
-        return CUDA_ERROR_NOT_SUPPORTED;
+    if (prop->requestedHandleTypes && (env_on("FAKE_CUDA_VMM_NO_FD") || env_on("FAKE_CUDA_VMM_REFUSE_FD")))
+        return CUDA_ERROR_NOT_SUPPORTED; /* (REFUSE_FD: the attribute says yes, cuMemCreate says no, as in some containers) */
     pthread_mutex_lock(&lock);
     size_t limit = getenv("FAKE_CUDA_MEMORY") ? strtoull(getenv("FAKE_CUDA_MEMORY"), NULL, 0) : TOTAL_MEMORY;
     if (outstanding + size > limit) {

@@ -93,6 +93,12 @@ Test(ipc, refused_without_posix_fd_handles)
     expect_pass(1, "FAKE_CUDA_VMM=1 FAKE_CUDA_VMM_NO_FD=1", "prog_ipc refused", "shim active");
 }
 
+Test(ipc, refused_when_cumemcreate_refuses_exportable_memory)
+{
+    expect_pass(1, "FAKE_CUDA_VMM=1 FAKE_CUDA_VMM_REFUSE_FD=1", "prog_ipc refused", "shim active");
+    cr_expect(strstr(output, "cuMemCreate refused memory exportable") != NULL, "warns once:\n%s", output);
+}
+
 Test(ipc, direct_allocations_export_natively)
 {
     expect_pass(1, "FAKE_CUDA_VMM=1 POOLSHIM_OPTIONS=global.direct_min_size=1MiB", "prog_ipc refused", "shim active");
