@@ -302,8 +302,8 @@ int ps_ipc_export(const ps_gpu_ops_t *gpu, uintptr_t block, size_t size, void *o
         return PS_OK;
     }
     /* the pieces under the block, one after the other */
-    uintptr_t start, at;
-    size_t piece;
+    uintptr_t start = 0, at = 0;
+    size_t piece = 0;
     int rc = gpu->ipc_export(gpu->ctx, block, &start, &piece, NULL);
     uint32_t pieces = 0;
     for (at = start; rc == PS_OK && at < block + size; at += piece, pieces++) {
@@ -369,6 +369,18 @@ void ps_ipc_forget(uintptr_t block)
 }
 
 /* ---- 4. open, 5. close ---------------------------------------------------------------- */
+/* Whether `h` is one of this process's live exports (a pid alone could be
+ * another PID namespace's). */
+static bool exported_here(const ipc_handle_t *h)
+{
+    bool found = false;
+    pthread_mutex_lock(&exports_lock);
+    for (export_entry_t *e = exports; e && !found; e = e->next)
+        found = e->handle.id == h->id && e->handle.token == h->token;
+    pthread_mutex_unlock(&exports_lock);
+    return found;
+}
+
 static const char *reply_text(int status)
 {
     switch (status) {
@@ -473,7 +485,7 @@ int ps_ipc_open(const char *api, const ps_gpu_ops_t *gpu, const void *handle, vo
         ps_error("%s: a poolshim IPC handle that is damaged (checksum or sizes do not match); refused", api);
         return PS_EINVAL;
     }
-    if (h.pid == (uint32_t)getpid()) {
+    if (h.pid == (uint32_t)getpid() && exported_here(&h)) {
         ps_error("%s: this handle was exported by this same process (block id %llu); as natively, a process "
                  "cannot open its own IPC handle: use the pointer itself",
                  api, (unsigned long long)h.id);
