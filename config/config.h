@@ -92,6 +92,8 @@ typedef struct ps_global_config {
     size_t direct_min_size;     /* requests of at least this many bytes bypass the pool and go
                                    straight to CUDA (IPC-exportable); 0 = never */
     int disable;                /* 1: pure passthrough (POOLSHIM_DISABLE=1) */
+    int ipc;                    /* 1 (default): the expandable pool maps memory exportable as file
+                                   descriptors, so cudaIpcGetMemHandle works on its blocks (shim/ipc.c) */
     ps_host_config_t host;      /* [host]: the pinned host pool */
     ps_debug_config_t debug;    /* [debug]: NVTX registration, guard mode */
 } ps_global_config_t;

@@ -50,6 +50,7 @@ static void print_global(const ps_config_t *cfg, FILE *f)
                 snprintf(value, sizeof value, "0 (off)");
             break;
         case PS_GKEY_DISABLE: snprintf(value, sizeof value, "%s", g->disable ? "yes" : "no"); break;
+        case PS_GKEY_IPC: snprintf(value, sizeof value, "%s", g->ipc ? "yes" : "no"); break;
         default: value[0] = '\0'; break;
         }
         print_line(f, 0, ps_global_key_names[k], value, &cfg->global_origin[k], NULL);

@@ -67,7 +67,7 @@ static void validate_global(ps_config_t *cfg, const ps_setting_t *s)
             ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [global] (did you mean `%s`?)",
                                 s->key, near);
         else
-            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [global] (known keys: verbosity, stats, stats_file, log_file, free_sync, meminfo, on_error, direct_min_size, disable)",
+            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [global] (known keys: verbosity, stats, stats_file, log_file, free_sync, meminfo, on_error, direct_min_size, disable, ipc)",
                                 s->key);
         return;
     }
@@ -130,6 +130,11 @@ static void validate_global(ps_config_t *cfg, const ps_setting_t *s)
         if (ps_parse_bool(s->value, &b) != PS_OK)
             return bad_value(cfg, s, "not a boolean", "1, true, yes, on, 0, false, no or off");
         g->disable = b;
+        break;
+    case PS_GKEY_IPC:
+        if (ps_parse_bool(s->value, &b) != PS_OK)
+            return bad_value(cfg, s, "not a boolean", "1, true, yes, on, 0, false, no or off");
+        g->ipc = b;
         break;
     default: break;
     }
@@ -757,6 +762,7 @@ void ps_config_validate(ps_config_t *cfg)
     g->free_sync = PS_FREE_SYNC_BARRIER;
     g->meminfo = PS_MEMINFO_POOL;
     g->on_error = PS_ON_ERROR_EXIT;
+    g->ipc = 1;
     /* pinned defaults: slabs of what is asked (rounded to 64 KiB, at least
      * 2 MiB), wholly free slabs given back before growing, and a tight
      * growth bound; docs/benchmarks.md ("Pinned host memory") has the

@@ -99,6 +99,29 @@ typedef struct ps_gpu_ops {
     int (*vm_map)(void *ctx, void *addr, size_t size, uint64_t *handle);
     int (*vm_unmap)(void *ctx, void *addr, size_t size, uint64_t handle);
 
+    /* Sharing mapped memory with another process (shim/ipc.c); all NULL
+     * when the device cannot (no virtual memory, no POSIX file descriptor
+     * handles, or global.ipc = off). Memory vm_map creates is then
+     * exportable.
+     * ipc_export: the piece mapped by one vm_map call that contains
+     *   `addr`: *start and *size; with `fd` non-NULL also a new file
+     *   descriptor for its physical memory (the caller closes it).
+     *   PS_EINVAL when `addr` is in no piece this table mapped.
+     * ipc_reserve / ipc_release: address space for imported pieces, like
+     *   vm_reserve / vm_release but not memory of this table's pools.
+     * ipc_map: imports `fd` (physical memory of `size` bytes exported by
+     *   another process's ipc_export; the fd stays the caller's), maps it
+     *   at `addr` inside an ipc_reserve'd range and makes it readable and
+     *   writable by the device; *handle names it for ipc_unmap. Nothing is
+     *   left mapped or imported on error.
+     * ipc_unmap: unmaps `size` bytes at `addr` and releases the import
+     *   (the physical memory lives on while the exporter holds it). */
+    int (*ipc_export)(void *ctx, uintptr_t addr, uintptr_t *start, size_t *size, int *fd);
+    int (*ipc_reserve)(void *ctx, size_t size, void **out);
+    void (*ipc_release)(void *ctx, void *addr, size_t size);
+    int (*ipc_map)(void *ctx, void *addr, size_t size, int fd, uint64_t *handle);
+    int (*ipc_unmap)(void *ctx, void *addr, size_t size, uint64_t handle);
+
     /* Page-locked host memory (the pinned host pool's upstream); NULL when
      * not available. host_alloc: cuMemHostAlloc (the real one) in this
      * table's context, `flags` are CU_MEMHOSTALLOC_* (PS_HOST_ALLOC_*

@@ -31,6 +31,14 @@
  *     (backed) opens the pages; vm_unmap closes and discards them. Each
  *     mapping is kept in a map address -> size, so an unmap of something
  *     not mapped is PS_EINVAL.
+ *     Shareable (options.shareable, backed): each vm_map piece is a memfd
+ *     mapped shared at its address (kept in a map address -> fd);
+ *     ipc_export finds the piece holding an address (exact start, else a
+ *     scan) and gives a dup of its memfd; ipc_reserve takes address space
+ *     like vm_reserve; ipc_map maps a descriptor shared at an address
+ *     (its file must be at least that big); ipc_unmap makes the range
+ *     inaccessible again. So two tables, even in two processes, see the
+ *     same bytes, as two processes do on a GPU.
  *  6. Fault plan (ps_host_ops_fail_call): every entry that can fail first
  *     counts its call (per entry and in total) and asks the plan whether
  *     this call number fails; a failing call returns at once, having done
@@ -46,7 +54,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Start of the simulated address space (64 TiB; user space ends at 128 TiB). */
 #define SIMULATED_BASE ((uintptr_t)0x400000000000ull)
@@ -109,6 +120,8 @@ typedef struct host_device {
     uint64_t vm_unmaps;            /* successful vm_unmap calls */
     uint64_t unsafe_unmaps;        /* vm_unmap while a fence was incomplete */
     uint64_t next_handle;          /* vm_map handles: 1, 2, 3... */
+    ps_ptr_map_t vm_fds;           /* shareable: address -> memfd of each live vm_map */
+    ps_ptr_map_t ipc_mapped;       /* address -> size of each live ipc_map */
     host_faults_t faults;          /* the fault plan and the per-entry call counters */
 } host_device_t;
 
@@ -150,7 +163,8 @@ static int all_fences_complete_locked(const host_device_t *dev)
 static const char *const OP_NAMES[PS_HOST_OP_COUNT + 1] = {
     "mem_alloc", "mem_free", "mem_alloc_async", "mem_free_async", "mem_alloc_managed", "mem_get_info",
     "fence_record", "fence_query", "fence_wait", "stream_wait_fence", "device_synchronize", "barrier",
-    "vm_reserve", "vm_map", "vm_unmap", "host_alloc", "memset_d8", "copy_to_host", "any",
+    "vm_reserve", "vm_map", "vm_unmap", "host_alloc", "memset_d8", "copy_to_host", "ipc_export", "ipc_map",
+    "any",
 };
 
 /* Counts one call of `op` and answers whether the fault plan fails it:
@@ -499,9 +513,22 @@ static int host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
     int status = admit_locked(dev, size);
     if (status == PS_OK)
         status = ps_ptr_map_reserve(&dev->vm_mapped, 1);
-    if (status == PS_OK && dev->options.backed && mprotect(addr, size, PROT_READ | PROT_WRITE) != 0)
+    if (status == PS_OK && dev->options.shareable)
+        status = ps_ptr_map_reserve(&dev->vm_fds, 1);
+    int fd = -1;
+    if (status == PS_OK && dev->options.shareable) {
+        fd = memfd_create("poolshim_host_ops", MFD_CLOEXEC);
+        if (fd < 0 || ftruncate(fd, (off_t)size) != 0 ||
+            mmap(addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+            if (fd >= 0)
+                close(fd);
+            status = PS_ENOMEM;
+        }
+    } else if (status == PS_OK && dev->options.backed && mprotect(addr, size, PROT_READ | PROT_WRITE) != 0)
         status = PS_ENOMEM;
     if (status == PS_OK) {
+        if (fd >= 0)
+            ps_ptr_map_put(&dev->vm_fds, (uintptr_t)addr, (uint64_t)fd);
         ps_ptr_map_put(&dev->vm_mapped, (uintptr_t)addr, size);
         dev->bytes_outstanding += size;
         dev->vm_maps++;
@@ -524,7 +551,11 @@ static int host_vm_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
         return PS_EINVAL;
     }
     ps_ptr_map_remove(&dev->vm_mapped, (uintptr_t)addr, &mapped);
-    if (dev->options.backed) {
+    uint64_t fd;
+    if (ps_ptr_map_remove(&dev->vm_fds, (uintptr_t)addr, &fd)) {
+        mmap(addr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+        close((int)fd);
+    } else if (dev->options.backed) {
         madvise(addr, size, MADV_DONTNEED);
         mprotect(addr, size, PROT_NONE);
     }
@@ -534,6 +565,82 @@ static int host_vm_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
     dev->vm_unmaps++;
     pthread_mutex_unlock(&dev->lock);
     return PS_OK;
+}
+
+/* ---- sharing (shareable) ---------------------------------------------- */
+
+static int host_ipc_export(void *ctx, uintptr_t addr, uintptr_t *start, size_t *size, int *fd)
+{
+    host_device_t *dev = ctx;
+    int fault = host_fault(dev, PS_HOST_OP_IPC_EXPORT);
+    if (fault != PS_OK)
+        return fault;
+    pthread_mutex_lock(&dev->lock);
+    uintptr_t piece = 0;
+    uint64_t piece_size = 0, memfd = 0;
+    if (ps_ptr_map_get(&dev->vm_mapped, addr, &piece_size))
+        piece = addr;
+    else
+        for (size_t i = 0; i < dev->vm_mapped.capacity && !piece; i++) {
+            uintptr_t key = dev->vm_mapped.slots[i].key;
+            if (key != PS_PTR_MAP_EMPTY && key <= addr && addr - key < dev->vm_mapped.slots[i].value) {
+                piece = key;
+                piece_size = dev->vm_mapped.slots[i].value;
+            }
+        }
+    int status = piece && ps_ptr_map_get(&dev->vm_fds, piece, &memfd) ? PS_OK : PS_EINVAL;
+    if (status == PS_OK && fd && (*fd = fcntl((int)memfd, F_DUPFD_CLOEXEC, 0)) < 0)
+        status = PS_EUPSTREAM;
+    pthread_mutex_unlock(&dev->lock);
+    if (status == PS_OK) {
+        *start = piece;
+        *size = (size_t)piece_size;
+    }
+    return status;
+}
+
+static int host_ipc_map(void *ctx, void *addr, size_t size, int fd, uint64_t *handle)
+{
+    host_device_t *dev = ctx;
+    int fault = host_fault(dev, PS_HOST_OP_IPC_MAP);
+    if (fault != PS_OK)
+        return fault;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < size || (uintptr_t)addr % dev->options.vm_granularity)
+        return PS_EINVAL;
+    pthread_mutex_lock(&dev->lock);
+    int status = ps_ptr_map_reserve(&dev->ipc_mapped, 1);
+    if (status == PS_OK && mmap(addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
+        status = PS_EUPSTREAM;
+    if (status == PS_OK) {
+        ps_ptr_map_put(&dev->ipc_mapped, (uintptr_t)addr, size);
+        *handle = ++dev->next_handle;
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return status;
+}
+
+static int host_ipc_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
+{
+    host_device_t *dev = ctx;
+    pthread_mutex_lock(&dev->lock);
+    uint64_t mapped;
+    int status = ps_ptr_map_get(&dev->ipc_mapped, (uintptr_t)addr, &mapped) && mapped == size ? PS_OK : PS_EINVAL;
+    if (status == PS_OK) {
+        ps_ptr_map_remove(&dev->ipc_mapped, (uintptr_t)addr, &mapped);
+        mmap(addr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return status;
+}
+
+uint64_t ps_host_ops_ipc_mapped(ps_gpu_ops_t *ops)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    uint64_t n = dev->ipc_mapped.count;
+    pthread_mutex_unlock(&dev->lock);
+    return n;
 }
 
 int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
@@ -566,7 +673,11 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
         free(dev);
         return PS_ENOMEM;
     }
-    if (ps_ptr_map_init(&dev->waits_by_stream, 16) != PS_OK || ps_ptr_map_init(&dev->vm_mapped, 16) != PS_OK) {
+    if (ps_ptr_map_init(&dev->waits_by_stream, 16) != PS_OK || ps_ptr_map_init(&dev->vm_mapped, 16) != PS_OK ||
+        ps_ptr_map_init(&dev->vm_fds, 16) != PS_OK || ps_ptr_map_init(&dev->ipc_mapped, 16) != PS_OK) {
+        ps_ptr_map_free(&dev->ipc_mapped);
+        ps_ptr_map_free(&dev->vm_fds);
+        ps_ptr_map_free(&dev->vm_mapped);
         ps_ptr_map_free(&dev->waits_by_stream);
         ps_ptr_map_free(&dev->fences_by_stream);
         ps_ptr_map_free(&dev->live);
@@ -607,6 +718,13 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
         dev->ops.vm_map = host_vm_map;
         dev->ops.vm_unmap = host_vm_unmap;
     }
+    if (options.virtual_memory && options.backed && options.shareable) {
+        dev->ops.ipc_export = host_ipc_export;
+        dev->ops.ipc_reserve = host_vm_reserve;
+        dev->ops.ipc_release = host_vm_release;
+        dev->ops.ipc_map = host_ipc_map;
+        dev->ops.ipc_unmap = host_ipc_unmap;
+    }
     *out = &dev->ops;
     return PS_OK;
 }
@@ -624,6 +742,11 @@ void ps_host_ops_destroy(ps_gpu_ops_t *ops)
     ps_ptr_map_free(&dev->fences_by_stream);
     ps_ptr_map_free(&dev->waits_by_stream);
     ps_ptr_map_free(&dev->vm_mapped);
+    for (size_t i = 0; i < dev->vm_fds.capacity; i++)
+        if (dev->vm_fds.slots[i].key != PS_PTR_MAP_EMPTY)
+            close((int)dev->vm_fds.slots[i].value);
+    ps_ptr_map_free(&dev->vm_fds);
+    ps_ptr_map_free(&dev->ipc_mapped);
     for (struct ps_fence *fence = dev->all_fences, *next; fence; fence = next) {
         next = fence->all_next;
         free(fence);

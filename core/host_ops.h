@@ -27,6 +27,9 @@ typedef struct ps_host_ops_options {
     size_t vm_granularity;     /* their granularity (default 2 MiB, like an H100) */
     uint64_t lag_ns;           /* > 0: a fence completes lag_ns of simulated clock after it was
                                   recorded (ps_host_ops_set_clock); overrides auto_complete */
+    int shareable;             /* 1 (with backed and virtual_memory): each vm_map piece is a memfd,
+                                  and the ipc_* entries are offered: export gives a dup of it, and
+                                  a table (of this or another process) maps it again */
 } ps_host_ops_options_t;
 
 /* Creates the table; *out is owned by the caller (ps_host_ops_destroy). */
@@ -62,6 +65,8 @@ void ps_host_ops_block_barriers(ps_gpu_ops_t *ops, int blocked);
  * incomplete (the GPU might still touch the range: must stay 0). */
 uint64_t ps_host_ops_vm_maps(ps_gpu_ops_t *ops);
 uint64_t ps_host_ops_vm_unmaps(ps_gpu_ops_t *ops);
+/* Pieces mapped by ipc_map and not yet unmapped by ipc_unmap (shareable). */
+uint64_t ps_host_ops_ipc_mapped(ps_gpu_ops_t *ops);
 uint64_t ps_host_ops_unsafe_unmaps(ps_gpu_ops_t *ops);
 
 /* Upstream accounting and fault injection (vm_map counts as an allocation:
@@ -110,6 +115,8 @@ typedef enum ps_host_op {
     PS_HOST_OP_HOST_ALLOC,         /* host_alloc (pinned host memory) */
     PS_HOST_OP_MEMSET_D8,          /* memset_d8 (guard mode) */
     PS_HOST_OP_COPY_TO_HOST,       /* copy_to_host (guard mode) */
+    PS_HOST_OP_IPC_EXPORT,         /* ipc_export (ipc_reserve counts as vm_reserve) */
+    PS_HOST_OP_IPC_MAP,            /* ipc_map */
     PS_HOST_OP_COUNT,              /* number of counted entries */
     PS_HOST_OP_ANY = PS_HOST_OP_COUNT /* every counted entry together */
 } ps_host_op_t;

@@ -62,6 +62,15 @@
  *    block's stream (the legacy stream for cudaMalloc, then a host wait on
  *    it); cuCtxSynchronize (or cuStreamSynchronize of the block's stream)
  *    before cuMemcpyDtoH, so no kernel can still write what is read.
+ * 8. ipc_* (shim/ipc.c): with global.ipc on and the device reporting
+ *    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, vm_map
+ *    asks cuMemCreate for POSIX file descriptor handles (export fails later
+ *    otherwise); should cuMemCreate refuse that (some containers), it maps
+ *    without and stops offering export. ipc_export finds the piece that
+ *    holds an address (vm_lock: the exact start, else a scan) and
+ *    cuMemExportToShareableHandle gives its descriptor; ipc_map imports a
+ *    descriptor (cuMemImportFromShareableHandle), maps it and sets access
+ *    for this device; imported ranges are no slab of ours.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -87,6 +96,7 @@ typedef struct device_ops {
     CUevent barrier_event;     /* E of the last barrier (guarded by streams_lock) */
     int barrier_recorded;      /* E was recorded at least once (guarded by streams_lock) */
     size_t vm_granularity;     /* recommended mapping granularity (0: no virtual memory) */
+    atomic_int shareable;      /* 1: vm_map creates memory exportable as POSIX file descriptors (6.) */
     int skip_barrier;          /* test only (POOLSHIM_TEST_SKIP_BARRIER=1): barriers order nothing */
     atomic_int dead;           /* 1: the context died (reset): every entry answers as dead_* below */
     pthread_mutex_t vm_lock;   /* guards the three maps below */
@@ -761,7 +771,19 @@ static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
     CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
     int pushed = enter_ctx(d);
     CUmemGenericAllocationHandle h = 0;
+    if (atomic_load_explicit(&d->shareable, memory_order_relaxed))
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     CUresult r = ps_real.cuMemCreate(&h, size, &prop, 0);
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop.requestedHandleTypes) {
+        /* exportable memory refused (seen in containers): map plain memory,
+         * and pooled blocks of this device are refused IPC from now on */
+        prop.requestedHandleTypes = 0;
+        r = ps_real.cuMemCreate(&h, size, &prop, 0);
+        if (r == CUDA_SUCCESS && atomic_exchange(&d->shareable, 0))
+            ps_warning("device %d: cuMemCreate refused memory exportable as a file descriptor; the pool maps "
+                       "plain memory, and cudaIpcGetMemHandle on its blocks is refused",
+                       d->device);
+    }
     if (r == CUDA_SUCCESS) {
         r = ps_real.cuMemMap(at, size, 0, h, 0);
         if (r == CUDA_SUCCESS) {
@@ -845,6 +867,126 @@ static int ops_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle)
         pthread_mutex_unlock(&d->vm_lock);
     }
     return status_of(r);
+}
+
+/* ---- sharing with other processes (6. above) ------------------------------------------ */
+static int ops_ipc_export(void *vctx, uintptr_t addr, uintptr_t *start, size_t *size, int *fd)
+{
+    if (is_dead(vctx))
+        return PS_EUPSTREAM;
+    device_ops_t *d = vctx;
+    if (!atomic_load_explicit(&d->shareable, memory_order_relaxed))
+        return PS_EUNSUPPORTED; /* cuMemCreate refused exportable memory once: pieces are mixed now */
+    uint64_t piece_size = 0, handle = 0;
+    uintptr_t piece = 0;
+    pthread_mutex_lock(&d->vm_lock);
+    if (ps_ptr_map_get(&d->vm_sizes, addr, &piece_size)) {
+        piece = addr;
+    } else {
+        for (size_t i = 0; i < d->vm_sizes.capacity; i++) {
+            uintptr_t key = d->vm_sizes.slots[i].key;
+            if (key != PS_PTR_MAP_EMPTY && key <= addr && addr - key < d->vm_sizes.slots[i].value) {
+                piece = key;
+                piece_size = d->vm_sizes.slots[i].value;
+                break;
+            }
+        }
+    }
+    int found = piece && ps_ptr_map_get(&d->vm_handles, piece, &handle);
+    pthread_mutex_unlock(&d->vm_lock);
+    if (!found)
+        return PS_EINVAL;
+    *start = piece;
+    *size = (size_t)piece_size;
+    if (!fd)
+        return PS_OK;
+    int exported = -1;
+    int pushed = enter_ctx(d);
+    CUresult r = ps_real.cuMemExportToShareableHandle(&exported, (CUmemGenericAllocationHandle)handle,
+                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    leave_ctx(pushed);
+    if (r != CUDA_SUCCESS || exported < 0)
+        return r == CUDA_SUCCESS ? PS_EUPSTREAM : status_of(r);
+    *fd = exported;
+    return PS_OK;
+}
+
+static int ops_ipc_reserve(void *vctx, size_t size, void **out)
+{
+    if (is_dead(vctx))
+        return PS_EUPSTREAM;
+    device_ops_t *d = vctx;
+    int pushed = enter_ctx(d);
+    CUdeviceptr p = 0;
+    CUresult r = ps_real.cuMemAddressReserve(&p, ps_align_up(size, d->vm_granularity), d->vm_granularity, 0, 0);
+    leave_ctx(pushed);
+    if (r != CUDA_SUCCESS)
+        return status_of(r);
+    *out = (void *)(uintptr_t)p;
+    return PS_OK;
+}
+
+static void ops_ipc_release(void *vctx, void *addr, size_t size)
+{
+    if (is_dead(vctx))
+        return;
+    device_ops_t *d = vctx;
+    int pushed = enter_ctx(d);
+    ps_real.cuMemAddressFree((CUdeviceptr)(uintptr_t)addr, ps_align_up(size, d->vm_granularity));
+    leave_ctx(pushed);
+}
+
+static int ops_ipc_map(void *vctx, void *addr, size_t size, int fd, uint64_t *handle)
+{
+    if (is_dead(vctx))
+        return PS_EUPSTREAM;
+    device_ops_t *d = vctx;
+    CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
+    CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, d->device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUmemGenericAllocationHandle h = 0;
+    int pushed = enter_ctx(d);
+    CUresult r = ps_real.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (r == CUDA_SUCCESS) {
+        r = ps_real.cuMemMap(at, size, 0, h, 0);
+        if (r == CUDA_SUCCESS) {
+            r = ps_real.cuMemSetAccess(at, size, &access, 1);
+            if (r != CUDA_SUCCESS)
+                ps_real.cuMemUnmap(at, size);
+        }
+        if (r != CUDA_SUCCESS)
+            ps_real.cuMemRelease(h);
+    }
+    leave_ctx(pushed);
+    if (r != CUDA_SUCCESS)
+        return status_of(r);
+    *handle = h;
+    return PS_OK;
+}
+
+static int ops_ipc_unmap(void *vctx, void *addr, size_t size, uint64_t handle)
+{
+    if (is_dead(vctx))
+        return PS_OK; /* went with the context */
+    device_ops_t *d = vctx;
+    int pushed = enter_ctx(d);
+    CUresult r = ps_real.cuMemUnmap((CUdeviceptr)(uintptr_t)addr, size);
+    if (r == CUDA_SUCCESS)
+        r = ps_real.cuMemRelease((CUmemGenericAllocationHandle)handle);
+    leave_ctx(pushed);
+    return status_of(r);
+}
+
+/* Whether memory of `device` can be created exportable as a POSIX file
+ * descriptor (and imported again). Needs the context current. */
+static bool posix_fd_shareable(CUdevice device)
+{
+    if (!ps_global || !ps_global->ipc || !ps_real.cuMemExportToShareableHandle ||
+        !ps_real.cuMemImportFromShareableHandle)
+        return false;
+    int supported = 0;
+    return ps_real.cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                        device) == CUDA_SUCCESS &&
+           supported;
 }
 
 /* Before a reset of the context (which is still alive): physical memory
@@ -973,6 +1115,7 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
     }
     int pushed = enter_ctx(d);
     d->vm_granularity = vm_granularity_of(device);
+    bool shareable = d->vm_granularity && posix_fd_shareable(device);
     leave_ctx(pushed);
     if (d->vm_granularity) {
         d->ops.vm_granularity = ops_vm_granularity;
@@ -980,6 +1123,14 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         d->ops.vm_release = ops_vm_release;
         d->ops.vm_map = ops_vm_map;
         d->ops.vm_unmap = ops_vm_unmap;
+    }
+    if (shareable) {
+        atomic_store(&d->shareable, 1);
+        d->ops.ipc_export = ops_ipc_export;
+        d->ops.ipc_reserve = ops_ipc_reserve;
+        d->ops.ipc_release = ops_ipc_release;
+        d->ops.ipc_map = ops_ipc_map;
+        d->ops.ipc_unmap = ops_ipc_unmap;
     }
     if (device >= 0 && device < PS_MAX_DEVICES) {
         pthread_mutex_lock(&streams_lock);

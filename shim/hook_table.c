@@ -21,7 +21,8 @@ static const ps_hook_t hooks[] = {
     /* driver */
     HOOK(cuGetProcAddress), HOOK(cuGetProcAddress_v2), HOOK(cuMemAlloc_v2), HOOK(cuMemFree_v2),
     HOOK(cuMemAllocAsync), HOOK(cuMemAllocAsync_ptsz), HOOK(cuMemFreeAsync), HOOK(cuMemFreeAsync_ptsz),
-    HOOK(cuMemGetInfo_v2), HOOK(cuMemGetAddressRange_v2), HOOK(cuIpcGetMemHandle), HOOK(cuStreamCreate),
+    HOOK(cuMemGetInfo_v2), HOOK(cuMemGetAddressRange_v2), HOOK(cuIpcGetMemHandle), HOOK(cuIpcOpenMemHandle),
+    HOOK(cuIpcOpenMemHandle_v2), HOOK(cuIpcCloseMemHandle), HOOK(cuStreamCreate),
     HOOK(cuStreamCreateWithPriority), HOOK(cuStreamDestroy_v2), HOOK(cuStreamBeginCapture),
     HOOK(cuStreamBeginCapture_ptsz), HOOK(cuStreamBeginCapture_v2), HOOK(cuStreamBeginCapture_v2_ptsz),
     HOOK(cuStreamBeginCaptureToGraph), HOOK(cuStreamBeginCaptureToGraph_ptsz), HOOK(cuCtxEnablePeerAccess),
@@ -36,7 +37,7 @@ static const ps_hook_t hooks[] = {
     HOOK(cudaMalloc), HOOK(cudaFree), HOOK(cudaMallocAsync), HOOK(cudaMallocAsync_ptsz), HOOK(cudaFreeAsync),
     HOOK(cudaFreeAsync_ptsz), HOOK(cudaMemGetInfo), HOOK(cudaStreamCreate), HOOK(cudaStreamCreateWithFlags),
     HOOK(cudaStreamCreateWithPriority), HOOK(cudaStreamDestroy), HOOK(cudaIpcGetMemHandle),
-    HOOK(cudaDeviceReset), HOOK(cudaSetDeviceFlags), HOOK(cudaHostAlloc), HOOK(cudaMallocHost), HOOK(cudaFreeHost),
+    HOOK(cudaIpcOpenMemHandle), HOOK(cudaIpcCloseMemHandle), HOOK(cudaDeviceReset), HOOK(cudaSetDeviceFlags), HOOK(cudaHostAlloc), HOOK(cudaMallocHost), HOOK(cudaFreeHost),
 };
 #define HOOK_COUNT (sizeof hooks / sizeof hooks[0])
 

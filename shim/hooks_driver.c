@@ -179,11 +179,50 @@ PS_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CU
 
 PS_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
-    if (!ps_in_shim && ps_is_pooled((uintptr_t)dptr)) {
-        ps_ipc_refuse("cuIpcGetMemHandle", (uintptr_t)dptr);
-        return CUDA_ERROR_INVALID_VALUE;
-    }
+    int status;
+    if (!ps_in_shim && pHandle &&
+        ps_route_ipc_get("cuIpcGetMemHandle", (uintptr_t)dptr, pHandle, &status) == PS_ROUTE_DONE)
+        return driver_error(status);
     PASS_REAL(cuIpcGetMemHandle, pHandle, dptr);
+}
+
+/* cuIpcOpenMemHandle (CUDA 10 ABI) and _v2: a handle of ours is opened by
+ * the shim, any other goes to CUDA unchanged. */
+static bool ipc_open(CUdeviceptr *pdptr, const CUipcMemHandle *handle, CUresult *r)
+{
+    void *p = NULL;
+    int status;
+    if (ps_in_shim || !pdptr ||
+        ps_route_ipc_open("cuIpcOpenMemHandle", PS_DOOR_DRIVER, handle, &p, &status) != PS_ROUTE_DONE)
+        return false;
+    if (status == PS_OK)
+        *pdptr = (CUdeviceptr)(uintptr_t)p;
+    *r = driver_error(status);
+    return true;
+}
+
+PS_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
+{
+    CUresult r;
+    if (ipc_open(pdptr, &handle, &r))
+        return r;
+    PASS_REAL(cuIpcOpenMemHandle, pdptr, handle, flags);
+}
+
+PS_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
+{
+    CUresult r;
+    if (ipc_open(pdptr, &handle, &r))
+        return r;
+    PASS_REAL(cuIpcOpenMemHandle_v2, pdptr, handle, flags);
+}
+
+PS_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    int status;
+    if (!ps_in_shim && ps_route_ipc_close((uintptr_t)dptr, &status) == PS_ROUTE_DONE)
+        return driver_error(status);
+    PASS_REAL(cuIpcCloseMemHandle, dptr);
 }
 
 PS_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int flags)

@@ -207,9 +207,30 @@ PS_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
 
 PS_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
 {
-    if (!ps_in_shim && ps_is_pooled((uintptr_t)devPtr)) {
-        ps_ipc_refuse("cudaIpcGetMemHandle", (uintptr_t)devPtr);
-        return cudaErrorInvalidValue;
-    }
+    int status;
+    if (!ps_in_shim && handle &&
+        ps_route_ipc_get("cudaIpcGetMemHandle", (uintptr_t)devPtr, handle, &status) == PS_ROUTE_DONE)
+        return runtime_error(status);
     CALL_REAL_RT(cudaIpcGetMemHandle, handle, devPtr);
+}
+
+PS_EXPORT cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
+{
+    int status;
+    void *p = NULL;
+    if (!ps_in_shim && devPtr &&
+        ps_route_ipc_open("cudaIpcOpenMemHandle", PS_DOOR_RUNTIME, &handle, &p, &status) == PS_ROUTE_DONE) {
+        if (status == PS_OK)
+            *devPtr = p;
+        return runtime_error(status);
+    }
+    CALL_REAL_RT(cudaIpcOpenMemHandle, devPtr, handle, flags);
+}
+
+PS_EXPORT cudaError_t cudaIpcCloseMemHandle(void *devPtr)
+{
+    int status;
+    if (!ps_in_shim && ps_route_ipc_close((uintptr_t)devPtr, &status) == PS_ROUTE_DONE)
+        return runtime_error(status);
+    CALL_REAL_RT(cudaIpcCloseMemHandle, devPtr);
 }

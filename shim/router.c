@@ -41,6 +41,13 @@
  *    sees the epoch change, and builds a new stack in the new context.
  *    A free of a pointer from before finds no entry (or a stale
  *    generation) and goes to the real free, as natively.
+ * 8. IPC: cudaIpcGetMemHandle of a live pooled block goes to ipc.c with
+ *    the block and its device's GPU-ops table (a direct allocation or a
+ *    pointer not ours passes through; memory that cannot be exported is
+ *    refused with the reason); a free forgets the block's export while any
+ *    is live; cudaIpcOpenMemHandle of a handle of ours is opened through
+ *    the current device's table; cuMemGetAddressRange of an opened block
+ *    answers for the block.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -118,6 +125,7 @@ static void atfork_child(void)
     /* (init_done stays: the child inherits the parent's initialised state) */
     ps_registry_atfork_child();
     ps_gpu_ops_cuda_atfork_child();
+    ps_ipc_atfork_child();
     pthread_mutex_init(&devices_lock, NULL);
     ps_stats_atfork_child();
     /* CUDA cannot be used in the child of a process that initialised it:
@@ -450,6 +458,17 @@ static ps_route_t free_while_exiting(uintptr_t ptr, int *status)
     return PS_ROUTE_PASSTHROUGH;
 }
 
+/* True when `ptr` is pooled memory (not a whole CUDA allocation). */
+static bool is_pooled(uintptr_t ptr)
+{
+    ps_allocation_t a;
+    if (!ps_slab_contains(ptr))
+        return false;
+    if (ps_registry_find(ptr, &a) == PS_OK || ps_registry_find_containing(ptr, &a) == PS_OK)
+        return !a.direct;
+    return true; /* inside a slab but not live: ours to answer */
+}
+
 ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int *status)
 {
     if (!ptr)
@@ -457,7 +476,7 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
     if (PS_UNLIKELY(!ps_shim_ensure_init()))
         return atomic_load(&ps_exiting) ? free_while_exiting((uintptr_t)ptr, status) : PS_ROUTE_PASSTHROUGH;
     if (PS_UNLIKELY(stream == PS_STREAM_NONE && ps_gpu_ops_cuda_unsafe_call_prohibited())) {
-        if (!ps_is_pooled((uintptr_t)ptr))
+        if (!is_pooled((uintptr_t)ptr))
             return PS_ROUTE_PASSTHROUGH; /* CUDA's own answer */
         *status = PS_ECAPTURE; /* a global-mode capture is open: the block stays allocated, as natively */
         return PS_ROUTE_DONE;
@@ -474,6 +493,8 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
         *status = PS_EINVAL;
         return PS_ROUTE_DONE;
     }
+    if (PS_UNLIKELY(atomic_load_explicit(&ps_ipc_exports, memory_order_relaxed)))
+        ps_ipc_forget(a.ptr); /* a handle made for it is stale from now on */
     ps_device_state_t *dev = &ps_devices[a.device];
     if (a.generation != atomic_load_explicit(&dev->generation, memory_order_acquire)) {
         /* handed out before its context died (an allocation that raced
@@ -604,31 +625,80 @@ void ps_route_meminfo(size_t *free_bytes)
 }
 
 /* ---- pointers of ours asked about (IPC handles, address ranges) ---------------------------- */
-/* Reports (once per pointer kind) why a pooled pointer cannot be exported. */
-void ps_ipc_refuse(const char *api, uintptr_t ptr)
+/* Says why a pooled pointer cannot be exported. */
+static void ipc_refuse(const char *api, uintptr_t ptr, const char *why)
 {
-    ps_error("%s(%p): this pointer is a suballocation inside one of poolshim's slabs; an IPC handle would "
-             "map the whole slab in the peer, at the wrong offset. Route such allocations straight to "
-             "CUDA with POOLSHIM_OPTIONS=global.direct_min_size=SIZE (requests of at least SIZE bypass "
-             "the pool) or use a `cuda` resource for this device. Refused with \"invalid value\".",
-             api, (void *)ptr);
+    ps_error("%s(%p): this pointer is a suballocation inside one of poolshim's slabs and %s; a legacy IPC "
+             "handle would map the whole slab in the peer, at the wrong offset. Pooled blocks are exported "
+             "when the pool is expandable over CUDA virtual memory with POSIX file descriptor handles "
+             "(global.ipc = on, the default) and both processes run under poolshim; else route such "
+             "allocations straight to CUDA with POOLSHIM_OPTIONS=global.direct_min_size=SIZE (requests of "
+             "at least SIZE bypass the pool) or use a `cuda` resource for this device. Refused with "
+             "\"invalid value\".",
+             api, (void *)ptr, why);
 }
 
-/* True when `ptr` is pooled memory (not a whole CUDA allocation). */
-bool ps_is_pooled(uintptr_t ptr)
+ps_route_t ps_route_ipc_get(const char *api, uintptr_t ptr, void *handle, int *status)
 {
-    ps_allocation_t a;
     if (!ps_slab_contains(ptr))
-        return false;
-    if (ps_registry_find(ptr, &a) == PS_OK || ps_registry_find_containing(ptr, &a) == PS_OK)
-        return !a.direct;
-    return true; /* inside a slab but not live: certainly not exportable */
+        return PS_ROUTE_PASSTHROUGH;
+    ps_allocation_t a;
+    if (ps_registry_find(ptr, &a) != PS_OK && ps_registry_find_containing(ptr, &a) != PS_OK) {
+        ipc_refuse(api, ptr, "is in no live allocation");
+        ps_stats_count_ipc(PS_IPC_REFUSED);
+        *status = PS_EINVAL;
+        return PS_ROUTE_DONE;
+    }
+    if (a.direct)
+        return PS_ROUTE_PASSTHROUGH; /* a whole CUDA allocation: CUDA's own handle is right */
+    ps_device_state_t *dev = &ps_devices[a.device];
+    ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
+    int rc = PS_EUNSUPPORTED;
+    if (!a.host && a.generation == atomic_load_explicit(&dev->generation, memory_order_acquire)) {
+        ps_in_shim++;
+        rc = ps_ipc_export(gpu, a.ptr, a.size, handle);
+        ps_in_shim--;
+    }
+    ps_stats_count_ipc(rc == PS_OK ? PS_IPC_EXPORTED : PS_IPC_REFUSED);
+    if (rc == PS_EUNSUPPORTED)
+        ipc_refuse(api, ptr,
+                   a.host ? "is pinned host memory"
+                          : "its memory cannot be exported (a chunked pool, global.ipc off, or a device without "
+                            "POSIX file descriptor handles)");
+    *status = rc == PS_OK ? PS_OK : PS_EINVAL;
+    return PS_ROUTE_DONE;
+}
+
+ps_route_t ps_route_ipc_open(const char *api, int door, const void *handle, void **out, int *status)
+{
+    if (!ps_ipc_is_ours(handle))
+        return PS_ROUTE_PASSTHROUGH;
+    ps_device_state_t *dev = ps_shim_ensure_init() ? ps_current_device(door) : NULL;
+    ps_gpu_ops_t *gpu = dev ? __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE) : NULL;
+    ps_in_shim++;
+    *status = ps_ipc_open(api, gpu, handle, out);
+    ps_in_shim--;
+    ps_stats_count_ipc(*status == PS_OK ? PS_IPC_OPENED : PS_IPC_REFUSED);
+    return PS_ROUTE_DONE;
+}
+
+ps_route_t ps_route_ipc_close(uintptr_t ptr, int *status)
+{
+    ps_in_shim++;
+    bool ours = ps_ipc_close(ptr, status);
+    ps_in_shim--;
+    return ours ? PS_ROUTE_DONE : PS_ROUTE_PASSTHROUGH;
 }
 
 ps_route_t ps_route_address_range(uintptr_t addr, uintptr_t *base, size_t *size, int *status)
 {
-    if (!ps_slab_contains(addr))
+    if (!ps_slab_contains(addr)) {
+        if (PS_UNLIKELY(ps_ipc_import_range(addr, base, size))) { /* a block opened from another process */
+            *status = PS_OK;
+            return PS_ROUTE_DONE;
+        }
         return PS_ROUTE_PASSTHROUGH;
+    }
     ps_allocation_t a;
     int found = ps_registry_find(addr, &a) == PS_OK || ps_registry_find_containing(addr, &a) == PS_OK;
     if (!found) {

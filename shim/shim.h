@@ -12,6 +12,7 @@
  *   router.c         lazy init, per-device stacks, allocate/free routing, context
  *                    lifecycle, streams/captures/peer access on their way to gpu_ops_cuda.c
  *   registry.c       device pointer -> owner (sharded hash, no global lock)
+ *   ipc.c            IPC handles of pooled blocks: export table, service thread, imports
  *   gpu_ops_cuda.c   the GPU-ops table of core/ over the real driver, stream tracking
  *   stats.c          the shim's counters and exit report
  *   nvtx.c           debug.nvtx: chunks as NVTX heaps, blocks as regions (compute-sanitizer)
@@ -23,11 +24,12 @@
  *        v
  *   router.c                                                       (decides)
  *        v                   (and core/'s stacks, which call the GPU-ops table)
- *   gpu_ops_cuda.c    registry.c    real.c                         (do)
+ *   gpu_ops_cuda.c    registry.c    ipc.c    real.c                (do)
  *
  * A hook calls the router, real.c to pass a call through, and the hook
  * table; it never calls another hook file, gpu_ops_cuda.c or registry.c.
- * gpu_ops_cuda.c calls registry.c and real.c only; registry.c and real.c
+ * gpu_ops_cuda.c calls registry.c and real.c only; ipc.c calls the GPU-ops
+ * table it is given (and reads ps_exiting); registry.c and real.c
  * call nothing here. stats.c and nvtx.c are leaves any of them may call; stats.c's
  * exit report, registered by the router, reads the router's device table
  * (ps_devices, ps_global: data, no call). Calls back up happen only
@@ -71,6 +73,11 @@
     X(cuMemGetInfo_v2, CUresult, (size_t *, size_t *))                                     \
     X(cuMemGetAddressRange_v2, CUresult, (CUdeviceptr *, size_t *, CUdeviceptr))           \
     X(cuIpcGetMemHandle, CUresult, (CUipcMemHandle *, CUdeviceptr))                        \
+    X(cuIpcOpenMemHandle, CUresult, (CUdeviceptr *, CUipcMemHandle, unsigned int))         \
+    X(cuIpcOpenMemHandle_v2, CUresult, (CUdeviceptr *, CUipcMemHandle, unsigned int))      \
+    X(cuIpcCloseMemHandle, CUresult, (CUdeviceptr))                                        \
+    X(cuMemExportToShareableHandle, CUresult, (void *, CUmemGenericAllocationHandle, int, unsigned long long)) \
+    X(cuMemImportFromShareableHandle, CUresult, (CUmemGenericAllocationHandle *, void *, int)) \
     X(cuCtxGetCurrent, CUresult, (CUcontext *))                                            \
     X(cuCtxGetDevice, CUresult, (CUdevice *))                                              \
     X(cuCtxPushCurrent_v2, CUresult, (CUcontext))                                          \
@@ -143,6 +150,8 @@
     X(cudaStreamCreateWithPriority, cudaError_t, (cudaStream_t *, unsigned int, int)) \
     X(cudaStreamDestroy, cudaError_t, (cudaStream_t))                               \
     X(cudaIpcGetMemHandle, cudaError_t, (cudaIpcMemHandle_t *, void *))             \
+    X(cudaIpcOpenMemHandle, cudaError_t, (void **, cudaIpcMemHandle_t, unsigned int)) \
+    X(cudaIpcCloseMemHandle, cudaError_t, (void *))                                 \
     X(cudaStreamIsCapturing, cudaError_t, (cudaStream_t, cudaStreamCaptureStatus *)) \
     X(cudaStreamIsCapturing_ptsz, cudaError_t, (cudaStream_t, cudaStreamCaptureStatus *)) \
     X(cudaDeviceReset, cudaError_t, (void))                                         \
@@ -176,9 +185,14 @@ int ps_real_load_driver(void);
 /* Returns the real runtime function `name` (from libcudart, wherever the
  * program loaded it), or NULL. `slot` caches it. */
 void *ps_real_runtime_lookup(const char *name, void **slot);
-#define PS_REAL_RT(name)                                                              \
-    ((ps_##name##_fn)(ps_real.name ? (void *)ps_real.name                             \
-                                   : ps_real_runtime_lookup(#name, (void **)&ps_real.name)))
+/* (the slot is read atomically: two threads making their first call of a
+ * runtime function race to fill it; TSan saw it in tests/stress/ipc_stress) */
+static inline void *ps_real_rt_slot(void **slot, const char *name)
+{
+    void *fn = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    return fn ? fn : ps_real_runtime_lookup(name, slot);
+}
+#define PS_REAL_RT(name) ((ps_##name##_fn)ps_real_rt_slot((void **)&ps_real.name, #name))
 /* Records the address of a real driver function that a hook replaces, when
  * it was learned from dlsym/cuGetProcAddress rather than by ps_real_load_driver. */
 void ps_real_note(const char *name, void *fn);
@@ -281,6 +295,29 @@ void ps_nvtx_region_remove(void *ptr, size_t size);
 void ps_nvtx_drop_device(int device);
 /* Heaps registered now (tests). */
 size_t ps_nvtx_heap_count(void);
+/* ---- ipc.c: IPC of pooled memory between processes under the shim ---------- */
+/* Live exported blocks: the router calls ps_ipc_forget at a free while > 0. */
+extern atomic_int ps_ipc_exports;
+/* Whether the 64 bytes at `handle` are a handle of ours (our magic). */
+bool ps_ipc_is_ours(const void *handle);
+/* Exports the live block [block, block + size) of the device whose table is
+ * `gpu` into the 64 bytes at `handle` (the same handle again for the same
+ * block). PS_EUNSUPPORTED: its memory cannot be exported (the caller
+ * refuses); PS_EUPSTREAM: the service socket or thread failed (printed). */
+int ps_ipc_export(const ps_gpu_ops_t *gpu, uintptr_t block, size_t size, void *handle);
+/* The block is being freed: its export, if any, goes (a handle made for it
+ * is stale from now on). */
+void ps_ipc_forget(uintptr_t block);
+/* Opens a handle of ours through `gpu` (NULL: this process cannot import);
+ * *out = the exported block mapped here. Errors are printed, naming `api`:
+ * PS_EINVAL (damaged, stale, our own), PS_EUNSUPPORTED, PS_EUPSTREAM, PS_ENOMEM. */
+int ps_ipc_open(const char *api, const ps_gpu_ops_t *gpu, const void *handle, void **out);
+/* cudaIpcCloseMemHandle of `ptr`: false when it is no pointer we opened;
+ * else *status PS_OK and one reference goes (the last unmaps). */
+bool ps_ipc_close(uintptr_t ptr, int *status);
+/* The opened block containing `addr` (cuMemGetAddressRange), if any. */
+bool ps_ipc_import_range(uintptr_t addr, uintptr_t *base, size_t *size);
+void ps_ipc_atfork_child(void);
 
 /* ---- router.c --------------------------------------------------------------- */
 enum { PS_DOOR_RUNTIME = 0, PS_DOOR_DRIVER = 1 };
@@ -415,10 +452,18 @@ static inline ps_stream_t ps_stream_key(CUstream stream, bool per_thread)
     return (ps_stream_t)stream;
 }
 
-/* IPC guard (cudaIpcGetMemHandle, cuIpcGetMemHandle): is `ptr` pooled (not
- * a whole CUDA allocation)? ps_ipc_refuse says why such a pointer is refused. */
-bool ps_is_pooled(uintptr_t ptr);
-void ps_ipc_refuse(const char *api, uintptr_t ptr);
+/* IPC (cudaIpcGetMemHandle, cuIpcGetMemHandle and the Open/Close pairs;
+ * the mechanism is ipc.c's). ps_route_ipc_get: PASSTHROUGH when `ptr` is not
+ * in our memory or is a direct (whole CUDA) allocation; DONE with *status
+ * PS_OK and `handle` (64 bytes) filled, or PS_EINVAL: refused, and why was
+ * printed (not a live block, or memory that cannot be exported: the chunked
+ * pool, global.ipc off, no POSIX fd handles). ps_route_ipc_open:
+ * PASSTHROUGH when `handle` is not ours; DONE with PS_OK and *out, or an
+ * error (printed). ps_route_ipc_close: PASSTHROUGH when `ptr` is not a
+ * handle we opened. */
+ps_route_t ps_route_ipc_get(const char *api, uintptr_t ptr, void *handle, int *status);
+ps_route_t ps_route_ipc_open(const char *api, int door, const void *handle, void **out, int *status);
+ps_route_t ps_route_ipc_close(uintptr_t ptr, int *status);
 /* cuMemGetAddressRange of `addr`: PS_ROUTE_DONE when it lies in memory the
  * shim took from CUDA, with *status PS_OK and the live suballocation's
  * *base and *size, or PS_EINVAL inside a slab but in no live allocation;

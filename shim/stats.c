@@ -8,7 +8,8 @@
  *    block is freed.
  * 3. Bytes requested (current, peak) need one global view: per-device
  *    atomics, updated only when statistics are enabled.
- * 4. The exit report reads memory only: no CUDA call after the runtime may
+ * 4. IPC counters (exported, opened, refused) are rare: process-wide atomics.
+ * 5. The exit report reads memory only: no CUDA call after the runtime may
  *    have been torn down.
  */
 #include <pthread.h>
@@ -46,6 +47,7 @@ typedef struct byte_counters {
 } byte_counters_t;
 static byte_counters_t bytes[PS_MAX_DEVICES];
 static byte_counters_t host_bytes[PS_MAX_DEVICES]; /* pinned host memory, apart from device bytes */
+static atomic_ullong ipc_counts[PS_IPC_COUNT];     /* IPC handles exported, opened, refused */
 
 /* Is `call` one of the pinned host memory calls? */
 static int is_host_call(int call) { return call >= PS_CALL_CUDA_HOST_ALLOC; }
@@ -179,6 +181,12 @@ void ps_stats_count_invalid(int call)
                    : call == PS_CALL_CUDA_FREE_HOST                                ? "cudaFreeHost"
                    : call == PS_CALL_CU_MEM_FREE_HOST                              ? "cuMemFreeHost"
                                                                                    : "cudaFree");
+}
+
+void ps_stats_count_ipc(int what)
+{
+    if (what >= 0 && what < PS_IPC_COUNT)
+        atomic_fetch_add_explicit(&ipc_counts[what], 1, memory_order_relaxed);
 }
 
 void ps_stats_count_foreign_invalid(void)
@@ -336,8 +344,12 @@ void ps_stats_write(FILE *f, int json)
         long rank_value = rank ? strtol(rank, &end, 10) : -1;
         if (rank && end != rank && !*end && rank_value >= 0)
             fprintf(f, "\"rank\": %ld, ", rank_value);
-        fprintf(f, "\"passthrough\": %llu, \"invalid_frees\": %llu, \"devices\": [",
-                (unsigned long long)sum.passthrough, (unsigned long long)sum.invalid);
+        fprintf(f, "\"passthrough\": %llu, \"invalid_frees\": %llu, ", (unsigned long long)sum.passthrough,
+                (unsigned long long)sum.invalid);
+        fprintf(f, "\"ipc\": {\"exported\": %llu, \"opened\": %llu, \"refused\": %llu}, \"devices\": [",
+                (unsigned long long)atomic_load(&ipc_counts[PS_IPC_EXPORTED]),
+                (unsigned long long)atomic_load(&ipc_counts[PS_IPC_OPENED]),
+                (unsigned long long)atomic_load(&ipc_counts[PS_IPC_REFUSED]));
     }
     int first = 1;
     for (int d = 0; d < PS_MAX_DEVICES; d++) {
@@ -430,9 +442,15 @@ void ps_stats_write(FILE *f, int json)
     }
     if (json)
         fprintf(f, "]}\n");
-    else
+    else {
         fprintf(f, "poolshim: passthrough calls %llu, invalid frees %llu\n", (unsigned long long)sum.passthrough,
                 (unsigned long long)sum.invalid);
+        unsigned long long exported = atomic_load(&ipc_counts[PS_IPC_EXPORTED]),
+                           opened = atomic_load(&ipc_counts[PS_IPC_OPENED]),
+                           refused = atomic_load(&ipc_counts[PS_IPC_REFUSED]);
+        if (exported || opened || refused)
+            fprintf(f, "poolshim: IPC handles exported %llu, opened %llu, refused %llu\n", exported, opened, refused);
+    }
     fflush(f);
 }
 

@@ -28,6 +28,10 @@ void ps_stats_count_allocate(int device, int call, int door, size_t size, int st
 void ps_stats_count_free(int device, int call, int door, size_t size, uint64_t ns);
 void ps_stats_count_passthrough(int device);
 void ps_stats_count_invalid(int call);
+/* IPC of pooled blocks (router.c): handles of ours handed out, opened here,
+ * and requests refused (export or open); in the report when nonzero. */
+enum { PS_IPC_EXPORTED = 0, PS_IPC_OPENED, PS_IPC_REFUSED, PS_IPC_COUNT };
+void ps_stats_count_ipc(int what);
 /* Sums the counters of device `device` over all threads. */
 void ps_stats_snapshot(int device, ps_shim_stats_t *out);
 uint64_t ps_stats_passthrough_total(void);

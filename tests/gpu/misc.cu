@@ -6,8 +6,10 @@
  *      of a block) return cudaErrorInvalidValue, and later calls still work.
  *   3. cudaMemGetInfo is sane (0 < free <= total).
  *   4. cudaIpcGetMemHandle on a suballocated pointer: --expect-ipc=ok natively
- *      (a real allocation), =error under a pool (the handle would map the
- *      whole slab in the peer), =any to only print it.
+ *      (a real allocation) and under the expandable pool (the shim's own
+ *      handle, tests/gpu/ipc.cu opens it in another process), =error under
+ *      the chunked pool (a legacy handle would map the whole slab in the
+ *      peer), =any to only print it.
  *   5. cuMemGetAddressRange on a pointer in the middle of a block returns the
  *      block's own base (through -lcuda and through the runtime's entry point).
  *   6. Out of memory: a request larger than the device returns

@@ -166,6 +166,26 @@ expect_detect() {
     else record "$name" FAIL "exit $rc, log $log.log"; fi
 }
 
+# expect_corruption NAME [VAR=VALUE...] -- PROGRAM ARGS: a negative control
+# under the shim: passes only when the program reports wrong bytes (exit 3),
+# proving that the test would see a broken mechanism.
+expect_corruption() {
+    local name=shim/$1
+    shift
+    local -a envs=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    wanted "$name" || return 0
+    local path log=${name//\//_}
+    path=$(exe "$1") || { record "$name" FAIL "$1 did not build"; return 0; }
+    shift
+    [ -f "$lib" ] || { record "$name" FAIL "no $lib"; return 0; }
+    run_timed "$log" env LD_PRELOAD="$lib" "${envs[@]}" "$path" "$@"
+    keep_log "$log"
+    if [ $rc -eq 3 ]; then record "$name" PASS "expected failure: wrong bytes detected"
+    else record "$name" FAIL "exit $rc where the negative control must exit 3 (wrong bytes seen), log $log.log"; fi
+}
+
 # ---------------------------------------------------------------- 0. where we are
 {
     echo "poolshim GPU suite, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -215,6 +235,8 @@ declare -A sources=(
     [sanitize_shared]="sanitize.cu -cudart shared"
     [soak_static]="soak.cu -lcuda"
     [soak_shared]="soak.cu -cudart shared -lcuda"
+    [ipc_static]="ipc.cu -lcuda"
+    [ipc_shared]="ipc.cu -cudart shared -lcuda"
 )
 build_started=$(date +%s)
 for name in "${!sources[@]}"; do
@@ -407,9 +429,25 @@ shim async_streams_shared "doors.runtime>0 calls.cudaMallocAsync>0 calls.cudaFre
 # ---------------------------------------------------------------- 5. misc: bad pointers, IPC, ranges, OOM, threads
 native misc_static misc_static --expect-ipc=ok
 native misc_shared misc_shared --expect-ipc=ok
-shim misc_static "doors.driver>0 invalid_frees>=3 ?failures>0" -- misc_static --expect-ipc=error
-shim misc_shared "doors.runtime>0 invalid_frees>=3 ?failures>0" -- misc_shared --expect-ipc=error
+# (the expandable pool exports pooled blocks, see 5b; the chunked pool refuses)
+shim misc_static "doors.driver>0 invalid_frees>=3 ipc.exported>=1 ?failures>0" -- misc_static --expect-ipc=ok
+shim misc_shared "doors.runtime>0 invalid_frees>=3 ipc.exported>=1 ?failures>0" -- misc_shared --expect-ipc=ok
+shim misc_static_chunks "doors.driver>0 expandable==0 ipc.refused>=1 ?failures>0" POOLSHIM_OPTIONS=resource.main.expandable=0 -- misc_static --expect-ipc=error
 shim misc_static_passthrough "invalid_frees>=0 ?passthrough>0" POOLSHIM_RESOURCE=cuda -- misc_static --expect-ipc=any
+
+# ---------------------------------------------------------------- 5b. IPC of pooled memory between two processes
+# ipc.cu: the parent exports a cudaMalloc'ed block, a fork+exec'ed child (under the
+# shim too: LD_PRELOAD is inherited) opens, verifies and writes it, the parent sees
+# the writes; under the shim also its own and a stale handle are refused. Refused
+# outright over the chunked pool and with global.ipc=0. Negative control: the
+# test switch POOLSHIM_TEST_IPC_SKEW=1 maps the pieces out of order: must exit 3.
+native ipc_static ipc_static
+native ipc_shared ipc_shared
+shim ipc_static "doors.driver>0 invalid_frees==0 expandable==1 ipc.exported>=1 ipc.refused>=1" -- ipc_static
+shim ipc_shared "doors.runtime>0 invalid_frees==0 expandable==1 ipc.exported>=1 ipc.refused>=1" -- ipc_shared
+shim ipc_refused_chunks "doors.driver>0 expandable==0 ipc.refused>=1 ipc.exported==0" POOLSHIM_OPTIONS=resource.main.expandable=0 -- ipc_static --expect=refused
+shim ipc_refused_ipc_off "doors.runtime>0 ipc.refused>=1 ipc.exported==0" POOLSHIM_OPTIONS=global.ipc=0 -- ipc_shared --expect=refused
+expect_corruption ipc_skew_detected POOLSHIM_TEST_IPC_SKEW=1 -- ipc_static
 
 # ---------------------------------------------------------------- 6. resource types as the stack
 for resource in pool arena binning cuda async managed; do
@@ -534,8 +572,21 @@ if "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else
             record shim/torch_loss_matches_native FAIL "native '$native_loss', shim '$shim_loss'"
         fi
     fi
+    # torch.multiprocessing shares a CUDA tensor (issue 14), caching allocator on and off
+    for cache in on off; do
+        if [ $cache = off ]; then cache_env=PYTORCH_NO_CUDA_MEMORY_CACHING=1; else cache_env=POOLSHIM_TORCH_IPC_CACHE=on; fi
+        if wanted native/torch_ipc_cache_$cache; then
+            name=native_torch_ipc_cache_$cache
+            run_timed $name env -u LD_PRELOAD $cache_env "$PYTHON" "$src/torch_ipc.py"
+            keep_log $name
+            if [ $rc -eq 0 ]; then record native/torch_ipc_cache_$cache PASS
+            else record native/torch_ipc_cache_$cache FAIL "exit $rc, log $name.log"; fi
+        fi
+        shim torch_ipc_cache_$cache "doors.runtime>0 invalid_frees==0 ipc.exported>=1" $cache_env -- "$PYTHON" "$src/torch_ipc.py"
+    done
 else
     wanted torch_train && record torch_train SKIP "PyTorch with CUDA not available"
+    wanted torch_ipc && record torch_ipc SKIP "PyTorch with CUDA not available"
 fi
 if "$PYTHON" -c 'import cupy' >/dev/null 2>&1; then
     if wanted native/cupy_test; then

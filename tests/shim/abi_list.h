@@ -17,4 +17,6 @@
     X(CU_MEM_ALLOCATION_TYPE_PINNED) X(CU_MEM_LOCATION_TYPE_DEVICE) X(CU_MEM_ACCESS_FLAGS_PROT_READWRITE) \
     X(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) X((long)sizeof(CUmemAllocationProp)) \
     X((long)offsetof(CUmemAllocationProp, location)) X((long)offsetof(CUmemAllocationProp, allocFlags)) \
-    X((long)sizeof(CUmemAccessDesc)) X((long)sizeof(CUmemGenericAllocationHandle))
+    X((long)sizeof(CUmemAccessDesc)) X((long)sizeof(CUmemGenericAllocationHandle))     \
+    X(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED) X(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) \
+    X(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) X((long)offsetof(CUmemAllocationProp, requestedHandleTypes))

@@ -27,7 +27,25 @@
  * fake libcudart's teardown at exit calls fake_cuda_runtime_torn_down();
  * every entry-point call after it is counted in `calls_after_teardown`
  * and printed at exit when nonzero.
+ *
+ * Virtual memory (only with FAKE_CUDA_VMM=1, so other tests keep the
+ * chunked pool): the device reports VMM support and, unless
+ * FAKE_CUDA_VMM_NO_FD=1, POSIX file descriptor handles (with
+ * FAKE_CUDA_VMM_REFUSE_FD=1 it reports them but cuMemCreate refuses them). cuMemAddressReserve
+ * takes inaccessible address space; cuMemCreate makes a memfd of the size;
+ * cuMemMap maps it shared at the address, cuMemSetAccess opens it,
+ * cuMemUnmap closes it again. cuMemExportToShareableHandle gives a dup of
+ * the memfd (only when cuMemCreate asked for that handle type, as the driver
+ * does) and cuMemImportFromShareableHandle takes one: so two processes
+ * really share the bytes, as on a GPU. Legacy IPC: cuIpcGetMemHandle
+ * writes the pointer and "FAKEIPC"; cuIpcOpenMemHandle answers such a
+ * handle with that pointer (meaningful in the same process only) and
+ * anything else with "invalid value"; both open and close are counted.
  */
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <pthread.h>
 #include <stdio.h>
@@ -311,6 +329,209 @@ EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
         return CUDA_ERROR_INVALID_VALUE;
     memset(h, 0, sizeof *h);
     memcpy(h->reserved, &p, sizeof p);
+    memcpy(h->reserved + 8, "FAKEIPC", 8);
+    return CUDA_SUCCESS;
+}
+
+static CUresult ipc_open(CUdeviceptr *p, CUipcMemHandle h)
+{
+    __atomic_fetch_add(&counters.ipc_open_native, 1, __ATOMIC_RELAXED);
+    if (memcmp(h.reserved + 8, "FAKEIPC", 8) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy(p, h.reserved, sizeof *p);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h, unsigned int flags) { ENTER(); (void)flags; return ipc_open(p, h); }
+EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned int flags) { ENTER(); (void)flags; return ipc_open(p, h); }
+EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p)
+{
+    ENTER();
+    (void)p;
+    __atomic_fetch_add(&counters.ipc_close_native, 1, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+
+/* ---- virtual memory (FAKE_CUDA_VMM=1) ---- */
+#define FAKE_GRANULARITY ((size_t)2 << 20)
+typedef struct fake_vm_handle {
+    int fd;        /* the memfd (created) or a dup of the imported descriptor */
+    size_t size;   /* its bytes */
+    int types;     /* requestedHandleTypes at cuMemCreate */
+    int imported;  /* 1: from cuMemImportFromShareableHandle (not counted in outstanding) */
+} fake_vm_handle_t;
+
+static int env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v == '1';
+}
+
+EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice d)
+{
+    ENTER();
+    (void)d;
+    *value = 0;
+    if (attribute == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)
+        *value = env_on("FAKE_CUDA_VMM");
+    else if (attribute == CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED)
+        *value = env_on("FAKE_CUDA_VMM") && !env_on("FAKE_CUDA_VMM_NO_FD");
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, int option)
+{
+    ENTER();
+    (void)prop;
+    (void)option;
+    *g = FAKE_GRANULARITY;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t alignment, CUdeviceptr addr,
+                                    unsigned long long flags)
+{
+    ENTER();
+    (void)addr;
+    (void)flags;
+    if (!size || size % FAKE_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t align = alignment > FAKE_GRANULARITY ? alignment : FAKE_GRANULARITY;
+    char *m = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uintptr_t start = ((uintptr_t)m + align - 1) / align * align;
+    if (start > (uintptr_t)m)
+        munmap(m, start - (uintptr_t)m);
+    munmap((void *)(start + size), (uintptr_t)m + size + align - (start + size));
+    *p = (CUdeviceptr)start;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t size)
+{
+    ENTER();
+    return munmap((void *)(uintptr_t)p, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
+                            unsigned long long flags)
+{
+    ENTER();
+    (void)flags;
+    if (!env_on("FAKE_CUDA_VMM") || !size || size % FAKE_GRANULARITY)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (prop->requestedHandleTypes && (env_on("FAKE_CUDA_VMM_NO_FD") || env_on("FAKE_CUDA_VMM_REFUSE_FD")))
+        return CUDA_ERROR_NOT_SUPPORTED; /* (REFUSE_FD: the attribute says yes, cuMemCreate says no, as in some containers) */
+    pthread_mutex_lock(&lock);
+    size_t limit = getenv("FAKE_CUDA_MEMORY") ? strtoull(getenv("FAKE_CUDA_MEMORY"), NULL, 0) : TOTAL_MEMORY;
+    if (outstanding + size > limit) {
+        pthread_mutex_unlock(&lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    outstanding += size;
+    counters.bytes_outstanding = outstanding;
+    pthread_mutex_unlock(&lock);
+    fake_vm_handle_t *v = calloc(1, sizeof *v);
+    int fd = memfd_create("fake_cuda_vm", MFD_CLOEXEC);
+    if (!v || fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+        if (fd >= 0)
+            close(fd);
+        free(v);
+        pthread_mutex_lock(&lock);
+        outstanding -= size;
+        counters.bytes_outstanding = outstanding;
+        pthread_mutex_unlock(&lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    v->fd = fd;
+    v->size = size;
+    v->types = prop->requestedHandleTypes;
+    __atomic_fetch_add(&counters.vm_created, 1, __ATOMIC_RELAXED);
+    if (v->types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        __atomic_fetch_add(&counters.vm_created_shareable, 1, __ATOMIC_RELAXED);
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
+{
+    ENTER();
+    fake_vm_handle_t *v = (fake_vm_handle_t *)(uintptr_t)h;
+    if (!v)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!v->imported) {
+        pthread_mutex_lock(&lock);
+        outstanding -= v->size;
+        counters.bytes_outstanding = outstanding;
+        pthread_mutex_unlock(&lock);
+    }
+    close(v->fd); /* (a mapping keeps the memory, as the driver does) */
+    free(v);
+    __atomic_fetch_add(&counters.vm_released, 1, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+                         unsigned long long flags)
+{
+    ENTER();
+    (void)flags;
+    fake_vm_handle_t *v = (fake_vm_handle_t *)(uintptr_t)h;
+    if (!v || offset + size > v->size)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *m = mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, v->fd, (off_t)offset);
+    return m == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+    ENTER();
+    (void)desc;
+    (void)count;
+    return mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE) == 0 ? CUDA_SUCCESS
+                                                                             : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size)
+{
+    ENTER();
+    void *m = mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+                   -1, 0);
+    return m == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h, int type,
+                                             unsigned long long flags)
+{
+    ENTER();
+    (void)flags;
+    fake_vm_handle_t *v = (fake_vm_handle_t *)(uintptr_t)h;
+    if (!v || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !(v->types & type))
+        return CUDA_ERROR_INVALID_VALUE; /* not requested at cuMemCreate */
+    int fd = fcntl(v->fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *(int *)out = fd;
+    __atomic_fetch_add(&counters.vm_exported, 1, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os, int type)
+{
+    ENTER();
+    int fd = (int)(intptr_t)os;
+    struct stat st;
+    if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fstat(fd, &st) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    fake_vm_handle_t *v = calloc(1, sizeof *v);
+    if (!v)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    v->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    v->size = (size_t)st.st_size;
+    v->types = type;
+    v->imported = 1;
+    __atomic_fetch_add(&counters.vm_imported, 1, __ATOMIC_RELAXED);
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
     return CUDA_SUCCESS;
 }
 
@@ -741,6 +962,7 @@ static const struct { const char *name; void *fn; int min_version; } table[] = {
     {"cuMemGetInfo", (void *)cuMemGetInfo_v2, 3020},
     {"cuMemGetAddressRange", (void *)cuMemGetAddressRange_v2, 3020},
     {"cuIpcGetMemHandle", (void *)cuIpcGetMemHandle, 4010},
+    {"cuIpcCloseMemHandle", (void *)cuIpcCloseMemHandle, 4010},
     {"cuCtxGetCurrent", (void *)cuCtxGetCurrent, 4000},
     {"cuCtxSetCurrent", (void *)cuCtxSetCurrent, 4000},
     {"cuCtxGetDevice", (void *)cuCtxGetDevice, 2000},
@@ -785,6 +1007,8 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
         fn = version >= 11000 ? (void *)cuDevicePrimaryCtxReset_v2 : (void *)cuDevicePrimaryCtxReset;
     else if (strcmp(symbol, "cuDevicePrimaryCtxSetFlags") == 0 && version >= 7000)
         fn = version >= 11000 ? (void *)cuDevicePrimaryCtxSetFlags_v2 : (void *)cuDevicePrimaryCtxSetFlags;
+    else if (strcmp(symbol, "cuIpcOpenMemHandle") == 0 && version >= 4010)
+        fn = version >= 11000 ? (void *)cuIpcOpenMemHandle_v2 : (void *)cuIpcOpenMemHandle;
     else if (strcmp(symbol, "cuStreamIsCapturing") == 0 && version >= 10000)
         fn = ptds ? (void *)cuStreamIsCapturing_ptsz : (void *)cuStreamIsCapturing;
     else

@@ -18,5 +18,12 @@ typedef struct fake_cuda_counters {
     unsigned long host_alloc_flags;     /* the flags of the last cuMemHostAlloc */
     unsigned long calls_after_teardown; /* entry-point calls after the runtime's exit teardown */
     unsigned long child_calls;          /* calls in a fork() child (answered CUDA_ERROR_NOT_INITIALIZED) */
+    unsigned long vm_created;           /* cuMemCreate successes (FAKE_CUDA_VMM=1) */
+    unsigned long vm_created_shareable; /* ... of them with the POSIX file descriptor handle type */
+    unsigned long vm_exported;          /* cuMemExportToShareableHandle successes */
+    unsigned long vm_imported;          /* cuMemImportFromShareableHandle successes */
+    unsigned long vm_released;          /* cuMemRelease successes (created and imported) */
+    unsigned long ipc_open_native;      /* cuIpcOpenMemHandle(_v2) calls that reached the driver */
+    unsigned long ipc_close_native;     /* cuIpcCloseMemHandle calls that reached the driver */
 } fake_cuda_counters_t;
 #endif

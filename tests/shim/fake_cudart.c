@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../../shim/cuda_abi.h"
 
@@ -44,6 +45,8 @@ static struct {
     CUresult (*stream_create)(CUstream *, unsigned);
     CUresult (*stream_destroy)(CUstream);
     CUresult (*ipc)(CUipcMemHandle *, CUdeviceptr);
+    CUresult (*ipc_open)(CUdeviceptr *, CUipcMemHandle, unsigned);
+    CUresult (*ipc_close)(CUdeviceptr);
     CUresult (*reset)(CUdevice);
     CUresult (*set_flags)(CUdevice, unsigned);
     CUresult (*host_alloc)(void **, size_t, unsigned);
@@ -100,6 +103,8 @@ static void load(void)
     drv.stream_create = get(gpa, "cuStreamCreate", 2000, 0);
     drv.stream_destroy = get(gpa, "cuStreamDestroy", 4000, 0);
     drv.ipc = get(gpa, "cuIpcGetMemHandle", 4010, 0);
+    drv.ipc_open = get(gpa, "cuIpcOpenMemHandle", 11000, 0);
+    drv.ipc_close = get(gpa, "cuIpcCloseMemHandle", 4010, 0);
     drv.reset = get(gpa, "cuDevicePrimaryCtxReset", 11000, 0);
     drv.set_flags = get(gpa, "cuDevicePrimaryCtxSetFlags", 11000, 0);
     drv.host_alloc = get(gpa, "cuMemHostAlloc", 3020, 0);
@@ -265,6 +270,18 @@ EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
 {
     cudaError_t e = lazy_init();
     return e ? e : err(drv.ipc((CUipcMemHandle *)h, (CUdeviceptr)(uintptr_t)p));
+}
+EXPORT cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned flags)
+{
+    cudaError_t e = lazy_init();
+    CUipcMemHandle dh;
+    memcpy(&dh, &h, sizeof dh);
+    return e ? e : err(drv.ipc_open((CUdeviceptr *)p, dh, flags));
+}
+EXPORT cudaError_t cudaIpcCloseMemHandle(void *p)
+{
+    cudaError_t e = lazy_init();
+    return e ? e : err(drv.ipc_close((CUdeviceptr)(uintptr_t)p));
 }
 EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *st)
 {

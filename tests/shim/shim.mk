@@ -5,7 +5,7 @@
 FAKE       := $(BUILD)/fake
 SHIMTEST   := $(BUILD)/shimtest
 PROG_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -pthread $(SANFLAGS)
-SHIM_PROGS := $(SHIMTEST)/prog_runtime $(SHIMTEST)/prog_static $(SHIMTEST)/prog_static_old_dlsym \
+SHIM_PROGS := $(SHIMTEST)/prog_runtime $(SHIMTEST)/prog_ipc $(SHIMTEST)/prog_static $(SHIMTEST)/prog_static_old_dlsym \
               $(SHIMTEST)/prog_rtld_next $(SHIMTEST)/libwrapnext.so
 # the fake NVTX tool (debug.nvtx), when the NVTX headers are here
 ifeq ($(filter -DPS_NO_NVTX,$(NVTX_CFLAGS)),)
@@ -32,6 +32,10 @@ $(FAKE)/libfake_nvtx.so: tests/shim/fake_nvtx.c
 	$(CC) $(PROG_FLAGS) -fPIC -shared $(NVTX_CFLAGS) -o $@ $<
 
 $(SHIMTEST)/prog_runtime: tests/shim/prog_runtime.c tests/shim/prog_common.h tests/shim/fake_cuda.h $(FAKE)/libcudart.so.13
+	@mkdir -p $(SHIMTEST)
+	$(CC) $(PROG_FLAGS) -o $@ $< -L$(FAKE) -lcudart -ldl
+
+$(SHIMTEST)/prog_ipc: tests/shim/prog_ipc.c tests/shim/prog_common.h tests/shim/fake_cuda.h $(FAKE)/libcudart.so.13
 	@mkdir -p $(SHIMTEST)
 	$(CC) $(PROG_FLAGS) -o $@ $< -L$(FAKE) -lcudart -ldl
 
@@ -71,7 +75,7 @@ endif
 
 # A stress program over the shim and the fake CUDA (tests/stress/, run by
 # `make test-stress`, under TSan in `make test-all`): it preloads the shim itself.
-$(BUILD)/stress/context_reset_stress $(BUILD)/stress/fork_stress: $(BUILD)/stress/%: tests/stress/%.c tests/shim/prog_common.h \
+$(BUILD)/stress/context_reset_stress $(BUILD)/stress/fork_stress $(BUILD)/stress/ipc_stress: $(BUILD)/stress/%: tests/stress/%.c tests/shim/prog_common.h \
                                       tests/shim/fake_cuda.h $(LIB) $(FAKE)/libcuda.so.1 $(FAKE)/libcudart.so.13
 	@mkdir -p $(dir $@)
 	$(CC) $(PROG_FLAGS) -DPS_BUILD_DIR='"$(abspath $(BUILD))"' -o $@ $< -L$(FAKE) -Wl,-rpath,$(abspath $(FAKE)) -lcudart -ldl

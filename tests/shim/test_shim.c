@@ -74,6 +74,62 @@ Test(runtime_door, per_device_stacks_are_named_in_the_report)
     remove(log);
 }
 
+/* ---- IPC of pooled memory (tests/shim/prog_ipc.c) ------------------------------ */
+Test(ipc, two_processes_share_a_pooled_block)
+{
+    expect_pass(1, "FAKE_CUDA_VMM=1", "prog_ipc share", "shim active");
+    cr_expect(strstr(output, "stale handle") != NULL, "the stale handle's error names it:\n%s", output);
+    cr_expect(strstr(output, "cannot open its own IPC handle") != NULL, "own handle refused with why:\n%s", output);
+}
+
+Test(ipc, counted_in_each_process_exit_report)
+{
+    expect_pass(1, "FAKE_CUDA_VMM=1 POOLSHIM_STATS=json", "prog_ipc share", "shim active");
+    /* the exporter: 5 cudaIpcGetMemHandle calls, its own and a damaged handle
+     * refused (driver handles pass through, uncounted); the importer opens
+     * twice; the stale open is refused */
+    cr_expect(strstr(output, "\"ipc\": {\"exported\": 5, \"opened\": 0, \"refused\": 2}") != NULL, "exporter:\n%s", output);
+    cr_expect(strstr(output, "\"ipc\": {\"exported\": 0, \"opened\": 2, \"refused\": 0}") != NULL, "importer:\n%s", output);
+    cr_expect(strstr(output, "\"ipc\": {\"exported\": 0, \"opened\": 0, \"refused\": 1}") != NULL, "stale:\n%s", output);
+    expect_pass(1, "POOLSHIM_STATS=text", "prog_ipc refused", "shim active");
+    cr_expect(strstr(output, "poolshim: IPC handles exported 0, opened 0, refused 1") != NULL, "text:\n%s", output);
+}
+
+/* Negative control: the test switch maps the pieces out of order in the
+ * importer; the share scenario must notice (wrong bytes both ways). */
+Test(ipc, negative_control_pieces_out_of_order_are_caught)
+{
+    int rc = run(1, "FAKE_CUDA_VMM=1 POOLSHIM_TEST_IPC_SKEW=1", "prog_ipc share");
+    cr_expect_neq(rc, 0, "the share scenario passed with the pieces out of order:\n%s", output);
+    cr_expect(strstr(output, "the exporter's pattern") != NULL, "the importer saw wrong bytes:\n%s", output);
+}
+
+Test(ipc, refused_over_the_chunked_pool)
+{
+    expect_pass(1, NULL, "prog_ipc refused", "shim active");
+    cr_expect(strstr(output, "cannot be exported") != NULL, "says why:\n%s", output);
+}
+
+Test(ipc, refused_with_ipc_off) { expect_pass(1, "FAKE_CUDA_VMM=1 POOLSHIM_OPTIONS=global.ipc=0", "prog_ipc refused", "shim active"); }
+
+Test(ipc, refused_without_posix_fd_handles)
+{
+    expect_pass(1, "FAKE_CUDA_VMM=1 FAKE_CUDA_VMM_NO_FD=1", "prog_ipc refused", "shim active");
+}
+
+Test(ipc, refused_when_cumemcreate_refuses_exportable_memory)
+{
+    expect_pass(1, "FAKE_CUDA_VMM=1 FAKE_CUDA_VMM_REFUSE_FD=1", "prog_ipc refused", "shim active");
+    cr_expect(strstr(output, "cuMemCreate refused memory exportable") != NULL, "warns once:\n%s", output);
+}
+
+Test(ipc, direct_allocations_export_natively)
+{
+    expect_pass(1, "FAKE_CUDA_VMM=1 POOLSHIM_OPTIONS=global.direct_min_size=1MiB", "prog_ipc refused", "shim active");
+}
+
+Test(ipc, native_export_without_the_shim) { expect_pass(0, "FAKE_CUDA_VMM=1", "prog_ipc refused", "shim inactive"); }
+
 Test(runtime_door, pinned_host_pool_off_passes_everything_through)
 {
     expect_pass(1, "POOLSHIM_OPTIONS=host.enable=0", "prog_runtime pinned", "shim active");
