@@ -96,6 +96,9 @@ void ps_config_pool_options(const ps_config_t *cfg, const ps_resource_def_t *def
         opts->epoch_wait_ns = v[PS_KEY_EPOCH_WAIT_US].number * 1000u;
     if (v[PS_KEY_EXPANDABLE].set)
         opts->expandable = (int)v[PS_KEY_EXPANDABLE].number;
+    else if (cfg->global.debug.nvtx)
+        opts->expandable = 0; /* compute-sanitizer refuses NVTX heaps over cuMemMap'd pieces
+                                 ("nvtxMemHeapRegister failed: parameters invalid", H100, CUDA 13.0) */
     if (v[PS_KEY_EXPANDABLE_RESERVE].set)
         opts->expandable_reserve = (size_t)v[PS_KEY_EXPANDABLE_RESERVE].number;
     if (v[PS_KEY_EXPANDABLE_PIECE].set)

@@ -23,7 +23,11 @@
  * fence on every stream, then frees on the legacy stream; and a
  * PS_STREAM_NONE allocation waits on the host until the legacy stream has
  * passed the allocation, since the program may use the memory on any
- * stream at once. Without a fence: synchronize the device.
+ * stream at once. Without a fence for the allocation: synchronize the
+ * device. Without one for a free (a stream capture is open, where a device
+ * synchronize would invalidate the capture — the GPU soak caught it): the
+ * block is deferred (counted reserved and pending) and freed by the next
+ * call that can record a fence.
  */
 #include "upstream.h"
 
@@ -47,6 +51,13 @@ typedef struct upstream {
     uint64_t peak_bytes_reserved; /* maximum of bytes_reserved */
     uint64_t upstream_allocs;    /* successful allocations */
     uint64_t upstream_frees;     /* successful frees */
+    /* async only: cudaFree'd blocks whose ordering fence could not be had (a
+     * stream capture was open: a device synchronize would invalidate it), freed
+     * at the next call that can record one */
+    void **deferred;             /* the blocks */
+    size_t *deferred_sizes;      /* their sizes */
+    size_t deferred_count, deferred_capacity;
+    uint64_t deferred_bytes;     /* sum of deferred_sizes (reserved, pending) */
 } upstream_t;
 
 /* The smallest block handed out (size 0 asks for this). */
@@ -57,17 +68,60 @@ static ps_stream_t upstream_stream(ps_stream_t stream)
     return stream == PS_STREAM_NONE ? (ps_stream_t)0 : stream;
 }
 
-/* async + PS_STREAM_NONE free: the legacy stream waits for every stream. */
-static void async_order_free_after_all_streams(upstream_t *up)
+/* async + PS_STREAM_NONE free: the legacy stream waits for every stream.
+ * PS_OK: frees on the legacy stream are now ordered after all work so far;
+ * otherwise (a capture is open, so no fence, and a device synchronize would
+ * break the capture) the caller defers the free. */
+static int async_order_free_after_all_streams(upstream_t *up)
 {
     ps_fence_t *fence;
-    if (up->gpu->fence_record(up->gpu->ctx, PS_STREAM_NONE, &fence) == PS_OK) {
-        int status = up->gpu->stream_wait_fence(up->gpu->ctx, PS_STREAM_LEGACY, fence);
-        up->gpu->fence_release(up->gpu->ctx, fence);
-        if (status == PS_OK)
-            return;
+    int status = up->gpu->fence_record(up->gpu->ctx, PS_STREAM_NONE, &fence);
+    if (status != PS_OK)
+        return status;
+    status = up->gpu->stream_wait_fence(up->gpu->ctx, PS_STREAM_LEGACY, fence);
+    up->gpu->fence_release(up->gpu->ctx, fence);
+    return status;
+}
+
+/* Keeps a cudaFree'd block for later (lock held). PS_ENOMEM: no room. */
+static int defer_locked(upstream_t *up, void *ptr, size_t size)
+{
+    if (up->deferred_count == up->deferred_capacity) {
+        size_t capacity = up->deferred_capacity ? up->deferred_capacity * 2 : 16;
+        void **blocks = realloc(up->deferred, capacity * sizeof *blocks);
+        if (!blocks)
+            return PS_ENOMEM;
+        up->deferred = blocks;
+        size_t *sizes = realloc(up->deferred_sizes, capacity * sizeof *sizes);
+        if (!sizes)
+            return PS_ENOMEM;
+        up->deferred_sizes = sizes;
+        up->deferred_capacity = capacity;
     }
-    up->gpu->device_synchronize(up->gpu->ctx);
+    up->deferred[up->deferred_count] = ptr;
+    up->deferred_sizes[up->deferred_count++] = size;
+    up->deferred_bytes += size;
+    return PS_OK;
+}
+
+/* Frees the deferred blocks once a fence orders them after all work (any
+ * thread, any call); nothing when none is deferred or a capture is still open. */
+static void async_flush_deferred(upstream_t *up)
+{
+    pthread_mutex_lock(&up->lock);
+    size_t count = up->deferred_count;
+    pthread_mutex_unlock(&up->lock);
+    if (!count || async_order_free_after_all_streams(up) != PS_OK)
+        return;
+    pthread_mutex_lock(&up->lock);
+    for (size_t i = 0; i < up->deferred_count; i++) {
+        if (up->gpu->mem_free_async(up->gpu->ctx, up->deferred[i], 0) == PS_OK)
+            up->upstream_frees++;
+        up->bytes_reserved -= up->deferred_sizes[i];
+    }
+    up->deferred_count = 0;
+    up->deferred_bytes = 0;
+    pthread_mutex_unlock(&up->lock);
 }
 
 /* async + PS_STREAM_NONE allocation: usable by every stream on return. */
@@ -103,6 +157,8 @@ static int upstream_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, 
     pthread_mutex_unlock(&up->lock);
     if (status != PS_OK)
         return status;
+    if (up->kind == UPSTREAM_ASYNC)
+        async_flush_deferred(up);
     void *ptr = NULL;
     switch (up->kind) {
     case UPSTREAM_CUDA: status = up->gpu->mem_alloc(up->gpu->ctx, size, &ptr); break;
@@ -142,8 +198,17 @@ static int upstream_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stre
     pthread_mutex_unlock(&up->lock);
     if (!known)
         return PS_EINVAL;
-    if (up->kind == UPSTREAM_ASYNC && stream == PS_STREAM_NONE)
-        async_order_free_after_all_streams(up);
+    if (up->kind == UPSTREAM_ASYNC && stream == PS_STREAM_NONE) {
+        if (async_order_free_after_all_streams(up) != PS_OK) {
+            pthread_mutex_lock(&up->lock);
+            int status = defer_locked(up, ptr, (size_t)live_size);
+            if (status != PS_OK)
+                ps_ptr_map_put(&up->live, (uintptr_t)ptr, live_size); /* the slot is still there */
+            pthread_mutex_unlock(&up->lock);
+            return status;
+        }
+        async_flush_deferred(up); /* the fence just recorded covers them too */
+    }
     int status = upstream_free(up, ptr, (size_t)live_size, stream);
     pthread_mutex_lock(&up->lock);
     if (status == PS_OK) {
@@ -160,7 +225,8 @@ static void upstream_query(ps_resource_t *r, ps_resource_info_t *info)
 {
     upstream_t *up = (upstream_t *)r;
     pthread_mutex_lock(&up->lock);
-    info->bytes_in_use += up->bytes_reserved;
+    info->bytes_in_use += up->bytes_reserved - up->deferred_bytes;
+    info->bytes_pending += up->deferred_bytes;
     info->bytes_reserved += up->bytes_reserved;
     info->peak_bytes_reserved += up->peak_bytes_reserved;
     info->upstream_allocs += up->upstream_allocs;
@@ -177,6 +243,10 @@ static void upstream_destroy(ps_resource_t *r)
             continue;
         upstream_free(up, (void *)slot->key, (size_t)slot->value, 0);
     }
+    for (size_t i = 0; i < up->deferred_count; i++)
+        upstream_free(up, up->deferred[i], up->deferred_sizes[i], 0);
+    free(up->deferred);
+    free(up->deferred_sizes);
     ps_ptr_map_free(&up->live);
     pthread_mutex_destroy(&up->lock);
     free(up);
@@ -198,6 +268,11 @@ size_t ps_upstream_release_all(ps_resource_t *r)
         if (up->gpu->mem_free_async(up->gpu->ctx, (void *)slot->key, 0) == PS_OK)
             released++;
     }
+    for (size_t i = 0; i < up->deferred_count; i++)
+        if (up->gpu->mem_free_async(up->gpu->ctx, up->deferred[i], 0) == PS_OK)
+            released++;
+    up->deferred_count = 0;
+    up->deferred_bytes = 0;
     ps_ptr_map_free(&up->live);
     ps_ptr_map_init(&up->live, 64);
     up->upstream_frees += released;

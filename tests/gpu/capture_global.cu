@@ -57,6 +57,7 @@ int main(int argc, char **argv)
     CK(cudaDeviceSynchronize());
 
     std::atomic<int> capturing{0}, b_done{0}; /* A's capture is open; B made its calls */
+    std::atomic<int> b_ready{0};               /* B's churn before the capture is done */
     cudaError_t e_free = cudaSuccess, e_malloc = cudaSuccess, e_relaxed_malloc = cudaSuccess,
                 e_relaxed_free = cudaSuccess;
     std::thread b([&]() {
@@ -74,6 +75,7 @@ int main(int argc, char **argv)
             touch<<<(unsigned)((block + 255) / 256), 256, 0, s>>>((uint8_t *)p, block);
             CK(cudaFree(p));
         }
+        b_ready = 1; /* only now may A begin: a global capture prohibits these calls */
         while (!capturing.load())
             std::this_thread::yield();
         /* global mode (this thread's default): prohibited while A captures */
@@ -102,6 +104,8 @@ int main(int argc, char **argv)
         CK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
     else
         CK(cudaStreamCreate(&cs));
+    while (!b_ready.load())
+        std::this_thread::yield();
     CK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
     int launched = 0;
     /* kernels before and after B's calls; a launch into a capture that B's

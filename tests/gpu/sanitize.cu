@@ -1,10 +1,17 @@
 /* Bugs inside the pool that compute-sanitizer can only see with debug.nvtx
  * (shim/nvtx.c), and what guard mode (debug.guard, core/guard.c) reports.
  *
- *   sanitize overflow   block A of 1024 floats (4096 bytes, no alignment
- *                       padding behind it), then B; a kernel writes
- *                       A[0..1024]: one element past A, into what follows
- *                       it in the pool (B or free pool memory)
+ *   sanitize overflow   block A of 1000 floats (4000 bytes: the pool rounds
+ *                       it to 4096, so 96 bytes of A's own block follow
+ *                       it), then B; a kernel writes A[0..1000]: one
+ *                       element past what was asked for, into memory that
+ *                       is mapped under every stack (natively memcheck
+ *                       knows the 4000 bytes and reports it; under the
+ *                       shim only with debug.nvtx or debug.guard). With
+ *                       4096 bytes the write would land in whatever
+ *                       follows A: B (no tool can tell), or unmapped
+ *                       space at a piece's end (small blocks are cut from
+ *                       the back of free memory), a crash
  *   sanitize uaf        A and B; cudaFree(A); a kernel writes A[0]
  *                       (A's range stays in the pool, pending or free)
  *   sanitize clean      the same allocations, every access inside its
@@ -25,7 +32,7 @@ __global__ void write_range(float *p, size_t from, size_t to, float value)
         p[i] = value;
 }
 
-static const size_t N = 1024; /* floats in A: 4096 bytes, a multiple of the pool's alignment */
+static const size_t N = 1000; /* floats in A: 4000 bytes, padded to 4096 by the pool's alignment */
 
 static void overflow(bool async)
 {

@@ -1,8 +1,10 @@
 """torch.multiprocessing shares a CUDA tensor between processes (the
-symptom of issue 14): run natively, under the shim, with PyTorch's caching
+symptom of issue 14): run natively and under the shim, with PyTorch's caching
 allocator on (it cudaMallocs big segments, exports a segment with
-cudaIpcGetMemHandle and sends the tensor's offset in it) and off
-(PYTORCH_NO_CUDA_MEMORY_CACHING=1: every tensor is its own cudaMalloc).
+cudaIpcGetMemHandle and sends the tensor's offset in it). With the cache
+off (PYTORCH_NO_CUDA_MEMORY_CACHING=1) PyTorch refuses to share CUDA
+tensors natively too ("invalid device pointer" in _share_cuda_), so the GPU
+suite runs the cache-on case only.
 
 Steps:
   1. The parent makes a tensor that is a view at an offset inside a larger

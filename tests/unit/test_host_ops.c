@@ -164,6 +164,42 @@ Test(upstream, async_cudafree_orders_after_every_stream_and_cudamalloc_waits)
     ps_host_ops_destroy(gpu);
 }
 
+Test(upstream, async_cudafree_without_a_fence_is_deferred_not_synchronized)
+{
+    /* a capture open somewhere refuses the fence; a device synchronize
+     * would invalidate that capture, so the free waits for the next call
+     * that can record a fence (the GPU soak caught the synchronize) */
+    ps_gpu_ops_t *gpu;
+    ps_resource_t *async;
+    cr_assert_eq(ps_host_ops_create(NULL, &gpu), PS_OK);
+    cr_assert_eq(ps_async_resource_create("a", gpu, UINT64_MAX, &async), PS_OK);
+    void *a, *b;
+    cr_assert_eq(ps_allocate(async, 1000, PS_STREAM_NONE, &a), PS_OK);
+    uint64_t held = ps_host_ops_bytes_outstanding(gpu);
+    cr_assert_gt(held, 0);
+    uint64_t records = ps_host_ops_calls(gpu, PS_HOST_OP_FENCE_RECORD);
+    uint64_t syncs = ps_host_ops_calls(gpu, PS_HOST_OP_DEVICE_SYNCHRONIZE);
+    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_FENCE_RECORD, records + 1, PS_EUPSTREAM), PS_OK);
+    cr_assert_eq(ps_deallocate(async, a, 1000, PS_STREAM_NONE), PS_OK, "the program's free succeeds");
+    cr_assert_eq(ps_host_ops_calls(gpu, PS_HOST_OP_DEVICE_SYNCHRONIZE), syncs, "no device synchronize");
+    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), held, "deferred, not freed yet");
+    ps_resource_info_t info = {0};
+    ps_query(async, &info);
+    cr_assert_eq(info.bytes_in_use, 0);
+    cr_assert_eq(info.bytes_pending, 1000);
+    cr_assert_eq(ps_deallocate(async, a, 1000, PS_STREAM_NONE), PS_EINVAL, "a deferred block is freed once");
+    cr_assert_eq(ps_allocate(async, 1000, PS_STREAM_NONE, &b), PS_OK, "the next call records a fence");
+    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), held, "the deferred block went back: only b is held");
+    memset(&info, 0, sizeof info);
+    ps_query(async, &info);
+    cr_assert_eq(info.bytes_pending, 0);
+    cr_assert_eq(info.bytes_in_use, 1000);
+    cr_assert_eq(ps_deallocate(async, b, 1000, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0);
+    ps_destroy(async);
+    ps_host_ops_destroy(gpu);
+}
+
 Test(upstream, allocation_failure_is_reported_and_not_counted)
 {
     ps_gpu_ops_t *gpu;
