@@ -117,6 +117,7 @@
 #include "pool.h"
 
 #include "ptr_map.h"
+#include "thread_cache.h"
 #include "vm_range.h"
 
 #include <pthread.h>
@@ -234,6 +235,7 @@ typedef struct pool {
     int expandable;             /* 1: growth maps pieces of virtual-memory ranges, not chunks */
     uint32_t unmapped_head;     /* UNMAPPED blocks, linked by prev_free/next_free */
     uint64_t bytes_unmapped;    /* sum of their sizes */
+    ps_tcache_t *tcache;        /* per-thread caches in front of the pool (options.thread_cache), or NULL */
 } pool_t;
 
 static const ps_resource_ops_t pool_ops;
@@ -801,8 +803,13 @@ static int anything_pending_locked(const pool_t *pool)
 static int barrier_release_locked(pool_t *pool)
 {
     const ps_gpu_ops_t *gpu = pool->gpu;
-    if (!gpu->barrier || gpu->barrier(gpu->ctx) != PS_OK)
+    if (!gpu->barrier)
         return 0;
+    uint64_t ticket = pool->tcache ? ps_tcache_barrier_begin(pool->tcache) : 0;
+    if (gpu->barrier(gpu->ctx) != PS_OK)
+        return 0;
+    if (pool->tcache)
+        ps_tcache_barrier_done(pool->tcache, ticket); /* cached blocks freed before `ticket` are ready */
     pool->barriers++;
     while (pool->closed_count)
         closed_pop_front(pool);
@@ -1208,6 +1215,48 @@ static void flush_all_locked(pool_t *pool)
         poll_stream_lists_locked(pool, 1, 1);
 }
 
+/* ---- thread caches (core/thread_cache.c) -------------------------------- */
+
+/* The thread caches give blocks back: each is still a used block here. A
+ * ready one (a barrier covered its free) joins the ready list; the others
+ * take the path their free would have taken without the cache. */
+static void tcache_give_back_locked(void *owner, const ps_tcache_block_t *blocks, size_t count)
+{
+    pool_t *pool = owner;
+    for (size_t i = 0; i < count; i++) {
+        uint64_t found;
+        if (!ps_ptr_map_remove(&pool->in_use, blocks[i].addr, &found))
+            continue; /* cannot happen: cached blocks stay in the in-use map */
+        uint32_t index = (uint32_t)found, stream_owner;
+        pool->bytes_in_use -= pool->blocks[index].size;
+        if (blocks[i].ready)
+            release_block(pool, index, OWNER_READY, 0);
+        else if (is_stream_ordered(blocks[i].stream) &&
+                 owner_of_stream_locked(pool, blocks[i].stream, &stream_owner) == PS_OK)
+            release_block(pool, index, stream_owner, ++pool->free_counter);
+        else
+            epoch_append(pool, &pool->open_epoch, index);
+    }
+}
+
+/* After an allocation of `need` bytes served from the lists: a few more
+ * blocks of that size from the ready list go to the calling thread's cache,
+ * so its next allocations of that size skip the lock. Never grows. */
+static void tcache_refill_locked(pool_t *pool, size_t need)
+{
+    uintptr_t addrs[8];
+    size_t room = ps_tcache_refill_room_locked(pool->tcache, need), count = 0;
+    while (count < room && count < 8 && reserve_descriptors_locked(pool, 2) == PS_OK &&
+           ps_ptr_map_reserve(&pool->in_use, 1) == PS_OK) {
+        uint32_t index = list_find(pool, pool->owners[OWNER_READY], need);
+        if (index == NIL)
+            break;
+        addrs[count++] = pool->blocks[take_block(pool, index, need)].addr;
+    }
+    if (count)
+        ps_tcache_refill_locked(pool->tcache, need, addrs, count);
+}
+
 /* ---- allocate / deallocate --------------------------------------------- */
 
 /* Takes a block of `need` bytes from the ready list. */
@@ -1265,6 +1314,8 @@ static int wait_pending_over_bound_locked(pool_t *pool, size_t need, void **out)
 static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation, void **out)
 {
     const ps_gpu_ops_t *gpu = pool->gpu;
+    if (pool->tcache)
+        ps_tcache_drain_all_locked(pool->tcache); /* threads' cached blocks before anything else */
     quick_flush_locked(pool); /* parked blocks may coalesce into a fit */
     if (try_ready_locked(pool, need, out) == PS_OK)
         return PS_OK;
@@ -1340,9 +1391,12 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     int stream_ordered = is_stream_ordered(stream);
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
+    if (pool->tcache && ps_tcache_take(pool->tcache, need, stream, out))
+        return PS_OK;
     ps_lock(&pool->lock);
     if (__builtin_expect(pool->eager_barrier, 0) &&
-        pool->bytes_pending * 100 > pool->bytes_reserved * pool->options.barrier_pending_percent) {
+        (pool->bytes_pending + (pool->tcache ? ps_tcache_pending_estimate(pool->tcache) : 0)) * 100 >
+            pool->bytes_reserved * pool->options.barrier_pending_percent) {
         quick_flush_locked(pool);
         barrier_release_locked(pool); /* 0. (free_sync barrier) pending memory is piling up */
     }
@@ -1363,6 +1417,8 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         uint32_t parked = quick_take(pool, need);
         if (parked != NIL) {
             *out = (void *)pool->blocks[parked].addr;
+            if (pool->tcache)
+                tcache_refill_locked(pool, need);
             ps_unlock(&pool->lock);
             return PS_OK;
         }
@@ -1375,6 +1431,8 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     } else {
         status = allocate_slow_locked(pool, need, owner != OWNER_READY, out);
     }
+    if (status == PS_OK && pool->tcache)
+        tcache_refill_locked(pool, need);
     ps_unlock(&pool->lock);
     return status;
 }
@@ -1385,6 +1443,12 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
     int stream_ordered = is_stream_ordered(stream);
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
+    if (pool->tcache) {
+        int cached = ps_tcache_put(pool->tcache, ptr, size ? ps_align_up(size, pool->options.alignment)
+                                                            : pool->options.alignment, stream);
+        if (cached != PS_TCACHE_DECLINED)
+            return cached;
+    }
     if (!stream_ordered && pool->options.free_sync == PS_FREE_SYNC_DEVICE) {
         int status = pool->gpu->device_synchronize(pool->gpu->ctx);
         if (status != PS_OK)
@@ -1415,6 +1479,8 @@ static int pool_trim(ps_resource_t *r)
 {
     pool_t *pool = (pool_t *)r;
     ps_lock(&pool->lock);
+    if (pool->tcache)
+        ps_tcache_drain_all_locked(pool->tcache);
     flush_all_locked(pool);
     release_free_chunks_locked(pool);
     ps_unlock(&pool->lock);
@@ -1460,11 +1526,14 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
 {
     pool_t *pool = (pool_t *)r;
     ps_lock(&pool->lock);
-    info->bytes_in_use += pool->bytes_in_use;
+    uint64_t cached_ready = 0, cached_pending = 0; /* cached blocks are used in the metadata, free to the program */
+    if (pool->tcache)
+        ps_tcache_bytes_locked(pool->tcache, &cached_ready, &cached_pending);
+    info->bytes_in_use += pool->bytes_in_use - cached_ready - cached_pending;
     info->bytes_reserved += pool->bytes_reserved;
     info->peak_bytes_reserved += pool->peak_bytes_reserved;
-    info->bytes_free += pool->bytes_free;
-    info->bytes_pending += pool->bytes_pending;
+    info->bytes_free += pool->bytes_free + cached_ready;
+    info->bytes_pending += pool->bytes_pending + cached_pending;
     uint64_t largest = largest_free_locked(pool);
     if (largest > info->largest_free_block)
         info->largest_free_block = largest;
@@ -1481,6 +1550,7 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
 static void pool_destroy(ps_resource_t *r)
 {
     pool_t *pool = (pool_t *)r;
+    ps_tcache_destroy(pool->tcache); /* its blocks die with the chunks below */
     if (pool->gpu) {
         for (uint32_t i = 0; i < pool->closed_count; i++)
             pool->gpu->fence_release(pool->gpu->ctx,
@@ -1519,6 +1589,8 @@ static void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
     if (!is_stream_ordered(stream) || stream == PS_STREAM_LEGACY || stream == 0)
         return;
     ps_lock(&pool->lock);
+    if (pool->tcache)
+        ps_tcache_drain_all_locked(pool->tcache); /* blocks cached on `stream` join its list first */
     uint64_t found;
     if (!ps_ptr_map_remove(&pool->stream_owners, stream, &found)) {
         ps_unlock(&pool->lock);
@@ -1575,6 +1647,18 @@ static int grow_or_add_initial_locked(pool_t *pool, size_t initial, uint32_t *gr
     return add_chunk_locked(pool, initial, initial, grown);
 }
 
+uint64_t ps_pool_thread_cache_bytes(ps_resource_t *r)
+{
+    pool_t *pool = (pool_t *)r;
+    uint64_t ready = 0, pending = 0;
+    if (r->ops != &pool_ops || !pool->tcache)
+        return 0;
+    ps_lock(&pool->lock);
+    ps_tcache_bytes_locked(pool->tcache, &ready, &pending);
+    ps_unlock(&pool->lock);
+    return ready + pending;
+}
+
 int ps_pool_is_expandable(ps_resource_t *r)
 {
     return r && r->ops == &pool_ops && ((pool_t *)r)->expandable;
@@ -1596,6 +1680,7 @@ void ps_pool_options_default(ps_pool_options_t *opts)
         .expandable_piece = 2 * PS_MiB,
         .barrier_pending_percent = 3,
         .small_from_back = PS_MiB,
+        .thread_cache = 4 * PS_MiB,
     };
 }
 
@@ -1655,6 +1740,10 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     if (status == PS_OK)
         status = reserve_descriptors_locked(pool, 2);
     pool->lock = (ps_lock_t)PS_LOCK_INIT;
+    if (status == PS_OK && o.thread_cache && gpu &&
+        (o.free_sync == PS_FREE_SYNC_BARRIER || o.free_sync == PS_FREE_SYNC_NONE))
+        status = ps_tcache_create(o.thread_cache, o.free_sync == PS_FREE_SYNC_NONE, &pool->lock,
+                                  tcache_give_back_locked, pool, &pool->tcache);
     if (status == PS_OK && o.initial_size) {
         size_t initial = ps_align_up(o.initial_size, o.alignment);
         uint32_t grown;
