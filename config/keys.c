@@ -102,6 +102,6 @@ const ps_key_info_t ps_key_info[PS_KEY_COUNT] = {
     [PS_KEY_EXPANDABLE_RESERVE] = {PS_VALUE_SIZE, 0, 0, "a size of address space such as 256GiB; 0 = twice the device"},
     [PS_KEY_EXPANDABLE_PIECE] = {PS_VALUE_SIZE, 1, 0, "a size above zero such as 2MiB (rounded up to the device's granularity)"},
     [PS_KEY_SMALL_FROM_BACK] = {PS_VALUE_SIZE, 0, 0, "a size such as 1MiB: requests up to it are cut from the back of a free block; 0 = all from the front"},
-    [PS_KEY_THREAD_CACHE] = {PS_VALUE_SIZE, 0, 0, "a size such as 4MiB: freed blocks each thread keeps in front of the pool; 0 = off"},
+    [PS_KEY_THREAD_CACHE] = {PS_VALUE_SIZE, 0, 0, "a size such as 1MiB: freed blocks each thread keeps in front of the pool; 0 = off"},
     [PS_KEY_BARRIER_PENDING_PERCENT] = {PS_VALUE_NUMBER, 0, 100, "a whole number of percent from 0 to 100 (0 = a barrier only when nothing fits)"},
 };

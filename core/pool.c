@@ -1246,8 +1246,12 @@ static void tcache_refill_locked(pool_t *pool, size_t need)
 {
     uintptr_t addrs[8];
     size_t room = ps_tcache_refill_room_locked(pool->tcache, need), count = 0;
-    while (count < room && count < 8 && reserve_descriptors_locked(pool, 2) == PS_OK &&
-           ps_ptr_map_reserve(&pool->in_use, 1) == PS_OK) {
+    if (room > 8)
+        room = 8;
+    if (!room || reserve_descriptors_locked(pool, (uint32_t)room + 1) != PS_OK ||
+        ps_ptr_map_reserve(&pool->in_use, room) != PS_OK)
+        return;
+    while (count < room) {
         uint32_t index = list_find(pool, pool->owners[OWNER_READY], need);
         if (index == NIL)
             break;
@@ -1395,8 +1399,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         return PS_OK;
     ps_lock(&pool->lock);
     if (__builtin_expect(pool->eager_barrier, 0) &&
-        (pool->bytes_pending + (pool->tcache ? ps_tcache_pending_estimate(pool->tcache) : 0)) * 100 >
-            pool->bytes_reserved * pool->options.barrier_pending_percent) {
+        pool->bytes_pending * 100 > pool->bytes_reserved * pool->options.barrier_pending_percent) {
         quick_flush_locked(pool);
         barrier_release_locked(pool); /* 0. (free_sync barrier) pending memory is piling up */
     }
@@ -1680,7 +1683,7 @@ void ps_pool_options_default(ps_pool_options_t *opts)
         .expandable_piece = 2 * PS_MiB,
         .barrier_pending_percent = 3,
         .small_from_back = PS_MiB,
-        .thread_cache = 4 * PS_MiB,
+        .thread_cache = PS_MiB,
     };
 }
 

@@ -73,8 +73,8 @@ typedef struct ps_pool_options {
     unsigned pending_wait_percent; /* see pending_wait_bytes (0 = off) */
     size_t thread_cache;      /* bytes of freed blocks each thread may keep in its own cache in
                                  front of the pool (core/thread_cache.c; blocks up to a quarter of
-                                 it); 0 (the default here; the shim's configuration sets 4 MiB) =
-                                 off. Used with free_sync barrier and none only. The cache path
+                                 it); default 1 MiB; 0 = off. Used with free_sync barrier and none
+                                 only (event and device bypass it; the pinned host pool is off). The cache path
                                  trusts the pointer it is given, as the shim's registry has checked it */
 } ps_pool_options_t;
 

@@ -50,8 +50,12 @@
 #include <string.h>
 
 #define BINS 64            /* bins per cache (a power of two) */
-#define BIN_DEPTH 16       /* blocks per bin */
+#define READY_DEPTH 8      /* ready blocks per bin (refills, released frees) */
+#define FREED_DEPTH 16     /* freed blocks waiting for a barrier (or their stream) per bin */
 #define REFILL_MAX 8       /* ready blocks one miss may bring into a bin */
+#define REFILL_SHARE 64    /* one refill brings at most cap / REFILL_SHARE bytes (16 KiB of a 1 MiB cache):
+                              refills of bigger blocks scattered small holes over the pool (replay of
+                              the PyTorch transformer log: 1.10x reserved/requested with cap / 8) */
 #define SETS_PER_THREAD 16 /* caches one thread keeps (pools it uses at once) */
 #define EVICT_MAX 64       /* blocks evicted by one put at most */
 #define TAG_READY 0        /* an entry reusable by anything */
@@ -61,13 +65,19 @@
 typedef struct entry {
     uintptr_t addr;     /* block address */
     ps_stream_t stream; /* the stream it was freed on (PS_STREAM_NONE: cudaFree) */
-    uint64_t tag;       /* TAG_READY or the ticket counter at the free */
+    uint64_t tag;       /* the ticket counter at the free */
 } entry_t;
 
+/* One size's blocks: a stack of ready ones and a ring of freed ones,
+ * oldest first, whose tags therefore never decrease: whether any freed
+ * block is reusable by everybody is one look at the oldest. */
 typedef struct bin {
-    size_t size;            /* size of every entry (meaningful while count > 0) */
-    uint32_t count;         /* entries used, oldest first */
-    entry_t e[BIN_DEPTH];   /* the entries */
+    size_t size;                  /* size of every block (while the bin holds any) */
+    uint32_t ready_count;         /* blocks in ready[] */
+    uint32_t freed_head;          /* ring index of the oldest freed block */
+    uint32_t freed_count;         /* blocks in freed[] */
+    uintptr_t ready[READY_DEPTH]; /* ready blocks, a stack */
+    entry_t freed[FREED_DEPTH];   /* freed blocks, a ring */
 } bin_t;
 
 typedef struct cache {
@@ -77,8 +87,6 @@ typedef struct cache {
     atomic_int refs;              /* the thread's and the set's references */
     struct cache *next, *prev;    /* the set's list (under the set's list lock) */
     uint64_t bytes;               /* bytes cached */
-    _Atomic uint64_t pending_bytes; /* bytes of tagged entries, an estimate (see pending_estimate) */
-    _Atomic uint64_t newest_tag;  /* tag of the newest tagged put */
     bin_t bins[BINS];             /* the bins */
 } cache_t;
 
@@ -201,27 +209,43 @@ static inline cache_t *cache_of(ps_tcache_t *set, int create)
 
 /* ---- entries ------------------------------------------------------------ */
 
-/* Cache lock held: removes entry i of bin b. */
-static inline void bin_remove(cache_t *c, bin_t *b, uint32_t i)
+static inline uint32_t bin_blocks(const bin_t *b) { return b->ready_count + b->freed_count; }
+static inline entry_t *freed_at(bin_t *b, uint32_t i) { return &b->freed[(b->freed_head + i) % FREED_DEPTH]; }
+
+/* Cache lock held: the oldest freed block leaves the ring. */
+static inline entry_t freed_pop_oldest(cache_t *c, bin_t *b)
 {
-    uint64_t tag = b->e[i].tag;
-    b->count--;
-    if (i < b->count)
-        memmove(&b->e[i], &b->e[i + 1], (b->count - i) * sizeof b->e[0]);
+    entry_t e = b->freed[b->freed_head];
+    b->freed_head = (b->freed_head + 1) % FREED_DEPTH;
+    b->freed_count--;
     c->bytes -= b->size;
-    if (tag != TAG_READY) {
-        uint64_t p = atomic_load_explicit(&c->pending_bytes, memory_order_relaxed);
-        atomic_store_explicit(&c->pending_bytes, p > b->size ? p - b->size : 0, memory_order_relaxed);
-    }
+    return e;
 }
 
-/* Cache lock held: moves the oldest `n` entries of b into out[]. */
+/* Cache lock held: moves up to `n` blocks of b into out[]: freed ones
+ * oldest first, then ready ones. */
 static size_t bin_evict(cache_t *c, bin_t *b, uint32_t n, uint64_t done, ps_tcache_block_t *out)
 {
+    size_t k = 0;
+    while (k < n && b->freed_count) {
+        entry_t e = freed_pop_oldest(c, b);
+        out[k++] = (ps_tcache_block_t){e.addr, b->size, e.stream, e.tag < done};
+    }
+    while (k < n && b->ready_count) {
+        out[k++] = (ps_tcache_block_t){b->ready[--b->ready_count], b->size, PS_STREAM_NONE, 1};
+        c->bytes -= b->size;
+    }
+    return k;
+}
+
+/* Cache lock held: moves the `n` oldest ready blocks of b into out[]. */
+static size_t bin_evict_ready(cache_t *c, bin_t *b, uint32_t n, ps_tcache_block_t *out)
+{
     for (uint32_t i = 0; i < n; i++)
-        out[i] = (ps_tcache_block_t){b->e[i].addr, b->size, b->e[i].stream, b->e[i].tag < done};
-    for (uint32_t i = 0; i < n; i++)
-        bin_remove(c, b, 0);
+        out[i] = (ps_tcache_block_t){b->ready[i], b->size, PS_STREAM_NONE, 1};
+    b->ready_count -= n;
+    memmove(b->ready, b->ready + n, b->ready_count * sizeof b->ready[0]);
+    c->bytes -= (uint64_t)n * b->size;
     return n;
 }
 
@@ -230,23 +254,26 @@ int ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out
     cache_t *c = cache_of(set, 0);
     if (!c)
         return 0;
+    int hit = 1;
     ps_lock(&c->lock);
     bin_t *b = bin_of(c, size);
-    if (b->count && b->size == size) {
-        uint64_t done = done_now(set);
-        int ordered = is_stream_ordered(stream);
-        for (uint32_t i = b->count; i-- > 0;) {
-            entry_t *e = &b->e[i];
-            if (e->tag < done || (ordered && e->stream == stream)) {
-                *out = (void *)e->addr;
-                bin_remove(c, b, i);
-                ps_unlock(&c->lock);
-                return 1;
-            }
-        }
+    if (!bin_blocks(b) || b->size != size) {
+        hit = 0;
+    } else if (is_stream_ordered(stream) && b->freed_count &&
+               freed_at(b, b->freed_count - 1)->stream == stream) {
+        *out = (void *)freed_at(b, b->freed_count - 1)->addr; /* s reuses its own newest free */
+        b->freed_count--;
+        c->bytes -= size;
+    } else if (b->ready_count) {
+        *out = (void *)b->ready[--b->ready_count];
+        c->bytes -= size;
+    } else if (b->freed_count && b->freed[b->freed_head].tag < done_now(set)) {
+        *out = (void *)freed_pop_oldest(c, b).addr; /* a barrier was issued after its free */
+    } else {
+        hit = 0;
     }
     ps_unlock(&c->lock);
-    return 0;
+    return hit;
 }
 
 int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream)
@@ -259,40 +286,41 @@ int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream)
     ps_tcache_block_t evicted[EVICT_MAX];
     size_t n = 0;
     int status = PS_OK;
+    uintptr_t addr = (uintptr_t)ptr;
     ps_lock(&c->lock);
     bin_t *b = bin_of(c, size);
     uint64_t done = done_now(set);
-    if (b->count && b->size != size) {
-        n += bin_evict(c, b, b->count, done, evicted + n); /* the bin changes size */
-    } else {
-        for (uint32_t i = 0; i < b->count; i++)
-            if (b->e[i].addr == (uintptr_t)ptr) {
-                ps_unlock(&c->lock);
-                return PS_EINVAL;
-            }
-        if (b->count == BIN_DEPTH)
-            n += bin_evict(c, b, BIN_DEPTH / 2, done, evicted + n);
+    if (bin_blocks(b) && b->size != size) {
+        n += bin_evict(c, b, bin_blocks(b), done, evicted + n); /* the bin changes size */
+    } else if ((b->ready_count && b->ready[b->ready_count - 1] == addr) ||
+               (b->freed_count && freed_at(b, b->freed_count - 1)->addr == addr)) {
+        goto double_free; /* the block freed last, freed again (the shim's registry catches the rest) */
     }
-    /* the byte cap: evict the oldest entries of other bins, from the next one on */
-    for (uint32_t k = 1; c->bytes + size > set->cap && k < BINS; k++) {
+    /* released freed blocks move to the ready stack while it has room */
+    while (b->freed_count && b->ready_count < READY_DEPTH && b->freed[b->freed_head].tag < done) {
+        b->ready[b->ready_count++] = freed_pop_oldest(c, b).addr;
+        c->bytes += size; /* (freed_pop_oldest subtracted it) */
+    }
+    int ready_at_once = set->immediate && !is_stream_ordered(stream); /* free_sync none, a cudaFree */
+    if (ready_at_once && b->ready_count == READY_DEPTH)
+        n += bin_evict_ready(c, b, READY_DEPTH / 2, evicted + n);
+    else if (!ready_at_once && b->freed_count == FREED_DEPTH)
+        n += bin_evict(c, b, FREED_DEPTH / 2, done, evicted + n);
+    /* the byte cap: evict from other bins, from the next one on */
+    for (uint32_t k = 1; c->bytes + size > set->cap && k < BINS && n < EVICT_MAX; k++) {
         bin_t *o = &c->bins[((uint32_t)(b - c->bins) + k) & (BINS - 1)];
-        while (o->count && c->bytes + size > set->cap && n < EVICT_MAX)
+        while (bin_blocks(o) && c->bytes + size > set->cap && n < EVICT_MAX)
             n += bin_evict(c, o, 1, done, evicted + n);
     }
     if (c->bytes + size > set->cap) {
         status = PS_TCACHE_DECLINED;
     } else {
-        uint64_t tag = set->immediate ? TAG_READY : atomic_load(&set->issued);
         b->size = size;
-        b->e[b->count++] = (entry_t){(uintptr_t)ptr, stream, tag};
+        if (ready_at_once)
+            b->ready[b->ready_count++] = addr;
+        else
+            *freed_at(b, b->freed_count++) = (entry_t){addr, stream, atomic_load(&set->issued)};
         c->bytes += size;
-        if (tag != TAG_READY) {
-            uint64_t p = atomic_load_explicit(&c->pending_bytes, memory_order_relaxed);
-            if (atomic_load_explicit(&c->newest_tag, memory_order_relaxed) < done)
-                p = 0; /* every older tagged entry is ready now */
-            atomic_store_explicit(&c->pending_bytes, p + size, memory_order_relaxed);
-            atomic_store_explicit(&c->newest_tag, tag, memory_order_relaxed);
-        }
     }
     ps_unlock(&c->lock);
     if (n) {
@@ -301,43 +329,45 @@ int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream)
         ps_unlock(set->owner_lock);
     }
     return status;
+double_free:
+    ps_unlock(&c->lock);
+    return PS_EINVAL;
 }
 
-/* ---- refills (owner's lock held) ----------------------------------------- */
+/* ---- refills (owner's lock held) -----------------------------------------
+ * Only the calling thread touches its own cache outside the owner's lock
+ * (drains, queries and thread exits of other threads take the owner's
+ * lock first), so under the owner's lock its bins are read and written
+ * without the cache lock. */
 
 size_t ps_tcache_refill_room_locked(ps_tcache_t *set, size_t size)
 {
     if (size > set->max_block)
         return 0;
     cache_t *c = cache_of(set, 1);
-    if (!c)
+    if (!c || is_orphaned(c))
         return 0;
-    size_t room = 0;
-    ps_lock(&c->lock);
     bin_t *b = bin_of(c, size);
-    if (!b->count || b->size == size) {
-        room = BIN_DEPTH / 2 > b->count ? BIN_DEPTH / 2 - b->count : 0; /* leave room for frees */
-        if (room > REFILL_MAX)
-            room = REFILL_MAX;
-        size_t budget = set->cap / 8 / size; /* refills stay a small part of the cap */
-        size_t left = c->bytes < set->cap ? (set->cap - c->bytes) / size : 0;
-        if (room > budget)
-            room = budget;
-        if (room > left)
-            room = left;
-    }
-    ps_unlock(&c->lock);
-    return room;
+    if (bin_blocks(b) && b->size != size)
+        return 0;
+    size_t room = READY_DEPTH - b->ready_count;
+    size_t budget = set->cap / REFILL_SHARE / size;
+    size_t left = c->bytes < set->cap ? (set->cap - c->bytes) / size : 0;
+    if (room > REFILL_MAX)
+        room = REFILL_MAX;
+    if (room > budget)
+        room = budget;
+    return room < left ? room : left;
 }
 
 void ps_tcache_refill_locked(ps_tcache_t *set, size_t size, const uintptr_t *addrs, size_t count)
 {
     cache_t *c = cache_of(set, 1);
-    ps_lock(&c->lock);
+    ps_lock(&c->lock); /* (uncontended; keeps the rule "bins change under the cache lock" simple) */
     bin_t *b = bin_of(c, size);
     b->size = size;
     for (size_t i = 0; i < count; i++)
-        b->e[b->count++] = (entry_t){addrs[i], PS_STREAM_NONE, TAG_READY};
+        b->ready[b->ready_count++] = addrs[i];
     c->bytes += size * count;
     ps_unlock(&c->lock);
 }
@@ -349,16 +379,15 @@ static size_t cache_give_back_all_locked(ps_tcache_t *set, cache_t *c)
 {
     size_t total = 0;
     uint64_t done = done_now(set);
-    ps_tcache_block_t blocks[BIN_DEPTH];
+    ps_tcache_block_t blocks[READY_DEPTH + FREED_DEPTH];
     for (uint32_t i = 0; i < BINS; i++) {
         bin_t *b = &c->bins[i];
-        if (!b->count)
+        if (!bin_blocks(b))
             continue;
-        size_t n = bin_evict(c, b, b->count, done, blocks);
+        size_t n = bin_evict(c, b, bin_blocks(b), done, blocks);
         set->give_back_locked(set->owner, blocks, n);
         total += n;
     }
-    atomic_store_explicit(&c->pending_bytes, 0, memory_order_relaxed);
     return total;
 }
 
@@ -383,30 +412,21 @@ void ps_tcache_bytes_locked(ps_tcache_t *set, uint64_t *ready, uint64_t *pending
     ps_lock(&set->list_lock);
     for (cache_t *c = set->head; c; c = c->next) {
         ps_lock(&c->lock);
-        for (uint32_t i = 0; i < BINS; i++)
-            for (uint32_t j = 0; j < c->bins[i].count; j++) {
-                if (c->bins[i].e[j].tag < done)
-                    r += c->bins[i].size;
+        for (uint32_t i = 0; i < BINS; i++) {
+            bin_t *b = &c->bins[i];
+            r += (uint64_t)b->ready_count * b->size;
+            for (uint32_t j = 0; j < b->freed_count; j++) {
+                if (freed_at(b, j)->tag < done)
+                    r += b->size;
                 else
-                    p += c->bins[i].size;
+                    p += b->size;
             }
+        }
         ps_unlock(&c->lock);
     }
     ps_unlock(&set->list_lock);
     *ready = r;
     *pending = p;
-}
-
-uint64_t ps_tcache_pending_estimate(ps_tcache_t *set)
-{
-    uint64_t total = 0;
-    uint64_t done = done_now(set);
-    ps_lock(&set->list_lock);
-    for (cache_t *c = set->head; c; c = c->next)
-        if (atomic_load_explicit(&c->newest_tag, memory_order_relaxed) >= done)
-            total += atomic_load_explicit(&c->pending_bytes, memory_order_relaxed);
-    ps_unlock(&set->list_lock);
-    return total;
 }
 
 uint64_t ps_tcache_barrier_begin(ps_tcache_t *set)

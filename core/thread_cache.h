@@ -15,7 +15,7 @@
  *    ps_tcache_bytes from its in-use figure: they count as free/pending);
  *  - the cache path trusts the pointer and size it is given (the shim's
  *    registry validates every free before the pool sees it); it refuses a
- *    pointer already in the calling thread's cache (PS_EINVAL).
+ *    pointer freed again right after its free by the same thread (PS_EINVAL).
  * Lock order: the set's registry lock (thread exit), the owner's lock,
  * the set's list lock, one cache's lock. The hot path takes only the
  * calling thread's cache lock.
@@ -79,10 +79,6 @@ size_t ps_tcache_drain_all_locked(ps_tcache_t *set);
 
 /* Owner's lock held: bytes cached in all threads, split by readiness. */
 void ps_tcache_bytes_locked(ps_tcache_t *set, uint64_t *ready, uint64_t *pending);
-
-/* Cached bytes that still wait for a barrier, summed without locks (an
- * estimate, for the pool's barrier trigger). */
-uint64_t ps_tcache_pending_estimate(ps_tcache_t *set);
 
 /* Barrier bookkeeping: begin returns a ticket, taken before the barrier's
  * first CUDA call; done(ticket) after it succeeded. Barriers are

@@ -31,6 +31,14 @@ static void *alloc_ok(pool_fixture_t *f, size_t size, ps_stream_t stream)
     return p;
 }
 
+/* A block above cap / 4 bypasses the cache: its cudaFree makes 512 KiB
+ * pending in the pool itself, which passes the 3 % barrier trigger. */
+static void free_pending_big(pool_fixture_t *f)
+{
+    void *big = alloc_ok(f, 512 * PS_KiB, PS_STREAM_NONE);
+    cr_assert_eq(ps_deallocate(f->pool, big, 512 * PS_KiB, PS_STREAM_NONE), PS_OK);
+}
+
 static void close_cached(pool_fixture_t *f)
 {
     ps_tcache_thread_exit(); /* the test thread's caches go back before the pool goes */
@@ -44,12 +52,13 @@ Test(thread_cache, cudafree_block_is_reused_only_after_a_barrier_issued_after_it
     void *a = alloc_ok(&f, S, PS_STREAM_NONE);
     cr_assert_eq(ps_deallocate(f.pool, a, S, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), S, "the free went to the thread's cache");
+    free_pending_big(&f); /* 512 KiB of 2 MiB pending in the pool (> 3 %) */
     uint64_t barriers = ps_host_ops_barriers(f.gpu);
-    /* a's free is pending (192 KiB of 2 MiB > 3 %): the next allocation
-     * misses the cache (no barrier since the free), then issues one */
+    /* the next allocation misses the cache (no barrier since a's free),
+     * then the pool issues one (its pending bytes passed 3 %) */
     void *b = alloc_ok(&f, S, PS_STREAM_NONE);
     cr_assert_neq(b, a, "a cudaFree'd block was handed out before any barrier");
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers + 1, "the cached pending bytes triggered the barrier");
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers + 1, "the pool's pending bytes triggered a barrier");
     void *c = alloc_ok(&f, S, PS_STREAM_NONE);
     cr_assert_eq(c, a, "after the barrier the cached block is reused from the cache");
     cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), 0);
@@ -64,6 +73,7 @@ Test(thread_cache, a_refused_barrier_releases_nothing_from_the_cache)
     open_cached(&f, PS_FREE_SYNC_BARRIER, 3, 0);
     void *a = alloc_ok(&f, S, PS_STREAM_NONE);
     cr_assert_eq(ps_deallocate(f.pool, a, S, PS_STREAM_NONE), PS_OK);
+    free_pending_big(&f);
     ps_host_ops_block_barriers(f.gpu, 1); /* a stream capture is open */
     void *b = alloc_ok(&f, S, PS_STREAM_NONE);
     void *c = alloc_ok(&f, S, PS_STREAM_NONE);
