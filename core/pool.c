@@ -88,6 +88,18 @@
  *         pending: it neither coalesces nor is handed out) — no CUDA call.
  *  5. trim(): close and wait every epoch and stream list, merge everything
  *     into the ready list, and give memory back as in step e.
+ *  6. thread caches (options.thread_cache, free_sync barrier or none;
+ *     core/thread_cache.c): before taking the lock, allocate tries the
+ *     calling thread's cache and free parks the block there; cached blocks
+ *     stay used here (the in-use map keeps them) and count as free/pending
+ *     in query. The pool's part, in its own functions: barrier_release_locked
+ *     takes a ticket before the barrier and publishes it after (a cached
+ *     cudaFree'd block is reusable once a ticket taken after its free
+ *     completed); a locked allocation refills the thread's bin with a few
+ *     ready blocks of its size (tcache_refill_locked); blocks come back
+ *     through tcache_give_back_locked (ready ones to the ready list, others
+ *     as their free would have gone); every cache is drained at the top of
+ *     the slow path (before growth and OOM), on trim and on stream_destroyed.
  *  The per-thread default stream (PS_STREAM_PER_THREAD) is one handle that
  *  names a different stream on every thread, so a per-handle free list
  *  would hand one thread's freed block to another thread's stream with no
@@ -108,8 +120,9 @@
  *    (conservative: when a stream-list block freed before a fence merges
  *    with one freed after it, the merged block waits for a later fence);
  *  - errors change nothing; OOM is reported only after steps a-e.
- *  - thread-safe: one mutex per pool; fence waits (memory pressure only)
- *    and the bounded epoch poll of step b happen under it.
+ *  - thread-safe: one spinlock per pool; fence waits (memory pressure only)
+ *    and the bounded epoch poll of step b happen under it. With thread
+ *    caches most calls of a thread take only its own cache's lock.
  * Accounting: bytes_reserved (usable chunk bytes) == in use + free + pending
  * (free includes parked blocks); largest_free_block counts the runs parked
  * blocks form with their free neighbours, so it is exact without a flush.
