@@ -249,6 +249,8 @@ typedef struct pool {
     uint32_t unmapped_head;     /* UNMAPPED blocks, linked by prev_free/next_free */
     uint64_t bytes_unmapped;    /* sum of their sizes */
     ps_tcache_t *tcache;        /* per-thread caches in front of the pool (options.thread_cache), or NULL */
+    size_t tcache_max_block;    /* largest block the caches keep (0: no caches) */
+    size_t tcache_max_refill;   /* largest block a refill brings */
 } pool_t;
 
 static const ps_resource_ops_t pool_ops;
@@ -1255,13 +1257,13 @@ static void tcache_give_back_locked(void *owner, const ps_tcache_block_t *blocks
 /* After an allocation of `need` bytes served from the lists: a few more
  * blocks of that size from the ready list go to the calling thread's cache,
  * so its next allocations of that size skip the lock. Never grows. */
-static void tcache_refill_locked(pool_t *pool, size_t need)
+static void tcache_refill_room_locked(pool_t *pool, size_t need, size_t room)
 {
     uintptr_t addrs[8];
-    size_t room = ps_tcache_refill_room_locked(pool->tcache, need), count = 0;
+    size_t count = 0;
     if (room > 8)
         room = 8;
-    if (!room || reserve_descriptors_locked(pool, (uint32_t)room + 1) != PS_OK ||
+    if (reserve_descriptors_locked(pool, (uint32_t)room + 1) != PS_OK ||
         ps_ptr_map_reserve(&pool->in_use, room) != PS_OK)
         return;
     while (count < room) {
@@ -1272,6 +1274,12 @@ static void tcache_refill_locked(pool_t *pool, size_t need)
     }
     if (count)
         ps_tcache_refill_locked(pool->tcache, need, addrs, count);
+}
+static inline void tcache_refill_locked(pool_t *pool, size_t need)
+{
+    size_t room = ps_tcache_refill_room_locked(pool->tcache, need);
+    if (room)
+        tcache_refill_room_locked(pool, need, room);
 }
 
 /* ---- allocate / deallocate --------------------------------------------- */
@@ -1408,7 +1416,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     int stream_ordered = is_stream_ordered(stream);
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
-    if (pool->tcache && ps_tcache_take(pool->tcache, need, stream, out))
+    if (need <= pool->tcache_max_block && ps_tcache_take(pool->tcache, need, stream, out))
         return PS_OK;
     ps_lock(&pool->lock);
     if (__builtin_expect(pool->eager_barrier, 0) &&
@@ -1433,7 +1441,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         uint32_t parked = quick_take(pool, need);
         if (parked != NIL) {
             *out = (void *)pool->blocks[parked].addr;
-            if (pool->tcache)
+            if (need <= pool->tcache_max_refill)
                 tcache_refill_locked(pool, need);
             ps_unlock(&pool->lock);
             return PS_OK;
@@ -1447,7 +1455,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     } else {
         status = allocate_slow_locked(pool, need, owner != OWNER_READY, out);
     }
-    if (status == PS_OK && pool->tcache)
+    if (status == PS_OK && need <= pool->tcache_max_refill)
         tcache_refill_locked(pool, need);
     ps_unlock(&pool->lock);
     return status;
@@ -1459,9 +1467,9 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
     int stream_ordered = is_stream_ordered(stream);
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
-    if (pool->tcache) {
-        int cached = ps_tcache_put(pool->tcache, ptr, size ? ps_align_up(size, pool->options.alignment)
-                                                            : pool->options.alignment, stream);
+    size_t need = size ? ps_align_up(size, pool->options.alignment) : pool->options.alignment;
+    if (need <= pool->tcache_max_block) {
+        int cached = ps_tcache_put(pool->tcache, ptr, need, stream);
         if (cached != PS_TCACHE_DECLINED)
             return cached;
     }
@@ -1675,6 +1683,12 @@ uint64_t ps_pool_thread_cache_bytes(ps_resource_t *r)
     return ready + pending;
 }
 
+void ps_pool_thread_cache_always_engage(ps_resource_t *r)
+{
+    if (r->ops == &pool_ops && ((pool_t *)r)->tcache)
+        ps_tcache_always_engage(((pool_t *)r)->tcache);
+}
+
 int ps_pool_is_expandable(ps_resource_t *r)
 {
     return r && r->ops == &pool_ops && ((pool_t *)r)->expandable;
@@ -1760,6 +1774,10 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
         (o.free_sync == PS_FREE_SYNC_BARRIER || o.free_sync == PS_FREE_SYNC_NONE))
         status = ps_tcache_create(o.thread_cache, o.free_sync == PS_FREE_SYNC_NONE, &pool->lock,
                                   tcache_give_back_locked, pool, &pool->tcache);
+    if (pool->tcache) {
+        pool->tcache_max_block = ps_tcache_max_block(pool->tcache);
+        pool->tcache_max_refill = ps_tcache_max_refill(pool->tcache);
+    }
     if (status == PS_OK && o.initial_size) {
         size_t initial = ps_align_up(o.initial_size, o.alignment);
         uint32_t grown;

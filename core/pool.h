@@ -96,6 +96,10 @@ int ps_pool_is_expandable(ps_resource_t *pool);
  * threads together. */
 uint64_t ps_pool_thread_cache_bytes(ps_resource_t *pool);
 
+/* Test hook: the thread caches keep cudaFree'd blocks and refill misses
+ * even while one thread uses the pool (core/thread_cache.c, step 5). */
+void ps_pool_thread_cache_always_engage(ps_resource_t *pool);
+
 /* Debug aid and test hook: checks every invariant of the pool's metadata
  * (free lists match blocks, neighbours linked, no two adjacent free blocks
  * of one owner, accounting sums). Returns PS_OK or PS_EINVAL and prints

@@ -33,7 +33,13 @@
  *     to the pool in one batch under its lock, after the cache lock is
  *     dropped (ready ones to the ready list, the others as the pool's own
  *     cudaFree or stream-ordered frees would).
- *  5. The pool drains every cache (under its lock) before it grows, on its
+ *  5. With one thread, a cudaFree'd block cannot come back from its cache
+ *     before the next barrier, so caching it only adds work to the pool
+ *     path it still takes: while fewer than two threads use the pool (have a
+ *     cache in the set), cudaFree'd blocks under free_sync barrier go to the
+ *     pool as before and misses are not refilled; stream-ordered frees and
+ *     free_sync none are cached always (they come back at once).
+ *  6. The pool drains every cache (under its lock) before it grows, on its
  *     OOM path, on trim and when a stream is destroyed; a thread's exit
  *     gives its caches back (pthread key destructor); a pool's destruction
  *     orphans the caches (their threads free them). A cache's memory is
@@ -86,7 +92,8 @@ typedef struct cache {
     int orphaned;                 /* 1: the set was destroyed or detached it (atomic access) */
     atomic_int refs;              /* the thread's and the set's references */
     struct cache *next, *prev;    /* the set's list (under the set's list lock) */
-    uint64_t bytes;               /* bytes cached */
+    _Atomic uint64_t bytes;       /* bytes cached (written under the lock; read without it by
+                                     take, as a hint that the cache is empty) */
     bin_t bins[BINS];             /* the bins */
 } cache_t;
 
@@ -99,6 +106,8 @@ struct ps_tcache {
     void *owner;                  /* the pool */
     ps_lock_t list_lock;          /* guards the list of caches */
     cache_t *head;                /* the caches */
+    atomic_int threads;           /* caches attached to live threads */
+    int always_engaged;           /* test hook: engaged with one thread too */
     _Atomic uint64_t issued;      /* barrier tickets taken (starts at 1) */
     _Atomic uint64_t done;        /* ticket of the newest completed barrier (starts at 1) */
     struct ps_tcache *next_live;  /* live sets (under sets_lock) */
@@ -130,11 +139,24 @@ static inline bin_t *bin_of(cache_t *c, size_t size)
     return &c->bins[(uint32_t)((uint64_t)(size >> 8) * 0x9E3779B97F4A7C15ull >> 58) & (BINS - 1)];
 }
 static inline uint64_t done_now(ps_tcache_t *set) { return atomic_load_explicit(&set->done, memory_order_acquire); }
+/* Step 6: cudaFree'd blocks under free_sync barrier are cached, and misses
+ * refilled, only while two or more threads use the pool. */
+static inline int engaged(ps_tcache_t *set)
+{
+    return set->always_engaged || atomic_load_explicit(&set->threads, memory_order_relaxed) > 1;
+}
 
 static void cache_unref(cache_t *c)
 {
     if (atomic_fetch_sub(&c->refs, 1) == 1)
         free(c);
+}
+
+static inline uint64_t bytes_of(cache_t *c) { return atomic_load_explicit(&c->bytes, memory_order_relaxed); }
+/* Cache lock held. */
+static inline void bytes_add(cache_t *c, int64_t delta)
+{
+    atomic_store_explicit(&c->bytes, bytes_of(c) + (uint64_t)delta, memory_order_relaxed);
 }
 
 /* ---- finding the calling thread's cache ------------------------------- */
@@ -147,6 +169,7 @@ static cache_t *cache_new(ps_tcache_t *set)
     c->lock = (ps_lock_t)PS_LOCK_INIT;
     c->set = set;
     atomic_init(&c->refs, 2);
+    atomic_fetch_add(&set->threads, 1);
     ps_lock(&set->list_lock);
     c->next = set->head;
     if (set->head)
@@ -218,7 +241,7 @@ static inline entry_t freed_pop_oldest(cache_t *c, bin_t *b)
     entry_t e = b->freed[b->freed_head];
     b->freed_head = (b->freed_head + 1) % FREED_DEPTH;
     b->freed_count--;
-    c->bytes -= b->size;
+    bytes_add(c, -(int64_t)b->size);
     return e;
 }
 
@@ -233,7 +256,7 @@ static size_t bin_evict(cache_t *c, bin_t *b, uint32_t n, uint64_t done, ps_tcac
     }
     while (k < n && b->ready_count) {
         out[k++] = (ps_tcache_block_t){b->ready[--b->ready_count], b->size, PS_STREAM_NONE, 1};
-        c->bytes -= b->size;
+        bytes_add(c, -(int64_t)b->size);
     }
     return k;
 }
@@ -245,15 +268,17 @@ static size_t bin_evict_ready(cache_t *c, bin_t *b, uint32_t n, ps_tcache_block_
         out[i] = (ps_tcache_block_t){b->ready[i], b->size, PS_STREAM_NONE, 1};
     b->ready_count -= n;
     memmove(b->ready, b->ready + n, b->ready_count * sizeof b->ready[0]);
-    c->bytes -= (uint64_t)n * b->size;
+    bytes_add(c, -(int64_t)((uint64_t)n * b->size));
     return n;
 }
 
 int ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out)
 {
-    cache_t *c = cache_of(set, 0);
-    if (!c)
+    if (size > set->max_block)
         return 0;
+    cache_t *c = cache_of(set, 0);
+    if (!c || !bytes_of(c))
+        return 0; /* (a drain may empty it meanwhile: the check under the lock decides) */
     int hit = 1;
     ps_lock(&c->lock);
     bin_t *b = bin_of(c, size);
@@ -263,10 +288,10 @@ int ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out
                freed_at(b, b->freed_count - 1)->stream == stream) {
         *out = (void *)freed_at(b, b->freed_count - 1)->addr; /* s reuses its own newest free */
         b->freed_count--;
-        c->bytes -= size;
+        bytes_add(c, -(int64_t)size);
     } else if (b->ready_count) {
         *out = (void *)b->ready[--b->ready_count];
-        c->bytes -= size;
+        bytes_add(c, -(int64_t)size);
     } else if (b->freed_count && b->freed[b->freed_head].tag < done_now(set)) {
         *out = (void *)freed_pop_oldest(c, b).addr; /* a barrier was issued after its free */
     } else {
@@ -276,13 +301,22 @@ int ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out
     return hit;
 }
 
+static int put_in(ps_tcache_t *set, cache_t *c, void *ptr, size_t size, ps_stream_t stream);
+
 int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream)
 {
     if (size > set->max_block)
         return PS_TCACHE_DECLINED;
-    cache_t *c = cache_of(set, 1);
-    if (!c)
-        return PS_TCACHE_DECLINED;
+    cache_t *c = cache_of(set, 1); /* (also counts this thread as one using the pool) */
+    if (!c || (!set->immediate && !is_stream_ordered(stream) && !engaged(set)))
+        return PS_TCACHE_DECLINED; /* one thread: a cudaFree'd block waits in the pool as before */
+    return put_in(set, c, ptr, size, stream);
+}
+
+/* The body of put (kept out of line: the declining path above stays cheap). */
+static __attribute__((noinline)) int put_in(ps_tcache_t *set, cache_t *c, void *ptr, size_t size,
+                                            ps_stream_t stream)
+{
     ps_tcache_block_t evicted[EVICT_MAX];
     size_t n = 0;
     int status = PS_OK;
@@ -299,7 +333,7 @@ int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream)
     /* released freed blocks move to the ready stack while it has room */
     while (b->freed_count && b->ready_count < READY_DEPTH && b->freed[b->freed_head].tag < done) {
         b->ready[b->ready_count++] = freed_pop_oldest(c, b).addr;
-        c->bytes += size; /* (freed_pop_oldest subtracted it) */
+        bytes_add(c, (int64_t)size); /* (freed_pop_oldest subtracted it) */
     }
     int ready_at_once = set->immediate && !is_stream_ordered(stream); /* free_sync none, a cudaFree */
     if (ready_at_once && b->ready_count == READY_DEPTH)
@@ -307,12 +341,12 @@ int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream)
     else if (!ready_at_once && b->freed_count == FREED_DEPTH)
         n += bin_evict(c, b, FREED_DEPTH / 2, done, evicted + n);
     /* the byte cap: evict from other bins, from the next one on */
-    for (uint32_t k = 1; c->bytes + size > set->cap && k < BINS && n < EVICT_MAX; k++) {
+    for (uint32_t k = 1; bytes_of(c) + size > set->cap && k < BINS && n < EVICT_MAX; k++) {
         bin_t *o = &c->bins[((uint32_t)(b - c->bins) + k) & (BINS - 1)];
-        while (bin_blocks(o) && c->bytes + size > set->cap && n < EVICT_MAX)
+        while (bin_blocks(o) && bytes_of(c) + size > set->cap && n < EVICT_MAX)
             n += bin_evict(c, o, 1, done, evicted + n);
     }
-    if (c->bytes + size > set->cap) {
+    if (bytes_of(c) + size > set->cap) {
         status = PS_TCACHE_DECLINED;
     } else {
         b->size = size;
@@ -320,7 +354,7 @@ int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream)
             b->ready[b->ready_count++] = addr;
         else
             *freed_at(b, b->freed_count++) = (entry_t){addr, stream, atomic_load(&set->issued)};
-        c->bytes += size;
+        bytes_add(c, (int64_t)size);
     }
     ps_unlock(&c->lock);
     if (n) {
@@ -334,6 +368,9 @@ double_free:
     return PS_EINVAL;
 }
 
+size_t ps_tcache_max_block(const ps_tcache_t *set) { return set->max_block; }
+size_t ps_tcache_max_refill(const ps_tcache_t *set) { return set->cap / REFILL_SHARE; }
+
 /* ---- refills (owner's lock held) -----------------------------------------
  * Only the calling thread touches its own cache outside the owner's lock
  * (drains, queries and thread exits of other threads take the owner's
@@ -342,7 +379,7 @@ double_free:
 
 size_t ps_tcache_refill_room_locked(ps_tcache_t *set, size_t size)
 {
-    if (size > set->max_block)
+    if (size > set->max_block || !engaged(set))
         return 0;
     cache_t *c = cache_of(set, 1);
     if (!c || is_orphaned(c))
@@ -352,7 +389,8 @@ size_t ps_tcache_refill_room_locked(ps_tcache_t *set, size_t size)
         return 0;
     size_t room = READY_DEPTH - b->ready_count;
     size_t budget = set->cap / REFILL_SHARE / size;
-    size_t left = c->bytes < set->cap ? (set->cap - c->bytes) / size : 0;
+    uint64_t bytes = bytes_of(c);
+    size_t left = bytes < set->cap ? (set->cap - bytes) / size : 0;
     if (room > REFILL_MAX)
         room = REFILL_MAX;
     if (room > budget)
@@ -368,7 +406,7 @@ void ps_tcache_refill_locked(ps_tcache_t *set, size_t size, const uintptr_t *add
     b->size = size;
     for (size_t i = 0; i < count; i++)
         b->ready[b->ready_count++] = addrs[i];
-    c->bytes += size * count;
+    bytes_add(c, (int64_t)(size * count));
     ps_unlock(&c->lock);
 }
 
@@ -397,7 +435,7 @@ size_t ps_tcache_drain_all_locked(ps_tcache_t *set)
     ps_lock(&set->list_lock);
     for (cache_t *c = set->head; c; c = c->next) {
         ps_lock(&c->lock);
-        if (c->bytes)
+        if (bytes_of(c))
             total += cache_give_back_all_locked(set, c);
         ps_unlock(&c->lock);
     }
@@ -522,6 +560,7 @@ static void thread_exit(void *arg)
             if (c->next)
                 c->next->prev = c->prev;
             __atomic_store_n(&c->orphaned, 1, __ATOMIC_RELEASE);
+            atomic_fetch_sub(&set->threads, 1);
             ps_unlock(&c->lock);
             ps_unlock(&set->list_lock);
             ps_unlock(set->owner_lock);
@@ -536,6 +575,8 @@ static void thread_exit(void *arg)
         tls_last = NULL;
     }
 }
+
+void ps_tcache_always_engage(ps_tcache_t *set) { set->always_engaged = 1; }
 
 void ps_tcache_thread_exit(void)
 {

@@ -64,6 +64,11 @@ int ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out
  * it to the pool itself). Must not be called with the owner's lock held. */
 int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream);
 
+/* The largest block a cache keeps, and the largest a refill brings: the
+ * pool checks them before calling in. */
+size_t ps_tcache_max_block(const ps_tcache_t *set);
+size_t ps_tcache_max_refill(const ps_tcache_t *set);
+
 /* Owner's lock held: how many more blocks of `size` the calling thread's
  * cache would take as ready refills (0 when none). */
 size_t ps_tcache_refill_room_locked(ps_tcache_t *set, size_t size);
@@ -85,6 +90,10 @@ void ps_tcache_bytes_locked(ps_tcache_t *set, uint64_t *ready, uint64_t *pending
  * serialized by the owner's lock. */
 uint64_t ps_tcache_barrier_begin(ps_tcache_t *set);
 void ps_tcache_barrier_done(ps_tcache_t *set, uint64_t ticket);
+
+/* Test hook: cache cudaFree'd blocks and refill even while only one thread
+ * uses the pool (normally only from the second thread on). */
+void ps_tcache_always_engage(ps_tcache_t *set);
 
 /* Gives the calling thread's caches back to their pools now (what thread
  * exit does; tests call it to model a thread's end). */

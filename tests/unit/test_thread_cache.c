@@ -22,6 +22,7 @@ static void open_cached(pool_fixture_t *f, ps_free_sync_t policy, unsigned barri
     cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, &o, &f->pool), PS_OK);
+    ps_pool_thread_cache_always_engage(f->pool); /* as with two threads (see one_thread_alone_...) */
 }
 
 static void *alloc_ok(pool_fixture_t *f, size_t size, ps_stream_t stream)
@@ -278,5 +279,58 @@ Test(thread_cache, a_miss_refills_small_sizes_from_the_ready_list)
     cr_assert_eq(info.bytes_in_use, 2 * 4096, "refilled blocks count as free, not in use");
     ps_deallocate(f.pool, a, 4096, PS_STREAM_NONE);
     ps_deallocate(f.pool, b, 4096, PS_STREAM_NONE);
+    close_cached(&f);
+}
+
+static void *free_one_and_wait(void *arg)
+{
+    exit_case_t *c = arg;
+    void *p = alloc_ok(c->f, S, PS_STREAM_NONE);
+    ps_deallocate(c->f->pool, p, S, PS_STREAM_NONE); /* this thread now has a cache */
+    pthread_mutex_lock(&c->lock);
+    c->freed = 1;
+    pthread_cond_broadcast(&c->cond);
+    while (!c->may_exit)
+        pthread_cond_wait(&c->cond, &c->lock);
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+Test(thread_cache, cudafree_blocks_are_cached_only_while_two_threads_use_the_pool)
+{
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    o.thread_cache = PS_MiB; /* free_sync barrier, not engaged by the test hook */
+    ps_host_ops_options_t host = {0};
+    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    ps_stream_t s = (ps_stream_t)0x1000;
+    void *a = alloc_ok(&f, S, PS_STREAM_NONE);
+    ps_deallocate(f.pool, a, S, PS_STREAM_NONE);
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), 0, "one thread: a cudaFree'd block goes to the pool");
+    void *b = alloc_ok(&f, S, s);
+    ps_deallocate(f.pool, b, S, s);
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), S, "a stream-ordered free is cached with one thread too");
+    exit_case_t c = {&f, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+    pthread_t thread;
+    pthread_create(&thread, NULL, free_one_and_wait, &c);
+    pthread_mutex_lock(&c.lock);
+    while (!c.freed)
+        pthread_cond_wait(&c.cond, &c.lock);
+    pthread_mutex_unlock(&c.lock);
+    uint64_t before = ps_pool_thread_cache_bytes(f.pool);
+    void *d = alloc_ok(&f, S, PS_STREAM_NONE);
+    ps_deallocate(f.pool, d, S, PS_STREAM_NONE);
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), before + S, "two threads: the cudaFree'd block is cached");
+    pthread_mutex_lock(&c.lock);
+    c.may_exit = 1;
+    pthread_cond_broadcast(&c.cond);
+    pthread_mutex_unlock(&c.lock);
+    pthread_join(thread, NULL);
+    before = ps_pool_thread_cache_bytes(f.pool);
+    void *e = alloc_ok(&f, S, PS_STREAM_NONE);
+    ps_deallocate(f.pool, e, S, PS_STREAM_NONE);
+    cr_assert_leq(ps_pool_thread_cache_bytes(f.pool), before, "alone again: back to the pool");
     close_cached(&f);
 }
