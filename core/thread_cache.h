@@ -10,6 +10,9 @@
  *    when the cache was created `immediate` (free_sync none);
  *  - a block freed on stream s is handed out at once to an allocation on
  *    s by the same thread, to anything else only after such a barrier;
+ *  - cudaFree'd blocks (free_sync barrier) are cached, and misses refilled,
+ *    only while at least two threads have a cache in the set (see
+ *    thread_cache.c, step 5);
  *  - cached blocks stay "in use" in the pool's metadata until they are
  *    given back through give_back_locked (the pool subtracts
  *    ps_tcache_bytes from its in-use figure: they count as free/pending);
