@@ -2,7 +2,9 @@
 # One GPU session in one call: the GPU suite, the demo, `poolshim ab` on the
 # demo and on PyTorch, and the benchmarks. Used on the lent GPU machine with
 # build/ (and .carry/ for the RMM peer) carried from a machine with libinih:
-#   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [bench] [torchmem] [ddp]
+#   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [bench] [benchcore] [torchmem] [ddp]
+# benchcore: build/bench_core (CPU only, host ops) on this machine's cores: the
+# thread-scaling lines of the default stack (the CI machine has 2 CPUs).
 # torchmem: NVML memory of varied PyTorch loops per allocator (about 6 min on an
 # H100); ddp: DDP per free policy (needs two GPUs: nvidia-h200-x2).
 # Results land under $OUT: gpu/ and bench/ from the scripts, and everything
@@ -11,7 +13,7 @@ set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/poolshim-session}
 mkdir -p "$OUT"
-what=${*:-tests demo ab traces bench}
+what=${*:-tests demo ab traces bench benchcore}
 export PATH=$PATH:/usr/local/cuda/bin
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/extras/CUPTI/lib64:/usr/local/cuda/lib64
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -45,6 +47,10 @@ for step in $what; do
     bench)
         echo "=== benchmarks"
         OUTDIR=$OUT/bench ./tools/bench/run.sh build | tail -n 80 ;;
+    benchcore)
+        echo "=== bench_core (CPU, $(nproc) CPUs, load $(cut -d' ' -f1 /proc/loadavg))"
+        if [ -x build/bench_core ]; then build/bench_core | tee "$OUT/bench_core.txt"
+        else echo "build/bench_core missing: make build/bench_core where libinih is, and carry build/"; fi ;;
     torchmem)
         echo "=== PyTorch memory on varied shapes (NVML)"
         OUT_DIR=$OUT/torchmem TRACE_DIR=$OUT/torchmem/traces tools/bench/torch_mem/run.sh build/libpoolshim.so |
