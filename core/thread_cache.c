@@ -6,47 +6,48 @@
  * Algorithm
  *  1. A *set* belongs to one pool. Each thread that frees to (or refills
  *     from) the pool gets a *cache* in the set: BINS bins chosen by a hash
- *     of the block size, each holding up to BIN_DEPTH blocks of exactly one
- *     size (oldest first), at most cap_bytes in all; blocks above
+ *     of the block size; a bin holds blocks of exactly one size, a stack of
+ *     up to READY_DEPTH ready ones and a ring of up to FREED_DEPTH freed
+ *     ones (oldest first), at most cap_bytes in all; blocks above
  *     cap_bytes / 4 are never cached. The cache has its own spinlock, taken
  *     by its thread on every operation (uncontended: other threads take it
  *     only to drain it, rarely), and the set keeps the list of its caches.
- *  2. Every entry carries a *tag*: 0 = ready for anything (a refill from
- *     the pool's ready list, or any free under free_sync none), else the
- *     set's barrier ticket counter read (sequentially consistent) at the
- *     free. The pool takes a ticket (counter + 1) before a barrier's first
- *     CUDA call and publishes it as `done` (release) after the barrier
- *     succeeded. An entry with tag t < done was freed before the increment
- *     that produced a completed barrier's ticket, so that barrier was
- *     issued after the free: all GPU work issued later runs after all work
- *     issued before the free (DESIGN.md, "Reuse after cudaFree: the
- *     barrier"). A refused barrier (stream capture) never publishes, so
- *     nothing depends on it.
- *  3. take(size, stream): in the bin of `size`, the newest entry usable by
- *     the request: tag < done, or freed on the same (stream-ordered)
- *     stream s by this thread (the RMM rule: reuse on s is ordered by s).
- *     Miss: the pool serves it under its lock and may refill this bin with
- *     a few ready blocks of the same size taken at the same time (one lock
- *     for several allocations).
- *  4. put(ptr, size, stream): appended to its bin. A full bin, a bin of
- *     another size, or the byte cap evicts the oldest entries; they go back
- *     to the pool in one batch under its lock, after the cache lock is
- *     dropped (ready ones to the ready list, the others as the pool's own
- *     cudaFree or stream-ordered frees would).
+ *  2. Every freed block carries a *tag*: the set's barrier ticket counter
+ *     read (sequentially consistent) at the free (ready blocks need none:
+ *     refills from the pool's ready list, frees under free_sync none). The
+ *     pool takes a ticket (counter + 1) before a barrier's first CUDA call
+ *     and publishes it as `done` (release) after the barrier succeeded. A
+ *     block with tag t < done was freed before the increment that produced
+ *     a completed barrier's ticket, so that barrier was issued after the
+ *     free: all GPU work issued later runs after all work issued before the
+ *     free (DESIGN.md, "Reuse after cudaFree: the barrier"). A refused
+ *     barrier (stream capture) never publishes, so nothing depends on it.
+ *     Tags never decrease along the ring.
+ *  3. take(size, stream), in the bin of `size`: the newest freed block if
+ *     it was freed by this thread on the same (stream-ordered) stream s
+ *     (the RMM rule: reuse on s is ordered by s); else a ready block; else
+ *     the oldest freed block if its tag < done. Miss: the pool serves it
+ *     under its lock and may refill the bin with a few ready blocks of the
+ *     same size taken at the same time (one lock for several allocations).
+ *  4. put(ptr, size, stream): onto its bin's ring (free_sync none: its
+ *     stack); freed blocks a barrier released move to the stack while it
+ *     has room. A full ring, a bin of another size, or the byte cap evicts
+ *     the oldest blocks; they go back to the pool in one batch under its
+ *     lock, after the cache lock is dropped (ready ones to the ready list,
+ *     the others as the pool's own cudaFree or stream-ordered frees would).
  *  5. With one thread, a cudaFree'd block cannot come back from its cache
  *     before the next barrier, so caching it only adds work to the pool
  *     path it still takes: while fewer than two threads use the pool (have a
  *     cache in the set), cudaFree'd blocks under free_sync barrier go to the
  *     pool as before and misses are not refilled; stream-ordered frees and
  *     free_sync none are cached always (they come back at once).
- *  6. The pool drains every cache (under its lock) before it grows, on its
- *     OOM path, on trim and when a stream is destroyed; a thread's exit
- *     gives its caches back (pthread key destructor); a pool's destruction
- *     orphans the caches (their threads free them). A cache's memory is
- *     held by two references, its thread's and its set's.
+ *  6. The pool drains every cache (under its lock) right before it would
+ *     grow (so before OOM too), on trim and when a stream is destroyed; a
+ *     thread's exit gives its caches back (pthread key destructor); a pool's
+ *     destruction orphans the caches (their threads free them). A cache's
+ *     memory is held by two references, its thread's and its set's.
  * Guarantees: see thread_cache.h. Cached bytes are exact in
- * ps_tcache_bytes_locked; ps_tcache_pending_estimate is an upper bound
- * good enough to trigger barriers.
+ * ps_tcache_bytes_locked.
  */
 #include "thread_cache.h"
 
@@ -64,7 +65,6 @@
                               the PyTorch transformer log: 1.10x reserved/requested with cap / 8) */
 #define SETS_PER_THREAD 16 /* caches one thread keeps (pools it uses at once) */
 #define EVICT_MAX 64       /* blocks evicted by one put at most */
-#define TAG_READY 0        /* an entry reusable by anything */
 /* initial-exec TLS, as the shim's (it is preloaded, never dlopened late) */
 #define TC_TLS __thread __attribute__((tls_model("initial-exec")))
 
