@@ -251,7 +251,6 @@ typedef struct pool {
     uint64_t bytes_unmapped;    /* sum of their sizes */
     ps_tcache_t *tcache;        /* per-thread caches in front of the pool (options.thread_cache), or NULL */
     size_t tcache_max_block;    /* largest block the caches keep (0: no caches) */
-    size_t tcache_max_refill;   /* largest block a refill brings */
 } pool_t;
 
 static const ps_resource_ops_t pool_ops;
@@ -1435,7 +1434,8 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     int stream_ordered = is_stream_ordered(stream);
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
-    if (need <= pool->tcache_max_block && ps_tcache_take(pool->tcache, need, stream, out))
+    if (need <= pool->tcache_max_block && (stream_ordered || ps_tcache_caches_cudafree(pool->tcache)) &&
+        ps_tcache_take(pool->tcache, need, stream, out))
         return PS_OK;
     ps_lock(&pool->lock);
     if (__builtin_expect(pool->eager_barrier, 0) &&
@@ -1460,7 +1460,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         uint32_t parked = quick_take(pool, need);
         if (parked != NIL) {
             *out = (void *)pool->blocks[parked].addr;
-            if (need <= pool->tcache_max_refill)
+            if (need <= pool->tcache_max_block)
                 tcache_refill_locked(pool, need);
             ps_unlock(&pool->lock);
             return PS_OK;
@@ -1474,7 +1474,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     } else {
         status = allocate_slow_locked(pool, need, owner != OWNER_READY, out);
     }
-    if (status == PS_OK && need <= pool->tcache_max_refill)
+    if (status == PS_OK && need <= pool->tcache_max_block) /* (also counts this thread as using the pool) */
         tcache_refill_locked(pool, need);
     ps_unlock(&pool->lock);
     return status;
@@ -1487,7 +1487,7 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
     size_t need = size ? ps_align_up(size, pool->options.alignment) : pool->options.alignment;
-    if (need <= pool->tcache_max_block) {
+    if (need <= pool->tcache_max_block && (stream_ordered || ps_tcache_caches_cudafree(pool->tcache))) {
         int cached = ps_tcache_put(pool->tcache, ptr, need, stream);
         if (cached != PS_TCACHE_DECLINED)
             return cached;
@@ -1795,7 +1795,6 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
                                   tcache_give_back_locked, pool, &pool->tcache);
     if (pool->tcache) {
         pool->tcache_max_block = ps_tcache_max_block(pool->tcache);
-        pool->tcache_max_refill = ps_tcache_max_refill(pool->tcache);
     }
     if (status == PS_OK && o.initial_size) {
         size_t initial = ps_align_up(o.initial_size, o.alignment);

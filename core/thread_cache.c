@@ -98,16 +98,13 @@ typedef struct cache {
 } cache_t;
 
 struct ps_tcache {
+    ps_tcache_hot_t hot;          /* read inline by the pool (first member) */
     size_t cap;                   /* most bytes per cache */
-    size_t max_block;             /* largest block cached */
-    int immediate;                /* 1: every free is ready at once (free_sync none) */
     ps_lock_t *owner_lock;        /* the pool's lock */
     ps_tcache_give_back_fn give_back_locked; /* returns blocks to the pool */
     void *owner;                  /* the pool */
     ps_lock_t list_lock;          /* guards the list of caches */
     cache_t *head;                /* the caches */
-    atomic_int threads;           /* caches attached to live threads */
-    int always_engaged;           /* test hook: engaged with one thread too */
     _Atomic uint64_t issued;      /* barrier tickets taken (starts at 1) */
     _Atomic uint64_t done;        /* ticket of the newest completed barrier (starts at 1) */
     struct ps_tcache *next_live;  /* live sets (under sets_lock) */
@@ -143,7 +140,7 @@ static inline uint64_t done_now(ps_tcache_t *set) { return atomic_load_explicit(
  * refilled, only while two or more threads use the pool. */
 static inline int engaged(ps_tcache_t *set)
 {
-    return set->always_engaged || atomic_load_explicit(&set->threads, memory_order_relaxed) > 1;
+    return set->hot.always_engaged || atomic_load_explicit(&set->hot.threads, memory_order_relaxed) > 1;
 }
 
 static void cache_unref(cache_t *c)
@@ -169,7 +166,7 @@ static cache_t *cache_new(ps_tcache_t *set)
     c->lock = (ps_lock_t)PS_LOCK_INIT;
     c->set = set;
     atomic_init(&c->refs, 2);
-    atomic_fetch_add(&set->threads, 1);
+    atomic_fetch_add(&set->hot.threads, 1);
     ps_lock(&set->list_lock);
     c->next = set->head;
     if (set->head)
@@ -274,7 +271,7 @@ static size_t bin_evict_ready(cache_t *c, bin_t *b, uint32_t n, ps_tcache_block_
 
 int ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out)
 {
-    if (size > set->max_block)
+    if (size > set->hot.max_block)
         return 0;
     cache_t *c = cache_of(set, 0);
     if (!c || !bytes_of(c))
@@ -305,10 +302,10 @@ static int put_in(ps_tcache_t *set, cache_t *c, void *ptr, size_t size, ps_strea
 
 int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream)
 {
-    if (size > set->max_block)
+    if (size > set->hot.max_block)
         return PS_TCACHE_DECLINED;
     cache_t *c = cache_of(set, 1); /* (also counts this thread as one using the pool) */
-    if (!c || (!set->immediate && !is_stream_ordered(stream) && !engaged(set)))
+    if (!c || (!set->hot.immediate && !is_stream_ordered(stream) && !engaged(set)))
         return PS_TCACHE_DECLINED; /* one thread: a cudaFree'd block waits in the pool as before */
     return put_in(set, c, ptr, size, stream);
 }
@@ -335,7 +332,7 @@ static __attribute__((noinline)) int put_in(ps_tcache_t *set, cache_t *c, void *
         b->ready[b->ready_count++] = freed_pop_oldest(c, b).addr;
         bytes_add(c, (int64_t)size); /* (freed_pop_oldest subtracted it) */
     }
-    int ready_at_once = set->immediate && !is_stream_ordered(stream); /* free_sync none, a cudaFree */
+    int ready_at_once = set->hot.immediate && !is_stream_ordered(stream); /* free_sync none, a cudaFree */
     if (ready_at_once && b->ready_count == READY_DEPTH)
         n += bin_evict_ready(c, b, READY_DEPTH / 2, evicted + n);
     else if (!ready_at_once && b->freed_count == FREED_DEPTH)
@@ -368,8 +365,7 @@ double_free:
     return PS_EINVAL;
 }
 
-size_t ps_tcache_max_block(const ps_tcache_t *set) { return set->max_block; }
-size_t ps_tcache_max_refill(const ps_tcache_t *set) { return set->cap / REFILL_SHARE; }
+size_t ps_tcache_max_block(const ps_tcache_t *set) { return set->hot.max_block; }
 
 /* ---- refills (owner's lock held) -----------------------------------------
  * Only the calling thread touches its own cache outside the owner's lock
@@ -379,10 +375,10 @@ size_t ps_tcache_max_refill(const ps_tcache_t *set) { return set->cap / REFILL_S
 
 size_t ps_tcache_refill_room_locked(ps_tcache_t *set, size_t size)
 {
-    if (size > set->max_block || !engaged(set))
+    if (size > set->hot.max_block)
         return 0;
-    cache_t *c = cache_of(set, 1);
-    if (!c || is_orphaned(c))
+    cache_t *c = cache_of(set, 1); /* (also counts this thread as one using the pool) */
+    if (!c || is_orphaned(c) || !engaged(set))
         return 0;
     bin_t *b = bin_of(c, size);
     if (bin_blocks(b) && b->size != size)
@@ -490,8 +486,8 @@ int ps_tcache_create(size_t cap_bytes, int immediate, ps_lock_t *owner_lock,
     if (!set)
         return PS_ENOMEM;
     set->cap = cap_bytes;
-    set->max_block = cap_bytes / 4;
-    set->immediate = immediate;
+    set->hot.max_block = cap_bytes / 4;
+    set->hot.immediate = immediate;
     set->owner_lock = owner_lock;
     set->give_back_locked = give_back_locked;
     set->owner = owner;
@@ -560,7 +556,7 @@ static void thread_exit(void *arg)
             if (c->next)
                 c->next->prev = c->prev;
             __atomic_store_n(&c->orphaned, 1, __ATOMIC_RELEASE);
-            atomic_fetch_sub(&set->threads, 1);
+            atomic_fetch_sub(&set->hot.threads, 1);
             ps_unlock(&c->lock);
             ps_unlock(&set->list_lock);
             ps_unlock(set->owner_lock);
@@ -576,7 +572,7 @@ static void thread_exit(void *arg)
     }
 }
 
-void ps_tcache_always_engage(ps_tcache_t *set) { set->always_engaged = 1; }
+void ps_tcache_always_engage(ps_tcache_t *set) { set->hot.always_engaged = 1; }
 
 void ps_tcache_thread_exit(void)
 {

@@ -28,6 +28,8 @@
 
 #include "common.h"
 
+#include <stdatomic.h>
+
 /* A block given back to the owner. */
 typedef struct ps_tcache_block {
     uintptr_t addr;     /* the block's address */
@@ -40,6 +42,24 @@ typedef struct ps_tcache_block {
 typedef void (*ps_tcache_give_back_fn)(void *owner, const ps_tcache_block_t *blocks, size_t count);
 
 typedef struct ps_tcache ps_tcache_t;
+
+/* The part of a set the pool reads inline on its hot path (the first
+ * member of every set; the rest is private to thread_cache.c). */
+typedef struct ps_tcache_hot {
+    size_t max_block;   /* largest block cached (cap / 4) */
+    int immediate;      /* 1: free_sync none, cudaFree'd blocks are ready at once */
+    int always_engaged; /* test hook (ps_tcache_always_engage) */
+    atomic_int threads; /* threads with a cache in the set */
+} ps_tcache_hot_t;
+
+/* Whether cudaFree'd blocks are cached now: free_sync none, or two or more
+ * threads use the pool (thread_cache.c, step 5). */
+static inline int ps_tcache_caches_cudafree(const ps_tcache_t *set)
+{
+    const ps_tcache_hot_t *hot = (const ps_tcache_hot_t *)set;
+    return hot->immediate || hot->always_engaged ||
+           atomic_load_explicit((atomic_int *)&hot->threads, memory_order_relaxed) > 1;
+}
 
 /* ps_tcache_put's answer when it did not cache the block. */
 #define PS_TCACHE_DECLINED 1
@@ -67,13 +87,13 @@ int ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out
  * it to the pool itself). Must not be called with the owner's lock held. */
 int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream);
 
-/* The largest block a cache keeps, and the largest a refill brings: the
- * pool checks them before calling in. */
+/* The largest block a cache keeps (the pool checks it before calling in). */
 size_t ps_tcache_max_block(const ps_tcache_t *set);
-size_t ps_tcache_max_refill(const ps_tcache_t *set);
 
 /* Owner's lock held: how many more blocks of `size` the calling thread's
- * cache would take as ready refills (0 when none). */
+ * cache would take as ready refills (0 when none). Also counts the calling
+ * thread as one using the pool (call it on every locked allocation of a
+ * size up to ps_tcache_max_block). */
 size_t ps_tcache_refill_room_locked(ps_tcache_t *set, size_t size);
 
 /* Owner's lock held: adds `count` ready blocks of `size` bytes (taken from
