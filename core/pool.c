@@ -135,6 +135,7 @@
 #include "vm_range.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,6 +148,7 @@
 #define GROWTH_GRANULE (2 * PS_MiB)    /* growth requests are rounded up to this */
 #define MIN_ALIGNMENT 256              /* cudaMalloc's documented alignment */
 #define QUICK_SLOTS 32                 /* quick cache: recently freed blocks by exact size */
+#define PS_POOL_TLS __thread __attribute__((tls_model("initial-exec"))) /* (preloaded, never dlopened late) */
 
 typedef enum block_state {
     BLOCK_UNUSED = 0, /* descriptor on the recycle list */
@@ -251,6 +253,7 @@ typedef struct pool {
     uint64_t bytes_unmapped;    /* sum of their sizes */
     ps_tcache_t *tcache;        /* per-thread caches in front of the pool (options.thread_cache), or NULL */
     size_t tcache_max_block;    /* largest block the caches keep (0: no caches) */
+    uint64_t serial;            /* unique per pool ever created (thread registration, below) */
 } pool_t;
 
 static const ps_resource_ops_t pool_ops;
@@ -1275,8 +1278,23 @@ static void tcache_refill_room_locked(pool_t *pool, size_t need, size_t room)
     if (count)
         ps_tcache_refill_locked(pool->tcache, need, addrs, count);
 }
-static inline void tcache_refill_locked(pool_t *pool, size_t need)
+static PS_POOL_TLS uint64_t tls_registered_pool; /* serial of the pool this thread last registered with */
+static atomic_ullong pool_serials;               /* serials handed out */
+
+/* After a locked allocation of `need` (<= tcache_max_block) bytes: refill
+ * while the caches keep cudaFree'd blocks (or for a stream-ordered
+ * allocation); otherwise only make sure this thread is counted (two
+ * threads turn cudaFree caching on), once per thread and pool. */
+static inline __attribute__((always_inline)) void tcache_refill_locked(pool_t *pool, size_t need,
+                                                                        int stream_ordered)
 {
+    if (!stream_ordered && !ps_tcache_caches_cudafree(pool->tcache)) {
+        if (__builtin_expect(tls_registered_pool != pool->serial, 0)) {
+            ps_tcache_register_thread(pool->tcache);
+            tls_registered_pool = pool->serial;
+        }
+        return;
+    }
     size_t room = ps_tcache_refill_room_locked(pool->tcache, need);
     if (room)
         tcache_refill_room_locked(pool, need, room);
@@ -1461,7 +1479,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         if (parked != NIL) {
             *out = (void *)pool->blocks[parked].addr;
             if (need <= pool->tcache_max_block)
-                tcache_refill_locked(pool, need);
+                tcache_refill_locked(pool, need, stream_ordered);
             ps_unlock(&pool->lock);
             return PS_OK;
         }
@@ -1474,8 +1492,8 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     } else {
         status = allocate_slow_locked(pool, need, owner != OWNER_READY, out);
     }
-    if (status == PS_OK && need <= pool->tcache_max_block) /* (also counts this thread as using the pool) */
-        tcache_refill_locked(pool, need);
+    if (status == PS_OK && need <= pool->tcache_max_block)
+        tcache_refill_locked(pool, need, stream_ordered);
     ps_unlock(&pool->lock);
     return status;
 }
@@ -1793,6 +1811,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
         (o.free_sync == PS_FREE_SYNC_BARRIER || o.free_sync == PS_FREE_SYNC_NONE))
         status = ps_tcache_create(o.thread_cache, o.free_sync == PS_FREE_SYNC_NONE, &pool->lock,
                                   tcache_give_back_locked, pool, &pool->tcache);
+    pool->serial = atomic_fetch_add(&pool_serials, 1) + 1;
     if (pool->tcache) {
         pool->tcache_max_block = ps_tcache_max_block(pool->tcache);
     }

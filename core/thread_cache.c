@@ -366,6 +366,7 @@ double_free:
 }
 
 size_t ps_tcache_max_block(const ps_tcache_t *set) { return set->hot.max_block; }
+void ps_tcache_register_thread(ps_tcache_t *set) { cache_of(set, 1); }
 
 /* ---- refills (owner's lock held) -----------------------------------------
  * Only the calling thread touches its own cache outside the owner's lock

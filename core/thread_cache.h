@@ -90,10 +90,13 @@ int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream);
 /* The largest block a cache keeps (the pool checks it before calling in). */
 size_t ps_tcache_max_block(const ps_tcache_t *set);
 
+/* Counts the calling thread as one using the pool (gives it a cache in the
+ * set); the pool calls it once per thread, from its locked allocation. */
+void ps_tcache_register_thread(ps_tcache_t *set);
+
 /* Owner's lock held: how many more blocks of `size` the calling thread's
  * cache would take as ready refills (0 when none). Also counts the calling
- * thread as one using the pool (call it on every locked allocation of a
- * size up to ps_tcache_max_block). */
+ * thread as one using the pool. */
 size_t ps_tcache_refill_room_locked(ps_tcache_t *set, size_t size);
 
 /* Owner's lock held: adds `count` ready blocks of `size` bytes (taken from
