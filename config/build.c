@@ -107,6 +107,8 @@ void ps_config_pool_options(const ps_config_t *cfg, const ps_resource_def_t *def
         opts->small_from_back = (size_t)v[PS_KEY_SMALL_FROM_BACK].number;
     if (v[PS_KEY_RELEASE_THRESHOLD].set)
         opts->release_threshold = ps_value_bytes(&v[PS_KEY_RELEASE_THRESHOLD], total_bytes);
+    if (v[PS_KEY_THREAD_CACHE].set)
+        opts->thread_cache = (size_t)v[PS_KEY_THREAD_CACHE].number;
     if (v[PS_KEY_BARRIER_PENDING_PERCENT].set)
         opts->barrier_pending_percent = (unsigned)v[PS_KEY_BARRIER_PENDING_PERCENT].number;
     opts->free_sync = v[PS_KEY_FREE_SYNC].set ? (ps_free_sync_t)v[PS_KEY_FREE_SYNC].number

@@ -123,6 +123,7 @@ typedef enum ps_key {
     PS_KEY_EXPANDABLE_PIECE,
     PS_KEY_BARRIER_PENDING_PERCENT,
     PS_KEY_SMALL_FROM_BACK,
+    PS_KEY_THREAD_CACHE,
     PS_KEY_COUNT
 } ps_key_t;
 

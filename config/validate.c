@@ -277,6 +277,7 @@ void ps_host_pool_options(const ps_host_config_t *host, ps_pool_options_t *out)
     out->maximum_size = host->maximum_size;
     out->free_sync = host->free_sync;
     out->epoch_wait_ns = host->epoch_wait_us * 1000;
+    out->thread_cache = 0; /* pinned host memory: the host writes it, a barrier does not order that */
     out->expandable = 0; /* host memory has no virtual-memory ranges here */
     out->barrier_pending_percent = 0;
     out->pending_wait_bytes = host->pending_wait_bytes;

@@ -21,7 +21,10 @@
  *    pending bytes stay within the bound; past it, it host-waits the oldest
  *    epoch (counted in pending_waits);
  *  - out of memory returns PS_ENOMEM with the pool unchanged, after giving
- *    wholly free chunks back to the upstream and retrying once.
+ *    wholly free chunks back to the upstream and retrying once;
+ *  - with thread_cache, the same reuse rules hold for blocks parked in a
+ *    thread's cache (core/thread_cache.h), and every cache is drained back
+ *    into the pool before it grows, on trim and when a stream is destroyed.
  */
 #ifndef PS_POOL_H
 #define PS_POOL_H
@@ -69,6 +72,11 @@ typedef struct ps_pool_options {
                                  of the size now needed wastes less than keeping stranded ones */
     size_t chunk_granule;     /* chunks are multiples of this (0 = 2 MiB, cuMemAlloc's granularity;
                                  the pinned pool: 64 KiB, host pages are small) */
+    size_t thread_cache;      /* bytes of freed blocks each thread may keep in its own cache in
+                                 front of the pool (core/thread_cache.c; blocks up to a quarter of
+                                 it); default 1 MiB; 0 = off. Used with free_sync barrier and none
+                                 only (event and device bypass it; the pinned host pool is off). The cache path
+                                 trusts the pointer it is given, as the shim's registry has checked it */
 } ps_pool_options_t;
 
 /* Fills *opts with the defaults above. */
@@ -84,6 +92,14 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
 /* Whether the pool ended up expandable (options.expandable and the GPU
  * has virtual memory). */
 int ps_pool_is_expandable(ps_resource_t *pool);
+
+/* Test hook: bytes held in the threads' caches (thread_cache), all
+ * threads together. */
+uint64_t ps_pool_thread_cache_bytes(ps_resource_t *pool);
+
+/* Test hook: the thread caches keep cudaFree'd blocks and refill misses
+ * even while one thread uses the pool (core/thread_cache.c, step 5). */
+void ps_pool_thread_cache_always_engage(ps_resource_t *pool);
 
 /* Debug aid and test hook: checks every invariant of the pool's metadata
  * (free lists match blocks, neighbours linked, no two adjacent free blocks

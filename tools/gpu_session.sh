@@ -4,9 +4,12 @@
 # build/ (and .carry/ for the RMM peer) carried from a machine with libinih:
 #   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [replay] [bench] [pinned] [torchmem]
 #                                      [ddp] [ddp_transformer] [multigpu] [soak]
+#                                      [benchcore]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # replay: the committed PyTorch logs replayed on this GPU (tools/bench/replay_logs.sh,
 # also part of bench); traces also plots its log with the recorded reserved curve.
+# benchcore: build/bench_core (CPU only, host ops) on this machine's cores: the
+# thread-scaling lines of the default stack (the CI machine has 2 CPUs).
 # torchmem: NVML memory of varied PyTorch loops per allocator (about 6 min on an
 # H100); ddp: DDP per free policy (needs two GPUs: nvidia-h200-x2); multigpu:
 # the GPU suite's multi-GPU and multi-process tests, then mpirun and torchrun
@@ -20,7 +23,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/poolshim-session}
 mkdir -p "$OUT"
-what=${*:-tests demo ab traces bench}
+what=${*:-tests demo ab traces bench benchcore}
 export PATH=$PATH:/usr/local/cuda/bin
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/usr/local/cuda/extras/CUPTI/lib64:/usr/local/cuda/lib64
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -73,6 +76,10 @@ for step in $what; do
         mkdir -p "$OUT/pinned"
         python3 tools/bench/pinned/pinned_bench.py --lib build/libpoolshim.so --json "$OUT/pinned/pinned.json" |
             tee "$OUT/pinned/pinned.txt" | tail -n 60 ;;
+    benchcore)
+        echo "=== bench_core (CPU, $(nproc) CPUs, load $(cut -d' ' -f1 /proc/loadavg))"
+        if [ -x build/bench_core ]; then build/bench_core | tee "$OUT/bench_core.txt"
+        else echo "build/bench_core missing: make build/bench_core where libinih is, and carry build/"; fi ;;
     torchmem)
         echo "=== PyTorch memory on varied shapes (NVML)"
         OUT_DIR=$OUT/torchmem TRACE_DIR=$OUT/torchmem/traces tools/bench/torch_mem/run.sh build/libpoolshim.so |

@@ -22,7 +22,12 @@
  * wait for the last barrier), graph (B is written by a graph, captured on
  * another stream beforehand... no: captured after the malloc and launched on
  * a non-blocking s2), threads16 (16 host threads, each with its own
- * non-blocking s1 and s2).
+ * non-blocking s1 and s2), threads16cache (as threads16, and between
+ * cudaFree(A) and cudaMalloc(B) each thread frees a 64 MiB block and makes
+ * a small allocation: under the shim the big free passes the pool's barrier
+ * trigger, so a barrier is issued after A's free and A, parked in the
+ * thread's cache (core/thread_cache.c), is handed out again as B from the
+ * cache: B == A must then be safe because of that barrier alone).
  * Every round prints whether B == A (the allocator reused the address).
  * Exit 0: verified; 3: corruption detected; 1: error. */
 #include "gpu_test.h"
@@ -71,7 +76,7 @@ enum write_kind { WRITE_BY_ROUND, WRITE_NEW_STREAM, WRITE_GRAPH };
 /* One race of steps 1-3; s1/s2 may be 0 (the default stream of the build). */
 static round_result race_once(size_t n, int round, cudaStream_t s1, cudaStream_t s2,
                               unsigned long long *changed_dev, uint8_t *pinned_source,
-                              write_kind how = WRITE_BY_ROUND)
+                              write_kind how = WRITE_BY_ROUND, bool provoke_barrier = false)
 {
     const uint8_t b_value = (uint8_t)(0xA0 + round);
     void *a = nullptr, *b = nullptr;
@@ -87,6 +92,13 @@ static round_result race_once(size_t n, int round, cudaStream_t s1, cudaStream_t
     spin_and_guard_kernel<<<blocks, 256, 0, s1>>>((uint8_t *)a, n, 0x5eed + round, changed_dev);
     CK(cudaGetLastError());
     CK(cudaFree(a)); /* step 2: no sync before the free */
+    if (provoke_barrier) { /* pending bytes pass the barrier trigger; the next allocation issues one */
+        void *big = nullptr, *small = nullptr;
+        CK(cudaMalloc(&big, 64u << 20));
+        CK(cudaFree(big));
+        CK(cudaMalloc(&small, 768));
+        CK(cudaFree(small));
+    }
     CK(cudaMalloc(&b, n));
     cudaStream_t fresh = 0;
     cudaGraph_t graph = nullptr;
@@ -182,12 +194,12 @@ static int run_variant(const char *variant)
 
 /* Each thread races on its own default stream (per-thread when built with
  * --default-stream per-thread) against its own non-blocking s2. */
-static int run_threads(int thread_count, bool own_s1)
+static int run_threads(int thread_count, bool own_s1, bool provoke_barrier = false)
 {
     std::vector<int> corrupt(thread_count, 0), reused(thread_count, 0);
     std::vector<std::thread> threads;
     for (int t = 0; t < thread_count; t++) {
-        threads.emplace_back([t, own_s1, &corrupt, &reused]() {
+        threads.emplace_back([t, own_s1, provoke_barrier, &corrupt, &reused]() {
             CK(cudaSetDevice(0));
             unsigned long long *changed_dev = nullptr;
             uint8_t *pinned = nullptr;
@@ -199,7 +211,7 @@ static int run_threads(int thread_count, bool own_s1)
             CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
             for (int round = 0; round < ROUNDS; round++) {
                 size_t n = ROUND_SIZES[(round + t) % 3];
-                round_result r = race_once(n, round, s1, s2, changed_dev, pinned);
+                round_result r = race_once(n, round, s1, s2, changed_dev, pinned, WRITE_BY_ROUND, provoke_barrier);
                 corrupt[t] += report("threads", t, n, round, r);
                 reused[t] += r.overlapped;
             }
@@ -230,11 +242,13 @@ int main(int argc, char **argv)
         corrupt = run_threads(4, false);
     else if (strcmp(variant, "threads16") == 0)
         corrupt = run_threads(16, true);
+    else if (strcmp(variant, "threads16cache") == 0)
+        corrupt = run_threads(16, true, true);
     else if (!strcmp(variant, "nonblocking") || !strcmp(variant, "blocking") || !strcmp(variant, "legacy") ||
              !strcmp(variant, "newstream") || !strcmp(variant, "graph"))
         corrupt = run_variant(variant);
     else {
-        fprintf(stderr, "usage: hazard nonblocking|blocking|legacy|threads|threads16|newstream|graph\n");
+        fprintf(stderr, "usage: hazard nonblocking|blocking|legacy|threads|threads16|threads16cache|newstream|graph\n");
         return EXIT_CUDA_ERROR;
     }
     if (corrupt) {

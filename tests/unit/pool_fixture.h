@@ -41,7 +41,7 @@ static inline ps_resource_info_t fixture_info(ps_resource_t *r)
 }
 
 /* Options for small deterministic tests: no epoch spin, small chunks,
- * every request cut from the front of its block. */
+ * every request cut from the front of its block, no thread cache. */
 static inline ps_pool_options_t small_pool_options(void)
 {
     ps_pool_options_t o;
@@ -50,6 +50,7 @@ static inline ps_pool_options_t small_pool_options(void)
     o.max_chunk = 64 * PS_MiB;
     o.epoch_wait_ns = 0;
     o.small_from_back = 0; /* tests that check addresses expect front cuts */
+    o.thread_cache = 0;    /* the pool's own lists and checks; test_thread_cache.c covers the cache */
     return o;
 }
 

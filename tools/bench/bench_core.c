@@ -1,19 +1,22 @@
 /* CPU micro-benchmark of the core pool (make bench-core).
  *
  * 1. Hot path: median ns per allocate+free pair of one size (256 B, 1 MiB,
- *    256 MiB) on a simulated upstream, for free_sync none, free_sync event
- *    (fences auto-complete, as on an idle GPU) and a stream-ordered pair.
+ *    256 MiB) on a simulated upstream, for the default pool (free_sync
+ *    barrier, thread cache on), the same without its thread cache
+ *    (thread_cache 0), free_sync none, free_sync event (fences
+ *    auto-complete, as on an idle GPU), and a stream-ordered pair on the
+ *    default pool with and without the thread cache.
  * 2. DESIGN.md's random workload: 20,000 steps, srand(42); allocate
  *    1 + rand() % (4 << 20) bytes when fewer than 16 are live or (fewer
  *    than 512 and rand() & 1), else free a random live one; then free the
  *    rest. ns per operation (allocations + frees), median of 50 runs.
  * 3. Thread scaling, for the default stack (a pool with default options:
- *    free_sync barrier, expandable over a fake device with virtual memory,
- *    as on a real GPU) and for the arena (default options): N threads
- *    (1, 2, 4, 8, 16) each do SCALING_PAIRS allocate+free pairs of mixed
- *    small sizes (256 B .. 64 KiB), once with PS_STREAM_NONE (cudaMalloc
- *    style) and once each thread on its own fake stream handle (stream
- *    ordered). Aggregate pairs per second of N threads over one thread's,
+ *    free_sync barrier, thread cache on, expandable over a fake device with
+ *    virtual memory, as on a real GPU), the same pool without its thread
+ *    cache, and the arena (default options): N threads (1, 2, 4, 8, 16)
+ *    each do SCALING_PAIRS allocate+free pairs of mixed sizes (256 B ..
+ *    1 MiB), once with PS_STREAM_NONE (cudaMalloc style) and once each
+ *    thread on its own fake stream handle (stream ordered). Aggregate pairs per second of N threads over one thread's,
  *    median of SCALING_REPEATS runs; ns per pair for one thread. Scaling
  *    cannot show above the number of online CPUs, printed beside.
  */
@@ -47,7 +50,7 @@ static void die(const char *what, int status)
     exit(1);
 }
 
-static void stack_open(bench_stack_t *s, ps_free_sync_t policy)
+static void stack_open(bench_stack_t *s, ps_free_sync_t policy, int thread_cache)
 {
     ps_host_ops_options_t host = {.capacity = 0, .backed = 0, .auto_complete = 1};
     int status = ps_host_ops_create(&host, &s->gpu);
@@ -56,6 +59,8 @@ static void stack_open(bench_stack_t *s, ps_free_sync_t policy)
     ps_pool_options_t o;
     ps_pool_options_default(&o);
     o.free_sync = policy;
+    if (!thread_cache)
+        o.thread_cache = 0;
     if (status == PS_OK)
         status = ps_pool_create("bench", s->upstream, s->gpu, &o, &s->pool);
     if (status != PS_OK)
@@ -82,10 +87,11 @@ static double median(double *values, int count)
 }
 
 /* Median ns per pair; *best gets the fastest round (noise shows as a gap). */
-static double hot_pair_ns(ps_free_sync_t policy, size_t size, ps_stream_t stream, double *best)
+static double hot_pair_ns(ps_free_sync_t policy, int thread_cache, size_t size, ps_stream_t stream,
+                          double *best)
 {
     bench_stack_t s;
-    stack_open(&s, policy);
+    stack_open(&s, policy, thread_cache);
     double per_round[ROUNDS];
     void *p;
     for (int i = 0; i < 1000; i++) { /* warm up: the pool grows once */
@@ -141,17 +147,17 @@ static double random_workload_ns(ps_resource_t *pool)
     return (double)(ps_now_ns() - start) / (double)operations;
 }
 
-static void random_row(const char *name, ps_free_sync_t policy)
+static void random_row(const char *name, ps_free_sync_t policy, int thread_cache)
 {
     bench_stack_t s;
-    stack_open(&s, policy);
+    stack_open(&s, policy, thread_cache);
     double runs[RANDOM_RUNS];
     double cold = random_workload_ns(s.pool);
     for (int i = 0; i < RANDOM_RUNS; i++)
         runs[i] = random_workload_ns(s.pool);
     ps_resource_info_t info = {0};
     ps_query(s.pool, &info);
-    printf("random 20k ops, %-6s %8.1f ns/op median of %d (first run %.1f); peak reserved %llu MiB, %llu chunks\n",
+    printf("random 20k ops, %-17s %8.1f ns/op median of %d (first run %.1f); peak reserved %llu MiB, %llu chunks\n",
            name, median(runs, RANDOM_RUNS), RANDOM_RUNS, cold,
            (unsigned long long)(info.peak_bytes_reserved >> 20), (unsigned long long)info.upstream_allocs);
     stack_close(&s);
@@ -159,8 +165,10 @@ static void random_row(const char *name, ps_free_sync_t policy)
 
 /* ---- Thread scaling ---- */
 
-/* Mixed small sizes, each thread walking them from its own offset. */
-static const size_t mixed_sizes[] = {256, 4096, 1024, 65536, 512, 16384, 2048, 300, 8192, 40000, 768, 32768};
+/* Mixed sizes (256 B .. 1 MiB, the small ones most often, as tensors of a
+ * training step), each thread walking them from its own offset. */
+static const size_t mixed_sizes[] = {256, 4096, 1024, 65536, 512, 16384, 2048, 300, 8192, 40000, 768, 32768,
+                                     262144, 256, 1048576, 131072};
 #define MIXED_SIZES (sizeof mixed_sizes / sizeof mixed_sizes[0])
 
 typedef struct scaling_run {
@@ -249,7 +257,7 @@ static void scaling_section(void)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     double load = -1; /* other work on the machine skews every ratio: say how much there was */
     getloadavg(&load, 1);
-    printf("thread scaling: %d allocate+free pairs of mixed sizes (256 B..64 KiB) per thread,\n"
+    printf("thread scaling: %d allocate+free pairs of mixed sizes (256 B..1 MiB) per thread,\n"
            "aggregate pairs/s of N threads over one thread's, median of %d; %ld online CPUs\n"
            "(no scaling can show above that many threads); load average %.1f before\n",
            SCALING_PAIRS, SCALING_REPEATS, cpus, load);
@@ -257,7 +265,7 @@ static void scaling_section(void)
     /* The default stack: as on a real GPU (virtual memory, so the pool is expandable). */
     ps_host_ops_options_t host = {.capacity = 80 * PS_GiB, .backed = 0, .auto_complete = 1, .virtual_memory = 1};
     ps_gpu_ops_t *gpu;
-    ps_resource_t *upstream, *pool, *arena;
+    ps_resource_t *upstream, *pool, *uncached, *arena;
     int status = ps_host_ops_create(&host, &gpu);
     if (status == PS_OK)
         status = ps_cuda_resource_create("cuda", gpu, &upstream);
@@ -265,8 +273,12 @@ static void scaling_section(void)
     ps_pool_options_default(&pool_options);
     if (status == PS_OK)
         status = ps_pool_create("pool", upstream, gpu, &pool_options, &pool);
-    if (status == PS_OK && (pool_options.free_sync != PS_FREE_SYNC_BARRIER || !ps_pool_is_expandable(pool)))
-        die("default pool is not barrier + expandable", PS_EINVAL);
+    if (status == PS_OK && (pool_options.free_sync != PS_FREE_SYNC_BARRIER || !ps_pool_is_expandable(pool) ||
+                            !pool_options.thread_cache))
+        die("default pool is not barrier + expandable + thread cache", PS_EINVAL);
+    pool_options.thread_cache = 0;
+    if (status == PS_OK)
+        status = ps_pool_create("uncached", upstream, gpu, &pool_options, &uncached);
     ps_arena_options_t arena_options;
     ps_arena_options_default(&arena_options);
     if (status == PS_OK)
@@ -276,10 +288,13 @@ static void scaling_section(void)
 
     scaling_row("pool (default), cudaMalloc-style (PS_STREAM_NONE)", pool, 0, cpus);
     scaling_row("pool (default), stream-ordered (a stream per thread)", pool, 1, cpus);
+    scaling_row("pool, thread_cache 0, cudaMalloc-style (PS_STREAM_NONE)", uncached, 0, cpus);
+    scaling_row("pool, thread_cache 0, stream-ordered (a stream per thread)", uncached, 1, cpus);
     scaling_row("arena, cudaMalloc-style (PS_STREAM_NONE)", arena, 0, cpus);
     scaling_row("arena, stream-ordered (a stream per thread)", arena, 1, cpus);
 
     ps_destroy(arena);
+    ps_destroy(uncached);
     ps_destroy(pool);
     ps_destroy(upstream);
     ps_host_ops_destroy(gpu);
@@ -291,17 +306,37 @@ int main(void)
     static const char *const size_names[] = {"256 B", "1 MiB", "256 MiB"};
     printf("poolshim core pool, simulated upstream, one thread;\n"
            "median ns per allocate+free pair of %d rounds (fastest round)\n", ROUNDS);
-    printf("%-8s %22s %22s %22s\n", "size", "free_sync none", "free_sync event", "stream-ordered");
+    static const struct {
+        const char *name;       /* column title */
+        ps_free_sync_t policy;  /* free_sync */
+        int thread_cache;       /* 1: the default thread cache; 0: off */
+        ps_stream_t stream;     /* PS_STREAM_NONE or a stream handle */
+    } columns[] = {
+        {"barrier (default)", PS_FREE_SYNC_BARRIER, 1, PS_STREAM_NONE},
+        {"barrier, no cache", PS_FREE_SYNC_BARRIER, 0, PS_STREAM_NONE},
+        {"none", PS_FREE_SYNC_NONE, 1, PS_STREAM_NONE},
+        {"event", PS_FREE_SYNC_EVENT, 0, PS_STREAM_NONE},
+        {"stream (default)", PS_FREE_SYNC_BARRIER, 1, (ps_stream_t)0x100},
+        {"stream, no cache", PS_FREE_SYNC_BARRIER, 0, (ps_stream_t)0x100},
+    };
+    enum { COLUMNS = sizeof columns / sizeof columns[0] };
+    printf("%-8s", "size");
+    for (int c = 0; c < COLUMNS; c++)
+        printf(" %20s", columns[c].name);
+    printf("\n");
     for (int i = 0; i < 3; i++) {
-        double best_none, best_event, best_stream;
-        double none = hot_pair_ns(PS_FREE_SYNC_NONE, sizes[i], PS_STREAM_NONE, &best_none);
-        double event = hot_pair_ns(PS_FREE_SYNC_EVENT, sizes[i], PS_STREAM_NONE, &best_event);
-        double stream = hot_pair_ns(PS_FREE_SYNC_EVENT, sizes[i], (ps_stream_t)0x100, &best_stream);
-        printf("%-8s %10.1f ns (%6.1f) %10.1f ns (%6.1f) %10.1f ns (%6.1f)\n", size_names[i], none, best_none,
-               event, best_event, stream, best_stream);
+        printf("%-8s", size_names[i]);
+        for (int c = 0; c < COLUMNS; c++) {
+            double best;
+            double ns = hot_pair_ns(columns[c].policy, columns[c].thread_cache, sizes[i], columns[c].stream, &best);
+            printf(" %8.1f ns (%6.1f)", ns, best);
+        }
+        printf("\n");
     }
-    random_row("none", PS_FREE_SYNC_NONE);
-    random_row("event", PS_FREE_SYNC_EVENT);
+    random_row("barrier (default)", PS_FREE_SYNC_BARRIER, 1);
+    random_row("barrier, no cache", PS_FREE_SYNC_BARRIER, 0);
+    random_row("none", PS_FREE_SYNC_NONE, 1);
+    random_row("event", PS_FREE_SYNC_EVENT, 0);
     scaling_section();
     return 0;
 }

@@ -25,6 +25,13 @@
  *               seed; grid N x max = {1000, 10000} x {1 MiB} + 1000 x {64, 1024} MiB
  *   threads     1, 2, 4, 8, 16 threads doing 256 B pairs for a fixed time:
  *               pairs per second of all threads, reported as ns per pair
+ *   threads_mixed  1, 2, 4, 8, 16 threads for a fixed time, each with its own
+ *               non-blocking stream, mixed sizes 256 B .. 1 MiB (small most
+ *               often); every other pair cudaMalloc/cudaFree-style (stream 0),
+ *               the others stream-ordered on the thread's stream
+ *               (cudaMallocAsync/cudaFreeAsync for the cudaMalloc allocator,
+ *               natively and under the shim). ns per pair of all threads, with
+ *               pairs_per_s and x_of_one_thread (throughput over 1 thread's)
  *   streams     4 non-blocking streams; per step on each stream: allocate
  *               (stream-ordered where the allocator is), a kernel writes the
  *               block, free; ns per step including the final synchronize
@@ -78,6 +85,10 @@ struct allocator {
     virtual ~allocator() {}
     virtual void *allocate(size_t size, cudaStream_t stream) = 0;
     virtual void deallocate(void *ptr, size_t size, cudaStream_t stream) = 0;
+    /* Stream-ordered on `stream` (threads_mixed); the allocator's own
+     * allocate/deallocate unless it has a separate stream-ordered call. */
+    virtual void *allocate_async(size_t size, cudaStream_t stream) { return allocate(size, stream); }
+    virtual void deallocate_async(void *ptr, size_t size, cudaStream_t stream) { deallocate(ptr, size, stream); }
 };
 
 struct cuda_malloc_allocator : allocator {
@@ -91,6 +102,16 @@ struct cuda_malloc_allocator : allocator {
         return p;
     }
     void deallocate(void *p, size_t, cudaStream_t) override { CK(cudaFree(p)); }
+    void *allocate_async(size_t size, cudaStream_t stream) override
+    {
+        void *p = nullptr;
+        if (cudaMallocAsync(&p, size, stream) != cudaSuccess) {
+            cudaGetLastError();
+            return nullptr;
+        }
+        return p;
+    }
+    void deallocate_async(void *p, size_t, cudaStream_t stream) override { CK(cudaFreeAsync(p, stream)); }
 };
 
 struct cuda_malloc_async_allocator : allocator {
@@ -417,6 +438,76 @@ static void workload_threads(allocator &a)
     }
 }
 
+/* Mixed sizes, 256 B .. 1 MiB, the small ones most often (as tensors of a
+ * training step); each thread walks them from its own offset. */
+static const size_t mixed_sizes[] = {256, 4096, 1024, 65536, 512, 16384, 2048, 300,
+                                     8192, 40000, 768, 32768, 262144, 256, 1048576, 131072};
+static const int mixed_count = sizeof mixed_sizes / sizeof mixed_sizes[0];
+
+static void workload_threads_mixed(allocator &a)
+{
+    double one_thread_rate = 0;
+    for (int thread_count : {1, 2, 4, 8, 16}) {
+        std::atomic<int> ready{0};
+        std::atomic<bool> go{false}, stop{false};
+        std::vector<long> pairs(thread_count, 0);
+        std::vector<std::thread> threads;
+        for (int t = 0; t < thread_count; t++) {
+            threads.emplace_back([&, t]() {
+                CK(cudaSetDevice(0));
+                cudaStream_t stream;
+                CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+                auto pair = [&](int k) {
+                    size_t size = mixed_sizes[(k + t) % mixed_count];
+                    void *p = (k & 1) ? a.allocate_async(size, stream) : a.allocate(size, 0);
+                    if (!p) {
+                        fprintf(stderr, "psbench: threads_mixed: allocation of %zu failed\n", size);
+                        exit(1);
+                    }
+                    if (k & 1)
+                        a.deallocate_async(p, size, stream);
+                    else
+                        a.deallocate(p, size, 0);
+                };
+                for (int k = 0; k < 2 * mixed_count; k++) /* warm this thread's path */
+                    pair(k);
+                ready++;
+                while (!go.load())
+                    std::this_thread::yield();
+                long done = 0;
+                while (!stop.load(std::memory_order_relaxed)) {
+                    for (int k = 0; k < mixed_count; k++)
+                        pair(k);
+                    done += mixed_count;
+                }
+                pairs[t] = done;
+                CK(cudaStreamSynchronize(stream));
+                CK(cudaStreamDestroy(stream));
+            });
+        }
+        while (ready.load() < thread_count)
+            std::this_thread::yield();
+        double t0 = now_ns();
+        go = true;
+        std::this_thread::sleep_for(std::chrono::microseconds((long)(300e3 * time_scale)));
+        stop = true;
+        double elapsed = now_ns() - t0; /* threads finish their last round of 16 pairs after this */
+        for (std::thread &th : threads)
+            th.join();
+        long total = 0;
+        for (long p : pairs)
+            total += p;
+        double rate = total / (elapsed / 1e9);
+        if (thread_count == 1)
+            one_thread_rate = rate;
+        char name[32], extra[160];
+        snprintf(name, sizeof name, "%d_threads", thread_count);
+        snprintf(extra, sizeof extra, ", \"pairs_per_s\": %.0f, \"pairs\": %ld, \"x_of_one_thread\": %.2f", rate,
+                 total, one_thread_rate > 0 ? rate / one_thread_rate : 0.0);
+        report("threads_mixed", name, "ns/pair", {total ? elapsed / total : elapsed}, extra);
+    }
+}
+
 __global__ void touch_kernel(uint32_t *p, size_t words, uint32_t value)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -462,7 +553,7 @@ static void workload_streams(allocator &a)
 
 int main(int argc, char **argv)
 {
-    std::string workloads = "pairs,random,rmm_random,threads,streams";
+    std::string workloads = "pairs,random,rmm_random,threads,threads_mixed,streams";
     for (int i = 1; i < argc; i++) {
         std::string arg = argv[i];
         if (arg == "--allocator" && i + 1 < argc)
@@ -502,6 +593,8 @@ int main(int argc, char **argv)
         workload_rmm_random(*a);
     if (wants("threads"))
         workload_threads(*a);
+    if (wants("threads_mixed"))
+        workload_threads_mixed(*a);
     if (wants("streams"))
         workload_streams(*a);
     CK(cudaDeviceSynchronize());

@@ -147,6 +147,10 @@ for rep in $(seq 1 "$BENCH_REPEATS"); do
     # the pool over chunks instead of the expandable range: its hot path beside the default's
     bench poolshim_pool_chunked "${shim_env[@]}" POOLSHIM_RESOURCE=pool POOLSHIM_OPTIONS=resource.main.expandable=0 \
         -- --allocator cudaMalloc
+    # the default pool without its per-thread caches (core/thread_cache.c): the
+    # threads and threads_mixed rows show what the caches buy
+    bench poolshim_pool_no_thread_cache "${shim_env[@]}" POOLSHIM_RESOURCE=pool \
+        POOLSHIM_OPTIONS=resource.main.thread_cache=0 -- --allocator cudaMalloc --workloads pairs,threads,threads_mixed
     bench poolshim_direct "${shim_env[@]}" POOLSHIM_RESOURCE=pool -- --allocator direct
     if [ $has_rmm = 1 ]; then
         for peer in rmm_pool rmm_arena rmm_binning rmm_async; do

@@ -1,0 +1,336 @@
+/* The per-thread caches in front of the pool (core/thread_cache.c): their
+ * reuse rules (a cudaFree'd block only after a barrier issued after its
+ * free, a stream-ordered one at once on its own stream), draining before
+ * growth, on the OOM path, on trim and stream destruction, a thread's exit,
+ * the byte cap, and exact statistics. The fake device's fences never
+ * complete here: the lagging GPU, so only barriers release anything. */
+#include "pool_fixture.h"
+
+#include "../../core/thread_cache.h"
+
+#include <pthread.h>
+
+#define S (192 * PS_KiB) /* above cap/8 of a 1 MiB cache: no refills, so addresses are predictable */
+
+static void open_cached(pool_fixture_t *f, ps_free_sync_t policy, unsigned barrier_percent, size_t capacity)
+{
+    ps_pool_options_t o = small_pool_options();
+    o.free_sync = policy;
+    o.thread_cache = PS_MiB;
+    o.barrier_pending_percent = barrier_percent;
+    ps_host_ops_options_t host = {.capacity = capacity};
+    cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, &o, &f->pool), PS_OK);
+    ps_pool_thread_cache_always_engage(f->pool); /* as with two threads (see one_thread_alone_...) */
+}
+
+static void *alloc_ok(pool_fixture_t *f, size_t size, ps_stream_t stream)
+{
+    void *p = NULL;
+    cr_assert_eq(ps_allocate(f->pool, size, stream, &p), PS_OK, "allocate %zu", size);
+    return p;
+}
+
+/* A block above cap / 4 bypasses the cache: its cudaFree makes 512 KiB
+ * pending in the pool itself, which passes the 3 % barrier trigger. */
+static void free_pending_big(pool_fixture_t *f)
+{
+    void *big = alloc_ok(f, 512 * PS_KiB, PS_STREAM_NONE);
+    cr_assert_eq(ps_deallocate(f->pool, big, 512 * PS_KiB, PS_STREAM_NONE), PS_OK);
+}
+
+static void close_cached(pool_fixture_t *f)
+{
+    ps_tcache_thread_exit(); /* the test thread's caches go back before the pool goes */
+    fixture_close(f);
+}
+
+Test(thread_cache, cudafree_block_is_reused_only_after_a_barrier_issued_after_its_free)
+{
+    pool_fixture_t f;
+    open_cached(&f, PS_FREE_SYNC_BARRIER, 3, 0);
+    void *a = alloc_ok(&f, S, PS_STREAM_NONE);
+    cr_assert_eq(ps_deallocate(f.pool, a, S, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), S, "the free went to the thread's cache");
+    free_pending_big(&f); /* 512 KiB of 2 MiB pending in the pool (> 3 %) */
+    uint64_t barriers = ps_host_ops_barriers(f.gpu);
+    /* the next allocation misses the cache (no barrier since a's free),
+     * then the pool issues one (its pending bytes passed 3 %) */
+    void *b = alloc_ok(&f, S, PS_STREAM_NONE);
+    cr_assert_neq(b, a, "a cudaFree'd block was handed out before any barrier");
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers + 1, "the pool's pending bytes triggered a barrier");
+    void *c = alloc_ok(&f, S, PS_STREAM_NONE);
+    cr_assert_eq(c, a, "after the barrier the cached block is reused from the cache");
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), 0);
+    cr_assert_eq(ps_deallocate(f.pool, b, S, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, c, S, PS_STREAM_NONE), PS_OK);
+    close_cached(&f);
+}
+
+Test(thread_cache, a_refused_barrier_releases_nothing_from_the_cache)
+{
+    pool_fixture_t f;
+    open_cached(&f, PS_FREE_SYNC_BARRIER, 3, 0);
+    void *a = alloc_ok(&f, S, PS_STREAM_NONE);
+    cr_assert_eq(ps_deallocate(f.pool, a, S, PS_STREAM_NONE), PS_OK);
+    free_pending_big(&f);
+    ps_host_ops_block_barriers(f.gpu, 1); /* a stream capture is open */
+    void *b = alloc_ok(&f, S, PS_STREAM_NONE);
+    void *c = alloc_ok(&f, S, PS_STREAM_NONE);
+    cr_assert(b != a && c != a, "a block whose barrier was refused was handed out");
+    ps_host_ops_block_barriers(f.gpu, 0);
+    void *d = alloc_ok(&f, S, PS_STREAM_NONE); /* misses, barrier now succeeds */
+    void *e = alloc_ok(&f, S, PS_STREAM_NONE);
+    cr_assert(d == a || e == a, "once a barrier went through, the block is reused");
+    ps_deallocate(f.pool, b, S, PS_STREAM_NONE);
+    ps_deallocate(f.pool, c, S, PS_STREAM_NONE);
+    ps_deallocate(f.pool, d, S, PS_STREAM_NONE);
+    ps_deallocate(f.pool, e, S, PS_STREAM_NONE);
+    close_cached(&f);
+}
+
+Test(thread_cache, stream_ordered_block_is_reused_at_once_on_its_stream_only)
+{
+    pool_fixture_t f;
+    open_cached(&f, PS_FREE_SYNC_BARRIER, 0, 0); /* no eager barrier */
+    ps_stream_t s = (ps_stream_t)0x1000, t = (ps_stream_t)0x2000;
+    void *a = alloc_ok(&f, S, s);
+    cr_assert_eq(ps_deallocate(f.pool, a, S, s), PS_OK);
+    void *on_t = alloc_ok(&f, S, t);
+    void *malloced = alloc_ok(&f, S, PS_STREAM_NONE);
+    void *per_thread = alloc_ok(&f, S, PS_STREAM_PER_THREAD);
+    cr_assert(on_t != a && malloced != a && per_thread != a,
+              "another stream, a cudaMalloc or the per-thread stream got s's block without a barrier");
+    uint64_t barriers = ps_host_ops_barriers(f.gpu);
+    void *again = alloc_ok(&f, S, s);
+    cr_assert_eq(again, a, "s reuses its own freed block at once");
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers, "without a barrier");
+    ps_deallocate(f.pool, on_t, S, t);
+    ps_deallocate(f.pool, malloced, S, PS_STREAM_NONE);
+    ps_deallocate(f.pool, per_thread, S, PS_STREAM_PER_THREAD);
+    ps_deallocate(f.pool, again, S, s);
+    close_cached(&f);
+}
+
+Test(thread_cache, every_cache_is_drained_before_the_pool_grows)
+{
+    pool_fixture_t f;
+    open_cached(&f, PS_FREE_SYNC_BARRIER, 0, 0);
+    void *p[10];
+    for (int i = 0; i < 10; i++)
+        p[i] = alloc_ok(&f, S, PS_STREAM_NONE);
+    for (int i = 0; i < 10; i++)
+        cr_assert_eq(ps_deallocate(f.pool, p[i], S, PS_STREAM_NONE), PS_OK);
+    cr_assert_gt(ps_pool_thread_cache_bytes(f.pool), 0);
+    uint64_t allocs = ps_host_ops_upstream_allocs(f.gpu);
+    void *big = alloc_ok(&f, 2 * PS_MiB - 4 * PS_KiB, PS_STREAM_NONE); /* needs the whole chunk */
+    cr_assert_eq(ps_host_ops_upstream_allocs(f.gpu), allocs, "the pool grew while threads cached its blocks");
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), 0);
+    ps_deallocate(f.pool, big, 2 * PS_MiB - 4 * PS_KiB, PS_STREAM_NONE);
+    close_cached(&f);
+}
+
+Test(thread_cache, the_oom_path_uses_cached_blocks)
+{
+    pool_fixture_t f;
+    open_cached(&f, PS_FREE_SYNC_NONE, 0, 2 * PS_MiB); /* the device holds one chunk */
+    void *p[10];
+    for (int i = 0; i < 10; i++)
+        p[i] = alloc_ok(&f, S, PS_STREAM_NONE);
+    for (int i = 0; i < 10; i++)
+        ps_deallocate(f.pool, p[i], S, PS_STREAM_NONE);
+    cr_assert_gt(ps_pool_thread_cache_bytes(f.pool), 0);
+    void *big = NULL;
+    cr_assert_eq(ps_allocate(f.pool, 2 * PS_MiB, PS_STREAM_NONE, &big), PS_OK,
+                 "cached blocks made an allocation fail that the pool could serve");
+    ps_deallocate(f.pool, big, 2 * PS_MiB, PS_STREAM_NONE);
+    close_cached(&f);
+}
+
+Test(thread_cache, trim_and_stream_destruction_drain_the_caches)
+{
+    pool_fixture_t f;
+    open_cached(&f, PS_FREE_SYNC_BARRIER, 0, 0);
+    ps_stream_t s = (ps_stream_t)0x1000;
+    void *a = alloc_ok(&f, S, s);
+    ps_deallocate(f.pool, a, S, s);
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), S);
+    ps_stream_destroyed(f.pool, s);
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), 0, "a destroyed stream's blocks stayed cached");
+    void *b = alloc_ok(&f, S, PS_STREAM_NONE);
+    ps_deallocate(f.pool, b, S, PS_STREAM_NONE);
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), S);
+    ps_host_ops_complete_all(f.gpu);
+    cr_assert_eq(ps_trim(f.pool), PS_OK);
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), 0);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0, "trim gave everything back");
+    close_cached(&f);
+}
+
+typedef struct exit_case {
+    pool_fixture_t *f;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int freed, may_exit;
+} exit_case_t;
+
+static void *free_then_exit(void *arg)
+{
+    exit_case_t *c = arg;
+    void *p = alloc_ok(c->f, S, PS_STREAM_NONE);
+    ps_deallocate(c->f->pool, p, S, PS_STREAM_NONE);
+    pthread_mutex_lock(&c->lock);
+    c->freed = 1;
+    pthread_cond_broadcast(&c->cond);
+    while (!c->may_exit)
+        pthread_cond_wait(&c->cond, &c->lock);
+    pthread_mutex_unlock(&c->lock);
+    return NULL; /* the thread's exit gives its cache back */
+}
+
+Test(thread_cache, a_threads_exit_returns_its_cached_blocks)
+{
+    pool_fixture_t f;
+    open_cached(&f, PS_FREE_SYNC_NONE, 0, 0);
+    void *keep = alloc_ok(&f, S, PS_STREAM_NONE); /* makes the chunk exist */
+    ps_deallocate(f.pool, keep, S, PS_STREAM_NONE);
+    ps_tcache_thread_exit(); /* and back to the pool: the chunk is whole */
+    cr_assert_eq(fixture_info(f.pool).largest_free_block, 2 * PS_MiB);
+    exit_case_t c = {&f, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+    pthread_t thread;
+    pthread_create(&thread, NULL, free_then_exit, &c);
+    pthread_mutex_lock(&c.lock);
+    while (!c.freed)
+        pthread_cond_wait(&c.cond, &c.lock);
+    pthread_mutex_unlock(&c.lock);
+    ps_resource_info_t alive = fixture_info(f.pool);
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), S, "the other thread cached its free");
+    cr_assert_lt(alive.largest_free_block, 2 * PS_MiB);
+    cr_assert_eq(alive.bytes_in_use, 0, "cached bytes are not in use");
+    pthread_mutex_lock(&c.lock);
+    c.may_exit = 1;
+    pthread_cond_broadcast(&c.cond);
+    pthread_mutex_unlock(&c.lock);
+    pthread_join(thread, NULL);
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), 0, "the thread's exit left blocks cached");
+    cr_assert_eq(fixture_info(f.pool).largest_free_block, 2 * PS_MiB, "its block merged back");
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    close_cached(&f);
+}
+
+Test(thread_cache, the_cap_bounds_cached_bytes_and_big_blocks_bypass)
+{
+    pool_fixture_t f;
+    open_cached(&f, PS_FREE_SYNC_NONE, 0, 0);
+    void *p[12];
+    for (int i = 0; i < 12; i++) /* 12 x 64 KiB into different bins: 768 KiB, within 1 MiB */
+        p[i] = alloc_ok(&f, (size_t)(i + 1) * 16 * PS_KiB, PS_STREAM_NONE);
+    for (int i = 0; i < 12; i++)
+        ps_deallocate(f.pool, p[i], (size_t)(i + 1) * 16 * PS_KiB, PS_STREAM_NONE);
+    uint64_t cached = ps_pool_thread_cache_bytes(f.pool);
+    cr_assert_gt(cached, 0);
+    cr_assert_leq(cached, PS_MiB, "%llu bytes cached over a 1 MiB cap", (unsigned long long)cached);
+    void *big = alloc_ok(&f, 512 * PS_KiB, PS_STREAM_NONE); /* above cap / 4 */
+    ps_deallocate(f.pool, big, 512 * PS_KiB, PS_STREAM_NONE);
+    cr_assert_leq(ps_pool_thread_cache_bytes(f.pool), cached, "a block above cap/4 was cached");
+    close_cached(&f);
+}
+
+Test(thread_cache, statistics_count_cached_bytes_as_free_or_pending)
+{
+    pool_fixture_t f;
+    open_cached(&f, PS_FREE_SYNC_BARRIER, 0, 0);
+    void *a = alloc_ok(&f, S, PS_STREAM_NONE);
+    void *b = alloc_ok(&f, S, PS_STREAM_NONE);
+    ps_deallocate(f.pool, a, S, PS_STREAM_NONE);
+    ps_resource_info_t info = fixture_info(f.pool);
+    cr_assert_eq(info.bytes_in_use, S, "only b is in use");
+    cr_assert_eq(info.bytes_pending, S, "a waits for a barrier");
+    cr_assert_eq(info.bytes_in_use + info.bytes_free + info.bytes_pending, info.bytes_reserved);
+    ps_deallocate(f.pool, b, S, PS_STREAM_NONE);
+    info = fixture_info(f.pool);
+    cr_assert_eq(info.bytes_in_use, 0);
+    cr_assert_eq(info.bytes_in_use + info.bytes_free + info.bytes_pending, info.bytes_reserved);
+    close_cached(&f);
+}
+
+Test(thread_cache, a_double_free_into_the_same_cache_is_refused)
+{
+    pool_fixture_t f;
+    open_cached(&f, PS_FREE_SYNC_NONE, 0, 0);
+    void *a = alloc_ok(&f, S, PS_STREAM_NONE);
+    cr_assert_eq(ps_deallocate(f.pool, a, S, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, a, S, PS_STREAM_NONE), PS_EINVAL);
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), S, "the refused free changed nothing");
+    close_cached(&f);
+}
+
+Test(thread_cache, a_miss_refills_small_sizes_from_the_ready_list)
+{
+    pool_fixture_t f;
+    open_cached(&f, PS_FREE_SYNC_BARRIER, 0, 0);
+    void *a = alloc_ok(&f, 4096, PS_STREAM_NONE);
+    uint64_t refilled = ps_pool_thread_cache_bytes(f.pool);
+    cr_assert_gt(refilled, 0, "the miss brought ready blocks into the cache");
+    void *b = alloc_ok(&f, 4096, PS_STREAM_NONE);
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), refilled - 4096, "served from the cache");
+    ps_resource_info_t info = fixture_info(f.pool);
+    cr_assert_eq(info.bytes_in_use, 2 * 4096, "refilled blocks count as free, not in use");
+    ps_deallocate(f.pool, a, 4096, PS_STREAM_NONE);
+    ps_deallocate(f.pool, b, 4096, PS_STREAM_NONE);
+    close_cached(&f);
+}
+
+static void *free_one_and_wait(void *arg)
+{
+    exit_case_t *c = arg;
+    void *p = alloc_ok(c->f, S, PS_STREAM_NONE);
+    ps_deallocate(c->f->pool, p, S, PS_STREAM_NONE); /* this thread now has a cache */
+    pthread_mutex_lock(&c->lock);
+    c->freed = 1;
+    pthread_cond_broadcast(&c->cond);
+    while (!c->may_exit)
+        pthread_cond_wait(&c->cond, &c->lock);
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+Test(thread_cache, cudafree_blocks_are_cached_only_while_two_threads_use_the_pool)
+{
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    o.thread_cache = PS_MiB; /* free_sync barrier, not engaged by the test hook */
+    ps_host_ops_options_t host = {0};
+    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    ps_stream_t s = (ps_stream_t)0x1000;
+    void *a = alloc_ok(&f, S, PS_STREAM_NONE);
+    ps_deallocate(f.pool, a, S, PS_STREAM_NONE);
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), 0, "one thread: a cudaFree'd block goes to the pool");
+    void *b = alloc_ok(&f, S, s);
+    ps_deallocate(f.pool, b, S, s);
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), S, "a stream-ordered free is cached with one thread too");
+    exit_case_t c = {&f, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+    pthread_t thread;
+    pthread_create(&thread, NULL, free_one_and_wait, &c);
+    pthread_mutex_lock(&c.lock);
+    while (!c.freed)
+        pthread_cond_wait(&c.cond, &c.lock);
+    pthread_mutex_unlock(&c.lock);
+    uint64_t before = ps_pool_thread_cache_bytes(f.pool);
+    void *d = alloc_ok(&f, S, PS_STREAM_NONE);
+    ps_deallocate(f.pool, d, S, PS_STREAM_NONE);
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), before + S, "two threads: the cudaFree'd block is cached");
+    pthread_mutex_lock(&c.lock);
+    c.may_exit = 1;
+    pthread_cond_broadcast(&c.cond);
+    pthread_mutex_unlock(&c.lock);
+    pthread_join(thread, NULL);
+    before = ps_pool_thread_cache_bytes(f.pool);
+    void *e = alloc_ok(&f, S, PS_STREAM_NONE);
+    ps_deallocate(f.pool, e, S, PS_STREAM_NONE);
+    cr_assert_leq(ps_pool_thread_cache_bytes(f.pool), before, "alone again: back to the pool");
+    close_cached(&f);
+}
