@@ -72,7 +72,12 @@ record() {
 }
 
 # wanted NAME: true when TESTS is empty or matches NAME.
-wanted() { [ -z "$TESTS" ] || printf '%s\n' "$1" | grep -Eq -- "$TESTS"; }
+# TESTS: a regex of the tests to run (default all); SKIP_TESTS: a regex of tests
+# not to run (to split the suite over several device calls).
+wanted() {
+    { [ -z "$TESTS" ] || printf '%s\n' "$1" | grep -Eq -- "$TESTS"; } &&
+        { [ -z "${SKIP_TESTS:-}" ] || ! printf '%s\n' "$1" | grep -Eq -- "$SKIP_TESTS"; }
+}
 
 # Appends a test's log to the combined log, under a header.
 keep_log() {
