@@ -400,7 +400,8 @@ ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream
         ps_stats_count_passthrough(-1);
         return PS_ROUTE_PASSTHROUGH;
     }
-    if (PS_UNLIKELY(stream == PS_STREAM_NONE && ps_gpu_ops_cuda_unsafe_call_prohibited())) {
+    if (PS_UNLIKELY(stream == PS_STREAM_NONE && (call == PS_CALL_CUDA_MALLOC || call == PS_CALL_CU_MEM_ALLOC) &&
+                    ps_gpu_ops_cuda_unsafe_call_prohibited())) {
         *status = PS_ECAPTURE; /* a global-mode capture is open: as CUDA answers */
         return PS_ROUTE_DONE;
     }
@@ -475,7 +476,12 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
         return PS_ROUTE_PASSTHROUGH;
     if (PS_UNLIKELY(!ps_shim_ensure_init()))
         return atomic_load(&ps_exiting) ? free_while_exiting((uintptr_t)ptr, status) : PS_ROUTE_PASSTHROUGH;
-    if (PS_UNLIKELY(stream == PS_STREAM_NONE && ps_gpu_ops_cuda_unsafe_call_prohibited())) {
+    /* only cudaFree/cuMemFree are "unsafe" calls; a stream-ordered free on a
+     * capturing stream arrives here as PS_STREAM_NONE too, and the check's
+     * probe (a real cuMemAlloc) on the capturing thread would invalidate its
+     * capture (the GPU suite's async_streams graph test caught it) */
+    if (PS_UNLIKELY(stream == PS_STREAM_NONE && (call == PS_CALL_CUDA_FREE || call == PS_CALL_CU_MEM_FREE) &&
+                    ps_gpu_ops_cuda_unsafe_call_prohibited())) {
         if (!is_pooled((uintptr_t)ptr))
             return PS_ROUTE_PASSTHROUGH; /* CUDA's own answer */
         *status = PS_ECAPTURE; /* a global-mode capture is open: the block stays allocated, as natively */

@@ -188,15 +188,19 @@ static int global_captures_open;
 static __thread CUstreamCaptureMode thread_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 static int unsafe_call_prohibited(void)
 {
-    return __atomic_load_n(&global_captures_open, __ATOMIC_ACQUIRE) > 0 &&
-           thread_capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+    int prohibited = __atomic_load_n(&global_captures_open, __ATOMIC_ACQUIRE) > 0 &&
+                     thread_capture_mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (prohibited)
+        __atomic_fetch_add(&counters.unsafe_refused, 1, __ATOMIC_RELAXED);
+    return prohibited;
 }
 
-static CUresult do_alloc(CUdeviceptr *p, size_t size)
+/* stream_ordered: cuMemAllocAsync, allowed in a capture (a graph memory node) */
+static CUresult do_alloc_kind(CUdeviceptr *p, size_t size, int stream_ordered)
 {
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (unsafe_call_prohibited())
+    if (!stream_ordered && unsafe_call_prohibited())
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (!current)
         return CUDA_ERROR_INVALID_CONTEXT;
@@ -255,6 +259,8 @@ static CUresult do_free(CUdeviceptr p)
     return CUDA_ERROR_INVALID_VALUE;
 }
 
+static CUresult do_alloc(CUdeviceptr *p, size_t size) { return do_alloc_kind(p, size, 0); }
+
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) { ENTER(); return do_alloc(p, size); }
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 {
@@ -272,14 +278,14 @@ EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s)
     ENTER();
     (void)s;
     __atomic_fetch_add(&counters.mem_alloc_async, 1, __ATOMIC_RELAXED);
-    return do_alloc(p, size);
+    return do_alloc_kind(p, size, 1);
 }
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s)
 {
     ENTER();
     (void)s;
     __atomic_fetch_add(&counters.mem_alloc_async_ptsz, 1, __ATOMIC_RELAXED);
-    return do_alloc(p, size);
+    return do_alloc_kind(p, size, 1);
 }
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {

@@ -170,6 +170,10 @@ static int capture_global_scenario(gpa_fn gpa, CUresult (*alloc)(CUdeviceptr *, 
     CHECK(gpa("cuStreamBeginCapture", (void **)&begin, 13000, 0, &st) == CUDA_SUCCESS, "cuStreamBeginCapture");
     CHECK(gpa("cuStreamEndCapture", (void **)&end, 13000, 0, &st) == CUDA_SUCCESS, "cuStreamEndCapture");
     CHECK(gpa("cuThreadExchangeStreamCaptureMode", (void **)&exchange, 13000, 0, &st) == CUDA_SUCCESS, "exchange");
+    CUresult (*alloc_async)(CUdeviceptr *, size_t, CUstream) = NULL;
+    CUresult (*free_async)(CUdeviceptr, CUstream) = NULL;
+    CHECK(gpa("cuMemAllocAsync", (void **)&alloc_async, 13000, 0, &st) == CUDA_SUCCESS, "cuMemAllocAsync");
+    CHECK(gpa("cuMemFreeAsync", (void **)&free_async, 13000, 0, &st) == CUDA_SUCCESS, "cuMemFreeAsync");
     if (failures)
         return finish("capture_global");
     CUdeviceptr keep, p[8], q = 0;
@@ -181,6 +185,15 @@ static int capture_global_scenario(gpa_fn gpa, CUresult (*alloc)(CUdeviceptr *, 
     CUstream s;
     CHECK(stream_create(&s, 0) == CUDA_SUCCESS, "stream");
     CHECK(begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS, "begin a global capture");
+    /* stream-ordered calls on the capturing stream are CUDA's (graph memory
+     * nodes), and must not make the shim ask CUDA with an unsafe call of its
+     * own: on the capturing thread that call would invalidate the capture */
+    CUdeviceptr node = 0;
+    unsigned long refused_before = fake()->unsafe_refused;
+    CHECK(alloc_async(&node, 4096, s) == CUDA_SUCCESS, "cuMemAllocAsync inside the capture");
+    CHECK(free_async(node, s) == CUDA_SUCCESS, "cuMemFreeAsync inside the capture");
+    CHECK(fake()->unsafe_refused == refused_before, "%lu unsafe calls during stream-ordered calls in the capture",
+          fake()->unsafe_refused - refused_before);
     CHECK(mfree(keep) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuMemFree during a global capture");
     CHECK(alloc(&q, 4096) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuMemAlloc during a global capture");
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
