@@ -275,6 +275,17 @@ void ps_gpu_ops_cuda_stream_created(CUstream stream, unsigned int flags)
 void ps_gpu_ops_cuda_stream_destroyed(CUstream stream)
 {
     pthread_mutex_lock(&streams_lock);
+    /* a stream that had a global capture is forgotten with it: asking CUDA
+     * about a destroyed handle crashes inside libcuda (GPU suite,
+     * async_streams: a graph captured in global mode, its stream destroyed,
+     * then cudaFree) */
+    int n = atomic_load(&global_capture_count);
+    for (int i = 0; i < n; i++)
+        if (global_captures[i] == stream) {
+            global_captures[i] = global_captures[--n];
+            atomic_store(&global_capture_count, n);
+            break;
+        }
     for (size_t i = 0; i < stream_count; i++)
         if (streams[i].stream == stream) {
             if (streams[i].event)
