@@ -49,14 +49,10 @@
  *    recommended granularity; offered only when the device reports
  *    CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED and the driver
  *    has every entry point. A reserved range is registered as one slab.
- *    Mapped memory is accessible only from the devices its mapping names:
- *    every mapping names every other device of the machine (a copy made
- *    while another device is current must work, as it does for cuMemAlloc
- *    memory), so every other device must be able to access this one (peer
- *    capable); when one cannot, the device gets no virtual memory (the pool
- *    uses chunks). When the program enables access from device D to device
- *    P (cuCtxEnablePeerAccess, which cudaDeviceEnablePeerAccess calls), D is
- *    granted access to every piece of P mapped so far as well.
+ *    Mapped memory is not covered by peer access: when the program enables
+ *    access from device D to device P (cuCtxEnablePeerAccess, which
+ *    cudaDeviceEnablePeerAccess calls), D is granted access to every piece
+ *    of P mapped so far and is named in every later mapping of P.
  *    POOLSHIM_TEST_SKIP_PEER_GRANT=1 (tests only) grants nothing: the
  *    negative control of tests/gpu/multi_gpu.cu, whose kernel must then fault.
  * 6. With debug.nvtx on, every chunk (mem_alloc, mem_alloc_managed) and
@@ -100,11 +96,8 @@ typedef struct device_ops {
     CUevent barrier_event;     /* E of the last barrier (guarded by streams_lock) */
     int barrier_recorded;      /* E was recorded at least once (guarded by streams_lock) */
     size_t vm_granularity;     /* recommended mapping granularity (0: no virtual memory) */
-    uint64_t other_devices;    /* bit p: device p (not this one) exists and can access this one's
-                                  memory; every mapping grants it access (5.) */
     atomic_int shareable;      /* 1: vm_map creates memory exportable as POSIX file descriptors (6.) */
     int skip_barrier;          /* test only (POOLSHIM_TEST_SKIP_BARRIER=1): barriers order nothing */
-    int skip_peer_grant;       /* test only (POOLSHIM_TEST_SKIP_PEER_GRANT=1): mappings name this device only */
     atomic_int dead;           /* 1: the context died (reset): every entry answers as dead_* below */
     pthread_mutex_t vm_lock;   /* guards the three maps below */
     ps_ptr_map_t vm_handles;   /* mapped address -> its physical allocation handle */
@@ -776,17 +769,13 @@ static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = d->device;
-    /* the device itself, every other device (so that a copy made while
-     * another device is current works, as with cuMemAlloc memory), and
-     * every device granted peer access to it */
+    /* the device itself, and every device granted peer access to it */
     CUmemAccessDesc access[PS_MAX_DEVICES];
     size_t access_count = 0;
     access[access_count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, d->device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     pthread_mutex_lock(&streams_lock);
     uint64_t peers = d->device >= 0 && d->device < PS_MAX_DEVICES ? peer_access[d->device] : 0;
     pthread_mutex_unlock(&streams_lock);
-    if (!d->skip_peer_grant)
-        peers |= d->other_devices;
     for (int p = 0; p < PS_MAX_DEVICES; p++)
         if ((peers >> p & 1) && p != d->device)
             access[access_count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, p}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
@@ -1077,33 +1066,6 @@ static size_t vm_granularity_of(CUdevice device)
     return granularity;
 }
 
-/* Memory mapped with cuMemMap is accessible only from the devices named in
- * cuMemSetAccess: a cudaMemcpy issued while another device is current then
- * fails with "invalid value" (measured on 2 H200s: device-to-host and
- * cudaMemcpyDefault copies of device-1 memory with device 0 current), where
- * cuMemAlloc memory works. So every other device is named in every
- * mapping, which needs it to be able to access this one (peer capable).
- * Returns false when some device cannot: the caller then uses chunks.
- * *mask = the other devices. One device: true, mask 0. */
-static bool other_devices_can_access(CUdevice device, uint64_t *mask)
-{
-    *mask = 0;
-    int count = 1;
-    if (!ps_real.cuDeviceGetCount || ps_real.cuDeviceGetCount(&count) != CUDA_SUCCESS || count <= 1)
-        return true;
-    if (!ps_real.cuDeviceCanAccessPeer)
-        return false;
-    for (int p = 0; p < count && p < PS_MAX_DEVICES; p++) {
-        if (p == device)
-            continue;
-        int can = 0;
-        if (ps_real.cuDeviceCanAccessPeer(&can, p, device) != CUDA_SUCCESS || !can)
-            return false;
-        *mask |= 1ull << p;
-    }
-    return true;
-}
-
 static int ops_device_synchronize(void *vctx)
 {
     if (is_dead(vctx))
@@ -1127,8 +1089,6 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
     ignore_captures = ignore && *ignore == '1';
     const char *skip = getenv("POOLSHIM_TEST_SKIP_BARRIER");
     d->skip_barrier = skip && *skip == '1';
-    const char *skip_grant = getenv("POOLSHIM_TEST_SKIP_PEER_GRANT");
-    d->skip_peer_grant = skip_grant && *skip_grant == '1';
     if (d->skip_barrier)
         ps_warning("POOLSHIM_TEST_SKIP_BARRIER=1: barriers order nothing; freed memory may be reused while "
                    "kernels still use it (a test switch, never for real work)");
@@ -1166,13 +1126,6 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
     }
     int pushed = enter_ctx(d);
     d->vm_granularity = vm_granularity_of(device);
-    if (d->vm_granularity && !other_devices_can_access(device, &d->other_devices)) {
-        ps_info("device %d: another device cannot access its memory (no peer access between them): "
-                "the pool uses chunks (cuMemAlloc), since copies to and from mapped memory fail from "
-                "a context that has no access to it",
-                device);
-        d->vm_granularity = 0;
-    }
     bool shareable = d->vm_granularity && posix_fd_shareable(device);
     leave_ctx(pushed);
     if (d->vm_granularity) {

@@ -180,18 +180,6 @@ EXPORT CUresult cuDeviceGetCount(int *n)
     return CUDA_SUCCESS;
 }
 
-/* Every pair of devices is peer capable unless FAKE_CUDA_NO_PEER=1 (a
- * machine whose GPUs cannot reach each other's memory). */
-EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
-{
-    ENTER();
-    if (dev < 0 || dev >= device_count() || peer < 0 || peer >= device_count())
-        return CUDA_ERROR_INVALID_VALUE;
-    const char *no = getenv("FAKE_CUDA_NO_PEER");
-    *can = dev != peer && !(no && *no == '1');
-    return CUDA_SUCCESS;
-}
-
 /* Stream capture, as far as the shim needs it: global-mode captures open
  * (while one is, cuMemAlloc and cuMemFree answer
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED on every thread whose own mode is
@@ -971,7 +959,6 @@ EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cu
 static const struct { const char *name; void *fn; int min_version; } table[] = {
     {"cuInit", (void *)cuInit, 2000},
     {"cuDeviceGetCount", (void *)cuDeviceGetCount, 2000},
-    {"cuDeviceCanAccessPeer", (void *)cuDeviceCanAccessPeer, 4000},
     {"cuMemAlloc", (void *)cuMemAlloc_v2, 3020},
     {"cuMemFree", (void *)cuMemFree_v2, 3020},
     {"cuMemAllocManaged", (void *)cuMemAllocManaged, 6000},

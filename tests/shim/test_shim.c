@@ -758,20 +758,3 @@ Test(guard, clean_program_and_option_off_report_nothing)
     cr_expect_eq(rc, 0, "%s", output);
     cr_expect_null(strstr(output, "red-zone"), "without debug.guard the overflow goes unseen: %s", output);
 }
-
-/* Mapped memory is reachable only from the devices its mapping names; the
- * shim names every other device, which needs them peer capable: on a
- * machine whose GPUs cannot reach each other the pool uses chunks, so that
- * copies made while another device is current keep working (2 H200s: such
- * copies of mapped memory failed with "invalid value"). One GPU: no peer
- * needed. */
-Test(runtime_door, expandable_only_where_every_other_device_can_reach_the_memory)
-{
-    expect_pass(1, "FAKE_CUDA_VMM=1 POOLSHIM_STATS=json", "prog_runtime", "shim active");
-    cr_expect(strstr(output, "\"expandable\": 1"), "two peer-capable devices: expandable\n%s", output);
-    expect_pass(1, "FAKE_CUDA_VMM=1 FAKE_CUDA_NO_PEER=1 POOLSHIM_STATS=json", "prog_runtime", "shim active");
-    cr_expect(strstr(output, "\"expandable\": 0"), "no peer access between the devices: chunks\n%s", output);
-    expect_pass(1, "FAKE_CUDA_VMM=1 FAKE_CUDA_DEVICES=1 FAKE_CUDA_NO_PEER=1 POOLSHIM_STATS=json", "prog_runtime",
-                "shim active");
-    cr_expect(strstr(output, "\"expandable\": 1"), "one device: expandable\n%s", output);
-}
