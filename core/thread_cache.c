@@ -35,12 +35,13 @@
  *     the oldest blocks; they go back to the pool in one batch under its
  *     lock, after the cache lock is dropped (ready ones to the ready list,
  *     the others as the pool's own cudaFree or stream-ordered frees would).
- *  5. With one thread, a cudaFree'd block cannot come back from its cache
- *     before the next barrier, so caching it only adds work to the pool
- *     path it still takes: while fewer than two threads use the pool (have a
- *     cache in the set), cudaFree'd blocks under free_sync barrier go to the
- *     pool as before and misses are not refilled; stream-ordered frees and
- *     free_sync none are cached always (they come back at once).
+ *  5. Under free_sync barrier cudaFree'd blocks are not cached (the pool's
+ *     barrier trigger does not see them, and a cached one waits for a
+ *     barrier nobody issues: measured 40x slower pairs on the GPU, see
+ *     ps_tcache_caches_cudafree) and misses of cudaMalloc-style calls are not
+ *     refilled; stream-ordered frees and free_sync none are cached (they
+ *     come back at once). The test hook ps_tcache_always_engage caches them
+ *     anyway, to test the barrier-ticket rule.
  *  6. The pool drains every cache (under its lock) right before it would
  *     grow (so before OOM too), on trim and when a stream is destroyed; a
  *     thread's exit gives its caches back (pthread key destructor); a pool's
@@ -136,8 +137,9 @@ static inline bin_t *bin_of(cache_t *c, size_t size)
     return &c->bins[(uint32_t)((uint64_t)(size >> 8) * 0x9E3779B97F4A7C15ull >> 58) & (BINS - 1)];
 }
 static inline uint64_t done_now(ps_tcache_t *set) { return atomic_load_explicit(&set->done, memory_order_acquire); }
-/* Step 6: cudaFree'd blocks under free_sync barrier are cached, and misses
- * refilled, only while two or more threads use the pool. */
+/* Refills (blocks of the ready list put in a thread's cache ahead of its
+ * next allocations) only while two or more threads use the pool, or a test
+ * engaged the set. */
 static inline int engaged(ps_tcache_t *set)
 {
     return set->hot.always_engaged || atomic_load_explicit(&set->hot.threads, memory_order_relaxed) > 1;
@@ -305,7 +307,7 @@ int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream)
     if (size > set->hot.max_block)
         return PS_TCACHE_DECLINED;
     cache_t *c = cache_of(set, 1); /* (also counts this thread as one using the pool) */
-    if (!c || (!set->hot.immediate && !is_stream_ordered(stream) && !engaged(set)))
+    if (!c || (!is_stream_ordered(stream) && !ps_tcache_caches_cudafree(set)))
         return PS_TCACHE_DECLINED; /* one thread: a cudaFree'd block waits in the pool as before */
     return put_in(set, c, ptr, size, stream);
 }

@@ -52,13 +52,18 @@ typedef struct ps_tcache_hot {
     atomic_int threads; /* threads with a cache in the set */
 } ps_tcache_hot_t;
 
-/* Whether cudaFree'd blocks are cached now: free_sync none, or two or more
- * threads use the pool (thread_cache.c, step 5). */
+/* Whether cudaFree'd blocks are cached: only under free_sync none (ready
+ * at once). Under the barrier a cached cudaFree'd block waits for a barrier
+ * the pool does not know it needs: on the GPU (H100, psbench threads_mixed,
+ * two threads alive, 16 non-blocking streams) nearly every allocation then
+ * missed, drained the caches and paid a barrier, 17.2 us per pair against
+ * 0.42 us without the cache; the rule that engaged it with two threads is
+ * kept for tests (ps_tcache_always_engage) until the pool counts cached
+ * blocks in its barrier trigger. Stream-ordered frees are always cached. */
 static inline int ps_tcache_caches_cudafree(const ps_tcache_t *set)
 {
     const ps_tcache_hot_t *hot = (const ps_tcache_hot_t *)set;
-    return hot->immediate || hot->always_engaged ||
-           atomic_load_explicit((atomic_int *)&hot->threads, memory_order_relaxed) > 1;
+    return hot->immediate || hot->always_engaged;
 }
 
 /* ps_tcache_put's answer when it did not cache the block. */

@@ -296,8 +296,11 @@ static void *free_one_and_wait(void *arg)
     return NULL;
 }
 
-Test(thread_cache, cudafree_blocks_are_cached_only_while_two_threads_use_the_pool)
+Test(thread_cache, under_the_barrier_only_stream_ordered_frees_are_cached)
 {
+    /* a cached cudaFree'd block would wait for a barrier the pool does not
+     * know it needs (on the GPU: a barrier per allocation, 40x slower), so
+     * under free_sync barrier they go to the pool, with one thread or two */
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
     o.thread_cache = PS_MiB; /* free_sync barrier, not engaged by the test hook */
@@ -311,7 +314,7 @@ Test(thread_cache, cudafree_blocks_are_cached_only_while_two_threads_use_the_poo
     cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), 0, "one thread: a cudaFree'd block goes to the pool");
     void *b = alloc_ok(&f, S, s);
     ps_deallocate(f.pool, b, S, s);
-    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), S, "a stream-ordered free is cached with one thread too");
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), S, "a stream-ordered free is cached");
     exit_case_t c = {&f, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
     pthread_t thread;
     pthread_create(&thread, NULL, free_one_and_wait, &c);
@@ -322,15 +325,11 @@ Test(thread_cache, cudafree_blocks_are_cached_only_while_two_threads_use_the_poo
     uint64_t before = ps_pool_thread_cache_bytes(f.pool);
     void *d = alloc_ok(&f, S, PS_STREAM_NONE);
     ps_deallocate(f.pool, d, S, PS_STREAM_NONE);
-    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), before + S, "two threads: the cudaFree'd block is cached");
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), before, "two threads: the cudaFree'd block goes to the pool too");
     pthread_mutex_lock(&c.lock);
     c.may_exit = 1;
     pthread_cond_broadcast(&c.cond);
     pthread_mutex_unlock(&c.lock);
     pthread_join(thread, NULL);
-    before = ps_pool_thread_cache_bytes(f.pool);
-    void *e = alloc_ok(&f, S, PS_STREAM_NONE);
-    ps_deallocate(f.pool, e, S, PS_STREAM_NONE);
-    cr_assert_leq(ps_pool_thread_cache_bytes(f.pool), before, "alone again: back to the pool");
     close_cached(&f);
 }
