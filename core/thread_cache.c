@@ -308,7 +308,7 @@ int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream)
         return PS_TCACHE_DECLINED;
     cache_t *c = cache_of(set, 1); /* (also counts this thread as one using the pool) */
     if (!c || (!is_stream_ordered(stream) && !ps_tcache_caches_cudafree(set)))
-        return PS_TCACHE_DECLINED; /* one thread: a cudaFree'd block waits in the pool as before */
+        return PS_TCACHE_DECLINED; /* under the barrier a cudaFree'd block waits in the pool */
     return put_in(set, c, ptr, size, stream);
 }
 

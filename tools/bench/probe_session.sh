@@ -23,7 +23,11 @@ for v in default thread_cache=0; do
     opts=""; [ "$v" != default ] && opts=resource.main.$v
     POOLSHIM_OPTIONS=$opts POOLSHIM_STATS=json POOLSHIM_STATS_FILE=$OUT/stats_$v.json LD_PRELOAD=$PWD/build/libpoolshim.so \
         timeout 120 .carry/bench/psbench --allocator cudaMalloc --label "$v" --workloads threads,threads_mixed --quick |
-        grep -v '^JSON' | sed "s/^/$v: /"
+        python3 -c 'import json,sys
+for line in sys.stdin:
+    if line.startswith("JSON "):
+        r = json.loads(line[5:])
+        print("%-16s %-14s %-11s %10.1f ns/pair  x_of_one_thread %s" % (r["label"], r["workload"], r["case"], r["median"], r.get("x_of_one_thread", "-")))'
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["devices"][0]; print(sys.argv[2], "barriers", d.get("barriers"), "upstream", d.get("upstream"), "fences", d.get("fences"), "bytes", d.get("bytes"))' "$OUT/stats_$v.json" "$v"
 done
 } 2>&1 | tee "$OUT/probe.txt"
