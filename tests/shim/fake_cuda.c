@@ -71,7 +71,7 @@ struct CUctx_st {
     unsigned flags;                /* cuDevicePrimaryCtxSetFlags */
 };
 struct CUevent_st { atomic_int pending; CUcontext ctx; unsigned gen; };
-struct CUstream_st { unsigned flags; CUcontext ctx; int capturing; unsigned gen; struct CUstream_st *next_live; };
+struct CUstream_st { unsigned flags; CUcontext ctx; int capturing; unsigned gen; int destroyed; struct CUstream_st *next_live; };
 /* Streams not destroyed by the program, kept reachable for leak checkers:
  * those of a destroyed context stay (their handles must stay dead). */
 static struct CUstream_st *undestroyed_streams;
@@ -745,7 +745,7 @@ static int stream_alive(CUstream s)
 {
     if ((uintptr_t)s <= 2)
         return !current || ctx_alive(current);
-    return ctx_alive(s->ctx) && atomic_load(&s->ctx->gen) == s->gen;
+    return !s->destroyed && ctx_alive(s->ctx) && atomic_load(&s->ctx->gen) == s->gen;
 }
 static int event_alive(CUevent e) { return ctx_alive(e->ctx) && atomic_load(&e->ctx->gen) == e->gen; }
 
@@ -833,14 +833,9 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream s)
     ENTER();
     if (!stream_alive(s))
         return dead(); /* (kept: the handle is not reused, so tests can see it) */
-    pthread_mutex_lock(&lock);
-    for (struct CUstream_st **l = &undestroyed_streams; *l; l = &(*l)->next_live)
-        if (*l == s) {
-            *l = s->next_live;
-            break;
-        }
-    pthread_mutex_unlock(&lock);
-    free(s);
+    /* the handle stays (reachable, never reused) and reads as dead: a use of
+     * a destroyed stream counts as a dead call (in CUDA it may crash) */
+    s->destroyed = 1;
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext *c)

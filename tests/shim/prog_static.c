@@ -202,9 +202,13 @@ static int capture_global_scenario(gpa_fn gpa, CUresult (*alloc)(CUdeviceptr *, 
     CHECK(mfree(q) == CUDA_SUCCESS, "cuMemFree in relaxed mode");
     CHECK(exchange(&mode) == CUDA_SUCCESS, "global mode again");
     CHECK(end(s, NULL) == CUDA_SUCCESS, "end the capture");
+    /* the stream goes before the next cudaFree: the shim must not ask CUDA
+     * about the dead handle (on the GPU that crashed inside libcuda) */
+    unsigned long dead_before = fake()->dead_calls;
+    CHECK(stream_destroy(s) == CUDA_SUCCESS, "destroy");
     CHECK(mfree(keep) == CUDA_SUCCESS, "the block survived the refused free");
     CHECK(alloc(&q, 4096) == CUDA_SUCCESS && mfree(q) == CUDA_SUCCESS, "allowed again after the capture");
-    CHECK(stream_destroy(s) == CUDA_SUCCESS, "destroy");
+    CHECK(fake()->dead_calls == dead_before, "%lu calls on the destroyed stream", fake()->dead_calls - dead_before);
     return finish("capture_global");
 }
 
