@@ -94,6 +94,9 @@ const char *cli_json_str(const json_t *object, const char *path, const char *fal
 
 /* Reads a whole file into a NUL-terminated buffer (free() it). */
 int cli_read_file(const char *path, char **text, size_t *length);
+/* Splits a CSV line (modified in place) at commas into at most `max`
+ * fields, blanks trimmed; returns the count, or -1 when there are more. */
+int cli_split_csv(char *line, char **fields, int max);
 
 /* Median / minimum / maximum of n doubles (n > 0; values is reordered). */
 double cli_median(double *values, size_t n);

@@ -291,6 +291,27 @@ const char *cli_json_str(const json_t *object, const char *path, const char *fal
     return json_is_string(v) ? json_string_value(v) : fallback;
 }
 
+int cli_split_csv(char *line, char **fields, int max)
+{
+    int n = 0;
+    for (char *start = line;;) {
+        char *comma = strchr(start, ',');
+        if (comma)
+            *comma = '\0';
+        while (isspace((unsigned char)*start))
+            start++;
+        char *end = start + strlen(start);
+        while (end > start && isspace((unsigned char)end[-1]))
+            *--end = '\0';
+        if (n == max)
+            return -1;
+        fields[n++] = start;
+        if (!comma)
+            return n;
+        start = comma + 1;
+    }
+}
+
 int cli_read_file(const char *path, char **text, size_t *length)
 {
     /* zlib reads plain files as they are and gzip files decompressed */

@@ -28,29 +28,6 @@ enum { COL_THREAD, COL_TIME, COL_ACTION, COL_POINTER, COL_SIZE, COL_STREAM, COL_
 static const char *const column_names[COL_COUNT] = {"Thread", "Time", "Action", "Pointer",
                                                     "Size", "Stream", "Device"};
 
-/* Splits `line` (modified in place) at commas; trims blanks; returns the count. */
-static int split_fields(char *line, char **fields)
-{
-    int n = 0;
-    char *start = line;
-    for (;;) {
-        char *comma = strchr(start, ',');
-        if (comma)
-            *comma = '\0';
-        while (isspace((unsigned char)*start))
-            start++;
-        char *end = start + strlen(start);
-        while (end > start && isspace((unsigned char)end[-1]))
-            *--end = '\0';
-        if (n == MEMLOG_MAX_FIELDS)
-            return -1;
-        fields[n++] = start;
-        if (!comma)
-            return n;
-        start = comma + 1;
-    }
-}
-
 /* Decimal or 0x-hex, the whole field. */
 static int parse_number(const char *text, uint64_t *out)
 {
@@ -174,7 +151,7 @@ int memlog_parse(const char *text, size_t length, const char *name, memlog_t *ou
             continue;
 
         char *fields[MEMLOG_MAX_FIELDS];
-        int count = split_fields(content, fields);
+        int count = cli_split_csv(content, fields, MEMLOG_MAX_FIELDS);
         if (count < 0) {
             status = bad_line(name, line_number, "too many columns", NULL);
             break;

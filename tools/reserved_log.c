@@ -36,28 +36,6 @@ static int bad(const char *path, unsigned line, const char *what)
     return -1;
 }
 
-/* Splits at commas in place, trimming blanks; -1 when too many fields. */
-static int split(char *line, char **fields)
-{
-    int n = 0;
-    for (char *start = line;;) {
-        char *comma = strchr(start, ',');
-        if (comma)
-            *comma = '\0';
-        while (isspace((unsigned char)*start))
-            start++;
-        char *end = start + strlen(start);
-        while (end > start && isspace((unsigned char)end[-1]))
-            *--end = '\0';
-        if (n == RESERVED_MAX_FIELDS)
-            return -1;
-        fields[n++] = start;
-        if (!comma)
-            return n;
-        start = comma + 1;
-    }
-}
-
 static int parse_u64(const char *text, uint64_t *out)
 {
     if (!isdigit((unsigned char)*text))
@@ -138,7 +116,7 @@ int reserved_log_read(const char *log_path, const memlog_t *log, reserved_log_t 
             content++;
         if (!*content)
             continue;
-        int count = split(content, fields);
+        int count = cli_split_csv(content, fields, RESERVED_MAX_FIELDS);
         if (count < 0) {
             status = bad(out->path, line_number, "too many columns");
             break;
