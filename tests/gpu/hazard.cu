@@ -25,9 +25,10 @@
  * non-blocking s1 and s2), threads16cache (as threads16, and between
  * cudaFree(A) and cudaMalloc(B) each thread frees a 64 MiB block and makes
  * a small allocation: under the shim the big free passes the pool's barrier
- * trigger, so a barrier is issued after A's free and A, parked in the
- * thread's cache (core/thread_cache.c), is handed out again as B from the
- * cache: B == A must then be safe because of that barrier alone).
+ * trigger, so a barrier is issued after A's free and A is handed out again
+ * as B: B == A must then be safe because of that barrier alone; written for
+ * the per-thread caches when they held cudaFree'd blocks, which they no
+ * longer do under the barrier, so it now covers the pool's own path).
  * Every round prints whether B == A (the allocator reused the address).
  * Exit 0: verified; 3: corruption detected; 1: error. */
 #include "gpu_test.h"

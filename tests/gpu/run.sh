@@ -293,8 +293,9 @@ shim hazard_barrier_threads_ptds "doors.driver>0 invalid_frees==0" -- hazard_ptd
 shim hazard_barrier_graph_shared "doors.runtime>0 barriers>0" -- hazard_shared graph
 shim hazard_barrier_chunks "doors.driver>0 barriers>0 expandable==0" POOLSHIM_OPTIONS=resource.main.expandable=0 -- hazard_static nonblocking
 shim hazard_event_nonblocking "doors.driver>0 barriers==0" POOLSHIM_FREE_SYNC=event -- hazard_static nonblocking
-# threads16cache: the thread cache's reuse after a barrier (core/thread_cache.c);
-# thread_cache_off: the same without the cache, for comparison
+# threads16cache: reuse after a barrier a 64 MiB free provoked (written for the
+# per-thread caches when they held cudaFree'd blocks; they no longer do under the
+# barrier, so it covers the pool's path); thread_cache_off: the same without caches
 shim hazard_barrier_threads16cache_thread_cache_off "doors.driver>0 invalid_frees==0" \
     POOLSHIM_OPTIONS=resource.main.thread_cache=0 -- hazard_static threads16cache
 for variant in nonblocking newstream graph threads16 threads16cache; do
