@@ -78,12 +78,27 @@ uint64_t ps_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* One spin-wait step: tells the CPU this is a spin loop (on x86, `pause`
+ * lets the sibling hyperthread run and avoids a memory-order flush when the
+ * lock is released). */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield" ::: "memory");
+#endif
+}
+
 void ps_lock_slow(ps_lock_t *lock)
 {
     for (;;) {
-        for (int spins = 0; __atomic_load_n(&lock->held, __ATOMIC_RELAXED); spins++)
+        for (int spins = 0; __atomic_load_n(&lock->held, __ATOMIC_RELAXED); spins++) {
             if (spins >= 100)
                 sched_yield();
+            else
+                cpu_relax();
+        }
         if (!__atomic_exchange_n(&lock->held, 1, __ATOMIC_ACQUIRE))
             return;
     }

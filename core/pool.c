@@ -162,7 +162,6 @@
 #define GROWTH_GRANULE (2 * PS_MiB)    /* growth requests are rounded up to this */
 #define MIN_ALIGNMENT 256              /* cudaMalloc's documented alignment */
 #define QUICK_SLOTS 32                 /* quick cache: recently freed blocks by exact size */
-#define PS_POOL_TLS __thread __attribute__((tls_model("initial-exec"))) /* (preloaded, never dlopened late) */
 
 typedef enum block_state {
     BLOCK_UNUSED = 0, /* descriptor on the recycle list */
@@ -237,6 +236,8 @@ typedef struct pool {
     unsigned alignment_log2;    /* log2(alignment), for the quick cache's slot */
     ps_reuse_t reuse;           /* cudaFree'd blocks (state PENDING) until a barrier or fence (core/reuse.c) */
     uint64_t free_counter;      /* stamps stream-list frees */
+    uint32_t locks_taken;       /* hot-path lock acquisitions in the current window (pool_lock) */
+    uint32_t locks_contended;   /* those that found the lock held */
 
     uint64_t bytes_in_use;      /* sum of used block sizes */
     uint64_t bytes_reserved;    /* sum of usable chunk sizes */
@@ -254,7 +255,6 @@ typedef struct pool {
     uint64_t bytes_unmapped;    /* sum of their sizes */
     ps_tcache_t *tcache;        /* per-thread caches in front of the pool (options.thread_cache), or NULL */
     size_t tcache_max_block;    /* largest block the caches keep (0: no caches) */
-    uint64_t serial;            /* unique per pool ever created (thread registration, below) */
 } pool_t;
 
 static const ps_resource_ops_t pool_ops;
@@ -1209,26 +1209,57 @@ static void tcache_refill_room_locked(pool_t *pool, size_t need, size_t room)
     if (count)
         ps_tcache_refill_locked(pool->tcache, need, addrs, count);
 }
-static PS_POOL_TLS uint64_t tls_registered_pool; /* serial of the pool this thread last registered with */
-static atomic_ullong pool_serials;               /* serials handed out */
-
-/* After a locked allocation of `need` (<= tcache_max_block) bytes: refill
- * while the caches keep cudaFree'd blocks (or for a stream-ordered
- * allocation); otherwise only make sure this thread is counted (two
- * threads turn cudaFree caching on), once per thread and pool. */
-static inline __attribute__((always_inline)) void tcache_refill_locked(pool_t *pool, size_t need,
-                                                                        int stream_ordered)
+/* After a locked allocation of `need` (<= tcache_max_block) bytes. */
+static inline __attribute__((always_inline)) void tcache_refill_locked(pool_t *pool, size_t need)
 {
-    if (!stream_ordered && !ps_tcache_caches_cudafree(pool->tcache)) {
-        if (__builtin_expect(tls_registered_pool != pool->serial, 0)) {
-            ps_tcache_register_thread(pool->tcache);
-            tls_registered_pool = pool->serial;
-        }
-        return;
-    }
     size_t room = ps_tcache_refill_room_locked(pool->tcache, need);
     if (room)
         tcache_refill_room_locked(pool, need, room);
+}
+
+/* A thread's cache asks for a barrier (core/thread_cache.c, step 3): its
+ * oldest cudaFree'd block, tagged `tag`, waits for one. No lock held. */
+static int tcache_barrier(void *owner, uint64_t tag)
+{
+    pool_t *pool = owner;
+    ps_lock(&pool->lock);
+    int released = ps_tcache_released(pool->tcache, tag);
+    if (!released && pool->gpu && pool->options.free_sync == PS_FREE_SYNC_BARRIER) {
+        quick_flush_locked(pool);
+        released = barrier_release_locked(pool);
+    }
+    ps_unlock(&pool->lock);
+    return released;
+}
+
+/* The hot paths take the lock here: while thread caches keep no cudaFree'd
+ * blocks, it counts how often the lock was found held, and when threads
+ * met on it in 1 of LOCK_WINDOW / LOCK_CONTENDED_SHARE acquisitions of a
+ * window, the caches start keeping them (core/thread_cache.h). */
+#define LOCK_WINDOW 4096
+#define LOCK_CONTENDED_SHARE 16
+static void note_contention_locked(pool_t *pool, uint32_t count);
+static inline void pool_lock(pool_t *pool)
+{
+    if (__builtin_expect(!__atomic_exchange_n(&pool->lock.held, 1, __ATOMIC_ACQUIRE), 1)) {
+        if (pool->tcache && ++pool->locks_taken == LOCK_WINDOW)
+            pool->locks_taken = pool->locks_contended = 0;
+        return;
+    }
+    ps_lock_slow(&pool->lock);
+    note_contention_locked(pool, 1);
+}
+
+/* Lock held: `count` more acquisitions found the lock held. */
+static void note_contention_locked(pool_t *pool, uint32_t count)
+{
+    pool->locks_contended += count;
+    if (pool->tcache && pool->locks_contended * LOCK_CONTENDED_SHARE >= LOCK_WINDOW &&
+        !ps_tcache_caches_cudafree(pool->tcache)) {
+        ps_tcache_cache_cudafree(pool->tcache);
+        ps_debug("pool '%s': threads meet on its lock; their caches keep cudaFree'd blocks from now on",
+                 pool->base.name);
+    }
 }
 
 /* ---- allocate / deallocate --------------------------------------------- */
@@ -1374,7 +1405,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     if (need <= pool->tcache_max_block && (stream_ordered || ps_tcache_caches_cudafree(pool->tcache)) &&
         ps_tcache_take(pool->tcache, need, stream, out))
         return PS_OK;
-    ps_lock(&pool->lock);
+    pool_lock(pool);
     if (__builtin_expect(pool->eager_barrier, 0) && ps_reuse_wants_barrier(&pool->reuse, pool->bytes_reserved)) {
         quick_flush_locked(pool);
         barrier_release_locked(pool); /* 0. (free_sync barrier) pending memory is piling up */
@@ -1397,7 +1428,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         if (parked != NIL) {
             *out = (void *)pool->blocks[parked].addr;
             if (need <= pool->tcache_max_block)
-                tcache_refill_locked(pool, need, stream_ordered);
+                tcache_refill_locked(pool, need);
             ps_unlock(&pool->lock);
             return PS_OK;
         }
@@ -1411,7 +1442,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         status = allocate_slow_locked(pool, need, owner != OWNER_READY, out);
     }
     if (status == PS_OK && need <= pool->tcache_max_block)
-        tcache_refill_locked(pool, need, stream_ordered);
+        tcache_refill_locked(pool, need);
     ps_unlock(&pool->lock);
     return status;
 }
@@ -1423,7 +1454,7 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
     size_t need = size ? ps_align_up(size, pool->options.alignment) : pool->options.alignment;
-    if (need <= pool->tcache_max_block && (stream_ordered || ps_tcache_caches_cudafree(pool->tcache))) {
+    if (need <= pool->tcache_max_block) {
         int cached = ps_tcache_put(pool->tcache, ptr, need, stream);
         if (cached != PS_TCACHE_DECLINED)
             return cached;
@@ -1433,7 +1464,7 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
         if (status != PS_OK)
             return status;
     }
-    ps_lock(&pool->lock);
+    pool_lock(pool);
     uint64_t found;
     if (!ps_ptr_map_remove(&pool->in_use, (uintptr_t)ptr, &found)) {
         ps_unlock(&pool->lock);
@@ -1657,6 +1688,28 @@ uint64_t ps_pool_thread_cache_bytes(ps_resource_t *r)
     return ready + pending;
 }
 
+int ps_pool_thread_cache_counters(ps_resource_t *r, uint64_t *hits, uint64_t *misses, uint64_t *barriers_asked)
+{
+    pool_t *pool = (pool_t *)r;
+    ps_tcache_counters_t c = {0};
+    if (r->ops == &pool_ops && pool->tcache)
+        ps_tcache_counters(pool->tcache, &c);
+    *hits = c.hits;
+    *misses = c.misses;
+    *barriers_asked = c.barriers_asked;
+    return r->ops == &pool_ops && pool->tcache && ps_tcache_caches_cudafree(pool->tcache);
+}
+
+void ps_pool_note_lock_contention(ps_resource_t *r, uint32_t count)
+{
+    pool_t *pool = (pool_t *)r;
+    if (r->ops != &pool_ops)
+        return;
+    ps_lock(&pool->lock);
+    note_contention_locked(pool, count);
+    ps_unlock(&pool->lock);
+}
+
 void ps_pool_thread_cache_always_engage(ps_resource_t *r)
 {
     if (r->ops == &pool_ops && ((pool_t *)r)->tcache)
@@ -1750,8 +1803,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     if (status == PS_OK && o.thread_cache && gpu &&
         (o.free_sync == PS_FREE_SYNC_BARRIER || o.free_sync == PS_FREE_SYNC_NONE))
         status = ps_tcache_create(o.thread_cache, o.free_sync == PS_FREE_SYNC_NONE, &pool->lock,
-                                  tcache_give_back_locked, pool, &pool->tcache);
-    pool->serial = atomic_fetch_add(&pool_serials, 1) + 1;
+                                  tcache_give_back_locked, tcache_barrier, pool, &pool->tcache);
     if (pool->tcache) {
         pool->tcache_max_block = ps_tcache_max_block(pool->tcache);
     }

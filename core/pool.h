@@ -101,6 +101,16 @@ uint64_t ps_pool_thread_cache_bytes(ps_resource_t *pool);
  * even while one thread uses the pool (core/thread_cache.c, step 5). */
 void ps_pool_thread_cache_always_engage(ps_resource_t *pool);
 
+/* Test hook: `count` acquisitions of the pool's lock found it held, as
+ * when threads meet on it (the hot paths count them in a window of 4096;
+ * 1 in 16 turns cudaFree caching on, core/thread_cache.h). */
+void ps_pool_note_lock_contention(ps_resource_t *pool, uint32_t count);
+
+/* What the thread caches did so far (all zero without caches); returns
+ * whether they keep cudaFree'd blocks (the lock was found contended). */
+int ps_pool_thread_cache_counters(ps_resource_t *pool, uint64_t *hits, uint64_t *misses,
+                                  uint64_t *barriers_asked);
+
 /* Debug aid and test hook: checks every invariant of the pool's metadata
  * (free lists match blocks, neighbours linked, no two adjacent free blocks
  * of one owner, accounting sums). Returns PS_OK or PS_EINVAL and prints

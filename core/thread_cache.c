@@ -7,11 +7,12 @@
  *  1. A *set* belongs to one pool. Each thread that frees to (or refills
  *     from) the pool gets a *cache* in the set: BINS bins chosen by a hash
  *     of the block size; a bin holds blocks of exactly one size, a stack of
- *     up to READY_DEPTH ready ones and a ring of up to FREED_DEPTH freed
- *     ones (oldest first), at most cap_bytes in all; blocks above
- *     cap_bytes / 4 are never cached. The cache has its own spinlock, taken
- *     by its thread on every operation (uncontended: other threads take it
- *     only to drain it, rarely), and the set keeps the list of its caches.
+ *     up to READY_DEPTH ready ones and a list of freed ones (oldest first)
+ *     whose entries come from the cache's table of ENTRIES; at most
+ *     cap_bytes in all; blocks above cap_bytes / 4 are never cached. The
+ *     cache has its own spinlock, taken by its thread on every operation
+ *     (uncontended: other threads take it only to drain it, rarely), and
+ *     the set keeps the list of its caches.
  *  2. Every freed block carries a *tag*: the set's barrier ticket counter
  *     read (sequentially consistent) at the free (ready blocks need none:
  *     refills from the pool's ready list, frees under free_sync none). The
@@ -22,31 +23,40 @@
  *     free: all GPU work issued later runs after all work issued before the
  *     free (DESIGN.md, "Reuse after cudaFree: the barrier"). A refused
  *     barrier (stream capture) never publishes, so nothing depends on it.
- *     Tags never decrease along the ring.
+ *     Tags never decrease along a bin's list.
  *  3. take(size, stream), in the bin of `size`: the newest freed block if
  *     it was freed by this thread on the same (stream-ordered) stream s
  *     (the RMM rule: reuse on s is ordered by s); else a ready block; else
- *     the oldest freed block if its tag < done. Miss: the pool serves it
- *     under its lock and may refill the bin with a few ready blocks of the
- *     same size taken at the same time (one lock for several allocations).
- *  4. put(ptr, size, stream): onto its bin's ring (free_sync none: its
- *     stack); freed blocks a barrier released move to the stack while it
- *     has room. A full ring, a bin of another size, or the byte cap evicts
+ *     the oldest freed block if its tag < done. When the oldest freed block
+ *     still waits and the cache holds BARRIER_AFTER blocks (or cap / 2
+ *     bytes) freed since the last barrier it saw, the cache asks the pool
+ *     for a barrier (the pool's lock; skipped when another thread's barrier
+ *     already covered the block) and takes the block: one barrier serves
+ *     hundreds of frees of every thread, so a thread's cudaMalloc/cudaFree
+ *     cycle stays in its cache (a barrier costs 0.5-17 us on an H100, 1 ns
+ *     per pair spread over 512 frees). Miss: the pool serves it under its
+ *     lock and may refill the bin with a few ready blocks of the same size
+ *     taken at the same time (one lock for several allocations).
+ *  4. put(ptr, size, stream): onto its bin's freed list (free_sync none: its
+ *     stack). No free entry, a bin of another size, or the byte cap evicts
  *     the oldest blocks; they go back to the pool in one batch under its
  *     lock, after the cache lock is dropped (ready ones to the ready list,
- *     the others as the pool's own cudaFree or stream-ordered frees would).
- *  5. Under free_sync barrier cudaFree'd blocks are not cached (the pool's
- *     barrier trigger does not see them, and a cached one waits for a
- *     barrier nobody issues: measured 40x slower pairs on the GPU, see
- *     ps_tcache_caches_cudafree) and misses of cudaMalloc-style calls are not
- *     refilled; stream-ordered frees and free_sync none are cached (they
- *     come back at once). The test hook ps_tcache_always_engage caches them
- *     anyway, to test the barrier-ticket rule.
+ *     the others as the pool's own cudaFree or stream-ordered frees would,
+ *     where they count in the pool's own barrier trigger).
+ *  5. Stream-ordered frees are cached from the first thread on; cudaFree'd
+ *     ones under the barrier only once the pool saw its lock contended
+ *     (ps_tcache_cache_cudafree: a cached block pins its place, which costs
+ *     memory where nothing is gained). Refills happen only while two or
+ *     more threads use the pool (one thread: the pool's quick cache does
+ *     the same job).
  *  6. The pool drains every cache (under its lock) right before it would
  *     grow (so before OOM too), on trim and when a stream is destroyed; a
  *     thread's exit gives its caches back (pthread key destructor); a pool's
  *     destruction orphans the caches (their threads free them). A cache's
  *     memory is held by two references, its thread's and its set's.
+ * Memory: a thread's cache holds at most cap_bytes (1 MiB by default), ready
+ * or waiting for a barrier; the pool never grows while one of them could
+ * serve (step 6).
  * Guarantees: see thread_cache.h. Cached bytes are exact in
  * ps_tcache_bytes_locked.
  */
@@ -58,14 +68,16 @@
 #include <string.h>
 
 #define BINS 64            /* bins per cache (a power of two) */
-#define READY_DEPTH 8      /* ready blocks per bin (refills, released frees) */
-#define FREED_DEPTH 16     /* freed blocks waiting for a barrier (or their stream) per bin */
+#define READY_DEPTH 8      /* ready blocks per bin (refills, free_sync none) */
+#define ENTRIES 1024       /* freed blocks one cache keeps, in all its bins (< NONE) */
+#define BARRIER_AFTER 512  /* frees since the last barrier after which a waiting miss asks for one */
 #define REFILL_MAX 8       /* ready blocks one miss may bring into a bin */
 #define REFILL_SHARE 64    /* one refill brings at most cap / REFILL_SHARE bytes (16 KiB of a 1 MiB cache):
                               refills of bigger blocks scattered small holes over the pool (replay of
                               the PyTorch transformer log: 1.10x reserved/requested with cap / 8) */
 #define SETS_PER_THREAD 16 /* caches one thread keeps (pools it uses at once) */
 #define EVICT_MAX 64       /* blocks evicted by one put at most */
+#define NONE 0xFFFFu       /* no entry */
 /* initial-exec TLS, as the shim's (it is preloaded, never dlopened late) */
 #define TC_TLS __thread __attribute__((tls_model("initial-exec")))
 
@@ -73,18 +85,19 @@ typedef struct entry {
     uintptr_t addr;     /* block address */
     ps_stream_t stream; /* the stream it was freed on (PS_STREAM_NONE: cudaFree) */
     uint64_t tag;       /* the ticket counter at the free */
+    uint16_t newer;     /* the next newer entry of its bin (NONE: the newest); unused entries: the next unused */
+    uint16_t older;     /* the next older entry of its bin (NONE: the oldest) */
 } entry_t;
 
-/* One size's blocks: a stack of ready ones and a ring of freed ones,
+/* One size's blocks: a stack of ready ones and a list of freed ones,
  * oldest first, whose tags therefore never decrease: whether any freed
  * block is reusable by everybody is one look at the oldest. */
 typedef struct bin {
     size_t size;                  /* size of every block (while the bin holds any) */
     uint32_t ready_count;         /* blocks in ready[] */
-    uint32_t freed_head;          /* ring index of the oldest freed block */
-    uint32_t freed_count;         /* blocks in freed[] */
+    uint32_t freed_count;         /* blocks in the freed list */
+    uint16_t oldest, newest;      /* ends of the freed list (NONE when empty) */
     uintptr_t ready[READY_DEPTH]; /* ready blocks, a stack */
-    entry_t freed[FREED_DEPTH];   /* freed blocks, a ring */
 } bin_t;
 
 typedef struct cache {
@@ -95,7 +108,13 @@ typedef struct cache {
     struct cache *next, *prev;    /* the set's list (under the set's list lock) */
     _Atomic uint64_t bytes;       /* bytes cached (written under the lock; read without it by
                                      take, as a hint that the cache is empty) */
+    uint64_t seen_done;           /* the set's `done` when the two counts below restarted */
+    uint32_t frees_since;         /* freed blocks put since then (the barrier request trigger) */
+    uint64_t bytes_since;         /* their bytes */
+    uint64_t hits, misses;        /* takes served / not served (statistics) */
+    uint16_t unused;              /* first unused entry (NONE: all in use) */
     bin_t bins[BINS];             /* the bins */
+    entry_t entries[ENTRIES];     /* freed blocks of every bin, and the unused ones */
 } cache_t;
 
 struct ps_tcache {
@@ -103,11 +122,14 @@ struct ps_tcache {
     size_t cap;                   /* most bytes per cache */
     ps_lock_t *owner_lock;        /* the pool's lock */
     ps_tcache_give_back_fn give_back_locked; /* returns blocks to the pool */
+    ps_tcache_barrier_fn barrier; /* asks the pool for a barrier (NULL: immediate sets) */
     void *owner;                  /* the pool */
     ps_lock_t list_lock;          /* guards the list of caches */
     cache_t *head;                /* the caches */
     _Atomic uint64_t issued;      /* barrier tickets taken (starts at 1) */
     _Atomic uint64_t done;        /* ticket of the newest completed barrier (starts at 1) */
+    _Atomic uint64_t requested;   /* barriers the caches asked for (statistics) */
+    uint64_t gone_hits, gone_misses; /* counts of caches that left (under list_lock) */
     struct ps_tcache *next_live;  /* live sets (under sets_lock) */
 };
 
@@ -162,11 +184,18 @@ static inline void bytes_add(cache_t *c, int64_t delta)
 
 static cache_t *cache_new(ps_tcache_t *set)
 {
-    cache_t *c = calloc(1, sizeof *c);
+    cache_t *c = malloc(sizeof *c);
     if (!c)
         return NULL;
+    memset(c, 0, offsetof(cache_t, entries));
+    for (uint32_t i = 0; i < BINS; i++)
+        c->bins[i].oldest = c->bins[i].newest = NONE;
+    for (uint32_t i = 0; i < ENTRIES; i++)
+        c->entries[i].newer = (uint16_t)(i + 1 < ENTRIES ? i + 1 : NONE);
+    c->unused = 0;
     c->lock = (ps_lock_t)PS_LOCK_INIT;
     c->set = set;
+    c->seen_done = done_now(set);
     atomic_init(&c->refs, 2);
     atomic_fetch_add(&set->hot.threads, 1);
     ps_lock(&set->list_lock);
@@ -229,28 +258,54 @@ static inline cache_t *cache_of(ps_tcache_t *set, int create)
     return cache_lookup_slow(set, create);
 }
 
-/* ---- entries ------------------------------------------------------------ */
+/* ---- the freed lists (cache lock held) ---------------------------------- */
 
 static inline uint32_t bin_blocks(const bin_t *b) { return b->ready_count + b->freed_count; }
-static inline entry_t *freed_at(bin_t *b, uint32_t i) { return &b->freed[(b->freed_head + i) % FREED_DEPTH]; }
+static inline entry_t *oldest_of(cache_t *c, const bin_t *b) { return &c->entries[b->oldest]; }
+static inline entry_t *newest_of(cache_t *c, const bin_t *b) { return &c->entries[b->newest]; }
 
-/* Cache lock held: the oldest freed block leaves the ring. */
-static inline entry_t freed_pop_oldest(cache_t *c, bin_t *b)
+/* Appends a freed block as the newest of b; an unused entry must exist. */
+static inline void freed_push(cache_t *c, bin_t *b, uintptr_t addr, ps_stream_t stream, uint64_t tag)
 {
-    entry_t e = b->freed[b->freed_head];
-    b->freed_head = (b->freed_head + 1) % FREED_DEPTH;
+    uint16_t i = c->unused;
+    entry_t *e = &c->entries[i];
+    c->unused = e->newer;
+    *e = (entry_t){addr, stream, tag, NONE, b->newest};
+    if (b->newest != NONE)
+        c->entries[b->newest].newer = i;
+    else
+        b->oldest = i;
+    b->newest = i;
+    b->freed_count++;
+    bytes_add(c, (int64_t)b->size);
+}
+
+/* Unlinks entry i of b and returns it to the unused ones. */
+static inline entry_t freed_remove(cache_t *c, bin_t *b, uint16_t i)
+{
+    entry_t e = c->entries[i];
+    if (e.older != NONE)
+        c->entries[e.older].newer = e.newer;
+    else
+        b->oldest = e.newer;
+    if (e.newer != NONE)
+        c->entries[e.newer].older = e.older;
+    else
+        b->newest = e.older;
+    c->entries[i].newer = c->unused;
+    c->unused = i;
     b->freed_count--;
     bytes_add(c, -(int64_t)b->size);
     return e;
 }
 
-/* Cache lock held: moves up to `n` blocks of b into out[]: freed ones
- * oldest first, then ready ones. */
+/* Moves up to `n` blocks of b into out[]: freed ones oldest first, then
+ * ready ones. */
 static size_t bin_evict(cache_t *c, bin_t *b, uint32_t n, uint64_t done, ps_tcache_block_t *out)
 {
     size_t k = 0;
     while (k < n && b->freed_count) {
-        entry_t e = freed_pop_oldest(c, b);
+        entry_t e = freed_remove(c, b, b->oldest);
         out[k++] = (ps_tcache_block_t){e.addr, b->size, e.stream, e.tag < done};
     }
     while (k < n && b->ready_count) {
@@ -260,7 +315,7 @@ static size_t bin_evict(cache_t *c, bin_t *b, uint32_t n, uint64_t done, ps_tcac
     return k;
 }
 
-/* Cache lock held: moves the `n` oldest ready blocks of b into out[]. */
+/* Moves the `n` oldest ready blocks of b into out[]. */
 static size_t bin_evict_ready(cache_t *c, bin_t *b, uint32_t n, ps_tcache_block_t *out)
 {
     for (uint32_t i = 0; i < n; i++)
@@ -271,6 +326,51 @@ static size_t bin_evict_ready(cache_t *c, bin_t *b, uint32_t n, ps_tcache_block_
     return n;
 }
 
+/* The trigger counts restart once a newer barrier completed. */
+static inline void notice_barriers(cache_t *c, uint64_t done)
+{
+    if (c->seen_done != done) {
+        c->seen_done = done;
+        c->frees_since = 0;
+        c->bytes_since = 0;
+    }
+}
+
+/* ---- take / put (hot path) ---------------------------------------------- */
+
+/* One look in the bin of `size`; *ask (set when nothing was taken): the
+ * tag of the oldest freed block when a barrier should be asked for. */
+static inline int take_locked(ps_tcache_t *set, cache_t *c, size_t size, ps_stream_t stream, void **out,
+                              uint64_t *ask)
+{
+    bin_t *b = bin_of(c, size);
+    if (!bin_blocks(b) || b->size != size)
+        return 0;
+    if (is_stream_ordered(stream) && b->freed_count && newest_of(c, b)->stream == stream) {
+        *out = (void *)freed_remove(c, b, b->newest).addr; /* s reuses its own newest free */
+        return 1;
+    }
+    if (b->ready_count) {
+        *out = (void *)b->ready[--b->ready_count];
+        bytes_add(c, -(int64_t)size);
+        return 1;
+    }
+    if (!b->freed_count)
+        return 0;
+    uint64_t done = done_now(set);
+    if (oldest_of(c, b)->tag < done) {
+        *out = (void *)freed_remove(c, b, b->oldest).addr; /* a barrier was issued after its free */
+        return 1;
+    }
+    notice_barriers(c, done);
+    if (set->barrier && (c->frees_since >= BARRIER_AFTER || c->bytes_since >= set->cap / 2)) {
+        c->frees_since = 0; /* one request per BARRIER_AFTER frees, granted or refused */
+        c->bytes_since = 0;
+        *ask = oldest_of(c, b)->tag;
+    }
+    return 0;
+}
+
 int ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out)
 {
     if (size > set->hot.max_block)
@@ -278,25 +378,20 @@ int ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out
     cache_t *c = cache_of(set, 0);
     if (!c || !bytes_of(c))
         return 0; /* (a drain may empty it meanwhile: the check under the lock decides) */
-    int hit = 1;
+    uint64_t ask = 0;
     ps_lock(&c->lock);
-    bin_t *b = bin_of(c, size);
-    if (!bin_blocks(b) || b->size != size) {
-        hit = 0;
-    } else if (is_stream_ordered(stream) && b->freed_count &&
-               freed_at(b, b->freed_count - 1)->stream == stream) {
-        *out = (void *)freed_at(b, b->freed_count - 1)->addr; /* s reuses its own newest free */
-        b->freed_count--;
-        bytes_add(c, -(int64_t)size);
-    } else if (b->ready_count) {
-        *out = (void *)b->ready[--b->ready_count];
-        bytes_add(c, -(int64_t)size);
-    } else if (b->freed_count && b->freed[b->freed_head].tag < done_now(set)) {
-        *out = (void *)freed_pop_oldest(c, b).addr; /* a barrier was issued after its free */
-    } else {
-        hit = 0;
-    }
+    int hit = take_locked(set, c, size, stream, out, &ask);
     ps_unlock(&c->lock);
+    if (!hit && ask) {
+        atomic_fetch_add_explicit(&set->requested, 1, memory_order_relaxed);
+        if (set->barrier(set->owner, ask)) { /* (the owner's lock: the cache lock is not held) */
+            ps_lock(&c->lock);
+            hit = take_locked(set, c, size, stream, out, &ask);
+            ps_unlock(&c->lock);
+        }
+    }
+    c->hits += (uint64_t)hit; /* (only this thread writes them; readers tolerate a stale value) */
+    c->misses += (uint64_t)!hit;
     return hit;
 }
 
@@ -308,9 +403,18 @@ int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream)
         return PS_TCACHE_DECLINED;
     cache_t *c = cache_of(set, 1); /* (also counts this thread as one using the pool) */
     if (!c || (!is_stream_ordered(stream) && !ps_tcache_caches_cudafree(set)))
-        return PS_TCACHE_DECLINED; /* under the barrier a cudaFree'd block waits in the pool */
+        return PS_TCACHE_DECLINED; /* the pool keeps it (see ps_tcache_caches_cudafree) */
     return put_in(set, c, ptr, size, stream);
 }
+
+/* Evicts from the bins after b (then b itself) until `fits` holds or out[]
+ * is full; returns the new count in out[]. */
+#define EVICT_UNTIL(fits)                                                                       \
+    for (uint32_t k = 1; !(fits) && k <= BINS && n < EVICT_MAX; k++) {                           \
+        bin_t *o = &c->bins[((uint32_t)(b - c->bins) + k) & (BINS - 1)];                         \
+        while (bin_blocks(o) && !(fits) && n < EVICT_MAX)                                        \
+            n += bin_evict(c, o, 1, done, evicted + n);                                          \
+    }
 
 /* The body of put (kept out of line: the declining path above stays cheap). */
 static __attribute__((noinline)) int put_in(ps_tcache_t *set, cache_t *c, void *ptr, size_t size,
@@ -324,37 +428,41 @@ static __attribute__((noinline)) int put_in(ps_tcache_t *set, cache_t *c, void *
     bin_t *b = bin_of(c, size);
     uint64_t done = done_now(set);
     if (bin_blocks(b) && b->size != size) {
-        n += bin_evict(c, b, bin_blocks(b), done, evicted + n); /* the bin changes size */
+        n += bin_evict(c, b, EVICT_MAX, done, evicted + n); /* the bin changes size */
+        if (bin_blocks(b)) {
+            status = PS_TCACHE_DECLINED; /* (more than one batch of the old size: the next puts go on) */
+            goto out;
+        }
     } else if ((b->ready_count && b->ready[b->ready_count - 1] == addr) ||
-               (b->freed_count && freed_at(b, b->freed_count - 1)->addr == addr)) {
+               (b->freed_count && newest_of(c, b)->addr == addr)) {
         goto double_free; /* the block freed last, freed again (the shim's registry catches the rest) */
     }
-    /* released freed blocks move to the ready stack while it has room */
-    while (b->freed_count && b->ready_count < READY_DEPTH && b->freed[b->freed_head].tag < done) {
-        b->ready[b->ready_count++] = freed_pop_oldest(c, b).addr;
-        bytes_add(c, (int64_t)size); /* (freed_pop_oldest subtracted it) */
-    }
     int ready_at_once = set->hot.immediate && !is_stream_ordered(stream); /* free_sync none, a cudaFree */
-    if (ready_at_once && b->ready_count == READY_DEPTH)
+    if (ready_at_once && b->ready_count == READY_DEPTH) {
         n += bin_evict_ready(c, b, READY_DEPTH / 2, evicted + n);
-    else if (!ready_at_once && b->freed_count == FREED_DEPTH)
-        n += bin_evict(c, b, FREED_DEPTH / 2, done, evicted + n);
-    /* the byte cap: evict from other bins, from the next one on */
-    for (uint32_t k = 1; bytes_of(c) + size > set->cap && k < BINS && n < EVICT_MAX; k++) {
-        bin_t *o = &c->bins[((uint32_t)(b - c->bins) + k) & (BINS - 1)];
-        while (bin_blocks(o) && bytes_of(c) + size > set->cap && n < EVICT_MAX)
-            n += bin_evict(c, o, 1, done, evicted + n);
+    } else if (!ready_at_once && c->unused == NONE) {
+        uint32_t quarter = b->freed_count / 4 + 1; /* the oldest quarter of this bin makes room */
+        if (quarter > EVICT_MAX / 2)
+            quarter = EVICT_MAX / 2;
+        n += bin_evict(c, b, quarter < EVICT_MAX - n ? quarter : (uint32_t)(EVICT_MAX - n), done, evicted + n);
+        EVICT_UNTIL(c->unused != NONE)
     }
-    if (bytes_of(c) + size > set->cap) {
+    EVICT_UNTIL(bytes_of(c) + size <= set->cap) /* the byte cap */
+    if (bytes_of(c) + size > set->cap || (!ready_at_once && c->unused == NONE)) {
         status = PS_TCACHE_DECLINED;
     } else {
         b->size = size;
-        if (ready_at_once)
+        if (ready_at_once) {
             b->ready[b->ready_count++] = addr;
-        else
-            *freed_at(b, b->freed_count++) = (entry_t){addr, stream, atomic_load(&set->issued)};
-        bytes_add(c, (int64_t)size);
+            bytes_add(c, (int64_t)size);
+        } else {
+            freed_push(c, b, addr, stream, atomic_load(&set->issued));
+            notice_barriers(c, done);
+            c->frees_since++;
+            c->bytes_since += size;
+        }
     }
+out:
     ps_unlock(&c->lock);
     if (n) {
         ps_lock(set->owner_lock);
@@ -368,7 +476,6 @@ double_free:
 }
 
 size_t ps_tcache_max_block(const ps_tcache_t *set) { return set->hot.max_block; }
-void ps_tcache_register_thread(ps_tcache_t *set) { cache_of(set, 1); }
 
 /* ---- refills (owner's lock held) -----------------------------------------
  * Only the calling thread touches its own cache outside the owner's lock
@@ -378,10 +485,10 @@ void ps_tcache_register_thread(ps_tcache_t *set) { cache_of(set, 1); }
 
 size_t ps_tcache_refill_room_locked(ps_tcache_t *set, size_t size)
 {
-    if (size > set->hot.max_block)
+    if (size > set->hot.max_block || !engaged(set))
         return 0;
-    cache_t *c = cache_of(set, 1); /* (also counts this thread as one using the pool) */
-    if (!c || is_orphaned(c) || !engaged(set))
+    cache_t *c = cache_of(set, 1);
+    if (!c || is_orphaned(c))
         return 0;
     bin_t *b = bin_of(c, size);
     if (bin_blocks(b) && b->size != size)
@@ -416,14 +523,14 @@ static size_t cache_give_back_all_locked(ps_tcache_t *set, cache_t *c)
 {
     size_t total = 0;
     uint64_t done = done_now(set);
-    ps_tcache_block_t blocks[READY_DEPTH + FREED_DEPTH];
+    ps_tcache_block_t blocks[EVICT_MAX];
     for (uint32_t i = 0; i < BINS; i++) {
         bin_t *b = &c->bins[i];
-        if (!bin_blocks(b))
-            continue;
-        size_t n = bin_evict(c, b, bin_blocks(b), done, blocks);
-        set->give_back_locked(set->owner, blocks, n);
-        total += n;
+        while (bin_blocks(b)) {
+            size_t n = bin_evict(c, b, EVICT_MAX, done, blocks);
+            set->give_back_locked(set->owner, blocks, n);
+            total += n;
+        }
     }
     return total;
 }
@@ -452,8 +559,8 @@ void ps_tcache_bytes_locked(ps_tcache_t *set, uint64_t *ready, uint64_t *pending
         for (uint32_t i = 0; i < BINS; i++) {
             bin_t *b = &c->bins[i];
             r += (uint64_t)b->ready_count * b->size;
-            for (uint32_t j = 0; j < b->freed_count; j++) {
-                if (freed_at(b, j)->tag < done)
+            for (uint16_t j = b->oldest; j != NONE; j = c->entries[j].newer) {
+                if (c->entries[j].tag < done)
                     r += b->size;
                 else
                     p += b->size;
@@ -464,6 +571,19 @@ void ps_tcache_bytes_locked(ps_tcache_t *set, uint64_t *ready, uint64_t *pending
     ps_unlock(&set->list_lock);
     *ready = r;
     *pending = p;
+}
+
+void ps_tcache_counters(ps_tcache_t *set, ps_tcache_counters_t *out)
+{
+    ps_lock(&set->list_lock);
+    out->hits = set->gone_hits;
+    out->misses = set->gone_misses;
+    for (cache_t *c = set->head; c; c = c->next) {
+        out->hits += __atomic_load_n(&c->hits, __ATOMIC_RELAXED);
+        out->misses += __atomic_load_n(&c->misses, __ATOMIC_RELAXED);
+    }
+    ps_unlock(&set->list_lock);
+    out->barriers_asked = atomic_load_explicit(&set->requested, memory_order_relaxed);
 }
 
 uint64_t ps_tcache_barrier_begin(ps_tcache_t *set)
@@ -477,10 +597,13 @@ void ps_tcache_barrier_done(ps_tcache_t *set, uint64_t ticket)
         atomic_store_explicit(&set->done, ticket, memory_order_release);
 }
 
+int ps_tcache_released(ps_tcache_t *set, uint64_t tag) { return tag < done_now(set); }
+
 /* ---- life ------------------------------------------------------------------ */
 
 int ps_tcache_create(size_t cap_bytes, int immediate, ps_lock_t *owner_lock,
-                     ps_tcache_give_back_fn give_back_locked, void *owner, ps_tcache_t **out)
+                     ps_tcache_give_back_fn give_back_locked, ps_tcache_barrier_fn barrier, void *owner,
+                     ps_tcache_t **out)
 {
     if (!cap_bytes || !owner_lock || !give_back_locked || !out)
         return PS_EINVAL;
@@ -491,8 +614,10 @@ int ps_tcache_create(size_t cap_bytes, int immediate, ps_lock_t *owner_lock,
     set->cap = cap_bytes;
     set->hot.max_block = cap_bytes / 4;
     set->hot.immediate = immediate;
+    atomic_init(&set->hot.cudafree, immediate);
     set->owner_lock = owner_lock;
     set->give_back_locked = give_back_locked;
+    set->barrier = immediate ? NULL : barrier;
     set->owner = owner;
     set->list_lock = (ps_lock_t)PS_LOCK_INIT;
     atomic_init(&set->issued, 1);
@@ -504,7 +629,6 @@ int ps_tcache_create(size_t cap_bytes, int immediate, ps_lock_t *owner_lock,
     *out = set;
     return PS_OK;
 }
-
 void ps_tcache_destroy(ps_tcache_t *set)
 {
     if (!set)
@@ -552,6 +676,8 @@ static void thread_exit(void *arg)
             ps_lock(&set->list_lock);
             ps_lock(&c->lock);
             cache_give_back_all_locked(set, c);
+            set->gone_hits += c->hits;
+            set->gone_misses += c->misses;
             if (c->prev)
                 c->prev->next = c->next;
             else
@@ -575,7 +701,13 @@ static void thread_exit(void *arg)
     }
 }
 
-void ps_tcache_always_engage(ps_tcache_t *set) { set->hot.always_engaged = 1; }
+void ps_tcache_always_engage(ps_tcache_t *set)
+{
+    set->hot.always_engaged = 1;
+    ps_tcache_cache_cudafree(set);
+}
+
+void ps_tcache_cache_cudafree(ps_tcache_t *set) { atomic_store_explicit(&set->hot.cudafree, 1, memory_order_relaxed); }
 
 void ps_tcache_thread_exit(void)
 {

@@ -10,9 +10,11 @@
  *    when the cache was created `immediate` (free_sync none);
  *  - a block freed on stream s is handed out at once to an allocation on
  *    s by the same thread, to anything else only after such a barrier;
- *  - cudaFree'd blocks (free_sync barrier) are cached, and misses refilled,
- *    only while at least two threads have a cache in the set (see
- *    thread_cache.c, step 5);
+ *  - misses are refilled only while at least two threads have a cache in
+ *    the set (see thread_cache.c, step 5);
+ *  - a thread's cache holds at most cap_bytes; when its cudaFree'd blocks
+ *    wait for a barrier and it has seen enough frees since the last one, a
+ *    miss asks the owner for a barrier (barrier_fn, without any cache lock);
  *  - cached blocks stay "in use" in the pool's metadata until they are
  *    given back through give_back_locked (the pool subtracts
  *    ps_tcache_bytes from its in-use figure: they count as free/pending);
@@ -41,6 +43,18 @@ typedef struct ps_tcache_block {
 /* Called with the owner's lock held: the owner takes the blocks back. */
 typedef void (*ps_tcache_give_back_fn)(void *owner, const ps_tcache_block_t *blocks, size_t count);
 
+/* Called without any lock: the owner issues a barrier unless one already
+ * covers a block tagged `tag` (ps_tcache_released); returns 1 when such a
+ * barrier completed, 0 when none could be had (a stream capture). */
+typedef int (*ps_tcache_barrier_fn)(void *owner, uint64_t tag);
+
+/* What the caches did (statistics). */
+typedef struct ps_tcache_counters {
+    uint64_t hits;           /* allocations served by a thread's cache */
+    uint64_t misses;         /* allocations that went on to the pool (from threads with a cache) */
+    uint64_t barriers_asked; /* barriers the caches asked the pool for */
+} ps_tcache_counters_t;
+
 typedef struct ps_tcache ps_tcache_t;
 
 /* The part of a set the pool reads inline on its hot path (the first
@@ -50,21 +64,26 @@ typedef struct ps_tcache_hot {
     int immediate;      /* 1: free_sync none, cudaFree'd blocks are ready at once */
     int always_engaged; /* test hook (ps_tcache_always_engage) */
     atomic_int threads; /* threads with a cache in the set */
+    atomic_int cudafree; /* 1: cudaFree'd blocks are cached too (ps_tcache_cache_cudafree) */
 } ps_tcache_hot_t;
 
-/* Whether cudaFree'd blocks are cached: only under free_sync none (ready
- * at once). Under the barrier a cached cudaFree'd block waits for a barrier
- * the pool does not know it needs: on the GPU (H100, psbench threads_mixed,
- * two threads alive, 16 non-blocking streams) nearly every allocation then
- * missed, drained the caches and paid a barrier, 17.2 us per pair against
- * 0.42 us without the cache; the rule that engaged it with two threads is
- * kept for tests (ps_tcache_always_engage) until the pool counts cached
- * blocks in its barrier trigger. Stream-ordered frees are always cached. */
+/* Whether cudaFree'd blocks are cached: at once under free_sync none (they
+ * are ready at once); under the barrier only once the owner saw its lock
+ * contended (ps_tcache_cache_cudafree). A cached block pins its place in
+ * the pool: the blocks around it cannot merge through it, and where the
+ * pool's lock is not contended that costs memory for no gain (replay of
+ * the PyTorch transformer log: 1.04x reserved/requested without, 1.04x to
+ * 1.10x with caches of 16 KiB to 4 MiB, depending on where blocks land).
+ * Stream-ordered frees are always cached. */
 static inline int ps_tcache_caches_cudafree(const ps_tcache_t *set)
 {
     const ps_tcache_hot_t *hot = (const ps_tcache_hot_t *)set;
-    return hot->immediate || hot->always_engaged;
+    return atomic_load_explicit(&((ps_tcache_hot_t *)hot)->cudafree, memory_order_relaxed);
 }
+
+/* From now on cudaFree'd blocks are cached too (the owner calls it when
+ * threads meet on its lock; it stays so). */
+void ps_tcache_cache_cudafree(ps_tcache_t *set);
 
 /* ps_tcache_put's answer when it did not cache the block. */
 #define PS_TCACHE_DECLINED 1
@@ -74,7 +93,8 @@ static inline int ps_tcache_caches_cudafree(const ps_tcache_t *set)
  * `immediate`: frees are reusable at once (free_sync none); `owner_lock`:
  * the pool's lock; `give_back_locked`: how blocks return to the pool. */
 int ps_tcache_create(size_t cap_bytes, int immediate, ps_lock_t *owner_lock,
-                     ps_tcache_give_back_fn give_back_locked, void *owner, ps_tcache_t **out);
+                     ps_tcache_give_back_fn give_back_locked, ps_tcache_barrier_fn barrier, void *owner,
+                     ps_tcache_t **out);
 
 /* Destroys the set without giving anything back (the pool is going away,
  * its memory with it); threads' caches are detached and freed by their
@@ -95,13 +115,9 @@ int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream);
 /* The largest block a cache keeps (the pool checks it before calling in). */
 size_t ps_tcache_max_block(const ps_tcache_t *set);
 
-/* Counts the calling thread as one using the pool (gives it a cache in the
- * set); the pool calls it once per thread, from its locked allocation. */
-void ps_tcache_register_thread(ps_tcache_t *set);
-
 /* Owner's lock held: how many more blocks of `size` the calling thread's
- * cache would take as ready refills (0 when none). Also counts the calling
- * thread as one using the pool. */
+ * cache would take as ready refills (0 when none, and always 0 while
+ * fewer than two threads have a cache). */
 size_t ps_tcache_refill_room_locked(ps_tcache_t *set, size_t size);
 
 /* Owner's lock held: adds `count` ready blocks of `size` bytes (taken from
@@ -122,8 +138,14 @@ void ps_tcache_bytes_locked(ps_tcache_t *set, uint64_t *ready, uint64_t *pending
 uint64_t ps_tcache_barrier_begin(ps_tcache_t *set);
 void ps_tcache_barrier_done(ps_tcache_t *set, uint64_t ticket);
 
-/* Test hook: cache cudaFree'd blocks and refill even while only one thread
- * uses the pool (normally only from the second thread on). */
+/* Whether a completed barrier covers a block tagged `tag`. */
+int ps_tcache_released(ps_tcache_t *set, uint64_t tag);
+
+/* Sums the counters of every cache, live or gone (takes the list lock). */
+void ps_tcache_counters(ps_tcache_t *set, ps_tcache_counters_t *out);
+
+/* Test hook: refill and cache cudaFree'd blocks even while only one
+ * thread uses the pool and its lock was never contended. */
 void ps_tcache_always_engage(ps_tcache_t *set);
 
 /* Gives the calling thread's caches back to their pools now (what thread

@@ -333,3 +333,126 @@ Test(thread_cache, under_the_barrier_only_stream_ordered_frees_are_cached)
     pthread_join(thread, NULL);
     close_cached(&f);
 }
+
+/* psbench's mixed sizes that a 1 MiB cache keeps (<= 256 KiB). */
+static const size_t loop_sizes[] = {256, 4096, 1024, 65536, 512, 16384, 2048, 300, 8192, 40000, 768, 32768, 256};
+#define LOOP_SIZES (sizeof loop_sizes / sizeof loop_sizes[0])
+
+Test(thread_cache, a_cudafree_loop_stays_in_the_cache_with_a_barrier_per_hundreds_of_frees)
+{
+    /* Once cudaFree'd blocks are cached (the pool's lock was contended), a
+     * thread's cudaMalloc/cudaFree cycle must not go back to the pool: its
+     * cache asks for one barrier per BARRIER_AFTER frees (or cap / 2 bytes)
+     * and reuses what that released. The first version of the caches paid
+     * a barrier per allocation here (17 us per pair on an H100). The fake
+     * GPU lags: only barriers release anything. */
+    pool_fixture_t f;
+    open_cached(&f, PS_FREE_SYNC_BARRIER, 3, 0);
+    void *live[4];
+    for (int i = 0; i < 4; i++) /* something in use, as in a program */
+        live[i] = alloc_ok(&f, 4 * PS_MiB, PS_STREAM_NONE);
+    struct {
+        const size_t *sizes;
+        size_t count;
+        int pairs_per_barrier; /* at least */
+    } loops[] = {{loop_sizes + 12, 1, 256}, {loop_sizes, LOOP_SIZES, 32}};
+    for (int l = 0; l < 2; l++) { /* 256 B: BARRIER_AFTER frees; mixed (13 KiB average): cap / 2 bytes */
+        const int pairs = 60000;
+        uint64_t barriers = ps_host_ops_barriers(f.gpu), hits0, misses0, asked0;
+        ps_pool_thread_cache_counters(f.pool, &hits0, &misses0, &asked0);
+        for (int k = 0; k < pairs; k++) {
+            size_t size = loops[l].sizes[k % loops[l].count];
+            void *p = alloc_ok(&f, size, PS_STREAM_NONE);
+            cr_assert_eq(ps_deallocate(f.pool, p, size, PS_STREAM_NONE), PS_OK);
+        }
+        barriers = ps_host_ops_barriers(f.gpu) - barriers;
+        uint64_t hits, misses, asked;
+        cr_assert(ps_pool_thread_cache_counters(f.pool, &hits, &misses, &asked));
+        hits -= hits0;
+        cr_assert_gt(hits, (uint64_t)pairs * 95 / 100, "loop %d: %llu of %d allocations served by the cache", l,
+                     (unsigned long long)hits, pairs);
+        cr_assert_lt(barriers * (uint64_t)loops[l].pairs_per_barrier, (uint64_t)pairs,
+                     "loop %d: %llu barriers for %d pairs", l, (unsigned long long)barriers, pairs);
+        cr_assert_gt(asked, asked0, "the cache asked for the barriers");
+    }
+    ps_resource_info_t info = {0};
+    ps_query(f.pool, &info);
+    cr_assert_leq(info.bytes_reserved, 18 * PS_MiB, "%llu bytes reserved for 16 MiB in use and a 1 MiB cache",
+                  (unsigned long long)info.bytes_reserved);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    for (int i = 0; i < 4; i++)
+        ps_deallocate(f.pool, live[i], 4 * PS_MiB, PS_STREAM_NONE);
+    close_cached(&f);
+}
+
+typedef struct hammer {
+    pool_fixture_t *f;
+    atomic_int *stop;
+    long pairs;
+} hammer_t;
+
+static void *hammer_pairs(void *arg)
+{
+    hammer_t *h = arg;
+    while (!atomic_load(h->stop)) {
+        for (int k = 0; k < 64; k++) {
+            size_t size = loop_sizes[k % LOOP_SIZES];
+            void *p = NULL;
+            if (ps_allocate(h->f->pool, size, PS_STREAM_NONE, &p) != PS_OK ||
+                ps_deallocate(h->f->pool, p, size, PS_STREAM_NONE) != PS_OK)
+                abort();
+        }
+        h->pairs += 64;
+    }
+    ps_tcache_thread_exit();
+    return NULL;
+}
+
+Test(thread_cache, a_contended_pool_lock_turns_cudafree_caching_on)
+{
+    /* Not engaged by the test hook: one thread alone keeps cudaFree'd
+     * blocks in the pool (its lock is never found held); 256 contended
+     * acquisitions in a window of 4096 (what 16 threads on 16 CPUs cause
+     * at once: bench_core on the GPU host) turn caching on, and 8 threads
+     * then go through their caches with the reuse rule intact
+     * (ps_pool_check, every block freed exactly once). */
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    o.thread_cache = PS_MiB;
+    ps_host_ops_options_t host = {0};
+    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    uint64_t hits, misses, asked;
+    for (int k = 0; k < 20000; k++) {
+        void *p = alloc_ok(&f, 256, PS_STREAM_NONE);
+        ps_deallocate(f.pool, p, 256, PS_STREAM_NONE);
+    }
+    cr_assert_not(ps_pool_thread_cache_counters(f.pool, &hits, &misses, &asked),
+                  "one thread alone turned cudaFree caching on");
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), 0, "a cudaFree'd block was cached before any contention");
+    ps_pool_note_lock_contention(f.pool, 255);
+    cr_assert_not(ps_pool_thread_cache_counters(f.pool, &hits, &misses, &asked), "255 of 4096 turned it on");
+    ps_pool_note_lock_contention(f.pool, 1);
+    cr_assert(ps_pool_thread_cache_counters(f.pool, &hits, &misses, &asked), "256 of 4096 did not turn it on");
+    atomic_int stop = 0;
+    hammer_t h[8];
+    pthread_t threads[8];
+    for (int i = 0; i < 8; i++) {
+        h[i] = (hammer_t){&f, &stop, 0};
+        pthread_create(&threads[i], NULL, hammer_pairs, &h[i]);
+    }
+    struct timespec some = {0, 200 * 1000 * 1000};
+    nanosleep(&some, NULL);
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 8; i++)
+        pthread_join(threads[i], NULL);
+    ps_pool_thread_cache_counters(f.pool, &hits, &misses, &asked);
+    cr_assert_gt(hits, misses, "%llu hits, %llu misses", (unsigned long long)hits, (unsigned long long)misses);
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), 0, "the threads' exits gave their caches back");
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    ps_resource_info_t info = {0};
+    ps_query(f.pool, &info);
+    cr_assert_eq(info.bytes_in_use, 0);
+    close_cached(&f);
+}

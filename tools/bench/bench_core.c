@@ -250,6 +250,12 @@ static void scaling_row(const char *name, ps_resource_t *resource, int stream_or
         printf("  threads %d: %.1fx of one thread (runs %.1f-%.1fx; %ld online CPUs)\n", counts[c], ratio, low,
                high, cpus);
     }
+    uint64_t hits, misses, asked;
+    int cudafree = ps_pool_thread_cache_counters(resource, &hits, &misses, &asked);
+    if (hits + misses)
+        printf("  thread caches so far: %.1f%% of allocations served, %llu barriers asked; cudaFree'd blocks "
+               "cached: %s\n", 100.0 * (double)hits / (double)(hits + misses), (unsigned long long)asked,
+               cudafree ? "yes (the lock was found contended)" : "no");
 }
 
 static void scaling_section(void)
