@@ -1255,7 +1255,7 @@ static void note_contention_locked(pool_t *pool, uint32_t count)
 {
     pool->locks_contended += count;
     if (pool->tcache && pool->locks_contended * LOCK_CONTENDED_SHARE >= LOCK_WINDOW &&
-        !ps_tcache_caches_cudafree(pool->tcache)) {
+        !ps_tcache_caches_cudafree(pool->tcache, SIZE_MAX)) {
         ps_tcache_cache_cudafree(pool->tcache);
         ps_debug("pool '%s': threads meet on its lock; their caches keep cudaFree'd blocks from now on",
                  pool->base.name);
@@ -1402,7 +1402,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     int stream_ordered = is_stream_ordered(stream);
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
-    if (need <= pool->tcache_max_block && (stream_ordered || ps_tcache_caches_cudafree(pool->tcache)) &&
+    if (need <= pool->tcache_max_block && (stream_ordered || ps_tcache_caches_cudafree(pool->tcache, need)) &&
         ps_tcache_take(pool->tcache, need, stream, out))
         return PS_OK;
     pool_lock(pool);
@@ -1697,7 +1697,7 @@ int ps_pool_thread_cache_counters(ps_resource_t *r, uint64_t *hits, uint64_t *mi
     *hits = c.hits;
     *misses = c.misses;
     *barriers_asked = c.barriers_asked;
-    return r->ops == &pool_ops && pool->tcache && ps_tcache_caches_cudafree(pool->tcache);
+    return r->ops == &pool_ops && pool->tcache && ps_tcache_caches_cudafree(pool->tcache, SIZE_MAX);
 }
 
 void ps_pool_note_lock_contention(ps_resource_t *r, uint32_t count)

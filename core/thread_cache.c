@@ -44,9 +44,10 @@
  *     the others as the pool's own cudaFree or stream-ordered frees would,
  *     where they count in the pool's own barrier trigger).
  *  5. Stream-ordered frees are cached from the first thread on; cudaFree'd
- *     ones under the barrier only once the pool saw its lock contended
- *     (ps_tcache_cache_cudafree: a cached block pins its place, which costs
- *     memory where nothing is gained). Refills happen only while two or
+ *     ones under the barrier up to PS_TCACHE_SMALL bytes too, bigger ones
+ *     only once the pool saw its lock contended (ps_tcache_cache_cudafree:
+ *     a cached block pins its place, which costs memory where nothing is
+ *     gained). Refills happen only while two or
  *     more threads use the pool (one thread: the pool's quick cache does
  *     the same job).
  *  6. The pool drains every cache (under its lock) right before it would
@@ -402,7 +403,7 @@ int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream)
     if (size > set->hot.max_block)
         return PS_TCACHE_DECLINED;
     cache_t *c = cache_of(set, 1); /* (also counts this thread as one using the pool) */
-    if (!c || (!is_stream_ordered(stream) && !ps_tcache_caches_cudafree(set)))
+    if (!c || (!is_stream_ordered(stream) && !ps_tcache_caches_cudafree(set, size)))
         return PS_TCACHE_DECLINED; /* the pool keeps it (see ps_tcache_caches_cudafree) */
     return put_in(set, c, ptr, size, stream);
 }

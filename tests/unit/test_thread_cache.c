@@ -296,11 +296,12 @@ static void *free_one_and_wait(void *arg)
     return NULL;
 }
 
-Test(thread_cache, under_the_barrier_only_stream_ordered_frees_are_cached)
+Test(thread_cache, under_the_barrier_big_cudafree_blocks_go_to_the_pool_while_the_lock_is_quiet)
 {
-    /* a cached cudaFree'd block would wait for a barrier the pool does not
-     * know it needs (on the GPU: a barrier per allocation, 40x slower), so
-     * under free_sync barrier they go to the pool, with one thread or two */
+    /* a cached block pins its place in the pool (memory); above
+     * PS_TCACHE_SMALL that is paid only when threads contend for the lock,
+     * so with one thread or two quiet ones cudaFree'd blocks go to the pool;
+     * stream-ordered ones are cached */
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
     o.thread_cache = PS_MiB; /* free_sync barrier, not engaged by the test hook */
@@ -411,7 +412,8 @@ static void *hammer_pairs(void *arg)
 Test(thread_cache, a_contended_pool_lock_turns_cudafree_caching_on)
 {
     /* Not engaged by the test hook: one thread alone keeps cudaFree'd
-     * blocks in the pool (its lock is never found held); 256 contended
+     * blocks above PS_TCACHE_SMALL in the pool (its lock is never found
+     * held); 256 contended
      * acquisitions in a window of 4096 (what 16 threads on 16 CPUs cause
      * at once: bench_core on the GPU host) turn caching on, and 8 threads
      * then go through their caches with the reuse rule intact
@@ -425,12 +427,15 @@ Test(thread_cache, a_contended_pool_lock_turns_cudafree_caching_on)
     cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
     uint64_t hits, misses, asked;
     for (int k = 0; k < 20000; k++) {
-        void *p = alloc_ok(&f, 256, PS_STREAM_NONE);
-        ps_deallocate(f.pool, p, 256, PS_STREAM_NONE);
+        void *p = alloc_ok(&f, 8192, PS_STREAM_NONE);
+        ps_deallocate(f.pool, p, 8192, PS_STREAM_NONE);
     }
     cr_assert_not(ps_pool_thread_cache_counters(f.pool, &hits, &misses, &asked),
                   "one thread alone turned cudaFree caching on");
-    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), 0, "a cudaFree'd block was cached before any contention");
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), 0, "an 8 KiB cudaFree'd block was cached before any contention");
+    void *small = alloc_ok(&f, PS_TCACHE_SMALL, PS_STREAM_NONE);
+    ps_deallocate(f.pool, small, PS_TCACHE_SMALL, PS_STREAM_NONE);
+    cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), PS_TCACHE_SMALL, "a small cudaFree'd block is always cached");
     ps_pool_note_lock_contention(f.pool, 255);
     cr_assert_not(ps_pool_thread_cache_counters(f.pool, &hits, &misses, &asked), "255 of 4096 turned it on");
     ps_pool_note_lock_contention(f.pool, 1);
