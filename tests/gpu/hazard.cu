@@ -28,7 +28,12 @@
  * trigger, so a barrier is issued after A's free and A is handed out again
  * as B: B == A must then be safe because of that barrier alone; written for
  * the per-thread caches when they held cudaFree'd blocks, which they no
- * longer do under the barrier, so it now covers the pool's own path).
+ * longer do under the barrier, so it now covers the pool's own path),
+ * threads16churn (as threads16, and between cudaFree(A) and cudaMalloc(B)
+ * each thread makes 1100 cudaMalloc/cudaFree pairs of 512 B: its thread
+ * cache, which keeps small cudaFree'd blocks, asks for a barrier after 512
+ * frees, which releases A, so the 256 B round's B == A comes from the
+ * cache and is safe because of that barrier alone).
  * Every round prints whether B == A (the allocator reused the address).
  * Exit 0: verified; 3: corruption detected; 1: error. */
 #include "gpu_test.h"
@@ -74,10 +79,16 @@ struct round_result {
 
 enum write_kind { WRITE_BY_ROUND, WRITE_NEW_STREAM, WRITE_GRAPH };
 
+/* What happens between cudaFree(A) and cudaMalloc(B) (threads16cache,
+ * threads16churn). */
+enum { PROVOKE_NONE, PROVOKE_BIG_FREE, PROVOKE_CHURN };
+static const int CHURN_PAIRS = 1100;  /* > 2 x the 512 frees after which a thread cache asks for a barrier */
+static const size_t CHURN_SIZE = 512; /* small (always cached), and not a round size: A stays in its bin */
+
 /* One race of steps 1-3; s1/s2 may be 0 (the default stream of the build). */
 static round_result race_once(size_t n, int round, cudaStream_t s1, cudaStream_t s2,
                               unsigned long long *changed_dev, uint8_t *pinned_source,
-                              write_kind how = WRITE_BY_ROUND, bool provoke_barrier = false)
+                              write_kind how = WRITE_BY_ROUND, int provoke = PROVOKE_NONE)
 {
     const uint8_t b_value = (uint8_t)(0xA0 + round);
     void *a = nullptr, *b = nullptr;
@@ -93,12 +104,18 @@ static round_result race_once(size_t n, int round, cudaStream_t s1, cudaStream_t
     spin_and_guard_kernel<<<blocks, 256, 0, s1>>>((uint8_t *)a, n, 0x5eed + round, changed_dev);
     CK(cudaGetLastError());
     CK(cudaFree(a)); /* step 2: no sync before the free */
-    if (provoke_barrier) { /* pending bytes pass the barrier trigger; the next allocation issues one */
+    if (provoke == PROVOKE_BIG_FREE) { /* pending bytes pass the barrier trigger; the next allocation issues one */
         void *big = nullptr, *small = nullptr;
         CK(cudaMalloc(&big, 64u << 20));
         CK(cudaFree(big));
         CK(cudaMalloc(&small, 768));
         CK(cudaFree(small));
+    } else if (provoke == PROVOKE_CHURN) { /* a thread cache asks for a barrier (after 512 frees) */
+        for (int i = 0; i < CHURN_PAIRS; i++) {
+            void *x = nullptr;
+            CK(cudaMalloc(&x, CHURN_SIZE));
+            CK(cudaFree(x));
+        }
     }
     CK(cudaMalloc(&b, n));
     cudaStream_t fresh = 0;
@@ -195,12 +212,12 @@ static int run_variant(const char *variant)
 
 /* Each thread races on its own default stream (per-thread when built with
  * --default-stream per-thread) against its own non-blocking s2. */
-static int run_threads(int thread_count, bool own_s1, bool provoke_barrier = false)
+static int run_threads(int thread_count, bool own_s1, int provoke = PROVOKE_NONE)
 {
     std::vector<int> corrupt(thread_count, 0), reused(thread_count, 0);
     std::vector<std::thread> threads;
     for (int t = 0; t < thread_count; t++) {
-        threads.emplace_back([t, own_s1, provoke_barrier, &corrupt, &reused]() {
+        threads.emplace_back([t, own_s1, provoke, &corrupt, &reused]() {
             CK(cudaSetDevice(0));
             unsigned long long *changed_dev = nullptr;
             uint8_t *pinned = nullptr;
@@ -212,7 +229,7 @@ static int run_threads(int thread_count, bool own_s1, bool provoke_barrier = fal
             CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
             for (int round = 0; round < ROUNDS; round++) {
                 size_t n = ROUND_SIZES[(round + t) % 3];
-                round_result r = race_once(n, round, s1, s2, changed_dev, pinned, WRITE_BY_ROUND, provoke_barrier);
+                round_result r = race_once(n, round, s1, s2, changed_dev, pinned, WRITE_BY_ROUND, provoke);
                 corrupt[t] += report("threads", t, n, round, r);
                 reused[t] += r.overlapped;
             }
@@ -244,12 +261,14 @@ int main(int argc, char **argv)
     else if (strcmp(variant, "threads16") == 0)
         corrupt = run_threads(16, true);
     else if (strcmp(variant, "threads16cache") == 0)
-        corrupt = run_threads(16, true, true);
+        corrupt = run_threads(16, true, PROVOKE_BIG_FREE);
+    else if (strcmp(variant, "threads16churn") == 0)
+        corrupt = run_threads(16, true, PROVOKE_CHURN);
     else if (!strcmp(variant, "nonblocking") || !strcmp(variant, "blocking") || !strcmp(variant, "legacy") ||
              !strcmp(variant, "newstream") || !strcmp(variant, "graph"))
         corrupt = run_variant(variant);
     else {
-        fprintf(stderr, "usage: hazard nonblocking|blocking|legacy|threads|threads16|threads16cache|newstream|graph\n");
+        fprintf(stderr, "usage: hazard nonblocking|blocking|legacy|threads|threads16|threads16cache|threads16churn|newstream|graph\n");
         return EXIT_CUDA_ERROR;
     }
     if (corrupt) {

@@ -282,10 +282,10 @@ expect_detect hazard_threads_free_sync_none_expected_failure POOLSHIM_FREE_SYNC=
 # the barrier (free_sync barrier, the default): every way of touching a reused
 # block after the free; each also with a test-only switch that makes the
 # barrier do nothing, which must be caught (negative controls)
-for variant in newstream graph threads16 threads16cache; do
+for variant in newstream graph threads16 threads16cache threads16churn; do
     native hazard_$variant hazard_static $variant
 done
-for variant in nonblocking blocking legacy newstream graph threads16 threads16cache; do
+for variant in nonblocking blocking legacy newstream graph threads16 threads16cache threads16churn; do
     shim hazard_barrier_$variant "doors.driver>0 invalid_frees==0 ?barriers>0" -- hazard_static $variant
 done
 shim hazard_barrier_nonblocking_counted "doors.driver>0 barriers>0 fences.waits==0" -- hazard_static nonblocking
@@ -298,7 +298,7 @@ shim hazard_event_nonblocking "doors.driver>0 barriers==0" POOLSHIM_FREE_SYNC=ev
 # barrier, so it covers the pool's path); thread_cache_off: the same without caches
 shim hazard_barrier_threads16cache_thread_cache_off "doors.driver>0 invalid_frees==0" \
     POOLSHIM_OPTIONS=resource.main.thread_cache=0 -- hazard_static threads16cache
-for variant in nonblocking newstream graph threads16 threads16cache; do
+for variant in nonblocking newstream graph threads16 threads16cache threads16churn; do
     expect_detect hazard_barrier_skipped_${variant}_expected_failure POOLSHIM_TEST_SKIP_BARRIER=1 -- hazard_static $variant
 done
 expect_detect hazard_barrier_skipped_threads_ptds_expected_failure POOLSHIM_TEST_SKIP_BARRIER=1 -- hazard_ptds threads
