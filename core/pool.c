@@ -1770,6 +1770,81 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     return PS_OK;
 }
 
+/* ---- layout (ps_pool_layout) ------------------------------------------- */
+
+/* Whole pieces of `range` inside [lo, hi), in bytes. */
+static uint64_t whole_pieces(const ps_vm_range_t *range, uintptr_t lo, uintptr_t hi)
+{
+    uintptr_t first = range->base + ps_align_up(lo - range->base, range->piece);
+    uintptr_t end = range->base + (hi - range->base) / range->piece * range->piece;
+    return end > first ? end - first : 0;
+}
+
+/* Adds what the blocks of expandable chunk `chunk` hold by piece to *out:
+ * runs of ready free blocks, runs of blocks that are free or pending, and
+ * the unmapped bytes below the highest mapped one. */
+static void layout_range_locked(const pool_t *pool, const pool_chunk_t *chunk, ps_pool_layout_t *out)
+{
+    uintptr_t ready_start = 0, idle_start = 0;
+    int in_ready = 0, in_idle = 0;
+    uint64_t unmapped_below = 0;
+    for (uint32_t index = chunk->first_block; index != NIL; index = pool->blocks[index].next_phys) {
+        const pool_block_t *b = &pool->blocks[index];
+        int ready = ready_or_parked(b), idle = b->state == BLOCK_FREE || b->state == BLOCK_CACHED ||
+                                                b->state == BLOCK_PENDING;
+        if (in_ready && !ready)
+            out->ready_whole_pieces += whole_pieces(chunk->range, ready_start, b->addr);
+        if (in_idle && !idle)
+            out->idle_whole_pieces += whole_pieces(chunk->range, idle_start, b->addr);
+        if (ready && !in_ready)
+            ready_start = b->addr;
+        if (idle && !in_idle)
+            idle_start = b->addr;
+        in_ready = ready;
+        in_idle = idle;
+        if (b->state == BLOCK_UNMAPPED)
+            unmapped_below += b->size;
+        else {
+            out->unmapped_holes += unmapped_below;
+            unmapped_below = 0;
+        }
+    }
+    uintptr_t end = chunk->addr + chunk->size;
+    if (in_ready)
+        out->ready_whole_pieces += whole_pieces(chunk->range, ready_start, end);
+    if (in_idle)
+        out->idle_whole_pieces += whole_pieces(chunk->range, idle_start, end);
+}
+
+int ps_pool_layout(ps_resource_t *r, ps_pool_layout_t *out)
+{
+    if (!r || r->ops != &pool_ops || !out)
+        return PS_EINVAL;
+    pool_t *pool = (pool_t *)r;
+    memset(out, 0, sizeof *out);
+    ps_lock(&pool->lock);
+    out->reserved = pool->bytes_reserved;
+    out->in_use = pool->bytes_in_use;
+    out->ready_free = pool->owners[OWNER_READY]->free_bytes;
+    for (uint32_t mask = pool->quick_mask; mask; mask &= mask - 1)
+        out->ready_free += pool->blocks[pool->quick[__builtin_ctz(mask)]].size;
+    out->pending = pool->reuse.bytes_pending;
+    out->stream_free = pool->bytes_free - out->ready_free;
+    out->largest_ready = largest_free_locked(pool);
+    for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
+        const pool_chunk_t *chunk = &pool->chunks[slot];
+        if (!chunk->base)
+            continue;
+        if (chunk->range)
+            layout_range_locked(pool, chunk, out);
+        for (uint32_t index = chunk->first_block; index != NIL; index = pool->blocks[index].next_phys)
+            if (pool->blocks[index].state == BLOCK_USED && pool->blocks[index].size <= pool->options.small_from_back)
+                out->small_in_use += pool->blocks[index].size;
+    }
+    ps_unlock(&pool->lock);
+    return PS_OK;
+}
+
 /* ---- invariant check --------------------------------------------------- */
 
 #define CHECK(cond, name, fmt, ...)                                   \

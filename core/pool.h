@@ -101,6 +101,25 @@ uint64_t ps_pool_thread_cache_bytes(ps_resource_t *pool);
  * even while one thread uses the pool (core/thread_cache.c, step 5). */
 void ps_pool_thread_cache_always_engage(ps_resource_t *pool);
 
+/* What the reserved bytes hold at one moment (ps_pool_layout): where the
+ * overhead of reserved over in-use goes. An analysis aid (poolshim replay
+ * --breakdown); it walks every block, so keep it off hot paths. */
+typedef struct ps_pool_layout {
+    uint64_t reserved;        /* bytes taken from the upstream (expandable: mapped) */
+    uint64_t in_use;          /* used blocks (blocks in the threads' caches included) */
+    uint64_t ready_free;      /* free in the ready list or parked in the quick cache */
+    uint64_t largest_ready;   /* the largest run of ready free bytes */
+    uint64_t pending;         /* cudaFree'd, waiting for a barrier or fence */
+    uint64_t stream_free;     /* free in stream-ordered lists */
+    uint64_t ready_whole_pieces; /* expandable: ready free bytes in pieces holding nothing else */
+    uint64_t idle_whole_pieces;  /* expandable: bytes in pieces holding only free or pending blocks */
+    uint64_t unmapped_holes;  /* expandable: unmapped bytes below a range's highest mapped piece */
+    uint64_t small_in_use;    /* used blocks of at most small_from_back bytes */
+} ps_pool_layout_t;
+
+/* Fills *out for `pool`. PS_EINVAL when `pool` is not a pool. */
+int ps_pool_layout(ps_resource_t *pool, ps_pool_layout_t *out);
+
 /* Debug aid and test hook: checks every invariant of the pool's metadata
  * (free lists match blocks, neighbours linked, no two adjacent free blocks
  * of one owner, accounting sums). Returns PS_OK or PS_EINVAL and prints
