@@ -56,6 +56,13 @@ typedef struct ps_pool_options {
     size_t small_from_back;   /* requests of at most this many bytes are cut from the back of a
                                  free block, larger ones from the front (default 1 MiB; 0 = all
                                  from the front) */
+    int remap;                /* expandable, free_sync barrier: before mapping new pieces, issue a
+                                 barrier, synchronize the device and unmap as many whole free
+                                 pieces elsewhere in the range, so mapped bytes stay the same where
+                                 enough are free (default 1; 0 = off); see remap_turnover_percent */
+    unsigned remap_turnover_percent; /* remap only once barriers have released this % of the
+                                 reserved bytes since the last remap (default 100): each costs a
+                                 device synchronize, and one per step of a loop would be too many */
     size_t pending_wait_bytes; /* growth bound (0 with pending_wait_percent 0 = off, the default):
                                  before growing, while pending bytes exceed
                                  max(pending_wait_bytes, pending_wait_percent % of reserved),
