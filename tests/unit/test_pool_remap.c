@@ -194,3 +194,82 @@ Test(pool_remap, synchronizes_are_bounded_by_the_memory_turned_over)
     cr_assert_geq(limited, 16, "the burst");
     cr_assert_leq(limited, 24, "the turnover limits the rest: %llu", (unsigned long long)limited);
 }
+
+/* A word that names block `id` at word `at`. */
+static uint64_t stamp(uint64_t id, size_t at)
+{
+    return id * 0x9e3779b97f4a7c15ull ^ at;
+}
+
+/* The words of a block of `words` words that carry its stamp: one every
+ * 64 KiB and the last. */
+static size_t next_stamped(size_t at, size_t words)
+{
+    size_t next = (at / 8192 + 1) * 8192;
+    return at + 1 == words ? words : next < words ? next : words - 1;
+}
+
+static void stamp_block(uint64_t *p, size_t words, uint64_t id)
+{
+    for (size_t at = 0; at < words; at = next_stamped(at, words))
+        p[at] = stamp(id, at);
+}
+
+/* Whether every stamped word of the block is still there. */
+static int stamps_intact(const uint64_t *p, size_t words, uint64_t id)
+{
+    for (size_t at = 0; at < words; at = next_stamped(at, words))
+        if (p[at] != stamp(id, at))
+            return 0;
+    return 1;
+}
+
+Test(pool_remap, random_workload_over_real_memory_never_moves_a_used_byte)
+{
+    /* backed memory: an unmapped piece faults, a piece mapped again reads
+     * zeros. Each live block carries its stamp at both ends and in every
+     * 64 KiB; it must still be there when the block is freed, after
+     * thousands of remaps (no bound, to make as many as possible). */
+    enum { OPS = 20000, LIVE = 48 };
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    o.remap_turnover_percent = 0;
+    o.small_from_back = PS_MiB;
+    ps_host_ops_options_t host = {.virtual_memory = 1, .backed = 1};
+    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    struct { uint64_t *p; size_t size; uint64_t id; } live[LIVE] = {{0}};
+    uint64_t rng = 12345, next_id = 1;
+    for (int op = 0; op < OPS; op++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        int slot = (int)((rng >> 33) % LIVE);
+        if (live[slot].p) {
+            cr_assert(stamps_intact(live[slot].p, live[slot].size / 8, live[slot].id), "op %d: block %llu changed",
+                      op, (unsigned long long)live[slot].id);
+            cr_assert_eq(ps_deallocate(f.pool, live[slot].p, live[slot].size, PS_STREAM_NONE), PS_OK);
+            live[slot].p = NULL;
+        } else {
+            int shift = 8 + (int)((rng >> 20) % 16); /* 256 B .. 8 MiB, then a random part of that */
+            size_t size = ((size_t)1 << shift) + (size_t)((rng >> 40) % ((size_t)1 << shift));
+            size = (size + 7) & ~(size_t)7;
+            void *p;
+            cr_assert_eq(ps_allocate(f.pool, size, PS_STREAM_NONE, &p), PS_OK);
+            live[slot].p = p;
+            live[slot].size = size;
+            live[slot].id = next_id++;
+            stamp_block(live[slot].p, size / 8, live[slot].id);
+        }
+        if (op % 1000 == 0)
+            cr_assert_eq(ps_pool_check(f.pool), PS_OK, "op %d", op);
+    }
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    uint64_t remaps = fixture_info(f.pool).remap_syncs;
+    cr_log_info("remaps: %llu", (unsigned long long)remaps);
+    cr_assert_gt(remaps, 10, "the workload exercised remap: %llu", (unsigned long long)remaps);
+    for (int i = 0; i < LIVE; i++)
+        if (live[i].p)
+            cr_assert_eq(ps_deallocate(f.pool, live[i].p, live[i].size, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    fixture_close(&f);
+}
