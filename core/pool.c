@@ -766,9 +766,11 @@ static int steal_stream_list_locked(pool_t *pool, uint32_t to, size_t size)
 #define REMAP_CREDIT_UNIT 1000u
 #define REMAP_BURST 16u
 
-/* Remap's budget: `released` bytes of cudaFree'd memory turned over earn
- * released / (remap_turnover_percent % of reserved) remaps, up to a burst
- * of REMAP_BURST. */
+/* Remap's credit (remap_wanted_locked): it starts at REMAP_BURST remaps;
+ * `released` bytes of cudaFree'd memory that a barrier released earn
+ * released / (remap_turnover_percent % of reserved) more, up to
+ * REMAP_BURST (remap_turnover_percent 0: no bound). Called on the barrier
+ * path only. */
 static void remap_earn_locked(pool_t *pool, uint64_t released)
 {
     uint64_t per_remap = pool->bytes_reserved / 100 * pool->options.remap_turnover_percent;
@@ -1079,14 +1081,14 @@ static int whole_pieces_of(const pool_t *pool, const ps_vm_range_t *range, uint3
     return *hi > *lo;
 }
 
-/* Whether a growth of an expandable pool should first move free pieces
- * (options.remap, free_sync barrier): since the last remap, barriers have
- * released at least remap_turnover_percent % of the reserved bytes. A
- * program whose every step needs a block the layout of that step lacks
- * would otherwise pay a device synchronize per step to keep the mapped
- * total (replay of the MLP log with barrier_pending_percent 1: 37 per 1000
- * allocations, one per step, each after 10 % of reserved turned over); one
- * plain growth instead gives the layout the room it lacks. */
+/* Whether a growth of an expandable pool may first move free pieces
+ * (options.remap, free_sync barrier): a remap credit is left
+ * (remap_earn_locked). A program whose every step needs a block the layout
+ * of that step lacks would otherwise pay a device synchronize per step to
+ * keep the mapped total (replay of the MLP log with barrier_pending_percent
+ * 1: 37 per 1000 allocations, one per step, each after 10 % of reserved
+ * turned over); one plain growth instead gives the layout the room it
+ * lacks. */
 static int remap_wanted_locked(const pool_t *pool)
 {
     const ps_pool_options_t *o = &pool->options;
@@ -1227,8 +1229,12 @@ static int grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown)
         if (plan.block == NIL)
             return PS_ENOMEM;
     }
-    if (remap_ready_locked(pool, &plan) && unmap_for_growth_locked(pool, &plan))
-        plan = plan_growth_locked(pool, need); /* the holes may serve better; the old plan still can */
+    if (remap_ready_locked(pool, &plan)) {
+        unmap_for_growth_locked(pool, &plan);
+        /* the barrier's blocks and the holes may serve better; the old
+         * plan still can (its block and neighbours were left alone) */
+        plan = plan_growth_locked(pool, need);
+    }
     return map_planned_locked(pool, &plan, grown);
 }
 
