@@ -111,6 +111,10 @@ void ps_config_pool_options(const ps_config_t *cfg, const ps_resource_def_t *def
         opts->thread_cache = (size_t)v[PS_KEY_THREAD_CACHE].number;
     if (v[PS_KEY_BARRIER_PENDING_PERCENT].set)
         opts->barrier_pending_percent = (unsigned)v[PS_KEY_BARRIER_PENDING_PERCENT].number;
+    if (v[PS_KEY_REMAP].set)
+        opts->remap = (int)v[PS_KEY_REMAP].number;
+    if (v[PS_KEY_REMAP_TURNOVER_PERCENT].set)
+        opts->remap_turnover_percent = (unsigned)v[PS_KEY_REMAP_TURNOVER_PERCENT].number;
     opts->free_sync = v[PS_KEY_FREE_SYNC].set ? (ps_free_sync_t)v[PS_KEY_FREE_SYNC].number
                                               : cfg->global.free_sync;
 }

@@ -80,7 +80,23 @@
  *            front (to join a ready free block below), of its back (to join
  *            one above), or all of it, in whole pieces; the new memory
  *            merges with its free neighbours, so growth leaves no hole. When
- *            no unmapped block can serve, reserve another range;
+ *            no unmapped block can serve, reserve another range.
+ *            Remap (options.remap, free_sync barrier): when whole free
+ *            pieces lie elsewhere in the range (not in the ready blocks the
+ *            growth joins), issue a barrier (refused while a stream capture
+ *            is open: then no remap), synchronize the device (a ready block
+ *            may have been freed while a kernel still used it), unmap up to
+ *            as many bytes of those pieces as the growth maps, top of the
+ *            range down, and plan again (a hole may now serve): the growth
+ *            keeps the mapped total instead of adding to it. Replay of the
+ *            PyTorch logs: 1.043x -> 1.005x reserved/requested (transformer),
+ *            1.013x -> 1.011x (conv net), 1.035x -> 1.024x (MLP), at 0.6
+ *            device synchronizes per 1000 allocations. Each remap spends a
+ *            credit; a burst of 16 is allowed, then one more per
+ *            remap_turnover_percent % of reserved bytes that barriers
+ *            released: a loop that would remap at every step (the MLP log
+ *            with barrier_pending_percent 1: 37 synchronizes per 1000
+ *            allocations) grows instead once the burst is spent;
  *       d. memory pressure: host-wait (fence_wait) the oldest epochs one by
  *          one, retrying after each; then wait a fence on every stream list
  *          and merge all of them into the ready list; retry;
@@ -248,6 +264,8 @@ typedef struct pool {
     uint64_t fences_recorded;   /* fences this pool recorded for stream lists (epochs: reuse's) */
     uint64_t fence_waits;       /* host waits on stream lists (epochs: reuse's) */
     uint64_t pending_waits;     /* host waits because pending bytes passed the growth bound */
+    uint64_t remap_syncs;       /* device synchronizes before moving free pieces to a growth (remap) */
+    uint64_t remap_credit;      /* remaps allowed now, in 1/REMAP_CREDIT_UNIT (earned by turnover) */
 
     int eager_barrier;          /* 1: free_sync barrier with barrier_pending_percent > 0 */
     int expandable;             /* 1: growth maps pieces of virtual-memory ranges, not chunks */
@@ -745,6 +763,26 @@ static int steal_stream_list_locked(pool_t *pool, uint32_t to, size_t size)
 
 /* ---- barrier (free_sync barrier) -------------------------------------- */
 
+#define REMAP_CREDIT_UNIT 1000u
+#define REMAP_BURST 16u
+
+/* Remap's credit (remap_wanted_locked): it starts at REMAP_BURST remaps;
+ * `released` bytes of cudaFree'd memory that a barrier released earn
+ * released / (remap_turnover_percent % of reserved) more, up to
+ * REMAP_BURST (remap_turnover_percent 0: no bound). Called on the barrier
+ * path only. */
+static void remap_earn_locked(pool_t *pool, uint64_t released)
+{
+    uint64_t per_remap = pool->bytes_reserved / 100 * pool->options.remap_turnover_percent;
+    uint64_t cap = (uint64_t)REMAP_BURST * REMAP_CREDIT_UNIT;
+    if (!per_remap || pool->remap_credit >= cap) {
+        pool->remap_credit = cap;
+        return;
+    }
+    uint64_t earned = released / per_remap >= REMAP_BURST ? cap : released * REMAP_CREDIT_UNIT / per_remap;
+    pool->remap_credit = pool->remap_credit + earned > cap ? cap : pool->remap_credit + earned;
+}
+
 /* Whether a barrier could help before growing: something is pending
  * (epochs, other streams' lists). Even when pending and ready memory
  * together are smaller than the request, releasing them first lets the
@@ -768,8 +806,10 @@ static int barrier_release_locked(pool_t *pool)
 {
     const ps_gpu_ops_t *gpu = pool->gpu;
     uint64_t ticket = pool->tcache ? ps_tcache_barrier_begin(pool->tcache) : 0;
+    uint64_t pending = pool->reuse.bytes_pending;
     if (!ps_reuse_barrier(&pool->reuse)) /* refused: epochs stay, the caller goes on with them */
         return 0;
+    remap_earn_locked(pool, pending);
     if (pool->tcache)
         ps_tcache_barrier_done(pool->tcache, ticket); /* cached blocks freed before `ticket` are ready */
     for (uint32_t o = 1; o < pool->owners_count; o++) {
@@ -960,77 +1000,242 @@ static inline size_t ready_size(const pool_t *pool, uint32_t index)
     return b->state == BLOCK_FREE && b->owner == OWNER_READY ? b->size : 0;
 }
 
+/* A growth of an expandable pool: map [start, start + length) of unmapped
+ * block `block`. */
+typedef struct growth_plan {
+    uint32_t block;   /* the unmapped block, or NIL: none can serve */
+    uintptr_t start;  /* first address to map */
+    size_t length;    /* bytes to map (whole pieces) */
+} growth_plan_t;
+
+/* Step c, expandable: the unmapped block that needs the fewest new pieces
+ * to give a ready block of at least `need` bytes (front to join a ready
+ * block below, back to join one above, or all of it). */
+static growth_plan_t plan_growth_locked(const pool_t *pool, size_t need)
+{
+    growth_plan_t best = {NIL, 0, SIZE_MAX};
+    for (uint32_t u = pool->unmapped_head; u != NIL; u = pool->blocks[u].next_free) {
+        const pool_block_t *b = &pool->blocks[u];
+        size_t piece = pool->chunks[b->chunk].range->piece;
+        size_t below = ready_size(pool, b->prev_phys), above = ready_size(pool, b->next_phys);
+        if (below + b->size + above < need)
+            continue;
+        /* below, above < need: the request did not fit in them */
+        size_t front = ps_align_up(need - below, piece), back = ps_align_up(need - above, piece);
+        growth_plan_t plan = {u, b->addr, b->size};
+        if (front && front <= b->size && front <= back)
+            plan.length = front;
+        else if (back && back <= b->size)
+            plan = (growth_plan_t){u, b->addr + b->size - back, back};
+        if (plan.length < best.length ||
+            (plan.length == best.length && b->addr < pool->blocks[best.block].addr))
+            best = plan;
+    }
+    return best;
+}
+
+/* Unmaps the whole pieces of ready free block `index` (of expandable chunk
+ * `slot`) in [lo, hi), leaving an UNMAPPED block there (merged with
+ * unmapped neighbours) and the free rest on both sides in the ready list.
+ * The caller has synchronized the device and reserved two descriptors.
+ * Returns the bytes unmapped (fewer than asked when a vm_unmap failed: the
+ * rest stays mapped and free); *after = the block after the hole. */
+static size_t unmap_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t index, uintptr_t lo, uintptr_t hi,
+                                        uint32_t *after)
+{
+    ps_vm_range_t *range = pool->chunks[slot].range;
+    size_t done = 0;
+    ps_vm_range_unmap(range, lo, hi - lo, &done);
+    *after = pool->blocks[index].next_phys;
+    if (!done)
+        return 0;
+    pool_block_t *b = &pool->blocks[index];
+    uintptr_t end = b->addr + b->size;
+    list_remove(pool, index);
+    uint32_t hole = index;
+    if (lo > b->addr) {
+        hole = split_block(pool, index, lo);
+        list_insert(pool, OWNER_READY, index);
+    }
+    if (lo + done < end) {
+        uint32_t tail = split_block(pool, hole, lo + done);
+        list_insert(pool, OWNER_READY, tail);
+    }
+    *after = pool->blocks[hole].next_phys;
+    unmapped_insert(pool, hole);
+    unmapped_merge(pool, hole);
+    pool->bytes_reserved -= done;
+    pool->upstream_frees += done / range->piece;
+    return done;
+}
+
+/* The whole pieces inside ready free block `index` of `range`, as [*lo, *hi). */
+static int whole_pieces_of(const pool_t *pool, const ps_vm_range_t *range, uint32_t index, uintptr_t *lo,
+                           uintptr_t *hi)
+{
+    const pool_block_t *b = &pool->blocks[index];
+    if (b->state != BLOCK_FREE || b->owner != OWNER_READY)
+        return 0;
+    *lo = range->base + ps_align_up(b->addr - range->base, range->piece);
+    *hi = range->base + (b->addr + b->size - range->base) / range->piece * range->piece;
+    return *hi > *lo;
+}
+
+/* Whether a growth of an expandable pool may first move free pieces
+ * (options.remap, free_sync barrier): a remap credit is left
+ * (remap_earn_locked). A program whose every step needs a block the layout
+ * of that step lacks would otherwise pay a device synchronize per step to
+ * keep the mapped total (replay of the MLP log with barrier_pending_percent
+ * 1: 37 per 1000 allocations, one per step, each after 10 % of reserved
+ * turned over); one plain growth instead gives the layout the room it
+ * lacks. */
+static int remap_wanted_locked(const pool_t *pool)
+{
+    const ps_pool_options_t *o = &pool->options;
+    if (!o->remap || o->free_sync != PS_FREE_SYNC_BARRIER || !pool->gpu->device_synchronize)
+        return 0;
+    return pool->remap_credit >= REMAP_CREDIT_UNIT;
+}
+
+/* The last block of chunk `slot` (in address order). */
+static uint32_t last_block_locked(const pool_t *pool, uint32_t slot)
+{
+    uint32_t index = pool->chunks[slot].first_block;
+    while (pool->blocks[index].next_phys != NIL)
+        index = pool->blocks[index].next_phys;
+    return index;
+}
+
+/* Whether ready free block `index` of chunk `slot` may give pieces to
+ * `plan`: not one of the blocks next to the planned block, which the
+ * growth joins; [*lo, *hi) = its whole pieces. */
+static int spare_pieces_of(const pool_t *pool, const growth_plan_t *plan, uint32_t slot, uint32_t index,
+                           uintptr_t *lo, uintptr_t *hi)
+{
+    const pool_block_t *planned = &pool->blocks[plan->block];
+    return index != planned->prev_phys && index != planned->next_phys &&
+           whole_pieces_of(pool, pool->chunks[slot].range, index, lo, hi);
+}
+
+/* Whether any whole free piece could move to `plan` (remap). */
+static int has_spare_pieces_locked(const pool_t *pool, const growth_plan_t *plan)
+{
+    for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
+        if (!pool->chunks[slot].base || !pool->chunks[slot].range)
+            continue;
+        for (uint32_t index = pool->chunks[slot].first_block; index != NIL; index = pool->blocks[index].next_phys) {
+            uintptr_t lo, hi;
+            if (spare_pieces_of(pool, plan, slot, index, &lo, &hi))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* Remap on growth: with the device synchronized (a ready block may have
+ * been freed while a kernel still used it; unmapping does not wait),
+ * unmaps up to plan->length bytes of spare whole free pieces, from the top
+ * of each range down (replay of the PyTorch logs: a little better than
+ * bottom up, largest or smallest first; all within 0.1 %), so the growth
+ * keeps the mapped total instead of adding to it. Returns the bytes
+ * unmapped; on a failure it stops, leaving the pool consistent. Keeps two
+ * descriptors reserved for the growth. */
+static size_t unmap_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
+{
+    size_t unmapped = 0;
+    for (uint32_t slot = pool->chunks_count; slot-- > 0 && unmapped < plan->length;) {
+        ps_vm_range_t *range = pool->chunks[slot].range;
+        if (!pool->chunks[slot].base || !range)
+            continue;
+        for (uint32_t index = last_block_locked(pool, slot), prev; index != NIL && unmapped < plan->length;
+             index = prev) {
+            prev = pool->blocks[index].prev_phys; /* stays valid: the hole merges into it, never it away */
+            uintptr_t lo, hi;
+            if (!spare_pieces_of(pool, plan, slot, index, &lo, &hi))
+                continue;
+            if (hi - lo > plan->length - unmapped)
+                lo = hi - ps_align_up(plan->length - unmapped, range->piece);
+            if (reserve_descriptors_locked(pool, 4) != PS_OK)
+                return unmapped;
+            uint32_t after;
+            size_t done = unmap_block_pieces_locked(pool, slot, index, lo, hi, &after);
+            unmapped += done;
+            if (done < hi - lo)
+                return unmapped;
+        }
+    }
+    return unmapped;
+}
+
+/* Remap's preconditions: spare pieces exist; a barrier can be issued now
+ * (one is refused while a stream capture is open, which a device
+ * synchronize would invalidate; it also releases what is pending); the
+ * device synchronize succeeds. */
+static int remap_ready_locked(pool_t *pool, const growth_plan_t *plan)
+{
+    if (!remap_wanted_locked(pool) || !has_spare_pieces_locked(pool, plan) || !barrier_release_locked(pool))
+        return 0;
+    if (pool->gpu->device_synchronize(pool->gpu->ctx) != PS_OK)
+        return 0;
+    pool->remap_syncs++;
+    pool->remap_credit -= REMAP_CREDIT_UNIT;
+    return 1;
+}
+
+/* Maps `plan` and cuts it out of its unmapped block as a ready free block
+ * (merged with its free neighbours); *grown = that block. Needs two
+ * reserved descriptors. */
+static int map_planned_locked(pool_t *pool, const growth_plan_t *plan, uint32_t *grown)
+{
+    const ps_pool_options_t *o = &pool->options;
+    if (o->maximum_size && pool->bytes_reserved + plan->length > o->maximum_size)
+        return PS_ENOMEM;
+    ps_vm_range_t *range = pool->chunks[pool->blocks[plan->block].chunk].range;
+    int status = ps_vm_range_map(range, plan->start, plan->length);
+    if (status != PS_OK)
+        return status;
+    pool_block_t *b = &pool->blocks[plan->block];
+    uint32_t mapped = plan->block;
+    unmapped_remove(pool, plan->block);
+    if (plan->length < b->size) {
+        if (plan->start == b->addr) { /* front: the unmapped rest is the back */
+            uint32_t rest = split_block(pool, plan->block, plan->start + plan->length);
+            unmapped_insert(pool, rest);
+        } else { /* back */
+            mapped = split_block(pool, plan->block, plan->start);
+            unmapped_insert(pool, plan->block);
+        }
+    }
+    pool->bytes_reserved += plan->length;
+    if (pool->bytes_reserved > pool->peak_bytes_reserved)
+        pool->peak_bytes_reserved = pool->bytes_reserved;
+    pool->upstream_allocs += plan->length / range->piece;
+    *grown = release_block(pool, mapped, OWNER_READY, 0);
+    return PS_OK;
+}
+
 /* Step c, expandable: maps the fewest new pieces that give a ready block
- * of at least `need` bytes; *grown = that block. Needs two reserved
- * descriptors. */
+ * of at least `need` bytes (reserving another range when no unmapped
+ * block can serve); with remap, first moves free pieces there. *grown =
+ * the block. Needs two reserved descriptors. */
 static int grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown)
 {
-    for (int attempt = 0; attempt < 2; attempt++) {
-        uint32_t best = NIL;
-        size_t best_length = SIZE_MAX;
-        uintptr_t best_start = 0;
-        for (uint32_t u = pool->unmapped_head; u != NIL; u = pool->blocks[u].next_free) {
-            const pool_block_t *b = &pool->blocks[u];
-            size_t piece = pool->chunks[b->chunk].range->piece;
-            size_t below = ready_size(pool, b->prev_phys), above = ready_size(pool, b->next_phys);
-            if (below + b->size + above < need)
-                continue;
-            /* below, above < need: the request did not fit in them */
-            size_t front = ps_align_up(need - below, piece), back = ps_align_up(need - above, piece);
-            size_t length;
-            uintptr_t start;
-            if (front && front <= b->size && front <= back) {
-                length = front;
-                start = b->addr;
-            } else if (back && back <= b->size) {
-                length = back;
-                start = b->addr + b->size - back;
-            } else {
-                length = b->size;
-                start = b->addr;
-            }
-            if (length < best_length || (length == best_length && b->addr < pool->blocks[best].addr)) {
-                best = u;
-                best_length = length;
-                best_start = start;
-            }
-        }
-        if (best == NIL) {
-            if (attempt)
-                return PS_ENOMEM;
-            int status = add_range_locked(pool, need);
-            if (status != PS_OK)
-                return status == PS_EUNSUPPORTED ? PS_ENOMEM : status;
-            continue;
-        }
-        const ps_pool_options_t *o = &pool->options;
-        if (o->maximum_size && pool->bytes_reserved + best_length > o->maximum_size)
-            return PS_ENOMEM;
-        ps_vm_range_t *range = pool->chunks[pool->blocks[best].chunk].range;
-        int status = ps_vm_range_map(range, best_start, best_length);
+    growth_plan_t plan = plan_growth_locked(pool, need);
+    if (plan.block == NIL) {
+        int status = add_range_locked(pool, need);
         if (status != PS_OK)
-            return status;
-        /* cut the mapped part out of the unmapped block, as a free block */
-        pool_block_t *b = &pool->blocks[best];
-        uint32_t mapped = best;
-        unmapped_remove(pool, best);
-        if (best_length < b->size) {
-            if (best_start == b->addr) { /* front: the unmapped rest is the back */
-                uint32_t rest = split_block(pool, best, best_start + best_length);
-                unmapped_insert(pool, rest);
-            } else { /* back */
-                mapped = split_block(pool, best, best_start);
-                unmapped_insert(pool, best);
-            }
-        }
-        pool->bytes_reserved += best_length;
-        if (pool->bytes_reserved > pool->peak_bytes_reserved)
-            pool->peak_bytes_reserved = pool->bytes_reserved;
-        pool->upstream_allocs += best_length / range->piece;
-        *grown = release_block(pool, mapped, OWNER_READY, 0);
-        return PS_OK;
+            return status == PS_EUNSUPPORTED ? PS_ENOMEM : status;
+        plan = plan_growth_locked(pool, need);
+        if (plan.block == NIL)
+            return PS_ENOMEM;
     }
-    return PS_ENOMEM;
+    if (remap_ready_locked(pool, &plan)) {
+        unmap_for_growth_locked(pool, &plan);
+        /* the barrier's blocks and the holes may serve better; the old
+         * plan still can (its block and neighbours were left alone) */
+        plan = plan_growth_locked(pool, need);
+    }
+    return map_planned_locked(pool, &plan, grown);
 }
 
 /* Step e, expandable: unmaps every whole piece inside a ready free block.
@@ -1046,42 +1251,20 @@ static void unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
             continue;
         for (uint32_t index = pool->chunks[slot].first_block, next; index != NIL && pool->bytes_reserved > keep;
              index = next) {
-            pool_block_t *b = &pool->blocks[index];
-            next = b->next_phys;
-            if (b->state != BLOCK_FREE || b->owner != OWNER_READY)
+            next = pool->blocks[index].next_phys;
+            uintptr_t lo, hi;
+            if (!whole_pieces_of(pool, range, index, &lo, &hi))
                 continue;
-            uintptr_t lo = range->base + ps_align_up(b->addr - range->base, range->piece);
-            uintptr_t hi = range->base + (b->addr + b->size - range->base) / range->piece * range->piece;
-            if (hi > lo && hi - lo > pool->bytes_reserved - keep) /* unmap no more than needed */
+            if (hi - lo > pool->bytes_reserved - keep) /* unmap no more than needed */
                 hi = lo + ps_align_up(pool->bytes_reserved - keep, range->piece);
-            if (hi <= lo || reserve_descriptors_locked(pool, 2) != PS_OK)
+            if (reserve_descriptors_locked(pool, 2) != PS_OK)
                 continue;
             if (!synchronized) {
                 if (pool->gpu->device_synchronize(pool->gpu->ctx) != PS_OK)
                     return;
                 synchronized = 1;
             }
-            size_t done = 0;
-            ps_vm_range_unmap(range, lo, hi - lo, &done);
-            if (!done)
-                continue;
-            b = &pool->blocks[index];
-            uintptr_t end = b->addr + b->size;
-            list_remove(pool, index);
-            uint32_t hole = index;
-            if (lo > b->addr) {
-                hole = split_block(pool, index, lo);
-                list_insert(pool, OWNER_READY, index);
-            }
-            if (lo + done < end) {
-                uint32_t tail = split_block(pool, hole, lo + done);
-                list_insert(pool, OWNER_READY, tail);
-            }
-            next = pool->blocks[hole].next_phys;
-            unmapped_insert(pool, hole);
-            unmapped_merge(pool, hole);
-            pool->bytes_reserved -= done;
-            pool->upstream_frees += done / range->piece;
+            unmap_block_pieces_locked(pool, slot, index, lo, hi, &next);
         }
     }
 }
@@ -1573,6 +1756,7 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
     info->fence_waits += pool->fence_waits + pool->reuse.fence_waits;
     info->barriers += pool->reuse.barriers;
     info->pending_waits += pool->pending_waits;
+    info->remap_syncs += pool->remap_syncs;
     info->expandable += (uint64_t)pool->expandable;
     ps_unlock(&pool->lock);
 }
@@ -1739,6 +1923,8 @@ void ps_pool_options_default(ps_pool_options_t *opts)
         .small_from_back = PS_MiB,
         .release_threshold = UINT64_MAX,
         .thread_cache = PS_MiB,
+        .remap = 1,
+        .remap_turnover_percent = 100,
     };
 }
 
@@ -1784,6 +1970,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     ps_reuse_init(&pool->reuse, gpu, o.free_sync, o.barrier_pending_percent, NULL, release_pending, pool);
     pool->last_stream = PS_STREAM_NONE;
     pool->unmapped_head = NIL;
+    pool->remap_credit = (uint64_t)REMAP_BURST * REMAP_CREDIT_UNIT;
     pool->eager_barrier = o.free_sync == PS_FREE_SYNC_BARRIER && o.barrier_pending_percent && gpu && gpu->barrier;
     pool->expandable = o.expandable && gpu && gpu->vm_reserve && gpu->vm_map && gpu->vm_unmap && gpu->vm_granularity;
     pool->owners_capacity = 8;
@@ -1819,6 +2006,81 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
         return status;
     }
     *out = &pool->base;
+    return PS_OK;
+}
+
+/* ---- layout (ps_pool_layout) ------------------------------------------- */
+
+/* Whole pieces of `range` inside [lo, hi), in bytes. */
+static uint64_t whole_pieces(const ps_vm_range_t *range, uintptr_t lo, uintptr_t hi)
+{
+    uintptr_t first = range->base + ps_align_up(lo - range->base, range->piece);
+    uintptr_t end = range->base + (hi - range->base) / range->piece * range->piece;
+    return end > first ? end - first : 0;
+}
+
+/* Adds what the blocks of expandable chunk `chunk` hold by piece to *out:
+ * runs of ready free blocks, runs of blocks that are free or pending, and
+ * the unmapped bytes below the highest mapped one. */
+static void layout_range_locked(const pool_t *pool, const pool_chunk_t *chunk, ps_pool_layout_t *out)
+{
+    uintptr_t ready_start = 0, idle_start = 0;
+    int in_ready = 0, in_idle = 0;
+    uint64_t unmapped_below = 0;
+    for (uint32_t index = chunk->first_block; index != NIL; index = pool->blocks[index].next_phys) {
+        const pool_block_t *b = &pool->blocks[index];
+        int ready = ready_or_parked(b), idle = b->state == BLOCK_FREE || b->state == BLOCK_CACHED ||
+                                                b->state == BLOCK_PENDING;
+        if (in_ready && !ready)
+            out->ready_whole_pieces += whole_pieces(chunk->range, ready_start, b->addr);
+        if (in_idle && !idle)
+            out->idle_whole_pieces += whole_pieces(chunk->range, idle_start, b->addr);
+        if (ready && !in_ready)
+            ready_start = b->addr;
+        if (idle && !in_idle)
+            idle_start = b->addr;
+        in_ready = ready;
+        in_idle = idle;
+        if (b->state == BLOCK_UNMAPPED)
+            unmapped_below += b->size;
+        else {
+            out->unmapped_holes += unmapped_below;
+            unmapped_below = 0;
+        }
+    }
+    uintptr_t end = chunk->addr + chunk->size;
+    if (in_ready)
+        out->ready_whole_pieces += whole_pieces(chunk->range, ready_start, end);
+    if (in_idle)
+        out->idle_whole_pieces += whole_pieces(chunk->range, idle_start, end);
+}
+
+int ps_pool_layout(ps_resource_t *r, ps_pool_layout_t *out)
+{
+    if (!r || r->ops != &pool_ops || !out)
+        return PS_EINVAL;
+    pool_t *pool = (pool_t *)r;
+    memset(out, 0, sizeof *out);
+    ps_lock(&pool->lock);
+    out->reserved = pool->bytes_reserved;
+    out->in_use = pool->bytes_in_use;
+    out->ready_free = pool->owners[OWNER_READY]->free_bytes;
+    for (uint32_t mask = pool->quick_mask; mask; mask &= mask - 1)
+        out->ready_free += pool->blocks[pool->quick[__builtin_ctz(mask)]].size;
+    out->pending = pool->reuse.bytes_pending;
+    out->stream_free = pool->bytes_free - out->ready_free;
+    out->largest_ready = largest_free_locked(pool);
+    for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
+        const pool_chunk_t *chunk = &pool->chunks[slot];
+        if (!chunk->base)
+            continue;
+        if (chunk->range)
+            layout_range_locked(pool, chunk, out);
+        for (uint32_t index = chunk->first_block; index != NIL; index = pool->blocks[index].next_phys)
+            if (pool->blocks[index].state == BLOCK_USED && pool->blocks[index].size <= pool->options.small_from_back)
+                out->small_in_use += pool->blocks[index].size;
+    }
+    ps_unlock(&pool->lock);
     return PS_OK;
 }
 

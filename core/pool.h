@@ -56,6 +56,13 @@ typedef struct ps_pool_options {
     size_t small_from_back;   /* requests of at most this many bytes are cut from the back of a
                                  free block, larger ones from the front (default 1 MiB; 0 = all
                                  from the front) */
+    int remap;                /* expandable, free_sync barrier: before mapping new pieces, issue a
+                                 barrier, synchronize the device and unmap as many whole free
+                                 pieces elsewhere in the range, so mapped bytes stay the same where
+                                 enough are free (default 1; 0 = off); see remap_turnover_percent */
+    unsigned remap_turnover_percent; /* remap only once barriers have released this % of the
+                                 reserved bytes since the last remap (default 100): each costs a
+                                 device synchronize, and one per step of a loop would be too many */
     size_t pending_wait_bytes; /* growth bound (0 with pending_wait_percent 0 = off, the default):
                                  before growing, while pending bytes exceed
                                  max(pending_wait_bytes, pending_wait_percent % of reserved),
@@ -110,6 +117,25 @@ void ps_pool_note_lock_contention(ps_resource_t *pool, uint32_t count);
  * whether they keep cudaFree'd blocks (the lock was found contended). */
 int ps_pool_thread_cache_counters(ps_resource_t *pool, uint64_t *hits, uint64_t *misses,
                                   uint64_t *barriers_asked);
+
+/* What the reserved bytes hold at one moment (ps_pool_layout): where the
+ * overhead of reserved over in-use goes. An analysis aid (poolshim replay
+ * --breakdown); it walks every block, so keep it off hot paths. */
+typedef struct ps_pool_layout {
+    uint64_t reserved;        /* bytes taken from the upstream (expandable: mapped) */
+    uint64_t in_use;          /* used blocks (blocks in the threads' caches included) */
+    uint64_t ready_free;      /* free in the ready list or parked in the quick cache */
+    uint64_t largest_ready;   /* the largest run of ready free bytes */
+    uint64_t pending;         /* cudaFree'd, waiting for a barrier or fence */
+    uint64_t stream_free;     /* free in stream-ordered lists */
+    uint64_t ready_whole_pieces; /* expandable: ready free bytes in pieces holding nothing else */
+    uint64_t idle_whole_pieces;  /* expandable: bytes in pieces holding only free or pending blocks */
+    uint64_t unmapped_holes;  /* expandable: unmapped bytes below a range's highest mapped piece */
+    uint64_t small_in_use;    /* used blocks of at most small_from_back bytes */
+} ps_pool_layout_t;
+
+/* Fills *out for `pool`. PS_EINVAL when `pool` is not a pool. */
+int ps_pool_layout(ps_resource_t *pool, ps_pool_layout_t *out);
 
 /* Debug aid and test hook: checks every invariant of the pool's metadata
  * (free lists match blocks, neighbours linked, no two adjacent free blocks

@@ -38,6 +38,7 @@ typedef struct ps_resource_info {
     uint64_t barriers;            /* device-wide GPU barriers that released pending blocks */
     uint64_t expandable;          /* resources backed by an expandable (virtual memory) range */
     uint64_t pending_waits;       /* host waits because pending bytes passed the growth bound */
+    uint64_t remap_syncs;         /* device synchronizes before moving free memory to a growth (pool remap) */
 } ps_resource_info_t;
 
 typedef struct ps_resource_ops {

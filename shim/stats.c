@@ -388,7 +388,7 @@ void ps_stats_write(FILE *f, int json)
                     "\"reserved_current\": %llu, \"reserved_peak\": %llu, \"in_use\": %llu, \"pending\": %llu}, "
                     "\"upstream\": {\"allocs\": %llu, \"frees\": %llu}, "
                     "\"fences\": {\"recorded\": %llu, \"waits\": %llu}, \"barriers\": %llu, "
-                    "\"expandable\": %llu, "
+                    "\"remap_syncs\": %llu, \"expandable\": %llu, "
                     "\"resets\": {\"count\": %u, \"dropped_allocations\": %llu, \"dropped_bytes\": %llu, "
                     "\"dropped_reserved\": %llu}",
                     (unsigned long long)s.doors[0], (unsigned long long)s.doors[1], (unsigned long long)s.failures,
@@ -398,7 +398,8 @@ void ps_stats_write(FILE *f, int json)
                     (unsigned long long)info.bytes_in_use, (unsigned long long)info.bytes_pending,
                     (unsigned long long)info.upstream_allocs, (unsigned long long)info.upstream_frees,
                     (unsigned long long)info.fences_recorded, (unsigned long long)info.fence_waits,
-                    (unsigned long long)info.barriers, (unsigned long long)(info.expandable != 0), dev->resets,
+                    (unsigned long long)info.barriers, (unsigned long long)info.remap_syncs,
+                    (unsigned long long)(info.expandable != 0), dev->resets,
                     (unsigned long long)dev->dropped_allocations, (unsigned long long)dev->dropped_bytes,
                     (unsigned long long)gone->bytes_reserved);
             write_host(f, 1, dev, &s, sum.host_ns[d]);
@@ -424,9 +425,13 @@ void ps_stats_write(FILE *f, int json)
                     ps_format_bytes(b1, sizeof b1, info.peak_bytes_reserved),
                     ps_format_bytes(b2, sizeof b2, info.bytes_reserved), (unsigned long long)info.upstream_allocs,
                     (unsigned long long)info.upstream_frees);
-            fprintf(f, "poolshim:   fences     %llu recorded, %llu host waits, %llu barriers\n",
+            fprintf(f, "poolshim:   fences     %llu recorded, %llu host waits, %llu barriers",
                     (unsigned long long)info.fences_recorded, (unsigned long long)info.fence_waits,
                     (unsigned long long)info.barriers);
+            if (info.remap_syncs)
+                fprintf(f, ", %llu device synchronizes to move free pieces (remap)",
+                        (unsigned long long)info.remap_syncs);
+            fputc('\n', f);
             fprintf(f, "poolshim:   memory     %s\n",
                     info.expandable ? "expandable (one virtual-memory range per pool, mapped as it grows)"
                                     : "chunks from cuMemAlloc");

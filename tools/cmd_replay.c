@@ -58,6 +58,9 @@ static const char replay_usage[] =
     "                       the GPU is more than TIME behind. Default 0: no lag\n"
     "  -n, --native         on the GPU: also replay without the shim (cuMemAlloc/cuMemFree)\n"
     "  -j, --json           print JSON instead of the table\n"
+    "  -b, --breakdown      simulated: where the pool's reserved bytes were at the peak\n"
+    "                       (in use, ready free, pending, free in whole pieces...) and\n"
+    "                       barriers and device synchronizes per 1000 allocations\n"
     "  -p, --plot FILE      also write memory over time as SVG (first stack)\n"
     "  -t, --title TEXT     title of the plot\n"
     "  -h, --help           this text\n";
@@ -137,6 +140,7 @@ int ps_cmd_replay(int argc, char **argv)
         {"json", no_argument, NULL, 'j'},         {"plot", required_argument, NULL, 'p'},
         {"title", required_argument, NULL, 't'},  {"gpu-lag", required_argument, NULL, 'g'},
         {"native", no_argument, NULL, 'n'},       {"help", no_argument, NULL, 'h'},
+        {"breakdown", no_argument, NULL, 'b'},
         {NULL, 0, NULL, 0},
     };
     const char *configs[REPLAY_MAX_CONFIGS];
@@ -144,12 +148,12 @@ int ps_cmd_replay(int argc, char **argv)
     const char *plot_path = NULL, *title = NULL, *log_path = NULL;
     uint64_t capacity = 0, gpu_lag_ns = 0;
     const char *why;
-    int json = 0, simulate = 0, native = 0;
+    int json = 0, simulate = 0, native = 0, breakdown = 0;
 
     opterr = 0;
     optind = 1;
     int c;
-    while ((c = getopt_long(argc, argv, ":c:s:g:jp:t:nh", long_options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":c:s:g:jp:t:nbh", long_options, NULL)) != -1) {
         switch (c) {
         case 'c':
             if (config_count == REPLAY_MAX_CONFIGS)
@@ -168,6 +172,7 @@ int ps_cmd_replay(int argc, char **argv)
             break;
         case 'j': json = 1; break;
         case 'n': native = 1; break;
+        case 'b': breakdown = 1; break;
         case 'p': plot_path = optarg; break;
         case 't': title = optarg; break;
         case 'h': fputs(replay_usage, stdout); return CLI_EXIT_OK;
@@ -221,7 +226,8 @@ int ps_cmd_replay(int argc, char **argv)
                 break;
             }
             replay_stats_t *r = &results[result_count];
-            if (replay_run(&log, log.devices[d], sim.top, sim.gpu, 0, r) != 0)
+            replay_options_t options = {.sim_gpu = sim.gpu, .breakdown = breakdown};
+            if (replay_run_with(&log, log.devices[d], sim.top, &options, r) != 0)
                 exit_code = CLI_EXIT_FAILURE;
             else {
                 snprintf(r->stack, sizeof r->stack, "%s", sim.name);

@@ -164,6 +164,16 @@ int replay_run(const memlog_t *log, int device, ps_resource_t *top, ps_gpu_ops_t
     return replay_run_with(log, device, top, &options, out);
 }
 
+/* The first pool in `top`'s stack (top, then its upstreams), or NULL. */
+static ps_resource_t *stack_pool(ps_resource_t *top)
+{
+    ps_pool_layout_t layout;
+    for (ps_resource_t *r = top; r; r = r->upstream)
+        if (ps_pool_layout(r, &layout) == PS_OK)
+            return r;
+    return NULL;
+}
+
 int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const replay_options_t *options,
                     replay_stats_t *out)
 {
@@ -186,6 +196,8 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
     }
     if (top)
         snprintf(s.stack, sizeof s.stack, "%s", top->name ? top->name : top->ops->type_name);
+    ps_resource_t *pool = options->breakdown ? stack_pool(top) : NULL;
+    s.has_layout = pool != NULL;
     live_map_t map = {NULL, 0, 0};
     uint64_t requested = 0, last_reserved = 0;
     double first_time = -1, last_time = 0;
@@ -264,13 +276,18 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
             memset(&info, 0, sizeof info);
             ps_query(top, &info);
             last_reserved = info.bytes_reserved;
-            if (info.bytes_reserved > s.peak_reserved)
+            if (info.bytes_reserved > s.peak_reserved) {
                 s.peak_reserved = info.bytes_reserved;
+                if (pool)
+                    ps_pool_layout(pool, &s.at_peak);
+            }
             if (info.peak_bytes_reserved > s.peak_reserved)
                 s.peak_reserved = info.peak_bytes_reserved;
             s.upstream_allocs = info.upstream_allocs;
             s.barriers = info.barriers;
         }
+        if (sim_gpu)
+            s.device_syncs = ps_host_ops_device_syncs(sim_gpu);
         if (want_samples) {
             if (s.sample_count == sample_capacity) {
                 size_t grown = sample_capacity ? sample_capacity * 2 : 1024;
@@ -308,6 +325,34 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
 /* ---- rendering ------------------------------------------------------ */
 
 static double per_op_ns(uint64_t ns, uint64_t ops) { return ops ? (double)ns / (double)ops : 0; }
+
+static double per_1000(uint64_t n, uint64_t allocations)
+{
+    return allocations ? 1000.0 * (double)n / (double)allocations : 0;
+}
+
+/* --breakdown: where the reserved bytes were at the peak, and the GPU calls
+ * that cost overlap. */
+static void print_layout_text(FILE *f, const replay_stats_t *r)
+{
+    const ps_pool_layout_t *l = &r->at_peak;
+    char a[32], b[32], c[32], d[32], e[32];
+    fprintf(f, "device %d at peak reserved %s: in use %s (%.2f%% of it), ready free %s (largest %s)", r->device,
+            cli_format_bytes(a, sizeof a, l->reserved), cli_format_bytes(b, sizeof b, l->in_use),
+            l->reserved ? 100.0 * (double)l->in_use / (double)l->reserved : 0,
+            cli_format_bytes(c, sizeof c, l->ready_free), cli_format_bytes(d, sizeof d, l->largest_ready));
+    fprintf(f, ", pending %s, stream free %s\n", cli_format_bytes(a, sizeof a, l->pending),
+            cli_format_bytes(b, sizeof b, l->stream_free));
+    fprintf(f, "  ready free in whole pieces %s, in partly used pieces %s; whole pieces free after a barrier %s; "
+               "unmapped holes %s; small blocks in use %s\n",
+            cli_format_bytes(a, sizeof a, l->ready_whole_pieces),
+            cli_format_bytes(b, sizeof b, l->ready_free - l->ready_whole_pieces),
+            cli_format_bytes(c, sizeof c, l->idle_whole_pieces), cli_format_bytes(d, sizeof d, l->unmapped_holes),
+            cli_format_bytes(e, sizeof e, l->small_in_use));
+    fprintf(f, "  barriers %llu (%.1f per 1000 allocations), device synchronizes %llu (%.2f per 1000)\n",
+            (unsigned long long)r->barriers, per_1000(r->barriers, r->allocations),
+            (unsigned long long)r->device_syncs, per_1000(r->device_syncs, r->allocations));
+}
 
 void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
                        uint64_t gpu_lag_ns, const replay_stats_t *results, size_t count)
@@ -372,6 +417,9 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
                     r->device, (unsigned long long)r->unknown_frees,
                     (unsigned long long)r->double_allocations, r->first_problem_line);
     }
+    for (size_t i = 0; i < count; i++)
+        if (results[i].has_layout)
+            print_layout_text(f, &results[i]);
     fprintf(f, "\noverhead = peak reserved / peak requested; fragmentation = 1 - largest free block / "
                "free bytes, at the requested peak\n");
     if (recorded)
@@ -407,9 +455,23 @@ void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint6
                 (unsigned long long)r->largest_free_at_peak, r->fragmentation,
                 (unsigned long long)r->upstream_allocs, (unsigned long long)r->barriers, r->duration_s);
         if (r->has_recorded)
-            fprintf(f, "%llu}", (unsigned long long)r->recorded_peak_reserved);
+            fprintf(f, "%llu", (unsigned long long)r->recorded_peak_reserved);
         else
-            fprintf(f, "null}");
+            fprintf(f, "null");
+        fprintf(f, ", \"device_syncs\": %llu", (unsigned long long)r->device_syncs);
+        if (r->has_layout) {
+            const ps_pool_layout_t *l = &r->at_peak;
+            fprintf(f, ", \"at_peak_reserved\": {\"reserved\": %llu, \"in_use\": %llu, \"ready_free\": %llu, "
+                       "\"largest_ready\": %llu, \"pending\": %llu, \"stream_free\": %llu, "
+                       "\"ready_whole_pieces\": %llu, \"idle_whole_pieces\": %llu, \"unmapped_holes\": %llu, "
+                       "\"small_in_use\": %llu}",
+                    (unsigned long long)l->reserved, (unsigned long long)l->in_use,
+                    (unsigned long long)l->ready_free, (unsigned long long)l->largest_ready,
+                    (unsigned long long)l->pending, (unsigned long long)l->stream_free,
+                    (unsigned long long)l->ready_whole_pieces, (unsigned long long)l->idle_whole_pieces,
+                    (unsigned long long)l->unmapped_holes, (unsigned long long)l->small_in_use);
+        }
+        fputc('}', f);
     }
     fprintf(f, "\n]}\n");
 }

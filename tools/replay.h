@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "../core/gpu_ops.h"
+#include "../core/pool.h"
 #include "../core/resource.h"
 #include "memlog.h"
 
@@ -39,6 +40,9 @@ typedef struct replay_stats {
     double fragmentation;         /* 1 - largest_free / free at the requested peak */
     uint64_t upstream_allocs;     /* upstream allocations the stack made */
     uint64_t barriers;            /* GPU barriers the stack issued (free_sync barrier) */
+    uint64_t device_syncs;        /* device synchronizes the stack made (simulated device only) */
+    int has_layout;               /* breakdown asked and the stack holds a pool: at_peak is set */
+    ps_pool_layout_t at_peak;     /* the pool's layout when reserved last reached its peak */
     double duration_s;            /* log time from the first to the last event */
     int has_recorded;             /* the log's companion (LOG.reserved.csv) covers this device */
     uint64_t recorded_peak_reserved; /* then: the peak the recorded program's GPU really held */
@@ -53,6 +57,7 @@ typedef struct replay_options {
     ps_gpu_ops_t *sim_gpu;   /* the simulated device under the stack, or NULL (see replay_run) */
     int want_samples;        /* keep memory over time in samples */
     int call_times;          /* keep every call's time in alloc_call_ns / free_call_ns */
+    int breakdown;           /* take the pool's layout (ps_pool_layout) at each new peak reserved */
     /* Called before each event of the device, outside the timed calls (the
      * GPU replay launches its lag kernels and samples device memory here);
      * may be NULL. */

@@ -1,0 +1,275 @@
+/* Remap on growth (pool option `remap`, core/pool.c step c): an expandable
+ * pool that must grow while whole free pieces lie elsewhere in its range
+ * issues a barrier, synchronizes the device, unmaps those pieces and maps
+ * the growth, so the mapped total stays the same. The fake device's fences
+ * never complete unless a test says so (a lagging GPU): an unmap without
+ * the synchronize would count as unsafe. */
+#include "pool_fixture.h"
+
+#define LAYOUT_BLOCKS 5 /* a b c d e, 8 MiB each */
+
+/* An expandable pool over a fake device with virtual memory. */
+static void open_remap_pool(pool_fixture_t *f, int remap)
+{
+    ps_pool_options_t o = small_pool_options();
+    o.remap = remap;
+    ps_host_ops_options_t host = {.virtual_memory = 1};
+    cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, &o, &f->pool), PS_OK);
+    cr_assert(ps_pool_is_expandable(f->pool));
+}
+
+/* Maps a b c d e (8 MiB each), then s and t (1 MiB each, one piece), frees
+ * b and d and takes s again: the allocation's eager barrier releases b and
+ * d, so two 8 MiB holes of whole free pieces lie between used blocks, no
+ * 16 MiB block fits, and nothing is pending. 42 MiB mapped. */
+static void make_two_holes(pool_fixture_t *f, void *blocks[LAYOUT_BLOCKS], void **s, void **t)
+{
+    for (int i = 0; i < LAYOUT_BLOCKS; i++)
+        cr_assert_eq(ps_allocate(f->pool, 8 * PS_MiB, PS_STREAM_NONE, &blocks[i]), PS_OK);
+    cr_assert_eq(ps_allocate(f->pool, PS_MiB, PS_STREAM_NONE, s), PS_OK);
+    cr_assert_eq(ps_allocate(f->pool, PS_MiB, PS_STREAM_NONE, t), PS_OK);
+    cr_assert_eq(ps_deallocate(f->pool, *s, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f->pool, blocks[1], 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f->pool, blocks[3], 0, PS_STREAM_NONE), PS_OK);
+    void *again;
+    cr_assert_eq(ps_allocate(f->pool, PS_MiB, PS_STREAM_NONE, &again), PS_OK);
+    cr_assert_eq(again, *s, "the barrier released s, b and d; s fits best");
+    ps_resource_info_t info = fixture_info(f->pool);
+    cr_assert_eq(info.bytes_reserved, 42 * PS_MiB);
+    cr_assert_eq(info.bytes_pending, 0);
+    cr_assert_eq(ps_host_ops_device_syncs(f->gpu), 0);
+    cr_assert_eq(ps_pool_check(f->pool), PS_OK);
+}
+
+/* Frees what make_two_holes left in use, and `big`. */
+static void free_layout(pool_fixture_t *f, void *blocks[LAYOUT_BLOCKS], void *s, void *t, void *big)
+{
+    for (int i = 0; i < LAYOUT_BLOCKS; i += 2)
+        cr_assert_eq(ps_deallocate(f->pool, blocks[i], 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f->pool, s, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f->pool, t, 0, PS_STREAM_NONE), PS_OK);
+    if (big)
+        cr_assert_eq(ps_deallocate(f->pool, big, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_pool_check(f->pool), PS_OK);
+}
+
+Test(pool_remap, growth_moves_free_pieces_and_keeps_the_mapped_total)
+{
+    pool_fixture_t f;
+    open_remap_pool(&f, 1);
+    void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
+    make_two_holes(&f, blocks, &s, &t);
+    uint64_t barriers = ps_host_ops_barriers(f.gpu);
+    cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
+    ps_resource_info_t info = fixture_info(f.pool);
+    cr_assert_eq(info.bytes_reserved, 42 * PS_MiB, "b's and d's pieces moved to the growth: %llu MiB mapped",
+                 (unsigned long long)(info.bytes_reserved / PS_MiB));
+    cr_assert_eq(info.peak_bytes_reserved, 42 * PS_MiB, "the peak did not move");
+    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 42 * PS_MiB);
+    cr_assert_eq(info.remap_syncs, 1);
+    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 1, "one device synchronize before unmapping");
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers + 1, "a barrier first: it proves no capture is open");
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    /* the holes serve 8 MiB requests again (mapped once more) */
+    void *hole;
+    cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &hole), PS_OK);
+    cr_assert(hole == blocks[1] || hole == blocks[3], "a hole is mapped again, not the range's end");
+    cr_assert_eq(ps_deallocate(f.pool, hole, 0, PS_STREAM_NONE), PS_OK);
+    free_layout(&f, blocks, s, t, big);
+    fixture_close(&f);
+}
+
+Test(pool_remap, off_the_growth_adds_memory)
+{
+    pool_fixture_t f;
+    open_remap_pool(&f, 0);
+    void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
+    make_two_holes(&f, blocks, &s, &t);
+    cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 58 * PS_MiB, "remap off: 16 MiB more");
+    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0);
+    free_layout(&f, blocks, s, t, big);
+    fixture_close(&f);
+}
+
+Test(pool_remap, no_synchronize_while_a_barrier_is_refused)
+{
+    /* a refused barrier means a stream capture is open: a device
+     * synchronize then would invalidate it, so the growth maps new memory */
+    pool_fixture_t f;
+    open_remap_pool(&f, 1);
+    void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
+    make_two_holes(&f, blocks, &s, &t);
+    ps_host_ops_block_barriers(f.gpu, 1);
+    cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
+    ps_host_ops_block_barriers(f.gpu, 0);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 58 * PS_MiB);
+    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0, "no synchronize while the barrier was refused");
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    free_layout(&f, blocks, s, t, big);
+    fixture_close(&f);
+}
+
+/* One call of `op` in the growth fails: the pool stays consistent, the
+ * allocation is served or PS_ENOMEM (then served on retry), and the device
+ * holds exactly what the pool says it reserved. */
+static void fail_in_growth(ps_host_op_t op)
+{
+    pool_fixture_t f;
+    open_remap_pool(&f, 1);
+    void *blocks[LAYOUT_BLOCKS], *s, *t, *big = NULL;
+    make_two_holes(&f, blocks, &s, &t);
+    uint64_t before = ps_host_ops_calls(f.gpu, op);
+    cr_assert_eq(ps_host_ops_fail_call(f.gpu, op, before + 1, 0), PS_OK);
+    int status = ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big);
+    const char *name = ps_host_ops_op_name(op);
+    cr_assert_eq(ps_host_ops_faults_fired(f.gpu, NULL, NULL), 1, "%s: the growth made that call", name);
+    cr_assert(status == PS_OK || status == PS_ENOMEM, "%s: status %d", name, status);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK, "%s", name);
+    ps_resource_info_t info = fixture_info(f.pool);
+    cr_assert_eq(info.bytes_reserved, ps_host_ops_bytes_outstanding(f.gpu), "%s: nothing lost", name);
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0, "%s", name);
+    if (status != PS_OK)
+        cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK, "%s: the retry", name);
+    cr_assert_eq(info.bytes_in_use + info.bytes_free + info.bytes_pending, info.bytes_reserved, "%s", name);
+    free_layout(&f, blocks, s, t, big);
+    cr_assert_eq(ps_trim(f.pool), PS_OK);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0, "%s", name);
+    fixture_close(&f);
+}
+
+Test(pool_remap, a_failed_unmap_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_VM_UNMAP); }
+Test(pool_remap, a_failed_map_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_VM_MAP); }
+Test(pool_remap, a_failed_synchronize_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_DEVICE_SYNCHRONIZE); }
+Test(pool_remap, a_failed_barrier_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_BARRIER); }
+
+/* `iterations` times: two 8 MiB blocks freed between kept separators and
+ * a kept 16 MiB allocation that must grow (little memory turns over).
+ * Returns the device synchronizes it cost. */
+static uint64_t growth_after_growth(unsigned turnover_percent, int iterations)
+{
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    o.remap_turnover_percent = turnover_percent;
+    ps_host_ops_options_t host = {.virtual_memory = 1};
+    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    void **kept = calloc((size_t)iterations * 3, sizeof *kept);
+    cr_assert_not_null(kept);
+    for (int i = 0; i < iterations; i++) {
+        void *u1, *u2;
+        cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &u1), PS_OK);
+        cr_assert_eq(ps_allocate(f.pool, 2 * PS_MiB, PS_STREAM_NONE, &kept[3 * i]), PS_OK);
+        cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &u2), PS_OK);
+        cr_assert_eq(ps_allocate(f.pool, 2 * PS_MiB, PS_STREAM_NONE, &kept[3 * i + 1]), PS_OK);
+        cr_assert_eq(ps_deallocate(f.pool, u1, 0, PS_STREAM_NONE), PS_OK);
+        cr_assert_eq(ps_deallocate(f.pool, u2, 0, PS_STREAM_NONE), PS_OK);
+        cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &kept[3 * i + 2]), PS_OK);
+    }
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    uint64_t syncs = ps_host_ops_device_syncs(f.gpu);
+    cr_assert_eq(fixture_info(f.pool).remap_syncs, syncs);
+    for (int i = 0; i < iterations * 3; i++)
+        cr_assert_eq(ps_deallocate(f.pool, kept[i], 0, PS_STREAM_NONE), PS_OK);
+    free(kept);
+    fixture_close(&f);
+    return syncs;
+}
+
+Test(pool_remap, synchronizes_are_bounded_by_the_memory_turned_over)
+{
+    /* every iteration could remap; with remap_turnover_percent 0 every one
+     * does. With 100 (the default), after the first 16 each needs as many
+     * bytes freed as the pool reserves: these iterations free 16 MiB of a
+     * pool of 20 MiB more each time, so few more are allowed */
+    uint64_t unlimited = growth_after_growth(0, 40);
+    uint64_t limited = growth_after_growth(100, 40);
+    cr_log_info("remaps: %llu without a limit, %llu with", (unsigned long long)unlimited, (unsigned long long)limited);
+    cr_assert_eq(unlimited, 40, "without a limit every growth remaps");
+    cr_assert_geq(limited, 16, "the burst");
+    cr_assert_leq(limited, 24, "the turnover limits the rest: %llu", (unsigned long long)limited);
+}
+
+/* A word that names block `id` at word `at`. */
+static uint64_t stamp(uint64_t id, size_t at)
+{
+    return id * 0x9e3779b97f4a7c15ull ^ at;
+}
+
+/* The words of a block of `words` words that carry its stamp: one every
+ * 64 KiB and the last. */
+static size_t next_stamped(size_t at, size_t words)
+{
+    size_t next = (at / 8192 + 1) * 8192;
+    return at + 1 == words ? words : next < words ? next : words - 1;
+}
+
+static void stamp_block(uint64_t *p, size_t words, uint64_t id)
+{
+    for (size_t at = 0; at < words; at = next_stamped(at, words))
+        p[at] = stamp(id, at);
+}
+
+/* Whether every stamped word of the block is still there. */
+static int stamps_intact(const uint64_t *p, size_t words, uint64_t id)
+{
+    for (size_t at = 0; at < words; at = next_stamped(at, words))
+        if (p[at] != stamp(id, at))
+            return 0;
+    return 1;
+}
+
+Test(pool_remap, random_workload_over_real_memory_never_moves_a_used_byte)
+{
+    /* backed memory: an unmapped piece faults, a piece mapped again reads
+     * zeros. Each live block carries its stamp at both ends and in every
+     * 64 KiB; it must still be there when the block is freed, after
+     * thousands of remaps (no bound, to make as many as possible). */
+    enum { OPS = 20000, LIVE = 48 };
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    o.remap_turnover_percent = 0;
+    o.small_from_back = PS_MiB;
+    ps_host_ops_options_t host = {.virtual_memory = 1, .backed = 1};
+    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    struct { uint64_t *p; size_t size; uint64_t id; } live[LIVE] = {{0}};
+    uint64_t rng = 12345, next_id = 1;
+    for (int op = 0; op < OPS; op++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        int slot = (int)((rng >> 33) % LIVE);
+        if (live[slot].p) {
+            cr_assert(stamps_intact(live[slot].p, live[slot].size / 8, live[slot].id), "op %d: block %llu changed",
+                      op, (unsigned long long)live[slot].id);
+            cr_assert_eq(ps_deallocate(f.pool, live[slot].p, live[slot].size, PS_STREAM_NONE), PS_OK);
+            live[slot].p = NULL;
+        } else {
+            int shift = 8 + (int)((rng >> 20) % 16); /* 256 B .. 8 MiB, then a random part of that */
+            size_t size = ((size_t)1 << shift) + (size_t)((rng >> 40) % ((size_t)1 << shift));
+            size = (size + 7) & ~(size_t)7;
+            void *p;
+            cr_assert_eq(ps_allocate(f.pool, size, PS_STREAM_NONE, &p), PS_OK);
+            live[slot].p = p;
+            live[slot].size = size;
+            live[slot].id = next_id++;
+            stamp_block(live[slot].p, size / 8, live[slot].id);
+        }
+        if (op % 1000 == 0)
+            cr_assert_eq(ps_pool_check(f.pool), PS_OK, "op %d", op);
+    }
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    uint64_t remaps = fixture_info(f.pool).remap_syncs;
+    cr_log_info("remaps: %llu", (unsigned long long)remaps);
+    cr_assert_gt(remaps, 10, "the workload exercised remap: %llu", (unsigned long long)remaps);
+    for (int i = 0; i < LIVE; i++)
+        if (live[i].p)
+            cr_assert_eq(ps_deallocate(f.pool, live[i].p, live[i].size, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    fixture_close(&f);
+}
