@@ -92,12 +92,24 @@ static inline void cpu_relax(void)
 
 void ps_lock_slow(ps_lock_t *lock)
 {
+    /* Test and test-and-set with exponential backoff: a waiter reads the
+     * lock (its own cached copy) and, each time it finds it held, waits
+     * twice as long before reading again (up to 64 pauses), so that a
+     * release is not met by every waiter's exchange at once (with 16
+     * threads on 16 CPUs the plain spin made the pool 10x slower than one
+     * thread). After 32 reads (some 2000 pauses) it yields the CPU instead: the holder may
+     * be descheduled or polling a fence for microseconds. */
+    unsigned backoff = 1, reads = 0;
     for (;;) {
-        for (int spins = 0; __atomic_load_n(&lock->held, __ATOMIC_RELAXED); spins++) {
-            if (spins >= 100)
+        while (__atomic_load_n(&lock->held, __ATOMIC_RELAXED)) {
+            if (++reads > 32) {
                 sched_yield();
-            else
+                continue;
+            }
+            for (unsigned i = 0; i < backoff; i++)
                 cpu_relax();
+            if (backoff < 64)
+                backoff <<= 1;
         }
         if (!__atomic_exchange_n(&lock->held, 1, __ATOMIC_ACQUIRE))
             return;

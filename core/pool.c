@@ -28,7 +28,8 @@
  *     enough, else the first non-empty class whose every block fits (found
  *     with ctz on the bitmaps).
  *  3. allocate(size): (free_sync barrier) when the pending bytes exceed
- *     barrier_pending_percent of the reserved bytes, one barrier first
+ *     barrier_pending_percent of the reserved bytes (and 1 MiB,
+ *     PS_REUSE_EAGER_FLOOR), one barrier first
  *     releases them all (step B below, done early: blocks freed since the
  *     last barrier cannot be reused, so new allocations scatter into other
  *     holes; waiting until nothing fits cost 1.80x reserved/requested on a
@@ -1922,7 +1923,7 @@ void ps_pool_options_default(ps_pool_options_t *opts)
         .barrier_pending_percent = 3,
         .small_from_back = PS_MiB,
         .release_threshold = UINT64_MAX,
-        .thread_cache = PS_MiB,
+        .thread_cache = 4 * PS_MiB,
         .remap = 1,
         .remap_turnover_percent = 100,
     };

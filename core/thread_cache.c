@@ -55,7 +55,7 @@
  *     thread's exit gives its caches back (pthread key destructor); a pool's
  *     destruction orphans the caches (their threads free them). A cache's
  *     memory is held by two references, its thread's and its set's.
- * Memory: a thread's cache holds at most cap_bytes (1 MiB by default), ready
+ * Memory: a thread's cache holds at most cap_bytes (4 MiB by default), ready
  * or waiting for a barrier; the pool never grows while one of them could
  * serve (step 6).
  * Guarantees: see thread_cache.h. Cached bytes are exact in
@@ -73,9 +73,9 @@
 #define ENTRIES 1024       /* freed blocks one cache keeps, in all its bins (< NONE) */
 #define BARRIER_AFTER 512  /* frees since the last barrier after which a waiting miss asks for one */
 #define REFILL_MAX 8       /* ready blocks one miss may bring into a bin */
-#define REFILL_SHARE 64    /* one refill brings at most cap / REFILL_SHARE bytes (16 KiB of a 1 MiB cache):
-                              refills of bigger blocks scattered small holes over the pool (replay of
-                              the PyTorch transformer log: 1.10x reserved/requested with cap / 8) */
+#define REFILL_BYTES (16 * 1024) /* one refill brings at most this many bytes: refills of bigger
+                                     blocks scattered small holes over the pool (replay of the
+                                     PyTorch transformer log: 1.10x reserved/requested with 128 KiB) */
 #define SETS_PER_THREAD 16 /* caches one thread keeps (pools it uses at once) */
 #define EVICT_MAX 64       /* blocks evicted by one put at most */
 #define NONE 0xFFFFu       /* no entry */
@@ -495,7 +495,7 @@ size_t ps_tcache_refill_room_locked(ps_tcache_t *set, size_t size)
     if (bin_blocks(b) && b->size != size)
         return 0;
     size_t room = READY_DEPTH - b->ready_count;
-    size_t budget = set->cap / REFILL_SHARE / size;
+    size_t budget = REFILL_BYTES / size;
     uint64_t bytes = bytes_of(c);
     size_t left = bytes < set->cap ? (set->cap - bytes) / size : 0;
     if (room > REFILL_MAX)

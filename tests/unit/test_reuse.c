@@ -107,10 +107,17 @@ Test(reuse, eager_trigger_follows_the_pending_share_of_reserved)
     released_t seen = {0};
     ps_reuse_t r;
     ps_reuse_init(&r, gpu, PS_FREE_SYNC_BARRIER, 3, NULL, record_release, &seen);
-    cr_assert_eq(ps_reuse_defer(&r, 1, 3), PS_OK);
-    cr_assert_eq(ps_reuse_wants_barrier(&r, 100), 0, "3 of 100 is not past 3%%");
-    cr_assert_eq(ps_reuse_defer(&r, 2, 1), PS_OK);
-    cr_assert_eq(ps_reuse_wants_barrier(&r, 100), 1, "4 of 100 is");
+    cr_assert_eq(ps_reuse_defer(&r, 1, 3 * PS_MiB), PS_OK);
+    cr_assert_eq(ps_reuse_wants_barrier(&r, 100 * PS_MiB), 0, "3 of 100 is not past 3%%");
+    cr_assert_eq(ps_reuse_defer(&r, 2, PS_MiB), PS_OK);
+    cr_assert_eq(ps_reuse_wants_barrier(&r, 100 * PS_MiB), 1, "4 of 100 is");
+    ps_reuse_t small;
+    ps_reuse_init(&small, gpu, PS_FREE_SYNC_BARRIER, 3, NULL, record_release, &seen);
+    cr_assert_eq(ps_reuse_defer(&small, 3, PS_REUSE_EAGER_FLOOR), PS_OK);
+    cr_assert_eq(ps_reuse_wants_barrier(&small, 2 * PS_MiB), 0, "50%% of a small pool, but not past the floor");
+    cr_assert_eq(ps_reuse_defer(&small, 4, 256), PS_OK);
+    cr_assert_eq(ps_reuse_wants_barrier(&small, 2 * PS_MiB), 1, "past the floor");
+    ps_reuse_destroy(&small);
     ps_reuse_destroy(&r);
     ps_host_ops_destroy(gpu);
 }

@@ -32,12 +32,13 @@ static void *alloc_ok(pool_fixture_t *f, size_t size, ps_stream_t stream)
     return p;
 }
 
-/* A block above cap / 4 bypasses the cache: its cudaFree makes 512 KiB
- * pending in the pool itself, which passes the 3 % barrier trigger. */
+/* A block above cap / 4 bypasses the cache: its cudaFree makes 1.5 MiB
+ * pending in the pool itself, which passes the 3 % barrier trigger and its
+ * 1 MiB floor. */
 static void free_pending_big(pool_fixture_t *f)
 {
-    void *big = alloc_ok(f, 512 * PS_KiB, PS_STREAM_NONE);
-    cr_assert_eq(ps_deallocate(f->pool, big, 512 * PS_KiB, PS_STREAM_NONE), PS_OK);
+    void *big = alloc_ok(f, 1536 * PS_KiB, PS_STREAM_NONE);
+    cr_assert_eq(ps_deallocate(f->pool, big, 1536 * PS_KiB, PS_STREAM_NONE), PS_OK);
 }
 
 static void close_cached(pool_fixture_t *f)
@@ -53,7 +54,7 @@ Test(thread_cache, cudafree_block_is_reused_only_after_a_barrier_issued_after_it
     void *a = alloc_ok(&f, S, PS_STREAM_NONE);
     cr_assert_eq(ps_deallocate(f.pool, a, S, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), S, "the free went to the thread's cache");
-    free_pending_big(&f); /* 512 KiB of 2 MiB pending in the pool (> 3 %) */
+    free_pending_big(&f); /* 1.5 MiB pending in the pool (> 3 % of reserved, > the floor) */
     uint64_t barriers = ps_host_ops_barriers(f.gpu);
     /* the next allocation misses the cache (no barrier since a's free),
      * then the pool issues one (its pending bytes passed 3 %) */
