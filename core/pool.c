@@ -80,7 +80,12 @@
  *            front (to join a ready free block below), of its back (to join
  *            one above), or all of it, in whole pieces; the new memory
  *            merges with its free neighbours, so growth leaves no hole. When
- *            no unmapped block can serve, reserve another range;
+ *            no unmapped block can serve, reserve another range. With
+ *            grow_budget_percent (the pinned pool's host range), first unmap
+ *            free pieces until reserved + request fits in that % of the most
+ *            bytes in use seen at a growth: merging alone leaves holes
+ *            between live blocks as big as the blocks when few large ones
+ *            live (the CuPy pipeline model: 1.3-1.6x; given back: ~1.05x);
  *       d. memory pressure: host-wait (fence_wait) the oldest epochs one by
  *          one, retrying after each; then wait a fence on every stream list
  *          and merge all of them into the ready list; retry;
@@ -247,6 +252,7 @@ typedef struct pool {
     uint64_t fences_recorded;   /* fences this pool recorded for stream lists (epochs: reuse's) */
     uint64_t fence_waits;       /* host waits on stream lists (epochs: reuse's) */
     uint64_t pending_waits;     /* host waits because pending bytes passed the growth bound */
+    uint64_t in_use_high;       /* most of in use + need seen at a growth (grow_budget_percent) */
 
     int eager_barrier;          /* 1: free_sync barrier with barrier_pending_percent > 0 */
     int expandable;             /* 1: growth maps pieces of virtual-memory ranges, not chunks */
@@ -1036,7 +1042,9 @@ static int grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown)
 /* Step e, expandable: unmaps every whole piece inside a ready free block.
  * The device is synchronized first: unmapping does not wait for kernels
  * still using the range, and a ready block may have been freed while one
- * ran (a barrier orders later work, not earlier work). */
+ * ran (a barrier orders later work, not earlier work). Not under
+ * free_sync event: there a block is ready only once a fence recorded
+ * after its free completed. */
 static void unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
 {
     int synchronized = 0;
@@ -1056,7 +1064,7 @@ static void unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
                 hi = lo + ps_align_up(pool->bytes_reserved - keep, range->piece);
             if (hi <= lo || reserve_descriptors_locked(pool, 2) != PS_OK)
                 continue;
-            if (!synchronized) {
+            if (!synchronized && pool->options.free_sync != PS_FREE_SYNC_EVENT) {
                 if (pool->gpu->device_synchronize(pool->gpu->ctx) != PS_OK)
                     return;
                 synchronized = 1;
@@ -1297,6 +1305,39 @@ static int wait_pending_over_bound_locked(pool_t *pool, size_t need, void **out)
     return PS_ENOMEM;
 }
 
+/* Step c, grow_budget_percent (expandable): the growth must leave at most
+ * budget = grow_budget_percent % of the most bytes in use seen at a growth
+ * (in use now + need included) reserved, so free pieces go back first,
+ * holes between live blocks before the rest, until reserved + need fits;
+ * while pending blocks keep it over the budget, host-wait the oldest epoch
+ * (counted in pending_waits) and try again. PS_OK: served from released
+ * blocks; PS_ENOMEM: go on and grow. */
+static int fit_budget_locked(pool_t *pool, size_t need, void **out)
+{
+    uint64_t high = pool->bytes_in_use + need;
+    if (high > pool->in_use_high)
+        pool->in_use_high = high;
+    uint64_t budget = pool->in_use_high / 100 * pool->options.grow_budget_percent +
+                      pool->in_use_high % 100 * pool->options.grow_budget_percent / 100;
+    uint64_t keep = budget > need ? budget - need : 0;
+    if (pool->bytes_reserved <= keep)
+        return PS_ENOMEM;
+    release_free_chunks_locked(pool, keep);
+    if (pool->bytes_reserved <= keep || !pool->gpu || !pool->reuse.bytes_pending)
+        return PS_ENOMEM;
+    ps_reuse_close_or_sync(&pool->reuse);
+    if (try_ready_locked(pool, need, out) == PS_OK)
+        return PS_OK;
+    while (pool->reuse.closed_count && pool->bytes_reserved > keep) {
+        ps_reuse_wait_oldest(&pool->reuse);
+        pool->pending_waits++;
+        if (try_ready_locked(pool, need, out) == PS_OK)
+            return PS_OK;
+        release_free_chunks_locked(pool, keep);
+    }
+    return PS_ENOMEM;
+}
+
 /* Steps a-f of the file header; `stream_allocation`: the request is
  * stream-ordered (its own and stolen lists were tried already). */
 static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation, void **out)
@@ -1335,6 +1376,8 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
     uint32_t grown;
     if (pool->options.release_before_grow && !pool->expandable)
         release_free_chunks_locked(pool, 0);
+    else if (pool->options.grow_budget_percent && pool->expandable && fit_budget_locked(pool, need, out) == PS_OK)
+        return PS_OK;
     if (grow_locked(pool, need, &grown) == PS_OK)
         return take_grown_locked(pool, grown, need, out);
     if (gpu) {
