@@ -13,7 +13,8 @@
  * without giving memory back: 1.31x-1.70x): with four or five live buffers
  * of random sizes up to 24 MiB, the holes between live buffers are as big
  * as the buffers. What helps is giving free memory back from the middle
- * before growing. */
+ * before growing: host.expandable (core/host_vm.h) with its growth budget,
+ * the last test. */
 #include "host_pipeline_model.h"
 
 #define SEEDS 3
@@ -48,23 +49,48 @@ Test(pool_host_pipeline, default_pool_misses_the_target_by_fragmentation_not_by_
 
 Test(pool_host_pipeline, merging_across_growth_alone_does_not_help)
 {
-    ps_config_t *cfg = pipeline_config("");
+    /* one host range (host.expandable), nothing given back before growing */
+    ps_config_t *cfg = pipeline_config("host.expandable=1,host.grow_budget_percent=0");
     pipeline_params_t p = pipeline_defaults();
-    p.virtual_memory = 1;
-    p.vm_granularity = 64 << 10;
-    ps_pool_options_t o;
-    ps_host_pool_options(&ps_config_global(cfg)->host, &o);
-    o.expandable = 1; /* one range on the fake device's vm_*, nothing given back before growing */
-    o.expandable_piece = 1 << 20;
-    o.release_before_grow = 0;
     double best = 10;
     for (uint64_t seed = 4321; seed < 4321 + SEEDS; seed++) {
         p.seed = seed;
-        pipeline_result_t r = pipeline_run(cfg, &o, &p);
-        log_result("one range, merging, nothing given back", p.depth, seed, &r);
+        pipeline_result_t r = pipeline_run(cfg, NULL, &p);
+        log_result("one host range, merging, nothing given back", p.depth, seed, &r);
         if (pipeline_ratio(&r) < best)
             best = pipeline_ratio(&r);
     }
     cr_assert_gt(best, 1.25, "best %.3fx", best);
+    ps_config_free(cfg);
+}
+
+/* host.expandable with its default budget (110 %): free pieces go back,
+ * holes first, and pending blocks are waited for, before the range grows
+ * past 110 % of the most bytes in use. 1.01-1.11x at every depth and
+ * seed; the price is host waits (on 53-65 % of the steps instead of
+ * 31-52 %) and pieces registered again (160-300 pieces of 2 MiB, each
+ * charged as cuMemHostAlloc's pinning time, and an unregistration that
+ * synchronizes): the modelled run takes 12-42 % longer than with slabs.
+ * Both costs are guesses until tests/gpu/pinned_probe.cu has run. */
+Test(pool_host_pipeline, host_range_with_a_budget_meets_the_target)
+{
+    ps_config_t *cfg = pipeline_config("host.expandable=1");
+    ps_config_t *slabs = pipeline_config("");
+    pipeline_params_t p = pipeline_defaults();
+    for (unsigned depth = 2; depth <= 8; depth *= 2) {
+        p.depth = depth;
+        for (uint64_t seed = 4321; seed < 4321 + SEEDS; seed++) {
+            p.seed = seed;
+            pipeline_result_t r = pipeline_run(cfg, NULL, &p), before = pipeline_run(slabs, NULL, &p);
+            log_result("host.expandable", depth, seed, &r);
+            cr_assert_leq(pipeline_ratio(&r), 1.15, "depth %u seed %llu: %.3fx", depth, (unsigned long long)seed,
+                          pipeline_ratio(&r));
+            cr_assert_lt(r.bound_waits, p.steps * 3 / 4, "depth %u: %llu host waits in %u steps", depth,
+                         (unsigned long long)r.bound_waits, p.steps);
+            cr_assert_lt(r.wall_ns, before.wall_ns * 3 / 2, "depth %u: %.0f ms against %.0f ms with slabs", depth,
+                         r.wall_ns / 1e6, before.wall_ns / 1e6);
+        }
+    }
+    ps_config_free(slabs);
     ps_config_free(cfg);
 }
