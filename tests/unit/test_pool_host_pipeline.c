@@ -64,13 +64,13 @@ Test(pool_host_pipeline, merging_across_growth_alone_does_not_help)
     ps_config_free(cfg);
 }
 
-/* host.expandable with its default budget (110 %): free pieces go back,
- * holes first, and pending blocks are waited for, before the range grows
- * past 110 % of the most bytes in use. 1.01-1.11x at every depth and
- * seed; the price is host waits (on 53-65 % of the steps instead of
- * 31-52 %) and pieces registered again (160-300 pieces of 2 MiB, each
+/* host.expandable with its default budget (110 %): pending blocks are
+ * waited for, then free pieces go back, holes first, before the range
+ * grows past 110 % of the most bytes in use. 1.01-1.11x at every depth and
+ * seed; the price is host waits (on 52-64 % of the steps instead of
+ * 31-52 %) and pieces registered again (121-264 pieces of 2 MiB, each
  * charged as cuMemHostAlloc's pinning time, and an unregistration that
- * synchronizes): the modelled run takes 12-42 % longer than with slabs.
+ * synchronizes): the modelled run takes 7-38 % longer than with slabs.
  * Both costs are guesses until tests/gpu/pinned_probe.cu has run. */
 Test(pool_host_pipeline, host_range_with_a_budget_meets_the_target)
 {
