@@ -1042,8 +1042,9 @@ static int grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown)
 /* Step e, expandable: unmaps every whole piece inside a ready free block.
  * The device is synchronized first: unmapping does not wait for kernels
  * still using the range, and a ready block may have been freed while one
- * ran (a barrier orders later work, not earlier work). Not under
- * free_sync event: there a block is ready only once a fence recorded
+ * ran (a barrier orders later work, not earlier work). Not with a growth
+ * budget under free_sync event (the pinned pool's host range, which gives
+ * pieces back often): there a block is ready only once a fence recorded
  * after its free completed. */
 static void unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
 {
@@ -1064,7 +1065,7 @@ static void unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
                 hi = lo + ps_align_up(pool->bytes_reserved - keep, range->piece);
             if (hi <= lo || reserve_descriptors_locked(pool, 2) != PS_OK)
                 continue;
-            if (!synchronized && pool->options.free_sync != PS_FREE_SYNC_EVENT) {
+            if (!synchronized && !(pool->options.free_sync == PS_FREE_SYNC_EVENT && pool->options.grow_budget_percent)) {
                 if (pool->gpu->device_synchronize(pool->gpu->ctx) != PS_OK)
                     return;
                 synchronized = 1;

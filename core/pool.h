@@ -74,8 +74,8 @@ typedef struct ps_pool_options {
                                  free pieces until the bytes reserved after the growth stay within
                                  this % of the most bytes in use seen at a growth (the pinned pool's
                                  host range: holes between live blocks go back instead of stranding
-                                 memory; in event mode without a device synchronize, as every ready
-                                 block's fence has completed) */
+                                 memory; under free_sync event without a device synchronize, as
+                                 every ready block's fence has completed) */
     size_t chunk_granule;     /* chunks are multiples of this (0 = 2 MiB, cuMemAlloc's granularity;
                                  the pinned pool: 64 KiB, host pages are small) */
     size_t thread_cache;      /* bytes of freed blocks each thread may keep in its own cache in
