@@ -345,3 +345,37 @@ Test(host_stack, expandable_keys_parse_and_refuse_bad_values)
     cr_assert(has_error(cfg, "bad value `maybe` for `expandable` in [host]"));
     ps_config_free(cfg);
 }
+
+/* Registrations the driver refuses: one refusal is retried (step e of
+ * core/pool.c), two fail the allocation with out of memory; nothing stays
+ * registered or reserved, and the next allocation works. */
+Test(host_stack, expandable_refused_registration_fails_cleanly)
+{
+    ps_config_t *cfg = load("[host]\nexpandable = yes\n", NULL, PS_OK);
+    ps_gpu_ops_t *gpu = device();
+    ps_stack_t *s = NULL;
+    cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_OK);
+    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_HOST_REGISTER, 1, 0), PS_OK);
+    void *p = NULL;
+    cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_OK, "the retry registers");
+    cr_assert_eq(ps_deallocate(s->top, p, 1000, PS_STREAM_NONE), PS_OK);
+    ps_stack_destroy(s);
+    cr_assert_eq(ps_host_ops_host_registers(gpu), 1);
+    cr_assert_eq(ps_host_ops_host_unregisters(gpu), 1);
+    cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_OK);
+    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_HOST_REGISTER, 3, 0), PS_OK);
+    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_HOST_REGISTER, 4, 0), PS_OK);
+    cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_ENOMEM);
+    cr_assert_eq(ps_host_ops_host_registers(gpu), 1);
+    ps_resource_info_t info = {0};
+    ps_query(s->top, &info);
+    cr_assert_eq(info.bytes_reserved, 0);
+    cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_OK, "the next registration works");
+    memset(p, 3, 1000);
+    cr_assert_eq(ps_host_ops_host_registers(gpu), 2);
+    cr_assert_eq(ps_deallocate(s->top, p, 1000, PS_STREAM_NONE), PS_OK);
+    ps_stack_destroy(s);
+    cr_assert_eq(ps_host_ops_host_unregisters(gpu), 2);
+    ps_host_ops_destroy(gpu);
+    ps_config_free(cfg);
+}
