@@ -25,7 +25,9 @@
  * [host] alone:
  *   1. the upstream `pinned` (cuMemHostAlloc slabs with the caller's flags)
  *      and the pool `host` over it (ps_host_pool_options, or the caller's
- *      options);
+ *      options); with host.expandable the pool works on one host range
+ *      instead, through a GPU-ops table whose vm_* entries register host
+ *      pieces (core/host_vm.h; the stack owns it);
  *   2. the adaptors [host] asks for, bottom to top: `host.limit` (limit),
  *      `host.track` (track), `host.stats` (when global.stats != off, as on
  *      device stacks), `host.log` (log_file; without %d, devices after 0 get
@@ -37,6 +39,7 @@
 #include <string.h>
 
 #include "config_internal.h"
+#include "../core/host_vm.h"
 
 const ps_config_constructors_t ps_core_constructors = {
     .pool = ps_pool_create,
@@ -60,6 +63,7 @@ typedef struct stack_private {
     char **names;                  /* names given to the resources (freed after them) */
     size_t name_count;             /* entries in names */
     size_t capacity;               /* room in all/types/names */
+    ps_gpu_ops_t *host_vm;         /* host.expandable: the host range's table (core/host_vm.h), or NULL */
 } stack_private_t;
 
 /* State of one build. */
@@ -373,6 +377,7 @@ static void destroy_private(stack_private_t *sp)
     free(sp->names);
     free(sp->types);
     free(sp->stack.all);
+    ps_host_vm_destroy(sp->host_vm); /* after the pool that mapped through it */
     free(sp);
 }
 
@@ -535,10 +540,21 @@ int ps_config_build_host_stack(const ps_config_t *cfg, int device, const ps_gpu_
         ps_host_pool_options(h, &opts);
     ps_resource_t *r = NULL, *top = NULL;
     /* (the names are literals: nothing for the stack to own) */
+    const ps_gpu_ops_t *pool_gpu = gpu;
+    if (opts.expandable) {
+        /* the pool's expandable mode over one host range (core/host_vm.h);
+         * without registration entries it stays on slabs */
+        int vm = ps_host_vm_create(gpu, flags, PS_HOST_CHUNK_GRANULE, &sp->host_vm);
+        if (vm == PS_OK)
+            pool_gpu = sp->host_vm;
+        else
+            ps_warning("device %d: host.expandable: no host registration here (%s); pinned slabs instead", device,
+                       ps_status_name(vm));
+    }
     int rc = ps_host_resource_create("pinned", gpu, flags, &r);
     if (rc == PS_OK) {
         push(&b, r, PS_TYPE_CUDA); /* (a leaf; no adaptor type) */
-        rc = ps_pool_create("host", r, gpu, &opts, &top);
+        rc = ps_pool_create("host", r, pool_gpu, &opts, &top);
         if (rc == PS_OK)
             push(&b, top, PS_TYPE_POOL);
     }

@@ -153,7 +153,8 @@ static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
         else
             ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [host] (known keys: enable, min_chunk, "
                                 "max_chunk, growth_percent, maximum_size, pending_wait_bytes, pending_wait_percent, "
-                                "free_sync, epoch_wait_us, release_before_grow, limit, track, stack_depth, log_file)", s->key);
+                                "free_sync, epoch_wait_us, release_before_grow, limit, track, stack_depth, log_file, expandable, "
+                                "expandable_piece, grow_budget_percent)", s->key);
         return;
     }
     char why[128] = "";
@@ -212,6 +213,23 @@ static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
         if (ps_parse_uint(s->value, 1000, &n, why, sizeof why) != PS_OK)
             return bad_value(cfg, s, why, "a whole number of percent from 0 to 1000");
         h->growth_percent = (unsigned)n;
+        break;
+    case PS_HKEY_EXPANDABLE:
+        if (ps_parse_bool(s->value, &b) != PS_OK)
+            return bad_value(cfg, s, "not a boolean", "1, true, yes, on, 0, false, no or off");
+        h->expandable = b;
+        break;
+    case PS_HKEY_EXPANDABLE_PIECE:
+        if (ps_parse_size_ex(s->value, 0, &bytes, &pct, &is_pct, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, "a size such as 2MiB, a multiple of 64KiB");
+        if (!bytes || bytes % PS_HOST_CHUNK_GRANULE || bytes > PS_GiB)
+            return bad_value(cfg, s, "not a multiple of 64KiB from 64KiB to 1GiB", "a size such as 2MiB");
+        h->expandable_piece = (size_t)bytes;
+        break;
+    case PS_HKEY_GROW_BUDGET_PERCENT:
+        if (ps_parse_uint(s->value, 1000, &n, why, sizeof why) != PS_OK || (n && n < 100))
+            return bad_value(cfg, s, why[0] ? why : "below 100", "0 (off) or a whole number of percent from 100 to 1000");
+        h->grow_budget_percent = (unsigned)n;
         break;
     case PS_HKEY_PENDING_WAIT_PERCENT:
         if (ps_parse_uint(s->value, 100, &n, why, sizeof why) != PS_OK)
@@ -278,7 +296,12 @@ void ps_host_pool_options(const ps_host_config_t *host, ps_pool_options_t *out)
     out->free_sync = host->free_sync;
     out->epoch_wait_ns = host->epoch_wait_us * 1000;
     out->thread_cache = 0; /* pinned host memory: the host writes it, a barrier does not order that */
-    out->expandable = 0; /* host memory has no virtual-memory ranges here */
+    /* host.expandable: the pool's expandable mode over a host range (the
+     * caller gives it the table of core/host_vm.h); else chunks */
+    out->expandable = host->expandable;
+    out->expandable_reserve = PS_HOST_EXPANDABLE_RESERVE;
+    out->expandable_piece = host->expandable_piece;
+    out->grow_budget_percent = host->expandable ? host->grow_budget_percent : 0;
     out->barrier_pending_percent = 0;
     out->pending_wait_bytes = host->pending_wait_bytes;
     out->pending_wait_percent = host->pending_wait_percent;
@@ -776,7 +799,10 @@ void ps_config_validate(ps_config_t *cfg)
                                  .pending_wait_percent = 10,
                                  .free_sync = PS_FREE_SYNC_EVENT,
                                  .epoch_wait_us = 50,
-                                 .release_before_grow = 1};
+                                 .release_before_grow = 1,
+                                 .expandable = 0,
+                                 .expandable_piece = 2 * PS_MiB,
+                                 .grow_budget_percent = 110};
     for (size_t i = 0; i < cfg->setting_count; i++)
         if (strcmp(cfg->settings[i].section, "global") == 0)
             validate_global(cfg, &cfg->settings[i]);

@@ -129,6 +129,15 @@ typedef struct ps_gpu_ops {
      * cannot. host_free: cuMemFreeHost (which synchronizes the device). */
     int (*host_alloc)(void *ctx, size_t size, unsigned flags, void **out);
     int (*host_free)(void *ctx, void *ptr, size_t size);
+    /* Page-locking host memory the caller mapped itself (the pinned pool's
+     * expandable range, core/host_vm.c); NULL when not available.
+     * host_register: cuMemHostRegister_v2(ptr, size, flags) with
+     * CU_MEMHOSTREGISTER_PORTABLE | _DEVICEMAP for PS_HOST_ALLOC_PORTABLE |
+     * _MAPPED; PS_ENOMEM when it cannot. host_unregister:
+     * cuMemHostUnregister(ptr) of a range registered by one host_register
+     * call starting at ptr. */
+    int (*host_register)(void *ctx, void *ptr, size_t size, unsigned flags);
+    int (*host_unregister)(void *ctx, void *ptr, size_t size);
 
     /* Debug (guard mode, core/guard.c); NULL when not available.
      * memset_d8: fill `bytes` device bytes at `ptr` with `value`

@@ -16,9 +16,15 @@
  *     stores the simulated clock at recording and is complete once the
  *     clock (ps_host_ops_set_clock, monotonic) reaches that time + lag:
  *     fences recorded later complete later, as on a GPU that runs lag_ns
- *     behind the host. fence_wait on an incomplete fence completes that
- *     fence (the host waited for it) and counts a wait.
- *     device_synchronize completes every fence recorded so far.
+ *     behind the host. Queue mode (ps_host_ops_set_gpu_busy_until: the
+ *     time at which the GPU finishes the work queued so far) also makes a
+ *     fence due no earlier than that time, as a CUDA event recorded after
+ *     all queued work; a fence is complete once the clock reaches its due
+ *     time. fence_wait on an incomplete fence completes that fence (the
+ *     host waited for it) and counts a wait; with waits_move_clock it also
+ *     moves the clock to the fence's due time (the host's wait took that
+ *     long). device_synchronize completes every fence recorded so far
+ *     (waits_move_clock: the clock moves to when the GPU is idle).
  *  3. stream_wait_fence, fence_wait and device_synchronize only count;
  *     fences and stream waits are also counted per stream (a map keyed by
  *     stream + 1, since the map's empty key is PS_STREAM_NONE's value), so
@@ -67,6 +73,7 @@
 struct ps_fence {
     uint64_t sequence;        /* 1, 2, 3... in recording order */
     uint64_t recorded_ns;     /* simulated clock when recorded (lag mode) */
+    uint64_t due_ns;          /* timed mode: complete once the clock reaches this */
     int waited;               /* 1: fence_wait completed it */
     ps_stream_t stream;       /* the stream it was recorded on */
     struct ps_fence *next;    /* recycled-list link */
@@ -106,11 +113,17 @@ typedef struct host_device {
     int auto_complete;             /* fences complete as soon as recorded */
     uint64_t clock_ns;             /* simulated clock (lag mode), never decreasing */
     uint64_t last_recorded_ns;     /* recorded_ns of the newest fence */
+    int timed;                     /* fences complete by the clock: lag_ns > 0 or a GPU queue set */
+    uint64_t gpu_busy_until_ns;    /* queue mode: the GPU finishes the work queued so far at this time */
+    uint64_t last_due_ns;          /* latest due_ns of any fence recorded */
     struct ps_fence *recycled;     /* released fence structs */
     struct ps_fence *all_fences;   /* every fence struct ever created */
     uint64_t stream_waits;         /* stream_wait_fence calls */
     uint64_t fence_waits;          /* fence_wait calls on incomplete fences */
     uint64_t device_syncs;         /* device_synchronize calls */
+    ps_ptr_map_t registered;       /* address -> size of each live host_register */
+    uint64_t host_registers;       /* successful host_register calls */
+    uint64_t host_unregisters;     /* successful host_unregister calls */
     ps_ptr_map_t fences_by_stream; /* stream + 1 -> fences recorded on it */
     ps_ptr_map_t waits_by_stream;  /* stream + 1 -> stream_wait_fence calls on it */
     uint64_t barriers;             /* barrier calls that succeeded */
@@ -149,22 +162,20 @@ static uint64_t count_of_stream(const ps_ptr_map_t *map, ps_stream_t stream)
 
 static int fence_is_complete_locked(host_device_t *dev, const struct ps_fence *fence)
 {
-    return fence->waited || fence->sequence <= dev->completed_upto ||
-           (dev->options.lag_ns && dev->clock_ns - fence->recorded_ns >= dev->options.lag_ns);
+    return fence->waited || fence->sequence <= dev->completed_upto || (dev->timed && dev->clock_ns >= fence->due_ns);
 }
 
 /* Is every fence recorded so far complete (waited fences aside)? Lock held. */
 static int all_fences_complete_locked(const host_device_t *dev)
 {
-    return dev->completed_upto >= dev->fences_recorded ||
-           (dev->options.lag_ns && dev->clock_ns - dev->last_recorded_ns >= dev->options.lag_ns);
+    return dev->completed_upto >= dev->fences_recorded || (dev->timed && dev->clock_ns >= dev->last_due_ns);
 }
 
 static const char *const OP_NAMES[PS_HOST_OP_COUNT + 1] = {
     "mem_alloc", "mem_free", "mem_alloc_async", "mem_free_async", "mem_alloc_managed", "mem_get_info",
     "fence_record", "fence_query", "fence_wait", "stream_wait_fence", "device_synchronize", "barrier",
     "vm_reserve", "vm_map", "vm_unmap", "host_alloc", "memset_d8", "copy_to_host", "ipc_export", "ipc_map",
-    "any",
+    "host_register", "any",
 };
 
 /* Counts one call of `op` and answers whether the fault plan fails it:
@@ -287,18 +298,84 @@ static int host_mem_alloc_managed(void *ctx, size_t size, void **out)
     return host_alloc(ctx, PS_HOST_OP_MEM_ALLOC_MANAGED, size, out);
 }
 
+/* With waits_move_clock: pinning `size` bytes costs pin_ns + pin_ns_per_mib
+ * per MiB of clock; unpinning (`unpin`) first waits until the GPU is idle
+ * when unpin_synchronizes is set. */
+static void charge_pinning(host_device_t *dev, size_t size, int unpin)
+{
+    pthread_mutex_lock(&dev->lock);
+    if (dev->timed && dev->options.waits_move_clock) {
+        if (unpin && dev->options.unpin_synchronizes) {
+            uint64_t idle = dev->gpu_busy_until_ns > dev->last_due_ns ? dev->gpu_busy_until_ns : dev->last_due_ns;
+            if (idle > dev->clock_ns)
+                dev->clock_ns = idle;
+            dev->completed_upto = dev->fences_recorded;
+        }
+        if (!unpin)
+            dev->clock_ns += dev->options.pin_ns + (uint64_t)((double)size / 1048576.0 * dev->options.pin_ns_per_mib);
+    }
+    pthread_mutex_unlock(&dev->lock);
+}
+
 /* Pinned host memory: the fake has no pinning, so it is the same host
  * memory (or simulated addresses) as mem_alloc, under the same capacity;
  * the flags are not checked. */
 static int host_host_alloc(void *ctx, size_t size, unsigned flags, void **out)
 {
     (void)flags;
-    return host_alloc(ctx, PS_HOST_OP_HOST_ALLOC, size, out);
+    int status = host_alloc(ctx, PS_HOST_OP_HOST_ALLOC, size, out);
+    if (status == PS_OK)
+        charge_pinning(ctx, size, 0);
+    return status;
 }
 
 static int host_host_free(void *ctx, void *ptr, size_t size)
 {
-    return host_mem_free(ctx, ptr, size);
+    int status = host_mem_free(ctx, ptr, size);
+    if (status == PS_OK)
+        charge_pinning(ctx, 0, 1);
+    return status;
+}
+
+/* Registration: the fake pins nothing; it checks that ranges are
+ * registered once and unregistered by their start, and counts. */
+static int host_host_register(void *ctx, void *ptr, size_t size, unsigned flags)
+{
+    host_device_t *dev = ctx;
+    (void)flags;
+    int fault = host_fault(dev, PS_HOST_OP_HOST_REGISTER);
+    if (fault != PS_OK)
+        return fault;
+    pthread_mutex_lock(&dev->lock);
+    uint64_t old = 0;
+    int status = !ptr || !size || ps_ptr_map_get(&dev->registered, (uintptr_t)ptr, &old) ? PS_EINVAL : PS_OK;
+    if (status == PS_OK)
+        status = ps_ptr_map_reserve(&dev->registered, 1);
+    if (status == PS_OK) {
+        ps_ptr_map_put(&dev->registered, (uintptr_t)ptr, size);
+        dev->host_registers++;
+    }
+    pthread_mutex_unlock(&dev->lock);
+    if (status == PS_OK)
+        charge_pinning(dev, size, 0);
+    return status;
+}
+
+static int host_host_unregister(void *ctx, void *ptr, size_t size)
+{
+    host_device_t *dev = ctx;
+    pthread_mutex_lock(&dev->lock);
+    uint64_t registered = 0;
+    int status = ps_ptr_map_get(&dev->registered, (uintptr_t)ptr, &registered) && registered == size ? PS_OK
+                                                                                                     : PS_EINVAL;
+    if (status == PS_OK) {
+        ps_ptr_map_remove(&dev->registered, (uintptr_t)ptr, NULL);
+        dev->host_unregisters++;
+    }
+    pthread_mutex_unlock(&dev->lock);
+    if (status == PS_OK)
+        charge_pinning(dev, 0, 1);
+    return status;
 }
 
 static int host_mem_get_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
@@ -340,9 +417,14 @@ static int host_fence_record(void *ctx, ps_stream_t stream, ps_fence_t **out)
     fence->next = NULL;
     fence->recorded_ns = dev->clock_ns;
     dev->last_recorded_ns = dev->clock_ns;
+    fence->due_ns = dev->clock_ns + dev->options.lag_ns;
+    if (fence->due_ns < dev->gpu_busy_until_ns)
+        fence->due_ns = dev->gpu_busy_until_ns;
+    if (fence->due_ns > dev->last_due_ns)
+        dev->last_due_ns = fence->due_ns;
     count_on_stream(&dev->fences_by_stream, stream);
     dev->faults.live_fences++;
-    if (dev->auto_complete && !dev->options.lag_ns)
+    if (dev->auto_complete && !dev->timed)
         dev->completed_upto = fence->sequence;
     pthread_mutex_unlock(&dev->lock);
     *out = fence;
@@ -371,6 +453,8 @@ static int host_fence_wait(void *ctx, ps_fence_t *fence)
     if (!fence_is_complete_locked(dev, fence)) {
         fence->waited = 1; /* the host waited until the GPU got there */
         dev->fence_waits++;
+        if (dev->timed && dev->options.waits_move_clock && fence->due_ns > dev->clock_ns)
+            dev->clock_ns = fence->due_ns;
     }
     pthread_mutex_unlock(&dev->lock);
     return PS_OK;
@@ -430,6 +514,11 @@ static int host_device_synchronize(void *ctx)
     pthread_mutex_lock(&dev->lock);
     dev->device_syncs++;
     dev->completed_upto = dev->fences_recorded;
+    if (dev->timed && dev->options.waits_move_clock) {
+        uint64_t idle = dev->gpu_busy_until_ns > dev->last_due_ns ? dev->gpu_busy_until_ns : dev->last_due_ns;
+        if (idle > dev->clock_ns)
+            dev->clock_ns = idle;
+    }
     pthread_mutex_unlock(&dev->lock);
     return PS_OK;
 }
@@ -674,7 +763,9 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
         return PS_ENOMEM;
     }
     if (ps_ptr_map_init(&dev->waits_by_stream, 16) != PS_OK || ps_ptr_map_init(&dev->vm_mapped, 16) != PS_OK ||
-        ps_ptr_map_init(&dev->vm_fds, 16) != PS_OK || ps_ptr_map_init(&dev->ipc_mapped, 16) != PS_OK) {
+        ps_ptr_map_init(&dev->vm_fds, 16) != PS_OK || ps_ptr_map_init(&dev->ipc_mapped, 16) != PS_OK ||
+        ps_ptr_map_init(&dev->registered, 16) != PS_OK) {
+        ps_ptr_map_free(&dev->registered);
         ps_ptr_map_free(&dev->ipc_mapped);
         ps_ptr_map_free(&dev->vm_fds);
         ps_ptr_map_free(&dev->vm_mapped);
@@ -687,6 +778,7 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
     pthread_mutex_init(&dev->lock, NULL);
     dev->options = options;
     dev->auto_complete = options.auto_complete;
+    dev->timed = options.lag_ns > 0;
     dev->simulated_next = SIMULATED_BASE;
     dev->ops = (ps_gpu_ops_t){
         .ctx = dev,
@@ -706,6 +798,8 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
         .barrier = host_barrier,
         .host_alloc = host_host_alloc,
         .host_free = host_host_free,
+        .host_register = host_host_register,
+        .host_unregister = host_host_unregister,
     };
     if (options.backed) {
         dev->ops.memset_d8 = host_memset_d8;
@@ -747,6 +841,7 @@ void ps_host_ops_destroy(ps_gpu_ops_t *ops)
             close((int)dev->vm_fds.slots[i].value);
     ps_ptr_map_free(&dev->vm_fds);
     ps_ptr_map_free(&dev->ipc_mapped);
+    ps_ptr_map_free(&dev->registered);
     for (struct ps_fence *fence = dev->all_fences, *next; fence; fence = next) {
         next = fence->all_next;
         free(fence);
@@ -838,6 +933,42 @@ void ps_host_ops_set_clock(ps_gpu_ops_t *ops, uint64_t now_ns)
     if (now_ns > dev->clock_ns)
         dev->clock_ns = now_ns;
     pthread_mutex_unlock(&dev->lock);
+}
+
+void ps_host_ops_set_gpu_busy_until(ps_gpu_ops_t *ops, uint64_t busy_until_ns)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    dev->timed = 1;
+    dev->gpu_busy_until_ns = busy_until_ns;
+    pthread_mutex_unlock(&dev->lock);
+}
+
+uint64_t ps_host_ops_host_registers(ps_gpu_ops_t *ops)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    uint64_t n = dev->host_registers;
+    pthread_mutex_unlock(&dev->lock);
+    return n;
+}
+
+uint64_t ps_host_ops_host_unregisters(ps_gpu_ops_t *ops)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    uint64_t n = dev->host_unregisters;
+    pthread_mutex_unlock(&dev->lock);
+    return n;
+}
+
+uint64_t ps_host_ops_clock(ps_gpu_ops_t *ops)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    uint64_t now = dev->clock_ns;
+    pthread_mutex_unlock(&dev->lock);
+    return now;
 }
 
 void ps_host_ops_inject_failure(ps_gpu_ops_t *ops, uint64_t fail_after, uint64_t fail_count)

@@ -27,6 +27,15 @@ typedef struct ps_host_ops_options {
     size_t vm_granularity;     /* their granularity (default 2 MiB, like an H100) */
     uint64_t lag_ns;           /* > 0: a fence completes lag_ns of simulated clock after it was
                                   recorded (ps_host_ops_set_clock); overrides auto_complete */
+    int waits_move_clock;      /* 1 (with a lag or a GPU queue): fence_wait and device_synchronize
+                                  move the simulated clock to when the GPU gets there, so a model
+                                  sees what a host wait costs (ps_host_ops_clock) */
+    uint64_t pin_ns;           /* with waits_move_clock: host_alloc and host_register move the clock
+                                  by pin_ns + pin_ns_per_mib per MiB (pinning pages costs time;
+                                  cuMemHostAlloc on an H100: ~0.6 ms + 0.6 ms per MiB) */
+    uint64_t pin_ns_per_mib;   /* see pin_ns */
+    int unpin_synchronizes;    /* with waits_move_clock: host_free and host_unregister first wait
+                                  for the GPU to be idle (cuMemFreeHost synchronizes the device) */
     int shareable;             /* 1 (with backed and virtual_memory): each vm_map piece is a memfd,
                                   and the ipc_* entries are offered: export gives a dup of it, and
                                   a table (of this or another process) maps it again */
@@ -47,9 +56,20 @@ void ps_host_ops_set_auto_complete(ps_gpu_ops_t *ops, int on);
  * ps_host_ops_complete_* complete fences as before, without moving the
  * clock). The clock never goes back: an earlier `now_ns` is ignored. */
 void ps_host_ops_set_clock(ps_gpu_ops_t *ops, uint64_t now_ns);
+/* Queue mode, for models of a pipeline: the GPU finishes the work queued
+ * so far at `busy_until_ns` (the model moves it as it queues work). A
+ * fence recorded from now on completes once the clock reaches
+ * max(its recording time + lag_ns, busy_until_ns), like a CUDA event
+ * recorded behind all queued work. */
+void ps_host_ops_set_gpu_busy_until(ps_gpu_ops_t *ops, uint64_t busy_until_ns);
+/* The simulated clock now (it moves on its own only with waits_move_clock). */
+uint64_t ps_host_ops_clock(ps_gpu_ops_t *ops);
 uint64_t ps_host_ops_stream_waits(ps_gpu_ops_t *ops);            /* stream_wait_fence calls */
 uint64_t ps_host_ops_fence_waits(ps_gpu_ops_t *ops);             /* host fence_wait calls */
 uint64_t ps_host_ops_device_syncs(ps_gpu_ops_t *ops);            /* device_synchronize calls */
+/* host_register calls that succeeded, and host_unregister calls. */
+uint64_t ps_host_ops_host_registers(ps_gpu_ops_t *ops);
+uint64_t ps_host_ops_host_unregisters(ps_gpu_ops_t *ops);
 /* Fences recorded on `stream` (PS_STREAM_NONE counts the all-streams
  * fences), and stream_wait_fence calls that made `stream` wait. */
 uint64_t ps_host_ops_fences_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream);
@@ -117,6 +137,7 @@ typedef enum ps_host_op {
     PS_HOST_OP_COPY_TO_HOST,       /* copy_to_host (guard mode) */
     PS_HOST_OP_IPC_EXPORT,         /* ipc_export (ipc_reserve counts as vm_reserve) */
     PS_HOST_OP_IPC_MAP,            /* ipc_map */
+    PS_HOST_OP_HOST_REGISTER,      /* host_register */
     PS_HOST_OP_COUNT,              /* number of counted entries */
     PS_HOST_OP_ANY = PS_HOST_OP_COUNT /* every counted entry together */
 } ps_host_op_t;

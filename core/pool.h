@@ -77,6 +77,13 @@ typedef struct ps_pool_options {
                                  back to the upstream (0, the default: only under memory pressure).
                                  The pinned host pool: its chunks cannot merge, and a fresh chunk
                                  of the size now needed wastes less than keeping stranded ones */
+    unsigned grow_budget_percent; /* expandable only (0 = off, the default): before growing past
+                                 this % of the most bytes in use seen at a growth, host-wait pending
+                                 blocks (counted in pending_waits), then unmap free pieces until the
+                                 growth fits (the pinned pool's host range: holes between live
+                                 blocks go back instead of stranding memory; under free_sync event
+                                 without a device synchronize, as every ready block's fence has
+                                 completed) */
     size_t chunk_granule;     /* chunks are multiples of this (0 = 2 MiB, cuMemAlloc's granularity;
                                  the pinned pool: 64 KiB, host pages are small) */
     size_t thread_cache;      /* bytes of freed blocks each thread may keep in its own cache in

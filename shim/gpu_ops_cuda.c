@@ -430,6 +430,39 @@ static int ops_host_free(void *vctx, void *ptr, size_t size)
     return status_of(r);
 }
 
+/* host.expandable (core/host_vm.h): page-locks a piece of the pinned
+ * pool's host range in the primary context. flags PS_HOST_ALLOC_PORTABLE
+ * and _MAPPED are CU_MEMHOSTREGISTER_PORTABLE (0x1) and _DEVICEMAP (0x2):
+ * the same values. Pieces are recorded as slabs, as cuMemHostAlloc's are. */
+static int ops_host_register(void *vctx, void *ptr, size_t size, unsigned flags)
+{
+    if (is_dead(vctx))
+        return PS_EUPSTREAM;
+    device_ops_t *d = vctx;
+    if (!ps_real.cuMemHostRegister_v2 || !ps_real.cuMemHostUnregister)
+        return PS_EUNSUPPORTED;
+    int pushed = enter_ctx(d);
+    CUresult r = ps_real.cuMemHostRegister_v2(ptr, size, flags & (PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED));
+    leave_ctx(pushed);
+    if (r != CUDA_SUCCESS)
+        return status_of(r);
+    ps_slab_add((uintptr_t)ptr, size, d->ops.device);
+    return PS_OK;
+}
+
+static int ops_host_unregister(void *vctx, void *ptr, size_t size)
+{
+    (void)size;
+    if (is_dead(vctx))
+        return PS_OK; /* the context unregistered everything it had */
+    device_ops_t *d = vctx;
+    ps_slab_remove((uintptr_t)ptr);
+    int pushed = enter_ctx(d);
+    CUresult r = ps_real.cuMemHostUnregister(ptr);
+    leave_ctx(pushed);
+    return status_of(r);
+}
+
 static int ops_mem_alloc_managed(void *vctx, size_t size, void **out)
 {
     if (is_dead(vctx))
@@ -1120,6 +1153,10 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         .host_alloc = ops_host_alloc,
         .host_free = ops_host_free,
     };
+    if (ps_real.cuMemHostRegister_v2 && ps_real.cuMemHostUnregister) { /* host.expandable's pieces */
+        d->ops.host_register = ops_host_register;
+        d->ops.host_unregister = ops_host_unregister;
+    }
     if (ps_real.cuMemsetD8Async && ps_real.cuMemcpyDtoH_v2 && ps_real.cuStreamSynchronize) {
         d->ops.memset_d8 = ops_memset_d8;
         d->ops.copy_to_host = ops_copy_to_host;

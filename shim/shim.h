@@ -131,6 +131,8 @@
     X(cuMemHostAlloc, CUresult, (void **, size_t, unsigned int))                            \
     X(cuMemAllocHost_v2, CUresult, (void **, size_t))                                       \
     X(cuMemFreeHost, CUresult, (void *))                                                    \
+    X(cuMemHostRegister_v2, CUresult, (void *, size_t, unsigned int))                       \
+    X(cuMemHostUnregister, CUresult, (void *))                                              \
     X(cuMemsetD8Async, CUresult, (CUdeviceptr, unsigned char, size_t, CUstream))              \
     X(cuMemcpyDtoH_v2, CUresult, (void *, CUdeviceptr, size_t))                               \
     X(cuStreamSynchronize, CUresult, (CUstream))

@@ -232,6 +232,7 @@ declare -A sources=(
     [context_reset_shared]="context_reset.cu -cudart shared -lcuda"
     [pinned_static]="pinned.cu"
     [pinned_shared]="pinned.cu -cudart shared"
+    [pinned_probe_static]="pinned_probe.cu"
     [multi_gpu_static]="multi_gpu.cu"
     [multi_gpu_shared]="multi_gpu.cu -cudart shared"
     [mp_ranks_static]="mp_ranks.cu"
@@ -645,6 +646,28 @@ if wanted pinned_timing; then
         done
     done
 fi
+
+# ---------------------------------------------------------------- 7c. host.expandable (pinned pool on one host range)
+# host.expandable (off by default) page-locks pieces of one host range
+# separately (cudaHostRegister per piece), so a pooled block may span several
+# registrations. pinned_probe.cu checks natively what that relies on: copies
+# across pieces deliver the right bytes and are pinned DMA copies (a D2H
+# cudaMemcpyAsync behind a spinning kernel returns at once; pageable memory,
+# the control, blocks), bandwidth against one registration, contiguous device
+# addresses of mapped pieces, and the costs of register/unregister (does
+# unregister wait for the device?). Then the pinned hazard test under the shim
+# with host.expandable=1, and its negative control.
+native pinned_probe_static pinned_probe_static
+if wanted native/pinned_probe_static && [ -f "$logs/native_pinned_probe_static.log" ]; then
+    grep -E '^pinned_probe: (a cudaMemcpyAsync|bandwidth|costs|.*FAIL)' "$logs/native_pinned_probe_static.log" |
+        while IFS= read -r line; do say "  ${line#pinned_probe: }"; done
+fi
+shim pinned_static_expandable "calls.cuMemHostAlloc>0 host.upstream.allocs>0 invalid_frees==0 ?host.bound_waits>0" \
+    POOLSHIM_OPTIONS=host.expandable=1 -- pinned_static hazard
+shim pinned_shared_expandable "calls.cudaHostAlloc>0 host.upstream.allocs>0 invalid_frees==0 ?host.bound_waits>0" \
+    POOLSHIM_OPTIONS=host.expandable=1 -- pinned_shared hazard
+expect_detect pinned_skip_wait_static_expandable_expected_failure POOLSHIM_OPTIONS=host.expandable=1 \
+    POOLSHIM_TEST_SKIP_HOST_WAIT=1 -- pinned_static hazard
 
 # ---------------------------------------------------------------- 8. overhead of a cudaMalloc+cudaFree pair
 if wanted overhead; then

@@ -909,6 +909,50 @@ EXPORT CUresult cuMemFreeHost(void *p)
     return r;
 }
 
+/* Page-locking memory the program mapped (host.expandable's pieces): the
+ * fake pins nothing; it counts, and refuses an unregistration of a range
+ * it never registered. */
+#define FAKE_REGISTERED_MAX 4096
+static uintptr_t registered[FAKE_REGISTERED_MAX]; /* starts of live registrations (0: free slot) */
+static pthread_mutex_t registered_lock = PTHREAD_MUTEX_INITIALIZER;
+EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
+{
+    ENTER();
+    if (!p || !size)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&registered_lock);
+    for (int i = 0; i < FAKE_REGISTERED_MAX; i++)
+        if (!registered[i]) {
+            registered[i] = (uintptr_t)p;
+            r = CUDA_SUCCESS;
+            break;
+        }
+    pthread_mutex_unlock(&registered_lock);
+    if (r == CUDA_SUCCESS) {
+        memset(p, 0, 1); /* the memory must be there, as pinning touches it */
+        __atomic_fetch_add(&counters.host_register, 1, __ATOMIC_RELAXED);
+        counters.host_register_flags = flags;
+    }
+    return r;
+}
+EXPORT CUresult cuMemHostUnregister(void *p)
+{
+    ENTER();
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&registered_lock);
+    for (int i = 0; i < FAKE_REGISTERED_MAX; i++)
+        if (p && registered[i] == (uintptr_t)p) {
+            registered[i] = 0;
+            r = CUDA_SUCCESS;
+            break;
+        }
+    pthread_mutex_unlock(&registered_lock);
+    if (r == CUDA_SUCCESS)
+        __atomic_fetch_add(&counters.host_unregister, 1, __ATOMIC_RELAXED);
+    return r;
+}
+
 /* test control: mark a stream as being captured into a graph */
 EXPORT void fake_cuda_set_capturing(CUstream s, int on) { s->capturing = on; }
 

@@ -628,7 +628,8 @@ static void pinned(void)
     static const unsigned flag_cases[] = {0, 1, 2, 3}; /* default, portable, mapped, portable|mapped */
     const char *options = getenv("POOLSHIM_OPTIONS");
     int pooled = shim_active() && !(options && strstr(options, "host.enable=0"));
-    unsigned long before = fake()->host_alloc, slab_flags = 0;
+    int expandable = pooled && options && strstr(options, "host.expandable=1"); /* one registered host range */
+    unsigned long before = fake()->host_alloc, slab_flags = 0, registered = fake()->host_register;
     for (int round = 0; round < 4; round++) {
         for (int i = 0; i < 64; i++) {
             size_t n = 4096 + (size_t)i * 1000;
@@ -644,7 +645,12 @@ static void pinned(void)
             CHECK(cudaFreeHost(p[i]) == cudaSuccess, "cudaFreeHost %d", i);
     }
     unsigned long reached = fake()->host_alloc - before;
-    if (pooled) {
+    if (expandable) {
+        CHECK(reached == 0, "%lu pinned allocations reached cuMemHostAlloc: the host range should serve them", reached);
+        registered = fake()->host_register - registered;
+        CHECK(registered > 0 && registered < 10, "%lu pieces registered", registered);
+        CHECK(fake()->host_register_flags == 3, "pieces are portable|mapped (%lu)", fake()->host_register_flags);
+    } else if (pooled) {
         CHECK(reached < 10, "%lu pinned allocations reached the driver: the host pool should serve them", reached);
         CHECK(slab_flags == 3, "pooled slabs are portable|mapped (%lu)", slab_flags);
     } else {

@@ -141,6 +141,13 @@ Test(runtime_door, pinned_with_lagging_events_and_a_tiny_bound)
                 "prog_runtime pinned", "shim active");
 }
 
+/* host.expandable: pinned blocks come from one host range whose pieces
+ * cuMemHostRegister_v2 page-locks; no cuMemHostAlloc at all. */
+Test(runtime_door, pinned_from_an_expandable_host_range)
+{
+    expect_pass(1, "POOLSHIM_OPTIONS=host.expandable=1", "prog_runtime pinned", "shim active");
+}
+
 Test(runtime_door, pinned_figures_in_the_exit_report)
 {
     expect_pass(1, "POOLSHIM_STATS=json", "prog_runtime pinned", "\"host\": {\"enabled\": 1");

@@ -271,3 +271,111 @@ Test(host_stack, config_print_shows_the_adaptor_keys_with_origins)
     free(out);
     ps_config_free(cfg);
 }
+
+/* host.expandable: the pool works on one host range whose pieces the
+ * device table registers (host_register); blocks are real memory the host
+ * writes; every piece is unregistered when the stack goes. */
+Test(host_stack, expandable_pool_registers_pieces_of_one_host_range)
+{
+    ps_config_t *cfg = load("[host]\nexpandable = yes\nexpandable_piece = 1MiB\n", NULL, PS_OK);
+    ps_gpu_ops_t *gpu = device();
+    ps_stack_t *s = NULL;
+    cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_OK);
+    cr_assert(ps_pool_is_expandable(s->top));
+    void *a = NULL, *b = NULL;
+    cr_assert_eq(ps_allocate(s->top, 1536 * 1024, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_allocate(s->top, 3 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+    memset(a, 1, 1536 * 1024); /* across the first piece's end */
+    memset(b, 2, 3 * PS_MiB);
+    cr_assert_eq((uintptr_t)b, (uintptr_t)a + 1536 * 1024, "the second block follows the first: one range");
+    cr_assert_eq(ps_host_ops_host_registers(gpu), 5, "1.5 + 3 MiB in pieces of 1 MiB");
+    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0, "no cuMemHostAlloc slab");
+    cr_assert_eq(ps_deallocate(s->top, a, 1536 * 1024, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(s->top, b, 3 * PS_MiB, PS_STREAM_NONE), PS_OK);
+    ps_stack_destroy(s);
+    cr_assert_eq(ps_host_ops_host_unregisters(gpu), 5, "every piece unregistered");
+    ps_host_ops_destroy(gpu);
+    ps_config_free(cfg);
+}
+
+/* Without registration entries (a driver that lacks cuMemHostRegister)
+ * host.expandable falls back to slabs, with a warning. */
+Test(host_stack, expandable_without_registration_uses_slabs)
+{
+    ps_config_t *cfg = load("[host]\nexpandable = yes\n", NULL, PS_OK);
+    ps_gpu_ops_t *gpu = device();
+    ps_gpu_ops_t plain = *gpu;
+    plain.host_register = NULL;
+    plain.host_unregister = NULL;
+    ps_stack_t *s = NULL;
+    cr_assert_eq(ps_config_build_host_stack(cfg, 0, &plain, FLAGS, NULL, &s), PS_OK);
+    cr_assert_not(ps_pool_is_expandable(s->top));
+    void *p = NULL;
+    cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_OK);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 2 * PS_MiB, "one slab of min_chunk");
+    cr_assert_eq(ps_deallocate(s->top, p, 1000, PS_STREAM_NONE), PS_OK);
+    ps_stack_destroy(s);
+    ps_host_ops_destroy(gpu);
+    ps_config_free(cfg);
+}
+
+Test(host_stack, expandable_keys_parse_and_refuse_bad_values)
+{
+    ps_config_t *cfg = load("[host]\nexpandable = on\nexpandable_piece = 4MiB\ngrow_budget_percent = 120\n", NULL, PS_OK);
+    const ps_host_config_t *h = &ps_config_global(cfg)->host;
+    cr_assert_eq(h->expandable, 1);
+    cr_assert_eq(h->expandable_piece, 4 * PS_MiB);
+    cr_assert_eq(h->grow_budget_percent, 120);
+    ps_pool_options_t o;
+    ps_host_pool_options(h, &o);
+    cr_assert_eq(o.expandable, 1);
+    cr_assert_eq(o.expandable_piece, 4 * PS_MiB);
+    cr_assert_eq(o.grow_budget_percent, 120);
+    ps_config_free(cfg);
+    cfg = load(NULL, NULL, PS_OK);
+    h = &ps_config_global(cfg)->host;
+    cr_assert_eq(h->expandable, 0, "off by default: not yet verified on a GPU");
+    ps_host_pool_options(h, &o);
+    cr_assert_eq(o.expandable, 0);
+    cr_assert_eq(o.grow_budget_percent, 0, "the budget applies to the host range only");
+    ps_config_free(cfg);
+    cfg = load("[host]\nexpandable_piece = 100KiB\ngrow_budget_percent = 50\nexpandable = maybe\n", NULL, PS_ECONFIG);
+    cr_assert(has_error(cfg, "bad value `100KiB` for `expandable_piece` in [host]"));
+    cr_assert(has_error(cfg, "bad value `50` for `grow_budget_percent` in [host]"));
+    cr_assert(has_error(cfg, "bad value `maybe` for `expandable` in [host]"));
+    ps_config_free(cfg);
+}
+
+/* Registrations the driver refuses: one refusal is retried (step e of
+ * core/pool.c), two fail the allocation with out of memory; nothing stays
+ * registered or reserved, and the next allocation works. */
+Test(host_stack, expandable_refused_registration_fails_cleanly)
+{
+    ps_config_t *cfg = load("[host]\nexpandable = yes\n", NULL, PS_OK);
+    ps_gpu_ops_t *gpu = device();
+    ps_stack_t *s = NULL;
+    cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_OK);
+    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_HOST_REGISTER, 1, 0), PS_OK);
+    void *p = NULL;
+    cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_OK, "the retry registers");
+    cr_assert_eq(ps_deallocate(s->top, p, 1000, PS_STREAM_NONE), PS_OK);
+    ps_stack_destroy(s);
+    cr_assert_eq(ps_host_ops_host_registers(gpu), 1);
+    cr_assert_eq(ps_host_ops_host_unregisters(gpu), 1);
+    cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_OK);
+    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_HOST_REGISTER, 3, 0), PS_OK);
+    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_HOST_REGISTER, 4, 0), PS_OK);
+    cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_ENOMEM);
+    cr_assert_eq(ps_host_ops_host_registers(gpu), 1);
+    ps_resource_info_t info = {0};
+    ps_query(s->top, &info);
+    cr_assert_eq(info.bytes_reserved, 0);
+    cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_OK, "the next registration works");
+    memset(p, 3, 1000);
+    cr_assert_eq(ps_host_ops_host_registers(gpu), 2);
+    cr_assert_eq(ps_deallocate(s->top, p, 1000, PS_STREAM_NONE), PS_OK);
+    ps_stack_destroy(s);
+    cr_assert_eq(ps_host_ops_host_unregisters(gpu), 2);
+    ps_host_ops_destroy(gpu);
+    ps_config_free(cfg);
+}
