@@ -68,8 +68,7 @@ uint64_t ps_now_ns(void);
 
 /* ---- locks ------------------------------------------------------------ */
 /* A small spinlock for hot paths whose critical sections are short
- * (test-and-test-and-set with exponential backoff; yields the CPU after a
- * while, so a holder
+ * (test-and-test-and-set; yields the CPU after a short spin, so a holder
  * that polls a fence for microseconds does not starve anybody). Costs a
  * tenth of a pthread mutex lock+unlock when uncontended. */
 typedef struct ps_lock {

@@ -28,8 +28,9 @@
  *     it was freed by this thread on the same (stream-ordered) stream s
  *     (the RMM rule: reuse on s is ordered by s); else a ready block; else
  *     the oldest freed block if its tag < done. When the oldest freed block
- *     still waits and the cache holds BARRIER_AFTER blocks (or cap / 2
- *     bytes) freed since the last barrier it saw, the cache asks the pool
+ *     still waits and the cache holds BARRIER_AFTER blocks (or
+ *     BARRIER_AFTER_BYTES holding cap / 2 bytes) freed since the last
+ *     barrier it saw, the cache asks the pool
  *     for a barrier (the pool's lock; skipped when another thread's barrier
  *     already covered the block) and takes the block: one barrier serves
  *     hundreds of frees of every thread, so a thread's cudaMalloc/cudaFree
@@ -72,6 +73,8 @@
 #define READY_DEPTH 8      /* ready blocks per bin (refills, free_sync none) */
 #define ENTRIES 1024       /* freed blocks one cache keeps, in all its bins (< NONE) */
 #define BARRIER_AFTER 512  /* frees since the last barrier after which a waiting miss asks for one */
+#define BARRIER_AFTER_BYTES 64 /* ... or this many frees holding cap / 2 bytes (big blocks: a barrier per
+                                  ~20 frees of psbench's mixed sizes made the asks meet on the pool lock) */
 #define REFILL_MAX 8       /* ready blocks one miss may bring into a bin */
 #define REFILL_BYTES (16 * 1024) /* one refill brings at most this many bytes: refills of bigger
                                      blocks scattered small holes over the pool (replay of the
@@ -364,7 +367,8 @@ static inline int take_locked(ps_tcache_t *set, cache_t *c, size_t size, ps_stre
         return 1;
     }
     notice_barriers(c, done);
-    if (set->barrier && (c->frees_since >= BARRIER_AFTER || c->bytes_since >= set->cap / 2)) {
+    if (set->barrier && (c->frees_since >= BARRIER_AFTER ||
+                         (c->bytes_since >= set->cap / 2 && c->frees_since >= BARRIER_AFTER_BYTES))) {
         c->frees_since = 0; /* one request per BARRIER_AFTER frees, granted or refused */
         c->bytes_since = 0;
         *ask = oldest_of(c, b)->tag;
