@@ -545,8 +545,12 @@ int ps_config_build_host_stack(const ps_config_t *cfg, int device, const ps_gpu_
         /* the pool's expandable mode over one host range (core/host_vm.h);
          * without registration entries it stays on slabs */
         int vm = ps_host_vm_create(gpu, flags, PS_HOST_CHUNK_GRANULE, &sp->host_vm);
-        if (vm == PS_OK)
+        if (vm == PS_OK) {
             pool_gpu = sp->host_vm;
+            ps_warning("device %d: host.expandable is experimental and fails on CUDA 13.0: a cudaMemcpyAsync "
+                       "of a block that spans two registered pieces returns cudaErrorInvalidValue (H100, "
+                       "driver 580, tests/gpu/pinned_probe.cu); leave it off", device);
+        }
         else
             ps_warning("device %d: host.expandable: no host registration here (%s); pinned slabs instead", device,
                        ps_status_name(vm));

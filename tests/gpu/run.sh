@@ -657,17 +657,40 @@ fi
 # addresses of mapped pieces, and the costs of register/unregister (does
 # unregister wait for the device?). Then the pinned hazard test under the shim
 # with host.expandable=1, and its negative control.
-native pinned_probe_static pinned_probe_static
-if wanted native/pinned_probe_static && [ -f "$logs/native_pinned_probe_static.log" ]; then
-    grep -E '^pinned_probe: (a cudaMemcpyAsync|bandwidth|costs|.*FAIL)' "$logs/native_pinned_probe_static.log" |
-        while IFS= read -r line; do say "  ${line#pinned_probe: }"; done
+# The probe is a fact check of CUDA, not of poolshim: it passes when it
+# reached a verdict, and says which (pieces usable, or CUDA refuses copies
+# across registrations); it fails on anything else.
+probe_ok=0
+if wanted native/pinned_probe_static; then
+    if path=$(exe pinned_probe_static); then
+        run_timed native_pinned_probe_static env -u LD_PRELOAD "$path"
+        keep_log native_pinned_probe_static
+        if [ $rc -eq 0 ]; then
+            probe_ok=1
+            record native/pinned_probe_static PASS "copies across registered pieces work: host.expandable may be used"
+        elif grep -q 'cudaMemcpyAsync.*cudaErrorInvalidValue' "$logs/native_pinned_probe_static.log"; then
+            record native/pinned_probe_static PASS "CUDA refuses a copy across registered pieces (cudaErrorInvalidValue): host.expandable stays off"
+        else
+            record native/pinned_probe_static FAIL "exit $rc, log native_pinned_probe_static.log"
+        fi
+        grep -E '^(pinned_probe: (a cudaMemcpyAsync|bandwidth|costs|.*FAIL)|FAIL )' "$logs/native_pinned_probe_static.log" |
+            while IFS= read -r line; do say "  ${line#pinned_probe: }"; done
+    else
+        record native/pinned_probe_static FAIL "pinned_probe_static did not build"
+    fi
 fi
-shim pinned_static_expandable "calls.cuMemHostAlloc>0 host.upstream.allocs>0 invalid_frees==0 ?host.bound_waits>0" \
-    POOLSHIM_OPTIONS=host.expandable=1 -- pinned_static hazard
-shim pinned_shared_expandable "calls.cudaHostAlloc>0 host.upstream.allocs>0 invalid_frees==0 ?host.bound_waits>0" \
-    POOLSHIM_OPTIONS=host.expandable=1 -- pinned_shared hazard
-expect_detect pinned_skip_wait_static_expandable_expected_failure POOLSHIM_OPTIONS=host.expandable=1 \
-    POOLSHIM_TEST_SKIP_HOST_WAIT=1 -- pinned_static hazard
+# On CUDA 13.0 (H100, driver 580) the probe fails at its first check: a
+# cudaMemcpyAsync over pieces registered separately returns
+# cudaErrorInvalidValue, so host.expandable stays off (docs/config.md) and its
+# shim tests run only where the probe passed (PINNED_EXPANDABLE_TESTS=1 forces them).
+if [ "${PINNED_EXPANDABLE_TESTS:-0}" = 1 ] || [ $probe_ok = 1 ]; then
+    shim pinned_static_expandable "calls.cuMemHostAlloc>0 host.upstream.allocs>0 invalid_frees==0 ?host.bound_waits>0" \
+        POOLSHIM_OPTIONS=host.expandable=1 -- pinned_static hazard
+    shim pinned_shared_expandable "calls.cudaHostAlloc>0 host.upstream.allocs>0 invalid_frees==0 ?host.bound_waits>0" \
+        POOLSHIM_OPTIONS=host.expandable=1 -- pinned_shared hazard
+    expect_detect pinned_skip_wait_static_expandable_expected_failure POOLSHIM_OPTIONS=host.expandable=1 \
+        POOLSHIM_TEST_SKIP_HOST_WAIT=1 -- pinned_static hazard
+fi
 
 # ---------------------------------------------------------------- 8. overhead of a cudaMalloc+cudaFree pair
 if wanted overhead; then
