@@ -85,11 +85,21 @@
  *            Remap (options.remap, free_sync barrier): when whole free
  *            pieces lie elsewhere in the range (not in the ready blocks the
  *            growth joins), issue a barrier (refused while a stream capture
- *            is open: then no remap), synchronize the device (a ready block
- *            may have been freed while a kernel still used it), unmap up to
- *            as many bytes of those pieces as the growth maps, top of the
- *            range down, and plan again (a hole may now serve): the growth
- *            keeps the mapped total instead of adding to it. Replay of the
+ *            is open: then no remap); if every block whose pieces the remap
+ *            takes (top of the range down, up to as many bytes as the growth
+ *            maps) is idle — its idle generation, the barrier that released
+ *            it, has passed on the GPU (gpu->barrier_passed, asked once per
+ *            remap for the newest passed barrier) — unmap them at once;
+ *            otherwise synchronize the device first (a ready block may have
+ *            been freed while a kernel still used it; unmapping does not
+ *            wait). Then plan again (a hole may now serve): the growth
+ *            keeps the mapped total instead of adding to it. Idle
+ *            generations: fence completed, device synchronized or fresh
+ *            memory 0; released by barrier g: g; unknown (steal, stream-
+ *            ordered free, free_sync none) UINT64_MAX; merges take the max,
+ *            splits keep it. Replay with a 2 ms GPU lag: 0.45 instead of
+ *            0.59 synchronizes per 1000 allocations on the transformer log,
+ *            none without a lag, the same layout and peaks. Replay of the
  *            PyTorch logs: 1.043x -> 1.005x reserved/requested (transformer),
  *            1.013x -> 1.011x (conv net), 1.035x -> 1.024x (MLP), at 0.6
  *            device synchronizes per 1000 allocations. Each remap spends a
@@ -790,11 +800,6 @@ static int steal_stream_list_locked(pool_t *pool, uint32_t to, size_t size)
 
 #define REMAP_CREDIT_UNIT 1000u
 #define REMAP_BURST 16u
-
-/* Remap, when the idle pieces do not cover a growth: 1 = synchronize the
- * device and move busy pieces too, 0 = map new memory for the rest.
- * POOLSHIM_REMAP_SYNC_REST=0/1 overrides it (measurement only). */
-static int remap_sync_rest = 1;
 /* Test hook (ps_pool_test_skip_idle_check): remap treats every ready
  * block as idle, as if the check were missing (negative control). */
 static _Atomic int pool_test_skip_idle_check;
@@ -1260,12 +1265,12 @@ static size_t unmap_for_growth_locked(pool_t *pool, const growth_plan_t *plan, s
  * cover the growth (or are all the spare pieces there are), they move
  * with no device synchronize. Otherwise, as
  * before: synchronize the device and move any spare pieces, top of the
- * range down (remap_sync_rest 0: map new memory instead; replay: no
- * synchronize at all, but 1.04-1.05x instead of 1.005x on the transformer
- * log with a 2-5 ms GPU lag). Moving the idle ones first and synchronizing
- * for the rest also measured worse (4.03 GiB vs 4.02 GiB at 2 ms), as it
- * picks other pieces than the top-down order. Returns 1 when pieces moved
- * or the device was synchronized for them: one remap credit spent. */
+ * range down. Replay (docs/benchmarks.md), transformer log with a 2-5 ms
+ * GPU lag: mapping new memory instead of synchronizing for the busy rest
+ * synchronizes never but reserves 1.03-1.05x instead of 1.006x; moving the
+ * idle pieces first and synchronizing for the rest reserves one piece more
+ * (other pieces than the top-down order). Returns 1 when pieces moved or
+ * the device was synchronized for them: one remap credit spent. */
 static int remap_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
 {
     if (!remap_wanted_locked(pool) || !has_spare_pieces_locked(pool, plan, IDLE_NEVER) ||
@@ -1276,7 +1281,7 @@ static int remap_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
             return 0;
         pool->remaps_idle++;
     } else {
-        if (!remap_sync_rest || pool->gpu->device_synchronize(pool->gpu->ctx) != PS_OK)
+        if (pool->gpu->device_synchronize(pool->gpu->ctx) != PS_OK)
             return 0;
         pool->remap_syncs++;
         unmap_for_growth_locked(pool, plan, plan->length, IDLE_NEVER);
@@ -2116,9 +2121,6 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     pool->base.name = name ? name : "pool";
     pool->base.upstream = upstream;
     pool->options = o;
-    const char *sync_rest = getenv("POOLSHIM_REMAP_SYNC_REST"); /* measurement only */
-    if (sync_rest && (*sync_rest == '0' || *sync_rest == '1'))
-        remap_sync_rest = *sync_rest == '1';
     pool->gpu = gpu;
     pool->recycled_head = NIL;
     for (uint32_t slot = 0; slot < QUICK_SLOTS; slot++)
