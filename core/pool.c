@@ -1183,9 +1183,9 @@ static uint64_t newest_passed_locked(const pool_t *pool)
     return IDLE_NOW;
 }
 
-/* Whether every block that unmap_for_growth_locked(plan, plan->length,
- * IDLE_NEVER) would take pieces from (top of each range down, up to
- * plan->length bytes) is idle once barrier `passed` has passed. */
+/* Whether every block that unmap_for_growth_locked(plan) would take
+ * pieces from (top of each range down, up to plan->length bytes) is idle
+ * once barrier `passed` has passed. */
 static int choice_is_idle_locked(const pool_t *pool, const growth_plan_t *plan, uint64_t passed)
 {
     size_t taken = 0;
@@ -1221,30 +1221,30 @@ static int has_spare_pieces_locked(const pool_t *pool, const growth_plan_t *plan
     return 0;
 }
 
-/* Remap on growth: unmaps up to `want` bytes of spare whole free pieces
- * that are idle once barrier `passed` has passed (IDLE_NEVER: any; the
- * caller synchronized the device: a ready block may have been freed while
- * a kernel still used it, and unmapping does not wait), from the top of
- * each range down (replay of the PyTorch logs: a little better than
- * bottom up, largest or smallest first; all within 0.1 %), so the growth
- * keeps the mapped total instead of adding to it. Returns the bytes
- * unmapped; on a failure it stops, leaving the pool consistent. Keeps two
- * descriptors reserved for the growth. */
-static size_t unmap_for_growth_locked(pool_t *pool, const growth_plan_t *plan, size_t want, uint64_t passed)
+/* Remap on growth: unmaps up to plan->length bytes of spare whole free
+ * pieces, from the top of each range down (replay of the PyTorch logs: a
+ * little better than bottom up, largest or smallest first; all within
+ * 0.1 %), so the growth keeps the mapped total instead of adding to it.
+ * The caller made sure no kernel can still touch them: they are idle
+ * (choice_is_idle_locked) or the device was synchronized (a ready block
+ * may have been freed while a kernel still used it, and unmapping does not
+ * wait). Returns the bytes unmapped; on a failure it stops, leaving the
+ * pool consistent. Keeps two descriptors reserved for the growth. */
+static size_t unmap_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
 {
     size_t unmapped = 0;
-    for (uint32_t slot = pool->chunks_count; slot-- > 0 && unmapped < want;) {
+    for (uint32_t slot = pool->chunks_count; slot-- > 0 && unmapped < plan->length;) {
         ps_vm_range_t *range = pool->chunks[slot].range;
         if (!pool->chunks[slot].base || !range)
             continue;
-        for (uint32_t index = last_block_locked(pool, slot), prev; index != NIL && unmapped < want;
+        for (uint32_t index = last_block_locked(pool, slot), prev; index != NIL && unmapped < plan->length;
              index = prev) {
             prev = pool->blocks[index].prev_phys; /* stays valid: the hole merges into it, never it away */
             uintptr_t lo, hi;
-            if (!spare_pieces_of(pool, plan, slot, index, passed, &lo, &hi))
+            if (!spare_pieces_of(pool, plan, slot, index, IDLE_NEVER, &lo, &hi))
                 continue;
-            if (hi - lo > want - unmapped)
-                lo = hi - ps_align_up(want - unmapped, range->piece);
+            if (hi - lo > plan->length - unmapped)
+                lo = hi - ps_align_up(plan->length - unmapped, range->piece);
             if (reserve_descriptors_locked(pool, 4) != PS_OK)
                 return unmapped;
             uint32_t after;
@@ -1259,32 +1259,33 @@ static size_t unmap_for_growth_locked(pool_t *pool, const growth_plan_t *plan, s
 
 /* Remap: spare pieces exist and a barrier can be issued now (one is
  * refused while a stream capture is open, which a device synchronize
- * would invalidate; it also releases what is pending). When the idle
- * spare pieces (their releasing barrier has passed on the GPU: nothing
- * issued before it can touch them; asked once, newest_passed_locked)
- * cover the growth (or are all the spare pieces there are), they move
- * with no device synchronize. Otherwise, as
- * before: synchronize the device and move any spare pieces, top of the
- * range down. Replay (docs/benchmarks.md), transformer log with a 2-5 ms
- * GPU lag: mapping new memory instead of synchronizing for the busy rest
- * synchronizes never but reserves 1.03-1.05x instead of 1.006x; moving the
- * idle pieces first and synchronizing for the rest reserves one piece more
- * (other pieces than the top-down order). Returns 1 when pieces moved or
- * the device was synchronized for them: one remap credit spent. */
+ * would invalidate; it also releases what is pending). When every block
+ * the usual choice takes pieces from is idle (its releasing barrier has
+ * passed on the GPU: nothing issued before it can touch it; the newest
+ * passed barrier is asked once, newest_passed_locked), the pieces move
+ * with no device synchronize; otherwise the device is synchronized first,
+ * as before. Either way the same pieces move: the layout and the peaks are
+ * what they were. Replay (docs/benchmarks.md), transformer log with a
+ * 2-5 ms GPU lag: moving idle pieces first, synchronizing only for the
+ * rest, saved a few more synchronizes but reserved one piece more;
+ * mapping new memory instead of synchronizing for busy pieces never
+ * synchronizes but reserved 1.03-1.05x instead of 1.006x. Returns 1 when
+ * pieces moved or the device was synchronized for them: one remap credit
+ * spent. */
 static int remap_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
 {
     if (!remap_wanted_locked(pool) || !has_spare_pieces_locked(pool, plan, IDLE_NEVER) ||
         !barrier_release_locked(pool))
         return 0;
     if (choice_is_idle_locked(pool, plan, newest_passed_locked(pool))) {
-        if (!unmap_for_growth_locked(pool, plan, plan->length, IDLE_NEVER)) /* the same pieces */
+        if (!unmap_for_growth_locked(pool, plan))
             return 0;
         pool->remaps_idle++;
     } else {
         if (pool->gpu->device_synchronize(pool->gpu->ctx) != PS_OK)
             return 0;
         pool->remap_syncs++;
-        unmap_for_growth_locked(pool, plan, plan->length, IDLE_NEVER);
+        unmap_for_growth_locked(pool, plan);
     }
     pool->remap_credit -= REMAP_CREDIT_UNIT;
     return 1;
