@@ -80,6 +80,22 @@ typedef struct ps_gpu_ops {
      * safety, and the caller treats pending blocks as still pending. */
     int (*barrier)(void *ctx);
 
+    /* Barrier numbers (may be NULL, both or neither): barriers of this
+     * table are numbered 1, 2, 3... in the order they were issued (every
+     * pool, arena and thread on the device counts in one sequence; 0
+     * names "before any barrier" and has always passed).
+     * barrier_generation: the number of the newest barrier issued so far.
+     * barrier_passed: PS_OK once the GPU has finished every piece of work
+     *   issued before barrier `generation` (its event E completed), so
+     *   memory that nothing touched after that barrier is idle;
+     *   PS_ENOTREADY when not yet. Non-blocking. Only the newest
+     *   PS_BARRIER_RING barriers are asked individually: an older one has
+     *   passed once the oldest remembered one has (E events complete in
+     *   issue order, all on the legacy stream). Other errors: unknown,
+     *   treat as not passed. A dead context has no work: passed. */
+    uint64_t (*barrier_generation)(void *ctx);
+    int (*barrier_passed)(void *ctx, uint64_t generation);
+
     /* Virtual memory; all NULL when the device cannot (no VMM support).
      * vm_granularity: the smallest piece that can be mapped (bytes).
      * vm_reserve: reserve `size` bytes of address space (nothing mapped).
@@ -152,6 +168,9 @@ typedef struct ps_gpu_ops {
     int (*memset_d8)(void *ctx, void *ptr, uint8_t value, size_t bytes, ps_stream_t stream);
     int (*copy_to_host)(void *ctx, void *dst, const void *src, size_t bytes, ps_stream_t stream);
 } ps_gpu_ops_t;
+
+/* How many of the newest barriers barrier_passed tells apart. */
+#define PS_BARRIER_RING 8
 
 /* host_alloc flags: CU_MEMHOSTALLOC_PORTABLE, _DEVICEMAP, _WRITECOMBINED
  * (= cudaHostAllocPortable, cudaHostAllocMapped, cudaHostAllocWriteCombined). */

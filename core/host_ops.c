@@ -29,8 +29,14 @@
  *     fences and stream waits are also counted per stream (a map keyed by
  *     stream + 1, since the map's empty key is PS_STREAM_NONE's value), so
  *     tests can check that nothing names a destroyed stream.
- *  4. barrier only counts (or fails with PS_EBUSY while blocked): it
- *     completes no fence, so a test sees what a lagging GPU does.
+ *  4. barrier counts (or fails with PS_EBUSY while blocked): it
+ *     completes no fence, so a test sees what a lagging GPU does. Barriers
+ *     are numbered 1, 2, 3... and pass like fences: at once in
+ *     auto-complete mode, by the completed mark
+ *     (ps_host_ops_complete_barriers_upto, complete_all, device_synchronize),
+ *     or, timed, once the clock reaches the time it was issued + lag (no
+ *     earlier than the GPU queue's end). barrier_passed remembers the
+ *     newest PS_BARRIER_RING, as the real table does.
  *  5. Virtual memory (virtual_memory = 1): vm_reserve takes address space
  *     (simulated addresses, or an mmap with no access when backed);
  *     vm_map checks the failure plan and the capacity like mem_alloc and
@@ -126,7 +132,19 @@ typedef struct host_device {
     uint64_t host_unregisters;     /* successful host_unregister calls */
     ps_ptr_map_t fences_by_stream; /* stream + 1 -> fences recorded on it */
     ps_ptr_map_t waits_by_stream;  /* stream + 1 -> stream_wait_fence calls on it */
-    uint64_t barriers;             /* barrier calls that succeeded */
+    uint64_t barriers;             /* barrier calls that succeeded = the newest barrier's number */
+    uint64_t barriers_completed_upto; /* barriers 1..this have passed (completed mark, device sync) */
+    uint64_t barrier_due_ns[PS_BARRIER_RING]; /* timed: barrier n passes when the clock reaches [n % ring] */
+    uint64_t barrier_last_due_ns;  /* latest of those (device_synchronize waits for it) */
+    int barriers_assume_passed;    /* test hook: barrier_passed answers passed always */
+    int noting_frees;              /* 1: ps_host_ops_note_free was called: unmaps are judged per granule */
+    ps_ptr_map_t freed_at;         /* granule address -> index into free_positions of its last noted free */
+    struct free_position {         /* where the GPU's queue stood when a block was freed */
+        uint64_t fences;           /* fences recorded by then */
+        uint64_t barriers;         /* barriers issued by then */
+        uint64_t clock_ns;         /* the simulated clock then */
+    } *free_positions;
+    size_t free_positions_count, free_positions_capacity; /* entries used / allocated */
     int barriers_blocked;          /* 1: barrier answers PS_EBUSY */
     ps_ptr_map_t vm_mapped;        /* address -> size of each live vm_map */
     uint64_t vm_maps;              /* successful vm_map calls */
@@ -175,7 +193,7 @@ static const char *const OP_NAMES[PS_HOST_OP_COUNT + 1] = {
     "mem_alloc", "mem_free", "mem_alloc_async", "mem_free_async", "mem_alloc_managed", "mem_get_info",
     "fence_record", "fence_query", "fence_wait", "stream_wait_fence", "device_synchronize", "barrier",
     "vm_reserve", "vm_map", "vm_unmap", "host_alloc", "memset_d8", "copy_to_host", "ipc_export", "ipc_map",
-    "host_register", "any",
+    "host_register", "barrier_passed", "any",
 };
 
 /* Counts one call of `op` and answers whether the fault plan fails it:
@@ -310,6 +328,7 @@ static void charge_pinning(host_device_t *dev, size_t size, int unpin)
             if (idle > dev->clock_ns)
                 dev->clock_ns = idle;
             dev->completed_upto = dev->fences_recorded;
+            dev->barriers_completed_upto = dev->barriers;
         }
         if (!unpin)
             dev->clock_ns += dev->options.pin_ns + (uint64_t)((double)size / 1048576.0 * dev->options.pin_ns_per_mib);
@@ -514,8 +533,11 @@ static int host_device_synchronize(void *ctx)
     pthread_mutex_lock(&dev->lock);
     dev->device_syncs++;
     dev->completed_upto = dev->fences_recorded;
+    dev->barriers_completed_upto = dev->barriers;
     if (dev->timed && dev->options.waits_move_clock) {
         uint64_t idle = dev->gpu_busy_until_ns > dev->last_due_ns ? dev->gpu_busy_until_ns : dev->last_due_ns;
+        if (dev->barrier_last_due_ns > idle)
+            idle = dev->barrier_last_due_ns;
         if (idle > dev->clock_ns)
             dev->clock_ns = idle;
     }
@@ -531,8 +553,51 @@ static int host_barrier(void *ctx)
         return fault;
     pthread_mutex_lock(&dev->lock);
     int status = dev->barriers_blocked ? PS_EBUSY : PS_OK;
-    if (status == PS_OK)
-        dev->barriers++;
+    if (status == PS_OK) {
+        uint64_t number = ++dev->barriers;
+        uint64_t due = dev->clock_ns + dev->options.lag_ns; /* like a fence recorded now */
+        if (due < dev->gpu_busy_until_ns)
+            due = dev->gpu_busy_until_ns;
+        dev->barrier_due_ns[number % PS_BARRIER_RING] = due;
+        if (due > dev->barrier_last_due_ns)
+            dev->barrier_last_due_ns = due;
+        if (dev->auto_complete && !dev->timed)
+            dev->barriers_completed_upto = number;
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return status;
+}
+
+static uint64_t host_barrier_generation(void *ctx)
+{
+    host_device_t *dev = ctx;
+    pthread_mutex_lock(&dev->lock);
+    uint64_t newest = dev->barriers;
+    pthread_mutex_unlock(&dev->lock);
+    return newest;
+}
+
+/* Barrier `generation` has passed (4.): by the completed mark, by the
+ * clock (timed), or by the test's say-so; older than the ring: when the
+ * oldest remembered one has, as on the GPU. */
+static int host_barrier_passed(void *ctx, uint64_t generation)
+{
+    host_device_t *dev = ctx;
+    int fault = host_fault(dev, PS_HOST_OP_BARRIER_PASSED);
+    if (fault != PS_OK)
+        return fault;
+    pthread_mutex_lock(&dev->lock);
+    int status = PS_ENOTREADY;
+    if (generation > dev->barriers)
+        status = PS_EINVAL; /* never issued */
+    else if (generation == 0 || dev->barriers_assume_passed || generation <= dev->barriers_completed_upto)
+        status = PS_OK;
+    else {
+        if (dev->barriers - generation >= PS_BARRIER_RING)
+            generation = dev->barriers - PS_BARRIER_RING + 1;
+        if (dev->timed && dev->clock_ns >= dev->barrier_due_ns[generation % PS_BARRIER_RING])
+            status = PS_OK;
+    }
     pthread_mutex_unlock(&dev->lock);
     return status;
 }
@@ -627,6 +692,32 @@ static int host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
     return status;
 }
 
+/* Whether the GPU can no longer touch [addr, addr + size). Without noted
+ * frees: every fence recorded so far has completed (the GPU is idle as far
+ * as the fake knows). With them (ps_host_ops_note_free): every granule's
+ * last noted free lies behind the GPU: a fence or barrier recorded after
+ * it has truly completed (the completed marks or the clock; never the
+ * assume_barriers_passed hook), or nothing was noted there. Removes the
+ * granules' notes. Lock held. */
+static int unmap_is_safe_locked(host_device_t *dev, uintptr_t addr, size_t size)
+{
+    if (!dev->noting_frees)
+        return all_fences_complete_locked(dev);
+    size_t granule = dev->options.vm_granularity;
+    int safe = 1;
+    for (uintptr_t g = addr / granule * granule; g < addr + size; g += granule) {
+        uint64_t index;
+        if (!ps_ptr_map_remove(&dev->freed_at, g, &index))
+            continue;
+        const struct free_position *at = &dev->free_positions[index];
+        /* timed: the GPU finishes work lag_ns after it was issued */
+        int passed = dev->completed_upto > at->fences || dev->barriers_completed_upto > at->barriers ||
+                     (dev->timed && dev->clock_ns >= at->clock_ns + dev->options.lag_ns);
+        safe = safe && passed;
+    }
+    return safe;
+}
+
 static int host_vm_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
 {
     host_device_t *dev = ctx;
@@ -648,7 +739,7 @@ static int host_vm_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
         madvise(addr, size, MADV_DONTNEED);
         mprotect(addr, size, PROT_NONE);
     }
-    if (!all_fences_complete_locked(dev))
+    if (!unmap_is_safe_locked(dev, (uintptr_t)addr, size))
         dev->unsafe_unmaps++;
     dev->bytes_outstanding -= size;
     dev->vm_unmaps++;
@@ -796,6 +887,8 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
         .stream_wait_fence = host_stream_wait_fence,
         .device_synchronize = host_device_synchronize,
         .barrier = host_barrier,
+        .barrier_generation = host_barrier_generation,
+        .barrier_passed = host_barrier_passed,
         .host_alloc = host_host_alloc,
         .host_free = host_host_free,
         .host_register = host_host_register,
@@ -842,6 +935,9 @@ void ps_host_ops_destroy(ps_gpu_ops_t *ops)
     ps_ptr_map_free(&dev->vm_fds);
     ps_ptr_map_free(&dev->ipc_mapped);
     ps_ptr_map_free(&dev->registered);
+    if (dev->noting_frees)
+        ps_ptr_map_free(&dev->freed_at);
+    free(dev->free_positions);
     for (struct ps_fence *fence = dev->all_fences, *next; fence; fence = next) {
         next = fence->all_next;
         free(fence);
@@ -913,6 +1009,62 @@ void ps_host_ops_complete_all(ps_gpu_ops_t *ops)
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     dev->completed_upto = dev->fences_recorded;
+    dev->barriers_completed_upto = dev->barriers;
+    pthread_mutex_unlock(&dev->lock);
+}
+
+void ps_host_ops_complete_barriers_upto(ps_gpu_ops_t *ops, uint64_t generation)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    if (generation > dev->barriers)
+        generation = dev->barriers;
+    if (generation > dev->barriers_completed_upto)
+        dev->barriers_completed_upto = generation;
+    pthread_mutex_unlock(&dev->lock);
+}
+
+int ps_host_ops_note_free(ps_gpu_ops_t *ops, const void *ptr, size_t size)
+{
+    host_device_t *dev = ops->ctx;
+    size_t granule = dev->options.vm_granularity;
+    if (!granule || !size)
+        return PS_OK;
+    uintptr_t first = (uintptr_t)ptr / granule * granule, end = (uintptr_t)ptr + size;
+    pthread_mutex_lock(&dev->lock);
+    int status = PS_OK;
+    if (!dev->noting_frees) {
+        status = ps_ptr_map_init(&dev->freed_at, 64);
+        dev->noting_frees = status == PS_OK;
+    }
+    if (status == PS_OK && dev->free_positions_count == dev->free_positions_capacity) {
+        size_t capacity = dev->free_positions_capacity ? dev->free_positions_capacity * 2 : 256;
+        struct free_position *bigger = realloc(dev->free_positions, capacity * sizeof *bigger);
+        if (bigger) {
+            dev->free_positions = bigger;
+            dev->free_positions_capacity = capacity;
+        } else {
+            status = PS_ENOMEM;
+        }
+    }
+    uint64_t index = dev->free_positions_count;
+    if (status == PS_OK)
+        status = ps_ptr_map_reserve(&dev->freed_at, (end - first) / granule + 1);
+    if (status == PS_OK) {
+        dev->free_positions[dev->free_positions_count++] =
+            (struct free_position){dev->fences_recorded, dev->barriers, dev->clock_ns};
+        for (uintptr_t g = first; g < end; g += granule)
+            ps_ptr_map_put(&dev->freed_at, g, index);
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return status;
+}
+
+void ps_host_ops_assume_barriers_passed(ps_gpu_ops_t *ops, int on)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    dev->barriers_assume_passed = on;
     pthread_mutex_unlock(&dev->lock);
 }
 
@@ -921,8 +1073,10 @@ void ps_host_ops_set_auto_complete(ps_gpu_ops_t *ops, int on)
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     dev->auto_complete = on;
-    if (on)
+    if (on) {
         dev->completed_upto = dev->fences_recorded;
+        dev->barriers_completed_upto = dev->barriers;
+    }
     pthread_mutex_unlock(&dev->lock);
 }
 

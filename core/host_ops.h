@@ -80,6 +80,15 @@ uint64_t ps_host_ops_waits_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream);
  * fake GPU keeps lagging, which is the point. */
 uint64_t ps_host_ops_barriers(ps_gpu_ops_t *ops);
 void ps_host_ops_block_barriers(ps_gpu_ops_t *ops, int blocked);
+/* Barriers are numbered 1, 2, 3... (ps_host_ops_barriers is the newest)
+ * and pass (barrier_passed) in auto-complete mode at once, with a lag once
+ * the clock reaches their issue time + lag, and always after
+ * device_synchronize or ps_host_ops_complete_all. complete_barriers_upto:
+ * barriers 1..generation have passed. assume_barriers_passed (a test hook,
+ * the fake's POOLSHIM_TEST_ASSUME_IDLE): barrier_passed answers passed for
+ * every barrier, whether the GPU got there or not. */
+void ps_host_ops_complete_barriers_upto(ps_gpu_ops_t *ops, uint64_t generation);
+void ps_host_ops_assume_barriers_passed(ps_gpu_ops_t *ops, int on);
 
 /* Virtual memory: calls, and unmaps made while some fence was still
  * incomplete (the GPU might still touch the range: must stay 0). */
@@ -88,6 +97,15 @@ uint64_t ps_host_ops_vm_unmaps(ps_gpu_ops_t *ops);
 /* Pieces mapped by ipc_map and not yet unmapped by ipc_unmap (shareable). */
 uint64_t ps_host_ops_ipc_mapped(ps_gpu_ops_t *ops);
 uint64_t ps_host_ops_unsafe_unmaps(ps_gpu_ops_t *ops);
+/* A precise judge of unsafe unmaps, for tests that know when blocks were
+ * freed: `size` bytes at `ptr` were freed by the program now (after the
+ * GPU work that used them was issued). Once a device has noted a free, an
+ * unmap counts as unsafe only when a granule in it was noted freed and no
+ * fence or barrier recorded after that free has truly completed (by the
+ * completed marks, a device synchronize or the clock; never by
+ * ps_host_ops_assume_barriers_passed). Without notes an unmap counts as
+ * unsafe while any fence is incomplete. PS_ENOMEM: not noted. */
+int ps_host_ops_note_free(ps_gpu_ops_t *ops, const void *ptr, size_t size);
 
 /* Upstream accounting and fault injection (vm_map counts as an allocation:
  * it uses the device's capacity and the same failure plan). */
@@ -138,6 +156,7 @@ typedef enum ps_host_op {
     PS_HOST_OP_IPC_EXPORT,         /* ipc_export (ipc_reserve counts as vm_reserve) */
     PS_HOST_OP_IPC_MAP,            /* ipc_map */
     PS_HOST_OP_HOST_REGISTER,      /* host_register */
+    PS_HOST_OP_BARRIER_PASSED,     /* barrier_passed (fails with PS_EUPSTREAM: "unknown") */
     PS_HOST_OP_COUNT,              /* number of counted entries */
     PS_HOST_OP_ANY = PS_HOST_OP_COUNT /* every counted entry together */
 } ps_host_op_t;

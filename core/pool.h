@@ -150,4 +150,9 @@ int ps_pool_layout(ps_resource_t *pool, ps_pool_layout_t *out);
  * the first violation. */
 int ps_pool_check(ps_resource_t *pool);
 
+/* Test hook (the negative control of tests/unit/test_pool_remap.c): with
+ * `on`, remap treats every ready block as idle, as if it never asked
+ * whether the barrier that released it has passed. Process-wide. */
+void ps_pool_test_skip_idle_check(int on);
+
 #endif

@@ -32,6 +32,12 @@
  *  8. retire(list, stream): a destroyed stream's free blocks become a
  *     closed epoch under a fence on that stream, recorded while its handle
  *     is valid (device synchronize without one).
+ *  9. Every release tells the callback (release_idle) when the released
+ *     blocks are idle on the GPU, not only reusable by later work: at once
+ *     after a completed fence or a device synchronize (0), after barrier g
+ *     has passed when barrier g released them (gpu->barrier_generation,
+ *     read after the barrier), unknown otherwise (UINT64_MAX). The pool's
+ *     remap unmaps idle memory without synchronizing the device.
  * Guarantees: a deferred block is released only after a barrier begun
  * after its free was issued, or after a fence recorded after its free
  * completed, or after a device synchronize; bytes_pending is the sum of
@@ -55,6 +61,7 @@ void ps_reuse_init(ps_reuse_t *r, const ps_gpu_ops_t *gpu, ps_free_sync_t free_s
     r->release = release;
     r->owner = owner;
     r->family = family ? family : &r->own_family;
+    r->release_idle = PS_REUSE_IDLE_NEVER;
 }
 
 void ps_reuse_destroy(ps_reuse_t *r)
@@ -143,13 +150,16 @@ int ps_reuse_poll(ps_reuse_t *r)
     int released = 0;
     while (r->closed_count) {
         ps_reuse_epoch_t *oldest = &r->closed[r->closed_head];
-        if (!covered(r, &oldest->list) && r->gpu->fence_query(r->gpu->ctx, oldest->fence) != PS_OK)
+        int by_barrier = covered(r, &oldest->list);
+        if (!by_barrier && r->gpu->fence_query(r->gpu->ctx, oldest->fence) != PS_OK)
             break;
+        r->release_idle = by_barrier ? PS_REUSE_IDLE_NEVER : PS_REUSE_IDLE_NOW;
         pop_oldest(r);
         released++;
     }
     /* another state of the family issued a barrier: the open epoch too */
     if (r->family != &r->own_family && r->open.count && covered(r, &r->open)) {
+        r->release_idle = PS_REUSE_IDLE_NEVER;
         release_list(r, &r->open, 1);
         released++;
     }
@@ -227,6 +237,10 @@ int ps_reuse_barrier(ps_reuse_t *r)
     while (seen < number && !atomic_compare_exchange_weak(&r->family->issued, &seen, number))
         ;
     r->barriers++;
+    /* read after the barrier: its own number or a later barrier's, which
+     * passes no earlier */
+    r->release_idle = gpu->barrier_generation && gpu->barrier_passed ? gpu->barrier_generation(gpu->ctx)
+                                                                      : PS_REUSE_IDLE_NEVER;
     while (r->closed_count)
         pop_oldest(r);
     release_list(r, &r->open, 1);
@@ -249,8 +263,9 @@ int ps_reuse_wait_oldest(ps_reuse_t *r)
 {
     if (!r->closed_count)
         return 0;
-    r->gpu->fence_wait(r->gpu->ctx, r->closed[r->closed_head].fence);
+    int status = r->gpu->fence_wait(r->gpu->ctx, r->closed[r->closed_head].fence);
     r->fence_waits++;
+    r->release_idle = status == PS_OK ? PS_REUSE_IDLE_NOW : PS_REUSE_IDLE_NEVER;
     pop_oldest(r);
     return 1;
 }
@@ -259,8 +274,10 @@ void ps_reuse_close_or_sync(ps_reuse_t *r)
 {
     if (r->open.count == 0 || ps_reuse_close(r) == PS_OK)
         return;
-    if (r->gpu->device_synchronize(r->gpu->ctx) == PS_OK)
+    if (r->gpu->device_synchronize(r->gpu->ctx) == PS_OK) {
+        r->release_idle = PS_REUSE_IDLE_NOW;
         release_list(r, &r->open, 1);
+    }
 }
 
 void ps_reuse_flush(ps_reuse_t *r)
@@ -288,8 +305,8 @@ void ps_reuse_retire(ps_reuse_t *r, ps_reuse_list_t *list, ps_stream_t stream)
         return;
     }
     /* no fence: wait for the whole device; then the blocks are safe */
-    if (r->gpu)
-        r->gpu->device_synchronize(r->gpu->ctx);
+    int synced = r->gpu && r->gpu->device_synchronize(r->gpu->ctx) == PS_OK;
+    r->release_idle = synced ? PS_REUSE_IDLE_NOW : PS_REUSE_IDLE_NEVER;
     release_list(r, list, 0);
 }
 

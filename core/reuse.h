@@ -75,7 +75,18 @@ typedef struct ps_reuse {
     uint64_t fence_waits;          /* host waits this state did */
     uint64_t barriers;             /* barriers this state issued that released its blocks */
     uint64_t barriers_refused;     /* barriers refused (a capture open: PS_EBUSY) or failed */
+    uint64_t release_idle;         /* while the release callback runs: the blocks' idle generation (see
+                                      PS_REUSE_IDLE_* below) */
 } ps_reuse_t;
+
+/* Idle generations (release_idle): once gpu->barrier_passed says barrier
+ * number g has passed, no GPU work issued before the release can touch a
+ * block released with release_idle <= g. A completed fence or a device
+ * synchronize: PS_REUSE_IDLE_NOW (0). A barrier: its number (or a later
+ * one: gpu->barrier_generation read after it). Unknown (a barrier of the
+ * family covered it, a failed wait, no barrier numbers): PS_REUSE_IDLE_NEVER. */
+#define PS_REUSE_IDLE_NOW 0ull
+#define PS_REUSE_IDLE_NEVER UINT64_MAX
 
 /* Prepares *r. `family` NULL: its own. barrier_pending_percent: see
  * ps_reuse_wants_barrier. */

@@ -35,6 +35,12 @@
  *      d. make every live non-blocking stream wait for E. Blocking
  *         streams order after E by legacy semantics; a non-blocking stream
  *         created later waits for E in ps_gpu_ops_cuda_stream_created.
+ *      e. barriers are numbered 1, 2, 3... per table; E of barrier n is
+ *         slot n % PS_BARRIER_RING of a ring of events, so barrier_passed
+ *         asks cuEventQuery on it (an older barrier: on the oldest slot;
+ *         a dead context: passed). POOLSHIM_TEST_ASSUME_IDLE=1 (tests
+ *         only) answers passed always: the negative control of
+ *         tests/gpu/remap_idle.cu.
  *    cudaStreamBeginCapture & co. pass through ps_gpu_ops_cuda_capture_gate,
  *    which takes streams_lock, so a capture cannot start between a and d.
  *    A global-mode capture that begins on a named stream is remembered: while
@@ -93,17 +99,20 @@ typedef struct device_ops {
     CUdevice device;           /* its device */
     pthread_mutex_t lock;      /* guards free_fences */
     ps_fence_t *free_fences;   /* recycled fences */
-    CUevent barrier_event;     /* E of the last barrier (guarded by streams_lock) */
+    CUevent barrier_event;     /* E of the last barrier: one of barrier_events (guarded by streams_lock) */
+    CUevent barrier_events[PS_BARRIER_RING]; /* E of barrier n is [n % PS_BARRIER_RING], for barrier_passed
+                                                (created lazily; guarded by streams_lock) */
     int barrier_recorded;      /* E was recorded at least once (guarded by streams_lock) */
     size_t vm_granularity;     /* recommended mapping granularity (0: no virtual memory) */
     atomic_int shareable;      /* 1: vm_map creates memory exportable as POSIX file descriptors (6.) */
     int skip_barrier;          /* test only (POOLSHIM_TEST_SKIP_BARRIER=1): barriers order nothing */
+    int assume_idle;           /* test only (POOLSHIM_TEST_ASSUME_IDLE=1): every barrier has passed */
     atomic_int dead;           /* 1: the context died (reset): every entry answers as dead_* below */
     pthread_mutex_t vm_lock;   /* guards the three maps below */
     ps_ptr_map_t vm_handles;   /* mapped address -> its physical allocation handle */
     ps_ptr_map_t vm_sizes;     /* mapped address -> bytes mapped there */
     ps_ptr_map_t vm_ranges;    /* reserved range -> its size (all, for release before a reset) */
-    uint64_t barriers;         /* barriers issued (guarded by streams_lock) */
+    _Atomic uint64_t barriers; /* barriers issued = the newest barrier's number (written under streams_lock) */
 } device_ops_t;
 
 /* What each entry answers once its context died (ps_gpu_ops_cuda_mark_dead):
@@ -124,6 +133,7 @@ static int dead_fence_done(void *vctx, ps_fence_t *f) { return PS_OK; } /* nothi
 static int dead_stream_wait_fence(void *vctx, ps_stream_t stream, ps_fence_t *f) { return PS_OK; }
 static int dead_device_synchronize(void *vctx) { return PS_OK; }
 static int dead_barrier(void *vctx) { return PS_EUPSTREAM; }
+static int dead_barrier_passed(void *vctx, uint64_t generation) { return PS_OK; } /* no work is left */
 static int dead_memset_d8(void *vctx, void *ptr, uint8_t value, size_t bytes, ps_stream_t stream) { return PS_EUPSTREAM; }
 static int dead_copy_to_host(void *vctx, void *dst, const void *src, size_t bytes, ps_stream_t stream) { return PS_EUPSTREAM; }
 static int dead_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle) { return PS_EUPSTREAM; }
@@ -682,8 +692,11 @@ static int ops_barrier(void *vctx)
             if (streams[i].ctx == d->ctx && capturing(streams[i].stream))
                 status = PS_EBUSY;
     }
-    if (status == PS_OK && !d->barrier_event && ps_real.cuEventCreate(&d->barrier_event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-        d->barrier_event = NULL;
+    /* E of this barrier: its slot of the ring (barrier_passed asks it) */
+    uint64_t number = atomic_load_explicit(&d->barriers, memory_order_relaxed) + 1;
+    CUevent *slot = &d->barrier_events[number % PS_BARRIER_RING];
+    if (status == PS_OK && !*slot && ps_real.cuEventCreate(slot, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+        *slot = NULL;
         status = PS_EUPSTREAM;
     }
     /* b: every non-blocking stream's work so far joins the legacy stream */
@@ -701,8 +714,10 @@ static int ops_barrier(void *vctx)
             status = PS_EUPSTREAM;
     }
     /* c: E after everything issued so far */
-    if (status == PS_OK && ps_real.cuEventRecord(d->barrier_event, (CUstream)PS_STREAM_LEGACY) != CUDA_SUCCESS)
+    if (status == PS_OK && ps_real.cuEventRecord(*slot, (CUstream)PS_STREAM_LEGACY) != CUDA_SUCCESS)
         status = PS_EUPSTREAM;
+    if (status == PS_OK)
+        d->barrier_event = *slot;
     /* d: everything issued from now on, after E */
     for (size_t i = 0; i < stream_count && status == PS_OK; i++)
         if (streams[i].ctx == d->ctx &&
@@ -710,10 +725,43 @@ static int ops_barrier(void *vctx)
             status = PS_EUPSTREAM;
     if (status == PS_OK) {
         d->barrier_recorded = 1;
-        d->barriers++;
+        atomic_store_explicit(&d->barriers, number, memory_order_release);
     }
     if (check_captures && ps_real.cuThreadExchangeStreamCaptureMode)
         ps_real.cuThreadExchangeStreamCaptureMode(&mode);
+    pthread_mutex_unlock(&streams_lock);
+    leave_ctx(pushed);
+    return status;
+}
+
+/* Barrier numbers (4. above): the newest barrier issued. */
+static uint64_t ops_barrier_generation(void *vctx)
+{
+    return atomic_load_explicit(&((device_ops_t *)vctx)->barriers, memory_order_acquire);
+}
+
+/* Whether everything issued before barrier `generation` has finished: its
+ * E (a barrier older than the ring: the oldest E the ring remembers;
+ * E events complete in issue order, all on the legacy stream). A slot
+ * re-recorded by a barrier that failed half-way completes later than the
+ * barrier it held: the answer is late, never early. */
+static int ops_barrier_passed(void *vctx, uint64_t generation)
+{
+    if (is_dead(vctx))
+        return dead_barrier_passed(vctx, generation);
+    device_ops_t *d = vctx;
+    if (generation == 0 || d->assume_idle) /* the negative control of tests/gpu/remap_idle.cu */
+        return PS_OK;
+    int pushed = enter_ctx(d);
+    pthread_mutex_lock(&streams_lock);
+    uint64_t newest = atomic_load_explicit(&d->barriers, memory_order_relaxed);
+    int status = PS_EINVAL; /* a barrier never issued */
+    if (generation <= newest) {
+        if (newest - generation >= PS_BARRIER_RING)
+            generation = newest - PS_BARRIER_RING + 1;
+        CUevent e = d->barrier_events[generation % PS_BARRIER_RING];
+        status = e ? status_of(ps_real.cuEventQuery(e)) : PS_EUPSTREAM;
+    }
     pthread_mutex_unlock(&streams_lock);
     leave_ctx(pushed);
     return status;
@@ -1122,6 +1170,11 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
     ignore_captures = ignore && *ignore == '1';
     const char *skip = getenv("POOLSHIM_TEST_SKIP_BARRIER");
     d->skip_barrier = skip && *skip == '1';
+    const char *assume_idle = getenv("POOLSHIM_TEST_ASSUME_IDLE");
+    d->assume_idle = assume_idle && *assume_idle == '1';
+    if (d->assume_idle)
+        ps_warning("POOLSHIM_TEST_ASSUME_IDLE=1: every barrier counts as passed; remap may unmap memory a kernel "
+                   "still uses (a test switch, never for real work)");
     if (d->skip_barrier)
         ps_warning("POOLSHIM_TEST_SKIP_BARRIER=1: barriers order nothing; freed memory may be reused while "
                    "kernels still use it (a test switch, never for real work)");
@@ -1150,6 +1203,8 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         .stream_wait_fence = ops_stream_wait_fence,
         .device_synchronize = ops_device_synchronize,
         .barrier = ops_barrier,
+        .barrier_generation = ops_barrier_generation,
+        .barrier_passed = ops_barrier_passed,
         .host_alloc = ops_host_alloc,
         .host_free = ops_host_free,
     };
@@ -1218,6 +1273,7 @@ void ps_gpu_ops_cuda_mark_dead(ps_gpu_ops_t *ops)
     pthread_mutex_lock(&streams_lock);
     d->barrier_recorded = 0;
     d->barrier_event = NULL;
+    memset(d->barrier_events, 0, sizeof d->barrier_events); /* gone with the context */
     for (int i = 0; i < PS_MAX_DEVICES; i++)
         if (device_tables[i] == d)
             device_tables[i] = NULL;

@@ -285,6 +285,7 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
                 s.peak_reserved = info.peak_bytes_reserved;
             s.upstream_allocs = info.upstream_allocs;
             s.barriers = info.barriers;
+            s.remaps_idle = info.remaps_idle;
         }
         if (sim_gpu)
             s.device_syncs = ps_host_ops_device_syncs(sim_gpu);
@@ -349,9 +350,11 @@ static void print_layout_text(FILE *f, const replay_stats_t *r)
             cli_format_bytes(b, sizeof b, l->ready_free - l->ready_whole_pieces),
             cli_format_bytes(c, sizeof c, l->idle_whole_pieces), cli_format_bytes(d, sizeof d, l->unmapped_holes),
             cli_format_bytes(e, sizeof e, l->small_in_use));
-    fprintf(f, "  barriers %llu (%.1f per 1000 allocations), device synchronizes %llu (%.2f per 1000)\n",
+    fprintf(f, "  barriers %llu (%.1f per 1000 allocations), device synchronizes %llu (%.2f per 1000), "
+               "remaps without one %llu\n",
             (unsigned long long)r->barriers, per_1000(r->barriers, r->allocations),
-            (unsigned long long)r->device_syncs, per_1000(r->device_syncs, r->allocations));
+            (unsigned long long)r->device_syncs, per_1000(r->device_syncs, r->allocations),
+            (unsigned long long)r->remaps_idle);
 }
 
 void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,

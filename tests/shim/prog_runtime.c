@@ -802,6 +802,25 @@ static void guard(const char *mode)
     fprintf(stderr, "guard: block 3 was %p\n", p[3]);
 }
 
+/* Remap on growth over the fake driver's virtual memory (FAKE_CUDA_VMM=1):
+ * A is freed, a small allocation's eager barrier releases it, then a block
+ * larger than anything free grows the pool past a kept separator, and the
+ * remap wants A's pieces. Whether it synchronizes depends on whether the
+ * barrier's event has completed (FAKE_CUDA_EVENTS_PENDING): test_shim.c
+ * reads remap_syncs and remaps_idle from the exit statistics. */
+static void remap(void)
+{
+    void *a, *separator, *small, *big;
+    CHECK(cudaMalloc(&a, 64u << 20) == cudaSuccess, "cudaMalloc A");
+    CHECK(cudaMalloc(&separator, 2u << 20) == cudaSuccess, "cudaMalloc separator");
+    CHECK(cudaFree(a) == cudaSuccess, "cudaFree A");
+    CHECK(cudaMalloc(&small, 1u << 20) == cudaSuccess, "cudaMalloc small");
+    CHECK(cudaMalloc(&big, 96u << 20) == cudaSuccess, "cudaMalloc big");
+    CHECK(cudaFree(big) == cudaSuccess, "cudaFree big");
+    CHECK(cudaFree(small) == cudaSuccess, "cudaFree small");
+    CHECK(cudaFree(separator) == cudaSuccess, "cudaFree separator");
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "basic";
@@ -812,6 +831,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "async")) async();
     else if (!strcmp(what, "ipc")) ipc();
     else if (!strcmp(what, "meminfo")) meminfo();
+    else if (!strcmp(what, "remap")) remap();
     else if (!strcmp(what, "threads")) threads();
     else if (!strcmp(what, "oom")) oom();
     else if (!strcmp(what, "devices")) devices();

@@ -765,3 +765,28 @@ Test(guard, clean_program_and_option_off_report_nothing)
     cr_expect_eq(rc, 0, "%s", output);
     cr_expect_null(strstr(output, "red-zone"), "without debug.guard the overflow goes unseen: %s", output);
 }
+
+/* ---- remap of idle pieces (shim/gpu_ops_cuda.c: barrier numbers, barrier_passed) ---- */
+/* prog_runtime remap over the fake driver's virtual memory: with the barrier
+ * events completed (the fake's events complete at once) the remap moves A's
+ * pieces with no synchronize; while they stay pending (FAKE_CUDA_EVENTS_PENDING:
+ * every query answers not ready that many times) it synchronizes first. */
+static void expect_remap(const char *env, double syncs, double idle)
+{
+    char full[512];
+    snprintf(full, sizeof full, "FAKE_CUDA_VMM=1 POOLSHIM_STATS=json POOLSHIM_OPTIONS=resource.main.expandable=1 %s",
+             env);
+    expect_pass(1, full, "prog_runtime remap", "shim active");
+    cr_expect_eq(json_number(output, "remap_syncs"), syncs, "%s:\n%s", env, output);
+    cr_expect_eq(json_number(output, "remaps_idle"), idle, "%s:\n%s", env, output);
+}
+Test(remap, pieces_of_a_passed_barrier_move_without_a_synchronize) { expect_remap("", 0, 1); }
+Test(remap, pieces_of_a_pending_barrier_wait_for_a_synchronize)
+{
+    expect_remap("FAKE_CUDA_EVENTS_PENDING=1000000", 1, 0);
+}
+Test(remap, the_assume_idle_switch_skips_the_synchronize)
+{
+    /* the negative control of tests/gpu/remap_idle.cu, on the fake driver */
+    expect_remap("FAKE_CUDA_EVENTS_PENDING=1000000 POOLSHIM_TEST_ASSUME_IDLE=1", 0, 1);
+}

@@ -351,6 +351,8 @@ static int perform(run_t *r, const action_t *a)
         return status;
     }
     case 1: {
+        /* the fake judges each unmap by when its granules were freed */
+        ps_host_ops_note_free(s->gpu, r->live[a->index].ptr, r->live[a->index].size);
         int status = ps_deallocate(s->top, r->live[a->index].ptr, r->live[a->index].size, a->stream);
         if (status == PS_OK)
             r->live[a->index] = r->live[--r->live_count];

@@ -297,3 +297,59 @@ Test(host_ops, without_a_lag_the_clock_changes_nothing)
     gpu->fence_release(gpu->ctx, f);
     ps_host_ops_destroy(gpu);
 }
+
+Test(host_ops, barriers_are_numbered_and_pass_like_fences)
+{
+    ps_gpu_ops_t *gpu;
+    ps_host_ops_options_t o = {0};
+    cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK);
+    cr_assert_eq(gpu->barrier_generation(gpu->ctx), 0);
+    cr_assert_eq(gpu->barrier_passed(gpu->ctx, 0), PS_OK, "before any barrier: always passed");
+    cr_assert_eq(gpu->barrier_passed(gpu->ctx, 1), PS_EINVAL, "never issued");
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(gpu->barrier(gpu->ctx), PS_OK);
+    cr_assert_eq(gpu->barrier_generation(gpu->ctx), 3);
+    cr_assert_eq(gpu->barrier_passed(gpu->ctx, 1), PS_ENOTREADY, "only the test completes barriers");
+    ps_host_ops_complete_barriers_upto(gpu, 2);
+    cr_assert_eq(gpu->barrier_passed(gpu->ctx, 2), PS_OK);
+    cr_assert_eq(gpu->barrier_passed(gpu->ctx, 3), PS_ENOTREADY);
+    cr_assert_eq(gpu->device_synchronize(gpu->ctx), PS_OK);
+    cr_assert_eq(gpu->barrier_passed(gpu->ctx, 3), PS_OK, "a device synchronize passes every barrier");
+    cr_assert_eq(gpu->barrier(gpu->ctx), PS_OK);
+    cr_assert_eq(gpu->barrier_passed(gpu->ctx, 4), PS_ENOTREADY);
+    ps_host_ops_assume_barriers_passed(gpu, 1);
+    cr_assert_eq(gpu->barrier_passed(gpu->ctx, 4), PS_OK, "the test hook lies");
+    ps_host_ops_assume_barriers_passed(gpu, 0);
+    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_BARRIER_PASSED,
+                                       ps_host_ops_calls(gpu, PS_HOST_OP_BARRIER_PASSED) + 1, 0), PS_OK);
+    cr_assert_eq(gpu->barrier_passed(gpu->ctx, 0), PS_EUPSTREAM, "a failed query");
+    ps_host_ops_set_auto_complete(gpu, 1);
+    cr_assert_eq(gpu->barrier(gpu->ctx), PS_OK);
+    cr_assert_eq(gpu->barrier_passed(gpu->ctx, 5), PS_OK, "auto-complete: at once");
+    ps_host_ops_destroy(gpu);
+}
+
+Test(host_ops, a_lagging_gpu_passes_a_barrier_lag_after_it_was_issued_and_remembers_eight)
+{
+    ps_gpu_ops_t *gpu;
+    ps_host_ops_options_t o = {.lag_ns = 1000};
+    cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK);
+    for (uint64_t n = 1; n <= 20; n++) { /* barrier n at clock 100 n */
+        ps_host_ops_set_clock(gpu, 100 * n);
+        cr_assert_eq(gpu->barrier(gpu->ctx), PS_OK);
+    }
+    ps_host_ops_set_clock(gpu, 100 * 15 + 1000);
+    cr_assert_eq(gpu->barrier_passed(gpu->ctx, 15), PS_OK);
+    cr_assert_eq(gpu->barrier_passed(gpu->ctx, 16), PS_ENOTREADY, "issued later, passes later");
+    cr_assert_eq(gpu->barrier_passed(gpu->ctx, 2), PS_OK, "older than the ring: as the oldest remembered (13)");
+    ps_host_ops_destroy(gpu);
+    /* the oldest remembered one has not passed: neither has an older one */
+    cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK);
+    for (uint64_t n = 1; n <= 20; n++) {
+        ps_host_ops_set_clock(gpu, 100 * n);
+        cr_assert_eq(gpu->barrier(gpu->ctx), PS_OK);
+    }
+    ps_host_ops_set_clock(gpu, 100 * 12 + 1000); /* barrier 12 passed, 13 (the oldest of the ring) not */
+    cr_assert_eq(gpu->barrier_passed(gpu->ctx, 2), PS_ENOTREADY, "unknown: answered as the ring's oldest");
+    ps_host_ops_destroy(gpu);
+}

@@ -2,8 +2,9 @@
  * pool that must grow while whole free pieces lie elsewhere in its range
  * issues a barrier, synchronizes the device, unmaps those pieces and maps
  * the growth, so the mapped total stays the same. The fake device's fences
- * never complete unless a test says so (a lagging GPU): an unmap without
- * the synchronize would count as unsafe. */
+ * and barriers never complete unless a test says so (a lagging GPU): an
+ * unmap without the synchronize would count as unsafe. When the barrier
+ * that released the pieces has passed (they are idle), no synchronize. */
 #include "pool_fixture.h"
 
 #define LAYOUT_BLOCKS 5 /* a b c d e, 8 MiB each */
@@ -30,8 +31,12 @@ static void make_two_holes(pool_fixture_t *f, void *blocks[LAYOUT_BLOCKS], void 
         cr_assert_eq(ps_allocate(f->pool, 8 * PS_MiB, PS_STREAM_NONE, &blocks[i]), PS_OK);
     cr_assert_eq(ps_allocate(f->pool, PS_MiB, PS_STREAM_NONE, s), PS_OK);
     cr_assert_eq(ps_allocate(f->pool, PS_MiB, PS_STREAM_NONE, t), PS_OK);
+    /* the fake judges unmaps by when each granule was freed */
+    cr_assert_eq(ps_host_ops_note_free(f->gpu, *s, PS_MiB), PS_OK);
     cr_assert_eq(ps_deallocate(f->pool, *s, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_host_ops_note_free(f->gpu, blocks[1], 8 * PS_MiB), PS_OK);
     cr_assert_eq(ps_deallocate(f->pool, blocks[1], 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_host_ops_note_free(f->gpu, blocks[3], 8 * PS_MiB), PS_OK);
     cr_assert_eq(ps_deallocate(f->pool, blocks[3], 0, PS_STREAM_NONE), PS_OK);
     void *again;
     cr_assert_eq(ps_allocate(f->pool, PS_MiB, PS_STREAM_NONE, &again), PS_OK);
@@ -115,13 +120,16 @@ Test(pool_remap, no_synchronize_while_a_barrier_is_refused)
 
 /* One call of `op` in the growth fails: the pool stays consistent, the
  * allocation is served or PS_ENOMEM (then served on retry), and the device
- * holds exactly what the pool says it reserved. */
-static void fail_in_growth(ps_host_op_t op)
+ * holds exactly what the pool says it reserved. idle: the barrier that
+ * released the holes has passed (the remap needs no synchronize). */
+static void fail_in_growth_of(ps_host_op_t op, int idle)
 {
     pool_fixture_t f;
     open_remap_pool(&f, 1);
     void *blocks[LAYOUT_BLOCKS], *s, *t, *big = NULL;
     make_two_holes(&f, blocks, &s, &t);
+    if (idle)
+        ps_host_ops_complete_barriers_upto(f.gpu, ps_host_ops_barriers(f.gpu));
     uint64_t before = ps_host_ops_calls(f.gpu, op);
     cr_assert_eq(ps_host_ops_fail_call(f.gpu, op, before + 1, 0), PS_OK);
     int status = ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big);
@@ -141,10 +149,144 @@ static void fail_in_growth(ps_host_op_t op)
     fixture_close(&f);
 }
 
+static void fail_in_growth(ps_host_op_t op) { fail_in_growth_of(op, 0); }
+
 Test(pool_remap, a_failed_unmap_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_VM_UNMAP); }
 Test(pool_remap, a_failed_map_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_VM_MAP); }
 Test(pool_remap, a_failed_synchronize_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_DEVICE_SYNCHRONIZE); }
 Test(pool_remap, a_failed_barrier_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_BARRIER); }
+Test(pool_remap, a_failed_barrier_query_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_BARRIER_PASSED); }
+Test(pool_remap, idle_a_failed_barrier_query_leaves_the_pool_consistent)
+{
+    fail_in_growth_of(PS_HOST_OP_BARRIER_PASSED, 1);
+}
+Test(pool_remap, idle_a_failed_unmap_leaves_the_pool_consistent) { fail_in_growth_of(PS_HOST_OP_VM_UNMAP, 1); }
+Test(pool_remap, idle_a_failed_map_leaves_the_pool_consistent) { fail_in_growth_of(PS_HOST_OP_VM_MAP, 1); }
+Test(pool_remap, idle_a_failed_barrier_leaves_the_pool_consistent) { fail_in_growth_of(PS_HOST_OP_BARRIER, 1); }
+
+/* ---- idle pieces: no device synchronize ------------------------------- */
+
+/* make_two_holes, then the 16 MiB growth; returns its info. */
+static ps_resource_info_t grow_over_two_holes(pool_fixture_t *f, void *blocks[LAYOUT_BLOCKS], void **s, void **t,
+                                              void **big, int barriers_passed)
+{
+    make_two_holes(f, blocks, s, t);
+    if (barriers_passed)
+        ps_host_ops_complete_barriers_upto(f->gpu, ps_host_ops_barriers(f->gpu));
+    cr_assert_eq(ps_allocate(f->pool, 16 * PS_MiB, PS_STREAM_NONE, big), PS_OK);
+    cr_assert_eq(ps_pool_check(f->pool), PS_OK);
+    return fixture_info(f->pool);
+}
+
+Test(pool_remap, pieces_a_passed_barrier_released_move_without_a_synchronize)
+{
+    pool_fixture_t f;
+    open_remap_pool(&f, 1);
+    void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
+    ps_resource_info_t info = grow_over_two_holes(&f, blocks, &s, &t, &big, 1);
+    cr_assert_eq(info.bytes_reserved, 42 * PS_MiB, "b's and d's pieces moved: %llu MiB mapped",
+                 (unsigned long long)(info.bytes_reserved / PS_MiB));
+    cr_assert_eq(info.remaps_idle, 1);
+    cr_assert_eq(info.remap_syncs, 0);
+    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0, "the GPU had passed the barrier that released them");
+    cr_assert_gt(ps_host_ops_calls(f.gpu, PS_HOST_OP_BARRIER_PASSED), 0);
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    free_layout(&f, blocks, s, t, big);
+    fixture_close(&f);
+}
+
+Test(pool_remap, pieces_a_pending_barrier_released_wait_for_a_synchronize)
+{
+    pool_fixture_t f;
+    open_remap_pool(&f, 1);
+    void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
+    ps_resource_info_t info = grow_over_two_holes(&f, blocks, &s, &t, &big, 0);
+    cr_assert_eq(info.bytes_reserved, 42 * PS_MiB);
+    cr_assert_eq(info.remaps_idle, 0);
+    cr_assert_eq(info.remap_syncs, 1);
+    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 1, "the GPU may still use b and d: synchronize first");
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    free_layout(&f, blocks, s, t, big);
+    fixture_close(&f);
+}
+
+Test(pool_remap, skipping_the_idle_check_unmaps_pieces_the_gpu_may_use)
+{
+    /* the negative control of the test above: a pool that took every block
+     * for idle (or a device that says every barrier passed) unmaps b and d
+     * with no synchronize while the GPU has not passed their barrier; the
+     * fake's judge (which knows when b and d were freed) counts it */
+    for (int variant = 0; variant < 2; variant++) {
+        pool_fixture_t f;
+        open_remap_pool(&f, 1);
+        if (variant == 0)
+            ps_pool_test_skip_idle_check(1);
+        else
+            ps_host_ops_assume_barriers_passed(f.gpu, 1);
+        void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
+        ps_resource_info_t info = grow_over_two_holes(&f, blocks, &s, &t, &big, 0);
+        ps_pool_test_skip_idle_check(0);
+        cr_assert_eq(info.remaps_idle, 1, "variant %d", variant);
+        cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0, "variant %d", variant);
+        cr_assert_gt(ps_host_ops_unsafe_unmaps(f.gpu), 0, "variant %d: the judge saw it", variant);
+        free_layout(&f, blocks, s, t, big);
+        fixture_close(&f);
+    }
+}
+
+Test(pool_remap, a_lagging_gpu_passes_the_barrier_after_the_lag)
+{
+    /* timed fake: barriers pass lag_ns of simulated clock after they were
+     * issued */
+    for (int late = 0; late < 2; late++) {
+        pool_fixture_t f;
+        ps_pool_options_t o = small_pool_options();
+        ps_host_ops_options_t host = {.virtual_memory = 1, .lag_ns = 2000000};
+        cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+        cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+        cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+        void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
+        make_two_holes(&f, blocks, &s, &t);
+        ps_host_ops_set_clock(f.gpu, late ? 2000000 : 1999999);
+        cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
+        ps_resource_info_t info = fixture_info(f.pool);
+        cr_assert_eq(info.bytes_reserved, 42 * PS_MiB, "late %d", late);
+        cr_assert_eq(ps_host_ops_device_syncs(f.gpu), late ? 0 : 1, "late %d", late);
+        cr_assert_eq(info.remaps_idle, late ? 1 : 0, "late %d", late);
+        cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0, "late %d", late);
+        cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+        free_layout(&f, blocks, s, t, big);
+        fixture_close(&f);
+    }
+}
+
+Test(pool_remap, merged_blocks_take_the_newest_generation)
+{
+    /* b and d were released by a barrier that has passed; c, between them,
+     * is freed afterwards and released by a barrier that has not: the
+     * merged b+c+d block must count as busy (a merge that kept b's older
+     * generation would unmap c's pieces under a running kernel) */
+    pool_fixture_t f;
+    open_remap_pool(&f, 1);
+    void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
+    make_two_holes(&f, blocks, &s, &t);
+    ps_host_ops_complete_barriers_upto(f.gpu, ps_host_ops_barriers(f.gpu));
+    cr_assert_eq(ps_host_ops_note_free(f.gpu, blocks[2], 8 * PS_MiB), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, blocks[2], 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, 32 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
+    ps_resource_info_t info = fixture_info(f.pool);
+    cr_assert_eq(info.remap_syncs, 1, "c's barrier has not passed: synchronize");
+    cr_assert_eq(info.remaps_idle, 0);
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    for (int i = 0; i < LAYOUT_BLOCKS; i += 4)
+        cr_assert_eq(ps_deallocate(f.pool, blocks[i], 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, s, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, t, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, big, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    fixture_close(&f);
+}
 
 /* `iterations` times: two 8 MiB blocks freed between kept separators and
  * a kept 16 MiB allocation that must grow (little memory turns over).
