@@ -151,6 +151,9 @@ typedef struct host_device {
     uint64_t vm_unmaps;            /* successful vm_unmap calls */
     uint64_t unsafe_unmaps;        /* vm_unmap while a fence was incomplete */
     uint64_t next_handle;          /* vm_map handles: 1, 2, 3... */
+    ps_ptr_map_t vm_kept;          /* handle -> size of physical memory unmapped and kept (vm_unmap_keep) */
+    uint64_t vm_keeps;             /* successful vm_unmap_keep calls */
+    uint64_t vm_maps_kept;         /* successful vm_map_handle calls */
     ps_ptr_map_t vm_fds;           /* shareable: address -> memfd of each live vm_map */
     ps_ptr_map_t ipc_mapped;       /* address -> size of each live ipc_map */
     host_faults_t faults;          /* the fault plan and the per-entry call counters */
@@ -655,18 +658,10 @@ static void host_vm_release(void *ctx, void *addr, size_t size)
     /* simulated address space is not reused: ranges are few and large */
 }
 
-static int host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
+/* Makes [addr, addr + size) usable (backed or shareable); lock held. */
+static int place_locked(host_device_t *dev, void *addr, size_t size)
 {
-    host_device_t *dev = ctx;
-    int fault = host_fault(dev, PS_HOST_OP_VM_MAP);
-    if (fault != PS_OK)
-        return fault;
-    if (!size || size % dev->options.vm_granularity || (uintptr_t)addr % dev->options.vm_granularity)
-        return PS_EINVAL;
-    pthread_mutex_lock(&dev->lock);
-    int status = admit_locked(dev, size);
-    if (status == PS_OK)
-        status = ps_ptr_map_reserve(&dev->vm_mapped, 1);
+    int status = ps_ptr_map_reserve(&dev->vm_mapped, 1);
     if (status == PS_OK && dev->options.shareable)
         status = ps_ptr_map_reserve(&dev->vm_fds, 1);
     int fd = -1;
@@ -684,12 +679,63 @@ static int host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
         if (fd >= 0)
             ps_ptr_map_put(&dev->vm_fds, (uintptr_t)addr, (uint64_t)fd);
         ps_ptr_map_put(&dev->vm_mapped, (uintptr_t)addr, size);
+    }
+    return status;
+}
+
+static int host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
+{
+    host_device_t *dev = ctx;
+    int fault = host_fault(dev, PS_HOST_OP_VM_MAP);
+    if (fault != PS_OK)
+        return fault;
+    if (!size || size % dev->options.vm_granularity || (uintptr_t)addr % dev->options.vm_granularity)
+        return PS_EINVAL;
+    pthread_mutex_lock(&dev->lock);
+    int status = admit_locked(dev, size);
+    if (status == PS_OK)
+        status = place_locked(dev, addr, size);
+    if (status == PS_OK) {
         dev->bytes_outstanding += size;
         dev->vm_maps++;
         *handle = ++dev->next_handle;
     }
     pthread_mutex_unlock(&dev->lock);
     return status;
+}
+
+/* vm_map_handle: the kept physical memory is placed again; no admission
+ * (it is still counted). Faults as vm_map. */
+static int host_vm_map_handle(void *ctx, void *addr, size_t size, uint64_t handle)
+{
+    host_device_t *dev = ctx;
+    int fault = host_fault(dev, PS_HOST_OP_VM_MAP);
+    if (fault != PS_OK)
+        return fault;
+    if (!size || size % dev->options.vm_granularity || (uintptr_t)addr % dev->options.vm_granularity)
+        return PS_EINVAL;
+    pthread_mutex_lock(&dev->lock);
+    uint64_t kept;
+    int status = ps_ptr_map_get(&dev->vm_kept, handle, &kept) && kept == size ? PS_OK : PS_EINVAL;
+    if (status == PS_OK)
+        status = place_locked(dev, addr, size);
+    if (status == PS_OK) {
+        ps_ptr_map_remove(&dev->vm_kept, handle, &kept);
+        dev->vm_maps++;
+        dev->vm_maps_kept++;
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return status;
+}
+
+static void host_vm_drop(void *ctx, uint64_t handle)
+{
+    host_device_t *dev = ctx;
+    pthread_mutex_lock(&dev->lock);
+    uint64_t kept;
+    if (ps_ptr_map_remove(&dev->vm_kept, handle, &kept))
+        dev->bytes_outstanding -= kept;
+    pthread_mutex_unlock(&dev->lock);
 }
 
 /* Whether the GPU can no longer touch [addr, addr + size). Without noted
@@ -718,15 +764,17 @@ static int unmap_is_safe_locked(host_device_t *dev, uintptr_t addr, size_t size)
     return safe;
 }
 
-static int host_vm_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
+/* Unmaps [addr, addr + size); `keep`: its physical memory stays counted
+ * under `handle` (vm_unmap_keep). */
+static int vm_unmap_as(host_device_t *dev, void *addr, size_t size, uint64_t handle, int keep)
 {
-    host_device_t *dev = ctx;
     int fault = host_fault(dev, PS_HOST_OP_VM_UNMAP);
     if (fault != PS_OK)
         return fault;
     pthread_mutex_lock(&dev->lock);
     uint64_t mapped;
-    if (!ps_ptr_map_get(&dev->vm_mapped, (uintptr_t)addr, &mapped) || mapped != size) {
+    if (!ps_ptr_map_get(&dev->vm_mapped, (uintptr_t)addr, &mapped) || mapped != size ||
+        (keep && ps_ptr_map_reserve(&dev->vm_kept, 1) != PS_OK)) {
         pthread_mutex_unlock(&dev->lock);
         return PS_EINVAL;
     }
@@ -741,10 +789,25 @@ static int host_vm_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
     }
     if (!unmap_is_safe_locked(dev, (uintptr_t)addr, size))
         dev->unsafe_unmaps++;
-    dev->bytes_outstanding -= size;
+    if (keep) {
+        ps_ptr_map_put(&dev->vm_kept, handle, size);
+        dev->vm_keeps++;
+    } else {
+        dev->bytes_outstanding -= size;
+    }
     dev->vm_unmaps++;
     pthread_mutex_unlock(&dev->lock);
     return PS_OK;
+}
+
+static int host_vm_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
+{
+    return vm_unmap_as(ctx, addr, size, handle, 0);
+}
+
+static int host_vm_unmap_keep(void *ctx, void *addr, size_t size, uint64_t handle)
+{
+    return vm_unmap_as(ctx, addr, size, handle, 1);
 }
 
 /* ---- sharing (shareable) ---------------------------------------------- */
@@ -855,7 +918,8 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
     }
     if (ps_ptr_map_init(&dev->waits_by_stream, 16) != PS_OK || ps_ptr_map_init(&dev->vm_mapped, 16) != PS_OK ||
         ps_ptr_map_init(&dev->vm_fds, 16) != PS_OK || ps_ptr_map_init(&dev->ipc_mapped, 16) != PS_OK ||
-        ps_ptr_map_init(&dev->registered, 16) != PS_OK) {
+        ps_ptr_map_init(&dev->registered, 16) != PS_OK || ps_ptr_map_init(&dev->vm_kept, 16) != PS_OK) {
+        ps_ptr_map_free(&dev->vm_kept);
         ps_ptr_map_free(&dev->registered);
         ps_ptr_map_free(&dev->ipc_mapped);
         ps_ptr_map_free(&dev->vm_fds);
@@ -904,6 +968,11 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
         dev->ops.vm_release = host_vm_release;
         dev->ops.vm_map = host_vm_map;
         dev->ops.vm_unmap = host_vm_unmap;
+        if (!options.no_vm_keep) {
+            dev->ops.vm_unmap_keep = host_vm_unmap_keep;
+            dev->ops.vm_map_handle = host_vm_map_handle;
+            dev->ops.vm_drop = host_vm_drop;
+        }
     }
     if (options.virtual_memory && options.backed && options.shareable) {
         dev->ops.ipc_export = host_ipc_export;
@@ -935,6 +1004,7 @@ void ps_host_ops_destroy(ps_gpu_ops_t *ops)
     ps_ptr_map_free(&dev->vm_fds);
     ps_ptr_map_free(&dev->ipc_mapped);
     ps_ptr_map_free(&dev->registered);
+    ps_ptr_map_free(&dev->vm_kept);
     if (dev->noting_frees)
         ps_ptr_map_free(&dev->freed_at);
     free(dev->free_positions);
@@ -965,6 +1035,8 @@ uint64_t ps_host_ops_upstream_allocs(ps_gpu_ops_t *ops) { HOST_READ(ops, upstrea
 uint64_t ps_host_ops_barriers(ps_gpu_ops_t *ops) { HOST_READ(ops, barriers); }
 uint64_t ps_host_ops_vm_maps(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_maps); }
 uint64_t ps_host_ops_vm_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_unmaps); }
+uint64_t ps_host_ops_vm_maps_kept(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_maps_kept); }
+uint64_t ps_host_ops_vm_kept_now(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_kept.count); }
 uint64_t ps_host_ops_unsafe_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, unsafe_unmaps); }
 
 void ps_host_ops_block_barriers(ps_gpu_ops_t *ops, int blocked)

@@ -24,6 +24,7 @@ typedef struct ps_host_ops_options {
     size_t upstream_alignment; /* alignment of upstream blocks (default 2 MiB, like cuMemAlloc for big blocks) */
     int auto_complete;         /* 1: fences complete as soon as they are recorded */
     int virtual_memory;        /* 1: offer the vm_* entries (an expandable pool can be built) */
+    int no_vm_keep;            /* 1: without vm_unmap_keep / vm_map_handle / vm_drop (remap releases and creates) */
     size_t vm_granularity;     /* their granularity (default 2 MiB, like an H100) */
     uint64_t lag_ns;           /* > 0: a fence completes lag_ns of simulated clock after it was
                                   recorded (ps_host_ops_set_clock); overrides auto_complete */
@@ -94,6 +95,10 @@ void ps_host_ops_assume_barriers_passed(ps_gpu_ops_t *ops, int on);
  * incomplete (the GPU might still touch the range: must stay 0). */
 uint64_t ps_host_ops_vm_maps(ps_gpu_ops_t *ops);
 uint64_t ps_host_ops_vm_unmaps(ps_gpu_ops_t *ops);
+/* vm_map_handle calls that succeeded (kept memory mapped again), and
+ * handles kept now (unmapped, neither mapped again nor dropped). */
+uint64_t ps_host_ops_vm_maps_kept(ps_gpu_ops_t *ops);
+uint64_t ps_host_ops_vm_kept_now(ps_gpu_ops_t *ops);
 /* Pieces mapped by ipc_map and not yet unmapped by ipc_unmap (shareable). */
 uint64_t ps_host_ops_ipc_mapped(ps_gpu_ops_t *ops);
 uint64_t ps_host_ops_unsafe_unmaps(ps_gpu_ops_t *ops);

@@ -286,6 +286,7 @@ typedef struct pool {
     uint64_t fence_waits;       /* host waits on stream lists (epochs: reuse's) */
     uint64_t pending_waits;     /* host waits because pending bytes passed the growth bound */
     uint64_t remap_syncs;       /* device synchronizes before moving free pieces to a growth (remap) */
+    ps_vm_stash_t stash;        /* remap: pieces unmapped with their memory kept for the growth (empty between calls) */
     uint64_t remaps_idle;       /* remaps that moved idle pieces without a device synchronize */
     uint64_t remap_credit;      /* remaps allowed now, in 1/REMAP_CREDIT_UNIT (earned by turnover) */
     uint64_t in_use_high;       /* most of in use + need seen at a growth (grow_budget_percent) */
@@ -1086,11 +1087,14 @@ static growth_plan_t plan_growth_locked(const pool_t *pool, size_t need)
  * Returns the bytes unmapped (fewer than asked when a vm_unmap failed: the
  * rest stays mapped and free); *after = the block after the hole. */
 static size_t unmap_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t index, uintptr_t lo, uintptr_t hi,
-                                        uint32_t *after)
+                                        ps_vm_stash_t *stash, uint32_t *after)
 {
     ps_vm_range_t *range = pool->chunks[slot].range;
     size_t done = 0;
-    ps_vm_range_unmap(range, lo, hi - lo, &done);
+    if (stash)
+        ps_vm_range_unmap_keep(range, lo, hi - lo, stash, &done);
+    else
+        ps_vm_range_unmap(range, lo, hi - lo, &done);
     *after = pool->blocks[index].next_phys;
     if (!done)
         return 0;
@@ -1228,8 +1232,11 @@ static int has_spare_pieces_locked(const pool_t *pool, const growth_plan_t *plan
  * The caller made sure no kernel can still touch them: they are idle
  * (choice_is_idle_locked) or the device was synchronized (a ready block
  * may have been freed while a kernel still used it, and unmapping does not
- * wait). Returns the bytes unmapped; on a failure it stops, leaving the
- * pool consistent. Keeps two descriptors reserved for the growth. */
+ * wait). Their physical memory is kept in pool->stash where the GPU
+ * allows (vm_unmap_keep), for the growth to map again instead of a release
+ * and a create per piece. Returns the bytes unmapped; on a failure it
+ * stops, leaving the pool consistent. Keeps two descriptors reserved for
+ * the growth. */
 static size_t unmap_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
 {
     size_t unmapped = 0;
@@ -1248,7 +1255,7 @@ static size_t unmap_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
             if (reserve_descriptors_locked(pool, 4) != PS_OK)
                 return unmapped;
             uint32_t after;
-            size_t done = unmap_block_pieces_locked(pool, slot, index, lo, hi, &after);
+            size_t done = unmap_block_pieces_locked(pool, slot, index, lo, hi, &pool->stash, &after);
             unmapped += done;
             if (done < hi - lo)
                 return unmapped;
@@ -1300,7 +1307,7 @@ static int map_planned_locked(pool_t *pool, const growth_plan_t *plan, uint32_t 
     if (o->maximum_size && pool->bytes_reserved + plan->length > o->maximum_size)
         return PS_ENOMEM;
     ps_vm_range_t *range = pool->chunks[pool->blocks[plan->block].chunk].range;
-    int status = ps_vm_range_map(range, plan->start, plan->length);
+    int status = ps_vm_range_map_kept(range, plan->start, plan->length, &pool->stash);
     if (status != PS_OK)
         return status;
     pool_block_t *b = &pool->blocks[plan->block];
@@ -1343,7 +1350,9 @@ static int grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown)
          * plan still can (its block and neighbours were left alone) */
         plan = plan_growth_locked(pool, need);
     }
-    return map_planned_locked(pool, &plan, grown);
+    int status = map_planned_locked(pool, &plan, grown); /* (the stash's pieces first) */
+    ps_vm_stash_drop(pool->gpu, &pool->stash);           /* what the growth did not need */
+    return status;
 }
 
 /* Step e, expandable: unmaps every whole piece inside a ready free block.
@@ -1376,7 +1385,7 @@ static void unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
                     return;
                 synchronized = 1;
             }
-            unmap_block_pieces_locked(pool, slot, index, lo, hi, &next);
+            unmap_block_pieces_locked(pool, slot, index, lo, hi, NULL, &next);
         }
     }
 }
@@ -1926,6 +1935,7 @@ static void pool_destroy(ps_resource_t *r)
     pool_t *pool = (pool_t *)r;
     ps_reuse_destroy(&pool->reuse);
     ps_tcache_destroy(pool->tcache); /* its blocks die with the chunks below */
+    ps_vm_stash_free(&pool->stash);  /* (empty: every growth drops what it kept) */
     if (pool->gpu) {
         for (uint32_t o = 0; o < pool->owners_count; o++)
             if (pool->owners[o]->fence)

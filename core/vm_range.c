@@ -119,6 +119,108 @@ int ps_vm_range_unmap(ps_vm_range_t *range, uintptr_t addr, size_t length, size_
     return PS_OK;
 }
 
+static int stash_reserve(ps_vm_stash_t *stash)
+{
+    if (stash->count < stash->capacity)
+        return PS_OK;
+    size_t capacity = stash->capacity ? 2 * stash->capacity : 64;
+    uint64_t *handles = realloc(stash->handles, capacity * sizeof *handles);
+    if (!handles)
+        return PS_ENOMEM;
+    stash->handles = handles;
+    stash->capacity = capacity;
+    return PS_OK;
+}
+
+int ps_vm_range_unmap_keep(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash,
+                           size_t *done)
+{
+    const ps_gpu_ops_t *gpu = range->gpu;
+    if (!gpu->vm_unmap_keep || !gpu->vm_map_handle || !gpu->vm_drop)
+        return ps_vm_range_unmap(range, addr, length, done);
+    size_t first = piece_index(range, addr), end = piece_index(range, addr + length);
+    *done = 0;
+    for (size_t i = first; i < end; i++) {
+        int status;
+        if (stash_reserve(stash) == PS_OK) {
+            status = gpu->vm_unmap_keep(gpu->ctx, (void *)(range->base + i * range->piece), range->piece,
+                                        range->handles[i]);
+            if (status == PS_OK) {
+                stash->handles[stash->count++] = range->handles[i];
+                range->handles[i] = 0;
+                range->mapped_bytes -= range->piece;
+                range->unmaps++;
+            }
+        } else {
+            status = unmap_piece(range, i);
+        }
+        if (status != PS_OK)
+            return status;
+        *done += range->piece;
+    }
+    return PS_OK;
+}
+
+int ps_vm_range_map_kept(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash)
+{
+    const ps_gpu_ops_t *gpu = range->gpu;
+    if (!stash->count || !gpu->vm_map_handle)
+        return ps_vm_range_map(range, addr, length);
+    size_t first = piece_index(range, addr), end = piece_index(range, addr + length);
+    for (size_t i = first; i < end; i++)
+        if (range->handles[i])
+            return PS_EINVAL;
+    size_t from_stash = 0; /* the first pieces come from the stash */
+    for (size_t i = first; i < end; i++) {
+        void *at = (void *)(range->base + i * range->piece);
+        uint64_t handle = 0;
+        int status;
+        if (stash->count) {
+            handle = stash->handles[stash->count - 1];
+            status = gpu->vm_map_handle(gpu->ctx, at, range->piece, handle);
+            if (status == PS_OK) {
+                stash->count--;
+                from_stash++;
+            }
+        } else {
+            status = gpu->vm_map(gpu->ctx, at, range->piece, &handle);
+            if (status == PS_OK && !handle)
+                status = PS_EUPSTREAM; /* 0 means "unmapped" here */
+        }
+        if (status != PS_OK) {
+            while (i-- > first) { /* undo this call: kept pieces go back to the stash */
+                if (i - first < from_stash &&
+                    gpu->vm_unmap_keep(gpu->ctx, (void *)(range->base + i * range->piece), range->piece,
+                                       range->handles[i]) == PS_OK) {
+                    stash->handles[stash->count++] = range->handles[i];
+                    range->handles[i] = 0;
+                    range->mapped_bytes -= range->piece;
+                    range->unmaps++;
+                } else {
+                    unmap_piece(range, i);
+                }
+            }
+            return status;
+        }
+        range->handles[i] = handle;
+        range->mapped_bytes += range->piece;
+        range->maps++;
+    }
+    return PS_OK;
+}
+
+void ps_vm_stash_drop(const ps_gpu_ops_t *gpu, ps_vm_stash_t *stash)
+{
+    while (stash->count)
+        gpu->vm_drop(gpu->ctx, stash->handles[--stash->count]);
+}
+
+void ps_vm_stash_free(ps_vm_stash_t *stash)
+{
+    free(stash->handles);
+    *stash = (ps_vm_stash_t){0};
+}
+
 int ps_vm_range_is_mapped(const ps_vm_range_t *range, uintptr_t addr, size_t length)
 {
     for (size_t i = piece_index(range, addr), end = piece_index(range, addr + length); i < end; i++)

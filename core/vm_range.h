@@ -43,6 +43,28 @@ int ps_vm_range_map(ps_vm_range_t *range, uintptr_t addr, size_t length);
  * them on PS_OK, fewer when a call failed (the rest stays mapped). */
 int ps_vm_range_unmap(ps_vm_range_t *range, uintptr_t addr, size_t length, size_t *done);
 
+/* Physical pieces unmapped with their memory kept (the pool's remap), to
+ * be mapped again elsewhere (gpu vm_map_handle) instead of a release and
+ * a create per piece. */
+typedef struct ps_vm_stash {
+    uint64_t *handles; /* kept handles, each one piece */
+    size_t count;      /* handles in use */
+    size_t capacity;   /* handles allocated */
+} ps_vm_stash_t;
+
+/* As ps_vm_range_unmap, but each piece's memory goes to `stash` when the
+ * gpu offers vm_unmap_keep (else, or when the stash cannot grow, it is
+ * released as by ps_vm_range_unmap). */
+int ps_vm_range_unmap_keep(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash,
+                           size_t *done);
+/* As ps_vm_range_map, taking pieces from `stash` first (vm_map_handle).
+ * On error the range is as before and the stash holds what it held. */
+int ps_vm_range_map_kept(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash);
+/* Frees the memory of every piece left in `stash` (vm_drop); keeps the array. */
+void ps_vm_stash_drop(const ps_gpu_ops_t *gpu, ps_vm_stash_t *stash);
+/* Frees the array (the stash must be empty). */
+void ps_vm_stash_free(ps_vm_stash_t *stash);
+
 /* Whether every piece of [addr, addr + length) is mapped. */
 int ps_vm_range_is_mapped(const ps_vm_range_t *range, uintptr_t addr, size_t length);
 

@@ -839,6 +839,50 @@ static void ops_vm_release(void *vctx, void *addr, size_t size)
     leave_ctx(pushed);
 }
 
+/* Maps physical memory `h` at `addr` with access for the device and every
+ * device granted peer access to it (context entered by the caller). */
+static CUresult map_with_access(device_ops_t *d, CUdeviceptr at, size_t size, CUmemGenericAllocationHandle h)
+{
+    CUmemAccessDesc access[PS_MAX_DEVICES];
+    size_t access_count = 0;
+    access[access_count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, d->device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    pthread_mutex_lock(&streams_lock);
+    uint64_t peers = d->device >= 0 && d->device < PS_MAX_DEVICES ? peer_access[d->device] : 0;
+    pthread_mutex_unlock(&streams_lock);
+    for (int p = 0; p < PS_MAX_DEVICES; p++)
+        if ((peers >> p & 1) && p != d->device)
+            access[access_count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, p}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUresult r = ps_real.cuMemMap(at, size, 0, h, 0);
+    if (r == CUDA_SUCCESS) {
+        r = ps_real.cuMemSetAccess(at, size, access, access_count);
+        if (r != CUDA_SUCCESS)
+            ps_real.cuMemUnmap(at, size);
+    }
+    return r;
+}
+
+/* A piece is mapped at `addr`: remembered for IPC export and peer grants. */
+static void note_mapped(device_ops_t *d, void *addr, size_t size, uint64_t h)
+{
+    pthread_mutex_lock(&d->vm_lock);
+    if (ps_ptr_map_reserve(&d->vm_handles, 1) == PS_OK && ps_ptr_map_reserve(&d->vm_sizes, 1) == PS_OK) {
+        ps_ptr_map_put(&d->vm_handles, (uintptr_t)addr, h);
+        ps_ptr_map_put(&d->vm_sizes, (uintptr_t)addr, size);
+    }
+    pthread_mutex_unlock(&d->vm_lock);
+    if (PS_UNLIKELY(ps_nvtx_on))
+        ps_nvtx_heap_add(addr, size, d->ops.device);
+}
+
+static void note_unmapped(device_ops_t *d, void *addr)
+{
+    uint64_t ignored;
+    pthread_mutex_lock(&d->vm_lock);
+    ps_ptr_map_remove(&d->vm_handles, (uintptr_t)addr, &ignored);
+    ps_ptr_map_remove(&d->vm_sizes, (uintptr_t)addr, &ignored);
+    pthread_mutex_unlock(&d->vm_lock);
+}
+
 static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
 {
     if (is_dead(vctx))
@@ -850,16 +894,6 @@ static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = d->device;
-    /* the device itself, and every device granted peer access to it */
-    CUmemAccessDesc access[PS_MAX_DEVICES];
-    size_t access_count = 0;
-    access[access_count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, d->device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    pthread_mutex_lock(&streams_lock);
-    uint64_t peers = d->device >= 0 && d->device < PS_MAX_DEVICES ? peer_access[d->device] : 0;
-    pthread_mutex_unlock(&streams_lock);
-    for (int p = 0; p < PS_MAX_DEVICES; p++)
-        if ((peers >> p & 1) && p != d->device)
-            access[access_count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, p}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
     int pushed = enter_ctx(d);
     CUmemGenericAllocationHandle h = 0;
@@ -877,27 +911,29 @@ static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
                        d->device);
     }
     if (r == CUDA_SUCCESS) {
-        r = ps_real.cuMemMap(at, size, 0, h, 0);
-        if (r == CUDA_SUCCESS) {
-            r = ps_real.cuMemSetAccess(at, size, access, access_count);
-            if (r != CUDA_SUCCESS)
-                ps_real.cuMemUnmap(at, size);
-        }
+        r = map_with_access(d, at, size, h);
         if (r != CUDA_SUCCESS)
             ps_real.cuMemRelease(h);
     }
     leave_ctx(pushed);
     if (r != CUDA_SUCCESS)
         return status_of(r);
-    pthread_mutex_lock(&d->vm_lock);
-    if (ps_ptr_map_reserve(&d->vm_handles, 1) == PS_OK && ps_ptr_map_reserve(&d->vm_sizes, 1) == PS_OK) {
-        ps_ptr_map_put(&d->vm_handles, (uintptr_t)addr, h);
-        ps_ptr_map_put(&d->vm_sizes, (uintptr_t)addr, size);
-    }
-    pthread_mutex_unlock(&d->vm_lock);
-    if (PS_UNLIKELY(ps_nvtx_on))
-        ps_nvtx_heap_add(addr, size, d->ops.device);
+    note_mapped(d, addr, size, h);
     *handle = h;
+    return PS_OK;
+}
+
+static int ops_vm_map_handle(void *vctx, void *addr, size_t size, uint64_t handle)
+{
+    if (is_dead(vctx))
+        return PS_EUPSTREAM;
+    device_ops_t *d = vctx;
+    int pushed = enter_ctx(d);
+    CUresult r = map_with_access(d, (CUdeviceptr)(uintptr_t)addr, size, (CUmemGenericAllocationHandle)handle);
+    leave_ctx(pushed);
+    if (r != CUDA_SUCCESS)
+        return status_of(r);
+    note_mapped(d, addr, size, handle);
     return PS_OK;
 }
 
@@ -938,27 +974,39 @@ void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer)
     leave_ctx(pushed);
 }
 
-static int ops_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle)
+static int ops_vm_unmap_keep(void *vctx, void *addr, size_t size, uint64_t handle)
 {
     if (is_dead(vctx))
-        return dead_vm_unmap(vctx, addr, size, handle);
-
+        return PS_OK; /* (the context and its memory are gone; dead_vm_unmap says the same) */
     device_ops_t *d = vctx;
     if (PS_UNLIKELY(ps_nvtx_on))
         ps_nvtx_heap_remove(addr);
     int pushed = enter_ctx(d);
     CUresult r = ps_real.cuMemUnmap((CUdeviceptr)(uintptr_t)addr, size);
-    if (r == CUDA_SUCCESS)
-        r = ps_real.cuMemRelease(handle);
     leave_ctx(pushed);
-    if (r == CUDA_SUCCESS) {
-        uint64_t ignored;
-        pthread_mutex_lock(&d->vm_lock);
-        ps_ptr_map_remove(&d->vm_handles, (uintptr_t)addr, &ignored);
-        ps_ptr_map_remove(&d->vm_sizes, (uintptr_t)addr, &ignored);
-        pthread_mutex_unlock(&d->vm_lock);
-    }
+    if (r == CUDA_SUCCESS)
+        note_unmapped(d, addr);
     return status_of(r);
+}
+
+static void ops_vm_drop(void *vctx, uint64_t handle)
+{
+    if (is_dead(vctx))
+        return;
+    device_ops_t *d = vctx;
+    int pushed = enter_ctx(d);
+    ps_real.cuMemRelease((CUmemGenericAllocationHandle)handle);
+    leave_ctx(pushed);
+}
+
+static int ops_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle)
+{
+    if (is_dead(vctx))
+        return dead_vm_unmap(vctx, addr, size, handle);
+    int status = ops_vm_unmap_keep(vctx, addr, size, handle);
+    if (status == PS_OK)
+        ops_vm_drop(vctx, handle);
+    return status;
 }
 
 /* ---- sharing with other processes (6. above) ------------------------------------------ */
@@ -1226,6 +1274,9 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         d->ops.vm_release = ops_vm_release;
         d->ops.vm_map = ops_vm_map;
         d->ops.vm_unmap = ops_vm_unmap;
+        d->ops.vm_unmap_keep = ops_vm_unmap_keep;
+        d->ops.vm_map_handle = ops_vm_map_handle;
+        d->ops.vm_drop = ops_vm_drop;
     }
     if (shareable) {
         atomic_store(&d->shareable, 1);

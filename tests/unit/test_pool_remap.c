@@ -10,16 +10,17 @@
 #define LAYOUT_BLOCKS 5 /* a b c d e, 8 MiB each */
 
 /* An expandable pool over a fake device with virtual memory. */
-static void open_remap_pool(pool_fixture_t *f, int remap)
+static void open_remap_pool_as(pool_fixture_t *f, int remap, int no_vm_keep)
 {
     ps_pool_options_t o = small_pool_options();
     o.remap = remap;
-    ps_host_ops_options_t host = {.virtual_memory = 1};
+    ps_host_ops_options_t host = {.virtual_memory = 1, .no_vm_keep = no_vm_keep};
     cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, &o, &f->pool), PS_OK);
     cr_assert(ps_pool_is_expandable(f->pool));
 }
+static void open_remap_pool(pool_fixture_t *f, int remap) { open_remap_pool_as(f, remap, 0); }
 
 /* Maps a b c d e (8 MiB each), then s and t (1 MiB each, one piece), frees
  * b and d and takes s again: the allocation's eager barrier releases b and
@@ -78,11 +79,33 @@ Test(pool_remap, growth_moves_free_pieces_and_keeps_the_mapped_total)
     cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers + 1, "a barrier first: it proves no capture is open");
     cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    uint64_t moved = ps_host_ops_vm_maps_kept(f.gpu);
+    cr_assert_gt(moved, 0, "the moved pieces' memory was mapped again, not released and created");
+    cr_assert_eq(moved * 2 * PS_MiB, 16 * PS_MiB, "%llu pieces moved with their memory", (unsigned long long)moved);
+    cr_assert_eq(ps_host_ops_vm_kept_now(f.gpu), 0, "nothing left kept after the growth");
     /* the holes serve 8 MiB requests again (mapped once more) */
     void *hole;
     cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &hole), PS_OK);
     cr_assert(hole == blocks[1] || hole == blocks[3], "a hole is mapped again, not the range's end");
     cr_assert_eq(ps_deallocate(f.pool, hole, 0, PS_STREAM_NONE), PS_OK);
+    free_layout(&f, blocks, s, t, big);
+    fixture_close(&f);
+}
+
+Test(pool_remap, without_kept_memory_the_pieces_are_released_and_created)
+{
+    /* a GPU-ops table without vm_unmap_keep: the same layout, the moved
+     * pieces released and new ones created */
+    pool_fixture_t f;
+    open_remap_pool_as(&f, 1, 1);
+    void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
+    make_two_holes(&f, blocks, &s, &t);
+    uint64_t maps = ps_host_ops_vm_maps(f.gpu);
+    cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 42 * PS_MiB);
+    cr_assert_eq(ps_host_ops_vm_maps_kept(f.gpu), 0);
+    cr_assert_eq(ps_host_ops_vm_maps(f.gpu), maps + 8, "8 pieces created for the growth");
+    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 42 * PS_MiB);
     free_layout(&f, blocks, s, t, big);
     fixture_close(&f);
 }
@@ -139,6 +162,7 @@ static void fail_in_growth_of(ps_host_op_t op, int idle)
     cr_assert_eq(ps_pool_check(f.pool), PS_OK, "%s", name);
     ps_resource_info_t info = fixture_info(f.pool);
     cr_assert_eq(info.bytes_reserved, ps_host_ops_bytes_outstanding(f.gpu), "%s: nothing lost", name);
+    cr_assert_eq(ps_host_ops_vm_kept_now(f.gpu), 0, "%s: no kept memory left behind", name);
     cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0, "%s", name);
     if (status != PS_OK)
         cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK, "%s: the retry", name);
