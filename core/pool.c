@@ -1604,9 +1604,19 @@ static inline int take_grown_locked(pool_t *pool, uint32_t grown, size_t need, v
  * be served. Not earlier in the slow path: with many threads the slow path
  * is common (nothing ready until the next barrier), and emptying every
  * cache there undid the caches (16 threads on 2 CPUs: 0.2x of one thread). */
-static int tcache_drain_locked(pool_t *pool, size_t need, void **out)
+static int tcache_drain_locked(pool_t *pool, size_t need, int stream_allocation, void **out)
 {
-    if (!pool->tcache || !ps_tcache_drain_all_locked(pool->tcache))
+    if (!pool->tcache)
+        return PS_ENOMEM;
+    /* the calling thread cached freed blocks of this size: a barrier lets
+     * its own cache serve, and the caches keep what they hold (a thread
+     * cycling one size through a small pool otherwise emptied its cache at
+     * every barrier: 0 hits in 20000 pairs of 64 KiB) */
+    if (!stream_allocation && pool->gpu && pool->options.free_sync == PS_FREE_SYNC_BARRIER &&
+        ps_tcache_holds_freed(pool->tcache, need) && barrier_release_locked(pool) &&
+        ps_tcache_take_owner_locked(pool->tcache, need, PS_STREAM_NONE, out))
+        return PS_OK;
+    if (!ps_tcache_drain_all_locked(pool->tcache))
         return PS_ENOMEM;
     if (try_ready_locked(pool, need, out) == PS_OK)
         return PS_OK;
@@ -1706,7 +1716,7 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
             return PS_OK;
     }
     /* the threads' caches come back before the pool grows (or fails) */
-    if (tcache_drain_locked(pool, need, out) == PS_OK)
+    if (tcache_drain_locked(pool, need, stream_allocation, out) == PS_OK)
         return PS_OK;
     /* c. grow rather than wait, within the growth bound */
     if (gpu && (pool->options.pending_wait_bytes || pool->options.pending_wait_percent) &&

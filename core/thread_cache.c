@@ -28,9 +28,8 @@
  *     it was freed by this thread on the same (stream-ordered) stream s
  *     (the RMM rule: reuse on s is ordered by s); else a ready block; else
  *     the oldest freed block if its tag < done. When the oldest freed block
- *     still waits and the cache holds BARRIER_AFTER blocks (or
- *     BARRIER_AFTER_BYTES holding cap / 2 bytes) freed since the last
- *     barrier it saw, the cache asks the pool
+ *     still waits and the cache holds BARRIER_AFTER blocks freed since
+ *     the last barrier it saw (or BARRIER_AFTER_FULL when it is 3/4 full), the cache asks the pool
  *     for a barrier (the pool's lock; skipped when another thread's barrier
  *     already covered the block) and takes the block: one barrier serves
  *     hundreds of frees of every thread, so a thread's cudaMalloc/cudaFree
@@ -51,7 +50,12 @@
  *     gained). Refills happen only while two or
  *     more threads use the pool (one thread: the pool's quick cache does
  *     the same job).
- *  6. The pool drains every cache (under its lock) right before it would
+ *  6. Before the pool would grow, when the calling thread's cache holds
+ *     freed blocks of the size asked, the pool issues a barrier and that
+ *     cache serves (ps_tcache_holds_freed, ps_tcache_take_owner_locked: a
+ *     thread cycling blocks of one size through a small pool no longer
+ *     empties its cache into the pool at every barrier, 0 hits of 20000);
+ *     otherwise it drains every cache (under its lock) right before it would
  *     grow (so before OOM too), on trim and when a stream is destroyed; a
  *     thread's exit gives its caches back (pthread key destructor); a pool's
  *     destruction orphans the caches (their threads free them). A cache's
@@ -73,8 +77,8 @@
 #define READY_DEPTH 8      /* ready blocks per bin (refills, free_sync none) */
 #define ENTRIES 1024       /* freed blocks one cache keeps, in all its bins (< NONE) */
 #define BARRIER_AFTER 512  /* frees since the last barrier after which a waiting miss asks for one */
-#define BARRIER_AFTER_BYTES 64 /* ... or this many frees holding cap / 2 bytes (big blocks: a barrier per
-                                  ~20 frees of psbench's mixed sizes made the asks meet on the pool lock) */
+#define BARRIER_AFTER_FULL 16 /* ... or this many once the cache is 3/4 full (else its next puts push
+                                 waiting blocks to the pool, and its takes miss until the pool's barrier) */
 #define REFILL_MAX 8       /* ready blocks one miss may bring into a bin */
 #define REFILL_BYTES (16 * 1024) /* one refill brings at most this many bytes: refills of bigger
                                      blocks scattered small holes over the pool (replay of the
@@ -114,7 +118,6 @@ typedef struct cache {
                                      take, as a hint that the cache is empty) */
     uint64_t seen_done;           /* the set's `done` when the two counts below restarted */
     uint32_t frees_since;         /* freed blocks put since then (the barrier request trigger) */
-    uint64_t bytes_since;         /* their bytes */
     uint64_t hits, misses;        /* takes served / not served (statistics) */
     uint16_t unused;              /* first unused entry (NONE: all in use) */
     bin_t bins[BINS];             /* the bins */
@@ -336,7 +339,6 @@ static inline void notice_barriers(cache_t *c, uint64_t done)
     if (c->seen_done != done) {
         c->seen_done = done;
         c->frees_since = 0;
-        c->bytes_since = 0;
     }
 }
 
@@ -368,9 +370,8 @@ static inline int take_locked(ps_tcache_t *set, cache_t *c, size_t size, ps_stre
     }
     notice_barriers(c, done);
     if (set->barrier && (c->frees_since >= BARRIER_AFTER ||
-                         (c->bytes_since >= set->cap / 2 && c->frees_since >= BARRIER_AFTER_BYTES))) {
+                         (bytes_of(c) >= set->cap / 4 * 3 && c->frees_since >= BARRIER_AFTER_FULL))) {
         c->frees_since = 0; /* one request per BARRIER_AFTER frees, granted or refused */
-        c->bytes_since = 0;
         *ask = oldest_of(c, b)->tag;
     }
     return 0;
@@ -398,6 +399,35 @@ int ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out
     c->hits += (uint64_t)hit; /* (only this thread writes them; readers tolerate a stale value) */
     c->misses += (uint64_t)!hit;
     return hit;
+}
+
+int ps_tcache_take_owner_locked(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out)
+{
+    if (size > set->hot.max_block)
+        return 0;
+    cache_t *c = cache_of(set, 0);
+    if (!c || !bytes_of(c))
+        return 0;
+    uint64_t ask = 0; /* (never acted on: the caller holds the owner's lock) */
+    ps_lock(&c->lock);
+    int hit = take_locked(set, c, size, stream, out, &ask);
+    ps_unlock(&c->lock);
+    c->hits += (uint64_t)hit;
+    return hit;
+}
+
+int ps_tcache_holds_freed(ps_tcache_t *set, size_t size)
+{
+    if (size > set->hot.max_block)
+        return 0;
+    cache_t *c = cache_of(set, 0);
+    if (!c || !bytes_of(c))
+        return 0;
+    ps_lock(&c->lock);
+    bin_t *b = bin_of(c, size);
+    int holds = b->size == size && b->freed_count;
+    ps_unlock(&c->lock);
+    return holds;
 }
 
 static int put_in(ps_tcache_t *set, cache_t *c, void *ptr, size_t size, ps_stream_t stream);
@@ -464,7 +494,6 @@ static __attribute__((noinline)) int put_in(ps_tcache_t *set, cache_t *c, void *
             freed_push(c, b, addr, stream, atomic_load(&set->issued));
             notice_barriers(c, done);
             c->frees_since++;
-            c->bytes_since += size;
         }
     }
 out:

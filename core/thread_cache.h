@@ -114,6 +114,14 @@ void ps_tcache_destroy(ps_tcache_t *set);
  * usable by an allocation on `stream`: returns 1 and *out, or 0. */
 int ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out);
 
+/* Owner's lock held: as ps_tcache_take for the calling thread, but never
+ * asks for a barrier (the owner just issued one). */
+int ps_tcache_take_owner_locked(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out);
+
+/* Whether the calling thread's cache holds freed (not ready) blocks of
+ * exactly `size` bytes, which a barrier would let it reuse. */
+int ps_tcache_holds_freed(ps_tcache_t *set, size_t size);
+
 /* Hot path, no owner lock. Caches a block freed on `stream`: returns
  * PS_OK (cached; it may have pushed older blocks back to the pool under
  * the owner's lock), PS_EINVAL (already cached by this thread: a double
