@@ -490,3 +490,40 @@ Test(thread_cache, a_small_pool_releases_the_callers_cache_instead_of_draining_i
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     close_cached(&f);
 }
+
+Test(thread_cache, under_contention_small_caches_stay_when_the_pool_grows)
+{
+    /* Threads meet on the lock (cudaFree caching on): a growth leaves
+     * caches holding at most a quarter of the reserved bytes where they are
+     * (their threads keep serving from them); quiet, the same caches are
+     * drained first (at OOM they come back in both cases:
+     * the_oom_path_uses_cached_blocks). */
+    for (int contended = 0; contended < 2; contended++) {
+        pool_fixture_t f;
+        ps_pool_options_t o = small_pool_options();
+        o.thread_cache = PS_MiB;
+        ps_host_ops_options_t host = {.capacity = 16 * PS_MiB};
+        cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+        cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+        cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+        if (contended)
+            ps_pool_note_lock_contention(f.pool, 4096);
+        void *live = alloc_ok(&f, 6 * PS_MiB, PS_STREAM_NONE); /* 8 MiB reserved */
+        void *small[8];
+        for (int i = 0; i < 8; i++)
+            small[i] = alloc_ok(&f, PS_TCACHE_SMALL, PS_STREAM_NONE);
+        for (int i = 0; i < 8; i++)
+            cr_assert_eq(ps_deallocate(f.pool, small[i], PS_TCACHE_SMALL, PS_STREAM_NONE), PS_OK);
+        uint64_t cached = ps_pool_thread_cache_bytes(f.pool);
+        cr_assert_eq(cached, 8 * PS_TCACHE_SMALL);
+        void *more = alloc_ok(&f, 3 * PS_MiB, PS_STREAM_NONE); /* does not fit: the pool grows */
+        if (contended)
+            cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), cached, "contended: the cache stayed");
+        else
+            cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), 0, "quiet: drained before the growth");
+        cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+        ps_deallocate(f.pool, more, 0, PS_STREAM_NONE);
+        ps_deallocate(f.pool, live, 0, PS_STREAM_NONE);
+        close_cached(&f);
+    }
+}
