@@ -1170,32 +1170,11 @@ void ps_host_ops_set_gpu_busy_until(ps_gpu_ops_t *ops, uint64_t busy_until_ns)
     pthread_mutex_unlock(&dev->lock);
 }
 
-uint64_t ps_host_ops_host_registers(ps_gpu_ops_t *ops)
-{
-    host_device_t *dev = ops->ctx;
-    pthread_mutex_lock(&dev->lock);
-    uint64_t n = dev->host_registers;
-    pthread_mutex_unlock(&dev->lock);
-    return n;
-}
+uint64_t ps_host_ops_host_registers(ps_gpu_ops_t *ops) { HOST_READ(ops, host_registers); }
 
-uint64_t ps_host_ops_host_unregisters(ps_gpu_ops_t *ops)
-{
-    host_device_t *dev = ops->ctx;
-    pthread_mutex_lock(&dev->lock);
-    uint64_t n = dev->host_unregisters;
-    pthread_mutex_unlock(&dev->lock);
-    return n;
-}
+uint64_t ps_host_ops_host_unregisters(ps_gpu_ops_t *ops) { HOST_READ(ops, host_unregisters); }
 
-uint64_t ps_host_ops_clock(ps_gpu_ops_t *ops)
-{
-    host_device_t *dev = ops->ctx;
-    pthread_mutex_lock(&dev->lock);
-    uint64_t now = dev->clock_ns;
-    pthread_mutex_unlock(&dev->lock);
-    return now;
-}
+uint64_t ps_host_ops_clock(ps_gpu_ops_t *ops) { HOST_READ(ops, clock_ns); }
 
 void ps_host_ops_inject_failure(ps_gpu_ops_t *ops, uint64_t fail_after, uint64_t fail_count)
 {

@@ -82,30 +82,6 @@ void ps_vm_range_destroy(ps_vm_range_t *range)
     free(range);
 }
 
-int ps_vm_range_map(ps_vm_range_t *range, uintptr_t addr, size_t length)
-{
-    const ps_gpu_ops_t *gpu = range->gpu;
-    size_t first = piece_index(range, addr), end = piece_index(range, addr + length);
-    for (size_t i = first; i < end; i++)
-        if (range->handles[i])
-            return PS_EINVAL;
-    for (size_t i = first; i < end; i++) {
-        uint64_t handle = 0;
-        int status = gpu->vm_map(gpu->ctx, (void *)(range->base + i * range->piece), range->piece, &handle);
-        if (status == PS_OK && !handle)
-            status = PS_EUPSTREAM; /* 0 means "unmapped" here */
-        if (status != PS_OK) {
-            while (i-- > first) /* undo this call */
-                unmap_piece(range, i);
-            return status;
-        }
-        range->handles[i] = handle;
-        range->mapped_bytes += range->piece;
-        range->maps++;
-    }
-    return PS_OK;
-}
-
 int ps_vm_range_unmap(ps_vm_range_t *range, uintptr_t addr, size_t length, size_t *done)
 {
     size_t first = piece_index(range, addr), end = piece_index(range, addr + length);
@@ -132,6 +108,21 @@ static int stash_reserve(ps_vm_stash_t *stash)
     return PS_OK;
 }
 
+/* Unmaps piece `index` keeping its memory in `stash` (room reserved). */
+static int keep_piece(ps_vm_range_t *range, size_t index, ps_vm_stash_t *stash)
+{
+    const ps_gpu_ops_t *gpu = range->gpu;
+    int status = gpu->vm_unmap_keep(gpu->ctx, (void *)(range->base + index * range->piece), range->piece,
+                                    range->handles[index]);
+    if (status == PS_OK) {
+        stash->handles[stash->count++] = range->handles[index];
+        range->handles[index] = 0;
+        range->mapped_bytes -= range->piece;
+        range->unmaps++;
+    }
+    return status;
+}
+
 int ps_vm_range_unmap_keep(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash,
                            size_t *done)
 {
@@ -141,19 +132,7 @@ int ps_vm_range_unmap_keep(ps_vm_range_t *range, uintptr_t addr, size_t length, 
     size_t first = piece_index(range, addr), end = piece_index(range, addr + length);
     *done = 0;
     for (size_t i = first; i < end; i++) {
-        int status;
-        if (stash_reserve(stash) == PS_OK) {
-            status = gpu->vm_unmap_keep(gpu->ctx, (void *)(range->base + i * range->piece), range->piece,
-                                        range->handles[i]);
-            if (status == PS_OK) {
-                stash->handles[stash->count++] = range->handles[i];
-                range->handles[i] = 0;
-                range->mapped_bytes -= range->piece;
-                range->unmaps++;
-            }
-        } else {
-            status = unmap_piece(range, i);
-        }
+        int status = stash_reserve(stash) == PS_OK ? keep_piece(range, i, stash) : unmap_piece(range, i);
         if (status != PS_OK)
             return status;
         *done += range->piece;
@@ -161,11 +140,11 @@ int ps_vm_range_unmap_keep(ps_vm_range_t *range, uintptr_t addr, size_t length, 
     return PS_OK;
 }
 
-int ps_vm_range_map_kept(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash)
+/* Maps the pieces of [addr, addr + length), taking memory from `stash`
+ * first (NULL or empty: creates every piece). */
+static int map_pieces(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash)
 {
     const ps_gpu_ops_t *gpu = range->gpu;
-    if (!stash->count || !gpu->vm_map_handle)
-        return ps_vm_range_map(range, addr, length);
     size_t first = piece_index(range, addr), end = piece_index(range, addr + length);
     for (size_t i = first; i < end; i++)
         if (range->handles[i])
@@ -175,7 +154,7 @@ int ps_vm_range_map_kept(ps_vm_range_t *range, uintptr_t addr, size_t length, ps
         void *at = (void *)(range->base + i * range->piece);
         uint64_t handle = 0;
         int status;
-        if (stash->count) {
+        if (stash && stash->count && gpu->vm_map_handle) {
             handle = stash->handles[stash->count - 1];
             status = gpu->vm_map_handle(gpu->ctx, at, range->piece, handle);
             if (status == PS_OK) {
@@ -188,18 +167,9 @@ int ps_vm_range_map_kept(ps_vm_range_t *range, uintptr_t addr, size_t length, ps
                 status = PS_EUPSTREAM; /* 0 means "unmapped" here */
         }
         if (status != PS_OK) {
-            while (i-- > first) { /* undo this call: kept pieces go back to the stash */
-                if (i - first < from_stash &&
-                    gpu->vm_unmap_keep(gpu->ctx, (void *)(range->base + i * range->piece), range->piece,
-                                       range->handles[i]) == PS_OK) {
-                    stash->handles[stash->count++] = range->handles[i];
-                    range->handles[i] = 0;
-                    range->mapped_bytes -= range->piece;
-                    range->unmaps++;
-                } else {
+            while (i-- > first) /* undo this call: kept pieces go back to the stash (room: they left it) */
+                if (i - first >= from_stash || keep_piece(range, i, stash) != PS_OK)
                     unmap_piece(range, i);
-                }
-            }
             return status;
         }
         range->handles[i] = handle;
@@ -207,6 +177,16 @@ int ps_vm_range_map_kept(ps_vm_range_t *range, uintptr_t addr, size_t length, ps
         range->maps++;
     }
     return PS_OK;
+}
+
+int ps_vm_range_map(ps_vm_range_t *range, uintptr_t addr, size_t length)
+{
+    return map_pieces(range, addr, length, NULL);
+}
+
+int ps_vm_range_map_kept(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash)
+{
+    return map_pieces(range, addr, length, stash);
 }
 
 void ps_vm_stash_drop(const ps_gpu_ops_t *gpu, ps_vm_stash_t *stash)
