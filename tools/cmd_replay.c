@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../config/config.h"
 #include "cli.h"
@@ -35,6 +36,7 @@
 #include "sim_stack.h"
 
 #define REPLAY_MAX_CONFIGS 16
+#define REPLAY_DEFAULT_DEVICE (80ull << 30) /* `--simulate LOG` without a size: an 80 GiB device */
 
 static const char replay_usage[] =
     "usage: poolshim replay LOG.csv [--simulate SIZE] [options]\n"
@@ -50,7 +52,8 @@ static const char replay_usage[] =
     "  -c, --config FILE    stack to replay against (repeatable; default: the built-in\n"
     "                       default config)\n"
     "  -s, --simulate SIZE  replay on a simulated device of SIZE bytes (e.g. 80GiB):\n"
-    "                       nothing is allocated, works anywhere\n"
+    "                       nothing is allocated, works anywhere; `--simulate LOG` (no\n"
+    "                       size) takes an 80 GiB device\n"
     "  -g, --gpu-lag TIME   the GPU lags the host by TIME (e.g. 5ms, 200us), in the log's\n"
     "                       time (needs its Time column). Simulated: a fence completes\n"
     "                       TIME after it was recorded. On the GPU: a spin kernel of the\n"
@@ -149,6 +152,7 @@ int ps_cmd_replay(int argc, char **argv)
     uint64_t capacity = 0, gpu_lag_ns = 0;
     const char *why;
     int json = 0, simulate = 0, native = 0, breakdown = 0;
+    const char *simulate_log = NULL; /* `--simulate LOG` (no size): the log, on REPLAY_DEFAULT_DEVICE */
 
     opterr = 0;
     optind = 1;
@@ -161,8 +165,15 @@ int ps_cmd_replay(int argc, char **argv)
             configs[config_count++] = optarg;
             break;
         case 's':
-            if (ps_parse_size(optarg, &capacity, NULL) != PS_OK || capacity == 0) /* the config's parser */
-                return cli_usage_error("replay", "--simulate wants a size such as 80GiB, not '%s'", optarg);
+            if (ps_parse_size(optarg, &capacity, NULL) != PS_OK || capacity == 0) { /* the config's parser */
+                if (access(optarg, R_OK) != 0)
+                    return cli_usage_error("replay", "--simulate wants a size such as 80GiB, not '%s'", optarg);
+                /* `--simulate LOG`: the log, on a device of the default size */
+                if (simulate_log)
+                    return cli_usage_error("replay", "one log at a time ('%s' is extra)", optarg);
+                simulate_log = optarg;
+                capacity = REPLAY_DEFAULT_DEVICE;
+            }
             simulate = 1;
             break;
         case 'g':
@@ -180,11 +191,11 @@ int ps_cmd_replay(int argc, char **argv)
         default: return cli_usage_error("replay", "unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (optind >= argc)
+    if (optind >= argc && !simulate_log)
         return cli_usage_error("replay", "no log given (poolshim replay LOG.csv --simulate SIZE)");
-    if (argc - optind > 1)
-        return cli_usage_error("replay", "one log at a time ('%s' is extra)", argv[optind + 1]);
-    log_path = argv[optind];
+    if (argc - optind > (simulate_log ? 0 : 1))
+        return cli_usage_error("replay", "one log at a time ('%s' is extra)", argv[argc - 1]);
+    log_path = simulate_log ? simulate_log : argv[optind];
     if (native && simulate)
         return cli_usage_error("replay", "--native replays on the GPU: leave out --simulate");
 

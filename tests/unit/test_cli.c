@@ -737,6 +737,36 @@ Test(replay, simulated_replay_reports_the_same_peak_as_the_log)
     cli_result_free(&r);
 }
 
+Test(replay, simulate_without_a_size_takes_the_log_and_an_80_gib_device)
+{
+    /* `--simulate LOG` (what a user types first) is the same replay as
+     * `LOG --simulate 80GiB`; a word that is neither a size nor a file is
+     * still refused */
+    cli_result_t sized = run_cli((const char *[]){"replay", data_path("logs/rmm_format.csv"), "--simulate", "80GiB",
+                                                  "--json", NULL},
+                                 NULL);
+    cli_result_t bare = run_cli((const char *[]){"replay", "--json", "--simulate", data_path("logs/rmm_format.csv"),
+                                                 NULL},
+                                NULL);
+    cr_assert_eq(bare.exit_code, 0, "stderr: %s", bare.err);
+    cr_assert_eq(sized.exit_code, 0, "stderr: %s", sized.err);
+    json_t *a, *b;
+    char err[128];
+    cr_assert_eq(parse_json(sized.out, &a, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(parse_json(bare.out, &b, err, sizeof err), 0, "%s", err);
+    const json_t *ra = json_array_get(json_object_get(a, "results"), 0), *rb = json_array_get(json_object_get(b, "results"), 0);
+    cr_assert_eq(cli_json_u64(rb, "peak_reserved", 0), cli_json_u64(ra, "peak_reserved", 1));
+    cr_assert_eq(cli_json_u64(rb, "peak_requested", 0), cli_json_u64(ra, "peak_requested", 1));
+    json_decref(a);
+    json_decref(b);
+    cli_result_free(&sized);
+    cli_result_free(&bare);
+    cli_result_t bad = run_cli((const char *[]){"replay", "--simulate", "80 gigs", NULL}, NULL);
+    cr_assert_eq(bad.exit_code, 2, "exit %d", bad.exit_code);
+    cr_assert(strstr(bad.err, "--simulate wants a size"), "stderr: %s", bad.err);
+    cli_result_free(&bad);
+}
+
 Test(replay, on_the_gpu_where_there_is_none_says_so_and_points_to_simulate)
 {
     /* no libcuda.so.1 on the library path (this machine has no driver; the shim tests
