@@ -31,8 +31,11 @@
  *               (poll epochs and stream lists), fence_wait (pressure),
  *               stream_wait_fence (steal), device_synchronize (unmap, trim,
  *               stream_destroyed, free_sync device), barrier (free_sync
- *               barrier, eager and when nothing fits), mem_get_info and
- *               vm_reserve (expandable range), vm_map/vm_unmap (vm_range.c)
+ *               barrier, eager and when nothing fits), barrier_passed
+ *               (remap's idle check), mem_get_info and vm_reserve (expandable
+ *               range), vm_map/vm_unmap (vm_range.c), vm_unmap_keep and
+ *               vm_map_handle (remap moving kept memory: the fake counts them
+ *               as vm_unmap and vm_map calls; vm_drop cannot fail)
  *   arena.c     fence_record/query/wait, stream_wait_fence, device_synchronize
  *   fixed_size.c fence_record/query/wait, stream_wait_fence, device_synchronize
  * Best effort (a failure is absorbed, never reported; the workload goes
