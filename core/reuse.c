@@ -238,9 +238,10 @@ int ps_reuse_barrier(ps_reuse_t *r)
         ;
     r->barriers++;
     /* read after the barrier: its own number or a later barrier's, which
-     * passes no earlier */
-    r->release_idle = gpu->barrier_generation && gpu->barrier_passed ? gpu->barrier_generation(gpu->ctx)
-                                                                      : PS_REUSE_IDLE_NEVER;
+     * passes no earlier; 0 (a table that numbers no barrier) would read as
+     * "idle now", so it counts as never known idle */
+    uint64_t generation = gpu->barrier_generation && gpu->barrier_passed ? gpu->barrier_generation(gpu->ctx) : 0;
+    r->release_idle = generation != 0 ? generation : PS_REUSE_IDLE_NEVER;
     while (r->closed_count)
         pop_oldest(r);
     release_list(r, &r->open, 1);

@@ -675,8 +675,15 @@ static int ops_barrier(void *vctx)
         return dead_barrier(vctx);
 
     device_ops_t *d = vctx;
-    if (d->skip_barrier) /* the negative control of the GPU hazard tests: must be caught */
+    if (d->skip_barrier) { /* the negative control of the GPU hazard tests: must be caught. */
+        /* Numbered like a real barrier, so blocks it "releases" carry a
+         * generation that barrier_passed answers "not yet" for: with the
+         * number left at 0 they read as idle now and remap unmapped memory
+         * under running kernels (an illegal address instead of the wrong
+         * bytes the control must report; GPU suite, session 5). */
+        atomic_fetch_add_explicit(&d->barriers, 1, memory_order_acq_rel);
         return PS_OK;
+    }
     if (!ps_real.cuStreamIsCapturing)
         return PS_EUNSUPPORTED;
     int pushed = enter_ctx(d);

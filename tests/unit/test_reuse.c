@@ -84,6 +84,41 @@ Test(reuse, refused_barrier_releases_nothing_and_reclaim_falls_back_to_a_fence)
     ps_host_ops_destroy(gpu);
 }
 
+/* What the release callback saw of release_idle. */
+static uint64_t idle_seen;
+static void record_idle(void *owner, uint64_t item)
+{
+    (void)item;
+    idle_seen = ((ps_reuse_t *)owner)->release_idle;
+}
+static uint64_t generation_zero(void *ctx)
+{
+    (void)ctx;
+    return 0;
+}
+
+/* A barrier that succeeds but carries no number (the shim's test switch
+ * that skips barriers once did this) must not release blocks as "idle
+ * now": remap would unmap them under running kernels. */
+Test(reuse, a_barrier_without_a_number_never_releases_blocks_as_idle)
+{
+    ps_gpu_ops_t *gpu = lagging_gpu();
+    ps_reuse_t r;
+    ps_reuse_init(&r, gpu, PS_FREE_SYNC_BARRIER, 0, NULL, record_idle, &r);
+    cr_assert_eq(ps_reuse_defer(&r, 1, 100), PS_OK);
+    cr_assert_eq(ps_reuse_barrier(&r), 1);
+    cr_assert_eq(idle_seen, 1, "a numbered barrier: its number");
+    ps_gpu_ops_t unnumbered = *gpu;
+    unnumbered.barrier_generation = generation_zero;
+    r.gpu = &unnumbered;
+    cr_assert_eq(ps_reuse_defer(&r, 2, 100), PS_OK);
+    cr_assert_eq(ps_reuse_barrier(&r), 1);
+    cr_assert_eq(idle_seen, PS_REUSE_IDLE_NEVER, "no number: never known idle, not idle now (0)");
+    r.gpu = gpu;
+    ps_reuse_destroy(&r);
+    ps_host_ops_destroy(gpu);
+}
+
 Test(reuse, event_policy_never_issues_a_barrier)
 {
     ps_gpu_ops_t *gpu = lagging_gpu();
