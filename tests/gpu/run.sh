@@ -20,6 +20,12 @@
 #   SOAK_SECONDS  seconds per stack of the soak (section 11; default 20)
 #   SANITIZER     compute-sanitizer (default: on PATH, else $CUDA_HOME/bin); the
 #                 sanitizer tests (section 9) are SKIPped when it is absent
+#   MEMCHECK=1    the whole suite under compute-sanitizer: every `shim` test of a
+#                 CUDA program runs under `memcheck --nvtx yes` with POOLSHIM_NVTX=1
+#                 (the pool registers its blocks) and passes only when the program
+#                 passes as usual AND memcheck reports 0 errors; tests of other kinds
+#                 (native runs, negative controls, Python, multi-process) are not run;
+#                 API errors are not counted (docs/debugging.md)
 #   NVCC, PYTHON  the tools (default nvcc on PATH or $CUDA_HOME/bin/nvcc, python3)
 #   MPIRUN        the MPI launcher for the multi-process tests (default mpirun on PATH)
 #   MPI_STEPS, DDP_STEPS   work per rank in the mpirun and torchrun tests (3000, 60)
@@ -41,6 +47,7 @@ CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 NVCC=${NVCC:-$(command -v nvcc || echo "$CUDA_HOME/bin/nvcc")}
 PYTHON=${PYTHON:-python3}
 MPIRUN=${MPIRUN:-mpirun}
+SANITIZER=${SANITIZER:-$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")}
 MPI_STEPS=${MPI_STEPS:-3000}
 DDP_STEPS=${DDP_STEPS:-60}
 cli=$(realpath -m "$build_dir/poolshim")
@@ -75,6 +82,8 @@ record() {
 # TESTS: a regex of the tests to run (default all); SKIP_TESTS: a regex of tests
 # not to run (to split the suite over several device calls).
 wanted() {
+    # MEMCHECK=1: only the shim tests of CUDA programs (shim() runs them under memcheck)
+    [ "${MEMCHECK:-0}" = 1 ] && [ "${FUNCNAME[1]}" != shim ] && return 1
     { [ -z "$TESTS" ] || printf '%s\n' "$1" | grep -Eq -- "$TESTS"; } &&
         { [ -z "${SKIP_TESTS:-}" ] || ! printf '%s\n' "$1" | grep -Eq -- "$SKIP_TESTS"; }
 }
@@ -124,14 +133,37 @@ shim() {
     wanted "$name" || return 0
     local program=$1 path
     shift
-    if [ "$program" = "$PYTHON" ]; then path=$PYTHON
+    if [ "$program" = "$PYTHON" ]; then
+        [ "${MEMCHECK:-0}" = 1 ] && return 0
+        path=$PYTHON
     else path=$(exe "$program") || { record "$name" FAIL "$program did not build"; return 0; }; fi
     [ -f "$lib" ] || { record "$name" FAIL "no $lib"; return 0; }
     local log=${name//\//_} stats_file=$stats/${name//\//_}.json
     rm -f "$stats_file"
-    run_timed "$log" env LD_PRELOAD="$lib" POOLSHIM_STATS=json POOLSHIM_STATS_FILE="$stats_file" \
-        "${envs[@]}" "$path" "$@"
+    local -a wrap=()
+    if [ "${MEMCHECK:-0}" = 1 ]; then
+        [ -x "$SANITIZER" ] || { record "$name" SKIP "MEMCHECK=1 but no compute-sanitizer at $SANITIZER"; return 0; }
+        # LD_PRELOAD reaches the program through the sanitizer; the statistics
+        # are asked of the program only (the sanitizer's own process would
+        # write an empty file over them); POOLSHIM_NVTX=1 registers every block
+        # API errors are not counted: the tests provoke them on purpose (bad
+        # frees, out of memory), and so does the shim's capture probe
+        # (cuStreamIsCapturing on the legacy stream answers
+        # CUDA_ERROR_STREAM_CAPTURE_IMPLICIT while a blocking stream captures)
+        wrap=("$SANITIZER" --tool memcheck --nvtx yes --report-api-errors no --print-limit 20
+            env POOLSHIM_NVTX=1 POOLSHIM_STATS=json POOLSHIM_STATS_FILE="$stats_file")
+        run_timed "$log" env LD_PRELOAD="$lib" "${envs[@]}" "${wrap[@]}" "$path" "$@"
+    else
+        run_timed "$log" env LD_PRELOAD="$lib" POOLSHIM_STATS=json POOLSHIM_STATS_FILE="$stats_file" \
+            "${envs[@]}" "$path" "$@"
+    fi
     local program_rc=$rc
+    if [ "${MEMCHECK:-0}" = 1 ] && [ $program_rc -eq 0 ] &&
+        ! grep -q 'ERROR SUMMARY: 0 errors' "$logs/$log.log"; then
+        keep_log "$log"
+        record "$name" FAIL "memcheck: $(grep -m1 'ERROR SUMMARY' "$logs/$log.log" || echo 'no summary'), log $log.log"
+        return 0
+    fi
     # shellcheck disable=SC2086
     "$PYTHON" "$src/check_stats.py" "$stats_file" $conditions >>"$logs/$log.log" 2>&1
     local stats_rc=$?
@@ -910,7 +942,6 @@ fi
 # error and an invalid global access; `clean`: when it reported 0 errors and the
 # program ran to its end.
 # Without compute-sanitizer every such test is SKIPped.
-SANITIZER=${SANITIZER:-$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")}
 sanitized() {
     local name=sanitize/$1 want=$2
     shift 2
