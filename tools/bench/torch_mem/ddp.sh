@@ -4,7 +4,8 @@
 # every 20 ms, peak above the idle baseline) and the shim's own peak
 # requested / reserved per rank. The barrier makes NCCL's non-blocking
 # streams wait at every barrier; this measures what that costs.
-#   tools/bench/torch_mem/ddp.sh [LIB]      (OUT_DIR, STEPS, PYTHON, WORKLOAD)
+#   tools/bench/torch_mem/ddp.sh [LIB]      (OUT_DIR, STEPS, PYTHON, WORKLOAD, CONFIGS)
+# CONFIGS: the names of the configurations to run (default all of them).
 # WORKLOAD: ddp (the MLP, default) or ddp_transformer (random sequence
 # length and batch: tensors large next to NCCL's buffers).
 set -u
@@ -31,6 +32,7 @@ printf '%-13s %9s %9s %12s %12s %12s %12s\n' config wall0_s wall1_s gpu0_peak_Mi
 for entry in "${configs[@]}"; do
     name=${entry%%|*}
     envs=${entry#*|}
+    [ -n "${CONFIGS:-}" ] && ! printf ' %s ' "$CONFIGS" | grep -q " $name " && continue
     samples=$OUT_DIR/$name.smi
     nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 20 >"$samples" 2>/dev/null &
     smi=$!
