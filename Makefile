@@ -140,6 +140,12 @@ bench-core: $(BUILD)/bench_core
 $(BUILD)/bench_core: tools/bench/bench_core.c $(CORE_LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) $(LDLIBS) -lm
 
+# A sampling profiler to LD_PRELOAD on the GPU machine, which has no perf
+# (tools/prof/sampler.c says how; tools/prof/resolve.py names the functions).
+$(BUILD)/sampler.so: tools/prof/sampler.c
+	$(CC) $(CFLAGS) -shared -o $@ $< -ldl -lrt
+all: $(BUILD)/sampler.so
+
 bench:
 	@test -f $(LIB) || $(MAKE) all
 	./tools/bench/run.sh $(BUILD)

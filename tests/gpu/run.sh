@@ -143,9 +143,11 @@ shim() {
     local -a wrap=()
     if [ "${MEMCHECK:-0}" = 1 ]; then
         [ -x "$SANITIZER" ] || { record "$name" SKIP "MEMCHECK=1 but no compute-sanitizer at $SANITIZER"; return 0; }
-        # misc's IPC check expects the expandable pool, which debug.nvtx turns
-        # off (misc_static_chunks runs the same program over chunks)
-        case $name in shim/misc_static | shim/misc_shared)
+        # these check what only the expandable pool does (IPC of a block,
+        # remap, growth in place), and debug.nvtx turns it off: compute-sanitizer
+        # refuses NVTX heaps over cuMemMap'd pieces (misc_static_chunks runs
+        # misc over chunks)
+        case $name in shim/misc_static | shim/misc_shared | shim/expandable | shim/remap_idle_*)
             record "$name" SKIP "MEMCHECK=1: expects the expandable pool, which debug.nvtx turns off"; return 0 ;;
         esac
         # LD_PRELOAD reaches the program through the sanitizer; the statistics
