@@ -92,9 +92,15 @@ typedef struct ps_gpu_ops {
      *   PS_BARRIER_RING barriers are asked individually: an older one has
      *   passed once the oldest remembered one has (E events complete in
      *   issue order, all on the legacy stream). Other errors: unknown,
-     *   treat as not passed. A dead context has no work: passed. */
+     *   treat as not passed. A dead context has no work: passed.
+     * barrier_wait (may be NULL): blocks the calling thread until barrier
+     *   `generation` has passed (a host wait on its E, or on the oldest
+     *   remembered E for an older one: never too early); PS_OK then. Work
+     *   issued after that barrier goes on running, unlike a device
+     *   synchronize. Any error: not known to have passed. */
     uint64_t (*barrier_generation)(void *ctx);
     int (*barrier_passed)(void *ctx, uint64_t generation);
+    int (*barrier_wait)(void *ctx, uint64_t generation);
 
     /* Virtual memory; all NULL when the device cannot (no VMM support).
      * vm_granularity: the smallest piece that can be mapped (bytes).

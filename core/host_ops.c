@@ -36,7 +36,10 @@
  *     (ps_host_ops_complete_barriers_upto, complete_all, device_synchronize),
  *     or, timed, once the clock reaches the time it was issued + lag (no
  *     earlier than the GPU queue's end). barrier_passed remembers the
- *     newest PS_BARRIER_RING, as the real table does.
+ *     newest PS_BARRIER_RING, as the real table does. barrier_wait marks
+ *     the barrier (an older one than the ring: the oldest remembered)
+ *     and every earlier one passed, and (timed, waits_move_clock) moves
+ *     the clock to when it passes; it counts (ps_host_ops_barrier_waits).
  *  5. Virtual memory (virtual_memory = 1): vm_reserve takes address space
  *     (simulated addresses, or an mmap with no access when backed);
  *     vm_map checks the failure plan and the capacity like mem_alloc and
@@ -134,6 +137,7 @@ typedef struct host_device {
     ps_ptr_map_t waits_by_stream;  /* stream + 1 -> stream_wait_fence calls on it */
     uint64_t barriers;             /* barrier calls that succeeded = the newest barrier's number */
     uint64_t barriers_completed_upto; /* barriers 1..this have passed (completed mark, device sync) */
+    uint64_t barrier_waits;        /* barrier_wait calls that waited (PS_OK) */
     uint64_t barrier_due_ns[PS_BARRIER_RING]; /* timed: barrier n passes when the clock reaches [n % ring] */
     uint64_t barrier_last_due_ns;  /* latest of those (device_synchronize waits for it) */
     int barriers_assume_passed;    /* test hook: barrier_passed answers passed always */
@@ -196,7 +200,7 @@ static const char *const OP_NAMES[PS_HOST_OP_COUNT + 1] = {
     "mem_alloc", "mem_free", "mem_alloc_async", "mem_free_async", "mem_alloc_managed", "mem_get_info",
     "fence_record", "fence_query", "fence_wait", "stream_wait_fence", "device_synchronize", "barrier",
     "vm_reserve", "vm_map", "vm_unmap", "host_alloc", "memset_d8", "copy_to_host", "ipc_export", "ipc_map",
-    "host_register", "barrier_passed", "any",
+    "host_register", "barrier_passed", "barrier_wait", "any",
 };
 
 /* Counts one call of `op` and answers whether the fault plan fails it:
@@ -605,6 +609,35 @@ static int host_barrier_passed(void *ctx, uint64_t generation)
     return status;
 }
 
+/* Barrier `generation` and every earlier one have passed once this
+ * returns (4.): the completed mark moves; timed, the clock moves to the
+ * time the barrier passes. */
+static int host_barrier_wait(void *ctx, uint64_t generation)
+{
+    host_device_t *dev = ctx;
+    int fault = host_fault(dev, PS_HOST_OP_BARRIER_WAIT);
+    if (fault != PS_OK)
+        return fault;
+    pthread_mutex_lock(&dev->lock);
+    int status = PS_OK;
+    if (generation > dev->barriers) {
+        status = PS_EINVAL; /* never issued */
+    } else if (generation > dev->barriers_completed_upto) {
+        if (dev->barriers - generation >= PS_BARRIER_RING)
+            generation = dev->barriers - PS_BARRIER_RING + 1; /* the oldest remembered: passes later */
+        if (dev->timed && dev->options.waits_move_clock) {
+            uint64_t due = dev->barrier_due_ns[generation % PS_BARRIER_RING];
+            if (due > dev->clock_ns)
+                dev->clock_ns = due;
+        }
+        dev->barriers_completed_upto = generation;
+    }
+    if (status == PS_OK)
+        dev->barrier_waits++;
+    pthread_mutex_unlock(&dev->lock);
+    return status;
+}
+
 /* ---- virtual memory ---------------------------------------------------- */
 
 static size_t host_vm_granularity(void *ctx)
@@ -953,6 +986,7 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
         .barrier = host_barrier,
         .barrier_generation = host_barrier_generation,
         .barrier_passed = host_barrier_passed,
+        .barrier_wait = host_barrier_wait,
         .host_alloc = host_host_alloc,
         .host_free = host_host_free,
         .host_register = host_host_register,
@@ -1038,6 +1072,7 @@ uint64_t ps_host_ops_vm_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_unmaps); }
 uint64_t ps_host_ops_vm_maps_kept(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_maps_kept); }
 uint64_t ps_host_ops_vm_kept_now(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_kept.count); }
 uint64_t ps_host_ops_unsafe_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, unsafe_unmaps); }
+uint64_t ps_host_ops_barrier_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, barrier_waits); }
 
 void ps_host_ops_block_barriers(ps_gpu_ops_t *ops, int blocked)
 {

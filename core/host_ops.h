@@ -102,6 +102,8 @@ uint64_t ps_host_ops_vm_kept_now(ps_gpu_ops_t *ops);
 /* Pieces mapped by ipc_map and not yet unmapped by ipc_unmap (shareable). */
 uint64_t ps_host_ops_ipc_mapped(ps_gpu_ops_t *ops);
 uint64_t ps_host_ops_unsafe_unmaps(ps_gpu_ops_t *ops);
+/* barrier_wait calls that waited. */
+uint64_t ps_host_ops_barrier_waits(ps_gpu_ops_t *ops);
 /* A precise judge of unsafe unmaps, for tests that know when blocks were
  * freed: `size` bytes at `ptr` were freed by the program now (after the
  * GPU work that used them was issued). Once a device has noted a free, an
@@ -162,6 +164,7 @@ typedef enum ps_host_op {
     PS_HOST_OP_IPC_MAP,            /* ipc_map */
     PS_HOST_OP_HOST_REGISTER,      /* host_register */
     PS_HOST_OP_BARRIER_PASSED,     /* barrier_passed (fails with PS_EUPSTREAM: "unknown") */
+    PS_HOST_OP_BARRIER_WAIT,       /* barrier_wait (fails with PS_EUPSTREAM) */
     PS_HOST_OP_COUNT,              /* number of counted entries */
     PS_HOST_OP_ANY = PS_HOST_OP_COUNT /* every counted entry together */
 } ps_host_op_t;

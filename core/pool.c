@@ -90,9 +90,13 @@
  *            maps) is idle — its idle generation, the barrier that released
  *            it, has passed on the GPU (gpu->barrier_passed, asked once per
  *            remap for the newest passed barrier) — unmap them at once;
- *            otherwise synchronize the device first (a ready block may have
- *            been freed while a kernel still used it; unmapping does not
- *            wait). Then plan again (a hole may now serve): the growth
+ *            otherwise wait on the host for the newest barrier that
+ *            released one of them (gpu->barrier_wait, a cuEventSynchronize:
+ *            the work queued after that barrier keeps the GPU busy), and
+ *            only when one of them was not released by a barrier
+ *            (IDLE_NEVER) or the wait fails, synchronize the device (a
+ *            ready block may have been freed while a kernel still used it;
+ *            unmapping does not wait). Then plan again (a hole may now serve): the growth
  *            keeps the mapped total instead of adding to it. Idle
  *            generations: fence completed, device synchronized or fresh
  *            memory 0; released by barrier g: g; unknown (steal, stream-
@@ -288,6 +292,7 @@ typedef struct pool {
     uint64_t remap_syncs;       /* device synchronizes before moving free pieces to a growth (remap) */
     ps_vm_stash_t stash;        /* remap: pieces unmapped with their memory kept for the growth (empty between calls) */
     uint64_t remaps_idle;       /* remaps that moved idle pieces without a device synchronize */
+    uint64_t remap_waits;       /* remaps that waited for the barrier that released the pieces, not the device */
     uint64_t remap_credit;      /* remaps allowed now, in 1/REMAP_CREDIT_UNIT (earned by turnover) */
     uint64_t in_use_high;       /* most of in use + need seen at a growth (grow_budget_percent) */
 
@@ -1209,6 +1214,30 @@ static int choice_is_idle_locked(const pool_t *pool, const growth_plan_t *plan, 
     return 1;
 }
 
+/* The barrier that must have passed for every block that
+ * unmap_for_growth_locked(plan) would take pieces from to be idle: the
+ * newest idle generation among them (IDLE_NEVER: one of them is not known
+ * to become idle by any barrier; a device synchronize is needed). */
+static uint64_t choice_idle_generation_locked(const pool_t *pool, const growth_plan_t *plan)
+{
+    size_t taken = 0;
+    uint64_t newest = IDLE_NOW;
+    for (uint32_t slot = pool->chunks_count; slot-- > 0 && taken < plan->length;) {
+        if (!pool->chunks[slot].base || !pool->chunks[slot].range)
+            continue;
+        for (uint32_t index = last_block_locked(pool, slot); index != NIL && taken < plan->length;
+             index = pool->blocks[index].prev_phys) {
+            uintptr_t lo, hi;
+            if (!spare_pieces_of(pool, plan, slot, index, IDLE_NEVER, &lo, &hi))
+                continue;
+            if (pool->blocks[index].idle_gen > newest)
+                newest = pool->blocks[index].idle_gen;
+            taken += hi - lo;
+        }
+    }
+    return newest;
+}
+
 /* Whether any whole free piece could move to `plan` (remap); `passed` as
  * in spare_pieces_of. */
 static int has_spare_pieces_locked(const pool_t *pool, const growth_plan_t *plan, uint64_t passed)
@@ -1284,12 +1313,20 @@ static int remap_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
     if (!remap_wanted_locked(pool) || !has_spare_pieces_locked(pool, plan, IDLE_NEVER) ||
         !barrier_release_locked(pool))
         return 0;
+    const ps_gpu_ops_t *gpu = pool->gpu;
+    uint64_t needed;
     if (choice_is_idle_locked(pool, plan, newest_passed_locked(pool))) {
         if (!unmap_for_growth_locked(pool, plan))
             return 0;
         pool->remaps_idle++;
+    } else if (gpu->barrier_wait && (needed = choice_idle_generation_locked(pool, plan)) != IDLE_NEVER &&
+               gpu->barrier_wait(gpu->ctx, needed) == PS_OK) {
+        /* wait for the one barrier that released them: the GPU keeps the
+         * work queued after it (a synchronize would drain the queue) */
+        pool->remap_waits++;
+        unmap_for_growth_locked(pool, plan);
     } else {
-        if (pool->gpu->device_synchronize(pool->gpu->ctx) != PS_OK)
+        if (gpu->device_synchronize(gpu->ctx) != PS_OK)
             return 0;
         pool->remap_syncs++;
         unmap_for_growth_locked(pool, plan);
@@ -1954,6 +1991,7 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
     info->pending_waits += pool->pending_waits;
     info->remap_syncs += pool->remap_syncs;
     info->remaps_idle += pool->remaps_idle;
+    info->remap_waits += pool->remap_waits;
     info->expandable += (uint64_t)pool->expandable;
     ps_unlock(&pool->lock);
 }

@@ -40,6 +40,7 @@ typedef struct ps_resource_info {
     uint64_t pending_waits;       /* host waits because pending bytes passed the growth bound */
     uint64_t remap_syncs;         /* device synchronizes before moving free memory to a growth (pool remap) */
     uint64_t remaps_idle;         /* remaps that moved idle free memory without a device synchronize */
+    uint64_t remap_waits;         /* remaps that waited (host) for the one barrier that released the pieces */
 } ps_resource_info_t;
 
 typedef struct ps_resource_ops {

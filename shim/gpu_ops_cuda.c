@@ -37,7 +37,8 @@
  *         created later waits for E in ps_gpu_ops_cuda_stream_created.
  *      e. barriers are numbered 1, 2, 3... per table; E of barrier n is
  *         slot n % PS_BARRIER_RING of a ring of events, so barrier_passed
- *         asks cuEventQuery on it (an older barrier: on the oldest slot;
+ *         asks cuEventQuery on it and barrier_wait cuEventSynchronize
+ *         (an older barrier: on the oldest slot;
  *         a dead context: passed). POOLSHIM_TEST_ASSUME_IDLE=1 (tests
  *         only) answers passed always: the negative control of
  *         tests/gpu/remap_idle.cu.
@@ -107,6 +108,7 @@ typedef struct device_ops {
     atomic_int shareable;      /* 1: vm_map creates memory exportable as POSIX file descriptors (6.) */
     int skip_barrier;          /* test only (POOLSHIM_TEST_SKIP_BARRIER=1): barriers order nothing */
     int assume_idle;           /* test only (POOLSHIM_TEST_ASSUME_IDLE=1): every barrier has passed */
+    int wait_returns;          /* test only (POOLSHIM_TEST_WAIT_RETURNS=1): barrier_wait returns at once */
     atomic_int dead;           /* 1: the context died (reset): every entry answers as dead_* below */
     pthread_mutex_t vm_lock;   /* guards the three maps below */
     ps_ptr_map_t vm_handles;   /* mapped address -> its physical allocation handle */
@@ -134,6 +136,7 @@ static int dead_stream_wait_fence(void *vctx, ps_stream_t stream, ps_fence_t *f)
 static int dead_device_synchronize(void *vctx) { return PS_OK; }
 static int dead_barrier(void *vctx) { return PS_EUPSTREAM; }
 static int dead_barrier_passed(void *vctx, uint64_t generation) { return PS_OK; } /* no work is left */
+static int dead_barrier_wait(void *vctx, uint64_t generation) { return PS_OK; }
 static int dead_memset_d8(void *vctx, void *ptr, uint8_t value, size_t bytes, ps_stream_t stream) { return PS_EUPSTREAM; }
 static int dead_copy_to_host(void *vctx, void *dst, const void *src, size_t bytes, ps_stream_t stream) { return PS_EUPSTREAM; }
 static int dead_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle) { return PS_EUPSTREAM; }
@@ -741,6 +744,39 @@ static int ops_barrier(void *vctx)
     return status;
 }
 
+/* Waits on the host until barrier `generation` has passed (4. e): a
+ * cuEventSynchronize of its E, or of the oldest remembered E for an older
+ * barrier (it completes later: never too early). The slot is read under
+ * streams_lock and waited on outside it (a wait may take the GPU's whole
+ * lag; stream creation must not wait with it); a barrier that re-records
+ * the slot meanwhile only makes the wait longer. Work issued after the
+ * barrier keeps the GPU busy, unlike a device synchronize. */
+static int ops_barrier_wait(void *vctx, uint64_t generation)
+{
+    if (is_dead(vctx))
+        return dead_barrier_wait(vctx, generation);
+    device_ops_t *d = vctx;
+    if (d->skip_barrier) /* barriers recorded nothing: nothing to wait for (the caller synchronizes) */
+        return PS_EUNSUPPORTED;
+    if (generation == 0 || d->assume_idle || d->wait_returns) /* negative controls of tests/gpu/remap_idle.cu */
+        return PS_OK;
+    if (!ps_real.cuEventSynchronize)
+        return PS_EUNSUPPORTED;
+    int pushed = enter_ctx(d);
+    pthread_mutex_lock(&streams_lock);
+    uint64_t newest = atomic_load_explicit(&d->barriers, memory_order_relaxed);
+    CUevent e = NULL;
+    if (generation <= newest) {
+        if (newest - generation >= PS_BARRIER_RING)
+            generation = newest - PS_BARRIER_RING + 1;
+        e = d->barrier_events[generation % PS_BARRIER_RING];
+    }
+    pthread_mutex_unlock(&streams_lock);
+    int status = e ? status_of(ps_real.cuEventSynchronize(e)) : PS_EINVAL;
+    leave_ctx(pushed);
+    return status;
+}
+
 /* Barrier numbers (4. above): the newest barrier issued. */
 static uint64_t ops_barrier_generation(void *vctx)
 {
@@ -1234,6 +1270,11 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
     if (d->assume_idle)
         ps_warning("POOLSHIM_TEST_ASSUME_IDLE=1: every barrier counts as passed; remap may unmap memory a kernel "
                    "still uses (a test switch, never for real work)");
+    const char *wait_returns = getenv("POOLSHIM_TEST_WAIT_RETURNS");
+    d->wait_returns = wait_returns && *wait_returns == '1';
+    if (d->wait_returns)
+        ps_warning("POOLSHIM_TEST_WAIT_RETURNS=1: waits for a barrier return at once; remap may unmap memory a "
+                   "kernel still uses (a test switch, never for real work)");
     if (d->skip_barrier)
         ps_warning("POOLSHIM_TEST_SKIP_BARRIER=1: barriers order nothing; freed memory may be reused while "
                    "kernels still use it (a test switch, never for real work)");
@@ -1264,6 +1305,7 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         .barrier = ops_barrier,
         .barrier_generation = ops_barrier_generation,
         .barrier_passed = ops_barrier_passed,
+        .barrier_wait = ops_barrier_wait,
         .host_alloc = ops_host_alloc,
         .host_free = ops_host_free,
     };

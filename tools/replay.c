@@ -286,6 +286,7 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
             s.upstream_allocs = info.upstream_allocs;
             s.barriers = info.barriers;
             s.remaps_idle = info.remaps_idle;
+            s.remap_waits = info.remap_waits;
         }
         if (sim_gpu)
             s.device_syncs = ps_host_ops_device_syncs(sim_gpu);
@@ -351,10 +352,10 @@ static void print_layout_text(FILE *f, const replay_stats_t *r)
             cli_format_bytes(c, sizeof c, l->idle_whole_pieces), cli_format_bytes(d, sizeof d, l->unmapped_holes),
             cli_format_bytes(e, sizeof e, l->small_in_use));
     fprintf(f, "  barriers %llu (%.1f per 1000 allocations), device synchronizes %llu (%.2f per 1000), "
-               "remaps without one %llu\n",
+               "remaps without one %llu, remaps that waited for one barrier instead %llu\n",
             (unsigned long long)r->barriers, per_1000(r->barriers, r->allocations),
             (unsigned long long)r->device_syncs, per_1000(r->device_syncs, r->allocations),
-            (unsigned long long)r->remaps_idle);
+            (unsigned long long)r->remaps_idle, (unsigned long long)r->remap_waits);
 }
 
 void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,

@@ -5,7 +5,8 @@
  * barrier, which orders LATER work only: a kernel issued before the free
  * may still run, and cuMemUnmap does not wait for it. The pool therefore
  * unmaps without a device synchronize only pieces whose releasing barrier
- * has passed on the GPU (barrier_passed); others wait for a synchronize.
+ * has passed on the GPU (barrier_passed); for others it waits on the host
+ * for the barrier that released them (barrier_wait).
  *
  * busy (default): a kernel writes block A and reads it back for about 1.5 s;
  *   meanwhile the host frees A, allocates 1 MiB (the pool's eager barrier
@@ -13,9 +14,10 @@
  *   remap wants A's pieces). The kernel must neither fault (A unmapped under
  *   it: cudaErrorIllegalAddress at the next synchronize) nor read back
  *   anything but what it wrote; B must hold what is written to it.
- *   Under the shim run.sh expects remap_syncs>0 (the remap waited), and
- *   with POOLSHIM_TEST_ASSUME_IDLE=1 (every barrier counts as passed) the
- *   same program must detect the fault: the negative control.
+ *   Under the shim run.sh expects remap_waits>0 (the remap waited for A's
+ *   barrier), and with POOLSHIM_TEST_ASSUME_IDLE=1 (every barrier counts as
+ *   passed) or POOLSHIM_TEST_WAIT_RETURNS=1 (the wait returns at once) the
+ *   same program must detect the fault: the negative controls.
  * idle: the kernel on A finishes (event synchronize), A is freed, the
  *   eager barrier releases it, the host sleeps 20 ms (the barrier's event
  *   completes), then B grows: the remap moves A's pieces with no device

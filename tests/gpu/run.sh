@@ -347,13 +347,15 @@ expect_detect hazard_barrier_skipped_threads_ptds_expected_failure POOLSHIM_TEST
 # ---------------------------------------------------------------- 3b. expandable pool: holes join
 native expandable expandable_static
 shim expandable "doors.driver>0 expandable==1" -- expandable_static
-# remap on growth never unmaps pieces a running kernel uses: busy waits for a synchronize, idle (the
-# releasing barrier passed) needs none; POOLSHIM_TEST_ASSUME_IDLE=1 (every barrier counts as passed) must
-# make the busy run fault: the negative control
+# remap on growth never unmaps pieces a running kernel uses: busy waits (host) for the barrier that
+# released them, idle (the releasing barrier passed) needs no wait; POOLSHIM_TEST_ASSUME_IDLE=1 (every
+# barrier counts as passed) and POOLSHIM_TEST_WAIT_RETURNS=1 (the wait returns at once) must make the
+# busy run fault: the negative controls
 for mode in busy idle; do native remap_idle_$mode remap_idle_static $mode; done
-shim remap_idle_busy "doors.driver>0 expandable==1 remap_syncs>0 remaps_idle==0" -- remap_idle_static busy
+shim remap_idle_busy "doors.driver>0 expandable==1 remap_waits>0 remaps_idle==0" -- remap_idle_static busy
 shim remap_idle_idle "doors.driver>0 expandable==1 remaps_idle>0 remap_syncs==0" -- remap_idle_static idle
 expect_corruption remap_idle_assume_idle_expected_failure POOLSHIM_TEST_ASSUME_IDLE=1 -- remap_idle_static busy
+expect_corruption remap_idle_wait_returns_expected_failure POOLSHIM_TEST_WAIT_RETURNS=1 -- remap_idle_static busy
 # release_threshold: cudaDeviceSynchronize gives free memory back (and keeps it without the option)
 native release_threshold release_threshold_static released
 shim release_threshold "doors.driver>0 upstream.frees>0" \

@@ -769,8 +769,20 @@ Test(guard, clean_program_and_option_off_report_nothing)
 /* ---- remap of idle pieces (shim/gpu_ops_cuda.c: barrier numbers, barrier_passed) ---- */
 /* prog_runtime remap over the fake driver's virtual memory: with the barrier
  * events completed (the fake's events complete at once) the remap moves A's
- * pieces with no synchronize; while they stay pending (FAKE_CUDA_EVENTS_PENDING:
- * every query answers not ready that many times) it synchronizes first. */
+ * pieces with no wait; while they stay pending (FAKE_CUDA_EVENTS_PENDING:
+ * every query answers not ready that many times) it waits for the barrier
+ * that released them (cuEventSynchronize of its event, barrier_wait), or,
+ * with the barriers skipped (no event to wait for), synchronizes. */
+static void expect_remap_waits(const char *env, double syncs, double idle, double waits)
+{
+    char full[512];
+    snprintf(full, sizeof full, "FAKE_CUDA_VMM=1 POOLSHIM_STATS=json POOLSHIM_OPTIONS=resource.main.expandable=1 %s",
+             env);
+    expect_pass(1, full, "prog_runtime remap", "shim active");
+    cr_expect_eq(json_number(output, "remap_syncs"), syncs, "%s:\n%s", env, output);
+    cr_expect_eq(json_number(output, "remaps_idle"), idle, "%s:\n%s", env, output);
+    cr_expect_eq(json_number(output, "remap_waits"), waits, "%s:\n%s", env, output);
+}
 static void expect_remap(const char *env, double syncs, double idle)
 {
     char full[512];
@@ -781,9 +793,13 @@ static void expect_remap(const char *env, double syncs, double idle)
     cr_expect_eq(json_number(output, "remaps_idle"), idle, "%s:\n%s", env, output);
 }
 Test(remap, pieces_of_a_passed_barrier_move_without_a_synchronize) { expect_remap("", 0, 1); }
-Test(remap, pieces_of_a_pending_barrier_wait_for_a_synchronize)
+Test(remap, pieces_of_a_pending_barrier_wait_for_that_barrier)
 {
-    expect_remap("FAKE_CUDA_EVENTS_PENDING=1000000", 1, 0);
+    expect_remap_waits("FAKE_CUDA_EVENTS_PENDING=1000000", 0, 0, 1);
+}
+Test(remap, with_barriers_skipped_there_is_nothing_to_wait_for_so_it_synchronizes)
+{
+    expect_remap_waits("FAKE_CUDA_EVENTS_PENDING=1000000 POOLSHIM_TEST_SKIP_BARRIER=1", 1, 0, 0);
 }
 Test(remap, the_assume_idle_switch_skips_the_synchronize)
 {

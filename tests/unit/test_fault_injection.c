@@ -32,7 +32,9 @@
  *               stream_wait_fence (steal), device_synchronize (unmap, trim,
  *               stream_destroyed, free_sync device), barrier (free_sync
  *               barrier, eager and when nothing fits), barrier_passed
- *               (remap's idle check), mem_get_info and vm_reserve (expandable
+ *               (remap's idle check), barrier_wait (remap of pieces a
+ *               barrier released that has not passed: a failure falls back
+ *               to device_synchronize), mem_get_info and vm_reserve (expandable
  *               range), vm_map/vm_unmap (vm_range.c), vm_unmap_keep and
  *               vm_map_handle (remap moving kept memory: the fake counts them
  *               as vm_unmap and vm_map calls; vm_drop cannot fail)

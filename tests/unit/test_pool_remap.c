@@ -1,10 +1,11 @@
 /* Remap on growth (pool option `remap`, core/pool.c step c): an expandable
  * pool that must grow while whole free pieces lie elsewhere in its range
- * issues a barrier, synchronizes the device, unmaps those pieces and maps
- * the growth, so the mapped total stays the same. The fake device's fences
- * and barriers never complete unless a test says so (a lagging GPU): an
- * unmap without the synchronize would count as unsafe. When the barrier
- * that released the pieces has passed (they are idle), no synchronize. */
+ * issues a barrier, waits on the host for the barrier that released those
+ * pieces (barrier_wait; a device synchronize where it cannot), unmaps them
+ * and maps the growth, so the mapped total stays the same. The fake
+ * device's fences and barriers never complete unless a test says so (a
+ * lagging GPU): an unmap without the wait would count as unsafe. When the
+ * barrier that released the pieces has passed (they are idle), no wait. */
 #include "pool_fixture.h"
 
 #define LAYOUT_BLOCKS 5 /* a b c d e, 8 MiB each */
@@ -74,8 +75,9 @@ Test(pool_remap, growth_moves_free_pieces_and_keeps_the_mapped_total)
                  (unsigned long long)(info.bytes_reserved / PS_MiB));
     cr_assert_eq(info.peak_bytes_reserved, 42 * PS_MiB, "the peak did not move");
     cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 42 * PS_MiB);
-    cr_assert_eq(info.remap_syncs, 1);
-    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 1, "one device synchronize before unmapping");
+    cr_assert_eq(info.remap_waits, 1);
+    cr_assert_eq(ps_host_ops_barrier_waits(f.gpu), 1, "one host wait for the barrier that released b and d");
+    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0, "no device synchronize");
     cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers + 1, "a barrier first: it proves no capture is open");
     cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
@@ -136,10 +138,14 @@ Test(pool_remap, no_synchronize_while_a_barrier_is_refused)
     ps_host_ops_block_barriers(f.gpu, 0);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 58 * PS_MiB);
     cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0, "no synchronize while the barrier was refused");
+    cr_assert_eq(ps_host_ops_barrier_waits(f.gpu), 0, "nor a wait");
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     free_layout(&f, blocks, s, t, big);
     fixture_close(&f);
 }
+
+/* Tables without barrier_wait (the remap then synchronizes the device). */
+static int drop_barrier_wait;
 
 /* One call of `op` in the growth fails: the pool stays consistent, the
  * allocation is served or PS_ENOMEM (then served on retry), and the device
@@ -149,6 +155,8 @@ static void fail_in_growth_of(ps_host_op_t op, int idle)
 {
     pool_fixture_t f;
     open_remap_pool(&f, 1);
+    if (drop_barrier_wait)
+        f.gpu->barrier_wait = NULL;
     void *blocks[LAYOUT_BLOCKS], *s, *t, *big = NULL;
     make_two_holes(&f, blocks, &s, &t);
     if (idle)
@@ -177,7 +185,13 @@ static void fail_in_growth(ps_host_op_t op) { fail_in_growth_of(op, 0); }
 
 Test(pool_remap, a_failed_unmap_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_VM_UNMAP); }
 Test(pool_remap, a_failed_map_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_VM_MAP); }
-Test(pool_remap, a_failed_synchronize_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_DEVICE_SYNCHRONIZE); }
+Test(pool_remap, a_failed_barrier_wait_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_BARRIER_WAIT); }
+Test(pool_remap, a_failed_synchronize_leaves_the_pool_consistent)
+{
+    drop_barrier_wait = 1; /* the synchronize comes only where no barrier wait can be had */
+    fail_in_growth(PS_HOST_OP_DEVICE_SYNCHRONIZE);
+    drop_barrier_wait = 0;
+}
 Test(pool_remap, a_failed_barrier_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_BARRIER); }
 Test(pool_remap, a_failed_barrier_query_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_BARRIER_PASSED); }
 Test(pool_remap, idle_a_failed_barrier_query_leaves_the_pool_consistent)
@@ -219,17 +233,64 @@ Test(pool_remap, pieces_a_passed_barrier_released_move_without_a_synchronize)
     fixture_close(&f);
 }
 
-Test(pool_remap, pieces_a_pending_barrier_released_wait_for_a_synchronize)
+Test(pool_remap, pieces_a_pending_barrier_released_wait_for_that_barrier)
 {
     pool_fixture_t f;
     open_remap_pool(&f, 1);
     void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
-    ps_resource_info_t info = grow_over_two_holes(&f, blocks, &s, &t, &big, 0);
+    uint64_t released_by = 0;
+    make_two_holes(&f, blocks, &s, &t);
+    released_by = ps_host_ops_barriers(f.gpu); /* the eager barrier of make_two_holes' last allocation */
+    cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
+    ps_resource_info_t info = fixture_info(f.pool);
     cr_assert_eq(info.bytes_reserved, 42 * PS_MiB);
     cr_assert_eq(info.remaps_idle, 0);
+    cr_assert_eq(info.remap_waits, 1);
+    cr_assert_eq(info.remap_syncs, 0);
+    cr_assert_eq(ps_host_ops_barrier_waits(f.gpu), 1, "the GPU may still use b and d: wait for their barrier");
+    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0, "not for the whole device");
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), released_by + 1, "the remap's own barrier came after");
+    cr_assert_eq(f.gpu->barrier_passed(f.gpu->ctx, released_by + 1), PS_ENOTREADY,
+                 "the wait left the remap's own barrier (newer work) running");
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    free_layout(&f, blocks, s, t, big);
+    fixture_close(&f);
+}
+
+Test(pool_remap, without_a_barrier_wait_the_device_is_synchronized)
+{
+    pool_fixture_t f;
+    open_remap_pool(&f, 1);
+    f.gpu->barrier_wait = NULL;
+    void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
+    ps_resource_info_t info = grow_over_two_holes(&f, blocks, &s, &t, &big, 0);
+    cr_assert_eq(info.bytes_reserved, 42 * PS_MiB);
     cr_assert_eq(info.remap_syncs, 1);
+    cr_assert_eq(info.remap_waits, 0);
     cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 1, "the GPU may still use b and d: synchronize first");
     cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    free_layout(&f, blocks, s, t, big);
+    fixture_close(&f);
+}
+
+/* A barrier_wait that returns at once without waiting (the negative
+ * control of the two tests above). */
+static int wait_not(void *ctx, uint64_t generation)
+{
+    (void)ctx;
+    (void)generation;
+    return PS_OK;
+}
+
+Test(pool_remap, a_wait_that_does_not_wait_unmaps_pieces_the_gpu_may_use)
+{
+    pool_fixture_t f;
+    open_remap_pool(&f, 1);
+    f.gpu->barrier_wait = wait_not;
+    void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
+    ps_resource_info_t info = grow_over_two_holes(&f, blocks, &s, &t, &big, 0);
+    cr_assert_eq(info.remap_waits, 1);
+    cr_assert_gt(ps_host_ops_unsafe_unmaps(f.gpu), 0, "the judge saw b and d unmapped under the GPU");
     free_layout(&f, blocks, s, t, big);
     fixture_close(&f);
 }
@@ -275,7 +336,8 @@ Test(pool_remap, a_lagging_gpu_passes_the_barrier_after_the_lag)
         cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
         ps_resource_info_t info = fixture_info(f.pool);
         cr_assert_eq(info.bytes_reserved, 42 * PS_MiB, "late %d", late);
-        cr_assert_eq(ps_host_ops_device_syncs(f.gpu), late ? 0 : 1, "late %d", late);
+        cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0, "late %d", late);
+        cr_assert_eq(ps_host_ops_barrier_waits(f.gpu), late ? 0 : 1, "late %d: a wait only before the lag", late);
         cr_assert_eq(info.remaps_idle, late ? 1 : 0, "late %d", late);
         cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0, "late %d", late);
         cr_assert_eq(ps_pool_check(f.pool), PS_OK);
@@ -299,7 +361,7 @@ Test(pool_remap, merged_blocks_take_the_newest_generation)
     cr_assert_eq(ps_deallocate(f.pool, blocks[2], 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 32 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
     ps_resource_info_t info = fixture_info(f.pool);
-    cr_assert_eq(info.remap_syncs, 1, "c's barrier has not passed: synchronize");
+    cr_assert_eq(info.remap_waits, 1, "c's barrier has not passed: wait for it");
     cr_assert_eq(info.remaps_idle, 0);
     cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
@@ -338,8 +400,8 @@ static uint64_t growth_after_growth(unsigned turnover_percent, int iterations)
     }
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
-    uint64_t syncs = ps_host_ops_device_syncs(f.gpu);
-    cr_assert_eq(fixture_info(f.pool).remap_syncs, syncs);
+    uint64_t syncs = ps_host_ops_device_syncs(f.gpu) + ps_host_ops_barrier_waits(f.gpu);
+    cr_assert_eq(fixture_info(f.pool).remap_syncs + fixture_info(f.pool).remap_waits, syncs);
     for (int i = 0; i < iterations * 3; i++)
         cr_assert_eq(ps_deallocate(f.pool, kept[i], 0, PS_STREAM_NONE), PS_OK);
     free(kept);
@@ -430,7 +492,7 @@ Test(pool_remap, random_workload_over_real_memory_never_moves_a_used_byte)
             cr_assert_eq(ps_pool_check(f.pool), PS_OK, "op %d", op);
     }
     cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
-    uint64_t remaps = fixture_info(f.pool).remap_syncs;
+    uint64_t remaps = fixture_info(f.pool).remap_syncs + fixture_info(f.pool).remap_waits;
     cr_log_info("remaps: %llu", (unsigned long long)remaps);
     cr_assert_gt(remaps, 10, "the workload exercised remap: %llu", (unsigned long long)remaps);
     for (int i = 0; i < LIVE; i++)

@@ -8,7 +8,9 @@
  *  1. At load: a POSIX timer on CLOCK_MONOTONIC (hrtimer-based, so every
  *     SAMPLER_US microseconds, default 20; ITIMER_PROF ticks only at the
  *     kernel's HZ) delivers SIGPROF to the thread that loaded the library
- *     (the main thread: profile single-threaded loops).
+ *     (the main thread: profile single-threaded loops). SAMPLER_MODE=process
+ *     instead samples every thread by process CPU time (ITIMER_PROF: at the
+ *     kernel's tick, 4 ms at HZ=250, so run for seconds).
  *  2. The handler stores the interrupted instruction pointer in a fixed
  *     array (no allocation, async-signal-safe).
  *  3. At exit: each sample becomes "object+0xOFFSET" (or its exported
@@ -28,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -55,6 +58,11 @@ __attribute__((constructor)) static void sampler_start(void)
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigaction(SIGPROF, &sa, NULL);
     long us = getenv("SAMPLER_US") ? atol(getenv("SAMPLER_US")) : 20;
+    if (getenv("SAMPLER_MODE") && !strcmp(getenv("SAMPLER_MODE"), "process")) {
+        struct itimerval every = {{0, 1000}, {0, 1000}};
+        setitimer(ITIMER_PROF, &every, NULL);
+        return;
+    }
     struct sigevent sev = {0};
     sev.sigev_notify = SIGEV_THREAD_ID;
     sev.sigev_signo = SIGPROF;
@@ -84,7 +92,10 @@ static const char *base_name(const char *path)
 
 __attribute__((destructor)) static void sampler_stop(void)
 {
-    timer_delete(timer);
+    struct itimerval off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_PROF, &off, NULL);
+    if (timer)
+        timer_delete(timer);
     unsigned n = atomic_load(&sample_count);
     if (n > MAX_SAMPLES)
         n = MAX_SAMPLES;
