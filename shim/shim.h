@@ -118,6 +118,7 @@
     X(cuStreamBeginCaptureToGraph_ptsz, CUresult,                                           \
       (CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, CUstreamCaptureMode)) \
     X(cuDeviceGetAttribute, CUresult, (int *, int, CUdevice))                               \
+    X(cuDeviceGetCount, CUresult, (int *))                                                  \
     X(cuMemGetAllocationGranularity, CUresult, (size_t *, const CUmemAllocationProp *, int)) \
     X(cuMemAddressReserve, CUresult, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long)) \
     X(cuMemAddressFree, CUresult, (CUdeviceptr, size_t))                                    \

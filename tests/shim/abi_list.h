@@ -14,7 +14,7 @@
     X((long)(uintptr_t)CU_STREAM_LEGACY) X((long)(uintptr_t)CU_STREAM_PER_THREAD)     \
     X((long)sizeof(CUipcMemHandle)) X((long)sizeof(cudaIpcMemHandle_t)) X((long)sizeof(CUdeviceptr)) \
     X(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) X(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) X(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) \
-    X(CU_MEM_ALLOCATION_TYPE_PINNED) X(CU_MEM_LOCATION_TYPE_DEVICE) X(CU_MEM_ACCESS_FLAGS_PROT_READWRITE) \
+    X(CU_MEM_ALLOCATION_TYPE_PINNED) X(CU_MEM_LOCATION_TYPE_DEVICE) X(CU_MEM_LOCATION_TYPE_HOST) X(CU_MEM_ACCESS_FLAGS_PROT_READWRITE) \
     X(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) X((long)sizeof(CUmemAllocationProp)) \
     X((long)offsetof(CUmemAllocationProp, location)) X((long)offsetof(CUmemAllocationProp, allocFlags)) \
     X((long)sizeof(CUmemAccessDesc)) X((long)sizeof(CUmemGenericAllocationHandle))     \

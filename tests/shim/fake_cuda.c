@@ -58,6 +58,7 @@
 #include "fake_cuda.h"
 
 #define EXPORT __attribute__((visibility("default")))
+#define CUDA_ERROR_INVALID_DEVICE 101
 #define MAX_DEV 4
 #define MAX_LIVE 65536
 
@@ -387,8 +388,9 @@ EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice d)
 EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, int option)
 {
     ENTER();
-    (void)prop;
     (void)option;
+    if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST && env_on("FAKE_CUDA_VMM_NO_HOST"))
+        return CUDA_ERROR_INVALID_VALUE; /* a driver before host locations (CUDA 12.2) */
     *g = FAKE_GRANULARITY;
     return CUDA_SUCCESS;
 }
@@ -426,6 +428,11 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const 
     (void)flags;
     if (!env_on("FAKE_CUDA_VMM") || !size || size % FAKE_GRANULARITY)
         return CUDA_ERROR_INVALID_VALUE;
+    int on_host = prop->location.type == CU_MEM_LOCATION_TYPE_HOST;
+    if (on_host && (env_on("FAKE_CUDA_VMM_NO_HOST") || prop->requestedHandleTypes))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!on_host && prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
     if (prop->requestedHandleTypes && (env_on("FAKE_CUDA_VMM_NO_FD") || env_on("FAKE_CUDA_VMM_REFUSE_FD")))
         return CUDA_ERROR_NOT_SUPPORTED; /* (REFUSE_FD: the attribute says yes, cuMemCreate says no, as in some containers) */
     pthread_mutex_lock(&lock);
@@ -453,6 +460,8 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const 
     v->size = size;
     v->types = prop->requestedHandleTypes;
     __atomic_fetch_add(&counters.vm_created, 1, __ATOMIC_RELAXED);
+    if (on_host)
+        __atomic_fetch_add(&counters.vm_created_host, 1, __ATOMIC_RELAXED);
     if (v->types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         __atomic_fetch_add(&counters.vm_created_shareable, 1, __ATOMIC_RELAXED);
     *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
@@ -489,13 +498,31 @@ EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGeneric
     return m == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
+/* Opens the pages (the fake has one kind of memory: host memory, which
+ * backs host-located pieces too). Each descriptor must name the host
+ * (location HOST, id 0) or a device of the process; FAKE_CUDA_REFUSE_ACCESS=N:
+ * device N refuses (the whole call fails, as the driver does). */
 EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
     ENTER();
-    (void)desc;
-    (void)count;
-    return mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE) == 0 ? CUDA_SUCCESS
-                                                                             : CUDA_ERROR_INVALID_VALUE;
+    const char *refuse = getenv("FAKE_CUDA_REFUSE_ACCESS");
+    unsigned long host = 0, devices = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (desc[i].location.type == CU_MEM_LOCATION_TYPE_HOST && desc[i].location.id == 0)
+            host++;
+        else if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE && desc[i].location.id >= 0 &&
+                 desc[i].location.id < device_count() && !(refuse && atoi(refuse) == desc[i].location.id))
+            devices++;
+        else
+            return CUDA_ERROR_INVALID_DEVICE;
+    }
+    if (mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    __atomic_fetch_add(&counters.vm_access_host, host, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&counters.vm_access_device, devices, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size)

@@ -628,8 +628,14 @@ static void pinned(void)
     static const unsigned flag_cases[] = {0, 1, 2, 3}; /* default, portable, mapped, portable|mapped */
     const char *options = getenv("POOLSHIM_OPTIONS");
     int pooled = shim_active() && !(options && strstr(options, "host.enable=0"));
-    int expandable = pooled && options && strstr(options, "host.expandable=1"); /* one registered host range */
-    unsigned long before = fake()->host_alloc, slab_flags = 0, registered = fake()->host_register;
+    /* one host range of host-located cuMemCreate pieces: the default where
+     * the driver has virtual memory with host locations (FAKE_CUDA_VMM=1,
+     * not FAKE_CUDA_VMM_NO_HOST), unless host.expandable=0 */
+    const char *vmm = getenv("FAKE_CUDA_VMM"), *no_host = getenv("FAKE_CUDA_VMM_NO_HOST");
+    int expandable = pooled && vmm && *vmm == '1' && !(no_host && *no_host == '1') &&
+                     !(options && strstr(options, "host.expandable=0"));
+    unsigned long before = fake()->host_alloc, slab_flags = 0, pieces = fake()->vm_created_host;
+    unsigned long host_access = fake()->vm_access_host, device_access = fake()->vm_access_device;
     for (int round = 0; round < 4; round++) {
         for (int i = 0; i < 64; i++) {
             size_t n = 4096 + (size_t)i * 1000;
@@ -645,12 +651,25 @@ static void pinned(void)
             CHECK(cudaFreeHost(p[i]) == cudaSuccess, "cudaFreeHost %d", i);
     }
     unsigned long reached = fake()->host_alloc - before;
+    pieces = fake()->vm_created_host - pieces;
     if (expandable) {
         CHECK(reached == 0, "%lu pinned allocations reached cuMemHostAlloc: the host range should serve them", reached);
-        registered = fake()->host_register - registered;
-        CHECK(registered > 0 && registered < 10, "%lu pieces registered", registered);
-        CHECK(fake()->host_register_flags == 3, "pieces are portable|mapped (%lu)", fake()->host_register_flags);
+        CHECK(pieces > 0 && pieces < 10, "%lu host pieces created", pieces);
+        CHECK(fake()->vm_access_host - host_access == pieces, "each piece readable by the host (%lu grants)",
+              fake()->vm_access_host - host_access);
+        CHECK(fake()->vm_access_device - device_access >= pieces, "and by the device (%lu grants)",
+              fake()->vm_access_device - device_access);
+        /* a block that spans two pieces of the range: one block, one free */
+        void *big = NULL;
+        CHECK(cudaHostAlloc(&big, (size_t)5 << 20, 0) == cudaSuccess, "a 5 MiB pinned block");
+        if (big) {
+            fill(big, (size_t)5 << 20, 77);
+            CHECK(intact(big, (size_t)5 << 20, 77), "5 MiB block across pieces");
+            CHECK(cudaFreeHost((char *)big + (3 << 20)) == cudaErrorInvalidValue, "interior pointer past a piece");
+            CHECK(cudaFreeHost(big) == cudaSuccess, "free the 5 MiB block");
+        }
     } else if (pooled) {
+        CHECK(pieces == 0, "%lu host pieces created: slabs expected", pieces);
         CHECK(reached < 10, "%lu pinned allocations reached the driver: the host pool should serve them", reached);
         CHECK(slab_flags == 3, "pooled slabs are portable|mapped (%lu)", slab_flags);
     } else {
