@@ -56,6 +56,8 @@ typedef struct {
 #define CUDA_ERROR_NOT_FOUND 500
 #define CUDA_ERROR_NOT_READY 600
 #define CUDA_ERROR_NOT_SUPPORTED 801
+#define CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED 712
+#define CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED 713
 
 #define CU_STREAM_NON_BLOCKING 0x1
 #define CU_EVENT_DISABLE_TIMING 0x2
@@ -93,6 +95,8 @@ typedef int cudaStreamCaptureStatus;
 #define cudaErrorInvalidValue 1
 #define cudaErrorMemoryAllocation 2
 #define cudaErrorNotReady 600
+#define cudaErrorHostMemoryAlreadyRegistered 712
+#define cudaErrorHostMemoryNotRegistered 713
 #define cudaErrorStreamCaptureUnsupported 900
 #define cudaStreamNonBlocking 0x1
 

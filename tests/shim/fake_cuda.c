@@ -86,7 +86,13 @@ static __thread int stack_depth;
 static int initialised;
 static fake_cuda_counters_t counters;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct { uintptr_t ptr; size_t size; CUcontext ctx; } live[MAX_LIVE];
+static struct {
+    uintptr_t ptr;
+    size_t size;
+    CUcontext ctx;
+    int host;             /* 1: from cuMemHostAlloc / cuMemAllocHost (pinned) */
+    unsigned host_flags;  /* its CU_MEMHOSTALLOC_* flags */
+} live[MAX_LIVE];
 static size_t outstanding;
 
 #define TOTAL_MEMORY ((size_t)4 << 30) /* the fake device's size */
@@ -232,6 +238,8 @@ static CUresult do_alloc_kind(CUdeviceptr *p, size_t size, int stream_ordered)
     live[i].ptr = (uintptr_t)m;
     live[i].size = size;
     live[i].ctx = current;
+    live[i].host = 0;
+    live[i].host_flags = 0;
     outstanding += size;
     counters.bytes_outstanding = outstanding;
     __atomic_fetch_add(&counters.mem_alloc, 1, __ATOMIC_RELAXED);
@@ -911,7 +919,7 @@ EXPORT CUresult cuStreamEndCapture(CUstream s, void **graph)
     return CUDA_SUCCESS;
 }
 /* Pinned host memory: the same host memory as device memory (one live
- * table), counted apart. */
+ * table), counted apart and marked, so the queries below answer for it. */
 EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 {
     ENTER();
@@ -920,12 +928,59 @@ EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
     CUdeviceptr p = 0;
     CUresult r = do_alloc(&p, size);
     if (r == CUDA_SUCCESS) {
+        pthread_mutex_lock(&lock);
+        for (size_t i = 0; i < MAX_LIVE; i++)
+            if (live[i].ptr == (uintptr_t)p) {
+                live[i].host = 1;
+                live[i].host_flags = flags;
+            }
+        pthread_mutex_unlock(&lock);
         __atomic_fetch_add(&counters.host_alloc, 1, __ATOMIC_RELAXED);
         counters.host_alloc_flags = flags;
         *pp = (void *)(uintptr_t)p;
     }
     return r;
 }
+
+/* Whether `addr` is inside live cuMemHostAlloc memory; *flags its flags.
+ * (Only that: the fake does not know what the driver answers for host
+ * pieces of cuMemCreate, so it answers "invalid value" for them, and a
+ * shim that let such queries through would be caught.) */
+static int in_host_alloc(uintptr_t addr, unsigned *flags)
+{
+    int found = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < MAX_LIVE && !found; i++)
+        if (live[i].ptr && live[i].host && addr >= live[i].ptr && addr - live[i].ptr < live[i].size) {
+            found = 1;
+            if (flags)
+                *flags = live[i].host_flags;
+        }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
+EXPORT CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
+{
+    ENTER();
+    __atomic_fetch_add(&counters.host_queries, 1, __ATOMIC_RELAXED);
+    unsigned f = 0;
+    if (!flags || !in_host_alloc((uintptr_t)p, &f))
+        return CUDA_ERROR_INVALID_VALUE;
+    *flags = f;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned int flags)
+{
+    ENTER();
+    __atomic_fetch_add(&counters.host_queries, 1, __ATOMIC_RELAXED);
+    if (!d || flags || !in_host_alloc((uintptr_t)p, NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    *d = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t size) { ENTER(); return cuMemHostAlloc(pp, size, 0); }
 EXPORT CUresult cuMemFreeHost(void *p)
 {
@@ -947,6 +1002,8 @@ EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
     ENTER();
     if (!p || !size)
         return CUDA_ERROR_INVALID_VALUE;
+    if (in_host_alloc((uintptr_t)p, NULL) || in_host_alloc((uintptr_t)p + size - 1, NULL))
+        return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
     CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&registered_lock);
     for (int i = 0; i < FAKE_REGISTERED_MAX; i++)
@@ -966,6 +1023,8 @@ EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
 EXPORT CUresult cuMemHostUnregister(void *p)
 {
     ENTER();
+    if (in_host_alloc((uintptr_t)p, NULL))
+        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
     CUresult r = CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&registered_lock);
     for (int i = 0; i < FAKE_REGISTERED_MAX; i++)
@@ -1031,6 +1090,10 @@ static const struct { const char *name; void *fn; int min_version; } table[] = {
     {"cuMemHostAlloc", (void *)cuMemHostAlloc, 2020},
     {"cuMemAllocHost", (void *)cuMemAllocHost_v2, 3020},
     {"cuMemFreeHost", (void *)cuMemFreeHost, 2000},
+    {"cuMemHostGetFlags", (void *)cuMemHostGetFlags, 2030},
+    {"cuMemHostGetDevicePointer", (void *)cuMemHostGetDevicePointer_v2, 3020},
+    {"cuMemHostRegister", (void *)cuMemHostRegister_v2, 6050},
+    {"cuMemHostUnregister", (void *)cuMemHostUnregister, 4000},
     {"cuMemGetInfo", (void *)cuMemGetInfo_v2, 3020},
     {"cuMemGetAddressRange", (void *)cuMemGetAddressRange_v2, 3020},
     {"cuIpcGetMemHandle", (void *)cuIpcGetMemHandle, 4010},

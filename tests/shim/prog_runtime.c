@@ -28,6 +28,10 @@ extern cudaError_t cudaSetDeviceFlags(unsigned int);
 extern cudaError_t cudaHostAlloc(void **, size_t, unsigned int);
 extern cudaError_t cudaMallocHost(void **, size_t);
 extern cudaError_t cudaFreeHost(void *);
+extern cudaError_t cudaHostGetFlags(unsigned int *, void *);
+extern cudaError_t cudaHostGetDevicePointer(void **, void *, unsigned int);
+extern cudaError_t cudaHostRegister(void *, size_t, unsigned int);
+extern cudaError_t cudaHostUnregister(void *);
 
 #define N 400
 
@@ -618,6 +622,31 @@ static void set_flags(void)
     CHECK(fake()->dead_calls == 0, "%lu calls on dead objects", fake()->dead_calls);
 }
 
+/* cudaHostGetFlags, cudaHostGetDevicePointer, cudaHostRegister and
+ * cudaHostUnregister of pinned block q (n bytes) answer as CUDA does for
+ * cuMemHostAlloc memory, at its start and inside it: the flags (pooled:
+ * portable|mapped, what every pooled block is; natively what was asked,
+ * 0 here), device pointer = host pointer, "already registered", "not
+ * registered". The fake driver answers only for cuMemHostAlloc memory, so
+ * a block of the host range passes only if the shim answers itself. */
+static void pinned_queries(void *q, size_t n, int pooled, const char *what)
+{
+    unsigned flags = 99;
+    CHECK(cudaHostGetFlags(&flags, q) == cudaSuccess, "%s: cudaHostGetFlags", what);
+    CHECK(flags == (pooled ? 3u : 0u), "%s: flags %u", what, flags);
+    flags = 99;
+    CHECK(cudaHostGetFlags(&flags, (char *)q + n - 1) == cudaSuccess && flags == (pooled ? 3u : 0u),
+          "%s: cudaHostGetFlags of the last byte (%u)", what, flags);
+    void *d = NULL;
+    CHECK(cudaHostGetDevicePointer(&d, (char *)q + n / 2, 0) == cudaSuccess && d == (char *)q + n / 2,
+          "%s: cudaHostGetDevicePointer inside the block", what);
+    CHECK(cudaHostGetDevicePointer(&d, q, 1) == cudaErrorInvalidValue, "%s: its flags must be 0", what);
+    CHECK(cudaHostRegister(q, n, 0) == cudaErrorHostMemoryAlreadyRegistered, "%s: cudaHostRegister", what);
+    CHECK(cudaHostRegister((char *)q + n / 2, 4096, 0) == cudaErrorHostMemoryAlreadyRegistered,
+          "%s: cudaHostRegister from inside", what);
+    CHECK(cudaHostUnregister(q) == cudaErrorHostMemoryNotRegistered, "%s: cudaHostUnregister", what);
+}
+
 /* Pinned host memory through the runtime door: cudaHostAlloc (every pooled
  * flag), cudaMallocHost, cudaFreeHost; write-combined passes through; a
  * double free and an interior pointer are "invalid value"; cudaFree of a
@@ -665,6 +694,7 @@ static void pinned(void)
         if (big) {
             fill(big, (size_t)5 << 20, 77);
             CHECK(intact(big, (size_t)5 << 20, 77), "5 MiB block across pieces");
+            pinned_queries(big, (size_t)5 << 20, 1, "a block across pieces");
             CHECK(cudaFreeHost((char *)big + (3 << 20)) == cudaErrorInvalidValue, "interior pointer past a piece");
             CHECK(cudaFreeHost(big) == cudaSuccess, "free the 5 MiB block");
         }
@@ -684,6 +714,16 @@ static void pinned(void)
     unsigned long freed = fake()->host_free;
     CHECK(cudaFreeHost(wc) == cudaSuccess, "free write-combined (a foreign pointer)");
     CHECK(fake()->host_free == freed + 1, "the foreign pointer reached cuMemFreeHost");
+    {
+        void *q = NULL, *plain = malloc(8192);
+        CHECK(cudaHostAlloc(&q, 4096, 0) == cudaSuccess, "alloc");
+        pinned_queries(q, 4096, pooled, "a pinned block");
+        /* memory of the program's own: registered and unregistered by CUDA */
+        CHECK(cudaHostRegister(plain, 8192, 0) == cudaSuccess, "cudaHostRegister of malloc'd memory");
+        CHECK(cudaHostUnregister(plain) == cudaSuccess, "cudaHostUnregister of it");
+        free(plain);
+        CHECK(cudaFreeHost(q) == cudaSuccess, "free");
+    }
     if (pooled) {
         void *q;
         CHECK(cudaHostAlloc(&q, 4096, 0) == cudaSuccess, "alloc");

@@ -227,6 +227,7 @@ Test(runtime_door, pinned_adaptors_limit_track_stats_log)
 
 Test(driver_door, pinned_native) { expect_pass(0, NULL, "prog_static pinned", "shim inactive"); }
 Test(driver_door, pinned_through_shim) { expect_pass(1, NULL, "prog_static pinned", "shim active"); }
+Test(driver_door, pinned_from_the_host_range) { expect_pass(1, "FAKE_CUDA_VMM=1", "prog_static pinned", "shim active"); }
 
 Test(runtime_door, threads_native) { expect_pass(0, NULL, "prog_runtime threads", "shim inactive"); }
 Test(runtime_door, threads_through_shim) { expect_pass(1, NULL, "prog_runtime threads", "shim active"); }
