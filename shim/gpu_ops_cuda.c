@@ -126,7 +126,7 @@ typedef struct device_ops {
     atomic_int dead;           /* 1: the context died (reset): every entry answers as dead_* below */
     pthread_mutex_t vm_lock;   /* guards the three maps below */
     ps_ptr_map_t vm_handles;   /* mapped address -> its physical allocation handle */
-    ps_ptr_map_t vm_sizes;     /* mapped address -> bytes mapped there */
+    ps_ptr_map_t vm_sizes;     /* mapped address -> bytes mapped there, | HOST_PIECE for a host piece (9.) */
     ps_ptr_map_t vm_ranges;    /* reserved range -> its size (all, for release before a reset) */
     _Atomic uint64_t barriers; /* barriers issued = the newest barrier's number (written under streams_lock) */
 } device_ops_t;
@@ -855,18 +855,23 @@ static CUresult map_with_access(device_ops_t *d, CUdeviceptr at, size_t size, CU
     return r;
 }
 
+/* Marks a host piece in vm_sizes (sizes are granularity multiples: bit 0 is free). */
+#define HOST_PIECE 1ull
+#define PIECE_BYTES(value) ((value) & ~HOST_PIECE)
+
 /* A piece is mapped at `addr`: remembered for IPC export, peer grants and
- * release before a reset; `heap`: announced to NVTX (device pieces; pinned
- * host memory is no NVTX heap, slabs or pieces). */
-static void note_mapped(device_ops_t *d, void *addr, size_t size, uint64_t h, bool heap)
+ * release before a reset. `device_piece`: device memory, announced to NVTX;
+ * else a host piece (9.): every device has access already, it is no NVTX
+ * heap (pinned slabs are none either) and never exported. */
+static void note_mapped(device_ops_t *d, void *addr, size_t size, uint64_t h, bool device_piece)
 {
     pthread_mutex_lock(&d->vm_lock);
     if (ps_ptr_map_reserve(&d->vm_handles, 1) == PS_OK && ps_ptr_map_reserve(&d->vm_sizes, 1) == PS_OK) {
         ps_ptr_map_put(&d->vm_handles, (uintptr_t)addr, h);
-        ps_ptr_map_put(&d->vm_sizes, (uintptr_t)addr, size);
+        ps_ptr_map_put(&d->vm_sizes, (uintptr_t)addr, size | (device_piece ? 0 : HOST_PIECE));
     }
     pthread_mutex_unlock(&d->vm_lock);
-    if (heap && PS_UNLIKELY(ps_nvtx_on))
+    if (device_piece && PS_UNLIKELY(ps_nvtx_on))
         ps_nvtx_heap_add(addr, size, d->ops.device);
 }
 
@@ -1032,7 +1037,7 @@ void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer)
     int pushed = enter_ctx(d);
     pthread_mutex_lock(&d->vm_lock);
     for (size_t i = 0; i < d->vm_sizes.capacity; i++)
-        if (d->vm_sizes.slots[i].key != PS_PTR_MAP_EMPTY &&
+        if (d->vm_sizes.slots[i].key != PS_PTR_MAP_EMPTY && !(d->vm_sizes.slots[i].value & HOST_PIECE) &&
             ps_real.cuMemSetAccess((CUdeviceptr)d->vm_sizes.slots[i].key, d->vm_sizes.slots[i].value, &access, 1) !=
                 CUDA_SUCCESS)
             ps_warning("device %d: could not give device %d access to a mapped piece of the pool", owner, me);
@@ -1091,14 +1096,14 @@ static int ops_ipc_export(void *vctx, uintptr_t addr, uintptr_t *start, size_t *
     } else {
         for (size_t i = 0; i < d->vm_sizes.capacity; i++) {
             uintptr_t key = d->vm_sizes.slots[i].key;
-            if (key != PS_PTR_MAP_EMPTY && key <= addr && addr - key < d->vm_sizes.slots[i].value) {
+            if (key != PS_PTR_MAP_EMPTY && key <= addr && addr - key < PIECE_BYTES(d->vm_sizes.slots[i].value)) {
                 piece = key;
                 piece_size = d->vm_sizes.slots[i].value;
                 break;
             }
         }
     }
-    int found = piece && ps_ptr_map_get(&d->vm_handles, piece, &handle);
+    int found = piece && !(piece_size & HOST_PIECE) && ps_ptr_map_get(&d->vm_handles, piece, &handle);
     pthread_mutex_unlock(&d->vm_lock);
     if (!found)
         return PS_EINVAL;
@@ -1219,7 +1224,7 @@ bool ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops)
         uint64_t size = 0;
         if (addr == PS_PTR_MAP_EMPTY || !ps_ptr_map_get(&d->vm_sizes, addr, &size))
             continue;
-        if (ps_real.cuMemUnmap((CUdeviceptr)addr, size) == CUDA_SUCCESS)
+        if (ps_real.cuMemUnmap((CUdeviceptr)addr, PIECE_BYTES(size)) == CUDA_SUCCESS)
             ps_real.cuMemRelease(d->vm_handles.slots[i].value);
     }
     for (size_t i = 0; i < d->vm_ranges.capacity; i++)

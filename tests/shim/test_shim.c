@@ -450,6 +450,10 @@ Test(context, reset_works_for_every_resource_type)
 }
 
 Test(context, hundred_resets_do_not_grow_device_memory) { expect_clean(NULL, "prog_runtime reset_loop"); }
+Test(context, hundred_resets_give_back_mapped_device_and_pinned_pieces)
+{
+    expect_clean("FAKE_CUDA_VMM=1", "prog_runtime reset_loop");
+}
 
 Test(context, reset_does_not_disturb_threads_on_another_device)
 {
