@@ -89,7 +89,11 @@ typedef struct stack {
     ps_resource_t *top;              /* the stack under test */
     ps_gpu_ops_t *host_range;        /* pinned_expandable: the host range's table (core/host_vm.h) */
     int unordered_only;              /* 1: every allocate and free is cudaMalloc-style (PS_STREAM_NONE), as
-                                        cudaHostAlloc/cudaFreeHost are: the pinned pool sees nothing else */
+                                        cudaHostAlloc/cudaFreeHost are: the pinned pool sees nothing else.
+                                        (With stream-ordered frees the fake's judge would call an unmap
+                                        after a host wait on a one-stream fence unsafe: it credits only
+                                        all-streams fences, while the stream-ordered contract makes such
+                                        a block idle once its stream's fence passed.) */
     size_t max_request;              /* largest size the stack serves */
 } stack_t;
 
