@@ -65,8 +65,8 @@ typedef struct ps_host_config {
     int expandable;                /* -1 (default): one reserved range of host-located cuMemCreate
                                       pieces where the driver can (core/host_vm.h), else slabs;
                                       1: the same, with a warning where it cannot; 0: slabs */
-    size_t expandable_piece;       /* expandable: bytes per registered piece (default 2 MiB) */
-    unsigned grow_budget_percent;  /* expandable: before growing, unregister free pieces until reserved
+    size_t expandable_piece;       /* expandable: bytes per mapped piece (default 2 MiB) */
+    unsigned grow_budget_percent;  /* expandable: before growing, unmap free pieces until reserved
                                       stays within this % of the most bytes in use (default 110) */
     /* adaptors over the pool (ps_config_build_host_stack), bottom to top */
     size_t limit;                  /* limit adaptor: cap on pinned bytes the program holds; 0 (default) = none */
