@@ -25,9 +25,13 @@
  * [host] alone:
  *   1. the upstream `pinned` (cuMemHostAlloc slabs with the caller's flags)
  *      and the pool `host` over it (ps_host_pool_options, or the caller's
- *      options); with host.expandable the pool works on one host range
- *      instead, through a GPU-ops table whose vm_* entries register host
- *      pieces (core/host_vm.h; the stack owns it);
+ *      options); with host.expandable (default: auto) the pool works on one
+ *      host range instead, through a GPU-ops table whose vm_* entries map
+ *      host-located cuMemCreate pieces (core/host_vm.h; the stack owns
+ *      it), where the device table offers them (ps_host_vm_supported: the
+ *      driver's probe at table creation) and, when host.expandable is
+ *      unset, debug.nvtx is off; else slabs (a warning only when
+ *      host.expandable = 1 asked for the range);
  *   2. the adaptors [host] asks for, bottom to top: `host.limit` (limit),
  *      `host.track` (track), `host.stats` (when global.stats != off, as on
  *      device stacks), `host.log` (log_file; without %d, devices after 0 get
@@ -542,18 +546,26 @@ int ps_config_build_host_stack(const ps_config_t *cfg, int device, const ps_gpu_
     /* (the names are literals: nothing for the stack to own) */
     const ps_gpu_ops_t *pool_gpu = gpu;
     if (opts.expandable) {
-        /* the pool's expandable mode over one host range (core/host_vm.h);
-         * without registration entries it stays on slabs */
-        int vm = ps_host_vm_create(gpu, flags, PS_HOST_CHUNK_GRANULE, &sp->host_vm);
+        /* the pool's expandable mode over one range of host-located
+         * cuMemCreate pieces (core/host_vm.h) where the driver can; else
+         * slabs. Unset (auto) under debug.nvtx: slabs, as for device
+         * pools (compute-sanitizer runs stay on the mechanism known to work) */
+        int vm = h->expandable < 0 && cfg->global.debug.nvtx ? PS_EUNSUPPORTED : ps_host_vm_create(gpu, &sp->host_vm);
         if (vm == PS_OK) {
             pool_gpu = sp->host_vm;
-            ps_warning("device %d: host.expandable is experimental and fails on CUDA 13.0: a cudaMemcpyAsync "
-                       "of a block that spans two registered pieces returns cudaErrorInvalidValue (H100, "
-                       "driver 580, tests/gpu/pinned_probe.cu); leave it off", device);
+            ps_info("device %d: pinned pool: one host range of cuMemCreate pieces (host.expandable)", device);
+        } else if (h->expandable > 0) {
+            ps_warning("device %d: host.expandable: this driver cannot map pinned host memory into one range "
+                       "(cuMemCreate with a host location; %s); pinned slabs instead", device, ps_status_name(vm));
+        } else {
+            ps_info("device %d: pinned pool: slabs (%s)", device,
+                    cfg->global.debug.nvtx ? "debug.nvtx on and host.expandable unset"
+                                           : "the driver cannot map pinned host memory into one range");
         }
-        else
-            ps_warning("device %d: host.expandable: no host registration here (%s); pinned slabs instead", device,
-                       ps_status_name(vm));
+        if (vm != PS_OK) {
+            opts.expandable = 0; /* never the device's own vm_* under a pinned pool */
+            opts.grow_budget_percent = 0;
+        }
     }
     int rc = ps_host_resource_create("pinned", gpu, flags, &r);
     if (rc == PS_OK) {

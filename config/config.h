@@ -62,11 +62,11 @@ typedef struct ps_host_config {
     ps_free_sync_t free_sync;      /* event (default) or device; barrier and none are refused */
     uint64_t epoch_wait_us;        /* before growing, poll a just-closed epoch this long (default 50) */
     int release_before_grow;       /* 1 (default): give wholly free slabs back before growing */
-    int expandable;                /* 1: one reserved host range, pieces page-locked with
-                                      cuMemHostRegister as it grows (core/host_vm.h; not yet
-                                      verified on a GPU); 0 (default): cuMemHostAlloc slabs */
-    size_t expandable_piece;       /* expandable: bytes per registered piece (default 2 MiB) */
-    unsigned grow_budget_percent;  /* expandable: before growing, unregister free pieces until reserved
+    int expandable;                /* -1 (default): one reserved range of host-located cuMemCreate
+                                      pieces where the driver can (core/host_vm.h), else slabs;
+                                      1: the same, with a warning where it cannot; 0: slabs */
+    size_t expandable_piece;       /* expandable: bytes per mapped piece (default 2 MiB) */
+    unsigned grow_budget_percent;  /* expandable: before growing, unmap free pieces until reserved
                                       stays within this % of the most bytes in use (default 110) */
     /* adaptors over the pool (ps_config_build_host_stack), bottom to top */
     size_t limit;                  /* limit adaptor: cap on pinned bytes the program holds; 0 (default) = none */
@@ -107,9 +107,8 @@ typedef struct ps_global_config {
 /* Pinned slabs are rounded up to this (host pages are small; cuMemAlloc's
  * 2 MiB would waste up to 2 MiB per slab). */
 #define PS_HOST_CHUNK_GRANULE ((size_t)64 * 1024)
-/* host.expandable: address space reserved per host range (PROT_NONE, so
- * it costs nothing until pieces are registered; another range is added
- * past it). */
+/* host.expandable: address space reserved per host range (cuMemAddressReserve:
+ * it costs nothing until pieces are mapped; another range is added past it). */
 #define PS_HOST_EXPANDABLE_RESERVE ((size_t)256 << 30)
 
 /* The pool options of the pinned host pool described by `host`. */

@@ -90,7 +90,11 @@ static void print_host(const ps_config_t *cfg, FILE *f)
         case PS_HKEY_TRACK: snprintf(value, sizeof value, "%s", h->track ? "yes" : "no"); break;
         case PS_HKEY_STACK_DEPTH: snprintf(value, sizeof value, "%u", h->stack_depth); break;
         case PS_HKEY_LOG_FILE: snprintf(value, sizeof value, "%s", h->log_file[0] ? h->log_file : "(none)"); break;
-        case PS_HKEY_EXPANDABLE: snprintf(value, sizeof value, "%s", h->expandable ? "yes" : "no"); break;
+        case PS_HKEY_EXPANDABLE:
+            snprintf(value, sizeof value, "%s",
+                     h->expandable < 0 ? "auto (one host range where the driver can, else slabs)"
+                                       : h->expandable ? "yes" : "no");
+            break;
         case PS_HKEY_EXPANDABLE_PIECE: ps_format_bytes(value, sizeof value, h->expandable_piece); break;
         case PS_HKEY_GROW_BUDGET_PERCENT: snprintf(value, sizeof value, "%u", h->grow_budget_percent); break;
         default: value[0] = '\0'; break;

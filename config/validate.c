@@ -297,11 +297,12 @@ void ps_host_pool_options(const ps_host_config_t *host, ps_pool_options_t *out)
     out->epoch_wait_ns = host->epoch_wait_us * 1000;
     out->thread_cache = 0; /* pinned host memory: the host writes it, a barrier does not order that */
     /* host.expandable: the pool's expandable mode over a host range (the
-     * caller gives it the table of core/host_vm.h); else chunks */
-    out->expandable = host->expandable;
+     * builder gives it the table of core/host_vm.h where the driver can;
+     * auto (-1) and on (1) both ask for it); else chunks */
+    out->expandable = host->expandable != 0;
     out->expandable_reserve = PS_HOST_EXPANDABLE_RESERVE;
     out->expandable_piece = host->expandable_piece;
-    out->grow_budget_percent = host->expandable ? host->grow_budget_percent : 0;
+    out->grow_budget_percent = host->expandable != 0 ? host->grow_budget_percent : 0;
     out->barrier_pending_percent = 0;
     out->pending_wait_bytes = host->pending_wait_bytes;
     out->pending_wait_percent = host->pending_wait_percent;
@@ -787,10 +788,13 @@ void ps_config_validate(ps_config_t *cfg)
     g->meminfo = PS_MEMINFO_POOL;
     g->on_error = PS_ON_ERROR_EXIT;
     g->ipc = 1;
-    /* pinned defaults: slabs of what is asked (rounded to 64 KiB, at least
-     * 2 MiB), wholly free slabs given back before growing, and a tight
-     * growth bound; docs/benchmarks.md ("Pinned host memory") has the
-     * simulated DataLoader that chose them */
+    /* pinned defaults: one growing host range where the driver can place
+     * pinned memory with cuMemCreate (expandable auto, free pieces given
+     * back to stay within grow_budget_percent of the peak in use), else
+     * slabs of what is asked (rounded to 64 KiB, at least 2 MiB), wholly
+     * free slabs given back before growing; a tight growth bound either
+     * way; docs/benchmarks.md ("Pinned host memory") has the simulated
+     * DataLoader that chose them */
     g->host = (ps_host_config_t){.enable = 1,
                                  .min_chunk = 2 * PS_MiB,
                                  .max_chunk = PS_GiB,
@@ -800,7 +804,7 @@ void ps_config_validate(ps_config_t *cfg)
                                  .free_sync = PS_FREE_SYNC_EVENT,
                                  .epoch_wait_us = 50,
                                  .release_before_grow = 1,
-                                 .expandable = 0,
+                                 .expandable = -1,
                                  .expandable_piece = 2 * PS_MiB,
                                  .grow_budget_percent = 110};
     for (size_t i = 0; i < cfg->setting_count; i++)

@@ -164,15 +164,23 @@ typedef struct ps_gpu_ops {
      * cannot. host_free: cuMemFreeHost (which synchronizes the device). */
     int (*host_alloc)(void *ctx, size_t size, unsigned flags, void **out);
     int (*host_free)(void *ctx, void *ptr, size_t size);
-    /* Page-locking host memory the caller mapped itself (the pinned pool's
-     * expandable range, core/host_vm.c); NULL when not available.
-     * host_register: cuMemHostRegister_v2(ptr, size, flags) with
-     * CU_MEMHOSTREGISTER_PORTABLE | _DEVICEMAP for PS_HOST_ALLOC_PORTABLE |
-     * _MAPPED; PS_ENOMEM when it cannot. host_unregister:
-     * cuMemHostUnregister(ptr) of a range registered by one host_register
-     * call starting at ptr. */
-    int (*host_register)(void *ctx, void *ptr, size_t size, unsigned flags);
-    int (*host_unregister)(void *ctx, void *ptr, size_t size);
+    /* Page-locked host memory through the virtual memory API (the pinned
+     * pool's expandable range, core/host_vm.c); both NULL when not
+     * available (no virtual memory, or the driver cannot place physical
+     * memory on the host). The range is reserved with vm_reserve and the
+     * pieces are unmapped with vm_unmap, as device pieces are.
+     * host_vm_granularity: the smallest host piece (bytes; a power of
+     *   two; vm_reserve aligns ranges to vm_granularity only, so a caller
+     *   needing more alignment checks).
+     * host_vm_map: create `size` bytes of page-locked host memory
+     *   (cuMemCreate, PINNED, location HOST), map it at `addr` (inside a
+     *   vm_reserve'd range, a multiple of host_vm_granularity) and make it
+     *   readable and writable by the host and by every device that accepts
+     *   (cuMemSetAccess); *handle names it for vm_unmap. The host address
+     *   is also the device address. PS_ENOMEM when the host cannot; nothing
+     *   is left mapped or created on error. */
+    size_t (*host_vm_granularity)(void *ctx);
+    int (*host_vm_map)(void *ctx, void *addr, size_t size, uint64_t *handle);
 
     /* Debug (guard mode, core/guard.c); NULL when not available.
      * memset_d8: fill `bytes` device bytes at `ptr` with `value`

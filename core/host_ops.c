@@ -45,7 +45,10 @@
  *     vm_map checks the failure plan and the capacity like mem_alloc and
  *     (backed) opens the pages; vm_unmap closes and discards them. Each
  *     mapping is kept in a map address -> size, so an unmap of something
- *     not mapped is PS_EINVAL.
+ *     not mapped is PS_EINVAL. host_vm_map (unless no_host_vm) is vm_map
+ *     for "host" pieces: the same memory and capacity, its own counters
+ *     and fault site, and pinning costs clock (charge_pinning) when a
+ *     host piece is mapped or unmapped.
  *     Shareable (options.shareable, backed): each vm_map piece is a memfd
  *     mapped shared at its address (kept in a map address -> fd);
  *     ipc_export finds the piece holding an address (exact start, else a
@@ -130,9 +133,9 @@ typedef struct host_device {
     uint64_t stream_waits;         /* stream_wait_fence calls */
     uint64_t fence_waits;          /* fence_wait calls on incomplete fences */
     uint64_t device_syncs;         /* device_synchronize calls */
-    ps_ptr_map_t registered;       /* address -> size of each live host_register */
-    uint64_t host_registers;       /* successful host_register calls */
-    uint64_t host_unregisters;     /* successful host_unregister calls */
+    ps_ptr_map_t host_mapped;      /* address -> size of each live host_vm_map piece */
+    uint64_t host_vm_maps;         /* successful host_vm_map calls */
+    uint64_t host_vm_unmaps;       /* vm_unmap calls that unmapped a host piece */
     ps_ptr_map_t fences_by_stream; /* stream + 1 -> fences recorded on it */
     ps_ptr_map_t waits_by_stream;  /* stream + 1 -> stream_wait_fence calls on it */
     uint64_t barriers;             /* barrier calls that succeeded = the newest barrier's number */
@@ -142,11 +145,14 @@ typedef struct host_device {
     uint64_t barrier_last_due_ns;  /* latest of those (device_synchronize waits for it) */
     int barriers_assume_passed;    /* test hook: barrier_passed answers passed always */
     int noting_frees;              /* 1: ps_host_ops_note_free was called: unmaps are judged per granule */
+    uint64_t waited_all_upto;      /* newest all-streams fence the host waited for (fence_wait): the
+                                      GPU finished everything issued before it */
     ps_ptr_map_t freed_at;         /* granule address -> index into free_positions of its last noted free */
     struct free_position {         /* where the GPU's queue stood when a block was freed */
         uint64_t fences;           /* fences recorded by then */
         uint64_t barriers;         /* barriers issued by then */
         uint64_t clock_ns;         /* the simulated clock then */
+        uint64_t syncs;            /* device_synchronize calls by then */
     } *free_positions;
     size_t free_positions_count, free_positions_capacity; /* entries used / allocated */
     int barriers_blocked;          /* 1: barrier answers PS_EBUSY */
@@ -200,7 +206,7 @@ static const char *const OP_NAMES[PS_HOST_OP_COUNT + 1] = {
     "mem_alloc", "mem_free", "mem_alloc_async", "mem_free_async", "mem_alloc_managed", "mem_get_info",
     "fence_record", "fence_query", "fence_wait", "stream_wait_fence", "device_synchronize", "barrier",
     "vm_reserve", "vm_map", "vm_unmap", "host_alloc", "memset_d8", "copy_to_host", "ipc_export", "ipc_map",
-    "host_register", "barrier_passed", "barrier_wait", "any",
+    "host_vm_map", "barrier_passed", "barrier_wait", "any",
 };
 
 /* Counts one call of `op` and answers whether the fault plan fails it:
@@ -363,47 +369,6 @@ static int host_host_free(void *ctx, void *ptr, size_t size)
     return status;
 }
 
-/* Registration: the fake pins nothing; it checks that ranges are
- * registered once and unregistered by their start, and counts. */
-static int host_host_register(void *ctx, void *ptr, size_t size, unsigned flags)
-{
-    host_device_t *dev = ctx;
-    (void)flags;
-    int fault = host_fault(dev, PS_HOST_OP_HOST_REGISTER);
-    if (fault != PS_OK)
-        return fault;
-    pthread_mutex_lock(&dev->lock);
-    uint64_t old = 0;
-    int status = !ptr || !size || ps_ptr_map_get(&dev->registered, (uintptr_t)ptr, &old) ? PS_EINVAL : PS_OK;
-    if (status == PS_OK)
-        status = ps_ptr_map_reserve(&dev->registered, 1);
-    if (status == PS_OK) {
-        ps_ptr_map_put(&dev->registered, (uintptr_t)ptr, size);
-        dev->host_registers++;
-    }
-    pthread_mutex_unlock(&dev->lock);
-    if (status == PS_OK)
-        charge_pinning(dev, size, 0);
-    return status;
-}
-
-static int host_host_unregister(void *ctx, void *ptr, size_t size)
-{
-    host_device_t *dev = ctx;
-    pthread_mutex_lock(&dev->lock);
-    uint64_t registered = 0;
-    int status = ps_ptr_map_get(&dev->registered, (uintptr_t)ptr, &registered) && registered == size ? PS_OK
-                                                                                                     : PS_EINVAL;
-    if (status == PS_OK) {
-        ps_ptr_map_remove(&dev->registered, (uintptr_t)ptr, NULL);
-        dev->host_unregisters++;
-    }
-    pthread_mutex_unlock(&dev->lock);
-    if (status == PS_OK)
-        charge_pinning(dev, 0, 1);
-    return status;
-}
-
 static int host_mem_get_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 {
     host_device_t *dev = ctx;
@@ -479,6 +444,8 @@ static int host_fence_wait(void *ctx, ps_fence_t *fence)
     if (!fence_is_complete_locked(dev, fence)) {
         fence->waited = 1; /* the host waited until the GPU got there */
         dev->fence_waits++;
+        if (fence->stream == PS_STREAM_NONE && fence->sequence > dev->waited_all_upto)
+            dev->waited_all_upto = fence->sequence; /* every stream got past what was issued before it */
         if (dev->timed && dev->options.waits_move_clock && fence->due_ns > dev->clock_ns)
             dev->clock_ns = fence->due_ns;
     }
@@ -737,6 +704,42 @@ static int host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
     return status;
 }
 
+static size_t host_host_vm_granularity(void *ctx)
+{
+    return ((host_device_t *)ctx)->options.host_vm_granularity;
+}
+
+/* host_vm_map: a piece of "page-locked host memory" mapped into a reserved
+ * range. The fake has one kind of memory: like vm_map (same capacity,
+ * same placing), but counted as a host piece, and pinning costs clock. */
+static int host_host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
+{
+    host_device_t *dev = ctx;
+    int fault = host_fault(dev, PS_HOST_OP_HOST_VM_MAP);
+    if (fault != PS_OK)
+        return fault;
+    size_t g = dev->options.host_vm_granularity;
+    if (!size || size % g || (uintptr_t)addr % g)
+        return PS_EINVAL;
+    pthread_mutex_lock(&dev->lock);
+    int status = admit_locked(dev, size);
+    if (status == PS_OK)
+        status = ps_ptr_map_reserve(&dev->host_mapped, 1);
+    if (status == PS_OK)
+        status = place_locked(dev, addr, size);
+    if (status == PS_OK) {
+        ps_ptr_map_put(&dev->host_mapped, (uintptr_t)addr, size);
+        dev->bytes_outstanding += size;
+        dev->vm_maps++;
+        dev->host_vm_maps++;
+        *handle = ++dev->next_handle;
+    }
+    pthread_mutex_unlock(&dev->lock);
+    if (status == PS_OK)
+        charge_pinning(dev, size, 0);
+    return status;
+}
+
 /* vm_map_handle: the kept physical memory is placed again; no admission
  * (it is still counted). Faults as vm_map. */
 static int host_vm_map_handle(void *ctx, void *addr, size_t size, uint64_t handle)
@@ -775,7 +778,8 @@ static void host_vm_drop(void *ctx, uint64_t handle)
  * frees: every fence recorded so far has completed (the GPU is idle as far
  * as the fake knows). With them (ps_host_ops_note_free): every granule's
  * last noted free lies behind the GPU: a fence or barrier recorded after
- * it has truly completed (the completed marks or the clock; never the
+ * it has truly completed (the completed marks, a host wait on an
+ * all-streams fence, a device synchronize, or the clock; never the
  * assume_barriers_passed hook), or nothing was noted there. Removes the
  * granules' notes. Lock held. */
 static int unmap_is_safe_locked(host_device_t *dev, uintptr_t addr, size_t size)
@@ -790,7 +794,8 @@ static int unmap_is_safe_locked(host_device_t *dev, uintptr_t addr, size_t size)
             continue;
         const struct free_position *at = &dev->free_positions[index];
         /* timed: the GPU finishes work lag_ns after it was issued */
-        int passed = dev->completed_upto > at->fences || dev->barriers_completed_upto > at->barriers ||
+        int passed = dev->completed_upto > at->fences || dev->waited_all_upto > at->fences || dev->device_syncs > at->syncs ||
+                     dev->barriers_completed_upto > at->barriers ||
                      (dev->timed && dev->clock_ns >= at->clock_ns + dev->options.lag_ns);
         safe = safe && passed;
     }
@@ -812,6 +817,10 @@ static int vm_unmap_as(host_device_t *dev, void *addr, size_t size, uint64_t han
         return PS_EINVAL;
     }
     ps_ptr_map_remove(&dev->vm_mapped, (uintptr_t)addr, &mapped);
+    uint64_t host_piece = 0;
+    int unpinned = ps_ptr_map_remove(&dev->host_mapped, (uintptr_t)addr, &host_piece);
+    if (unpinned)
+        dev->host_vm_unmaps++;
     uint64_t fd;
     if (ps_ptr_map_remove(&dev->vm_fds, (uintptr_t)addr, &fd)) {
         mmap(addr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
@@ -830,6 +839,8 @@ static int vm_unmap_as(host_device_t *dev, void *addr, size_t size, uint64_t han
     }
     dev->vm_unmaps++;
     pthread_mutex_unlock(&dev->lock);
+    if (unpinned)
+        charge_pinning(dev, 0, 1);
     return PS_OK;
 }
 
@@ -928,6 +939,8 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
         options.upstream_alignment = 2 * PS_MiB;
     if (!options.vm_granularity)
         options.vm_granularity = 2 * PS_MiB;
+    if (!options.host_vm_granularity)
+        options.host_vm_granularity = options.vm_granularity;
     if (!ps_is_pow2(options.vm_granularity) || options.vm_granularity < 4096) {
         ps_error("host ops: vm_granularity %zu is not a power of two >= 4096", options.vm_granularity);
         return PS_EINVAL;
@@ -951,9 +964,9 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
     }
     if (ps_ptr_map_init(&dev->waits_by_stream, 16) != PS_OK || ps_ptr_map_init(&dev->vm_mapped, 16) != PS_OK ||
         ps_ptr_map_init(&dev->vm_fds, 16) != PS_OK || ps_ptr_map_init(&dev->ipc_mapped, 16) != PS_OK ||
-        ps_ptr_map_init(&dev->registered, 16) != PS_OK || ps_ptr_map_init(&dev->vm_kept, 16) != PS_OK) {
+        ps_ptr_map_init(&dev->host_mapped, 16) != PS_OK || ps_ptr_map_init(&dev->vm_kept, 16) != PS_OK) {
         ps_ptr_map_free(&dev->vm_kept);
-        ps_ptr_map_free(&dev->registered);
+        ps_ptr_map_free(&dev->host_mapped);
         ps_ptr_map_free(&dev->ipc_mapped);
         ps_ptr_map_free(&dev->vm_fds);
         ps_ptr_map_free(&dev->vm_mapped);
@@ -989,8 +1002,6 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
         .barrier_wait = host_barrier_wait,
         .host_alloc = host_host_alloc,
         .host_free = host_host_free,
-        .host_register = host_host_register,
-        .host_unregister = host_host_unregister,
     };
     if (options.backed) {
         dev->ops.memset_d8 = host_memset_d8;
@@ -1006,6 +1017,10 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
             dev->ops.vm_unmap_keep = host_vm_unmap_keep;
             dev->ops.vm_map_handle = host_vm_map_handle;
             dev->ops.vm_drop = host_vm_drop;
+        }
+        if (!options.no_host_vm) {
+            dev->ops.host_vm_granularity = host_host_vm_granularity;
+            dev->ops.host_vm_map = host_host_vm_map;
         }
     }
     if (options.virtual_memory && options.backed && options.shareable) {
@@ -1037,7 +1052,7 @@ void ps_host_ops_destroy(ps_gpu_ops_t *ops)
             close((int)dev->vm_fds.slots[i].value);
     ps_ptr_map_free(&dev->vm_fds);
     ps_ptr_map_free(&dev->ipc_mapped);
-    ps_ptr_map_free(&dev->registered);
+    ps_ptr_map_free(&dev->host_mapped);
     ps_ptr_map_free(&dev->vm_kept);
     if (dev->noting_frees)
         ps_ptr_map_free(&dev->freed_at);
@@ -1159,7 +1174,7 @@ int ps_host_ops_note_free(ps_gpu_ops_t *ops, const void *ptr, size_t size)
         status = ps_ptr_map_reserve(&dev->freed_at, (end - first) / granule + 1);
     if (status == PS_OK) {
         dev->free_positions[dev->free_positions_count++] =
-            (struct free_position){dev->fences_recorded, dev->barriers, dev->clock_ns};
+            (struct free_position){dev->fences_recorded, dev->barriers, dev->clock_ns, dev->device_syncs};
         for (uintptr_t g = first; g < end; g += granule)
             ps_ptr_map_put(&dev->freed_at, g, index);
     }
@@ -1205,9 +1220,9 @@ void ps_host_ops_set_gpu_busy_until(ps_gpu_ops_t *ops, uint64_t busy_until_ns)
     pthread_mutex_unlock(&dev->lock);
 }
 
-uint64_t ps_host_ops_host_registers(ps_gpu_ops_t *ops) { HOST_READ(ops, host_registers); }
+uint64_t ps_host_ops_host_vm_maps(ps_gpu_ops_t *ops) { HOST_READ(ops, host_vm_maps); }
 
-uint64_t ps_host_ops_host_unregisters(ps_gpu_ops_t *ops) { HOST_READ(ops, host_unregisters); }
+uint64_t ps_host_ops_host_vm_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, host_vm_unmaps); }
 
 uint64_t ps_host_ops_clock(ps_gpu_ops_t *ops) { HOST_READ(ops, clock_ns); }
 
@@ -1236,6 +1251,7 @@ static int natural_error(ps_host_op_t op)
     case PS_HOST_OP_MEM_ALLOC_MANAGED:
     case PS_HOST_OP_VM_RESERVE:
     case PS_HOST_OP_VM_MAP:
+    case PS_HOST_OP_HOST_VM_MAP:
     case PS_HOST_OP_HOST_ALLOC: return PS_ENOMEM;
     default: return PS_EUPSTREAM;
     }

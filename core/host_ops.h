@@ -26,16 +26,19 @@ typedef struct ps_host_ops_options {
     int virtual_memory;        /* 1: offer the vm_* entries (an expandable pool can be built) */
     int no_vm_keep;            /* 1: without vm_unmap_keep / vm_map_handle / vm_drop (remap releases and creates) */
     size_t vm_granularity;     /* their granularity (default 2 MiB, like an H100) */
+    int no_host_vm;            /* 1 (with virtual_memory): without host_vm_granularity / host_vm_map
+                                  (a driver that cannot place memory on the host) */
+    size_t host_vm_granularity; /* host_vm_map's granularity (default: vm_granularity) */
     uint64_t lag_ns;           /* > 0: a fence completes lag_ns of simulated clock after it was
                                   recorded (ps_host_ops_set_clock); overrides auto_complete */
     int waits_move_clock;      /* 1 (with a lag or a GPU queue): fence_wait and device_synchronize
                                   move the simulated clock to when the GPU gets there, so a model
                                   sees what a host wait costs (ps_host_ops_clock) */
-    uint64_t pin_ns;           /* with waits_move_clock: host_alloc and host_register move the clock
+    uint64_t pin_ns;           /* with waits_move_clock: host_alloc and host_vm_map move the clock
                                   by pin_ns + pin_ns_per_mib per MiB (pinning pages costs time;
                                   cuMemHostAlloc on an H100: ~0.6 ms + 0.6 ms per MiB) */
     uint64_t pin_ns_per_mib;   /* see pin_ns */
-    int unpin_synchronizes;    /* with waits_move_clock: host_free and host_unregister first wait
+    int unpin_synchronizes;    /* with waits_move_clock: host_free and a host piece's vm_unmap first wait
                                   for the GPU to be idle (cuMemFreeHost synchronizes the device) */
     int shareable;             /* 1 (with backed and virtual_memory): each vm_map piece is a memfd,
                                   and the ipc_* entries are offered: export gives a dup of it, and
@@ -68,9 +71,10 @@ uint64_t ps_host_ops_clock(ps_gpu_ops_t *ops);
 uint64_t ps_host_ops_stream_waits(ps_gpu_ops_t *ops);            /* stream_wait_fence calls */
 uint64_t ps_host_ops_fence_waits(ps_gpu_ops_t *ops);             /* host fence_wait calls */
 uint64_t ps_host_ops_device_syncs(ps_gpu_ops_t *ops);            /* device_synchronize calls */
-/* host_register calls that succeeded, and host_unregister calls. */
-uint64_t ps_host_ops_host_registers(ps_gpu_ops_t *ops);
-uint64_t ps_host_ops_host_unregisters(ps_gpu_ops_t *ops);
+/* host_vm_map calls that succeeded, and vm_unmap calls that unmapped a
+ * piece host_vm_map had mapped. */
+uint64_t ps_host_ops_host_vm_maps(ps_gpu_ops_t *ops);
+uint64_t ps_host_ops_host_vm_unmaps(ps_gpu_ops_t *ops);
 /* Fences recorded on `stream` (PS_STREAM_NONE counts the all-streams
  * fences), and stream_wait_fence calls that made `stream` wait. */
 uint64_t ps_host_ops_fences_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream);
@@ -134,7 +138,7 @@ void ps_host_ops_inject_failure(ps_gpu_ops_t *ops, uint64_t fail_after, uint64_t
  * reports, so "count the calls of a clean run, then fail each one in
  * turn" is one counter. `status` is the error returned (a negative PS_E*),
  * or 0 for the entry's natural one: PS_ENOMEM for the allocating entries
- * (mem_alloc*, vm_reserve, vm_map), PS_EUPSTREAM for the others (fence_query
+ * (mem_alloc*, vm_reserve, vm_map, host_vm_map), PS_EUPSTREAM for the others (fence_query
  * answers it, never PS_ENOTREADY; give PS_EBUSY for a barrier that cannot
  * be issued). A failing call does nothing else: no memory is taken or
  * given back, no fence is recorded or completed, nothing is mapped or
@@ -162,7 +166,7 @@ typedef enum ps_host_op {
     PS_HOST_OP_COPY_TO_HOST,       /* copy_to_host (guard mode) */
     PS_HOST_OP_IPC_EXPORT,         /* ipc_export (ipc_reserve counts as vm_reserve) */
     PS_HOST_OP_IPC_MAP,            /* ipc_map */
-    PS_HOST_OP_HOST_REGISTER,      /* host_register */
+    PS_HOST_OP_HOST_VM_MAP,        /* host_vm_map (pinned host pieces; fails with PS_ENOMEM) */
     PS_HOST_OP_BARRIER_PASSED,     /* barrier_passed (fails with PS_EUPSTREAM: "unknown") */
     PS_HOST_OP_BARRIER_WAIT,       /* barrier_wait (fails with PS_EUPSTREAM) */
     PS_HOST_OP_COUNT,              /* number of counted entries */

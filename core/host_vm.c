@@ -5,32 +5,26 @@
  *  1. create: copy nothing from the device table but its pointer; the
  *     new table's ctx is this module's state, and each forwarded entry
  *     calls the device's entry with the device's ctx.
- *  2. vm_reserve(size): mmap size + granularity bytes PROT_NONE
- *     (MAP_NORESERVE: address space only), trim both ends so the range
- *     starts on a granularity boundary (pieces are granularity multiples,
- *     so every piece is too).
- *  3. vm_map(addr, size): replace [addr, addr + size) with a read/write
- *     anonymous mapping (MAP_FIXED), then host_register it; if that
- *     fails, put PROT_NONE back and return its error.
- *  4. vm_unmap(addr, size): host_unregister, then PROT_NONE over the
- *     piece with a fresh MAP_FIXED mapping (the pages are freed).
- *  5. vm_release: munmap of the whole range.
- * Guarantees: a piece is page-locked exactly while it is mapped; nothing
- * outside a mapped piece is accessible; the module keeps no per-piece
- * state (core/vm_range.c does).
+ *  2. vm_granularity: the device's host granularity (the pool rounds its
+ *     pieces up to it).
+ *  3. vm_reserve / vm_release: the device's (address space is address
+ *     space: the same cuMemAddressReserve serves host and device pieces).
+ *  4. vm_map(addr, size): the device's host_vm_map (physical memory on the
+ *     host, mapped, host and devices granted access); nothing is left on
+ *     error.
+ *  5. vm_unmap: the device's vm_unmap (unmap, release the memory).
+ * Guarantees: a piece is page-locked host memory exactly while it is
+ * mapped; nothing outside a mapped piece is accessible; the module keeps
+ * no per-piece state (core/vm_range.c does).
  */
 #include "host_vm.h"
 
 #include <stdlib.h>
-#include <sys/mman.h>
-
-#define DEFAULT_GRANULARITY ((size_t)64 << 10)
 
 typedef struct host_vm {
     ps_gpu_ops_t ops;            /* the table handed out (ops.ctx points here) */
-    const ps_gpu_ops_t *device;  /* the device's table: fences, registration */
-    unsigned flags;              /* PS_HOST_ALLOC_* every piece is registered with */
-    size_t granularity;          /* smallest piece, and the range's alignment */
+    const ps_gpu_ops_t *device;  /* the device's table: fences, address space, host pieces */
+    size_t granularity;          /* smallest piece: the device's host granularity */
 } host_vm_t;
 
 static const ps_gpu_ops_t *dev_of(void *ctx)
@@ -86,76 +80,48 @@ static size_t vm_granularity(void *ctx)
 
 static int vm_reserve(void *ctx, size_t size, void **out)
 {
-    size_t align = ((host_vm_t *)ctx)->granularity;
-    size_t total = size + align;
-    if (total < size)
-        return PS_ENOMEM;
-    void *p = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED)
-        return PS_ENOMEM;
-    uintptr_t base = ps_align_up((uintptr_t)p, align);
-    if (base > (uintptr_t)p)
-        munmap(p, base - (uintptr_t)p);
-    uintptr_t end = (uintptr_t)p + total;
-    if (end > base + size)
-        munmap((void *)(base + size), end - (base + size));
-    *out = (void *)base;
-    return PS_OK;
+    const ps_gpu_ops_t *d = dev_of(ctx);
+    return d->vm_reserve(d->ctx, size, out);
 }
 
 static void vm_release(void *ctx, void *addr, size_t size)
 {
-    (void)ctx;
-    munmap(addr, size);
-}
-
-/* Puts [addr, addr + size) back to reserved, inaccessible address space. */
-static void close_pages(void *addr, size_t size)
-{
-    mmap(addr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    const ps_gpu_ops_t *d = dev_of(ctx);
+    d->vm_release(d->ctx, addr, size);
 }
 
 static int vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
 {
-    host_vm_t *vm = ctx;
-    if (mmap(addr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
-        return PS_ENOMEM;
-    int status = vm->device->host_register(vm->device->ctx, addr, size, vm->flags);
-    if (status != PS_OK) {
-        close_pages(addr, size);
-        return status;
-    }
-    *handle = 1;
-    return PS_OK;
+    const ps_gpu_ops_t *d = dev_of(ctx);
+    return d->host_vm_map(d->ctx, addr, size, handle);
 }
 
 static int vm_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
 {
-    host_vm_t *vm = ctx;
-    (void)handle;
-    int status = vm->device->host_unregister(vm->device->ctx, addr, size);
-    if (status != PS_OK)
-        return status;
-    close_pages(addr, size);
-    return PS_OK;
+    const ps_gpu_ops_t *d = dev_of(ctx);
+    return d->vm_unmap(d->ctx, addr, size, handle);
 }
 
-int ps_host_vm_create(const ps_gpu_ops_t *device, unsigned flags, size_t granularity, ps_gpu_ops_t **out)
+int ps_host_vm_supported(const ps_gpu_ops_t *device)
+{
+    if (!device || !device->vm_reserve || !device->vm_release || !device->vm_unmap || !device->vm_granularity ||
+        !device->host_vm_granularity || !device->host_vm_map || !device->fence_record)
+        return 0;
+    size_t host = device->host_vm_granularity(device->ctx), align = device->vm_granularity(device->ctx);
+    return host && ps_is_pow2(host) && align && align % host == 0;
+}
+
+int ps_host_vm_create(const ps_gpu_ops_t *device, ps_gpu_ops_t **out)
 {
     if (!device || !out)
         return PS_EINVAL;
-    if (!device->host_register || !device->host_unregister || !device->fence_record)
+    if (!ps_host_vm_supported(device))
         return PS_EUNSUPPORTED;
-    if (!granularity)
-        granularity = DEFAULT_GRANULARITY;
-    if (!ps_is_pow2(granularity) || granularity < 4096)
-        return PS_EINVAL;
     host_vm_t *vm = calloc(1, sizeof *vm);
     if (!vm)
         return PS_ENOMEM;
     vm->device = device;
-    vm->flags = flags;
-    vm->granularity = granularity;
+    vm->granularity = device->host_vm_granularity(device->ctx);
     vm->ops = (ps_gpu_ops_t){
         .ctx = vm,
         .device = device->device,

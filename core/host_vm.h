@@ -1,26 +1,28 @@
-/* The pinned host pool's expandable range (host.expandable = 1): a
- * GPU-ops table whose virtual-memory entries (vm_*) work on host memory,
- * so the pool's expandable mode (core/pool.c) runs unchanged over pinned
- * memory: one reserved host address range, pieces of it page-locked as
- * the pool grows (blocks merge across growth) and unlocked again from the
- * middle when the pool gives memory back (grow_budget_percent).
+/* The pinned host pool's expandable range (host.expandable, on by default
+ * where the driver can): a GPU-ops table whose virtual-memory entries
+ * (vm_*) map page-locked HOST memory, so the pool's expandable mode
+ * (core/pool.c) runs unchanged over pinned memory: one reserved address
+ * range, host-located physical pieces mapped side by side as the pool
+ * grows (blocks merge across pieces) and unmapped again from the middle
+ * when the pool gives memory back (grow_budget_percent).
  *
- *  vm_reserve: mmap(PROT_NONE, MAP_NORESERVE) of the range (aligned to
- *              its granularity); nothing is backed;
- *  vm_map:     mmap(MAP_FIXED, read/write) of the piece, then the device
- *              table's host_register (cuMemHostRegister_v2 PORTABLE |
- *              DEVICEMAP); on failure the piece goes back to PROT_NONE;
- *  vm_unmap:   host_unregister, then mmap(MAP_FIXED, PROT_NONE) over the
- *              piece (its pages go back to the kernel);
- *  vm_release: munmap.
+ *  vm_reserve: the device table's vm_reserve (cuMemAddressReserve);
+ *  vm_map:     the device table's host_vm_map: cuMemCreate (PINNED,
+ *              location HOST) + cuMemMap + cuMemSetAccess for the host
+ *              and every device that accepts;
+ *  vm_unmap:   the device table's vm_unmap (cuMemUnmap + cuMemRelease);
+ *  vm_release: the device table's vm_release (cuMemAddressFree).
  * Every other entry the pool uses (fences, stream waits, device
  * synchronize, barrier, mem_get_info) is forwarded to the device's table.
  *
- * UNVERIFIED ON A GPU: whether a cudaMemcpyAsync whose host range spans
- * two separately registered pieces is a pinned DMA copy (not a staged
- * pageable copy, not an error), and whether kernels may read mapped
- * blocks across piece boundaries: tests/gpu/pinned_probe.cu checks both.
- * That is why host.expandable is off by default.
+ * Measured on an H100 (CUDA 13.0, driver 580; tests/gpu/pinned_vmm_probe.cu):
+ * such a range is pinned memory as one range: cudaMemcpyAsync of the whole
+ * range and of a window across a piece boundary is correct and
+ * asynchronous (54.6 GB/s, as cudaHostAlloc's 54.7), kernels read and
+ * write it through the same address, cudaPointerGetAttributes says host
+ * memory with devicePointer == hostPointer. (The mechanism before it,
+ * mmap + cuMemHostRegister per piece, failed: a copy spanning two
+ * registrations is cudaErrorInvalidValue; tests/gpu/pinned_probe.cu.)
  *
  * Return rule: PS_OK or a negative PS_E* (core/common.h).
  */
@@ -29,11 +31,16 @@
 
 #include "gpu_ops.h"
 
-/* Creates the table over `device` (which must offer host_register and
- * host_unregister: PS_EUNSUPPORTED otherwise); pieces are registered with
- * `flags` (PS_HOST_ALLOC_*); `granularity` (a multiple of the page size,
- * 0 = 64 KiB) is the smallest piece. *out is owned by the caller. */
-int ps_host_vm_create(const ps_gpu_ops_t *device, unsigned flags, size_t granularity, ps_gpu_ops_t **out);
+/* Whether `device` can back a host range: it offers vm_reserve,
+ * vm_release, vm_unmap, host_vm_granularity and host_vm_map, and its host
+ * granularity is a power of two that divides its vm_granularity (the
+ * alignment vm_reserve gives). */
+int ps_host_vm_supported(const ps_gpu_ops_t *device);
+
+/* Creates the table over `device` (PS_EUNSUPPORTED unless
+ * ps_host_vm_supported). Its granularity is the device's host
+ * granularity. *out is owned by the caller. */
+int ps_host_vm_create(const ps_gpu_ops_t *device, ps_gpu_ops_t **out);
 
 /* Destroys the table (after the pool over it). */
 void ps_host_vm_destroy(ps_gpu_ops_t *ops);

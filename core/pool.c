@@ -1398,7 +1398,8 @@ static int grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown)
  * ran (a barrier orders later work, not earlier work). Not with a growth
  * budget under free_sync event (the pinned pool's host range, which gives
  * pieces back often): there a block is ready only once a fence recorded
- * after its free completed. */
+ * after its free completed (idle now), unless a failed host wait released
+ * it (idle unknown: synchronized first, as above). */
 static void unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
 {
     int synchronized = 0;
@@ -1416,7 +1417,10 @@ static void unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
                 hi = lo + ps_align_up(pool->bytes_reserved - keep, range->piece);
             if (reserve_descriptors_locked(pool, 2) != PS_OK)
                 continue;
-            int fenced = pool->options.free_sync == PS_FREE_SYNC_EVENT && pool->options.grow_budget_percent;
+            /* a block released by a failed host wait (idle unknown) needs
+             * the synchronize even there */
+            int fenced = pool->options.free_sync == PS_FREE_SYNC_EVENT && pool->options.grow_budget_percent &&
+                         pool->blocks[index].idle_gen == IDLE_NOW;
             if (!synchronized && !fenced) {
                 if (pool->gpu->device_synchronize(pool->gpu->ctx) != PS_OK)
                     return;

@@ -56,6 +56,8 @@ typedef struct {
 #define CUDA_ERROR_NOT_FOUND 500
 #define CUDA_ERROR_NOT_READY 600
 #define CUDA_ERROR_NOT_SUPPORTED 801
+#define CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED 712
+#define CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED 713
 
 #define CU_STREAM_NON_BLOCKING 0x1
 #define CU_EVENT_DISABLE_TIMING 0x2
@@ -70,6 +72,7 @@ typedef struct {
 #define CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED 102
 #define CU_MEM_ALLOCATION_TYPE_PINNED 0x1
 #define CU_MEM_LOCATION_TYPE_DEVICE 0x1
+#define CU_MEM_LOCATION_TYPE_HOST 0x2
 #define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 0x3
 #define CU_MEM_ALLOC_GRANULARITY_RECOMMENDED 0x1
 #define CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED 103
@@ -92,6 +95,8 @@ typedef int cudaStreamCaptureStatus;
 #define cudaErrorInvalidValue 1
 #define cudaErrorMemoryAllocation 2
 #define cudaErrorNotReady 600
+#define cudaErrorHostMemoryAlreadyRegistered 712
+#define cudaErrorHostMemoryNotRegistered 713
 #define cudaErrorStreamCaptureUnsupported 900
 #define cudaStreamNonBlocking 0x1
 

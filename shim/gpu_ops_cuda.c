@@ -78,6 +78,19 @@
  *    cuMemExportToShareableHandle gives its descriptor; ipc_map imports a
  *    descriptor (cuMemImportFromShareableHandle), maps it and sets access
  *    for this device; imported ranges are no slab of ours.
+ * 9. host_vm_* (the pinned pool's expandable range, core/host_vm.h):
+ *    offered when virtual memory is (5.) and cuMemGetAllocationGranularity
+ *    answers for a HOST location (the probe, once per table). host_vm_map
+ *    = cuMemCreate (PINNED, location HOST, no shareable handle) +
+ *    cuMemMap + cuMemSetAccess for the host and every device of the
+ *    process (pinned memory from cudaMallocHost is usable from every
+ *    device too); a device that refuses is named once and skipped from
+ *    then on; the table's own device must accept. The range comes from
+ *    vm_reserve (one slab in the registry, as a device range) and pieces
+ *    go back through vm_unmap; they are remembered with the device pieces,
+ *    so ps_gpu_ops_cuda_release_vm gives them back before a reset too (a
+ *    reset frees cuMemHostAlloc memory of the context as well). Host
+ *    pieces are no NVTX heaps (neither are pinned slabs).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -105,6 +118,9 @@ typedef struct device_ops {
                                                 (created lazily; guarded by streams_lock) */
     int barrier_recorded;      /* E was recorded at least once (guarded by streams_lock) */
     size_t vm_granularity;     /* recommended mapping granularity (0: no virtual memory) */
+    size_t host_vm_granularity; /* recommended granularity of host-located pieces (0: none; 9.) */
+    int device_count;          /* devices of the process (host pieces grant each of them access) */
+    _Atomic uint64_t host_access_refused; /* bit D: device D refused access to a host piece (asked no more) */
     atomic_int shareable;      /* 1: vm_map creates memory exportable as POSIX file descriptors (6.) */
     int skip_barrier;          /* test only (POOLSHIM_TEST_SKIP_BARRIER=1): barriers order nothing */
     int assume_idle;           /* test only (POOLSHIM_TEST_ASSUME_IDLE=1): every barrier has passed */
@@ -112,7 +128,7 @@ typedef struct device_ops {
     atomic_int dead;           /* 1: the context died (reset): every entry answers as dead_* below */
     pthread_mutex_t vm_lock;   /* guards the three maps below */
     ps_ptr_map_t vm_handles;   /* mapped address -> its physical allocation handle */
-    ps_ptr_map_t vm_sizes;     /* mapped address -> bytes mapped there */
+    ps_ptr_map_t vm_sizes;     /* mapped address -> bytes mapped there, | HOST_PIECE for a host piece (9.) */
     ps_ptr_map_t vm_ranges;    /* reserved range -> its size (all, for release before a reset) */
     _Atomic uint64_t barriers; /* barriers issued = the newest barrier's number (written under streams_lock) */
 } device_ops_t;
@@ -439,39 +455,6 @@ static int ops_host_free(void *vctx, void *ptr, size_t size)
     ps_slab_remove((uintptr_t)ptr);
     int pushed = enter_ctx(d);
     CUresult r = ps_real.cuMemFreeHost(ptr);
-    leave_ctx(pushed);
-    return status_of(r);
-}
-
-/* host.expandable (core/host_vm.h): page-locks a piece of the pinned
- * pool's host range in the primary context. flags PS_HOST_ALLOC_PORTABLE
- * and _MAPPED are CU_MEMHOSTREGISTER_PORTABLE (0x1) and _DEVICEMAP (0x2):
- * the same values. Pieces are recorded as slabs, as cuMemHostAlloc's are. */
-static int ops_host_register(void *vctx, void *ptr, size_t size, unsigned flags)
-{
-    if (is_dead(vctx))
-        return PS_EUPSTREAM;
-    device_ops_t *d = vctx;
-    if (!ps_real.cuMemHostRegister_v2 || !ps_real.cuMemHostUnregister)
-        return PS_EUNSUPPORTED;
-    int pushed = enter_ctx(d);
-    CUresult r = ps_real.cuMemHostRegister_v2(ptr, size, flags & (PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED));
-    leave_ctx(pushed);
-    if (r != CUDA_SUCCESS)
-        return status_of(r);
-    ps_slab_add((uintptr_t)ptr, size, d->ops.device);
-    return PS_OK;
-}
-
-static int ops_host_unregister(void *vctx, void *ptr, size_t size)
-{
-    (void)size;
-    if (is_dead(vctx))
-        return PS_OK; /* the context unregistered everything it had */
-    device_ops_t *d = vctx;
-    ps_slab_remove((uintptr_t)ptr);
-    int pushed = enter_ctx(d);
-    CUresult r = ps_real.cuMemHostUnregister(ptr);
     leave_ctx(pushed);
     return status_of(r);
 }
@@ -908,16 +891,23 @@ static CUresult map_with_access(device_ops_t *d, CUdeviceptr at, size_t size, CU
     return r;
 }
 
-/* A piece is mapped at `addr`: remembered for IPC export and peer grants. */
-static void note_mapped(device_ops_t *d, void *addr, size_t size, uint64_t h)
+/* Marks a host piece in vm_sizes (sizes are granularity multiples: bit 0 is free). */
+#define HOST_PIECE 1ull
+#define PIECE_BYTES(value) ((value) & ~HOST_PIECE)
+
+/* A piece is mapped at `addr`: remembered for IPC export, peer grants and
+ * release before a reset. `device_piece`: device memory, announced to NVTX;
+ * else a host piece (9.): every device has access already, it is no NVTX
+ * heap (pinned slabs are none either) and never exported. */
+static void note_mapped(device_ops_t *d, void *addr, size_t size, uint64_t h, bool device_piece)
 {
     pthread_mutex_lock(&d->vm_lock);
     if (ps_ptr_map_reserve(&d->vm_handles, 1) == PS_OK && ps_ptr_map_reserve(&d->vm_sizes, 1) == PS_OK) {
         ps_ptr_map_put(&d->vm_handles, (uintptr_t)addr, h);
-        ps_ptr_map_put(&d->vm_sizes, (uintptr_t)addr, size);
+        ps_ptr_map_put(&d->vm_sizes, (uintptr_t)addr, size | (device_piece ? 0 : HOST_PIECE));
     }
     pthread_mutex_unlock(&d->vm_lock);
-    if (PS_UNLIKELY(ps_nvtx_on))
+    if (device_piece && PS_UNLIKELY(ps_nvtx_on))
         ps_nvtx_heap_add(addr, size, d->ops.device);
 }
 
@@ -965,7 +955,7 @@ static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
     leave_ctx(pushed);
     if (r != CUDA_SUCCESS)
         return status_of(r);
-    note_mapped(d, addr, size, h);
+    note_mapped(d, addr, size, h, true);
     *handle = h;
     return PS_OK;
 }
@@ -980,7 +970,77 @@ static int ops_vm_map_handle(void *vctx, void *addr, size_t size, uint64_t handl
     leave_ctx(pushed);
     if (r != CUDA_SUCCESS)
         return status_of(r);
-    note_mapped(d, addr, size, handle);
+    note_mapped(d, addr, size, handle, true);
+    return PS_OK;
+}
+
+/* ---- pinned host pieces (9. above) ------------------------------------------------------ */
+static size_t ops_host_vm_granularity(void *vctx)
+{
+    return ((device_ops_t *)vctx)->host_vm_granularity;
+}
+
+/* Grants the host and every device that accepts access to a host piece
+ * mapped at `at` (context entered by the caller). One cuMemSetAccess with
+ * every descriptor; when that is refused, the host alone and then each
+ * device alone, so a device that refuses is found, named once and left
+ * out of later pieces. The table's own device must accept. */
+static CUresult grant_host_piece(device_ops_t *d, CUdeviceptr at, size_t size)
+{
+    CUmemAccessDesc access[PS_MAX_DEVICES + 1];
+    size_t count = 0;
+    uint64_t refused = atomic_load_explicit(&d->host_access_refused, memory_order_relaxed);
+    access[count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_HOST, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    for (int dev = 0; dev < d->device_count && dev < PS_MAX_DEVICES; dev++)
+        if (!(refused >> dev & 1))
+            access[count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, dev}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUresult r = ps_real.cuMemSetAccess(at, size, access, count);
+    if (r == CUDA_SUCCESS)
+        return r;
+    if ((r = ps_real.cuMemSetAccess(at, size, &access[0], 1)) != CUDA_SUCCESS)
+        return r; /* the host itself refused: no pinned piece here */
+    for (size_t i = 1; i < count; i++) {
+        int dev = access[i].location.id;
+        CUresult one = ps_real.cuMemSetAccess(at, size, &access[i], 1);
+        if (one == CUDA_SUCCESS)
+            continue;
+        if (dev == d->device)
+            return one; /* the pool's own device must reach its pinned memory */
+        if (!(atomic_fetch_or(&d->host_access_refused, 1ull << dev) >> dev & 1))
+            ps_warning("device %d: device %d refuses access to pinned memory of the host range (error %d); "
+                       "its kernels cannot use pooled pinned blocks of device %d through their pointer",
+                       d->device, dev, (int)one, d->device);
+    }
+    return CUDA_SUCCESS;
+}
+
+static int ops_host_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
+{
+    if (is_dead(vctx))
+        return dead_vm_map(vctx, addr, size, handle);
+
+    device_ops_t *d = vctx;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+    prop.location.id = 0;
+    CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
+    int pushed = enter_ctx(d);
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r = ps_real.cuMemCreate(&h, size, &prop, 0);
+    if (r == CUDA_SUCCESS) {
+        r = ps_real.cuMemMap(at, size, 0, h, 0);
+        if (r == CUDA_SUCCESS && (r = grant_host_piece(d, at, size)) != CUDA_SUCCESS)
+            ps_real.cuMemUnmap(at, size);
+        if (r != CUDA_SUCCESS)
+            ps_real.cuMemRelease(h);
+    }
+    leave_ctx(pushed);
+    if (r != CUDA_SUCCESS)
+        return status_of(r);
+    note_mapped(d, addr, size, h, false);
+    *handle = h;
     return PS_OK;
 }
 
@@ -1013,7 +1073,7 @@ void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer)
     int pushed = enter_ctx(d);
     pthread_mutex_lock(&d->vm_lock);
     for (size_t i = 0; i < d->vm_sizes.capacity; i++)
-        if (d->vm_sizes.slots[i].key != PS_PTR_MAP_EMPTY &&
+        if (d->vm_sizes.slots[i].key != PS_PTR_MAP_EMPTY && !(d->vm_sizes.slots[i].value & HOST_PIECE) &&
             ps_real.cuMemSetAccess((CUdeviceptr)d->vm_sizes.slots[i].key, d->vm_sizes.slots[i].value, &access, 1) !=
                 CUDA_SUCCESS)
             ps_warning("device %d: could not give device %d access to a mapped piece of the pool", owner, me);
@@ -1072,14 +1132,14 @@ static int ops_ipc_export(void *vctx, uintptr_t addr, uintptr_t *start, size_t *
     } else {
         for (size_t i = 0; i < d->vm_sizes.capacity; i++) {
             uintptr_t key = d->vm_sizes.slots[i].key;
-            if (key != PS_PTR_MAP_EMPTY && key <= addr && addr - key < d->vm_sizes.slots[i].value) {
+            if (key != PS_PTR_MAP_EMPTY && key <= addr && addr - key < PIECE_BYTES(d->vm_sizes.slots[i].value)) {
                 piece = key;
                 piece_size = d->vm_sizes.slots[i].value;
                 break;
             }
         }
     }
-    int found = piece && ps_ptr_map_get(&d->vm_handles, piece, &handle);
+    int found = piece && !(piece_size & HOST_PIECE) && ps_ptr_map_get(&d->vm_handles, piece, &handle);
     pthread_mutex_unlock(&d->vm_lock);
     if (!found)
         return PS_EINVAL;
@@ -1200,7 +1260,7 @@ bool ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops)
         uint64_t size = 0;
         if (addr == PS_PTR_MAP_EMPTY || !ps_ptr_map_get(&d->vm_sizes, addr, &size))
             continue;
-        if (ps_real.cuMemUnmap((CUdeviceptr)addr, size) == CUDA_SUCCESS)
+        if (ps_real.cuMemUnmap((CUdeviceptr)addr, PIECE_BYTES(size)) == CUDA_SUCCESS)
             ps_real.cuMemRelease(d->vm_handles.slots[i].value);
     }
     for (size_t i = 0; i < d->vm_ranges.capacity; i++)
@@ -1238,6 +1298,25 @@ static size_t vm_granularity_of(CUdevice device)
     size_t granularity = 0;
     if (ps_real.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) !=
         CUDA_SUCCESS)
+        return 0;
+    return granularity;
+}
+
+/* The recommended granularity of pinned memory placed on the host by
+ * cuMemCreate (host.expandable's probe, once per table), else 0: the
+ * driver does not know host locations (before CUDA 12.2) or refuses them.
+ * Needs the context current and virtual memory support (vm_granularity_of). */
+static size_t host_vm_granularity_of(void)
+{
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
+    prop.location.id = 0;
+    size_t granularity = 0;
+    if (ps_real.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) !=
+            CUDA_SUCCESS ||
+        !ps_is_pow2(granularity))
         return 0;
     return granularity;
 }
@@ -1309,10 +1388,6 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         .host_alloc = ops_host_alloc,
         .host_free = ops_host_free,
     };
-    if (ps_real.cuMemHostRegister_v2 && ps_real.cuMemHostUnregister) { /* host.expandable's pieces */
-        d->ops.host_register = ops_host_register;
-        d->ops.host_unregister = ops_host_unregister;
-    }
     if (ps_real.cuMemsetD8Async && ps_real.cuMemcpyDtoH_v2 && ps_real.cuStreamSynchronize) {
         d->ops.memset_d8 = ops_memset_d8;
         d->ops.copy_to_host = ops_copy_to_host;
@@ -1320,6 +1395,9 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
     int pushed = enter_ctx(d);
     d->vm_granularity = vm_granularity_of(device);
     bool shareable = d->vm_granularity && posix_fd_shareable(device);
+    d->host_vm_granularity = d->vm_granularity ? host_vm_granularity_of() : 0;
+    if (!ps_real.cuDeviceGetCount || ps_real.cuDeviceGetCount(&d->device_count) != CUDA_SUCCESS)
+        d->device_count = 0;
     leave_ctx(pushed);
     if (d->vm_granularity) {
         d->ops.vm_granularity = ops_vm_granularity;
@@ -1330,6 +1408,10 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         d->ops.vm_unmap_keep = ops_vm_unmap_keep;
         d->ops.vm_map_handle = ops_vm_map_handle;
         d->ops.vm_drop = ops_vm_drop;
+    }
+    if (d->host_vm_granularity && d->device_count > 0) { /* host.expandable's pieces (9. above) */
+        d->ops.host_vm_granularity = ops_host_vm_granularity;
+        d->ops.host_vm_map = ops_host_vm_map;
     }
     if (shareable) {
         atomic_store(&d->shareable, 1);

@@ -28,7 +28,8 @@ static const ps_hook_t hooks[] = {
     HOOK(cuStreamBeginCaptureToGraph), HOOK(cuStreamBeginCaptureToGraph_ptsz), HOOK(cuCtxEnablePeerAccess),
     HOOK(cuCtxSynchronize), HOOK(cuCtxSynchronize_v2),
     /* pinned host memory */
-    HOOK(cuMemHostAlloc), HOOK(cuMemAllocHost_v2), HOOK(cuMemFreeHost),
+    HOOK(cuMemHostAlloc), HOOK(cuMemAllocHost_v2), HOOK(cuMemFreeHost), HOOK(cuMemHostGetFlags),
+    HOOK(cuMemHostGetDevicePointer_v2), HOOK(cuMemHostRegister_v2), HOOK(cuMemHostUnregister),
     /* context lifecycle (hooks_context.c) */
     HOOK(cuDevicePrimaryCtxReset), HOOK(cuDevicePrimaryCtxReset_v2), HOOK(cuDevicePrimaryCtxRelease),
     HOOK(cuDevicePrimaryCtxRelease_v2), HOOK(cuDevicePrimaryCtxSetFlags), HOOK(cuDevicePrimaryCtxSetFlags_v2),
@@ -38,6 +39,7 @@ static const ps_hook_t hooks[] = {
     HOOK(cudaFreeAsync_ptsz), HOOK(cudaMemGetInfo), HOOK(cudaStreamCreate), HOOK(cudaStreamCreateWithFlags),
     HOOK(cudaStreamCreateWithPriority), HOOK(cudaStreamDestroy), HOOK(cudaIpcGetMemHandle),
     HOOK(cudaIpcOpenMemHandle), HOOK(cudaIpcCloseMemHandle), HOOK(cudaDeviceReset), HOOK(cudaSetDeviceFlags), HOOK(cudaHostAlloc), HOOK(cudaMallocHost), HOOK(cudaFreeHost),
+    HOOK(cudaHostGetFlags), HOOK(cudaHostGetDevicePointer), HOOK(cudaHostRegister), HOOK(cudaHostUnregister),
 };
 #define HOOK_COUNT (sizeof hooks / sizeof hooks[0])
 

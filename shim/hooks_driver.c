@@ -93,6 +93,43 @@ PS_EXPORT CUresult cuMemFreeHost(void *p)
     PASS_REAL(cuMemFreeHost, p);
 }
 
+/* ---- pinned blocks asked about: answered for blocks of ours as CUDA
+ * answers for cuMemHostAlloc memory (ps_route_pinned_block) ---- */
+PS_EXPORT CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+    unsigned flags;
+    if (pFlags && ps_route_pinned_block((uintptr_t)p, 1, &flags)) {
+        *pFlags = flags;
+        return CUDA_SUCCESS;
+    }
+    PASS_REAL(cuMemHostGetFlags, pFlags, p);
+}
+
+PS_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    if (pdptr && ps_route_pinned_block((uintptr_t)p, 1, NULL)) {
+        if (Flags)
+            return CUDA_ERROR_INVALID_VALUE; /* "Flags must be 0" */
+        *pdptr = (CUdeviceptr)(uintptr_t)p; /* host and device pointer are one (UVA, every device mapped) */
+        return CUDA_SUCCESS;
+    }
+    PASS_REAL(cuMemHostGetDevicePointer_v2, pdptr, p, Flags);
+}
+
+PS_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+    if (bytesize && ps_route_pinned_block((uintptr_t)p, bytesize, NULL))
+        return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    PASS_REAL(cuMemHostRegister_v2, p, bytesize, Flags);
+}
+
+PS_EXPORT CUresult cuMemHostUnregister(void *p)
+{
+    if (ps_route_pinned_block((uintptr_t)p, 1, NULL))
+        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED; /* pinned by allocation, never registered */
+    PASS_REAL(cuMemHostUnregister, p);
+}
+
 static int alloc_async(CUdeviceptr *dptr, size_t size, CUstream stream, bool per_thread, CUresult *result)
 {
     if (ps_in_shim || !dptr || !size || !ps_shim_ensure_init() || ps_stream_is_capturing(stream, per_thread))

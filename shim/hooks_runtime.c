@@ -103,6 +103,43 @@ PS_EXPORT cudaError_t cudaFreeHost(void *ptr)
     CALL_REAL_RT(cudaFreeHost, ptr);
 }
 
+/* ---- pinned blocks asked about: as the driver hooks (hooks_driver.c), for
+ * programs linked to libcudart.so ---- */
+PS_EXPORT cudaError_t cudaHostGetFlags(unsigned int *pFlags, void *pHost)
+{
+    unsigned flags;
+    if (pFlags && ps_route_pinned_block((uintptr_t)pHost, 1, &flags)) {
+        *pFlags = flags;
+        return cudaSuccess;
+    }
+    CALL_REAL_RT(cudaHostGetFlags, pFlags, pHost);
+}
+
+PS_EXPORT cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
+{
+    if (pDevice && ps_route_pinned_block((uintptr_t)pHost, 1, NULL)) {
+        if (flags)
+            return cudaErrorInvalidValue;
+        *pDevice = pHost;
+        return cudaSuccess;
+    }
+    CALL_REAL_RT(cudaHostGetDevicePointer, pDevice, pHost, flags);
+}
+
+PS_EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
+{
+    if (size && ps_route_pinned_block((uintptr_t)ptr, size, NULL))
+        return cudaErrorHostMemoryAlreadyRegistered;
+    CALL_REAL_RT(cudaHostRegister, ptr, size, flags);
+}
+
+PS_EXPORT cudaError_t cudaHostUnregister(void *ptr)
+{
+    if (ps_route_pinned_block((uintptr_t)ptr, 1, NULL))
+        return cudaErrorHostMemoryNotRegistered;
+    CALL_REAL_RT(cudaHostUnregister, ptr);
+}
+
 static cudaError_t malloc_async(void **devPtr, size_t size, cudaStream_t stream, bool per_thread)
 {
     if (ps_in_shim || !devPtr || !size || !ps_shim_ensure_init() || ps_stream_is_capturing(stream, per_thread))

@@ -225,7 +225,7 @@ static void build_host_pool(ps_device_state_t *dev, ps_gpu_ops_t *gpu)
         o.free_sync = PS_FREE_SYNC_NONE;
     }
     ps_stack_t *stack = NULL;
-    int rc = ps_config_build_host_stack(config, dev->device, gpu, PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED,
+    int rc = ps_config_build_host_stack(config, dev->device, gpu, PS_HOST_POOL_FLAGS,
                                         &o, &stack);
     if (rc != PS_OK) {
         ps_warning("device %d: cannot build the pinned host pool (%s): pinned memory passes through",
@@ -541,7 +541,7 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
 /* ---- pinned host memory ---------------------------------------------------------------- */
 ps_route_t ps_route_host_alloc(int call, int door, size_t size, unsigned flags, void **out, int *status)
 {
-    const unsigned pooled_flags = PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED;
+    const unsigned pooled_flags = PS_HOST_POOL_FLAGS;
     if (!size || (flags & ~pooled_flags) || PS_UNLIKELY(!ps_shim_ensure_init()) || !ps_global->host.enable)
         return PS_ROUTE_PASSTHROUGH; /* write-combined (or unknown) flags: CUDA's own */
     ps_device_state_t *dev = ps_current_device(door);
@@ -616,6 +616,30 @@ ps_route_t ps_route_host_free(int call, int door, void *ptr, int *status)
     ps_stats_count_free(a.device, call, door, a.size, timed ? ps_now_ns() - t0 : 0);
     *status = rc;
     return PS_ROUTE_DONE;
+}
+
+/* Whether `addr` is inside a live pinned block of a live stack. The slab
+ * registry first (one lookup), so pointers that are not ours cost little. */
+static int in_pinned_block(uintptr_t addr)
+{
+    if (!ps_slab_contains(addr))
+        return 0;
+    ps_allocation_t a;
+    if (ps_registry_find(addr, &a) != PS_OK && ps_registry_find_containing(addr, &a) != PS_OK)
+        return 0;
+    return a.host && a.generation == atomic_load_explicit(&ps_devices[a.device].generation, memory_order_acquire);
+}
+
+int ps_route_pinned_block(uintptr_t addr, size_t size, unsigned *flags)
+{
+    if (!addr || ps_in_shim)
+        return 0;
+    uintptr_t last = size > 1 && addr + (size - 1) > addr ? addr + (size - 1) : addr;
+    if (!in_pinned_block(addr) && (last == addr || !in_pinned_block(last)))
+        return 0;
+    if (flags)
+        *flags = PS_HOST_POOL_FLAGS;
+    return 1;
 }
 
 void ps_route_meminfo(size_t *free_bytes)

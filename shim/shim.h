@@ -118,6 +118,7 @@
     X(cuStreamBeginCaptureToGraph_ptsz, CUresult,                                           \
       (CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, CUstreamCaptureMode)) \
     X(cuDeviceGetAttribute, CUresult, (int *, int, CUdevice))                               \
+    X(cuDeviceGetCount, CUresult, (int *))                                                  \
     X(cuMemGetAllocationGranularity, CUresult, (size_t *, const CUmemAllocationProp *, int)) \
     X(cuMemAddressReserve, CUresult, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long)) \
     X(cuMemAddressFree, CUresult, (CUdeviceptr, size_t))                                    \
@@ -133,6 +134,8 @@
     X(cuMemFreeHost, CUresult, (void *))                                                    \
     X(cuMemHostRegister_v2, CUresult, (void *, size_t, unsigned int))                       \
     X(cuMemHostUnregister, CUresult, (void *))                                              \
+    X(cuMemHostGetFlags, CUresult, (unsigned int *, void *))                                \
+    X(cuMemHostGetDevicePointer_v2, CUresult, (CUdeviceptr *, void *, unsigned int))       \
     X(cuMemsetD8Async, CUresult, (CUdeviceptr, unsigned char, size_t, CUstream))              \
     X(cuMemcpyDtoH_v2, CUresult, (void *, CUdeviceptr, size_t))                               \
     X(cuStreamSynchronize, CUresult, (CUstream))
@@ -160,7 +163,11 @@
     X(cudaSetDeviceFlags, cudaError_t, (unsigned int))                              \
     X(cudaHostAlloc, cudaError_t, (void **, size_t, unsigned int))                  \
     X(cudaMallocHost, cudaError_t, (void **, size_t))                               \
-    X(cudaFreeHost, cudaError_t, (void *))
+    X(cudaFreeHost, cudaError_t, (void *))                                          \
+    X(cudaHostGetFlags, cudaError_t, (unsigned int *, void *))                      \
+    X(cudaHostGetDevicePointer, cudaError_t, (void **, void *, unsigned int))       \
+    X(cudaHostRegister, cudaError_t, (void *, size_t, unsigned int))                \
+    X(cudaHostUnregister, cudaError_t, (void *))
 
 #define PS_DECLARE_REAL(name, ret, params) typedef ret(*ps_##name##_fn) params;
 PS_REAL_DRIVER(PS_DECLARE_REAL)
@@ -434,6 +441,20 @@ ps_route_t ps_route_host_alloc(int call, int door, size_t size, unsigned flags, 
  * not inside our memory; DONE with PS_OK, or PS_EINVAL (double free, an
  * interior pointer, a device pointer of ours). */
 ps_route_t ps_route_host_free(int call, int door, void *ptr, int *status);
+/* Pinned blocks asked about (cudaHostGetFlags, cudaHostGetDevicePointer,
+ * cudaHostRegister, cudaHostUnregister and their driver twins): 1 when
+ * [addr, addr + size) (size 0 counts as 1 byte) begins or ends inside a live
+ * pinned block of ours, with *flags (may be NULL) = the flags every pooled
+ * pinned block has (PS_HOST_POOL_FLAGS); 0 otherwise (CUDA answers). The
+ * hooks then answer as CUDA does for cuMemHostAlloc memory: those flags,
+ * device pointer = host pointer, "already registered", "not registered".
+ * A block of the host range is not cuMemHostAlloc memory, so CUDA's own
+ * answer for it is not relied on. */
+int ps_route_pinned_block(uintptr_t addr, size_t size, unsigned *flags);
+/* The flags of every pooled pinned block: slabs are cuMemHostAlloc'd with
+ * them, and the host range's pieces are accessible from the host and every
+ * device (device pointer = host pointer), which is what they promise. */
+#define PS_HOST_POOL_FLAGS (PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED)
 
 /* Adds the pool's free bytes of the current device to *free_bytes (meminfo=pool). */
 void ps_route_meminfo(size_t *free_bytes);

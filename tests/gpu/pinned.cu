@@ -11,7 +11,9 @@
  *                  yes|no" per round (run.sh's expect_detect counts them); exit 3
  *                  on corruption. Then mapped memory: cudaHostGetDevicePointer
  *                  and cudaPointerGetAttributes on an interior pointer of a
- *                  block, and a kernel writing through the device pointer.
+ *                  block, a kernel writing through the device pointer, and
+ *                  cudaHostGetFlags / cudaHostRegister / cudaHostUnregister
+ *                  of the block (printed; the last must fail).
  *   pinned timing  one line: median cudaHostAlloc+cudaFreeHost pair at 1 MiB
  *                  and 64 MiB.
  */
@@ -116,6 +118,21 @@ static int hazard(void)
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     EXPECT(host_mismatches(p + off, m - off, 7) == 0, "a kernel wrote through the mapped pointer");
+    /* the flags, a registration over the block and an unregistration answer
+     * as for cudaHostAlloc memory (under the shim, for a block of the host
+     * range too: the shim answers for pooled blocks itself) */
+    unsigned flags = 0;
+    CK(cudaHostGetFlags(&flags, p + off));
+    const unsigned asked = cudaHostAllocMapped | cudaHostAllocPortable;
+    EXPECT((flags & asked) == asked, "cudaHostGetFlags of p+off: %#x, expected portable|mapped", flags);
+    cudaError_t reg = cudaHostRegister(p + off, 4096, cudaHostRegisterDefault);
+    EXPECT(reg == cudaErrorHostMemoryAlreadyRegistered, "cudaHostRegister over a pinned block: %s",
+           cudaGetErrorName(reg));
+    cudaError_t unreg = cudaHostUnregister(p);
+    printf("pinned: cudaHostGetFlags %#x, cudaHostRegister over the block %s, cudaHostUnregister of it %s\n", flags,
+           cudaGetErrorName(reg), cudaGetErrorName(unreg));
+    EXPECT(unreg != cudaSuccess, "cudaHostUnregister of allocated pinned memory must fail");
+    (void)cudaGetLastError(); /* the expected failures are not sticky: clear them */
     CK(cudaFreeHost(p));
     printf("pinned: OK (shim %s)\n", poolshim_is_active() ? "active" : "inactive");
     return 0;

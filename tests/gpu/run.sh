@@ -273,6 +273,7 @@ declare -A sources=(
     [pinned_static]="pinned.cu"
     [pinned_shared]="pinned.cu -cudart shared"
     [pinned_probe_static]="pinned_probe.cu"
+    [pinned_vmm_probe_static]="pinned_vmm_probe.cu -lcuda"
     [multi_gpu_static]="multi_gpu.cu"
     [multi_gpu_shared]="multi_gpu.cu -cudart shared"
     [mp_ranks_static]="mp_ranks.cu"
@@ -667,15 +668,25 @@ fi
 # negative control (POOLSHIM_TEST_SKIP_HOST_WAIT=1 reuses freed blocks at once)
 # must detect corruption. Static cudart reaches us through cuMemHostAlloc /
 # cuMemFreeHost (driver door), shared cudart through cudaHostAlloc/cudaFreeHost.
+# These runs use the DEFAULT pinned stack: one range of host-located
+# cuMemCreate pieces where the driver can (host.expandable auto; section 7c
+# checks natively that such a range is pinned memory), else slabs; the
+# *_slabs runs force host.expandable=0 (cuMemHostAlloc slabs).
 for kind in static shared; do
     native pinned_$kind pinned_$kind hazard
 done
 shim pinned_static "calls.cuMemHostAlloc>0 calls.cuMemFreeHost>0 host.upstream.allocs>0 invalid_frees==0 ?host.fences.recorded>0 ?host.fences.waits>0 ?host.bound_waits>0" -- pinned_static hazard
 shim pinned_shared "calls.cudaHostAlloc>0 calls.cudaFreeHost>0 host.upstream.allocs>0 invalid_frees==0 ?host.fences.recorded>0 ?host.fences.waits>0 ?host.bound_waits>0" -- pinned_shared hazard
+shim pinned_static_slabs "calls.cuMemHostAlloc>0 host.upstream.allocs>0 invalid_frees==0 ?host.bound_waits>0" \
+    POOLSHIM_OPTIONS=host.expandable=0 -- pinned_static hazard
+shim pinned_shared_slabs "calls.cudaHostAlloc>0 host.upstream.allocs>0 invalid_frees==0 ?host.bound_waits>0" \
+    POOLSHIM_OPTIONS=host.expandable=0 -- pinned_shared hazard
 shim pinned_static_tiny_bound "host.upstream.allocs>0 invalid_frees==0 ?host.bound_waits>0" \
     POOLSHIM_OPTIONS=host.pending_wait_bytes=0,host.pending_wait_percent=1 -- pinned_static hazard
 for kind in static shared; do
     expect_detect pinned_skip_wait_${kind}_expected_failure POOLSHIM_TEST_SKIP_HOST_WAIT=1 -- pinned_$kind hazard
+    expect_detect pinned_skip_wait_${kind}_slabs_expected_failure POOLSHIM_OPTIONS=host.expandable=0 \
+        POOLSHIM_TEST_SKIP_HOST_WAIT=1 -- pinned_$kind hazard
 done
 if wanted pinned_timing; then
     for kind in static shared; do
@@ -697,28 +708,28 @@ if wanted pinned_timing; then
 fi
 
 # ---------------------------------------------------------------- 7c. host.expandable (pinned pool on one host range)
-# host.expandable (off by default) page-locks pieces of one host range
-# separately (cudaHostRegister per piece), so a pooled block may span several
-# registrations. pinned_probe.cu checks natively what that relies on: copies
-# across pieces deliver the right bytes and are pinned DMA copies (a D2H
-# cudaMemcpyAsync behind a spinning kernel returns at once; pageable memory,
-# the control, blocks), bandwidth against one registration, contiguous device
-# addresses of mapped pieces, and the costs of register/unregister (does
-# unregister wait for the device?). Then the pinned hazard test under the shim
-# with host.expandable=1, and its negative control.
-# The probe is a fact check of CUDA, not of poolshim: it passes when it
-# reached a verdict, and says which (pieces usable, or CUDA refuses copies
-# across registrations); it fails on anything else.
-probe_ok=0
+# host.expandable (auto: on by default where the driver can) maps pinned
+# pieces of one range with cuMemCreate at a HOST location (core/host_vm.h),
+# so a pooled block may span several pieces. pinned_vmm_probe.cu checks
+# natively what that relies on: host access to every byte, H2D/D2H copies of
+# the range and of a window across a piece boundary, a D2H copy behind a
+# spinning kernel that returns at once (pinned, not staged), kernel access
+# through the same address, bandwidth against cudaHostAlloc, and the costs.
+# When it passes, the pinned hazard tests run under the shim with
+# host.expandable=1 (a warning instead of slabs if the shim's own probe
+# disagrees) and its negative control.
+# pinned_probe.cu stays as the documented refutation of the old mechanism
+# (one range page-locked piece by piece with cudaHostRegister): it is a fact
+# check of CUDA and passes when it reached a verdict (on CUDA 13.0, H100,
+# driver 580: a copy across registrations is cudaErrorInvalidValue).
 if wanted native/pinned_probe_static; then
     if path=$(exe pinned_probe_static); then
         run_timed native_pinned_probe_static env -u LD_PRELOAD "$path"
         keep_log native_pinned_probe_static
         if [ $rc -eq 0 ]; then
-            probe_ok=1
-            record native/pinned_probe_static PASS "copies across registered pieces work: host.expandable may be used"
+            record native/pinned_probe_static PASS "copies across registered pieces work (the old mechanism would too)"
         elif grep -q 'cudaMemcpyAsync.*cudaErrorInvalidValue' "$logs/native_pinned_probe_static.log"; then
-            record native/pinned_probe_static PASS "CUDA refuses a copy across registered pieces (cudaErrorInvalidValue): host.expandable stays off"
+            record native/pinned_probe_static PASS "CUDA refuses a copy across registered pieces (cudaErrorInvalidValue): the old mechanism stays refuted"
         else
             record native/pinned_probe_static FAIL "exit $rc, log native_pinned_probe_static.log"
         fi
@@ -728,11 +739,25 @@ if wanted native/pinned_probe_static; then
         record native/pinned_probe_static FAIL "pinned_probe_static did not build"
     fi
 fi
-# On CUDA 13.0 (H100, driver 580) the probe fails at its first check: a
-# cudaMemcpyAsync over pieces registered separately returns
-# cudaErrorInvalidValue, so host.expandable stays off (docs/config.md) and its
-# shim tests run only where the probe passed (PINNED_EXPANDABLE_TESTS=1 forces them).
-if [ "${PINNED_EXPANDABLE_TESTS:-0}" = 1 ] || [ $probe_ok = 1 ]; then
+vmm_probe_ok=0
+if wanted native/pinned_vmm_probe_static; then
+    if path=$(exe pinned_vmm_probe_static); then
+        run_timed native_pinned_vmm_probe_static env -u LD_PRELOAD "$path"
+        keep_log native_pinned_vmm_probe_static
+        if [ $rc -eq 0 ]; then
+            vmm_probe_ok=1
+            record native/pinned_vmm_probe_static PASS "host-located cuMemCreate pieces in one range are pinned memory: host.expandable's mechanism holds"
+        else
+            record native/pinned_vmm_probe_static FAIL "exit $rc, log native_pinned_vmm_probe_static.log (the default pinned stack relies on it)"
+        fi
+        grep -E '^pinned_vmm_probe: (bandwidth|costs|cudaPointerGetAttributes|.*FAIL)' "$logs/native_pinned_vmm_probe_static.log" |
+            while IFS= read -r line; do say "  ${line#pinned_vmm_probe: }"; done
+    else
+        record native/pinned_vmm_probe_static FAIL "pinned_vmm_probe_static did not build"
+    fi
+fi
+# PINNED_EXPANDABLE_TESTS=1 forces these runs whatever the probe said.
+if [ "${PINNED_EXPANDABLE_TESTS:-0}" = 1 ] || [ $vmm_probe_ok = 1 ]; then
     shim pinned_static_expandable "calls.cuMemHostAlloc>0 host.upstream.allocs>0 invalid_frees==0 ?host.bound_waits>0" \
         POOLSHIM_OPTIONS=host.expandable=1 -- pinned_static hazard
     shim pinned_shared_expandable "calls.cudaHostAlloc>0 host.upstream.allocs>0 invalid_frees==0 ?host.bound_waits>0" \

@@ -58,6 +58,7 @@
 #include "fake_cuda.h"
 
 #define EXPORT __attribute__((visibility("default")))
+#define CUDA_ERROR_INVALID_DEVICE 101
 #define MAX_DEV 4
 #define MAX_LIVE 65536
 
@@ -85,7 +86,13 @@ static __thread int stack_depth;
 static int initialised;
 static fake_cuda_counters_t counters;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct { uintptr_t ptr; size_t size; CUcontext ctx; } live[MAX_LIVE];
+static struct {
+    uintptr_t ptr;
+    size_t size;
+    CUcontext ctx;
+    int host;             /* 1: from cuMemHostAlloc / cuMemAllocHost (pinned) */
+    unsigned host_flags;  /* its CU_MEMHOSTALLOC_* flags */
+} live[MAX_LIVE];
 static size_t outstanding;
 
 #define TOTAL_MEMORY ((size_t)4 << 30) /* the fake device's size */
@@ -231,6 +238,8 @@ static CUresult do_alloc_kind(CUdeviceptr *p, size_t size, int stream_ordered)
     live[i].ptr = (uintptr_t)m;
     live[i].size = size;
     live[i].ctx = current;
+    live[i].host = 0;
+    live[i].host_flags = 0;
     outstanding += size;
     counters.bytes_outstanding = outstanding;
     __atomic_fetch_add(&counters.mem_alloc, 1, __ATOMIC_RELAXED);
@@ -387,8 +396,9 @@ EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice d)
 EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, int option)
 {
     ENTER();
-    (void)prop;
     (void)option;
+    if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST && env_on("FAKE_CUDA_VMM_NO_HOST"))
+        return CUDA_ERROR_INVALID_VALUE; /* a driver before host locations (CUDA 12.2) */
     *g = FAKE_GRANULARITY;
     return CUDA_SUCCESS;
 }
@@ -426,6 +436,11 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const 
     (void)flags;
     if (!env_on("FAKE_CUDA_VMM") || !size || size % FAKE_GRANULARITY)
         return CUDA_ERROR_INVALID_VALUE;
+    int on_host = prop->location.type == CU_MEM_LOCATION_TYPE_HOST;
+    if (on_host && (env_on("FAKE_CUDA_VMM_NO_HOST") || prop->requestedHandleTypes))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!on_host && prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
     if (prop->requestedHandleTypes && (env_on("FAKE_CUDA_VMM_NO_FD") || env_on("FAKE_CUDA_VMM_REFUSE_FD")))
         return CUDA_ERROR_NOT_SUPPORTED; /* (REFUSE_FD: the attribute says yes, cuMemCreate says no, as in some containers) */
     pthread_mutex_lock(&lock);
@@ -453,6 +468,8 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const 
     v->size = size;
     v->types = prop->requestedHandleTypes;
     __atomic_fetch_add(&counters.vm_created, 1, __ATOMIC_RELAXED);
+    if (on_host)
+        __atomic_fetch_add(&counters.vm_created_host, 1, __ATOMIC_RELAXED);
     if (v->types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         __atomic_fetch_add(&counters.vm_created_shareable, 1, __ATOMIC_RELAXED);
     *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
@@ -489,13 +506,31 @@ EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGeneric
     return m == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
+/* Opens the pages (the fake has one kind of memory: host memory, which
+ * backs host-located pieces too). Each descriptor must name the host
+ * (location HOST, id 0) or a device of the process; FAKE_CUDA_REFUSE_ACCESS=N:
+ * device N refuses (the whole call fails, as the driver does). */
 EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
     ENTER();
-    (void)desc;
-    (void)count;
-    return mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE) == 0 ? CUDA_SUCCESS
-                                                                             : CUDA_ERROR_INVALID_VALUE;
+    const char *refuse = getenv("FAKE_CUDA_REFUSE_ACCESS");
+    unsigned long host = 0, devices = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (desc[i].location.type == CU_MEM_LOCATION_TYPE_HOST && desc[i].location.id == 0)
+            host++;
+        else if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE && desc[i].location.id >= 0 &&
+                 desc[i].location.id < device_count() && !(refuse && atoi(refuse) == desc[i].location.id))
+            devices++;
+        else
+            return CUDA_ERROR_INVALID_DEVICE;
+    }
+    if (mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    __atomic_fetch_add(&counters.vm_access_host, host, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&counters.vm_access_device, devices, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size)
@@ -884,7 +919,7 @@ EXPORT CUresult cuStreamEndCapture(CUstream s, void **graph)
     return CUDA_SUCCESS;
 }
 /* Pinned host memory: the same host memory as device memory (one live
- * table), counted apart. */
+ * table), counted apart and marked, so the queries below answer for it. */
 EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 {
     ENTER();
@@ -893,12 +928,59 @@ EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
     CUdeviceptr p = 0;
     CUresult r = do_alloc(&p, size);
     if (r == CUDA_SUCCESS) {
+        pthread_mutex_lock(&lock);
+        for (size_t i = 0; i < MAX_LIVE; i++)
+            if (live[i].ptr == (uintptr_t)p) {
+                live[i].host = 1;
+                live[i].host_flags = flags;
+            }
+        pthread_mutex_unlock(&lock);
         __atomic_fetch_add(&counters.host_alloc, 1, __ATOMIC_RELAXED);
         counters.host_alloc_flags = flags;
         *pp = (void *)(uintptr_t)p;
     }
     return r;
 }
+
+/* Whether `addr` is inside live cuMemHostAlloc memory; *flags its flags.
+ * (Only that: the fake does not know what the driver answers for host
+ * pieces of cuMemCreate, so it answers "invalid value" for them, and a
+ * shim that let such queries through would be caught.) */
+static int in_host_alloc(uintptr_t addr, unsigned *flags)
+{
+    int found = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < MAX_LIVE && !found; i++)
+        if (live[i].ptr && live[i].host && addr >= live[i].ptr && addr - live[i].ptr < live[i].size) {
+            found = 1;
+            if (flags)
+                *flags = live[i].host_flags;
+        }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
+EXPORT CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
+{
+    ENTER();
+    __atomic_fetch_add(&counters.host_queries, 1, __ATOMIC_RELAXED);
+    unsigned f = 0;
+    if (!flags || !in_host_alloc((uintptr_t)p, &f))
+        return CUDA_ERROR_INVALID_VALUE;
+    *flags = f;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned int flags)
+{
+    ENTER();
+    __atomic_fetch_add(&counters.host_queries, 1, __ATOMIC_RELAXED);
+    if (!d || flags || !in_host_alloc((uintptr_t)p, NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    *d = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t size) { ENTER(); return cuMemHostAlloc(pp, size, 0); }
 EXPORT CUresult cuMemFreeHost(void *p)
 {
@@ -920,6 +1002,8 @@ EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
     ENTER();
     if (!p || !size)
         return CUDA_ERROR_INVALID_VALUE;
+    if (in_host_alloc((uintptr_t)p, NULL) || in_host_alloc((uintptr_t)p + size - 1, NULL))
+        return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
     CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&registered_lock);
     for (int i = 0; i < FAKE_REGISTERED_MAX; i++)
@@ -939,6 +1023,8 @@ EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
 EXPORT CUresult cuMemHostUnregister(void *p)
 {
     ENTER();
+    if (in_host_alloc((uintptr_t)p, NULL))
+        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
     CUresult r = CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&registered_lock);
     for (int i = 0; i < FAKE_REGISTERED_MAX; i++)
@@ -1004,6 +1090,10 @@ static const struct { const char *name; void *fn; int min_version; } table[] = {
     {"cuMemHostAlloc", (void *)cuMemHostAlloc, 2020},
     {"cuMemAllocHost", (void *)cuMemAllocHost_v2, 3020},
     {"cuMemFreeHost", (void *)cuMemFreeHost, 2000},
+    {"cuMemHostGetFlags", (void *)cuMemHostGetFlags, 2030},
+    {"cuMemHostGetDevicePointer", (void *)cuMemHostGetDevicePointer_v2, 3020},
+    {"cuMemHostRegister", (void *)cuMemHostRegister_v2, 6050},
+    {"cuMemHostUnregister", (void *)cuMemHostUnregister, 4000},
     {"cuMemGetInfo", (void *)cuMemGetInfo_v2, 3020},
     {"cuMemGetAddressRange", (void *)cuMemGetAddressRange_v2, 3020},
     {"cuIpcGetMemHandle", (void *)cuIpcGetMemHandle, 4010},

@@ -21,10 +21,14 @@ typedef struct fake_cuda_counters {
     unsigned long host_register;        /* cuMemHostRegister_v2 calls that succeeded */
     unsigned long host_unregister;      /* cuMemHostUnregister calls that succeeded */
     unsigned long host_register_flags;  /* the flags of the last cuMemHostRegister_v2 */
+    unsigned long host_queries;         /* cuMemHostGetFlags / cuMemHostGetDevicePointer_v2 calls */
     unsigned long calls_after_teardown; /* entry-point calls after the runtime's exit teardown */
     unsigned long child_calls;          /* calls in a fork() child (answered CUDA_ERROR_NOT_INITIALIZED) */
     unsigned long vm_created;           /* cuMemCreate successes (FAKE_CUDA_VMM=1) */
     unsigned long vm_created_shareable; /* ... of them with the POSIX file descriptor handle type */
+    unsigned long vm_created_host;      /* ... of them placed on the host (location HOST: pinned pieces) */
+    unsigned long vm_access_host;       /* cuMemSetAccess descriptors naming the host that were applied */
+    unsigned long vm_access_device;     /* ... naming a device */
     unsigned long vm_exported;          /* cuMemExportToShareableHandle successes */
     unsigned long vm_imported;          /* cuMemImportFromShareableHandle successes */
     unsigned long vm_released;          /* cuMemRelease successes (created and imported) */

@@ -51,6 +51,10 @@ static struct {
     CUresult (*set_flags)(CUdevice, unsigned);
     CUresult (*host_alloc)(void **, size_t, unsigned);
     CUresult (*free_host)(void *);
+    CUresult (*host_get_flags)(unsigned *, void *);
+    CUresult (*host_get_device_pointer)(CUdeviceptr *, void *, unsigned);
+    CUresult (*host_register)(void *, size_t, unsigned);
+    CUresult (*host_unregister)(void *);
 } drv;
 static atomic_int device_retained[8]; /* 1 while the runtime holds the device's primary context */
 static pthread_mutex_t retain_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -109,6 +113,10 @@ static void load(void)
     drv.set_flags = get(gpa, "cuDevicePrimaryCtxSetFlags", 11000, 0);
     drv.host_alloc = get(gpa, "cuMemHostAlloc", 3020, 0);
     drv.free_host = get(gpa, "cuMemFreeHost", 3020, 0);
+    drv.host_get_flags = get(gpa, "cuMemHostGetFlags", 3020, 0);
+    drv.host_get_device_pointer = get(gpa, "cuMemHostGetDevicePointer", 3020, 0);
+    drv.host_register = get(gpa, "cuMemHostRegister", 6050, 0);
+    drv.host_unregister = get(gpa, "cuMemHostUnregister", 4000, 0);
     init_ok = drv.init && drv.init(0) == CUDA_SUCCESS;
     driver_torn_down = (void (*)(void))dlsym(h, "fake_cuda_runtime_torn_down");
     atexit(teardown_at_exit);
@@ -156,6 +164,8 @@ static cudaError_t err(CUresult r)
 {
     if (r == CUDA_ERROR_NOT_INITIALIZED)
         return 3; /* cudaErrorInitializationError */
+    if (r == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED || r == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)
+        return (cudaError_t)r; /* cudaErrorHostMemory*Registered: the same numbers */
     return r == CUDA_SUCCESS ? cudaSuccess : r == CUDA_ERROR_OUT_OF_MEMORY ? cudaErrorMemoryAllocation : cudaErrorInvalidValue;
 }
 
@@ -218,6 +228,26 @@ EXPORT cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags)
     return err(drv.host_alloc(p, n, flags));
 }
 EXPORT cudaError_t cudaMallocHost(void **p, size_t n) { return cudaHostAlloc(p, n, 0); }
+EXPORT cudaError_t cudaHostGetFlags(unsigned int *flags, void *p)
+{
+    cudaError_t e = lazy_init();
+    return e ? e : err(drv.host_get_flags(flags, p));
+}
+EXPORT cudaError_t cudaHostGetDevicePointer(void **d, void *p, unsigned int flags)
+{
+    cudaError_t e = lazy_init();
+    return e ? e : err(drv.host_get_device_pointer((CUdeviceptr *)d, p, flags));
+}
+EXPORT cudaError_t cudaHostRegister(void *p, size_t n, unsigned int flags)
+{
+    cudaError_t e = lazy_init();
+    return e ? e : err(drv.host_register(p, n, flags));
+}
+EXPORT cudaError_t cudaHostUnregister(void *p)
+{
+    cudaError_t e = lazy_init();
+    return e ? e : err(drv.host_unregister(p));
+}
 EXPORT cudaError_t cudaFreeHost(void *p)
 {
     cudaError_t e = lazy_init();

@@ -28,6 +28,10 @@ extern cudaError_t cudaSetDeviceFlags(unsigned int);
 extern cudaError_t cudaHostAlloc(void **, size_t, unsigned int);
 extern cudaError_t cudaMallocHost(void **, size_t);
 extern cudaError_t cudaFreeHost(void *);
+extern cudaError_t cudaHostGetFlags(unsigned int *, void *);
+extern cudaError_t cudaHostGetDevicePointer(void **, void *, unsigned int);
+extern cudaError_t cudaHostRegister(void *, size_t, unsigned int);
+extern cudaError_t cudaHostUnregister(void *);
 
 #define N 400
 
@@ -540,7 +544,10 @@ static void reset(void)
           fake()->dead_calls - dead_before);
 }
 
-/* 100 resets with allocations between them: device memory must not grow. */
+/* 100 resets with allocations between them: device blocks (some freed)
+ * and a 3 MiB pinned block live at each reset; nothing survives a reset
+ * (with FAKE_CUDA_VMM=1: the device range and the pinned host range, given
+ * back before it), and device memory must not grow. */
 static void reset_loop(void)
 {
     unsigned long most = 0;
@@ -554,6 +561,10 @@ static void reset_loop(void)
             CHECK(intact(p[i], (size_t)(i + 1) << 14, (unsigned)(round + i)), "round %d block %d", round, i);
         for (int i = 0; i < 8; i += 2)
             CHECK(cudaFree(p[i]) == cudaSuccess, "round %d free %d", round, i);
+        void *pinned = NULL; /* live at the reset: it goes with the context (slab or host range) */
+        CHECK(cudaHostAlloc(&pinned, (size_t)3 << 20, 0) == cudaSuccess, "round %d pinned", round);
+        if (pinned)
+            fill(pinned, (size_t)3 << 20, (unsigned)round);
         if (fake()->bytes_outstanding > most)
             most = fake()->bytes_outstanding;
         CHECK(cudaDeviceReset() == cudaSuccess, "reset %d", round);
@@ -618,6 +629,31 @@ static void set_flags(void)
     CHECK(fake()->dead_calls == 0, "%lu calls on dead objects", fake()->dead_calls);
 }
 
+/* cudaHostGetFlags, cudaHostGetDevicePointer, cudaHostRegister and
+ * cudaHostUnregister of pinned block q (n bytes) answer as CUDA does for
+ * cuMemHostAlloc memory, at its start and inside it: the flags (pooled:
+ * portable|mapped, what every pooled block is; natively what was asked,
+ * 0 here), device pointer = host pointer, "already registered", "not
+ * registered". The fake driver answers only for cuMemHostAlloc memory, so
+ * a block of the host range passes only if the shim answers itself. */
+static void pinned_queries(void *q, size_t n, int pooled, const char *what)
+{
+    unsigned flags = 99;
+    CHECK(cudaHostGetFlags(&flags, q) == cudaSuccess, "%s: cudaHostGetFlags", what);
+    CHECK(flags == (pooled ? 3u : 0u), "%s: flags %u", what, flags);
+    flags = 99;
+    CHECK(cudaHostGetFlags(&flags, (char *)q + n - 1) == cudaSuccess && flags == (pooled ? 3u : 0u),
+          "%s: cudaHostGetFlags of the last byte (%u)", what, flags);
+    void *d = NULL;
+    CHECK(cudaHostGetDevicePointer(&d, (char *)q + n / 2, 0) == cudaSuccess && d == (char *)q + n / 2,
+          "%s: cudaHostGetDevicePointer inside the block", what);
+    CHECK(cudaHostGetDevicePointer(&d, q, 1) == cudaErrorInvalidValue, "%s: its flags must be 0", what);
+    CHECK(cudaHostRegister(q, n, 0) == cudaErrorHostMemoryAlreadyRegistered, "%s: cudaHostRegister", what);
+    CHECK(cudaHostRegister((char *)q + n / 2, 4096, 0) == cudaErrorHostMemoryAlreadyRegistered,
+          "%s: cudaHostRegister from inside", what);
+    CHECK(cudaHostUnregister(q) == cudaErrorHostMemoryNotRegistered, "%s: cudaHostUnregister", what);
+}
+
 /* Pinned host memory through the runtime door: cudaHostAlloc (every pooled
  * flag), cudaMallocHost, cudaFreeHost; write-combined passes through; a
  * double free and an interior pointer are "invalid value"; cudaFree of a
@@ -628,8 +664,14 @@ static void pinned(void)
     static const unsigned flag_cases[] = {0, 1, 2, 3}; /* default, portable, mapped, portable|mapped */
     const char *options = getenv("POOLSHIM_OPTIONS");
     int pooled = shim_active() && !(options && strstr(options, "host.enable=0"));
-    int expandable = pooled && options && strstr(options, "host.expandable=1"); /* one registered host range */
-    unsigned long before = fake()->host_alloc, slab_flags = 0, registered = fake()->host_register;
+    /* one host range of host-located cuMemCreate pieces: the default where
+     * the driver has virtual memory with host locations (FAKE_CUDA_VMM=1,
+     * not FAKE_CUDA_VMM_NO_HOST), unless host.expandable=0 */
+    const char *vmm = getenv("FAKE_CUDA_VMM"), *no_host = getenv("FAKE_CUDA_VMM_NO_HOST");
+    int expandable = pooled && vmm && *vmm == '1' && !(no_host && *no_host == '1') &&
+                     !(options && strstr(options, "host.expandable=0"));
+    unsigned long before = fake()->host_alloc, slab_flags = 0, pieces = fake()->vm_created_host;
+    unsigned long host_access = fake()->vm_access_host, device_access = fake()->vm_access_device;
     for (int round = 0; round < 4; round++) {
         for (int i = 0; i < 64; i++) {
             size_t n = 4096 + (size_t)i * 1000;
@@ -645,12 +687,26 @@ static void pinned(void)
             CHECK(cudaFreeHost(p[i]) == cudaSuccess, "cudaFreeHost %d", i);
     }
     unsigned long reached = fake()->host_alloc - before;
+    pieces = fake()->vm_created_host - pieces;
     if (expandable) {
         CHECK(reached == 0, "%lu pinned allocations reached cuMemHostAlloc: the host range should serve them", reached);
-        registered = fake()->host_register - registered;
-        CHECK(registered > 0 && registered < 10, "%lu pieces registered", registered);
-        CHECK(fake()->host_register_flags == 3, "pieces are portable|mapped (%lu)", fake()->host_register_flags);
+        CHECK(pieces > 0 && pieces < 10, "%lu host pieces created", pieces);
+        CHECK(fake()->vm_access_host - host_access == pieces, "each piece readable by the host (%lu grants)",
+              fake()->vm_access_host - host_access);
+        CHECK(fake()->vm_access_device - device_access >= pieces, "and by the device (%lu grants)",
+              fake()->vm_access_device - device_access);
+        /* a block that spans two pieces of the range: one block, one free */
+        void *big = NULL;
+        CHECK(cudaHostAlloc(&big, (size_t)5 << 20, 0) == cudaSuccess, "a 5 MiB pinned block");
+        if (big) {
+            fill(big, (size_t)5 << 20, 77);
+            CHECK(intact(big, (size_t)5 << 20, 77), "5 MiB block across pieces");
+            pinned_queries(big, (size_t)5 << 20, 1, "a block across pieces");
+            CHECK(cudaFreeHost((char *)big + (3 << 20)) == cudaErrorInvalidValue, "interior pointer past a piece");
+            CHECK(cudaFreeHost(big) == cudaSuccess, "free the 5 MiB block");
+        }
     } else if (pooled) {
+        CHECK(pieces == 0, "%lu host pieces created: slabs expected", pieces);
         CHECK(reached < 10, "%lu pinned allocations reached the driver: the host pool should serve them", reached);
         CHECK(slab_flags == 3, "pooled slabs are portable|mapped (%lu)", slab_flags);
     } else {
@@ -665,6 +721,16 @@ static void pinned(void)
     unsigned long freed = fake()->host_free;
     CHECK(cudaFreeHost(wc) == cudaSuccess, "free write-combined (a foreign pointer)");
     CHECK(fake()->host_free == freed + 1, "the foreign pointer reached cuMemFreeHost");
+    {
+        void *q = NULL, *plain = malloc(8192);
+        CHECK(cudaHostAlloc(&q, 4096, 0) == cudaSuccess, "alloc");
+        pinned_queries(q, 4096, pooled, "a pinned block");
+        /* memory of the program's own: registered and unregistered by CUDA */
+        CHECK(cudaHostRegister(plain, 8192, 0) == cudaSuccess, "cudaHostRegister of malloc'd memory");
+        CHECK(cudaHostUnregister(plain) == cudaSuccess, "cudaHostUnregister of it");
+        free(plain);
+        CHECK(cudaFreeHost(q) == cudaSuccess, "free");
+    }
     if (pooled) {
         void *q;
         CHECK(cudaHostAlloc(&q, 4096, 0) == cudaSuccess, "alloc");

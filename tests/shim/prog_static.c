@@ -28,6 +28,15 @@ static int pinned_scenario(gpa_fn gpa)
     CHECK(gpa("cuMemHostAlloc", (void **)&host_alloc, 13000, 0, &st) == CUDA_SUCCESS, "cuMemHostAlloc");
     CHECK(gpa("cuMemAllocHost", (void **)&alloc_host, 13000, 0, &st) == CUDA_SUCCESS, "cuMemAllocHost");
     CHECK(gpa("cuMemFreeHost", (void **)&free_host, 13000, 0, &st) == CUDA_SUCCESS, "cuMemFreeHost");
+    CUresult (*get_flags)(unsigned *, void *) = NULL;
+    CUresult (*get_device_pointer)(CUdeviceptr *, void *, unsigned) = NULL;
+    CUresult (*host_register)(void *, size_t, unsigned) = NULL;
+    CUresult (*host_unregister)(void *) = NULL;
+    CHECK(gpa("cuMemHostGetFlags", (void **)&get_flags, 13000, 0, &st) == CUDA_SUCCESS, "cuMemHostGetFlags");
+    CHECK(gpa("cuMemHostGetDevicePointer", (void **)&get_device_pointer, 13000, 0, &st) == CUDA_SUCCESS,
+          "cuMemHostGetDevicePointer");
+    CHECK(gpa("cuMemHostRegister", (void **)&host_register, 13000, 0, &st) == CUDA_SUCCESS, "cuMemHostRegister");
+    CHECK(gpa("cuMemHostUnregister", (void **)&host_unregister, 13000, 0, &st) == CUDA_SUCCESS, "cuMemHostUnregister");
     if (failures)
         return finish("pinned");
     unsigned long before = fake()->host_alloc;
@@ -45,6 +54,22 @@ static int pinned_scenario(gpa_fn gpa)
             CHECK(free_host(p[i]) == CUDA_SUCCESS, "cuMemFreeHost %d", i);
     }
     unsigned long reached = fake()->host_alloc - before;
+    /* queries of a pinned block (3 MiB: across pieces of the host range)
+     * answer as for cuMemHostAlloc memory; the fake driver answers only for
+     * that, so blocks of the range pass only if the shim answers */
+    void *b = NULL;
+    size_t n = (size_t)3 << 20;
+    CHECK(host_alloc(&b, n, 0) == CUDA_SUCCESS, "a 3 MiB pinned block");
+    unsigned flags = 99;
+    CHECK(get_flags(&flags, (char *)b + n - 1) == CUDA_SUCCESS && flags == (shim_active() ? 3u : 0u),
+          "cuMemHostGetFlags (%u)", flags);
+    CUdeviceptr d = 0;
+    CHECK(get_device_pointer(&d, (char *)b + (2 << 20), 0) == CUDA_SUCCESS && d == (CUdeviceptr)(uintptr_t)b + (2 << 20),
+          "cuMemHostGetDevicePointer inside the block");
+    CHECK(get_device_pointer(&d, b, 2) == CUDA_ERROR_INVALID_VALUE, "its flags must be 0");
+    CHECK(host_register(b, n, 0) == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "cuMemHostRegister of pinned memory");
+    CHECK(host_unregister(b) == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "cuMemHostUnregister of allocated memory");
+    CHECK(free_host(b) == CUDA_SUCCESS, "free the 3 MiB block");
     if (shim_active()) {
         CHECK(reached < 10, "%lu pinned allocations reached the driver", reached);
         void *q;

@@ -141,11 +141,43 @@ Test(runtime_door, pinned_with_lagging_events_and_a_tiny_bound)
                 "prog_runtime pinned", "shim active");
 }
 
-/* host.expandable: pinned blocks come from one host range whose pieces
- * cuMemHostRegister_v2 page-locks; no cuMemHostAlloc at all. */
-Test(runtime_door, pinned_from_an_expandable_host_range)
+/* host.expandable (default: auto): with virtual memory and host locations
+ * (FAKE_CUDA_VMM=1) pinned blocks come from one range of host-located
+ * cuMemCreate pieces that the host and the device may access; no
+ * cuMemHostAlloc at all. host.expandable=0, or a driver without host
+ * locations, keeps slabs; so does debug.nvtx unless host.expandable=1. */
+Test(runtime_door, pinned_from_the_default_host_range)
 {
-    expect_pass(1, "POOLSHIM_OPTIONS=host.expandable=1", "prog_runtime pinned", "shim active");
+    expect_pass(1, "FAKE_CUDA_VMM=1", "prog_runtime pinned", "shim active");
+}
+
+Test(runtime_door, pinned_host_range_on_two_devices)
+{
+    expect_pass(1, "FAKE_CUDA_VMM=1 FAKE_CUDA_DEVICES=2", "prog_runtime pinned", "shim active");
+}
+
+Test(runtime_door, pinned_host_range_skips_a_device_that_refuses_access)
+{
+    expect_pass(1, "FAKE_CUDA_VMM=1 FAKE_CUDA_DEVICES=2 FAKE_CUDA_REFUSE_ACCESS=1", "prog_runtime pinned",
+                "shim active");
+    const char *said = strstr(output, "device 1 refuses access to pinned memory");
+    cr_expect(said != NULL, "the refusal is named:\n%s", output);
+    cr_expect(said && !strstr(said + 1, "device 1 refuses access to pinned memory"), "once:\n%s", output);
+}
+
+Test(runtime_door, pinned_slabs_with_expandable_off)
+{
+    expect_pass(1, "FAKE_CUDA_VMM=1 POOLSHIM_OPTIONS=host.expandable=0", "prog_runtime pinned", "shim active");
+}
+
+Test(runtime_door, pinned_slabs_without_host_locations)
+{
+    expect_pass(1, "FAKE_CUDA_VMM=1 FAKE_CUDA_VMM_NO_HOST=1", "prog_runtime pinned", "shim active");
+    cr_expect(!strstr(output, "host.expandable"), "falling back is silent:\n%s", output);
+    expect_pass(1, "FAKE_CUDA_VMM=1 FAKE_CUDA_VMM_NO_HOST=1 POOLSHIM_OPTIONS=host.expandable=1", "prog_runtime pinned",
+                "shim active");
+    cr_expect(strstr(output, "host.expandable: this driver cannot map pinned host memory"), "asked for: a warning:\n%s",
+              output);
 }
 
 Test(runtime_door, pinned_figures_in_the_exit_report)
@@ -195,6 +227,7 @@ Test(runtime_door, pinned_adaptors_limit_track_stats_log)
 
 Test(driver_door, pinned_native) { expect_pass(0, NULL, "prog_static pinned", "shim inactive"); }
 Test(driver_door, pinned_through_shim) { expect_pass(1, NULL, "prog_static pinned", "shim active"); }
+Test(driver_door, pinned_from_the_host_range) { expect_pass(1, "FAKE_CUDA_VMM=1", "prog_static pinned", "shim active"); }
 
 Test(runtime_door, threads_native) { expect_pass(0, NULL, "prog_runtime threads", "shim inactive"); }
 Test(runtime_door, threads_through_shim) { expect_pass(1, NULL, "prog_runtime threads", "shim active"); }
@@ -417,6 +450,10 @@ Test(context, reset_works_for_every_resource_type)
 }
 
 Test(context, hundred_resets_do_not_grow_device_memory) { expect_clean(NULL, "prog_runtime reset_loop"); }
+Test(context, hundred_resets_give_back_mapped_device_and_pinned_pieces)
+{
+    expect_clean("FAKE_CUDA_VMM=1", "prog_runtime reset_loop");
+}
 
 Test(context, reset_does_not_disturb_threads_on_another_device)
 {

@@ -24,7 +24,9 @@
  * The timing defaults are the H100 run's (tools/bench/results/
  * session3_h100_pinned.txt): a step costs the GPU ~3.5 ms (3 ms of spin,
  * a 12 MiB copy at ~25 GB/s), the host ~1.6 ms, so with the pool out of
- * the way the GPU lags and `depth` copies are in flight. */
+ * the way the GPU lags and `depth` copies are in flight. The fake device
+ * offers virtual memory with host-located pieces (host_vm_map) unless
+ * no_host_vm, so the default [host] stack is the one host range. */
 #ifndef PS_TEST_HOST_PIPELINE_MODEL_H
 #define PS_TEST_HOST_PIPELINE_MODEL_H
 
@@ -53,8 +55,9 @@ typedef struct pipeline_params {
     uint64_t copy_bytes_per_us; /* host-to-device copy speed (25 GB/s) */
     uint64_t host_base_ns;      /* host time per step besides the fill (Python: 150 us) */
     uint64_t host_bytes_per_us; /* host fill speed (numpy into pinned memory: 8 GB/s) */
-    int virtual_memory;         /* the fake device offers vm_* (experiments) */
-    size_t vm_granularity;      /* their granularity */
+    int no_host_vm;             /* 1: the fake device cannot map host pieces (a driver without
+                                   host-located cuMemCreate): the default stack takes slabs */
+    size_t vm_granularity;      /* granularity of its pieces (0: 2 MiB, as measured on an H100) */
 } pipeline_params_t;
 
 typedef struct pipeline_result {
@@ -70,6 +73,7 @@ typedef struct pipeline_result {
     uint64_t fence_waits;    /* host waits of the pool, all kinds */
     uint64_t wall_ns;        /* host time of the whole run */
     uint64_t wait_ns;        /* host time spent waiting inside the pool */
+    int expandable;          /* the pool worked on one host range */
 } pipeline_result_t;
 
 static inline pipeline_params_t pipeline_defaults(void)
@@ -118,7 +122,8 @@ static inline pipeline_result_t pipeline_run(const ps_config_t *cfg, const ps_po
                                 .pin_ns = PIPELINE_PIN_NS,
                                 .pin_ns_per_mib = PIPELINE_PIN_NS_PER_MIB,
                                 .unpin_synchronizes = 1,
-                                .virtual_memory = p->virtual_memory,
+                                .virtual_memory = 1,
+                                .no_host_vm = p->no_host_vm,
                                 .vm_granularity = p->vm_granularity};
     ps_gpu_ops_t *gpu;
     cr_assert_eq(ps_host_ops_create(&ho, &gpu), PS_OK);
@@ -184,8 +189,10 @@ static inline pipeline_result_t pipeline_run(const ps_config_t *cfg, const ps_po
     r.bound_waits = info.pending_waits;
     r.fence_waits = ps_host_ops_fence_waits(gpu);
     for (ps_resource_t *q = pool; q; q = q->upstream)
-        if (strcmp(q->name, "host") == 0)
+        if (strcmp(q->name, "host") == 0) {
             cr_assert_eq(ps_pool_check(q), PS_OK);
+            r.expandable = ps_pool_is_expandable(q);
+        }
     ps_stack_destroy(stack);
     ps_host_ops_destroy(gpu);
     return r;
@@ -198,10 +205,10 @@ static inline double pipeline_ratio(const pipeline_result_t *r)
 
 static inline void pipeline_log(const char *what, const pipeline_result_t *r)
 {
-    cr_log_info("%s: requested peak %.1f MiB, reserved peak %.1f MiB (%.3fx; at it %llu slabs, in use %.1f, "
+    cr_log_info("%s: %s, requested peak %.1f MiB, reserved peak %.1f MiB (%.3fx; at it %llu slabs, in use %.1f, "
                 "free %.1f, pending %.1f MiB); slabs taken %llu, given back %llu; bound waits %llu, fence waits "
                 "%llu (%.0f ms of %.0f ms)",
-                what, r->requested_peak / 1048576.0, r->reserved_peak / 1048576.0, pipeline_ratio(r),
+                what, r->expandable ? "one host range" : "slabs", r->requested_peak / 1048576.0, r->reserved_peak / 1048576.0, pipeline_ratio(r),
                 (unsigned long long)r->chunks_peak, r->in_use_at_peak / 1048576.0, r->free_at_peak / 1048576.0,
                 r->pending_at_peak / 1048576.0, (unsigned long long)r->slabs_taken,
                 (unsigned long long)r->slabs_given, (unsigned long long)r->bound_waits,

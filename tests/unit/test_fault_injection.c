@@ -38,6 +38,10 @@
  *               range), vm_map/vm_unmap (vm_range.c), vm_unmap_keep and
  *               vm_map_handle (remap moving kept memory: the fake counts them
  *               as vm_unmap and vm_map calls; vm_drop cannot fail)
+ *   host_vm.c   host_vm_map (the pinned pool's host range: its pieces; the
+ *               range's vm_reserve and vm_unmap are the device's, counted
+ *               as above), under the pool's expandable mode with event
+ *               free_sync and grow_budget_percent (fit_budget_locked)
  *   arena.c     fence_record/query/wait, stream_wait_fence, device_synchronize
  *   fixed_size.c fence_record/query/wait, stream_wait_fence, device_synchronize
  * Best effort (a failure is absorbed, never reported; the workload goes
@@ -62,6 +66,7 @@
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
 #include "../../core/host_ops.h"
+#include "../../core/host_vm.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 
@@ -84,6 +89,13 @@ typedef struct stack {
     size_t pool_count;               /* entries in pools */
     ps_resource_t *base;             /* the resource over the upstream (its reserved == the device's) */
     ps_resource_t *top;              /* the stack under test */
+    ps_gpu_ops_t *host_range;        /* pinned_expandable: the host range's table (core/host_vm.h) */
+    int unordered_only;              /* 1: every allocate and free is cudaMalloc-style (PS_STREAM_NONE), as
+                                        cudaHostAlloc/cudaFreeHost are: the pinned pool sees nothing else.
+                                        (With stream-ordered frees the fake's judge would call an unmap
+                                        after a host wait on a one-stream fence unsafe: it credits only
+                                        all-streams fences, while the stream-ordered contract makes such
+                                        a block idle once its stream's fence passed.) */
     size_t max_request;              /* largest size the stack serves */
 } stack_t;
 
@@ -154,6 +166,32 @@ static int make_pool_device(stack_t *s)
     int status = make_upstream(s);
     s->max_request = 5 * PS_MiB;
     return status ? status : add_pool(s, PS_FREE_SYNC_DEVICE, 0);
+}
+
+/* The pinned pool's default stack where the driver maps host pieces: a
+ * pool in expandable mode over the host range's table, event free_sync,
+ * the growth bound and budget of [host] (cuMemHostAlloc slabs unused). */
+static int make_pinned_expandable(stack_t *s)
+{
+    ps_resource_t *r;
+    s->max_request = 5 * PS_MiB;
+    s->unordered_only = 1;
+    int status = own(s, ps_host_resource_create("pinned", s->gpu, PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED, &r),
+                     &r);
+    if (status == PS_OK && !s->host_range)
+        status = ps_host_vm_create(s->gpu, &s->host_range);
+    if (status)
+        return status;
+    ps_pool_options_t o = pool_options(PS_FREE_SYNC_EVENT);
+    o.expandable = 1;
+    o.grow_budget_percent = 110;
+    o.pending_wait_bytes = 4 * PS_MiB;
+    o.pending_wait_percent = 10;
+    o.thread_cache = 0;
+    status = own(s, ps_pool_create("host", s->top, s->host_range, &o, &r), &r);
+    if (status == PS_OK)
+        s->pools[s->pool_count++] = s->base = r;
+    return status;
 }
 
 static int make_arena(stack_t *s)
@@ -234,6 +272,7 @@ typedef struct stack_kind {
 static const stack_kind_t KINDS[] = {
     {"pool_chunked", make_pool_chunked, 0, CAP},
     {"pool_expandable", make_pool_expandable, 1, CAP},
+    {"pinned_expandable", make_pinned_expandable, 1, CAP},
     {"pool_event", make_pool_event, 0, CAP},
     {"pool_device", make_pool_device, 0, CAP},
     {"arena", make_arena, 0, 2 * CAP},
@@ -247,6 +286,8 @@ static void stack_destroy(stack_t *s)
 {
     while (s->owned_count)
         ps_destroy(s->owned[--s->owned_count]);
+    ps_host_vm_destroy(s->host_range); /* after the pool over it */
+    s->host_range = NULL;
     s->pool_count = 0;
     s->base = s->top = NULL;
 }
@@ -375,7 +416,7 @@ static void step(run_t *r, int number, const action_t *a)
     if (check_status(r, number, status, before))
         return; /* the device is full: the script goes on without this block */
     ps_host_op_t op;
-    if (ps_host_ops_faults_fired(r->s.gpu, &op, NULL) != before && op == PS_HOST_OP_VM_MAP)
+    if (ps_host_ops_faults_fired(r->s.gpu, &op, NULL) != before && (op == PS_HOST_OP_VM_MAP || op == PS_HOST_OP_HOST_VM_MAP))
         /* a failed vm_map undoes the pieces its ps_vm_range_map mapped, which
          * no kernel has seen: the fake device counts those unmaps as unsafe
          * (a fence is incomplete), but they are not */
@@ -418,7 +459,7 @@ static void workload(run_t *r)
             a.size = script_size(&r->seed, s->max_request);
             unsigned which = (unsigned)rand_r(&r->seed) % 3;
             ps_stream_t second = number >= DESTROY_AT ? STREAM_C : STREAM_A;
-            a.stream = which == 0 ? PS_STREAM_NONE : which == 1 ? second : STREAM_B;
+            a.stream = which == 0 || s->unordered_only ? PS_STREAM_NONE : which == 1 ? second : STREAM_B;
         } else {
             a.kind = 1;
             a.index = (size_t)rand_r(&r->seed) % r->live_count;

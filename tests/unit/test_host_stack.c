@@ -35,9 +35,20 @@ static int has_error(const ps_config_t *cfg, const char *text)
     return 0;
 }
 
+/* A fake device without virtual memory: pinned memory comes in slabs. */
 static ps_gpu_ops_t *device(void)
 {
     ps_host_ops_options_t o = {.backed = 1, .auto_complete = 1};
+    ps_gpu_ops_t *gpu = NULL;
+    cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK);
+    return gpu;
+}
+
+/* A fake device with virtual memory and host-located pieces (host_vm_map),
+ * granularity 1 MiB: the default pinned stack is one host range. */
+static ps_gpu_ops_t *vmm_device(void)
+{
+    ps_host_ops_options_t o = {.backed = 1, .auto_complete = 1, .virtual_memory = 1, .vm_granularity = PS_MiB};
     ps_gpu_ops_t *gpu = NULL;
     cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK);
     return gpu;
@@ -272,51 +283,107 @@ Test(host_stack, config_print_shows_the_adaptor_keys_with_origins)
     ps_config_free(cfg);
 }
 
-/* host.expandable: the pool works on one host range whose pieces the
- * device table registers (host_register); blocks are real memory the host
- * writes; every piece is unregistered when the stack goes. */
-Test(host_stack, expandable_pool_registers_pieces_of_one_host_range)
+/* host.expandable (default: auto): where the device table maps host
+ * pieces (host_vm_map), the pool works on one host range of them; blocks
+ * are real memory the host writes, and one block may span two pieces;
+ * every piece is unmapped when the stack goes. */
+Test(host_stack, default_pool_maps_host_pieces_of_one_range)
 {
-    ps_config_t *cfg = load("[host]\nexpandable = yes\nexpandable_piece = 1MiB\n", NULL, PS_OK);
-    ps_gpu_ops_t *gpu = device();
+    ps_config_t *cfg = load("[host]\nexpandable_piece = 1MiB\n", NULL, PS_OK);
+    ps_gpu_ops_t *gpu = vmm_device();
     ps_stack_t *s = NULL;
     cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_OK);
-    cr_assert(ps_pool_is_expandable(s->top));
+    cr_assert(ps_pool_is_expandable(s->top), "expandable without asking: the driver can");
     void *a = NULL, *b = NULL;
     cr_assert_eq(ps_allocate(s->top, 1536 * 1024, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(ps_allocate(s->top, 3 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
     memset(a, 1, 1536 * 1024); /* across the first piece's end */
     memset(b, 2, 3 * PS_MiB);
     cr_assert_eq((uintptr_t)b, (uintptr_t)a + 1536 * 1024, "the second block follows the first: one range");
-    cr_assert_eq(ps_host_ops_host_registers(gpu), 5, "1.5 + 3 MiB in pieces of 1 MiB");
-    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0, "no cuMemHostAlloc slab");
+    cr_assert_eq(ps_host_ops_host_vm_maps(gpu), 5, "1.5 + 3 MiB in host pieces of 1 MiB");
+    cr_assert_eq(ps_host_ops_vm_maps(gpu), 5, "no device piece");
+    cr_assert_eq(ps_host_ops_upstream_allocs(gpu), 0, "no cuMemHostAlloc slab");
+    cr_assert_eq(ps_host_ops_calls(gpu, PS_HOST_OP_HOST_ALLOC), 0, "no cuMemHostAlloc slab");
+    cr_assert_eq(ps_host_ops_live_vm_ranges(gpu), 1, "one reserved range");
     cr_assert_eq(ps_deallocate(s->top, a, 1536 * 1024, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_deallocate(s->top, b, 3 * PS_MiB, PS_STREAM_NONE), PS_OK);
     ps_stack_destroy(s);
-    cr_assert_eq(ps_host_ops_host_unregisters(gpu), 5, "every piece unregistered");
+    cr_assert_eq(ps_host_ops_host_vm_unmaps(gpu), 5, "every piece unmapped");
+    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0);
+    cr_assert_eq(ps_host_ops_live_vm_ranges(gpu), 0, "the range released");
     ps_host_ops_destroy(gpu);
     ps_config_free(cfg);
 }
 
-/* Without registration entries (a driver that lacks cuMemHostRegister)
- * host.expandable falls back to slabs, with a warning. */
-Test(host_stack, expandable_without_registration_uses_slabs)
+/* host.expandable = 0 keeps slabs on a device that could map the range. */
+Test(host_stack, expandable_off_keeps_slabs)
 {
-    ps_config_t *cfg = load("[host]\nexpandable = yes\n", NULL, PS_OK);
-    ps_gpu_ops_t *gpu = device();
-    ps_gpu_ops_t plain = *gpu;
-    plain.host_register = NULL;
-    plain.host_unregister = NULL;
+    ps_config_t *cfg = load("[host]\nexpandable = 0\n", NULL, PS_OK);
+    ps_gpu_ops_t *gpu = vmm_device();
     ps_stack_t *s = NULL;
-    cr_assert_eq(ps_config_build_host_stack(cfg, 0, &plain, FLAGS, NULL, &s), PS_OK);
+    cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_OK);
     cr_assert_not(ps_pool_is_expandable(s->top));
     void *p = NULL;
     cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_OK);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 2 * PS_MiB, "one slab of min_chunk");
+    cr_assert_eq(ps_host_ops_upstream_allocs(gpu), 1, "one slab");
+    cr_assert_eq(ps_host_ops_host_vm_maps(gpu) + ps_host_ops_vm_maps(gpu), 0, "nothing mapped");
     cr_assert_eq(ps_deallocate(s->top, p, 1000, PS_STREAM_NONE), PS_OK);
     ps_stack_destroy(s);
     ps_host_ops_destroy(gpu);
     ps_config_free(cfg);
+}
+
+/* Where the driver cannot map host pieces (no virtual memory, no host
+ * location, or a host granularity the range's alignment does not cover),
+ * the default and host.expandable = 1 both fall back to slabs; the device's
+ * own vm_* never serve a pinned pool. */
+static void expect_slabs(const char *ini, ps_gpu_ops_t *table, ps_gpu_ops_t *gpu)
+{
+    ps_config_t *cfg = load(ini, NULL, PS_OK);
+    ps_stack_t *s = NULL;
+    cr_assert_eq(ps_config_build_host_stack(cfg, 0, table, FLAGS, NULL, &s), PS_OK);
+    cr_assert_not(ps_pool_is_expandable(s->top), "%s", ini);
+    void *p = NULL;
+    cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_OK);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 2 * PS_MiB, "one slab of min_chunk (%s)", ini);
+    cr_assert_eq(ps_host_ops_vm_maps(gpu), 0, "no piece mapped (%s)", ini);
+    cr_assert_eq(ps_deallocate(s->top, p, 1000, PS_STREAM_NONE), PS_OK);
+    ps_stack_destroy(s);
+    ps_config_free(cfg);
+}
+
+Test(host_stack, without_host_pieces_the_pool_uses_slabs)
+{
+    const char *inis[] = {"", "[host]\nexpandable = yes\n"};
+    for (int i = 0; i < 2; i++) {
+        ps_gpu_ops_t *gpu = device(); /* no virtual memory */
+        expect_slabs(inis[i], gpu, gpu);
+        ps_host_ops_destroy(gpu);
+        ps_host_ops_options_t o = {.backed = 1, .auto_complete = 1, .virtual_memory = 1, .no_host_vm = 1};
+        cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK); /* device pieces only */
+        expect_slabs(inis[i], gpu, gpu);
+        ps_host_ops_destroy(gpu);
+        o = (ps_host_ops_options_t){.backed = 1, .auto_complete = 1, .virtual_memory = 1,
+                                    .vm_granularity = PS_MiB, .host_vm_granularity = 2 * PS_MiB};
+        cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK); /* ranges aligned to less than a host piece */
+        expect_slabs(inis[i], gpu, gpu);
+        ps_host_ops_destroy(gpu);
+    }
+}
+
+/* debug.nvtx with host.expandable unset keeps slabs (as device pools keep
+ * chunks under it); asked for explicitly, the range is used. */
+Test(host_stack, debug_nvtx_keeps_slabs_unless_asked)
+{
+    ps_gpu_ops_t *gpu = vmm_device();
+    expect_slabs("[debug]\nnvtx = on\n", gpu, gpu);
+    ps_config_t *cfg = load("[debug]\nnvtx = on\n[host]\nexpandable = yes\n", NULL, PS_OK);
+    ps_stack_t *s = NULL;
+    cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_OK);
+    cr_assert(ps_pool_is_expandable(s->top));
+    ps_stack_destroy(s);
+    ps_config_free(cfg);
+    ps_host_ops_destroy(gpu);
 }
 
 Test(host_stack, expandable_keys_parse_and_refuse_bad_values)
@@ -334,7 +401,14 @@ Test(host_stack, expandable_keys_parse_and_refuse_bad_values)
     ps_config_free(cfg);
     cfg = load(NULL, NULL, PS_OK);
     h = &ps_config_global(cfg)->host;
-    cr_assert_eq(h->expandable, 0, "off by default: not yet verified on a GPU");
+    cr_assert_eq(h->expandable, -1, "auto by default: the range where the driver can");
+    ps_host_pool_options(h, &o);
+    cr_assert_eq(o.expandable, 1);
+    cr_assert_eq(o.grow_budget_percent, 110, "the budget applies to the host range");
+    ps_config_free(cfg);
+    cfg = load("[host]\nexpandable = off\n", NULL, PS_OK);
+    h = &ps_config_global(cfg)->host;
+    cr_assert_eq(h->expandable, 0);
     ps_host_pool_options(h, &o);
     cr_assert_eq(o.expandable, 0);
     cr_assert_eq(o.grow_budget_percent, 0, "the budget applies to the host range only");
@@ -346,36 +420,39 @@ Test(host_stack, expandable_keys_parse_and_refuse_bad_values)
     ps_config_free(cfg);
 }
 
-/* Registrations the driver refuses: one refusal is retried (step e of
- * core/pool.c), two fail the allocation with out of memory; nothing stays
- * registered or reserved, and the next allocation works. */
-Test(host_stack, expandable_refused_registration_fails_cleanly)
+/* Host pieces the driver refuses (host_vm_map fails): one refusal is
+ * retried (step e of core/pool.c), two fail the allocation with out of
+ * memory; nothing stays mapped or reserved, and the next allocation works. */
+Test(host_stack, refused_host_pieces_fail_cleanly)
 {
-    ps_config_t *cfg = load("[host]\nexpandable = yes\n", NULL, PS_OK);
-    ps_gpu_ops_t *gpu = device();
+    ps_config_t *cfg = load(NULL, NULL, PS_OK);
+    ps_gpu_ops_t *gpu = vmm_device();
     ps_stack_t *s = NULL;
     cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_OK);
-    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_HOST_REGISTER, 1, 0), PS_OK);
+    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_HOST_VM_MAP, 1, 0), PS_OK);
     void *p = NULL;
-    cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_OK, "the retry registers");
+    cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_OK, "the retry maps");
     cr_assert_eq(ps_deallocate(s->top, p, 1000, PS_STREAM_NONE), PS_OK);
     ps_stack_destroy(s);
-    cr_assert_eq(ps_host_ops_host_registers(gpu), 1);
-    cr_assert_eq(ps_host_ops_host_unregisters(gpu), 1);
+    cr_assert_eq(ps_host_ops_host_vm_maps(gpu), 1);
+    cr_assert_eq(ps_host_ops_host_vm_unmaps(gpu), 1);
+    cr_assert_eq(ps_host_ops_live_vm_ranges(gpu), 0);
     cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_OK);
-    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_HOST_REGISTER, 3, 0), PS_OK);
-    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_HOST_REGISTER, 4, 0), PS_OK);
+    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_HOST_VM_MAP, 3, 0), PS_OK);
+    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_HOST_VM_MAP, 4, 0), PS_OK);
     cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_ENOMEM);
-    cr_assert_eq(ps_host_ops_host_registers(gpu), 1);
+    cr_assert_eq(ps_host_ops_host_vm_maps(gpu), 1);
     ps_resource_info_t info = {0};
     ps_query(s->top, &info);
     cr_assert_eq(info.bytes_reserved, 0);
-    cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_OK, "the next registration works");
+    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0);
+    cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_OK, "the next piece maps");
     memset(p, 3, 1000);
-    cr_assert_eq(ps_host_ops_host_registers(gpu), 2);
+    cr_assert_eq(ps_host_ops_host_vm_maps(gpu), 2);
     cr_assert_eq(ps_deallocate(s->top, p, 1000, PS_STREAM_NONE), PS_OK);
     ps_stack_destroy(s);
-    cr_assert_eq(ps_host_ops_host_unregisters(gpu), 2);
+    cr_assert_eq(ps_host_ops_host_vm_unmaps(gpu), 2);
+    cr_assert_eq(ps_host_ops_live_vm_ranges(gpu), 0);
     ps_host_ops_destroy(gpu);
     ps_config_free(cfg);
 }
