@@ -141,6 +141,9 @@ typedef struct host_device {
     uint64_t barriers;             /* barrier calls that succeeded = the newest barrier's number */
     uint64_t barriers_completed_upto; /* barriers 1..this have passed (completed mark, device sync) */
     uint64_t barrier_waits;        /* barrier_wait calls that waited (PS_OK) */
+    uint64_t barrier_wait_ns;      /* timed: simulated time the host spent in barrier_wait */
+    uint64_t wait_instead_sync_ns; /* timed: what a device synchronize at each barrier_wait would have spent */
+    uint64_t device_sync_ns;       /* timed: simulated time the host spent in device_synchronize */
     uint64_t barrier_due_ns[PS_BARRIER_RING]; /* timed: barrier n passes when the clock reaches [n % ring] */
     uint64_t barrier_last_due_ns;  /* latest of those (device_synchronize waits for it) */
     int barriers_assume_passed;    /* test hook: barrier_passed answers passed always */
@@ -498,6 +501,13 @@ static int host_copy_to_host(void *ctx, void *dst, const void *src, size_t bytes
     return PS_OK;
 }
 
+/* Timed: when the GPU has finished everything issued so far. Lock held. */
+static uint64_t idle_at_locked(const host_device_t *dev)
+{
+    uint64_t idle = dev->gpu_busy_until_ns > dev->last_due_ns ? dev->gpu_busy_until_ns : dev->last_due_ns;
+    return dev->barrier_last_due_ns > idle ? dev->barrier_last_due_ns : idle;
+}
+
 static int host_device_synchronize(void *ctx)
 {
     host_device_t *dev = ctx;
@@ -508,12 +518,13 @@ static int host_device_synchronize(void *ctx)
     dev->device_syncs++;
     dev->completed_upto = dev->fences_recorded;
     dev->barriers_completed_upto = dev->barriers;
-    if (dev->timed && dev->options.waits_move_clock) {
-        uint64_t idle = dev->gpu_busy_until_ns > dev->last_due_ns ? dev->gpu_busy_until_ns : dev->last_due_ns;
-        if (dev->barrier_last_due_ns > idle)
-            idle = dev->barrier_last_due_ns;
-        if (idle > dev->clock_ns)
-            dev->clock_ns = idle;
+    if (dev->timed) {
+        uint64_t idle = idle_at_locked(dev);
+        if (idle > dev->clock_ns) {
+            dev->device_sync_ns += idle - dev->clock_ns;
+            if (dev->options.waits_move_clock)
+                dev->clock_ns = idle;
+        }
     }
     pthread_mutex_unlock(&dev->lock);
     return PS_OK;
@@ -592,9 +603,13 @@ static int host_barrier_wait(void *ctx, uint64_t generation)
     } else if (generation > dev->barriers_completed_upto) {
         if (dev->barriers - generation >= PS_BARRIER_RING)
             generation = dev->barriers - PS_BARRIER_RING + 1; /* the oldest remembered: passes later */
-        if (dev->timed && dev->options.waits_move_clock) {
-            uint64_t due = dev->barrier_due_ns[generation % PS_BARRIER_RING];
+        if (dev->timed) {
+            uint64_t due = dev->barrier_due_ns[generation % PS_BARRIER_RING], idle = idle_at_locked(dev);
             if (due > dev->clock_ns)
+                dev->barrier_wait_ns += due - dev->clock_ns;
+            if (idle > dev->clock_ns)
+                dev->wait_instead_sync_ns += idle - dev->clock_ns;
+            if (dev->options.waits_move_clock && due > dev->clock_ns)
                 dev->clock_ns = due;
         }
         dev->barriers_completed_upto = generation;
@@ -1088,6 +1103,9 @@ uint64_t ps_host_ops_vm_maps_kept(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_maps_ke
 uint64_t ps_host_ops_vm_kept_now(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_kept.count); }
 uint64_t ps_host_ops_unsafe_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, unsafe_unmaps); }
 uint64_t ps_host_ops_barrier_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, barrier_waits); }
+uint64_t ps_host_ops_barrier_wait_ns(ps_gpu_ops_t *ops) { HOST_READ(ops, barrier_wait_ns); }
+uint64_t ps_host_ops_wait_instead_sync_ns(ps_gpu_ops_t *ops) { HOST_READ(ops, wait_instead_sync_ns); }
+uint64_t ps_host_ops_device_sync_ns(ps_gpu_ops_t *ops) { HOST_READ(ops, device_sync_ns); }
 
 void ps_host_ops_block_barriers(ps_gpu_ops_t *ops, int blocked)
 {

@@ -108,6 +108,13 @@ uint64_t ps_host_ops_ipc_mapped(ps_gpu_ops_t *ops);
 uint64_t ps_host_ops_unsafe_unmaps(ps_gpu_ops_t *ops);
 /* barrier_wait calls that waited. */
 uint64_t ps_host_ops_barrier_waits(ps_gpu_ops_t *ops);
+/* Timed devices: simulated host time spent in barrier_wait; what a device
+ * synchronize at each of those waits would have spent instead; spent in
+ * device_synchronize (each from the clock then to when the GPU is done,
+ * whether or not waits_move_clock moves the clock). */
+uint64_t ps_host_ops_barrier_wait_ns(ps_gpu_ops_t *ops);
+uint64_t ps_host_ops_wait_instead_sync_ns(ps_gpu_ops_t *ops);
+uint64_t ps_host_ops_device_sync_ns(ps_gpu_ops_t *ops);
 /* A precise judge of unsafe unmaps, for tests that know when blocks were
  * freed: `size` bytes at `ptr` were freed by the program now (after the
  * GPU work that used them was issued). Once a device has noted a free, an

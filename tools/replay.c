@@ -288,8 +288,12 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
             s.remaps_idle = info.remaps_idle;
             s.remap_waits = info.remap_waits;
         }
-        if (sim_gpu)
+        if (sim_gpu) {
             s.device_syncs = ps_host_ops_device_syncs(sim_gpu);
+            s.wait_ns = ps_host_ops_barrier_wait_ns(sim_gpu);
+            s.wait_as_sync_ns = ps_host_ops_wait_instead_sync_ns(sim_gpu);
+            s.sync_ns = ps_host_ops_device_sync_ns(sim_gpu);
+        }
         if (want_samples) {
             if (s.sample_count == sample_capacity) {
                 size_t grown = sample_capacity ? sample_capacity * 2 : 1024;
@@ -356,6 +360,10 @@ static void print_layout_text(FILE *f, const replay_stats_t *r)
             (unsigned long long)r->barriers, per_1000(r->barriers, r->allocations),
             (unsigned long long)r->device_syncs, per_1000(r->device_syncs, r->allocations),
             (unsigned long long)r->remaps_idle, (unsigned long long)r->remap_waits);
+    if (r->wait_ns || r->sync_ns || r->wait_as_sync_ns)
+        fprintf(f, "  host blocked (GPU lag): %.2f ms in barrier waits (device synchronizes there: %.2f ms), "
+                   "%.2f ms in device synchronizes\n",
+                (double)r->wait_ns / 1e6, (double)r->wait_as_sync_ns / 1e6, (double)r->sync_ns / 1e6);
 }
 
 void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,

@@ -42,6 +42,9 @@ typedef struct replay_stats {
     uint64_t barriers;            /* GPU barriers the stack issued (free_sync barrier) */
     uint64_t remaps_idle;         /* pool remaps that moved idle pieces without a device synchronize */
     uint64_t remap_waits;         /* pool remaps that waited for one barrier instead of the device */
+    uint64_t wait_ns;             /* simulated host time in those waits (with a GPU lag) */
+    uint64_t wait_as_sync_ns;     /* what device synchronizes at those moments would have taken */
+    uint64_t sync_ns;             /* simulated host time in device synchronizes */
     uint64_t device_syncs;        /* device synchronizes the stack made (simulated device only) */
     int has_layout;               /* breakdown asked and the stack holds a pool: at_peak is set */
     ps_pool_layout_t at_peak;     /* the pool's layout when reserved last reached its peak */

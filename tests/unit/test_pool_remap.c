@@ -338,6 +338,11 @@ Test(pool_remap, a_lagging_gpu_passes_the_barrier_after_the_lag)
         cr_assert_eq(info.bytes_reserved, 42 * PS_MiB, "late %d", late);
         cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0, "late %d", late);
         cr_assert_eq(ps_host_ops_barrier_waits(f.gpu), late ? 0 : 1, "late %d: a wait only before the lag", late);
+        if (!late) /* 1 ns before the barrier passes: the wait takes 1 ns, a synchronize at least as long */
+            cr_assert(ps_host_ops_barrier_wait_ns(f.gpu) == 1 &&
+                          ps_host_ops_wait_instead_sync_ns(f.gpu) >= ps_host_ops_barrier_wait_ns(f.gpu),
+                      "wait %llu ns, as a synchronize %llu ns", (unsigned long long)ps_host_ops_barrier_wait_ns(f.gpu),
+                      (unsigned long long)ps_host_ops_wait_instead_sync_ns(f.gpu));
         cr_assert_eq(info.remaps_idle, late ? 1 : 0, "late %d", late);
         cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0, "late %d", late);
         cr_assert_eq(ps_pool_check(f.pool), PS_OK);
