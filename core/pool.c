@@ -1192,28 +1192,6 @@ static uint64_t newest_passed_locked(const pool_t *pool)
     return IDLE_NOW;
 }
 
-/* Whether every block that unmap_for_growth_locked(plan) would take
- * pieces from (top of each range down, up to plan->length bytes) is idle
- * once barrier `passed` has passed. */
-static int choice_is_idle_locked(const pool_t *pool, const growth_plan_t *plan, uint64_t passed)
-{
-    size_t taken = 0;
-    for (uint32_t slot = pool->chunks_count; slot-- > 0 && taken < plan->length;) {
-        if (!pool->chunks[slot].base || !pool->chunks[slot].range)
-            continue;
-        for (uint32_t index = last_block_locked(pool, slot); index != NIL && taken < plan->length;
-             index = pool->blocks[index].prev_phys) {
-            uintptr_t lo, hi;
-            if (!spare_pieces_of(pool, plan, slot, index, IDLE_NEVER, &lo, &hi))
-                continue;
-            if (!spare_pieces_of(pool, plan, slot, index, passed, &lo, &hi))
-                return 0;
-            taken += hi - lo;
-        }
-    }
-    return 1;
-}
-
 /* The barrier that must have passed for every block that
  * unmap_for_growth_locked(plan) would take pieces from to be idle: the
  * newest idle generation among them (IDLE_NEVER: one of them is not known
@@ -1236,6 +1214,16 @@ static uint64_t choice_idle_generation_locked(const pool_t *pool, const growth_p
         }
     }
     return newest;
+}
+
+/* Whether every block that unmap_for_growth_locked(plan) would take
+ * pieces from (top of each range down, up to plan->length bytes) is idle
+ * once barrier `passed` has passed (IDLE_NEVER: the device was
+ * synchronized). */
+static int choice_is_idle_locked(const pool_t *pool, const growth_plan_t *plan, uint64_t passed)
+{
+    return passed == IDLE_NEVER || atomic_load_explicit(&pool_test_skip_idle_check, memory_order_relaxed) ||
+           choice_idle_generation_locked(pool, plan) <= passed;
 }
 
 /* Whether any whole free piece could move to `plan` (remap); `passed` as

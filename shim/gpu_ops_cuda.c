@@ -920,17 +920,24 @@ static void note_unmapped(device_ops_t *d, void *addr)
     pthread_mutex_unlock(&d->vm_lock);
 }
 
+/* Properties of pinned physical memory at a location (a device, or the host). */
+static CUmemAllocationProp pinned_prop(int type, int id) /* type: a CU_MEM_LOCATION_TYPE_* */
+{
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = type;
+    prop.location.id = id;
+    return prop;
+}
+
 static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
 {
     if (is_dead(vctx))
         return dead_vm_map(vctx, addr, size, handle);
 
     device_ops_t *d = vctx;
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = d->device;
+    CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_DEVICE, d->device);
     CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
     int pushed = enter_ctx(d);
     CUmemGenericAllocationHandle h = 0;
@@ -1020,11 +1027,7 @@ static int ops_host_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle
         return dead_vm_map(vctx, addr, size, handle);
 
     device_ops_t *d = vctx;
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
-    prop.location.id = 0;
+    CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_HOST, 0);
     CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
     int pushed = enter_ctx(d);
     CUmemGenericAllocationHandle h = 0;
@@ -1290,11 +1293,7 @@ static size_t vm_granularity_of(CUdevice device)
             CUDA_SUCCESS ||
         !supported)
         return 0;
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = device;
+    CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_DEVICE, device);
     size_t granularity = 0;
     if (ps_real.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) !=
         CUDA_SUCCESS)
@@ -1308,11 +1307,7 @@ static size_t vm_granularity_of(CUdevice device)
  * Needs the context current and virtual memory support (vm_granularity_of). */
 static size_t host_vm_granularity_of(void)
 {
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
-    prop.location.id = 0;
+    CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_HOST, 0);
     size_t granularity = 0;
     if (ps_real.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) !=
             CUDA_SUCCESS ||
