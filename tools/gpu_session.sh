@@ -4,7 +4,7 @@
 # build/ (and .carry/ for the RMM peer) carried from a machine with libinih:
 #   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [replay] [bench] [pinned] [torchmem]
 #                                      [ddp] [ddp_transformer] [multigpu] [soak]
-#                                      [benchcore]
+#                                      [benchcore] [verify]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # replay: the committed PyTorch logs replayed on this GPU (tools/bench/replay_logs.sh,
 # also part of bench); traces also plots its log with the recorded reserved curve.
@@ -17,6 +17,7 @@
 # soak: the randomized soak of tests/gpu/soak.cu on every stack, SOAK_TOTAL seconds
 # in all (default 540: 90 s for each of the 6 runs, inside one 10-minute device call;
 # SOAK_STACKS=pool SOAK_TOTAL=560 gives one stack the whole call).
+# verify: what changed after the last GPU run (see the step; about 6 min).
 # Results land under $OUT: gpu/ and bench/ from the scripts, and everything
 # else in one archive, extra.tgz (the device tool returns at most 8 files).
 set -u
@@ -97,6 +98,19 @@ for step in $what; do
             ./tests/gpu/run.sh build | grep -vE '^(PASS|SKIP) build/' | tail -n 60
         echo "=== several GPUs and processes: per rank, native vs shim (tools/bench/multigpu.sh)"
         OUT_DIR=$OUT/multigpu/bench tools/bench/multigpu.sh build ;;
+    verify)
+        # what changed after the last GPU run (session 5 had no device at its end):
+        # the pinned range (host-located cuMemCreate pieces, the pinned default now),
+        # remap's barrier wait (remap_idle busy expects remap_waits>0; its new negative
+        # control POOLSHIM_TEST_WAIT_RETURNS=1 must fault), then the transformer's
+        # wall time with the waits beside expandable_segments (about 4 min)
+        echo "=== verify: pinned, remap, barrier hazards"
+        OUTDIR=$OUT/verify TESTS='pinned|remap_idle|expandable|hazard_barrier_(legacy|nonblocking|graph|threads16)' \
+            TEST_TIMEOUT=${TEST_TIMEOUT:-120} ./tests/gpu/run.sh build | grep -vE '^PASS build/' | tail -n 70
+        echo "=== verify: transformer and conv net memory and time (remap waits)"
+        OUT_DIR=$OUT/verify/tm WORKLOADS="transformer convnet" CONFIGS="nocache expandable poolshim" \
+            tools/bench/torch_mem/run.sh build/libpoolshim.so
+        rm -rf "$OUT/verify/tm/runs" ;;
     soak)
         stacks=${SOAK_STACKS:-pool pool_shared arena binning fixed_over_pool async}
         count=$(printf '%s\n' $stacks | wc -l)
