@@ -62,11 +62,11 @@
  *          blocks and poll it: blocks freed on t before that fence move to
  *          the ready list once it completes; retry;
  *       c. growth bound (pending_wait_bytes/percent, off by default; the
-          pinned host pool): while the pending bytes exceed
-          max(pending_wait_bytes, pending_wait_percent % of reserved),
-          close the open epoch and host-wait the oldest one (fence_wait),
-          retrying after each: growth while the GPU lags stays bounded;
-          then grow, never past maximum_size:
+ *          pinned host pool): while the pending bytes exceed
+ *          max(pending_wait_bytes, pending_wait_percent % of reserved),
+ *          close the open epoch and host-wait the oldest one (fence_wait),
+ *          retrying after each: growth while the GPU lags stays bounded;
+ *          then grow, never past maximum_size:
  *          - chunks: with release_before_grow (the pinned host pool),
  *            first give every wholly free ready chunk back (none of them
  *            fits the request, or step 3 would have taken it: kept, they
@@ -74,50 +74,9 @@
  *            of max(request rounded up to chunk_granule (2 MiB),
  *            clamp(reserved * growth_percent / 100, min_chunk, max_chunk))
  *            bytes; on upstream failure halve down to the request;
- *          - expandable: the range is tiled by blocks like a chunk, and the
- *            parts not backed by memory are UNMAPPED blocks (never listed;
- *            at first one block covers the whole range). Pick the unmapped
- *            block that needs the fewest new bytes: map just enough of its
- *            front (to join a ready free block below), of its back (to join
- *            one above), or all of it, in whole pieces; the new memory
- *            merges with its free neighbours, so growth leaves no hole. When
- *            no unmapped block can serve, reserve another range.
- *            Remap (options.remap, free_sync barrier): when whole free
- *            pieces lie elsewhere in the range (not in the ready blocks the
- *            growth joins), issue a barrier (refused while a stream capture
- *            is open: then no remap); if every block whose pieces the remap
- *            takes (top of the range down, up to as many bytes as the growth
- *            maps) is idle — its idle generation, the barrier that released
- *            it, has passed on the GPU (gpu->barrier_passed, asked once per
- *            remap for the newest passed barrier) — unmap them at once;
- *            otherwise wait on the host for the newest barrier that
- *            released one of them (gpu->barrier_wait, a cuEventSynchronize:
- *            the work queued after that barrier keeps the GPU busy), and
- *            only when one of them was not released by a barrier
- *            (IDLE_NEVER) or the wait fails, synchronize the device (a
- *            ready block may have been freed while a kernel still used it;
- *            unmapping does not wait). Then plan again (a hole may now serve): the growth
- *            keeps the mapped total instead of adding to it. Idle
- *            generations: fence completed, device synchronized or fresh
- *            memory 0; released by barrier g: g; unknown (steal, stream-
- *            ordered free, free_sync none) UINT64_MAX; merges take the max,
- *            splits keep it. Replay with a 2 ms GPU lag: 0.45 instead of
- *            0.59 synchronizes per 1000 allocations on the transformer log,
- *            none without a lag, the same layout and peaks. Replay of the
- *            PyTorch logs: 1.043x -> 1.005x reserved/requested (transformer),
- *            1.013x -> 1.011x (conv net), 1.035x -> 1.024x (MLP), at 0.6
- *            device synchronizes per 1000 allocations. Each remap spends a
- *            credit; a burst of 16 is allowed, then one more per
- *            remap_turnover_percent % of reserved bytes that barriers
- *            released: a loop that would remap at every step (the MLP log
- *            with barrier_pending_percent 1: 37 synchronizes per 1000
- *            allocations) grows instead once the burst is spent.
- *            With grow_budget_percent (the pinned pool's host range), when the
- *            growth would pass that % of the most bytes in use seen at a
- *            growth, first host-wait pending blocks, then unmap free pieces
- *            until it fits (fit_budget_locked): merging alone leaves holes
- *            between live blocks as big as the blocks when few large ones
- *            live (the CuPy pipeline model: 1.3-1.6x; given back: ~1.05x);
+ *          - expandable: map more of the range in place, moving free
+ *            pieces there first when it can (remap), within the growth
+ *            budget: core/pool_expandable.c says how;
  *       d. memory pressure: host-wait (fence_wait) the oldest epochs one by
  *          one, retrying after each; then wait a fence on every stream list
  *          and merge all of them into the ready list; retry;
@@ -179,130 +138,12 @@
  * (free includes parked blocks); largest_free_block counts the runs parked
  * blocks form with their free neighbours, so it is exact without a flush.
  */
-#include "pool.h"
-
-#include "ptr_map.h"
-#include "thread_cache.h"
-#include "vm_range.h"
+#include "pool_internal.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define SL_LOG2 5                      /* second level: 2^5 classes per power of two */
-#define SL_COUNT (1u << SL_LOG2)
-#define FL_COUNT 64                    /* first level: one per bit of a size */
-#define NIL UINT32_MAX                 /* "no block" */
-#define OWNER_READY 0                  /* the ready list's owner index */
-#define MAX_OWNERS 65535               /* owner indices fit 16 bits */
-#define GROWTH_GRANULE (2 * PS_MiB)    /* growth requests are rounded up to this */
-#define MIN_ALIGNMENT 256              /* cudaMalloc's documented alignment */
-#define QUICK_SLOTS 32                 /* quick cache: recently freed blocks by exact size */
-#define IDLE_NOW PS_REUSE_IDLE_NOW     /* idle_gen: nothing issued before can still touch it */
-#define IDLE_NEVER PS_REUSE_IDLE_NEVER /* idle_gen: unknown, only a device synchronize makes it idle */
-
-typedef enum block_state {
-    BLOCK_UNUSED = 0, /* descriptor on the recycle list */
-    BLOCK_FREE,       /* in its owner's TLSF lists */
-    BLOCK_USED,       /* handed out, in the in-use map */
-    BLOCK_PENDING,    /* freed by cudaFree under free_sync event, in an epoch */
-    BLOCK_CACHED,     /* free, parked in the quick cache (not in lists, not merged yet) */
-    BLOCK_UNMAPPED    /* part of an expandable range with no memory behind it (in the unmapped list) */
-} block_state_t;
-
-typedef struct pool_block {
-    uintptr_t addr;     /* device address */
-    size_t size;        /* bytes, a multiple of the alignment */
-    uint64_t free_stamp; /* free counter when it joined a stream list (0 in the ready list) */
-    uint64_t idle_gen;  /* free: once barrier number idle_gen has passed, no GPU work can touch it
-                           (0: idle now; IDLE_NEVER: unknown) — remap unmaps it without a synchronize */
-    uint32_t prev_phys; /* block just below in the chunk, or NIL */
-    uint32_t next_phys; /* block just above in the chunk, or NIL */
-    uint32_t prev_free; /* free list links (next_free also links the recycle list) */
-    uint32_t next_free;
-    uint32_t chunk;     /* index of its chunk */
-    uint16_t owner;     /* owner whose lists hold it (when free) */
-    uint8_t state;      /* block_state_t */
-} pool_block_t;
-
-typedef struct pool_chunk {
-    void *base;           /* pointer from the upstream (NULL: slot unused) */
-    size_t base_size;     /* bytes asked from the upstream */
-    uintptr_t addr;       /* first usable (aligned) address */
-    size_t size;          /* usable bytes (expandable: the whole range, mapped or not) */
-    uint32_t first_block; /* block at addr */
-    ps_vm_range_t *range; /* expandable: the range behind the chunk; NULL: an upstream chunk */
-} pool_chunk_t;
-
-typedef struct pool_owner {
-    ps_stream_t stream;                   /* the stream (PS_STREAM_NONE for the ready list) */
-    uint64_t fl_bitmap;                   /* bit f: some list of first level f is non-empty */
-    uint32_t sl_bitmap[FL_COUNT];         /* bit s of [f]: list (f, s) is non-empty */
-    uint32_t heads[FL_COUNT][SL_COUNT];   /* list heads */
-    uint64_t free_bytes;                  /* bytes in these lists */
-    uint64_t free_blocks;                 /* blocks in these lists */
-    ps_fence_t *fence;                    /* lazily recorded fence on `stream` (for cudaMalloc), or NULL */
-    uint64_t fence_stamp;                 /* it covers blocks with free_stamp <= this */
-} pool_owner_t;
-
-typedef struct pool {
-    ps_resource_t base;         /* the resource (first member) */
-    ps_pool_options_t options;  /* effective options */
-    const ps_gpu_ops_t *gpu;    /* fences and stream waits (NULL: free_sync none only) */
-    ps_lock_t lock;             /* guards everything below (a spinlock: sections are short) */
-
-    pool_block_t *blocks;       /* descriptor array */
-    uint32_t blocks_capacity;   /* its length */
-    uint32_t blocks_used;       /* descriptors ever handed out (high-water mark) */
-    uint32_t recycled_head;     /* recycled descriptors, linked by next_free */
-    uint32_t recycled_count;    /* how many */
-
-    pool_chunk_t *chunks;       /* chunk table (slots with base NULL are unused) */
-    uint32_t chunks_capacity;   /* its length */
-    uint32_t chunks_count;      /* slots ever used (high-water mark) */
-
-    pool_owner_t **owners;      /* owners[0] = ready list, then one per stream */
-    uint32_t owners_count;      /* owners in use */
-    uint32_t owners_capacity;   /* length of owners[] */
-    ps_ptr_map_t stream_owners; /* stream -> owner index */
-    uint32_t *dead_owners;      /* owner indices of destroyed streams, reusable */
-    uint32_t dead_count;        /* entries in dead_owners */
-    ps_stream_t last_stream;    /* one-entry cache of the stream map ... */
-    uint32_t last_owner;        /* ... and its owner */
-
-    ps_ptr_map_t in_use;        /* address -> descriptor index of every used block */
-    uint32_t quick[QUICK_SLOTS]; /* quick cache: a parked ready block per size slot, or NIL */
-    uint32_t quick_mask;        /* bit s: quick[s] holds a block */
-    unsigned alignment_log2;    /* log2(alignment), for the quick cache's slot */
-    ps_reuse_t reuse;           /* cudaFree'd blocks (state PENDING) until a barrier or fence (core/reuse.c) */
-    uint64_t free_counter;      /* stamps stream-list frees */
-    uint32_t locks_taken;       /* hot-path lock acquisitions in the current window (pool_lock) */
-    uint32_t locks_contended;   /* those that found the lock held */
-
-    uint64_t bytes_in_use;      /* sum of used block sizes */
-    uint64_t bytes_reserved;    /* sum of usable chunk sizes */
-    uint64_t peak_bytes_reserved; /* maximum of bytes_reserved */
-    uint64_t bytes_free;        /* sum of free block sizes (all owners) */
-    uint64_t upstream_allocs;   /* chunks taken */
-    uint64_t upstream_frees;    /* chunks given back */
-    uint64_t fences_recorded;   /* fences this pool recorded for stream lists (epochs: reuse's) */
-    uint64_t fence_waits;       /* host waits on stream lists (epochs: reuse's) */
-    uint64_t pending_waits;     /* host waits because pending bytes passed the growth bound */
-    uint64_t remap_syncs;       /* device synchronizes before moving free pieces to a growth (remap) */
-    ps_vm_stash_t stash;        /* remap: pieces unmapped with their memory kept for the growth (empty between calls) */
-    uint64_t remaps_idle;       /* remaps that moved idle pieces without a device synchronize */
-    uint64_t remap_waits;       /* remaps that waited for the barrier that released the pieces, not the device */
-    uint64_t remap_credit;      /* remaps allowed now, in 1/REMAP_CREDIT_UNIT (earned by turnover) */
-    uint64_t in_use_high;       /* most of in use + need seen at a growth (grow_budget_percent) */
-
-    int eager_barrier;          /* 1: free_sync barrier with barrier_pending_percent > 0 */
-    int expandable;             /* 1: growth maps pieces of virtual-memory ranges, not chunks */
-    uint32_t unmapped_head;     /* UNMAPPED blocks, linked by prev_free/next_free */
-    uint64_t bytes_unmapped;    /* sum of their sizes */
-    ps_tcache_t *tcache;        /* per-thread caches in front of the pool (options.thread_cache), or NULL */
-    size_t tcache_max_block;    /* largest block the caches keep (0: no caches) */
-} pool_t;
 
 static const ps_resource_ops_t pool_ops;
 
@@ -325,7 +166,7 @@ static inline void size_class(size_t size, unsigned *fl, unsigned *sl)
     key_class(size - 1, fl, sl);
 }
 
-static inline void list_insert(pool_t *pool, uint32_t owner_index, uint32_t index)
+void pool_list_insert(pool_t *pool, uint32_t owner_index, uint32_t index)
 {
     pool_owner_t *owner = pool->owners[owner_index];
     pool_block_t *b = &pool->blocks[index];
@@ -346,7 +187,7 @@ static inline void list_insert(pool_t *pool, uint32_t owner_index, uint32_t inde
     pool->bytes_free += b->size;
 }
 
-static inline void list_remove(pool_t *pool, uint32_t index)
+void pool_list_remove(pool_t *pool, uint32_t index)
 {
     pool_block_t *b = &pool->blocks[index];
     pool_owner_t *owner = pool->owners[b->owner];
@@ -398,7 +239,7 @@ static inline uint32_t list_find(const pool_t *pool, const pool_owner_t *owner, 
 
 /* Makes sure `count` descriptors can be taken without allocating. */
 static int grow_descriptors_locked(pool_t *pool, uint32_t count);
-static inline int reserve_descriptors_locked(pool_t *pool, uint32_t count)
+int pool_reserve_descriptors_locked(pool_t *pool, uint32_t count)
 {
     if (pool->recycled_count + (pool->blocks_capacity - pool->blocks_used) >= count)
         return PS_OK;
@@ -418,7 +259,7 @@ static int grow_descriptors_locked(pool_t *pool, uint32_t count)
     return PS_OK;
 }
 
-static inline uint32_t take_descriptor(pool_t *pool)
+uint32_t pool_take_descriptor(pool_t *pool)
 {
     uint32_t index = pool->recycled_head;
     if (index != NIL) {
@@ -430,7 +271,7 @@ static inline uint32_t take_descriptor(pool_t *pool)
     return index;
 }
 
-static inline void recycle_descriptor(pool_t *pool, uint32_t index)
+void pool_recycle_descriptor(pool_t *pool, uint32_t index)
 {
     pool->blocks[index].state = BLOCK_UNUSED;
     pool->blocks[index].next_free = pool->recycled_head;
@@ -456,10 +297,10 @@ static inline void free_block_resize(pool_t *pool, uint32_t index, uintptr_t add
         b->size = size;
     } else {
         uint32_t owner_index = b->owner;
-        list_remove(pool, index);
+        pool_list_remove(pool, index);
         b->addr = addr;
         b->size = size;
-        list_insert(pool, owner_index, index);
+        pool_list_insert(pool, owner_index, index);
     }
 }
 
@@ -474,7 +315,7 @@ static inline uint32_t take_block(pool_t *pool, uint32_t index, size_t size)
     pool_block_t *f = &pool->blocks[index];
     uint32_t used_index = index;
     if (size <= pool->options.small_from_back && f->size - size >= pool->options.alignment) {
-        used_index = take_descriptor(pool);
+        used_index = pool_take_descriptor(pool);
         f = &pool->blocks[index];
         pool_block_t *used = &pool->blocks[used_index];
         used->addr = f->addr + f->size - size;
@@ -490,7 +331,7 @@ static inline uint32_t take_block(pool_t *pool, uint32_t index, size_t size)
         f->next_phys = used_index;
         free_block_resize(pool, index, f->addr, f->size - size);
     } else if (f->size - size >= pool->options.alignment) {
-        used_index = take_descriptor(pool);
+        used_index = pool_take_descriptor(pool);
         f = &pool->blocks[index];
         pool_block_t *used = &pool->blocks[used_index];
         used->addr = f->addr;
@@ -508,7 +349,7 @@ static inline uint32_t take_block(pool_t *pool, uint32_t index, size_t size)
         f->prev_phys = used_index;
         free_block_resize(pool, index, f->addr + size, f->size - size);
     } else {
-        list_remove(pool, index);
+        pool_list_remove(pool, index);
     }
     pool_block_t *used = &pool->blocks[used_index];
     used->state = BLOCK_USED;
@@ -522,7 +363,7 @@ static inline uint32_t take_block(pool_t *pool, uint32_t index, size_t size)
  * neighbours of the same owner; a neighbour absorbs it in place (the
  * merged block keeps the newest stamp and the highest idle generation).
  * Returns the index of the free block that now holds it. */
-static uint32_t release_block(pool_t *pool, uint32_t index, uint32_t owner_index, uint64_t stamp, uint64_t idle)
+uint32_t pool_release_block(pool_t *pool, uint32_t index, uint32_t owner_index, uint64_t stamp, uint64_t idle)
 {
     pool_block_t *b = &pool->blocks[index];
     uint32_t prev = b->prev_phys, next = b->next_phys;
@@ -544,13 +385,13 @@ static uint32_t release_block(pool_t *pool, uint32_t index, uint32_t owner_index
                 p->free_stamp = n->free_stamp;
             if (n->idle_gen > p->idle_gen)
                 p->idle_gen = n->idle_gen;
-            list_remove(pool, next);
-            recycle_descriptor(pool, next);
+            pool_list_remove(pool, next);
+            pool_recycle_descriptor(pool, next);
         }
         p->next_phys = after;
         if (after != NIL)
             pool->blocks[after].prev_phys = prev;
-        recycle_descriptor(pool, index);
+        pool_recycle_descriptor(pool, index);
         free_block_resize(pool, prev, p->addr, size);
         return prev;
     } else if (merge_next) {
@@ -566,13 +407,13 @@ static uint32_t release_block(pool_t *pool, uint32_t index, uint32_t owner_index
             pool->chunks[b->chunk].first_block = next;
         uintptr_t addr = b->addr;
         size_t size = b->size + n->size;
-        recycle_descriptor(pool, index);
+        pool_recycle_descriptor(pool, index);
         free_block_resize(pool, next, addr, size);
         return next;
     }
     b->free_stamp = stamp;
     b->idle_gen = idle;
-    list_insert(pool, owner_index, index);
+    pool_list_insert(pool, owner_index, index);
     return index;
 }
 
@@ -619,11 +460,11 @@ static inline void quick_park(pool_t *pool, uint32_t index)
     pool->bytes_free += b->size;
     if (evicted != NIL) {
         pool->bytes_free -= pool->blocks[evicted].size;
-        release_block(pool, evicted, OWNER_READY, 0, pool->blocks[evicted].idle_gen);
+        pool_release_block(pool, evicted, OWNER_READY, 0, pool->blocks[evicted].idle_gen);
     }
 }
 
-static void quick_flush_locked(pool_t *pool)
+void pool_quick_flush_locked(pool_t *pool)
 {
     while (pool->quick_mask) {
         uint32_t slot = (uint32_t)__builtin_ctz(pool->quick_mask);
@@ -631,7 +472,7 @@ static void quick_flush_locked(pool_t *pool)
         pool->quick_mask &= pool->quick_mask - 1;
         pool->quick[slot] = NIL;
         pool->bytes_free -= pool->blocks[index].size;
-        release_block(pool, index, OWNER_READY, 0, pool->blocks[index].idle_gen);
+        pool_release_block(pool, index, OWNER_READY, 0, pool->blocks[index].idle_gen);
     }
 }
 
@@ -651,7 +492,7 @@ static int defer_block(pool_t *pool, uint32_t index)
         b->state = BLOCK_USED;
         return status;
     }
-    release_block(pool, index, OWNER_READY, 0, IDLE_NOW);
+    pool_release_block(pool, index, OWNER_READY, 0, IDLE_NOW);
     return PS_OK;
 }
 
@@ -660,7 +501,7 @@ static int defer_block(pool_t *pool, uint32_t index)
 static void release_pending(void *owner, uint64_t item)
 {
     pool_t *pool = owner;
-    release_block(pool, (uint32_t)item, OWNER_READY, 0, pool->reuse.release_idle);
+    pool_release_block(pool, (uint32_t)item, OWNER_READY, 0, pool->reuse.release_idle);
 }
 
 /* ---- owners (streams) -------------------------------------------------- */
@@ -740,8 +581,8 @@ static void owner_move_blocks(pool_t *pool, uint32_t from, uint32_t to, uint64_t
                 next = pool->blocks[index].next_free;
                 if (pool->blocks[index].free_stamp > max_stamp)
                     continue;
-                list_remove(pool, index);
-                release_block(pool, index, to, new_stamp, idle);
+                pool_list_remove(pool, index);
+                pool_release_block(pool, index, to, new_stamp, idle);
             }
         }
     }
@@ -750,7 +591,7 @@ static void owner_move_blocks(pool_t *pool, uint32_t from, uint32_t to, uint64_t
 /* For a cudaMalloc: stream lists whose fence completed move to the ready
  * list. record: record a fence on lists that have none; wait: host-wait it
  * (memory pressure). Returns how many lists moved. */
-static int poll_stream_lists_locked(pool_t *pool, int record, int wait)
+int pool_poll_stream_lists_locked(pool_t *pool, int record, int wait)
 {
     int moved = 0;
     for (uint32_t o = 1; o < pool->owners_count; o++) {
@@ -804,34 +645,6 @@ static int steal_stream_list_locked(pool_t *pool, uint32_t to, size_t size)
 
 /* ---- barrier (free_sync barrier) -------------------------------------- */
 
-#define REMAP_CREDIT_UNIT 1000u
-#define REMAP_BURST 16u
-/* Test hook (ps_pool_test_skip_idle_check): remap treats every ready
- * block as idle, as if the check were missing (negative control). */
-static _Atomic int pool_test_skip_idle_check;
-
-void ps_pool_test_skip_idle_check(int on)
-{
-    atomic_store(&pool_test_skip_idle_check, on);
-}
-
-/* Remap's credit (remap_wanted_locked): it starts at REMAP_BURST remaps;
- * `released` bytes of cudaFree'd memory that a barrier released earn
- * released / (remap_turnover_percent % of reserved) more, up to
- * REMAP_BURST (remap_turnover_percent 0: no bound). Called on the barrier
- * path only. */
-static void remap_earn_locked(pool_t *pool, uint64_t released)
-{
-    uint64_t per_remap = pool->bytes_reserved / 100 * pool->options.remap_turnover_percent;
-    uint64_t cap = (uint64_t)REMAP_BURST * REMAP_CREDIT_UNIT;
-    if (!per_remap || pool->remap_credit >= cap) {
-        pool->remap_credit = cap;
-        return;
-    }
-    uint64_t earned = released / per_remap >= REMAP_BURST ? cap : released * REMAP_CREDIT_UNIT / per_remap;
-    pool->remap_credit = pool->remap_credit + earned > cap ? cap : pool->remap_credit + earned;
-}
-
 /* Whether a barrier could help before growing: something is pending
  * (epochs, other streams' lists). Even when pending and ready memory
  * together are smaller than the request, releasing them first lets the
@@ -851,14 +664,14 @@ static int anything_pending_locked(const pool_t *pool)
 /* Step B: one device-wide barrier; on success every pending block (closed
  * and open epochs, every stream's list) joins the ready list. Returns 1
  * when the barrier was issued. */
-static int barrier_release_locked(pool_t *pool)
+int pool_barrier_release_locked(pool_t *pool)
 {
     const ps_gpu_ops_t *gpu = pool->gpu;
     uint64_t ticket = pool->tcache ? ps_tcache_barrier_begin(pool->tcache) : 0;
     uint64_t pending = pool->reuse.bytes_pending;
     if (!ps_reuse_barrier(&pool->reuse)) /* refused: epochs stay, the caller goes on with them */
         return 0;
-    remap_earn_locked(pool, pending);
+    pool_remap_earn_locked(pool, pending);
     if (pool->tcache)
         ps_tcache_barrier_done(pool->tcache, ticket); /* cached blocks freed before `ticket` are ready */
     for (uint32_t o = 1; o < pool->owners_count; o++) {
@@ -876,7 +689,7 @@ static int barrier_release_locked(pool_t *pool)
 /* ---- chunks ------------------------------------------------------------ */
 
 /* A free slot of the chunk table (grown when full), in *slot. */
-static int chunk_slot_locked(pool_t *pool, uint32_t *slot)
+int pool_chunk_slot_locked(pool_t *pool, uint32_t *slot)
 {
     uint32_t s = 0;
     while (s < pool->chunks_count && pool->chunks[s].base)
@@ -895,10 +708,10 @@ static int chunk_slot_locked(pool_t *pool, uint32_t *slot)
 
 /* Takes one chunk of `chunk_size` bytes from the upstream into the ready
  * list; *grown = its block. Needs one reserved descriptor. */
-static int add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32_t *grown)
+int pool_add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32_t *grown)
 {
     uint32_t slot;
-    if (chunk_slot_locked(pool, &slot) != PS_OK)
+    if (pool_chunk_slot_locked(pool, &slot) != PS_OK)
         return PS_ENOMEM;
     void *base;
     int status = ps_allocate(pool->base.upstream, chunk_size, PS_STREAM_NONE, &base);
@@ -911,7 +724,7 @@ static int add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32
         ps_deallocate(pool->base.upstream, base, chunk_size, PS_STREAM_NONE);
         return PS_ENOMEM; /* the upstream's alignment is too small for this request */
     }
-    uint32_t index = take_descriptor(pool);
+    uint32_t index = pool_take_descriptor(pool);
     pool_block_t *b = &pool->blocks[index];
     b->addr = addr;
     b->size = usable;
@@ -922,577 +735,13 @@ static int add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32
     pool->chunks[slot] = (pool_chunk_t){base, chunk_size, addr, usable, index, NULL};
     if (slot == pool->chunks_count)
         pool->chunks_count++;
-    list_insert(pool, OWNER_READY, index);
+    pool_list_insert(pool, OWNER_READY, index);
     pool->bytes_reserved += usable;
     if (pool->bytes_reserved > pool->peak_bytes_reserved)
         pool->peak_bytes_reserved = pool->bytes_reserved;
     pool->upstream_allocs++;
     *grown = index;
     return PS_OK;
-}
-
-/* ---- expandable ranges ------------------------------------------------- */
-
-static void unmapped_insert(pool_t *pool, uint32_t index)
-{
-    pool_block_t *b = &pool->blocks[index];
-    b->state = BLOCK_UNMAPPED;
-    b->prev_free = NIL;
-    b->next_free = pool->unmapped_head;
-    if (pool->unmapped_head != NIL)
-        pool->blocks[pool->unmapped_head].prev_free = index;
-    pool->unmapped_head = index;
-    pool->bytes_unmapped += b->size;
-}
-
-static void unmapped_remove(pool_t *pool, uint32_t index)
-{
-    pool_block_t *b = &pool->blocks[index];
-    if (b->prev_free != NIL)
-        pool->blocks[b->prev_free].next_free = b->next_free;
-    else
-        pool->unmapped_head = b->next_free;
-    if (b->next_free != NIL)
-        pool->blocks[b->next_free].prev_free = b->prev_free;
-    pool->bytes_unmapped -= b->size;
-}
-
-/* Cuts block `index` (in no list) at address `at` (inside it): `index`
- * keeps the front, the returned new block the back (same state, chunk and
- * owner). Needs one reserved descriptor. */
-static uint32_t split_block(pool_t *pool, uint32_t index, uintptr_t at)
-{
-    uint32_t back = take_descriptor(pool);
-    pool_block_t *b = &pool->blocks[index], *n = &pool->blocks[back];
-    *n = *b;
-    n->addr = at;
-    n->size = b->addr + b->size - at;
-    n->prev_phys = index;
-    if (b->next_phys != NIL)
-        pool->blocks[b->next_phys].prev_phys = back;
-    b->next_phys = back;
-    b->size = at - b->addr;
-    return back;
-}
-
-/* Unmapped block `index` absorbs unmapped physical neighbours. */
-static void unmapped_merge(pool_t *pool, uint32_t index)
-{
-    uint32_t prev = pool->blocks[index].prev_phys;
-    if (prev != NIL && pool->blocks[prev].state == BLOCK_UNMAPPED) {
-        unmapped_remove(pool, index);
-        unmapped_remove(pool, prev);
-        pool_block_t *p = &pool->blocks[prev], *b = &pool->blocks[index];
-        p->size += b->size;
-        p->next_phys = b->next_phys;
-        if (b->next_phys != NIL)
-            pool->blocks[b->next_phys].prev_phys = prev;
-        recycle_descriptor(pool, index);
-        unmapped_insert(pool, prev);
-        index = prev;
-    }
-    uint32_t next = pool->blocks[index].next_phys;
-    if (next != NIL && pool->blocks[next].state == BLOCK_UNMAPPED) {
-        unmapped_remove(pool, index);
-        unmapped_remove(pool, next);
-        pool_block_t *b = &pool->blocks[index], *n = &pool->blocks[next];
-        b->size += n->size;
-        b->next_phys = n->next_phys;
-        if (n->next_phys != NIL)
-            pool->blocks[n->next_phys].prev_phys = index;
-        recycle_descriptor(pool, next);
-        unmapped_insert(pool, index);
-    }
-}
-
-/* Reserves one more range of address space, as a chunk made of one
- * unmapped block. */
-static int add_range_locked(pool_t *pool, size_t need)
-{
-    const ps_pool_options_t *o = &pool->options;
-    size_t size = o->expandable_reserve;
-    if (!size) {
-        size_t free_bytes = 0, total = 0;
-        if (pool->gpu->mem_get_info(pool->gpu->ctx, &free_bytes, &total) != PS_OK || !total)
-            total = 32 * PS_GiB;
-        size = total > PS_TiB / 2 ? PS_TiB : 2 * total;
-    }
-    if (size < need)
-        size = need;
-    uint32_t slot;
-    if (chunk_slot_locked(pool, &slot) != PS_OK)
-        return PS_ENOMEM;
-    ps_vm_range_t *range;
-    int status = ps_vm_range_create(pool->gpu, size, o->expandable_piece, &range);
-    if (status != PS_OK)
-        return status;
-    uint32_t index = take_descriptor(pool);
-    pool_block_t *b = &pool->blocks[index];
-    b->addr = range->base;
-    b->size = range->size;
-    b->free_stamp = 0;
-    b->idle_gen = IDLE_NOW; /* unmapped: nothing behind it */
-    b->prev_phys = b->next_phys = NIL;
-    b->chunk = slot;
-    b->owner = OWNER_READY;
-    pool->chunks[slot] = (pool_chunk_t){(void *)range->base, range->size, range->base, range->size, index, range};
-    if (slot == pool->chunks_count)
-        pool->chunks_count++;
-    unmapped_insert(pool, index);
-    return PS_OK;
-}
-
-/* The size of block `index` if it is free in the ready list, else 0. */
-static inline size_t ready_size(const pool_t *pool, uint32_t index)
-{
-    if (index == NIL)
-        return 0;
-    const pool_block_t *b = &pool->blocks[index];
-    return b->state == BLOCK_FREE && b->owner == OWNER_READY ? b->size : 0;
-}
-
-/* A growth of an expandable pool: map [start, start + length) of unmapped
- * block `block`. */
-typedef struct growth_plan {
-    uint32_t block;   /* the unmapped block, or NIL: none can serve */
-    uintptr_t start;  /* first address to map */
-    size_t length;    /* bytes to map (whole pieces) */
-} growth_plan_t;
-
-/* Step c, expandable: the unmapped block that needs the fewest new pieces
- * to give a ready block of at least `need` bytes (front to join a ready
- * block below, back to join one above, or all of it). */
-static growth_plan_t plan_growth_locked(const pool_t *pool, size_t need)
-{
-    growth_plan_t best = {NIL, 0, SIZE_MAX};
-    for (uint32_t u = pool->unmapped_head; u != NIL; u = pool->blocks[u].next_free) {
-        const pool_block_t *b = &pool->blocks[u];
-        size_t piece = pool->chunks[b->chunk].range->piece;
-        size_t below = ready_size(pool, b->prev_phys), above = ready_size(pool, b->next_phys);
-        if (below + b->size + above < need)
-            continue;
-        /* below, above < need: the request did not fit in them */
-        size_t front = ps_align_up(need - below, piece), back = ps_align_up(need - above, piece);
-        growth_plan_t plan = {u, b->addr, b->size};
-        if (front && front <= b->size && front <= back)
-            plan.length = front;
-        else if (back && back <= b->size)
-            plan = (growth_plan_t){u, b->addr + b->size - back, back};
-        if (plan.length < best.length ||
-            (plan.length == best.length && b->addr < pool->blocks[best.block].addr))
-            best = plan;
-    }
-    return best;
-}
-
-/* Unmaps the whole pieces of ready free block `index` (of expandable chunk
- * `slot`) in [lo, hi), leaving an UNMAPPED block there (merged with
- * unmapped neighbours) and the free rest on both sides in the ready list.
- * The caller has synchronized the device and reserved two descriptors.
- * Returns the bytes unmapped (fewer than asked when a vm_unmap failed: the
- * rest stays mapped and free); *after = the block after the hole. */
-static size_t unmap_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t index, uintptr_t lo, uintptr_t hi,
-                                        ps_vm_stash_t *stash, uint32_t *after)
-{
-    ps_vm_range_t *range = pool->chunks[slot].range;
-    size_t done = 0;
-    if (stash)
-        ps_vm_range_unmap_keep(range, lo, hi - lo, stash, &done);
-    else
-        ps_vm_range_unmap(range, lo, hi - lo, &done);
-    *after = pool->blocks[index].next_phys;
-    if (!done)
-        return 0;
-    pool_block_t *b = &pool->blocks[index];
-    uintptr_t end = b->addr + b->size;
-    list_remove(pool, index);
-    uint32_t hole = index;
-    if (lo > b->addr) {
-        hole = split_block(pool, index, lo);
-        list_insert(pool, OWNER_READY, index);
-    }
-    if (lo + done < end) {
-        uint32_t tail = split_block(pool, hole, lo + done);
-        list_insert(pool, OWNER_READY, tail);
-    }
-    *after = pool->blocks[hole].next_phys;
-    unmapped_insert(pool, hole);
-    unmapped_merge(pool, hole);
-    pool->bytes_reserved -= done;
-    pool->upstream_frees += done / range->piece;
-    return done;
-}
-
-/* The whole pieces inside ready free block `index` of `range`, as [*lo, *hi). */
-static int whole_pieces_of(const pool_t *pool, const ps_vm_range_t *range, uint32_t index, uintptr_t *lo,
-                           uintptr_t *hi)
-{
-    const pool_block_t *b = &pool->blocks[index];
-    if (b->state != BLOCK_FREE || b->owner != OWNER_READY)
-        return 0;
-    *lo = range->base + ps_align_up(b->addr - range->base, range->piece);
-    *hi = range->base + (b->addr + b->size - range->base) / range->piece * range->piece;
-    return *hi > *lo;
-}
-
-/* Whether a growth of an expandable pool may first move free pieces
- * (options.remap, free_sync barrier): a remap credit is left
- * (remap_earn_locked). A program whose every step needs a block the layout
- * of that step lacks would otherwise pay a device synchronize per step to
- * keep the mapped total (replay of the MLP log with barrier_pending_percent
- * 1: 37 per 1000 allocations, one per step, each after 10 % of reserved
- * turned over); one plain growth instead gives the layout the room it
- * lacks. */
-static int remap_wanted_locked(const pool_t *pool)
-{
-    const ps_pool_options_t *o = &pool->options;
-    if (!o->remap || o->free_sync != PS_FREE_SYNC_BARRIER || !pool->gpu->device_synchronize)
-        return 0;
-    return pool->remap_credit >= REMAP_CREDIT_UNIT;
-}
-
-/* The last block of chunk `slot` (in address order). */
-static uint32_t last_block_locked(const pool_t *pool, uint32_t slot)
-{
-    uint32_t index = pool->chunks[slot].first_block;
-    while (pool->blocks[index].next_phys != NIL)
-        index = pool->blocks[index].next_phys;
-    return index;
-}
-
-/* Whether ready free block `index` of chunk `slot` may give pieces to
- * `plan`: not one of the blocks next to the planned block, which the
- * growth joins, and idle once barrier `passed` has passed (IDLE_NEVER: the
- * device was synchronized, every block is idle); [*lo, *hi) = its whole
- * pieces. */
-static int spare_pieces_of(const pool_t *pool, const growth_plan_t *plan, uint32_t slot, uint32_t index,
-                           uint64_t passed, uintptr_t *lo, uintptr_t *hi)
-{
-    const pool_block_t *planned = &pool->blocks[plan->block];
-    return index != planned->prev_phys && index != planned->next_phys &&
-           (passed == IDLE_NEVER || pool->blocks[index].idle_gen <= passed ||
-            atomic_load_explicit(&pool_test_skip_idle_check, memory_order_relaxed)) &&
-           whole_pieces_of(pool, pool->chunks[slot].range, index, lo, hi);
-}
-
-/* The newest barrier the GPU has passed (IDLE_NOW: none known): a ready
- * block with idle_gen <= it is idle. At most PS_BARRIER_RING
- * barrier_passed calls, newest first (an older barrier than the ring
- * remembers has passed once the oldest remembered one has); a failed call
- * counts as not passed. */
-static uint64_t newest_passed_locked(const pool_t *pool)
-{
-    const ps_gpu_ops_t *gpu = pool->gpu;
-    if (!gpu->barrier_generation || !gpu->barrier_passed)
-        return IDLE_NOW;
-    uint64_t newest = gpu->barrier_generation(gpu->ctx);
-    for (uint64_t g = newest; g > 0 && newest - g < PS_BARRIER_RING; g--)
-        if (gpu->barrier_passed(gpu->ctx, g) == PS_OK)
-            return g;
-    return IDLE_NOW;
-}
-
-/* The barrier that must have passed for every block that
- * unmap_for_growth_locked(plan) would take pieces from to be idle: the
- * newest idle generation among them (IDLE_NEVER: one of them is not known
- * to become idle by any barrier; a device synchronize is needed). */
-static uint64_t choice_idle_generation_locked(const pool_t *pool, const growth_plan_t *plan)
-{
-    size_t taken = 0;
-    uint64_t newest = IDLE_NOW;
-    for (uint32_t slot = pool->chunks_count; slot-- > 0 && taken < plan->length;) {
-        if (!pool->chunks[slot].base || !pool->chunks[slot].range)
-            continue;
-        for (uint32_t index = last_block_locked(pool, slot); index != NIL && taken < plan->length;
-             index = pool->blocks[index].prev_phys) {
-            uintptr_t lo, hi;
-            if (!spare_pieces_of(pool, plan, slot, index, IDLE_NEVER, &lo, &hi))
-                continue;
-            if (pool->blocks[index].idle_gen > newest)
-                newest = pool->blocks[index].idle_gen;
-            taken += hi - lo;
-        }
-    }
-    return newest;
-}
-
-/* Whether every block that unmap_for_growth_locked(plan) would take
- * pieces from (top of each range down, up to plan->length bytes) is idle
- * once barrier `passed` has passed (IDLE_NEVER: the device was
- * synchronized). */
-static int choice_is_idle_locked(const pool_t *pool, const growth_plan_t *plan, uint64_t passed)
-{
-    return passed == IDLE_NEVER || atomic_load_explicit(&pool_test_skip_idle_check, memory_order_relaxed) ||
-           choice_idle_generation_locked(pool, plan) <= passed;
-}
-
-/* Whether any whole free piece could move to `plan` (remap); `passed` as
- * in spare_pieces_of. */
-static int has_spare_pieces_locked(const pool_t *pool, const growth_plan_t *plan, uint64_t passed)
-{
-    for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
-        if (!pool->chunks[slot].base || !pool->chunks[slot].range)
-            continue;
-        for (uint32_t index = pool->chunks[slot].first_block; index != NIL; index = pool->blocks[index].next_phys) {
-            uintptr_t lo, hi;
-            if (spare_pieces_of(pool, plan, slot, index, passed, &lo, &hi))
-                return 1;
-        }
-    }
-    return 0;
-}
-
-/* Remap on growth: unmaps up to plan->length bytes of spare whole free
- * pieces, from the top of each range down (replay of the PyTorch logs: a
- * little better than bottom up, largest or smallest first; all within
- * 0.1 %), so the growth keeps the mapped total instead of adding to it.
- * The caller made sure no kernel can still touch them: they are idle
- * (choice_is_idle_locked) or the device was synchronized (a ready block
- * may have been freed while a kernel still used it, and unmapping does not
- * wait). Their physical memory is kept in pool->stash where the GPU
- * allows (vm_unmap_keep), for the growth to map again instead of a release
- * and a create per piece. Returns the bytes unmapped; on a failure it
- * stops, leaving the pool consistent. Keeps two descriptors reserved for
- * the growth. */
-static size_t unmap_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
-{
-    size_t unmapped = 0;
-    for (uint32_t slot = pool->chunks_count; slot-- > 0 && unmapped < plan->length;) {
-        ps_vm_range_t *range = pool->chunks[slot].range;
-        if (!pool->chunks[slot].base || !range)
-            continue;
-        for (uint32_t index = last_block_locked(pool, slot), prev; index != NIL && unmapped < plan->length;
-             index = prev) {
-            prev = pool->blocks[index].prev_phys; /* stays valid: the hole merges into it, never it away */
-            uintptr_t lo, hi;
-            if (!spare_pieces_of(pool, plan, slot, index, IDLE_NEVER, &lo, &hi))
-                continue;
-            if (hi - lo > plan->length - unmapped)
-                lo = hi - ps_align_up(plan->length - unmapped, range->piece);
-            if (reserve_descriptors_locked(pool, 4) != PS_OK)
-                return unmapped;
-            uint32_t after;
-            size_t done = unmap_block_pieces_locked(pool, slot, index, lo, hi, &pool->stash, &after);
-            unmapped += done;
-            if (done < hi - lo)
-                return unmapped;
-        }
-    }
-    return unmapped;
-}
-
-/* Remap: spare pieces exist and a barrier can be issued now (one is
- * refused while a stream capture is open, which a device synchronize
- * would invalidate; it also releases what is pending). When every block
- * the usual choice takes pieces from is idle (its releasing barrier has
- * passed on the GPU: nothing issued before it can touch it; the newest
- * passed barrier is asked once, newest_passed_locked), the pieces move
- * with no device synchronize; otherwise the device is synchronized first,
- * as before. Either way the same pieces move: the layout and the peaks are
- * what they were. Replay (docs/benchmarks.md), transformer log with a
- * 2-5 ms GPU lag: moving idle pieces first, synchronizing only for the
- * rest, saved a few more synchronizes but reserved one piece more;
- * mapping new memory instead of synchronizing for busy pieces never
- * synchronizes but reserved 1.03-1.05x instead of 1.006x. Returns 1 when
- * pieces moved or the device was synchronized for them: one remap credit
- * spent. */
-static int remap_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
-{
-    if (!remap_wanted_locked(pool) || !has_spare_pieces_locked(pool, plan, IDLE_NEVER) ||
-        !barrier_release_locked(pool))
-        return 0;
-    const ps_gpu_ops_t *gpu = pool->gpu;
-    uint64_t needed;
-    if (choice_is_idle_locked(pool, plan, newest_passed_locked(pool))) {
-        if (!unmap_for_growth_locked(pool, plan))
-            return 0;
-        pool->remaps_idle++;
-    } else if (gpu->barrier_wait && (needed = choice_idle_generation_locked(pool, plan)) != IDLE_NEVER &&
-               gpu->barrier_wait(gpu->ctx, needed) == PS_OK) {
-        /* wait for the one barrier that released them: the GPU keeps the
-         * work queued after it (a synchronize would drain the queue) */
-        pool->remap_waits++;
-        unmap_for_growth_locked(pool, plan);
-    } else {
-        if (gpu->device_synchronize(gpu->ctx) != PS_OK)
-            return 0;
-        pool->remap_syncs++;
-        unmap_for_growth_locked(pool, plan);
-    }
-    pool->remap_credit -= REMAP_CREDIT_UNIT;
-    return 1;
-}
-
-/* Maps `plan` and cuts it out of its unmapped block as a ready free block
- * (merged with its free neighbours); *grown = that block. Needs two
- * reserved descriptors. */
-static int map_planned_locked(pool_t *pool, const growth_plan_t *plan, uint32_t *grown)
-{
-    const ps_pool_options_t *o = &pool->options;
-    if (o->maximum_size && pool->bytes_reserved + plan->length > o->maximum_size)
-        return PS_ENOMEM;
-    ps_vm_range_t *range = pool->chunks[pool->blocks[plan->block].chunk].range;
-    int status = ps_vm_range_map_kept(range, plan->start, plan->length, &pool->stash);
-    if (status != PS_OK)
-        return status;
-    pool_block_t *b = &pool->blocks[plan->block];
-    uint32_t mapped = plan->block;
-    unmapped_remove(pool, plan->block);
-    if (plan->length < b->size) {
-        if (plan->start == b->addr) { /* front: the unmapped rest is the back */
-            uint32_t rest = split_block(pool, plan->block, plan->start + plan->length);
-            unmapped_insert(pool, rest);
-        } else { /* back */
-            mapped = split_block(pool, plan->block, plan->start);
-            unmapped_insert(pool, plan->block);
-        }
-    }
-    pool->bytes_reserved += plan->length;
-    if (pool->bytes_reserved > pool->peak_bytes_reserved)
-        pool->peak_bytes_reserved = pool->bytes_reserved;
-    pool->upstream_allocs += plan->length / range->piece;
-    *grown = release_block(pool, mapped, OWNER_READY, 0, IDLE_NOW); /* fresh memory; a neighbour's generation wins */
-    return PS_OK;
-}
-
-/* Step c, expandable: maps the fewest new pieces that give a ready block
- * of at least `need` bytes (reserving another range when no unmapped
- * block can serve); with remap, first moves free pieces there. *grown =
- * the block. Needs two reserved descriptors. */
-static int grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown)
-{
-    growth_plan_t plan = plan_growth_locked(pool, need);
-    if (plan.block == NIL) {
-        int status = add_range_locked(pool, need);
-        if (status != PS_OK)
-            return status == PS_EUNSUPPORTED ? PS_ENOMEM : status;
-        plan = plan_growth_locked(pool, need);
-        if (plan.block == NIL)
-            return PS_ENOMEM;
-    }
-    if (remap_for_growth_locked(pool, &plan)) {
-        /* the barrier's blocks and the holes may serve better; the old
-         * plan still can (its block and neighbours were left alone) */
-        plan = plan_growth_locked(pool, need);
-    }
-    int status = map_planned_locked(pool, &plan, grown); /* (the stash's pieces first) */
-    ps_vm_stash_drop(pool->gpu, &pool->stash);           /* what the growth did not need */
-    return status;
-}
-
-/* Step e, expandable: unmaps every whole piece inside a ready free block.
- * The device is synchronized first: unmapping does not wait for kernels
- * still using the range, and a ready block may have been freed while one
- * ran (a barrier orders later work, not earlier work). Not with a growth
- * budget under free_sync event (the pinned pool's host range, which gives
- * pieces back often): there a block is ready only once a fence recorded
- * after its free completed (idle now), unless a failed host wait released
- * it (idle unknown: synchronized first, as above). */
-static void unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
-{
-    int synchronized = 0;
-    for (uint32_t slot = 0; slot < pool->chunks_count && pool->bytes_reserved > keep; slot++) {
-        ps_vm_range_t *range = pool->chunks[slot].range;
-        if (!pool->chunks[slot].base || !range)
-            continue;
-        for (uint32_t index = pool->chunks[slot].first_block, next; index != NIL && pool->bytes_reserved > keep;
-             index = next) {
-            next = pool->blocks[index].next_phys;
-            uintptr_t lo, hi;
-            if (!whole_pieces_of(pool, range, index, &lo, &hi))
-                continue;
-            if (hi - lo > pool->bytes_reserved - keep) /* unmap no more than needed */
-                hi = lo + ps_align_up(pool->bytes_reserved - keep, range->piece);
-            if (reserve_descriptors_locked(pool, 2) != PS_OK)
-                continue;
-            /* a block released by a failed host wait (idle unknown) needs
-             * the synchronize even there */
-            int fenced = pool->options.free_sync == PS_FREE_SYNC_EVENT && pool->options.grow_budget_percent &&
-                         pool->blocks[index].idle_gen == IDLE_NOW;
-            if (!synchronized && !fenced) {
-                if (pool->gpu->device_synchronize(pool->gpu->ctx) != PS_OK)
-                    return;
-                synchronized = 1;
-            }
-            unmap_block_pieces_locked(pool, slot, index, lo, hi, NULL, &next);
-        }
-    }
-}
-
-/* Step c: grows by one chunk big enough for `need` bytes, or (expandable)
- * maps what is missing; *grown = the ready block that now fits. */
-static int grow_locked(pool_t *pool, size_t need, uint32_t *grown)
-{
-    if (pool->expandable)
-        return grow_expandable_locked(pool, need, grown);
-    const ps_pool_options_t *o = &pool->options;
-    size_t step = (size_t)(pool->bytes_reserved / 100 * o->growth_percent +
-                           pool->bytes_reserved % 100 * o->growth_percent / 100);
-    if (step < o->min_chunk)
-        step = o->min_chunk;
-    if (step > o->max_chunk)
-        step = o->max_chunk;
-    size_t chunk_size = ps_align_up(need, o->chunk_granule ? o->chunk_granule : GROWTH_GRANULE);
-    if (!chunk_size)
-        return PS_ENOMEM;
-    if (chunk_size < step)
-        chunk_size = step;
-    chunk_size = ps_align_up(chunk_size, o->alignment);
-    if (o->maximum_size) {
-        size_t room = pool->bytes_reserved >= o->maximum_size ? 0 : o->maximum_size - pool->bytes_reserved;
-        room &= ~(o->alignment - 1);
-        if (room < need)
-            return PS_ENOMEM;
-        if (chunk_size > room)
-            chunk_size = room;
-    }
-    for (;;) {
-        int status = add_chunk_locked(pool, chunk_size, need, grown);
-        if (status == PS_OK || chunk_size == need)
-            return status;
-        size_t half = ps_align_up(chunk_size / 2, o->alignment);
-        chunk_size = half > need ? half : need;
-    }
-}
-
-/* Gives wholly free chunks of the ready list back to the upstream (and,
- * expandable, unmaps free pieces) until at most `keep` bytes are reserved. */
-static void release_free_chunks_locked(pool_t *pool, uint64_t keep)
-{
-    quick_flush_locked(pool);
-    for (uint32_t slot = 0; slot < pool->chunks_count && pool->bytes_reserved > keep; slot++) {
-        pool_chunk_t *chunk = &pool->chunks[slot];
-        if (!chunk->base || chunk->range)
-            continue;
-        uint32_t index = chunk->first_block;
-        pool_block_t *b = &pool->blocks[index];
-        if (b->state != BLOCK_FREE || b->owner != OWNER_READY || b->next_phys != NIL)
-            continue;
-        if (ps_deallocate(pool->base.upstream, chunk->base, chunk->base_size, PS_STREAM_NONE) != PS_OK) {
-            ps_warning("pool '%s': the upstream refused a chunk back; keeping it", pool->base.name);
-            continue;
-        }
-        list_remove(pool, index);
-        recycle_descriptor(pool, index);
-        pool->bytes_reserved -= chunk->size;
-        pool->upstream_frees++;
-        chunk->base = NULL;
-    }
-    while (pool->chunks_count && !pool->chunks[pool->chunks_count - 1].base)
-        pool->chunks_count--;
-    if (pool->expandable)
-        unmap_free_pieces_locked(pool, keep);
-}
-
-/* Closes and host-waits every epoch and every stream list; afterwards all
- * free memory is in the ready list. */
-static void flush_all_locked(pool_t *pool)
-{
-    if (!pool->gpu)
-        return;
-    ps_reuse_flush(&pool->reuse);
-    for (int round = 0; round < 2; round++) /* the 2nd round covers blocks freed after an old lazy fence */
-        poll_stream_lists_locked(pool, 1, 1);
 }
 
 /* ---- thread caches (core/thread_cache.c) -------------------------------- */
@@ -1519,11 +768,11 @@ static void tcache_give_back_locked(void *owner, const ps_tcache_block_t *blocks
         uint32_t index = (uint32_t)found, stream_owner;
         pool->bytes_in_use -= pool->blocks[index].size;
         if (blocks[i].ready)
-            release_block(pool, index, OWNER_READY, 0,
+            pool_release_block(pool, index, OWNER_READY, 0,
                           pool->blocks[index].idle_gen > newest ? pool->blocks[index].idle_gen : newest);
         else if (is_stream_ordered(blocks[i].stream) &&
                  owner_of_stream_locked(pool, blocks[i].stream, &stream_owner) == PS_OK)
-            release_block(pool, index, stream_owner, ++pool->free_counter, IDLE_NEVER);
+            pool_release_block(pool, index, stream_owner, ++pool->free_counter, IDLE_NEVER);
         else if (defer_block(pool, index) != PS_OK) { /* cannot happen short of host OOM and a dead device */
             ps_ptr_map_put(&pool->in_use, blocks[i].addr, index);
             pool->bytes_in_use += pool->blocks[index].size;
@@ -1540,7 +789,7 @@ static void tcache_refill_room_locked(pool_t *pool, size_t need, size_t room)
     size_t count = 0;
     if (room > 8)
         room = 8;
-    if (reserve_descriptors_locked(pool, (uint32_t)room + 1) != PS_OK ||
+    if (pool_reserve_descriptors_locked(pool, (uint32_t)room + 1) != PS_OK ||
         ps_ptr_map_reserve(&pool->in_use, room) != PS_OK)
         return;
     while (count < room) {
@@ -1568,8 +817,8 @@ static int tcache_barrier(void *owner, uint64_t tag)
     ps_lock(&pool->lock);
     int released = ps_tcache_released(pool->tcache, tag);
     if (!released && pool->gpu && pool->options.free_sync == PS_FREE_SYNC_BARRIER) {
-        quick_flush_locked(pool);
-        released = barrier_release_locked(pool);
+        pool_quick_flush_locked(pool);
+        released = pool_barrier_release_locked(pool);
     }
     ps_unlock(&pool->lock);
     return released;
@@ -1642,7 +891,7 @@ static int tcache_drain_locked(pool_t *pool, size_t need, int stream_allocation,
      * cycling one size through a small pool otherwise emptied its cache at
      * every barrier: 0 hits in 20000 pairs of 64 KiB) */
     if (!stream_allocation && pool->gpu && pool->options.free_sync == PS_FREE_SYNC_BARRIER &&
-        ps_tcache_holds_freed(pool->tcache, need) && barrier_release_locked(pool) &&
+        ps_tcache_holds_freed(pool->tcache, need) && pool_barrier_release_locked(pool) &&
         ps_tcache_take_owner_locked(pool->tcache, need, PS_STREAM_NONE, out))
         return PS_OK;
     if (!force && ps_tcache_caches_cudafree(pool->tcache, SIZE_MAX)) {
@@ -1666,7 +915,7 @@ static int tcache_drain_locked(pool_t *pool, size_t need, int stream_allocation,
     if (try_ready_locked(pool, need, out) == PS_OK)
         return PS_OK;
     if (pool->gpu && pool->options.free_sync == PS_FREE_SYNC_BARRIER && anything_pending_locked(pool) &&
-        barrier_release_locked(pool) && try_ready_locked(pool, need, out) == PS_OK)
+        pool_barrier_release_locked(pool) && try_ready_locked(pool, need, out) == PS_OK)
         return PS_OK;
     return PS_ENOMEM;
 }
@@ -1728,7 +977,7 @@ static int fit_budget_locked(pool_t *pool, size_t need, void **out)
                 return PS_OK;
         }
     }
-    release_free_chunks_locked(pool, keep);
+    pool_release_free_chunks_locked(pool, keep);
     return PS_ENOMEM;
 }
 
@@ -1737,26 +986,26 @@ static int fit_budget_locked(pool_t *pool, size_t need, void **out)
 static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation, void **out)
 {
     const ps_gpu_ops_t *gpu = pool->gpu;
-    quick_flush_locked(pool); /* parked blocks may coalesce into a fit */
+    pool_quick_flush_locked(pool); /* parked blocks may coalesce into a fit */
     if (try_ready_locked(pool, need, out) == PS_OK)
         return PS_OK;
     if (gpu) {
         /* a. closed epochs (and, for a cudaMalloc, stream lists already fenced) */
         int released = ps_reuse_poll(&pool->reuse);
         if (!stream_allocation)
-            released += poll_stream_lists_locked(pool, 0, 0);
+            released += pool_poll_stream_lists_locked(pool, 0, 0);
         if (released && try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
         /* B. one barrier releases everything pending */
         int barrier = pool->options.free_sync == PS_FREE_SYNC_BARRIER;
-        if (barrier && anything_pending_locked(pool) && barrier_release_locked(pool)) {
+        if (barrier && anything_pending_locked(pool) && pool_barrier_release_locked(pool)) {
             if (try_ready_locked(pool, need, out) == PS_OK)
                 return PS_OK;
         } else if (ps_reuse_close_and_poll(&pool->reuse, pool->options.epoch_wait_ns) &&
                    try_ready_locked(pool, need, out) == PS_OK) {
             return PS_OK; /* b. close the open epoch and poll it briefly */
         }
-        if (!stream_allocation && poll_stream_lists_locked(pool, 1, 0) &&
+        if (!stream_allocation && pool_poll_stream_lists_locked(pool, 1, 0) &&
             try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
     }
@@ -1769,17 +1018,17 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
         return PS_OK;
     uint32_t grown;
     if (pool->options.release_before_grow && !pool->expandable)
-        release_free_chunks_locked(pool, 0);
+        pool_release_free_chunks_locked(pool, 0);
     else if (pool->options.grow_budget_percent && pool->expandable && fit_budget_locked(pool, need, out) == PS_OK)
         return PS_OK;
-    if (grow_locked(pool, need, &grown) == PS_OK)
+    if (pool_grow_locked(pool, need, &grown) == PS_OK)
         return take_grown_locked(pool, grown, need, out);
     if (gpu) {
         /* d. memory pressure: a barrier (one refused at step B, while a
          * capture was open, may be possible now), then wait the oldest
          * epochs one by one */
         if (pool->options.free_sync == PS_FREE_SYNC_BARRIER && anything_pending_locked(pool) &&
-            barrier_release_locked(pool) && try_ready_locked(pool, need, out) == PS_OK)
+            pool_barrier_release_locked(pool) && try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
         ps_reuse_close_or_sync(&pool->reuse);
         if (try_ready_locked(pool, need, out) == PS_OK) /* the fallback may have freed blocks */
@@ -1788,15 +1037,15 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
             if (try_ready_locked(pool, need, out) == PS_OK)
                 return PS_OK;
         /* ... then merge every stream list into the ready list */
-        if (poll_stream_lists_locked(pool, 1, 1) + poll_stream_lists_locked(pool, 1, 1) &&
+        if (pool_poll_stream_lists_locked(pool, 1, 1) + pool_poll_stream_lists_locked(pool, 1, 1) &&
             try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
     }
     /* e. every thread's cache comes back; give free memory back and grow once more */
     if (tcache_drain_locked(pool, need, stream_allocation, 1, out) == PS_OK)
         return PS_OK;
-    release_free_chunks_locked(pool, 0);
-    if (grow_locked(pool, need, &grown) == PS_OK)
+    pool_release_free_chunks_locked(pool, 0);
+    if (pool_grow_locked(pool, need, &grown) == PS_OK)
         return take_grown_locked(pool, grown, need, out);
     return PS_ENOMEM; /* f. */
 }
@@ -1815,10 +1064,10 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         return PS_OK;
     pool_lock(pool);
     if (__builtin_expect(pool->eager_barrier, 0) && ps_reuse_wants_barrier(&pool->reuse, pool->bytes_reserved)) {
-        quick_flush_locked(pool);
-        barrier_release_locked(pool); /* 0. (free_sync barrier) pending memory is piling up */
+        pool_quick_flush_locked(pool);
+        pool_barrier_release_locked(pool); /* 0. (free_sync barrier) pending memory is piling up */
     }
-    int status = reserve_descriptors_locked(pool, 2);
+    int status = pool_reserve_descriptors_locked(pool, 2);
     if (status == PS_OK)
         status = ps_ptr_map_reserve(&pool->in_use, 1);
     uint32_t owner = OWNER_READY;
@@ -1883,7 +1132,7 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
     uint32_t owner;
     int status = PS_OK;
     if (stream_ordered && owner_of_stream_locked(pool, stream, &owner) == PS_OK)
-        release_block(pool, index, owner, ++pool->free_counter, IDLE_NEVER);
+        pool_release_block(pool, index, owner, ++pool->free_counter, IDLE_NEVER);
     else if (ps_reuse_defers(&pool->reuse) || stream_ordered) /* no list for the stream: the safe path */
         status = defer_block(pool, index);
     else
@@ -1907,8 +1156,8 @@ static void pool_device_synchronized(ps_resource_t *r)
         return;
     ps_lock(&pool->lock);
     if (pool->bytes_reserved > pool->options.release_threshold) {
-        flush_all_locked(pool);
-        release_free_chunks_locked(pool, pool->options.release_threshold);
+        pool_flush_all_locked(pool);
+        pool_release_free_chunks_locked(pool, pool->options.release_threshold);
     }
     ps_unlock(&pool->lock);
 }
@@ -1919,8 +1168,8 @@ static int pool_trim(ps_resource_t *r)
     ps_lock(&pool->lock);
     if (pool->tcache)
         ps_tcache_drain_all_locked(pool->tcache);
-    flush_all_locked(pool);
-    release_free_chunks_locked(pool, 0);
+    pool_flush_all_locked(pool);
+    pool_release_free_chunks_locked(pool, 0);
     ps_unlock(&pool->lock);
     return PS_OK;
 }
@@ -2047,12 +1296,12 @@ static void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
             unsigned fl = (unsigned)__builtin_ctzll(owner->fl_bitmap);
             unsigned sl = (unsigned)__builtin_ctz(owner->sl_bitmap[fl]);
             uint32_t index = owner->heads[fl][sl];
-            list_remove(pool, index);
+            pool_list_remove(pool, index);
             pool->blocks[index].state = BLOCK_PENDING;
             if (ps_reuse_list_push(&retired, index, pool->blocks[index].size) != PS_OK) {
                 /* no host memory for the list: this block is safe after a device sync */
                 synced = synced || pool->gpu->device_synchronize(pool->gpu->ctx) == PS_OK;
-                release_block(pool, index, OWNER_READY, 0, synced ? IDLE_NOW : IDLE_NEVER);
+                pool_release_block(pool, index, OWNER_READY, 0, synced ? IDLE_NOW : IDLE_NEVER);
             }
         }
         /* one fence on every stream, this one included (it is still
@@ -2084,8 +1333,8 @@ static const ps_resource_ops_t pool_ops = {"pool", pool_allocate, pool_deallocat
 static int grow_or_add_initial_locked(pool_t *pool, size_t initial, uint32_t *grown)
 {
     if (pool->expandable)
-        return grow_expandable_locked(pool, initial, grown);
-    return add_chunk_locked(pool, initial, initial, grown);
+        return pool_grow_expandable_locked(pool, initial, grown);
+    return pool_add_chunk_locked(pool, initial, initial, grown);
 }
 
 uint64_t ps_pool_thread_cache_bytes(ps_resource_t *r)
@@ -2213,7 +1462,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     if (status == PS_OK)
         status = ps_ptr_map_init(&pool->stream_owners, 16);
     if (status == PS_OK)
-        status = reserve_descriptors_locked(pool, 2);
+        status = pool_reserve_descriptors_locked(pool, 2);
     pool->lock = (ps_lock_t)PS_LOCK_INIT;
     if (status == PS_OK && o.thread_cache && gpu &&
         (o.free_sync == PS_FREE_SYNC_BARRIER || o.free_sync == PS_FREE_SYNC_NONE))

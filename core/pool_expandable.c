@@ -1,0 +1,650 @@
+/* The pool's growth and what moves memory in and out of it (core/pool.c
+ * step 3c and e; data structures in core/pool_internal.h): chunks from the
+ * upstream, or the expandable mode over virtual-memory ranges, remap, the
+ * growth budget of the pinned pool, and giving free memory back.
+ *
+ * Algorithm
+ *  1. Expandable range: tiled by blocks like a chunk; the parts not backed
+ *     by memory are UNMAPPED blocks (never listed; at first one block
+ *     covers the whole range). A growth picks the unmapped block that
+ *     needs the fewest new bytes: map just enough of its front (to join a
+ *     ready free block below), of its back (to join one above), or all of
+ *     it, in whole pieces; the new memory merges with its free neighbours,
+ *     so growth leaves no hole. When no unmapped block can serve, reserve
+ *     another range.
+ *  2. Remap (options.remap, free_sync barrier): when whole free pieces lie
+ *     elsewhere in the range (not in the ready blocks the growth joins),
+ *     issue a barrier (refused while a stream capture is open: then no
+ *     remap). If every block whose pieces the remap takes (top of the
+ *     range down, up to as many bytes as the growth maps) is idle — its
+ *     idle generation, the barrier that released it, has passed on the GPU
+ *     (gpu->barrier_passed, asked once per remap for the newest passed
+ *     barrier) — unmap them at once; otherwise wait on the host for the
+ *     newest barrier that released one of them (gpu->barrier_wait, a
+ *     cuEventSynchronize: the work queued after that barrier keeps the GPU
+ *     busy), and only when one of them was not released by a barrier
+ *     (IDLE_NEVER) or the wait fails, synchronize the device (a ready block
+ *     may have been freed while a kernel still used it; unmapping does not
+ *     wait). Then plan again (a hole may now serve): the growth keeps the
+ *     mapped total instead of adding to it. Moved pieces keep their
+ *     physical memory where the GPU allows (pool->stash).
+ *  3. Idle generations: fence completed, device synchronized or fresh
+ *     memory 0; released by barrier g: g; unknown (steal, stream-ordered
+ *     free, free_sync none) UINT64_MAX; merges take the max, splits keep it.
+ *  4. Each remap spends a credit; a burst of REMAP_BURST is allowed, then
+ *     one more per remap_turnover_percent % of reserved bytes that barriers
+ *     released (pool_remap_earn_locked): a loop that would remap at every
+ *     step (the MLP log with barrier_pending_percent 1: 37 synchronizes per
+ *     1000 allocations) grows instead once the burst is spent.
+ *  5. Growth budget (grow_budget_percent, the pinned pool's host range):
+ *     when the growth would pass that % of the most bytes in use seen at a
+ *     growth, first host-wait pending blocks, then unmap free pieces until
+ *     it fits (fit_budget_locked): merging alone leaves holes between live
+ *     blocks as big as the blocks when few large ones live (the CuPy
+ *     pipeline model: 1.3-1.6x; given back: ~1.05x).
+ *  6. Giving memory back (step e, trim, release_threshold): wholly free
+ *     chunks go to the upstream; in a range, the device is synchronized,
+ *     then every whole piece inside a ready free block is unmapped, leaving
+ *     an UNMAPPED block there.
+ * Measured (replay of the PyTorch logs, docs/benchmarks.md): remap takes
+ * reserved/requested from 1.043x to 1.005x (transformer), 1.013x to
+ * 1.011x (conv net), 1.035x to 1.024x (MLP); with a 2 ms GPU lag the
+ * remaps that are not idle wait for one barrier (transformer 36, conv net
+ * 15), none synchronizes the device, the same layout and peaks.
+ */
+#include "pool_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Test hook (ps_pool_test_skip_idle_check): remap treats every ready
+ * block as idle, as if the check were missing (negative control). */
+static _Atomic int pool_test_skip_idle_check;
+
+void ps_pool_test_skip_idle_check(int on)
+{
+    atomic_store(&pool_test_skip_idle_check, on);
+}
+
+/* Remap's credit (remap_wanted_locked): it starts at REMAP_BURST remaps;
+ * `released` bytes of cudaFree'd memory that a barrier released earn
+ * released / (remap_turnover_percent % of reserved) more, up to
+ * REMAP_BURST (remap_turnover_percent 0: no bound). Called on the barrier
+ * path only. */
+void pool_remap_earn_locked(pool_t *pool, uint64_t released)
+{
+    uint64_t per_remap = pool->bytes_reserved / 100 * pool->options.remap_turnover_percent;
+    uint64_t cap = (uint64_t)REMAP_BURST * REMAP_CREDIT_UNIT;
+    if (!per_remap || pool->remap_credit >= cap) {
+        pool->remap_credit = cap;
+        return;
+    }
+    uint64_t earned = released / per_remap >= REMAP_BURST ? cap : released * REMAP_CREDIT_UNIT / per_remap;
+    pool->remap_credit = pool->remap_credit + earned > cap ? cap : pool->remap_credit + earned;
+}
+
+
+/* ---- expandable ranges ------------------------------------------------- */
+
+static void unmapped_insert(pool_t *pool, uint32_t index)
+{
+    pool_block_t *b = &pool->blocks[index];
+    b->state = BLOCK_UNMAPPED;
+    b->prev_free = NIL;
+    b->next_free = pool->unmapped_head;
+    if (pool->unmapped_head != NIL)
+        pool->blocks[pool->unmapped_head].prev_free = index;
+    pool->unmapped_head = index;
+    pool->bytes_unmapped += b->size;
+}
+
+static void unmapped_remove(pool_t *pool, uint32_t index)
+{
+    pool_block_t *b = &pool->blocks[index];
+    if (b->prev_free != NIL)
+        pool->blocks[b->prev_free].next_free = b->next_free;
+    else
+        pool->unmapped_head = b->next_free;
+    if (b->next_free != NIL)
+        pool->blocks[b->next_free].prev_free = b->prev_free;
+    pool->bytes_unmapped -= b->size;
+}
+
+/* Cuts block `index` (in no list) at address `at` (inside it): `index`
+ * keeps the front, the returned new block the back (same state, chunk and
+ * owner). Needs one reserved descriptor. */
+static uint32_t split_block(pool_t *pool, uint32_t index, uintptr_t at)
+{
+    uint32_t back = pool_take_descriptor(pool);
+    pool_block_t *b = &pool->blocks[index], *n = &pool->blocks[back];
+    *n = *b;
+    n->addr = at;
+    n->size = b->addr + b->size - at;
+    n->prev_phys = index;
+    if (b->next_phys != NIL)
+        pool->blocks[b->next_phys].prev_phys = back;
+    b->next_phys = back;
+    b->size = at - b->addr;
+    return back;
+}
+
+/* Unmapped block `index` absorbs unmapped physical neighbours. */
+static void unmapped_merge(pool_t *pool, uint32_t index)
+{
+    uint32_t prev = pool->blocks[index].prev_phys;
+    if (prev != NIL && pool->blocks[prev].state == BLOCK_UNMAPPED) {
+        unmapped_remove(pool, index);
+        unmapped_remove(pool, prev);
+        pool_block_t *p = &pool->blocks[prev], *b = &pool->blocks[index];
+        p->size += b->size;
+        p->next_phys = b->next_phys;
+        if (b->next_phys != NIL)
+            pool->blocks[b->next_phys].prev_phys = prev;
+        pool_recycle_descriptor(pool, index);
+        unmapped_insert(pool, prev);
+        index = prev;
+    }
+    uint32_t next = pool->blocks[index].next_phys;
+    if (next != NIL && pool->blocks[next].state == BLOCK_UNMAPPED) {
+        unmapped_remove(pool, index);
+        unmapped_remove(pool, next);
+        pool_block_t *b = &pool->blocks[index], *n = &pool->blocks[next];
+        b->size += n->size;
+        b->next_phys = n->next_phys;
+        if (n->next_phys != NIL)
+            pool->blocks[n->next_phys].prev_phys = index;
+        pool_recycle_descriptor(pool, next);
+        unmapped_insert(pool, index);
+    }
+}
+
+/* Reserves one more range of address space, as a chunk made of one
+ * unmapped block. */
+static int add_range_locked(pool_t *pool, size_t need)
+{
+    const ps_pool_options_t *o = &pool->options;
+    size_t size = o->expandable_reserve;
+    if (!size) {
+        size_t free_bytes = 0, total = 0;
+        if (pool->gpu->mem_get_info(pool->gpu->ctx, &free_bytes, &total) != PS_OK || !total)
+            total = 32 * PS_GiB;
+        size = total > PS_TiB / 2 ? PS_TiB : 2 * total;
+    }
+    if (size < need)
+        size = need;
+    uint32_t slot;
+    if (pool_chunk_slot_locked(pool, &slot) != PS_OK)
+        return PS_ENOMEM;
+    ps_vm_range_t *range;
+    int status = ps_vm_range_create(pool->gpu, size, o->expandable_piece, &range);
+    if (status != PS_OK)
+        return status;
+    uint32_t index = pool_take_descriptor(pool);
+    pool_block_t *b = &pool->blocks[index];
+    b->addr = range->base;
+    b->size = range->size;
+    b->free_stamp = 0;
+    b->idle_gen = IDLE_NOW; /* unmapped: nothing behind it */
+    b->prev_phys = b->next_phys = NIL;
+    b->chunk = slot;
+    b->owner = OWNER_READY;
+    pool->chunks[slot] = (pool_chunk_t){(void *)range->base, range->size, range->base, range->size, index, range};
+    if (slot == pool->chunks_count)
+        pool->chunks_count++;
+    unmapped_insert(pool, index);
+    return PS_OK;
+}
+
+/* The size of block `index` if it is free in the ready list, else 0. */
+static inline size_t ready_size(const pool_t *pool, uint32_t index)
+{
+    if (index == NIL)
+        return 0;
+    const pool_block_t *b = &pool->blocks[index];
+    return b->state == BLOCK_FREE && b->owner == OWNER_READY ? b->size : 0;
+}
+
+/* A growth of an expandable pool: map [start, start + length) of unmapped
+ * block `block`. */
+typedef struct growth_plan {
+    uint32_t block;   /* the unmapped block, or NIL: none can serve */
+    uintptr_t start;  /* first address to map */
+    size_t length;    /* bytes to map (whole pieces) */
+} growth_plan_t;
+
+/* Step c, expandable: the unmapped block that needs the fewest new pieces
+ * to give a ready block of at least `need` bytes (front to join a ready
+ * block below, back to join one above, or all of it). */
+static growth_plan_t plan_growth_locked(const pool_t *pool, size_t need)
+{
+    growth_plan_t best = {NIL, 0, SIZE_MAX};
+    for (uint32_t u = pool->unmapped_head; u != NIL; u = pool->blocks[u].next_free) {
+        const pool_block_t *b = &pool->blocks[u];
+        size_t piece = pool->chunks[b->chunk].range->piece;
+        size_t below = ready_size(pool, b->prev_phys), above = ready_size(pool, b->next_phys);
+        if (below + b->size + above < need)
+            continue;
+        /* below, above < need: the request did not fit in them */
+        size_t front = ps_align_up(need - below, piece), back = ps_align_up(need - above, piece);
+        growth_plan_t plan = {u, b->addr, b->size};
+        if (front && front <= b->size && front <= back)
+            plan.length = front;
+        else if (back && back <= b->size)
+            plan = (growth_plan_t){u, b->addr + b->size - back, back};
+        if (plan.length < best.length ||
+            (plan.length == best.length && b->addr < pool->blocks[best.block].addr))
+            best = plan;
+    }
+    return best;
+}
+
+/* Unmaps the whole pieces of ready free block `index` (of expandable chunk
+ * `slot`) in [lo, hi), leaving an UNMAPPED block there (merged with
+ * unmapped neighbours) and the free rest on both sides in the ready list.
+ * The caller has synchronized the device and reserved two descriptors.
+ * Returns the bytes unmapped (fewer than asked when a vm_unmap failed: the
+ * rest stays mapped and free); *after = the block after the hole. */
+static size_t unmap_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t index, uintptr_t lo, uintptr_t hi,
+                                        ps_vm_stash_t *stash, uint32_t *after)
+{
+    ps_vm_range_t *range = pool->chunks[slot].range;
+    size_t done = 0;
+    if (stash)
+        ps_vm_range_unmap_keep(range, lo, hi - lo, stash, &done);
+    else
+        ps_vm_range_unmap(range, lo, hi - lo, &done);
+    *after = pool->blocks[index].next_phys;
+    if (!done)
+        return 0;
+    pool_block_t *b = &pool->blocks[index];
+    uintptr_t end = b->addr + b->size;
+    pool_list_remove(pool, index);
+    uint32_t hole = index;
+    if (lo > b->addr) {
+        hole = split_block(pool, index, lo);
+        pool_list_insert(pool, OWNER_READY, index);
+    }
+    if (lo + done < end) {
+        uint32_t tail = split_block(pool, hole, lo + done);
+        pool_list_insert(pool, OWNER_READY, tail);
+    }
+    *after = pool->blocks[hole].next_phys;
+    unmapped_insert(pool, hole);
+    unmapped_merge(pool, hole);
+    pool->bytes_reserved -= done;
+    pool->upstream_frees += done / range->piece;
+    return done;
+}
+
+/* The whole pieces inside ready free block `index` of `range`, as [*lo, *hi). */
+static int whole_pieces_of(const pool_t *pool, const ps_vm_range_t *range, uint32_t index, uintptr_t *lo,
+                           uintptr_t *hi)
+{
+    const pool_block_t *b = &pool->blocks[index];
+    if (b->state != BLOCK_FREE || b->owner != OWNER_READY)
+        return 0;
+    *lo = range->base + ps_align_up(b->addr - range->base, range->piece);
+    *hi = range->base + (b->addr + b->size - range->base) / range->piece * range->piece;
+    return *hi > *lo;
+}
+
+/* Whether a growth of an expandable pool may first move free pieces
+ * (options.remap, free_sync barrier): a remap credit is left
+ * (remap_earn_locked). A program whose every step needs a block the layout
+ * of that step lacks would otherwise pay a device synchronize per step to
+ * keep the mapped total (replay of the MLP log with barrier_pending_percent
+ * 1: 37 per 1000 allocations, one per step, each after 10 % of reserved
+ * turned over); one plain growth instead gives the layout the room it
+ * lacks. */
+static int remap_wanted_locked(const pool_t *pool)
+{
+    const ps_pool_options_t *o = &pool->options;
+    if (!o->remap || o->free_sync != PS_FREE_SYNC_BARRIER || !pool->gpu->device_synchronize)
+        return 0;
+    return pool->remap_credit >= REMAP_CREDIT_UNIT;
+}
+
+/* The last block of chunk `slot` (in address order). */
+static uint32_t last_block_locked(const pool_t *pool, uint32_t slot)
+{
+    uint32_t index = pool->chunks[slot].first_block;
+    while (pool->blocks[index].next_phys != NIL)
+        index = pool->blocks[index].next_phys;
+    return index;
+}
+
+/* Whether ready free block `index` of chunk `slot` may give pieces to
+ * `plan`: not one of the blocks next to the planned block, which the
+ * growth joins, and idle once barrier `passed` has passed (IDLE_NEVER: the
+ * device was synchronized, every block is idle); [*lo, *hi) = its whole
+ * pieces. */
+static int spare_pieces_of(const pool_t *pool, const growth_plan_t *plan, uint32_t slot, uint32_t index,
+                           uint64_t passed, uintptr_t *lo, uintptr_t *hi)
+{
+    const pool_block_t *planned = &pool->blocks[plan->block];
+    return index != planned->prev_phys && index != planned->next_phys &&
+           (passed == IDLE_NEVER || pool->blocks[index].idle_gen <= passed ||
+            atomic_load_explicit(&pool_test_skip_idle_check, memory_order_relaxed)) &&
+           whole_pieces_of(pool, pool->chunks[slot].range, index, lo, hi);
+}
+
+/* The newest barrier the GPU has passed (IDLE_NOW: none known): a ready
+ * block with idle_gen <= it is idle. At most PS_BARRIER_RING
+ * barrier_passed calls, newest first (an older barrier than the ring
+ * remembers has passed once the oldest remembered one has); a failed call
+ * counts as not passed. */
+static uint64_t newest_passed_locked(const pool_t *pool)
+{
+    const ps_gpu_ops_t *gpu = pool->gpu;
+    if (!gpu->barrier_generation || !gpu->barrier_passed)
+        return IDLE_NOW;
+    uint64_t newest = gpu->barrier_generation(gpu->ctx);
+    for (uint64_t g = newest; g > 0 && newest - g < PS_BARRIER_RING; g--)
+        if (gpu->barrier_passed(gpu->ctx, g) == PS_OK)
+            return g;
+    return IDLE_NOW;
+}
+
+/* The barrier that must have passed for every block that
+ * unmap_for_growth_locked(plan) would take pieces from to be idle: the
+ * newest idle generation among them (IDLE_NEVER: one of them is not known
+ * to become idle by any barrier; a device synchronize is needed). */
+static uint64_t choice_idle_generation_locked(const pool_t *pool, const growth_plan_t *plan)
+{
+    size_t taken = 0;
+    uint64_t newest = IDLE_NOW;
+    for (uint32_t slot = pool->chunks_count; slot-- > 0 && taken < plan->length;) {
+        if (!pool->chunks[slot].base || !pool->chunks[slot].range)
+            continue;
+        for (uint32_t index = last_block_locked(pool, slot); index != NIL && taken < plan->length;
+             index = pool->blocks[index].prev_phys) {
+            uintptr_t lo, hi;
+            if (!spare_pieces_of(pool, plan, slot, index, IDLE_NEVER, &lo, &hi))
+                continue;
+            if (pool->blocks[index].idle_gen > newest)
+                newest = pool->blocks[index].idle_gen;
+            taken += hi - lo;
+        }
+    }
+    return newest;
+}
+
+/* Whether every block that unmap_for_growth_locked(plan) would take
+ * pieces from (top of each range down, up to plan->length bytes) is idle
+ * once barrier `passed` has passed (IDLE_NEVER: the device was
+ * synchronized). */
+static int choice_is_idle_locked(const pool_t *pool, const growth_plan_t *plan, uint64_t passed)
+{
+    return passed == IDLE_NEVER || atomic_load_explicit(&pool_test_skip_idle_check, memory_order_relaxed) ||
+           choice_idle_generation_locked(pool, plan) <= passed;
+}
+
+/* Whether any whole free piece could move to `plan` (remap); `passed` as
+ * in spare_pieces_of. */
+static int has_spare_pieces_locked(const pool_t *pool, const growth_plan_t *plan, uint64_t passed)
+{
+    for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
+        if (!pool->chunks[slot].base || !pool->chunks[slot].range)
+            continue;
+        for (uint32_t index = pool->chunks[slot].first_block; index != NIL; index = pool->blocks[index].next_phys) {
+            uintptr_t lo, hi;
+            if (spare_pieces_of(pool, plan, slot, index, passed, &lo, &hi))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* Remap on growth: unmaps up to plan->length bytes of spare whole free
+ * pieces, from the top of each range down (replay of the PyTorch logs: a
+ * little better than bottom up, largest or smallest first; all within
+ * 0.1 %), so the growth keeps the mapped total instead of adding to it.
+ * The caller made sure no kernel can still touch them: they are idle
+ * (choice_is_idle_locked) or the device was synchronized (a ready block
+ * may have been freed while a kernel still used it, and unmapping does not
+ * wait). Their physical memory is kept in pool->stash where the GPU
+ * allows (vm_unmap_keep), for the growth to map again instead of a release
+ * and a create per piece. Returns the bytes unmapped; on a failure it
+ * stops, leaving the pool consistent. Keeps two descriptors reserved for
+ * the growth. */
+static size_t unmap_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
+{
+    size_t unmapped = 0;
+    for (uint32_t slot = pool->chunks_count; slot-- > 0 && unmapped < plan->length;) {
+        ps_vm_range_t *range = pool->chunks[slot].range;
+        if (!pool->chunks[slot].base || !range)
+            continue;
+        for (uint32_t index = last_block_locked(pool, slot), prev; index != NIL && unmapped < plan->length;
+             index = prev) {
+            prev = pool->blocks[index].prev_phys; /* stays valid: the hole merges into it, never it away */
+            uintptr_t lo, hi;
+            if (!spare_pieces_of(pool, plan, slot, index, IDLE_NEVER, &lo, &hi))
+                continue;
+            if (hi - lo > plan->length - unmapped)
+                lo = hi - ps_align_up(plan->length - unmapped, range->piece);
+            if (pool_reserve_descriptors_locked(pool, 4) != PS_OK)
+                return unmapped;
+            uint32_t after;
+            size_t done = unmap_block_pieces_locked(pool, slot, index, lo, hi, &pool->stash, &after);
+            unmapped += done;
+            if (done < hi - lo)
+                return unmapped;
+        }
+    }
+    return unmapped;
+}
+
+/* Remap: spare pieces exist and a barrier can be issued now (one is
+ * refused while a stream capture is open, which a device synchronize
+ * would invalidate; it also releases what is pending). When every block
+ * the usual choice takes pieces from is idle (its releasing barrier has
+ * passed on the GPU: nothing issued before it can touch it; the newest
+ * passed barrier is asked once, newest_passed_locked), the pieces move
+ * with no device synchronize; otherwise the device is synchronized first,
+ * as before. Either way the same pieces move: the layout and the peaks are
+ * what they were. Replay (docs/benchmarks.md), transformer log with a
+ * 2-5 ms GPU lag: moving idle pieces first, synchronizing only for the
+ * rest, saved a few more synchronizes but reserved one piece more;
+ * mapping new memory instead of synchronizing for busy pieces never
+ * synchronizes but reserved 1.03-1.05x instead of 1.006x. Returns 1 when
+ * pieces moved or the device was synchronized for them: one remap credit
+ * spent. */
+static int remap_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
+{
+    if (!remap_wanted_locked(pool) || !has_spare_pieces_locked(pool, plan, IDLE_NEVER) ||
+        !pool_barrier_release_locked(pool))
+        return 0;
+    const ps_gpu_ops_t *gpu = pool->gpu;
+    uint64_t needed;
+    if (choice_is_idle_locked(pool, plan, newest_passed_locked(pool))) {
+        if (!unmap_for_growth_locked(pool, plan))
+            return 0;
+        pool->remaps_idle++;
+    } else if (gpu->barrier_wait && (needed = choice_idle_generation_locked(pool, plan)) != IDLE_NEVER &&
+               gpu->barrier_wait(gpu->ctx, needed) == PS_OK) {
+        /* wait for the one barrier that released them: the GPU keeps the
+         * work queued after it (a synchronize would drain the queue) */
+        pool->remap_waits++;
+        unmap_for_growth_locked(pool, plan);
+    } else {
+        if (gpu->device_synchronize(gpu->ctx) != PS_OK)
+            return 0;
+        pool->remap_syncs++;
+        unmap_for_growth_locked(pool, plan);
+    }
+    pool->remap_credit -= REMAP_CREDIT_UNIT;
+    return 1;
+}
+
+/* Maps `plan` and cuts it out of its unmapped block as a ready free block
+ * (merged with its free neighbours); *grown = that block. Needs two
+ * reserved descriptors. */
+static int map_planned_locked(pool_t *pool, const growth_plan_t *plan, uint32_t *grown)
+{
+    const ps_pool_options_t *o = &pool->options;
+    if (o->maximum_size && pool->bytes_reserved + plan->length > o->maximum_size)
+        return PS_ENOMEM;
+    ps_vm_range_t *range = pool->chunks[pool->blocks[plan->block].chunk].range;
+    int status = ps_vm_range_map_kept(range, plan->start, plan->length, &pool->stash);
+    if (status != PS_OK)
+        return status;
+    pool_block_t *b = &pool->blocks[plan->block];
+    uint32_t mapped = plan->block;
+    unmapped_remove(pool, plan->block);
+    if (plan->length < b->size) {
+        if (plan->start == b->addr) { /* front: the unmapped rest is the back */
+            uint32_t rest = split_block(pool, plan->block, plan->start + plan->length);
+            unmapped_insert(pool, rest);
+        } else { /* back */
+            mapped = split_block(pool, plan->block, plan->start);
+            unmapped_insert(pool, plan->block);
+        }
+    }
+    pool->bytes_reserved += plan->length;
+    if (pool->bytes_reserved > pool->peak_bytes_reserved)
+        pool->peak_bytes_reserved = pool->bytes_reserved;
+    pool->upstream_allocs += plan->length / range->piece;
+    *grown = pool_release_block(pool, mapped, OWNER_READY, 0, IDLE_NOW); /* fresh memory; a neighbour's generation wins */
+    return PS_OK;
+}
+
+/* Step c, expandable: maps the fewest new pieces that give a ready block
+ * of at least `need` bytes (reserving another range when no unmapped
+ * block can serve); with remap, first moves free pieces there. *grown =
+ * the block. Needs two reserved descriptors. */
+int pool_grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown)
+{
+    growth_plan_t plan = plan_growth_locked(pool, need);
+    if (plan.block == NIL) {
+        int status = add_range_locked(pool, need);
+        if (status != PS_OK)
+            return status == PS_EUNSUPPORTED ? PS_ENOMEM : status;
+        plan = plan_growth_locked(pool, need);
+        if (plan.block == NIL)
+            return PS_ENOMEM;
+    }
+    if (remap_for_growth_locked(pool, &plan)) {
+        /* the barrier's blocks and the holes may serve better; the old
+         * plan still can (its block and neighbours were left alone) */
+        plan = plan_growth_locked(pool, need);
+    }
+    int status = map_planned_locked(pool, &plan, grown); /* (the stash's pieces first) */
+    ps_vm_stash_drop(pool->gpu, &pool->stash);           /* what the growth did not need */
+    return status;
+}
+
+/* Step e, expandable: unmaps every whole piece inside a ready free block.
+ * The device is synchronized first: unmapping does not wait for kernels
+ * still using the range, and a ready block may have been freed while one
+ * ran (a barrier orders later work, not earlier work). Not with a growth
+ * budget under free_sync event (the pinned pool's host range, which gives
+ * pieces back often): there a block is ready only once a fence recorded
+ * after its free completed (idle now), unless a failed host wait released
+ * it (idle unknown: synchronized first, as above). */
+static void unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
+{
+    int synchronized = 0;
+    for (uint32_t slot = 0; slot < pool->chunks_count && pool->bytes_reserved > keep; slot++) {
+        ps_vm_range_t *range = pool->chunks[slot].range;
+        if (!pool->chunks[slot].base || !range)
+            continue;
+        for (uint32_t index = pool->chunks[slot].first_block, next; index != NIL && pool->bytes_reserved > keep;
+             index = next) {
+            next = pool->blocks[index].next_phys;
+            uintptr_t lo, hi;
+            if (!whole_pieces_of(pool, range, index, &lo, &hi))
+                continue;
+            if (hi - lo > pool->bytes_reserved - keep) /* unmap no more than needed */
+                hi = lo + ps_align_up(pool->bytes_reserved - keep, range->piece);
+            if (pool_reserve_descriptors_locked(pool, 2) != PS_OK)
+                continue;
+            /* a block released by a failed host wait (idle unknown) needs
+             * the synchronize even there */
+            int fenced = pool->options.free_sync == PS_FREE_SYNC_EVENT && pool->options.grow_budget_percent &&
+                         pool->blocks[index].idle_gen == IDLE_NOW;
+            if (!synchronized && !fenced) {
+                if (pool->gpu->device_synchronize(pool->gpu->ctx) != PS_OK)
+                    return;
+                synchronized = 1;
+            }
+            unmap_block_pieces_locked(pool, slot, index, lo, hi, NULL, &next);
+        }
+    }
+}
+
+/* Step c: grows by one chunk big enough for `need` bytes, or (expandable)
+ * maps what is missing; *grown = the ready block that now fits. */
+int pool_grow_locked(pool_t *pool, size_t need, uint32_t *grown)
+{
+    if (pool->expandable)
+        return pool_grow_expandable_locked(pool, need, grown);
+    const ps_pool_options_t *o = &pool->options;
+    size_t step = (size_t)(pool->bytes_reserved / 100 * o->growth_percent +
+                           pool->bytes_reserved % 100 * o->growth_percent / 100);
+    if (step < o->min_chunk)
+        step = o->min_chunk;
+    if (step > o->max_chunk)
+        step = o->max_chunk;
+    size_t chunk_size = ps_align_up(need, o->chunk_granule ? o->chunk_granule : GROWTH_GRANULE);
+    if (!chunk_size)
+        return PS_ENOMEM;
+    if (chunk_size < step)
+        chunk_size = step;
+    chunk_size = ps_align_up(chunk_size, o->alignment);
+    if (o->maximum_size) {
+        size_t room = pool->bytes_reserved >= o->maximum_size ? 0 : o->maximum_size - pool->bytes_reserved;
+        room &= ~(o->alignment - 1);
+        if (room < need)
+            return PS_ENOMEM;
+        if (chunk_size > room)
+            chunk_size = room;
+    }
+    for (;;) {
+        int status = pool_add_chunk_locked(pool, chunk_size, need, grown);
+        if (status == PS_OK || chunk_size == need)
+            return status;
+        size_t half = ps_align_up(chunk_size / 2, o->alignment);
+        chunk_size = half > need ? half : need;
+    }
+}
+
+/* Gives wholly free chunks of the ready list back to the upstream (and,
+ * expandable, unmaps free pieces) until at most `keep` bytes are reserved. */
+void pool_release_free_chunks_locked(pool_t *pool, uint64_t keep)
+{
+    pool_quick_flush_locked(pool);
+    for (uint32_t slot = 0; slot < pool->chunks_count && pool->bytes_reserved > keep; slot++) {
+        pool_chunk_t *chunk = &pool->chunks[slot];
+        if (!chunk->base || chunk->range)
+            continue;
+        uint32_t index = chunk->first_block;
+        pool_block_t *b = &pool->blocks[index];
+        if (b->state != BLOCK_FREE || b->owner != OWNER_READY || b->next_phys != NIL)
+            continue;
+        if (ps_deallocate(pool->base.upstream, chunk->base, chunk->base_size, PS_STREAM_NONE) != PS_OK) {
+            ps_warning("pool '%s': the upstream refused a chunk back; keeping it", pool->base.name);
+            continue;
+        }
+        pool_list_remove(pool, index);
+        pool_recycle_descriptor(pool, index);
+        pool->bytes_reserved -= chunk->size;
+        pool->upstream_frees++;
+        chunk->base = NULL;
+    }
+    while (pool->chunks_count && !pool->chunks[pool->chunks_count - 1].base)
+        pool->chunks_count--;
+    if (pool->expandable)
+        unmap_free_pieces_locked(pool, keep);
+}
+
+/* Closes and host-waits every epoch and every stream list; afterwards all
+ * free memory is in the ready list. */
+void pool_flush_all_locked(pool_t *pool)
+{
+    if (!pool->gpu)
+        return;
+    ps_reuse_flush(&pool->reuse);
+    for (int round = 0; round < 2; round++) /* the 2nd round covers blocks freed after an old lazy fence */
+        pool_poll_stream_lists_locked(pool, 1, 1);
+}
+
