@@ -4,7 +4,7 @@
 # build/ (and .carry/ for the RMM peer) carried from a machine with libinih:
 #   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [replay] [bench] [pinned] [torchmem]
 #                                      [ddp] [ddp_transformer] [multigpu] [soak]
-#                                      [benchcore] [verify]
+#                                      [benchcore] [verify] [verify2]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # replay: the committed PyTorch logs replayed on this GPU (tools/bench/replay_logs.sh,
 # also part of bench); traces also plots its log with the recorded reserved curve.
@@ -17,7 +17,8 @@
 # soak: the randomized soak of tests/gpu/soak.cu on every stack, SOAK_TOTAL seconds
 # in all (default 540: 90 s for each of the 6 runs, inside one 10-minute device call;
 # SOAK_STACKS=pool SOAK_TOTAL=560 gives one stack the whole call).
-# verify: what changed after the last GPU run (see the step; about 6 min).
+# verify: what changed after the last GPU run (see the step; about 6 min);
+# verify2: the same for two GPUs (nvidia-h200-x2; about 8 min).
 # Results land under $OUT: gpu/ and bench/ from the scripts, and everything
 # else in one archive, extra.tgz (the device tool returns at most 8 files).
 set -u
@@ -111,6 +112,16 @@ for step in $what; do
         OUT_DIR=$OUT/verify/tm WORKLOADS="transformer convnet" CONFIGS="nocache expandable poolshim" \
             tools/bench/torch_mem/run.sh build/libpoolshim.so
         rm -rf "$OUT/verify/tm/runs" ;;
+    verify2)
+        # two GPUs (nvidia-h200-x2): issue 11's DDP of the transformer per rank, and the
+        # two-GPU tests after the peer-access mapping was refactored (about 8 min)
+        echo "=== verify2: DDP of the transformer (nocache, torch, expandable, poolshim)"
+        CONFIGS="nocache torch expandable poolshim" OUT_DIR=$OUT/verify2/ddpt WORKLOAD=ddp_transformer \
+            STEPS=${STEPS:-150} tools/bench/torch_mem/ddp.sh build/libpoolshim.so
+        rm -f "$OUT"/verify2/ddpt/*.smi
+        echo "=== verify2: two-GPU tests"
+        OUTDIR=$OUT/verify2/gpu TESTS='multi_gpu|mpi_ranks|ddp|peer' TEST_TIMEOUT=${TEST_TIMEOUT:-150} \
+            ./tests/gpu/run.sh build | grep -vE '^(PASS|SKIP) build/' | tail -n 50 ;;
     soak)
         stacks=${SOAK_STACKS:-pool pool_shared arena binning fixed_over_pool async}
         count=$(printf '%s\n' $stacks | wc -l)
