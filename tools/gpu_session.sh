@@ -80,7 +80,13 @@ for step in $what; do
             tee "$OUT/pinned/pinned.txt" | tail -n 60 ;;
     benchcore)
         echo "=== bench_core (CPU, $(nproc) CPUs, load $(cut -d' ' -f1 /proc/loadavg))"
-        if [ -x build/bench_core ]; then build/bench_core | tee "$OUT/bench_core.txt"
+        if [ -x build/bench_core ]; then
+            # with the sampling profiler over every thread (the 16-thread rows are where
+            # the default pool collapsed in session 4): where the time goes
+            SAMPLER_MODE=process SAMPLER_OUT=$OUT/bench_core.samples LD_PRELOAD=$PWD/build/sampler.so \
+                build/bench_core | tee "$OUT/bench_core.txt"
+            python3 tools/prof/resolve.py "$OUT/bench_core.samples" build/bench_core | head -n 30 |
+                tee "$OUT/bench_core_profile.txt"
         else echo "build/bench_core missing: make build/bench_core where libinih is, and carry build/"; fi ;;
     torchmem)
         echo "=== PyTorch memory on varied shapes (NVML)"
