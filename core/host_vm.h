@@ -1,7 +1,7 @@
 /* The pinned host pool's expandable range (host.expandable, on by default
  * where the driver can): a GPU-ops table whose virtual-memory entries
  * (vm_*) map page-locked HOST memory, so the pool's expandable mode
- * (core/pool.c) runs unchanged over pinned memory: one reserved address
+ * (core/pool_expandable.c) runs unchanged over pinned memory: one reserved address
  * range, host-located physical pieces mapped side by side as the pool
  * grows (blocks merge across pieces) and unmapped again from the middle
  * when the pool gives memory back (grow_budget_percent).

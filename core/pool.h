@@ -1,6 +1,7 @@
 /* The coalescing pool: a general-purpose suballocator over an upstream
- * resource. core/pool.c opens with its algorithm; this header is its
- * contract.
+ * resource. core/pool.c opens with its algorithm (core/pool_expandable.c
+ * with that of its growth, expandable ranges and remap; core/pool_internal.h
+ * holds what the two share); this header is its contract.
  *
  * Guarantees:
  *  - every pointer is aligned to `alignment` (>= 256, a power of two);

@@ -1,5 +1,5 @@
 /* A reserved range of device address space into which physical memory is
- * mapped piece by piece: the backing of the expandable pool (core/pool.c).
+ * mapped piece by piece: the backing of the expandable pool (core/pool_expandable.c).
  *
  * The range is reserved once (vm_reserve, nothing mapped) and cut into
  * *pieces* of equal size (a multiple of the device's granularity). Each

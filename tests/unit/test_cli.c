@@ -1139,7 +1139,7 @@ Test(replay, remap_brings_the_transformer_log_below_expandable_segments)
 {
     /* PyTorch's expandable_segments held 1.013x on the GPU run of this
      * loop; the pool held 1.043x before it moved free pieces to its growth
-     * (core/pool.c step c, remap). The conv net and MLP logs must not get
+     * (core/pool_expandable.c, remap). The conv net and MLP logs must not get
      * worse than they were (1.013x, 1.035x). The negative control: remap
      * off gives the old figure back. */
     const char *logs[] = {"logs/h100_torch_transformer_uncached.csv.gz", "logs/h100_torch_convnet_uncached.csv.gz",

@@ -1,4 +1,4 @@
-/* Remap on growth (pool option `remap`, core/pool.c step c): an expandable
+/* Remap on growth (pool option `remap`, core/pool_expandable.c): an expandable
  * pool that must grow while whole free pieces lie elsewhere in its range
  * issues a barrier, waits on the host for the barrier that released those
  * pieces (barrier_wait; a device synchronize where it cannot), unmaps them
