@@ -119,7 +119,7 @@ PS_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, uns
 PS_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
     if (bytesize && ps_route_pinned_block((uintptr_t)p, bytesize, NULL))
-        return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+        return CUDA_ERROR_INVALID_VALUE; /* as CUDA for cuMemHostAlloc memory (H100, CUDA 13.0) */
     PASS_REAL(cuMemHostRegister_v2, p, bytesize, Flags);
 }
 

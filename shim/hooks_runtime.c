@@ -129,7 +129,7 @@ PS_EXPORT cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsi
 PS_EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
 {
     if (size && ps_route_pinned_block((uintptr_t)ptr, size, NULL))
-        return cudaErrorHostMemoryAlreadyRegistered;
+        return cudaErrorInvalidValue; /* as CUDA for cudaHostAlloc memory (H100, CUDA 13.0) */
     CALL_REAL_RT(cudaHostRegister, ptr, size, flags);
 }
 

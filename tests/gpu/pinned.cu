@@ -125,12 +125,20 @@ static int hazard(void)
     CK(cudaHostGetFlags(&flags, p + off));
     const unsigned asked = cudaHostAllocMapped | cudaHostAllocPortable;
     EXPECT((flags & asked) == asked, "cudaHostGetFlags of p+off: %#x, expected portable|mapped", flags);
+    /* natively (H100, CUDA 13.0, session 6) a registration inside
+     * cudaHostAlloc memory is "invalid value", not "already registered" */
     cudaError_t reg = cudaHostRegister(p + off, 4096, cudaHostRegisterDefault);
-    EXPECT(reg == cudaErrorHostMemoryAlreadyRegistered, "cudaHostRegister over a pinned block: %s",
-           cudaGetErrorName(reg));
+    cudaError_t reg_whole = cudaHostRegister(p, m, cudaHostRegisterDefault);
+    EXPECT(reg == cudaErrorInvalidValue, "cudaHostRegister inside a pinned block: %s", cudaGetErrorName(reg));
     cudaError_t unreg = cudaHostUnregister(p);
-    printf("pinned: cudaHostGetFlags %#x, cudaHostRegister over the block %s, cudaHostUnregister of it %s\n", flags,
-           cudaGetErrorName(reg), cudaGetErrorName(unreg));
+    cudaError_t unreg_inside = cudaHostUnregister(p + off);
+    printf("pinned: cudaHostGetFlags %#x, cudaHostRegister inside the block %s, of the whole block %s, "
+           "cudaHostUnregister of it %s, of an interior pointer %s\n",
+           flags, cudaGetErrorName(reg), cudaGetErrorName(reg_whole), cudaGetErrorName(unreg),
+           cudaGetErrorName(unreg_inside));
+    EXPECT(reg_whole == cudaErrorInvalidValue || reg_whole == cudaErrorHostMemoryAlreadyRegistered,
+           "cudaHostRegister of the whole block: %s", cudaGetErrorName(reg_whole));
+    EXPECT(unreg_inside != cudaSuccess, "cudaHostUnregister inside allocated pinned memory must fail");
     EXPECT(unreg != cudaSuccess, "cudaHostUnregister of allocated pinned memory must fail");
     (void)cudaGetLastError(); /* the expected failures are not sticky: clear them */
     CK(cudaFreeHost(p));

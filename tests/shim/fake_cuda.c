@@ -1003,7 +1003,7 @@ EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
     if (!p || !size)
         return CUDA_ERROR_INVALID_VALUE;
     if (in_host_alloc((uintptr_t)p, NULL) || in_host_alloc((uintptr_t)p + size - 1, NULL))
-        return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+        return CUDA_ERROR_INVALID_VALUE; /* what CUDA 13.0 answers inside cuMemHostAlloc memory */
     CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&registered_lock);
     for (int i = 0; i < FAKE_REGISTERED_MAX; i++)

@@ -648,8 +648,8 @@ static void pinned_queries(void *q, size_t n, int pooled, const char *what)
     CHECK(cudaHostGetDevicePointer(&d, (char *)q + n / 2, 0) == cudaSuccess && d == (char *)q + n / 2,
           "%s: cudaHostGetDevicePointer inside the block", what);
     CHECK(cudaHostGetDevicePointer(&d, q, 1) == cudaErrorInvalidValue, "%s: its flags must be 0", what);
-    CHECK(cudaHostRegister(q, n, 0) == cudaErrorHostMemoryAlreadyRegistered, "%s: cudaHostRegister", what);
-    CHECK(cudaHostRegister((char *)q + n / 2, 4096, 0) == cudaErrorHostMemoryAlreadyRegistered,
+    CHECK(cudaHostRegister(q, n, 0) == cudaErrorInvalidValue, "%s: cudaHostRegister", what);
+    CHECK(cudaHostRegister((char *)q + n / 2, 4096, 0) == cudaErrorInvalidValue,
           "%s: cudaHostRegister from inside", what);
     CHECK(cudaHostUnregister(q) == cudaErrorHostMemoryNotRegistered, "%s: cudaHostUnregister", what);
 }
