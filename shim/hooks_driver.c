@@ -126,7 +126,7 @@ PS_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int F
 PS_EXPORT CUresult cuMemHostUnregister(void *p)
 {
     if (ps_route_pinned_block((uintptr_t)p, 1, NULL))
-        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED; /* pinned by allocation, never registered */
+        return CUDA_ERROR_INVALID_VALUE; /* as CUDA for cuMemHostAlloc memory (H100, CUDA 13.0) */
     PASS_REAL(cuMemHostUnregister, p);
 }
 

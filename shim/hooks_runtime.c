@@ -136,7 +136,7 @@ PS_EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flag
 PS_EXPORT cudaError_t cudaHostUnregister(void *ptr)
 {
     if (ps_route_pinned_block((uintptr_t)ptr, 1, NULL))
-        return cudaErrorHostMemoryNotRegistered;
+        return cudaErrorInvalidValue; /* as CUDA for cudaHostAlloc memory (H100, CUDA 13.0) */
     CALL_REAL_RT(cudaHostUnregister, ptr);
 }
 

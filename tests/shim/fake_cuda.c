@@ -1024,7 +1024,7 @@ EXPORT CUresult cuMemHostUnregister(void *p)
 {
     ENTER();
     if (in_host_alloc((uintptr_t)p, NULL))
-        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+        return CUDA_ERROR_INVALID_VALUE; /* as CUDA 13.0 for cuMemHostAlloc memory */
     CUresult r = CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&registered_lock);
     for (int i = 0; i < FAKE_REGISTERED_MAX; i++)
