@@ -833,7 +833,7 @@ static int tcache_barrier(void *owner, uint64_t tag)
 static void note_contention_locked(pool_t *pool, uint32_t count);
 static inline void pool_lock(pool_t *pool)
 {
-    if (__builtin_expect(!__atomic_exchange_n(&pool->lock.held, 1, __ATOMIC_ACQUIRE), 1)) {
+    if (__builtin_expect(ps_lock_try(&pool->lock), 1)) {
         if (pool->tcache && ++pool->locks_taken == LOCK_WINDOW)
             pool->locks_taken = pool->locks_contended = 0;
         return;
