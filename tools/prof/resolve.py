@@ -11,7 +11,11 @@ import bisect
 import collections
 import os
 import subprocess
+import signal
 import sys
+
+# piped into head: stop quietly when the reader goes away
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 
 def symbols(path):
