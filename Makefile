@@ -69,7 +69,7 @@ CORE_LIB  := $(BUILD)/libpoolshim_core.a
 CLI       := $(BUILD)/poolshim
 UNIT      := $(BUILD)/test_unit
 
-.PHONY: all deps test test-unit test-shim test-stress test-long test-all check-gpu bench-core bench install clean
+.PHONY: all deps test test-unit test-shim test-stress test-long test-all check-gpu bench-core bench-shim bench install clean
 all: $(LIB) $(CLI)
 
 deps:
@@ -139,6 +139,13 @@ bench-core: $(BUILD)/bench_core
 	$(BUILD)/bench_core
 $(BUILD)/bench_core: tools/bench/bench_core.c $(CORE_LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) $(LDLIBS) -lm
+
+# The whole shim over the fake CUDA of tests/shim (no GPU): psbench's pairs,
+# random and thread workloads through the runtime door (tools/bench/bench_shim.c).
+bench-shim: $(BUILD)/bench_shim $(LIB)
+	LD_LIBRARY_PATH=$(FAKE) LD_PRELOAD=$(CURDIR)/$(LIB) $(BUILD)/bench_shim $(BENCH_SHIM_ARGS)
+$(BUILD)/bench_shim: tools/bench/bench_shim.c $(FAKE)/libcudart.so.13 $(FAKE)/libcuda.so.1
+	$(CC) $(CFLAGS) -o $@ $< -L$(FAKE) -lcudart $(LDFLAGS) $(LDLIBS)
 
 # A sampling profiler to LD_PRELOAD on the GPU machine, which has no perf
 # (tools/prof/sampler.c says how; tools/prof/resolve.py names the functions).

@@ -4,12 +4,15 @@
 # build/ (and .carry/ for the RMM peer) carried from a machine with libinih:
 #   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [replay] [bench] [pinned] [torchmem]
 #                                      [ddp] [ddp_transformer] [multigpu] [soak]
-#                                      [benchcore] [verify] [verify2]
+#                                      [benchcore] [scaling] [verify] [verify2]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # replay: the committed PyTorch logs replayed on this GPU (tools/bench/replay_logs.sh,
 # also part of bench); traces also plots its log with the recorded reserved curve.
 # benchcore: build/bench_core (CPU only, host ops) on this machine's cores: the
 # thread-scaling lines of the default stack (the CI machine has 2 CPUs).
+# scaling: tools/bench/scaling.sh: psbench pairs/random/threads/threads_mixed for
+# poolshim's stacks beside cudaMallocAsync and RMM, then bench_shim and bench_core on
+# this machine's cores (LIBS, PROFILE: see the script; about 3 min).
 # torchmem: NVML memory of varied PyTorch loops per allocator (about 6 min on an
 # H100); ddp: DDP per free policy (needs two GPUs: nvidia-h200-x2); multigpu:
 # the GPU suite's multi-GPU and multi-process tests, then mpirun and torchrun
@@ -88,6 +91,10 @@ for step in $what; do
             python3 tools/prof/resolve.py "$OUT/bench_core.samples" build/bench_core | head -n 30 |
                 tee "$OUT/bench_core_profile.txt"
         else echo "build/bench_core missing: make build/bench_core where libinih is, and carry build/"; fi ;;
+    scaling)
+        echo "=== thread scaling and pair cost (tools/bench/scaling.sh)"
+        OUT_DIR=$OUT/scaling tools/bench/scaling.sh build
+        (cd "$OUT" && tar czf scaling.tgz scaling && rm -rf scaling) ;;
     torchmem)
         echo "=== PyTorch memory on varied shapes (NVML)"
         OUT_DIR=$OUT/torchmem TRACE_DIR=$OUT/torchmem/traces tools/bench/torch_mem/run.sh build/libpoolshim.so |

@@ -19,6 +19,9 @@
  *    thread on its own fake stream handle (stream ordered). Aggregate pairs per second of N threads over one thread's,
  *    median of SCALING_REPEATS runs; ns per pair for one thread. Scaling
  *    cannot show above the number of online CPUs, printed beside.
+ * Arguments pick sections (`bench_core scaling`; default all three);
+ * BENCH_CORE_ROWS (a substring of a scaling row's name) and
+ * BENCH_CORE_REPEATS (fewer runs per thread count) shorten the scaling part.
  */
 #include "../../core/host_ops.h"
 #include "../../core/pool.h"
@@ -29,13 +32,14 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define ROUNDS 51           /* timed rounds per measurement (median taken) */
 #define PAIRS_PER_ROUND 20000 /* allocate+free pairs in one round */
 #define RANDOM_RUNS 50      /* runs of the random workload */
 #define SCALING_PAIRS 300000 /* allocate+free pairs per thread in one scaling run */
-#define SCALING_REPEATS 7   /* scaling runs per thread count (median taken) */
+#define SCALING_REPEATS 7   /* scaling runs per thread count (median taken; BENCH_CORE_REPEATS lowers it) */
 #define SCALING_MAX_THREADS 16 /* largest thread count measured */
 
 typedef struct bench_stack {
@@ -163,6 +167,8 @@ static void random_row(const char *name, ps_free_sync_t policy, int thread_cache
     stack_close(&s);
 }
 
+static void hot_section(void);
+
 /* ---- Thread scaling ---- */
 
 /* Mixed sizes (256 B .. 1 MiB, the small ones most often, as tensors of a
@@ -235,18 +241,25 @@ static double scaling_run_pairs_per_s(ps_resource_t *resource, int stream_ordere
  * repetition so drift on the machine hits them alike. */
 static void scaling_row(const char *name, ps_resource_t *resource, int stream_ordered, long cpus)
 {
+    const char *only = getenv("BENCH_CORE_ROWS"); /* a substring of the row names to run */
+    if (only && !strstr(name, only))
+        return;
+    const char *repeats_env = getenv("BENCH_CORE_REPEATS");
+    int repeats = repeats_env ? atoi(repeats_env) : SCALING_REPEATS;
+    if (repeats < 1 || repeats > SCALING_REPEATS)
+        repeats = SCALING_REPEATS;
     static const int counts[] = {1, 2, 4, 8, 16};
     enum { COUNTS = sizeof counts / sizeof counts[0] };
     double rate[COUNTS][SCALING_REPEATS];
     scaling_run_pairs_per_s(resource, stream_ordered, SCALING_MAX_THREADS); /* warm up: growth, arenas */
-    for (int repeat = 0; repeat < SCALING_REPEATS; repeat++)
+    for (int repeat = 0; repeat < repeats; repeat++)
         for (int c = 0; c < COUNTS; c++)
             rate[c][repeat] = scaling_run_pairs_per_s(resource, stream_ordered, counts[c]);
-    double one = median(rate[0], SCALING_REPEATS);
+    double one = median(rate[0], repeats);
     printf("%s: 1 thread %.1f ns per pair\n", name, 1e9 / one);
     for (int c = 1; c < COUNTS; c++) {
-        double ratio = median(rate[c], SCALING_REPEATS) / one;
-        double low = rate[c][0] / one, high = rate[c][SCALING_REPEATS - 1] / one; /* sorted by median() */
+        double ratio = median(rate[c], repeats) / one;
+        double low = rate[c][0] / one, high = rate[c][repeats - 1] / one; /* sorted by median() */
         printf("  threads %d: %.1fx of one thread (runs %.1f-%.1fx; %ld online CPUs)\n", counts[c], ratio, low,
                high, cpus);
     }
@@ -306,7 +319,33 @@ static void scaling_section(void)
     ps_host_ops_destroy(gpu);
 }
 
-int main(void)
+/* bench_core [hot] [random] [scaling]: the sections named (default: all). */
+int main(int argc, char **argv)
+{
+    int hot = argc < 2, random = argc < 2, scaling = argc < 2;
+    for (int i = 1; i < argc; i++) {
+        hot |= !strcmp(argv[i], "hot");
+        random |= !strcmp(argv[i], "random");
+        scaling |= !strcmp(argv[i], "scaling");
+    }
+    if (!hot && !random && !scaling) {
+        fprintf(stderr, "usage: bench_core [hot] [random] [scaling]\n");
+        return 2;
+    }
+    if (hot)
+        hot_section();
+    if (random) {
+        random_row("barrier (default)", PS_FREE_SYNC_BARRIER, 1);
+        random_row("barrier, no cache", PS_FREE_SYNC_BARRIER, 0);
+        random_row("none", PS_FREE_SYNC_NONE, 1);
+        random_row("event", PS_FREE_SYNC_EVENT, 0);
+    }
+    if (scaling)
+        scaling_section();
+    return 0;
+}
+
+static void hot_section(void)
 {
     static const size_t sizes[] = {256, PS_MiB, 256 * PS_MiB};
     static const char *const size_names[] = {"256 B", "1 MiB", "256 MiB"};
@@ -339,10 +378,4 @@ int main(void)
         }
         printf("\n");
     }
-    random_row("barrier (default)", PS_FREE_SYNC_BARRIER, 1);
-    random_row("barrier, no cache", PS_FREE_SYNC_BARRIER, 0);
-    random_row("none", PS_FREE_SYNC_NONE, 1);
-    random_row("event", PS_FREE_SYNC_EVENT, 0);
-    scaling_section();
-    return 0;
 }
