@@ -102,10 +102,14 @@
  *     core/thread_cache.c): before taking the lock, allocate tries the
  *     calling thread's cache and free parks the block there; cached blocks
  *     stay used here (the in-use map keeps them) and count as free/pending
- *     in query. The pool's part, in its own functions: barrier_release_locked
- *     takes a ticket before the barrier and publishes it after (a cached
- *     cudaFree'd block is reusable once a ticket taken after its free
- *     completed); a locked allocation refills the thread's bin with a few
+ *     in query. The pool's part, in its own functions: its barriers and
+ *     the caches' are numbered in one reuse family (pool->family: a cached
+ *     cudaFree'd block is reusable once a barrier begun after its free was
+ *     issued); a cache's request (tcache_barrier) issues one without the
+ *     pool's lock, and the epochs it covers are released at the next poll
+ *     (the eager trigger polls first); before unlocking, an allocation
+ *     tells the caches how many bytes are ready (their barrier request
+ *     hint); a locked allocation refills the thread's bin with a few
  *     ready blocks of its size (tcache_refill_locked); blocks come back
  *     through tcache_give_back_locked (ready ones to the ready list, others
  *     as their free would have gone); every cache is drained right before
@@ -667,13 +671,11 @@ static int anything_pending_locked(const pool_t *pool)
 int pool_barrier_release_locked(pool_t *pool)
 {
     const ps_gpu_ops_t *gpu = pool->gpu;
-    uint64_t ticket = pool->tcache ? ps_tcache_barrier_begin(pool->tcache) : 0;
     uint64_t pending = pool->reuse.bytes_pending;
+    /* (numbered in pool->family: cached blocks freed before it are ready too) */
     if (!ps_reuse_barrier(&pool->reuse)) /* refused: epochs stay, the caller goes on with them */
         return 0;
     pool_remap_earn_locked(pool, pending);
-    if (pool->tcache)
-        ps_tcache_barrier_done(pool->tcache, ticket); /* cached blocks freed before `ticket` are ready */
     for (uint32_t o = 1; o < pool->owners_count; o++) {
         pool_owner_t *owner = pool->owners[o];
         if (owner->free_blocks) /* idle once this barrier passed */
@@ -810,17 +812,26 @@ static inline __attribute__((always_inline)) void tcache_refill_locked(pool_t *p
 }
 
 /* A thread's cache asks for a barrier (core/thread_cache.c, step 3): its
- * oldest cudaFree'd block, tagged `tag`, waits for one. No lock held. */
+ * oldest cudaFree'd block, tagged `tag`, waits for one. No lock held, and
+ * the pool's lock is not taken: the barrier is numbered in pool->family,
+ * and the pool's epochs it covers are released at the pool's next poll
+ * (ps_reuse_poll). Threads asking at once queue on barrier_lock and most
+ * find the barrier of the thread ahead covers their block (16 threads
+ * issuing barriers under the pool's lock made every allocation wait). */
 static int tcache_barrier(void *owner, uint64_t tag)
 {
     pool_t *pool = owner;
-    ps_lock(&pool->lock);
-    int released = ps_tcache_released(pool->tcache, tag);
-    if (!released && pool->gpu && pool->options.free_sync == PS_FREE_SYNC_BARRIER) {
-        pool_quick_flush_locked(pool);
-        released = pool_barrier_release_locked(pool);
+    if (ps_reuse_family_covers(&pool->family, tag))
+        return 1;
+    if (!pool->gpu || pool->options.free_sync != PS_FREE_SYNC_BARRIER)
+        return 0;
+    ps_lock(&pool->barrier_lock);
+    int released = ps_reuse_family_covers(&pool->family, tag);
+    if (!released && ps_reuse_family_barrier(&pool->family, pool->gpu) == PS_OK) {
+        atomic_fetch_add_explicit(&pool->cache_barriers, 1, memory_order_relaxed);
+        released = 1;
     }
-    ps_unlock(&pool->lock);
+    ps_unlock(&pool->barrier_lock);
     return released;
 }
 
@@ -905,9 +916,7 @@ static int tcache_drain_locked(pool_t *pool, size_t need, int stream_allocation,
          * mixed sizes). Without contention they are drained (the replayed
          * transformer log: 4.02 GiB drained, 4.04 GiB kept). At OOM
          * (step e) they come back whatever they hold. */
-        uint64_t ready = 0, pending = 0;
-        ps_tcache_bytes_locked(pool->tcache, &ready, &pending);
-        if ((ready + pending) * 4 <= pool->bytes_reserved)
+        if (ps_tcache_bytes_total(pool->tcache) * 4 <= pool->bytes_reserved)
             return PS_ENOMEM;
     }
     if (!ps_tcache_drain_all_locked(pool->tcache))
@@ -1063,7 +1072,9 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         ps_tcache_take(pool->tcache, need, stream, out))
         return PS_OK;
     pool_lock(pool);
-    if (__builtin_expect(pool->eager_barrier, 0) && ps_reuse_wants_barrier(&pool->reuse, pool->bytes_reserved)) {
+    if (__builtin_expect(pool->eager_barrier, 0) && ps_reuse_wants_barrier(&pool->reuse, pool->bytes_reserved) &&
+        (!ps_reuse_poll(&pool->reuse) || ps_reuse_wants_barrier(&pool->reuse, pool->bytes_reserved))) {
+        /* (a thread cache's barrier may have covered them: the poll releases those) */
         pool_quick_flush_locked(pool);
         pool_barrier_release_locked(pool); /* 0. (free_sync barrier) pending memory is piling up */
     }
@@ -1100,6 +1111,8 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     }
     if (status == PS_OK && need <= pool->tcache_max_block)
         tcache_refill_locked(pool, need);
+    if (pool->tcache)
+        ps_tcache_note_owner_ready(pool->tcache, pool->owners[OWNER_READY]->free_bytes);
     ps_unlock(&pool->lock);
     return status;
 }
@@ -1228,7 +1241,7 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
     info->upstream_frees += pool->upstream_frees;
     info->fences_recorded += pool->fences_recorded + pool->reuse.fences_recorded;
     info->fence_waits += pool->fence_waits + pool->reuse.fence_waits;
-    info->barriers += pool->reuse.barriers;
+    info->barriers += pool->reuse.barriers + atomic_load_explicit(&pool->cache_barriers, memory_order_relaxed);
     info->pending_waits += pool->pending_waits;
     info->remap_syncs += pool->remap_syncs;
     info->remaps_idle += pool->remaps_idle;
@@ -1399,7 +1412,7 @@ void ps_pool_options_default(ps_pool_options_t *opts)
         .barrier_pending_percent = 3,
         .small_from_back = PS_MiB,
         .release_threshold = UINT64_MAX,
-        .thread_cache = 4 * PS_MiB,
+        .thread_cache = 16 * PS_MiB,
         .remap = 1,
         .remap_turnover_percent = 100,
     };
@@ -1444,7 +1457,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     for (uint32_t slot = 0; slot < QUICK_SLOTS; slot++)
         pool->quick[slot] = NIL;
     pool->alignment_log2 = (unsigned)__builtin_ctzll(o.alignment);
-    ps_reuse_init(&pool->reuse, gpu, o.free_sync, o.barrier_pending_percent, NULL, release_pending, pool);
+    ps_reuse_init(&pool->reuse, gpu, o.free_sync, o.barrier_pending_percent, &pool->family, release_pending, pool);
     pool->last_stream = PS_STREAM_NONE;
     pool->unmapped_head = NIL;
     pool->remap_credit = (uint64_t)REMAP_BURST * REMAP_CREDIT_UNIT;
@@ -1464,9 +1477,10 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     if (status == PS_OK)
         status = pool_reserve_descriptors_locked(pool, 2);
     pool->lock = (ps_lock_t)PS_LOCK_INIT;
+    pool->barrier_lock = (ps_lock_t)PS_LOCK_INIT;
     if (status == PS_OK && o.thread_cache && gpu &&
         (o.free_sync == PS_FREE_SYNC_BARRIER || o.free_sync == PS_FREE_SYNC_NONE))
-        status = ps_tcache_create(o.thread_cache, o.free_sync == PS_FREE_SYNC_NONE, &pool->lock,
+        status = ps_tcache_create(o.thread_cache, o.free_sync == PS_FREE_SYNC_NONE, &pool->family, &pool->lock,
                                   tcache_give_back_locked, tcache_barrier, pool, &pool->tcache);
     if (pool->tcache) {
         pool->tcache_max_block = ps_tcache_max_block(pool->tcache);

@@ -89,7 +89,7 @@ typedef struct ps_pool_options {
                                  the pinned pool: 64 KiB, host pages are small) */
     size_t thread_cache;      /* bytes of freed blocks each thread may keep in its own cache in
                                  front of the pool (core/thread_cache.c; blocks up to a quarter of
-                                 it); default 4 MiB; 0 = off. Used with free_sync barrier and none
+                                 it); default 16 MiB; 0 = off. Used with free_sync barrier and none
                                  only (event and device bypass it; the pinned host pool is off). The cache path
                                  trusts the pointer it is given, as the shim's registry has checked it */
 } ps_pool_options_t;

@@ -124,6 +124,9 @@ typedef struct pool {
     uint32_t unmapped_head;     /* UNMAPPED blocks, linked by prev_free/next_free */
     uint64_t bytes_unmapped;    /* sum of their sizes */
     ps_tcache_t *tcache;        /* per-thread caches in front of the pool (options.thread_cache), or NULL */
+    ps_reuse_family_t family;   /* barrier numbers of the reuse state and the thread caches (lock-free) */
+    ps_lock_t barrier_lock;     /* one thread cache's barrier at a time (the others wait and share it) */
+    _Atomic uint64_t cache_barriers; /* barriers issued for thread caches (tcache_barrier) */
     size_t tcache_max_block;    /* largest block the caches keep (0: no caches) */
 } pool_t;
 

@@ -104,7 +104,7 @@ int ps_reuse_defer(ps_reuse_t *r, uint64_t item, uint64_t bytes)
     int status = ps_reuse_list_push(&r->open, item, bytes);
     if (status != PS_OK)
         return status;
-    r->open.stamp = atomic_load(&r->family->started);
+    r->open.stamp = ps_reuse_family_stamp(r->family);
     r->bytes_pending += bytes;
     return PS_OK;
 }
@@ -142,7 +142,7 @@ static void pop_oldest(ps_reuse_t *r)
 /* Whether a barrier issued since covers a list stamped `stamp`. */
 static inline int covered(const ps_reuse_t *r, const ps_reuse_list_t *list)
 {
-    return atomic_load(&r->family->issued) > list->stamp;
+    return ps_reuse_family_covers(r->family, list->stamp);
 }
 
 int ps_reuse_poll(ps_reuse_t *r)
@@ -223,19 +223,29 @@ int ps_reuse_close_and_poll(ps_reuse_t *r, uint64_t wait_ns)
     return ps_reuse_poll(r);
 }
 
+int ps_reuse_family_barrier(ps_reuse_family_t *family, const ps_gpu_ops_t *gpu)
+{
+    if (!gpu || !gpu->barrier)
+        return PS_EUNSUPPORTED;
+    uint64_t number = atomic_fetch_add(&family->started, 1) + 1; /* before the barrier's first CUDA call */
+    int status = gpu->barrier(gpu->ctx);
+    if (status != PS_OK)
+        return status;
+    uint64_t seen = atomic_load(&family->issued);
+    while (seen < number && !atomic_compare_exchange_weak(&family->issued, &seen, number))
+        ;
+    return PS_OK;
+}
+
 int ps_reuse_barrier(ps_reuse_t *r)
 {
     const ps_gpu_ops_t *gpu = r->gpu;
     if (r->free_sync != PS_FREE_SYNC_BARRIER || !gpu || !gpu->barrier)
         return 0;
-    uint64_t number = atomic_fetch_add(&r->family->started, 1) + 1;
-    if (gpu->barrier(gpu->ctx) != PS_OK) {
+    if (ps_reuse_family_barrier(r->family, gpu) != PS_OK) {
         r->barriers_refused++;
         return 0;
     }
-    uint64_t seen = atomic_load(&r->family->issued);
-    while (seen < number && !atomic_compare_exchange_weak(&r->family->issued, &seen, number))
-        ;
     r->barriers++;
     /* read after the barrier: its own number or a later barrier's, which
      * passes no earlier; 0 (a table that numbers no barrier) would read as
@@ -301,7 +311,7 @@ void ps_reuse_retire(ps_reuse_t *r, ps_reuse_list_t *list, ps_stream_t stream)
     ps_fence_t *fence;
     if (r->gpu && reserve_closed(r) == PS_OK && r->gpu->fence_record(r->gpu->ctx, stream, &fence) == PS_OK) {
         r->fences_recorded++;
-        list->stamp = atomic_load(&r->family->started);
+        list->stamp = ps_reuse_family_stamp(r->family);
         push_closed(r, fence, list);
         return;
     }

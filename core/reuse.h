@@ -19,6 +19,8 @@
 
 #include "gpu_ops.h"
 
+#include <stdatomic.h>
+
 /* What a cudaFree (a free with PS_STREAM_NONE) waits for before its block
  * can be handed out again. */
 typedef enum ps_free_sync {
@@ -33,13 +35,35 @@ typedef enum ps_free_sync {
 typedef void (*ps_reuse_release_fn)(void *owner, uint64_t item);
 
 /* Barrier numbers shared by the reuse states of one resource (an arena's
- * per-thread states and its large blocks): a barrier issued by one of them
- * orders the blocks every other one deferred before it, and they release
- * them when they next poll. Lock-free. */
+ * per-thread states and its large blocks) and by whatever else defers
+ * blocks on them (the pool's thread caches): a barrier issued by one of
+ * them orders the blocks every other one deferred before it, and they
+ * release them when they next poll. Lock-free. */
 typedef struct ps_reuse_family {
     _Atomic uint64_t started; /* barriers begun (a defer stamps its block with this) */
     _Atomic uint64_t issued;  /* highest barrier number issued successfully */
 } ps_reuse_family_t;
+
+/* The stamp of a block freed now: any barrier issued later covers it
+ * (sequentially consistent, paired with the increment in the barrier). */
+static inline uint64_t ps_reuse_family_stamp(ps_reuse_family_t *family)
+{
+    return atomic_load(&family->started);
+}
+
+/* Whether a barrier issued since covers a block stamped `stamp`. */
+static inline int ps_reuse_family_covers(ps_reuse_family_t *family, uint64_t stamp)
+{
+    return atomic_load_explicit(&family->issued, memory_order_acquire) > stamp;
+}
+
+/* One device-wide barrier (gpu->barrier) numbered in `family`, without any
+ * reuse state: every block stamped before it is covered once it returns
+ * PS_OK; the states release theirs at their next poll. Needs no lock of
+ * the resource (gpu->barrier is thread-safe; concurrent barriers publish
+ * the highest number that succeeded). PS_EBUSY (a capture is open) or
+ * another error: nothing is covered. */
+int ps_reuse_family_barrier(ps_reuse_family_t *family, const ps_gpu_ops_t *gpu);
 
 /* Blocks deferred together. */
 typedef struct ps_reuse_list {

@@ -13,30 +13,37 @@
  *     cache has its own spinlock, taken by its thread on every operation
  *     (uncontended: other threads take it only to drain it, rarely), and
  *     the set keeps the list of its caches.
- *  2. Every freed block carries a *tag*: the set's barrier ticket counter
- *     read (sequentially consistent) at the free (ready blocks need none:
- *     refills from the pool's ready list, frees under free_sync none). The
- *     pool takes a ticket (counter + 1) before a barrier's first CUDA call
- *     and publishes it as `done` (release) after the barrier succeeded. A
- *     block with tag t < done was freed before the increment that produced
- *     a completed barrier's ticket, so that barrier was issued after the
- *     free: all GPU work issued later runs after all work issued before the
- *     free (DESIGN.md, "Reuse after cudaFree: the barrier"). A refused
- *     barrier (stream capture) never publishes, so nothing depends on it.
- *     Tags never decrease along a bin's list.
+ *  2. Every freed block carries a *tag*: its pool's reuse family stamp
+ *     (core/reuse.h) read at the free (ready blocks need none: refills
+ *     from the pool's ready list, frees under free_sync none). A barrier
+ *     numbered n > tag began after the free, so once the family says it
+ *     was issued (issued >= n), all GPU work issued later runs after all
+ *     work issued before the free (docs/design.md, "Reuse after cudaFree:
+ *     the barrier"). The pool's own barriers and those the caches ask for
+ *     count in the same family, so either kind releases cached blocks and
+ *     the pool's pending epochs alike. A refused barrier (stream capture)
+ *     is never published, so nothing depends on it. Tags never decrease
+ *     along a bin's list.
  *  3. take(size, stream), in the bin of `size`: the newest freed block if
  *     it was freed by this thread on the same (stream-ordered) stream s
  *     (the RMM rule: reuse on s is ordered by s); else a ready block; else
- *     the oldest freed block if its tag < done. When the oldest freed block
- *     still waits and the cache holds BARRIER_AFTER blocks freed since
- *     the last barrier it saw (or BARRIER_AFTER_FULL when it is 3/4 full), the cache asks the pool
- *     for a barrier (the pool's lock; skipped when another thread's barrier
- *     already covered the block) and takes the block: one barrier serves
- *     hundreds of frees of every thread, so a thread's cudaMalloc/cudaFree
- *     cycle stays in its cache (a barrier costs 0.5-17 us on an H100, 1 ns
- *     per pair spread over 512 frees). Miss: the pool serves it under its
- *     lock and may refill the bin with a few ready blocks of the same size
- *     taken at the same time (one lock for several allocations).
+ *     the oldest freed block if a barrier covers its tag. When the oldest
+ *     freed block still waits, the cache asks the pool for a barrier
+ *     (barrier_fn, which takes no pool lock: threads asking at once share
+ *     one barrier) and takes the block, if
+ *       - it holds BARRIER_AFTER blocks freed since the newest barrier it
+ *         saw (BARRIER_AFTER_FULL when it is 3/4 full): one barrier serves
+ *         hundreds of frees of every thread, so a thread's cudaMalloc /
+ *         cudaFree cycle stays in its cache (a barrier costs 0.5-17 us on
+ *         an H100, 1 ns per pair spread over 512 frees); or
+ *       - the pool had fewer ready bytes than the request when it last
+ *         unlocked (ps_tcache_note_owner_ready): the pool would need a
+ *         barrier (or growth) to serve it anyway, and issuing it here
+ *         keeps it out of the pool's lock (16 threads: the pool's slow
+ *         path issuing barriers under its lock made every thread wait).
+ *     Miss: the pool serves it under its lock and may refill the bin with
+ *     a few ready blocks of the same size taken at the same time (one lock
+ *     for several allocations).
  *  4. put(ptr, size, stream): onto its bin's freed list (free_sync none: its
  *     stack). No free entry, a bin of another size, or the byte cap evicts
  *     the oldest blocks; they go back to the pool in one batch under its
@@ -60,11 +67,11 @@
  *     thread's exit gives its caches back (pthread key destructor); a pool's
  *     destruction orphans the caches (their threads free them). A cache's
  *     memory is held by two references, its thread's and its set's.
- * Memory: a thread's cache holds at most cap_bytes (4 MiB by default), ready
+ * Memory: a thread's cache holds at most cap_bytes (16 MiB by default), ready
  * or waiting for a barrier; the pool never grows while one of them could
  * serve (step 6).
  * Guarantees: see thread_cache.h. Cached bytes are exact in
- * ps_tcache_bytes_locked.
+ * ps_tcache_bytes_locked; ps_tcache_bytes_total is a lock-free snapshot.
  */
 #include "thread_cache.h"
 
@@ -92,7 +99,7 @@
 typedef struct entry {
     uintptr_t addr;     /* block address */
     ps_stream_t stream; /* the stream it was freed on (PS_STREAM_NONE: cudaFree) */
-    uint64_t tag;       /* the ticket counter at the free */
+    uint64_t tag;       /* the family's stamp at the free (ps_reuse_family_stamp) */
     uint16_t newer;     /* the next newer entry of its bin (NONE: the newest); unused entries: the next unused */
     uint16_t older;     /* the next older entry of its bin (NONE: the oldest) */
 } entry_t;
@@ -116,7 +123,7 @@ typedef struct cache {
     struct cache *next, *prev;    /* the set's list (under the set's list lock) */
     _Atomic uint64_t bytes;       /* bytes cached (written under the lock; read without it by
                                      take, as a hint that the cache is empty) */
-    uint64_t seen_done;           /* the set's `done` when the two counts below restarted */
+    uint64_t seen_issued;         /* the family's newest barrier when the count below restarted */
     uint32_t frees_since;         /* freed blocks put since then (the barrier request trigger) */
     uint64_t hits, misses;        /* takes served / not served (statistics) */
     uint16_t unused;              /* first unused entry (NONE: all in use) */
@@ -133,8 +140,7 @@ struct ps_tcache {
     void *owner;                  /* the pool */
     ps_lock_t list_lock;          /* guards the list of caches */
     cache_t *head;                /* the caches */
-    _Atomic uint64_t issued;      /* barrier tickets taken (starts at 1) */
-    _Atomic uint64_t done;        /* ticket of the newest completed barrier (starts at 1) */
+    ps_reuse_family_t *family;    /* the owner's barrier numbers (tags, coverage) */
     _Atomic uint64_t requested;   /* barriers the caches asked for (statistics) */
     uint64_t gone_hits, gone_misses; /* counts of caches that left (under list_lock) */
     struct ps_tcache *next_live;  /* live sets (under sets_lock) */
@@ -165,7 +171,10 @@ static inline bin_t *bin_of(cache_t *c, size_t size)
 {
     return &c->bins[(uint32_t)((uint64_t)(size >> 8) * 0x9E3779B97F4A7C15ull >> 58) & (BINS - 1)];
 }
-static inline uint64_t done_now(ps_tcache_t *set) { return atomic_load_explicit(&set->done, memory_order_acquire); }
+static inline uint64_t issued_now(ps_tcache_t *set)
+{
+    return atomic_load_explicit(&set->family->issued, memory_order_acquire);
+}
 /* Refills (blocks of the ready list put in a thread's cache ahead of its
  * next allocations) only while two or more threads use the pool, or a test
  * engaged the set. */
@@ -202,7 +211,7 @@ static cache_t *cache_new(ps_tcache_t *set)
     c->unused = 0;
     c->lock = (ps_lock_t)PS_LOCK_INIT;
     c->set = set;
-    c->seen_done = done_now(set);
+    c->seen_issued = issued_now(set);
     atomic_init(&c->refs, 2);
     atomic_fetch_add(&set->hot.threads, 1);
     ps_lock(&set->list_lock);
@@ -308,12 +317,12 @@ static inline entry_t freed_remove(cache_t *c, bin_t *b, uint16_t i)
 
 /* Moves up to `n` blocks of b into out[]: freed ones oldest first, then
  * ready ones. */
-static size_t bin_evict(cache_t *c, bin_t *b, uint32_t n, uint64_t done, ps_tcache_block_t *out)
+static size_t bin_evict(cache_t *c, bin_t *b, uint32_t n, uint64_t issued, ps_tcache_block_t *out)
 {
     size_t k = 0;
     while (k < n && b->freed_count) {
         entry_t e = freed_remove(c, b, b->oldest);
-        out[k++] = (ps_tcache_block_t){e.addr, b->size, e.stream, e.tag < done};
+        out[k++] = (ps_tcache_block_t){e.addr, b->size, e.stream, issued > e.tag};
     }
     while (k < n && b->ready_count) {
         out[k++] = (ps_tcache_block_t){b->ready[--b->ready_count], b->size, PS_STREAM_NONE, 1};
@@ -333,11 +342,11 @@ static size_t bin_evict_ready(cache_t *c, bin_t *b, uint32_t n, ps_tcache_block_
     return n;
 }
 
-/* The trigger counts restart once a newer barrier completed. */
-static inline void notice_barriers(cache_t *c, uint64_t done)
+/* The trigger count restarts once a newer barrier was issued. */
+static inline void notice_barriers(cache_t *c, uint64_t issued)
 {
-    if (c->seen_done != done) {
-        c->seen_done = done;
+    if (c->seen_issued != issued) {
+        c->seen_issued = issued;
         c->frees_since = 0;
     }
 }
@@ -363,16 +372,18 @@ static inline int take_locked(ps_tcache_t *set, cache_t *c, size_t size, ps_stre
     }
     if (!b->freed_count)
         return 0;
-    uint64_t done = done_now(set);
-    if (oldest_of(c, b)->tag < done) {
+    uint64_t issued = issued_now(set);
+    uint64_t tag = oldest_of(c, b)->tag;
+    if (issued > tag) {
         *out = (void *)freed_remove(c, b, b->oldest).addr; /* a barrier was issued after its free */
         return 1;
     }
-    notice_barriers(c, done);
+    notice_barriers(c, issued);
     if (set->barrier && (c->frees_since >= BARRIER_AFTER ||
-                         (bytes_of(c) >= set->cap / 4 * 3 && c->frees_since >= BARRIER_AFTER_FULL))) {
-        c->frees_since = 0; /* one request per BARRIER_AFTER frees, granted or refused */
-        *ask = oldest_of(c, b)->tag;
+                         (bytes_of(c) >= set->cap / 4 * 3 && c->frees_since >= BARRIER_AFTER_FULL) ||
+                         atomic_load_explicit(&set->hot.owner_ready, memory_order_relaxed) < size)) {
+        c->frees_since = 0; /* (granted or refused, the count restarts) */
+        *ask = tag + 1;     /* (0 means "no request") */
     }
     return 0;
 }
@@ -390,7 +401,7 @@ int ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out
     ps_unlock(&c->lock);
     if (!hit && ask) {
         atomic_fetch_add_explicit(&set->requested, 1, memory_order_relaxed);
-        if (set->barrier(set->owner, ask)) { /* (the owner's lock: the cache lock is not held) */
+        if (set->barrier(set->owner, ask - 1)) { /* (the owner's lock: the cache lock is not held) */
             ps_lock(&c->lock);
             hit = take_locked(set, c, size, stream, out, &ask);
             ps_unlock(&c->lock);
@@ -448,7 +459,7 @@ int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream)
     for (uint32_t k = 1; !(fits) && k <= BINS && n < EVICT_MAX; k++) {                           \
         bin_t *o = &c->bins[((uint32_t)(b - c->bins) + k) & (BINS - 1)];                         \
         while (bin_blocks(o) && !(fits) && n < EVICT_MAX)                                        \
-            n += bin_evict(c, o, 1, done, evicted + n);                                          \
+            n += bin_evict(c, o, 1, issued, evicted + n);                                        \
     }
 
 /* The body of put (kept out of line: the declining path above stays cheap). */
@@ -461,9 +472,9 @@ static __attribute__((noinline)) int put_in(ps_tcache_t *set, cache_t *c, void *
     uintptr_t addr = (uintptr_t)ptr;
     ps_lock(&c->lock);
     bin_t *b = bin_of(c, size);
-    uint64_t done = done_now(set);
+    uint64_t issued = issued_now(set);
     if (bin_blocks(b) && b->size != size) {
-        n += bin_evict(c, b, EVICT_MAX, done, evicted + n); /* the bin changes size */
+        n += bin_evict(c, b, EVICT_MAX, issued, evicted + n); /* the bin changes size */
         if (bin_blocks(b)) {
             status = PS_TCACHE_DECLINED; /* (more than one batch of the old size: the next puts go on) */
             goto out;
@@ -479,7 +490,7 @@ static __attribute__((noinline)) int put_in(ps_tcache_t *set, cache_t *c, void *
         uint32_t quarter = b->freed_count / 4 + 1; /* the oldest quarter of this bin makes room */
         if (quarter > EVICT_MAX / 2)
             quarter = EVICT_MAX / 2;
-        n += bin_evict(c, b, quarter < EVICT_MAX - n ? quarter : (uint32_t)(EVICT_MAX - n), done, evicted + n);
+        n += bin_evict(c, b, quarter < EVICT_MAX - n ? quarter : (uint32_t)(EVICT_MAX - n), issued, evicted + n);
         EVICT_UNTIL(c->unused != NONE)
     }
     EVICT_UNTIL(bytes_of(c) + size <= set->cap) /* the byte cap */
@@ -491,8 +502,8 @@ static __attribute__((noinline)) int put_in(ps_tcache_t *set, cache_t *c, void *
             b->ready[b->ready_count++] = addr;
             bytes_add(c, (int64_t)size);
         } else {
-            freed_push(c, b, addr, stream, atomic_load(&set->issued));
-            notice_barriers(c, done);
+            freed_push(c, b, addr, stream, ps_reuse_family_stamp(set->family));
+            notice_barriers(c, issued);
             c->frees_since++;
         }
     }
@@ -556,12 +567,12 @@ void ps_tcache_refill_locked(ps_tcache_t *set, size_t size, const uintptr_t *add
 static size_t cache_give_back_all_locked(ps_tcache_t *set, cache_t *c)
 {
     size_t total = 0;
-    uint64_t done = done_now(set);
+    uint64_t issued = issued_now(set);
     ps_tcache_block_t blocks[EVICT_MAX];
     for (uint32_t i = 0; i < BINS; i++) {
         bin_t *b = &c->bins[i];
         while (bin_blocks(b)) {
-            size_t n = bin_evict(c, b, EVICT_MAX, done, blocks);
+            size_t n = bin_evict(c, b, EVICT_MAX, issued, blocks);
             set->give_back_locked(set->owner, blocks, n);
             total += n;
         }
@@ -586,7 +597,7 @@ size_t ps_tcache_drain_all_locked(ps_tcache_t *set)
 void ps_tcache_bytes_locked(ps_tcache_t *set, uint64_t *ready, uint64_t *pending)
 {
     uint64_t r = 0, p = 0;
-    uint64_t done = done_now(set);
+    uint64_t issued = issued_now(set);
     ps_lock(&set->list_lock);
     for (cache_t *c = set->head; c; c = c->next) {
         ps_lock(&c->lock);
@@ -594,7 +605,7 @@ void ps_tcache_bytes_locked(ps_tcache_t *set, uint64_t *ready, uint64_t *pending
             bin_t *b = &c->bins[i];
             r += (uint64_t)b->ready_count * b->size;
             for (uint16_t j = b->oldest; j != NONE; j = c->entries[j].newer) {
-                if (c->entries[j].tag < done)
+                if (issued > c->entries[j].tag)
                     r += b->size;
                 else
                     p += b->size;
@@ -620,26 +631,23 @@ void ps_tcache_counters(ps_tcache_t *set, ps_tcache_counters_t *out)
     out->barriers_asked = atomic_load_explicit(&set->requested, memory_order_relaxed);
 }
 
-uint64_t ps_tcache_barrier_begin(ps_tcache_t *set)
+uint64_t ps_tcache_bytes_total(ps_tcache_t *set)
 {
-    return atomic_fetch_add(&set->issued, 1) + 1;
+    uint64_t total = 0;
+    ps_lock(&set->list_lock);
+    for (cache_t *c = set->head; c; c = c->next)
+        total += bytes_of(c);
+    ps_unlock(&set->list_lock);
+    return total;
 }
-
-void ps_tcache_barrier_done(ps_tcache_t *set, uint64_t ticket)
-{
-    if (ticket > atomic_load_explicit(&set->done, memory_order_relaxed))
-        atomic_store_explicit(&set->done, ticket, memory_order_release);
-}
-
-int ps_tcache_released(ps_tcache_t *set, uint64_t tag) { return tag < done_now(set); }
 
 /* ---- life ------------------------------------------------------------------ */
 
-int ps_tcache_create(size_t cap_bytes, int immediate, ps_lock_t *owner_lock,
+int ps_tcache_create(size_t cap_bytes, int immediate, ps_reuse_family_t *family, ps_lock_t *owner_lock,
                      ps_tcache_give_back_fn give_back_locked, ps_tcache_barrier_fn barrier, void *owner,
                      ps_tcache_t **out)
 {
-    if (!cap_bytes || !owner_lock || !give_back_locked || !out)
+    if (!cap_bytes || !family || !owner_lock || !give_back_locked || !out)
         return PS_EINVAL;
     pthread_once(&key_once, key_init);
     ps_tcache_t *set = calloc(1, sizeof *set);
@@ -654,8 +662,8 @@ int ps_tcache_create(size_t cap_bytes, int immediate, ps_lock_t *owner_lock,
     set->barrier = immediate ? NULL : barrier;
     set->owner = owner;
     set->list_lock = (ps_lock_t)PS_LOCK_INIT;
-    atomic_init(&set->issued, 1);
-    atomic_init(&set->done, 1);
+    set->family = family;
+    atomic_init(&set->hot.owner_ready, UINT64_MAX);
     pthread_mutex_lock(&sets_lock);
     set->next_live = live_sets;
     live_sets = set;

@@ -5,9 +5,10 @@
  *
  * Guarantees:
  *  - a block freed with PS_STREAM_NONE or PS_STREAM_PER_THREAD (cudaFree
- *    semantics) is handed out again only after a barrier that was issued
- *    after its free completed (ps_tcache_barrier_begin/done), or at once
- *    when the cache was created `immediate` (free_sync none);
+ *    semantics) is handed out again only after a barrier of the owner's
+ *    reuse family that began after its free completed (its stamp is
+ *    ps_reuse_family_stamp at the free, ps_reuse_family_covers decides),
+ *    or at once when the cache was created `immediate` (free_sync none);
  *  - a block freed on stream s is handed out at once to an allocation on
  *    s by the same thread, to anything else only after such a barrier;
  *  - misses are refilled only while at least two threads have a cache in
@@ -29,6 +30,7 @@
 #define PS_THREAD_CACHE_H
 
 #include "common.h"
+#include "reuse.h"
 
 #include <stdatomic.h>
 
@@ -44,8 +46,9 @@ typedef struct ps_tcache_block {
 typedef void (*ps_tcache_give_back_fn)(void *owner, const ps_tcache_block_t *blocks, size_t count);
 
 /* Called without any lock: the owner issues a barrier unless one already
- * covers a block tagged `tag` (ps_tcache_released); returns 1 when such a
- * barrier completed, 0 when none could be had (a stream capture). */
+ * covers a block tagged `tag` (ps_reuse_family_covers); returns 1 when such
+ * a barrier completed, 0 when none could be had (a stream capture). It must
+ * not take the owner's lock: threads asking at once share one barrier. */
 typedef int (*ps_tcache_barrier_fn)(void *owner, uint64_t tag);
 
 /* What the caches did (statistics). */
@@ -65,7 +68,21 @@ typedef struct ps_tcache_hot {
     int always_engaged; /* test hook (ps_tcache_always_engage) */
     atomic_int threads; /* threads with a cache in the set */
     atomic_int cudafree; /* 1: cudaFree'd blocks are cached too (ps_tcache_cache_cudafree) */
+    /* on a line of its own: written by the owner under its lock, read by a
+     * take that found only blocks waiting for a barrier */
+    _Alignas(64) _Atomic uint64_t owner_ready; /* the owner's ready bytes when it last unlocked */
 } ps_tcache_hot_t;
+
+/* Owner's lock held, before unlocking: how many bytes it could hand out
+ * without a barrier or growth (a hint for the caches: when it is below a
+ * request, a take whose bin holds freed blocks asks for a barrier instead
+ * of going to the owner, which would need one anyway). */
+static inline void ps_tcache_note_owner_ready(ps_tcache_t *set, uint64_t bytes)
+{
+    ps_tcache_hot_t *hot = (ps_tcache_hot_t *)set;
+    if (atomic_load_explicit(&hot->owner_ready, memory_order_relaxed) != bytes)
+        atomic_store_explicit(&hot->owner_ready, bytes, memory_order_relaxed);
+}
 
 /* cudaFree'd blocks up to this size are always cached (under free_sync
  * barrier too): their place costs the pool next to nothing, and a
@@ -99,9 +116,11 @@ void ps_tcache_cache_cudafree(ps_tcache_t *set);
 
 /* Creates the set of caches of one pool. `cap_bytes`: most bytes one
  * thread's cache holds (blocks above cap_bytes / 4 are never cached);
- * `immediate`: frees are reusable at once (free_sync none); `owner_lock`:
- * the pool's lock; `give_back_locked`: how blocks return to the pool. */
-int ps_tcache_create(size_t cap_bytes, int immediate, ps_lock_t *owner_lock,
+ * `immediate`: frees are reusable at once (free_sync none); `family`: the
+ * owner's barrier numbers (a cached block is stamped with them);
+ * `owner_lock`: the pool's lock; `give_back_locked`: how blocks return to
+ * the pool; `barrier`: how a cache asks for a barrier. */
+int ps_tcache_create(size_t cap_bytes, int immediate, ps_reuse_family_t *family, ps_lock_t *owner_lock,
                      ps_tcache_give_back_fn give_back_locked, ps_tcache_barrier_fn barrier, void *owner,
                      ps_tcache_t **out);
 
@@ -146,17 +165,13 @@ void ps_tcache_refill_locked(ps_tcache_t *set, size_t size, const uintptr_t *add
  * Returns the number of blocks given back. */
 size_t ps_tcache_drain_all_locked(ps_tcache_t *set);
 
-/* Owner's lock held: bytes cached in all threads, split by readiness. */
+/* Owner's lock held: bytes cached in all threads, split by readiness
+ * (walks every cache's blocks: for queries, not for hot paths). */
 void ps_tcache_bytes_locked(ps_tcache_t *set, uint64_t *ready, uint64_t *pending);
 
-/* Barrier bookkeeping: begin returns a ticket, taken before the barrier's
- * first CUDA call; done(ticket) after it succeeded. Barriers are
- * serialized by the owner's lock. */
-uint64_t ps_tcache_barrier_begin(ps_tcache_t *set);
-void ps_tcache_barrier_done(ps_tcache_t *set, uint64_t ticket);
-
-/* Whether a completed barrier covers a block tagged `tag`. */
-int ps_tcache_released(ps_tcache_t *set, uint64_t tag);
+/* Bytes cached in all threads, ready or not, read without any cache lock
+ * (a snapshot: each cache's count as its thread last wrote it). */
+uint64_t ps_tcache_bytes_total(ps_tcache_t *set);
 
 /* Sums the counters of every cache, live or gone (takes the list lock). */
 void ps_tcache_counters(ps_tcache_t *set, ps_tcache_counters_t *out);

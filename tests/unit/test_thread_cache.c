@@ -463,6 +463,44 @@ Test(thread_cache, a_contended_pool_lock_turns_cudafree_caching_on)
     close_cached(&f);
 }
 
+/* A cache whose block waits while the pool has fewer ready bytes than
+ * the request asks for a barrier itself, without the pool's lock (the
+ * pool would need one anyway); a refused barrier hands nothing out. */
+Test(thread_cache, a_cache_asks_its_own_barrier_when_the_pool_is_short_and_a_refused_one_releases_nothing)
+{
+    for (int refused = 0; refused < 2; refused++) {
+        pool_fixture_t f;
+        open_cached(&f, PS_FREE_SYNC_BARRIER, 0, 0); /* no eager barrier */
+        void *live[10];
+        for (int i = 0; i < 10; i++) /* ten 192 KiB blocks in the first 2 MiB: 128 KiB stay ready */
+            live[i] = alloc_ok(&f, S, PS_STREAM_NONE);
+        cr_assert_eq(fixture_info(f.pool).bytes_reserved, 2 * PS_MiB);
+        void *a = live[0];
+        cr_assert_eq(ps_deallocate(f.pool, a, S, PS_STREAM_NONE), PS_OK);
+        cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), S, "a is cached, waiting for a barrier");
+        uint64_t barriers = ps_host_ops_barriers(f.gpu), hits0, misses0, asked0, hits, misses, asked;
+        ps_pool_thread_cache_counters(f.pool, &hits0, &misses0, &asked0);
+        ps_host_ops_block_barriers(f.gpu, refused); /* refused: a stream capture is open */
+        void *b = alloc_ok(&f, S, PS_STREAM_NONE);
+        ps_pool_thread_cache_counters(f.pool, &hits, &misses, &asked);
+        cr_assert_eq(asked, asked0 + 1, "the cache asked for a barrier");
+        if (refused) {
+            cr_assert_neq(b, a, "a block whose barrier was refused was handed out");
+            cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers, "no barrier went through");
+        } else {
+            cr_assert_eq(b, a, "the barrier the cache asked for released its block");
+            cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers + 1, "one barrier");
+            cr_assert_eq(hits, hits0 + 1);
+        }
+        ps_host_ops_block_barriers(f.gpu, 0);
+        cr_assert_eq(ps_deallocate(f.pool, b, S, PS_STREAM_NONE), PS_OK);
+        for (int i = 1; i < 10; i++)
+            cr_assert_eq(ps_deallocate(f.pool, live[i], S, PS_STREAM_NONE), PS_OK);
+        cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+        close_cached(&f);
+    }
+}
+
 Test(thread_cache, a_small_pool_releases_the_callers_cache_instead_of_draining_it)
 {
     /* 64 KiB pairs through a pool of one 2 MiB piece: the cache fills the

@@ -252,17 +252,27 @@ static void scaling_row(const char *name, ps_resource_t *resource, int stream_or
     enum { COUNTS = sizeof counts / sizeof counts[0] };
     double rate[COUNTS][SCALING_REPEATS];
     scaling_run_pairs_per_s(resource, stream_ordered, SCALING_MAX_THREADS); /* warm up: growth, arenas */
+    uint64_t barriers[COUNTS] = {0}; /* issued during the runs of each thread count */
     for (int repeat = 0; repeat < repeats; repeat++)
-        for (int c = 0; c < COUNTS; c++)
+        for (int c = 0; c < COUNTS; c++) {
+            ps_resource_info_t before = {0}, after = {0};
+            ps_query(resource, &before);
             rate[c][repeat] = scaling_run_pairs_per_s(resource, stream_ordered, counts[c]);
+            ps_query(resource, &after);
+            barriers[c] += after.barriers - before.barriers;
+        }
     double one = median(rate[0], repeats);
-    printf("%s: 1 thread %.1f ns per pair\n", name, 1e9 / one);
+    /* barriers per 1000 pairs: each costs 0.5-17 us on a GPU and next to
+     * nothing here, so their rate is what a GPU would add */
+#define PER_1000(c) (1000.0 * (double)barriers[c] / ((double)counts[c] * SCALING_PAIRS * repeats))
+    printf("%s: 1 thread %.1f ns per pair (%.2f barriers per 1000 pairs)\n", name, 1e9 / one, PER_1000(0));
     for (int c = 1; c < COUNTS; c++) {
         double ratio = median(rate[c], repeats) / one;
         double low = rate[c][0] / one, high = rate[c][repeats - 1] / one; /* sorted by median() */
-        printf("  threads %d: %.1fx of one thread (runs %.1f-%.1fx; %ld online CPUs)\n", counts[c], ratio, low,
-               high, cpus);
+        printf("  threads %d: %.1fx of one thread (runs %.1f-%.1fx; %ld online CPUs; %.2f barriers per 1000 "
+               "pairs)\n", counts[c], ratio, low, high, cpus, PER_1000(c));
     }
+#undef PER_1000
     uint64_t hits, misses, asked;
     int cudafree = ps_pool_thread_cache_counters(resource, &hits, &misses, &asked);
     if (hits + misses)

@@ -10,6 +10,8 @@
 # Environment:
 #   LIBS         "label=path ..." shim libraries to compare (default poolshim=BUILD/libpoolshim.so);
 #                each runs the default stack, and the first also the arena and thread_cache=0
+#   OPTS         "label=POOLSHIM_OPTIONS ..." variants of the first library's default stack
+#                (e.g. "tc16=resource.main.thread_cache=16M"; default none)
 #   REPEATS      psbench processes per configuration, alternated (default 2)
 #   WORKLOADS    psbench workloads (default pairs,random,threads,threads_mixed)
 #   PEERS        1: also cudaMallocAsync, rmm_pool, rmm_arena (default 1)
@@ -27,6 +29,7 @@ PEERS=${PEERS:-1}
 CPU_MODELS=${CPU_MODELS:-1}
 PROFILE=${PROFILE:-0}
 LIBS=${LIBS:-poolshim=$build/libpoolshim.so}
+OPTS=${OPTS:-}
 mkdir -p "$OUT_DIR"
 psbench=.carry/bench/psbench
 [ -x "$psbench" ] || { echo "scaling: $psbench missing (make bench-rmm here and carry .carry)"; exit 1; }
@@ -40,13 +43,14 @@ run_psbench() {
     local envs=()
     while [ "$1" != "--" ]; do envs+=("$1"); shift; done
     shift
+    # (no POOLSHIM_STATS here: its counters slowed every thread 2-3x)
     timeout -k 5 120 env "${envs[@]}" "$psbench" --label "$label" --workloads "$WORKLOADS" "$@" \
         >"$OUT_DIR/$label.$rep.log" 2>&1 || echo "scaling: $label (run $rep) failed: $(tail -n 2 "$OUT_DIR/$label.$rep.log")"
     grep '^JSON ' "$OUT_DIR/$label.$rep.log" | sed 's/^JSON //' >>"$jsonl"
 }
 
-first=1
 for rep in $(seq 1 "$REPEATS"); do
+    first=1
     for spec in $LIBS; do
         name=${spec%%=*}; lib=$(readlink -f "${spec#*=}")
         run_psbench "$name" LD_PRELOAD="$lib" -- --allocator cudaMalloc
@@ -54,7 +58,11 @@ for rep in $(seq 1 "$REPEATS"); do
             run_psbench "${name}_no_thread_cache" LD_PRELOAD="$lib" \
                 POOLSHIM_OPTIONS=resource.main.thread_cache=0 -- --allocator cudaMalloc
             run_psbench "${name}_arena" LD_PRELOAD="$lib" POOLSHIM_RESOURCE=arena -- --allocator cudaMalloc
+            for opt in $OPTS; do
+                run_psbench "${opt%%=*}" LD_PRELOAD="$lib" POOLSHIM_OPTIONS="${opt#*=}" -- --allocator cudaMalloc
+            done
         fi
+        first=0
     done
     if [ "$PEERS" = 1 ]; then
         run_psbench cudaMallocAsync -- --allocator cudaMallocAsync
@@ -63,7 +71,6 @@ for rep in $(seq 1 "$REPEATS"); do
             run_psbench rmm_arena -- --allocator rmm_arena
         fi
     fi
-    first=0
 done
 python3 - "$jsonl" <<'EOF'
 import json, sys, collections
@@ -88,7 +95,6 @@ for (wl, case, unit), per in rows.items():
         cells.append("/".join(fmt(x) for x in v) if v else "-")
     print("%-28s" % (wl + "/" + case) + "".join(("%" + str(w) + "s") % c for c in cells))
 EOF
-
 if [ "$CPU_MODELS" = 1 ]; then
     spec=${LIBS%% *}; lib=$(readlink -f "${spec#*=}")
     echo "=== bench_shim (the shim over the fake CUDA, $(nproc) CPUs)"
