@@ -69,7 +69,7 @@ CORE_LIB  := $(BUILD)/libpoolshim_core.a
 CLI       := $(BUILD)/poolshim
 UNIT      := $(BUILD)/test_unit
 
-.PHONY: all deps test test-unit test-shim test-stress test-long test-all check-gpu bench-core bench-shim bench install clean
+.PHONY: all deps test test-unit test-shim test-stress test-long test-all check-gpu bench-core bench-shim bench-pinned-pairs bench install clean
 all: $(LIB) $(CLI)
 
 deps:
@@ -138,6 +138,13 @@ check-gpu:
 bench-core: $(BUILD)/bench_core
 	$(BUILD)/bench_core
 $(BUILD)/bench_core: tools/bench/bench_core.c $(CORE_LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) $(LDLIBS) -lm
+
+# A pinned alloc/free pair in the default [host] stack over the fake device's
+# real-time event model (tools/bench/pinned_pairs.c): fences per pair, ns per pair.
+bench-pinned-pairs: $(BUILD)/pinned_pairs
+	$(BUILD)/pinned_pairs
+$(BUILD)/pinned_pairs: tools/bench/pinned_pairs.c $(CORE_LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) $(LDLIBS) -lm
 
 # The whole shim over the fake CUDA of tests/shim (no GPU): psbench's pairs,

@@ -565,6 +565,7 @@ int ps_config_build_host_stack(const ps_config_t *cfg, int device, const ps_gpu_
         if (vm != PS_OK) {
             opts.expandable = 0; /* never the device's own vm_* under a pinned pool */
             opts.grow_budget_percent = 0;
+            opts.grow_budget_min = 0;
         }
     }
     int rc = ps_host_resource_create("pinned", gpu, flags, &r);

@@ -68,6 +68,9 @@ typedef struct ps_host_config {
     size_t expandable_piece;       /* expandable: bytes per mapped piece (default 2 MiB) */
     unsigned grow_budget_percent;  /* expandable: before growing, unmap free pieces until reserved
                                       stays within this % of the most bytes in use (default 110) */
+    size_t grow_budget_min;        /* expandable: the budget is at least this many bytes, and below it
+                                      the pool grows rather than wait and amortizes its fences (one per
+                                      several free/alloc pairs of small blocks; default 16 MiB, 0 = none) */
     /* adaptors over the pool (ps_config_build_host_stack), bottom to top */
     size_t limit;                  /* limit adaptor: cap on pinned bytes the program holds; 0 (default) = none */
     int track;                     /* 1: track adaptor (pinned leak report at exit); default 0 */

@@ -253,6 +253,7 @@ typedef enum ps_host_key {
     PS_HKEY_EXPANDABLE,
     PS_HKEY_EXPANDABLE_PIECE,
     PS_HKEY_GROW_BUDGET_PERCENT,
+    PS_HKEY_GROW_BUDGET_MIN,
     PS_HKEY_COUNT
 } ps_host_key_t;
 extern const char *const ps_host_key_names[PS_HKEY_COUNT + 1];

@@ -24,7 +24,7 @@ const char *const ps_global_key_names[PS_GKEY_COUNT + 1] = {
 const char *const ps_host_key_names[PS_HKEY_COUNT + 1] = {
     "enable", "min_chunk", "max_chunk", "growth_percent", "maximum_size", "pending_wait_bytes",
     "pending_wait_percent", "free_sync", "epoch_wait_us", "release_before_grow", "limit", "track", "stack_depth", "log_file", "expandable",
-    "expandable_piece", "grow_budget_percent", NULL};
+    "expandable_piece", "grow_budget_percent", "grow_budget_min", NULL};
 
 const char *const ps_debug_key_names[PS_DKEY_COUNT + 1] = {"nvtx", "guard", NULL};
 

@@ -97,6 +97,12 @@ static void print_host(const ps_config_t *cfg, FILE *f)
             break;
         case PS_HKEY_EXPANDABLE_PIECE: ps_format_bytes(value, sizeof value, h->expandable_piece); break;
         case PS_HKEY_GROW_BUDGET_PERCENT: snprintf(value, sizeof value, "%u", h->grow_budget_percent); break;
+        case PS_HKEY_GROW_BUDGET_MIN:
+            if (h->grow_budget_min)
+                ps_format_bytes(value, sizeof value, h->grow_budget_min);
+            else
+                snprintf(value, sizeof value, "0 (none)");
+            break;
         default: value[0] = '\0'; break;
         }
         static const ps_origin_t unset = {PS_ORIGIN_NONE, NULL, 0};

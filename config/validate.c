@@ -154,7 +154,7 @@ static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
             ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [host] (known keys: enable, min_chunk, "
                                 "max_chunk, growth_percent, maximum_size, pending_wait_bytes, pending_wait_percent, "
                                 "free_sync, epoch_wait_us, release_before_grow, limit, track, stack_depth, log_file, expandable, "
-                                "expandable_piece, grow_budget_percent)", s->key);
+                                "expandable_piece, grow_budget_percent, grow_budget_min)", s->key);
         return;
     }
     char why[128] = "";
@@ -172,9 +172,11 @@ static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
     case PS_HKEY_MAXIMUM_SIZE:
     case PS_HKEY_PENDING_WAIT_BYTES:
     case PS_HKEY_LIMIT:
+    case PS_HKEY_GROW_BUDGET_MIN:
         if (ps_parse_size_ex(s->value, 0, &bytes, &pct, &is_pct, why, sizeof why) != PS_OK)
-            return bad_value(cfg, s, why, key == PS_HKEY_LIMIT ? "a size such as 4GiB; 0 = no limit"
-                                                                : "a size such as 64MiB");
+            return bad_value(cfg, s, why, key == PS_HKEY_LIMIT             ? "a size such as 4GiB; 0 = no limit"
+                                          : key == PS_HKEY_GROW_BUDGET_MIN ? "a size such as 16MiB; 0 = none"
+                                                                           : "a size such as 64MiB");
         if (!bytes && (key == PS_HKEY_MIN_CHUNK || key == PS_HKEY_MAX_CHUNK))
             return bad_value(cfg, s, "zero", "a size above zero such as 32MiB");
         if (key == PS_HKEY_MIN_CHUNK)
@@ -185,6 +187,8 @@ static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
             h->maximum_size = (size_t)bytes;
         else if (key == PS_HKEY_LIMIT)
             h->limit = (size_t)bytes;
+        else if (key == PS_HKEY_GROW_BUDGET_MIN)
+            h->grow_budget_min = (size_t)bytes;
         else
             h->pending_wait_bytes = (size_t)bytes;
         break;
@@ -303,6 +307,7 @@ void ps_host_pool_options(const ps_host_config_t *host, ps_pool_options_t *out)
     out->expandable_reserve = PS_HOST_EXPANDABLE_RESERVE;
     out->expandable_piece = host->expandable_piece;
     out->grow_budget_percent = host->expandable != 0 ? host->grow_budget_percent : 0;
+    out->grow_budget_min = out->grow_budget_percent ? host->grow_budget_min : 0;
     out->barrier_pending_percent = 0;
     out->pending_wait_bytes = host->pending_wait_bytes;
     out->pending_wait_percent = host->pending_wait_percent;
@@ -806,7 +811,8 @@ void ps_config_validate(ps_config_t *cfg)
                                  .release_before_grow = 1,
                                  .expandable = -1,
                                  .expandable_piece = 2 * PS_MiB,
-                                 .grow_budget_percent = 110};
+                                 .grow_budget_percent = 110,
+                                 .grow_budget_min = 16 * PS_MiB};
     for (size_t i = 0; i < cfg->setting_count; i++)
         if (strcmp(cfg->settings[i].section, "global") == 0)
             validate_global(cfg, &cfg->settings[i]);

@@ -25,6 +25,13 @@
  *     moves the clock to the fence's due time (the host's wait took that
  *     long). device_synchronize completes every fence recorded so far
  *     (waits_move_clock: the clock moves to when the GPU is idle).
+ *     Real-time model (options.event_latency_ns, for timing a pool's fence
+ *     costs on the CPU): a fence completes once ps_now_ns() passes its
+ *     recording time + the latency; fence_wait spins until then (counted
+ *     when it spun), fence_record and fence_query spin event_record_ns /
+ *     event_query_ns first, as the CUDA calls cost. The reuse judge
+ *     (ps_host_ops_passed_since) remembers the newest fence that
+ *     fence_query or fence_wait answered passed.
  *  3. stream_wait_fence, fence_wait and device_synchronize only count;
  *     fences and stream waits are also counted per stream (a map keyed by
  *     stream + 1, since the map's empty key is PS_STREAM_NONE's value), so
@@ -86,6 +93,7 @@ struct ps_fence {
     uint64_t sequence;        /* 1, 2, 3... in recording order */
     uint64_t recorded_ns;     /* simulated clock when recorded (lag mode) */
     uint64_t due_ns;          /* timed mode: complete once the clock reaches this */
+    uint64_t real_due_ns;     /* event_latency_ns: complete once ps_now_ns() reaches this */
     int waited;               /* 1: fence_wait completed it */
     ps_stream_t stream;       /* the stream it was recorded on */
     struct ps_fence *next;    /* recycled-list link */
@@ -133,6 +141,7 @@ typedef struct host_device {
     uint64_t stream_waits;         /* stream_wait_fence calls */
     uint64_t fence_waits;          /* fence_wait calls on incomplete fences */
     uint64_t device_syncs;         /* device_synchronize calls */
+    uint64_t newest_answered;      /* highest fence number fence_query/fence_wait answered passed */
     ps_ptr_map_t host_mapped;      /* address -> size of each live host_vm_map piece */
     uint64_t host_vm_maps;         /* successful host_vm_map calls */
     uint64_t host_vm_unmaps;       /* vm_unmap calls that unmapped a host piece */
@@ -196,7 +205,18 @@ static uint64_t count_of_stream(const ps_ptr_map_t *map, ps_stream_t stream)
 
 static int fence_is_complete_locked(host_device_t *dev, const struct ps_fence *fence)
 {
-    return fence->waited || fence->sequence <= dev->completed_upto || (dev->timed && dev->clock_ns >= fence->due_ns);
+    return fence->waited || fence->sequence <= dev->completed_upto || (dev->timed && dev->clock_ns >= fence->due_ns) ||
+           (dev->options.event_latency_ns && ps_now_ns() >= fence->real_due_ns);
+}
+
+/* event_latency_ns: a call's own cost, spent outside the lock. */
+static void spin_ns(uint64_t ns)
+{
+    if (!ns)
+        return;
+    uint64_t until = ps_now_ns() + ns;
+    while (ps_now_ns() < until)
+        ;
 }
 
 /* Is every fence recorded so far complete (waited fences aside)? Lock held. */
@@ -412,6 +432,7 @@ static int host_fence_record(void *ctx, ps_stream_t stream, ps_fence_t **out)
     fence->recorded_ns = dev->clock_ns;
     dev->last_recorded_ns = dev->clock_ns;
     fence->due_ns = dev->clock_ns + dev->options.lag_ns;
+    fence->real_due_ns = dev->options.event_latency_ns ? ps_now_ns() + dev->options.event_latency_ns : 0;
     if (fence->due_ns < dev->gpu_busy_until_ns)
         fence->due_ns = dev->gpu_busy_until_ns;
     if (fence->due_ns > dev->last_due_ns)
@@ -421,6 +442,7 @@ static int host_fence_record(void *ctx, ps_stream_t stream, ps_fence_t **out)
     if (dev->auto_complete && !dev->timed)
         dev->completed_upto = fence->sequence;
     pthread_mutex_unlock(&dev->lock);
+    spin_ns(dev->options.event_record_ns);
     *out = fence;
     return PS_OK;
 }
@@ -431,8 +453,11 @@ static int host_fence_query(void *ctx, ps_fence_t *fence)
     int fault = host_fault(dev, PS_HOST_OP_FENCE_QUERY);
     if (fault != PS_OK)
         return fault;
+    spin_ns(dev->options.event_query_ns);
     pthread_mutex_lock(&dev->lock);
     int done = fence_is_complete_locked(dev, fence);
+    if (done && fence->sequence > dev->newest_answered)
+        dev->newest_answered = fence->sequence;
     pthread_mutex_unlock(&dev->lock);
     return done ? PS_OK : PS_ENOTREADY;
 }
@@ -443,7 +468,15 @@ static int host_fence_wait(void *ctx, ps_fence_t *fence)
     int fault = host_fault(dev, PS_HOST_OP_FENCE_WAIT);
     if (fault != PS_OK)
         return fault;
+    int spun = 0;
+    if (dev->options.event_latency_ns) /* the real-time model: the host waits until the GPU got there */
+        while (ps_now_ns() < fence->real_due_ns)
+            spun = 1;
     pthread_mutex_lock(&dev->lock);
+    if (fence->sequence > dev->newest_answered)
+        dev->newest_answered = fence->sequence;
+    if (spun)
+        dev->fence_waits++;
     if (!fence_is_complete_locked(dev, fence)) {
         fence->waited = 1; /* the host waited until the GPU got there */
         dev->fence_waits++;
@@ -1094,6 +1127,24 @@ uint64_t ps_host_ops_fences_recorded(ps_gpu_ops_t *ops) { HOST_READ(ops, fences_
 uint64_t ps_host_ops_stream_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, stream_waits); }
 uint64_t ps_host_ops_fence_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, fence_waits); }
 uint64_t ps_host_ops_device_syncs(ps_gpu_ops_t *ops) { HOST_READ(ops, device_syncs); }
+
+ps_host_ops_mark_t ps_host_ops_mark(ps_gpu_ops_t *ops)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    ps_host_ops_mark_t mark = {dev->fences_recorded, dev->device_syncs};
+    pthread_mutex_unlock(&dev->lock);
+    return mark;
+}
+
+int ps_host_ops_passed_since(ps_gpu_ops_t *ops, ps_host_ops_mark_t mark)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    int passed = dev->newest_answered > mark.fences || dev->device_syncs > mark.syncs;
+    pthread_mutex_unlock(&dev->lock);
+    return passed;
+}
 uint64_t ps_host_ops_bytes_outstanding(ps_gpu_ops_t *ops) { HOST_READ(ops, bytes_outstanding); }
 uint64_t ps_host_ops_upstream_allocs(ps_gpu_ops_t *ops) { HOST_READ(ops, upstream_allocs); }
 uint64_t ps_host_ops_barriers(ps_gpu_ops_t *ops) { HOST_READ(ops, barriers); }

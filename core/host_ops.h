@@ -43,6 +43,13 @@ typedef struct ps_host_ops_options {
     int shareable;             /* 1 (with backed and virtual_memory): each vm_map piece is a memfd,
                                   and the ipc_* entries are offered: export gives a dup of it, and
                                   a table (of this or another process) maps it again */
+    uint64_t event_latency_ns; /* > 0: a real-time event model (timing a pool's fence costs on the CPU):
+                                  a fence completes once ps_now_ns() passes its recording time +
+                                  this (an idle GPU's event latency); fence_wait spins until then.
+                                  Not with lag_ns or auto_complete */
+    uint64_t event_record_ns;  /* with event_latency_ns: fence_record spins this long (cudaEventRecord
+                                  on an H100: ~550 ns) */
+    uint64_t event_query_ns;   /* with event_latency_ns: fence_query spins this long (~300 ns) */
 } ps_host_ops_options_t;
 
 /* Creates the table; *out is owned by the caller (ps_host_ops_destroy). */
@@ -68,6 +75,18 @@ void ps_host_ops_set_clock(ps_gpu_ops_t *ops, uint64_t now_ns);
 void ps_host_ops_set_gpu_busy_until(ps_gpu_ops_t *ops, uint64_t busy_until_ns);
 /* The simulated clock now (it moves on its own only with waits_move_clock). */
 uint64_t ps_host_ops_clock(ps_gpu_ops_t *ops);
+/* The judge of the pinned pool's reuse rule: take a mark when a block is
+ * freed; passed_since says whether the table has since told its user that
+ * the GPU passed a fence recorded after the mark (fence_query answered
+ * done, or fence_wait returned, for a fence numbered above mark.fences;
+ * test-completed fences count only once the user asked) or synchronized the
+ * device. Barriers never count: the host writes a reused pinned block. */
+typedef struct ps_host_ops_mark {
+    uint64_t fences; /* fences recorded at the mark */
+    uint64_t syncs;  /* device synchronizes at the mark */
+} ps_host_ops_mark_t;
+ps_host_ops_mark_t ps_host_ops_mark(ps_gpu_ops_t *ops);
+int ps_host_ops_passed_since(ps_gpu_ops_t *ops, ps_host_ops_mark_t mark);
 uint64_t ps_host_ops_stream_waits(ps_gpu_ops_t *ops);            /* stream_wait_fence calls */
 uint64_t ps_host_ops_fence_waits(ps_gpu_ops_t *ops);             /* host fence_wait calls */
 uint64_t ps_host_ops_device_syncs(ps_gpu_ops_t *ops);            /* device_synchronize calls */

@@ -93,7 +93,8 @@
  *         the quick cache; the block it evicts is merged into the lists);
  *       - cudaFree, free_sync device: device_synchronize, then as none;
  *       - cudaFree, free_sync event: the block joins the open epoch (state
- *         pending: it neither coalesces nor is handed out) — no CUDA call.
+ *         pending: it neither coalesces nor is handed out) — no CUDA call
+ *         (grow_budget_min at its floor: a batch's fence, pool_expandable.c 7).
  *  5. trim(): close and wait every epoch and stream list, merge everything
  *     into the ready list, and give memory back as in step e. When the
  *     program synchronizes the device and more than release_threshold
@@ -972,6 +973,8 @@ static int fit_budget_locked(pool_t *pool, size_t need, void **out)
         pool->in_use_high = high;
     uint64_t budget = pool->in_use_high / 100 * pool->options.grow_budget_percent +
                       pool->in_use_high % 100 * pool->options.grow_budget_percent / 100;
+    if (budget < pool->options.grow_budget_min) /* the floor (core/pool_expandable.c, step 7) */
+        budget = pool->options.grow_budget_min;
     uint64_t keep = budget > need ? budget - need : 0;
     if (pool->bytes_reserved <= keep)
         return PS_ENOMEM;
@@ -1010,7 +1013,7 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
         if (barrier && anything_pending_locked(pool) && pool_barrier_release_locked(pool)) {
             if (try_ready_locked(pool, need, out) == PS_OK)
                 return PS_OK;
-        } else if (ps_reuse_close_and_poll(&pool->reuse, pool->options.epoch_wait_ns) &&
+        } else if (pool_close_and_poll_locked(pool, need) &&
                    try_ready_locked(pool, need, out) == PS_OK) {
             return PS_OK; /* b. close the open epoch and poll it briefly */
         }
@@ -1023,7 +1026,7 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
         return PS_OK;
     /* c. grow rather than wait, within the growth bound */
     if (gpu && (pool->options.pending_wait_bytes || pool->options.pending_wait_percent) &&
-        wait_pending_over_bound_locked(pool, need, out) == PS_OK)
+        !pool_under_budget_min_locked(pool, need) && wait_pending_over_bound_locked(pool, need, out) == PS_OK)
         return PS_OK;
     uint32_t grown;
     if (pool->options.release_before_grow && !pool->expandable)
@@ -1146,9 +1149,12 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
     int status = PS_OK;
     if (stream_ordered && owner_of_stream_locked(pool, stream, &owner) == PS_OK)
         pool_release_block(pool, index, owner, ++pool->free_counter, IDLE_NEVER);
-    else if (ps_reuse_defers(&pool->reuse) || stream_ordered) /* no list for the stream: the safe path */
+    else if (ps_reuse_defers(&pool->reuse) || stream_ordered) { /* no list for the stream: the safe path */
+        size_t freed = pool->blocks[index].size;
         status = defer_block(pool, index);
-    else
+        if (status == PS_OK && pool->options.grow_budget_min)
+            pool_fence_batch_locked(pool, freed); /* core/pool_expandable.c, step 7c */
+    } else
         quick_park(pool, index);
     if (status != PS_OK) { /* nothing changed: the block is still in use */
         ps_ptr_map_put(&pool->in_use, (uintptr_t)ptr, index);

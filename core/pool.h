@@ -85,6 +85,14 @@ typedef struct ps_pool_options {
                                  blocks go back instead of stranding memory; under free_sync event
                                  without a device synchronize, as every ready block's fence has
                                  completed) */
+    size_t grow_budget_min;   /* with grow_budget_percent (0 = none, the default; the pinned pool's
+                                 host range: 16 MiB): the budget is at least this many bytes. While
+                                 reserved + request fit in it, the pool grows instead of waiting for
+                                 pending blocks (no epoch spin, no growth bound) and records a fence
+                                 only when none is outstanding; at it, a free records the open
+                                 batch's fence once it holds half the memory not in use: a program
+                                 that frees and takes back small blocks pays one fence per several
+                                 pairs instead of one per pair or two (core/pool_expandable.c, 7) */
     size_t chunk_granule;     /* chunks are multiples of this (0 = 2 MiB, cuMemAlloc's granularity;
                                  the pinned pool: 64 KiB, host pages are small) */
     size_t thread_cache;      /* bytes of freed blocks each thread may keep in its own cache in

@@ -149,10 +149,13 @@ int pool_reserve_descriptors_locked(pool_t *pool, uint32_t count);
 uint32_t pool_take_descriptor(pool_t *pool);
 
 /* ---- core/pool_expandable.c: growth, remap, giving memory back ---- */
+int pool_close_and_poll_locked(pool_t *pool, size_t need);
+void pool_fence_batch_locked(pool_t *pool, size_t freed);
 void pool_flush_all_locked(pool_t *pool);
 int pool_grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown);
 int pool_grow_locked(pool_t *pool, size_t need, uint32_t *grown);
 void pool_release_free_chunks_locked(pool_t *pool, uint64_t keep);
 void pool_remap_earn_locked(pool_t *pool, uint64_t released);
+int pool_under_budget_min_locked(const pool_t *pool, size_t need);
 
 #endif

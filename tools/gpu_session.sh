@@ -4,8 +4,13 @@
 # build/ (and .carry/ for the RMM peer) carried from a machine with libinih:
 #   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [replay] [bench] [pinned] [torchmem]
 #                                      [ddp] [ddp_transformer] [multigpu] [soak]
-#                                      [benchcore] [scaling] [verify] [verify2]
+#                                      [benchcore] [scaling] [verify] [verify2] [pinnedpair]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
+# pinnedpair: issue 16 (host.grow_budget_min): the GPU suite's pinned tests (hazards
+# over the default stack and slabs, their negative controls, the probes, and
+# pinned_timing with its 1000x verdict on the mean 1 MiB pair), the timing again
+# with the floor off (the old behaviour, for the record), then the pinned
+# benchmarks' memory verdicts (<= 1.15x); about 6 min.
 # replay: the committed PyTorch logs replayed on this GPU (tools/bench/replay_logs.sh,
 # also part of bench); traces also plots its log with the recorded reserved curve.
 # benchcore: build/bench_core (CPU only, host ops) on this machine's cores: the
@@ -125,6 +130,16 @@ for step in $what; do
         OUT_DIR=$OUT/verify/tm WORKLOADS="transformer convnet" CONFIGS="nocache expandable poolshim" \
             tools/bench/torch_mem/run.sh build/libpoolshim.so
         rm -rf "$OUT/verify/tm/runs" ;;
+    pinnedpair)
+        echo "=== pinnedpair: pinned tests and pair timing (host.grow_budget_min, default 16 MiB)"
+        OUTDIR=$OUT/pinnedpair/gpu TESTS='pinned' TEST_TIMEOUT=${TEST_TIMEOUT:-180} ./tests/gpu/run.sh build |
+            grep -vE '^PASS build/' | tail -n 50
+        echo "=== pinnedpair: the timing with host.grow_budget_min=0 (the old behaviour)"
+        OUTDIR=$OUT/pinnedpair/nofloor TESTS='pinned_timing' PINNED_TIMING_OPTIONS=host.grow_budget_min=0 \
+            ./tests/gpu/run.sh build | grep -E 'timing|ratio|stats'
+        echo "=== pinnedpair: pinned benchmarks (peak reserved <= 1.15x requested)"
+        python3 tools/bench/pinned/pinned_bench.py --lib build/libpoolshim.so --json "$OUT/pinnedpair/pinned.json" |
+            tee "$OUT/pinnedpair/pinned.txt" | grep -E '^(PASS|FAIL|NOTE|SKIP)|ratio' ;;
     verify2)
         # two GPUs (nvidia-h200-x2): issue 11's DDP of the transformer per rank, and the
         # two-GPU tests after the peer-access mapping was refactored (about 8 min)

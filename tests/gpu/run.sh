@@ -688,13 +688,23 @@ for kind in static shared; do
     expect_detect pinned_skip_wait_${kind}_slabs_expected_failure POOLSHIM_OPTIONS=host.expandable=0 \
         POOLSHIM_TEST_SKIP_HOST_WAIT=1 -- pinned_$kind hazard
 done
+# Timing (issue 16): a 1 MiB pair must be >= 1000x cheaper than natively, by
+# the mean over PINNED_PAIRS pairs (default 2000), fences and waits included;
+# the shim's host fences and reserved peak are printed (host.grow_budget_min:
+# ~1 fence per 8 pairs, 16 MiB). PINNED_TIMING_OPTIONS: POOLSHIM_OPTIONS for
+# the shim runs (e.g. host.grow_budget_min=0 for the old behaviour).
 if wanted pinned_timing; then
     for kind in static shared; do
+        native_mean=
         for mode in native shim; do
             name=pinned_timing_${kind}_$mode
             path=$(exe pinned_$kind) || { record "$name" FAIL "not built"; continue; }
-            if [ $mode = native ]; then run_timed "$name" env -u LD_PRELOAD "$path" timing
-            else run_timed "$name" env LD_PRELOAD="$lib" "$path" timing; fi
+            if [ $mode = native ]; then run_timed "$name" env -u LD_PRELOAD "$path" timing "${PINNED_PAIRS:-2000}"
+            else
+                rm -f "$stats/$name.json"
+                run_timed "$name" env LD_PRELOAD="$lib" POOLSHIM_STATS=json POOLSHIM_STATS_FILE="$stats/$name.json" \
+                    POOLSHIM_OPTIONS="${PINNED_TIMING_OPTIONS:-}" "$path" timing "${PINNED_PAIRS:-2000}"
+            fi
             keep_log "$name"
             line=$(grep '^pinned timing' "$logs/$name.log")
             if [ $rc -eq 0 ] && [ -n "$line" ]; then
@@ -702,6 +712,20 @@ if wanted pinned_timing; then
                 say "  $kind $mode: ${line#pinned timing: }"
             else
                 record "pinned_timing/$kind/$mode" FAIL "exit $rc, log $name.log"
+                continue
+            fi
+            mean=$(printf '%s\n' "$line" | sed -n 's/.*1 MiB [0-9.]* us (mean \([0-9.]*\) us.*/\1/p')
+            if [ $mode = native ]; then native_mean=$mean; continue; fi
+            [ -f "$stats/$name.json" ] && say "  $kind shim stats: $("$PYTHON" "$src/check_stats.py" "$stats/$name.json" \
+                '?host.fences.recorded>0' '?host.fences.waits>0' '?host.bound_waits>0' '?host.reserved_peak>0' 2>&1 |
+                tr '\n' ' ')"
+            if [ -n "$native_mean" ] && [ -n "$mean" ]; then
+                ratio=$(awk -v n="$native_mean" -v s="$mean" 'BEGIN { if (s > 0) printf "%.0f", n / s; else print 0 }')
+                if [ "$ratio" -ge 1000 ]; then
+                    record "pinned_timing/$kind/ratio_1MiB" PASS "${ratio}x: native $native_mean us, shim $mean us per pair (mean)"
+                else
+                    record "pinned_timing/$kind/ratio_1MiB" FAIL "${ratio}x < 1000x: native $native_mean us, shim $mean us per pair (mean)"
+                fi
             fi
         done
     done

@@ -353,3 +353,57 @@ Test(host_ops, a_lagging_gpu_passes_a_barrier_lag_after_it_was_issued_and_rememb
     cr_assert_eq(gpu->barrier_passed(gpu->ctx, 2), PS_ENOTREADY, "unknown: answered as the ring's oldest");
     ps_host_ops_destroy(gpu);
 }
+
+/* The real-time event model (event_latency_ns): a fence completes a real
+ * latency after it was recorded; fence_wait spins until then. */
+Test(host_ops, real_time_events_complete_a_latency_after_recording)
+{
+    ps_gpu_ops_t *gpu;
+    ps_host_ops_options_t o = {.event_latency_ns = 2000000, .event_record_ns = 1000, .event_query_ns = 1000};
+    cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK);
+    uint64_t t0 = ps_now_ns();
+    ps_fence_t *f;
+    cr_assert_eq(gpu->fence_record(gpu->ctx, PS_STREAM_NONE, &f), PS_OK);
+    cr_assert_geq(ps_now_ns() - t0, 1000, "recording costs event_record_ns");
+    if (ps_now_ns() - t0 < 1000000) /* (a slow machine may take the whole latency here) */
+        cr_assert_eq(gpu->fence_query(gpu->ctx, f), PS_ENOTREADY);
+    cr_assert_eq(gpu->fence_wait(gpu->ctx, f), PS_OK);
+    cr_assert_geq(ps_now_ns() - t0, 2000000, "the wait lasted until the latency passed");
+    cr_assert_eq(gpu->fence_query(gpu->ctx, f), PS_OK);
+    gpu->fence_release(gpu->ctx, f);
+    ps_host_ops_destroy(gpu);
+}
+
+/* The reuse judge: a mark passes once the table answered that a fence
+ * recorded after it passed (query or wait), or the device synchronized;
+ * completing fences by hand counts only once asked; barriers never do. */
+Test(host_ops, the_reuse_judge_needs_a_fence_after_the_mark_answered_passed)
+{
+    ps_gpu_ops_t *gpu;
+    ps_host_ops_options_t o = {0};
+    cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK);
+    ps_fence_t *before, *after, *later;
+    cr_assert_eq(gpu->fence_record(gpu->ctx, PS_STREAM_NONE, &before), PS_OK);
+    ps_host_ops_mark_t mark = ps_host_ops_mark(gpu);
+    cr_assert_eq(gpu->fence_query(gpu->ctx, before), PS_ENOTREADY);
+    ps_host_ops_complete_upto(gpu, 1);
+    cr_assert_eq(gpu->fence_query(gpu->ctx, before), PS_OK);
+    cr_assert_not(ps_host_ops_passed_since(gpu, mark), "a fence recorded before the mark does not count");
+    cr_assert_eq(gpu->fence_record(gpu->ctx, PS_STREAM_NONE, &after), PS_OK);
+    cr_assert_eq(gpu->barrier(gpu->ctx), PS_OK);
+    ps_host_ops_complete_all(gpu);
+    cr_assert_not(ps_host_ops_passed_since(gpu, mark), "nobody asked yet; a barrier never counts");
+    cr_assert_eq(gpu->fence_query(gpu->ctx, after), PS_OK);
+    cr_assert(ps_host_ops_passed_since(gpu, mark));
+    mark = ps_host_ops_mark(gpu);
+    cr_assert_eq(gpu->fence_record(gpu->ctx, PS_STREAM_NONE, &later), PS_OK);
+    cr_assert_eq(gpu->fence_wait(gpu->ctx, later), PS_OK);
+    cr_assert(ps_host_ops_passed_since(gpu, mark), "a host wait counts");
+    mark = ps_host_ops_mark(gpu);
+    cr_assert_eq(gpu->device_synchronize(gpu->ctx), PS_OK);
+    cr_assert(ps_host_ops_passed_since(gpu, mark), "a device synchronize counts");
+    gpu->fence_release(gpu->ctx, before);
+    gpu->fence_release(gpu->ctx, after);
+    gpu->fence_release(gpu->ctx, later);
+    ps_host_ops_destroy(gpu);
+}

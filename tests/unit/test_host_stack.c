@@ -388,7 +388,8 @@ Test(host_stack, debug_nvtx_keeps_slabs_unless_asked)
 
 Test(host_stack, expandable_keys_parse_and_refuse_bad_values)
 {
-    ps_config_t *cfg = load("[host]\nexpandable = on\nexpandable_piece = 4MiB\ngrow_budget_percent = 120\n", NULL, PS_OK);
+    ps_config_t *cfg = load("[host]\nexpandable = on\nexpandable_piece = 4MiB\ngrow_budget_percent = 120\n"
+                            "grow_budget_min = 64MiB\n", NULL, PS_OK);
     const ps_host_config_t *h = &ps_config_global(cfg)->host;
     cr_assert_eq(h->expandable, 1);
     cr_assert_eq(h->expandable_piece, 4 * PS_MiB);
@@ -398,6 +399,7 @@ Test(host_stack, expandable_keys_parse_and_refuse_bad_values)
     cr_assert_eq(o.expandable, 1);
     cr_assert_eq(o.expandable_piece, 4 * PS_MiB);
     cr_assert_eq(o.grow_budget_percent, 120);
+    cr_assert_eq(o.grow_budget_min, 64 * PS_MiB);
     ps_config_free(cfg);
     cfg = load(NULL, NULL, PS_OK);
     h = &ps_config_global(cfg)->host;
@@ -405,6 +407,11 @@ Test(host_stack, expandable_keys_parse_and_refuse_bad_values)
     ps_host_pool_options(h, &o);
     cr_assert_eq(o.expandable, 1);
     cr_assert_eq(o.grow_budget_percent, 110, "the budget applies to the host range");
+    cr_assert_eq(o.grow_budget_min, 16 * PS_MiB, "a floor of 16 MiB by default (issue 16)");
+    ps_config_free(cfg);
+    cfg = load(NULL, "host.grow_budget_min=0", PS_OK);
+    ps_host_pool_options(&ps_config_global(cfg)->host, &o);
+    cr_assert_eq(o.grow_budget_min, 0, "0 turns the floor off");
     ps_config_free(cfg);
     cfg = load("[host]\nexpandable = off\n", NULL, PS_OK);
     h = &ps_config_global(cfg)->host;
@@ -412,8 +419,11 @@ Test(host_stack, expandable_keys_parse_and_refuse_bad_values)
     ps_host_pool_options(h, &o);
     cr_assert_eq(o.expandable, 0);
     cr_assert_eq(o.grow_budget_percent, 0, "the budget applies to the host range only");
+    cr_assert_eq(o.grow_budget_min, 0, "and so does its floor");
     ps_config_free(cfg);
-    cfg = load("[host]\nexpandable_piece = 100KiB\ngrow_budget_percent = 50\nexpandable = maybe\n", NULL, PS_ECONFIG);
+    cfg = load("[host]\nexpandable_piece = 100KiB\ngrow_budget_percent = 50\nexpandable = maybe\n"
+               "grow_budget_min = lots\n", NULL, PS_ECONFIG);
+    cr_assert(has_error(cfg, "bad value `lots` for `grow_budget_min` in [host]"));
     cr_assert(has_error(cfg, "bad value `100KiB` for `expandable_piece` in [host]"));
     cr_assert(has_error(cfg, "bad value `50` for `grow_budget_percent` in [host]"));
     cr_assert(has_error(cfg, "bad value `maybe` for `expandable` in [host]"));
