@@ -31,6 +31,7 @@ typedef struct shard {
     atomic_int lock;          /* 0 free, 1 held (spinlock) */
     size_t mask;              /* slots - 1 (slots is a power of two), 0 before first insert */
     size_t count;             /* live entries */
+    size_t grow_at;           /* count at which the table doubles (70% load; 0 before first insert) */
     ps_allocation_t *slots;   /* the table; ptr == 0 marks an empty slot */
 } __attribute__((aligned(64))) shard_t;
 
@@ -51,15 +52,18 @@ static inline uint64_t hash_ptr(uintptr_t p)
     return (uint64_t)(p >> 8) * 0x9E3779B97F4A7C15ull;
 }
 
-static inline void shard_lock(shard_t *s)
+static inline bool shard_try_lock(shard_t *s)
 {
-    for (;;) {
-        if (!atomic_exchange_explicit(&s->lock, 1, memory_order_acquire))
-            return;
+    return !atomic_exchange_explicit(&s->lock, 1, memory_order_acquire);
+}
+
+/* Spins, then yields, until the lock is ours. */
+static void shard_lock(shard_t *s)
+{
+    while (!shard_try_lock(s))
         for (int spins = 0; atomic_load_explicit(&s->lock, memory_order_relaxed); spins++)
             if (spins > 64)
                 sched_yield();
-    }
 }
 static inline void shard_unlock(shard_t *s) { atomic_store_explicit(&s->lock, 0, memory_order_release); }
 
@@ -68,7 +72,7 @@ static inline size_t slot_of(uint64_t h, size_t mask) { return (size_t)(h >> 16)
 
 void ps_registry_init(void) {}
 
-/* Requires the shard lock. */
+/* Requires the shard lock. Doubles the table (or makes the first one). */
 static int shard_grow(shard_t *s)
 {
     size_t slots = s->mask ? (s->mask + 1) * 2 : INITIAL_SLOTS;
@@ -89,32 +93,23 @@ static int shard_grow(shard_t *s)
     }
     s->slots = fresh;
     s->mask = mask;
+    s->grow_at = slots * 7 / 10;
     return PS_OK;
 }
 
-int ps_registry_insert(const ps_allocation_t *a)
+/* Requires the shard lock and room (count < grow_at). */
+static inline void shard_put(shard_t *s, uint64_t h, const ps_allocation_t *a)
 {
-    uint64_t h = hash_ptr(a->ptr);
-    shard_t *s = shard_of(h);
-    shard_lock(s);
-    if ((s->count + 1) * 10 > (s->mask + 1) * 7 || !s->slots) {
-        if (shard_grow(s) != PS_OK) {
-            shard_unlock(s);
-            return PS_ENOMEM;
-        }
-    }
     size_t i = slot_of(h, s->mask);
     while (s->slots[i].ptr && s->slots[i].ptr != a->ptr)
         i = (i + 1) & s->mask;
     if (!s->slots[i].ptr)
         s->count++;
     s->slots[i] = *a;
-    shard_unlock(s);
-    return PS_OK;
 }
 
 /* Requires the shard lock. Returns the slot index of ptr or SIZE_MAX. */
-static size_t shard_find(shard_t *s, uint64_t h, uintptr_t ptr)
+static inline size_t shard_find(shard_t *s, uint64_t h, uintptr_t ptr)
 {
     if (!s->slots)
         return SIZE_MAX;
@@ -126,9 +121,10 @@ static size_t shard_find(shard_t *s, uint64_t h, uintptr_t ptr)
     }
 }
 
-/* Requires the shard lock. Empties slot i; backward-shift deletion keeps
- * every probe chain unbroken (an entry after i may move into slot i). */
-static void shard_remove_slot(shard_t *s, size_t i)
+/* Requires the shard lock. Empties slot i, which has a successor in its
+ * probe chain: backward-shift deletion keeps every chain unbroken (an
+ * entry after i may move into slot i). */
+static void shard_shift_out(shard_t *s, size_t i)
 {
     size_t hole = i;
     for (size_t j = (i + 1) & s->mask; s->slots[j].ptr; j = (j + 1) & s->mask) {
@@ -144,21 +140,94 @@ static void shard_remove_slot(shard_t *s, size_t i)
     s->count--;
 }
 
+/* Requires the shard lock. Empties slot i. */
+static inline void shard_remove_slot(shard_t *s, size_t i)
+{
+    if (s->slots[(i + 1) & s->mask].ptr) {
+        shard_shift_out(s, i);
+        return;
+    }
+    s->slots[i].ptr = 0; /* the usual end of a short chain: nothing moves */
+    s->count--;
+}
+
+/* Requires the shard lock. Removes ptr, copying its record to *out. */
+static inline int shard_take(shard_t *s, uint64_t h, uintptr_t ptr, ps_allocation_t *out)
+{
+    size_t i = shard_find(s, h, ptr);
+    if (i == SIZE_MAX)
+        return PS_EINVAL;
+    if (out)
+        *out = s->slots[i];
+    shard_remove_slot(s, i);
+    return PS_OK;
+}
+
+/* Insert and remove are on every allocation and free. Each tries the
+ * common case first: the lock free at the first try, no growth, no entry
+ * to shift back. That path calls nothing, so it keeps no registers to
+ * save; a held lock or a full table goes to the _slow twin, which does the
+ * same thing with waiting, growth and shifting. */
+static __attribute__((noinline)) int insert_slow(const ps_allocation_t *a)
+{
+    uint64_t h = hash_ptr(a->ptr);
+    shard_t *s = shard_of(h);
+    shard_lock(s);
+    if (s->count >= s->grow_at && shard_grow(s) != PS_OK) {
+        shard_unlock(s);
+        return PS_ENOMEM;
+    }
+    shard_put(s, h, a);
+    shard_unlock(s);
+    return PS_OK;
+}
+
+int ps_registry_insert(const ps_allocation_t *a)
+{
+    uint64_t h = hash_ptr(a->ptr);
+    shard_t *s = shard_of(h);
+    if (PS_UNLIKELY(!shard_try_lock(s)))
+        return insert_slow(a);
+    if (PS_UNLIKELY(s->count >= s->grow_at)) {
+        shard_unlock(s);
+        return insert_slow(a);
+    }
+    shard_put(s, h, a);
+    shard_unlock(s);
+    return PS_OK;
+}
+
+static __attribute__((noinline)) int remove_slow(uintptr_t ptr, ps_allocation_t *out)
+{
+    uint64_t h = hash_ptr(ptr);
+    shard_t *s = shard_of(h);
+    shard_lock(s);
+    int rc = shard_take(s, h, ptr, out);
+    shard_unlock(s);
+    return rc;
+}
+
 int ps_registry_remove(uintptr_t ptr, ps_allocation_t *out)
 {
     if (!ptr)
         return PS_EINVAL;
     uint64_t h = hash_ptr(ptr);
     shard_t *s = shard_of(h);
-    shard_lock(s);
+    if (PS_UNLIKELY(!shard_try_lock(s)))
+        return remove_slow(ptr, out);
     size_t i = shard_find(s, h, ptr);
-    if (i == SIZE_MAX) {
+    if (PS_UNLIKELY(i == SIZE_MAX)) {
         shard_unlock(s);
-        return PS_EINVAL;
+        return PS_EINVAL; /* a foreign or bad pointer */
+    }
+    if (PS_UNLIKELY(s->slots[(i + 1) & s->mask].ptr)) {
+        shard_unlock(s); /* others to shift back: the slow twin does it whole */
+        return remove_slow(ptr, out);
     }
     if (out)
         *out = s->slots[i];
-    shard_remove_slot(s, i);
+    s->slots[i].ptr = 0;
+    s->count--;
     shard_unlock(s);
     return PS_OK;
 }
