@@ -4,14 +4,21 @@
  * 1. 256 shards, chosen by a multiplicative hash of the pointer; each shard
  *    is an open-addressing table (linear probing, backward-shift deletion,
  *    no tombstones) behind its own spinlock. Threads freeing different
- *    pointers rarely meet on one shard: no global lock.
+ *    pointers rarely meet on one shard: no global lock. A shard's header
+ *    (lock, table pointer) is one cache line and its table whole lines of
+ *    two 32-byte slots, so shards share no line, and an insert or remove
+ *    touches the header's line and the slot's (a remove also reads the
+ *    next slot, in the same line half the time).
  * 2. A shard grows (doubles) at 70% load, under its lock; the old array is
  *    freed at once (readers also take the lock, so nobody still reads it).
- * 3. Slabs (the big pieces the shim took from CUDA) are kept apart in a
+ * 3. Insert and remove, on every allocation and free, first try the usual
+ *    case without a call (lock free at the first try, room, nothing to
+ *    shift back); anything else is done whole by a slow twin.
+ * 4. Slabs (the big pieces the shim took from CUDA) are kept apart in a
  *    small sorted array behind a mutex: it answers "is this address inside
  *    our memory?" on the rare path of a pointer that is not registered
  *    (bad pointer vs foreign pointer), never on the hot path.
- * 4. When a device's context dies, its entries and slabs are dropped by a
+ * 5. When a device's context dies, its entries and slabs are dropped by a
  *    sweep of every shard under its lock (rare: resets), no CUDA call.
  * Lookups are O(1) expected; remove is atomic, so of two threads freeing
  * one pointer exactly one succeeds.
@@ -36,6 +43,7 @@ typedef struct shard {
 } __attribute__((aligned(64))) shard_t;
 
 static shard_t shards[SHARD_COUNT];
+_Static_assert(64 % sizeof(ps_allocation_t) == 0, "a slot never straddles two cache lines");
 
 typedef struct slab {
     uintptr_t base; /* first byte */
@@ -76,9 +84,12 @@ void ps_registry_init(void) {}
 static int shard_grow(shard_t *s)
 {
     size_t slots = s->mask ? (s->mask + 1) * 2 : INITIAL_SLOTS;
-    ps_allocation_t *fresh = calloc(slots, sizeof *fresh);
+    /* whole cache lines: two shards' tables never share one (threads on
+     * different shards would slow each other down through it) */
+    ps_allocation_t *fresh = aligned_alloc(64, slots * sizeof *fresh);
     if (!fresh)
         return PS_ENOMEM;
+    memset(fresh, 0, slots * sizeof *fresh);
     size_t mask = slots - 1;
     if (s->slots) {
         for (size_t i = 0; i <= s->mask; i++) {
