@@ -153,6 +153,9 @@ static void atfork_child(void)
     tls_last = (last_context_t){0};
 }
 
+/* global.direct_min_size, SIZE_MAX when off: one comparison per allocation. */
+static size_t direct_min = SIZE_MAX;
+
 static void init_once_body(void)
 {
     ps_global = &passthrough_global;
@@ -179,6 +182,8 @@ static void init_once_body(void)
     }
     ps_global = ps_config_global(config);
     ps_verbosity = ps_global->verbosity;
+    if (ps_global->direct_min_size)
+        direct_min = ps_global->direct_min_size;
     if (ps_global->disable) {
         atomic_store(&ps_active, 0);
         return;
@@ -434,7 +439,7 @@ ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream
     void *p = NULL;
     int rc;
     ps_in_shim++;
-    if (ps_global->direct_min_size && size >= ps_global->direct_min_size) {
+    if (size >= direct_min) {
         a.direct = 1;
         rc = gpu->mem_alloc(gpu->ctx, size, &p);
     } else {
