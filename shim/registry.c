@@ -178,7 +178,9 @@ static inline int shard_take(shard_t *s, uint64_t h, uintptr_t ptr, ps_allocatio
  * common case first: the lock free at the first try, no growth, no entry
  * to shift back. That path calls nothing, so it keeps no registers to
  * save; a held lock or a full table goes to the _slow twin, which does the
- * same thing with waiting, growth and shifting. */
+ * same thing with waiting, growth and shifting. (Out of line but not
+ * PS_COLD: a held lock is common enough under many threads to be compiled
+ * for speed.) */
 static __attribute__((noinline)) int insert_slow(const ps_allocation_t *a)
 {
     uint64_t h = hash_ptr(a->ptr);

@@ -346,7 +346,7 @@ static void warn_foreign_ctx(CUcontext ctx, int d)
 /* ps_current_device when this thread's last answer does not hold: `ctx`
  * is what cuCtxGetCurrent said (`got` its result). Looks the context up,
  * builds the device's stack on first use, and remembers the answer. */
-static __attribute__((noinline)) ps_device_state_t *look_up_device(int door, CUresult got, CUcontext ctx)
+static PS_COLD ps_device_state_t *look_up_device(int door, CUresult got, CUcontext ctx)
 {
     if (got != CUDA_SUCCESS || !ctx) {
         if (door != PS_DOOR_RUNTIME)
