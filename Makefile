@@ -69,7 +69,7 @@ CORE_LIB  := $(BUILD)/libpoolshim_core.a
 CLI       := $(BUILD)/poolshim
 UNIT      := $(BUILD)/test_unit
 
-.PHONY: all deps test test-unit test-shim test-stress test-long test-all check-gpu bench-core bench-shim bench-pinned-pairs bench install clean
+.PHONY: all deps test test-unit test-shim test-stress test-long test-all check-gpu bench-core bench-shim bench-pinned-pairs pair-loop bench install clean
 all: $(LIB) $(CLI)
 
 deps:
@@ -152,6 +152,11 @@ $(BUILD)/pinned_pairs: tools/bench/pinned_pairs.c $(CORE_LIB)
 bench-shim: $(BUILD)/bench_shim $(LIB)
 	LD_LIBRARY_PATH=$(FAKE) LD_PRELOAD=$(CURDIR)/$(LIB) $(BUILD)/bench_shim $(BENCH_SHIM_ARGS)
 $(BUILD)/bench_shim: tools/bench/bench_shim.c $(FAKE)/libcudart.so.13 $(FAKE)/libcuda.so.1
+	$(CC) $(CFLAGS) -o $@ $< -L$(FAKE) -lcudart $(LDFLAGS) $(LDLIBS)
+# One thread's pairs through one door, for instruction counts under callgrind
+# (tools/bench/pair_loop.c says how).
+pair-loop: $(BUILD)/pair_loop $(LIB)
+$(BUILD)/pair_loop: tools/bench/pair_loop.c $(FAKE)/libcudart.so.13 $(FAKE)/libcuda.so.1
 	$(CC) $(CFLAGS) -o $@ $< -L$(FAKE) -lcudart $(LDFLAGS) $(LDLIBS)
 
 # A sampling profiler to LD_PRELOAD on the GPU machine, which has no perf

@@ -216,26 +216,26 @@ void ps_gpu_ops_cuda_capture_gate_end(void)
  * asked. */
 #define GLOBAL_CAPTURES_MAX 64
 static CUstream global_captures[GLOBAL_CAPTURES_MAX];
-static atomic_int global_capture_count; /* entries in global_captures (read without the lock) */
+atomic_int ps_gpu_ops_cuda_global_captures; /* entries in global_captures (read without the lock) */
 
 void ps_gpu_ops_cuda_capture_begun(CUstream stream, CUstreamCaptureMode mode)
 {
-    int n = atomic_load(&global_capture_count);
+    int n = atomic_load(&ps_gpu_ops_cuda_global_captures);
     if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL || (uintptr_t)stream <= 2 || n == GLOBAL_CAPTURES_MAX)
         return;
     for (int i = 0; i < n; i++)
         if (global_captures[i] == stream)
             return;
     global_captures[n] = stream;
-    atomic_store(&global_capture_count, n + 1);
+    atomic_store(&ps_gpu_ops_cuda_global_captures, n + 1);
 }
 
-CUresult ps_gpu_ops_cuda_unsafe_call_prohibited(void)
+/* ps_gpu_ops_cuda_unsafe_call_prohibited (shim.h) once a global capture
+ * may be open. */
+CUresult ps_gpu_ops_cuda_unsafe_call_check(void)
 {
-    if (PS_LIKELY(atomic_load_explicit(&global_capture_count, memory_order_relaxed) == 0))
-        return CUDA_SUCCESS;
     pthread_mutex_lock(&streams_lock);
-    int n = atomic_load(&global_capture_count);
+    int n = atomic_load(&ps_gpu_ops_cuda_global_captures);
     for (int i = 0; i < n;) {
         CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
         if (ps_real.cuStreamIsCapturing(global_captures[i], &st) == CUDA_SUCCESS &&
@@ -245,7 +245,7 @@ CUresult ps_gpu_ops_cuda_unsafe_call_prohibited(void)
         }
         global_captures[i] = global_captures[--n]; /* ended (or the stream is gone) */
     }
-    atomic_store(&global_capture_count, n);
+    atomic_store(&ps_gpu_ops_cuda_global_captures, n);
     pthread_mutex_unlock(&streams_lock);
     if (n == 0)
         return CUDA_SUCCESS;
@@ -308,11 +308,11 @@ void ps_gpu_ops_cuda_stream_destroyed(CUstream stream)
      * about a destroyed handle crashes inside libcuda (GPU suite,
      * async_streams: a graph captured in global mode, its stream destroyed,
      * then cudaFree) */
-    int n = atomic_load(&global_capture_count);
+    int n = atomic_load(&ps_gpu_ops_cuda_global_captures);
     for (int i = 0; i < n; i++)
         if (global_captures[i] == stream) {
             global_captures[i] = global_captures[--n];
-            atomic_store(&global_capture_count, n);
+            atomic_store(&ps_gpu_ops_cuda_global_captures, n);
             break;
         }
     for (size_t i = 0; i < stream_count; i++)

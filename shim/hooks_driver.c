@@ -33,6 +33,10 @@ static inline CUresult driver_error(int status)
                                                                   : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* cuMemAlloc_v2 and cuMemFree_v2 keep their passthrough out of line
+ * (PS_COLD): the served call's path then saves fewer registers. */
+static PS_COLD CUresult real_mem_alloc(CUdeviceptr *dptr, size_t bytesize) { PASS_REAL(cuMemAlloc_v2, dptr, bytesize); }
+
 PS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     if (!ps_in_shim && dptr && bytesize) {
@@ -41,8 +45,10 @@ PS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
                               &status) == PS_ROUTE_DONE)
             return driver_error(status);
     }
-    PASS_REAL(cuMemAlloc_v2, dptr, bytesize);
+    return real_mem_alloc(dptr, bytesize);
 }
+
+static PS_COLD CUresult real_mem_free(CUdeviceptr dptr);
 
 PS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
@@ -52,6 +58,11 @@ PS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
             PS_ROUTE_DONE)
             return driver_error(status);
     }
+    return real_mem_free(dptr);
+}
+
+static CUresult real_mem_free(CUdeviceptr dptr)
+{
     if (!ps_real.cuMemFree_v2 && ps_real_load_driver() != PS_OK)
         return CUDA_ERROR_NOT_INITIALIZED;
     CUresult r = ps_real.cuMemFree_v2(dptr);

@@ -4,14 +4,21 @@
  * 1. 256 shards, chosen by a multiplicative hash of the pointer; each shard
  *    is an open-addressing table (linear probing, backward-shift deletion,
  *    no tombstones) behind its own spinlock. Threads freeing different
- *    pointers rarely meet on one shard: no global lock.
+ *    pointers rarely meet on one shard: no global lock. A shard's header
+ *    (lock, table pointer) is one cache line and its table whole lines of
+ *    two 32-byte slots, so shards share no line, and an insert or remove
+ *    touches the header's line and the slot's (a remove also reads the
+ *    next slot, in the same line half the time).
  * 2. A shard grows (doubles) at 70% load, under its lock; the old array is
  *    freed at once (readers also take the lock, so nobody still reads it).
- * 3. Slabs (the big pieces the shim took from CUDA) are kept apart in a
+ * 3. Insert and remove, on every allocation and free, first try the usual
+ *    case without a call (lock free at the first try, room, nothing to
+ *    shift back); anything else is done whole by a slow twin.
+ * 4. Slabs (the big pieces the shim took from CUDA) are kept apart in a
  *    small sorted array behind a mutex: it answers "is this address inside
  *    our memory?" on the rare path of a pointer that is not registered
  *    (bad pointer vs foreign pointer), never on the hot path.
- * 4. When a device's context dies, its entries and slabs are dropped by a
+ * 5. When a device's context dies, its entries and slabs are dropped by a
  *    sweep of every shard under its lock (rare: resets), no CUDA call.
  * Lookups are O(1) expected; remove is atomic, so of two threads freeing
  * one pointer exactly one succeeds.
@@ -31,10 +38,12 @@ typedef struct shard {
     atomic_int lock;          /* 0 free, 1 held (spinlock) */
     size_t mask;              /* slots - 1 (slots is a power of two), 0 before first insert */
     size_t count;             /* live entries */
+    size_t grow_at;           /* count at which the table doubles (70% load; 0 before first insert) */
     ps_allocation_t *slots;   /* the table; ptr == 0 marks an empty slot */
 } __attribute__((aligned(64))) shard_t;
 
 static shard_t shards[SHARD_COUNT];
+_Static_assert(64 % sizeof(ps_allocation_t) == 0, "a slot never straddles two cache lines");
 
 typedef struct slab {
     uintptr_t base; /* first byte */
@@ -51,15 +60,18 @@ static inline uint64_t hash_ptr(uintptr_t p)
     return (uint64_t)(p >> 8) * 0x9E3779B97F4A7C15ull;
 }
 
-static inline void shard_lock(shard_t *s)
+static inline bool shard_try_lock(shard_t *s)
 {
-    for (;;) {
-        if (!atomic_exchange_explicit(&s->lock, 1, memory_order_acquire))
-            return;
+    return !atomic_exchange_explicit(&s->lock, 1, memory_order_acquire);
+}
+
+/* Spins, then yields, until the lock is ours. */
+static void shard_lock(shard_t *s)
+{
+    while (!shard_try_lock(s))
         for (int spins = 0; atomic_load_explicit(&s->lock, memory_order_relaxed); spins++)
             if (spins > 64)
                 sched_yield();
-    }
 }
 static inline void shard_unlock(shard_t *s) { atomic_store_explicit(&s->lock, 0, memory_order_release); }
 
@@ -68,13 +80,16 @@ static inline size_t slot_of(uint64_t h, size_t mask) { return (size_t)(h >> 16)
 
 void ps_registry_init(void) {}
 
-/* Requires the shard lock. */
+/* Requires the shard lock. Doubles the table (or makes the first one). */
 static int shard_grow(shard_t *s)
 {
     size_t slots = s->mask ? (s->mask + 1) * 2 : INITIAL_SLOTS;
-    ps_allocation_t *fresh = calloc(slots, sizeof *fresh);
+    /* whole cache lines: two shards' tables never share one (threads on
+     * different shards would slow each other down through it) */
+    ps_allocation_t *fresh = aligned_alloc(64, slots * sizeof *fresh);
     if (!fresh)
         return PS_ENOMEM;
+    memset(fresh, 0, slots * sizeof *fresh);
     size_t mask = slots - 1;
     if (s->slots) {
         for (size_t i = 0; i <= s->mask; i++) {
@@ -89,32 +104,23 @@ static int shard_grow(shard_t *s)
     }
     s->slots = fresh;
     s->mask = mask;
+    s->grow_at = slots * 7 / 10;
     return PS_OK;
 }
 
-int ps_registry_insert(const ps_allocation_t *a)
+/* Requires the shard lock and room (count < grow_at). */
+static inline void shard_put(shard_t *s, uint64_t h, const ps_allocation_t *a)
 {
-    uint64_t h = hash_ptr(a->ptr);
-    shard_t *s = shard_of(h);
-    shard_lock(s);
-    if ((s->count + 1) * 10 > (s->mask + 1) * 7 || !s->slots) {
-        if (shard_grow(s) != PS_OK) {
-            shard_unlock(s);
-            return PS_ENOMEM;
-        }
-    }
     size_t i = slot_of(h, s->mask);
     while (s->slots[i].ptr && s->slots[i].ptr != a->ptr)
         i = (i + 1) & s->mask;
     if (!s->slots[i].ptr)
         s->count++;
     s->slots[i] = *a;
-    shard_unlock(s);
-    return PS_OK;
 }
 
 /* Requires the shard lock. Returns the slot index of ptr or SIZE_MAX. */
-static size_t shard_find(shard_t *s, uint64_t h, uintptr_t ptr)
+static inline size_t shard_find(shard_t *s, uint64_t h, uintptr_t ptr)
 {
     if (!s->slots)
         return SIZE_MAX;
@@ -126,9 +132,10 @@ static size_t shard_find(shard_t *s, uint64_t h, uintptr_t ptr)
     }
 }
 
-/* Requires the shard lock. Empties slot i; backward-shift deletion keeps
- * every probe chain unbroken (an entry after i may move into slot i). */
-static void shard_remove_slot(shard_t *s, size_t i)
+/* Requires the shard lock. Empties slot i, which has a successor in its
+ * probe chain: backward-shift deletion keeps every chain unbroken (an
+ * entry after i may move into slot i). */
+static void shard_shift_out(shard_t *s, size_t i)
 {
     size_t hole = i;
     for (size_t j = (i + 1) & s->mask; s->slots[j].ptr; j = (j + 1) & s->mask) {
@@ -144,21 +151,96 @@ static void shard_remove_slot(shard_t *s, size_t i)
     s->count--;
 }
 
+/* Requires the shard lock. Empties slot i. */
+static inline void shard_remove_slot(shard_t *s, size_t i)
+{
+    if (s->slots[(i + 1) & s->mask].ptr) {
+        shard_shift_out(s, i);
+        return;
+    }
+    s->slots[i].ptr = 0; /* the usual end of a short chain: nothing moves */
+    s->count--;
+}
+
+/* Requires the shard lock. Removes ptr, copying its record to *out. */
+static inline int shard_take(shard_t *s, uint64_t h, uintptr_t ptr, ps_allocation_t *out)
+{
+    size_t i = shard_find(s, h, ptr);
+    if (i == SIZE_MAX)
+        return PS_EINVAL;
+    if (out)
+        *out = s->slots[i];
+    shard_remove_slot(s, i);
+    return PS_OK;
+}
+
+/* Insert and remove are on every allocation and free. Each tries the
+ * common case first: the lock free at the first try, no growth, no entry
+ * to shift back. That path calls nothing, so it keeps no registers to
+ * save; a held lock or a full table goes to the _slow twin, which does the
+ * same thing with waiting, growth and shifting. (Out of line but not
+ * PS_COLD: a held lock is common enough under many threads to be compiled
+ * for speed.) */
+static __attribute__((noinline)) int insert_slow(const ps_allocation_t *a)
+{
+    uint64_t h = hash_ptr(a->ptr);
+    shard_t *s = shard_of(h);
+    shard_lock(s);
+    if (s->count >= s->grow_at && shard_grow(s) != PS_OK) {
+        shard_unlock(s);
+        return PS_ENOMEM;
+    }
+    shard_put(s, h, a);
+    shard_unlock(s);
+    return PS_OK;
+}
+
+int ps_registry_insert(const ps_allocation_t *a)
+{
+    uint64_t h = hash_ptr(a->ptr);
+    shard_t *s = shard_of(h);
+    if (PS_UNLIKELY(!shard_try_lock(s)))
+        return insert_slow(a);
+    if (PS_UNLIKELY(s->count >= s->grow_at)) {
+        shard_unlock(s);
+        return insert_slow(a);
+    }
+    shard_put(s, h, a);
+    shard_unlock(s);
+    return PS_OK;
+}
+
+static __attribute__((noinline)) int remove_slow(uintptr_t ptr, ps_allocation_t *out)
+{
+    uint64_t h = hash_ptr(ptr);
+    shard_t *s = shard_of(h);
+    shard_lock(s);
+    int rc = shard_take(s, h, ptr, out);
+    shard_unlock(s);
+    return rc;
+}
+
 int ps_registry_remove(uintptr_t ptr, ps_allocation_t *out)
 {
     if (!ptr)
         return PS_EINVAL;
     uint64_t h = hash_ptr(ptr);
     shard_t *s = shard_of(h);
-    shard_lock(s);
+    if (PS_UNLIKELY(!shard_try_lock(s)))
+        return remove_slow(ptr, out);
     size_t i = shard_find(s, h, ptr);
-    if (i == SIZE_MAX) {
+    if (PS_UNLIKELY(i == SIZE_MAX)) {
         shard_unlock(s);
-        return PS_EINVAL;
+        return PS_EINVAL; /* a foreign or bad pointer */
+    }
+    if (PS_UNLIKELY(s->slots[(i + 1) & s->mask].ptr)) {
+        shard_unlock(s); /* others to shift back: the slow twin does it whole */
+        return remove_slow(ptr, out);
     }
     if (out)
         *out = s->slots[i];
-    shard_remove_slot(s, i);
+    s->slots[i].ptr = 0;
+    s->count--;
     shard_unlock(s);
     return PS_OK;
 }

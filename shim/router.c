@@ -74,9 +74,14 @@ static ps_global_config_t passthrough_global; /* used when the config failed */
 ps_device_state_t ps_devices[PS_MAX_DEVICES];
 static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static PS_TLS CUcontext tls_ctx;                /* last context seen on this thread */
-static PS_TLS ps_device_state_t *tls_device;    /* its device state (NULL: pass through) */
-static PS_TLS unsigned tls_epoch;               /* context_epoch when tls_ctx was looked up */
+/* This thread's last answer of ps_current_device: one struct, so the hot
+ * path's check reads one cache line of thread-local storage. */
+typedef struct last_context {
+    CUcontext ctx;             /* last context seen on this thread (NULL: none yet) */
+    ps_device_state_t *device; /* its device state (NULL: pass through) */
+    unsigned epoch;            /* context_epoch when ctx was looked up */
+} last_context_t;
+static PS_TLS last_context_t tls_last;
 /* +1 whenever a context died (any device, any kind): every thread's cached
  * context -> device answer is then looked up again (handles are reused). */
 static atomic_uint context_epoch;
@@ -122,7 +127,7 @@ static void atfork_parent(void)
 }
 static void atfork_child(void)
 {
-    /* (init_done stays: the child inherits the parent's initialised state) */
+    /* (ps_init_done stays: the child inherits the parent's initialised state) */
     ps_registry_atfork_child();
     ps_gpu_ops_cuda_atfork_child();
     ps_ipc_atfork_child();
@@ -145,9 +150,11 @@ static void atfork_child(void)
         atomic_store(&ps_active, 0);
         ps_stats_forget_at_exit();
     }
-    tls_ctx = NULL;
-    tls_device = NULL;
+    tls_last = (last_context_t){0};
 }
+
+/* global.direct_min_size, SIZE_MAX when off: one comparison per allocation. */
+static size_t direct_min = SIZE_MAX;
 
 static void init_once_body(void)
 {
@@ -175,6 +182,8 @@ static void init_once_body(void)
     }
     ps_global = ps_config_global(config);
     ps_verbosity = ps_global->verbosity;
+    if (ps_global->direct_min_size)
+        direct_min = ps_global->direct_min_size;
     if (ps_global->disable) {
         atomic_store(&ps_active, 0);
         return;
@@ -192,14 +201,13 @@ static void init_once_body(void)
     atomic_store(&ps_active, 1);
 }
 
-static atomic_int init_done; /* 1 once init_once_body has run (hot-path shortcut) */
+atomic_int ps_init_done; /* 1 once init_once_body has run (ps_shim_ensure_init's shortcut) */
 
-int ps_shim_ensure_init(void)
+/* ps_shim_ensure_init (shim.h) before the first initialisation finished. */
+int ps_shim_init(void)
 {
-    if (PS_LIKELY(atomic_load_explicit(&init_done, memory_order_acquire)))
-        return atomic_load_explicit(&ps_active, memory_order_relaxed);
     pthread_once(&init_once, init_once_body);
-    atomic_store_explicit(&init_done, 1, memory_order_release);
+    atomic_store_explicit(&ps_init_done, 1, memory_order_release);
     return atomic_load_explicit(&ps_active, memory_order_relaxed);
 }
 
@@ -335,10 +343,12 @@ static void warn_foreign_ctx(CUcontext ctx, int d)
                    d, (void *)ctx);
 }
 
-ps_device_state_t *ps_current_device(int door)
+/* ps_current_device when this thread's last answer does not hold: `ctx`
+ * is what cuCtxGetCurrent said (`got` its result). Looks the context up,
+ * builds the device's stack on first use, and remembers the answer. */
+static PS_COLD ps_device_state_t *look_up_device(int door, CUresult got, CUcontext ctx)
 {
-    CUcontext ctx = NULL;
-    if (ps_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) {
+    if (got != CUDA_SUCCESS || !ctx) {
         if (door != PS_DOOR_RUNTIME)
             return NULL; /* the driver would fail too: let it say so */
         runtime_lazy_init();
@@ -347,8 +357,8 @@ ps_device_state_t *ps_current_device(int door)
             return NULL;
     }
     unsigned epoch = atomic_load_explicit(&context_epoch, memory_order_acquire);
-    if (PS_LIKELY(ctx == tls_ctx && epoch == tls_epoch))
-        return tls_device;
+    if (ctx == tls_last.ctx && epoch == tls_last.epoch)
+        return tls_last.device;
     CUdevice d = -1;
     if (ps_real.cuCtxGetDevice(&d) != CUDA_SUCCESS) {
         /* after a reset the thread's current context may be the destroyed
@@ -384,18 +394,33 @@ ps_device_state_t *ps_current_device(int door)
         else
             warn_foreign_ctx(ctx, d);
     }
-    tls_ctx = ctx;
-    tls_device = result;
-    tls_epoch = epoch;
+    tls_last = (last_context_t){ctx, result, epoch};
     return result;
 }
+
+/* The hot path of ps_current_device: the one CUDA call that says which
+ * context is current (it can change under us in ways we do not see:
+ * cudaSetDevice inside the runtime, cuCtxSetCurrent, push/pop), then this
+ * thread's last answer if it is still good: same context, and no context
+ * died since (context_epoch; a reset keeps the handle). */
+static inline ps_device_state_t *current_device(int door)
+{
+    CUcontext ctx = NULL;
+    CUresult got = ps_real.cuCtxGetCurrent(&ctx);
+    if (PS_LIKELY(got == CUDA_SUCCESS && ctx && ctx == tls_last.ctx &&
+                  atomic_load_explicit(&context_epoch, memory_order_acquire) == tls_last.epoch))
+        return tls_last.device;
+    return look_up_device(door, got, ctx);
+}
+
+ps_device_state_t *ps_current_device(int door) { return current_device(door); }
 
 ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream, void **out,
                              int *status)
 {
     if (PS_UNLIKELY(!ps_shim_ensure_init()))
         return PS_ROUTE_PASSTHROUGH;
-    ps_device_state_t *dev = ps_current_device(door);
+    ps_device_state_t *dev = current_device(door);
     if (!dev) {
         ps_stats_count_passthrough(-1);
         return PS_ROUTE_PASSTHROUGH;
@@ -414,7 +439,7 @@ ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream
     void *p = NULL;
     int rc;
     ps_in_shim++;
-    if (ps_global->direct_min_size && size >= ps_global->direct_min_size) {
+    if (size >= direct_min) {
         a.direct = 1;
         rc = gpu->mem_alloc(gpu->ctx, size, &p);
     } else {
@@ -786,7 +811,7 @@ void ps_peer_access_enabled(CUcontext peer)
 
 void ps_route_device_synchronized(void)
 {
-    if (!atomic_load_explicit(&init_done, memory_order_acquire) || ps_disabled_early)
+    if (!atomic_load_explicit(&ps_init_done, memory_order_acquire) || ps_disabled_early)
         return;
     CUdevice d = -1;
     if (ps_real.cuCtxGetDevice(&d) != CUDA_SUCCESS || d < 0 || d >= PS_MAX_DEVICES ||

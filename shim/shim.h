@@ -52,6 +52,8 @@
 #define PS_TLS __thread __attribute__((tls_model("initial-exec")))
 #define PS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define PS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* A rare path kept out of a hot function, so that it saves fewer registers. */
+#define PS_COLD __attribute__((noinline, cold))
 
 #define PS_MAX_DEVICES 64
 
@@ -269,7 +271,16 @@ void ps_gpu_ops_cuda_capture_gate_end(void);
  * program's would have been (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, with
  * whatever that does to the capture natively). */
 void ps_gpu_ops_cuda_capture_begun(CUstream stream, CUstreamCaptureMode mode);
-CUresult ps_gpu_ops_cuda_unsafe_call_prohibited(void);
+CUresult ps_gpu_ops_cuda_unsafe_call_check(void);
+/* How many global-mode captures may be open (read without the streams lock;
+ * 0 on the hot path, where unsafe_call_prohibited is then one load). */
+extern atomic_int ps_gpu_ops_cuda_global_captures;
+static inline CUresult ps_gpu_ops_cuda_unsafe_call_prohibited(void)
+{
+    if (PS_LIKELY(atomic_load_explicit(&ps_gpu_ops_cuda_global_captures, memory_order_relaxed) == 0))
+        return CUDA_SUCCESS;
+    return ps_gpu_ops_cuda_unsafe_call_check();
+}
 /* Context lifecycle (no CUDA call in either): forget the tracked streams
  * of a context that died; make every later call through `ops` a no-op
  * that fails (its context, events and memory are gone). */
@@ -415,8 +426,16 @@ void ps_peer_access_enabled(CUcontext peer);
  * (release_threshold). */
 void ps_route_device_synchronized(void);
 
-/* Initialises on first use (config, driver). Returns ps_active. */
-int ps_shim_ensure_init(void);
+/* Initialises on first use (config, driver). Returns ps_active. Once it
+ * has run, two loads (every intercepted call asks). */
+extern atomic_int ps_init_done;
+int ps_shim_init(void);
+static inline int ps_shim_ensure_init(void)
+{
+    if (PS_LIKELY(atomic_load_explicit(&ps_init_done, memory_order_acquire)))
+        return atomic_load_explicit(&ps_active, memory_order_relaxed);
+    return ps_shim_init();
+}
 
 /* Outcome of routing: where the call should go. */
 typedef enum {

@@ -3,7 +3,9 @@
  * 1. Each thread owns a block of counters (calls by device and function,
  *    failures, time; the door follows from the function), created on its first counted call and linked
  *    into a global list. A thread only ever writes its own block, with
- *    relaxed atomic stores: no shared cache line on the hot path.
+ *    relaxed atomic stores: no shared cache line on the hot path. The
+ *    common count (a served call, statistics off) is inline in stats.h,
+ *    through a thread-local pointer to the block's call counters.
  * 2. When a thread exits, its counts are added to a `retired` block and its
  *    block is freed.
  * 3. Bytes requested (current, peak) need one global view: per-device
@@ -39,6 +41,7 @@ static thread_counters_t retired;  /* sums of exited threads */
 static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static PS_TLS thread_counters_t *mine;
+PS_TLS uint64_t (*ps_stats_my_calls)[PS_CALL_COUNT]; /* mine->calls, for stats.h's inline counting */
 
 typedef struct byte_counters {
     atomic_llong current;   /* bytes requested and not freed */
@@ -57,7 +60,7 @@ static int door_of_call(int call)
     return call >= PS_CALL_CU_MEM_ALLOC && call <= PS_CALL_CU_MEM_FREE_ASYNC ? PS_DOOR_DRIVER : PS_DOOR_RUNTIME;
 }
 
-#define BUMP(field, n) __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (n), __ATOMIC_RELAXED)
+#define BUMP(field, n) PS_STATS_BUMP(field, n)
 #define READ(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
 
 static void add_into(thread_counters_t *dst, thread_counters_t *src)
@@ -87,6 +90,7 @@ static void thread_exit(void *p)
         t->next->prev = t->prev;
     pthread_mutex_unlock(&list_lock);
     mine = NULL;
+    ps_stats_my_calls = NULL;
     free(t);
 }
 
@@ -108,6 +112,7 @@ static thread_counters_t *counters(void)
     pthread_mutex_unlock(&list_lock);
     pthread_setspecific(exit_key, t);
     mine = t;
+    ps_stats_my_calls = t->calls;
     return t;
 }
 
@@ -127,7 +132,7 @@ static void bytes_add_to(byte_counters_t *b, int64_t delta)
 
 static void bytes_add(int device, int64_t delta) { bytes_add_to(&bytes[device], delta); }
 
-void ps_stats_count_allocate(int device, int call, int door, size_t size, int status, uint64_t ns)
+void ps_stats_count_allocate_all(int device, int call, int door, size_t size, int status, uint64_t ns)
 {
     thread_counters_t *t = counters();
     BUMP(t->calls[device][call], 1);
@@ -144,7 +149,7 @@ void ps_stats_count_allocate(int device, int call, int door, size_t size, int st
     }
 }
 
-void ps_stats_count_free(int device, int call, int door, size_t size, uint64_t ns)
+void ps_stats_count_free_all(int device, int call, int door, size_t size, uint64_t ns)
 {
     thread_counters_t *t = counters();
     BUMP(t->calls[device][call], 1);
