@@ -126,6 +126,7 @@ typedef enum ps_key {
     PS_KEY_THREAD_CACHE,
     PS_KEY_REMAP,
     PS_KEY_REMAP_TURNOVER_PERCENT,
+    PS_KEY_BARRIER_FLOOR,
     PS_KEY_COUNT
 } ps_key_t;
 

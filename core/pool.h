@@ -95,6 +95,12 @@ typedef struct ps_pool_options {
                                  pairs instead of one per pair or two (core/pool_expandable.c, 7) */
     size_t chunk_granule;     /* chunks are multiples of this (0 = 2 MiB, cuMemAlloc's granularity;
                                  the pinned pool: 64 KiB, host pages are small) */
+    size_t barrier_floor;     /* free_sync barrier (default 32 MiB; 0 = off): while reserved + a
+                                 request fit in it, the pool grows instead of issuing a barrier,
+                                 and near it (reserved <= 2x) the eager barrier waits until half
+                                 of it is pending: a small program that frees and takes back
+                                 blocks pays one barrier per many pairs instead of one per pair
+                                 or two, for at most this many bytes (core/pool.c, step B) */
     size_t thread_cache;      /* bytes of freed blocks each thread may keep in its own cache in
                                  front of the pool (core/thread_cache.c; blocks up to a quarter of
                                  it); default 16 MiB; 0 = off. Used with free_sync barrier and none

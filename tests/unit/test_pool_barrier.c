@@ -308,3 +308,57 @@ Test(pool_expandable, device_synchronize_gives_back_memory_above_the_release_thr
         }
     }
 }
+
+/* The barrier floor (options.barrier_floor): a small program that frees
+ * and takes back 1 MiB blocks pays one barrier per many pairs (the pool
+ * grows up to the floor instead of issuing one per pair or two), and no
+ * block is handed out again before a barrier issued after its free. */
+static void floor_loop(uint64_t floor, int pairs, uint64_t *barriers, uint64_t *reserved_peak)
+{
+    pool_fixture_t f;
+    ps_pool_options_t o;
+    ps_pool_options_default(&o);
+    o.thread_cache = 0; /* the pool itself */
+    o.barrier_floor = floor;
+    open_pool(&f, &o, 1, 0);
+    enum { SEEN = 256 };
+    uintptr_t freed_addr[SEEN] = {0};
+    uint64_t freed_at[SEEN] = {0}; /* barriers issued when it was freed */
+    for (int k = 0; k < pairs; k++) {
+        void *p;
+        cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &p), PS_OK);
+        for (int i = 0; i < SEEN; i++)
+            if (freed_addr[i] == (uintptr_t)p) {
+                cr_assert_gt(ps_host_ops_barriers(f.gpu), freed_at[i],
+                             "pair %d: a block came back without a barrier issued after its free", k);
+                freed_addr[i] = 0;
+            }
+        int slot = 0;
+        while (slot < SEEN && freed_addr[slot])
+            slot++;
+        cr_assert_lt(slot, SEEN);
+        freed_addr[slot] = (uintptr_t)p;
+        freed_at[slot] = ps_host_ops_barriers(f.gpu);
+        cr_assert_eq(ps_deallocate(f.pool, p, PS_MiB, PS_STREAM_NONE), PS_OK);
+    }
+    *barriers = ps_host_ops_barriers(f.gpu);
+    *reserved_peak = fixture_info(f.pool).peak_bytes_reserved;
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    fixture_close(&f);
+}
+
+Test(pool_barrier, below_the_barrier_floor_a_free_and_take_loop_pays_one_barrier_per_many_pairs)
+{
+    const int pairs = 2000;
+    uint64_t barriers, peak;
+    floor_loop(32 * PS_MiB, pairs, &barriers, &peak);
+    cr_log_info("floor 32 MiB: %llu barriers for %d pairs, peak reserved %llu MiB", (unsigned long long)barriers,
+                pairs, (unsigned long long)(peak >> 20));
+    cr_assert_leq(barriers * 8, (uint64_t)pairs, "%llu barriers for %d pairs", (unsigned long long)barriers, pairs);
+    cr_assert_leq(peak, 34 * PS_MiB, "the floor bounds the growth: %llu", (unsigned long long)peak);
+    floor_loop(0, pairs, &barriers, &peak); /* without it: one barrier per pair or two */
+    cr_log_info("floor 0: %llu barriers for %d pairs, peak reserved %llu MiB", (unsigned long long)barriers, pairs,
+                (unsigned long long)(peak >> 20));
+    cr_assert_geq(barriers * 3, (uint64_t)pairs, "floor 0: %llu barriers for %d pairs", (unsigned long long)barriers, pairs);
+    cr_assert_leq(peak, 4 * PS_MiB);
+}
