@@ -201,13 +201,13 @@ static PS_COLD_FN void flush(local_counter_t *l, shared_counter_t *g)
     raise_peak(&g->peak, before + (high - flushed));
 }
 
-/* Inline in both callers, where `delta`'s sign is known. */
+/* Inline in both callers, where `up` (delta >= 0: an allocation) is known. */
 static inline __attribute__((always_inline)) void local_add(local_counter_t *l, shared_counter_t *g, int64_t delta,
-                                                            int64_t threshold)
+                                                            int up, int64_t threshold)
 {
     int64_t now = l->current + delta;
     STORE(l->current, now);
-    if (delta > 0) {
+    if (up) {
         STORE(l->total, l->total + delta);
         if (now > l->high)
             STORE(l->high, now);
@@ -219,10 +219,11 @@ static inline __attribute__((always_inline)) void local_add(local_counter_t *l, 
 
 static inline __attribute__((always_inline)) void count(stats_t *s, slot_t *t, size_t size, int sign)
 {
-    local_add(&t->bytes_requested, &s->bytes_requested, sign * (int64_t)size, FLUSH_BYTES);
-    local_add(&t->bytes_allocated, &s->bytes_allocated, sign * (int64_t)ps_align_up(size ? size : 1, GRANULE),
+    int up = sign > 0;
+    local_add(&t->bytes_requested, &s->bytes_requested, sign * (int64_t)size, up, FLUSH_BYTES);
+    local_add(&t->bytes_allocated, &s->bytes_allocated, sign * (int64_t)ps_align_up(size ? size : 1, GRANULE), up,
               FLUSH_BYTES);
-    local_add(&t->allocations, &s->allocations, sign, FLUSH_COUNT);
+    local_add(&t->allocations, &s->allocations, sign, up, FLUSH_COUNT);
 }
 
 /* The clock when this call is one to time (3), else 0. */
