@@ -57,7 +57,8 @@
 #define CHUNK_SLOTS (1u << CHUNK_SHIFT)
 #define CHUNKS 64                      /* so at most MAX_SLOTS threads count in slots of their own */
 #define MAX_SLOTS (CHUNKS * CHUNK_SLOTS)
-#define STATS_TLS __thread __attribute__((tls_model("initial-exec"))) /* as the shim's: preloaded, never dlopened late */
+/* initial-exec TLS, as the shim's (it is preloaded, never dlopened late) */
+#define STATS_TLS __thread __attribute__((tls_model("initial-exec")))
 #define PS_STATS_LIKELY(x) __builtin_expect(!!(x), 1)
 #define PS_STATS_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define PS_COLD_FN __attribute__((noinline, cold))
