@@ -2,6 +2,7 @@
  * one behaviour. Each forwards allocate/deallocate/trim to the upstream.
  *   limit  caps bytes outstanding; past it, PS_ENOMEM and one log line
  *   stats  current/peak/total bytes and counts, requested vs reserved
+ *          (per-thread counts; peaks within a bound; sampled times)
  *   track  outstanding allocations (size, stream, time, optional call
  *          stack) and a leak report grouped by call site
  *   log    every allocate/free/failure as CSV in RMM's format
@@ -37,11 +38,17 @@ typedef struct ps_stats {
 #undef PS_STATS_FIELD
     uint64_t frees;             /* deallocations */
     uint64_t failures;          /* allocations that failed */
-    uint64_t alloc_ns;          /* time spent in allocate */
-    uint64_t free_ns;           /* time spent in deallocate */
+    uint64_t alloc_ns;          /* time spent in allocate (estimated from sampled calls) */
+    uint64_t free_ns;           /* time spent in deallocate (estimated from sampled calls) */
     ps_resource_info_t upstream;/* what the upstream stack reports (reserved...) */
 } ps_stats_t;
+/* Each thread counts in its own slot; sums, peaks and the sampled times are
+ * explained at the top of core/stats.c. */
 int ps_stats_create(const char *name, ps_resource_t *upstream, ps_resource_t **out);
+/* Whether stats adaptors read the clock (one call in 64 of each kind and
+ * thread) for alloc_ns/free_ns; on by default. The shim turns it off: its
+ * router times every call once, for its own report. Process-wide. */
+void ps_stats_time_adaptors(int on);
 /* Copies the current figures (thread-safe). */
 void ps_stats_get(ps_resource_t *stats_adaptor, ps_stats_t *out);
 /* Writes the figures of one device as a text table or JSON object. */

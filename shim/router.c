@@ -21,7 +21,8 @@
  *    free or an interior pointer, answered with "invalid value" and the
  *    pool untouched (forwarding it could free a whole slab).
  * 5. Counters are per thread (no shared cache line on the hot path) and
- *    summed at exit; byte counters and timing only when stats are on.
+ *    summed at exit; byte counters and timing only when stats are on,
+ *    timing for one call in 64 per thread and kind (stats.h).
  * 6. Exit: the first stack built registers exit_begins with atexit. The
  *    CUDA runtime registered its own teardown when it initialised, which
  *    came before (a context must exist for a stack to be built), so
@@ -430,8 +431,7 @@ ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream
         *status = PS_ECAPTURE; /* a global-mode capture is open: as CUDA answers */
         return PS_ROUTE_DONE;
     }
-    int timed = ps_stats_enabled;
-    uint64_t t0 = timed ? ps_now_ns() : 0;
+    uint64_t clock_start = ps_stats_clock_start(PS_STATS_TIME_ALLOCATE); /* 0: not timed */
     ps_allocation_t a = {.size = size, .stream = stream, .device = (int16_t)dev->device, .door = (uint8_t)door};
     a.generation = atomic_load_explicit(&dev->generation, memory_order_acquire);
     ps_stack_t *stack = __atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE);
@@ -462,7 +462,7 @@ ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream
             *out = p;
         }
     }
-    ps_stats_count_allocate(dev->device, call, door, size, rc, timed ? ps_now_ns() - t0 : 0);
+    ps_stats_count_allocate(dev->device, call, door, size, rc, clock_start);
     *status = rc;
     return PS_ROUTE_DONE;
 }
@@ -512,8 +512,7 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
         *status = PS_ECAPTURE; /* a global-mode capture is open: the block stays allocated, as natively */
         return PS_ROUTE_DONE;
     }
-    int timed = ps_stats_enabled;
-    uint64_t t0 = timed ? ps_now_ns() : 0;
+    uint64_t clock_start = ps_stats_clock_start(PS_STATS_TIME_FREE);
     ps_allocation_t a;
     if (ps_registry_remove((uintptr_t)ptr, &a) != PS_OK) {
         if (!ps_slab_contains((uintptr_t)ptr)) {
@@ -558,7 +557,7 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
         ps_stats_count_invalid(call);
         rc = PS_EINVAL;
     }
-    ps_stats_count_free(a.device, call, door, a.size, timed ? ps_now_ns() - t0 : 0);
+    ps_stats_count_free(a.device, call, door, a.size, clock_start);
     *status = rc;
     return PS_ROUTE_DONE;
 }
@@ -575,8 +574,7 @@ ps_route_t ps_route_host_alloc(int call, int door, size_t size, unsigned flags, 
         ps_stats_count_passthrough(-1);
         return PS_ROUTE_PASSTHROUGH;
     }
-    int timed = ps_stats_enabled;
-    uint64_t t0 = timed ? ps_now_ns() : 0;
+    uint64_t clock_start = ps_stats_clock_start(PS_STATS_TIME_HOST_ALLOCATE);
     ps_allocation_t a = {.size = size, .stream = PS_STREAM_NONE, .device = (int16_t)dev->device,
                          .door = (uint8_t)door, .host = 1};
     a.generation = atomic_load_explicit(&dev->generation, memory_order_acquire);
@@ -595,7 +593,7 @@ ps_route_t ps_route_host_alloc(int call, int door, size_t size, unsigned flags, 
             *out = p;
         }
     }
-    ps_stats_count_allocate(dev->device, call, door, size, rc, timed ? ps_now_ns() - t0 : 0);
+    ps_stats_count_allocate(dev->device, call, door, size, rc, clock_start);
     *status = rc;
     return PS_ROUTE_DONE;
 }
@@ -606,8 +604,7 @@ ps_route_t ps_route_host_free(int call, int door, void *ptr, int *status)
         return PS_ROUTE_PASSTHROUGH;
     if (PS_UNLIKELY(!ps_shim_ensure_init()))
         return atomic_load(&ps_exiting) ? free_while_exiting((uintptr_t)ptr, status) : PS_ROUTE_PASSTHROUGH;
-    int timed = ps_stats_enabled;
-    uint64_t t0 = timed ? ps_now_ns() : 0;
+    uint64_t clock_start = ps_stats_clock_start(PS_STATS_TIME_HOST_FREE);
     ps_allocation_t a;
     if (ps_registry_remove((uintptr_t)ptr, &a) != PS_OK) {
         if (!ps_slab_contains((uintptr_t)ptr)) {
@@ -638,7 +635,7 @@ ps_route_t ps_route_host_free(int call, int door, void *ptr, int *status)
         ps_stats_count_invalid(call);
         rc = PS_EINVAL;
     }
-    ps_stats_count_free(a.device, call, door, a.size, timed ? ps_now_ns() - t0 : 0);
+    ps_stats_count_free(a.device, call, door, a.size, clock_start);
     *status = rc;
     return PS_ROUTE_DONE;
 }

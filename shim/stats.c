@@ -8,8 +8,22 @@
  *    through a thread-local pointer to the block's call counters.
  * 2. When a thread exits, its counts are added to a `retired` block and its
  *    block is freed.
- * 3. Bytes requested (current, peak) need one global view: per-device
- *    atomics, updated only when statistics are enabled.
+ * 3. Bytes requested (statistics on): each thread keeps its share per
+ *    device (current, total) in its block too. The peak needs one view
+ *    across threads: a thread adds its unflushed bytes to the device's
+ *    shared current with one fetch_add once they reach FLUSH_BYTES in
+ *    either direction, and raises the shared peak to (shared current before
+ *    the add) + (the highest it held unflushed since its last flush). A
+ *    reader takes the larger of that peak and the shared current plus
+ *    every thread's highest unflushed part: exact with one thread
+ *    allocating, within (threads + 1) x FLUSH_BYTES with more (the same
+ *    rule as core/stats.c; docs/design.md, "Statistics"). Current and
+ *    total are exact sums.
+ * 3b. Time: the router times one call in PS_STATS_SAMPLE_EVERY per thread
+ *    and kind (stats.h); each block keeps the timed calls' time and number
+ *    per device, and a reader estimates the block's time as their mean
+ *    times its calls of that kind (a device whose calls were never timed
+ *    takes the mean of the thread's other devices).
  * 4. IPC counters (exported, opened, refused) are rare: process-wide atomics.
  * 5. The exit report reads memory only: no CUDA call after the runtime may
  *    have been torn down.
@@ -24,13 +38,34 @@
 
 int ps_stats_enabled;
 
+#define FLUSH_BYTES ((int64_t)4 << 20) /* unflushed bytes a thread may hold (3) */
+
+/* One thread's share of the bytes requested from one device; only the
+ * thread writes it. In a sum (sum_all, `retired`) high - flushed is the sum
+ * of the threads' highest unflushed parts. */
+typedef struct byte_share {
+    int64_t current; /* bytes it asked for minus bytes it freed */
+    int64_t total;   /* bytes it asked for */
+    int64_t flushed; /* the part of current already in the shared current */
+    int64_t high;    /* the highest current since its last flush */
+} byte_share_t;
+
+/* Time of one kind of call on one device (3b). In a live thread's block:
+ * the timed calls; in `retired` and sums: `ns` is the estimate, `samples` 0. */
+typedef struct time_share {
+    uint64_t ns;      /* time of the timed calls (an estimate in sums) */
+    uint64_t samples; /* calls timed */
+} time_share_t;
+
+enum { TIME_ALLOCATE, TIME_FREE, TIME_HOST, TIME_KINDS }; /* what the report shows apart */
+
 typedef struct thread_counters {
     struct thread_counters *next, *prev;      /* links in the live list */
     uint64_t calls[PS_MAX_DEVICES][PS_CALL_COUNT];
     uint64_t failures[PS_MAX_DEVICES];
-    uint64_t alloc_ns[PS_MAX_DEVICES];
-    uint64_t free_ns[PS_MAX_DEVICES];
-    uint64_t host_ns[PS_MAX_DEVICES];         /* time in pinned host calls */
+    time_share_t time[PS_MAX_DEVICES][TIME_KINDS]; /* allocate, free, pinned host calls */
+    byte_share_t requested[PS_MAX_DEVICES];   /* device memory asked for */
+    byte_share_t host_requested[PS_MAX_DEVICES]; /* pinned host memory asked for */
     uint64_t passthrough;                     /* calls forwarded to CUDA untouched */
     uint64_t invalid;                         /* bad frees answered with "invalid value" */
 } thread_counters_t;
@@ -42,11 +77,12 @@ static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static PS_TLS thread_counters_t *mine;
 PS_TLS uint64_t (*ps_stats_my_calls)[PS_CALL_COUNT]; /* mine->calls, for stats.h's inline counting */
+PS_TLS uint32_t ps_stats_countdown[PS_STATS_TIME_KINDS]; /* stats.h: 0, so a thread's first call is timed */
 
+/* What the threads share of a device's requested bytes: written at flushes. */
 typedef struct byte_counters {
-    atomic_llong current;   /* bytes requested and not freed */
-    atomic_llong peak;      /* maximum of current */
-    atomic_ullong total;    /* sum of requests */
+    atomic_llong current;   /* the sum of every thread's flushed part */
+    atomic_llong peak;      /* the highest value seen at a flush */
 } byte_counters_t;
 static byte_counters_t bytes[PS_MAX_DEVICES];
 static byte_counters_t host_bytes[PS_MAX_DEVICES]; /* pinned host memory, apart from device bytes */
@@ -62,24 +98,65 @@ static int door_of_call(int call)
 
 #define BUMP(field, n) PS_STATS_BUMP(field, n)
 #define READ(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
+#define STORE(field, v) __atomic_store_n(&(field), (v), __ATOMIC_RELAXED)
 
+/* The kind of time (3b) a call's time counts in. */
+static int time_kind(int call) { return is_host_call(call) ? TIME_HOST : (call & 1) ? TIME_FREE : TIME_ALLOCATE; }
+
+static void add_share(byte_share_t *dst, const byte_share_t *src)
+{
+    dst->current += READ(src->current);
+    dst->total += READ(src->total);
+    dst->high += READ(src->high) - READ(src->flushed);
+}
+
+/* Adds src's counts into dst (a sum or `retired`, read by this thread
+ * only); src's sampled times become estimates (3b), a sum's stay as they are. */
 static void add_into(thread_counters_t *dst, thread_counters_t *src)
 {
+    uint64_t kind_calls[PS_MAX_DEVICES][TIME_KINDS] = {{0}};
+    uint64_t all_ns[TIME_KINDS] = {0}, all_samples[TIME_KINDS] = {0};
     for (int d = 0; d < PS_MAX_DEVICES; d++) {
-        for (int c = 0; c < PS_CALL_COUNT; c++)
-            dst->calls[d][c] += READ(src->calls[d][c]);
+        for (int c = 0; c < PS_CALL_COUNT; c++) {
+            uint64_t n = READ(src->calls[d][c]);
+            dst->calls[d][c] += n;
+            kind_calls[d][time_kind(c)] += n;
+        }
         dst->failures[d] += READ(src->failures[d]);
-        dst->alloc_ns[d] += READ(src->alloc_ns[d]);
-        dst->free_ns[d] += READ(src->free_ns[d]);
-        dst->host_ns[d] += READ(src->host_ns[d]);
+        for (int k = 0; k < TIME_KINDS; k++) {
+            all_ns[k] += READ(src->time[d][k].ns);
+            all_samples[k] += READ(src->time[d][k].samples);
+        }
+        add_share(&dst->requested[d], &src->requested[d]);
+        add_share(&dst->host_requested[d], &src->host_requested[d]);
     }
+    for (int d = 0; d < PS_MAX_DEVICES; d++)
+        for (int k = 0; k < TIME_KINDS; k++) {
+            uint64_t ns = READ(src->time[d][k].ns), samples = READ(src->time[d][k].samples);
+            if (!samples && all_samples[k] && kind_calls[d][k]) { /* none of this device's calls was timed */
+                ns = all_ns[k];
+                samples = all_samples[k];
+            }
+            if (samples) /* a live thread's timed calls: the estimate; else it is one already */
+                ns = (uint64_t)((double)ns / (double)samples * (double)kind_calls[d][k] + 0.5);
+            dst->time[d][k].ns += ns;
+        }
     dst->passthrough += READ(src->passthrough);
     dst->invalid += READ(src->invalid);
 }
 
+static void flush(byte_share_t *share, byte_counters_t *shared);
+
 static void thread_exit(void *p)
 {
     thread_counters_t *t = p;
+    for (int d = 0; d < PS_MAX_DEVICES; d++) { /* its unflushed bytes: `retired` keeps none */
+        if (t->requested[d].current != t->requested[d].flushed || t->requested[d].high != t->requested[d].flushed)
+            flush(&t->requested[d], &bytes[d]);
+        if (t->host_requested[d].current != t->host_requested[d].flushed ||
+            t->host_requested[d].high != t->host_requested[d].flushed)
+            flush(&t->host_requested[d], &host_bytes[d]);
+    }
     pthread_mutex_lock(&list_lock);
     add_into(&retired, t);
     if (t->prev)
@@ -116,56 +193,87 @@ static thread_counters_t *counters(void)
     return t;
 }
 
-void ps_stats_init(int enabled) { ps_stats_enabled = enabled; }
-
-static void bytes_add_to(byte_counters_t *b, int64_t delta)
+void ps_stats_init(int enabled)
 {
-    long long now = atomic_fetch_add_explicit(&b->current, delta, memory_order_relaxed) + delta;
-    if (delta > 0) {
-        atomic_fetch_add_explicit(&b->total, (unsigned long long)delta, memory_order_relaxed);
-        long long peak = atomic_load_explicit(&b->peak, memory_order_relaxed);
-        while (now > peak && !atomic_compare_exchange_weak_explicit(&b->peak, &peak, now, memory_order_relaxed,
-                                                                    memory_order_relaxed))
-            ;
+    ps_stats_enabled = enabled;
+    ps_stats_time_adaptors(0); /* the router times each call once (3b); the stats adaptors below need not */
+}
+
+/* Adds the share's unflushed bytes to the shared current and raises the
+ * peak (3): the one atomic read-modify-write of byte counting. */
+static PS_COLD void flush(byte_share_t *share, byte_counters_t *shared)
+{
+    int64_t current = share->current, high = share->high, flushed = share->flushed;
+    STORE(share->flushed, current);
+    STORE(share->high, current);
+    long long before = atomic_fetch_add_explicit(&shared->current, current - flushed, memory_order_relaxed);
+    long long peak = atomic_load_explicit(&shared->peak, memory_order_relaxed);
+    long long candidate = before + (high - flushed);
+    while (candidate > peak && !atomic_compare_exchange_weak_explicit(&shared->peak, &peak, candidate,
+                                                                      memory_order_relaxed, memory_order_relaxed))
+        ;
+}
+
+/* Counts `delta` requested bytes in this thread's share (written only by
+ * this thread: relaxed stores, no read-modify-write). */
+static inline void share_add(byte_share_t *share, byte_counters_t *shared, int64_t delta, int up)
+{
+    int64_t now = share->current + delta;
+    STORE(share->current, now);
+    if (up) {
+        BUMP(share->total, delta);
+        if (now > share->high)
+            STORE(share->high, now);
+    }
+    /* |now - flushed| >= FLUSH_BYTES, in one comparison */
+    if (PS_UNLIKELY((uint64_t)(now - share->flushed + FLUSH_BYTES - 1) > (uint64_t)(2 * FLUSH_BYTES - 2)))
+        flush(share, shared);
+}
+
+/* Counts the time of a timed call (clock_start != 0), stats.h. */
+static inline void sample(thread_counters_t *t, int device, int call, uint64_t clock_start)
+{
+    if (PS_UNLIKELY(clock_start != 0) && t != &retired) {
+        time_share_t *time = &t->time[device][time_kind(call)];
+        BUMP(time->ns, ps_now_ns() - clock_start);
+        BUMP(time->samples, 1);
     }
 }
 
-static void bytes_add(int device, int64_t delta) { bytes_add_to(&bytes[device], delta); }
-
-void ps_stats_count_allocate_all(int device, int call, int door, size_t size, int status, uint64_t ns)
+void ps_stats_count_allocate_all(int device, int call, int door, size_t size, int status, uint64_t clock_start)
 {
     thread_counters_t *t = counters();
     BUMP(t->calls[device][call], 1);
     if (status != PS_OK)
         BUMP(t->failures[device], 1);
-    if (ps_stats_enabled && is_host_call(call)) {
-        BUMP(t->host_ns[device], ns);
-        if (status == PS_OK)
-            bytes_add_to(&host_bytes[device], (int64_t)size);
-    } else if (ps_stats_enabled) {
-        BUMP(t->alloc_ns[device], ns);
-        if (status == PS_OK)
-            bytes_add(device, (int64_t)size);
+    if (!ps_stats_enabled)
+        return;
+    sample(t, device, call, clock_start);
+    if (status == PS_OK) {
+        if (is_host_call(call))
+            share_add(&t->host_requested[device], &host_bytes[device], (int64_t)size, 1);
+        else
+            share_add(&t->requested[device], &bytes[device], (int64_t)size, 1);
     }
 }
 
-void ps_stats_count_free_all(int device, int call, int door, size_t size, uint64_t ns)
+void ps_stats_count_free_all(int device, int call, int door, size_t size, uint64_t clock_start)
 {
     thread_counters_t *t = counters();
     BUMP(t->calls[device][call], 1);
-    if (ps_stats_enabled && is_host_call(call)) {
-        BUMP(t->host_ns[device], ns);
-        bytes_add_to(&host_bytes[device], -(int64_t)size);
-    } else if (ps_stats_enabled) {
-        BUMP(t->free_ns[device], ns);
-        bytes_add(device, -(int64_t)size);
-    }
+    if (!ps_stats_enabled)
+        return;
+    sample(t, device, call, clock_start);
+    if (is_host_call(call))
+        share_add(&t->host_requested[device], &host_bytes[device], -(int64_t)size, 0);
+    else
+        share_add(&t->requested[device], &bytes[device], -(int64_t)size, 0);
 }
 
 void ps_stats_count_dropped(int device, uint64_t dropped_bytes)
 {
     if (ps_stats_enabled && dropped_bytes)
-        bytes_add(device, -(int64_t)dropped_bytes);
+        share_add(&counters()->requested[device], &bytes[device], -(int64_t)dropped_bytes, 0);
 }
 
 void ps_stats_count_passthrough(int device)
@@ -210,6 +318,14 @@ static void sum_all(thread_counters_t *sum)
     pthread_mutex_unlock(&list_lock);
 }
 
+/* The peak of a sum of shares (3): the shared peak, or the shared current
+ * plus the threads' highest unflushed parts when that is more. */
+static int64_t requested_peak_of(const byte_share_t *sum, byte_counters_t *shared)
+{
+    int64_t peak = atomic_load(&shared->peak), unflushed_high = atomic_load(&shared->current) + sum->high;
+    return unflushed_high > peak ? unflushed_high : peak;
+}
+
 static void snapshot_from(const thread_counters_t *sum, int d, ps_shim_stats_t *out)
 {
     memset(out, 0, sizeof *out);
@@ -218,11 +334,11 @@ static void snapshot_from(const thread_counters_t *sum, int d, ps_shim_stats_t *
     for (int c = 0; c < PS_CALL_CUDA_HOST_ALLOC; c++) /* device calls; pinned host calls apart */
         out->doors[door_of_call(c)] += out->calls[c];
     out->failures = sum->failures[d];
-    out->alloc_ns = sum->alloc_ns[d];
-    out->free_ns = sum->free_ns[d];
-    out->requested_current = atomic_load(&bytes[d].current);
-    out->requested_peak = atomic_load(&bytes[d].peak);
-    out->requested_total = atomic_load(&bytes[d].total);
+    out->alloc_ns = sum->time[d][TIME_ALLOCATE].ns;
+    out->free_ns = sum->time[d][TIME_FREE].ns;
+    out->requested_current = sum->requested[d].current;
+    out->requested_peak = requested_peak_of(&sum->requested[d], &bytes[d]);
+    out->requested_total = (uint64_t)sum->requested[d].total;
 }
 
 void ps_stats_snapshot(int device, ps_shim_stats_t *out)
@@ -265,11 +381,16 @@ static void host_pool_info(const ps_device_state_t *dev, ps_resource_info_t *inf
 }
 
 /* The pinned host pool's part of the report (JSON object, or text lines). */
-static void write_host(FILE *f, int json, const ps_device_state_t *dev, const ps_shim_stats_t *s, uint64_t host_ns)
+static void write_host(FILE *f, int json, const ps_device_state_t *dev, const ps_shim_stats_t *s,
+                       const thread_counters_t *sum)
 {
+    int d = dev->device;
+    uint64_t host_ns = sum->time[d][TIME_HOST].ns;
+    long long requested_current = sum->host_requested[d].current;
+    long long requested_peak = requested_peak_of(&sum->host_requested[d], &host_bytes[d]);
+    unsigned long long requested_total = (unsigned long long)sum->host_requested[d].total;
     ps_resource_info_t info = {0};
     host_pool_info(dev, &info);
-    const byte_counters_t *hb = &host_bytes[dev->device];
     /* the host stack's stats adaptor (global.stats on): failed allocations, live blocks */
     ps_stats_t st = {0};
     ps_stack_t *host = dev->host_stack;
@@ -286,8 +407,7 @@ static void write_host(FILE *f, int json, const ps_device_state_t *dev, const ps
                 "\"upstream\": {\"allocs\": %llu, \"frees\": %llu}, \"fences\": {\"recorded\": %llu, "
                 "\"waits\": %llu}, \"bound_waits\": %llu, \"failures\": %llu, \"live_peak\": %lld}",
                 ps_global && ps_global->host.enable, (unsigned long long)calls, (unsigned long long)host_ns,
-                (long long)atomic_load(&hb->current), (long long)atomic_load(&hb->peak),
-                (unsigned long long)atomic_load(&hb->total), (unsigned long long)info.bytes_reserved,
+                requested_current, requested_peak, requested_total, (unsigned long long)info.bytes_reserved,
                 (unsigned long long)info.peak_bytes_reserved, (unsigned long long)info.bytes_in_use,
                 (unsigned long long)info.bytes_pending, (unsigned long long)info.upstream_allocs,
                 (unsigned long long)info.upstream_frees, (unsigned long long)info.fences_recorded,
@@ -300,7 +420,7 @@ static void write_host(FILE *f, int json, const ps_device_state_t *dev, const ps
     char b1[32], b2[32], b3[32];
     fprintf(f, "poolshim:   pinned     %llu calls, requested peak %s, reserved peak %s now %s (upstream: %llu allocs, "
                "%llu frees)\n",
-            (unsigned long long)calls, ps_format_bytes(b1, sizeof b1, (uint64_t)atomic_load(&hb->peak)),
+            (unsigned long long)calls, ps_format_bytes(b1, sizeof b1, (uint64_t)requested_peak),
             ps_format_bytes(b2, sizeof b2, info.peak_bytes_reserved), ps_format_bytes(b3, sizeof b3, info.bytes_reserved),
             (unsigned long long)info.upstream_allocs, (unsigned long long)info.upstream_frees);
     fprintf(f, "poolshim:   pinned     %llu fences, %llu host waits (%llu because pending bytes passed the growth bound)\n",
@@ -408,7 +528,7 @@ void ps_stats_write(FILE *f, int json)
                     (unsigned long long)(info.expandable != 0), dev->resets,
                     (unsigned long long)dev->dropped_allocations, (unsigned long long)dev->dropped_bytes,
                     (unsigned long long)gone->bytes_reserved);
-            write_host(f, 1, dev, &s, sum.host_ns[d]);
+            write_host(f, 1, dev, &s, &sum);
             fprintf(f, "}");
         } else {
             uint64_t n = s.doors[0] + s.doors[1];
@@ -451,7 +571,7 @@ void ps_stats_write(FILE *f, int json)
                         dev->resets, (unsigned long long)dev->dropped_allocations,
                         ps_format_bytes(b1, sizeof b1, dev->dropped_bytes),
                         ps_format_bytes(b2, sizeof b2, gone->bytes_reserved));
-            write_host(f, 0, dev, &s, sum.host_ns[d]);
+            write_host(f, 0, dev, &s, &sum);
         }
         first = 0;
     }

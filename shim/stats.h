@@ -1,8 +1,9 @@
 /* The shim's own statistics: calls by function and door, passthrough and
  * invalid frees, bytes requested, time inside the shim. Counters live per
  * thread and are summed at exit; byte counters and timing only when
- * statistics are enabled. The exit report adds what each device's stack
- * says about itself (reserved bytes, upstream calls, fences). */
+ * statistics are enabled (per thread too; times are sampled, see below).
+ * The exit report adds what each device's stack says about itself
+ * (reserved bytes, upstream calls, fences). */
 #ifndef PS_SHIM_STATS_H
 #define PS_SHIM_STATS_H
 
@@ -17,7 +18,7 @@ typedef struct ps_shim_stats {
     uint64_t calls[PS_CALL_COUNT];   /* intercepted calls served, by function */
     uint64_t doors[2];               /* by door: runtime, driver */
     uint64_t failures;               /* allocations that returned an error */
-    uint64_t alloc_ns, free_ns;      /* time inside the shim (stats enabled only) */
+    uint64_t alloc_ns, free_ns;      /* time inside the shim, estimated from sampled calls (stats on only) */
     int64_t requested_current;       /* bytes asked for and not freed */
     int64_t requested_peak;          /* maximum of requested_current */
     uint64_t requested_total;        /* sum of bytes asked for */
@@ -25,12 +26,40 @@ typedef struct ps_shim_stats {
 
 void ps_stats_init(int enabled);
 
-/* Counting a call served (router.c, on every allocation and free). The
- * usual case, statistics off and the call a success, is one relaxed
- * add to this thread's own counter, inline; the rest (the thread's first
- * call, failures, bytes and time) is done by the _all functions. */
-void ps_stats_count_allocate_all(int device, int call, int door, size_t size, int status, uint64_t ns);
-void ps_stats_count_free_all(int device, int call, int door, size_t size, uint64_t ns);
+/* Time inside the shim is sampled: each thread times one call in
+ * PS_STATS_SAMPLE_EVERY of each kind (its first, then every 64th), with a
+ * countdown of its own per kind, so alternating allocations and frees do
+ * not bias it. The report's times are estimates: per thread, device and
+ * kind, the mean of the timed calls times the number of calls (stats.c). */
+#define PS_STATS_SAMPLE_EVERY 64
+enum { PS_STATS_TIME_ALLOCATE, PS_STATS_TIME_FREE, PS_STATS_TIME_HOST_ALLOCATE, PS_STATS_TIME_HOST_FREE,
+       PS_STATS_TIME_KINDS };
+extern PS_TLS uint32_t ps_stats_countdown[PS_STATS_TIME_KINDS]; /* calls of each kind until the next timed one */
+
+/* The clock at the start of a call of `kind` when statistics are on and this
+ * call is one to time; 0 otherwise (router.c passes it to the count). */
+static inline uint64_t ps_stats_clock_start(int kind)
+{
+    if (PS_LIKELY(!ps_stats_enabled))
+        return 0;
+    uint32_t left = ps_stats_countdown[kind];
+    if (PS_LIKELY(left != 0)) {
+        ps_stats_countdown[kind] = left - 1;
+        return 0;
+    }
+    ps_stats_countdown[kind] = PS_STATS_SAMPLE_EVERY - 1;
+    return ps_now_ns();
+}
+
+/* Counting a call served (router.c, on every allocation and free);
+ * `clock_start` is ps_stats_clock_start's answer for the call. The usual
+ * case, statistics off and the call a success, is one relaxed add to this
+ * thread's own counter, inline; the rest (the thread's first call,
+ * failures, bytes and time) is done by the _all functions, which write
+ * this thread's counters only (a shared atomic only when a thread's
+ * unflushed bytes pass 4 MiB: stats.c). */
+void ps_stats_count_allocate_all(int device, int call, int door, size_t size, int status, uint64_t clock_start);
+void ps_stats_count_free_all(int device, int call, int door, size_t size, uint64_t clock_start);
 /* This thread's calls[device][call] counters (stats.c), NULL before its
  * first counted call. Only this thread writes them; readers sum every
  * thread's block with relaxed loads. */
@@ -38,22 +67,23 @@ extern PS_TLS uint64_t (*ps_stats_my_calls)[PS_CALL_COUNT];
 #define PS_STATS_BUMP(field, n) \
     __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (n), __ATOMIC_RELAXED)
 
-static inline void ps_stats_count_allocate(int device, int call, int door, size_t size, int status, uint64_t ns)
+static inline void ps_stats_count_allocate(int device, int call, int door, size_t size, int status,
+                                           uint64_t clock_start)
 {
     uint64_t(*calls)[PS_CALL_COUNT] = ps_stats_my_calls;
     if (PS_LIKELY(calls && status == PS_OK && !ps_stats_enabled))
         PS_STATS_BUMP(calls[device][call], 1);
     else
-        ps_stats_count_allocate_all(device, call, door, size, status, ns);
+        ps_stats_count_allocate_all(device, call, door, size, status, clock_start);
 }
 
-static inline void ps_stats_count_free(int device, int call, int door, size_t size, uint64_t ns)
+static inline void ps_stats_count_free(int device, int call, int door, size_t size, uint64_t clock_start)
 {
     uint64_t(*calls)[PS_CALL_COUNT] = ps_stats_my_calls;
     if (PS_LIKELY(calls && !ps_stats_enabled))
         PS_STATS_BUMP(calls[device][call], 1);
     else
-        ps_stats_count_free_all(device, call, door, size, ns);
+        ps_stats_count_free_all(device, call, door, size, clock_start);
 }
 
 void ps_stats_count_passthrough(int device);

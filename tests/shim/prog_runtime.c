@@ -887,6 +887,39 @@ static void remap(void)
     CHECK(cudaFree(separator) == cudaSuccess, "cudaFree separator");
 }
 
+/* 8 threads allocate and free known sizes, device and pinned, and each
+ * leaves one block of each live (test_shim.c checks the exact sums and the
+ * peak's bound in the statistics). Thread i: 400 rounds of 4 blocks of
+ * 1000 + 4096 i bytes, 100 rounds of 2 pinned blocks of 64 KiB + i. */
+#define STATS_THREADS 8
+static void *stats_thread_body(void *arg)
+{
+    size_t i = (size_t)(uintptr_t)arg, n = 1000 + 4096 * i, h = (64 << 10) + i;
+    void *p[4], *q[2];
+    for (int round = 0; round < 400; round++) {
+        for (int k = 0; k < 4; k++)
+            CHECK(cudaMalloc(&p[k], n) == cudaSuccess, "cudaMalloc");
+        for (int k = round == 399 ? 1 : 0; k < 4; k++)
+            CHECK(cudaFree(p[k]) == cudaSuccess, "cudaFree");
+    }
+    for (int round = 0; round < 100; round++) {
+        for (int k = 0; k < 2; k++)
+            CHECK(cudaHostAlloc(&q[k], h, 0) == cudaSuccess, "cudaHostAlloc");
+        for (int k = round == 99 ? 1 : 0; k < 2; k++)
+            CHECK(cudaFreeHost(q[k]) == cudaSuccess, "cudaFreeHost");
+    }
+    return NULL; /* p[0] and q[0] stay live */
+}
+
+static void stats_threads(void)
+{
+    pthread_t t[STATS_THREADS];
+    for (uintptr_t i = 0; i < STATS_THREADS; i++)
+        pthread_create(&t[i], NULL, stats_thread_body, (void *)i);
+    for (int i = 0; i < STATS_THREADS; i++)
+        pthread_join(t[i], NULL);
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "basic";
@@ -899,6 +932,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "meminfo")) meminfo();
     else if (!strcmp(what, "remap")) remap();
     else if (!strcmp(what, "threads")) threads();
+    else if (!strcmp(what, "stats_threads")) stats_threads();
     else if (!strcmp(what, "oom")) oom();
     else if (!strcmp(what, "devices")) devices();
     else if (!strcmp(what, "forks")) forks();

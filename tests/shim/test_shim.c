@@ -333,6 +333,47 @@ Test(life, signal_storm_during_allocations)
     cr_expect(strstr(output, "\"in_use\": 0"), "nothing in use in:\n%s", output);
 }
 
+/* Statistics counted per thread (shim/stats.c): with 8 threads done, the
+ * calls and bytes are exact sums, the peaks within their bound (8 blocks
+ * live at least; at most 4 of every thread at once, plus (threads + 1)
+ * flush thresholds of 4 MiB), and the time an estimate from sampled calls. */
+static long long json_after(const char *from, const char *key)
+{
+    const char *at = strstr(from, key);
+    return at ? strtoll(at + strlen(key), NULL, 10) : -1;
+}
+
+Test(stats, per_thread_counts_add_up_and_peaks_stay_in_their_bound)
+{
+    expect_pass(1, "POOLSHIM_STATS=json", "prog_runtime stats_threads", "shim active");
+    long long live = 0, total = 0, most = 0, host_live = 0, host_total = 0;
+    for (int i = 0; i < 8; i++) {
+        long long n = 1000 + 4096 * i, h = (64 << 10) + i;
+        live += n;
+        total += 1600 * n;
+        most += 4 * n;
+        host_live += h;
+        host_total += 200 * h;
+    }
+    const char *json = strstr(output, "{\"poolshim\": 1");
+    cr_assert_not_null(json, "no report in:\n%s", output);
+    cr_expect_eq(json_after(json, "\"cudaMalloc\": "), 8 * 1600, "%s", json);
+    cr_expect_eq(json_after(json, "\"cudaFree\": "), 8 * 1600 - 8, "%s", json);
+    cr_expect_eq(json_after(json, "\"requested_current\": "), live, "%s", json);
+    cr_expect_eq(json_after(json, "\"requested_total\": "), total, "%s", json);
+    long long peak = json_after(json, "\"requested_peak\": "), bound = 9LL * (4 << 20);
+    cr_expect(peak >= live && peak <= most + bound, "peak %lld outside [%lld, %lld]", peak, live, most + bound);
+    cr_expect_gt(json_after(json, "\"allocate\": "), 0, "the sampled time estimate: %s", json);
+    const char *host = strstr(json, "\"host\": {");
+    cr_assert_not_null(host, "%s", json);
+    cr_expect_eq(json_after(host, "\"calls\": "), 8 * 400 - 8, "%s", host);
+    cr_expect_eq(json_after(host, "\"requested_current\": "), host_live, "%s", host);
+    cr_expect_eq(json_after(host, "\"requested_total\": "), host_total, "%s", host);
+    long long host_peak = json_after(host, "\"requested_peak\": ");
+    cr_expect(host_peak >= host_live && host_peak <= 2 * host_live + bound, "pinned peak %lld", host_peak);
+    cr_expect_gt(json_after(host, "\"time_ns\": "), 0, "%s", host);
+}
+
 Test(runtime_door, out_of_memory_returns_error_and_pool_stays_usable)
 {
     expect_pass(0, "FAKE_CUDA_MEMORY=268435456", "prog_runtime oom", "shim inactive");

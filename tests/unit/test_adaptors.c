@@ -1,5 +1,6 @@
 /* limit, stats, track and log adaptors over an arena. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,145 @@ Test(stats, counts_current_peak_and_total_after_a_known_sequence)
     cr_assert(strstr(text, "  bytes_requested             450 B          600 B          650 B\n"), "%s", text);
     cr_assert(strstr(text, "16.0 MiB"), "%s", text);
     fclose(tmp);
+    ps_destroy(st);
+    base_unmake(&s);
+}
+
+/* Threads count in slots of their own (core/stats.c): the sums are exact
+ * once they stopped, threads that exited leave their counts behind, and the
+ * peak is within (threads + 1) flush thresholds of the true one. */
+#define STATS_THREADS 8
+#define STATS_ROUNDS 200
+typedef struct stats_worker {
+    ps_resource_t *stats; /* the adaptor under test */
+    size_t size;          /* this thread's block size */
+} stats_worker_t;
+
+static void *stats_worker(void *arg)
+{
+    stats_worker_t *w = arg;
+    void *p[4];
+    for (int round = 0; round < STATS_ROUNDS; round++) {
+        for (int i = 0; i < 4; i++)
+            cr_assert_eq(ps_allocate(w->stats, w->size, PS_STREAM_NONE, &p[i]), PS_OK);
+        for (int i = 0; i < 3; i++) /* one of the four stays until the end */
+            cr_assert_eq(ps_deallocate(w->stats, p[i], w->size, PS_STREAM_NONE), PS_OK);
+        if (round == STATS_ROUNDS - 1)
+            break;
+        cr_assert_eq(ps_deallocate(w->stats, p[3], w->size, PS_STREAM_NONE), PS_OK);
+    }
+    return p[3];
+}
+
+Test(stats, sums_of_many_threads_are_exact_and_the_peak_within_its_bound)
+{
+    stack_t_ s;
+    base_make(&s);
+    ps_resource_t *st;
+    cr_assert_eq(ps_stats_create("stats", s.arena, &st), PS_OK);
+    pthread_t threads[STATS_THREADS];
+    stats_worker_t work[STATS_THREADS];
+    void *left[STATS_THREADS];
+    int64_t live_bytes = 0, total_bytes = 0, allocated_bytes = 0;
+    for (int i = 0; i < STATS_THREADS; i++) {
+        work[i] = (stats_worker_t){.stats = st, .size = 1000 + 4096 * (size_t)i};
+        live_bytes += (int64_t)work[i].size;
+        total_bytes += 4 * STATS_ROUNDS * (int64_t)work[i].size;
+        allocated_bytes += (int64_t)ps_align_up(work[i].size, 256);
+        cr_assert_eq(pthread_create(&threads[i], NULL, stats_worker, &work[i]), 0);
+    }
+    for (int i = 0; i < STATS_THREADS; i++)
+        cr_assert_eq(pthread_join(threads[i], &left[i]), 0); /* the threads are gone: their slots stay */
+    ps_stats_t x;
+    ps_stats_get(st, &x);
+    cr_assert_eq(x.allocations.current, STATS_THREADS);
+    cr_assert_eq(x.allocations.total, 4 * STATS_ROUNDS * STATS_THREADS);
+    cr_assert_eq(x.frees, (4 * STATS_ROUNDS - 1) * STATS_THREADS);
+    cr_assert_eq(x.bytes_requested.current, live_bytes);
+    cr_assert_eq(x.bytes_requested.total, total_bytes);
+    cr_assert_eq(x.bytes_allocated.current, allocated_bytes);
+    /* the true peak lies between 4 blocks of every thread at once and 4
+     * blocks of each; (threads + 1) thresholds of 4 MiB either side */
+    int64_t most = 4 * (total_bytes / (4 * STATS_ROUNDS)), bound = (STATS_THREADS + 1) * ((int64_t)4 << 20);
+    cr_assert_geq(x.bytes_requested.peak, live_bytes, "%lld", (long long)x.bytes_requested.peak);
+    cr_assert_leq(x.bytes_requested.peak, most + bound, "%lld", (long long)x.bytes_requested.peak);
+    cr_assert_geq(x.allocations.peak, STATS_THREADS);
+    cr_assert_leq(x.allocations.peak, 4 * STATS_THREADS + (STATS_THREADS + 1) * 64);
+    /* a new thread takes over a slot: nothing counted twice or lost */
+    cr_assert_eq(pthread_create(&threads[0], NULL, stats_worker, &work[0]), 0);
+    void *again;
+    cr_assert_eq(pthread_join(threads[0], &again), 0);
+    ps_stats_get(st, &x);
+    cr_assert_eq(x.allocations.current, STATS_THREADS + 1);
+    cr_assert_eq(x.allocations.total, 4 * STATS_ROUNDS * (STATS_THREADS + 1));
+    cr_assert_eq(ps_deallocate(st, again, work[0].size, PS_STREAM_NONE), PS_OK);
+    for (int i = 0; i < STATS_THREADS; i++)
+        cr_assert_eq(ps_deallocate(st, left[i], work[i].size, PS_STREAM_NONE), PS_OK);
+    ps_stats_get(st, &x);
+    cr_assert_eq(x.bytes_requested.current, 0);
+    cr_assert_eq(x.bytes_allocated.current, 0);
+    cr_assert_eq(x.allocations.current, 0);
+    ps_destroy(st);
+    base_unmake(&s);
+}
+
+Test(stats, one_thread_keeps_the_exact_peak_across_flushes)
+{
+    stack_t_ s;
+    base_make(&s);
+    ps_resource_t *st;
+    cr_assert_eq(ps_stats_create("stats", s.arena, &st), PS_OK);
+    /* 3 MiB, then 5 MiB (past the flush threshold), free all, then 2 MiB:
+     * the peak is 8 MiB whichever of them were flushed */
+    void *a, *b, *c;
+    cr_assert_eq(ps_allocate(st, 3 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_allocate(st, 5 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+    cr_assert_eq(ps_deallocate(st, a, 3 * PS_MiB, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(st, b, 5 * PS_MiB, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_allocate(st, 2 * PS_MiB, PS_STREAM_NONE, &c), PS_OK);
+    for (int i = 0; i < 100; i++) { /* small pairs: 99 allocations at most, never flushed */
+        void *p;
+        cr_assert_eq(ps_allocate(st, 1000, PS_STREAM_NONE, &p), PS_OK);
+        cr_assert_eq(ps_deallocate(st, p, 1000, PS_STREAM_NONE), PS_OK);
+    }
+    ps_stats_t x;
+    ps_stats_get(st, &x);
+    cr_assert_eq(x.bytes_requested.peak, (int64_t)(8 * PS_MiB));
+    cr_assert_eq(x.bytes_requested.current, (int64_t)(2 * PS_MiB));
+    cr_assert_eq(x.allocations.peak, 2);
+    cr_assert_eq(x.allocations.total, 103);
+    cr_assert_eq(ps_deallocate(st, c, 2 * PS_MiB, PS_STREAM_NONE), PS_OK);
+    ps_destroy(st);
+    base_unmake(&s);
+}
+
+Test(stats, times_are_sampled_estimates_and_can_be_switched_off)
+{
+    stack_t_ s;
+    base_make(&s);
+    ps_resource_t *st;
+    cr_assert_eq(ps_stats_create("stats", s.arena, &st), PS_OK);
+    for (int i = 0; i < 1000; i++) {
+        void *p;
+        cr_assert_eq(ps_allocate(st, 512, PS_STREAM_NONE, &p), PS_OK);
+        cr_assert_eq(ps_deallocate(st, p, 512, PS_STREAM_NONE), PS_OK);
+    }
+    ps_stats_t x;
+    ps_stats_get(st, &x);
+    cr_assert_gt(x.alloc_ns, 0, "16 of the 1000 allocations were timed, the total estimated from them");
+    cr_assert_gt(x.free_ns, 0);
+    ps_destroy(st);
+    ps_stats_time_adaptors(0);
+    cr_assert_eq(ps_stats_create("stats", s.arena, &st), PS_OK);
+    for (int i = 0; i < 100; i++) {
+        void *p;
+        cr_assert_eq(ps_allocate(st, 512, PS_STREAM_NONE, &p), PS_OK);
+        cr_assert_eq(ps_deallocate(st, p, 512, PS_STREAM_NONE), PS_OK);
+    }
+    ps_stats_get(st, &x);
+    ps_stats_time_adaptors(1);
+    cr_assert_eq(x.alloc_ns, 0, "no clock read");
+    cr_assert_eq(x.allocations.total, 100, "still counted");
     ps_destroy(st);
     base_unmake(&s);
 }
