@@ -5,6 +5,7 @@
 #   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [replay] [bench] [pinned] [torchmem]
 #                                      [ddp] [ddp_transformer] [multigpu] [soak]
 #                                      [benchcore] [scaling] [verify] [verify2] [pinnedpair]
+#                                      [freshthreads]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # pinnedpair: issue 16 (host.grow_budget_min): the GPU suite's pinned tests (hazards
 # over the default stack and slabs, their negative controls, the probes, and
@@ -18,6 +19,9 @@
 # scaling: tools/bench/scaling.sh: psbench pairs/random/threads/threads_mixed for
 # poolshim's stacks beside cudaMallocAsync and RMM, then bench_shim and bench_core on
 # this machine's cores (LIBS, PROFILE: see the script; about 3 min).
+# freshthreads: psbench threads and threads_mixed in a fresh process per library
+# (FRESH_LIBS="label=lib[@POOLSHIM_OPTIONS] ...", default build/libpoolshim.so), with
+# the reserved peak and the barriers of each run (about 1 min).
 # torchmem: NVML memory of varied PyTorch loops per allocator (about 6 min on an
 # H100); ddp: DDP per free policy (needs two GPUs: nvidia-h200-x2); multigpu:
 # the GPU suite's multi-GPU and multi-process tests, then mpirun and torchrun
@@ -96,6 +100,10 @@ for step in $what; do
             python3 tools/prof/resolve.py "$OUT/bench_core.samples" build/bench_core | head -n 30 |
                 tee "$OUT/bench_core_profile.txt"
         else echo "build/bench_core missing: make build/bench_core where libinih is, and carry build/"; fi ;;
+    freshthreads)
+        echo "=== threads in a fresh process (tools/bench/fresh_threads.sh)"
+        # shellcheck disable=SC2086 # (a list of label=lib words)
+        tools/bench/fresh_threads.sh ${FRESH_LIBS:-} ;;
     scaling)
         echo "=== thread scaling and pair cost (tools/bench/scaling.sh)"
         OUT_DIR=$OUT/scaling tools/bench/scaling.sh build
