@@ -116,7 +116,7 @@ STRESS_SRC := $(sort $(wildcard tests/stress/*.c))
 STRESS_BIN := $(STRESS_SRC:tests/stress/%.c=$(BUILD)/stress/%)
 $(BUILD)/stress/%: tests/stress/%.c $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(CORE_LIB) $(LDFLAGS) $(LDLIBS) -lm
+	$(CC) $(CFLAGS) -MMD -MP -o $@ $< $(CORE_LIB) $(LDFLAGS) $(LDLIBS) -lm
 test-stress: $(STRESS_BIN)
 	@for t in $(STRESS_BIN); do echo "== $$t"; TSAN_OPTIONS=halt_on_error=1 $$t || exit 1; done
 

@@ -1,27 +1,41 @@
 /* The pointer registry: device pointer -> who owns it (device, size,
- * stream, door). Every free asks it first, so it is on the hot path.
+ * stream, door). Every allocation writes it and every free asks it first,
+ * so it is on the hot path.
  *
- * 1. 256 shards, chosen by a multiplicative hash of the pointer; each shard
- *    is an open-addressing table (linear probing, backward-shift deletion,
- *    no tombstones) behind its own spinlock. Threads freeing different
- *    pointers rarely meet on one shard: no global lock. A shard's header
- *    (lock, table pointer) is one cache line and its table whole lines of
- *    two 32-byte slots, so shards share no line, and an insert or remove
- *    touches the header's line and the slot's (a remove also reads the
- *    next slot, in the same line half the time).
- * 2. A shard grows (doubles) at 70% load, under its lock; the old array is
- *    freed at once (readers also take the lock, so nobody still reads it).
- * 3. Insert and remove, on every allocation and free, first try the usual
- *    case without a call (lock free at the first try, room, nothing to
- *    shift back); anything else is done whole by a slow twin.
- * 4. Slabs (the big pieces the shim took from CUDA) are kept apart in a
+ * 1. Each thread that allocates owns a *table*: an open-addressing table
+ *    (linear probing, backward-shift deletion, no tombstones) behind its
+ *    own spinlock. An allocation is recorded in the table of the thread
+ *    that made it, so a thread writes only its own cache lines: with one
+ *    global table in 256 hashed shards, at 16 threads nearly every insert
+ *    had to fetch a shard line that another core wrote last (a thread cache
+ *    cycles through hundreds of blocks between barriers), and inserts were
+ *    32% of the samples (H100, psbench threads, session 7).
+ * 2. A free looks in the freeing thread's own table first (the usual case:
+ *    the thread that allocated frees), then in the table where this thread
+ *    last found a pointer of another thread (PyTorch's autograd thread
+ *    frees what the main thread allocated: one table, every time), then
+ *    walks every table. An entry lives in exactly one table and never
+ *    moves, and a remove happens under that table's lock, so of two
+ *    threads freeing one pointer exactly one succeeds.
+ * 3. Tables are never freed. A thread's exit gives its table up (pthread
+ *    key destructor); the entries stay where they are, still found by the
+ *    walk, and the next thread that allocates adopts the table. The list of
+ *    tables only grows (a push at its head), so the walk needs no lock; its
+ *    length is the most threads that ever allocated at the same time.
+ * 4. A table doubles at 70% load, under its lock; the old array is freed
+ *    at once (every reader takes the lock).
+ * 5. Insert and remove first try the usual case without a call: their own
+ *    table, its lock free at the first try, room, nothing to shift back;
+ *    anything else goes to a slow twin that does the whole job.
+ * 6. Slabs (the big pieces the shim took from CUDA) are kept apart in a
  *    small sorted array behind a mutex: it answers "is this address inside
  *    our memory?" on the rare path of a pointer that is not registered
  *    (bad pointer vs foreign pointer), never on the hot path.
- * 5. When a device's context dies, its entries and slabs are dropped by a
- *    sweep of every shard under its lock (rare: resets), no CUDA call.
- * Lookups are O(1) expected; remove is atomic, so of two threads freeing
- * one pointer exactly one succeeds.
+ * 7. When a device's context dies, its entries and slabs are dropped by a
+ *    sweep of every table under its lock (rare: resets), no CUDA call.
+ * Costs: insert and a same-thread remove O(1) expected, touching the
+ * thread's own lines; a pointer that is in no table (foreign or bad) walks
+ * every table.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -30,20 +44,28 @@
 
 #include "shim.h"
 
-#define SHARD_BITS 8 /* 256 shards: at 16 threads, 64 shards collided enough to cost ~15% (H200, arena stack) */
-#define SHARD_COUNT (1u << SHARD_BITS)
-#define INITIAL_SLOTS 16 /* small: 64 shards of it stay in L1, the common live set is small */
+#define INITIAL_SLOTS 64 /* 2 KiB: a thread's live set is often small; it doubles at 70% */
+/* initial-exec TLS, as the rest of the shim (it is preloaded, never dlopened late) */
+#define REG_TLS __thread __attribute__((tls_model("initial-exec")))
 
-typedef struct shard {
+typedef struct table {
     atomic_int lock;          /* 0 free, 1 held (spinlock) */
+    atomic_int owned;         /* 1 while a live thread allocates into it */
     size_t mask;              /* slots - 1 (slots is a power of two), 0 before first insert */
     size_t count;             /* live entries */
     size_t grow_at;           /* count at which the table doubles (70% load; 0 before first insert) */
     ps_allocation_t *slots;   /* the table; ptr == 0 marks an empty slot */
-} __attribute__((aligned(64))) shard_t;
+    struct table *next;       /* the next older table of the list (fixed once published) */
+} __attribute__((aligned(64))) table_t;
 
-static shard_t shards[SHARD_COUNT];
 _Static_assert(64 % sizeof(ps_allocation_t) == 0, "a slot never straddles two cache lines");
+
+static _Atomic(table_t *) tables;      /* every table, newest first; only grows */
+static pthread_mutex_t adopt_lock = PTHREAD_MUTEX_INITIALIZER; /* serializes adopt/create (and fork) */
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t thread_key;       /* destructor: give_up_table */
+static REG_TLS table_t *tls_table;     /* this thread's table (NULL before its first insert) */
+static REG_TLS table_t *tls_hint;      /* where this thread last found another thread's pointer */
 
 typedef struct slab {
     uintptr_t base; /* first byte */
@@ -60,231 +82,293 @@ static inline uint64_t hash_ptr(uintptr_t p)
     return (uint64_t)(p >> 8) * 0x9E3779B97F4A7C15ull;
 }
 
-static inline bool shard_try_lock(shard_t *s)
+static inline bool table_try_lock(table_t *t)
 {
-    return !atomic_exchange_explicit(&s->lock, 1, memory_order_acquire);
+    return !atomic_exchange_explicit(&t->lock, 1, memory_order_acquire);
 }
 
 /* Spins, then yields, until the lock is ours. */
-static void shard_lock(shard_t *s)
+static void table_lock(table_t *t)
 {
-    while (!shard_try_lock(s))
-        for (int spins = 0; atomic_load_explicit(&s->lock, memory_order_relaxed); spins++)
+    while (!table_try_lock(t))
+        for (int spins = 0; atomic_load_explicit(&t->lock, memory_order_relaxed); spins++)
             if (spins > 64)
                 sched_yield();
 }
-static inline void shard_unlock(shard_t *s) { atomic_store_explicit(&s->lock, 0, memory_order_release); }
+static inline void table_unlock(table_t *t) { atomic_store_explicit(&t->lock, 0, memory_order_release); }
 
-static inline shard_t *shard_of(uint64_t h) { return &shards[h >> (64 - SHARD_BITS)]; }
-static inline size_t slot_of(uint64_t h, size_t mask) { return (size_t)(h >> 16) & mask; }
+static inline size_t slot_of(uint64_t h, size_t mask) { return (size_t)(h >> 32) & mask; }
+static inline table_t *first_table(void) { return atomic_load_explicit(&tables, memory_order_acquire); }
 
 void ps_registry_init(void) {}
 
-/* Requires the shard lock. Doubles the table (or makes the first one). */
-static int shard_grow(shard_t *s)
+/* ---- owning a table --------------------------------------------------------- */
+
+/* pthread key destructor: the exiting thread's table can be adopted (its
+ * entries stay in it). */
+static void give_up_table(void *arg)
 {
-    size_t slots = s->mask ? (s->mask + 1) * 2 : INITIAL_SLOTS;
-    /* whole cache lines: two shards' tables never share one (threads on
-     * different shards would slow each other down through it) */
+    table_t *t = arg;
+    if (tls_table == t)
+        tls_table = NULL;
+    tls_hint = NULL;
+    atomic_store_explicit(&t->owned, 0, memory_order_release);
+}
+
+static void key_init(void) { pthread_key_create(&thread_key, give_up_table); }
+
+/* The calling thread's table: adopts one given up by an exited thread, or
+ * makes a new one. NULL when out of host memory. */
+static PS_COLD table_t *own_table(void)
+{
+    if (tls_table)
+        return tls_table;
+    pthread_once(&key_once, key_init);
+    pthread_mutex_lock(&adopt_lock);
+    table_t *t = first_table();
+    int expected = 0;
+    while (t && !atomic_compare_exchange_strong(&t->owned, &expected, 1)) {
+        expected = 0;
+        t = t->next;
+    }
+    if (!t) {
+        t = aligned_alloc(64, sizeof *t);
+        if (t) {
+            memset(t, 0, sizeof *t);
+            atomic_init(&t->lock, 0);
+            atomic_init(&t->owned, 1);
+            t->next = first_table();
+            atomic_store_explicit(&tables, t, memory_order_release);
+        }
+    }
+    pthread_mutex_unlock(&adopt_lock);
+    if (t && pthread_setspecific(thread_key, t) != 0) {
+        atomic_store(&t->owned, 0); /* no destructor could give it up: do not keep it */
+        return NULL;
+    }
+    tls_table = t;
+    return t;
+}
+
+/* ---- one table (its lock held) --------------------------------------------- */
+
+/* Doubles the table (or makes the first one). */
+static int table_grow(table_t *t)
+{
+    size_t slots = t->mask ? (t->mask + 1) * 2 : INITIAL_SLOTS;
     ps_allocation_t *fresh = aligned_alloc(64, slots * sizeof *fresh);
     if (!fresh)
         return PS_ENOMEM;
     memset(fresh, 0, slots * sizeof *fresh);
     size_t mask = slots - 1;
-    if (s->slots) {
-        for (size_t i = 0; i <= s->mask; i++) {
-            if (!s->slots[i].ptr)
+    if (t->slots) {
+        for (size_t i = 0; i <= t->mask; i++) {
+            if (!t->slots[i].ptr)
                 continue;
-            size_t j = slot_of(hash_ptr(s->slots[i].ptr), mask);
+            size_t j = slot_of(hash_ptr(t->slots[i].ptr), mask);
             while (fresh[j].ptr)
                 j = (j + 1) & mask;
-            fresh[j] = s->slots[i];
+            fresh[j] = t->slots[i];
         }
-        free(s->slots);
+        free(t->slots);
     }
-    s->slots = fresh;
-    s->mask = mask;
-    s->grow_at = slots * 7 / 10;
+    t->slots = fresh;
+    t->mask = mask;
+    t->grow_at = slots * 7 / 10;
     return PS_OK;
 }
 
-/* Requires the shard lock and room (count < grow_at). */
-static inline void shard_put(shard_t *s, uint64_t h, const ps_allocation_t *a)
+/* Requires room (count < grow_at). */
+static inline void table_put(table_t *t, uint64_t h, const ps_allocation_t *a)
 {
-    size_t i = slot_of(h, s->mask);
-    while (s->slots[i].ptr && s->slots[i].ptr != a->ptr)
-        i = (i + 1) & s->mask;
-    if (!s->slots[i].ptr)
-        s->count++;
-    s->slots[i] = *a;
+    size_t i = slot_of(h, t->mask);
+    while (t->slots[i].ptr && t->slots[i].ptr != a->ptr)
+        i = (i + 1) & t->mask;
+    if (!t->slots[i].ptr)
+        t->count++;
+    t->slots[i] = *a;
 }
 
-/* Requires the shard lock. Returns the slot index of ptr or SIZE_MAX. */
-static inline size_t shard_find(shard_t *s, uint64_t h, uintptr_t ptr)
+/* Returns the slot index of ptr or SIZE_MAX. */
+static inline size_t table_find(const table_t *t, uint64_t h, uintptr_t ptr)
 {
-    if (!s->slots)
+    if (!t->slots)
         return SIZE_MAX;
-    for (size_t i = slot_of(h, s->mask);; i = (i + 1) & s->mask) {
-        if (s->slots[i].ptr == ptr)
+    for (size_t i = slot_of(h, t->mask);; i = (i + 1) & t->mask) {
+        if (t->slots[i].ptr == ptr)
             return i;
-        if (!s->slots[i].ptr)
+        if (!t->slots[i].ptr)
             return SIZE_MAX;
     }
 }
 
-/* Requires the shard lock. Empties slot i, which has a successor in its
- * probe chain: backward-shift deletion keeps every chain unbroken (an
- * entry after i may move into slot i). */
-static void shard_shift_out(shard_t *s, size_t i)
+/* Empties slot i, which has a successor in its probe chain: backward-shift
+ * deletion keeps every chain unbroken (an entry after i may move into i). */
+static void table_shift_out(table_t *t, size_t i)
 {
     size_t hole = i;
-    for (size_t j = (i + 1) & s->mask; s->slots[j].ptr; j = (j + 1) & s->mask) {
-        size_t home = slot_of(hash_ptr(s->slots[j].ptr), s->mask);
+    for (size_t j = (i + 1) & t->mask; t->slots[j].ptr; j = (j + 1) & t->mask) {
+        size_t home = slot_of(hash_ptr(t->slots[j].ptr), t->mask);
         /* move j into the hole unless its home lies cyclically in (hole, j] */
         int stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
         if (!stays) {
-            s->slots[hole] = s->slots[j];
+            t->slots[hole] = t->slots[j];
             hole = j;
         }
     }
-    s->slots[hole].ptr = 0;
-    s->count--;
+    t->slots[hole].ptr = 0;
+    t->count--;
 }
 
-/* Requires the shard lock. Empties slot i. */
-static inline void shard_remove_slot(shard_t *s, size_t i)
+/* Empties slot i. */
+static inline void table_remove_slot(table_t *t, size_t i)
 {
-    if (s->slots[(i + 1) & s->mask].ptr) {
-        shard_shift_out(s, i);
+    if (t->slots[(i + 1) & t->mask].ptr) {
+        table_shift_out(t, i);
         return;
     }
-    s->slots[i].ptr = 0; /* the usual end of a short chain: nothing moves */
-    s->count--;
+    t->slots[i].ptr = 0; /* the usual end of a short chain: nothing moves */
+    t->count--;
 }
 
-/* Requires the shard lock. Removes ptr, copying its record to *out. */
-static inline int shard_take(shard_t *s, uint64_t h, uintptr_t ptr, ps_allocation_t *out)
+/* ---- looking in one table, or in all (takes the locks) ----------------------- */
+
+/* Looks for ptr in t under its lock; copies its record to *out (if
+ * non-NULL) and, when `take`, removes it. */
+static bool table_lookup(table_t *t, uint64_t h, uintptr_t ptr, ps_allocation_t *out, bool take)
 {
-    size_t i = shard_find(s, h, ptr);
-    if (i == SIZE_MAX)
-        return PS_EINVAL;
-    if (out)
-        *out = s->slots[i];
-    shard_remove_slot(s, i);
-    return PS_OK;
+    table_lock(t);
+    size_t i = table_find(t, h, ptr);
+    if (i != SIZE_MAX) {
+        if (out)
+            *out = t->slots[i];
+        if (take)
+            table_remove_slot(t, i);
+    }
+    table_unlock(t);
+    return i != SIZE_MAX;
 }
+
+/* The whole search: own table (unless the caller just looked there), the
+ * hint, then every table. */
+static int lookup_everywhere(uintptr_t ptr, ps_allocation_t *out, bool take, bool own_looked_at)
+{
+    uint64_t h = hash_ptr(ptr);
+    table_t *own = tls_table, *hint = tls_hint;
+    if (own && !own_looked_at && table_lookup(own, h, ptr, out, take))
+        return PS_OK;
+    if (hint && hint != own && table_lookup(hint, h, ptr, out, take))
+        return PS_OK;
+    for (table_t *t = first_table(); t; t = t->next) {
+        if (t == own || t == hint)
+            continue;
+        if (table_lookup(t, h, ptr, out, take)) {
+            tls_hint = t;
+            return PS_OK;
+        }
+    }
+    return PS_EINVAL;
+}
+
+/* ---- the hot path ------------------------------------------------------------ */
 
 /* Insert and remove are on every allocation and free. Each tries the
- * common case first: the lock free at the first try, no growth, no entry
- * to shift back. That path calls nothing, so it keeps no registers to
- * save; a held lock or a full table goes to the _slow twin, which does the
- * same thing with waiting, growth and shifting. (Out of line but not
- * PS_COLD: a held lock is common enough under many threads to be compiled
- * for speed.) */
+ * usual case first: the thread's own table, its lock free at the first
+ * try, no growth, no entry to shift back. That path calls nothing, so it
+ * keeps no registers to save; anything else goes to the _slow twin.
+ * (Out of line but not PS_COLD: a held lock is common enough under many
+ * threads to be compiled for speed.) */
 static __attribute__((noinline)) int insert_slow(const ps_allocation_t *a)
 {
-    uint64_t h = hash_ptr(a->ptr);
-    shard_t *s = shard_of(h);
-    shard_lock(s);
-    if (s->count >= s->grow_at && shard_grow(s) != PS_OK) {
-        shard_unlock(s);
+    table_t *t = own_table();
+    if (!t)
+        return PS_ENOMEM;
+    table_lock(t);
+    if (t->count >= t->grow_at && table_grow(t) != PS_OK) {
+        table_unlock(t);
         return PS_ENOMEM;
     }
-    shard_put(s, h, a);
-    shard_unlock(s);
+    table_put(t, hash_ptr(a->ptr), a);
+    table_unlock(t);
     return PS_OK;
 }
 
 int ps_registry_insert(const ps_allocation_t *a)
 {
-    uint64_t h = hash_ptr(a->ptr);
-    shard_t *s = shard_of(h);
-    if (PS_UNLIKELY(!shard_try_lock(s)))
+    table_t *t = tls_table;
+    if (PS_UNLIKELY(!t || !table_try_lock(t)))
         return insert_slow(a);
-    if (PS_UNLIKELY(s->count >= s->grow_at)) {
-        shard_unlock(s);
+    if (PS_UNLIKELY(t->count >= t->grow_at)) {
+        table_unlock(t);
         return insert_slow(a);
     }
-    shard_put(s, h, a);
-    shard_unlock(s);
+    table_put(t, hash_ptr(a->ptr), a);
+    table_unlock(t);
     return PS_OK;
 }
 
-static __attribute__((noinline)) int remove_slow(uintptr_t ptr, ps_allocation_t *out)
+static __attribute__((noinline)) int remove_slow(uintptr_t ptr, ps_allocation_t *out, bool own_looked_at)
 {
-    uint64_t h = hash_ptr(ptr);
-    shard_t *s = shard_of(h);
-    shard_lock(s);
-    int rc = shard_take(s, h, ptr, out);
-    shard_unlock(s);
-    return rc;
+    return lookup_everywhere(ptr, out, true, own_looked_at);
 }
 
 int ps_registry_remove(uintptr_t ptr, ps_allocation_t *out)
 {
     if (!ptr)
         return PS_EINVAL;
-    uint64_t h = hash_ptr(ptr);
-    shard_t *s = shard_of(h);
-    if (PS_UNLIKELY(!shard_try_lock(s)))
-        return remove_slow(ptr, out);
-    size_t i = shard_find(s, h, ptr);
+    table_t *t = tls_table;
+    if (PS_UNLIKELY(!t || !table_try_lock(t)))
+        return remove_slow(ptr, out, false);
+    size_t i = table_find(t, hash_ptr(ptr), ptr);
     if (PS_UNLIKELY(i == SIZE_MAX)) {
-        shard_unlock(s);
-        return PS_EINVAL; /* a foreign or bad pointer */
+        table_unlock(t);
+        return remove_slow(ptr, out, true); /* another thread's pointer (or a bad one) */
     }
-    if (PS_UNLIKELY(s->slots[(i + 1) & s->mask].ptr)) {
-        shard_unlock(s); /* others to shift back: the slow twin does it whole */
-        return remove_slow(ptr, out);
+    if (PS_UNLIKELY(t->slots[(i + 1) & t->mask].ptr)) {
+        table_unlock(t); /* entries to shift back: the slow twin does it whole */
+        return remove_slow(ptr, out, false);
     }
     if (out)
-        *out = s->slots[i];
-    s->slots[i].ptr = 0;
-    s->count--;
-    shard_unlock(s);
+        *out = t->slots[i];
+    t->slots[i].ptr = 0;
+    t->count--;
+    table_unlock(t);
     return PS_OK;
-}
-
-void ps_registry_drop_device(int device, uint64_t *count, uint64_t *bytes)
-{
-    for (unsigned k = 0; k < SHARD_COUNT; k++) {
-        shard_t *s = &shards[k];
-        shard_lock(s);
-        /* an entry shifted into slot i is looked at again; one shifted in
-         * from a wrapped-around slot was already looked at and kept */
-        for (size_t i = 0; s->slots && i <= s->mask;) {
-            if (s->slots[i].ptr && s->slots[i].device == device) {
-                *count += 1;
-                *bytes += s->slots[i].size;
-                shard_remove_slot(s, i);
-            } else {
-                i++;
-            }
-        }
-        shard_unlock(s);
-    }
 }
 
 int ps_registry_find(uintptr_t ptr, ps_allocation_t *out)
 {
-    uint64_t h = hash_ptr(ptr);
-    shard_t *s = shard_of(h);
-    shard_lock(s);
-    size_t i = shard_find(s, h, ptr);
-    if (i != SIZE_MAX && out)
-        *out = s->slots[i];
-    shard_unlock(s);
-    return i == SIZE_MAX ? PS_EINVAL : PS_OK;
+    return lookup_everywhere(ptr, out, false, false);
+}
+
+/* ---- sweeps (rare: resets, interior pointers, counts, fork) --------------------- */
+
+void ps_registry_drop_device(int device, uint64_t *count, uint64_t *bytes)
+{
+    for (table_t *t = first_table(); t; t = t->next) {
+        table_lock(t);
+        /* an entry shifted into slot i is looked at again; one shifted in
+         * from a wrapped-around slot was already looked at and kept */
+        for (size_t i = 0; t->slots && i <= t->mask;) {
+            if (t->slots[i].ptr && t->slots[i].device == device) {
+                *count += 1;
+                *bytes += t->slots[i].size;
+                table_remove_slot(t, i);
+            } else {
+                i++;
+            }
+        }
+        table_unlock(t);
+    }
 }
 
 int ps_registry_find_containing(uintptr_t addr, ps_allocation_t *out)
 {
     int found = PS_EINVAL;
-    for (unsigned k = 0; k < SHARD_COUNT && found != PS_OK; k++) {
-        shard_t *s = &shards[k];
-        shard_lock(s);
-        for (size_t i = 0; s->slots && i <= s->mask; i++) {
-            const ps_allocation_t *a = &s->slots[i];
+    for (table_t *t = first_table(); t && found != PS_OK; t = t->next) {
+        table_lock(t);
+        for (size_t i = 0; t->slots && i <= t->mask; i++) {
+            const ps_allocation_t *a = &t->slots[i];
             size_t extent = a->size ? a->size : 1;
             if (a->ptr && addr >= a->ptr && addr - a->ptr < extent) {
                 *out = *a;
@@ -292,7 +376,7 @@ int ps_registry_find_containing(uintptr_t addr, ps_allocation_t *out)
                 break;
             }
         }
-        shard_unlock(s);
+        table_unlock(t);
     }
     return found;
 }
@@ -300,10 +384,10 @@ int ps_registry_find_containing(uintptr_t addr, ps_allocation_t *out)
 size_t ps_registry_count(void)
 {
     size_t n = 0;
-    for (unsigned k = 0; k < SHARD_COUNT; k++) {
-        shard_lock(&shards[k]);
-        n += shards[k].count;
-        shard_unlock(&shards[k]);
+    for (table_t *t = first_table(); t; t = t->next) {
+        table_lock(t);
+        n += t->count;
+        table_unlock(t);
     }
     return n;
 }
@@ -372,23 +456,32 @@ bool ps_slab_contains(uintptr_t addr)
     return inside;
 }
 
+/* fork(): no table is created and none changes while the child is made;
+ * the child keeps the forking thread's table, and the others (their
+ * threads do not exist there) can be adopted. */
 void ps_registry_atfork_prepare(void)
 {
+    pthread_mutex_lock(&adopt_lock);
     pthread_mutex_lock(&slab_lock);
-    for (unsigned k = 0; k < SHARD_COUNT; k++)
-        shard_lock(&shards[k]);
+    for (table_t *t = first_table(); t; t = t->next)
+        table_lock(t);
 }
 
 void ps_registry_atfork_parent(void)
 {
-    for (unsigned k = 0; k < SHARD_COUNT; k++)
-        shard_unlock(&shards[k]);
+    for (table_t *t = first_table(); t; t = t->next)
+        table_unlock(t);
     pthread_mutex_unlock(&slab_lock);
+    pthread_mutex_unlock(&adopt_lock);
 }
 
 void ps_registry_atfork_child(void)
 {
-    for (unsigned k = 0; k < SHARD_COUNT; k++)
-        atomic_store(&shards[k].lock, 0);
+    for (table_t *t = first_table(); t; t = t->next) {
+        atomic_store(&t->lock, 0);
+        if (t != tls_table)
+            atomic_store(&t->owned, 0);
+    }
     pthread_mutex_init(&slab_lock, NULL);
+    pthread_mutex_init(&adopt_lock, NULL);
 }
