@@ -1480,9 +1480,10 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
         ps_error("pool '%s': free_sync event/device needs the GPU-ops table", name ? name : "pool");
         return PS_EINVAL;
     }
-    pool_t *pool = calloc(1, sizeof *pool);
+    pool_t *pool = aligned_alloc(_Alignof(pool_t), ps_align_up(sizeof *pool, _Alignof(pool_t))); /* (cache-line fields) */
     if (!pool)
         return PS_ENOMEM;
+    memset(pool, 0, sizeof *pool);
     pool->base.ops = &pool_ops;
     pool->base.name = name ? name : "pool";
     pool->base.upstream = upstream;

@@ -141,7 +141,8 @@ struct ps_tcache {
     ps_lock_t list_lock;          /* guards the list of caches */
     cache_t *head;                /* the caches */
     ps_reuse_family_t *family;    /* the owner's barrier numbers (tags, coverage) */
-    _Atomic uint64_t requested;   /* barriers the caches asked for (statistics) */
+    _Alignas(64) _Atomic uint64_t requested; /* barriers the caches asked for (statistics; its own
+                                     line: the fields above are read by every take and put) */
     uint64_t gone_hits, gone_misses; /* counts of caches that left (under list_lock) */
     struct ps_tcache *next_live;  /* live sets (under sets_lock) */
 };
@@ -650,9 +651,10 @@ int ps_tcache_create(size_t cap_bytes, int immediate, ps_reuse_family_t *family,
     if (!cap_bytes || !family || !owner_lock || !give_back_locked || !out)
         return PS_EINVAL;
     pthread_once(&key_once, key_init);
-    ps_tcache_t *set = calloc(1, sizeof *set);
+    ps_tcache_t *set = aligned_alloc(_Alignof(ps_tcache_t), (sizeof *set + 63) / 64 * 64); /* (cache-line fields) */
     if (!set)
         return PS_ENOMEM;
+    memset(set, 0, sizeof *set);
     set->cap = cap_bytes;
     set->hot.max_block = cap_bytes / 4;
     set->hot.immediate = immediate;
