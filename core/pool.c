@@ -1002,10 +1002,24 @@ static int fit_budget_locked(pool_t *pool, size_t need, void **out)
  * reserved + `need` fit in it, step B grows instead of issuing a barrier
  * (a barrier per pair or two made a 1 MiB cudaMalloc/cudaFree pair cost
  * 522 ns on an H100 against 124 ns at 256 B, session 7). */
+static inline uint64_t barrier_floor_locked(const pool_t *pool)
+{
+    uint64_t floor = pool->options.barrier_floor;
+    /* threads with caches: each may hold `thread_cache` bytes the pool
+     * must back; without room for them a fresh pool served 16 threads of
+     * psbench threads_mixed with a barrier every few pairs (26 MiB
+     * reserved, ~200k barriers, 583-1060 ns per pair of all threads, H100) */
+    int threads = pool->tcache ? atomic_load_explicit(&((ps_tcache_hot_t *)pool->tcache)->threads,
+                                                      memory_order_relaxed) : 0;
+    if (floor && threads > 1)
+        floor += (uint64_t)threads * (pool->tcache_max_block * 4);
+    return floor;
+}
+
 static inline int below_barrier_floor_locked(const pool_t *pool, size_t need)
 {
-    return pool->options.barrier_floor && pool->bytes_reserved <= pool->options.barrier_floor &&
-           need <= pool->options.barrier_floor - pool->bytes_reserved;
+    uint64_t floor = barrier_floor_locked(pool);
+    return floor && pool->bytes_reserved <= floor && need <= floor - pool->bytes_reserved;
 }
 
 /* ... and near the floor (at most twice it reserved) the eager barrier
@@ -1013,7 +1027,7 @@ static inline int below_barrier_floor_locked(const pool_t *pool, size_t need)
  * bigger pools keep the eager trigger as it was (their memory overhead). */
 static inline int barrier_floor_defers_eager_locked(const pool_t *pool)
 {
-    uint64_t floor = pool->options.barrier_floor;
+    uint64_t floor = barrier_floor_locked(pool);
     return floor && pool->bytes_reserved <= 2 * floor && pool->reuse.bytes_pending * 2 < floor;
 }
 
@@ -1022,6 +1036,7 @@ static inline int barrier_floor_defers_eager_locked(const pool_t *pool)
 static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation, void **out)
 {
     const ps_gpu_ops_t *gpu = pool->gpu;
+    int grow_first = 0; /* below the barrier floor: grow, no barrier, caches stay */
     pool_quick_flush_locked(pool); /* parked blocks may coalesce into a fit */
     if (try_ready_locked(pool, need, out) == PS_OK)
         return PS_OK;
@@ -1036,7 +1051,7 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
          * floor: none, the pool grows) */
         int barrier = pool->options.free_sync == PS_FREE_SYNC_BARRIER;
         if (barrier && below_barrier_floor_locked(pool, need)) {
-            /* (nothing here: growth below) */
+            grow_first = 1; /* (nothing here, and the caches stay: growth below) */
         } else if (barrier && anything_pending_locked(pool) && pool_barrier_release_locked(pool)) {
             if (try_ready_locked(pool, need, out) == PS_OK)
                 return PS_OK;
@@ -1049,7 +1064,7 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
             return PS_OK;
     }
     /* the threads' caches come back before the pool grows (or fails) */
-    if (tcache_drain_locked(pool, need, stream_allocation, 0, out) == PS_OK)
+    if (!grow_first && tcache_drain_locked(pool, need, stream_allocation, 0, out) == PS_OK)
         return PS_OK;
     /* c. grow rather than wait, within the growth bound */
     if (gpu && (pool->options.pending_wait_bytes || pool->options.pending_wait_percent) &&
