@@ -354,7 +354,8 @@ Test(pool_barrier, below_the_barrier_floor_a_free_and_take_loop_pays_one_barrier
     floor_loop(32 * PS_MiB, pairs, &barriers, &peak);
     cr_log_info("floor 32 MiB: %llu barriers for %d pairs, peak reserved %llu MiB", (unsigned long long)barriers,
                 pairs, (unsigned long long)(peak >> 20));
-    cr_assert_leq(barriers * 8, (uint64_t)pairs, "%llu barriers for %d pairs", (unsigned long long)barriers, pairs);
+    /* the eager barrier waits for the whole floor pending: one per ~32 pairs */
+    cr_assert_leq(barriers * 24, (uint64_t)pairs, "%llu barriers for %d pairs", (unsigned long long)barriers, pairs);
     cr_assert_leq(peak, 34 * PS_MiB, "the floor bounds the growth: %llu", (unsigned long long)peak);
     floor_loop(0, pairs, &barriers, &peak); /* without it: one barrier per pair or two */
     cr_log_info("floor 0: %llu barriers for %d pairs, peak reserved %llu MiB", (unsigned long long)barriers, pairs,
