@@ -29,7 +29,7 @@
  *     with ctz on the bitmaps).
  *  3. allocate(size): (free_sync barrier) when the pending bytes exceed
  *     barrier_pending_percent of the reserved bytes (and 1 MiB,
- *     PS_REUSE_EAGER_FLOOR), one barrier first
+ *     PS_REUSE_EAGER_FLOOR, and barrier_floor: step B), one barrier first
  *     releases them all (step B below, done early: blocks freed since the
  *     last barrier cannot be reused, so new allocations scatter into other
  *     holes; waiting until nothing fits cost 1.80x reserved/requested on a
@@ -44,10 +44,20 @@
  *     net logs: 1.099x -> 1.043x and 1.016x -> 1.013x reserved/requested) (the free rest keeps its descriptor
  *     and, when its class is unchanged, its list position); record
  *     address -> descriptor in a hash map of in-use blocks. Before the
- *     ready list, the *quick cache* is tried: up to 32 recently freed ready
+ *     ready list, the *size stack* is tried (in a pool of at most twice
+ *     barrier_floor: up to 64 blocks of one size that barriers or fences
+ *     released, kept unmerged and taken back newest first by a request of
+ *     exactly their size; a request of another size merges them into the
+ *     lists first; a 1 MiB cudaMalloc/cudaFree pair no longer merges every
+ *     released block only to split it again: 1286 -> 889 instructions, pair_loop
+ *     driver under callgrind; not
+ *     in bigger pools: newest-first instead of good fit cost the PyTorch
+ *     transformer and conv net replays +4 and +2-8 MiB of peak), then the
+ *     *quick cache*: up to 32 recently freed ready
  *     blocks, one per size slot, taken back only by a request of exactly
  *     their size (the hot allocate/free cycle never touches the lists).
- *     When nothing fits (the quick cache is flushed into the lists first):
+ *     When nothing fits (the stack and the quick cache are flushed into
+ *     the lists first):
  *       a. poll closed cudaFree epochs, oldest first (fence_query); every
  *          completed epoch's blocks become free in the ready list; retry;
  *       B. free_sync barrier, when pending blocks (epochs and other streams'
@@ -56,9 +66,11 @@
  *          after all earlier work, so every pending block joins the ready
  *          list at once, with no host wait; retry. Below the barrier floor
  *          (options.barrier_floor: reserved + request fit in it) there is
- *          no barrier here: the pool grows (step c), and near the floor
- *          the eager barrier (step 3) waits for half of it to be pending,
- *          so a small program pays one barrier per many pairs. If no
+ *          no barrier here: the pool grows (step c), and the eager
+ *          barrier (step 3) waits until the floor's bytes are pending (in
+ *          a pool of any size; with threads' caches, a pool of at most
+ *          twice the grown floor waits for half of it), so a program pays
+ *          one barrier per many frees. If no
  *          barrier can be had (a stream capture is open), go on as
  *          free_sync event:
  *       b. close the open epoch (one fence on every stream covers each block
@@ -474,8 +486,62 @@ static inline void quick_park(pool_t *pool, uint32_t index)
     }
 }
 
+/* ---- size stack --------------------------------------------------------
+ * Blocks a barrier (or a completed fence) releases are ready; merging them
+ * into the lists only for the next allocations to split them off again was
+ * most of a 1 MiB cudaMalloc/cudaFree pair's cost (one barrier releases the
+ * 32 blocks the loop freed since the last). So released blocks of one size
+ * are parked unmerged on a stack, up to STACK_MAX, and an allocation of
+ * exactly that size pops one. A released block of another size empties the
+ * stack into the lists first and starts it anew: at most one size waits
+ * unmerged. Like the quick cache, parked blocks count as free, and every
+ * slow path, trim and check flushes them first (try_ready_locked too), so
+ * they never cause growth or OOM. Only released blocks enter: the reuse
+ * rule is the ready list's. */
+
+static inline void stack_push(pool_t *pool, uint32_t index, uint64_t idle)
+{
+    pool_block_t *b = &pool->blocks[index];
+    b->state = BLOCK_CACHED;
+    b->owner = OWNER_READY;
+    b->free_stamp = 0;
+    b->idle_gen = idle;
+    b->next_free = pool->stack_head;
+    pool->stack_head = index;
+    pool->stack_count++;
+    pool->stack_size = b->size;
+    pool->bytes_free += b->size;
+}
+
+/* A parked block of the stack, taken as used (the caller checked its size).
+ * Needs a reserved in-use map slot. */
+static inline uint32_t stack_take(pool_t *pool)
+{
+    uint32_t index = pool->stack_head;
+    pool_block_t *b = &pool->blocks[index];
+    pool->stack_head = b->next_free;
+    pool->stack_count--;
+    pool->bytes_free -= b->size;
+    b->state = BLOCK_USED;
+    pool->bytes_in_use += b->size;
+    ps_ptr_map_put(&pool->in_use, b->addr, index);
+    return index;
+}
+
+static void stack_flush_locked(pool_t *pool)
+{
+    while (pool->stack_head != NIL) {
+        uint32_t index = pool->stack_head;
+        pool->stack_head = pool->blocks[index].next_free;
+        pool->bytes_free -= pool->blocks[index].size;
+        pool_release_block(pool, index, OWNER_READY, 0, pool->blocks[index].idle_gen);
+    }
+    pool->stack_count = 0;
+}
+
 void pool_quick_flush_locked(pool_t *pool)
 {
+    stack_flush_locked(pool);
     while (pool->quick_mask) {
         uint32_t slot = (uint32_t)__builtin_ctz(pool->quick_mask);
         uint32_t index = pool->quick[slot];
@@ -511,7 +577,14 @@ static int defer_block(pool_t *pool, uint32_t index)
 static void release_pending(void *owner, uint64_t item)
 {
     pool_t *pool = owner;
-    pool_release_block(pool, (uint32_t)item, OWNER_READY, 0, pool->reuse.release_idle);
+    uint32_t index = (uint32_t)item;
+    size_t size = pool->blocks[index].size;
+    if (pool->stack_count && size != pool->stack_size)
+        stack_flush_locked(pool); /* one size at a time */
+    if (pool->stack_count < STACK_MAX && pool->bytes_reserved <= 2 * (uint64_t)pool->options.barrier_floor)
+        stack_push(pool, index, pool->reuse.release_idle);
+    else
+        pool_release_block(pool, index, OWNER_READY, 0, pool->reuse.release_idle);
 }
 
 /* ---- owners (streams) -------------------------------------------------- */
@@ -876,6 +949,13 @@ static void note_contention_locked(pool_t *pool, uint32_t count)
 /* Takes a block of `need` bytes from the ready list. */
 static inline int try_ready_locked(pool_t *pool, size_t need, void **out)
 {
+    if (pool->stack_head != NIL) { /* a barrier just released them */
+        if (pool->stack_size == need) {
+            *out = (void *)pool->blocks[stack_take(pool)].addr;
+            return PS_OK;
+        }
+        stack_flush_locked(pool);
+    }
     uint32_t index = list_find(pool, pool->owners[OWNER_READY], need);
     if (index == NIL)
         return PS_ENOMEM;
@@ -1002,19 +1082,40 @@ static int fit_budget_locked(pool_t *pool, size_t need, void **out)
  * reserved + `need` fit in it, step B grows instead of issuing a barrier
  * (a barrier per pair or two made a 1 MiB cudaMalloc/cudaFree pair cost
  * 522 ns on an H100 against 124 ns at 256 B, session 7). */
-static inline int below_barrier_floor_locked(const pool_t *pool, size_t need)
-{
-    return pool->options.barrier_floor && pool->bytes_reserved <= pool->options.barrier_floor &&
-           need <= pool->options.barrier_floor - pool->bytes_reserved;
-}
-
-/* ... and near the floor (at most twice it reserved) the eager barrier
- * waits until half of it is pending, so one barrier releases many blocks;
- * bigger pools keep the eager trigger as it was (their memory overhead). */
-static inline int barrier_floor_defers_eager_locked(const pool_t *pool)
+static inline uint64_t barrier_floor_locked(const pool_t *pool)
 {
     uint64_t floor = pool->options.barrier_floor;
-    return floor && pool->bytes_reserved <= 2 * floor && pool->reuse.bytes_pending * 2 < floor;
+    /* threads with caches: each may hold `thread_cache` bytes the pool
+     * must back; without room for them a fresh pool served 16 threads of
+     * psbench threads_mixed with a barrier every few pairs (26 MiB
+     * reserved, ~200k barriers, 583-1060 ns per pair of all threads, H100) */
+    int threads = pool->tcache ? atomic_load_explicit(&((ps_tcache_hot_t *)pool->tcache)->threads,
+                                                      memory_order_relaxed) : 0;
+    if (floor && threads > 1)
+        floor += (uint64_t)threads * (pool->tcache_max_block * 4);
+    return floor;
+}
+
+static inline int below_barrier_floor_locked(const pool_t *pool, size_t need)
+{
+    uint64_t floor = barrier_floor_locked(pool);
+    return floor && pool->bytes_reserved <= floor && need <= floor - pool->bytes_reserved;
+}
+
+/* ... and the eager barrier waits until the floor (options.barrier_floor)
+ * is pending, in a pool of any size, so one barrier releases many blocks:
+ * a 1 MiB free/take loop pays one barrier per 32 pairs (it waited for half
+ * the floor: one per 16), and psbench `random` (1..4 MiB, ~300 MiB
+ * reserved, where 3 % of reserved is ~9 MiB) 30 barriers per 1000 calls
+ * instead of 83, with the same reserved peak; the PyTorch replay logs keep
+ * theirs (MLP 196 -> 194 MiB; 64 MiB cost the conv net +2 MiB). With
+ * threads (the floor grown by their caches) a pool of at most twice that
+ * floor waits for half of it, as before. */
+static inline int barrier_floor_defers_eager_locked(const pool_t *pool)
+{
+    uint64_t floor = barrier_floor_locked(pool);
+    return floor && (pool->reuse.bytes_pending < pool->options.barrier_floor ||
+                     (pool->bytes_reserved <= 2 * floor && pool->reuse.bytes_pending * 2 < floor));
 }
 
 /* Steps a-f of the file header; `stream_allocation`: the request is
@@ -1022,6 +1123,7 @@ static inline int barrier_floor_defers_eager_locked(const pool_t *pool)
 static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation, void **out)
 {
     const ps_gpu_ops_t *gpu = pool->gpu;
+    int grow_first = 0; /* below the barrier floor: grow, no barrier, caches stay */
     pool_quick_flush_locked(pool); /* parked blocks may coalesce into a fit */
     if (try_ready_locked(pool, need, out) == PS_OK)
         return PS_OK;
@@ -1036,7 +1138,7 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
          * floor: none, the pool grows) */
         int barrier = pool->options.free_sync == PS_FREE_SYNC_BARRIER;
         if (barrier && below_barrier_floor_locked(pool, need)) {
-            /* (nothing here: growth below) */
+            grow_first = 1; /* (nothing here, and the caches stay: growth below) */
         } else if (barrier && anything_pending_locked(pool) && pool_barrier_release_locked(pool)) {
             if (try_ready_locked(pool, need, out) == PS_OK)
                 return PS_OK;
@@ -1049,7 +1151,7 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
             return PS_OK;
     }
     /* the threads' caches come back before the pool grows (or fails) */
-    if (tcache_drain_locked(pool, need, stream_allocation, 0, out) == PS_OK)
+    if (!grow_first && tcache_drain_locked(pool, need, stream_allocation, 0, out) == PS_OK)
         return PS_OK;
     /* c. grow rather than wait, within the growth bound */
     if (gpu && (pool->options.pending_wait_bytes || pool->options.pending_wait_percent) &&
@@ -1123,7 +1225,15 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     if (owner != OWNER_READY)
         index = list_find(pool, pool->owners[owner], need);
     if (index == NIL) {
-        uint32_t parked = quick_take(pool, need);
+        uint32_t parked = NIL;
+        if (pool->stack_head != NIL) {
+            if (pool->stack_size == need)
+                parked = stack_take(pool);
+            else
+                stack_flush_locked(pool); /* another size: it sees every ready block merged */
+        }
+        if (parked == NIL)
+            parked = quick_take(pool, need);
         if (parked != NIL) {
             *out = (void *)pool->blocks[parked].addr;
             if (need <= pool->tcache_max_block)
@@ -1233,6 +1343,18 @@ static inline int ready_or_parked(const pool_block_t *b)
 static uint64_t largest_free_locked(const pool_t *pool)
 {
     uint64_t largest = 0;
+    for (uint32_t parked = pool->stack_head; parked != NIL; parked = pool->blocks[parked].next_free) {
+        uint32_t index = parked;
+        if (pool->blocks[index].prev_phys != NIL && pool->blocks[pool->blocks[index].prev_phys].state == BLOCK_CACHED)
+            continue; /* its run is counted from a parked block before it */
+        while (pool->blocks[index].prev_phys != NIL && ready_or_parked(&pool->blocks[pool->blocks[index].prev_phys]))
+            index = pool->blocks[index].prev_phys;
+        uint64_t run = 0;
+        for (; index != NIL && ready_or_parked(&pool->blocks[index]); index = pool->blocks[index].next_phys)
+            run += pool->blocks[index].size;
+        if (run > largest)
+            largest = run;
+    }
     for (uint32_t mask = pool->quick_mask; mask; mask &= mask - 1) {
         uint32_t index = pool->quick[__builtin_ctz(mask)];
         while (pool->blocks[index].prev_phys != NIL && ready_or_parked(&pool->blocks[pool->blocks[index].prev_phys]))
@@ -1492,6 +1614,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     pool->recycled_head = NIL;
     for (uint32_t slot = 0; slot < QUICK_SLOTS; slot++)
         pool->quick[slot] = NIL;
+    pool->stack_head = NIL;
     pool->alignment_log2 = (unsigned)__builtin_ctzll(o.alignment);
     ps_reuse_init(&pool->reuse, gpu, o.free_sync, o.barrier_pending_percent, &pool->family, release_pending, pool);
     pool->last_stream = PS_STREAM_NONE;
@@ -1594,6 +1717,7 @@ int ps_pool_layout(ps_resource_t *r, ps_pool_layout_t *out)
     out->ready_free = pool->owners[OWNER_READY]->free_bytes;
     for (uint32_t mask = pool->quick_mask; mask; mask &= mask - 1)
         out->ready_free += pool->blocks[pool->quick[__builtin_ctz(mask)]].size;
+    out->ready_free += (uint64_t)pool->stack_count * pool->stack_size;
     out->pending = pool->reuse.bytes_pending;
     out->stream_free = pool->bytes_free - out->ready_free;
     out->largest_ready = largest_free_locked(pool);
@@ -1689,7 +1813,8 @@ static int check_locked(pool_t *pool)
             case BLOCK_CACHED:
                 freeb += b->size;
                 cached_blocks++;
-                CHECK(pool->quick[quick_slot(pool, b->size)] == index, n, "cached block %u not in its slot", index);
+                CHECK(pool->quick[quick_slot(pool, b->size)] == index || (pool->stack_count && b->size == pool->stack_size),
+                      n, "cached block %u not in its slot nor of the stack's size", index);
                 break;
             case BLOCK_UNMAPPED:
                 CHECK(chunk->range, n, "block %u: unmapped outside an expandable range", index);
@@ -1762,6 +1887,16 @@ static int check_locked(pool_t *pool)
     uint64_t parked = 0;
     for (uint32_t slot = 0; slot < QUICK_SLOTS; slot++)
         parked += pool->quick[slot] != NIL;
+    uint64_t stacked = 0;
+    for (uint32_t index = pool->stack_head; index != NIL && stacked <= STACK_MAX; index = pool->blocks[index].next_free) {
+        CHECK(pool->blocks[index].state == BLOCK_CACHED && pool->blocks[index].size == pool->stack_size, n,
+              "stacked block %u: state %d, size %llu of %llu", index, (int)pool->blocks[index].state,
+              (unsigned long long)pool->blocks[index].size, (unsigned long long)pool->stack_size);
+        stacked++;
+    }
+    CHECK(stacked == pool->stack_count, n, "%llu stacked blocks, count %u", (unsigned long long)stacked,
+          pool->stack_count);
+    parked += stacked;
     CHECK(parked == cached_blocks, n, "%llu parked blocks, %llu cached in chunks", (unsigned long long)parked,
           (unsigned long long)cached_blocks);
     CHECK(listed == free_blocks, n, "%llu free blocks in chunks, %llu in lists", (unsigned long long)free_blocks,

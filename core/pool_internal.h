@@ -22,6 +22,7 @@
 #define GROWTH_GRANULE (2 * PS_MiB)    /* growth requests are rounded up to this */
 #define MIN_ALIGNMENT 256              /* cudaMalloc's documented alignment */
 #define QUICK_SLOTS 32                 /* quick cache: recently freed blocks by exact size */
+#define STACK_MAX 64                   /* size stack: released blocks of one size kept unmerged */
 #define IDLE_NOW PS_REUSE_IDLE_NOW     /* idle_gen: nothing issued before can still touch it */
 #define IDLE_NEVER PS_REUSE_IDLE_NEVER /* idle_gen: unknown, only a device synchronize makes it idle */
 
@@ -30,7 +31,7 @@ typedef enum block_state {
     BLOCK_FREE,       /* in its owner's TLSF lists */
     BLOCK_USED,       /* handed out, in the in-use map */
     BLOCK_PENDING,    /* freed by cudaFree under free_sync event, in an epoch */
-    BLOCK_CACHED,     /* free, parked in the quick cache (not in lists, not merged yet) */
+    BLOCK_CACHED,     /* free, parked in the quick cache or the size stack (not in lists, not merged yet) */
     BLOCK_UNMAPPED    /* part of an expandable range with no memory behind it (in the unmapped list) */
 } block_state_t;
 
@@ -104,6 +105,9 @@ typedef struct pool {
     ps_ptr_map_t in_use;        /* address -> descriptor index of every used block */
     uint32_t quick[QUICK_SLOTS]; /* quick cache: a parked ready block per size slot, or NIL */
     uint32_t quick_mask;        /* bit s: quick[s] holds a block */
+    uint32_t stack_head;        /* size stack: the newest parked block a barrier (or fence) released, or NIL */
+    uint32_t stack_count;       /* blocks in it (at most STACK_MAX), linked newest first by next_free */
+    size_t stack_size;          /* the size of every block in it */
     unsigned alignment_log2;    /* log2(alignment), for the quick cache's slot */
     ps_reuse_t reuse;           /* cudaFree'd blocks (state PENDING) until a barrier or fence (core/reuse.c) */
     uint64_t free_counter;      /* stamps stream-list frees */

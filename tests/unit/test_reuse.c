@@ -254,6 +254,7 @@ static void open_stack(stack_t *s, enum kind kind, ps_free_sync_t sync, size_t c
         po.free_sync = sync;
         po.expandable = 0;
         po.min_chunk = 2 * PS_MiB;
+        po.barrier_floor = 0; /* a small pool: with the floor it grows instead of reusing (test_pool_barrier.c) */
         cr_assert_eq(ps_pool_create("fallback", s->up, s->gpu, &po, &s->more[1]), PS_OK);
         ps_bin_t bins[1] = {{64 * PS_KiB, s->more[0]}};
         cr_assert_eq(ps_binning_create("binning", bins, 1, s->more[1], &s->res), PS_OK);
