@@ -37,8 +37,9 @@
  *         cudaFree cycle stays in its cache (a barrier costs 0.5-17 us on
  *         an H100, 1 ns per pair spread over 512 frees); or
  *       - the pool had fewer ready bytes than the request when it last
- *         unlocked (ps_tcache_note_owner_ready): the pool would need a
- *         barrier (or growth) to serve it anyway, and issuing it here
+ *         unlocked (ps_tcache_note_owner_ready; below its barrier floor
+ *         the pool reports no shortage: it would grow, not issue a
+ *         barrier): the pool would need a barrier to serve it anyway, and issuing it here
  *         keeps it out of the pool's lock (16 threads: the pool's slow
  *         path issuing barriers under its lock made every thread wait).
  *     Miss: the pool serves it under its lock and may refill the bin with

@@ -501,6 +501,45 @@ Test(thread_cache, a_cache_asks_its_own_barrier_when_the_pool_is_short_and_a_ref
     }
 }
 
+Test(thread_cache, below_the_barrier_floor_a_short_pool_grows_and_the_cache_asks_no_barrier)
+{
+    /* The case above with a barrier floor (barrier_floor, 8 MiB): while the
+     * pool is below it, a miss makes the pool grow rather than issue a
+     * barrier, so the cache must not ask for one either (a fresh pool under
+     * 16 threads asked a barrier per ~80 pairs, each a few CUDA calls per
+     * stream). Past the floor (floor 0: always) it asks, as the test
+     * above shows. */
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    o.free_sync = PS_FREE_SYNC_BARRIER;
+    o.thread_cache = PS_MiB;
+    o.barrier_pending_percent = 0; /* no eager barrier */
+    o.barrier_floor = 8 * PS_MiB;
+    ps_host_ops_options_t host = {0};
+    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    ps_pool_thread_cache_always_engage(f.pool);
+    void *live[10];
+    int n = 0;
+    for (; n < 10; n++) /* ten 192 KiB blocks in the first 2 MiB: 128 KiB stay ready */
+        live[n] = alloc_ok(&f, S, PS_STREAM_NONE);
+    void *a = live[0];
+    cr_assert_eq(ps_deallocate(f.pool, a, S, PS_STREAM_NONE), PS_OK);
+    uint64_t barriers = ps_host_ops_barriers(f.gpu), hits0, misses0, asked0, hits, misses, asked;
+    ps_pool_thread_cache_counters(f.pool, &hits0, &misses0, &asked0);
+    live[0] = alloc_ok(&f, S, PS_STREAM_NONE);
+    ps_pool_thread_cache_counters(f.pool, &hits, &misses, &asked);
+    cr_assert_neq(live[0], a, "a cudaFree'd block came back without a barrier");
+    cr_assert_eq(asked, asked0, "below the floor the cache asked for a barrier");
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers, "below the floor: no barrier");
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 4 * PS_MiB, "the pool grew instead");
+    for (int k = 0; k < n; k++)
+        cr_assert_eq(ps_deallocate(f.pool, live[k], S, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    close_cached(&f);
+}
+
 Test(thread_cache, a_small_pool_releases_the_callers_cache_instead_of_draining_it)
 {
     /* 64 KiB pairs through a pool of one 2 MiB piece: the cache fills the
