@@ -108,4 +108,16 @@ void ps_lock_slow(ps_lock_t *lock)
         syscall(SYS_futex, &lock->held, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
 }
 
+void ps_spin_slow(ps_spin_t *lock)
+{
+    for (int spins = 0;; spins++) {
+        if (spins < 100)
+            cpu_relax();
+        else
+            sched_yield(); /* the holder may be descheduled */
+        if (!__atomic_load_n(&lock->held, __ATOMIC_RELAXED) && ps_spin_try(lock))
+            return;
+    }
+}
+
 void ps_lock_wake(ps_lock_t *lock) { syscall(SYS_futex, &lock->held, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0); }

@@ -117,7 +117,7 @@ typedef struct bin {
 } bin_t;
 
 typedef struct cache {
-    ps_lock_t lock;               /* guards everything below but the list links */
+    ps_spin_t lock;               /* guards everything below but the list links (its thread takes it on every operation) */
     ps_tcache_t *set;             /* its set (fixed at creation) */
     int orphaned;                 /* 1: the set was destroyed or detached it (atomic access) */
     atomic_int refs;              /* the thread's and the set's references */
@@ -211,7 +211,7 @@ static cache_t *cache_new(ps_tcache_t *set)
     for (uint32_t i = 0; i < ENTRIES; i++)
         c->entries[i].newer = (uint16_t)(i + 1 < ENTRIES ? i + 1 : NONE);
     c->unused = 0;
-    c->lock = (ps_lock_t)PS_LOCK_INIT;
+    c->lock = (ps_spin_t)PS_SPIN_INIT;
     c->set = set;
     c->seen_issued = issued_now(set);
     atomic_init(&c->refs, 2);
@@ -398,15 +398,15 @@ int ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out
     if (!c || !bytes_of(c))
         return 0; /* (a drain may empty it meanwhile: the check under the lock decides) */
     uint64_t ask = 0;
-    ps_lock(&c->lock);
+    ps_spin_lock(&c->lock);
     int hit = take_locked(set, c, size, stream, out, &ask);
-    ps_unlock(&c->lock);
+    ps_spin_unlock(&c->lock);
     if (!hit && ask) {
         atomic_fetch_add_explicit(&set->requested, 1, memory_order_relaxed);
         if (set->barrier(set->owner, ask - 1)) { /* (the owner's lock: the cache lock is not held) */
-            ps_lock(&c->lock);
+            ps_spin_lock(&c->lock);
             hit = take_locked(set, c, size, stream, out, &ask);
-            ps_unlock(&c->lock);
+            ps_spin_unlock(&c->lock);
         }
     }
     c->hits += (uint64_t)hit; /* (only this thread writes them; readers tolerate a stale value) */
@@ -422,9 +422,9 @@ int ps_tcache_take_owner_locked(ps_tcache_t *set, size_t size, ps_stream_t strea
     if (!c || !bytes_of(c))
         return 0;
     uint64_t ask = 0; /* (never acted on: the caller holds the owner's lock) */
-    ps_lock(&c->lock);
+    ps_spin_lock(&c->lock);
     int hit = take_locked(set, c, size, stream, out, &ask);
-    ps_unlock(&c->lock);
+    ps_spin_unlock(&c->lock);
     c->hits += (uint64_t)hit;
     return hit;
 }
@@ -436,10 +436,10 @@ int ps_tcache_holds_freed(ps_tcache_t *set, size_t size)
     cache_t *c = cache_of(set, 0);
     if (!c || !bytes_of(c))
         return 0;
-    ps_lock(&c->lock);
+    ps_spin_lock(&c->lock);
     bin_t *b = bin_of(c, size);
     int holds = b->size == size && b->freed_count;
-    ps_unlock(&c->lock);
+    ps_spin_unlock(&c->lock);
     return holds;
 }
 
@@ -472,7 +472,7 @@ static __attribute__((noinline)) int put_in(ps_tcache_t *set, cache_t *c, void *
     size_t n = 0;
     int status = PS_OK;
     uintptr_t addr = (uintptr_t)ptr;
-    ps_lock(&c->lock);
+    ps_spin_lock(&c->lock);
     bin_t *b = bin_of(c, size);
     uint64_t issued = issued_now(set);
     if (bin_blocks(b) && b->size != size) {
@@ -510,7 +510,7 @@ static __attribute__((noinline)) int put_in(ps_tcache_t *set, cache_t *c, void *
         }
     }
 out:
-    ps_unlock(&c->lock);
+    ps_spin_unlock(&c->lock);
     if (n) {
         ps_lock(set->owner_lock);
         set->give_back_locked(set->owner, evicted, n);
@@ -518,7 +518,7 @@ out:
     }
     return status;
 double_free:
-    ps_unlock(&c->lock);
+    ps_spin_unlock(&c->lock);
     return PS_EINVAL;
 }
 
@@ -554,13 +554,13 @@ size_t ps_tcache_refill_room_locked(ps_tcache_t *set, size_t size)
 void ps_tcache_refill_locked(ps_tcache_t *set, size_t size, const uintptr_t *addrs, size_t count)
 {
     cache_t *c = cache_of(set, 1);
-    ps_lock(&c->lock); /* (uncontended; keeps the rule "bins change under the cache lock" simple) */
+    ps_spin_lock(&c->lock); /* (uncontended; keeps the rule "bins change under the cache lock" simple) */
     bin_t *b = bin_of(c, size);
     b->size = size;
     for (size_t i = 0; i < count; i++)
         b->ready[b->ready_count++] = addrs[i];
     bytes_add(c, (int64_t)(size * count));
-    ps_unlock(&c->lock);
+    ps_spin_unlock(&c->lock);
 }
 
 /* ---- draining (owner's lock held) ----------------------------------------- */
@@ -587,10 +587,10 @@ size_t ps_tcache_drain_all_locked(ps_tcache_t *set)
     size_t total = 0;
     ps_lock(&set->list_lock);
     for (cache_t *c = set->head; c; c = c->next) {
-        ps_lock(&c->lock);
+        ps_spin_lock(&c->lock);
         if (bytes_of(c))
             total += cache_give_back_all_locked(set, c);
-        ps_unlock(&c->lock);
+        ps_spin_unlock(&c->lock);
     }
     ps_unlock(&set->list_lock);
     return total;
@@ -602,7 +602,7 @@ void ps_tcache_bytes_locked(ps_tcache_t *set, uint64_t *ready, uint64_t *pending
     uint64_t issued = issued_now(set);
     ps_lock(&set->list_lock);
     for (cache_t *c = set->head; c; c = c->next) {
-        ps_lock(&c->lock);
+        ps_spin_lock(&c->lock);
         for (uint32_t i = 0; i < BINS; i++) {
             bin_t *b = &c->bins[i];
             r += (uint64_t)b->ready_count * b->size;
@@ -613,7 +613,7 @@ void ps_tcache_bytes_locked(ps_tcache_t *set, uint64_t *ready, uint64_t *pending
                     p += b->size;
             }
         }
-        ps_unlock(&c->lock);
+        ps_spin_unlock(&c->lock);
     }
     ps_unlock(&set->list_lock);
     *ready = r;
@@ -691,9 +691,9 @@ void ps_tcache_destroy(ps_tcache_t *set)
     ps_unlock(&set->list_lock);
     while (c) {
         cache_t *next = c->next;
-        ps_lock(&c->lock);
+        ps_spin_lock(&c->lock);
         __atomic_store_n(&c->orphaned, 1, __ATOMIC_RELEASE);
-        ps_unlock(&c->lock);
+        ps_spin_unlock(&c->lock);
         cache_unref(c);
         c = next;
     }
@@ -719,7 +719,7 @@ static void thread_exit(void *arg)
         if (set && !is_orphaned(c)) {
             ps_lock(set->owner_lock);
             ps_lock(&set->list_lock);
-            ps_lock(&c->lock);
+            ps_spin_lock(&c->lock);
             cache_give_back_all_locked(set, c);
             set->gone_hits += c->hits;
             set->gone_misses += c->misses;
@@ -731,7 +731,7 @@ static void thread_exit(void *arg)
                 c->next->prev = c->prev;
             __atomic_store_n(&c->orphaned, 1, __ATOMIC_RELEASE);
             atomic_fetch_sub(&set->hot.threads, 1);
-            ps_unlock(&c->lock);
+            ps_spin_unlock(&c->lock);
             ps_unlock(&set->list_lock);
             ps_unlock(set->owner_lock);
             cache_unref(c); /* the set's reference */

@@ -38,7 +38,6 @@
  * every table.
  */
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,7 +48,7 @@
 #define REG_TLS __thread __attribute__((tls_model("initial-exec")))
 
 typedef struct table {
-    atomic_int lock;          /* 0 free, 1 held (spinlock) */
+    ps_spin_t lock;           /* its thread takes it on every insert and free */
     atomic_int owned;         /* 1 while a live thread allocates into it */
     size_t mask;              /* slots - 1 (slots is a power of two), 0 before first insert */
     size_t count;             /* live entries */
@@ -82,20 +81,9 @@ static inline uint64_t hash_ptr(uintptr_t p)
     return (uint64_t)(p >> 8) * 0x9E3779B97F4A7C15ull;
 }
 
-static inline bool table_try_lock(table_t *t)
-{
-    return !atomic_exchange_explicit(&t->lock, 1, memory_order_acquire);
-}
-
-/* Spins, then yields, until the lock is ours. */
-static void table_lock(table_t *t)
-{
-    while (!table_try_lock(t))
-        for (int spins = 0; atomic_load_explicit(&t->lock, memory_order_relaxed); spins++)
-            if (spins > 64)
-                sched_yield();
-}
-static inline void table_unlock(table_t *t) { atomic_store_explicit(&t->lock, 0, memory_order_release); }
+static inline bool table_try_lock(table_t *t) { return ps_spin_try(&t->lock); }
+static inline void table_lock(table_t *t) { ps_spin_lock(&t->lock); }
+static inline void table_unlock(table_t *t) { ps_spin_unlock(&t->lock); }
 
 static inline size_t slot_of(uint64_t h, size_t mask) { return (size_t)(h >> 32) & mask; }
 static inline table_t *first_table(void) { return atomic_load_explicit(&tables, memory_order_acquire); }
@@ -135,7 +123,6 @@ static PS_COLD table_t *own_table(void)
         t = aligned_alloc(64, sizeof *t);
         if (t) {
             memset(t, 0, sizeof *t);
-            atomic_init(&t->lock, 0);
             atomic_init(&t->owned, 1);
             t->next = first_table();
             atomic_store_explicit(&tables, t, memory_order_release);
@@ -478,7 +465,7 @@ void ps_registry_atfork_parent(void)
 void ps_registry_atfork_child(void)
 {
     for (table_t *t = first_table(); t; t = t->next) {
-        atomic_store(&t->lock, 0);
+        t->lock = (ps_spin_t)PS_SPIN_INIT;
         if (t != tls_table)
             atomic_store(&t->owned, 0);
     }
