@@ -18,7 +18,12 @@
  *  3. Every thread has its own arena (thread-local through a pthread key,
  *     registered in a list, orphaned at thread exit by the key's
  *     destructor and adopted by the next new thread); every stream used by
- *     cudaMallocAsync has its own arena too. An arena owns superblocks,
+ *     cudaMallocAsync has its own arena too, found through a per-thread
+ *     hint (the last few streams' arenas, keyed by the resource's id)
+ *     checked under the arena's lock — it must still serve that stream —
+ *     and only on a miss through the list under its read lock (that lock
+ *     on every stream-ordered call serialized threads_mixed: 16 threads
+ *     wrote one cache line per call). An arena owns superblocks,
  *     each cut into blocks of one size class (256 B steps up to 1 KiB, then
  *     four classes per power of two, so at most 25% is lost to rounding),
  *     with a host-side stack of free block indices and a bitmap of blocks
@@ -164,6 +169,10 @@ typedef struct arena {
 
 typedef _Atomic(span_t *) span_slot_t;
 
+/* The fields every call reads come first and are written only at
+ * creation; the locks and what they guard sit on cache lines of their own
+ * (a read lock of arenas_lock on every stream-ordered call, on the line of
+ * `shift` and `page_table`, made every lookup of 16 threads miss). */
 struct arena_resource {
     ps_resource_t base;         /* vtable first */
     const ps_gpu_ops_t *gpu;    /* fences, device sync */
@@ -171,18 +180,19 @@ struct arena_resource {
     unsigned shift;             /* log2(superblock_size) */
     unsigned class_count;       /* size classes served inside superblocks */
     size_t small_max;           /* largest small request: superblock_size / 2 */
+    uint64_t id;                /* never reused: names this resource in threads' stream hints */
     pthread_key_t key;          /* this thread's arena */
-    pthread_rwlock_t arenas_lock; /* guards the arena list (order: before any arena lock) */
+    _Atomic(span_slot_t *) *page_table; /* level 1: leaves of 2^LEAF_BITS slots */
+    size_t leaf_count;          /* entries in page_table */
+    _Alignas(CACHE_LINE) pthread_rwlock_t arenas_lock; /* guards the arena list (order: before any arena lock) */
     arena_t *arenas;            /* every arena, thread and stream */
-    pthread_mutex_t global_lock;/* guards the global arena below (order: after arena locks) */
+    _Alignas(CACHE_LINE) pthread_mutex_t global_lock; /* guards the global arena below (order: after arena locks) */
     span_t *free_spans;         /* FREE spans */
     chunk_t *chunks;            /* upstream chunks */
     span_t *spare_spans;        /* span structs for reuse */
     span_t *all_spans;          /* every span struct */
     ps_reuse_t large_reuse;     /* cudaFree'd large blocks (global lock) */
     ps_reuse_family_t family;   /* barrier numbers shared by every arena's reuse state and large_reuse */
-    _Atomic(span_slot_t *) *page_table; /* level 1: leaves of 2^LEAF_BITS slots */
-    size_t leaf_count;          /* entries in page_table */
     uint64_t reserved;          /* bytes of chunks */
     uint64_t peak_reserved;     /* maximum of reserved */
     uint64_t upstream_allocs;   /* chunk allocations */
@@ -612,11 +622,19 @@ static int carve(arena_t *ar, span_t *s, unsigned c)
     return PS_OK;
 }
 
-/* Allocates a small block in `ar` (arena lock taken inside). */
-static int arena_allocate(arena_t *ar, unsigned c, void **out)
+/* arena_allocate's answer when the arena no longer serves the stream. */
+#define ARENA_STALE 1
+
+/* Allocates a small block in `ar` (arena lock taken inside); `stream`: the
+ * stream it must serve (PS_STREAM_NONE: a thread arena), else ARENA_STALE. */
+static int arena_allocate(arena_t *ar, ps_stream_t stream, unsigned c, void **out)
 {
     arena_resource_t *a = ar->parent;
     pthread_mutex_lock(&ar->lock);
+    if (ar->stream != stream) {
+        pthread_mutex_unlock(&ar->lock);
+        return ARENA_STALE;
+    }
     span_t *s = ar->avail[c];
     if (!s && ar->reuse.bytes_pending) {
         /* before taking a superblock: completed epochs, then one barrier
@@ -716,6 +734,42 @@ static arena_t *thread_arena(arena_resource_t *a)
     return ar;
 }
 
+/* Each thread remembers the arenas of the last few streams it used
+ * (resource id, stream) -> arena, so a stream-ordered call finds its
+ * arena without the list's read lock (one cache line written by every
+ * thread on every call). A hint is only a guess: arenas are never freed
+ * before their resource, and an id is never reused, so the arena it names
+ * exists; the caller checks under the arena's lock that it still serves
+ * the stream (a destroyed stream's arena is retired or serves another). */
+#define STREAM_HINTS 4
+typedef struct stream_hint {
+    uint64_t resource;   /* arena_resource_t.id; 0: empty */
+    ps_stream_t stream;  /* the stream */
+    arena_t *arena;      /* its arena when last looked up */
+} stream_hint_t;
+static __thread __attribute__((tls_model("initial-exec"))) stream_hint_t stream_hints[STREAM_HINTS];
+static _Atomic uint64_t next_resource_id; /* ids handed out */
+
+static arena_t *stream_hint_find(const arena_resource_t *a, ps_stream_t stream)
+{
+    for (int i = 0; i < STREAM_HINTS; i++)
+        if (stream_hints[i].resource == a->id && stream_hints[i].stream == stream)
+            return stream_hints[i].arena;
+    return NULL;
+}
+
+/* Remembers stream -> ar, most recent first. */
+static void stream_hint_store(const arena_resource_t *a, ps_stream_t stream, arena_t *ar)
+{
+    int i = 0;
+    while (i < STREAM_HINTS - 1 && !(stream_hints[i].resource == a->id && stream_hints[i].stream == stream))
+        i++;
+    for (; i > 0; i--)
+        stream_hints[i] = stream_hints[i - 1];
+    stream_hints[0] = (stream_hint_t){.resource = a->id, .stream = stream, .arena = ar};
+}
+
+/* The arena serving `stream` (created or reused on first use). */
 static arena_t *stream_arena(arena_resource_t *a, ps_stream_t stream)
 {
     pthread_rwlock_rdlock(&a->arenas_lock);
@@ -904,10 +958,21 @@ static int try_allocate(arena_resource_t *a, size_t size, ps_stream_t stream, vo
 {
     if (size > a->small_max)
         return large_allocate(a, size, stream, out);
-    arena_t *ar = stream == PS_STREAM_NONE ? thread_arena(a) : stream_arena(a, stream);
-    if (!ar)
-        return PS_ENOMEM;
-    return arena_allocate(ar, class_of(a, size), out);
+    unsigned c = class_of(a, size);
+    if (stream == PS_STREAM_NONE) {
+        arena_t *ar = thread_arena(a);
+        return ar ? arena_allocate(ar, PS_STREAM_NONE, c, out) : PS_ENOMEM;
+    }
+    arena_t *ar = stream_hint_find(a, stream);
+    int status = ar ? arena_allocate(ar, stream, c, out) : ARENA_STALE;
+    while (status == ARENA_STALE) { /* no hint, or its stream was destroyed since */
+        ar = stream_arena(a, stream);
+        if (!ar)
+            return PS_ENOMEM;
+        stream_hint_store(a, stream, ar);
+        status = arena_allocate(ar, stream, c, out);
+    }
+    return status;
 }
 
 /* Sums the bytes handed out and pending over every arena. No lock held. */
@@ -1166,7 +1231,7 @@ int ps_arena_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_
                  "power of two >= 256; superblock_size a power of two >= 64 KiB and >= 8 x alignment)");
         return PS_EINVAL;
     }
-    arena_resource_t *a = calloc(1, sizeof *a);
+    arena_resource_t *a = line_calloc(sizeof *a); /* its locks on lines of their own */
     if (!a)
         return PS_ENOMEM;
     a->base.ops = &arena_ops;
@@ -1174,6 +1239,7 @@ int ps_arena_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_
     a->base.upstream = upstream;
     a->gpu = gpu;
     a->opts = o;
+    a->id = atomic_fetch_add(&next_resource_id, 1) + 1;
     ps_reuse_init(&a->large_reuse, gpu, o.free_sync, 0, &a->family, release_pending_large, a);
     a->shift = log2_floor(o.superblock_size);
     a->small_max = o.superblock_size / 2;

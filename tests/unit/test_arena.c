@@ -395,6 +395,41 @@ Test(arena, a_new_stream_reusing_the_handle_waits_for_the_old_streams_superblock
     unmake(&f);
 }
 
+/* Each thread remembers which arena served a stream (no lock on the
+ * stream-ordered path); the hint must not outlive the stream. The driver
+ * reuses a destroyed stream's handle: the new stream must not take the
+ * dead stream's free blocks before waiting for its last work, nor the
+ * blocks another stream freed in the arena that now serves it. */
+Test(arena, a_remembered_stream_arena_is_not_trusted_after_the_stream_died)
+{
+    arena_fixture_t f;
+    make_small(&f);
+    const ps_stream_t s1 = 0x1000, s2 = 0x2000;
+    const size_t size = 32 * PS_KiB;
+    void *a, *b, *c;
+    cr_assert_eq(ps_allocate(f.arena, size, s1, &a), PS_OK); /* this thread remembers s1's arena */
+    cr_assert_eq(ps_deallocate(f.arena, a, size, s1), PS_OK);
+    ps_stream_destroyed(f.arena, s1);
+    /* the handle comes back as a new stream: it waits on the GPU for the
+     * fence of the destroy before it gets the dead stream's block */
+    cr_assert_eq(ps_allocate(f.arena, size, s1, &b), PS_OK);
+    cr_assert(b != a || ps_host_ops_waits_on_stream(f.gpu, s1) == 1,
+              "the new s1 took the dead s1's block without waiting for its fence");
+    cr_assert_eq(ps_deallocate(f.arena, b, size, s1), PS_OK);
+    ps_stream_destroyed(f.arena, s1);
+    ps_host_ops_complete_all(f.gpu);
+    /* s2 inherits the retired arena and frees a block in it; the next s1
+     * (the handle again) must not get that block: it is reusable on s2 only */
+    cr_assert_eq(ps_allocate(f.arena, size, s2, &b), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, b, size, s2), PS_OK);
+    uint64_t waits = ps_host_ops_waits_on_stream(f.gpu, s1);
+    cr_assert_eq(ps_allocate(f.arena, size, s1, &c), PS_OK);
+    cr_assert(c != b || ps_host_ops_waits_on_stream(f.gpu, s1) > waits,
+              "s1 took the block s2 freed, with no wait for s2's work");
+    cr_assert_eq(ps_deallocate(f.arena, c, size, s1), PS_OK);
+    unmake(&f);
+}
+
 /* free_sync barrier (the default): a cudaFree alone never makes a block
  * reusable; only a barrier (core/reuse.c, when nothing else fits) or a
  * completed fence does. The GPU once found the arena and fixed_size
