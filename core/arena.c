@@ -40,10 +40,18 @@
  *     and its fallback, pending bytes): each arena has a reuse state, the
  *     large blocks one more, all of one *family* (a barrier issued by one
  *     releases, at the others' next poll, what they deferred before it).
+ *     An arena defers into two segments (two reuse states): under BARRIER,
+ *     once a barrier of the family has begun since the current segment's
+ *     last free, later frees join the other (empty) segment, so that
+ *     barrier alone covers the older one (one open epoch always held a
+ *     free younger than any barrier, and each of 16 threads issued its own
+ *     barriers — 2N+1 CUDA calls under the GPU-ops stream lock each: no
+ *     scaling on threads_mixed).
  *     Under BARRIER (the default) and EVENT the block is deferred; when an
  *     arena finds no free block of the class (or a large request no free
  *     span) it reclaims before taking memory it would not otherwise need:
- *     completed epochs, then one GPU barrier (every pending block free at
+ *     what completed epochs or another arena's barrier released (a poll),
+ *     then one GPU barrier (every pending block free at
  *     once, no host wait), or — barrier refused because a stream capture
  *     is open, or EVENT — close the epoch with one
  *     fence_record(PS_STREAM_NONE) and poll (never a host wait on that
@@ -161,7 +169,9 @@ typedef struct arena {
     ps_fence_t *retire_fence;   /* recorded on the destroyed stream; NULL once complete */
     uint64_t retired_free;      /* bytes free at the destroy, counted as pending until then (in `pending`) */
     span_t **avail;             /* per class: superblocks with free blocks */
-    ps_reuse_t reuse;           /* its cudaFree'd blocks until a barrier or fence (core/reuse.c) */
+    ps_reuse_t reuse[2];        /* its cudaFree'd blocks until a barrier or fence (core/reuse.c), in two
+                                   segments: frees before and after the start of the family's last barrier */
+    unsigned deferring;         /* index of the segment frees join now */
     uint64_t in_use;            /* bytes of its blocks handed out (per arena: no shared cache line) */
     uint64_t pending;           /* retired_free while the retire fence runs (reuse counts the rest) */
     struct arena *next;         /* the resource's list of arenas */
@@ -591,6 +601,48 @@ static void release_pending_block(void *ctx, uint64_t item)
     block_return(ar, s, (uint32_t)(((uintptr_t)item - s->base) / s->block_size));
 }
 
+/* ---- deferred frees in two segments (arena lock held) ----------------- */
+
+/* Bytes of the arena's cudaFree'd blocks waiting for a barrier or fence. */
+static uint64_t arena_pending(const arena_t *ar)
+{
+    return ar->reuse[0].bytes_pending + ar->reuse[1].bytes_pending;
+}
+
+/* A block freed with PS_STREAM_NONE waits (free_sync barrier or event).
+ * A reuse state's open epoch is released by a barrier only when the
+ * barrier began after its *last* free; an arena that frees between every
+ * two allocations never saw that happen, so each thread issued its own
+ * barriers (16 threads: 16 barriers where one covers all, each one 2N+1
+ * CUDA calls under the GPU-ops stream lock). So under free_sync barrier,
+ * once a barrier of the family has begun since the segment's last free,
+ * later frees join the other segment (when it is empty): the older one is
+ * then covered by that barrier alone, whoever issued it. */
+static int arena_defer(arena_t *ar, uintptr_t ptr, uint64_t bytes)
+{
+    ps_reuse_t *r = &ar->reuse[ar->deferring];
+    ps_reuse_t *other = &ar->reuse[ar->deferring ^ 1];
+    if (r->free_sync == PS_FREE_SYNC_BARRIER && r->open.count && !other->bytes_pending &&
+        ps_reuse_family_stamp(r->family) != r->open.stamp) {
+        ar->deferring ^= 1;
+        r = other;
+    }
+    return ps_reuse_defer(r, ptr, bytes);
+}
+
+/* The reclaim rule (core/reuse.c, 5) over both segments: poll both; then
+ * one barrier releases the first and, polled again, the second (deferred
+ * before it began); refused or under EVENT, each closes and polls its
+ * epoch. Returns 1 when anything was released. */
+static int arena_reclaim(arena_t *ar)
+{
+    int released = 0;
+    for (int i = 0; i < 2; i++)
+        if (ar->reuse[i].bytes_pending)
+            released |= ps_reuse_reclaim(&ar->reuse[i]);
+    return released;
+}
+
 /* Turns a span just taken from the global arena into a superblock of class c. */
 static int carve(arena_t *ar, span_t *s, unsigned c)
 {
@@ -636,11 +688,17 @@ static int arena_allocate(arena_t *ar, ps_stream_t stream, unsigned c, void **ou
         return ARENA_STALE;
     }
     span_t *s = ar->avail[c];
-    if (!s && ar->reuse.bytes_pending) {
-        /* before taking a superblock: completed epochs, then one barrier
-         * (or, refused or under EVENT, close the epoch and poll it) */
-        ps_reuse_reclaim(&ar->reuse);
+    if (!s && arena_pending(ar)) {
+        /* before taking a superblock: what completed epochs or a barrier
+         * of another arena released, then one barrier (or, refused or
+         * under EVENT, close the epochs and poll them) */
+        ps_reuse_poll(&ar->reuse[0]);
+        ps_reuse_poll(&ar->reuse[1]);
         s = ar->avail[c];
+        if (!s && arena_pending(ar)) {
+            arena_reclaim(ar);
+            s = ar->avail[c];
+        }
     }
     if (!s) {
         pthread_mutex_lock(&a->global_lock);
@@ -683,7 +741,8 @@ static arena_t *arena_new(arena_resource_t *a, ps_stream_t stream)
         return NULL;
     }
     pthread_mutex_init(&ar->lock, NULL);
-    ps_reuse_init(&ar->reuse, a->gpu, a->opts.free_sync, 0, &a->family, release_pending_block, ar);
+    for (int i = 0; i < 2; i++)
+        ps_reuse_init(&ar->reuse[i], a->gpu, a->opts.free_sync, 0, &a->family, release_pending_block, ar);
     ar->parent = a;
     ar->stream = stream;
     return ar;
@@ -696,9 +755,11 @@ static void thread_arena_exit(void *value)
     arena_t *ar = value;
     pthread_mutex_lock(&ar->lock);
     ar->orphaned = 1;
-    if (ar->reuse.open.count)
-        ps_reuse_close(&ar->reuse);
-    ps_reuse_poll(&ar->reuse);
+    for (int i = 0; i < 2; i++) {
+        if (ar->reuse[i].open.count)
+            ps_reuse_close(&ar->reuse[i]);
+        ps_reuse_poll(&ar->reuse[i]);
+    }
     release_empty(ar, 0);
     pthread_mutex_unlock(&ar->lock);
 }
@@ -928,7 +989,8 @@ static void defragment(arena_resource_t *a, int wait)
     pthread_rwlock_rdlock(&a->arenas_lock);
     for (arena_t *ar = a->arenas; ar; ar = ar->next) {
         pthread_mutex_lock(&ar->lock);
-        reclaim_for_defragment(&ar->reuse, wait);
+        reclaim_for_defragment(&ar->reuse[0], wait);
+        reclaim_for_defragment(&ar->reuse[1], wait);
         if (retire_fence_done(ar, wait))
             release_empty(ar, 0);
         pthread_mutex_unlock(&ar->lock);
@@ -983,7 +1045,7 @@ static void usage(arena_resource_t *a, uint64_t *in_use, uint64_t *pending)
     for (arena_t *ar = a->arenas; ar; ar = ar->next) {
         pthread_mutex_lock(&ar->lock);
         *in_use += ar->in_use;
-        *pending += ar->pending + ar->reuse.bytes_pending;
+        *pending += ar->pending + arena_pending(ar);
         pthread_mutex_unlock(&ar->lock);
     }
     pthread_rwlock_unlock(&a->arenas_lock);
@@ -1065,8 +1127,8 @@ static int arena_res_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_str
                 status = a->gpu->stream_wait_fence(a->gpu->ctx, ar->stream, fence);
                 a->gpu->fence_release(a->gpu->ctx, fence);
             }
-        } else if (!ordered_here && ps_reuse_defers(&ar->reuse)) {
-            status = ps_reuse_defer(&ar->reuse, (uintptr_t)ptr, s->block_size);
+        } else if (!ordered_here && ps_reuse_defers(&ar->reuse[0])) {
+            status = arena_defer(ar, (uintptr_t)ptr, s->block_size);
             if (status == PS_OK) {
                 s->in_use[i / 64] &= ~((uint64_t)1 << (i % 64));
                 ar->in_use -= s->block_size;
@@ -1113,9 +1175,11 @@ static void arena_res_query(ps_resource_t *r, ps_resource_info_t *info)
     pthread_rwlock_rdlock(&a->arenas_lock);
     for (arena_t *ar = a->arenas; ar; ar = ar->next) {
         pthread_mutex_lock(&ar->lock);
-        info->fences_recorded += ar->reuse.fences_recorded;
-        info->fence_waits += ar->reuse.fence_waits;
-        info->barriers += ar->reuse.barriers;
+        for (int i = 0; i < 2; i++) {
+            info->fences_recorded += ar->reuse[i].fences_recorded;
+            info->fence_waits += ar->reuse[i].fence_waits;
+            info->barriers += ar->reuse[i].barriers;
+        }
         pthread_mutex_unlock(&ar->lock);
     }
     pthread_rwlock_unlock(&a->arenas_lock);
@@ -1132,7 +1196,8 @@ static void arena_res_destroy(ps_resource_t *r)
     pthread_key_delete(a->key);
     for (arena_t *ar = a->arenas; ar;) {
         arena_t *next = ar->next;
-        ps_reuse_destroy(&ar->reuse);
+        ps_reuse_destroy(&ar->reuse[0]);
+        ps_reuse_destroy(&ar->reuse[1]);
         if (ar->retire_fence)
             a->gpu->fence_release(a->gpu->ctx, ar->retire_fence);
         pthread_mutex_destroy(&ar->lock);

@@ -472,6 +472,89 @@ Test(arena, barrier_policy_falls_back_to_the_epoch_not_to_immediate_reuse)
     ps_host_ops_destroy(f.gpu);
 }
 
+/* ---- one barrier for every thread (free_sync barrier) ---- */
+
+/* Another thread's arena runs out of 1 MiB blocks (two per superblock)
+ * with both freed: it issues one barrier (or, blocked, has it refused). */
+static void *barrier_issuer(void *p)
+{
+    ps_resource_t *arena = p;
+    void *b;
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(ps_allocate(arena, PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+        cr_assert_eq(ps_deallocate(arena, b, PS_MiB, PS_STREAM_NONE), PS_OK);
+    }
+    return NULL;
+}
+
+static void issue_from_another_thread(ps_resource_t *arena)
+{
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, barrier_issuer, arena), 0);
+    cr_assert_eq(pthread_join(t, NULL), 0);
+}
+
+/* This thread freed X, another thread's barrier began and was issued, this
+ * thread freed Y: X is reusable without a barrier of its own (issue 18:
+ * each of 16 threads issued its own barriers, since the one open epoch
+ * always held a free younger than any barrier), Y only after a barrier
+ * issued after its free. */
+Test(arena, a_barrier_of_another_thread_releases_what_was_freed_before_it)
+{
+    arena_fixture_t f;
+    make_with(&f, 0, 0, PS_FREE_SYNC_BARRIER);
+    const size_t small = 256 * PS_KiB; /* 8 per superblock */
+    void *x, *x2, *y, *p;
+    cr_assert_eq(ps_allocate(f.arena, small, PS_STREAM_NONE, &y), PS_OK);
+    cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &x), PS_OK);
+    cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &x2), PS_OK); /* the superblock's other block */
+    cr_assert_eq(ps_deallocate(f.arena, x, PS_MiB, PS_STREAM_NONE), PS_OK);
+    issue_from_another_thread(f.arena);
+    uint64_t barriers = ps_host_ops_barriers(f.gpu);
+    cr_assert_gt(barriers, 0, "the other thread issued a barrier");
+    cr_assert_eq(ps_deallocate(f.arena, y, small, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &p), PS_OK);
+    cr_assert_eq(p, x, "X, freed before the other thread's barrier, comes back");
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers, "without a barrier of this thread's own");
+    void *again[16];
+    for (int i = 0; i < 16; i++) {
+        cr_assert_eq(ps_allocate(f.arena, small, PS_STREAM_NONE, &again[i]), PS_OK);
+        if (again[i] == y)
+            cr_assert_gt(ps_host_ops_barriers(f.gpu), barriers, "Y came back before a barrier issued after its free");
+    }
+    for (int i = 0; i < 16; i++)
+        cr_assert_eq(ps_deallocate(f.arena, again[i], small, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, p, PS_MiB, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, x2, PS_MiB, PS_STREAM_NONE), PS_OK);
+    unmake(&f);
+}
+
+/* The same with the other thread's barrier refused (a stream capture
+ * open): it began but covers nothing, so X waits for a fence. */
+Test(arena, a_refused_barrier_of_another_thread_releases_nothing)
+{
+    arena_fixture_t f;
+    make_with(&f, 0, 0, PS_FREE_SYNC_BARRIER);
+    const size_t small = 256 * PS_KiB;
+    void *x, *x2, *y, *p[4];
+    cr_assert_eq(ps_allocate(f.arena, small, PS_STREAM_NONE, &y), PS_OK);
+    cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &x), PS_OK);
+    cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &x2), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, x, PS_MiB, PS_STREAM_NONE), PS_OK);
+    ps_host_ops_block_barriers(f.gpu, 1);
+    issue_from_another_thread(f.arena);
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), 0);
+    cr_assert_eq(ps_deallocate(f.arena, y, small, PS_STREAM_NONE), PS_OK); /* the next segment */
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &p[i]), PS_OK);
+        cr_assert_neq(p[i], x, "X came back with no barrier issued and no fence completed");
+    }
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(ps_deallocate(f.arena, p[i], PS_MiB, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, x2, PS_MiB, PS_STREAM_NONE), PS_OK);
+    unmake(&f);
+}
+
 /* Issue 18: filled with 1 GiB blocks, the arena reached 127 on an H200
  * where the pool and native cudaMalloc reach 139. A simulated device of
  * the H200's size (139.5 GiB free): the arena must reach the pool's
