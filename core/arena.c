@@ -18,7 +18,12 @@
  *  3. Every thread has its own arena (thread-local through a pthread key,
  *     registered in a list, orphaned at thread exit by the key's
  *     destructor and adopted by the next new thread); every stream used by
- *     cudaMallocAsync has its own arena too. An arena owns superblocks,
+ *     cudaMallocAsync has its own arena too, found through a per-thread
+ *     hint (the last few streams' arenas, keyed by the resource's id)
+ *     checked under the arena's lock — it must still serve that stream —
+ *     and only on a miss through the list under its read lock (that lock
+ *     on every stream-ordered call serialized threads_mixed: 16 threads
+ *     wrote one cache line per call). An arena owns superblocks,
  *     each cut into blocks of one size class (256 B steps up to 1 KiB, then
  *     four classes per power of two, so at most 25% is lost to rounding),
  *     with a host-side stack of free block indices and a bitmap of blocks
@@ -35,10 +40,18 @@
  *     and its fallback, pending bytes): each arena has a reuse state, the
  *     large blocks one more, all of one *family* (a barrier issued by one
  *     releases, at the others' next poll, what they deferred before it).
+ *     An arena defers into two segments (two reuse states): under BARRIER,
+ *     once a barrier of the family has begun since the current segment's
+ *     last free, later frees join the other (empty) segment, so that
+ *     barrier alone covers the older one (one open epoch always held a
+ *     free younger than any barrier, and each of 16 threads issued its own
+ *     barriers — 2N+1 CUDA calls under the GPU-ops stream lock each: no
+ *     scaling on threads_mixed).
  *     Under BARRIER (the default) and EVENT the block is deferred; when an
  *     arena finds no free block of the class (or a large request no free
  *     span) it reclaims before taking memory it would not otherwise need:
- *     completed epochs, then one GPU barrier (every pending block free at
+ *     what completed epochs or another arena's barrier released (a poll),
+ *     then one GPU barrier (every pending block free at
  *     once, no host wait), or — barrier refused because a stream capture
  *     is open, or EVENT — close the epoch with one
  *     fence_record(PS_STREAM_NONE) and poll (never a host wait on that
@@ -156,7 +169,9 @@ typedef struct arena {
     ps_fence_t *retire_fence;   /* recorded on the destroyed stream; NULL once complete */
     uint64_t retired_free;      /* bytes free at the destroy, counted as pending until then (in `pending`) */
     span_t **avail;             /* per class: superblocks with free blocks */
-    ps_reuse_t reuse;           /* its cudaFree'd blocks until a barrier or fence (core/reuse.c) */
+    ps_reuse_t reuse[2];        /* its cudaFree'd blocks until a barrier or fence (core/reuse.c), in two
+                                   segments: frees before and after the start of the family's last barrier */
+    unsigned deferring;         /* index of the segment frees join now */
     uint64_t in_use;            /* bytes of its blocks handed out (per arena: no shared cache line) */
     uint64_t pending;           /* retired_free while the retire fence runs (reuse counts the rest) */
     struct arena *next;         /* the resource's list of arenas */
@@ -164,6 +179,10 @@ typedef struct arena {
 
 typedef _Atomic(span_t *) span_slot_t;
 
+/* The fields every call reads come first and are written only at
+ * creation; the locks and what they guard sit on cache lines of their own
+ * (a read lock of arenas_lock on every stream-ordered call, on the line of
+ * `shift` and `page_table`, made every lookup of 16 threads miss). */
 struct arena_resource {
     ps_resource_t base;         /* vtable first */
     const ps_gpu_ops_t *gpu;    /* fences, device sync */
@@ -171,18 +190,19 @@ struct arena_resource {
     unsigned shift;             /* log2(superblock_size) */
     unsigned class_count;       /* size classes served inside superblocks */
     size_t small_max;           /* largest small request: superblock_size / 2 */
+    uint64_t id;                /* never reused: names this resource in threads' stream hints */
     pthread_key_t key;          /* this thread's arena */
-    pthread_rwlock_t arenas_lock; /* guards the arena list (order: before any arena lock) */
+    _Atomic(span_slot_t *) *page_table; /* level 1: leaves of 2^LEAF_BITS slots */
+    size_t leaf_count;          /* entries in page_table */
+    _Alignas(CACHE_LINE) pthread_rwlock_t arenas_lock; /* guards the arena list (order: before any arena lock) */
     arena_t *arenas;            /* every arena, thread and stream */
-    pthread_mutex_t global_lock;/* guards the global arena below (order: after arena locks) */
+    _Alignas(CACHE_LINE) pthread_mutex_t global_lock; /* guards the global arena below (order: after arena locks) */
     span_t *free_spans;         /* FREE spans */
     chunk_t *chunks;            /* upstream chunks */
     span_t *spare_spans;        /* span structs for reuse */
     span_t *all_spans;          /* every span struct */
     ps_reuse_t large_reuse;     /* cudaFree'd large blocks (global lock) */
     ps_reuse_family_t family;   /* barrier numbers shared by every arena's reuse state and large_reuse */
-    _Atomic(span_slot_t *) *page_table; /* level 1: leaves of 2^LEAF_BITS slots */
-    size_t leaf_count;          /* entries in page_table */
     uint64_t reserved;          /* bytes of chunks */
     uint64_t peak_reserved;     /* maximum of reserved */
     uint64_t upstream_allocs;   /* chunk allocations */
@@ -581,6 +601,48 @@ static void release_pending_block(void *ctx, uint64_t item)
     block_return(ar, s, (uint32_t)(((uintptr_t)item - s->base) / s->block_size));
 }
 
+/* ---- deferred frees in two segments (arena lock held) ----------------- */
+
+/* Bytes of the arena's cudaFree'd blocks waiting for a barrier or fence. */
+static uint64_t arena_pending(const arena_t *ar)
+{
+    return ar->reuse[0].bytes_pending + ar->reuse[1].bytes_pending;
+}
+
+/* A block freed with PS_STREAM_NONE waits (free_sync barrier or event).
+ * A reuse state's open epoch is released by a barrier only when the
+ * barrier began after its *last* free; an arena that frees between every
+ * two allocations never saw that happen, so each thread issued its own
+ * barriers (16 threads: 16 barriers where one covers all, each one 2N+1
+ * CUDA calls under the GPU-ops stream lock). So under free_sync barrier,
+ * once a barrier of the family has begun since the segment's last free,
+ * later frees join the other segment (when it is empty): the older one is
+ * then covered by that barrier alone, whoever issued it. */
+static int arena_defer(arena_t *ar, uintptr_t ptr, uint64_t bytes)
+{
+    ps_reuse_t *r = &ar->reuse[ar->deferring];
+    ps_reuse_t *other = &ar->reuse[ar->deferring ^ 1];
+    if (r->free_sync == PS_FREE_SYNC_BARRIER && r->open.count && !other->bytes_pending &&
+        ps_reuse_family_stamp(r->family) != r->open.stamp) {
+        ar->deferring ^= 1;
+        r = other;
+    }
+    return ps_reuse_defer(r, ptr, bytes);
+}
+
+/* The reclaim rule (core/reuse.c, 5) over both segments: poll both; then
+ * one barrier releases the first and, polled again, the second (deferred
+ * before it began); refused or under EVENT, each closes and polls its
+ * epoch. Returns 1 when anything was released. */
+static int arena_reclaim(arena_t *ar)
+{
+    int released = 0;
+    for (int i = 0; i < 2; i++)
+        if (ar->reuse[i].bytes_pending)
+            released |= ps_reuse_reclaim(&ar->reuse[i]);
+    return released;
+}
+
 /* Turns a span just taken from the global arena into a superblock of class c. */
 static int carve(arena_t *ar, span_t *s, unsigned c)
 {
@@ -612,17 +674,31 @@ static int carve(arena_t *ar, span_t *s, unsigned c)
     return PS_OK;
 }
 
-/* Allocates a small block in `ar` (arena lock taken inside). */
-static int arena_allocate(arena_t *ar, unsigned c, void **out)
+/* arena_allocate's answer when the arena no longer serves the stream. */
+#define ARENA_STALE 1
+
+/* Allocates a small block in `ar` (arena lock taken inside); `stream`: the
+ * stream it must serve (PS_STREAM_NONE: a thread arena), else ARENA_STALE. */
+static int arena_allocate(arena_t *ar, ps_stream_t stream, unsigned c, void **out)
 {
     arena_resource_t *a = ar->parent;
     pthread_mutex_lock(&ar->lock);
+    if (ar->stream != stream) {
+        pthread_mutex_unlock(&ar->lock);
+        return ARENA_STALE;
+    }
     span_t *s = ar->avail[c];
-    if (!s && ar->reuse.bytes_pending) {
-        /* before taking a superblock: completed epochs, then one barrier
-         * (or, refused or under EVENT, close the epoch and poll it) */
-        ps_reuse_reclaim(&ar->reuse);
+    if (!s && arena_pending(ar)) {
+        /* before taking a superblock: what completed epochs or a barrier
+         * of another arena released, then one barrier (or, refused or
+         * under EVENT, close the epochs and poll them) */
+        ps_reuse_poll(&ar->reuse[0]);
+        ps_reuse_poll(&ar->reuse[1]);
         s = ar->avail[c];
+        if (!s && arena_pending(ar)) {
+            arena_reclaim(ar);
+            s = ar->avail[c];
+        }
     }
     if (!s) {
         pthread_mutex_lock(&a->global_lock);
@@ -665,7 +741,8 @@ static arena_t *arena_new(arena_resource_t *a, ps_stream_t stream)
         return NULL;
     }
     pthread_mutex_init(&ar->lock, NULL);
-    ps_reuse_init(&ar->reuse, a->gpu, a->opts.free_sync, 0, &a->family, release_pending_block, ar);
+    for (int i = 0; i < 2; i++)
+        ps_reuse_init(&ar->reuse[i], a->gpu, a->opts.free_sync, 0, &a->family, release_pending_block, ar);
     ar->parent = a;
     ar->stream = stream;
     return ar;
@@ -678,9 +755,11 @@ static void thread_arena_exit(void *value)
     arena_t *ar = value;
     pthread_mutex_lock(&ar->lock);
     ar->orphaned = 1;
-    if (ar->reuse.open.count)
-        ps_reuse_close(&ar->reuse);
-    ps_reuse_poll(&ar->reuse);
+    for (int i = 0; i < 2; i++) {
+        if (ar->reuse[i].open.count)
+            ps_reuse_close(&ar->reuse[i]);
+        ps_reuse_poll(&ar->reuse[i]);
+    }
     release_empty(ar, 0);
     pthread_mutex_unlock(&ar->lock);
 }
@@ -716,6 +795,42 @@ static arena_t *thread_arena(arena_resource_t *a)
     return ar;
 }
 
+/* Each thread remembers the arenas of the last few streams it used
+ * (resource id, stream) -> arena, so a stream-ordered call finds its
+ * arena without the list's read lock (one cache line written by every
+ * thread on every call). A hint is only a guess: arenas are never freed
+ * before their resource, and an id is never reused, so the arena it names
+ * exists; the caller checks under the arena's lock that it still serves
+ * the stream (a destroyed stream's arena is retired or serves another). */
+#define STREAM_HINTS 4
+typedef struct stream_hint {
+    uint64_t resource;   /* arena_resource_t.id; 0: empty */
+    ps_stream_t stream;  /* the stream */
+    arena_t *arena;      /* its arena when last looked up */
+} stream_hint_t;
+static __thread __attribute__((tls_model("initial-exec"))) stream_hint_t stream_hints[STREAM_HINTS];
+static _Atomic uint64_t next_resource_id; /* ids handed out */
+
+static arena_t *stream_hint_find(const arena_resource_t *a, ps_stream_t stream)
+{
+    for (int i = 0; i < STREAM_HINTS; i++)
+        if (stream_hints[i].resource == a->id && stream_hints[i].stream == stream)
+            return stream_hints[i].arena;
+    return NULL;
+}
+
+/* Remembers stream -> ar, most recent first. */
+static void stream_hint_store(const arena_resource_t *a, ps_stream_t stream, arena_t *ar)
+{
+    int i = 0;
+    while (i < STREAM_HINTS - 1 && !(stream_hints[i].resource == a->id && stream_hints[i].stream == stream))
+        i++;
+    for (; i > 0; i--)
+        stream_hints[i] = stream_hints[i - 1];
+    stream_hints[0] = (stream_hint_t){.resource = a->id, .stream = stream, .arena = ar};
+}
+
+/* The arena serving `stream` (created or reused on first use). */
 static arena_t *stream_arena(arena_resource_t *a, ps_stream_t stream)
 {
     pthread_rwlock_rdlock(&a->arenas_lock);
@@ -874,7 +989,8 @@ static void defragment(arena_resource_t *a, int wait)
     pthread_rwlock_rdlock(&a->arenas_lock);
     for (arena_t *ar = a->arenas; ar; ar = ar->next) {
         pthread_mutex_lock(&ar->lock);
-        reclaim_for_defragment(&ar->reuse, wait);
+        reclaim_for_defragment(&ar->reuse[0], wait);
+        reclaim_for_defragment(&ar->reuse[1], wait);
         if (retire_fence_done(ar, wait))
             release_empty(ar, 0);
         pthread_mutex_unlock(&ar->lock);
@@ -904,10 +1020,21 @@ static int try_allocate(arena_resource_t *a, size_t size, ps_stream_t stream, vo
 {
     if (size > a->small_max)
         return large_allocate(a, size, stream, out);
-    arena_t *ar = stream == PS_STREAM_NONE ? thread_arena(a) : stream_arena(a, stream);
-    if (!ar)
-        return PS_ENOMEM;
-    return arena_allocate(ar, class_of(a, size), out);
+    unsigned c = class_of(a, size);
+    if (stream == PS_STREAM_NONE) {
+        arena_t *ar = thread_arena(a);
+        return ar ? arena_allocate(ar, PS_STREAM_NONE, c, out) : PS_ENOMEM;
+    }
+    arena_t *ar = stream_hint_find(a, stream);
+    int status = ar ? arena_allocate(ar, stream, c, out) : ARENA_STALE;
+    while (status == ARENA_STALE) { /* no hint, or its stream was destroyed since */
+        ar = stream_arena(a, stream);
+        if (!ar)
+            return PS_ENOMEM;
+        stream_hint_store(a, stream, ar);
+        status = arena_allocate(ar, stream, c, out);
+    }
+    return status;
 }
 
 /* Sums the bytes handed out and pending over every arena. No lock held. */
@@ -918,7 +1045,7 @@ static void usage(arena_resource_t *a, uint64_t *in_use, uint64_t *pending)
     for (arena_t *ar = a->arenas; ar; ar = ar->next) {
         pthread_mutex_lock(&ar->lock);
         *in_use += ar->in_use;
-        *pending += ar->pending + ar->reuse.bytes_pending;
+        *pending += ar->pending + arena_pending(ar);
         pthread_mutex_unlock(&ar->lock);
     }
     pthread_rwlock_unlock(&a->arenas_lock);
@@ -1000,8 +1127,8 @@ static int arena_res_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_str
                 status = a->gpu->stream_wait_fence(a->gpu->ctx, ar->stream, fence);
                 a->gpu->fence_release(a->gpu->ctx, fence);
             }
-        } else if (!ordered_here && ps_reuse_defers(&ar->reuse)) {
-            status = ps_reuse_defer(&ar->reuse, (uintptr_t)ptr, s->block_size);
+        } else if (!ordered_here && ps_reuse_defers(&ar->reuse[0])) {
+            status = arena_defer(ar, (uintptr_t)ptr, s->block_size);
             if (status == PS_OK) {
                 s->in_use[i / 64] &= ~((uint64_t)1 << (i % 64));
                 ar->in_use -= s->block_size;
@@ -1048,9 +1175,11 @@ static void arena_res_query(ps_resource_t *r, ps_resource_info_t *info)
     pthread_rwlock_rdlock(&a->arenas_lock);
     for (arena_t *ar = a->arenas; ar; ar = ar->next) {
         pthread_mutex_lock(&ar->lock);
-        info->fences_recorded += ar->reuse.fences_recorded;
-        info->fence_waits += ar->reuse.fence_waits;
-        info->barriers += ar->reuse.barriers;
+        for (int i = 0; i < 2; i++) {
+            info->fences_recorded += ar->reuse[i].fences_recorded;
+            info->fence_waits += ar->reuse[i].fence_waits;
+            info->barriers += ar->reuse[i].barriers;
+        }
         pthread_mutex_unlock(&ar->lock);
     }
     pthread_rwlock_unlock(&a->arenas_lock);
@@ -1067,7 +1196,8 @@ static void arena_res_destroy(ps_resource_t *r)
     pthread_key_delete(a->key);
     for (arena_t *ar = a->arenas; ar;) {
         arena_t *next = ar->next;
-        ps_reuse_destroy(&ar->reuse);
+        ps_reuse_destroy(&ar->reuse[0]);
+        ps_reuse_destroy(&ar->reuse[1]);
         if (ar->retire_fence)
             a->gpu->fence_release(a->gpu->ctx, ar->retire_fence);
         pthread_mutex_destroy(&ar->lock);
@@ -1166,7 +1296,7 @@ int ps_arena_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_
                  "power of two >= 256; superblock_size a power of two >= 64 KiB and >= 8 x alignment)");
         return PS_EINVAL;
     }
-    arena_resource_t *a = calloc(1, sizeof *a);
+    arena_resource_t *a = line_calloc(sizeof *a); /* its locks on lines of their own */
     if (!a)
         return PS_ENOMEM;
     a->base.ops = &arena_ops;
@@ -1174,6 +1304,7 @@ int ps_arena_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_
     a->base.upstream = upstream;
     a->gpu = gpu;
     a->opts = o;
+    a->id = atomic_fetch_add(&next_resource_id, 1) + 1;
     ps_reuse_init(&a->large_reuse, gpu, o.free_sync, 0, &a->family, release_pending_large, a);
     a->shift = log2_floor(o.superblock_size);
     a->small_max = o.superblock_size / 2;

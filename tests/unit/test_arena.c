@@ -395,6 +395,41 @@ Test(arena, a_new_stream_reusing_the_handle_waits_for_the_old_streams_superblock
     unmake(&f);
 }
 
+/* Each thread remembers which arena served a stream (no lock on the
+ * stream-ordered path); the hint must not outlive the stream. The driver
+ * reuses a destroyed stream's handle: the new stream must not take the
+ * dead stream's free blocks before waiting for its last work, nor the
+ * blocks another stream freed in the arena that now serves it. */
+Test(arena, a_remembered_stream_arena_is_not_trusted_after_the_stream_died)
+{
+    arena_fixture_t f;
+    make_small(&f);
+    const ps_stream_t s1 = 0x1000, s2 = 0x2000;
+    const size_t size = 32 * PS_KiB;
+    void *a, *b, *c;
+    cr_assert_eq(ps_allocate(f.arena, size, s1, &a), PS_OK); /* this thread remembers s1's arena */
+    cr_assert_eq(ps_deallocate(f.arena, a, size, s1), PS_OK);
+    ps_stream_destroyed(f.arena, s1);
+    /* the handle comes back as a new stream: it waits on the GPU for the
+     * fence of the destroy before it gets the dead stream's block */
+    cr_assert_eq(ps_allocate(f.arena, size, s1, &b), PS_OK);
+    cr_assert(b != a || ps_host_ops_waits_on_stream(f.gpu, s1) == 1,
+              "the new s1 took the dead s1's block without waiting for its fence");
+    cr_assert_eq(ps_deallocate(f.arena, b, size, s1), PS_OK);
+    ps_stream_destroyed(f.arena, s1);
+    ps_host_ops_complete_all(f.gpu);
+    /* s2 inherits the retired arena and frees a block in it; the next s1
+     * (the handle again) must not get that block: it is reusable on s2 only */
+    cr_assert_eq(ps_allocate(f.arena, size, s2, &b), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, b, size, s2), PS_OK);
+    uint64_t waits = ps_host_ops_waits_on_stream(f.gpu, s1);
+    cr_assert_eq(ps_allocate(f.arena, size, s1, &c), PS_OK);
+    cr_assert(c != b || ps_host_ops_waits_on_stream(f.gpu, s1) > waits,
+              "s1 took the block s2 freed, with no wait for s2's work");
+    cr_assert_eq(ps_deallocate(f.arena, c, size, s1), PS_OK);
+    unmake(&f);
+}
+
 /* free_sync barrier (the default): a cudaFree alone never makes a block
  * reusable; only a barrier (core/reuse.c, when nothing else fits) or a
  * completed fence does. The GPU once found the arena and fixed_size
@@ -435,6 +470,89 @@ Test(arena, barrier_policy_falls_back_to_the_epoch_not_to_immediate_reuse)
     ps_destroy(fixed);
     ps_destroy(f.up);
     ps_host_ops_destroy(f.gpu);
+}
+
+/* ---- one barrier for every thread (free_sync barrier) ---- */
+
+/* Another thread's arena runs out of 1 MiB blocks (two per superblock)
+ * with both freed: it issues one barrier (or, blocked, has it refused). */
+static void *barrier_issuer(void *p)
+{
+    ps_resource_t *arena = p;
+    void *b;
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(ps_allocate(arena, PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+        cr_assert_eq(ps_deallocate(arena, b, PS_MiB, PS_STREAM_NONE), PS_OK);
+    }
+    return NULL;
+}
+
+static void issue_from_another_thread(ps_resource_t *arena)
+{
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, barrier_issuer, arena), 0);
+    cr_assert_eq(pthread_join(t, NULL), 0);
+}
+
+/* This thread freed X, another thread's barrier began and was issued, this
+ * thread freed Y: X is reusable without a barrier of its own (issue 18:
+ * each of 16 threads issued its own barriers, since the one open epoch
+ * always held a free younger than any barrier), Y only after a barrier
+ * issued after its free. */
+Test(arena, a_barrier_of_another_thread_releases_what_was_freed_before_it)
+{
+    arena_fixture_t f;
+    make_with(&f, 0, 0, PS_FREE_SYNC_BARRIER);
+    const size_t small = 256 * PS_KiB; /* 8 per superblock */
+    void *x, *x2, *y, *p;
+    cr_assert_eq(ps_allocate(f.arena, small, PS_STREAM_NONE, &y), PS_OK);
+    cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &x), PS_OK);
+    cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &x2), PS_OK); /* the superblock's other block */
+    cr_assert_eq(ps_deallocate(f.arena, x, PS_MiB, PS_STREAM_NONE), PS_OK);
+    issue_from_another_thread(f.arena);
+    uint64_t barriers = ps_host_ops_barriers(f.gpu);
+    cr_assert_gt(barriers, 0, "the other thread issued a barrier");
+    cr_assert_eq(ps_deallocate(f.arena, y, small, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &p), PS_OK);
+    cr_assert_eq(p, x, "X, freed before the other thread's barrier, comes back");
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers, "without a barrier of this thread's own");
+    void *again[16];
+    for (int i = 0; i < 16; i++) {
+        cr_assert_eq(ps_allocate(f.arena, small, PS_STREAM_NONE, &again[i]), PS_OK);
+        if (again[i] == y)
+            cr_assert_gt(ps_host_ops_barriers(f.gpu), barriers, "Y came back before a barrier issued after its free");
+    }
+    for (int i = 0; i < 16; i++)
+        cr_assert_eq(ps_deallocate(f.arena, again[i], small, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, p, PS_MiB, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, x2, PS_MiB, PS_STREAM_NONE), PS_OK);
+    unmake(&f);
+}
+
+/* The same with the other thread's barrier refused (a stream capture
+ * open): it began but covers nothing, so X waits for a fence. */
+Test(arena, a_refused_barrier_of_another_thread_releases_nothing)
+{
+    arena_fixture_t f;
+    make_with(&f, 0, 0, PS_FREE_SYNC_BARRIER);
+    const size_t small = 256 * PS_KiB;
+    void *x, *x2, *y, *p[4];
+    cr_assert_eq(ps_allocate(f.arena, small, PS_STREAM_NONE, &y), PS_OK);
+    cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &x), PS_OK);
+    cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &x2), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, x, PS_MiB, PS_STREAM_NONE), PS_OK);
+    ps_host_ops_block_barriers(f.gpu, 1);
+    issue_from_another_thread(f.arena);
+    cr_assert_eq(ps_host_ops_barriers(f.gpu), 0);
+    cr_assert_eq(ps_deallocate(f.arena, y, small, PS_STREAM_NONE), PS_OK); /* the next segment */
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &p[i]), PS_OK);
+        cr_assert_neq(p[i], x, "X came back with no barrier issued and no fence completed");
+    }
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(ps_deallocate(f.arena, p[i], PS_MiB, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, x2, PS_MiB, PS_STREAM_NONE), PS_OK);
+    unmake(&f);
 }
 
 /* Issue 18: filled with 1 GiB blocks, the arena reached 127 on an H200
