@@ -1354,28 +1354,29 @@ static inline int ready_or_parked(const pool_block_t *b)
 /* The largest block an allocation could get without growing: the biggest
  * listed block, or the run a parked block would form with its ready and
  * parked neighbours once the quick cache is flushed. */
+/* Bytes of the run of ready or parked blocks that `index` belongs to. */
+static uint64_t ready_run_of(const pool_t *pool, uint32_t index)
+{
+    while (pool->blocks[index].prev_phys != NIL && ready_or_parked(&pool->blocks[pool->blocks[index].prev_phys]))
+        index = pool->blocks[index].prev_phys;
+    uint64_t run = 0;
+    for (; index != NIL && ready_or_parked(&pool->blocks[index]); index = pool->blocks[index].next_phys)
+        run += pool->blocks[index].size;
+    return run;
+}
+
 static uint64_t largest_free_locked(const pool_t *pool)
 {
     uint64_t largest = 0;
     for (uint32_t parked = pool->stack_head; parked != NIL; parked = pool->blocks[parked].next_free) {
-        uint32_t index = parked;
-        if (pool->blocks[index].prev_phys != NIL && pool->blocks[pool->blocks[index].prev_phys].state == BLOCK_CACHED)
+        if (pool->blocks[parked].prev_phys != NIL && pool->blocks[pool->blocks[parked].prev_phys].state == BLOCK_CACHED)
             continue; /* its run is counted from a parked block before it */
-        while (pool->blocks[index].prev_phys != NIL && ready_or_parked(&pool->blocks[pool->blocks[index].prev_phys]))
-            index = pool->blocks[index].prev_phys;
-        uint64_t run = 0;
-        for (; index != NIL && ready_or_parked(&pool->blocks[index]); index = pool->blocks[index].next_phys)
-            run += pool->blocks[index].size;
+        uint64_t run = ready_run_of(pool, parked);
         if (run > largest)
             largest = run;
     }
     for (uint32_t mask = pool->quick_mask; mask; mask &= mask - 1) {
-        uint32_t index = pool->quick[__builtin_ctz(mask)];
-        while (pool->blocks[index].prev_phys != NIL && ready_or_parked(&pool->blocks[pool->blocks[index].prev_phys]))
-            index = pool->blocks[index].prev_phys;
-        uint64_t run = 0;
-        for (; index != NIL && ready_or_parked(&pool->blocks[index]); index = pool->blocks[index].next_phys)
-            run += pool->blocks[index].size;
+        uint64_t run = ready_run_of(pool, pool->quick[__builtin_ctz(mask)]);
         if (run > largest)
             largest = run;
     }
