@@ -141,6 +141,8 @@ void ps_config_arena_options(const ps_config_t *cfg, const ps_resource_def_t *de
         opts->maximum_size = (size_t)ps_value_bytes(&v[PS_KEY_MAXIMUM_SIZE], total_bytes);
     if (v[PS_KEY_SUPERBLOCK_SIZE].set)
         opts->superblock_size = (size_t)v[PS_KEY_SUPERBLOCK_SIZE].number;
+    if (v[PS_KEY_THREAD_FLOOR].set)
+        opts->thread_floor = (size_t)v[PS_KEY_THREAD_FLOOR].number;
     if (v[PS_KEY_ALIGNMENT].set)
         opts->alignment = (size_t)v[PS_KEY_ALIGNMENT].number;
     opts->free_sync = v[PS_KEY_FREE_SYNC].set ? (ps_free_sync_t)v[PS_KEY_FREE_SYNC].number

@@ -127,6 +127,7 @@ typedef enum ps_key {
     PS_KEY_REMAP,
     PS_KEY_REMAP_TURNOVER_PERCENT,
     PS_KEY_BARRIER_FLOOR,
+    PS_KEY_THREAD_FLOOR,
     PS_KEY_COUNT
 } ps_key_t;
 

@@ -189,6 +189,7 @@ static void default_text(const ps_config_t *cfg, const ps_resource_def_t *def, i
     case PS_KEY_REMAP: snprintf(buf, size, "%d", pool.remap); return;
     case PS_KEY_REMAP_TURNOVER_PERCENT: snprintf(buf, size, "%u", pool.remap_turnover_percent); return;
     case PS_KEY_BARRIER_FLOOR: bytes = pool.barrier_floor; break;
+    case PS_KEY_THREAD_FLOOR: bytes = arena.thread_floor; break;
     case PS_KEY_BLOCKS_PER_BATCH: snprintf(buf, size, "%zu", fixed.blocks_per_batch); return;
     case PS_KEY_FREE_SYNC: snprintf(buf, size, "%s", ps_free_sync_words[cfg->global.free_sync]); return;
     case PS_KEY_RELEASE_THRESHOLD: snprintf(buf, size, "max (keep all)"); return;

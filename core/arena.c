@@ -47,6 +47,15 @@
  *     free younger than any barrier, and each of 16 threads issued its own
  *     barriers — 2N+1 CUDA calls under the GPU-ops stream lock each: no
  *     scaling on threads_mixed).
+ *     The thread floor (issue 18): once threads have met in the arena (a
+ *     miss found another arena's lock held, 8 times in a window of 256
+ *     misses; sticky) and while two or more threads hold arenas, a thread's
+ *     arena whose pending bytes are under thread_floor (default 16 MiB)
+ *     takes a superblock at a miss instead of issuing a barrier; whichever
+ *     arena reaches its floor first issues one, and it releases what every
+ *     arena deferred before it began. Growth is bounded by threads x
+ *     thread_floor. One thread, and threads that take turns (PyTorch's
+ *     main and autograd threads), keep a barrier at every miss.
  *     Under BARRIER (the default) and EVENT the block is deferred; when an
  *     arena finds no free block of the class (or a large request no free
  *     span) it reclaims before taking memory it would not otherwise need:
@@ -196,6 +205,10 @@ struct arena_resource {
     size_t leaf_count;          /* entries in page_table */
     _Alignas(CACHE_LINE) pthread_rwlock_t arenas_lock; /* guards the arena list (order: before any arena lock) */
     arena_t *arenas;            /* every arena, thread and stream */
+    _Atomic unsigned thread_arenas; /* thread arenas whose thread lives (written at thread start and exit) */
+    _Atomic unsigned meet_checks; /* misses that looked for another thread in the arena (window of MEET_WINDOW) */
+    _Atomic unsigned meet_hits;   /* of those, how many found one */
+    _Atomic int threads_met;      /* sticky: threads were seen in the arena at once (the thread floor applies) */
     _Alignas(CACHE_LINE) pthread_mutex_t global_lock; /* guards the global arena below (order: after arena locks) */
     span_t *free_spans;         /* FREE spans */
     chunk_t *chunks;            /* upstream chunks */
@@ -218,6 +231,7 @@ void ps_arena_options_default(ps_arena_options_t *opts)
     opts->superblock_size = 2 * PS_MiB;
     opts->alignment = 256;
     opts->free_sync = PS_FREE_SYNC_BARRIER;
+    opts->thread_floor = 16 * PS_MiB;
 }
 
 /* ---- size classes ---------------------------------------------------- */
@@ -643,6 +657,63 @@ static int arena_reclaim(arena_t *ar)
     return released;
 }
 
+/* Threads meet when one of them, at a miss, finds another arena's lock
+ * held: two threads are inside the arena at once. MEET_HITS such misses
+ * within MEET_WINDOW make it sticky. Threads that take turns (PyTorch: the
+ * main thread waits while the autograd thread runs backward) never meet,
+ * and keep a barrier at every miss (replayed on two threads taking turns,
+ * growing at every miss took the MLP log from 224 to 288 MiB). */
+#define MEET_HITS 8
+#define MEET_WINDOW 256
+
+/* Whether threads met (see above); looks once more when they have not
+ * yet. Arena lock held: the list's lock and the other arenas' locks are
+ * only tried (never waited for: the order is list, then arena). */
+static int threads_meet(arena_t *ar)
+{
+    arena_resource_t *a = ar->parent;
+    if (atomic_load_explicit(&a->threads_met, memory_order_relaxed))
+        return 1;
+    if (pthread_rwlock_tryrdlock(&a->arenas_lock) != 0)
+        return 0;
+    int met = 0;
+    for (arena_t *o = a->arenas; o && !met; o = o->next) {
+        if (o == ar)
+            continue;
+        if (pthread_mutex_trylock(&o->lock) != 0)
+            met = 1; /* held by a thread inside the arena now */
+        else
+            pthread_mutex_unlock(&o->lock);
+    }
+    pthread_rwlock_unlock(&a->arenas_lock);
+    if (met && atomic_fetch_add_explicit(&a->meet_hits, 1, memory_order_relaxed) + 1 >= MEET_HITS)
+        atomic_store_explicit(&a->threads_met, 1, memory_order_relaxed);
+    if (atomic_fetch_add_explicit(&a->meet_checks, 1, memory_order_relaxed) + 1 >= MEET_WINDOW) {
+        atomic_store_explicit(&a->meet_checks, 0, memory_order_relaxed);
+        atomic_store_explicit(&a->meet_hits, 0, memory_order_relaxed);
+    }
+    return atomic_load_explicit(&a->threads_met, memory_order_relaxed);
+}
+
+/* The thread floor (step 6): whether a thread's arena that found no free
+ * block of its class, with cudaFree'd blocks pending that no barrier
+ * covers yet, takes a superblock instead of issuing a barrier. Only under
+ * free_sync barrier, only while two or more threads hold arenas and
+ * threads have met in the arena (one thread, or threads taking turns,
+ * issue their barrier as before), and only while its pending bytes stay
+ * under thread_floor: each thread's arena holds at most thread_floor
+ * (plus the superblock taken) more than it would, so the growth is
+ * bounded by threads x thread_floor, and each barrier, issued by whichever
+ * arena reaches its floor first, releases what every arena deferred
+ * before it began (the segments). Arena lock held. */
+static int grows_instead_of_barrier(arena_t *ar)
+{
+    arena_resource_t *a = ar->parent;
+    return a->opts.free_sync == PS_FREE_SYNC_BARRIER && ar->stream == PS_STREAM_NONE &&
+           arena_pending(ar) < a->opts.thread_floor &&
+           atomic_load_explicit(&a->thread_arenas, memory_order_relaxed) >= 2 && threads_meet(ar);
+}
+
 /* Turns a span just taken from the global arena into a superblock of class c. */
 static int carve(arena_t *ar, span_t *s, unsigned c)
 {
@@ -695,7 +766,7 @@ static int arena_allocate(arena_t *ar, ps_stream_t stream, unsigned c, void **ou
         ps_reuse_poll(&ar->reuse[0]);
         ps_reuse_poll(&ar->reuse[1]);
         s = ar->avail[c];
-        if (!s && arena_pending(ar)) {
+        if (!s && arena_pending(ar) && !grows_instead_of_barrier(ar)) {
             arena_reclaim(ar);
             s = ar->avail[c];
         }
@@ -755,6 +826,7 @@ static void thread_arena_exit(void *value)
     arena_t *ar = value;
     pthread_mutex_lock(&ar->lock);
     ar->orphaned = 1;
+    atomic_fetch_sub_explicit(&ar->parent->thread_arenas, 1, memory_order_relaxed);
     for (int i = 0; i < 2; i++) {
         if (ar->reuse[i].open.count)
             ps_reuse_close(&ar->reuse[i]);
@@ -785,10 +857,13 @@ static arena_t *thread_arena(arena_resource_t *a)
             a->arenas = ar;
         }
     }
+    if (ar)
+        atomic_fetch_add_explicit(&a->thread_arenas, 1, memory_order_relaxed);
     pthread_rwlock_unlock(&a->arenas_lock);
     if (ar && pthread_setspecific(a->key, ar) != 0) {
         pthread_mutex_lock(&ar->lock);
         ar->orphaned = 1;
+        atomic_fetch_sub_explicit(&a->thread_arenas, 1, memory_order_relaxed);
         pthread_mutex_unlock(&ar->lock);
         return NULL;
     }

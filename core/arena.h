@@ -19,6 +19,9 @@ typedef struct ps_arena_options {
     size_t superblock_size;  /* size of one superblock (default 2 MiB) */
     size_t alignment;        /* power of two >= 256 (default 256) */
     ps_free_sync_t free_sync;/* as the pool's */
+    size_t thread_floor;     /* free_sync barrier: bytes of cudaFree'd blocks a thread's arena may hold
+                                pending and take superblocks past, instead of issuing a barrier, while two
+                                or more threads hold arenas (default 16 MiB; 0 = a barrier at every miss) */
 } ps_arena_options_t;
 
 void ps_arena_options_default(ps_arena_options_t *opts);

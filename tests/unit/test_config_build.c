@@ -373,6 +373,28 @@ Test(config_build, each_device_gets_its_own_section)
     ps_config_free(cfg);
 }
 
+Test(config_build, the_arena_takes_its_thread_floor_and_the_pool_refuses_it)
+{
+    ps_config_t *cfg = load("[resource.main]\ntype = arena\nthread_floor = 32MiB\n");
+    ps_stack_t *stack = NULL;
+    cr_assert_eq(ps_config_build_stack_with(cfg, 0, &fake_gpu, &fakes, &stack), PS_OK);
+    cr_assert_eq(((fake_t *)stack->top)->arena.thread_floor, 32u << 20);
+    ps_stack_destroy(stack);
+    ps_config_free(cfg);
+    cfg = load("[resource.main]\ntype = arena\n");
+    cr_assert_eq(ps_config_build_stack_with(cfg, 0, &fake_gpu, &fakes, &stack), PS_OK);
+    cr_assert_eq(((fake_t *)stack->top)->arena.thread_floor, 16u << 20, "default 16 MiB");
+    ps_stack_destroy(stack);
+    ps_config_free(cfg);
+    char *env[] = {NULL};
+    ps_config_input_t in = {.environ = env, .no_env = 1};
+    cfg = NULL;
+    cr_assert_neq(ps_config_load_text("[resource.main]\ntype = pool\nthread_floor = 1MiB\n", "build.ini", &in, &cfg), PS_OK);
+    cr_assert_geq(ps_config_error_count(cfg), 1);
+    cr_assert(strstr(ps_config_error(cfg, 0), "thread_floor"), "%s", ps_config_error(cfg, 0));
+    ps_config_free(cfg);
+}
+
 Test(config_build, a_failing_constructor_leaves_nothing_behind)
 {
     ps_config_t *cfg = load("[global]\nstats = text\n[resource.main]\ntype = limit\nlimit = 1GiB\nupstream = p\n"
