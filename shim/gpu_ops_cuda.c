@@ -28,7 +28,12 @@
  *         the capture-mode exchange, while no capture was ever begun in the
  *         process: a barrier is then one event record per stream);
  *      b. record an event on every live non-blocking stream of the
- *         context and make the legacy stream wait for each;
+ *         context and make the legacy stream wait for each; a stream that
+ *         cuStreamQuery finds idle is skipped: all its work so far has
+ *         completed, and any work that may touch a block freed before this
+ *         barrier was issued before that free, so before the query (a query
+ *         is ~1/3 of a record and a wait on an H100: with 16 idle streams a
+ *         barrier drops from 49 CUDA calls to 33, and the dearest ones go);
  *      c. record the barrier event E on the legacy stream: it completes
  *         after all earlier work of every stream (legacy semantics order
  *         blocking and per-thread streams, b orders the others);
@@ -655,6 +660,21 @@ static int ops_stream_wait_fence(void *vctx, ps_stream_t stream, ps_fence_t *f)
 }
 
 /* ---- barrier (4. above) --------------------------------------------------------------- */
+/* Whether every operation issued to `stream` so far has completed (4. b).
+ * Anything but CUDA_SUCCESS (not ready, an error, no entry point) reads as
+ * busy: the barrier then records on it as always. PS_BROKEN_STREAM_IDLE
+ * builds the deliberately broken variant (every stream idle) that the GPU
+ * hazard tests must catch. */
+static bool stream_idle(CUstream stream)
+{
+#ifdef PS_BROKEN_STREAM_IDLE
+    (void)stream;
+    return true;
+#else
+    return ps_real.cuStreamQuery && ps_real.cuStreamQuery(stream) == CUDA_SUCCESS;
+#endif
+}
+
 static int ops_barrier(void *vctx)
 {
     if (is_dead(vctx))
@@ -697,6 +717,8 @@ static int ops_barrier(void *vctx)
         tracked_stream_t *t = &streams[i];
         if (t->ctx != d->ctx)
             continue;
+        if (stream_idle(t->stream))
+            continue; /* nothing of it left to order after (b. above) */
         if (!t->event && ps_real.cuEventCreate(&t->event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
             t->event = NULL;
             status = PS_EUPSTREAM;

@@ -104,6 +104,7 @@
     X(cuEventQuery, CUresult, (CUevent))                                                   \
     X(cuEventSynchronize, CUresult, (CUevent))                                             \
     X(cuStreamWaitEvent, CUresult, (CUstream, CUevent, unsigned int))                      \
+    X(cuStreamQuery, CUresult, (CUstream))                                                 \
     X(cuStreamCreate, CUresult, (CUstream *, unsigned int))                                \
     X(cuStreamCreateWithPriority, CUresult, (CUstream *, unsigned int, int))               \
     X(cuStreamDestroy_v2, CUresult, (CUstream))                                            \

@@ -845,6 +845,16 @@ EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int f)
     __atomic_fetch_add(&counters.stream_wait, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
+/* FAKE_CUDA_STREAMS_BUSY=1: every non-blocking stream has work in flight. */
+EXPORT CUresult cuStreamQuery(CUstream s)
+{
+    ENTER();
+    if (!stream_alive(s))
+        return dead();
+    __atomic_fetch_add(&counters.stream_query, 1, __ATOMIC_RELAXED);
+    const char *busy = getenv("FAKE_CUDA_STREAMS_BUSY");
+    return busy && *busy == '1' ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
 EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int prio)
 {
     ENTER();
@@ -1115,6 +1125,7 @@ static const struct { const char *name; void *fn; int min_version; } table[] = {
     {"cuEventSynchronize", (void *)cuEventSynchronize, 2000},
     {"cuEventDestroy", (void *)cuEventDestroy_v2, 4000},
     {"cuStreamWaitEvent", (void *)cuStreamWaitEvent, 3020},
+    {"cuStreamQuery", (void *)cuStreamQuery, 2000},
     {"cuStreamCreate", (void *)cuStreamCreate, 2000},
     {"cuStreamCreateWithPriority", (void *)cuStreamCreateWithPriority, 5050},
     {"cuStreamDestroy", (void *)cuStreamDestroy_v2, 4000},

@@ -9,7 +9,7 @@ typedef struct fake_cuda_counters {
     unsigned long mem_alloc_async_ptsz; /* cuMemAllocAsync_ptsz calls */
     unsigned long unsafe_refused;   /* unsafe calls refused during a global capture (each would
                                        invalidate a capture on the calling thread, in CUDA) */
-    unsigned long event_record, event_query, event_sync, stream_wait, stream_create;
+    unsigned long event_record, event_query, event_sync, stream_wait, stream_create, stream_query;
     unsigned long ctx_push, ctx_sync, get_proc_address;
     unsigned long dead_calls;           /* calls on an object of a destroyed context */
     unsigned long ctx_destroyed;        /* contexts destroyed (reset, last release, cuCtxDestroy) */

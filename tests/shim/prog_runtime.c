@@ -887,6 +887,28 @@ static void remap(void)
     CHECK(cudaFree(separator) == cudaSuccess, "cudaFree separator");
 }
 
+/* A barrier with 4 live non-blocking streams: cudaFree(A), then a request
+ * only A fits (with POOLSHIM_OPTIONS barrier_floor=0 the pool issues a
+ * barrier rather than grow). Prints what reached the fake driver during it;
+ * test_shim.c sets those beside the barriers counted in the statistics
+ * (an idle stream gets no event record: shim/gpu_ops_cuda.c, 4. b). */
+static void barrier_streams(void)
+{
+    cudaStream_t s[4];
+    for (int i = 0; i < 4; i++)
+        CHECK(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking) == cudaSuccess, "stream %d", i);
+    void *a, *b;
+    CHECK(cudaMalloc(&a, 64u << 20) == cudaSuccess, "cudaMalloc A");
+    unsigned long records = fake()->event_record, waits = fake()->stream_wait, queries = fake()->stream_query;
+    CHECK(cudaFree(a) == cudaSuccess, "cudaFree A");
+    CHECK(cudaMalloc(&b, 64u << 20) == cudaSuccess, "cudaMalloc B");
+    printf("barrier_streams: records=%lu waits=%lu queries=%lu\n", fake()->event_record - records,
+           fake()->stream_wait - waits, fake()->stream_query - queries);
+    CHECK(cudaFree(b) == cudaSuccess, "cudaFree B");
+    for (int i = 0; i < 4; i++)
+        CHECK(cudaStreamDestroy(s[i]) == cudaSuccess, "stream destroy %d", i);
+}
+
 /* 8 threads allocate and free known sizes, device and pinned, and each
  * leaves one block of each live (test_shim.c checks the exact sums and the
  * peak's bound in the statistics). Thread i: 400 rounds of 4 blocks of
@@ -933,6 +955,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "remap")) remap();
     else if (!strcmp(what, "threads")) threads();
     else if (!strcmp(what, "stats_threads")) stats_threads();
+    else if (!strcmp(what, "barrier_streams")) barrier_streams();
     else if (!strcmp(what, "oom")) oom();
     else if (!strcmp(what, "devices")) devices();
     else if (!strcmp(what, "forks")) forks();

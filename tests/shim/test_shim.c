@@ -844,6 +844,31 @@ Test(guard, clean_program_and_option_off_report_nothing)
     cr_expect_null(strstr(output, "red-zone"), "without debug.guard the overflow goes unseen: %s", output);
 }
 
+/* ---- a barrier's calls per live stream (shim/gpu_ops_cuda.c, 4. b and d) ---- */
+/* prog_runtime barrier_streams: 4 non-blocking streams, one cudaFree'd block
+ * reused through a barrier. Idle streams (the fake's default) are asked once
+ * each and get no event record: the barrier records only its own event and
+ * makes each stream wait for it. Busy ones (FAKE_CUDA_STREAMS_BUSY=1) each
+ * get a record and a legacy-stream wait besides. */
+static void expect_barrier_calls(const char *busy, unsigned long records_per, unsigned long waits_per)
+{
+    char env[256];
+    snprintf(env, sizeof env, "%s POOLSHIM_STATS=json POOLSHIM_OPTIONS=resource.main.barrier_floor=0", busy);
+    expect_pass(1, env, "prog_runtime barrier_streams", "shim active");
+    unsigned long records = 0, waits = 0, queries = 0;
+    const char *line = strstr(output, "barrier_streams: ");
+    cr_assert(line && sscanf(line, "barrier_streams: records=%lu waits=%lu queries=%lu", &records, &waits, &queries) == 3,
+              "%s", output);
+    double barriers = json_number(output, "barriers");
+    cr_assert_geq(barriers, 1, "the reuse of A must have issued a barrier:\n%s", output);
+    unsigned long n = (unsigned long)barriers;
+    cr_expect_eq(queries, 4 * n, "%s: queries %lu for %lu barriers", busy, queries, n);
+    cr_expect_eq(records, records_per * n, "%s: records %lu for %lu barriers", busy, records, n);
+    cr_expect_eq(waits, waits_per * n, "%s: waits %lu for %lu barriers", busy, waits, n);
+}
+Test(barrier, idle_streams_get_no_event_record) { expect_barrier_calls("FAKE_CUDA_STREAMS_BUSY=0", 1, 4); }
+Test(barrier, busy_streams_each_get_a_record_and_a_wait_besides) { expect_barrier_calls("FAKE_CUDA_STREAMS_BUSY=1", 5, 8); }
+
 /* ---- remap of idle pieces (shim/gpu_ops_cuda.c: barrier numbers, barrier_passed) ---- */
 /* prog_runtime remap over the fake driver's virtual memory: with the barrier
  * events completed (the fake's events complete at once) the remap moves A's
