@@ -7,11 +7,18 @@
  *     larger, rounded down to a power of two — free runs never merge
  *     across chunks, so a chunk that is not a whole number of the requests
  *     filling it keeps a hole each; a power of two is a whole number of
- *     every power-of-two request up to its size — or the request alone
- *     when it is bigger or that fails) and cuts them into superblocks of
- *     superblock_size bytes,
+ *     every power-of-two request up to its size — and at most 128
+ *     superblocks; or the request alone when it is bigger or that fails)
+ *     and cuts them into superblocks of superblock_size bytes,
  *     aligned to their size. Free runs of superblocks ("spans") are kept on
- *     one list; neighbours of one chunk coalesce.
+ *     one list; neighbours of one chunk coalesce. A request for n
+ *     superblocks takes an exact run, else the smallest run that holds it
+ *     (best fit, lowest address on a tie), cut from the run's back. Before
+ *     a growth, wholly free chunks (each smaller than the request) go back
+ *     to the upstream: kept, they would only strand memory beside the new
+ *     one. (First fit, 1/8-of-reserve chunks and no giving back reserved
+ *     2.27x and 2.93x the peak requested on PyTorch transformer and conv
+ *     net logs; now 1.16x and 1.12x, single-thread replay.)
  *  2. A page table (two levels, lock-free reads) maps address >>
  *     log2(superblock_size) to the span holding it, so a free finds its
  *     superblock in O(1) from the address alone, from any thread.
@@ -31,7 +38,11 @@
  *     the arena's own lock: threads contend only when one frees another's
  *     block or when they take or return superblocks (global lock).
  *  4. Requests above superblock_size/2 take whole superblocks straight from
- *     the global arena (rounded up to a superblock multiple).
+ *     the global arena (rounded up to a superblock multiple). Under
+ *     free_sync barrier, once cudaFree'd large blocks pass 3 % of the
+ *     reserve (and 1 MiB), a large request first issues one barrier (the
+ *     pool's eager barrier), so that they serve the next requests instead
+ *     of those cutting other runs.
  *  5. A superblock whose blocks are all free goes back to the global arena,
  *     unless it is its arena's last one of its class (kept to avoid
  *     ping-pong on alloc/free loops; trim and defragment return it too).
