@@ -61,6 +61,10 @@ static const char replay_usage[] =
     "                       the GPU is more than TIME behind. Default 0: no lag\n"
     "  -n, --native         on the GPU: also replay without the shim (cuMemAlloc/cuMemFree)\n"
     "  -j, --json           print JSON instead of the table\n"
+    "  -T, --threads        simulated: make each logged thread's calls on a host thread of\n"
+    "                       its own, one at a time in log order (threads take turns, as\n"
+    "                       PyTorch's main and autograd threads do), so per-thread arenas\n"
+    "                       and caches show in the peaks; default: all calls on one thread\n"
     "  -b, --breakdown      simulated: where the pool's reserved bytes were at the peak\n"
     "                       (in use, ready free, pending, free in whole pieces...) and\n"
     "                       barriers and device synchronizes per 1000 allocations\n"
@@ -143,7 +147,7 @@ int ps_cmd_replay(int argc, char **argv)
         {"json", no_argument, NULL, 'j'},         {"plot", required_argument, NULL, 'p'},
         {"title", required_argument, NULL, 't'},  {"gpu-lag", required_argument, NULL, 'g'},
         {"native", no_argument, NULL, 'n'},       {"help", no_argument, NULL, 'h'},
-        {"breakdown", no_argument, NULL, 'b'},
+        {"breakdown", no_argument, NULL, 'b'},    {"threads", no_argument, NULL, 'T'},
         {NULL, 0, NULL, 0},
     };
     const char *configs[REPLAY_MAX_CONFIGS];
@@ -151,13 +155,13 @@ int ps_cmd_replay(int argc, char **argv)
     const char *plot_path = NULL, *title = NULL, *log_path = NULL;
     uint64_t capacity = 0, gpu_lag_ns = 0;
     const char *why;
-    int json = 0, simulate = 0, native = 0, breakdown = 0;
+    int json = 0, simulate = 0, native = 0, breakdown = 0, threads = 0;
     const char *simulate_log = NULL; /* `--simulate LOG` (no size): the log, on REPLAY_DEFAULT_DEVICE */
 
     opterr = 0;
     optind = 1;
     int c;
-    while ((c = getopt_long(argc, argv, ":c:s:g:jp:t:nbh", long_options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":c:s:g:jp:t:nbTh", long_options, NULL)) != -1) {
         switch (c) {
         case 'c':
             if (config_count == REPLAY_MAX_CONFIGS)
@@ -184,6 +188,7 @@ int ps_cmd_replay(int argc, char **argv)
         case 'j': json = 1; break;
         case 'n': native = 1; break;
         case 'b': breakdown = 1; break;
+        case 'T': threads = 1; break;
         case 'p': plot_path = optarg; break;
         case 't': title = optarg; break;
         case 'h': fputs(replay_usage, stdout); return CLI_EXIT_OK;
@@ -237,7 +242,7 @@ int ps_cmd_replay(int argc, char **argv)
                 break;
             }
             replay_stats_t *r = &results[result_count];
-            replay_options_t options = {.sim_gpu = sim.gpu, .breakdown = breakdown};
+            replay_options_t options = {.sim_gpu = sim.gpu, .breakdown = breakdown, .threads = threads};
             if (replay_run_with(&log, log.devices[d], sim.top, &options, r) != 0)
                 exit_code = CLI_EXIT_FAILURE;
             else {

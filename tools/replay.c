@@ -14,6 +14,13 @@
  *      each time they reach a new peak the stack is queried for free and
  *      largest-free bytes, giving fragmentation at the peak.
  *   5. At the end everything still live is freed (not timed).
+ * With options->threads, each logged thread's calls run on a host thread
+ * of its own (created at its first event): the walk hands one call at a
+ * time to that thread and waits for it (a baton, as PyTorch's main and
+ * autograd threads take turns), so per-thread state in the stack (the
+ * arena's thread arenas, the pool's thread caches) sees the program's
+ * threads; the order stays the log's. The final frees of step 5 run on
+ * the walking thread.
  * With a simulated device given, its clock is moved to each event's log
  * time before the event (a lagging simulated GPU completes its fences in
  * the log's time; without a Time column the clock stays at 0).
@@ -22,6 +29,7 @@
  */
 #include "replay.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,13 +119,125 @@ static uint64_t key_of(uint64_t pointer) { return pointer + 1; }
 
 static uint32_t saturate_ns(uint64_t ns) { return ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns; }
 
-static void free_entry(ps_resource_t *top, live_entry_t *entry, replay_stats_t *s, int timed)
+/* ---- the baton (options->threads) ---- */
+
+#define MAX_REPLAY_THREADS 64
+
+typedef struct replay_call {
+    int is_free;          /* 1: ps_deallocate, 0: ps_allocate */
+    ps_resource_t *top;   /* the stack */
+    size_t size;          /* bytes */
+    ps_stream_t stream;   /* stream */
+    void *ptr;            /* free: the pointer; allocate: the result */
+    int rc;               /* the call's status */
+    uint64_t took;        /* its time in ns */
+} replay_call_t;
+
+typedef struct baton {
+    pthread_mutex_t lock;               /* guards everything below */
+    pthread_cond_t turn;                /* `holder` changed */
+    int holder;                         /* index of the thread that runs now; -1: the walker */
+    int quit;                           /* the workers exit */
+    replay_call_t call;                 /* the call handed over */
+    size_t count;                       /* workers started */
+    uint64_t logged[MAX_REPLAY_THREADS];/* their logged thread ids */
+    pthread_t threads[MAX_REPLAY_THREADS]; /* their host threads */
+} baton_t;
+
+typedef struct worker_arg {
+    baton_t *baton; /* shared */
+    int index;      /* this worker */
+} worker_arg_t;
+
+static void run_call(replay_call_t *c)
+{
+    uint64_t start = ps_now_ns();
+    if (c->is_free)
+        c->rc = ps_deallocate(c->top, c->ptr, c->size, c->stream);
+    else
+        c->rc = ps_allocate(c->top, c->size, c->stream, &c->ptr);
+    c->took = ps_now_ns() - start;
+}
+
+static void *worker_main(void *p)
+{
+    worker_arg_t *arg = p;
+    baton_t *b = arg->baton;
+    int me = arg->index;
+    free(arg);
+    pthread_mutex_lock(&b->lock);
+    for (;;) {
+        while (b->holder != me && !b->quit)
+            pthread_cond_wait(&b->turn, &b->lock);
+        if (b->quit)
+            break;
+        run_call(&b->call);
+        b->holder = -1;
+        pthread_cond_broadcast(&b->turn);
+    }
+    pthread_mutex_unlock(&b->lock);
+    return NULL;
+}
+
+/* Runs `c` on the host thread of logged thread `thread` (started at its
+ * first call), or here when there is no baton or no room for another
+ * thread. */
+static void call_on(baton_t *b, uint64_t thread, replay_call_t *c)
+{
+    if (!b) {
+        run_call(c);
+        return;
+    }
+    int index = -1;
+    for (size_t i = 0; i < b->count; i++)
+        if (b->logged[i] == thread)
+            index = (int)i;
+    if (index < 0 && b->count < MAX_REPLAY_THREADS) {
+        worker_arg_t *arg = malloc(sizeof *arg);
+        if (arg) {
+            *arg = (worker_arg_t){b, (int)b->count};
+            if (pthread_create(&b->threads[b->count], NULL, worker_main, arg) == 0) {
+                b->logged[b->count] = thread;
+                index = (int)b->count++;
+            } else {
+                free(arg);
+            }
+        }
+    }
+    if (index < 0) {
+        run_call(c);
+        return;
+    }
+    pthread_mutex_lock(&b->lock);
+    b->call = *c;
+    b->holder = index;
+    pthread_cond_broadcast(&b->turn);
+    while (b->holder != -1)
+        pthread_cond_wait(&b->turn, &b->lock);
+    *c = b->call;
+    pthread_mutex_unlock(&b->lock);
+}
+
+static void baton_finish(baton_t *b)
+{
+    pthread_mutex_lock(&b->lock);
+    b->quit = 1;
+    pthread_cond_broadcast(&b->turn);
+    pthread_mutex_unlock(&b->lock);
+    for (size_t i = 0; i < b->count; i++)
+        pthread_join(b->threads[i], NULL);
+    pthread_cond_destroy(&b->turn);
+    pthread_mutex_destroy(&b->lock);
+}
+
+static void free_entry(ps_resource_t *top, live_entry_t *entry, replay_stats_t *s, int timed, baton_t *baton,
+                       uint64_t thread)
 {
     if (entry->replayed && top) {
-        uint64_t start = timed ? ps_now_ns() : 0;
-        ps_deallocate(top, entry->replayed, (size_t)entry->size, replay_stream(entry->stream));
+        replay_call_t c = {1, top, (size_t)entry->size, replay_stream(entry->stream), entry->replayed, 0, 0};
+        call_on(timed ? baton : NULL, thread, &c);
         if (timed) {
-            uint64_t took = ps_now_ns() - start;
+            uint64_t took = c.took;
             s->free_ns += took;
             if (s->free_call_ns)
                 s->free_call_ns[s->frees] = saturate_ns(took);
@@ -199,6 +319,14 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
     ps_resource_t *pool = options->breakdown ? stack_pool(top) : NULL;
     s.has_layout = pool != NULL;
     live_map_t map = {NULL, 0, 0};
+    baton_t baton_storage, *baton = NULL;
+    if (options->threads) {
+        memset(&baton_storage, 0, sizeof baton_storage);
+        pthread_mutex_init(&baton_storage.lock, NULL);
+        pthread_cond_init(&baton_storage.turn, NULL);
+        baton_storage.holder = -1;
+        baton = &baton_storage;
+    }
     uint64_t requested = 0, last_reserved = 0;
     double first_time = -1, last_time = 0;
     size_t sample_capacity = 0;
@@ -225,13 +353,15 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
                 if (!s.first_problem_line)
                     s.first_problem_line = e->line;
                 requested -= old->size;
-                free_entry(top, old, &s, 0);
+                free_entry(top, old, &s, 0, NULL, 0);
             }
             live_entry_t entry = {key_of(e->pointer), NULL, e->size, e->stream};
             if (top) {
-                uint64_t start = ps_now_ns();
-                int rc = ps_allocate(top, (size_t)e->size, replay_stream(e->stream), &entry.replayed);
-                uint64_t took = ps_now_ns() - start;
+                replay_call_t c = {0, top, (size_t)e->size, replay_stream(e->stream), NULL, 0, 0};
+                call_on(baton, e->thread, &c);
+                entry.replayed = c.ptr;
+                int rc = c.rc;
+                uint64_t took = c.took;
                 s.alloc_ns += took;
                 if (s.alloc_call_ns)
                     s.alloc_call_ns[s.allocations] = saturate_ns(took);
@@ -267,7 +397,7 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
                     s.first_problem_line = e->line;
             } else {
                 requested -= entry->size;
-                free_entry(top, entry, &s, 1);
+                free_entry(top, entry, &s, 1, baton, e->thread);
                 s.frees++;
             }
         }
@@ -313,8 +443,10 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
     }
     for (size_t i = 0; i < map.capacity; i++)
         if (map.slots[i].logged != 0 && map.slots[i].logged != UINT64_MAX)
-            free_entry(top, &map.slots[i], &s, 0);
+            free_entry(top, &map.slots[i], &s, 0, NULL, 0);
     free(map.slots);
+    if (baton)
+        baton_finish(baton);
     s.duration_s = first_time < 0 ? 0 : last_time - first_time;
     s.fragmentation = s.free_at_peak ? 1.0 - (double)s.largest_free_at_peak / (double)s.free_at_peak : 0;
     if (s.fragmentation < 0)

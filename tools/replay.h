@@ -63,6 +63,9 @@ typedef struct replay_options {
     int want_samples;        /* keep memory over time in samples */
     int call_times;          /* keep every call's time in alloc_call_ns / free_call_ns */
     int breakdown;           /* take the pool's layout (ps_pool_layout) at each new peak reserved */
+    int threads;             /* make each logged thread's calls on a host thread of its own, one at a
+                                time in log order (a baton: per-thread arenas and caches see the
+                                program's threads); 0: every call on the calling thread */
     /* Called before each event of the device, outside the timed calls (the
      * GPU replay launches its lag kernels and samples device memory here);
      * may be NULL. */

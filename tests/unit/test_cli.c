@@ -7,6 +7,7 @@
  * POOLSHIM_TEST_DATA (tests/data).
  */
 #include <criterion/criterion.h>
+#include <pthread.h>
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -712,6 +713,87 @@ Test(replay, unknown_frees_are_skipped_and_reported_with_their_line)
     cr_expect_eq(r.bad_frees, 0);
     replay_stats_free(&stats);
     memlog_free(&log);
+}
+
+/* --threads: which host thread made each call. */
+typedef struct thread_noting_resource {
+    checking_resource_t checking; /* does the work */
+    pthread_t callers[16];        /* host thread of each call, in order */
+    int calls;                    /* calls noted */
+} thread_noting_resource_t;
+
+static void note_caller(ps_resource_t *r)
+{
+    thread_noting_resource_t *t = (thread_noting_resource_t *)r;
+    if (t->calls < 16)
+        t->callers[t->calls] = pthread_self();
+    t->calls++;
+}
+
+static int noting_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void **out)
+{
+    note_caller(r);
+    return checking_allocate(r, size, stream, out);
+}
+
+static int noting_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t stream)
+{
+    note_caller(r);
+    return checking_deallocate(r, ptr, size, stream);
+}
+
+static const ps_resource_ops_t noting_ops = {
+    .type_name = "noting",
+    .allocate = noting_allocate,
+    .deallocate = noting_deallocate,
+    .query = checking_query,
+    .destroy = checking_destroy,
+};
+
+Test(replay, threads_option_makes_each_logged_threads_calls_on_its_own_host_thread)
+{
+    /* threads 7 and 9 take turns; the last free comes from the other thread */
+    const char text[] = "Thread,Action,Pointer,Size\n7,allocate,0x100,10\n9,allocate,0x200,20\n"
+                        "7,free,0x200,20\n9,allocate,0x300,30\n9,free,0x100,10\n7,free,0x300,30\n";
+    memlog_t log;
+    cr_assert_eq(memlog_parse(text, sizeof text - 1, "inline.csv", &log), 0);
+    thread_noting_resource_t r = {.checking = {{&noting_ops, "r", NULL}, 1000, 0, 0, 0}};
+    replay_options_t options = {.threads = 1};
+    replay_stats_t stats;
+    cr_assert_eq(replay_run_with(&log, 0, &r.checking.base, &options, &stats), 0);
+    cr_assert_eq(r.calls, 6);
+    pthread_t walker = pthread_self();
+    static const int logged[6] = {7, 9, 7, 9, 9, 7};
+    for (int i = 0; i < 6; i++) {
+        cr_expect(!pthread_equal(r.callers[i], walker), "call %d ran on the walking thread", i);
+        for (int j = 0; j < i; j++)
+            cr_expect_eq(pthread_equal(r.callers[i], r.callers[j]) != 0, logged[i] == logged[j],
+                         "calls %d and %d (threads %d, %d)", j, i, logged[j], logged[i]);
+    }
+    cr_expect_eq(stats.peak_requested, 40);
+    cr_expect_eq(stats.peak_reserved, 40, "the checking resource reserves what is in use: 10 + 30 at most");
+    cr_expect_eq(stats.frees, 3);
+    cr_expect_eq(r.checking.bad_frees, 0);
+    cr_expect_eq(r.checking.in_use, 0);
+    replay_stats_free(&stats);
+    memlog_free(&log);
+}
+
+Test(replay, threads_option_reports_the_peaks_of_a_simulated_arena)
+{
+    cli_result_t one = run_cli((const char *[]){"replay", data_path("logs/h100_torch_mlp_uncached.csv.gz"),
+                                                "--simulate", "80GiB", "--json", NULL},
+                               NULL);
+    cli_result_t two = run_cli((const char *[]){"replay", data_path("logs/h100_torch_mlp_uncached.csv.gz"),
+                                                "--simulate", "80GiB", "--threads", "--json", NULL},
+                               NULL);
+    cr_assert_eq(one.exit_code, 0, "%s", one.err);
+    cr_assert_eq(two.exit_code, 0, "%s", two.err);
+    cr_expect(strstr(two.out, "\"peak_reserved\""), "%s", two.out);
+    cr_expect(strstr(two.out, "\"peak_requested\": 200657104"), "the log's own peak: %s", two.out);
+    cr_expect(strstr(one.out, "\"peak_requested\": 200657104"), "%s", one.out);
+    cli_result_free(&one);
+    cli_result_free(&two);
 }
 
 Test(replay, simulated_replay_reports_the_same_peak_as_the_log)
