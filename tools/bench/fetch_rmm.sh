@@ -11,7 +11,9 @@
 #      (about 2 MiB; RMM is Apache-2.0, its LICENSE goes along), patch it;
 #   3. build $CARRY_DIR/bench/psbench with -DPS_WITH_RMM (static cudart, runs on
 #      any machine with a driver), and record the source's checksum beside it so
-#      tools/bench/run.sh can tell whether the binary matches psbench.cu.
+#      tools/bench/run.sh can tell whether the binary matches psbench.cu; then
+#      $CARRY_DIR/bench/psbench_shared, the same with -cudart shared (the runtime
+#      door; docs/benchmarks.md, session 9).
 # Environment: CARRY_DIR (default <repo>/.carry, git-ignored), NVCC, GPU_ARCH (sm_90),
 # RMM_VERSION (24.12.*), PYTHON (python3).
 set -eu
@@ -49,6 +51,11 @@ echo "fetch_rmm: building $CARRY_DIR/bench/psbench with RMM (about a minute)"
     -DLIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE -DSPDLOG_FMT_EXTERNAL -DFMT_HEADER_ONLY \
     -o "$CARRY_DIR/bench/psbench.tmp" "$repo/tools/bench/psbench.cu"
 mv "$CARRY_DIR/bench/psbench.tmp" "$CARRY_DIR/bench/psbench"
+# the same linked to the shared cudart: the runtime door (psbench above is static: the driver door)
+"$NVCC" -arch="$GPU_ARCH" -O2 -lineinfo -std=c++17 -DPS_WITH_RMM -I"$CARRY_DIR/rmm/include" \
+    -DLIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE -DSPDLOG_FMT_EXTERNAL -DFMT_HEADER_ONLY -cudart shared \
+    -o "$CARRY_DIR/bench/psbench_shared.tmp" "$repo/tools/bench/psbench.cu" &&
+    mv "$CARRY_DIR/bench/psbench_shared.tmp" "$CARRY_DIR/bench/psbench_shared"
 (cd "$repo/tools/bench" && sha256sum psbench.cu) >"$CARRY_DIR/bench/psbench.cu.sha256"
 du -sh "$CARRY_DIR/rmm" "$CARRY_DIR/bench"
 echo "fetch_rmm: done"
