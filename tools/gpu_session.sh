@@ -5,7 +5,7 @@
 #   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [replay] [bench] [pinned] [torchmem]
 #                                      [ddp] [ddp_transformer] [multigpu] [soak]
 #                                      [benchcore] [scaling] [verify] [verify2] [pinnedpair]
-#                                      [freshthreads]
+#                                      [freshthreads] [doors]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # pinnedpair: issue 16 (host.grow_budget_min): the GPU suite's pinned tests (hazards
 # over the default stack and slabs, their negative controls, the probes, and
@@ -22,6 +22,8 @@
 # freshthreads: psbench threads and threads_mixed in a fresh process per library
 # (FRESH_LIBS="label=lib[@POOLSHIM_OPTIONS] ...", default build/libpoolshim.so), with
 # the reserved peak and the barriers of each run (about 1 min).
+# doors: tools/bench/doors.sh: a pair and the random workload through the static-cudart
+# and the shared-cudart door beside RMM's pool, three alternated rounds (about 1 min).
 # torchmem: NVML memory of varied PyTorch loops per allocator (about 6 min on an
 # H100); ddp: DDP per free policy (needs two GPUs: nvidia-h200-x2); multigpu:
 # the GPU suite's multi-GPU and multi-process tests, then mpirun and torchrun
@@ -104,6 +106,9 @@ for step in $what; do
         echo "=== threads in a fresh process (tools/bench/fresh_threads.sh)"
         # shellcheck disable=SC2086 # (a list of label=lib words)
         tools/bench/fresh_threads.sh ${FRESH_LIBS:-} ;;
+    doors)
+        echo "=== both doors beside RMM's pool (tools/bench/doors.sh)"
+        tools/bench/doors.sh ;;
     scaling)
         echo "=== thread scaling and pair cost (tools/bench/scaling.sh)"
         OUT_DIR=$OUT/scaling tools/bench/scaling.sh build

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Both interposition doors beside RMM's pool, in fresh processes, alternated:
+# psbench (static cudart: the shim's driver-API door through cuGetProcAddress)
+# and psbench_shared (-cudart shared: the runtime door), each under the shim,
+# then RMM's pool in psbench. Prints per process the medians of the 256 B,
+# 1 MiB and 16 MiB pairs and of the random workload (ns). Single-thread psbench
+# processes fall in two modes about 2x apart on the lent hosts (session 9):
+# compare rows of one round, and look at several rounds.
+#
+#   tools/bench/doors.sh [LIB]      (LIB default build/libpoolshim.so; ROUNDS, default 3)
+#
+# (on the GPU machine; .carry/bench/psbench and psbench_shared from make bench-rmm)
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+lib=$(readlink -f "${1:-build/libpoolshim.so}")
+for b in .carry/bench/psbench .carry/bench/psbench_shared; do
+    [ -x "$b" ] || { echo "doors: $b missing (make bench-rmm here and carry .carry)"; exit 1; }
+done
+one() { # LABEL BINARY ALLOCATOR [PRELOAD]
+    env ${4:+LD_PRELOAD=$4} timeout 60 "$2" --label "$1" --workloads pairs,random --allocator "$3" 2>&1 |
+        sed -n 's/^JSON //p' | python3 -c '
+import sys, json
+keep = ("256B", "1MiB", "16MiB", "20k_steps_le_4MiB")
+rows = [json.loads(l) for l in sys.stdin]
+print("%-14s" % sys.argv[1], " ".join("%s=%.0f" % (r["case"], r["median"]) for r in rows if r["case"] in keep) or "no result")' "$1"
+}
+for round in $(seq 1 "${ROUNDS:-3}"); do
+    echo "round $round"
+    one static_shim .carry/bench/psbench cudaMalloc "$lib"
+    one shared_shim .carry/bench/psbench_shared cudaMalloc "$lib"
+    one rmm_pool .carry/bench/psbench rmm_pool
+done
