@@ -2,26 +2,19 @@
  * design of RMM's arena_memory_resource.
  *
  * Algorithm:
- *  1. The global arena takes memory from the upstream in large chunks
- *     (at least 8 superblocks, or 1/8 of what is reserved, whichever is
- *     larger, rounded down to a power of two — free runs never merge
- *     across chunks, so a chunk that is not a whole number of the requests
- *     filling it keeps a hole each; a power of two is a whole number of
- *     every power-of-two request up to its size — and at most 128
- *     superblocks; or the request alone when it is bigger or that fails)
- *     and cuts them into superblocks of superblock_size bytes,
- *     aligned to their size. Free runs of superblocks ("spans") are kept on
- *     one list; neighbours of one chunk coalesce. A request for n
- *     superblocks takes an exact run, else the smallest run that holds it
- *     (best fit, lowest address on a tie), cut from the run's back. Before
- *     a growth, wholly free chunks (each smaller than the request) go back
- *     to the upstream: kept, they would only strand memory beside the new
- *     one. (First fit, 1/8-of-reserve chunks and no giving back reserved
- *     2.27x and 2.93x the peak requested on PyTorch transformer and conv
- *     net logs; now 1.16x and 1.12x, single-thread replay.)
- *  2. A page table (two levels, lock-free reads) maps address >>
- *     log2(superblock_size) to the span holding it, so a free finds its
- *     superblock in O(1) from the address alone, from any thread.
+ *  1. The global arena (core/arena_global.c) takes memory from the
+ *     upstream in chunks (power-of-two sizes, at most 128 superblocks unless
+ *     a request is bigger), cuts them into superblocks of superblock_size
+ *     bytes aligned to their size, keeps free runs of superblocks ("spans")
+ *     on one list and hands out runs by best fit; wholly free chunks go
+ *     back to the upstream before it grows. (First fit, 1/8-of-reserve
+ *     chunks and no giving back reserved 2.27x and 2.93x the peak
+ *     requested on PyTorch transformer and conv net logs; now 1.16x and
+ *     1.12x, single-thread replay.)
+ *  2. A page table (two levels, lock-free reads; lookup() in
+ *     core/arena_internal.h) maps address >> log2(superblock_size) to the
+ *     span holding it, so a free finds its superblock in O(1) from the
+ *     address alone, from any thread.
  *  3. Every thread has its own arena (thread-local through a pthread key,
  *     registered in a list, orphaned at thread exit by the key's
  *     destructor and adopted by the next new thread); every stream used by
@@ -113,128 +106,7 @@
  * Limits: device addresses must lie below 2^48 (true of CUDA's UVA); the
  * resource must not be destroyed while other threads still use it.
  */
-#include "arena.h"
-
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdlib.h>
-#include <string.h>
-
-#define ADDRESS_BITS 48 /* addresses the page table covers */
-#define LEAF_BITS 12    /* pages per page-table leaf: 2^12 */
-#define NO_INDEX UINT32_MAX
-#define CACHE_LINE 64   /* arenas and spans of different threads never share one */
-
-/* Zeroed memory aligned to a cache line, so that two threads' arenas (or
- * spans) never falsely share a line. */
-static void *line_calloc(size_t size)
-{
-    size_t rounded = ps_align_up(size, CACHE_LINE);
-    void *p = aligned_alloc(CACHE_LINE, rounded);
-    if (p)
-        memset(p, 0, rounded);
-    return p;
-}
-
-struct arena;
-struct chunk;
-
-typedef enum span_kind {
-    SPAN_FREE = 0,      /* in the global free list */
-    SPAN_SMALL,         /* a superblock owned by an arena, cut into blocks */
-    SPAN_LARGE,         /* handed out whole to one large request */
-    SPAN_PENDING_LARGE  /* a large block freed under EVENT, waiting for a fence */
-} span_kind_t;
-
-/* A run of superblocks. Small spans are exactly one superblock. */
-typedef struct span {
-    uintptr_t base;                 /* address of the first superblock */
-    size_t pages;                   /* superblocks in the run */
-    span_kind_t kind;               /* changed only under the global lock */
-    struct chunk *chunk;            /* the upstream chunk it lies in */
-    struct span *prev, *next;       /* links: global free list, or the owner's class list */
-    int linked;                     /* on its owner's class list (has free blocks) */
-    _Atomic(struct arena *) owner;  /* SMALL: the arena that owns it, else NULL */
-    unsigned size_class;            /* SMALL: class index */
-    size_t block_size;              /* SMALL: bytes per block; LARGE: bytes handed out */
-    uint32_t block_count;           /* SMALL: blocks in the superblock */
-    uint32_t used;                  /* SMALL: blocks handed out or pending */
-    uint32_t free_top;              /* SMALL: entries on free_stack */
-    uint32_t *free_stack;           /* SMALL: indices of free blocks (LIFO) */
-    uint32_t stack_capacity;        /* entries allocated in free_stack */
-    uint64_t *in_use;               /* SMALL: bit i set = block i handed out */
-    ps_fence_t *fence;              /* FREE: must complete before reuse (from a stream arena) */
-    ps_stream_t fence_stream;       /* the stream `fence` was recorded on */
-    struct span *all_next;          /* every span struct ever made (freed at destroy) */
-} span_t;
-
-/* One upstream allocation. */
-typedef struct chunk {
-    void *memory;         /* as the upstream returned it */
-    size_t bytes;         /* as asked of the upstream */
-    uintptr_t first;      /* first superblock-aligned address */
-    size_t pages;         /* superblocks in it */
-    struct chunk *next;   /* all chunks */
-} chunk_t;
-
-typedef struct arena_resource arena_resource_t;
-
-/* A thread's or a stream's arena. */
-typedef struct arena {
-    pthread_mutex_t lock;       /* guards everything below and its spans' blocks */
-    arena_resource_t *parent;   /* the resource */
-    ps_stream_t stream;         /* PS_STREAM_NONE: a thread arena */
-    int orphaned;               /* thread arena whose thread exited */
-    int retired;                /* stream arena whose stream was destroyed, waiting for reuse */
-    ps_fence_t *retire_fence;   /* recorded on the destroyed stream; NULL once complete */
-    uint64_t retired_free;      /* bytes free at the destroy, counted as pending until then (in `pending`) */
-    span_t **avail;             /* per class: superblocks with free blocks */
-    ps_reuse_t reuse[2];        /* its cudaFree'd blocks until a barrier or fence (core/reuse.c), in two
-                                   segments: frees before and after the start of the family's last barrier */
-    unsigned deferring;         /* index of the segment frees join now */
-    uint64_t in_use;            /* bytes of its blocks handed out (per arena: no shared cache line) */
-    uint64_t pending;           /* retired_free while the retire fence runs (reuse counts the rest) */
-    struct arena *next;         /* the resource's list of arenas */
-} arena_t;
-
-typedef _Atomic(span_t *) span_slot_t;
-
-/* The fields every call reads come first and are written only at
- * creation; the locks and what they guard sit on cache lines of their own
- * (a read lock of arenas_lock on every stream-ordered call, on the line of
- * `shift` and `page_table`, made every lookup of 16 threads miss). */
-struct arena_resource {
-    ps_resource_t base;         /* vtable first */
-    const ps_gpu_ops_t *gpu;    /* fences, device sync */
-    ps_arena_options_t opts;    /* effective options */
-    unsigned shift;             /* log2(superblock_size) */
-    unsigned class_count;       /* size classes served inside superblocks */
-    size_t small_max;           /* largest small request: superblock_size / 2 */
-    uint64_t id;                /* never reused: names this resource in threads' stream hints */
-    pthread_key_t key;          /* this thread's arena */
-    _Atomic(span_slot_t *) *page_table; /* level 1: leaves of 2^LEAF_BITS slots */
-    size_t leaf_count;          /* entries in page_table */
-    _Alignas(CACHE_LINE) pthread_rwlock_t arenas_lock; /* guards the arena list (order: before any arena lock) */
-    arena_t *arenas;            /* every arena, thread and stream */
-    _Atomic unsigned thread_arenas; /* thread arenas whose thread lives (written at thread start and exit) */
-    _Atomic unsigned meet_checks; /* misses that looked for another thread in the arena (window of MEET_WINDOW) */
-    _Atomic unsigned meet_hits;   /* of those, how many found one */
-    _Atomic int threads_met;      /* sticky: threads were seen in the arena at once (the thread floor applies) */
-    _Alignas(CACHE_LINE) pthread_mutex_t global_lock; /* guards the global arena below (order: after arena locks) */
-    span_t *free_spans;         /* FREE spans */
-    chunk_t *chunks;            /* upstream chunks */
-    span_t *spare_spans;        /* span structs for reuse */
-    span_t *all_spans;          /* every span struct */
-    ps_reuse_t large_reuse;     /* cudaFree'd large blocks (global lock) */
-    ps_reuse_family_t family;   /* barrier numbers shared by every arena's reuse state and large_reuse */
-    uint64_t reserved;          /* bytes of chunks */
-    uint64_t peak_reserved;     /* maximum of reserved */
-    uint64_t upstream_allocs;   /* chunk allocations */
-    uint64_t upstream_frees;    /* chunks given back */
-    uint64_t large_in_use;      /* bytes of large blocks handed out (global lock) */
-    _Atomic uint64_t fences;    /* fences recorded */
-    _Atomic uint64_t waits;     /* host fence waits */
-};
+#include "arena_internal.h"
 
 void ps_arena_options_default(ps_arena_options_t *opts)
 {
@@ -246,8 +118,6 @@ void ps_arena_options_default(ps_arena_options_t *opts)
 }
 
 /* ---- size classes ---------------------------------------------------- */
-
-static unsigned log2_floor(size_t x) { return (unsigned)(63 - __builtin_clzll((unsigned long long)x)); }
 
 /* Class of a request of `size` bytes (1 <= size <= small_max). */
 static unsigned class_of(const arena_resource_t *a, size_t size)
@@ -269,308 +139,6 @@ static size_t class_size(const arena_resource_t *a, unsigned c)
     unsigned j = c - 4;
     unsigned k = log2_floor(4 * unit) + j / 4;
     return (5 + j % 4) * (((size_t)1 << k) / 4);
-}
-
-/* ---- page table ------------------------------------------------------ */
-
-static span_t *lookup(arena_resource_t *a, uintptr_t address)
-{
-    size_t page = address >> a->shift;
-    size_t leaf = page >> LEAF_BITS;
-    if (leaf >= a->leaf_count)
-        return NULL;
-    span_slot_t *slots = atomic_load_explicit(&a->page_table[leaf], memory_order_acquire);
-    if (!slots)
-        return NULL;
-    return atomic_load_explicit(&slots[page & ((1u << LEAF_BITS) - 1)], memory_order_acquire);
-}
-
-/* Points pages [base, base + pages) at `span`. Global lock held; the
- * leaves exist (made by map_chunk). */
-static void set_pages(arena_resource_t *a, uintptr_t base, size_t pages, span_t *span)
-{
-    size_t page = base >> a->shift;
-    for (size_t i = 0; i < pages; i++, page++) {
-        span_slot_t *slots = atomic_load_explicit(&a->page_table[page >> LEAF_BITS], memory_order_relaxed);
-        atomic_store_explicit(&slots[page & ((1u << LEAF_BITS) - 1)], span, memory_order_release);
-    }
-}
-
-/* Makes the leaves for a chunk. Global lock held. */
-static int map_chunk(arena_resource_t *a, uintptr_t first, size_t pages)
-{
-    size_t first_leaf = (first >> a->shift) >> LEAF_BITS;
-    size_t last_leaf = (((first >> a->shift) + pages - 1) >> LEAF_BITS);
-    if (last_leaf >= a->leaf_count)
-        return PS_EUPSTREAM;
-    for (size_t l = first_leaf; l <= last_leaf; l++) {
-        if (atomic_load_explicit(&a->page_table[l], memory_order_relaxed))
-            continue;
-        span_slot_t *slots = calloc((size_t)1 << LEAF_BITS, sizeof *slots);
-        if (!slots)
-            return PS_ENOMEM;
-        atomic_store_explicit(&a->page_table[l], slots, memory_order_release);
-    }
-    return PS_OK;
-}
-
-/* ---- spans (global lock held) ---------------------------------------- */
-
-static span_t *span_new(arena_resource_t *a)
-{
-    span_t *s = a->spare_spans;
-    if (s) {
-        a->spare_spans = s->next;
-        uint32_t *stack = s->free_stack;
-        uint32_t cap = s->stack_capacity;
-        uint64_t *bits = s->in_use;
-        span_t *all_next = s->all_next;
-        memset(s, 0, sizeof *s);
-        s->free_stack = stack;
-        s->stack_capacity = cap;
-        s->in_use = bits;
-        s->all_next = all_next;
-        return s;
-    }
-    s = line_calloc(sizeof *s);
-    if (!s)
-        return NULL;
-    s->all_next = a->all_spans;
-    a->all_spans = s;
-    return s;
-}
-
-static void span_retire(arena_resource_t *a, span_t *s)
-{
-    s->next = a->spare_spans;
-    a->spare_spans = s;
-}
-
-static void free_list_unlink(arena_resource_t *a, span_t *s)
-{
-    if (s->prev)
-        s->prev->next = s->next;
-    else
-        a->free_spans = s->next;
-    if (s->next)
-        s->next->prev = s->prev;
-    s->prev = s->next = NULL;
-}
-
-static void free_list_push(arena_resource_t *a, span_t *s)
-{
-    s->prev = NULL;
-    s->next = a->free_spans;
-    if (a->free_spans)
-        a->free_spans->prev = s;
-    a->free_spans = s;
-}
-
-/* A free, unfenced neighbour of `s` in the same chunk, or NULL. */
-static span_t *free_neighbour(arena_resource_t *a, span_t *s, int after)
-{
-    uintptr_t at = after ? s->base + (s->pages << a->shift) : s->base - 1;
-    if (!after && s->base == s->chunk->first)
-        return NULL;
-    if (after && at >= s->chunk->first + (s->chunk->pages << a->shift))
-        return NULL;
-    span_t *n = lookup(a, at);
-    return n && n->kind == SPAN_FREE && !n->fence && n->chunk == s->chunk ? n : NULL;
-}
-
-/* Returns a span to the global free list, coalescing unfenced neighbours. */
-static void global_put(arena_resource_t *a, span_t *s, ps_fence_t *fence, ps_stream_t fence_stream)
-{
-    s->kind = SPAN_FREE;
-    atomic_store_explicit(&s->owner, NULL, memory_order_release);
-    s->fence = fence;
-    s->fence_stream = fence_stream;
-    s->linked = 0;
-    if (!fence) {
-        span_t *left = free_neighbour(a, s, 0);
-        if (left) {
-            free_list_unlink(a, left);
-            set_pages(a, s->base, s->pages, left);
-            left->pages += s->pages;
-            span_retire(a, s);
-            s = left;
-        }
-        span_t *right = free_neighbour(a, s, 1);
-        if (right) {
-            free_list_unlink(a, right);
-            set_pages(a, right->base, right->pages, s);
-            s->pages += right->pages;
-            span_retire(a, right);
-        }
-    }
-    free_list_push(a, s);
-}
-
-/* Clears the fence of a free span and coalesces it. */
-static void unfence(arena_resource_t *a, span_t *s)
-{
-    a->gpu->fence_release(a->gpu->ctx, s->fence);
-    s->fence = NULL;
-    free_list_unlink(a, s);
-    global_put(a, s, NULL, 0);
-}
-
-/* The largest growth step, in superblocks, unless the request is larger
- * (256 MiB with 2 MiB superblocks). */
-#define CHUNK_MAX_SUPERBLOCKS 128
-
-/* Takes one chunk from the upstream big enough for `pages` superblocks. */
-static int grow(arena_resource_t *a, size_t pages)
-{
-    size_t sb = a->opts.superblock_size;
-    size_t need = pages * sb;
-    size_t step = a->reserved / 8 > 8 * sb ? ps_align_up(a->reserved / 8, sb) : 8 * sb;
-    /* a power of two: spans never merge across chunks, so a chunk that is
-     * not a whole number of the requests that fill it keeps a hole each
-     * (1 GiB blocks reached 127 of the 139 an H200 holds); a power of two
-     * is a whole number of every power-of-two request up to its size */
-    step = (size_t)1 << log2_floor(step);
-    /* at most CHUNK_MAX_SUPERBLOCKS: a chunk of 1/8 of a large reserve
-     * (512 MiB - 1 GiB) kept a hole beside the few large blocks it held
-     * that no run of another chunk could join (replay of the transformer
-     * log, with best fit, the eager barrier and free chunks given back
-     * before growth: 5.04 -> 4.65 GiB reserved for 4.00 GiB requested) */
-    if (step > (size_t)CHUNK_MAX_SUPERBLOCKS * sb)
-        step = (size_t)CHUNK_MAX_SUPERBLOCKS * sb;
-    if (step < need)
-        step = need;
-    if (a->opts.maximum_size) {
-        size_t room = a->opts.maximum_size > a->reserved ? a->opts.maximum_size - a->reserved : 0;
-        if (step > room)
-            step = room - room % sb;
-        if (step < need)
-            return PS_ENOMEM;
-    }
-    size_t tries[3] = {step, need, need + sb};
-    int status = PS_ENOMEM;
-    for (int t = 0; t < 3; t++) {
-        if (t > 0 && tries[t] == tries[t - 1])
-            continue;
-        if (t == 2 && a->opts.maximum_size && a->reserved + tries[t] > a->opts.maximum_size)
-            break;
-        void *mem;
-        status = ps_allocate(a->base.upstream, tries[t], PS_STREAM_NONE, &mem);
-        if (status == PS_ENOMEM)
-            continue;
-        if (status != PS_OK)
-            return status;
-        uintptr_t first = ps_align_up((uintptr_t)mem, sb);
-        size_t usable = first - (uintptr_t)mem < tries[t] ? ((uintptr_t)mem + tries[t] - first) / sb : 0;
-        chunk_t *c = usable >= pages ? calloc(1, sizeof *c) : NULL;
-        span_t *s = c ? span_new(a) : NULL;
-        if (!s || map_chunk(a, first, usable) != PS_OK) {
-            if (s)
-                span_retire(a, s);
-            free(c);
-            ps_deallocate(a->base.upstream, mem, tries[t], PS_STREAM_NONE);
-            status = PS_ENOMEM;
-            continue;
-        }
-        *c = (chunk_t){.memory = mem, .bytes = tries[t], .first = first, .pages = usable, .next = a->chunks};
-        a->chunks = c;
-        s->base = first;
-        s->pages = usable;
-        s->chunk = c;
-        set_pages(a, first, usable, s);
-        global_put(a, s, NULL, 0);
-        a->reserved += tries[t];
-        if (a->reserved > a->peak_reserved)
-            a->peak_reserved = a->reserved;
-        a->upstream_allocs++;
-        return PS_OK;
-    }
-    return status;
-}
-
-static void release_free_chunks(arena_resource_t *a);
-
-/* Cuts `pages` superblocks off the back of free span `s` (more pages than
- * that) and returns them as a span of their own (NULL: no host memory). */
-static span_t *split_tail(arena_resource_t *a, span_t *s, size_t pages)
-{
-    span_t *tail = span_new(a);
-    if (!tail)
-        return NULL;
-    s->pages -= pages;
-    tail->base = s->base + (s->pages << a->shift);
-    tail->pages = pages;
-    tail->chunk = s->chunk;
-    set_pages(a, tail->base, pages, tail);
-    return tail;
-}
-
-/* Takes `pages` superblocks for `taker` (a stream, or PS_STREAM_NONE),
- * growing when nothing fits and `may_grow`. Best fit: an exact run at
- * once, else the smallest free run that holds them (lowest address on a
- * tie). The first fit it replaced took whatever run the list (last freed
- * first) offered, so large requests cut the runs that the next larger one
- * needed, and every such miss grew a new chunk (runs never merge across
- * chunks): replay of a PyTorch transformer log 9.10 GiB reserved for
- * 4.00 GiB requested, 5.66 GiB with best fit. Global lock held. */
-static int global_take(arena_resource_t *a, size_t pages, ps_stream_t taker, int may_grow, span_t **out)
-{
-    for (int attempt = 0; attempt < 2; attempt++) {
-        span_t *best = NULL;
-        span_t *s = a->free_spans;
-        while (s) {
-            span_t *next = s->next;
-            if (s->fence) {
-                if (a->gpu->fence_query(a->gpu->ctx, s->fence) == PS_OK) {
-                    unfence(a, s); /* may merge; rescan from the head */
-                    best = NULL;
-                    s = a->free_spans;
-                    continue;
-                } else if (taker != PS_STREAM_NONE && s->pages == pages) {
-                    if (taker != s->fence_stream &&
-                        a->gpu->stream_wait_fence(a->gpu->ctx, taker, s->fence) != PS_OK) {
-                        s = next;
-                        continue;
-                    }
-                    a->gpu->fence_release(a->gpu->ctx, s->fence);
-                    s->fence = NULL;
-                } else {
-                    s = next;
-                    continue;
-                }
-            }
-            if (s->pages == pages) {
-                free_list_unlink(a, s);
-                *out = s;
-                return PS_OK;
-            }
-            if (s->pages > pages &&
-                (!best || s->pages < best->pages || (s->pages == best->pages && s->base < best->base)))
-                best = s;
-            s = next;
-        }
-        if (best) {
-            span_t *tail = split_tail(a, best, pages);
-            if (!tail)
-                return PS_ENOMEM;
-            *out = tail;
-            return PS_OK;
-        }
-        if (attempt == 0) {
-            if (!may_grow)
-                return PS_ENOMEM;
-            /* every wholly free chunk is smaller than the request (or it
-             * would have served it), and runs never merge across chunks:
-             * kept, they strand memory beside the new chunk (replays with
-             * best fit and the eager barrier: transformer 5.78 -> 5.04
-             * GiB, conv net 4.32 -> 3.50). Like trim, no wait: a chunk is
-             * wholly free only once every block in it was released */
-            release_free_chunks(a);
-            int status = grow(a, pages);
-            if (status != PS_OK)
-                return status;
-        }
-    }
-    return PS_ENOMEM;
 }
 
 /* ---- superblocks inside an arena (arena lock held) -------------------- */
@@ -607,7 +175,7 @@ static void release_superblock(arena_t *ar, span_t *s)
         a->gpu->fence_record(a->gpu->ctx, ar->stream, &fence) == PS_OK)
         atomic_fetch_add_explicit(&a->fences, 1, memory_order_relaxed);
     pthread_mutex_lock(&a->global_lock);
-    global_put(a, s, fence, ar->stream);
+    arena_global_put(a, s, fence, ar->stream);
     pthread_mutex_unlock(&a->global_lock);
 }
 
@@ -826,12 +394,12 @@ static int arena_allocate(arena_t *ar, ps_stream_t stream, unsigned c, void **ou
     if (!s) {
         pthread_mutex_lock(&a->global_lock);
         span_t *taken;
-        int status = global_take(a, 1, ar->stream, 1, &taken);
+        int status = arena_global_take(a, 1, ar->stream, 1, &taken);
         if (status == PS_OK) {
             taken->kind = SPAN_SMALL;
             status = carve(ar, taken, c);
             if (status != PS_OK)
-                global_put(a, taken, NULL, 0);
+                arena_global_put(a, taken, NULL, 0);
         }
         pthread_mutex_unlock(&a->global_lock);
         if (status != PS_OK) {
@@ -1016,7 +584,7 @@ static arena_t *stream_arena(arena_resource_t *a, ps_stream_t stream)
 static void release_pending_large(void *ctx, uint64_t item)
 {
     arena_resource_t *a = ctx;
-    global_put(a, lookup(a, (uintptr_t)item), NULL, 0);
+    arena_global_put(a, lookup(a, (uintptr_t)item), NULL, 0);
 }
 
 static int large_allocate(arena_resource_t *a, size_t size, ps_stream_t stream, void **out)
@@ -1029,11 +597,11 @@ static int large_allocate(arena_resource_t *a, size_t size, ps_stream_t stream, 
     ps_reuse_poll(&a->large_reuse);
     if (ps_reuse_wants_barrier(&a->large_reuse, a->reserved))
         ps_reuse_barrier(&a->large_reuse);
-    int status = global_take(a, pages, stream, 0, &s);
+    int status = arena_global_take(a, pages, stream, 0, &s);
     if (status == PS_ENOMEM && a->large_reuse.bytes_pending && ps_reuse_reclaim(&a->large_reuse))
-        status = global_take(a, pages, stream, 0, &s); /* after a barrier, or epochs that completed */
+        status = arena_global_take(a, pages, stream, 0, &s); /* after a barrier, or epochs that completed */
     if (status == PS_ENOMEM)
-        status = global_take(a, pages, stream, 1, &s);
+        status = arena_global_take(a, pages, stream, 1, &s);
     if (status == PS_OK) {
         s->kind = SPAN_LARGE;
         s->block_size = pages << a->shift;
@@ -1057,7 +625,7 @@ static int large_deallocate(arena_resource_t *a, span_t *s, void *ptr, ps_stream
         ps_fence_t *fence = NULL;
         if (a->gpu->fence_record(a->gpu->ctx, stream, &fence) == PS_OK) {
             atomic_fetch_add_explicit(&a->fences, 1, memory_order_relaxed);
-            global_put(a, s, fence, stream);
+            arena_global_put(a, s, fence, stream);
         } else {
             status = PS_EUPSTREAM;
         }
@@ -1069,7 +637,7 @@ static int large_deallocate(arena_resource_t *a, span_t *s, void *ptr, ps_stream
         if (a->opts.free_sync == PS_FREE_SYNC_DEVICE)
             status = a->gpu->device_synchronize(a->gpu->ctx);
         if (status == PS_OK)
-            global_put(a, s, NULL, 0);
+            arena_global_put(a, s, NULL, 0);
     }
     if (status == PS_OK)
         a->large_in_use -= bytes;
@@ -1078,28 +646,6 @@ static int large_deallocate(arena_resource_t *a, span_t *s, void *ptr, ps_stream
 }
 
 /* ---- defragmentation ------------------------------------------------- */
-
-/* Gives wholly free, unfenced chunks back to the upstream. Global lock held. */
-static void release_free_chunks(arena_resource_t *a)
-{
-    chunk_t **link = &a->chunks;
-    while (*link) {
-        chunk_t *c = *link;
-        span_t *s = lookup(a, c->first);
-        if (s && s->kind == SPAN_FREE && !s->fence && s->base == c->first && s->pages == c->pages &&
-            ps_deallocate(a->base.upstream, c->memory, c->bytes, PS_STREAM_NONE) == PS_OK) {
-            free_list_unlink(a, s);
-            set_pages(a, c->first, c->pages, NULL);
-            span_retire(a, s);
-            a->reserved -= c->bytes;
-            a->upstream_frees++;
-            *link = c->next;
-            free(c);
-            continue;
-        }
-        link = &c->next;
-    }
-}
 
 /* Defragmentation's reclaim of one reuse state: what a barrier of the
  * family already covers; then one barrier (free_sync barrier; the other
@@ -1142,13 +688,13 @@ static void defragment(arena_resource_t *a, int wait)
                 a->gpu->fence_wait(a->gpu->ctx, s->fence);
                 atomic_fetch_add_explicit(&a->waits, 1, memory_order_relaxed);
             }
-            unfence(a, s);
+            arena_unfence(a, s);
             s = a->free_spans; /* the list changed: rescan */
             continue;
         }
         s = s->next;
     }
-    release_free_chunks(a);
+    arena_release_free_chunks(a);
     pthread_mutex_unlock(&a->global_lock);
 }
 
@@ -1459,7 +1005,7 @@ int ps_arena_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_
     if (o.initial_size) {
         size_t pages = ps_align_up(o.initial_size, o.superblock_size) >> a->shift;
         pthread_mutex_lock(&a->global_lock);
-        int status = pages ? grow(a, pages) : PS_ENOMEM;
+        int status = pages ? arena_grow(a, pages) : PS_ENOMEM;
         pthread_mutex_unlock(&a->global_lock);
         if (status != PS_OK) {
             ps_error("arena '%s': cannot reserve the initial %zu bytes", a->base.name, o.initial_size);
