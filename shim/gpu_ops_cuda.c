@@ -96,6 +96,22 @@
  *    so ps_gpu_ops_cuda_release_vm gives them back before a reset too (a
  *    reset frees cuMemHostAlloc memory of the context as well). Host
  *    pieces are no NVTX heaps (neither are pinned slabs).
+ * 10. The gate: no call into a context while it dies. Every entry of the
+ *    table that calls CUDA is a live_ body behind a gated ops_ entry: it
+ *    takes the table's gate (a rwlock) to read, and answers as the dead
+ *    table does (dead_* below) once the context died. Whatever destroys
+ *    the context (the router's cudaDeviceReset, last release, cuCtxDestroy,
+ *    new flags) closes the gate around the real call
+ *    (ps_gpu_ops_cuda_close: waits for the calls inside it and holds new
+ *    ones), marks the table dead before it opens again if the context
+ *    died, then drops the stack. Without it a thread already past the
+ *    "dead?" check recorded an event of the destroyed context (the TSan
+ *    stress of context resets saw it in 1 run of 10). The gate prefers the
+ *    writer (a reset is not starved by a stream of calls), so no entry may
+ *    enter it twice: live_ bodies call live_ bodies only. A non-blocking
+ *    stream created while the gate is closed owes its wait for the last
+ *    barrier (its event may be of the dying context); it waits when the
+ *    gate opens on a live context, never on a dead one.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -131,6 +147,8 @@ typedef struct device_ops {
     int assume_idle;           /* test only (POOLSHIM_TEST_ASSUME_IDLE=1): every barrier has passed */
     int wait_returns;          /* test only (POOLSHIM_TEST_WAIT_RETURNS=1): barrier_wait returns at once */
     atomic_int dead;           /* 1: the context died (reset): every entry answers as dead_* below */
+    pthread_rwlock_t gate;     /* read by every call into CUDA, written while the context may die (10.) */
+    int closing;               /* the gate is closed (guarded by streams_lock) */
     pthread_mutex_t vm_lock;   /* guards the three maps below */
     ps_ptr_map_t vm_handles;   /* mapped address -> its physical allocation handle */
     ps_ptr_map_t vm_sizes;     /* mapped address -> bytes mapped there, | HOST_PIECE for a host piece (9.) */
@@ -164,12 +182,28 @@ static int dead_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle) { 
 static int dead_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle) { return PS_OK; }
 static int dead_host_alloc(void *vctx, size_t size, unsigned flags, void **out) { return PS_EUPSTREAM; }
 
+/* Enters the table's gate (10. above): false, without entering, once the
+ * context died. Every true is paired with a gate_leave. */
+static bool gate_enter(void *vctx)
+{
+    device_ops_t *d = vctx;
+    if (is_dead(d))
+        return false; /* (final: no lock needed) */
+    pthread_rwlock_rdlock(&d->gate);
+    if (!atomic_load_explicit(&d->dead, memory_order_relaxed))
+        return true;
+    pthread_rwlock_unlock(&d->gate);
+    return false;
+}
+static void gate_leave(void *vctx) { pthread_rwlock_unlock(&((device_ops_t *)vctx)->gate); }
+
 
 /* ---- stream tracking -------------------------------------------------------- */
 typedef struct tracked_stream {
     CUstream stream; /* a live non-blocking stream */
     CUcontext ctx;   /* its context */
     CUevent event;   /* barrier step b's event on it (created lazily), or NULL */
+    bool owes_wait;  /* created while its table's gate was closed: waits for the last barrier when it opens (10.) */
 } tracked_stream_t;
 static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
 static tracked_stream_t *streams;   /* live non-blocking streams */
@@ -180,14 +214,19 @@ static device_ops_t *device_tables[PS_MAX_DEVICES]; /* every table made, for bar
 static uint64_t peer_access[PS_MAX_DEVICES];
 
 /* A new non-blocking stream of `ctx` waits for the last barrier of that
- * context (it would otherwise run beside work issued before it).
+ * context (it would otherwise run beside work issued before it); while the
+ * context's table is closed (10. above) it owes that wait instead.
  * streams_lock held. */
-static void wait_last_barrier_locked(CUstream stream, CUcontext ctx)
+static void wait_last_barrier_locked(tracked_stream_t *s)
 {
     for (int d = 0; d < PS_MAX_DEVICES; d++) {
         device_ops_t *t = device_tables[d];
-        if (t && t->ctx == ctx && t->barrier_recorded) {
-            ps_real.cuStreamWaitEvent(stream, t->barrier_event, 0);
+        if (t && t->ctx == s->ctx && t->closing) {
+            s->owes_wait = true;
+            return;
+        }
+        if (t && t->ctx == s->ctx && t->barrier_recorded) {
+            ps_real.cuStreamWaitEvent(s->stream, t->barrier_event, 0);
             return;
         }
     }
@@ -286,7 +325,8 @@ void ps_gpu_ops_cuda_stream_created(CUstream stream, unsigned int flags)
     for (size_t i = 0; i < stream_count; i++)
         if (streams[i].stream == stream) { /* handle reused after a destroy we missed, or both doors */
             streams[i].ctx = ctx;
-            wait_last_barrier_locked(stream, ctx);
+            streams[i].owes_wait = false;
+            wait_last_barrier_locked(&streams[i]);
             pthread_mutex_unlock(&streams_lock);
             return;
         }
@@ -301,8 +341,8 @@ void ps_gpu_ops_cuda_stream_created(CUstream stream, unsigned int flags)
         streams = grown;
         stream_capacity = cap;
     }
-    streams[stream_count++] = (tracked_stream_t){stream, ctx, NULL};
-    wait_last_barrier_locked(stream, ctx);
+    streams[stream_count] = (tracked_stream_t){stream, ctx, NULL, false};
+    wait_last_barrier_locked(&streams[stream_count++]);
     pthread_mutex_unlock(&streams_lock);
 }
 
@@ -363,11 +403,8 @@ static int status_of(CUresult r)
 }
 
 /* ---- memory ------------------------------------------------------------------------ */
-static int ops_mem_alloc(void *vctx, size_t size, void **out)
+static int live_mem_alloc(void *vctx, size_t size, void **out)
 {
-    if (is_dead(vctx))
-        return dead_mem_alloc(vctx, size, out);
-
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     CUdeviceptr p = 0;
@@ -382,11 +419,8 @@ static int ops_mem_alloc(void *vctx, size_t size, void **out)
     return PS_OK;
 }
 
-static int ops_mem_free(void *vctx, void *ptr, size_t size)
+static int live_mem_free(void *vctx, void *ptr, size_t size)
 {
-    if (is_dead(vctx))
-        return dead_mem_free(vctx, ptr, size);
-
     device_ops_t *d = vctx;
     ps_slab_remove((uintptr_t)ptr);
     if (PS_UNLIKELY(ps_nvtx_on))
@@ -397,11 +431,8 @@ static int ops_mem_free(void *vctx, void *ptr, size_t size)
     return status_of(r);
 }
 
-static int ops_mem_alloc_async(void *vctx, size_t size, ps_stream_t stream, void **out)
+static int live_mem_alloc_async(void *vctx, size_t size, ps_stream_t stream, void **out)
 {
-    if (is_dead(vctx))
-        return dead_mem_alloc_async(vctx, size, stream, out);
-
     device_ops_t *d = vctx;
     if (!ps_real.cuMemAllocAsync)
         return PS_EUNSUPPORTED;
@@ -416,11 +447,8 @@ static int ops_mem_alloc_async(void *vctx, size_t size, ps_stream_t stream, void
     return PS_OK;
 }
 
-static int ops_mem_free_async(void *vctx, void *ptr, ps_stream_t stream)
+static int live_mem_free_async(void *vctx, void *ptr, ps_stream_t stream)
 {
-    if (is_dead(vctx))
-        return dead_mem_free_async(vctx, ptr, stream);
-
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     CUstream s = stream == PS_STREAM_NONE ? (CUstream)PS_STREAM_LEGACY : (CUstream)stream;
@@ -432,11 +460,8 @@ static int ops_mem_free_async(void *vctx, void *ptr, ps_stream_t stream)
 /* Pinned host memory in the device's primary context. Its slabs are
  * recorded like device slabs, so a double or interior cudaFreeHost is
  * answered "invalid value" instead of reaching cuMemFreeHost. */
-static int ops_host_alloc(void *vctx, size_t size, unsigned flags, void **out)
+static int live_host_alloc(void *vctx, size_t size, unsigned flags, void **out)
 {
-    if (is_dead(vctx))
-        return dead_host_alloc(vctx, size, flags, out);
-
     device_ops_t *d = vctx;
     if (!ps_real.cuMemHostAlloc || !ps_real.cuMemFreeHost)
         return PS_EUNSUPPORTED;
@@ -451,11 +476,8 @@ static int ops_host_alloc(void *vctx, size_t size, unsigned flags, void **out)
     return PS_OK;
 }
 
-static int ops_host_free(void *vctx, void *ptr, size_t size)
+static int live_host_free(void *vctx, void *ptr, size_t size)
 {
-    if (is_dead(vctx))
-        return dead_mem_free(vctx, ptr, size); /* the context freed its pinned memory */
-
     device_ops_t *d = vctx;
     ps_slab_remove((uintptr_t)ptr);
     int pushed = enter_ctx(d);
@@ -464,11 +486,8 @@ static int ops_host_free(void *vctx, void *ptr, size_t size)
     return status_of(r);
 }
 
-static int ops_mem_alloc_managed(void *vctx, size_t size, void **out)
+static int live_mem_alloc_managed(void *vctx, size_t size, void **out)
 {
-    if (is_dead(vctx))
-        return dead_mem_alloc(vctx, size, out);
-
     device_ops_t *d = vctx;
     if (!ps_real.cuMemAllocManaged)
         return PS_EUNSUPPORTED;
@@ -485,11 +504,8 @@ static int ops_mem_alloc_managed(void *vctx, size_t size, void **out)
     return PS_OK;
 }
 
-static int ops_mem_get_info(void *vctx, size_t *free_bytes, size_t *total_bytes)
+static int live_mem_get_info(void *vctx, size_t *free_bytes, size_t *total_bytes)
 {
-    if (is_dead(vctx))
-        return dead_mem_get_info(vctx, free_bytes, total_bytes);
-
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     CUresult r = ps_real.cuMemGetInfo_v2(free_bytes, total_bytes);
@@ -512,11 +528,8 @@ static ps_fence_t *fence_take(device_ops_t *d)
     return f;
 }
 
-static void ops_fence_release(void *vctx, ps_fence_t *f)
+static void live_fence_release(void *vctx, ps_fence_t *f)
 {
-    if (is_dead(vctx))
-        return;
-
     device_ops_t *d = vctx;
     if (!f)
         return;
@@ -572,11 +585,8 @@ static int legacy_usable_locked(void)
     return r == CUDA_SUCCESS ? PS_OK : PS_EUPSTREAM;
 }
 
-static int ops_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out)
+static int live_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out)
 {
-    if (is_dead(vctx))
-        return dead_fence_record(vctx, stream, out);
-
     device_ops_t *d = vctx;
     ps_fence_t *f = fence_take(d);
     if (!f)
@@ -610,18 +620,15 @@ static int ops_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out)
         ps_real.cuThreadExchangeStreamCaptureMode(&mode);
     leave_ctx(pushed);
     if (status != PS_OK) {
-        ops_fence_release(d, f);
+        live_fence_release(d, f);
         return status;
     }
     *out = f;
     return PS_OK;
 }
 
-static int ops_fence_query(void *vctx, ps_fence_t *f)
+static int live_fence_query(void *vctx, ps_fence_t *f)
 {
-    if (is_dead(vctx))
-        return dead_fence_done(vctx, f);
-
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     int status = PS_OK;
@@ -631,11 +638,8 @@ static int ops_fence_query(void *vctx, ps_fence_t *f)
     return status;
 }
 
-static int ops_fence_wait(void *vctx, ps_fence_t *f)
+static int live_fence_wait(void *vctx, ps_fence_t *f)
 {
-    if (is_dead(vctx))
-        return dead_fence_done(vctx, f);
-
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     int status = PS_OK;
@@ -645,11 +649,8 @@ static int ops_fence_wait(void *vctx, ps_fence_t *f)
     return status;
 }
 
-static int ops_stream_wait_fence(void *vctx, ps_stream_t stream, ps_fence_t *f)
+static int live_stream_wait_fence(void *vctx, ps_stream_t stream, ps_fence_t *f)
 {
-    if (is_dead(vctx))
-        return dead_stream_wait_fence(vctx, stream, f);
-
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     int status = PS_OK;
@@ -675,11 +676,8 @@ static bool stream_idle(CUstream stream)
 #endif
 }
 
-static int ops_barrier(void *vctx)
+static int live_barrier(void *vctx)
 {
-    if (is_dead(vctx))
-        return dead_barrier(vctx);
-
     device_ops_t *d = vctx;
     if (d->skip_barrier) { /* the negative control of the GPU hazard tests: must be caught. */
         /* Numbered like a real barrier, so blocks it "releases" carry a
@@ -756,10 +754,8 @@ static int ops_barrier(void *vctx)
  * lag; stream creation must not wait with it); a barrier that re-records
  * the slot meanwhile only makes the wait longer. Work issued after the
  * barrier keeps the GPU busy, unlike a device synchronize. */
-static int ops_barrier_wait(void *vctx, uint64_t generation)
+static int live_barrier_wait(void *vctx, uint64_t generation)
 {
-    if (is_dead(vctx))
-        return dead_barrier_wait(vctx, generation);
     device_ops_t *d = vctx;
     if (d->skip_barrier) /* barriers recorded nothing: nothing to wait for (the caller synchronizes) */
         return PS_EUNSUPPORTED;
@@ -793,10 +789,8 @@ static uint64_t ops_barrier_generation(void *vctx)
  * E events complete in issue order, all on the legacy stream). A slot
  * re-recorded by a barrier that failed half-way completes later than the
  * barrier it held: the answer is late, never early. */
-static int ops_barrier_passed(void *vctx, uint64_t generation)
+static int live_barrier_passed(void *vctx, uint64_t generation)
 {
-    if (is_dead(vctx))
-        return dead_barrier_passed(vctx, generation);
     device_ops_t *d = vctx;
     if (d->skip_barrier) /* barriers recorded nothing: no memory is known idle (the hazard tests' control
                             checks reuse ordering; without this, remap unmapped memory in use and the
@@ -825,10 +819,8 @@ static CUstream stream_of(ps_stream_t stream)
     return stream == PS_STREAM_NONE ? (CUstream)(uintptr_t)PS_STREAM_LEGACY : (CUstream)stream;
 }
 
-static int ops_memset_d8(void *vctx, void *ptr, uint8_t value, size_t bytes, ps_stream_t stream)
+static int live_memset_d8(void *vctx, void *ptr, uint8_t value, size_t bytes, ps_stream_t stream)
 {
-    if (is_dead(vctx))
-        return dead_memset_d8(vctx, ptr, value, bytes, stream);
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     CUresult r = ps_real.cuMemsetD8Async((CUdeviceptr)(uintptr_t)ptr, value, bytes, stream_of(stream));
@@ -838,10 +830,8 @@ static int ops_memset_d8(void *vctx, void *ptr, uint8_t value, size_t bytes, ps_
     return status_of(r);
 }
 
-static int ops_copy_to_host(void *vctx, void *dst, const void *src, size_t bytes, ps_stream_t stream)
+static int live_copy_to_host(void *vctx, void *dst, const void *src, size_t bytes, ps_stream_t stream)
 {
-    if (is_dead(vctx))
-        return dead_copy_to_host(vctx, dst, src, bytes, stream);
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     CUresult r = stream == PS_STREAM_NONE ? ps_real.cuCtxSynchronize() : ps_real.cuStreamSynchronize((CUstream)stream);
@@ -875,11 +865,8 @@ static int ops_vm_reserve(void *vctx, size_t size, void **out)
     return PS_OK;
 }
 
-static void ops_vm_release(void *vctx, void *addr, size_t size)
+static void live_vm_release(void *vctx, void *addr, size_t size)
 {
-    if (is_dead(vctx))
-        return;
-
     device_ops_t *d = vctx;
     uint64_t ignored;
     pthread_mutex_lock(&d->vm_lock);
@@ -953,11 +940,8 @@ static CUmemAllocationProp pinned_prop(int type, int id) /* type: a CU_MEM_LOCAT
     return prop;
 }
 
-static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
+static int live_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
 {
-    if (is_dead(vctx))
-        return dead_vm_map(vctx, addr, size, handle);
-
     device_ops_t *d = vctx;
     CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_DEVICE, d->device);
     CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
@@ -989,10 +973,8 @@ static int ops_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
     return PS_OK;
 }
 
-static int ops_vm_map_handle(void *vctx, void *addr, size_t size, uint64_t handle)
+static int live_vm_map_handle(void *vctx, void *addr, size_t size, uint64_t handle)
 {
-    if (is_dead(vctx))
-        return PS_EUPSTREAM;
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     CUresult r = map_with_access(d, (CUdeviceptr)(uintptr_t)addr, size, (CUmemGenericAllocationHandle)handle);
@@ -1043,11 +1025,8 @@ static CUresult grant_host_piece(device_ops_t *d, CUdeviceptr at, size_t size)
     return CUDA_SUCCESS;
 }
 
-static int ops_host_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
+static int live_host_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
 {
-    if (is_dead(vctx))
-        return dead_vm_map(vctx, addr, size, handle);
-
     device_ops_t *d = vctx;
     CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_HOST, 0);
     CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
@@ -1091,7 +1070,7 @@ void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer)
     peer_access[owner] |= 1ull << me;
     device_ops_t *d = device_tables[owner];
     pthread_mutex_unlock(&streams_lock);
-    if (!d || !d->vm_granularity)
+    if (!d || !d->vm_granularity || !gate_enter(d))
         return;
     /* what is mapped already: grant it now (later mappings include `me`) */
     CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, me}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
@@ -1104,12 +1083,11 @@ void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer)
             ps_warning("device %d: could not give device %d access to a mapped piece of the pool", owner, me);
     pthread_mutex_unlock(&d->vm_lock);
     leave_ctx(pushed);
+    gate_leave(d);
 }
 
-static int ops_vm_unmap_keep(void *vctx, void *addr, size_t size, uint64_t handle)
+static int live_vm_unmap_keep(void *vctx, void *addr, size_t size, uint64_t handle)
 {
-    if (is_dead(vctx))
-        return PS_OK; /* (the context and its memory are gone; dead_vm_unmap says the same) */
     device_ops_t *d = vctx;
     if (PS_UNLIKELY(ps_nvtx_on))
         ps_nvtx_heap_remove(addr);
@@ -1121,31 +1099,25 @@ static int ops_vm_unmap_keep(void *vctx, void *addr, size_t size, uint64_t handl
     return status_of(r);
 }
 
-static void ops_vm_drop(void *vctx, uint64_t handle)
+static void live_vm_drop(void *vctx, uint64_t handle)
 {
-    if (is_dead(vctx))
-        return;
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     ps_real.cuMemRelease((CUmemGenericAllocationHandle)handle);
     leave_ctx(pushed);
 }
 
-static int ops_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle)
+static int live_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle)
 {
-    if (is_dead(vctx))
-        return dead_vm_unmap(vctx, addr, size, handle);
-    int status = ops_vm_unmap_keep(vctx, addr, size, handle);
+    int status = live_vm_unmap_keep(vctx, addr, size, handle);
     if (status == PS_OK)
-        ops_vm_drop(vctx, handle);
+        live_vm_drop(vctx, handle);
     return status;
 }
 
 /* ---- sharing with other processes (6. above) ------------------------------------------ */
-static int ops_ipc_export(void *vctx, uintptr_t addr, uintptr_t *start, size_t *size, int *fd)
+static int live_ipc_export(void *vctx, uintptr_t addr, uintptr_t *start, size_t *size, int *fd)
 {
-    if (is_dead(vctx))
-        return PS_EUPSTREAM;
     device_ops_t *d = vctx;
     if (!atomic_load_explicit(&d->shareable, memory_order_relaxed))
         return PS_EUNSUPPORTED; /* cuMemCreate refused exportable memory once: pieces are mixed now */
@@ -1183,10 +1155,8 @@ static int ops_ipc_export(void *vctx, uintptr_t addr, uintptr_t *start, size_t *
     return PS_OK;
 }
 
-static int ops_ipc_reserve(void *vctx, size_t size, void **out)
+static int live_ipc_reserve(void *vctx, size_t size, void **out)
 {
-    if (is_dead(vctx))
-        return PS_EUPSTREAM;
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     CUdeviceptr p = 0;
@@ -1198,20 +1168,16 @@ static int ops_ipc_reserve(void *vctx, size_t size, void **out)
     return PS_OK;
 }
 
-static void ops_ipc_release(void *vctx, void *addr, size_t size)
+static void live_ipc_release(void *vctx, void *addr, size_t size)
 {
-    if (is_dead(vctx))
-        return;
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     ps_real.cuMemAddressFree((CUdeviceptr)(uintptr_t)addr, ps_align_up(size, d->vm_granularity));
     leave_ctx(pushed);
 }
 
-static int ops_ipc_map(void *vctx, void *addr, size_t size, int fd, uint64_t *handle)
+static int live_ipc_map(void *vctx, void *addr, size_t size, int fd, uint64_t *handle)
 {
-    if (is_dead(vctx))
-        return PS_EUPSTREAM;
     device_ops_t *d = vctx;
     CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
     CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, d->device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
@@ -1235,10 +1201,8 @@ static int ops_ipc_map(void *vctx, void *addr, size_t size, int fd, uint64_t *ha
     return PS_OK;
 }
 
-static int ops_ipc_unmap(void *vctx, void *addr, size_t size, uint64_t handle)
+static int live_ipc_unmap(void *vctx, void *addr, size_t size, uint64_t handle)
 {
-    if (is_dead(vctx))
-        return PS_OK; /* went with the context */
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     CUresult r = ps_real.cuMemUnmap((CUdeviceptr)(uintptr_t)addr, size);
@@ -1338,17 +1302,67 @@ static size_t host_vm_granularity_of(void)
     return granularity;
 }
 
-static int ops_device_synchronize(void *vctx)
+static int live_device_synchronize(void *vctx)
 {
-    if (is_dead(vctx))
-        return dead_device_synchronize(vctx);
-
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     CUresult r = ps_real.cuCtxSynchronize();
     leave_ctx(pushed);
     return status_of(r);
 }
+
+/* ---- the gate (10. above): every entry of the table, around its live_ body ---- */
+/* GATED(name, parameters, arguments, answer of a dead table) makes ops_name. */
+#define GATED(name, params, args, dead_answer)                                         \
+    static int ops_##name params                                                       \
+    {                                                                                  \
+        if (!gate_enter(vctx))                                                         \
+            return dead_answer;                                                        \
+        int status_ = live_##name args;                                                \
+        gate_leave(vctx);                                                              \
+        return status_;                                                                \
+    }
+#define GATED_VOID(name, params, args)                                                 \
+    static void ops_##name params                                                      \
+    {                                                                                  \
+        if (gate_enter(vctx)) {                                                        \
+            live_##name args;                                                          \
+            gate_leave(vctx);                                                          \
+        }                                                                              \
+    }
+GATED(mem_alloc, (void *vctx, size_t size, void **out), (vctx, size, out), dead_mem_alloc(vctx, size, out))
+GATED(mem_free, (void *vctx, void *ptr, size_t size), (vctx, ptr, size), dead_mem_free(vctx, ptr, size))
+GATED(mem_alloc_async, (void *vctx, size_t size, ps_stream_t stream, void **out), (vctx, size, stream, out), dead_mem_alloc_async(vctx, size, stream, out))
+GATED(mem_free_async, (void *vctx, void *ptr, ps_stream_t stream), (vctx, ptr, stream), dead_mem_free_async(vctx, ptr, stream))
+GATED(host_alloc, (void *vctx, size_t size, unsigned flags, void **out), (vctx, size, flags, out), dead_host_alloc(vctx, size, flags, out))
+GATED(host_free, (void *vctx, void *ptr, size_t size), (vctx, ptr, size), dead_mem_free(vctx, ptr, size)) /* the context freed its pinned memory */
+GATED(mem_alloc_managed, (void *vctx, size_t size, void **out), (vctx, size, out), dead_mem_alloc(vctx, size, out))
+GATED(mem_get_info, (void *vctx, size_t *free_bytes, size_t *total_bytes), (vctx, free_bytes, total_bytes), dead_mem_get_info(vctx, free_bytes, total_bytes))
+GATED_VOID(fence_release, (void *vctx, ps_fence_t *f), (vctx, f))
+GATED(fence_record, (void *vctx, ps_stream_t stream, ps_fence_t **out), (vctx, stream, out), dead_fence_record(vctx, stream, out))
+GATED(fence_query, (void *vctx, ps_fence_t *f), (vctx, f), dead_fence_done(vctx, f))
+GATED(fence_wait, (void *vctx, ps_fence_t *f), (vctx, f), dead_fence_done(vctx, f))
+GATED(stream_wait_fence, (void *vctx, ps_stream_t stream, ps_fence_t *f), (vctx, stream, f), dead_stream_wait_fence(vctx, stream, f))
+GATED(barrier, (void *vctx), (vctx), dead_barrier(vctx))
+GATED(barrier_wait, (void *vctx, uint64_t generation), (vctx, generation), dead_barrier_wait(vctx, generation))
+GATED(barrier_passed, (void *vctx, uint64_t generation), (vctx, generation), dead_barrier_passed(vctx, generation))
+GATED(memset_d8, (void *vctx, void *ptr, uint8_t value, size_t bytes, ps_stream_t stream), (vctx, ptr, value, bytes, stream), dead_memset_d8(vctx, ptr, value, bytes, stream))
+GATED(copy_to_host, (void *vctx, void *dst, const void *src, size_t bytes, ps_stream_t stream), (vctx, dst, src, bytes, stream), dead_copy_to_host(vctx, dst, src, bytes, stream))
+GATED_VOID(vm_release, (void *vctx, void *addr, size_t size), (vctx, addr, size))
+GATED(vm_map, (void *vctx, void *addr, size_t size, uint64_t *handle), (vctx, addr, size, handle), dead_vm_map(vctx, addr, size, handle))
+GATED(vm_map_handle, (void *vctx, void *addr, size_t size, uint64_t handle), (vctx, addr, size, handle), PS_EUPSTREAM)
+GATED(host_vm_map, (void *vctx, void *addr, size_t size, uint64_t *handle), (vctx, addr, size, handle), dead_vm_map(vctx, addr, size, handle))
+GATED(vm_unmap_keep, (void *vctx, void *addr, size_t size, uint64_t handle), (vctx, addr, size, handle), PS_OK) /* (the context and its memory are gone; dead_vm_unmap says the same) */
+GATED_VOID(vm_drop, (void *vctx, uint64_t handle), (vctx, handle))
+GATED(vm_unmap, (void *vctx, void *addr, size_t size, uint64_t handle), (vctx, addr, size, handle), dead_vm_unmap(vctx, addr, size, handle))
+GATED(ipc_export, (void *vctx, uintptr_t addr, uintptr_t *start, size_t *size, int *fd), (vctx, addr, start, size, fd), PS_EUPSTREAM)
+GATED(ipc_reserve, (void *vctx, size_t size, void **out), (vctx, size, out), PS_EUPSTREAM)
+GATED_VOID(ipc_release, (void *vctx, void *addr, size_t size), (vctx, addr, size))
+GATED(ipc_map, (void *vctx, void *addr, size_t size, int fd, uint64_t *handle), (vctx, addr, size, fd, handle), PS_EUPSTREAM)
+GATED(ipc_unmap, (void *vctx, void *addr, size_t size, uint64_t handle), (vctx, addr, size, handle), PS_OK) /* went with the context */
+GATED(device_synchronize, (void *vctx), (vctx), dead_device_synchronize(vctx))
+#undef GATED
+#undef GATED_VOID
 
 int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
 {
@@ -1376,6 +1390,11 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
                    "kernels still use it (a test switch, never for real work)");
     pthread_mutex_init(&d->lock, NULL);
     pthread_mutex_init(&d->vm_lock, NULL);
+    pthread_rwlockattr_t gate_attr; /* the writer first (10. above) */
+    pthread_rwlockattr_init(&gate_attr);
+    pthread_rwlockattr_setkind_np(&gate_attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&d->gate, &gate_attr);
+    pthread_rwlockattr_destroy(&gate_attr);
     if (ps_ptr_map_init(&d->vm_handles, 64) != PS_OK || ps_ptr_map_init(&d->vm_sizes, 64) != PS_OK ||
         ps_ptr_map_init(&d->vm_ranges, 4) != PS_OK) {
         ps_ptr_map_free(&d->vm_handles);
@@ -1461,10 +1480,41 @@ void ps_gpu_ops_cuda_forget_context(CUcontext ctx)
     pthread_mutex_unlock(&streams_lock);
 }
 
+/* Closes the table's gate (10. above): returns once no call is inside it;
+ * later calls wait until ps_gpu_ops_cuda_open. The caller may then destroy
+ * the context, and must mark the table dead before it opens the gate if
+ * the context died. It must not call the table meanwhile. */
+void ps_gpu_ops_cuda_close(ps_gpu_ops_t *ops)
+{
+    device_ops_t *d = (device_ops_t *)ops;
+    pthread_rwlock_wrlock(&d->gate);
+    pthread_mutex_lock(&streams_lock);
+    d->closing = 1;
+    pthread_mutex_unlock(&streams_lock);
+}
+
+/* Opens it again: streams created meanwhile wait for the last barrier now
+ * if the context lives (a dead one's streams went with it). */
+void ps_gpu_ops_cuda_open(ps_gpu_ops_t *ops)
+{
+    device_ops_t *d = (device_ops_t *)ops;
+    pthread_mutex_lock(&streams_lock);
+    d->closing = 0;
+    for (size_t i = 0; i < stream_count; i++)
+        if (streams[i].owes_wait && streams[i].ctx == d->ctx) {
+            streams[i].owes_wait = false;
+            if (!is_dead(d) && d->barrier_recorded)
+                ps_real.cuStreamWaitEvent(streams[i].stream, d->barrier_event, 0);
+        }
+    pthread_mutex_unlock(&streams_lock);
+    pthread_rwlock_unlock(&d->gate);
+}
+
 /* The table of a dead context: every call fails (or does nothing) without
  * calling CUDA. The resources over it keep their pointer to the table, so
  * its entries are replaced in place; its events, fences and memory are
- * abandoned (the driver freed them with the context). */
+ * abandoned (the driver freed them with the context). Called with the
+ * gate closed (10. above), or again by drop_device (nothing more then). */
 void ps_gpu_ops_cuda_mark_dead(ps_gpu_ops_t *ops)
 {
     if (!ops)

@@ -62,11 +62,9 @@ PS_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 
 static CUresult set_flags(ps_cuDevicePrimaryCtxSetFlags_fn real, CUdevice dev, unsigned int flags)
 {
-    if (!real)
-        return CUDA_ERROR_NOT_FOUND;
-    CUresult r = real(dev, flags);
+    CUresult r = ps_context_set_flags(dev, flags, real, "cuDevicePrimaryCtxSetFlags");
     if (r == CUDA_SUCCESS)
-        ps_context_check("cuDevicePrimaryCtxSetFlags");
+        ps_context_check("cuDevicePrimaryCtxSetFlags"); /* (another device's context, should the driver) */
     return r;
 }
 

@@ -34,8 +34,10 @@
  *    already inside the shim when exit() begins finishes as it started.
  * 7. Context lifecycle: when a device's primary context dies (reset, last
  *    release, recreated by new flags), its stack is dropped under the
- *    devices lock: the GPU-ops table is made dead (no CUDA call on the
- *    dead events, streams and memory), the registry entries and slabs of
+ *    devices lock: the GPU-ops table's gate is closed around the real call
+ *    (no call of ours inside the context while it dies: 10. of
+ *    gpu_ops_cuda.c), the table is made dead before the gate opens (no CUDA
+ *    call on the dead events, streams and memory), the registry entries and slabs of
  *    the device are forgotten, the stack is kept on a list that is never
  *    freed (another thread may still be inside it), and the device's
  *    generation and the global context epoch move on. The next allocation
@@ -894,6 +896,15 @@ static void drop_device(ps_device_state_t *dev, const char *api)
             ps_format_bytes(b2, sizeof b2, info.bytes_reserved));
 }
 
+/* Opens the gate of dev's table (closed around a call that may destroy its
+ * context), marking the table dead first if the context died. */
+static void open_gate(ps_device_state_t *dev, bool died)
+{
+    if (died)
+        ps_gpu_ops_cuda_mark_dead(dev->gpu);
+    ps_gpu_ops_cuda_open(dev->gpu);
+}
+
 /* Is the context dev's stack was built in still alive and the same one? */
 static bool context_alive(ps_device_state_t *dev)
 {
@@ -932,15 +943,21 @@ CUresult ps_context_reset(CUdevice device, ps_cuDevicePrimaryCtxReset_fn real, c
             released_vm = true;
         }
     }
+    if (!ready) {
+        CUresult r = real(device);
+        pthread_mutex_unlock(&devices_lock);
+        return r;
+    }
+    ps_gpu_ops_cuda_close(dev->gpu); /* no call of ours is inside the context while it dies */
     CUresult r = real(device);
-    if (ready) {
-        atomic_store(&dev->state, PS_DEVICE_READY);
-        if (r == CUDA_SUCCESS || !context_alive(dev) || released_vm) {
-            drop_device(dev, api);
-            /* "resetting the primary context does not release it": whoever
-             * retained it releases its usage, which is safe after a reset */
-            release_ours(dev);
-        }
+    atomic_store(&dev->state, PS_DEVICE_READY);
+    bool died = r == CUDA_SUCCESS || !context_alive(dev) || released_vm;
+    open_gate(dev, died);
+    if (died) {
+        drop_device(dev, api);
+        /* "resetting the primary context does not release it": whoever
+         * retained it releases its usage, which is safe after a reset */
+        release_ours(dev);
     }
     pthread_mutex_unlock(&devices_lock);
     return r;
@@ -954,8 +971,14 @@ CUresult ps_context_release(CUdevice device, ps_cuDevicePrimaryCtxRelease_fn rea
         return real(device);
     ps_device_state_t *dev = &ps_devices[device];
     pthread_mutex_lock(&devices_lock);
+    /* the context may die in the call, or in our own release below: the
+     * table's gate is closed meanwhile, and a death is acted on (the stack
+     * dropped) once it opens again, the table marked dead before */
+    bool ready = atomic_load(&dev->state) == PS_DEVICE_READY, died = false;
+    if (ready)
+        ps_gpu_ops_cuda_close(dev->gpu);
     CUresult r = real(device);
-    if (r == CUDA_SUCCESS && atomic_load(&dev->state) == PS_DEVICE_READY && dev->holds_ref) {
+    if (r == CUDA_SUCCESS && ready && dev->holds_ref) {
         /* Was that the program's last reference? Ours keeps the context
          * alive, so let go of ours too and look: still active means someone
          * else holds it (take ours back); inactive means the context is gone
@@ -968,20 +991,24 @@ CUresult ps_context_release(CUdevice device, ps_cuDevicePrimaryCtxRelease_fn rea
             if (primary_active(device) && ps_real.cuDevicePrimaryCtxRetain(&again, device) == CUDA_SUCCESS) {
                 dev->holds_ref = 1;
                 if (!context_alive(dev)) { /* a new context behind the same handle: ours is in it */
-                    drop_device(dev, api);
+                    died = true;
                     release_ours(dev);
                 }
             } else {
-                drop_device(dev, api); /* our release destroyed it, as the program's would have */
+                died = true; /* our release destroyed it, as the program's would have */
             }
         }
-    } else if (r == CUDA_SUCCESS && atomic_load(&dev->state) == PS_DEVICE_READY && !context_alive(dev)) {
-        drop_device(dev, api);
+    } else if (r == CUDA_SUCCESS && ready && !context_alive(dev)) {
+        died = true;
         if (primary_active(device))
             release_ours(dev); /* made again: our old reference counts in the new one */
         else
             dev->holds_ref = 0;
     }
+    if (ready)
+        open_gate(dev, died);
+    if (died)
+        drop_device(dev, api);
     pthread_mutex_unlock(&devices_lock);
     return r;
 }
@@ -991,11 +1018,20 @@ CUresult ps_context_destroy(CUcontext ctx, ps_cuCtxDestroy_fn real, const char *
     if (!real)
         return CUDA_ERROR_NOT_FOUND;
     pthread_mutex_lock(&devices_lock);
+    bool ours[PS_MAX_DEVICES] = {false}; /* devices whose stack lives in ctx: gates closed around the call */
+    for (int d = 0; d < PS_MAX_DEVICES && ctx; d++)
+        if (atomic_load(&ps_devices[d].state) == PS_DEVICE_READY && ps_devices[d].ctx == ctx) {
+            ours[d] = true;
+            ps_gpu_ops_cuda_close(ps_devices[d].gpu);
+        }
     CUresult r = real(ctx);
+    for (int d = 0; d < PS_MAX_DEVICES; d++)
+        if (ours[d])
+            open_gate(&ps_devices[d], r == CUDA_SUCCESS);
     if (r == CUDA_SUCCESS && ctx) {
         for (int d = 0; d < PS_MAX_DEVICES; d++) {
             ps_device_state_t *dev = &ps_devices[d];
-            if (atomic_load(&dev->state) == PS_DEVICE_READY && dev->ctx == ctx) {
+            if (ours[d]) {
                 drop_device(dev, api);
                 dev->holds_ref = 0;
             }
@@ -1008,6 +1044,33 @@ CUresult ps_context_destroy(CUcontext ctx, ps_cuCtxDestroy_fn real, const char *
                 break;
             }
         atomic_fetch_add(&context_epoch, 1);
+    }
+    pthread_mutex_unlock(&devices_lock);
+    return r;
+}
+
+CUresult ps_context_set_flags(CUdevice device, unsigned int flags, ps_cuDevicePrimaryCtxSetFlags_fn real,
+                              const char *api)
+{
+    if (!real)
+        return CUDA_ERROR_NOT_FOUND;
+    if (device < 0 || device >= PS_MAX_DEVICES)
+        return real(device, flags);
+    ps_device_state_t *dev = &ps_devices[device];
+    pthread_mutex_lock(&devices_lock);
+    bool ready = atomic_load(&dev->state) == PS_DEVICE_READY;
+    if (ready)
+        ps_gpu_ops_cuda_close(dev->gpu); /* a driver may make the context again (see ps_context_check) */
+    CUresult r = real(device, flags);
+    bool died = ready && r == CUDA_SUCCESS && !context_alive(dev);
+    if (ready)
+        open_gate(dev, died);
+    if (died) {
+        drop_device(dev, api);
+        if (primary_active(device))
+            release_ours(dev); /* made again: our old reference counts in the new one */
+        else
+            dev->holds_ref = 0;
     }
     pthread_mutex_unlock(&devices_lock);
     return r;

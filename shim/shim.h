@@ -287,6 +287,11 @@ static inline CUresult ps_gpu_ops_cuda_unsafe_call_prohibited(void)
  * that fails (its context, events and memory are gone). */
 void ps_gpu_ops_cuda_forget_context(CUcontext ctx);
 void ps_gpu_ops_cuda_mark_dead(ps_gpu_ops_t *ops);
+/* Around a call that may destroy the context of `ops` (its gate, 10. of
+ * gpu_ops_cuda.c): close waits for every call inside the table and holds
+ * new ones; mark the table dead before open if the context died. */
+void ps_gpu_ops_cuda_close(ps_gpu_ops_t *ops);
+void ps_gpu_ops_cuda_open(ps_gpu_ops_t *ops);
 /* Before a reset, while the context lives: unmap and release the virtual
  * memory of `ops` (it outlives the context otherwise); its pools are dead. */
 bool ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops);
@@ -403,6 +408,8 @@ ps_device_state_t *ps_current_device(int door);
 CUresult ps_context_reset(CUdevice device, ps_cuDevicePrimaryCtxReset_fn real, const char *api);
 CUresult ps_context_release(CUdevice device, ps_cuDevicePrimaryCtxRelease_fn real, const char *api);
 CUresult ps_context_destroy(CUcontext ctx, ps_cuCtxDestroy_fn real, const char *api);
+CUresult ps_context_set_flags(CUdevice device, unsigned int flags, ps_cuDevicePrimaryCtxSetFlags_fn real,
+                              const char *api);
 /* After a call that may have destroyed or recreated primary contexts
  * (cudaDeviceReset, cudaSetDeviceFlags, cuDevicePrimaryCtxSetFlags): drops
  * the stack of every device whose context is not the one it was built in. */

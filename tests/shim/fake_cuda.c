@@ -20,6 +20,10 @@
  * at exit when nonzero). cuCtxCreate makes non-primary contexts. With
  * FAKE_CUDA_SETFLAGS_RECREATES=1, cuDevicePrimaryCtxSetFlags on an active
  * primary context destroys and recreates it.
+ * FAKE_CUDA_OBJECT_DELAY_US=N makes every call on an event or a stream
+ * (and cuEventCreate) sleep N microseconds before it looks at its objects:
+ * it widens the window in which a context may die under a caller that
+ * already decided to call (tests/stress/context_reset_stress.c).
  *
  * Process life: in the child of a fork() after cuInit, every entry point
  * answers CUDA_ERROR_NOT_INITIALIZED without touching the parent's state
@@ -136,6 +140,20 @@ __attribute__((destructor)) static void report_dead_calls(void)
 }
 
 static int ctx_alive(CUcontext c) { return c && atomic_load(&c->refs) > 0; }
+
+/* FAKE_CUDA_OBJECT_DELAY_US (see the top). */
+static void object_delay(void)
+{
+    static atomic_int delay_us = -1;
+    int us = atomic_load_explicit(&delay_us, memory_order_relaxed);
+    if (us < 0) {
+        const char *v = getenv("FAKE_CUDA_OBJECT_DELAY_US");
+        us = v ? atoi(v) : 0;
+        atomic_store_explicit(&delay_us, us, memory_order_relaxed);
+    }
+    if (us > 0)
+        usleep((useconds_t)us);
+}
 
 /* A call on something of a dead context (or a stale incarnation). */
 static CUresult dead(void)
@@ -787,6 +805,7 @@ static int event_alive(CUevent e) { return ctx_alive(e->ctx) && atomic_load(&e->
 EXPORT CUresult cuEventCreate(CUevent *e, unsigned int flags)
 {
     ENTER();
+    object_delay();
     (void)flags;
     if (current && !ctx_alive(current))
         return dead();
@@ -800,6 +819,7 @@ EXPORT CUresult cuEventCreate(CUevent *e, unsigned int flags)
 EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
 {
     ENTER();
+    object_delay();
     if (!event_alive(e) || !stream_alive(s))
         return dead();
     if (s && (uintptr_t)s > 2 && s->capturing)
@@ -812,6 +832,7 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
 EXPORT CUresult cuEventQuery(CUevent e)
 {
     ENTER();
+    object_delay();
     if (!event_alive(e))
         return dead();
     __atomic_fetch_add(&counters.event_query, 1, __ATOMIC_RELAXED);
@@ -824,6 +845,7 @@ EXPORT CUresult cuEventQuery(CUevent e)
 EXPORT CUresult cuEventSynchronize(CUevent e)
 {
     ENTER();
+    object_delay();
     if (!event_alive(e))
         return dead();
     atomic_store(&e->pending, 0);
@@ -839,6 +861,7 @@ EXPORT CUresult cuEventDestroy_v2(CUevent e)
 EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int f)
 {
     ENTER();
+    object_delay();
     (void)f;
     if (!event_alive(e) || !stream_alive(s))
         return dead();
@@ -849,6 +872,7 @@ EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int f)
 EXPORT CUresult cuStreamQuery(CUstream s)
 {
     ENTER();
+    object_delay();
     if (!stream_alive(s))
         return dead();
     __atomic_fetch_add(&counters.stream_query, 1, __ATOMIC_RELAXED);

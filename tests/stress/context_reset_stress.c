@@ -59,6 +59,10 @@ int main(int argc, char **argv)
     if (!dlsym(RTLD_DEFAULT, "poolshim_active")) {
         setenv("LD_PRELOAD", PS_BUILD_DIR "/libpoolshim.so", 1);
         setenv("LD_LIBRARY_PATH", PS_BUILD_DIR "/fake", 1); /* the fake libcuda.so.1, dlopened by the fake runtime */
+        /* every event and stream call sleeps first: a reset lands inside the
+         * shim's barrier often (without the gate of shim/gpu_ops_cuda.c,
+         * 10., nearly every run saw a call on a destroyed context) */
+        setenv("FAKE_CUDA_OBJECT_DELAY_US", "100", 0);
         execv("/proc/self/exe", argv);
         perror("execv");
         return 1;
