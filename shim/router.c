@@ -832,6 +832,16 @@ static void release_ours(ps_device_state_t *dev)
     dev->holds_ref = 0;
 }
 
+/* After dev's context died: made again, our old reference counts in the
+ * new one (give it back); not active, it went with the old one. */
+static void settle_ref(ps_device_state_t *dev)
+{
+    if (primary_active(dev->device))
+        release_ours(dev);
+    else
+        dev->holds_ref = 0;
+}
+
 /* Drops device d's stack: its context died. No CUDA call on anything of
  * it. Requires devices_lock; the device must have been READY. */
 static void drop_device(ps_device_state_t *dev, const char *api)
@@ -1000,10 +1010,7 @@ CUresult ps_context_release(CUdevice device, ps_cuDevicePrimaryCtxRelease_fn rea
         }
     } else if (r == CUDA_SUCCESS && ready && !context_alive(dev)) {
         died = true;
-        if (primary_active(device))
-            release_ours(dev); /* made again: our old reference counts in the new one */
-        else
-            dev->holds_ref = 0;
+        settle_ref(dev);
     }
     if (ready)
         open_gate(dev, died);
@@ -1067,10 +1074,7 @@ CUresult ps_context_set_flags(CUdevice device, unsigned int flags, ps_cuDevicePr
         open_gate(dev, died);
     if (died) {
         drop_device(dev, api);
-        if (primary_active(device))
-            release_ours(dev); /* made again: our old reference counts in the new one */
-        else
-            dev->holds_ref = 0;
+        settle_ref(dev);
     }
     pthread_mutex_unlock(&devices_lock);
     return r;
@@ -1085,10 +1089,7 @@ void ps_context_check(const char *api)
         ps_device_state_t *dev = &ps_devices[d];
         if (atomic_load(&dev->state) == PS_DEVICE_READY && !context_alive(dev)) {
             drop_device(dev, api);
-            if (primary_active(d))
-                release_ours(dev); /* made again: our old reference counts in the new one */
-            else
-                dev->holds_ref = 0;
+            settle_ref(dev);
         }
     }
     pthread_mutex_unlock(&devices_lock);
