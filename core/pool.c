@@ -1417,6 +1417,7 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
     info->remap_syncs += pool->remap_syncs;
     info->remaps_idle += pool->remaps_idle;
     info->remap_waits += pool->remap_waits;
+    info->remaps_slack += pool->remaps_slack;
     info->expandable += (uint64_t)pool->expandable;
     ps_unlock(&pool->lock);
 }

@@ -64,6 +64,9 @@ typedef struct ps_pool_options {
     unsigned remap_turnover_percent; /* remap only once barriers have released this % of the
                                  reserved bytes since the last remap (default 100): each costs a
                                  device synchronize, and one per step of a loop would be too many */
+    unsigned remap_slack_percent; /* a remap that would wait on the host for the GPU grows instead
+                                 while reserved bytes after the growth stay within this % above the
+                                 most bytes in use seen at a growth (default 0: always wait) */
     size_t pending_wait_bytes; /* growth bound (0 with pending_wait_percent 0 = off, the default):
                                  before growing, while pending bytes exceed
                                  max(pending_wait_bytes, pending_wait_percent % of reserved),

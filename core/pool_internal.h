@@ -127,6 +127,8 @@ typedef struct pool {
     ps_vm_stash_t stash;        /* remap: pieces unmapped with their memory kept for the growth (empty between calls) */
     uint64_t remaps_idle;       /* remaps that moved idle pieces without a device synchronize */
     uint64_t remap_waits;       /* remaps that waited for the barrier that released the pieces, not the device */
+    uint64_t remaps_slack;      /* remaps left out for a growth within remap_slack_percent instead of a wait */
+    uint64_t peak_need_in_use;  /* most bytes in use + the need at an expandable growth (remap_slack_percent) */
     uint64_t remap_credit;      /* remaps allowed now, in 1/REMAP_CREDIT_UNIT (earned by turnover) */
     uint64_t in_use_high;       /* most of in use + need seen at a growth (grow_budget_percent) */
 

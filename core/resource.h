@@ -41,6 +41,7 @@ typedef struct ps_resource_info {
     uint64_t remap_syncs;         /* device synchronizes before moving free memory to a growth (pool remap) */
     uint64_t remaps_idle;         /* remaps that moved idle free memory without a device synchronize */
     uint64_t remap_waits;         /* remaps that waited (host) for the one barrier that released the pieces */
+    uint64_t remaps_slack;        /* remaps left out, the pool grown within remap_slack_percent instead of a wait */
 } ps_resource_info_t;
 
 typedef struct ps_resource_ops {

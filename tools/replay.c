@@ -417,6 +417,7 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
             s.barriers = info.barriers;
             s.remaps_idle = info.remaps_idle;
             s.remap_waits = info.remap_waits;
+            s.remaps_slack = info.remaps_slack;
         }
         if (sim_gpu) {
             s.device_syncs = ps_host_ops_device_syncs(sim_gpu);
@@ -492,6 +493,9 @@ static void print_layout_text(FILE *f, const replay_stats_t *r)
             (unsigned long long)r->barriers, per_1000(r->barriers, r->allocations),
             (unsigned long long)r->device_syncs, per_1000(r->device_syncs, r->allocations),
             (unsigned long long)r->remaps_idle, (unsigned long long)r->remap_waits);
+    if (r->remaps_slack)
+        fprintf(f, "  growths within remap_slack_percent instead of a remap's wait: %llu\n",
+                (unsigned long long)r->remaps_slack);
     if (r->wait_ns || r->sync_ns || r->wait_as_sync_ns)
         fprintf(f, "  host blocked (GPU lag): %.2f ms in barrier waits (device synchronizes there: %.2f ms), "
                    "%.2f ms in device synchronizes\n",

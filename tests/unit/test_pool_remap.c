@@ -506,3 +506,43 @@ Test(pool_remap, random_workload_over_real_memory_never_moves_a_used_byte)
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     fixture_close(&f);
 }
+
+/* remap_slack_percent: a remap that would wait on the host grows instead
+ * while reserved stays within that share above the most bytes in use (and
+ * needed) at a growth. make_two_holes's last growth needed 42 MiB in use;
+ * the 16 MiB growth would take reserved to 58 MiB: within 40 % (58.8 MiB),
+ * not within 30 % (54.6 MiB). */
+static void grow_with_slack(unsigned slack, uint64_t want_reserved, uint64_t want_waits, uint64_t want_slack)
+{
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    o.remap_slack_percent = slack;
+    ps_host_ops_options_t host = {.virtual_memory = 1};
+    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
+    make_two_holes(&f, blocks, &s, &t);
+    cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
+    ps_resource_info_t info = fixture_info(f.pool);
+    cr_assert_eq(info.bytes_reserved, want_reserved, "slack %u %%: %llu MiB mapped", slack,
+                 (unsigned long long)(info.bytes_reserved / PS_MiB));
+    cr_assert_eq(info.remap_waits, want_waits, "slack %u %%", slack);
+    cr_assert_eq(ps_host_ops_barrier_waits(f.gpu), want_waits, "slack %u %%", slack);
+    cr_assert_eq(info.remaps_slack, want_slack, "slack %u %%", slack);
+    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0);
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    free_layout(&f, blocks, s, t, big);
+    fixture_close(&f);
+}
+
+Test(pool_remap, slack_grows_instead_of_waiting_while_within_its_share)
+{
+    grow_with_slack(40, 58 * PS_MiB, 0, 1);
+}
+
+Test(pool_remap, slack_waits_as_before_past_its_share)
+{
+    grow_with_slack(30, 42 * PS_MiB, 1, 0);
+    grow_with_slack(0, 42 * PS_MiB, 1, 0);
+}
