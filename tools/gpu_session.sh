@@ -5,7 +5,7 @@
 #   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [replay] [bench] [pinned] [torchmem]
 #                                      [ddp] [ddp_transformer] [multigpu] [soak]
 #                                      [benchcore] [scaling] [verify] [verify2] [pinnedpair]
-#                                      [freshthreads] [doors]
+#                                      [freshthreads] [doors] [verify10]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # pinnedpair: issue 16 (host.grow_budget_min): the GPU suite's pinned tests (hazards
 # over the default stack and slabs, their negative controls, the probes, and
@@ -33,6 +33,8 @@
 # SOAK_STACKS=pool SOAK_TOTAL=560 gives one stack the whole call).
 # verify: what changed after the last GPU run (see the step; about 6 min);
 # verify2: the same for two GPUs (nvidia-h200-x2; about 8 min).
+# verify10: what session 10 changed without a GPU (the context gate; the remap slack):
+# GPU tests, then the transformer and conv net with slack 0/2/3 (about 8 min).
 # Results land under $OUT: gpu/ and bench/ from the scripts, and everything
 # else in one archive, extra.tgz (the device tool returns at most 8 files).
 set -u
@@ -143,6 +145,20 @@ for step in $what; do
         OUT_DIR=$OUT/verify/tm WORKLOADS="transformer convnet" CONFIGS="nocache expandable poolshim" \
             tools/bench/torch_mem/run.sh build/libpoolshim.so
         rm -rf "$OUT/verify/tm/runs" ;;
+    verify10)
+        # session 10 had no device time: the gate around each GPU-ops table (every
+        # call into CUDA of the shim now takes a rwlock; a context reset closes it):
+        # context lifecycle, hazards, streams, captures, IPC, remap, PyTorch; then
+        # remap_slack_percent 2 and 3 beside expandable_segments on the two loops that
+        # remap (about 8 min; docs/wip/README.md says what decides the default)
+        echo "=== verify10: the context gate"
+        OUTDIR=$OUT/verify10/gpu TESTS='context_reset|hazard|async_streams|alloc_basic|capture|ipc|remap_idle|expandable|misc|torch' \
+            TEST_TIMEOUT=${TEST_TIMEOUT:-120} ./tests/gpu/run.sh build | grep -vE '^PASS build/' | tail -n 60
+        echo "=== verify10: transformer and conv net, remap_slack_percent 0 / 2 / 3"
+        OUT_DIR=$OUT/verify10/tm WORKLOADS="transformer convnet" CONFIGS="nocache expandable poolshim" \
+            POOLSHIM_VARIANTS="slack2:POOLSHIM_OPTIONS=resource.main.remap_slack_percent=2 slack3:POOLSHIM_OPTIONS=resource.main.remap_slack_percent=3" \
+            tools/bench/torch_mem/run.sh build/libpoolshim.so
+        rm -rf "$OUT/verify10/tm/runs" ;;
     pinnedpair)
         echo "=== pinnedpair: pinned tests and pair timing (host.grow_budget_min, default 16 MiB)"
         OUTDIR=$OUT/pinnedpair/gpu TESTS='pinned' TEST_TIMEOUT=${TEST_TIMEOUT:-180} ./tests/gpu/run.sh build |
