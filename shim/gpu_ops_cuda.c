@@ -56,17 +56,8 @@
  *    the router before a pool serves one: cuStreamIsCapturing drops ended
  *    captures, the thread's own mode is read, then one real cuMemAlloc asks
  *    CUDA, whose answer — and effect on the capture — is the native one).
- * 5. vm_*: cuMemAddressReserve / cuMemCreate + cuMemMap + cuMemSetAccess /
- *    cuMemUnmap + cuMemRelease, pinned device memory at the device's
- *    recommended granularity; offered only when the device reports
- *    CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED and the driver
- *    has every entry point. A reserved range is registered as one slab.
- *    Mapped memory is not covered by peer access: when the program enables
- *    access from device D to device P (cuCtxEnablePeerAccess, which
- *    cudaDeviceEnablePeerAccess calls), D is granted access to every piece
- *    of P mapped so far and is named in every later mapping of P.
- *    POOLSHIM_TEST_SKIP_PEER_GRANT=1 (tests only) grants nothing: the
- *    negative control of tests/gpu/multi_gpu.cu, whose kernel must then fault.
+ * 5., 8., 9. The virtual-memory entries (vm_*, ipc_*, host_vm_*, peer access
+ *    to mapped pieces, giving it all back before a reset): shim/gpu_ops_cuda_vm.c.
  * 6. With debug.nvtx on, every chunk (mem_alloc, mem_alloc_managed) and
  *    every mapped piece (vm_map) is announced to nvtx.c as a heap, and
  *    withdrawn before it goes back (mem_free, vm_unmap).
@@ -74,28 +65,6 @@
  *    block's stream (the legacy stream for cudaMalloc, then a host wait on
  *    it); cuCtxSynchronize (or cuStreamSynchronize of the block's stream)
  *    before cuMemcpyDtoH, so no kernel can still write what is read.
- * 8. ipc_* (shim/ipc.c): with global.ipc on and the device reporting
- *    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, vm_map
- *    asks cuMemCreate for POSIX file descriptor handles (export fails later
- *    otherwise); should cuMemCreate refuse that (some containers), it maps
- *    without and stops offering export. ipc_export finds the piece that
- *    holds an address (vm_lock: the exact start, else a scan) and
- *    cuMemExportToShareableHandle gives its descriptor; ipc_map imports a
- *    descriptor (cuMemImportFromShareableHandle), maps it and sets access
- *    for this device; imported ranges are no slab of ours.
- * 9. host_vm_* (the pinned pool's expandable range, core/host_vm.h):
- *    offered when virtual memory is (5.) and cuMemGetAllocationGranularity
- *    answers for a HOST location (the probe, once per table). host_vm_map
- *    = cuMemCreate (PINNED, location HOST, no shareable handle) +
- *    cuMemMap + cuMemSetAccess for the host and every device of the
- *    process (pinned memory from cudaMallocHost is usable from every
- *    device too); a device that refuses is named once and skipped from
- *    then on; the table's own device must accept. The range comes from
- *    vm_reserve (one slab in the registry, as a device range) and pieces
- *    go back through vm_unmap; they are remembered with the device pieces,
- *    so ps_gpu_ops_cuda_release_vm gives them back before a reset too (a
- *    reset frees cuMemHostAlloc memory of the context as well). Host
- *    pieces are no NVTX heaps (neither are pinned slabs).
  * 10. The gate: no call into a context while it dies. Every entry of the
  *    table that calls CUDA is a live_ body behind a gated ops_ entry: it
  *    takes the table's gate (a rwlock) to read, and answers as the dead
@@ -106,7 +75,8 @@
  *    ones), marks the table dead before it opens again if the context
  *    died, then drops the stack. Without it a thread already past the
  *    "dead?" check recorded an event of the destroyed context (the TSan
- *    stress of context resets saw it in 1 run of 10). The gate prefers the
+ *    stress of context resets saw it in 3 runs of 30; in 9 of 10 with the
+ *    fake driver's 100 us delay in event calls). The gate prefers the
  *    writer (a reset is not starved by a stream of calls), so no entry may
  *    enter it twice: live_ bodies call live_ bodies only. A non-blocking
  *    stream created while the gate is closed owes its wait for the last
@@ -117,9 +87,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/ptr_map.h"
-#include "../core/resource.h"
-#include "shim.h"
+#include "gpu_ops_cuda_internal.h"
 
 struct ps_fence {
     ps_fence_t *next_free; /* free-list link */
@@ -128,42 +96,10 @@ struct ps_fence {
     CUevent *events;       /* the events */
 };
 
-typedef struct device_ops {
-    ps_gpu_ops_t ops;          /* the table handed to core/ (must be first) */
-    CUcontext ctx;             /* the device's primary context */
-    CUdevice device;           /* its device */
-    pthread_mutex_t lock;      /* guards free_fences */
-    ps_fence_t *free_fences;   /* recycled fences */
-    CUevent barrier_event;     /* E of the last barrier: one of barrier_events (guarded by streams_lock) */
-    CUevent barrier_events[PS_BARRIER_RING]; /* E of barrier n is [n % PS_BARRIER_RING], for barrier_passed
-                                                (created lazily; guarded by streams_lock) */
-    int barrier_recorded;      /* E was recorded at least once (guarded by streams_lock) */
-    size_t vm_granularity;     /* recommended mapping granularity (0: no virtual memory) */
-    size_t host_vm_granularity; /* recommended granularity of host-located pieces (0: none; 9.) */
-    int device_count;          /* devices of the process (host pieces grant each of them access) */
-    _Atomic uint64_t host_access_refused; /* bit D: device D refused access to a host piece (asked no more) */
-    atomic_int shareable;      /* 1: vm_map creates memory exportable as POSIX file descriptors (6.) */
-    int skip_barrier;          /* test only (POOLSHIM_TEST_SKIP_BARRIER=1): barriers order nothing */
-    int assume_idle;           /* test only (POOLSHIM_TEST_ASSUME_IDLE=1): every barrier has passed */
-    int wait_returns;          /* test only (POOLSHIM_TEST_WAIT_RETURNS=1): barrier_wait returns at once */
-    atomic_int dead;           /* 1: the context died (reset): every entry answers as dead_* below */
-    pthread_rwlock_t gate;     /* read by every call into CUDA, written while the context may die (10.) */
-    int closing;               /* the gate is closed (guarded by streams_lock) */
-    pthread_mutex_t vm_lock;   /* guards the three maps below */
-    ps_ptr_map_t vm_handles;   /* mapped address -> its physical allocation handle */
-    ps_ptr_map_t vm_sizes;     /* mapped address -> bytes mapped there, | HOST_PIECE for a host piece (9.) */
-    ps_ptr_map_t vm_ranges;    /* reserved range -> its size (all, for release before a reset) */
-    _Atomic uint64_t barriers; /* barriers issued = the newest barrier's number (written under streams_lock) */
-} device_ops_t;
-
 /* What each entry answers once its context died (ps_gpu_ops_cuda_mark_dead):
  * no CUDA call; its events, fences and memory went with the context. The
  * table itself never changes (other threads may be reading it); each entry
  * checks the flag first. */
-static inline bool is_dead(void *vctx)
-{
-    return atomic_load_explicit(&((device_ops_t *)vctx)->dead, memory_order_acquire) != 0;
-}
 static int dead_mem_alloc(void *vctx, size_t size, void **out) { return PS_EUPSTREAM; }
 static int dead_mem_free(void *vctx, void *ptr, size_t size) { return PS_OK; }
 static int dead_mem_alloc_async(void *vctx, size_t size, ps_stream_t stream, void **out) { return PS_EUPSTREAM; }
@@ -178,25 +114,7 @@ static int dead_barrier_passed(void *vctx, uint64_t generation) { return PS_OK; 
 static int dead_barrier_wait(void *vctx, uint64_t generation) { return PS_OK; }
 static int dead_memset_d8(void *vctx, void *ptr, uint8_t value, size_t bytes, ps_stream_t stream) { return PS_EUPSTREAM; }
 static int dead_copy_to_host(void *vctx, void *dst, const void *src, size_t bytes, ps_stream_t stream) { return PS_EUPSTREAM; }
-static int dead_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle) { return PS_EUPSTREAM; }
-static int dead_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle) { return PS_OK; }
 static int dead_host_alloc(void *vctx, size_t size, unsigned flags, void **out) { return PS_EUPSTREAM; }
-
-/* Enters the table's gate (10. above): false, without entering, once the
- * context died. Every true is paired with a gate_leave. */
-static bool gate_enter(void *vctx)
-{
-    device_ops_t *d = vctx;
-    if (is_dead(d))
-        return false; /* (final: no lock needed) */
-    pthread_rwlock_rdlock(&d->gate);
-    if (!atomic_load_explicit(&d->dead, memory_order_relaxed))
-        return true;
-    pthread_rwlock_unlock(&d->gate);
-    return false;
-}
-static void gate_leave(void *vctx) { pthread_rwlock_unlock(&((device_ops_t *)vctx)->gate); }
-
 
 /* ---- stream tracking -------------------------------------------------------- */
 typedef struct tracked_stream {
@@ -373,34 +291,6 @@ void ps_gpu_ops_cuda_stream_destroyed(CUstream stream)
 void ps_gpu_ops_cuda_atfork_prepare(void) { pthread_mutex_lock(&streams_lock); }
 void ps_gpu_ops_cuda_atfork_parent(void) { pthread_mutex_unlock(&streams_lock); }
 void ps_gpu_ops_cuda_atfork_child(void) { pthread_mutex_init(&streams_lock, NULL); }
-
-/* ---- context scope -------------------------------------------------------------- */
-static int enter_ctx(device_ops_t *d)
-{
-    CUcontext cur = NULL;
-    ps_real.cuCtxGetCurrent(&cur);
-    if (cur == d->ctx)
-        return 0;
-    return ps_real.cuCtxPushCurrent_v2(d->ctx) == CUDA_SUCCESS;
-}
-static void leave_ctx(int pushed)
-{
-    if (pushed) {
-        CUcontext popped;
-        ps_real.cuCtxPopCurrent_v2(&popped);
-    }
-}
-
-static int status_of(CUresult r)
-{
-    if (r == CUDA_SUCCESS)
-        return PS_OK;
-    if (r == CUDA_ERROR_OUT_OF_MEMORY)
-        return PS_ENOMEM;
-    if (r == CUDA_ERROR_NOT_READY)
-        return PS_ENOTREADY;
-    return PS_EUPSTREAM;
-}
 
 /* ---- memory ------------------------------------------------------------------------ */
 static int live_mem_alloc(void *vctx, size_t size, void **out)
@@ -841,467 +731,6 @@ static int live_copy_to_host(void *vctx, void *dst, const void *src, size_t byte
     return status_of(r);
 }
 
-/* ---- virtual memory (5. above) ------------------------------------------------------------ */
-static size_t ops_vm_granularity(void *vctx)
-{
-    return ((device_ops_t *)vctx)->vm_granularity;
-}
-
-static int ops_vm_reserve(void *vctx, size_t size, void **out)
-{
-    device_ops_t *d = vctx;
-    int pushed = enter_ctx(d);
-    CUdeviceptr p = 0;
-    CUresult r = ps_real.cuMemAddressReserve(&p, size, d->vm_granularity, 0, 0);
-    leave_ctx(pushed);
-    if (r != CUDA_SUCCESS)
-        return status_of(r);
-    ps_slab_add((uintptr_t)p, size, d->ops.device);
-    pthread_mutex_lock(&d->vm_lock);
-    if (ps_ptr_map_reserve(&d->vm_ranges, 1) == PS_OK)
-        ps_ptr_map_put(&d->vm_ranges, (uintptr_t)p, size);
-    pthread_mutex_unlock(&d->vm_lock);
-    *out = (void *)(uintptr_t)p;
-    return PS_OK;
-}
-
-static void live_vm_release(void *vctx, void *addr, size_t size)
-{
-    device_ops_t *d = vctx;
-    uint64_t ignored;
-    pthread_mutex_lock(&d->vm_lock);
-    ps_ptr_map_remove(&d->vm_ranges, (uintptr_t)addr, &ignored);
-    pthread_mutex_unlock(&d->vm_lock);
-    ps_slab_remove((uintptr_t)addr);
-    int pushed = enter_ctx(d);
-    ps_real.cuMemAddressFree((CUdeviceptr)(uintptr_t)addr, size);
-    leave_ctx(pushed);
-}
-
-/* Maps physical memory `h` at `addr` with access for the device and every
- * device granted peer access to it (context entered by the caller). */
-static CUresult map_with_access(device_ops_t *d, CUdeviceptr at, size_t size, CUmemGenericAllocationHandle h)
-{
-    CUmemAccessDesc access[PS_MAX_DEVICES];
-    size_t access_count = 0;
-    access[access_count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, d->device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    pthread_mutex_lock(&streams_lock);
-    uint64_t peers = d->device >= 0 && d->device < PS_MAX_DEVICES ? peer_access[d->device] : 0;
-    pthread_mutex_unlock(&streams_lock);
-    for (int p = 0; p < PS_MAX_DEVICES; p++)
-        if ((peers >> p & 1) && p != d->device)
-            access[access_count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, p}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    CUresult r = ps_real.cuMemMap(at, size, 0, h, 0);
-    if (r == CUDA_SUCCESS) {
-        r = ps_real.cuMemSetAccess(at, size, access, access_count);
-        if (r != CUDA_SUCCESS)
-            ps_real.cuMemUnmap(at, size);
-    }
-    return r;
-}
-
-/* Marks a host piece in vm_sizes (sizes are granularity multiples: bit 0 is free). */
-#define HOST_PIECE 1ull
-#define PIECE_BYTES(value) ((value) & ~HOST_PIECE)
-
-/* A piece is mapped at `addr`: remembered for IPC export, peer grants and
- * release before a reset. `device_piece`: device memory, announced to NVTX;
- * else a host piece (9.): every device has access already, it is no NVTX
- * heap (pinned slabs are none either) and never exported. */
-static void note_mapped(device_ops_t *d, void *addr, size_t size, uint64_t h, bool device_piece)
-{
-    pthread_mutex_lock(&d->vm_lock);
-    if (ps_ptr_map_reserve(&d->vm_handles, 1) == PS_OK && ps_ptr_map_reserve(&d->vm_sizes, 1) == PS_OK) {
-        ps_ptr_map_put(&d->vm_handles, (uintptr_t)addr, h);
-        ps_ptr_map_put(&d->vm_sizes, (uintptr_t)addr, size | (device_piece ? 0 : HOST_PIECE));
-    }
-    pthread_mutex_unlock(&d->vm_lock);
-    if (device_piece && PS_UNLIKELY(ps_nvtx_on))
-        ps_nvtx_heap_add(addr, size, d->ops.device);
-}
-
-static void note_unmapped(device_ops_t *d, void *addr)
-{
-    uint64_t ignored;
-    pthread_mutex_lock(&d->vm_lock);
-    ps_ptr_map_remove(&d->vm_handles, (uintptr_t)addr, &ignored);
-    ps_ptr_map_remove(&d->vm_sizes, (uintptr_t)addr, &ignored);
-    pthread_mutex_unlock(&d->vm_lock);
-}
-
-/* Properties of pinned physical memory at a location (a device, or the host). */
-static CUmemAllocationProp pinned_prop(int type, int id) /* type: a CU_MEM_LOCATION_TYPE_* */
-{
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = type;
-    prop.location.id = id;
-    return prop;
-}
-
-static int live_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
-{
-    device_ops_t *d = vctx;
-    CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_DEVICE, d->device);
-    CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
-    int pushed = enter_ctx(d);
-    CUmemGenericAllocationHandle h = 0;
-    if (atomic_load_explicit(&d->shareable, memory_order_relaxed))
-        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    CUresult r = ps_real.cuMemCreate(&h, size, &prop, 0);
-    if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop.requestedHandleTypes) {
-        /* exportable memory refused (seen in containers): map plain memory,
-         * and pooled blocks of this device are refused IPC from now on */
-        prop.requestedHandleTypes = 0;
-        r = ps_real.cuMemCreate(&h, size, &prop, 0);
-        if (r == CUDA_SUCCESS && atomic_exchange(&d->shareable, 0))
-            ps_warning("device %d: cuMemCreate refused memory exportable as a file descriptor; the pool maps "
-                       "plain memory, and cudaIpcGetMemHandle on its blocks is refused",
-                       d->device);
-    }
-    if (r == CUDA_SUCCESS) {
-        r = map_with_access(d, at, size, h);
-        if (r != CUDA_SUCCESS)
-            ps_real.cuMemRelease(h);
-    }
-    leave_ctx(pushed);
-    if (r != CUDA_SUCCESS)
-        return status_of(r);
-    note_mapped(d, addr, size, h, true);
-    *handle = h;
-    return PS_OK;
-}
-
-static int live_vm_map_handle(void *vctx, void *addr, size_t size, uint64_t handle)
-{
-    device_ops_t *d = vctx;
-    int pushed = enter_ctx(d);
-    CUresult r = map_with_access(d, (CUdeviceptr)(uintptr_t)addr, size, (CUmemGenericAllocationHandle)handle);
-    leave_ctx(pushed);
-    if (r != CUDA_SUCCESS)
-        return status_of(r);
-    note_mapped(d, addr, size, handle, true);
-    return PS_OK;
-}
-
-/* ---- pinned host pieces (9. above) ------------------------------------------------------ */
-static size_t ops_host_vm_granularity(void *vctx)
-{
-    return ((device_ops_t *)vctx)->host_vm_granularity;
-}
-
-/* Grants the host and every device that accepts access to a host piece
- * mapped at `at` (context entered by the caller). One cuMemSetAccess with
- * every descriptor; when that is refused, the host alone and then each
- * device alone, so a device that refuses is found, named once and left
- * out of later pieces. The table's own device must accept. */
-static CUresult grant_host_piece(device_ops_t *d, CUdeviceptr at, size_t size)
-{
-    CUmemAccessDesc access[PS_MAX_DEVICES + 1];
-    size_t count = 0;
-    uint64_t refused = atomic_load_explicit(&d->host_access_refused, memory_order_relaxed);
-    access[count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_HOST, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    for (int dev = 0; dev < d->device_count && dev < PS_MAX_DEVICES; dev++)
-        if (!(refused >> dev & 1))
-            access[count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, dev}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    CUresult r = ps_real.cuMemSetAccess(at, size, access, count);
-    if (r == CUDA_SUCCESS)
-        return r;
-    if ((r = ps_real.cuMemSetAccess(at, size, &access[0], 1)) != CUDA_SUCCESS)
-        return r; /* the host itself refused: no pinned piece here */
-    for (size_t i = 1; i < count; i++) {
-        int dev = access[i].location.id;
-        CUresult one = ps_real.cuMemSetAccess(at, size, &access[i], 1);
-        if (one == CUDA_SUCCESS)
-            continue;
-        if (dev == d->device)
-            return one; /* the pool's own device must reach its pinned memory */
-        if (!(atomic_fetch_or(&d->host_access_refused, 1ull << dev) >> dev & 1))
-            ps_warning("device %d: device %d refuses access to pinned memory of the host range (error %d); "
-                       "its kernels cannot use pooled pinned blocks of device %d through their pointer",
-                       d->device, dev, (int)one, d->device);
-    }
-    return CUDA_SUCCESS;
-}
-
-static int live_host_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
-{
-    device_ops_t *d = vctx;
-    CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_HOST, 0);
-    CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
-    int pushed = enter_ctx(d);
-    CUmemGenericAllocationHandle h = 0;
-    CUresult r = ps_real.cuMemCreate(&h, size, &prop, 0);
-    if (r == CUDA_SUCCESS) {
-        r = ps_real.cuMemMap(at, size, 0, h, 0);
-        if (r == CUDA_SUCCESS && (r = grant_host_piece(d, at, size)) != CUDA_SUCCESS)
-            ps_real.cuMemUnmap(at, size);
-        if (r != CUDA_SUCCESS)
-            ps_real.cuMemRelease(h);
-    }
-    leave_ctx(pushed);
-    if (r != CUDA_SUCCESS)
-        return status_of(r);
-    note_mapped(d, addr, size, h, false);
-    *handle = h;
-    return PS_OK;
-}
-
-void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer)
-{
-    const char *skip = getenv("POOLSHIM_TEST_SKIP_PEER_GRANT");
-    if (skip && *skip == '1') {
-        ps_warning("POOLSHIM_TEST_SKIP_PEER_GRANT=1: peer access to the pool's mapped memory is not granted "
-                   "(a test switch: kernels of the peer will fault)");
-        return;
-    }
-    CUdevice me = -1, owner = -1;
-    if (ps_real.cuCtxGetDevice(&me) != CUDA_SUCCESS || me < 0 || me >= PS_MAX_DEVICES)
-        return;
-    if (ps_real.cuCtxPushCurrent_v2(peer) != CUDA_SUCCESS)
-        return;
-    CUresult r = ps_real.cuCtxGetDevice(&owner);
-    CUcontext popped;
-    ps_real.cuCtxPopCurrent_v2(&popped);
-    if (r != CUDA_SUCCESS || owner < 0 || owner >= PS_MAX_DEVICES || owner == me)
-        return;
-    pthread_mutex_lock(&streams_lock);
-    peer_access[owner] |= 1ull << me;
-    device_ops_t *d = device_tables[owner];
-    pthread_mutex_unlock(&streams_lock);
-    if (!d || !d->vm_granularity || !gate_enter(d))
-        return;
-    /* what is mapped already: grant it now (later mappings include `me`) */
-    CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, me}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    int pushed = enter_ctx(d);
-    pthread_mutex_lock(&d->vm_lock);
-    for (size_t i = 0; i < d->vm_sizes.capacity; i++)
-        if (d->vm_sizes.slots[i].key != PS_PTR_MAP_EMPTY && !(d->vm_sizes.slots[i].value & HOST_PIECE) &&
-            ps_real.cuMemSetAccess((CUdeviceptr)d->vm_sizes.slots[i].key, d->vm_sizes.slots[i].value, &access, 1) !=
-                CUDA_SUCCESS)
-            ps_warning("device %d: could not give device %d access to a mapped piece of the pool", owner, me);
-    pthread_mutex_unlock(&d->vm_lock);
-    leave_ctx(pushed);
-    gate_leave(d);
-}
-
-static int live_vm_unmap_keep(void *vctx, void *addr, size_t size, uint64_t handle)
-{
-    device_ops_t *d = vctx;
-    if (PS_UNLIKELY(ps_nvtx_on))
-        ps_nvtx_heap_remove(addr);
-    int pushed = enter_ctx(d);
-    CUresult r = ps_real.cuMemUnmap((CUdeviceptr)(uintptr_t)addr, size);
-    leave_ctx(pushed);
-    if (r == CUDA_SUCCESS)
-        note_unmapped(d, addr);
-    return status_of(r);
-}
-
-static void live_vm_drop(void *vctx, uint64_t handle)
-{
-    device_ops_t *d = vctx;
-    int pushed = enter_ctx(d);
-    ps_real.cuMemRelease((CUmemGenericAllocationHandle)handle);
-    leave_ctx(pushed);
-}
-
-static int live_vm_unmap(void *vctx, void *addr, size_t size, uint64_t handle)
-{
-    int status = live_vm_unmap_keep(vctx, addr, size, handle);
-    if (status == PS_OK)
-        live_vm_drop(vctx, handle);
-    return status;
-}
-
-/* ---- sharing with other processes (6. above) ------------------------------------------ */
-static int live_ipc_export(void *vctx, uintptr_t addr, uintptr_t *start, size_t *size, int *fd)
-{
-    device_ops_t *d = vctx;
-    if (!atomic_load_explicit(&d->shareable, memory_order_relaxed))
-        return PS_EUNSUPPORTED; /* cuMemCreate refused exportable memory once: pieces are mixed now */
-    uint64_t piece_size = 0, handle = 0;
-    uintptr_t piece = 0;
-    pthread_mutex_lock(&d->vm_lock);
-    if (ps_ptr_map_get(&d->vm_sizes, addr, &piece_size)) {
-        piece = addr;
-    } else {
-        for (size_t i = 0; i < d->vm_sizes.capacity; i++) {
-            uintptr_t key = d->vm_sizes.slots[i].key;
-            if (key != PS_PTR_MAP_EMPTY && key <= addr && addr - key < PIECE_BYTES(d->vm_sizes.slots[i].value)) {
-                piece = key;
-                piece_size = d->vm_sizes.slots[i].value;
-                break;
-            }
-        }
-    }
-    int found = piece && !(piece_size & HOST_PIECE) && ps_ptr_map_get(&d->vm_handles, piece, &handle);
-    pthread_mutex_unlock(&d->vm_lock);
-    if (!found)
-        return PS_EINVAL;
-    *start = piece;
-    *size = (size_t)piece_size;
-    if (!fd)
-        return PS_OK;
-    int exported = -1;
-    int pushed = enter_ctx(d);
-    CUresult r = ps_real.cuMemExportToShareableHandle(&exported, (CUmemGenericAllocationHandle)handle,
-                                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    leave_ctx(pushed);
-    if (r != CUDA_SUCCESS || exported < 0)
-        return r == CUDA_SUCCESS ? PS_EUPSTREAM : status_of(r);
-    *fd = exported;
-    return PS_OK;
-}
-
-static int live_ipc_reserve(void *vctx, size_t size, void **out)
-{
-    device_ops_t *d = vctx;
-    int pushed = enter_ctx(d);
-    CUdeviceptr p = 0;
-    CUresult r = ps_real.cuMemAddressReserve(&p, ps_align_up(size, d->vm_granularity), d->vm_granularity, 0, 0);
-    leave_ctx(pushed);
-    if (r != CUDA_SUCCESS)
-        return status_of(r);
-    *out = (void *)(uintptr_t)p;
-    return PS_OK;
-}
-
-static void live_ipc_release(void *vctx, void *addr, size_t size)
-{
-    device_ops_t *d = vctx;
-    int pushed = enter_ctx(d);
-    ps_real.cuMemAddressFree((CUdeviceptr)(uintptr_t)addr, ps_align_up(size, d->vm_granularity));
-    leave_ctx(pushed);
-}
-
-static int live_ipc_map(void *vctx, void *addr, size_t size, int fd, uint64_t *handle)
-{
-    device_ops_t *d = vctx;
-    CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
-    CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, d->device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    CUmemGenericAllocationHandle h = 0;
-    int pushed = enter_ctx(d);
-    CUresult r = ps_real.cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-    if (r == CUDA_SUCCESS) {
-        r = ps_real.cuMemMap(at, size, 0, h, 0);
-        if (r == CUDA_SUCCESS) {
-            r = ps_real.cuMemSetAccess(at, size, &access, 1);
-            if (r != CUDA_SUCCESS)
-                ps_real.cuMemUnmap(at, size);
-        }
-        if (r != CUDA_SUCCESS)
-            ps_real.cuMemRelease(h);
-    }
-    leave_ctx(pushed);
-    if (r != CUDA_SUCCESS)
-        return status_of(r);
-    *handle = h;
-    return PS_OK;
-}
-
-static int live_ipc_unmap(void *vctx, void *addr, size_t size, uint64_t handle)
-{
-    device_ops_t *d = vctx;
-    int pushed = enter_ctx(d);
-    CUresult r = ps_real.cuMemUnmap((CUdeviceptr)(uintptr_t)addr, size);
-    if (r == CUDA_SUCCESS)
-        r = ps_real.cuMemRelease((CUmemGenericAllocationHandle)handle);
-    leave_ctx(pushed);
-    return status_of(r);
-}
-
-/* Whether memory of `device` can be created exportable as a POSIX file
- * descriptor (and imported again). Needs the context current. */
-static bool posix_fd_shareable(CUdevice device)
-{
-    if (!ps_global || !ps_global->ipc || !ps_real.cuMemExportToShareableHandle ||
-        !ps_real.cuMemImportFromShareableHandle)
-        return false;
-    int supported = 0;
-    return ps_real.cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
-                                        device) == CUDA_SUCCESS &&
-           supported;
-}
-
-/* Before a reset of the context (which is still alive): physical memory
- * from cuMemCreate and reserved address ranges belong to the process, not
- * to the context, so a reset would not free them (measured: +6 MiB per
- * reset of a pool stack). Wait for the device, unmap and release every
- * mapping and reservation of this table. Its pools must not be used
- * again: the caller drops them. Returns whether it had anything. */
-bool ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops)
-{
-    device_ops_t *d = (device_ops_t *)ops;
-    if (!d || !d->vm_granularity)
-        return false;
-    pthread_mutex_lock(&d->vm_lock);
-    bool any = d->vm_ranges.count > 0;
-    pthread_mutex_unlock(&d->vm_lock);
-    if (!any)
-        return false;
-    int pushed = enter_ctx(d);
-    ps_real.cuCtxSynchronize();
-    pthread_mutex_lock(&d->vm_lock);
-    for (size_t i = 0; i < d->vm_handles.capacity; i++) {
-        uintptr_t addr = d->vm_handles.slots[i].key;
-        uint64_t size = 0;
-        if (addr == PS_PTR_MAP_EMPTY || !ps_ptr_map_get(&d->vm_sizes, addr, &size))
-            continue;
-        if (ps_real.cuMemUnmap((CUdeviceptr)addr, PIECE_BYTES(size)) == CUDA_SUCCESS)
-            ps_real.cuMemRelease(d->vm_handles.slots[i].value);
-    }
-    for (size_t i = 0; i < d->vm_ranges.capacity; i++)
-        if (d->vm_ranges.slots[i].key != PS_PTR_MAP_EMPTY)
-            ps_real.cuMemAddressFree((CUdeviceptr)d->vm_ranges.slots[i].key, d->vm_ranges.slots[i].value);
-    ps_ptr_map_free(&d->vm_handles);
-    ps_ptr_map_free(&d->vm_sizes);
-    ps_ptr_map_free(&d->vm_ranges);
-    ps_ptr_map_init(&d->vm_handles, 64);
-    ps_ptr_map_init(&d->vm_sizes, 64);
-    ps_ptr_map_init(&d->vm_ranges, 4);
-    pthread_mutex_unlock(&d->vm_lock);
-    leave_ctx(pushed);
-    return true;
-}
-
-/* The device's mapping granularity when it and the driver support virtual
- * memory management, else 0. Needs the context current. */
-static size_t vm_granularity_of(CUdevice device)
-{
-    if (!ps_real.cuDeviceGetAttribute || !ps_real.cuMemGetAllocationGranularity || !ps_real.cuMemAddressReserve ||
-        !ps_real.cuMemAddressFree || !ps_real.cuMemCreate || !ps_real.cuMemRelease || !ps_real.cuMemMap ||
-        !ps_real.cuMemUnmap || !ps_real.cuMemSetAccess)
-        return 0;
-    int supported = 0;
-    if (ps_real.cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device) !=
-            CUDA_SUCCESS ||
-        !supported)
-        return 0;
-    CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_DEVICE, device);
-    size_t granularity = 0;
-    if (ps_real.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) !=
-        CUDA_SUCCESS)
-        return 0;
-    return granularity;
-}
-
-/* The recommended granularity of pinned memory placed on the host by
- * cuMemCreate (host.expandable's probe, once per table), else 0: the
- * driver does not know host locations (before CUDA 12.2) or refuses them.
- * Needs the context current and virtual memory support (vm_granularity_of). */
-static size_t host_vm_granularity_of(void)
-{
-    CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_HOST, 0);
-    size_t granularity = 0;
-    if (ps_real.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) !=
-            CUDA_SUCCESS ||
-        !ps_is_pow2(granularity))
-        return 0;
-    return granularity;
-}
-
 static int live_device_synchronize(void *vctx)
 {
     device_ops_t *d = vctx;
@@ -1312,24 +741,8 @@ static int live_device_synchronize(void *vctx)
 }
 
 /* ---- the gate (10. above): every entry of the table, around its live_ body ---- */
-/* GATED(name, parameters, arguments, answer of a dead table) makes ops_name. */
-#define GATED(name, params, args, dead_answer)                                         \
-    static int ops_##name params                                                       \
-    {                                                                                  \
-        if (!gate_enter(vctx))                                                         \
-            return dead_answer;                                                        \
-        int status_ = live_##name args;                                                \
-        gate_leave(vctx);                                                              \
-        return status_;                                                                \
-    }
-#define GATED_VOID(name, params, args)                                                 \
-    static void ops_##name params                                                      \
-    {                                                                                  \
-        if (gate_enter(vctx)) {                                                        \
-            live_##name args;                                                          \
-            gate_leave(vctx);                                                          \
-        }                                                                              \
-    }
+/* (GATED and GATED_VOID: shim/gpu_ops_cuda_internal.h; the virtual-memory entries are
+ * in shim/gpu_ops_cuda_vm.c) */
 GATED(mem_alloc, (void *vctx, size_t size, void **out), (vctx, size, out), dead_mem_alloc(vctx, size, out))
 GATED(mem_free, (void *vctx, void *ptr, size_t size), (vctx, ptr, size), dead_mem_free(vctx, ptr, size))
 GATED(mem_alloc_async, (void *vctx, size_t size, ps_stream_t stream, void **out), (vctx, size, stream, out), dead_mem_alloc_async(vctx, size, stream, out))
@@ -1348,21 +761,7 @@ GATED(barrier_wait, (void *vctx, uint64_t generation), (vctx, generation), dead_
 GATED(barrier_passed, (void *vctx, uint64_t generation), (vctx, generation), dead_barrier_passed(vctx, generation))
 GATED(memset_d8, (void *vctx, void *ptr, uint8_t value, size_t bytes, ps_stream_t stream), (vctx, ptr, value, bytes, stream), dead_memset_d8(vctx, ptr, value, bytes, stream))
 GATED(copy_to_host, (void *vctx, void *dst, const void *src, size_t bytes, ps_stream_t stream), (vctx, dst, src, bytes, stream), dead_copy_to_host(vctx, dst, src, bytes, stream))
-GATED_VOID(vm_release, (void *vctx, void *addr, size_t size), (vctx, addr, size))
-GATED(vm_map, (void *vctx, void *addr, size_t size, uint64_t *handle), (vctx, addr, size, handle), dead_vm_map(vctx, addr, size, handle))
-GATED(vm_map_handle, (void *vctx, void *addr, size_t size, uint64_t handle), (vctx, addr, size, handle), PS_EUPSTREAM)
-GATED(host_vm_map, (void *vctx, void *addr, size_t size, uint64_t *handle), (vctx, addr, size, handle), dead_vm_map(vctx, addr, size, handle))
-GATED(vm_unmap_keep, (void *vctx, void *addr, size_t size, uint64_t handle), (vctx, addr, size, handle), PS_OK) /* (the context and its memory are gone; dead_vm_unmap says the same) */
-GATED_VOID(vm_drop, (void *vctx, uint64_t handle), (vctx, handle))
-GATED(vm_unmap, (void *vctx, void *addr, size_t size, uint64_t handle), (vctx, addr, size, handle), dead_vm_unmap(vctx, addr, size, handle))
-GATED(ipc_export, (void *vctx, uintptr_t addr, uintptr_t *start, size_t *size, int *fd), (vctx, addr, start, size, fd), PS_EUPSTREAM)
-GATED(ipc_reserve, (void *vctx, size_t size, void **out), (vctx, size, out), PS_EUPSTREAM)
-GATED_VOID(ipc_release, (void *vctx, void *addr, size_t size), (vctx, addr, size))
-GATED(ipc_map, (void *vctx, void *addr, size_t size, int fd, uint64_t *handle), (vctx, addr, size, fd, handle), PS_EUPSTREAM)
-GATED(ipc_unmap, (void *vctx, void *addr, size_t size, uint64_t handle), (vctx, addr, size, handle), PS_OK) /* went with the context */
 GATED(device_synchronize, (void *vctx), (vctx), dead_device_synchronize(vctx))
-#undef GATED
-#undef GATED_VOID
 
 int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
 {
@@ -1428,35 +827,7 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         d->ops.memset_d8 = ops_memset_d8;
         d->ops.copy_to_host = ops_copy_to_host;
     }
-    int pushed = enter_ctx(d);
-    d->vm_granularity = vm_granularity_of(device);
-    bool shareable = d->vm_granularity && posix_fd_shareable(device);
-    d->host_vm_granularity = d->vm_granularity ? host_vm_granularity_of() : 0;
-    if (!ps_real.cuDeviceGetCount || ps_real.cuDeviceGetCount(&d->device_count) != CUDA_SUCCESS)
-        d->device_count = 0;
-    leave_ctx(pushed);
-    if (d->vm_granularity) {
-        d->ops.vm_granularity = ops_vm_granularity;
-        d->ops.vm_reserve = ops_vm_reserve;
-        d->ops.vm_release = ops_vm_release;
-        d->ops.vm_map = ops_vm_map;
-        d->ops.vm_unmap = ops_vm_unmap;
-        d->ops.vm_unmap_keep = ops_vm_unmap_keep;
-        d->ops.vm_map_handle = ops_vm_map_handle;
-        d->ops.vm_drop = ops_vm_drop;
-    }
-    if (d->host_vm_granularity && d->device_count > 0) { /* host.expandable's pieces (9. above) */
-        d->ops.host_vm_granularity = ops_host_vm_granularity;
-        d->ops.host_vm_map = ops_host_vm_map;
-    }
-    if (shareable) {
-        atomic_store(&d->shareable, 1);
-        d->ops.ipc_export = ops_ipc_export;
-        d->ops.ipc_reserve = ops_ipc_reserve;
-        d->ops.ipc_release = ops_ipc_release;
-        d->ops.ipc_map = ops_ipc_map;
-        d->ops.ipc_unmap = ops_ipc_unmap;
-    }
+    ps_gpu_ops_cuda_vm_attach(d); /* virtual memory, pinned host pieces, IPC: what the device offers */
     if (device >= 0 && device < PS_MAX_DEVICES) {
         pthread_mutex_lock(&streams_lock);
         device_tables[device] = d;
@@ -1464,6 +835,26 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
     }
     *out = &d->ops;
     return PS_OK;
+}
+
+/* ---- peer access (5. of gpu_ops_cuda_vm.c) --------------------------------------------- */
+uint64_t ps_gpu_ops_cuda_peers_of(int device)
+{
+    if (device < 0 || device >= PS_MAX_DEVICES)
+        return 0;
+    pthread_mutex_lock(&streams_lock);
+    uint64_t peers = peer_access[device];
+    pthread_mutex_unlock(&streams_lock);
+    return peers;
+}
+
+device_ops_t *ps_gpu_ops_cuda_grant_peer(int owner, int peer)
+{
+    pthread_mutex_lock(&streams_lock);
+    peer_access[owner] |= 1ull << peer;
+    device_ops_t *d = device_tables[owner];
+    pthread_mutex_unlock(&streams_lock);
+    return d;
 }
 
 /* ---- context lifecycle: a context died (reset, last release, destroy) ----------- */

@@ -934,29 +934,25 @@ CUresult ps_context_reset(CUdevice device, ps_cuDevicePrimaryCtxReset_fn real, c
         return real(device);
     ps_device_state_t *dev = &ps_devices[device];
     pthread_mutex_lock(&devices_lock);
-    /* no new user of the stack while the context goes away: allocations on
-     * this device wait for the lock, then build in the new context */
-    int ready = atomic_load(&dev->state) == PS_DEVICE_READY;
-    bool released_vm = false; /* memory of the stack was given back: it must be dropped */
-    if (ready) {
-        atomic_store(&dev->state, PS_DEVICE_UNBUILT);
-        atomic_fetch_add(&context_epoch, 1); /* cached answers are looked up again */
-        /* virtual memory outlives the context: give it back while it lives
-         * (the stack cannot be used afterwards, whatever the reset says) */
-        released_vm = ps_gpu_ops_cuda_release_vm(dev->gpu); /* any pool of the stack, however deep */
-        /* and so does memory of CUDA's memory pools (the async upstream) */
-        size_t released = 0;
-        for (size_t i = 0; i < dev->stack->count; i++)
-            released += ps_upstream_release_all(dev->stack->all[i]);
-        if (released) {
-            dev->gpu->device_synchronize(dev->gpu->ctx);
-            released_vm = true;
-        }
-    }
-    if (!ready) {
+    if (atomic_load(&dev->state) != PS_DEVICE_READY) { /* no stack: nothing of ours in the context */
         CUresult r = real(device);
         pthread_mutex_unlock(&devices_lock);
         return r;
+    }
+    /* no new user of the stack while the context goes away: allocations on
+     * this device wait for the lock, then build in the new context */
+    atomic_store(&dev->state, PS_DEVICE_UNBUILT);
+    atomic_fetch_add(&context_epoch, 1); /* cached answers are looked up again */
+    /* virtual memory outlives the context: give it back while it lives
+     * (the stack cannot be used afterwards, whatever the reset says) */
+    bool released_vm = ps_gpu_ops_cuda_release_vm(dev->gpu); /* any pool of the stack, however deep */
+    /* and so does memory of CUDA's memory pools (the async upstream) */
+    size_t released = 0;
+    for (size_t i = 0; i < dev->stack->count; i++)
+        released += ps_upstream_release_all(dev->stack->all[i]);
+    if (released) {
+        dev->gpu->device_synchronize(dev->gpu->ctx);
+        released_vm = true; /* memory of the stack was given back: it must be dropped */
     }
     ps_gpu_ops_cuda_close(dev->gpu); /* no call of ours is inside the context while it dies */
     CUresult r = real(device);

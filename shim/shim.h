@@ -13,7 +13,11 @@
  *                    lifecycle, streams/captures/peer access on their way to gpu_ops_cuda.c
  *   registry.c       device pointer -> owner (sharded hash, no global lock)
  *   ipc.c            IPC handles of pooled blocks: export table, service thread, imports
- *   gpu_ops_cuda.c   the GPU-ops table of core/ over the real driver, stream tracking
+ *   gpu_ops_cuda.c   the GPU-ops table of core/ over the real driver, stream tracking,
+ *                    the gate that keeps calls out of a dying context
+ *   gpu_ops_cuda_vm.c  its virtual-memory entries: mapped pieces, pinned host pieces,
+ *                    IPC export/import, peer access to mapped memory
+ *                    (both share gpu_ops_cuda_internal.h)
  *   stats.c          the shim's counters and exit report
  *   nvtx.c           debug.nvtx: chunks as NVTX heaps, blocks as regions (compute-sanitizer)
  *

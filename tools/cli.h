@@ -94,6 +94,8 @@ const char *cli_json_str(const json_t *object, const char *path, const char *fal
 
 /* Reads a whole file into a NUL-terminated buffer (free() it). */
 int cli_read_file(const char *path, char **text, size_t *length);
+/* Removes a directory of plain files (the per-process stats of run and ab). */
+void cli_remove_directory(const char *path);
 /* Splits a CSV line (modified in place) at commas into at most `max`
  * fields, blanks trimmed; returns the count, or -1 when there are more. */
 int cli_split_csv(char *line, char **fields, int max);

@@ -12,6 +12,7 @@
 #include "cli.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -370,4 +371,21 @@ double cli_median(double *values, size_t n)
         return 0;
     qsort(values, n, sizeof *values, compare_doubles);
     return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+void cli_remove_directory(const char *path)
+{
+    DIR *dir = opendir(path);
+    if (!dir)
+        return;
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        if (!strcmp(entry->d_name, ".") || !strcmp(entry->d_name, ".."))
+            continue;
+        char file[PATH_MAX + 256];
+        snprintf(file, sizeof file, "%s/%s", path, entry->d_name);
+        unlink(file);
+    }
+    closedir(dir);
+    rmdir(path);
 }

@@ -200,23 +200,6 @@ static int run_once(const ab_session_t *session, const ab_variant_t *variant, si
     return 0;
 }
 
-static void remove_directory(const char *path)
-{
-    DIR *dir = opendir(path);
-    if (!dir)
-        return;
-    struct dirent *entry;
-    while ((entry = readdir(dir)) != NULL) {
-        if (!strcmp(entry->d_name, ".") || !strcmp(entry->d_name, ".."))
-            continue;
-        char file[PATH_MAX + 256];
-        snprintf(file, sizeof file, "%s/%s", path, entry->d_name);
-        unlink(file);
-    }
-    closedir(dir);
-    rmdir(path);
-}
-
 static int render_saved(const char *path, int json)
 {
     char *text, err[256];
@@ -319,7 +302,7 @@ int ps_cmd_ab(int argc, char **argv)
 
     ab_results_t *results = calloc(1, sizeof *results);
     if (!results) {
-        remove_directory(session.directory);
+        cli_remove_directory(session.directory);
         return CLI_EXIT_FAILURE;
     }
     shell_quote_command(results->command, sizeof results->command, session.command);
@@ -390,7 +373,7 @@ int ps_cmd_ab(int argc, char **argv)
     if (keep)
         fprintf(stderr, "poolshim: ab: runs' output and statistics kept in %s\n", session.directory);
     else
-        remove_directory(session.directory);
+        cli_remove_directory(session.directory);
     ab_results_free(results);
     free(results);
     return exit_code;

@@ -26,7 +26,6 @@
  *   --stats=json gets its report as the shim wrote it. The exit status is
  *   still the command's.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -115,23 +114,6 @@ static void forward_signal(int signal_number)
 {
     if (child_pid > 0)
         kill((pid_t)child_pid, signal_number);
-}
-
-static void remove_directory(const char *path)
-{
-    DIR *dir = opendir(path);
-    if (!dir)
-        return;
-    struct dirent *entry;
-    while ((entry = readdir(dir)) != NULL) {
-        if (!strcmp(entry->d_name, ".") || !strcmp(entry->d_name, ".."))
-            continue;
-        char file[PATH_MAX + 256];
-        snprintf(file, sizeof file, "%s/%s", path, entry->d_name);
-        unlink(file);
-    }
-    closedir(dir);
-    rmdir(path);
 }
 
 /* Prints what the processes wrote into `directory` (one stats_*.json each). */
@@ -320,7 +302,7 @@ int ps_cmd_run(int argc, char **argv)
     if (failed) {
         fprintf(stderr, "poolshim: error: run: cannot set the environment: %s\n", strerror(errno));
         if (merge && !dry_run)
-            remove_directory(directory);
+            cli_remove_directory(directory);
         free(sanitized);
         return CLI_EXIT_FAILURE;
     }
@@ -339,7 +321,7 @@ int ps_cmd_run(int argc, char **argv)
     if (merge) {
         int exit_code = run_and_wait(command);
         print_merged_stats(directory, !strcmp(stats, "json"));
-        remove_directory(directory);
+        cli_remove_directory(directory);
         free(sanitized);
         return exit_code;
     }

@@ -1,0 +1,126 @@
+/* What the GPU-ops table over the driver shares between its two files:
+ * shim/gpu_ops_cuda.c (memory, fences, barriers, streams, the gate, the
+ * table's life) and shim/gpu_ops_cuda_vm.c (its virtual-memory entries).
+ * Numbers (1.-10.) refer to the algorithm at the top of gpu_ops_cuda.c. */
+#ifndef PS_GPU_OPS_CUDA_INTERNAL_H
+#define PS_GPU_OPS_CUDA_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "../core/ptr_map.h"
+#include "../core/resource.h"
+#include "shim.h"
+
+typedef struct device_ops {
+    ps_gpu_ops_t ops;          /* the table handed to core/ (must be first) */
+    CUcontext ctx;             /* the device's primary context */
+    CUdevice device;           /* its device */
+    pthread_mutex_t lock;      /* guards free_fences */
+    ps_fence_t *free_fences;   /* recycled fences */
+    CUevent barrier_event;     /* E of the last barrier: one of barrier_events (guarded by streams_lock) */
+    CUevent barrier_events[PS_BARRIER_RING]; /* E of barrier n is [n % PS_BARRIER_RING], for barrier_passed
+                                                (created lazily; guarded by streams_lock) */
+    int barrier_recorded;      /* E was recorded at least once (guarded by streams_lock) */
+    size_t vm_granularity;     /* recommended mapping granularity (0: no virtual memory) */
+    size_t host_vm_granularity; /* recommended granularity of host-located pieces (0: none; 9.) */
+    int device_count;          /* devices of the process (host pieces grant each of them access) */
+    _Atomic uint64_t host_access_refused; /* bit D: device D refused access to a host piece (asked no more) */
+    atomic_int shareable;      /* 1: vm_map creates memory exportable as POSIX file descriptors (8.) */
+    int skip_barrier;          /* test only (POOLSHIM_TEST_SKIP_BARRIER=1): barriers order nothing */
+    int assume_idle;           /* test only (POOLSHIM_TEST_ASSUME_IDLE=1): every barrier has passed */
+    int wait_returns;          /* test only (POOLSHIM_TEST_WAIT_RETURNS=1): barrier_wait returns at once */
+    atomic_int dead;           /* 1: the context died (reset): every entry answers as a dead table (10.) */
+    pthread_rwlock_t gate;     /* read by every call into CUDA, written while the context may die (10.) */
+    int closing;               /* the gate is closed (guarded by streams_lock) */
+    pthread_mutex_t vm_lock;   /* guards the three maps below */
+    ps_ptr_map_t vm_handles;   /* mapped address -> its physical allocation handle */
+    ps_ptr_map_t vm_sizes;     /* mapped address -> bytes mapped there, | HOST_PIECE for a host piece (9.) */
+    ps_ptr_map_t vm_ranges;    /* reserved range -> its size (all, for release before a reset) */
+    _Atomic uint64_t barriers; /* barriers issued = the newest barrier's number (written under streams_lock) */
+} device_ops_t;
+
+static inline bool is_dead(void *vctx)
+{
+    return atomic_load_explicit(&((device_ops_t *)vctx)->dead, memory_order_acquire) != 0;
+}
+
+/* Enters the table's gate (10.): false, without entering, once the
+ * context died. Every true is paired with a gate_leave. */
+static inline bool gate_enter(void *vctx)
+{
+    device_ops_t *d = vctx;
+    if (is_dead(d))
+        return false; /* (final: no lock needed) */
+    pthread_rwlock_rdlock(&d->gate);
+    if (!atomic_load_explicit(&d->dead, memory_order_relaxed))
+        return true;
+    pthread_rwlock_unlock(&d->gate);
+    return false;
+}
+static inline void gate_leave(void *vctx) { pthread_rwlock_unlock(&((device_ops_t *)vctx)->gate); }
+
+/* The table's context made current for one call (1.): enter_ctx answers
+ * whether it pushed, leave_ctx pops then. */
+static inline int enter_ctx(device_ops_t *d)
+{
+    CUcontext cur = NULL;
+    ps_real.cuCtxGetCurrent(&cur);
+    if (cur == d->ctx)
+        return 0;
+    return ps_real.cuCtxPushCurrent_v2(d->ctx) == CUDA_SUCCESS;
+}
+static inline void leave_ctx(int pushed)
+{
+    if (pushed) {
+        CUcontext popped;
+        ps_real.cuCtxPopCurrent_v2(&popped);
+    }
+}
+
+/* A driver result as a core/ status. */
+static inline int status_of(CUresult r)
+{
+    if (r == CUDA_SUCCESS)
+        return PS_OK;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+        return PS_ENOMEM;
+    if (r == CUDA_ERROR_NOT_READY)
+        return PS_ENOTREADY;
+    return PS_EUPSTREAM;
+}
+
+/* The gate around each entry (10.): GATED(name, parameters, arguments,
+ * answer of a dead table) makes ops_name over live_name. */
+#define GATED(name, params, args, dead_answer)                                         \
+    static int ops_##name params                                                       \
+    {                                                                                  \
+        if (!gate_enter(vctx))                                                         \
+            return dead_answer;                                                        \
+        int status_ = live_##name args;                                                \
+        gate_leave(vctx);                                                              \
+        return status_;                                                                \
+    }
+#define GATED_VOID(name, params, args)                                                 \
+    static void ops_##name params                                                      \
+    {                                                                                  \
+        if (gate_enter(vctx)) {                                                        \
+            live_##name args;                                                          \
+            gate_leave(vctx);                                                          \
+        }                                                                              \
+    }
+
+/* Peer access the program granted (gpu_ops_cuda.c keeps it, under its
+ * streams lock): bit D of the answer = device D may access `device`'s
+ * memory; grant_peer records that `peer` may access `owner`'s and answers
+ * owner's table (NULL: none made yet). */
+uint64_t ps_gpu_ops_cuda_peers_of(int device);
+device_ops_t *ps_gpu_ops_cuda_grant_peer(int owner, int peer);
+
+/* gpu_ops_cuda_vm.c: probes what the device offers (virtual memory, pinned
+ * host pieces, export as file descriptors) and fills those entries of d's
+ * table; called once by ps_gpu_ops_cuda_create. */
+void ps_gpu_ops_cuda_vm_attach(device_ops_t *d);
+
+#endif
