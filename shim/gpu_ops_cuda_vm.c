@@ -429,8 +429,10 @@ static bool posix_fd_shareable(CUdevice device)
  * from cuMemCreate and reserved address ranges belong to the process, not
  * to the context, so a reset would not free them (measured: +6 MiB per
  * reset of a pool stack). Wait for the device, unmap and release every
- * mapping and reservation of this table. Its pools must not be used
- * again: the caller drops them. Returns whether it had anything. */
+ * mapping and reservation of this table. Called with the table's gate
+ * closed (no entry maps or unmaps meanwhile); it calls the driver, never
+ * the table. Its pools must not be used again: the caller drops them.
+ * Returns whether it had anything. */
 bool ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops)
 {
     device_ops_t *d = (device_ops_t *)ops;

@@ -943,18 +943,18 @@ CUresult ps_context_reset(CUdevice device, ps_cuDevicePrimaryCtxReset_fn real, c
      * this device wait for the lock, then build in the new context */
     atomic_store(&dev->state, PS_DEVICE_UNBUILT);
     atomic_fetch_add(&context_epoch, 1); /* cached answers are looked up again */
-    /* virtual memory outlives the context: give it back while it lives
-     * (the stack cannot be used afterwards, whatever the reset says) */
-    bool released_vm = ps_gpu_ops_cuda_release_vm(dev->gpu); /* any pool of the stack, however deep */
-    /* and so does memory of CUDA's memory pools (the async upstream) */
+    /* memory outlives the context: give it back while it lives (the stack
+     * cannot be used afterwards, whatever the reset says): CUDA's memory
+     * pools (the async upstream; through the table) */
     size_t released = 0;
     for (size_t i = 0; i < dev->stack->count; i++)
         released += ps_upstream_release_all(dev->stack->all[i]);
-    if (released) {
+    if (released)
         dev->gpu->device_synchronize(dev->gpu->ctx);
-        released_vm = true; /* memory of the stack was given back: it must be dropped */
-    }
     ps_gpu_ops_cuda_close(dev->gpu); /* no call of ours is inside the context while it dies */
+    /* and virtual memory, of any pool of the stack however deep (direct
+     * driver calls: no entry of the table maps or unmaps meanwhile) */
+    bool released_vm = ps_gpu_ops_cuda_release_vm(dev->gpu) || released; /* given back: the stack must go */
     CUresult r = real(device);
     atomic_store(&dev->state, PS_DEVICE_READY);
     bool died = r == CUDA_SUCCESS || !context_alive(dev) || released_vm;

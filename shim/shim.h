@@ -296,8 +296,9 @@ void ps_gpu_ops_cuda_mark_dead(ps_gpu_ops_t *ops);
  * new ones; mark the table dead before open if the context died. */
 void ps_gpu_ops_cuda_close(ps_gpu_ops_t *ops);
 void ps_gpu_ops_cuda_open(ps_gpu_ops_t *ops);
-/* Before a reset, while the context lives: unmap and release the virtual
- * memory of `ops` (it outlives the context otherwise); its pools are dead. */
+/* Before a reset, while the context lives and with the gate of `ops`
+ * closed: unmap and release its virtual memory (it outlives the context
+ * otherwise); its pools are dead. */
 bool ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops);
 /* fork(): the streams lock is taken before, released in the parent, reset
  * in the child (the child's stream hooks take it). */
