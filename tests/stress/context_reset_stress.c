@@ -6,10 +6,13 @@
  *   - 1 thread allocates and frees on device 0 while the main thread resets
  *     device 0 again and again: that race is the program's, so errors are
  *     allowed there, but no crash, no data race in the shim, and never a
- *     call on an object of a destroyed context (the fake driver counts them). */
+ *     call on an object of a destroyed context (the fake driver counts them).
+ * It runs twice, in children: over chunked pools, then over virtual memory
+ * (FAKE_CUDA_VMM=1), which every reset unmaps and releases. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../shim/prog_common.h"
@@ -63,9 +66,24 @@ int main(int argc, char **argv)
          * shim's barrier often (without the gate of shim/gpu_ops_cuda.c,
          * 10., nearly every run saw a call on a destroyed context) */
         setenv("FAKE_CUDA_OBJECT_DELAY_US", "100", 0);
-        execv("/proc/self/exe", argv);
-        perror("execv");
-        return 1;
+        /* twice: chunked pools, then pools over virtual memory, which each
+         * reset gives back (ps_gpu_ops_cuda_release_vm) */
+        int failed = 0;
+        for (int vmm = 0; vmm < 2; vmm++) {
+            setenv("FAKE_CUDA_VMM", vmm ? "1" : "0", 1);
+            pid_t child = fork();
+            if (child == 0) {
+                execv("/proc/self/exe", argv);
+                perror("execv");
+                _exit(1);
+            }
+            int status = 0;
+            if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                fprintf(stderr, "context_reset_stress: the run with FAKE_CUDA_VMM=%d failed\n", vmm);
+                failed = 1;
+            }
+        }
+        return failed;
     }
     if (!shim_active()) {
         fprintf(stderr, "context_reset_stress: the shim is not active\n");
