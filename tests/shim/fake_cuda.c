@@ -24,6 +24,9 @@
  * (and cuEventCreate) sleep N microseconds before it looks at its objects:
  * it widens the window in which a context may die under a caller that
  * already decided to call (tests/stress/context_reset_stress.c).
+ * FAKE_CUDA_LIFECYCLE_DELAY_US=N makes cuDevicePrimaryCtxRelease and
+ * cuDevicePrimaryCtxReset sleep N microseconds first (another thread acts
+ * while the shim is inside them).
  *
  * Process life: in the child of a fork() after cuInit, every entry point
  * answers CUDA_ERROR_NOT_INITIALIZED without touching the parent's state
@@ -683,8 +686,17 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
     *c = &primary[d];
     return CUDA_SUCCESS;
 }
+/* FAKE_CUDA_LIFECYCLE_DELAY_US (see the top). */
+static void lifecycle_delay(void)
+{
+    const char *v = getenv("FAKE_CUDA_LIFECYCLE_DELAY_US");
+    if (v && atoi(v) > 0)
+        usleep((useconds_t)atoi(v));
+}
+
 static CUresult primary_release(CUdevice d)
 {
+    lifecycle_delay();
     if (d < 0 || d >= device_count())
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
@@ -706,6 +718,7 @@ static CUresult primary_release(CUdevice d)
 }
 static CUresult primary_reset(CUdevice d)
 {
+    lifecycle_delay();
     if (d < 0 || d >= device_count())
         return CUDA_ERROR_INVALID_VALUE;
     __atomic_fetch_add(&counters.ctx_reset, 1, __ATOMIC_RELAXED);

@@ -273,6 +273,8 @@ static struct {
     CUresult (*stream_destroy)(CUstream);
     CUresult (*primary_reset)(CUdevice);
     CUresult (*ctx_get_current)(CUcontext *);
+    CUresult (*primary_retain)(CUcontext *, CUdevice);
+    CUresult (*primary_release)(CUdevice);
 } drv;
 static void look_up_driver(void)
 {
@@ -286,7 +288,11 @@ static void look_up_driver(void)
     gpa("cuStreamDestroy", (void **)&drv.stream_destroy, 4000, 0, &st);
     gpa("cuDevicePrimaryCtxReset", (void **)&drv.primary_reset, 11000, 0, &st);
     gpa("cuCtxGetCurrent", (void **)&drv.ctx_get_current, 4000, 0, &st);
-    CHECK(drv.mem_alloc && drv.stream_destroy && drv.primary_reset && drv.ctx_get_current, "driver functions");
+    gpa("cuDevicePrimaryCtxRetain", (void **)&drv.primary_retain, 7000, 0, &st);
+    gpa("cuDevicePrimaryCtxRelease", (void **)&drv.primary_release, 11000, 0, &st);
+    CHECK(drv.mem_alloc && drv.stream_destroy && drv.primary_reset && drv.ctx_get_current && drv.primary_retain &&
+              drv.primary_release,
+          "driver functions");
 }
 
 /* In the child: CUDA cannot be used in the child of a process that
@@ -909,6 +915,42 @@ static void barrier_streams(void)
         CHECK(cudaStreamDestroy(s[i]) == cudaSuccess, "stream destroy %d", i);
 }
 
+/* A non-blocking stream made while a release of the primary context is
+ * inside the driver (the shim's gate of its GPU-ops table is closed: the
+ * context might be dying) owes its wait for the last barrier: the shim
+ * makes it when the release returns with the context alive (an extra
+ * reference keeps it), never while the gate is closed. Run with
+ * FAKE_CUDA_LIFECYCLE_DELAY_US=300000; prints the stream waits made while
+ * the release was inside and after it returned. */
+static void *release_primary(void *arg)
+{
+    (void)arg;
+    CHECK(drv.primary_release(0) == CUDA_SUCCESS, "cuDevicePrimaryCtxRelease");
+    return NULL;
+}
+
+static void gate_stream(void)
+{
+    void *a, *b;
+    CHECK(cudaMalloc(&a, 64u << 20) == cudaSuccess, "cudaMalloc A");
+    look_up_driver(); /* (the runtime has loaded the driver now) */
+    CHECK(cudaFree(a) == cudaSuccess, "cudaFree A");
+    CHECK(cudaMalloc(&b, 64u << 20) == cudaSuccess, "cudaMalloc B (a barrier)");
+    CUcontext ctx;
+    CHECK(drv.primary_retain(&ctx, 0) == CUDA_SUCCESS, "cuDevicePrimaryCtxRetain"); /* the release leaves it alive */
+    pthread_t t;
+    pthread_create(&t, NULL, release_primary, NULL);
+    usleep(50 * 1000); /* the release is inside the driver now */
+    unsigned long waits = fake()->stream_wait;
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    unsigned long during = fake()->stream_wait - waits;
+    pthread_join(t, NULL);
+    printf("gate_stream: during=%lu after=%lu\n", during, fake()->stream_wait - waits);
+    CHECK(cudaFree(b) == cudaSuccess, "cudaFree B");
+    CHECK(cudaStreamDestroy(s) == cudaSuccess, "stream destroy");
+}
+
 /* 8 threads allocate and free known sizes, device and pinned, and each
  * leaves one block of each live (test_shim.c checks the exact sums and the
  * peak's bound in the statistics). Thread i: 400 rounds of 4 blocks of
@@ -956,6 +998,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "threads")) threads();
     else if (!strcmp(what, "stats_threads")) stats_threads();
     else if (!strcmp(what, "barrier_streams")) barrier_streams();
+    else if (!strcmp(what, "gate_stream")) gate_stream();
     else if (!strcmp(what, "oom")) oom();
     else if (!strcmp(what, "devices")) devices();
     else if (!strcmp(what, "forks")) forks();
