@@ -34,7 +34,8 @@
 # verify: what changed after the last GPU run (see the step; about 6 min);
 # verify2: the same for two GPUs (nvidia-h200-x2; about 8 min).
 # verify10: what session 10 changed without a GPU (the context gate; the remap slack):
-# GPU tests, then the transformer and conv net with slack 0/2/3 (about 8 min).
+# GPU tests, then the transformer and conv net with slack 0/2/3 and the remap-oldest
+# patch's library (build/var/oldest.so) with slack 0 and 3 (about 10 min).
 # Results land under $OUT: gpu/ and bench/ from the scripts, and everything
 # else in one archive, extra.tgz (the device tool returns at most 8 files).
 set -u
@@ -154,10 +155,14 @@ for step in $what; do
         echo "=== verify10: the context gate"
         OUTDIR=$OUT/verify10/gpu TESTS='context_reset|hazard|async_streams|alloc_basic|capture|ipc|remap_idle|expandable|misc|torch' \
             TEST_TIMEOUT=${TEST_TIMEOUT:-120} ./tests/gpu/run.sh build | grep -vE '^PASS build/' | tail -n 60
-        echo "=== verify10: transformer and conv net, remap_slack_percent 0 / 2 / 3"
+        # build/var/oldest.so: main with docs/wip/remap-oldest.patch applied (build it
+        # as docs/wip/README.md says; the variants are skipped without it)
+        echo "=== verify10: transformer and conv net, remap_slack_percent 0 / 2 / 3 (and remap-oldest)"
+        variants="slack2:POOLSHIM_OPTIONS=resource.main.remap_slack_percent=2 slack3:POOLSHIM_OPTIONS=resource.main.remap_slack_percent=3"
+        [ -f build/var/oldest.so ] &&
+            variants="$variants oldest:LD_PRELOAD=$PWD/build/var/oldest.so oldest3:LD_PRELOAD=$PWD/build/var/oldest.so,POOLSHIM_OPTIONS=resource.main.remap_slack_percent=3"
         OUT_DIR=$OUT/verify10/tm WORKLOADS="transformer convnet" CONFIGS="nocache expandable poolshim" \
-            POOLSHIM_VARIANTS="slack2:POOLSHIM_OPTIONS=resource.main.remap_slack_percent=2 slack3:POOLSHIM_OPTIONS=resource.main.remap_slack_percent=3" \
-            tools/bench/torch_mem/run.sh build/libpoolshim.so
+            POOLSHIM_VARIANTS="$variants" tools/bench/torch_mem/run.sh "$PWD/build/libpoolshim.so"
         rm -rf "$OUT/verify10/tm/runs" ;;
     pinnedpair)
         echo "=== pinnedpair: pinned tests and pair timing (host.grow_budget_min, default 16 MiB)"
