@@ -690,8 +690,10 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 static void lifecycle_delay(void)
 {
     const char *v = getenv("FAKE_CUDA_LIFECYCLE_DELAY_US");
-    if (v && atoi(v) > 0)
+    if (v && atoi(v) > 0) {
+        __atomic_fetch_add(&counters.lifecycle_delays, 1, __ATOMIC_RELEASE);
         usleep((useconds_t)atoi(v));
+    }
 }
 
 static CUresult primary_release(CUdevice d)

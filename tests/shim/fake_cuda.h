@@ -34,5 +34,6 @@ typedef struct fake_cuda_counters {
     unsigned long vm_released;          /* cuMemRelease successes (created and imported) */
     unsigned long ipc_open_native;      /* cuIpcOpenMemHandle(_v2) calls that reached the driver */
     unsigned long ipc_close_native;     /* cuIpcCloseMemHandle calls that reached the driver */
+    unsigned long lifecycle_delays;     /* FAKE_CUDA_LIFECYCLE_DELAY_US sleeps begun (a test waits for one) */
 } fake_cuda_counters_t;
 #endif

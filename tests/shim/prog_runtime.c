@@ -920,7 +920,7 @@ static void barrier_streams(void)
  * context might be dying) owes its wait for the last barrier: the shim
  * makes it when the release returns with the context alive (an extra
  * reference keeps it), never while the gate is closed. Run with
- * FAKE_CUDA_LIFECYCLE_DELAY_US=300000; prints the stream waits made while
+ * FAKE_CUDA_LIFECYCLE_DELAY_US=500000; prints the stream waits made while
  * the release was inside and after it returned. */
 static void *release_primary(void *arg)
 {
@@ -940,7 +940,8 @@ static void gate_stream(void)
     CHECK(drv.primary_retain(&ctx, 0) == CUDA_SUCCESS, "cuDevicePrimaryCtxRetain"); /* the release leaves it alive */
     pthread_t t;
     pthread_create(&t, NULL, release_primary, NULL);
-    usleep(50 * 1000); /* the release is inside the driver now */
+    for (int i = 0; i < 5000 && !__atomic_load_n(&fake()->lifecycle_delays, __ATOMIC_ACQUIRE); i++)
+        usleep(1000); /* until the release is inside the driver */
     unsigned long waits = fake()->stream_wait;
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");

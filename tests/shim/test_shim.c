@@ -514,7 +514,7 @@ Test(context, set_device_flags_that_recreate_the_context)
 
 Test(context, a_stream_made_while_a_release_is_inside_the_driver_waits_once_it_returns)
 {
-    expect_clean("FAKE_CUDA_LIFECYCLE_DELAY_US=300000", "prog_runtime gate_stream");
+    expect_clean("FAKE_CUDA_LIFECYCLE_DELAY_US=500000", "prog_runtime gate_stream");
     cr_expect(strstr(output, "gate_stream: during=0 after=1"),
               "no wait while the gate is closed, one for the last barrier once it opens:\n%s", output);
 }
