@@ -211,7 +211,7 @@ static void failed(builder_t *b, const char *name, ps_resource_type_t type, cons
         snprintf(where, sizeof where, "built in");
     ps_error("device %d: cannot create resource `%s` (type %s, %s): %s%s", b->device, name,
              ps_type_names[type], where, ps_status_name(status),
-             status == PS_EUNSUPPORTED ? " (this build has no implementation of it)" : "");
+             status == PS_EUNSUPPORTED ? " (the device or its driver lacks what this type needs)" : "");
     b->status = status;
 }
 

@@ -1,11 +1,8 @@
 /* Building stacks from the configuration. Most tests give the builder fake
  * constructors that record what they were asked to create (order, options,
- * upstreams), so the builder's logic is checked whatever state the core
- * resources are in. The example-file test uses the real core constructors;
- * resources that are still STUBs in this tree may only fail with
- * PS_EUNSUPPORTED (TODO: drop that allowance once pool, arena, fixed_size,
- * binning, cuda/async/managed upstreams and the limit/stats/track/log
- * adaptors are merged). */
+ * upstreams), so the builder's logic is checked on its own. The example-file
+ * test uses the real core constructors over the CPU device (core/host_ops):
+ * every example must build and serve an allocation. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -416,7 +413,7 @@ Test(config_build, a_failing_constructor_leaves_nothing_behind)
     ps_config_free(cfg);
 }
 
-Test(config_build, a_stubbed_resource_is_reported_by_name)
+Test(config_build, a_resource_the_device_cannot_offer_is_reported_by_name)
 {
     ps_config_t *cfg = load("[resource.main]\ntype = arena\n");
     FILE *log = tmpfile();
@@ -432,7 +429,7 @@ Test(config_build, a_stubbed_resource_is_reported_by_name)
     size_t n = fread(text, 1, sizeof text - 1, log);
     text[n] = '\0';
     cr_assert_str_eq(text, "poolshim: error: device 3: cannot create resource `main` (type arena, build.ini:2): "
-                           "not supported (this build has no implementation of it)\n");
+                           "not supported (the device or its driver lacks what this type needs)\n");
     ps_message_set_fd(2);
     fclose(log);
     ps_config_free(cfg);
@@ -540,18 +537,12 @@ Test(config_build, every_example_builds_on_every_device_with_fake_resources)
     cr_assert_geq(for_each_example(build_example_with_fakes), 6);
 }
 
-/* The CPU device: core/host_ops when this tree has it (weak: the branch
- * that adds core/host_ops.c makes it real), else a table that only knows
- * its size. */
-extern int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out) __attribute__((weak));
-extern void ps_host_ops_destroy(ps_gpu_ops_t *ops) __attribute__((weak));
-
 static void build_example_with_core(const char *path)
 {
     ps_config_t *cfg = load_example(path);
-    ps_gpu_ops_t *gpu = &fake_gpu;
+    ps_gpu_ops_t *gpu = NULL;
     ps_host_ops_options_t opts = {.capacity = 80ull << 30, .backed = 0, .auto_complete = 1};
-    int host = ps_host_ops_create && ps_host_ops_create(&opts, &gpu) == PS_OK;
+    cr_assert_eq(ps_host_ops_create(&opts, &gpu), PS_OK);
     for (int device = 0; device < 2; device++) {
         ps_stack_t *stack = NULL;
         int rc = ps_config_build_stack(cfg, device, gpu, &stack);
@@ -563,14 +554,12 @@ static void build_example_with_core(const char *path)
             ps_stack_destroy(stack);
         }
     }
-    if (host)
-        ps_host_ops_destroy(gpu);
+    ps_host_ops_destroy(gpu);
     ps_config_free(cfg);
 }
 
-Test(config_build, every_example_builds_with_the_core_resources_or_reports_a_stub)
+Test(config_build, every_example_builds_with_the_core_resources_and_serves_an_allocation)
 {
-    ps_verbosity = -1; /* the stubs' errors are expected here; keep the log quiet */
     /* examples with a log adaptor write their event files into the current
      * directory: run from a scratch one, removed afterwards */
     char scratch[] = "/tmp/poolshim-examples-XXXXXX";
