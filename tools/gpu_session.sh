@@ -5,7 +5,7 @@
 #   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [replay] [bench] [pinned] [torchmem]
 #                                      [ddp] [ddp_transformer] [multigpu] [soak]
 #                                      [benchcore] [scaling] [verify] [verify2] [pinnedpair]
-#                                      [freshthreads] [doors] [verify10]
+#                                      [freshthreads] [doors] [verify10] [verify10tm]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # pinnedpair: issue 16 (host.grow_budget_min): the GPU suite's pinned tests (hazards
 # over the default stack and slabs, their negative controls, the probes, and
@@ -33,9 +33,10 @@
 # SOAK_STACKS=pool SOAK_TOTAL=560 gives one stack the whole call).
 # verify: what changed after the last GPU run (see the step; about 6 min);
 # verify2: the same for two GPUs (nvidia-h200-x2; about 8 min).
-# verify10: what session 10 changed without a GPU (the context gate; the remap slack):
-# GPU tests, then the transformer and conv net with slack 0/2/3 and the remap-oldest
-# patch's library (build/var/oldest.so) with slack 0 and 3 (about 10 min).
+# verify10: what session 10 changed without a GPU, the context gate: the GPU tests
+# it touches (about 5 min); verify10tm: the transformer and conv net with
+# remap_slack_percent 0/2/3 and the remap-oldest patch's library (build/var/oldest.so)
+# with slack 0 and 3, beside expandable_segments (about 8 min). One device call each.
 # Results land under $OUT: gpu/ and bench/ from the scripts, and everything
 # else in one archive, extra.tgz (the device tool returns at most 8 files).
 set -u
@@ -149,12 +150,11 @@ for step in $what; do
     verify10)
         # session 10 had no device time: the gate around each GPU-ops table (every
         # call into CUDA of the shim now takes a rwlock; a context reset closes it):
-        # context lifecycle, hazards, streams, captures, IPC, remap, PyTorch; then
-        # remap_slack_percent 2 and 3 beside expandable_segments on the two loops that
-        # remap (about 8 min; docs/wip/README.md says what decides the default)
+        # context lifecycle, hazards, streams, captures, IPC, remap, PyTorch
         echo "=== verify10: the context gate"
         OUTDIR=$OUT/verify10/gpu TESTS='context_reset|hazard|async_streams|alloc_basic|capture|ipc|remap_idle|expandable|misc|torch' \
-            TEST_TIMEOUT=${TEST_TIMEOUT:-120} ./tests/gpu/run.sh build | grep -vE '^PASS build/' | tail -n 60
+            TEST_TIMEOUT=${TEST_TIMEOUT:-120} ./tests/gpu/run.sh build | grep -vE '^PASS build/' | tail -n 60 ;;
+    verify10tm)
         # build/var/oldest.so: main with docs/wip/remap-oldest.patch applied (build it
         # as docs/wip/README.md says; the variants are skipped without it)
         echo "=== verify10: transformer and conv net, remap_slack_percent 0 / 2 / 3 (and remap-oldest)"
