@@ -7,28 +7,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../core/arena.h"
 #include "../../core/fixed_size.h"
-#include "../../core/host_ops.h"
 #include "../../core/pool.h"
-#include "../../core/upstream.h"
+#include "arena_fixture.h"
 
-typedef struct arena_fixture {
-    ps_gpu_ops_t *gpu;      /* fake device */
-    ps_resource_t *up;      /* the `cuda` upstream */
-    ps_resource_t *arena;   /* under test */
-} arena_fixture_t;
 
 /* An arena under free_sync `sync` over a fake device of `capacity` bytes. */
 static void make_with(arena_fixture_t *f, size_t capacity, int auto_complete, ps_free_sync_t sync)
 {
     ps_host_ops_options_t h = {.capacity = capacity, .auto_complete = auto_complete};
-    cr_assert_eq(ps_host_ops_create(&h, &f->gpu), PS_OK);
-    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->up), PS_OK);
     ps_arena_options_t o;
     ps_arena_options_default(&o);
     o.free_sync = sync;
-    cr_assert_eq(ps_arena_create("arena", f->up, f->gpu, &o, &f->arena), PS_OK);
+    arena_fixture_open(f, &h, &o);
 }
 
 /* The polled epoch (free_sync event): the tests of fences and epochs. */
@@ -37,19 +28,7 @@ static void make(arena_fixture_t *f, size_t capacity, int auto_complete)
     make_with(f, capacity, auto_complete, PS_FREE_SYNC_EVENT);
 }
 
-static void unmake(arena_fixture_t *f)
-{
-    ps_destroy(f->arena);
-    ps_destroy(f->up);
-    ps_host_ops_destroy(f->gpu);
-}
-
-static ps_resource_info_t info_of(ps_resource_t *r)
-{
-    ps_resource_info_t i = {0};
-    ps_query(r, &i);
-    return i;
-}
+static void unmake(arena_fixture_t *f) { arena_fixture_close(f); }
 
 /* Eight sizes of eight different size classes: one superblock each. */
 static const size_t CLASS_SIZES[8] = {64 * PS_KiB, 80 * PS_KiB, 96 * PS_KiB, 112 * PS_KiB,
@@ -93,7 +72,7 @@ Test(arena_thread, caches_return_superblocks_when_the_thread_exits)
     pthread_t t;
     pthread_create(&t, NULL, holder_body, &h);
     pthread_barrier_wait(&freed);
-    ps_resource_info_t alive = info_of(f.arena);
+    ps_resource_info_t alive = arena_info(f.arena);
     cr_assert_eq(alive.bytes_in_use, 0);
     /* the thread keeps one empty superblock per class: 4 x 2 MiB not in the global arena */
     cr_assert_eq(alive.largest_free_block, alive.bytes_reserved - 4 * 2 * PS_MiB,
@@ -101,7 +80,7 @@ Test(arena_thread, caches_return_superblocks_when_the_thread_exits)
                  (unsigned long long)alive.bytes_reserved);
     pthread_barrier_wait(&go);
     pthread_join(t, NULL);
-    ps_resource_info_t gone = info_of(f.arena);
+    ps_resource_info_t gone = arena_info(f.arena);
     cr_assert_eq(gone.largest_free_block, gone.bytes_reserved, "superblocks came back and coalesced");
     pthread_barrier_destroy(&freed);
     pthread_barrier_destroy(&go);
@@ -121,7 +100,7 @@ Test(arena_thread, defragments_on_failure_then_succeeds)
     pthread_barrier_wait(&freed);
     /* the other thread caches 8 empty superblocks = the whole 16 MiB device,
      * and its frees wait for a fence: only defragmenting makes room */
-    ps_resource_info_t before = info_of(f.arena);
+    ps_resource_info_t before = arena_info(f.arena);
     cr_assert_eq(before.bytes_reserved, 16 * PS_MiB);
     cr_assert_lt(before.largest_free_block, 16 * PS_MiB);
     void *big;
@@ -183,7 +162,7 @@ Test(arena, event_free_is_not_reused_before_its_fence_completes)
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_eq(ps_deallocate(f.arena, a, PS_MiB, PS_STREAM_NONE), PS_OK);
-    cr_assert_eq(info_of(f.arena).bytes_pending, PS_MiB);
+    cr_assert_eq(arena_info(f.arena).bytes_pending, PS_MiB);
     uint64_t fences = ps_host_ops_fences_recorded(f.gpu);
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &c), PS_OK);
     cr_assert_neq(c, a, "reused before the fence completed");
@@ -195,7 +174,7 @@ Test(arena, event_free_is_not_reused_before_its_fence_completes)
     void *e;
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &e), PS_OK);
     cr_assert(e == a || d == a, "a is reusable once its fence completed");
-    cr_assert_eq(info_of(f.arena).bytes_pending, 0);
+    cr_assert_eq(arena_info(f.arena).bytes_pending, 0);
     unmake(&f);
 }
 
@@ -240,7 +219,7 @@ Test(arena, refuses_pointers_it_did_not_hand_out)
     cr_assert_eq(ps_allocate(f.arena, 1000, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(ps_deallocate(f.arena, (char *)a + 256, 1000, PS_STREAM_NONE), PS_EINVAL, "inside a block");
     cr_assert_eq(ps_deallocate(f.arena, &local, 4, PS_STREAM_NONE), PS_EINVAL, "foreign");
-    cr_assert_eq(info_of(f.arena).bytes_in_use, 1024, "state unchanged");
+    cr_assert_eq(arena_info(f.arena).bytes_in_use, 1024, "state unchanged");
     cr_assert_eq(ps_deallocate(f.arena, a, 1000, PS_STREAM_NONE), PS_OK);
     unmake(&f);
 }
@@ -255,7 +234,7 @@ Test(arena, trim_gives_free_chunks_back)
     cr_assert_gt(ps_host_ops_bytes_outstanding(f.gpu), 0);
     cr_assert_eq(ps_trim(f.arena), PS_OK);
     cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0);
-    cr_assert_eq(info_of(f.arena).bytes_reserved, 0);
+    cr_assert_eq(arena_info(f.arena).bytes_reserved, 0);
     unmake(&f);
 }
 
@@ -288,14 +267,14 @@ Test(arena, destroyed_stream_blocks_wait_for_a_fence_then_become_ready)
     cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 0, "freed on their stream: no fence yet");
     ps_stream_destroyed(f.arena, s1);
     cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1, "one fence on the stream at the destroy");
-    cr_assert_eq(info_of(f.arena).bytes_pending, 2 * size, "its free blocks are pending, not free");
+    cr_assert_eq(arena_info(f.arena).bytes_pending, 2 * size, "its free blocks are pending, not free");
     /* cudaMalloc must not get them before the fence, trim must not give them back */
     for (int i = 0; i < 4; i++) {
         cr_assert_eq(ps_allocate(f.arena, size, PS_STREAM_NONE, &b[i]), PS_OK);
         cr_assert(b[i] != a[0] && b[i] != a[1], "block %d is a block of the dead stream before its fence", i);
     }
     cr_assert_eq(ps_trim(f.arena), PS_OK);
-    cr_assert_eq(info_of(f.arena).bytes_pending, 2 * size, "still pending after trim");
+    cr_assert_eq(arena_info(f.arena).bytes_pending, 2 * size, "still pending after trim");
     /* a new stream inherits the retired arena: on the GPU it first waits
      * for the destroy's fence, then reuses the blocks */
     cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s2), 0);
@@ -303,13 +282,13 @@ Test(arena, destroyed_stream_blocks_wait_for_a_fence_then_become_ready)
     cr_assert_eq(ps_allocate(f.arena, size, s2, &c), PS_OK);
     cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s2), 1, "s2 waits for the fence recorded at the destroy");
     cr_assert(c == a[0] || c == a[1], "after that wait the dead stream's blocks are s2's");
-    cr_assert_eq(info_of(f.arena).bytes_pending, 0);
+    cr_assert_eq(arena_info(f.arena).bytes_pending, 0);
     cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s1), 0, "nothing waits on the dead stream");
     cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1, "no fence on the dead stream afterwards");
     cr_assert_eq(ps_deallocate(f.arena, c, size, s2), PS_OK);
     for (int i = 0; i < 4; i++)
         cr_assert_eq(ps_deallocate(f.arena, b[i], size, PS_STREAM_NONE), PS_OK);
-    cr_assert_eq(info_of(f.arena).bytes_in_use, 0);
+    cr_assert_eq(arena_info(f.arena).bytes_in_use, 0);
     unmake(&f);
 }
 
@@ -323,11 +302,11 @@ Test(arena, retired_arena_gives_superblocks_back_once_its_fence_completed)
     cr_assert_eq(ps_deallocate(f.arena, a, 1000, s1), PS_OK);
     ps_stream_destroyed(f.arena, s1);
     cr_assert_eq(ps_trim(f.arena), PS_OK);
-    cr_assert_gt(info_of(f.arena).bytes_reserved, 0, "kept while the fence is incomplete");
+    cr_assert_gt(arena_info(f.arena).bytes_reserved, 0, "kept while the fence is incomplete");
     ps_host_ops_complete_all(f.gpu);
     cr_assert_eq(ps_trim(f.arena), PS_OK);
-    cr_assert_eq(info_of(f.arena).bytes_reserved, 0, "given back after it completed");
-    cr_assert_eq(info_of(f.arena).bytes_pending, 0);
+    cr_assert_eq(arena_info(f.arena).bytes_reserved, 0, "given back after it completed");
+    cr_assert_eq(arena_info(f.arena).bytes_pending, 0);
     cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1);
     unmake(&f);
 }
@@ -345,7 +324,7 @@ Test(arena, blocks_outliving_their_stream_are_freed_without_naming_it)
     /* freed on another stream after the destroy: no wait of s1 on it */
     cr_assert_eq(ps_deallocate(f.arena, a, size, s2), PS_OK);
     cr_assert_eq(ps_deallocate(f.arena, b, size, PS_STREAM_NONE), PS_OK);
-    cr_assert_eq(info_of(f.arena).bytes_pending, 2 * size, "pending until a fence");
+    cr_assert_eq(arena_info(f.arena).bytes_pending, 2 * size, "pending until a fence");
     cr_assert_eq(ps_allocate(f.arena, size, s2, &c), PS_OK);
     cr_assert(c != a && c != b, "not reused before a fence completed");
     cr_assert_eq(ps_trim(f.arena), PS_OK);
@@ -367,10 +346,10 @@ Test(arena, stream_churn_recycles_arenas)
         cr_assert_eq(ps_deallocate(f.arena, p, 4096, s), PS_OK);
         ps_stream_destroyed(f.arena, s);
         if (i == 10)
-            reserved = info_of(f.arena).bytes_reserved;
+            reserved = arena_info(f.arena).bytes_reserved;
     }
-    cr_assert_eq(info_of(f.arena).bytes_reserved, reserved, "what is reserved stays flat");
-    cr_assert_eq(info_of(f.arena).bytes_in_use, 0);
+    cr_assert_eq(arena_info(f.arena).bytes_reserved, reserved, "what is reserved stays flat");
+    cr_assert_eq(arena_info(f.arena).bytes_in_use, 0);
     unmake(&f);
 }
 
@@ -449,7 +428,7 @@ Test(arena, barrier_policy_falls_back_to_the_epoch_not_to_immediate_reuse)
     void *a, *b;
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(ps_deallocate(f.arena, a, PS_MiB, PS_STREAM_NONE), PS_OK);
-    cr_assert_eq(info_of(f.arena).bytes_pending, PS_MiB, "the freed block waits");
+    cr_assert_eq(arena_info(f.arena).bytes_pending, PS_MiB, "the freed block waits");
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_neq(b, a, "reused before any fence completed");
     unmake(&f);
@@ -592,7 +571,7 @@ Test(arena, fills_the_device_with_1GiB_blocks_as_far_as_the_pool)
 
     cr_assert_eq(ps_arena_create("arena", up, gpu, NULL, &arena), PS_OK);
     int arena_count = fill_with_gib_blocks(arena, blocks, MAX);
-    ps_resource_info_t info = info_of(arena);
+    ps_resource_info_t info = arena_info(arena);
     cr_log_info("1 GiB blocks on a 139.5 GiB device: native %d, pool %d, arena %d (arena reserved %.1f GiB)",
                 native, pooled, arena_count, (double)info.bytes_reserved / (double)PS_GiB);
     cr_assert_eq(pooled, native);

@@ -11,41 +11,22 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "../../core/arena.h"
-#include "../../core/host_ops.h"
-#include "../../core/upstream.h"
+#include "arena_fixture.h"
 
-typedef struct floor_fixture {
-    ps_gpu_ops_t *gpu;     /* fake device: fences complete only when told, barriers counted */
-    ps_resource_t *up;     /* the `cuda` upstream */
-    ps_resource_t *arena;  /* under test (free_sync barrier) */
-} floor_fixture_t;
 
-static void open_arena(floor_fixture_t *f, size_t thread_floor)
+static void open_arena(arena_fixture_t *f, size_t thread_floor)
 {
-    ps_host_ops_options_t h = {0};
-    cr_assert_eq(ps_host_ops_create(&h, &f->gpu), PS_OK);
-    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->up), PS_OK);
+    ps_host_ops_options_t h = {0}; /* fences complete only when told; barriers counted */
     ps_arena_options_t o;
     ps_arena_options_default(&o);
     cr_assert_eq(o.free_sync, PS_FREE_SYNC_BARRIER);
     o.thread_floor = thread_floor;
-    cr_assert_eq(ps_arena_create("arena", f->up, f->gpu, &o, &f->arena), PS_OK);
+    arena_fixture_open(f, &h, &o);
 }
 
-static void close_arena(floor_fixture_t *f)
-{
-    ps_destroy(f->arena);
-    ps_destroy(f->up);
-    ps_host_ops_destroy(f->gpu);
-}
+static void close_arena(arena_fixture_t *f) { arena_fixture_close(f); }
 
-static uint64_t peak_reserved(ps_resource_t *r)
-{
-    ps_resource_info_t i = {0};
-    ps_query(r, &i);
-    return i.peak_bytes_reserved;
-}
+static uint64_t peak_reserved(ps_resource_t *r) { return arena_info(r).peak_bytes_reserved; }
 
 /* The judge of one thread's 1 MiB cudaMalloc/cudaFree loop: the
  * device's barrier count when each block was freed. */
@@ -57,7 +38,7 @@ typedef struct judge {
 
 /* `pairs` 1 MiB pairs (two blocks per 2 MiB superblock: each miss finds
  * the other freed). Returns the barriers issued meanwhile (by anyone). */
-static uint64_t mib_pairs(floor_fixture_t *f, judge_t *j, int pairs)
+static uint64_t mib_pairs(arena_fixture_t *f, judge_t *j, int pairs)
 {
     uint64_t before = ps_host_ops_barriers(f->gpu);
     for (int k = 0; k < pairs; k++) {
@@ -83,7 +64,7 @@ static uint64_t mib_pairs(floor_fixture_t *f, judge_t *j, int pairs)
 /* One thread: a barrier at every miss, as before (the floor is for threads). */
 Test(arena_thread_floor, one_thread_issues_a_barrier_at_every_miss_as_before)
 {
-    floor_fixture_t f;
+    arena_fixture_t f;
     open_arena(&f, 16 * PS_MiB);
     judge_t j = {0};
     const int pairs = 2000;
@@ -95,7 +76,7 @@ Test(arena_thread_floor, one_thread_issues_a_barrier_at_every_miss_as_before)
 
 /* ---- two threads taking turns (PyTorch: forward, then backward) ---- */
 typedef struct turns {
-    floor_fixture_t *f;
+    arena_fixture_t *f;
     pthread_mutex_t lock;
     pthread_cond_t changed;
     int turn;        /* whose turn: 0 or 1 */
@@ -134,7 +115,7 @@ static void *take_turns(void *p)
  * applied on the thread count without threads meeting. */
 Test(arena_thread_floor, threads_taking_turns_issue_a_barrier_at_every_miss_as_before)
 {
-    floor_fixture_t f;
+    arena_fixture_t f;
     open_arena(&f, 16 * PS_MiB);
     turns_t t = {.f = &f, .rounds = 20, .run = 50};
     pthread_mutex_init(&t.lock, NULL);
@@ -185,7 +166,7 @@ static void *spin_pairs(void *p)
  * returns the barriers of `pairs` more pairs and the peak reserved. */
 static void meet_loop(size_t floor, int pairs, uint64_t *barriers, uint64_t *peak)
 {
-    floor_fixture_t f;
+    arena_fixture_t f;
     open_arena(&f, floor);
     spinner_t s = {.arena = f.arena};
     pthread_t id;
