@@ -52,7 +52,7 @@ static size_t ops_vm_granularity(void *vctx)
     return ((device_ops_t *)vctx)->vm_granularity;
 }
 
-static int ops_vm_reserve(void *vctx, size_t size, void **out)
+static int live_vm_reserve(void *vctx, size_t size, void **out)
 {
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
@@ -505,6 +505,7 @@ static size_t host_vm_granularity_of(void)
 }
 
 /* ---- the gate (10. of gpu_ops_cuda.c) ---- */
+GATED(vm_reserve, (void *vctx, size_t size, void **out), (vctx, size, out), PS_EUPSTREAM)
 GATED_VOID(vm_release, (void *vctx, void *addr, size_t size), (vctx, addr, size))
 GATED(vm_map, (void *vctx, void *addr, size_t size, uint64_t *handle), (vctx, addr, size, handle), dead_vm_map(vctx, addr, size, handle))
 GATED(vm_map_handle, (void *vctx, void *addr, size_t size, uint64_t handle), (vctx, addr, size, handle), PS_EUPSTREAM)
@@ -518,6 +519,8 @@ GATED_VOID(ipc_release, (void *vctx, void *addr, size_t size), (vctx, addr, size
 GATED(ipc_map, (void *vctx, void *addr, size_t size, int fd, uint64_t *handle), (vctx, addr, size, fd, handle), PS_EUPSTREAM)
 GATED(ipc_unmap, (void *vctx, void *addr, size_t size, uint64_t handle), (vctx, addr, size, handle), PS_OK) /* went with the context */
 
+/* Probes the device (virtual memory, host locations, file descriptor
+ * export) and fills those entries of the table: only what it offers. */
 void ps_gpu_ops_cuda_vm_attach(device_ops_t *d)
 {
     CUdevice device = d->device;
