@@ -52,7 +52,12 @@
  *     vm_map checks the failure plan and the capacity like mem_alloc and
  *     (backed) opens the pages; vm_unmap closes and discards them. Each
  *     mapping is kept in a map address -> size, so an unmap of something
- *     not mapped is PS_EINVAL. host_vm_map (unless no_host_vm) is vm_map
+ *     not mapped is PS_EINVAL. Physical memory is kept per handle
+ *     (vm_handles: its size and how many mappings it has now): vm_unmap_keep
+ *     keeps it, vm_map_handle maps it again, or a second time while it is
+ *     still mapped elsewhere (an alias: counted once), and it is freed once
+ *     released (vm_unmap, vm_drop) with no mapping left, as the driver
+ *     does. host_vm_map (unless no_host_vm) is vm_map
  *     for "host" pieces: the same memory and capacity, its own counters
  *     and fault site, and pinning costs clock (charge_pinning) when a
  *     host piece is mapped or unmapped.
@@ -176,10 +181,21 @@ typedef struct host_device {
     ps_ptr_map_t vm_kept;          /* handle -> size of physical memory unmapped and kept (vm_unmap_keep) */
     uint64_t vm_keeps;             /* successful vm_unmap_keep calls */
     uint64_t vm_maps_kept;         /* successful vm_map_handle calls */
+    ps_ptr_map_t vm_handles;       /* handle -> size | mappings now << 48 | released: its memory until freed
+                                      (a handle mapped twice: the pool's remap lends memory, 5. above) */
+    uint64_t vm_aliases;           /* vm_map_handle of a handle mapped elsewhere (a second mapping) */
     ps_ptr_map_t vm_fds;           /* shareable: address -> memfd of each live vm_map */
     ps_ptr_map_t ipc_mapped;       /* address -> size of each live ipc_map */
     host_faults_t faults;          /* the fault plan and the per-entry call counters */
 } host_device_t;
+
+/* vm_handles' values: the size, the mappings now, and whether the owner
+ * released the handle (its memory is freed once no mapping is left). */
+#define HANDLE_SIZE(v) ((v) & ((1ull << 48) - 1))
+#define HANDLE_MAPPINGS(v) (((v) >> 48) & 0x7fff)
+#define HANDLE_RELEASED (1ull << 63)
+#define HANDLE_VALUE(size, mappings, released) \
+    ((uint64_t)(size) | (uint64_t)(mappings) << 48 | ((released) ? HANDLE_RELEASED : 0))
 
 /* Adds one to `stream`'s entry of `map` (silently skipped without memory).
  * Lock held. */
@@ -742,11 +758,14 @@ static int host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
     pthread_mutex_lock(&dev->lock);
     int status = admit_locked(dev, size);
     if (status == PS_OK)
+        status = ps_ptr_map_reserve(&dev->vm_handles, 1);
+    if (status == PS_OK)
         status = place_locked(dev, addr, size);
     if (status == PS_OK) {
         dev->bytes_outstanding += size;
         dev->vm_maps++;
         *handle = ++dev->next_handle;
+        ps_ptr_map_put(&dev->vm_handles, *handle, HANDLE_VALUE(size, 1, 0));
     }
     pthread_mutex_unlock(&dev->lock);
     return status;
@@ -774,6 +793,8 @@ static int host_host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle
     if (status == PS_OK)
         status = ps_ptr_map_reserve(&dev->host_mapped, 1);
     if (status == PS_OK)
+        status = ps_ptr_map_reserve(&dev->vm_handles, 1);
+    if (status == PS_OK)
         status = place_locked(dev, addr, size);
     if (status == PS_OK) {
         ps_ptr_map_put(&dev->host_mapped, (uintptr_t)addr, size);
@@ -781,6 +802,7 @@ static int host_host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle
         dev->vm_maps++;
         dev->host_vm_maps++;
         *handle = ++dev->next_handle;
+        ps_ptr_map_put(&dev->vm_handles, *handle, HANDLE_VALUE(size, 1, 0));
     }
     pthread_mutex_unlock(&dev->lock);
     if (status == PS_OK)
@@ -788,8 +810,9 @@ static int host_host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle
     return status;
 }
 
-/* vm_map_handle: the kept physical memory is placed again; no admission
- * (it is still counted). Faults as vm_map. */
+/* vm_map_handle: the kept physical memory is placed again, or memory
+ * still mapped elsewhere gets a second mapping (an alias: the pool's remap
+ * lends it); no admission (it is still counted). Faults as vm_map. */
 static int host_vm_map_handle(void *ctx, void *addr, size_t size, uint64_t handle)
 {
     host_device_t *dev = ctx;
@@ -799,14 +822,25 @@ static int host_vm_map_handle(void *ctx, void *addr, size_t size, uint64_t handl
     if (!size || size % dev->options.vm_granularity || (uintptr_t)addr % dev->options.vm_granularity)
         return PS_EINVAL;
     pthread_mutex_lock(&dev->lock);
-    uint64_t kept;
-    int status = ps_ptr_map_get(&dev->vm_kept, handle, &kept) && kept == size ? PS_OK : PS_EINVAL;
+    uint64_t kept, value = 0;
+    int known = ps_ptr_map_get(&dev->vm_handles, handle, &value);
+    int alias = known && HANDLE_MAPPINGS(value) > 0;
+    int status = (alias ? HANDLE_SIZE(value) == size && !(value & HANDLE_RELEASED)
+                        : ps_ptr_map_get(&dev->vm_kept, handle, &kept) && kept == size)
+                     ? PS_OK
+                     : PS_EINVAL;
     if (status == PS_OK)
         status = place_locked(dev, addr, size);
     if (status == PS_OK) {
-        ps_ptr_map_remove(&dev->vm_kept, handle, &kept);
+        if (!alias)
+            ps_ptr_map_remove(&dev->vm_kept, handle, &kept);
+        if (known)
+            ps_ptr_map_put(&dev->vm_handles, handle, HANDLE_VALUE(size, HANDLE_MAPPINGS(value) + 1, 0));
         dev->vm_maps++;
-        dev->vm_maps_kept++;
+        if (alias)
+            dev->vm_aliases++;
+        else
+            dev->vm_maps_kept++;
     }
     pthread_mutex_unlock(&dev->lock);
     return status;
@@ -816,9 +850,14 @@ static void host_vm_drop(void *ctx, uint64_t handle)
 {
     host_device_t *dev = ctx;
     pthread_mutex_lock(&dev->lock);
-    uint64_t kept;
-    if (ps_ptr_map_remove(&dev->vm_kept, handle, &kept))
+    uint64_t kept, value;
+    if (ps_ptr_map_remove(&dev->vm_kept, handle, &kept)) {
         dev->bytes_outstanding -= kept;
+        ps_ptr_map_remove(&dev->vm_handles, handle, &value);
+    } else if (ps_ptr_map_get(&dev->vm_handles, handle, &value) && HANDLE_MAPPINGS(value)) {
+        /* still mapped elsewhere: freed with its last mapping */
+        ps_ptr_map_put(&dev->vm_handles, handle, value | HANDLE_RELEASED);
+    }
     pthread_mutex_unlock(&dev->lock);
 }
 
@@ -851,7 +890,9 @@ static int unmap_is_safe_locked(host_device_t *dev, uintptr_t addr, size_t size)
 }
 
 /* Unmaps [addr, addr + size); `keep`: its physical memory stays counted
- * under `handle` (vm_unmap_keep). */
+ * under `handle` (vm_unmap_keep). Memory that is still mapped elsewhere
+ * (an alias) stays counted either way: it is freed with its last mapping
+ * once released (vm_unmap or vm_drop), as the driver does. */
 static int vm_unmap_as(host_device_t *dev, void *addr, size_t size, uint64_t handle, int keep)
 {
     int fault = host_fault(dev, PS_HOST_OP_VM_UNMAP);
@@ -879,11 +920,21 @@ static int vm_unmap_as(host_device_t *dev, void *addr, size_t size, uint64_t han
     }
     if (!unmap_is_safe_locked(dev, (uintptr_t)addr, size))
         dev->unsafe_unmaps++;
-    if (keep) {
+    uint64_t value;
+    if (ps_ptr_map_get(&dev->vm_handles, handle, &value) && HANDLE_MAPPINGS(value) > 1) {
+        /* an alias goes: the memory stays under its other mappings */
+        int released = (value & HANDLE_RELEASED) || !keep;
+        ps_ptr_map_put(&dev->vm_handles, handle, HANDLE_VALUE(size, HANDLE_MAPPINGS(value) - 1, released));
+        if (keep)
+            dev->vm_keeps++;
+    } else if (keep && !(ps_ptr_map_get(&dev->vm_handles, handle, &value) && (value & HANDLE_RELEASED))) {
         ps_ptr_map_put(&dev->vm_kept, handle, size);
+        if (ps_ptr_map_get(&dev->vm_handles, handle, &value))
+            ps_ptr_map_put(&dev->vm_handles, handle, HANDLE_VALUE(size, 0, 0));
         dev->vm_keeps++;
     } else {
         dev->bytes_outstanding -= size;
+        ps_ptr_map_remove(&dev->vm_handles, handle, &value);
     }
     dev->vm_unmaps++;
     pthread_mutex_unlock(&dev->lock);
@@ -1012,7 +1063,9 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
     }
     if (ps_ptr_map_init(&dev->waits_by_stream, 16) != PS_OK || ps_ptr_map_init(&dev->vm_mapped, 16) != PS_OK ||
         ps_ptr_map_init(&dev->vm_fds, 16) != PS_OK || ps_ptr_map_init(&dev->ipc_mapped, 16) != PS_OK ||
-        ps_ptr_map_init(&dev->host_mapped, 16) != PS_OK || ps_ptr_map_init(&dev->vm_kept, 16) != PS_OK) {
+        ps_ptr_map_init(&dev->host_mapped, 16) != PS_OK || ps_ptr_map_init(&dev->vm_kept, 16) != PS_OK ||
+        ps_ptr_map_init(&dev->vm_handles, 16) != PS_OK) {
+        ps_ptr_map_free(&dev->vm_handles);
         ps_ptr_map_free(&dev->vm_kept);
         ps_ptr_map_free(&dev->host_mapped);
         ps_ptr_map_free(&dev->ipc_mapped);
@@ -1102,6 +1155,7 @@ void ps_host_ops_destroy(ps_gpu_ops_t *ops)
     ps_ptr_map_free(&dev->ipc_mapped);
     ps_ptr_map_free(&dev->host_mapped);
     ps_ptr_map_free(&dev->vm_kept);
+    ps_ptr_map_free(&dev->vm_handles);
     if (dev->noting_frees)
         ps_ptr_map_free(&dev->freed_at);
     free(dev->free_positions);
@@ -1152,6 +1206,7 @@ uint64_t ps_host_ops_vm_maps(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_maps); }
 uint64_t ps_host_ops_vm_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_unmaps); }
 uint64_t ps_host_ops_vm_maps_kept(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_maps_kept); }
 uint64_t ps_host_ops_vm_kept_now(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_kept.count); }
+uint64_t ps_host_ops_vm_aliases(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_aliases); }
 uint64_t ps_host_ops_unsafe_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, unsafe_unmaps); }
 uint64_t ps_host_ops_barrier_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, barrier_waits); }
 uint64_t ps_host_ops_barrier_wait_ns(ps_gpu_ops_t *ops) { HOST_READ(ops, barrier_wait_ns); }

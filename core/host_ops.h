@@ -122,6 +122,8 @@ uint64_t ps_host_ops_vm_unmaps(ps_gpu_ops_t *ops);
  * handles kept now (unmapped, neither mapped again nor dropped). */
 uint64_t ps_host_ops_vm_maps_kept(ps_gpu_ops_t *ops);
 uint64_t ps_host_ops_vm_kept_now(ps_gpu_ops_t *ops);
+/* vm_map_handle calls that mapped memory still mapped elsewhere (a second mapping: remap's lending). */
+uint64_t ps_host_ops_vm_aliases(ps_gpu_ops_t *ops);
 /* Pieces mapped by ipc_map and not yet unmapped by ipc_unmap (shareable). */
 uint64_t ps_host_ops_ipc_mapped(ps_gpu_ops_t *ops);
 uint64_t ps_host_ops_unsafe_unmaps(ps_gpu_ops_t *ops);
