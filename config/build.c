@@ -123,6 +123,8 @@ void ps_config_pool_options(const ps_config_t *cfg, const ps_resource_def_t *def
         opts->remap = (int)v[PS_KEY_REMAP].number;
     if (v[PS_KEY_REMAP_TURNOVER_PERCENT].set)
         opts->remap_turnover_percent = (unsigned)v[PS_KEY_REMAP_TURNOVER_PERCENT].number;
+    if (v[PS_KEY_REMAP_LEND].set)
+        opts->remap_lend = (int)v[PS_KEY_REMAP_LEND].number;
     if (v[PS_KEY_REMAP_SLACK_PERCENT].set)
         opts->remap_slack_percent = (unsigned)v[PS_KEY_REMAP_SLACK_PERCENT].number;
     if (v[PS_KEY_BARRIER_FLOOR].set)

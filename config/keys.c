@@ -15,7 +15,7 @@ const char *const ps_key_names[PS_KEY_COUNT + 1] = {
     "growth_percent", "alignment", "free_sync", "epoch_wait_us", "superblock_size",
     "block_size", "blocks_per_batch", "bins", "fallback", "release_threshold", "limit",
     "stack_depth", "file", "expandable", "expandable_reserve", "expandable_piece", "barrier_pending_percent",
-    "small_from_back", "thread_cache", "remap", "remap_turnover_percent", "remap_slack_percent", "barrier_floor", "thread_floor", NULL};
+    "small_from_back", "thread_cache", "remap", "remap_turnover_percent", "remap_slack_percent", "remap_lend", "barrier_floor", "thread_floor", NULL};
 
 const char *const ps_global_key_names[PS_GKEY_COUNT + 1] = {
     "verbosity", "stats", "stats_file", "log_file", "free_sync", "meminfo", "on_error",
@@ -50,7 +50,7 @@ uint32_t ps_type_keys(ps_resource_type_t type)
                PS_KEY_BIT(PS_KEY_EXPANDABLE_PIECE) | PS_KEY_BIT(PS_KEY_BARRIER_PENDING_PERCENT) |
                PS_KEY_BIT(PS_KEY_SMALL_FROM_BACK) | PS_KEY_BIT(PS_KEY_RELEASE_THRESHOLD) |
                PS_KEY_BIT(PS_KEY_THREAD_CACHE) | PS_KEY_BIT(PS_KEY_REMAP) |
-               PS_KEY_BIT(PS_KEY_REMAP_TURNOVER_PERCENT) | PS_KEY_BIT(PS_KEY_REMAP_SLACK_PERCENT) |
+               PS_KEY_BIT(PS_KEY_REMAP_TURNOVER_PERCENT) | PS_KEY_BIT(PS_KEY_REMAP_SLACK_PERCENT) | PS_KEY_BIT(PS_KEY_REMAP_LEND) |
                PS_KEY_BIT(PS_KEY_BARRIER_FLOOR);
     case PS_TYPE_ARENA:
         return sub | PS_KEY_BIT(PS_KEY_INITIAL_SIZE) | PS_KEY_BIT(PS_KEY_MAXIMUM_SIZE) |
@@ -113,6 +113,7 @@ const ps_key_info_t ps_key_info[PS_KEY_COUNT] = {
     [PS_KEY_REMAP] = {PS_VALUE_NUMBER, 0, 1, "1 (a growth first moves whole free pieces, after a device synchronize) or 0 (off)"},
     [PS_KEY_REMAP_TURNOVER_PERCENT] = {PS_VALUE_NUMBER, 0, 10000, "a whole number of percent from 0 to 10000 (remap only once barriers released that share of reserved bytes since the last)"},
     [PS_KEY_REMAP_SLACK_PERCENT] = {PS_VALUE_NUMBER, 0, 100, "a whole number of percent from 0 to 100 (a remap that would wait for the GPU grows instead while reserved stays within that share above the most bytes in use at a growth; 0 = always wait)"},
+    [PS_KEY_REMAP_LEND] = {PS_VALUE_NUMBER, 0, 1, "1 (a remap maps the memory of free pieces a kernel may still use a second time at once, and unmaps the old addresses once they are idle) or 0 (it waits on the host for them first)"},
     [PS_KEY_BARRIER_FLOOR] = {PS_VALUE_SIZE, 0, 0, "a size such as 32MiB: below it the pool grows instead of issuing a barrier; 0 = off"},
     [PS_KEY_THREAD_FLOOR] = {PS_VALUE_SIZE, 0, 0, "a size such as 16MiB: while threads allocate at once, each thread's arena takes new superblocks instead of issuing a barrier until its cudaFree'd bytes reach it; 0 = off"},
 };

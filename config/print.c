@@ -189,6 +189,7 @@ static void default_text(const ps_config_t *cfg, const ps_resource_def_t *def, i
     case PS_KEY_REMAP: snprintf(buf, size, "%d", pool.remap); return;
     case PS_KEY_REMAP_TURNOVER_PERCENT: snprintf(buf, size, "%u", pool.remap_turnover_percent); return;
     case PS_KEY_REMAP_SLACK_PERCENT: snprintf(buf, size, "%u", pool.remap_slack_percent); return;
+    case PS_KEY_REMAP_LEND: snprintf(buf, size, "%d", pool.remap_lend); return;
     case PS_KEY_BARRIER_FLOOR: bytes = pool.barrier_floor; break;
     case PS_KEY_THREAD_FLOOR: bytes = arena.thread_floor; break;
     case PS_KEY_BLOCKS_PER_BATCH: snprintf(buf, size, "%zu", fixed.blocks_per_batch); return;

@@ -1418,6 +1418,7 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
     info->remaps_idle += pool->remaps_idle;
     info->remap_waits += pool->remap_waits;
     info->remaps_slack += pool->remaps_slack;
+    info->remaps_lent += pool->remaps_lent;
     info->expandable += (uint64_t)pool->expandable;
     ps_unlock(&pool->lock);
 }
@@ -1588,6 +1589,7 @@ void ps_pool_options_default(ps_pool_options_t *opts)
         .barrier_floor = 32 * PS_MiB,
         .remap = 1,
         .remap_turnover_percent = 100,
+        .remap_lend = 1,
     };
 }
 
@@ -1635,6 +1637,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     ps_reuse_init(&pool->reuse, gpu, o.free_sync, o.barrier_pending_percent, &pool->family, release_pending, pool);
     pool->last_stream = PS_STREAM_NONE;
     pool->unmapped_head = NIL;
+    pool->lent_head = NIL;
     pool->remap_credit = (uint64_t)REMAP_BURST * REMAP_CREDIT_UNIT;
     pool->eager_barrier = o.free_sync == PS_FREE_SYNC_BARRIER && o.barrier_pending_percent && gpu && gpu->barrier;
     pool->expandable = o.expandable && gpu && gpu->vm_reserve && gpu->vm_map && gpu->vm_unmap && gpu->vm_granularity;
@@ -1782,7 +1785,7 @@ static int check_locked(pool_t *pool)
 {
     size_t alignment = pool->options.alignment;
     uint64_t used = 0, freeb = 0, pending = 0, reserved = 0, used_blocks = 0, free_blocks = 0,
-             pending_blocks = 0, cached_blocks = 0, unmapped = 0, unmapped_blocks = 0;
+             pending_blocks = 0, cached_blocks = 0, unmapped = 0, unmapped_blocks = 0, lent = 0, lent_blocks = 0;
     const char *n = pool->base.name;
     for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
         pool_chunk_t *chunk = &pool->chunks[slot];
@@ -1800,8 +1803,12 @@ static int check_locked(pool_t *pool)
             CHECK(b->chunk == slot, n, "block %u: chunk %u, expected %u", index, b->chunk, slot);
             CHECK(b->size && b->size % alignment == 0 && b->addr % alignment == 0, n,
                   "block %u: size %zu / address not aligned to %zu", index, b->size, alignment);
-            if (chunk->range && b->state != BLOCK_UNMAPPED)
-                CHECK(ps_vm_range_is_mapped(chunk->range, b->addr - (b->addr - chunk->range->base) % chunk->range->piece,
+            if (chunk->range && b->state == BLOCK_LENT)
+                CHECK(ps_vm_range_is_lent(chunk->range, b->addr, b->size), n, "lent block %u is not wholly lent", index);
+            else if (chunk->range && b->state != BLOCK_UNMAPPED)
+                CHECK(!ps_vm_range_is_lent(chunk->range, b->addr - (b->addr - chunk->range->base) % chunk->range->piece,
+                                           chunk->range->piece) &&
+                          ps_vm_range_is_mapped(chunk->range, b->addr - (b->addr - chunk->range->base) % chunk->range->piece,
                                             ps_align_up(b->addr + b->size - chunk->range->base, chunk->range->piece) -
                                                 (b->addr - chunk->range->base) / chunk->range->piece * chunk->range->piece),
                       n, "block %u (state %u) is not wholly mapped", index, b->state);
@@ -1841,6 +1848,13 @@ static int check_locked(pool_t *pool)
                 unmapped += b->size;
                 unmapped_blocks++;
                 break;
+            case BLOCK_LENT:
+                CHECK(chunk->range, n, "block %u: lent outside an expandable range", index);
+                CHECK((b->addr - chunk->range->base) % chunk->range->piece == 0 && b->size % chunk->range->piece == 0,
+                      n, "lent block %u is not made of whole pieces", index);
+                lent += b->size;
+                lent_blocks++;
+                break;
             default: CHECK(0, n, "block %u: state %u in a chunk", index, b->state);
             }
             expect = b->addr + b->size;
@@ -1860,6 +1874,15 @@ static int check_locked(pool_t *pool)
     CHECK(reserved == used + freeb + pending, n, "reserved != in use + free + pending");
     CHECK(unmapped == pool->bytes_unmapped, n, "unmapped %llu, blocks sum %llu",
           (unsigned long long)pool->bytes_unmapped, (unsigned long long)unmapped);
+    CHECK(lent == pool->bytes_lent, n, "lent %llu, blocks sum %llu", (unsigned long long)pool->bytes_lent,
+          (unsigned long long)lent);
+    uint64_t lent_linked = 0;
+    for (uint32_t index = pool->lent_head; index != NIL; index = pool->blocks[index].next_free) {
+        CHECK(pool->blocks[index].state == BLOCK_LENT, n, "lent list: block %u is not lent", index);
+        CHECK(++lent_linked <= lent_blocks, n, "the lent list loops or holds strangers");
+    }
+    CHECK(lent_linked == lent_blocks, n, "%llu lent blocks, %llu in the list", (unsigned long long)lent_blocks,
+          (unsigned long long)lent_linked);
     uint64_t linked = 0;
     for (uint32_t index = pool->unmapped_head; index != NIL; index = pool->blocks[index].next_free) {
         CHECK(pool->blocks[index].state == BLOCK_UNMAPPED, n, "unmapped list: block %u is not unmapped", index);

@@ -64,6 +64,10 @@ typedef struct ps_pool_options {
     unsigned remap_turnover_percent; /* remap only once barriers have released this % of the
                                  reserved bytes since the last remap (default 100): each costs a
                                  device synchronize, and one per step of a loop would be too many */
+    int remap_lend;           /* remap of pieces a kernel may still use: map their memory a second
+                                 time where the growth needs it at once, and unmap the old
+                                 addresses once the barrier that released them passed (default 1);
+                                 0: wait on the host for that barrier first */
     unsigned remap_slack_percent; /* a remap that would wait on the host for the GPU grows instead
                                  while reserved bytes after the growth stay within this % above the
                                  most bytes in use seen at a growth (default 0: always wait) */
@@ -172,5 +176,10 @@ int ps_pool_check(ps_resource_t *pool);
  * `on`, remap treats every ready block as idle, as if it never asked
  * whether the barrier that released it has passed. Process-wide. */
 void ps_pool_test_skip_idle_check(int on);
+/* Test hook (the negative control of tests/gpu/remap_idle.cu, through
+ * POOLSHIM_TEST_RETURN_LENT=1): with `on`, a growth that lent pieces
+ * (remap_lend) unmaps their old addresses at once, under any kernel that
+ * still uses them. Process-wide. */
+void ps_pool_test_return_lent_at_once(int on);
 
 #endif

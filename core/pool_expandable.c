@@ -19,7 +19,8 @@
  *     range down, up to as many bytes as the growth maps) is idle — its
  *     idle generation, the barrier that released it, has passed on the GPU
  *     (gpu->barrier_passed, asked once per remap for the newest passed
- *     barrier) — unmap them at once; otherwise wait on the host for the
+ *     barrier) — unmap them at once; otherwise lend them (step 9,
+ *     remap_lend, the default), or (remap_lend 0) wait on the host for the
  *     newest barrier that released one of them (gpu->barrier_wait, a
  *     cuEventSynchronize: the work queued after that barrier keeps the GPU
  *     busy), and only when one of them was not released by a barrier
@@ -80,7 +81,30 @@
  *     memory for it. Replay with a 20 ms GPU lag (docs/benchmarks.md,
  *     session 10), transformer: 3 % cut the waits 46 -> 16 and the host's
  *     blocked time 828 -> 281 ms for 4.02 -> 4.12 GiB; conv net: 23 -> 15
- *     waits for +0.3 %.
+ *     waits for +0.3 %. (Checked before lending: with a slack the pool
+ *     grows instead of lending.)
+ *  9. Lending (remap_lend, default 1; the GPU must map a handle twice:
+ *     vm_map_handle on a mapped handle): pieces that are not idle move
+ *     without a host wait. ps_vm_range_lend hands their handles to the
+ *     stash while they stay mapped; the growth maps them a second time
+ *     (vm_map_handle) where it needs them; the old addresses become a LENT
+ *     block (in the lent list, keeping the idle generation of the block
+ *     they were cut from). Safe as reuse in place is: the new addresses
+ *     are handed out now, and everything issued from now on is ordered
+ *     after the barrier that released the pieces; a kernel issued before
+ *     it goes on using the old addresses, which stay mapped. A LENT block
+ *     is unmapped (vm_unmap_keep: the memory lives on where it serves;
+ *     then UNMAPPED, merged) once its barrier passed: at the next growth
+ *     (one newest_passed query), before a remap unmaps pieces idle at the
+ *     same barrier (their lent twins are older), and at a trim (after a
+ *     device synchronize, before any other unmap). A piece whose lent
+ *     twin could not be unmapped is never unmapped itself (the pool would
+ *     count memory the twin still holds). Lent addresses hold no memory
+ *     of their own: reserved counts each piece once, where it serves. A
+ *     growth that fails to map takes its lent blocks back as free blocks.
+ *     H100, PyTorch transformer (docs/benchmarks.md, session 11): 46 host
+ *     waits (0.87 s inside cudaMalloc, 1.068x expandable_segments' time)
+ *     become none (0.32 s, 1.007x) at the same 4.636 GiB.
  * Measured (replay of the PyTorch logs, docs/benchmarks.md): remap takes
  * reserved/requested from 1.043x to 1.005x (transformer), 1.013x to
  * 1.011x (conv net), 1.035x to 1.024x (MLP); with a 2 ms GPU lag the
@@ -99,6 +123,15 @@ static _Atomic int pool_test_skip_idle_check;
 void ps_pool_test_skip_idle_check(int on)
 {
     atomic_store(&pool_test_skip_idle_check, on);
+}
+
+/* Test hook (ps_pool_test_return_lent_at_once): lent addresses are
+ * unmapped right after the growth that lent them (negative control). */
+static _Atomic int pool_test_return_lent_at_once;
+
+void ps_pool_test_return_lent_at_once(int on)
+{
+    atomic_store(&pool_test_return_lent_at_once, on);
 }
 
 /* Remap's credit (remap_wanted_locked): it starts at REMAP_BURST remaps;
@@ -163,8 +196,9 @@ static uint32_t split_block(pool_t *pool, uint32_t index, uintptr_t at)
     return back;
 }
 
-/* Unmapped block `index` absorbs unmapped physical neighbours. */
-static void unmapped_merge(pool_t *pool, uint32_t index)
+/* Unmapped block `index` absorbs unmapped physical neighbours (or is
+ * absorbed by the one below); returns the block that remains. */
+static uint32_t unmapped_merge(pool_t *pool, uint32_t index)
 {
     uint32_t prev = pool->blocks[index].prev_phys;
     if (prev != NIL && pool->blocks[prev].state == BLOCK_UNMAPPED) {
@@ -191,6 +225,7 @@ static void unmapped_merge(pool_t *pool, uint32_t index)
         pool_recycle_descriptor(pool, next);
         unmapped_insert(pool, index);
     }
+    return index;
 }
 
 /* Reserves one more range of address space, as a chunk made of one
@@ -273,24 +308,38 @@ static growth_plan_t plan_growth_locked(const pool_t *pool, size_t need)
     return best;
 }
 
-/* Unmaps the whole pieces of ready free block `index` (of expandable chunk
- * `slot`) in [lo, hi), leaving an UNMAPPED block there (merged with
- * unmapped neighbours) and the free rest on both sides in the ready list.
- * The caller has synchronized the device and reserved two descriptors.
- * Returns the bytes unmapped (fewer than asked when a vm_unmap failed: the
- * rest stays mapped and free); *after = the block after the hole. */
-static size_t unmap_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t index, uintptr_t lo, uintptr_t hi,
-                                        ps_vm_stash_t *stash, uint32_t *after)
+/* Lent blocks (remap_lend): still mapped, their memory serving a growth
+ * elsewhere, until the barrier idle_gen passed. */
+static void lent_insert(pool_t *pool, uint32_t index)
 {
-    ps_vm_range_t *range = pool->chunks[slot].range;
-    size_t done = 0;
-    if (stash)
-        ps_vm_range_unmap_keep(range, lo, hi - lo, stash, &done);
+    pool_block_t *b = &pool->blocks[index];
+    b->state = BLOCK_LENT;
+    b->prev_free = NIL;
+    b->next_free = pool->lent_head;
+    if (pool->lent_head != NIL)
+        pool->blocks[pool->lent_head].prev_free = index;
+    pool->lent_head = index;
+    pool->bytes_lent += b->size;
+}
+
+static void lent_remove(pool_t *pool, uint32_t index)
+{
+    pool_block_t *b = &pool->blocks[index];
+    if (b->prev_free != NIL)
+        pool->blocks[b->prev_free].next_free = b->next_free;
     else
-        ps_vm_range_unmap(range, lo, hi - lo, &done);
-    *after = pool->blocks[index].next_phys;
-    if (!done)
-        return 0;
+        pool->lent_head = b->next_free;
+    if (b->next_free != NIL)
+        pool->blocks[b->next_free].prev_free = b->prev_free;
+    pool->bytes_lent -= b->size;
+}
+
+/* Cuts [lo, lo + length) out of ready free block `index` (in the ready
+ * list): the free rest on both sides goes back to the ready list; returns
+ * the block of the cut-out part (in no list, same idle generation). Needs
+ * two reserved descriptors. */
+static uint32_t cut_out_locked(pool_t *pool, uint32_t index, uintptr_t lo, size_t length)
+{
     pool_block_t *b = &pool->blocks[index];
     uintptr_t end = b->addr + b->size;
     pool_list_remove(pool, index);
@@ -299,16 +348,90 @@ static size_t unmap_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t in
         hole = split_block(pool, index, lo);
         pool_list_insert(pool, OWNER_READY, index);
     }
-    if (lo + done < end) {
-        uint32_t tail = split_block(pool, hole, lo + done);
+    if (lo + length < end) {
+        uint32_t tail = split_block(pool, hole, lo + length);
         pool_list_insert(pool, OWNER_READY, tail);
     }
-    *after = pool->blocks[hole].next_phys;
+    return hole;
+}
+
+/* Unmaps the whole pieces of ready free block `index` (of expandable chunk
+ * `slot`) in [lo, hi), leaving an UNMAPPED block there (merged with
+ * unmapped neighbours) and the free rest on both sides in the ready list.
+ * The caller has synchronized the device and reserved two descriptors.
+ * Returns the bytes unmapped (fewer than asked when a vm_unmap failed: the
+ * rest stays mapped and free); *after = the block after the hole (NIL: none). */
+static size_t unmap_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t index, uintptr_t lo, uintptr_t hi,
+                                        ps_vm_stash_t *stash, uint32_t *after)
+{
+    *after = pool->blocks[index].next_phys;
+    ps_vm_range_t *range = pool->chunks[slot].range;
+    size_t done = 0;
+    if (stash)
+        ps_vm_range_unmap_keep(range, lo, hi - lo, stash, &done);
+    else
+        ps_vm_range_unmap(range, lo, hi - lo, &done);
+    if (!done)
+        return 0;
+    uint32_t hole = cut_out_locked(pool, index, lo, done);
     unmapped_insert(pool, hole);
-    unmapped_merge(pool, hole);
+    *after = pool->blocks[unmapped_merge(pool, hole)].next_phys;
     pool->bytes_reserved -= done;
     pool->upstream_frees += done / range->piece;
     return done;
+}
+
+/* Lends the whole pieces of ready free block `index` in [lo, hi) to
+ * pool->stash (ps_vm_range_lend: they stay mapped), leaving a LENT block
+ * there with the block's idle generation. Two reserved descriptors.
+ * Returns the bytes lent (0 when the stash could not grow). */
+static size_t lend_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t index, uintptr_t lo, uintptr_t hi)
+{
+    if (ps_vm_range_lend(pool->chunks[slot].range, lo, hi - lo, &pool->stash) != PS_OK)
+        return 0;
+    lent_insert(pool, cut_out_locked(pool, index, lo, hi - lo));
+    pool->bytes_reserved -= hi - lo; /* counted where the memory serves next */
+    return hi - lo;
+}
+
+/* Unmaps the lent blocks whose barrier `passed` has passed (IDLE_NEVER:
+ * the device was synchronized, all of them): their memory lives on where
+ * it was lent; the addresses become UNMAPPED (merged), ready for growth. A
+ * failed unmap leaves the rest of that block lent, for a later try.
+ * Returns 1 when none of those is left: a piece whose memory was lent may
+ * then be unmapped (and its memory freed) where it serves now. Its lent
+ * address was released by an older barrier than the one that released
+ * the piece, so the caller that found the piece idle at `passed` passes
+ * the same `passed` here first; were a lent address left mapped, the
+ * unmap would free nothing and the pool would count memory it no longer
+ * holds. */
+static int return_lent_locked(pool_t *pool, uint64_t passed)
+{
+    int left = 0;
+    for (uint32_t index = pool->lent_head, next; index != NIL; index = next) {
+        next = pool->blocks[index].next_free;
+        pool_block_t *b = &pool->blocks[index];
+        if (passed != IDLE_NEVER && b->idle_gen > passed &&
+            !atomic_load_explicit(&pool_test_skip_idle_check, memory_order_relaxed))
+            continue;
+        ps_vm_range_t *range = pool->chunks[b->chunk].range;
+        size_t done = 0;
+        if (pool_reserve_descriptors_locked(pool, 2) != PS_OK)
+            return 0;
+        ps_vm_range_unlend(range, b->addr, b->size, &done);
+        left |= done < b->size;
+        if (!done)
+            continue;
+        lent_remove(pool, index);
+        if (done < b->size) { /* the front went: it becomes unmapped, the rest stays lent */
+            uint32_t rest = split_block(pool, index, b->addr + done);
+            lent_insert(pool, rest);
+        }
+        unmapped_insert(pool, index);
+        unmapped_merge(pool, index);
+        pool->upstream_frees += done / range->piece;
+    }
+    return !left;
 }
 
 /* The whole pieces inside ready free block `index` of `range`, as [*lo, *hi). */
@@ -469,6 +592,67 @@ static size_t unmap_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
     return unmapped;
 }
 
+/* A growth that lent pieces failed to map: the blocks lent since
+ * `lent_before` (the head of the lent list then) are free ready blocks
+ * again, and their handles leave the stash (they are still mapped where
+ * they were; nothing was freed). */
+static void take_back_lent_locked(pool_t *pool, uint32_t lent_before)
+{
+    while (pool->lent_head != lent_before && pool->lent_head != NIL) {
+        uint32_t index = pool->lent_head;
+        pool_block_t *b = &pool->blocks[index];
+        ps_vm_range_t *range = pool->chunks[b->chunk].range;
+        size_t pieces = b->size / range->piece;
+        ps_vm_range_take_back(range, b->addr, b->size);
+        pool->stash.count = pool->stash.count > pieces ? pool->stash.count - pieces : 0;
+        lent_remove(pool, index);
+        pool->bytes_reserved += b->size;
+        pool_release_block(pool, index, OWNER_READY, 0, b->idle_gen);
+    }
+}
+
+/* Remap by lending (remap_lend): takes up to plan->length bytes of spare
+ * whole free pieces, as unmap_for_growth_locked chooses them, except
+ * blocks whose idle generation is unknown (IDLE_NEVER), and lends them
+ * to pool->stash (they stay mapped: a kernel issued before their release
+ * may still touch them). The growth maps their memory a second time. That
+ * is as safe as handing the blocks out in place: everything issued from
+ * now on is ordered after the barrier that released them. Their old
+ * addresses are unmapped once that barrier passed (return_lent_locked).
+ * Returns the bytes lent. */
+static size_t lend_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
+{
+    size_t lent = 0;
+    for (uint32_t slot = pool->chunks_count; slot-- > 0 && lent < plan->length;) {
+        ps_vm_range_t *range = pool->chunks[slot].range;
+        if (!pool->chunks[slot].base || !range)
+            continue;
+        for (uint32_t index = last_block_locked(pool, slot), prev; index != NIL && lent < plan->length;
+             index = prev) {
+            prev = pool->blocks[index].prev_phys; /* stays valid: a lent block never merges */
+            uintptr_t lo, hi;
+            if (!spare_pieces_of(pool, plan, slot, index, IDLE_NEVER - 1, &lo, &hi))
+                continue;
+            if (hi - lo > plan->length - lent)
+                lo = hi - ps_align_up(plan->length - lent, range->piece);
+            if (pool_reserve_descriptors_locked(pool, 4) != PS_OK)
+                return lent;
+            size_t done = lend_block_pieces_locked(pool, slot, index, lo, hi);
+            if (!done)
+                return lent;
+            lent += done;
+        }
+    }
+    return lent;
+}
+
+/* Whether remap may lend (remap_lend and the GPU maps memory twice). */
+static int lend_possible_locked(const pool_t *pool)
+{
+    const ps_gpu_ops_t *gpu = pool->gpu;
+    return pool->options.remap_lend && gpu->vm_map_handle && gpu->vm_unmap_keep && gpu->vm_drop;
+}
+
 /* Whether the growth of `plan` keeps reserved within remap_slack_percent
  * above the most bytes in use seen at a growth (8. above). */
 static int within_slack_locked(const pool_t *pool, const growth_plan_t *plan)
@@ -490,34 +674,43 @@ static int within_slack_locked(const pool_t *pool, const growth_plan_t *plan)
  * 2-5 ms GPU lag: moving idle pieces first, synchronizing only for the
  * rest, saved a few more synchronizes but reserved one piece more;
  * mapping new memory instead of synchronizing for busy pieces never
- * synchronizes but reserved 1.03-1.05x instead of 1.006x. Returns 1 when
- * pieces moved or the device was synchronized for them: one remap credit
+ * synchronizes but reserved 1.03-1.05x instead of 1.006x. When they are
+ * not idle, they are lent instead where remap_lend allows (*lend = 1: the
+ * caller lends them once the final plan is known, lend_for_growth_locked):
+ * no host wait, the same memory. Returns 1 when pieces moved, the device
+ * was synchronized for them, or they are to be lent: one remap credit
  * spent. */
-static int remap_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
+static int remap_for_growth_locked(pool_t *pool, const growth_plan_t *plan, int *lend)
 {
+    *lend = 0;
     if (!remap_wanted_locked(pool) || !has_spare_pieces_locked(pool, plan, IDLE_NEVER) ||
         !pool_barrier_release_locked(pool))
         return 0;
     const ps_gpu_ops_t *gpu = pool->gpu;
     uint64_t needed;
-    if (choice_is_idle_locked(pool, plan, newest_passed_locked(pool))) {
-        if (!unmap_for_growth_locked(pool, plan))
+    uint64_t passed = newest_passed_locked(pool);
+    if (choice_is_idle_locked(pool, plan, passed)) {
+        if (!return_lent_locked(pool, passed) || !unmap_for_growth_locked(pool, plan))
             return 0;
         pool->remaps_idle++;
     } else if (within_slack_locked(pool, plan)) {
         pool->remaps_slack++; /* no credit spent: nothing moved */
         return 0;
+    } else if (lend_possible_locked(pool) && has_spare_pieces_locked(pool, plan, IDLE_NEVER - 1)) {
+        *lend = 1; /* (counted once lent) */
     } else if (gpu->barrier_wait && (needed = choice_idle_generation_locked(pool, plan)) != IDLE_NEVER &&
                gpu->barrier_wait(gpu->ctx, needed) == PS_OK) {
         /* wait for the one barrier that released them: the GPU keeps the
          * work queued after it (a synchronize would drain the queue) */
         pool->remap_waits++;
-        unmap_for_growth_locked(pool, plan);
+        if (return_lent_locked(pool, needed))
+            unmap_for_growth_locked(pool, plan);
     } else {
         if (gpu->device_synchronize(gpu->ctx) != PS_OK)
             return 0;
         pool->remap_syncs++;
-        unmap_for_growth_locked(pool, plan);
+        if (return_lent_locked(pool, IDLE_NEVER))
+            unmap_for_growth_locked(pool, plan);
     }
     pool->remap_credit -= REMAP_CREDIT_UNIT;
     return 1;
@@ -563,6 +756,8 @@ int pool_grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown)
 {
     if (pool->bytes_in_use + need > pool->peak_need_in_use)
         pool->peak_need_in_use = pool->bytes_in_use + need;
+    if (pool->lent_head != NIL) /* lent addresses whose barrier passed may serve this growth */
+        return_lent_locked(pool, newest_passed_locked(pool));
     growth_plan_t plan = plan_growth_locked(pool, need);
     if (plan.block == NIL) {
         int status = add_range_locked(pool, need);
@@ -572,12 +767,20 @@ int pool_grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown)
         if (plan.block == NIL)
             return PS_ENOMEM;
     }
-    if (remap_for_growth_locked(pool, &plan)) {
+    uint32_t lent_before = pool->lent_head;
+    int lend;
+    if (remap_for_growth_locked(pool, &plan, &lend)) {
         /* the barrier's blocks and the holes may serve better; the old
          * plan still can (its block and neighbours were left alone) */
         plan = plan_growth_locked(pool, need);
+        if (lend && lend_for_growth_locked(pool, &plan))
+            pool->remaps_lent++;
     }
     int status = map_planned_locked(pool, &plan, grown); /* (the stash's pieces first) */
+    if (status != PS_OK && pool->lent_head != lent_before)
+        take_back_lent_locked(pool, lent_before); /* (their handles leave the stash: not dropped) */
+    else if (pool->lent_head != lent_before && atomic_load_explicit(&pool_test_return_lent_at_once, memory_order_relaxed))
+        return_lent_locked(pool, IDLE_NEVER); /* the broken variant the GPU test must catch */
     ps_vm_stash_drop(pool->gpu, &pool->stash);           /* what the growth did not need */
     return status;
 }
@@ -593,6 +796,13 @@ int pool_grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown)
 static void unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
 {
     int synchronized = 0;
+    /* lent addresses go first (idle once the device is synchronized): a
+     * piece whose memory they hold is unmapped only after them */
+    if (pool->lent_head != NIL) {
+        if (pool->gpu->device_synchronize(pool->gpu->ctx) != PS_OK || !return_lent_locked(pool, IDLE_NEVER))
+            return;
+        synchronized = 1;
+    }
     for (uint32_t slot = 0; slot < pool->chunks_count && pool->bytes_reserved > keep; slot++) {
         ps_vm_range_t *range = pool->chunks[slot].range;
         if (!pool->chunks[slot].base || !range)

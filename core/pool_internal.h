@@ -32,7 +32,9 @@ typedef enum block_state {
     BLOCK_USED,       /* handed out, in the in-use map */
     BLOCK_PENDING,    /* freed by cudaFree under free_sync event, in an epoch */
     BLOCK_CACHED,     /* free, parked in the quick cache or the size stack (not in lists, not merged yet) */
-    BLOCK_UNMAPPED    /* part of an expandable range with no memory behind it (in the unmapped list) */
+    BLOCK_UNMAPPED,   /* part of an expandable range with no memory behind it (in the unmapped list) */
+    BLOCK_LENT        /* expandable: still mapped, its memory lent to a growth elsewhere (remap_lend);
+                         unmapped once barrier idle_gen passed (in the lent list) */
 } block_state_t;
 
 typedef struct pool_block {
@@ -128,6 +130,7 @@ typedef struct pool {
     uint64_t remaps_idle;       /* remaps that moved idle pieces without a device synchronize */
     uint64_t remap_waits;       /* remaps that waited for the barrier that released the pieces, not the device */
     uint64_t remaps_slack;      /* remaps left out for a growth within remap_slack_percent instead of a wait */
+    uint64_t remaps_lent;       /* remaps that lent busy pieces' memory instead of a wait (remap_lend) */
     uint64_t peak_need_in_use;  /* most bytes in use + the need at an expandable growth (remap_slack_percent) */
     uint64_t remap_credit;      /* remaps allowed now, in 1/REMAP_CREDIT_UNIT (earned by turnover) */
     uint64_t in_use_high;       /* most of in use + need seen at a growth (grow_budget_percent) */
@@ -136,6 +139,8 @@ typedef struct pool {
     int expandable;             /* 1: growth maps pieces of virtual-memory ranges, not chunks */
     uint32_t unmapped_head;     /* UNMAPPED blocks, linked by prev_free/next_free */
     uint64_t bytes_unmapped;    /* sum of their sizes */
+    uint32_t lent_head;         /* LENT blocks, linked by prev_free/next_free */
+    uint64_t bytes_lent;        /* sum of their sizes (their memory counts where it serves now) */
     /* read by every cache operation, written only by barriers: a line of its own */
     _Alignas(64) ps_reuse_family_t family; /* barrier numbers of the reuse state and the thread caches (lock-free) */
     _Alignas(64) ps_lock_t barrier_lock; /* one thread cache's barrier at a time (the others wait and share it) */

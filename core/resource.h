@@ -42,6 +42,7 @@ typedef struct ps_resource_info {
     uint64_t remaps_idle;         /* remaps that moved idle free memory without a device synchronize */
     uint64_t remap_waits;         /* remaps that waited (host) for the one barrier that released the pieces */
     uint64_t remaps_slack;        /* remaps left out, the pool grown within remap_slack_percent instead of a wait */
+    uint64_t remaps_lent;         /* remaps that lent busy pieces' memory to the growth instead of a wait */
 } ps_resource_info_t;
 
 typedef struct ps_resource_ops {

@@ -10,8 +10,14 @@
  *  3. unmap(addr, length): vm_unmap each piece front to back, stopping at
  *     the first failure; report how far it got.
  *  4. destroy: unmap what is mapped, release the reservation.
- * Guarantees: mapped_bytes == pieces mapped * piece; a failed map leaves
- * the range as it was.
+ *  5. lend(addr, length): the handles of mapped pieces go to a stash while
+ *     the pieces stay mapped (marked lent); map_kept maps those handles a
+ *     second time elsewhere (the same physical memory at two addresses).
+ *     unlend unmaps the lent pieces without freeing their memory
+ *     (vm_unmap_keep); destroy does the same for those still lent.
+ * Guarantees: mapped_bytes == (pieces mapped - pieces lent) * piece,
+ * lent_bytes == pieces lent * piece; a failed map leaves the range as it
+ * was.
  */
 #include "vm_range.h"
 
@@ -32,7 +38,10 @@ int ps_vm_range_create(const ps_gpu_ops_t *gpu, size_t size, size_t piece, ps_vm
     if (!range)
         return PS_ENOMEM;
     range->handles = calloc(size / piece, sizeof *range->handles);
-    if (!range->handles) {
+    range->lent = calloc(size / piece, sizeof *range->lent);
+    if (!range->handles || !range->lent) {
+        free(range->handles);
+        free(range->lent);
         free(range);
         return PS_ENOMEM;
     }
@@ -40,6 +49,7 @@ int ps_vm_range_create(const ps_gpu_ops_t *gpu, size_t size, size_t piece, ps_vm
     int status = gpu->vm_reserve(gpu->ctx, size, &base);
     if (status != PS_OK) {
         free(range->handles);
+        free(range->lent);
         free(range);
         return status;
     }
@@ -55,6 +65,8 @@ static inline size_t piece_index(const ps_vm_range_t *range, uintptr_t addr)
 {
     return (addr - range->base) / range->piece;
 }
+
+static int unlend_piece(ps_vm_range_t *range, size_t index);
 
 static int unmap_piece(ps_vm_range_t *range, size_t index)
 {
@@ -74,11 +86,14 @@ void ps_vm_range_destroy(ps_vm_range_t *range)
     if (!range)
         return;
     for (size_t i = 0; i < range->size / range->piece; i++)
-        if (range->handles[i])
+        if (range->lent[i])
+            unlend_piece(range, i);
+        else if (range->handles[i])
             unmap_piece(range, i);
     if (range->gpu->vm_release)
         range->gpu->vm_release(range->gpu->ctx, (void *)range->base, range->size);
     free(range->handles);
+    free(range->lent);
     free(range);
 }
 
@@ -199,6 +214,78 @@ void ps_vm_stash_free(ps_vm_stash_t *stash)
 {
     free(stash->handles);
     *stash = (ps_vm_stash_t){0};
+}
+
+int ps_vm_range_lend(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash)
+{
+    size_t first = piece_index(range, addr), end = piece_index(range, addr + length);
+    for (size_t i = first; i < end; i++)
+        if (!range->handles[i] || range->lent[i])
+            return PS_EINVAL;
+    for (size_t i = first; i < end; i++)
+        if (stash_reserve(stash) != PS_OK) { /* give back what this call lent */
+            while (i-- > first) {
+                stash->count--;
+                range->lent[i] = 0;
+                range->mapped_bytes += range->piece;
+                range->lent_bytes -= range->piece;
+            }
+            return PS_ENOMEM;
+        } else {
+            stash->handles[stash->count++] = range->handles[i];
+            range->lent[i] = 1;
+            range->mapped_bytes -= range->piece;
+            range->lent_bytes += range->piece;
+        }
+    return PS_OK;
+}
+
+static int unlend_piece(ps_vm_range_t *range, size_t index)
+{
+    const ps_gpu_ops_t *gpu = range->gpu;
+    int status = gpu->vm_unmap_keep(gpu->ctx, (void *)(range->base + index * range->piece), range->piece,
+                                    range->handles[index]);
+    if (status == PS_OK) {
+        range->handles[index] = 0;
+        range->lent[index] = 0;
+        range->lent_bytes -= range->piece;
+        range->unmaps++;
+    }
+    return status;
+}
+
+int ps_vm_range_unlend(ps_vm_range_t *range, uintptr_t addr, size_t length, size_t *done)
+{
+    size_t first = piece_index(range, addr), end = piece_index(range, addr + length);
+    *done = 0;
+    for (size_t i = first; i < end; i++)
+        if (!range->lent[i])
+            return PS_EINVAL;
+    for (size_t i = first; i < end; i++) {
+        int status = unlend_piece(range, i);
+        if (status != PS_OK)
+            return status;
+        *done += range->piece;
+    }
+    return PS_OK;
+}
+
+void ps_vm_range_take_back(ps_vm_range_t *range, uintptr_t addr, size_t length)
+{
+    for (size_t i = piece_index(range, addr), end = piece_index(range, addr + length); i < end; i++)
+        if (range->lent[i]) {
+            range->lent[i] = 0;
+            range->mapped_bytes += range->piece;
+            range->lent_bytes -= range->piece;
+        }
+}
+
+int ps_vm_range_is_lent(const ps_vm_range_t *range, uintptr_t addr, size_t length)
+{
+    for (size_t i = piece_index(range, addr), end = piece_index(range, addr + length); i < end; i++)
+        if (!range->lent[i])
+            return 0;
+    return 1;
 }
 
 int ps_vm_range_is_mapped(const ps_vm_range_t *range, uintptr_t addr, size_t length)

@@ -21,6 +21,9 @@ typedef struct ps_vm_range {
     size_t size;             /* bytes reserved (a multiple of piece) */
     size_t piece;            /* bytes per piece */
     uint64_t *handles;       /* per piece: its vm_map handle, 0 = not mapped */
+    uint8_t *lent;           /* per piece: 1 = still mapped, but its memory is lent: it serves
+                                at another address (ps_vm_range_lend), not counted here */
+    size_t lent_bytes;       /* bytes of lent pieces */
     size_t mapped_bytes;     /* bytes mapped now */
     uint64_t maps;           /* successful vm_map calls */
     uint64_t unmaps;         /* successful vm_unmap calls */
@@ -65,7 +68,25 @@ void ps_vm_stash_drop(const ps_gpu_ops_t *gpu, ps_vm_stash_t *stash);
 /* Frees the array (the stash must be empty). */
 void ps_vm_stash_free(ps_vm_stash_t *stash);
 
-/* Whether every piece of [addr, addr + length) is mapped. */
+/* Lends the memory of the mapped pieces of [addr, addr + length) to the
+ * stash without unmapping them (no call to the GPU): map_kept then maps
+ * each handle a second time where a growth needs it (vm_map_handle), while
+ * a kernel that still uses the old addresses goes on undisturbed. The
+ * pieces stay mapped here, lent (not in mapped_bytes), until
+ * ps_vm_range_unlend. PS_ENOMEM when the stash cannot grow (nothing lent). */
+int ps_vm_range_lend(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash);
+/* Unmaps the lent pieces of [addr, addr + length) (vm_unmap_keep: their
+ * memory lives on where it was lent), front to back; *done as in
+ * ps_vm_range_unmap. The caller makes sure no kernel still uses them. */
+int ps_vm_range_unlend(ps_vm_range_t *range, uintptr_t addr, size_t length, size_t *done);
+/* Takes back the lent pieces of [addr, addr + length) as if never lent
+ * (no call to the GPU: they are still mapped here); the caller removes
+ * their handles from the stash it lent them to. */
+void ps_vm_range_take_back(ps_vm_range_t *range, uintptr_t addr, size_t length);
+/* Whether every piece of [addr, addr + length) is lent. */
+int ps_vm_range_is_lent(const ps_vm_range_t *range, uintptr_t addr, size_t length);
+
+/* Whether every piece of [addr, addr + length) is mapped (lent ones too). */
 int ps_vm_range_is_mapped(const ps_vm_range_t *range, uintptr_t addr, size_t length);
 
 #endif

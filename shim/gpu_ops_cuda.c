@@ -88,6 +88,7 @@
 #include <string.h>
 
 #include "gpu_ops_cuda_internal.h"
+#include "../core/pool.h" /* ps_pool_test_return_lent_at_once (a test switch) */
 
 struct ps_fence {
     ps_fence_t *next_free; /* free-list link */
@@ -784,6 +785,12 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
     if (d->wait_returns)
         ps_warning("POOLSHIM_TEST_WAIT_RETURNS=1: waits for a barrier return at once; remap may unmap memory a "
                    "kernel still uses (a test switch, never for real work)");
+    const char *return_lent = getenv("POOLSHIM_TEST_RETURN_LENT");
+    if (return_lent && *return_lent == '1') {
+        ps_pool_test_return_lent_at_once(1);
+        ps_warning("POOLSHIM_TEST_RETURN_LENT=1: remap unmaps lent pieces' old addresses at once, under kernels "
+                   "that may still use them (a test switch, never for real work)");
+    }
     if (d->skip_barrier)
         ps_warning("POOLSHIM_TEST_SKIP_BARRIER=1: barriers order nothing; freed memory may be reused while "
                    "kernels still use it (a test switch, never for real work)");

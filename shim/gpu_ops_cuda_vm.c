@@ -451,8 +451,18 @@ bool ps_gpu_ops_cuda_release_vm(ps_gpu_ops_t *ops)
         uint64_t size = 0;
         if (addr == PS_PTR_MAP_EMPTY || !ps_ptr_map_get(&d->vm_sizes, addr, &size))
             continue;
-        if (ps_real.cuMemUnmap((CUdeviceptr)addr, PIECE_BYTES(size)) == CUDA_SUCCESS)
-            ps_real.cuMemRelease(d->vm_handles.slots[i].value);
+        if (ps_real.cuMemUnmap((CUdeviceptr)addr, PIECE_BYTES(size)) != CUDA_SUCCESS)
+            continue;
+        /* a handle mapped at two addresses (the pool's remap lends memory)
+         * is released once: at its last address in this table */
+        uint64_t handle = d->vm_handles.slots[i].value;
+        bool again = false;
+        uint64_t other_size;
+        for (size_t j = i + 1; j < d->vm_handles.capacity && !again; j++)
+            again = d->vm_handles.slots[j].key != PS_PTR_MAP_EMPTY && d->vm_handles.slots[j].value == handle &&
+                    ps_ptr_map_get(&d->vm_sizes, d->vm_handles.slots[j].key, &other_size);
+        if (!again)
+            ps_real.cuMemRelease(handle);
     }
     for (size_t i = 0; i < d->vm_ranges.capacity; i++)
         if (d->vm_ranges.slots[i].key != PS_PTR_MAP_EMPTY)

@@ -513,7 +513,7 @@ void ps_stats_write(FILE *f, int json)
                     "\"reserved_current\": %llu, \"reserved_peak\": %llu, \"in_use\": %llu, \"pending\": %llu}, "
                     "\"upstream\": {\"allocs\": %llu, \"frees\": %llu}, "
                     "\"fences\": {\"recorded\": %llu, \"waits\": %llu}, \"barriers\": %llu, "
-                    "\"remap_syncs\": %llu, \"remaps_idle\": %llu, \"remap_waits\": %llu, \"remaps_slack\": %llu, "
+                    "\"remap_syncs\": %llu, \"remaps_idle\": %llu, \"remap_waits\": %llu, \"remaps_slack\": %llu, \"remaps_lent\": %llu, "
                     "\"expandable\": %llu, "
                     "\"resets\": {\"count\": %u, \"dropped_allocations\": %llu, \"dropped_bytes\": %llu, "
                     "\"dropped_reserved\": %llu}",
@@ -526,7 +526,8 @@ void ps_stats_write(FILE *f, int json)
                     (unsigned long long)info.fences_recorded, (unsigned long long)info.fence_waits,
                     (unsigned long long)info.barriers, (unsigned long long)info.remap_syncs,
                     (unsigned long long)info.remaps_idle, (unsigned long long)info.remap_waits,
-                    (unsigned long long)info.remaps_slack, (unsigned long long)(info.expandable != 0), dev->resets,
+                    (unsigned long long)info.remaps_slack, (unsigned long long)info.remaps_lent,
+                    (unsigned long long)(info.expandable != 0), dev->resets,
                     (unsigned long long)dev->dropped_allocations, (unsigned long long)dev->dropped_bytes,
                     (unsigned long long)gone->bytes_reserved);
             write_host(f, 1, dev, &s, &sum);
@@ -562,6 +563,8 @@ void ps_stats_write(FILE *f, int json)
                 fprintf(f, ", %llu remaps of idle pieces without one", (unsigned long long)info.remaps_idle);
             if (info.remap_waits)
                 fprintf(f, ", %llu remaps that waited for one barrier instead", (unsigned long long)info.remap_waits);
+            if (info.remaps_lent)
+                fprintf(f, ", %llu remaps that lent busy pieces instead of a wait", (unsigned long long)info.remaps_lent);
             if (info.remaps_slack)
                 fprintf(f, ", %llu growths within remap_slack_percent instead of a wait",
                         (unsigned long long)info.remaps_slack);

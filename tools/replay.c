@@ -418,6 +418,7 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
             s.remaps_idle = info.remaps_idle;
             s.remap_waits = info.remap_waits;
             s.remaps_slack = info.remaps_slack;
+            s.remaps_lent = info.remaps_lent;
         }
         if (sim_gpu) {
             s.device_syncs = ps_host_ops_device_syncs(sim_gpu);
@@ -493,6 +494,9 @@ static void print_layout_text(FILE *f, const replay_stats_t *r)
             (unsigned long long)r->barriers, per_1000(r->barriers, r->allocations),
             (unsigned long long)r->device_syncs, per_1000(r->device_syncs, r->allocations),
             (unsigned long long)r->remaps_idle, (unsigned long long)r->remap_waits);
+    if (r->remaps_lent)
+        fprintf(f, "  remaps that lent busy pieces' memory instead of a wait: %llu\n",
+                (unsigned long long)r->remaps_lent);
     if (r->remaps_slack)
         fprintf(f, "  growths within remap_slack_percent instead of a remap's wait: %llu\n",
                 (unsigned long long)r->remaps_slack);

@@ -42,6 +42,7 @@ typedef struct replay_stats {
     uint64_t barriers;            /* GPU barriers the stack issued (free_sync barrier) */
     uint64_t remaps_idle;         /* pool remaps that moved idle pieces without a device synchronize */
     uint64_t remap_waits;         /* pool remaps that waited for one barrier instead of the device */
+    uint64_t remaps_lent;         /* remaps that lent busy pieces' memory instead of a wait (remap_lend) */
     uint64_t remaps_slack;        /* growths within remap_slack_percent instead of a remap's wait */
     uint64_t wait_ns;             /* simulated host time in those waits (with a GPU lag) */
     uint64_t wait_as_sync_ns;     /* what device synchronizes at those moments would have taken */

@@ -883,15 +883,22 @@ Test(barrier, busy_streams_each_get_a_record_and_a_wait_besides) { expect_barrie
  * every query answers not ready that many times) it waits for the barrier
  * that released them (cuEventSynchronize of its event, barrier_wait), or,
  * with the barriers skipped (no event to wait for), synchronizes. */
-static void expect_remap_waits(const char *env, double syncs, double idle, double waits)
+/* lend: remap_lend (the default 1; 0: the host waits for busy pieces). */
+static void expect_remap_as(const char *env, int lend, double syncs, double idle, double waits, double lent)
 {
     char full[512];
-    snprintf(full, sizeof full, "FAKE_CUDA_VMM=1 POOLSHIM_STATS=json POOLSHIM_OPTIONS=resource.main.expandable=1 %s",
-             env);
+    snprintf(full, sizeof full,
+             "FAKE_CUDA_VMM=1 POOLSHIM_STATS=json POOLSHIM_OPTIONS=resource.main.expandable=1,resource.main.remap_lend=%d %s",
+             lend, env);
     expect_pass(1, full, "prog_runtime remap", "shim active");
     cr_expect_eq(json_number(output, "remap_syncs"), syncs, "%s:\n%s", env, output);
     cr_expect_eq(json_number(output, "remaps_idle"), idle, "%s:\n%s", env, output);
     cr_expect_eq(json_number(output, "remap_waits"), waits, "%s:\n%s", env, output);
+    cr_expect_eq(json_number(output, "remaps_lent"), lent, "%s:\n%s", env, output);
+}
+static void expect_remap_waits(const char *env, double syncs, double idle, double waits)
+{
+    expect_remap_as(env, 0, syncs, idle, waits, 0);
 }
 static void expect_remap(const char *env, double syncs, double idle)
 {
@@ -906,6 +913,12 @@ Test(remap, pieces_of_a_passed_barrier_move_without_a_synchronize) { expect_rema
 Test(remap, pieces_of_a_pending_barrier_wait_for_that_barrier)
 {
     expect_remap_waits("FAKE_CUDA_EVENTS_PENDING=1000000", 0, 0, 1);
+}
+Test(remap, pieces_of_a_pending_barrier_lend_their_memory_without_a_wait)
+{
+    /* remap_lend (the default): the growth maps the busy pieces' memory a
+     * second time; the shim's vm_map_handle of a mapped handle (cuMemMap) */
+    expect_remap_as("FAKE_CUDA_EVENTS_PENDING=1000000", 1, 0, 0, 0, 1);
 }
 Test(remap, with_barriers_skipped_there_is_nothing_to_wait_for_so_it_synchronizes)
 {

@@ -2,7 +2,9 @@
  * pool that must grow while whole free pieces lie elsewhere in its range
  * issues a barrier, waits on the host for the barrier that released those
  * pieces (barrier_wait; a device synchronize where it cannot), unmaps them
- * and maps the growth, so the mapped total stays the same. The fake
+ * and maps the growth, so the mapped total stays the same; with remap_lend
+ * (the default; the last tests here) it maps their memory a second time
+ * instead of waiting, and unmaps the old addresses once that barrier passed. The fake
  * device's fences and barriers never complete unless a test says so (a
  * lagging GPU): an unmap without the wait would count as unsafe. When the
  * barrier that released the pieces has passed (they are idle), no wait. */
@@ -10,11 +12,17 @@
 
 #define LAYOUT_BLOCKS 5 /* a b c d e, 8 MiB each */
 
+/* remap_lend of the pools these tests open: 0 (the host waits for busy
+ * pieces), except in the lending tests at the end. */
+static int lend_in_tests;
+
 /* An expandable pool over a fake device with virtual memory. */
 static void open_remap_pool_as(pool_fixture_t *f, int remap, int no_vm_keep)
 {
     ps_pool_options_t o = small_pool_options();
+    o.remap_lend = lend_in_tests;
     o.remap = remap;
+    o.remap_lend = lend_in_tests;
     ps_host_ops_options_t host = {.virtual_memory = 1, .no_vm_keep = no_vm_keep};
     cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
@@ -326,6 +334,7 @@ Test(pool_remap, a_lagging_gpu_passes_the_barrier_after_the_lag)
     for (int late = 0; late < 2; late++) {
         pool_fixture_t f;
         ps_pool_options_t o = small_pool_options();
+    o.remap_lend = lend_in_tests;
         ps_host_ops_options_t host = {.virtual_memory = 1, .lag_ns = 2000000};
         cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
         cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
@@ -386,6 +395,7 @@ static uint64_t growth_after_growth(unsigned turnover_percent, int iterations)
 {
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
+    o.remap_lend = lend_in_tests;
     o.remap_turnover_percent = turnover_percent;
     ps_host_ops_options_t host = {.virtual_memory = 1};
     cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
@@ -457,7 +467,9 @@ static int stamps_intact(const uint64_t *p, size_t words, uint64_t id)
     return 1;
 }
 
-Test(pool_remap, random_workload_over_real_memory_never_moves_a_used_byte)
+/* lend: remap_lend, and every 64 operations the GPU passes all barriers but
+ * the newest, so lent addresses are unmapped and mapped again later. */
+static void random_workload_over_real_memory(int lend)
 {
     /* backed memory: an unmapped piece faults, a piece mapped again reads
      * zeros. Each live block carries its stamp at both ends and in every
@@ -466,6 +478,7 @@ Test(pool_remap, random_workload_over_real_memory_never_moves_a_used_byte)
     enum { OPS = 20000, LIVE = 48 };
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
+    o.remap_lend = lend;
     o.remap_turnover_percent = 0;
     o.small_from_back = PS_MiB;
     ps_host_ops_options_t host = {.virtual_memory = 1, .backed = 1};
@@ -495,9 +508,15 @@ Test(pool_remap, random_workload_over_real_memory_never_moves_a_used_byte)
         }
         if (op % 1000 == 0)
             cr_assert_eq(ps_pool_check(f.pool), PS_OK, "op %d", op);
+        if (lend && op % 64 == 0 && ps_host_ops_barriers(f.gpu) > 1)
+            ps_host_ops_complete_barriers_upto(f.gpu, ps_host_ops_barriers(f.gpu) - 1);
     }
     cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
-    uint64_t remaps = fixture_info(f.pool).remap_syncs + fixture_info(f.pool).remap_waits;
+    ps_resource_info_t info = fixture_info(f.pool);
+    uint64_t remaps = info.remap_syncs + info.remap_waits + info.remaps_lent;
+    if (lend)
+        cr_assert_gt(info.remaps_lent, 10, "lent %llu times", (unsigned long long)info.remaps_lent);
+    cr_assert_eq(info.bytes_reserved, ps_host_ops_bytes_outstanding(f.gpu), "every byte counted once");
     cr_log_info("remaps: %llu", (unsigned long long)remaps);
     cr_assert_gt(remaps, 10, "the workload exercised remap: %llu", (unsigned long long)remaps);
     for (int i = 0; i < LIVE; i++)
@@ -505,6 +524,12 @@ Test(pool_remap, random_workload_over_real_memory_never_moves_a_used_byte)
             cr_assert_eq(ps_deallocate(f.pool, live[i].p, live[i].size, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     fixture_close(&f);
+}
+
+Test(pool_remap, random_workload_over_real_memory_never_moves_a_used_byte) { random_workload_over_real_memory(0); }
+Test(pool_remap, lending_random_workload_over_real_memory_never_moves_a_used_byte)
+{
+    random_workload_over_real_memory(1);
 }
 
 /* remap_slack_percent: a remap that would wait on the host grows instead
@@ -516,6 +541,7 @@ static void grow_with_slack(unsigned slack, uint64_t want_reserved, uint64_t wan
 {
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
+    o.remap_lend = lend_in_tests;
     o.remap_slack_percent = slack;
     ps_host_ops_options_t host = {.virtual_memory = 1};
     cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
@@ -545,4 +571,133 @@ Test(pool_remap, slack_waits_as_before_past_its_share)
 {
     grow_with_slack(30, 42 * PS_MiB, 1, 0);
     grow_with_slack(0, 42 * PS_MiB, 1, 0);
+}
+
+/* ---- remap_lend: busy pieces lend their memory, no host wait ----------- */
+
+/* make_two_holes and the 16 MiB growth over a lending pool, b's and d's
+ * barrier not passed: returns its info. */
+static ps_resource_info_t lend_over_two_holes(pool_fixture_t *f, void *blocks[LAYOUT_BLOCKS], void **s, void **t,
+                                              void **big)
+{
+    lend_in_tests = 1;
+    open_remap_pool(f, 1);
+    lend_in_tests = 0;
+    return grow_over_two_holes(f, blocks, s, t, big, 0);
+}
+
+Test(pool_remap, busy_pieces_lend_their_memory_to_the_growth_without_a_wait)
+{
+    pool_fixture_t f;
+    void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
+    ps_resource_info_t info = lend_over_two_holes(&f, blocks, &s, &t, &big);
+    cr_assert_eq(info.remaps_lent, 1);
+    cr_assert_eq(info.remap_waits + info.remap_syncs + info.remaps_idle, 0);
+    cr_assert_eq(ps_host_ops_barrier_waits(&f.gpu[0]), 0, "no host wait for b's and d's barrier");
+    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0);
+    cr_assert_eq(info.bytes_reserved, 42 * PS_MiB, "the mapped total kept: %llu MiB",
+                 (unsigned long long)(info.bytes_reserved / PS_MiB));
+    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 42 * PS_MiB, "no new memory: b's and d's serve twice");
+    cr_assert_eq(ps_host_ops_vm_aliases(f.gpu), 16 * PS_MiB / (2 * PS_MiB), "each 2 MiB piece mapped a second time");
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0, "b and d still mapped");
+    /* their old addresses stay mapped while the barrier has not passed */
+    uint64_t unmaps = ps_host_ops_calls(f.gpu, PS_HOST_OP_VM_UNMAP);
+    void *more;
+    cr_assert_eq(ps_allocate(f.pool, 24 * PS_MiB, PS_STREAM_NONE, &more), PS_OK);
+    cr_assert_eq(ps_host_ops_calls(f.gpu, PS_HOST_OP_VM_UNMAP), unmaps, "not unmapped before their barrier passed");
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_deallocate(f.pool, more, 0, PS_STREAM_NONE), PS_OK);
+    /* once it passed, the next growth unmaps them (the memory stays where it serves) */
+    ps_host_ops_complete_barriers_upto(f.gpu, ps_host_ops_barriers(f.gpu));
+    cr_assert_eq(ps_allocate(f.pool, 40 * PS_MiB, PS_STREAM_NONE, &more), PS_OK);
+    cr_assert_gt(ps_host_ops_calls(f.gpu, PS_HOST_OP_VM_UNMAP), unmaps, "the old addresses went");
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, ps_host_ops_bytes_outstanding(f.gpu));
+    cr_assert_eq(ps_deallocate(f.pool, more, 0, PS_STREAM_NONE), PS_OK);
+    free_layout(&f, blocks, s, t, big);
+    cr_assert_eq(ps_trim(f.pool), PS_OK);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0, "every piece freed once");
+    fixture_close(&f);
+}
+
+Test(pool_remap, lent_addresses_unmapped_before_their_barrier_are_caught)
+{
+    /* the negative control of the test above: a pool that unmaps lent
+     * addresses without asking whether their barrier passed (the test
+     * hook) unmaps b and d under the GPU, and the judge sees it */
+    pool_fixture_t f;
+    void *blocks[LAYOUT_BLOCKS], *s, *t, *big, *more;
+    ps_resource_info_t info = lend_over_two_holes(&f, blocks, &s, &t, &big);
+    cr_assert_eq(info.remaps_lent, 1);
+    ps_pool_test_skip_idle_check(1);
+    cr_assert_eq(ps_allocate(f.pool, 24 * PS_MiB, PS_STREAM_NONE, &more), PS_OK);
+    ps_pool_test_skip_idle_check(0);
+    cr_assert_gt(ps_host_ops_unsafe_unmaps(f.gpu), 0, "b and d unmapped under the GPU");
+    cr_assert_eq(ps_deallocate(f.pool, more, 0, PS_STREAM_NONE), PS_OK);
+    free_layout(&f, blocks, s, t, big);
+    fixture_close(&f);
+}
+
+Test(pool_remap, a_trim_synchronizes_and_unmaps_lent_addresses)
+{
+    pool_fixture_t f;
+    void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
+    lend_over_two_holes(&f, blocks, &s, &t, &big);
+    free_layout(&f, blocks, s, t, big);
+    cr_assert_eq(ps_trim(f.pool), PS_OK);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0, "nothing left mapped anywhere");
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    fixture_close(&f);
+}
+
+/* One call of `op` fails in a lending growth (or in the growth after it,
+ * which unmaps the lent addresses): as fail_in_growth_of. */
+static void fail_in_lending_growth(ps_host_op_t op, int later)
+{
+    pool_fixture_t f;
+    lend_in_tests = 1;
+    open_remap_pool(&f, 1);
+    lend_in_tests = 0;
+    void *blocks[LAYOUT_BLOCKS], *s, *t, *big = NULL, *more = NULL;
+    make_two_holes(&f, blocks, &s, &t);
+    const char *name = ps_host_ops_op_name(op);
+    if (later) {
+        cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
+        cr_assert_eq(fixture_info(f.pool).remaps_lent, 1);
+        ps_host_ops_complete_barriers_upto(f.gpu, ps_host_ops_barriers(f.gpu));
+    }
+    uint64_t before = ps_host_ops_calls(f.gpu, op);
+    cr_assert_eq(ps_host_ops_fail_call(f.gpu, op, before + 1, 0), PS_OK);
+    void **target = later ? &more : &big;
+    int status = ps_allocate(f.pool, later ? 40 * PS_MiB : 16 * PS_MiB, PS_STREAM_NONE, target);
+    cr_assert_eq(ps_host_ops_faults_fired(f.gpu, NULL, NULL), 1, "%s: the growth made that call", name);
+    cr_assert(status == PS_OK || status == PS_ENOMEM, "%s: status %d", name, status);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK, "%s", name);
+    ps_resource_info_t info = fixture_info(f.pool);
+    cr_assert_eq(info.bytes_reserved, ps_host_ops_bytes_outstanding(f.gpu), "%s: nothing lost", name);
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0, "%s", name);
+    if (status != PS_OK)
+        cr_assert_eq(ps_allocate(f.pool, later ? 40 * PS_MiB : 16 * PS_MiB, PS_STREAM_NONE, target), PS_OK,
+                     "%s: the retry", name);
+    if (more)
+        cr_assert_eq(ps_deallocate(f.pool, more, 0, PS_STREAM_NONE), PS_OK);
+    free_layout(&f, blocks, s, t, big);
+    cr_assert_eq(ps_trim(f.pool), PS_OK);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0, "%s", name);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0, "%s: every piece freed once", name);
+    fixture_close(&f);
+}
+
+Test(pool_remap, lend_a_failed_map_leaves_the_pool_consistent) { fail_in_lending_growth(PS_HOST_OP_VM_MAP, 0); }
+Test(pool_remap, lend_a_failed_barrier_query_leaves_the_pool_consistent)
+{
+    fail_in_lending_growth(PS_HOST_OP_BARRIER_PASSED, 0);
+}
+Test(pool_remap, lend_a_failed_unmap_of_a_lent_address_leaves_the_pool_consistent)
+{
+    fail_in_lending_growth(PS_HOST_OP_VM_UNMAP, 1);
 }
