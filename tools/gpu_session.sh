@@ -5,7 +5,7 @@
 #   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [replay] [bench] [pinned] [torchmem]
 #                                      [ddp] [ddp_transformer] [multigpu] [soak]
 #                                      [benchcore] [scaling] [verify] [verify2] [pinnedpair]
-#                                      [freshthreads] [doors] [verify10] [verify10tm]
+#                                      [freshthreads] [doors] [verify10] [walltime] [hotprof] [verify11]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # pinnedpair: issue 16 (host.grow_budget_min): the GPU suite's pinned tests (hazards
 # over the default stack and slabs, their negative controls, the probes, and
@@ -34,9 +34,11 @@
 # verify: what changed after the last GPU run (see the step; about 6 min);
 # verify2: the same for two GPUs (nvidia-h200-x2; about 8 min).
 # verify10: what session 10 changed without a GPU, the context gate: the GPU tests
-# it touches (about 5 min); verify10tm: the transformer and conv net with
-# remap_slack_percent 0/2/3 and the remap-oldest patch's library (build/var/oldest.so)
-# with slack 0 and 3, beside expandable_segments (about 8 min). One device call each.
+# it touches (about 5 min; passed in session 11). verify11: remap_lend's GPU tests,
+# then the transformer and conv net in two rounds beside expandable_segments (~8 min).
+# walltime: ROUNDS alternated runs of torch_mem (WORKLOADS, CONFIGS, POOLSHIM_VARIANTS)
+# and the wall times side by side (tools/bench/torch_mem/rounds.py); hotprof: psbench
+# random and pairs (static cudart) under the sampling profiler.
 # Results land under $OUT: gpu/ and bench/ from the scripts, and everything
 # else in one archive, extra.tgz (the device tool returns at most 8 files).
 set -u
@@ -154,16 +156,49 @@ for step in $what; do
         echo "=== verify10: the context gate"
         OUTDIR=$OUT/verify10/gpu TESTS='context_reset|hazard|async_streams|alloc_basic|capture|ipc|remap_idle|expandable|misc|torch' \
             TEST_TIMEOUT=${TEST_TIMEOUT:-120} ./tests/gpu/run.sh build | grep -vE '^PASS build/' | tail -n 60 ;;
-    verify10tm)
-        # build/var/oldest.so: main with docs/wip/remap-oldest.patch applied (build it
-        # as docs/wip/README.md says; the variants are skipped without it)
-        echo "=== verify10: transformer and conv net, remap_slack_percent 0 / 2 / 3 (and remap-oldest)"
-        variants="slack2:POOLSHIM_OPTIONS=resource.main.remap_slack_percent=2 slack3:POOLSHIM_OPTIONS=resource.main.remap_slack_percent=3"
-        [ -f build/var/oldest.so ] &&
-            variants="$variants oldest:LD_PRELOAD=$PWD/build/var/oldest.so oldest3:LD_PRELOAD=$PWD/build/var/oldest.so,POOLSHIM_OPTIONS=resource.main.remap_slack_percent=3"
-        OUT_DIR=$OUT/verify10/tm WORKLOADS="transformer convnet" CONFIGS="nocache expandable poolshim" \
-            POOLSHIM_VARIANTS="$variants" tools/bench/torch_mem/run.sh "$PWD/build/libpoolshim.so"
-        rm -rf "$OUT/verify10/tm/runs" ;;
+    verify11)
+        # session 11: remap_lend (a remap maps busy pieces' memory a second time instead of
+        # waiting on the host): the GPU tests of remap, growth, hazards, contexts and PyTorch
+        # (about 4 min), then the transformer and conv net, two alternated rounds beside
+        # expandable_segments, with remap_lend=0 as "wait" (about 4 min)
+        echo "=== verify11: remap_lend, GPU tests"
+        OUTDIR=$OUT/verify11/gpu TESTS='remap_idle|expandable|hazard_barrier_(nonblocking|legacy|graph|threads16|newstream)|hazard_barrier_skipped_(nonblocking|graph)|context_reset_(static|shared)_runtime_pool|misc|ipc|torch' \
+            TEST_TIMEOUT=${TEST_TIMEOUT:-120} ./tests/gpu/run.sh build | grep -vE '^PASS build/' | tail -n 40
+        echo "=== verify11: transformer and conv net (remap_lend 1 = poolshim, 0 = wait)"
+        ROUNDS=${ROUNDS:-2} WORKLOADS="transformer convnet" CONFIGS="expandable poolshim" \
+            POOLSHIM_VARIANTS="wait:POOLSHIM_OPTIONS=resource.main.remap_lend=0" OUT=$OUT "$PWD/tools/gpu_session.sh" walltime ;;
+    walltime)
+        # wall time needs rounds: one run moves by 5-25 %. ROUNDS (default 3) runs of
+        # torch_mem.sh with WORKLOADS (default "mlp transformer"), CONFIGS (default
+        # "expandable poolshim") and POOLSHIM_VARIANTS, then the per-round table
+        # (tools/bench/torch_mem/rounds.py); a transformer run is ~18 s, an MLP run ~13 s
+        # (each configuration of each workload, per round). Only each round's
+        # torch_mem.json is kept ($OUT/walltime/roundN.json), so that a call cut short
+        # still brings back the rounds it finished.
+        echo "=== walltime: ${ROUNDS:-3} alternated rounds"
+        mkdir -p "$OUT/walltime"
+        for round in $(seq 1 "${ROUNDS:-3}"); do
+            OUT_DIR=$OUT/walltime/r$round WORKLOADS=${WORKLOADS:-mlp transformer} \
+                CONFIGS=${CONFIGS:-expandable poolshim} POOLSHIM_VARIANTS=${POOLSHIM_VARIANTS:-} \
+                tools/bench/torch_mem/run.sh "$PWD/build/libpoolshim.so" | grep -E '^(ran|FAIL)'
+            mv "$OUT/walltime/r$round/torch_mem.json" "$OUT/walltime/round$round.json"
+            rm -rf "$OUT/walltime/r$round"
+        done
+        python3 tools/bench/torch_mem/rounds.py "$OUT"/walltime/round*.json | tee "$OUT/walltime/rounds.txt" ;;
+    hotprof)
+        # where a static-cudart psbench spends its time on this host (the lent machines
+        # have no perf): the random workload and the 256 B pairs under build/sampler.so;
+        # the raw samples come back (resolve them here: tools/prof/resolve.py FILE
+        # build/libpoolshim.so .carry/bench/psbench); about 1 min
+        echo "=== hotprof: psbench random and pairs under the sampler"
+        mkdir -p "$OUT/hotprof"
+        for w in random pairs; do
+            # (env after timeout: the sampler in psbench, not in timeout, which writes the file last)
+            timeout 120 env SAMPLER_OUT="$OUT/hotprof/$w.samples" \
+                LD_PRELOAD="$PWD/build/libpoolshim.so:$PWD/build/sampler.so" \
+                .carry/bench/psbench --label "$w" --workloads "$w" --allocator cudaMalloc 2>&1 |
+                sed -n 's/^JSON //p' | cut -c1-200
+        done ;;
     pinnedpair)
         echo "=== pinnedpair: pinned tests and pair timing (host.grow_budget_min, default 16 MiB)"
         OUTDIR=$OUT/pinnedpair/gpu TESTS='pinned' TEST_TIMEOUT=${TEST_TIMEOUT:-180} ./tests/gpu/run.sh build |
