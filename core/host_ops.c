@@ -825,6 +825,10 @@ static int host_vm_map_handle(void *ctx, void *addr, size_t size, uint64_t handl
     uint64_t kept, value = 0;
     int known = ps_ptr_map_get(&dev->vm_handles, handle, &value);
     int alias = known && HANDLE_MAPPINGS(value) > 0;
+    if (alias && dev->options.no_vm_alias) {
+        pthread_mutex_unlock(&dev->lock);
+        return PS_EUPSTREAM;
+    }
     int status = (alias ? HANDLE_SIZE(value) == size && !(value & HANDLE_RELEASED)
                         : ps_ptr_map_get(&dev->vm_kept, handle, &kept) && kept == size)
                      ? PS_OK

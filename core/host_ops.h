@@ -25,6 +25,8 @@ typedef struct ps_host_ops_options {
     int auto_complete;         /* 1: fences complete as soon as they are recorded */
     int virtual_memory;        /* 1: offer the vm_* entries (an expandable pool can be built) */
     int no_vm_keep;            /* 1: without vm_unmap_keep / vm_map_handle / vm_drop (remap releases and creates) */
+    int no_vm_alias;           /* 1: vm_map_handle refuses (PS_EUPSTREAM) a handle mapped elsewhere: a driver
+                                  that will not map memory twice */
     size_t vm_granularity;     /* their granularity (default 2 MiB, like an H100) */
     int no_host_vm;            /* 1 (with virtual_memory): without host_vm_granularity / host_vm_map
                                   (a driver that cannot place memory on the host) */

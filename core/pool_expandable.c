@@ -101,7 +101,10 @@
  *     twin could not be unmapped is never unmapped itself (the pool would
  *     count memory the twin still holds). Lent addresses hold no memory
  *     of their own: reserved counts each piece once, where it serves. A
- *     growth that fails to map takes its lent blocks back as free blocks.
+ *     growth that fails to map takes its lent blocks back as free blocks
+ *     and is tried again without lending; a failure other than "out of
+ *     memory" (a driver that will not map memory twice) ends lending for
+ *     that pool, with a warning.
  *     H100, PyTorch transformer (docs/benchmarks.md, session 11): 46 host
  *     waits (0.87 s inside cudaMalloc, 1.068x expandable_segments' time)
  *     become none (0.32 s, 1.007x) at the same 4.636 GiB.
@@ -650,7 +653,8 @@ static size_t lend_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
 static int lend_possible_locked(const pool_t *pool)
 {
     const ps_gpu_ops_t *gpu = pool->gpu;
-    return pool->options.remap_lend && gpu->vm_map_handle && gpu->vm_unmap_keep && gpu->vm_drop;
+    return pool->options.remap_lend && !pool->lend_refused && gpu->vm_map_handle && gpu->vm_unmap_keep &&
+           gpu->vm_drop;
 }
 
 /* Whether the growth of `plan` keeps reserved within remap_slack_percent
@@ -748,12 +752,38 @@ static int map_planned_locked(pool_t *pool, const growth_plan_t *plan, uint32_t 
     return PS_OK;
 }
 
+static int grow_expandable_once_locked(pool_t *pool, size_t need, uint32_t *grown, int *lent);
+
 /* Step c, expandable: maps the fewest new pieces that give a ready block
  * of at least `need` bytes (reserving another range when no unmapped
  * block can serve); with remap, first moves free pieces there. *grown =
- * the block. Needs two reserved descriptors. */
+ * the block. Needs two reserved descriptors. A growth that lent pieces
+ * and failed (its lent blocks taken back) is tried once more without
+ * lending; when the failure was not for lack of memory, the driver would
+ * not map memory twice: the pool stops lending (it waits, as with
+ * remap_lend 0) and says so once. */
 int pool_grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown)
 {
+    int lent = 0;
+    int status = grow_expandable_once_locked(pool, need, grown, &lent);
+    if (status == PS_OK || !lent)
+        return status;
+    int refused = status != PS_ENOMEM;
+    pool->lend_refused = 1; /* for the second try */
+    status = grow_expandable_once_locked(pool, need, grown, &lent);
+    pool->lend_refused = refused;
+    if (refused)
+        ps_warning("pool '%s': mapping memory at a second address failed; remap waits for the GPU from now on "
+                   "(as with remap_lend = 0)",
+                   pool->base.name);
+    return status;
+}
+
+/* One try of pool_grow_expandable_locked; *lent = 1 when it lent pieces
+ * and failed (they were taken back). */
+static int grow_expandable_once_locked(pool_t *pool, size_t need, uint32_t *grown, int *lent)
+{
+    *lent = 0;
     if (pool->bytes_in_use + need > pool->peak_need_in_use)
         pool->peak_need_in_use = pool->bytes_in_use + need;
     if (pool->lent_head != NIL) /* lent addresses whose barrier passed may serve this growth */
@@ -773,14 +803,18 @@ int pool_grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown)
         /* the barrier's blocks and the holes may serve better; the old
          * plan still can (its block and neighbours were left alone) */
         plan = plan_growth_locked(pool, need);
-        if (lend && lend_for_growth_locked(pool, &plan))
-            pool->remaps_lent++;
+        if (lend)
+            lend_for_growth_locked(pool, &plan);
     }
     int status = map_planned_locked(pool, &plan, grown); /* (the stash's pieces first) */
-    if (status != PS_OK && pool->lent_head != lent_before)
+    if (status != PS_OK && pool->lent_head != lent_before) {
         take_back_lent_locked(pool, lent_before); /* (their handles leave the stash: not dropped) */
-    else if (pool->lent_head != lent_before && atomic_load_explicit(&pool_test_return_lent_at_once, memory_order_relaxed))
-        return_lent_locked(pool, IDLE_NEVER); /* the broken variant the GPU test must catch */
+        *lent = 1;
+    } else if (pool->lent_head != lent_before) {
+        pool->remaps_lent++;
+        if (atomic_load_explicit(&pool_test_return_lent_at_once, memory_order_relaxed))
+            return_lent_locked(pool, IDLE_NEVER); /* the broken variant the GPU test must catch */
+    }
     ps_vm_stash_drop(pool->gpu, &pool->stash);           /* what the growth did not need */
     return status;
 }

@@ -131,6 +131,8 @@ typedef struct pool {
     uint64_t remap_waits;       /* remaps that waited for the barrier that released the pieces, not the device */
     uint64_t remaps_slack;      /* remaps left out for a growth within remap_slack_percent instead of a wait */
     uint64_t remaps_lent;       /* remaps that lent busy pieces' memory instead of a wait (remap_lend) */
+    int lend_refused;           /* 1: mapping lent memory a second time failed (not for lack of memory):
+                                   this pool no longer lends */
     uint64_t peak_need_in_use;  /* most bytes in use + the need at an expandable growth (remap_slack_percent) */
     uint64_t remap_credit;      /* remaps allowed now, in 1/REMAP_CREDIT_UNIT (earned by turnover) */
     uint64_t in_use_high;       /* most of in use + need seen at a growth (grow_budget_percent) */

@@ -701,3 +701,62 @@ Test(pool_remap, lend_a_failed_unmap_of_a_lent_address_leaves_the_pool_consisten
 {
     fail_in_lending_growth(PS_HOST_OP_VM_UNMAP, 1);
 }
+
+Test(pool_remap, a_driver_that_will_not_map_memory_twice_makes_the_pool_wait_instead)
+{
+    /* the alias map is refused: the growth is tried again without lending
+     * (it waits for b's and d's barrier), and the pool lends no more */
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    o.remap_lend = 1;
+    ps_host_ops_options_t host = {.virtual_memory = 1, .no_vm_alias = 1};
+    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
+    ps_resource_info_t info = grow_over_two_holes(&f, blocks, &s, &t, &big, 0);
+    cr_assert_eq(info.remaps_lent, 0, "the lending try was taken back");
+    cr_assert_eq(info.remap_waits, 1, "the second try waited");
+    cr_assert_eq(info.bytes_reserved, 42 * PS_MiB);
+    cr_assert_eq(info.bytes_reserved, ps_host_ops_bytes_outstanding(f.gpu));
+    cr_assert_eq(ps_host_ops_vm_aliases(f.gpu), 0);
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    /* the next busy remap waits at once (no lending try) */
+    void *again;
+    cr_assert_eq(ps_deallocate(f.pool, big, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_host_ops_note_free(f.gpu, blocks[2], 8 * PS_MiB), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, blocks[2], 0, PS_STREAM_NONE), PS_OK);
+    uint64_t map_calls = ps_host_ops_calls(f.gpu, PS_HOST_OP_VM_MAP);
+    cr_assert_eq(ps_allocate(f.pool, 40 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
+    info = fixture_info(f.pool);
+    cr_assert_eq(info.remaps_lent, 0);
+    cr_assert_eq(ps_host_ops_faults_fired(f.gpu, NULL, NULL), 0);
+    cr_assert_gt(ps_host_ops_calls(f.gpu, PS_HOST_OP_VM_MAP), map_calls);
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, big, 0, PS_STREAM_NONE), PS_OK);
+    blocks[2] = NULL;
+    for (int i = 0; i < LAYOUT_BLOCKS; i += 2)
+        if (blocks[i])
+            cr_assert_eq(ps_deallocate(f.pool, blocks[i], 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, s, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, t, 0, PS_STREAM_NONE), PS_OK);
+    (void)again;
+    fixture_close(&f);
+}
+
+Test(pool_remap, the_return_lent_switch_unmaps_lent_addresses_under_the_gpu)
+{
+    /* POOLSHIM_TEST_RETURN_LENT=1 (tests/gpu/remap_idle.cu's negative
+     * control) must really unmap b and d at once: the fake's judge sees it */
+    pool_fixture_t f;
+    void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
+    ps_pool_test_return_lent_at_once(1);
+    ps_resource_info_t info = lend_over_two_holes(&f, blocks, &s, &t, &big);
+    ps_pool_test_return_lent_at_once(0);
+    cr_assert_eq(info.remaps_lent, 1);
+    cr_assert_gt(ps_host_ops_unsafe_unmaps(f.gpu), 0, "b and d unmapped right after the growth");
+    cr_assert_eq(info.bytes_reserved, ps_host_ops_bytes_outstanding(f.gpu));
+    free_layout(&f, blocks, s, t, big);
+    fixture_close(&f);
+}
