@@ -1781,6 +1781,20 @@ static void epoch_visit(void *ctx, uint64_t item)
     v->not_pending += b->state != BLOCK_PENDING;
 }
 
+/* The unmapped or the lent list from `head`: `count` blocks, all in `state`. */
+static int check_state_list(const pool_t *pool, uint32_t head, uint8_t state, uint64_t count, const char *what)
+{
+    const char *n = pool->base.name;
+    uint64_t linked = 0;
+    for (uint32_t index = head; index != NIL; index = pool->blocks[index].next_free) {
+        CHECK(pool->blocks[index].state == state, n, "%s list: block %u is not %s", what, index, what);
+        CHECK(++linked <= count, n, "the %s list loops or holds strangers", what);
+    }
+    CHECK(linked == count, n, "%llu %s blocks, %llu in the list", (unsigned long long)count, what,
+          (unsigned long long)linked);
+    return PS_OK;
+}
+
 static int check_locked(pool_t *pool)
 {
     size_t alignment = pool->options.alignment;
@@ -1876,20 +1890,9 @@ static int check_locked(pool_t *pool)
           (unsigned long long)pool->bytes_unmapped, (unsigned long long)unmapped);
     CHECK(lent == pool->bytes_lent, n, "lent %llu, blocks sum %llu", (unsigned long long)pool->bytes_lent,
           (unsigned long long)lent);
-    uint64_t lent_linked = 0;
-    for (uint32_t index = pool->lent_head; index != NIL; index = pool->blocks[index].next_free) {
-        CHECK(pool->blocks[index].state == BLOCK_LENT, n, "lent list: block %u is not lent", index);
-        CHECK(++lent_linked <= lent_blocks, n, "the lent list loops or holds strangers");
-    }
-    CHECK(lent_linked == lent_blocks, n, "%llu lent blocks, %llu in the list", (unsigned long long)lent_blocks,
-          (unsigned long long)lent_linked);
-    uint64_t linked = 0;
-    for (uint32_t index = pool->unmapped_head; index != NIL; index = pool->blocks[index].next_free) {
-        CHECK(pool->blocks[index].state == BLOCK_UNMAPPED, n, "unmapped list: block %u is not unmapped", index);
-        CHECK(++linked <= unmapped_blocks, n, "the unmapped list loops or holds strangers");
-    }
-    CHECK(linked == unmapped_blocks, n, "%llu unmapped blocks, %llu in the list", (unsigned long long)unmapped_blocks,
-          (unsigned long long)linked);
+    if (check_state_list(pool, pool->lent_head, BLOCK_LENT, lent_blocks, "lent") != PS_OK ||
+        check_state_list(pool, pool->unmapped_head, BLOCK_UNMAPPED, unmapped_blocks, "unmapped") != PS_OK)
+        return PS_EINVAL;
     CHECK(used_blocks == pool->in_use.count, n, "%llu used blocks, %zu in the map",
           (unsigned long long)used_blocks, pool->in_use.count);
     /* free lists */

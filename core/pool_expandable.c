@@ -157,28 +157,40 @@ void pool_remap_earn_locked(pool_t *pool, uint64_t released)
 
 /* ---- expandable ranges ------------------------------------------------- */
 
-static void unmapped_insert(pool_t *pool, uint32_t index)
+/* The unmapped and the lent lists: blocks of one state linked by
+ * prev_free/next_free from *head, their sizes summed in *bytes. */
+static void state_list_insert(pool_t *pool, uint32_t *head, uint64_t *bytes, uint8_t state, uint32_t index)
 {
     pool_block_t *b = &pool->blocks[index];
-    b->state = BLOCK_UNMAPPED;
+    b->state = state;
     b->prev_free = NIL;
-    b->next_free = pool->unmapped_head;
-    if (pool->unmapped_head != NIL)
-        pool->blocks[pool->unmapped_head].prev_free = index;
-    pool->unmapped_head = index;
-    pool->bytes_unmapped += b->size;
+    b->next_free = *head;
+    if (*head != NIL)
+        pool->blocks[*head].prev_free = index;
+    *head = index;
+    *bytes += b->size;
 }
 
-static void unmapped_remove(pool_t *pool, uint32_t index)
+static void state_list_remove(pool_t *pool, uint32_t *head, uint64_t *bytes, uint32_t index)
 {
     pool_block_t *b = &pool->blocks[index];
     if (b->prev_free != NIL)
         pool->blocks[b->prev_free].next_free = b->next_free;
     else
-        pool->unmapped_head = b->next_free;
+        *head = b->next_free;
     if (b->next_free != NIL)
         pool->blocks[b->next_free].prev_free = b->prev_free;
-    pool->bytes_unmapped -= b->size;
+    *bytes -= b->size;
+}
+
+static void unmapped_insert(pool_t *pool, uint32_t index)
+{
+    state_list_insert(pool, &pool->unmapped_head, &pool->bytes_unmapped, BLOCK_UNMAPPED, index);
+}
+
+static void unmapped_remove(pool_t *pool, uint32_t index)
+{
+    state_list_remove(pool, &pool->unmapped_head, &pool->bytes_unmapped, index);
 }
 
 /* Cuts block `index` (in no list) at address `at` (inside it): `index`
@@ -315,26 +327,12 @@ static growth_plan_t plan_growth_locked(const pool_t *pool, size_t need)
  * elsewhere, until the barrier idle_gen passed. */
 static void lent_insert(pool_t *pool, uint32_t index)
 {
-    pool_block_t *b = &pool->blocks[index];
-    b->state = BLOCK_LENT;
-    b->prev_free = NIL;
-    b->next_free = pool->lent_head;
-    if (pool->lent_head != NIL)
-        pool->blocks[pool->lent_head].prev_free = index;
-    pool->lent_head = index;
-    pool->bytes_lent += b->size;
+    state_list_insert(pool, &pool->lent_head, &pool->bytes_lent, BLOCK_LENT, index);
 }
 
 static void lent_remove(pool_t *pool, uint32_t index)
 {
-    pool_block_t *b = &pool->blocks[index];
-    if (b->prev_free != NIL)
-        pool->blocks[b->prev_free].next_free = b->next_free;
-    else
-        pool->lent_head = b->next_free;
-    if (b->next_free != NIL)
-        pool->blocks[b->next_free].prev_free = b->prev_free;
-    pool->bytes_lent -= b->size;
+    state_list_remove(pool, &pool->lent_head, &pool->bytes_lent, index);
 }
 
 /* Cuts [lo, lo + length) out of ready free block `index` (in the ready
