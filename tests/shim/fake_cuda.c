@@ -559,7 +559,10 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size)
     ENTER();
     void *m = mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
                    -1, 0);
-    return m == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    if (m == MAP_FAILED)
+        return CUDA_ERROR_INVALID_VALUE;
+    __atomic_fetch_add(&counters.vm_unmapped, 1, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h, int type,

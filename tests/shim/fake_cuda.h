@@ -32,6 +32,7 @@ typedef struct fake_cuda_counters {
     unsigned long vm_exported;          /* cuMemExportToShareableHandle successes */
     unsigned long vm_imported;          /* cuMemImportFromShareableHandle successes */
     unsigned long vm_released;          /* cuMemRelease successes (created and imported) */
+    unsigned long vm_unmapped;          /* cuMemUnmap successes */
     unsigned long ipc_open_native;      /* cuIpcOpenMemHandle(_v2) calls that reached the driver */
     unsigned long ipc_close_native;     /* cuIpcCloseMemHandle calls that reached the driver */
     unsigned long lifecycle_delays;     /* FAKE_CUDA_LIFECYCLE_DELAY_US sleeps begun (a test waits for one) */

@@ -893,6 +893,34 @@ static void remap(void)
     CHECK(cudaFree(separator) == cudaSuccess, "cudaFree separator");
 }
 
+/* remap's lending, then a reset while the lent addresses are still mapped
+ * (FAKE_CUDA_EVENTS_PENDING: their barrier never passes): the reset gives
+ * every piece back once (a handle mapped at two addresses is released
+ * once: the fake frees it at its release, so twice is a double free) and
+ * the device holds nothing after it. */
+static void remap_reset(void)
+{
+    void *a, *separator, *small, *big;
+    CHECK(cudaMalloc(&a, 64u << 20) == cudaSuccess, "cudaMalloc A");
+    CHECK(cudaMalloc(&separator, 2u << 20) == cudaSuccess, "cudaMalloc separator");
+    CHECK(cudaFree(a) == cudaSuccess, "cudaFree A");
+    CHECK(cudaMalloc(&small, 1u << 20) == cudaSuccess, "cudaMalloc small");
+    CHECK(cudaMalloc(&big, 96u << 20) == cudaSuccess, "cudaMalloc big");
+    fill(big, 96u << 20, 5);
+    CHECK(intact(big, 96u << 20, 5), "big holds what was written");
+    /* lent, not waited for: nothing was unmapped, and more was mapped than created */
+    CHECK(fake()->vm_unmapped == 0, "%lu pieces unmapped before the reset (a remap that waited)",
+          fake()->vm_unmapped);
+    unsigned long created = fake()->vm_created, released = fake()->vm_released;
+    CHECK(released == 0, "%lu pieces released before the reset", released);
+    CHECK(cudaDeviceReset() == cudaSuccess, "cudaDeviceReset");
+    CHECK(fake()->bytes_outstanding == 0, "%lu device bytes survived the reset", fake()->bytes_outstanding);
+    CHECK(fake()->vm_released == created, "%lu releases for %lu pieces (each exactly once)", fake()->vm_released,
+          created);
+    printf("remap_reset: %lu pieces released once by the reset\n", created);
+    use_fresh_memory(10, 77, "after reset");
+}
+
 /* A barrier with 4 live non-blocking streams: cudaFree(A), then a request
  * only A fits (with POOLSHIM_OPTIONS barrier_floor=0 the pool issues a
  * barrier rather than grow). Prints what reached the fake driver during it;
@@ -996,6 +1024,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "ipc")) ipc();
     else if (!strcmp(what, "meminfo")) meminfo();
     else if (!strcmp(what, "remap")) remap();
+    else if (!strcmp(what, "remap_reset")) remap_reset();
     else if (!strcmp(what, "threads")) threads();
     else if (!strcmp(what, "stats_threads")) stats_threads();
     else if (!strcmp(what, "barrier_streams")) barrier_streams();

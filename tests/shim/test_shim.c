@@ -920,6 +920,13 @@ Test(remap, pieces_of_a_pending_barrier_lend_their_memory_without_a_wait)
      * second time; the shim's vm_map_handle of a mapped handle (cuMemMap) */
     expect_remap_as("FAKE_CUDA_EVENTS_PENDING=1000000", 1, 0, 0, 0, 1);
 }
+Test(remap, a_reset_gives_back_lent_memory_once)
+{
+    /* (the exit statistics are the new context's: the program checks the
+     * fake driver's counters around the reset itself) */
+    expect_pass(1, "FAKE_CUDA_VMM=1 FAKE_CUDA_EVENTS_PENDING=1000000", "prog_runtime remap_reset", "shim active");
+    cr_expect(strstr(output, "released once by the reset"), "%s", output);
+}
 Test(remap, with_barriers_skipped_there_is_nothing_to_wait_for_so_it_synchronizes)
 {
     expect_remap_waits("FAKE_CUDA_EVENTS_PENDING=1000000 POOLSHIM_TEST_SKIP_BARRIER=1", 1, 0, 0);
