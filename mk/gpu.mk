@@ -67,11 +67,14 @@ $(GPU_BUILD)/psbench: tools/bench/psbench.cu
 bench-rmm:
 	./tools/bench/fetch_rmm.sh
 
-# The GPU suite's scripts, checked on the CPU: check_stats.py's own tests, and
-# the shell scripts parse (shellcheck too when it is installed).
+# The GPU suite's scripts, checked on the CPU: check_stats.py's own tests, the
+# PyTorch memory report's and its rounds table's (made-up runs), and the shell
+# scripts parse (shellcheck too when it is installed).
 GPU_SCRIPTS := tests/gpu/run.sh tools/gpu_session.sh tools/bench/run.sh tools/bench/multigpu.sh tools/bench/scaling.sh tools/bench/fresh_threads.sh tools/bench/doors.sh
 test: test-gpu-scripts
 test-gpu-scripts:
 	python3 tests/gpu/test_check_stats.py -q
+	python3 tools/bench/torch_mem/selftest/report_test.py >/dev/null
+	python3 tools/bench/torch_mem/selftest/rounds_test.py >/dev/null
 	@for s in $(GPU_SCRIPTS); do bash -n $$s || exit 1; done
 	@if command -v shellcheck >/dev/null; then shellcheck -S warning $(GPU_SCRIPTS); fi
