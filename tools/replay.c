@@ -611,6 +611,12 @@ void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint6
         else
             fprintf(f, "null");
         fprintf(f, ", \"device_syncs\": %llu", (unsigned long long)r->device_syncs);
+        fprintf(f,
+                ", \"remaps_idle\": %llu, \"remap_waits\": %llu, \"remaps_lent\": %llu, \"remaps_slack\": %llu, "
+                "\"barrier_wait_ns\": %llu",
+                (unsigned long long)r->remaps_idle, (unsigned long long)r->remap_waits,
+                (unsigned long long)r->remaps_lent, (unsigned long long)r->remaps_slack,
+                (unsigned long long)r->wait_ns);
         if (r->has_layout) {
             const ps_pool_layout_t *l = &r->at_peak;
             fprintf(f, ", \"at_peak_reserved\": {\"reserved\": %llu, \"in_use\": %llu, \"ready_free\": %llu, "
