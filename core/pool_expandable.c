@@ -655,6 +655,23 @@ static int lend_possible_locked(const pool_t *pool)
            gpu->vm_drop;
 }
 
+/* newest_passed_locked not asked yet (remap_for_growth_locked asks it). */
+#define PASSED_UNKNOWN (IDLE_NEVER - 1)
+
+/* return_lent_locked(passed) in the middle of a remap: an address that
+ * goes may merge with the unmapped block `plan` grows into, so the growth
+ * is planned again (its block and neighbours may be others now; the caller
+ * checks that the pieces the new plan takes are idle). Returns as
+ * return_lent_locked. */
+static int settle_lent_locked(pool_t *pool, uint64_t passed, growth_plan_t *plan, size_t need)
+{
+    uint64_t lent = pool->bytes_lent;
+    int settled = return_lent_locked(pool, passed);
+    if (pool->bytes_lent != lent)
+        *plan = plan_growth_locked(pool, need);
+    return settled && plan->block != NIL;
+}
+
 /* Whether the growth of `plan` keeps reserved within remap_slack_percent
  * above the most bytes in use seen at a growth (8. above). */
 static int within_slack_locked(const pool_t *pool, const growth_plan_t *plan)
@@ -682,7 +699,7 @@ static int within_slack_locked(const pool_t *pool, const growth_plan_t *plan)
  * no host wait, the same memory. Returns 1 when pieces moved, the device
  * was synchronized for them, or they are to be lent: one remap credit
  * spent. */
-static int remap_for_growth_locked(pool_t *pool, const growth_plan_t *plan, int *lend)
+static int remap_for_growth_locked(pool_t *pool, growth_plan_t *plan, size_t need, uint64_t passed, int *lend)
 {
     *lend = 0;
     if (!remap_wanted_locked(pool) || !has_spare_pieces_locked(pool, plan, IDLE_NEVER) ||
@@ -690,9 +707,13 @@ static int remap_for_growth_locked(pool_t *pool, const growth_plan_t *plan, int 
         return 0;
     const ps_gpu_ops_t *gpu = pool->gpu;
     uint64_t needed;
-    uint64_t passed = newest_passed_locked(pool);
+    if (passed == PASSED_UNKNOWN)
+        passed = newest_passed_locked(pool);
     if (choice_is_idle_locked(pool, plan, passed)) {
-        if (!return_lent_locked(pool, passed) || !unmap_for_growth_locked(pool, plan))
+        /* (lent addresses idle at `passed` went before the plan was made:
+         * one is left here only if its unmap failed then) */
+        if (!settle_lent_locked(pool, passed, plan, need) || !choice_is_idle_locked(pool, plan, passed) ||
+            !unmap_for_growth_locked(pool, plan))
             return 0;
         pool->remaps_idle++;
     } else if (within_slack_locked(pool, plan)) {
@@ -705,13 +726,13 @@ static int remap_for_growth_locked(pool_t *pool, const growth_plan_t *plan, int 
         /* wait for the one barrier that released them: the GPU keeps the
          * work queued after it (a synchronize would drain the queue) */
         pool->remap_waits++;
-        if (return_lent_locked(pool, needed))
+        if (settle_lent_locked(pool, needed, plan, need) && choice_idle_generation_locked(pool, plan) <= needed)
             unmap_for_growth_locked(pool, plan);
     } else {
         if (gpu->device_synchronize(gpu->ctx) != PS_OK)
             return 0;
         pool->remap_syncs++;
-        if (return_lent_locked(pool, IDLE_NEVER))
+        if (settle_lent_locked(pool, IDLE_NEVER, plan, need))
             unmap_for_growth_locked(pool, plan);
     }
     pool->remap_credit -= REMAP_CREDIT_UNIT;
@@ -784,8 +805,11 @@ static int grow_expandable_once_locked(pool_t *pool, size_t need, uint32_t *grow
     *lent = 0;
     if (pool->bytes_in_use + need > pool->peak_need_in_use)
         pool->peak_need_in_use = pool->bytes_in_use + need;
-    if (pool->lent_head != NIL) /* lent addresses whose barrier passed may serve this growth */
-        return_lent_locked(pool, newest_passed_locked(pool));
+    uint64_t passed = PASSED_UNKNOWN;
+    if (pool->lent_head != NIL) { /* lent addresses whose barrier passed may serve this growth */
+        passed = newest_passed_locked(pool);
+        return_lent_locked(pool, passed);
+    }
     growth_plan_t plan = plan_growth_locked(pool, need);
     if (plan.block == NIL) {
         int status = add_range_locked(pool, need);
@@ -797,7 +821,7 @@ static int grow_expandable_once_locked(pool_t *pool, size_t need, uint32_t *grow
     }
     uint32_t lent_before = pool->lent_head;
     int lend;
-    if (remap_for_growth_locked(pool, &plan, &lend)) {
+    if (remap_for_growth_locked(pool, &plan, need, passed, &lend)) {
         /* the barrier's blocks and the holes may serve better; the old
          * plan still can (its block and neighbours were left alone) */
         plan = plan_growth_locked(pool, need);
