@@ -94,10 +94,12 @@
  *     after the barrier that released the pieces; a kernel issued before
  *     it goes on using the old addresses, which stay mapped. A LENT block
  *     is unmapped (vm_unmap_keep: the memory lives on where it serves;
- *     then UNMAPPED, merged) once its barrier passed: at the next growth
- *     (one newest_passed query), before a remap unmaps pieces idle at the
- *     same barrier (their lent twins are older), and at a trim (after a
- *     device synchronize, before any other unmap). A piece whose lent
+ *     then UNMAPPED, merged) once its barrier passed: at the next growth,
+ *     before it plans (one newest_passed query, which the remap reuses),
+ *     before a remap unmaps pieces idle at the same barrier (their lent
+ *     twins are older; an address that goes there makes the growth plan
+ *     again: settle_lent_locked), and at a trim (after a device
+ *     synchronize, before any other unmap). A piece whose lent
  *     twin could not be unmapped is never unmapped itself (the pool would
  *     count memory the twin still holds). Lent addresses hold no memory
  *     of their own: reserved counts each piece once, where it serves. A
