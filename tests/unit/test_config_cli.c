@@ -107,3 +107,4 @@ Test(config_cli, two_files_are_a_usage_error)
     cr_assert_eq(run_cli("--file a.ini b.ini", out, sizeof out), 2, "%s", out);
     cr_assert_eq(run_cli("a.ini --file b.ini", out, sizeof out), 2, "%s", out);
 }
+
