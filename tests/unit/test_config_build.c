@@ -611,3 +611,54 @@ Test(config_build, the_default_pool_example_is_the_default)
     ps_config_free(example);
     ps_config_free(builtin);
 }
+
+/* Builds `ini` on a fake GPU with (vm 1) or without virtual memory and
+ * returns what the library said (its messages go to a temporary file). */
+static void messages_of_building(const char *ini, int vm, char *out, size_t size)
+{
+    char path[] = "/tmp/poolshim-msg-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    unlink(path);
+    char file[] = "/tmp/poolshim-ini-XXXXXX.ini";
+    int ifd = mkstemps(file, 4);
+    cr_assert_geq(ifd, 0);
+    cr_assert_eq(write(ifd, ini, strlen(ini)), (ssize_t)strlen(ini));
+    close(ifd);
+    ps_config_t *cfg = load_example(file);
+    unlink(file);
+    ps_gpu_ops_t *gpu = NULL;
+    ps_host_ops_options_t opts = {.capacity = 8ull << 30, .virtual_memory = vm, .auto_complete = 1};
+    cr_assert_eq(ps_host_ops_create(&opts, &gpu), PS_OK);
+    ps_message_set_fd(fd);
+    ps_verbosity = PS_MSG_WARNING; /* (the suite's init silences messages) */
+    ps_stack_t *stack = NULL;
+    int rc = ps_config_build_stack(cfg, 0, gpu, &stack);
+    ps_verbosity = -1;
+    ps_message_set_fd(2);
+    cr_assert_eq(rc, PS_OK);
+    ps_stack_destroy(stack);
+    ps_host_ops_destroy(gpu);
+    ps_config_free(cfg);
+    ssize_t n = pread(fd, out, size - 1, 0);
+    out[n > 0 ? n : 0] = '\0';
+    close(fd);
+}
+
+Test(config_build, a_pool_says_when_it_will_not_use_the_upstream_it_was_given)
+{
+    /* an expandable pool maps its own memory: an upstream set for it serves
+     * only where the device lacks virtual memory (async_upstream.ini once
+     * fell into this and never called cudaMallocAsync) */
+    const char *ini = "[resource.mine]\ntype = async\n[resource.main]\ntype = pool\nupstream = mine\n"
+                      "[device.*]\nresource = main\n";
+    char out[4096];
+    messages_of_building(ini, 1, out, sizeof out);
+    cr_assert(strstr(out, "pool 'main': its upstream 'mine' is not used") && strstr(out, "expandable = 0"), "%s", out);
+    messages_of_building(ini, 0, out, sizeof out); /* no virtual memory: chunks from it */
+    cr_assert_null(strstr(out, "is not used"), "%s", out);
+    const char *chunks = "[resource.mine]\ntype = async\n[resource.main]\ntype = pool\nupstream = mine\n"
+                         "expandable = 0\n[device.*]\nresource = main\n";
+    messages_of_building(chunks, 1, out, sizeof out);
+    cr_assert_null(strstr(out, "is not used"), "%s", out);
+}
