@@ -267,9 +267,10 @@ static ps_resource_t *build_def(builder_t *b, int index)
         ps_config_pool_options(b->cfg, def, b->total_bytes, &opts);
         rc = b->ctors->pool(name, upstream, b->gpu, &opts, &r);
         if (rc == PS_OK && r && b->ctors == &ps_core_constructors && v[PS_KEY_UPSTREAM].set &&
-            !v[PS_KEY_EXPANDABLE].set && ps_pool_is_expandable(r))
+            b->cfg->defs[def->upstream].type != PS_TYPE_CUDA && !v[PS_KEY_EXPANDABLE].set && ps_pool_is_expandable(r))
             /* (it takes its memory from its upstream only where the device
-             * lacks virtual memory management) */
+             * lacks virtual memory management; `upstream = cuda`, the
+             * implicit one written out, is device memory either way) */
             ps_warning("pool '%s': its upstream '%s' is not used: the pool maps its own memory into one range "
                        "(expandable, the default where the device can); set expandable = 0 in [resource.%s] to "
                        "grow in chunks from '%s'",

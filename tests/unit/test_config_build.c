@@ -661,4 +661,6 @@ Test(config_build, a_pool_says_when_it_will_not_use_the_upstream_it_was_given)
                          "expandable = 0\n[device.*]\nresource = main\n";
     messages_of_building(chunks, 1, out, sizeof out);
     cr_assert_null(strstr(out, "is not used"), "%s", out);
+    messages_of_building("[resource.main]\ntype = pool\nupstream = cuda\n", 1, out, sizeof out);
+    cr_assert_null(strstr(out, "is not used"), "the implicit upstream written out: %s", out);
 }
