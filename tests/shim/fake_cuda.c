@@ -78,7 +78,11 @@ struct CUctx_st {
     atomic_ullong id;              /* unique per incarnation (cuCtxGetId) */
     unsigned flags;                /* cuDevicePrimaryCtxSetFlags */
 };
-struct CUevent_st { atomic_int pending; CUcontext ctx; unsigned gen; };
+struct CUevent_st { atomic_int pending; CUcontext ctx; unsigned gen; struct CUevent_st *prev_live, *next_live; };
+/* Events not destroyed by the program, kept reachable for leak checkers:
+ * those of a destroyed context stay (the driver would have freed them; a
+ * caller forgets them, and their handles must stay dead). Under `lock`. */
+static struct CUevent_st *undestroyed_events;
 struct CUstream_st { unsigned flags; CUcontext ctx; int capturing; unsigned gen; int destroyed; struct CUstream_st *next_live; };
 /* Streams not destroyed by the program, kept reachable for leak checkers:
  * those of a destroyed context stay (their handles must stay dead). */
@@ -832,6 +836,12 @@ EXPORT CUresult cuEventCreate(CUevent *e, unsigned int flags)
         return CUDA_ERROR_OUT_OF_MEMORY;
     (*e)->ctx = current;
     (*e)->gen = current ? atomic_load(&current->gen) : 0;
+    pthread_mutex_lock(&lock);
+    (*e)->next_live = undestroyed_events;
+    if (undestroyed_events)
+        undestroyed_events->prev_live = *e;
+    undestroyed_events = *e;
+    pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
@@ -873,6 +883,16 @@ EXPORT CUresult cuEventSynchronize(CUevent e)
 EXPORT CUresult cuEventDestroy_v2(CUevent e)
 {
     ENTER();
+    if (!e)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    if (e->prev_live)
+        e->prev_live->next_live = e->next_live;
+    else
+        undestroyed_events = e->next_live;
+    if (e->next_live)
+        e->next_live->prev_live = e->prev_live;
+    pthread_mutex_unlock(&lock);
     free(e);
     return CUDA_SUCCESS;
 }
