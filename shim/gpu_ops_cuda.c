@@ -602,7 +602,7 @@ static int live_barrier(void *vctx)
         status = PS_EUPSTREAM;
     }
     /* b: every non-blocking stream's work so far joins the legacy stream */
-    for (size_t i = 0; i < stream_count && status == PS_OK; i++) {
+    for (size_t i = 0; i < stream_count && status == PS_OK && !d->no_join; i++) {
         tracked_stream_t *t = &streams[i];
         if (t->ctx != d->ctx)
             continue;
@@ -744,8 +744,8 @@ static int live_device_synchronize(void *vctx)
 /* ---- the gate (10. above): every entry of the table, around its live_ body ---- */
 /* (GATED and GATED_VOID: shim/gpu_ops_cuda_internal.h; the virtual-memory entries are
  * in shim/gpu_ops_cuda_vm.c) */
-GATED(mem_alloc, (void *vctx, size_t size, void **out), (vctx, size, out), dead_mem_alloc(vctx, size, out))
-GATED(mem_free, (void *vctx, void *ptr, size_t size), (vctx, ptr, size), dead_mem_free(vctx, ptr, size))
+GATED_TIMED(mem_alloc, PS_OP_TIME_CHUNK, (void *vctx, size_t size, void **out), (vctx, size, out), dead_mem_alloc(vctx, size, out))
+GATED_TIMED(mem_free, PS_OP_TIME_CHUNK, (void *vctx, void *ptr, size_t size), (vctx, ptr, size), dead_mem_free(vctx, ptr, size))
 GATED(mem_alloc_async, (void *vctx, size_t size, ps_stream_t stream, void **out), (vctx, size, stream, out), dead_mem_alloc_async(vctx, size, stream, out))
 GATED(mem_free_async, (void *vctx, void *ptr, ps_stream_t stream), (vctx, ptr, stream), dead_mem_free_async(vctx, ptr, stream))
 GATED(host_alloc, (void *vctx, size_t size, unsigned flags, void **out), (vctx, size, flags, out), dead_host_alloc(vctx, size, flags, out))
@@ -755,14 +755,14 @@ GATED(mem_get_info, (void *vctx, size_t *free_bytes, size_t *total_bytes), (vctx
 GATED_VOID(fence_release, (void *vctx, ps_fence_t *f), (vctx, f))
 GATED(fence_record, (void *vctx, ps_stream_t stream, ps_fence_t **out), (vctx, stream, out), dead_fence_record(vctx, stream, out))
 GATED(fence_query, (void *vctx, ps_fence_t *f), (vctx, f), dead_fence_done(vctx, f))
-GATED(fence_wait, (void *vctx, ps_fence_t *f), (vctx, f), dead_fence_done(vctx, f))
+GATED_TIMED(fence_wait, PS_OP_TIME_WAIT, (void *vctx, ps_fence_t *f), (vctx, f), dead_fence_done(vctx, f))
 GATED(stream_wait_fence, (void *vctx, ps_stream_t stream, ps_fence_t *f), (vctx, stream, f), dead_stream_wait_fence(vctx, stream, f))
-GATED(barrier, (void *vctx), (vctx), dead_barrier(vctx))
-GATED(barrier_wait, (void *vctx, uint64_t generation), (vctx, generation), dead_barrier_wait(vctx, generation))
+GATED_TIMED(barrier, PS_OP_TIME_BARRIER, (void *vctx), (vctx), dead_barrier(vctx))
+GATED_TIMED(barrier_wait, PS_OP_TIME_WAIT, (void *vctx, uint64_t generation), (vctx, generation), dead_barrier_wait(vctx, generation))
 GATED(barrier_passed, (void *vctx, uint64_t generation), (vctx, generation), dead_barrier_passed(vctx, generation))
 GATED(memset_d8, (void *vctx, void *ptr, uint8_t value, size_t bytes, ps_stream_t stream), (vctx, ptr, value, bytes, stream), dead_memset_d8(vctx, ptr, value, bytes, stream))
 GATED(copy_to_host, (void *vctx, void *dst, const void *src, size_t bytes, ps_stream_t stream), (vctx, dst, src, bytes, stream), dead_copy_to_host(vctx, dst, src, bytes, stream))
-GATED(device_synchronize, (void *vctx), (vctx), dead_device_synchronize(vctx))
+GATED_TIMED(device_synchronize, PS_OP_TIME_WAIT, (void *vctx), (vctx), dead_device_synchronize(vctx))
 
 int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
 {
@@ -791,6 +791,11 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         ps_warning("POOLSHIM_TEST_RETURN_LENT=1: remap unmaps lent pieces' old addresses at once, under kernels "
                    "that may still use them (a test switch, never for real work)");
     }
+    const char *no_join = getenv("POOLSHIM_TEST_BARRIER_NO_JOIN");
+    d->no_join = no_join && *no_join == '1';
+    if (d->no_join)
+        ps_warning("POOLSHIM_TEST_BARRIER_NO_JOIN=1: barriers do not wait for non-blocking streams; memory they "
+                   "still use may be reused (a measurement switch, never for real work)");
     if (d->skip_barrier)
         ps_warning("POOLSHIM_TEST_SKIP_BARRIER=1: barriers order nothing; freed memory may be reused while "
                    "kernels still use it (a test switch, never for real work)");
@@ -842,6 +847,27 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
     }
     *out = &d->ops;
     return PS_OK;
+}
+
+/* ---- host time in the slow entries (gpu_ops_cuda_internal.h) --------------------------- */
+static _Atomic uint64_t op_time_ns[PS_MAX_DEVICES][PS_OP_TIME_KINDS];
+static _Atomic uint64_t op_time_calls[PS_MAX_DEVICES][PS_OP_TIME_KINDS];
+
+void ps_gpu_ops_cuda_time_add(int device, int kind, uint64_t ns)
+{
+    if (device < 0 || device >= PS_MAX_DEVICES)
+        return;
+    atomic_fetch_add_explicit(&op_time_ns[device][kind], ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&op_time_calls[device][kind], 1, memory_order_relaxed);
+}
+
+void ps_gpu_ops_cuda_times(int device, uint64_t ns[PS_OP_TIME_KINDS], uint64_t calls[PS_OP_TIME_KINDS])
+{
+    for (int k = 0; k < PS_OP_TIME_KINDS; k++) {
+        int ok = device >= 0 && device < PS_MAX_DEVICES;
+        ns[k] = ok ? atomic_load_explicit(&op_time_ns[device][k], memory_order_relaxed) : 0;
+        calls[k] = ok ? atomic_load_explicit(&op_time_calls[device][k], memory_order_relaxed) : 0;
+    }
 }
 
 /* ---- peer access (5. of gpu_ops_cuda_vm.c) --------------------------------------------- */

@@ -12,6 +12,7 @@
 #include "../core/ptr_map.h"
 #include "../core/resource.h"
 #include "shim.h"
+#include "stats.h"
 
 typedef struct device_ops {
     ps_gpu_ops_t ops;          /* the table handed to core/ (must be first) */
@@ -31,6 +32,8 @@ typedef struct device_ops {
     int skip_barrier;          /* test only (POOLSHIM_TEST_SKIP_BARRIER=1): barriers order nothing */
     int assume_idle;           /* test only (POOLSHIM_TEST_ASSUME_IDLE=1): every barrier has passed */
     int wait_returns;          /* test only (POOLSHIM_TEST_WAIT_RETURNS=1): barrier_wait returns at once */
+    int no_join;               /* measurement only (POOLSHIM_TEST_BARRIER_NO_JOIN=1): a barrier does not make the
+                                  legacy stream wait for busy non-blocking streams (what the join costs DDP) */
     atomic_int dead;           /* 1: the context died (reset): every entry answers as a dead table (10.) */
     pthread_rwlock_t gate;     /* read by every call into CUDA, written while the context may die (10.) */
     int closing;               /* the gate is closed (guarded by streams_lock) */
@@ -109,6 +112,20 @@ static inline int status_of(CUresult r)
             live_##name args;                                                          \
             gate_leave(vctx);                                                          \
         }                                                                              \
+    }
+
+/* GATED with the entry's host time added to `kind` (above) while statistics are on. */
+#define GATED_TIMED(name, kind, params, args, dead_answer)                             \
+    static int ops_##name params                                                       \
+    {                                                                                  \
+        if (!gate_enter(vctx))                                                         \
+            return dead_answer;                                                        \
+        uint64_t start_ = ps_stats_enabled ? ps_now_ns() : 0;                          \
+        int status_ = live_##name args;                                                \
+        if (start_)                                                                    \
+            ps_gpu_ops_cuda_time_add(((device_ops_t *)vctx)->device, kind, ps_now_ns() - start_); \
+        gate_leave(vctx);                                                              \
+        return status_;                                                                \
     }
 
 /* Peer access the program granted (gpu_ops_cuda.c keeps it, under its

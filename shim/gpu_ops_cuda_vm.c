@@ -517,12 +517,12 @@ static size_t host_vm_granularity_of(void)
 /* ---- the gate (10. of gpu_ops_cuda.c) ---- */
 GATED(vm_reserve, (void *vctx, size_t size, void **out), (vctx, size, out), PS_EUPSTREAM)
 GATED_VOID(vm_release, (void *vctx, void *addr, size_t size), (vctx, addr, size))
-GATED(vm_map, (void *vctx, void *addr, size_t size, uint64_t *handle), (vctx, addr, size, handle), dead_vm_map(vctx, addr, size, handle))
-GATED(vm_map_handle, (void *vctx, void *addr, size_t size, uint64_t handle), (vctx, addr, size, handle), PS_EUPSTREAM)
-GATED(host_vm_map, (void *vctx, void *addr, size_t size, uint64_t *handle), (vctx, addr, size, handle), dead_vm_map(vctx, addr, size, handle))
-GATED(vm_unmap_keep, (void *vctx, void *addr, size_t size, uint64_t handle), (vctx, addr, size, handle), PS_OK) /* (the context and its memory are gone; dead_vm_unmap says the same) */
+GATED_TIMED(vm_map, PS_OP_TIME_MAP, (void *vctx, void *addr, size_t size, uint64_t *handle), (vctx, addr, size, handle), dead_vm_map(vctx, addr, size, handle))
+GATED_TIMED(vm_map_handle, PS_OP_TIME_MAP, (void *vctx, void *addr, size_t size, uint64_t handle), (vctx, addr, size, handle), PS_EUPSTREAM)
+GATED_TIMED(host_vm_map, PS_OP_TIME_MAP, (void *vctx, void *addr, size_t size, uint64_t *handle), (vctx, addr, size, handle), dead_vm_map(vctx, addr, size, handle))
+GATED_TIMED(vm_unmap_keep, PS_OP_TIME_UNMAP, (void *vctx, void *addr, size_t size, uint64_t handle), (vctx, addr, size, handle), PS_OK) /* (the context and its memory are gone; dead_vm_unmap says the same) */
 GATED_VOID(vm_drop, (void *vctx, uint64_t handle), (vctx, handle))
-GATED(vm_unmap, (void *vctx, void *addr, size_t size, uint64_t handle), (vctx, addr, size, handle), dead_vm_unmap(vctx, addr, size, handle))
+GATED_TIMED(vm_unmap, PS_OP_TIME_UNMAP, (void *vctx, void *addr, size_t size, uint64_t handle), (vctx, addr, size, handle), dead_vm_unmap(vctx, addr, size, handle))
 GATED(ipc_export, (void *vctx, uintptr_t addr, uintptr_t *start, size_t *size, int *fd), (vctx, addr, start, size, fd), PS_EUPSTREAM)
 GATED(ipc_reserve, (void *vctx, size_t size, void **out), (vctx, size, out), PS_EUPSTREAM)
 GATED_VOID(ipc_release, (void *vctx, void *addr, size_t size), (vctx, addr, size))

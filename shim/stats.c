@@ -364,6 +364,9 @@ static const char *const call_names[PS_CALL_COUNT] = {
     "cudaHostAlloc", "cudaFreeHost", "cuMemHostAlloc", "cuMemFreeHost",
 };
 
+/* The slow GPU-ops entries whose host time is reported (PS_OP_TIME_*, shim.h). */
+static const char *const op_time_names[PS_OP_TIME_KINDS] = {"barrier", "wait", "map", "unmap", "chunk"};
+
 /* The pinned host pool of device d, now and dropped with earlier contexts. */
 static void host_pool_info(const ps_device_state_t *dev, ps_resource_info_t *info)
 {
@@ -530,6 +533,15 @@ void ps_stats_write(FILE *f, int json)
                     (unsigned long long)(info.expandable != 0), dev->resets,
                     (unsigned long long)dev->dropped_allocations, (unsigned long long)dev->dropped_bytes,
                     (unsigned long long)gone->bytes_reserved);
+            if (ps_stats_enabled) {
+                uint64_t ns[PS_OP_TIME_KINDS], calls[PS_OP_TIME_KINDS];
+                ps_gpu_ops_cuda_times(d, ns, calls);
+                fprintf(f, ", \"cuda_time\": {");
+                for (int k = 0; k < PS_OP_TIME_KINDS; k++)
+                    fprintf(f, "%s\"%s\": {\"calls\": %llu, \"ns\": %llu}", k ? ", " : "", op_time_names[k],
+                            (unsigned long long)calls[k], (unsigned long long)ns[k]);
+                fprintf(f, "}");
+            }
             write_host(f, 1, dev, &s, &sum);
             fprintf(f, "}");
         } else {
@@ -548,6 +560,13 @@ void ps_stats_write(FILE *f, int json)
                 fprintf(f, "poolshim:   time       %.3f ms in the shim (%.0f ns per call)\n",
                         (double)(s.alloc_ns + s.free_ns) / 1e6,
                         n ? (double)(s.alloc_ns + s.free_ns) / (double)n : 0.0);
+                uint64_t ns[PS_OP_TIME_KINDS], calls[PS_OP_TIME_KINDS];
+                ps_gpu_ops_cuda_times(d, ns, calls);
+                fprintf(f, "poolshim:   in CUDA   ");
+                for (int k = 0; k < PS_OP_TIME_KINDS; k++)
+                    fprintf(f, " %s %.3f ms (%llu)", op_time_names[k], (double)ns[k] / 1e6,
+                            (unsigned long long)calls[k]);
+                fputc('\n', f);
             }
             fprintf(f, "poolshim:   reserved   peak %s  now %s  (upstream: %llu allocs, %llu frees)\n",
                     ps_format_bytes(b1, sizeof b1, info.peak_bytes_reserved),

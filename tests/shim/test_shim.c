@@ -857,7 +857,8 @@ Test(guard, clean_program_and_option_off_report_nothing)
  * each and get no event record: the barrier records only its own event and
  * makes each stream wait for it. Busy ones (FAKE_CUDA_STREAMS_BUSY=1) each
  * get a record and a legacy-stream wait besides. */
-static void expect_barrier_calls(const char *busy, unsigned long records_per, unsigned long waits_per)
+static void expect_barrier_calls(const char *busy, unsigned long queries_per, unsigned long records_per,
+                                 unsigned long waits_per)
 {
     char env[256];
     snprintf(env, sizeof env, "%s POOLSHIM_STATS=json POOLSHIM_OPTIONS=resource.main.barrier_floor=0", busy);
@@ -869,12 +870,23 @@ static void expect_barrier_calls(const char *busy, unsigned long records_per, un
     double barriers = json_number(output, "barriers");
     cr_assert_geq(barriers, 1, "the reuse of A must have issued a barrier:\n%s", output);
     unsigned long n = (unsigned long)barriers;
-    cr_expect_eq(queries, 4 * n, "%s: queries %lu for %lu barriers", busy, queries, n);
+    cr_expect_eq(queries, queries_per * n, "%s: queries %lu for %lu barriers", busy, queries, n);
     cr_expect_eq(records, records_per * n, "%s: records %lu for %lu barriers", busy, records, n);
     cr_expect_eq(waits, waits_per * n, "%s: waits %lu for %lu barriers", busy, waits, n);
+    /* the host time of each barrier is counted (stats "cuda_time", shim/stats.c) */
+    const char *timed = strstr(output, "\"cuda_time\": {\"barrier\": ");
+    cr_assert_not_null(timed, "%s", output);
+    cr_expect_eq(json_number(timed, "calls"), barriers, "cuda_time.barrier.calls:\n%s", output);
+    cr_expect_gt(json_number(timed, "ns"), 0, "cuda_time.barrier.ns:\n%s", output);
 }
-Test(barrier, idle_streams_get_no_event_record) { expect_barrier_calls("FAKE_CUDA_STREAMS_BUSY=0", 1, 4); }
-Test(barrier, busy_streams_each_get_a_record_and_a_wait_besides) { expect_barrier_calls("FAKE_CUDA_STREAMS_BUSY=1", 5, 8); }
+Test(barrier, idle_streams_get_no_event_record) { expect_barrier_calls("FAKE_CUDA_STREAMS_BUSY=0", 4, 1, 4); }
+Test(barrier, busy_streams_each_get_a_record_and_a_wait_besides) { expect_barrier_calls("FAKE_CUDA_STREAMS_BUSY=1", 4, 5, 8); }
+/* the measurement switch of tools/bench/torch_mem/ddp.sh: no join, so busy streams
+ * are neither asked nor recorded (the GPU suite's hazard control catches it) */
+Test(barrier, no_join_switch_leaves_busy_streams_out)
+{
+    expect_barrier_calls("FAKE_CUDA_STREAMS_BUSY=1 POOLSHIM_TEST_BARRIER_NO_JOIN=1", 0, 1, 4);
+}
 
 /* ---- remap of idle pieces (shim/gpu_ops_cuda.c: barrier numbers, barrier_passed) ---- */
 /* prog_runtime remap over the fake driver's virtual memory: with the barrier

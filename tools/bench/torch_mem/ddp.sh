@@ -7,7 +7,8 @@
 #   tools/bench/torch_mem/ddp.sh [LIB]      (OUT_DIR, STEPS, PYTHON, WORKLOAD, CONFIGS)
 # CONFIGS: the names of the configurations to run (default all of them).
 # WORKLOAD: ddp (the MLP, default) or ddp_transformer (random sequence
-# length and batch: tensors large next to NCCL's buffers).
+# length and batch: tensors large next to NCCL's buffers). nojoin is a measurement, not a
+# configuration: barriers that do not wait for NCCL's streams (unsafe; what the join costs).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../.." && pwd)
@@ -26,6 +27,7 @@ configs=(
     "poolshim|PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD=$lib"
     "lazy_barrier|PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD=$lib POOLSHIM_OPTIONS=resource.main.barrier_pending_percent=0"
     "event|PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD=$lib POOLSHIM_FREE_SYNC=event"
+    "nojoin|PYTORCH_NO_CUDA_MEMORY_CACHING=1 LD_PRELOAD=$lib POOLSHIM_TEST_BARRIER_NO_JOIN=1"
 )
 baseline=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -2 | tr '\n' ' ')
 printf '%-13s %9s %9s %12s %12s %12s %12s\n' config wall0_s wall1_s gpu0_peak_MiB gpu1_peak_MiB shim_req0_MiB shim_res0_MiB | tee -a "$summary"
