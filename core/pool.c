@@ -173,64 +173,9 @@ static const ps_resource_ops_t pool_ops;
 
 /* The class of a key: first level = floor(log2(key)), second level = the
  * next SL_LOG2 bits. */
-static inline void key_class(size_t key, unsigned *fl, unsigned *sl)
-{
-    unsigned f = 63u - (unsigned)__builtin_clzll(key); /* key >= 255 */
-    *fl = f;
-    *sl = (unsigned)(key >> (f - SL_LOG2)) & (SL_COUNT - 1);
-}
 
-/* A free block is listed by the class of size - 1, so a class holds sizes
- * (lo, hi]: a whole power-of-two chunk and that chunk less a small block
- * share a class, and the hot split/merge cycle leaves the lists alone. */
-static inline void size_class(size_t size, unsigned *fl, unsigned *sl)
-{
-    key_class(size - 1, fl, sl);
-}
 
-void pool_list_insert(pool_t *pool, uint32_t owner_index, uint32_t index)
-{
-    pool_owner_t *owner = pool->owners[owner_index];
-    pool_block_t *b = &pool->blocks[index];
-    unsigned fl, sl;
-    size_class(b->size, &fl, &sl);
-    uint32_t head = owner->heads[fl][sl];
-    b->state = BLOCK_FREE;
-    b->owner = (uint16_t)owner_index;
-    b->prev_free = NIL;
-    b->next_free = head;
-    if (head != NIL)
-        pool->blocks[head].prev_free = index;
-    owner->heads[fl][sl] = index;
-    owner->sl_bitmap[fl] |= 1u << sl;
-    owner->fl_bitmap |= 1ull << fl;
-    owner->free_bytes += b->size;
-    owner->free_blocks++;
-    pool->bytes_free += b->size;
-}
 
-void pool_list_remove(pool_t *pool, uint32_t index)
-{
-    pool_block_t *b = &pool->blocks[index];
-    pool_owner_t *owner = pool->owners[b->owner];
-    if (b->prev_free != NIL)
-        pool->blocks[b->prev_free].next_free = b->next_free;
-    else {
-        unsigned fl, sl;
-        size_class(b->size, &fl, &sl);
-        owner->heads[fl][sl] = b->next_free;
-        if (b->next_free == NIL) {
-            owner->sl_bitmap[fl] &= ~(1u << sl);
-            if (!owner->sl_bitmap[fl])
-                owner->fl_bitmap &= ~(1ull << fl);
-        }
-    }
-    if (b->next_free != NIL)
-        pool->blocks[b->next_free].prev_free = b->prev_free;
-    owner->free_bytes -= b->size;
-    owner->free_blocks--;
-    pool->bytes_free -= b->size;
-}
 
 /* Good fit: a free block of `owner` with size >= `size`, or NIL. */
 static inline uint32_t list_find(const pool_t *pool, const pool_owner_t *owner, size_t size)
@@ -281,25 +226,7 @@ static int grow_descriptors_locked(pool_t *pool, uint32_t count)
     return PS_OK;
 }
 
-uint32_t pool_take_descriptor(pool_t *pool)
-{
-    uint32_t index = pool->recycled_head;
-    if (index != NIL) {
-        pool->recycled_head = pool->blocks[index].next_free;
-        pool->recycled_count--;
-    } else {
-        index = pool->blocks_used++;
-    }
-    return index;
-}
 
-void pool_recycle_descriptor(pool_t *pool, uint32_t index)
-{
-    pool->blocks[index].state = BLOCK_UNUSED;
-    pool->blocks[index].next_free = pool->recycled_head;
-    pool->recycled_head = index;
-    pool->recycled_count++;
-}
 
 /* ---- blocks ---------------------------------------------------------- */
 

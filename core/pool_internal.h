@@ -154,18 +154,101 @@ typedef struct pool {
 #define REMAP_CREDIT_UNIT 1000u
 #define REMAP_BURST 16u
 
+/* ---- the hot helpers, inline (every allocation and free runs them: as
+ * calls they were a fifth of the pool's instructions under callgrind) ---- */
+
+/* TLSF classes of a key: first level floor(log2), second the next SL_LOG2 bits. */
+static inline void key_class(size_t key, unsigned *fl, unsigned *sl)
+{
+    unsigned f = 63u - (unsigned)__builtin_clzll(key); /* key >= 255 */
+    *fl = f;
+    *sl = (unsigned)(key >> (f - SL_LOG2)) & (SL_COUNT - 1);
+}
+
+/* A free block is listed by the class of size - 1, so a class holds sizes
+ * (lo, hi]: a whole power-of-two chunk and that chunk less a small block
+ * share a class, and the hot split/merge cycle leaves the lists alone. */
+static inline void size_class(size_t size, unsigned *fl, unsigned *sl)
+{
+    key_class(size - 1, fl, sl);
+}
+
+/* Lists free block `index` in owner `owner_index`'s TLSF lists (state FREE). */
+static inline void pool_list_insert(pool_t *pool, uint32_t owner_index, uint32_t index)
+{
+    pool_owner_t *owner = pool->owners[owner_index];
+    pool_block_t *b = &pool->blocks[index];
+    unsigned fl, sl;
+    size_class(b->size, &fl, &sl);
+    uint32_t head = owner->heads[fl][sl];
+    b->state = BLOCK_FREE;
+    b->owner = (uint16_t)owner_index;
+    b->prev_free = NIL;
+    b->next_free = head;
+    if (head != NIL)
+        pool->blocks[head].prev_free = index;
+    owner->heads[fl][sl] = index;
+    owner->sl_bitmap[fl] |= 1u << sl;
+    owner->fl_bitmap |= 1ull << fl;
+    owner->free_bytes += b->size;
+    owner->free_blocks++;
+    pool->bytes_free += b->size;
+}
+
+/* Unlists free block `index` from its owner's lists. */
+static inline void pool_list_remove(pool_t *pool, uint32_t index)
+{
+    pool_block_t *b = &pool->blocks[index];
+    pool_owner_t *owner = pool->owners[b->owner];
+    if (b->prev_free != NIL)
+        pool->blocks[b->prev_free].next_free = b->next_free;
+    else {
+        unsigned fl, sl;
+        size_class(b->size, &fl, &sl);
+        owner->heads[fl][sl] = b->next_free;
+        if (b->next_free == NIL) {
+            owner->sl_bitmap[fl] &= ~(1u << sl);
+            if (!owner->sl_bitmap[fl])
+                owner->fl_bitmap &= ~(1ull << fl);
+        }
+    }
+    if (b->next_free != NIL)
+        pool->blocks[b->next_free].prev_free = b->prev_free;
+    owner->free_bytes -= b->size;
+    owner->free_blocks--;
+    pool->bytes_free -= b->size;
+}
+
+/* A descriptor from the recycle list, or the next never used one (reserved beforehand). */
+static inline uint32_t pool_take_descriptor(pool_t *pool)
+{
+    uint32_t index = pool->recycled_head;
+    if (index != NIL) {
+        pool->recycled_head = pool->blocks[index].next_free;
+        pool->recycled_count--;
+    } else {
+        index = pool->blocks_used++;
+    }
+    return index;
+}
+
+/* Descriptor `index` goes back to the recycle list. */
+static inline void pool_recycle_descriptor(pool_t *pool, uint32_t index)
+{
+    pool->blocks[index].state = BLOCK_UNUSED;
+    pool->blocks[index].next_free = pool->recycled_head;
+    pool->recycled_head = index;
+    pool->recycled_count++;
+}
+
 /* ---- core/pool.c: blocks, lists, descriptors, chunks, the barrier ---- */
 int pool_add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32_t *grown);
 int pool_barrier_release_locked(pool_t *pool);
 int pool_chunk_slot_locked(pool_t *pool, uint32_t *slot);
-void pool_list_insert(pool_t *pool, uint32_t owner_index, uint32_t index);
-void pool_list_remove(pool_t *pool, uint32_t index);
 int pool_poll_stream_lists_locked(pool_t *pool, int record, int wait);
 void pool_quick_flush_locked(pool_t *pool);
-void pool_recycle_descriptor(pool_t *pool, uint32_t index);
 uint32_t pool_release_block(pool_t *pool, uint32_t index, uint32_t owner_index, uint64_t stamp, uint64_t idle);
 int pool_reserve_descriptors_locked(pool_t *pool, uint32_t count);
-uint32_t pool_take_descriptor(pool_t *pool);
 
 /* ---- core/pool_expandable.c: growth, remap, giving memory back ---- */
 int pool_close_and_poll_locked(pool_t *pool, size_t need);
