@@ -22,7 +22,7 @@
 #define GROWTH_GRANULE (2 * PS_MiB)    /* growth requests are rounded up to this */
 #define MIN_ALIGNMENT 256              /* cudaMalloc's documented alignment */
 #define QUICK_SLOTS 32                 /* quick cache: recently freed blocks by exact size */
-#define STACK_MAX 64                   /* size stack: released blocks of one size kept unmerged */
+#define STACK_MAX 1024                   /* size stack: released blocks of one size kept unmerged */
 #define IDLE_NOW PS_REUSE_IDLE_NOW     /* idle_gen: nothing issued before can still touch it */
 #define IDLE_NEVER PS_REUSE_IDLE_NEVER /* idle_gen: unknown, only a device synchronize makes it idle */
 
