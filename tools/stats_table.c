@@ -64,8 +64,15 @@ int stats_process_from_json(const json_t *stats, const char *file, stats_process
     if (p.rank < 0 && file)
         p.rank = stats_rank_from_file_name(file);
     p.devices = json_array_size(devices);
+    p.have_cuda_time = p.devices > 0;
     for (size_t d = 0; d < p.devices; d++) {
         const json_t *dev = json_array_get(devices, d);
+        if (json_is_object(json_object_get(dev, "cuda_time"))) {
+            p.barrier_ns += cli_json_u64(dev, "cuda_time.barrier.ns", 0);
+            p.vm_ns += cli_json_u64(dev, "cuda_time.map.ns", 0) + cli_json_u64(dev, "cuda_time.unmap.ns", 0);
+        } else {
+            p.have_cuda_time = 0;
+        }
         for (size_t i = 0; i < sizeof device_calls / sizeof device_calls[0]; i++) {
             char path[64];
             snprintf(path, sizeof path, "calls.%s", device_calls[i]);
@@ -222,6 +229,7 @@ void stats_job_total(const stats_job_t *job, stats_process_t *total)
     stats_process_t t;
     memset(&t, 0, sizeof t);
     t.rank = t.pid = -1;
+    t.have_cuda_time = job->count > 0;
     for (size_t i = 0; i < job->count; i++) {
         const stats_process_t *p = &job->processes[i];
         t.devices += p->devices;
@@ -232,6 +240,9 @@ void stats_job_total(const stats_job_t *job, stats_process_t *total)
         t.barriers += p->barriers;
         t.upstream_calls += p->upstream_calls;
         t.failures += p->failures;
+        t.have_cuda_time &= p->have_cuda_time; /* a total of what every process reported, or none */
+        t.barrier_ns += p->barrier_ns;
+        t.vm_ns += p->vm_ns;
         t.have_host |= p->have_host;
         t.host_calls += p->host_calls;
         t.host_time_ns += p->host_time_ns;
@@ -251,15 +262,26 @@ static char *format_ratio(char *buf, size_t size, uint64_t reserved, uint64_t re
     return buf;
 }
 
+/* A time in seconds, or "-" when the report did not have it. */
+static char *format_known_seconds(char *buf, size_t size, int known, uint64_t ns)
+{
+    if (known)
+        return cli_format_seconds(buf, size, (double)ns / 1e9);
+    snprintf(buf, size, "-");
+    return buf;
+}
+
 static void print_row(FILE *f, const char *rank, const char *pid, const stats_process_t *p, int host,
                       const char *file)
 {
-    char a[40], b[40], c[40], d[40], e[40], g[40], h[40], k[40], m[40];
-    fprintf(f, "%-6s %8s %7zu %13s %11s %15s %15s %9s %9s", rank, pid, p->devices,
+    char a[40], b[40], c[40], d[40], e[40], g[40], h[40], k[40], m[40], n[40], o[40];
+    fprintf(f, "%-6s %8s %7zu %13s %11s %15s %15s %9s %9s %11s %11s", rank, pid, p->devices,
             cli_format_count(a, sizeof a, p->calls), cli_format_seconds(b, sizeof b, (double)p->time_ns / 1e9),
             cli_format_bytes(c, sizeof c, p->requested_peak), cli_format_bytes(d, sizeof d, p->reserved_peak),
             format_ratio(e, sizeof e, p->reserved_peak, p->requested_peak),
-            cli_format_count(g, sizeof g, p->barriers));
+            cli_format_count(g, sizeof g, p->barriers),
+            format_known_seconds(n, sizeof n, p->have_cuda_time, p->barrier_ns),
+            format_known_seconds(o, sizeof o, p->have_cuda_time, p->vm_ns));
     if (host)
         fprintf(f, " %13s %15s %15s", cli_format_count(h, sizeof h, p->host_calls),
                 cli_format_bytes(k, sizeof k, p->host_requested_peak),
@@ -273,8 +295,8 @@ void stats_print_table(FILE *f, const stats_job_t *job)
     stats_job_total(job, &total);
     int host = total.have_host;
     fprintf(f, "poolshim stats: %zu process%s\n\n", job->count, job->count == 1 ? "" : "es");
-    fprintf(f, "%-6s %8s %7s %13s %11s %15s %15s %9s %9s", "rank", "pid", "devices", "alloc calls", "in calls",
-            "peak requested", "peak reserved", "res/req", "barriers");
+    fprintf(f, "%-6s %8s %7s %13s %11s %15s %15s %9s %9s %11s %11s", "rank", "pid", "devices", "alloc calls",
+            "in calls", "peak requested", "peak reserved", "res/req", "barriers", "in barriers", "in maps");
     if (host)
         fprintf(f, " %13s %15s %15s", "pinned calls", "pinned req.", "pinned res.");
     fprintf(f, "  file\n");
@@ -301,9 +323,15 @@ static void print_counters_json(FILE *f, const stats_process_t *p)
         fprintf(f, "%.4f", (double)p->reserved_peak / (double)p->requested_peak);
     else
         fprintf(f, "null");
-    fprintf(f, ", \"barriers\": %llu, \"upstream_calls\": %llu, \"failures\": %llu, \"host\": ",
+    fprintf(f, ", \"barriers\": %llu, \"upstream_calls\": %llu, \"failures\": %llu, ",
             (unsigned long long)p->barriers, (unsigned long long)p->upstream_calls,
             (unsigned long long)p->failures);
+    if (p->have_cuda_time)
+        fprintf(f, "\"barrier_ns\": %llu, \"vm_ns\": %llu, ", (unsigned long long)p->barrier_ns,
+                (unsigned long long)p->vm_ns);
+    else
+        fprintf(f, "\"barrier_ns\": null, \"vm_ns\": null, ");
+    fprintf(f, "\"host\": ");
     if (p->have_host)
         fprintf(f, "{\"calls\": %llu, \"time_ns\": %llu, \"requested_peak\": %llu, \"reserved_peak\": %llu}",
                 (unsigned long long)p->host_calls, (unsigned long long)p->host_time_ns,
@@ -339,6 +367,9 @@ int stats_process_from_row_json(const json_t *row, stats_process_t *out)
     p.barriers = cli_json_u64(row, "barriers", 0);
     p.upstream_calls = cli_json_u64(row, "upstream_calls", 0);
     p.failures = cli_json_u64(row, "failures", 0);
+    p.have_cuda_time = json_is_integer(json_object_get(row, "barrier_ns"));
+    p.barrier_ns = cli_json_u64(row, "barrier_ns", 0);
+    p.vm_ns = cli_json_u64(row, "vm_ns", 0);
     const json_t *host = json_object_get(row, "host");
     if (json_is_object(host)) {
         p.have_host = 1;

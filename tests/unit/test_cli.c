@@ -1437,6 +1437,14 @@ Test(stats, table_has_a_row_per_rank_and_the_total)
                   strstr(line, " 3.75 GiB ") && strstr(line, " 1.25x ") && strstr(line, " 65 "),
               "total row: %s", line);
     cr_expect(strstr(r.out, "pinned calls"), "pinned columns when a process used pinned memory: %s", r.out);
+    /* cuda_time: rank 0's report has it (300 us in barriers, 80 us mapping), rank 1's
+     * (an older shim's) not: "-" there and in the total, never 0 */
+    snprintf(line, sizeof line, "%.*s", (int)strcspn(rank0 + 1, "\n"), rank0 + 1);
+    cr_expect(strstr(line, " 300 us ") && strstr(line, " 80.0 us "), "rank 0 row: %s", line);
+    snprintf(line, sizeof line, "%.*s", (int)strcspn(rank1 + 1, "\n"), rank1 + 1);
+    cr_expect(strstr(line, "          -           - "), "rank 1 row: %s", line);
+    snprintf(line, sizeof line, "%.*s", (int)strcspn(total + 1, "\n"), total + 1);
+    cr_expect(strstr(line, "          -           - "), "total row: %s", line);
     cli_result_free(&r);
 
     /* the directory: every stats file in it; other JSON reports there are skipped */
@@ -1486,6 +1494,10 @@ Test(stats, json_output_has_every_process_and_the_total)
     cr_expect_eq(cli_json_u64(doc, "total.reserved_peak", 0), 2415919104ull + 1610612736ull);
     cr_expect_float_eq(cli_json_double(doc, "total.reserved_ratio", 0), 1.25, 1e-9);
     cr_expect_eq(cli_json_u64(doc, "total.host.reserved_peak", 0), 134217728ull);
+    cr_expect_eq(cli_json_u64(json_array_get(processes, 0), "barrier_ns", 0), 300000);
+    cr_expect_eq(cli_json_u64(json_array_get(processes, 0), "vm_ns", 0), 80000);
+    cr_expect(json_is_null(json_object_get(json_array_get(processes, 1), "barrier_ns")), "rank 1: no cuda_time");
+    cr_expect(json_is_null(json_object_get(json_object_get(doc, "total"), "barrier_ns")), "not every process had it");
     json_decref(doc);
     cli_result_free(&r);
 }
