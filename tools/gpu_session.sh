@@ -6,7 +6,7 @@
 #                                      [ddp] [ddp_transformer] [multigpu] [soak]
 #                                      [benchcore] [scaling] [verify] [verify2] [pinnedpair]
 #                                      [freshthreads] [doors] [verify10] [walltime] [hotprof] [verify11]
-#                                      [verify12]
+#                                      [verify12] [suite1] [suite2]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # pinnedpair: issue 16 (host.grow_budget_min): the GPU suite's pinned tests (hazards
 # over the default stack and slabs, their negative controls, the probes, and
@@ -37,8 +37,8 @@
 # verify10: what session 10 changed without a GPU, the context gate: the GPU tests
 # it touches (about 5 min; passed in session 11). verify11: remap_lend's GPU tests,
 # then the transformer and conv net in two rounds beside expandable_segments (~8 min).
-# verify12: the GPU suite's sections session 12's one-GPU call did not reach, then doors
-# (about 8 min).
+# suite1, suite2: the GPU suite in two halves, one device call each (the whole no longer
+# fits one 10-minute call on an H100). verify12: suite2, then doors (about 8 min).
 # walltime: ROUNDS alternated runs of torch_mem (WORKLOADS, CONFIGS, POOLSHIM_VARIANTS)
 # and the wall times side by side (tools/bench/torch_mem/rounds.py); hotprof: psbench
 # random and pairs (static cudart) under the sampling profiler.
@@ -212,17 +212,24 @@ for step in $what; do
         echo "=== pinnedpair: pinned benchmarks (peak reserved <= 1.15x requested)"
         python3 tools/bench/pinned/pinned_bench.py --lib build/libpoolshim.so --json "$OUT/pinnedpair/pinned.json" |
             tee "$OUT/pinnedpair/pinned.txt" | grep -E '^(PASS|FAIL|NOTE|SKIP)|ratio' ;;
-    verify12)
-        # what session 12 left owed on one GPU: the suite's sections its call did not reach
-        # (PyTorch, CuPy, pinned, overhead, replay, sanitizer, guard, soak; cut at 420 s),
-        # then both doors beside RMM's pool (the size stack's 1024 places and the inlined
-        # lists were timed on the CPU only); about 8 min
-        echo "=== verify12: the rest of the GPU suite"
-        OUTDIR=$OUT/verify12 TEST_TIMEOUT=${TEST_TIMEOUT:-120} \
-            SKIP_TESTS='hazard|capture|stack|alloc_basic|expandable|remap|ipc|misc|async|release|fill_count|multi_gpu|mpi|ddp|peer|context_reset' \
-            ./tests/gpu/run.sh build | grep -vE '^(PASS|SKIP) ' | tail -n 30
-        echo "=== verify12: both doors beside RMM's pool"
-        tools/bench/doors.sh ;;
+    suite1 | suite2 | verify12)
+        # the GPU suite no longer fits one 10-minute call on an H100 (session 12: cut at
+        # 420 s in the context tests): suite1 is its CUDA-program half (alloc, hazard,
+        # expandable, remap, IPC, misc, async, stacks, barrier per resource, contexts,
+        # several GPUs), suite2 the rest (PyTorch, CuPy, pinned, overhead, replay,
+        # sanitizer, guard, soak); each about 5-7 min. verify12: what session 12 left
+        # owed, suite2 and then both doors beside RMM's pool (the size stack's 1024 places
+        # and the inlined lists were timed on the CPU only)
+        first='hazard|capture|stack|alloc_basic|expandable|remap|ipc|misc|async|release|fill_count|multi_gpu|mpi|ddp|peer|context_reset'
+        half=second sel=(SKIP_TESTS="$first")
+        [ "$step" = suite1 ] && half=first sel=(TESTS="$first")
+        echo "=== $step: the GPU suite, its $half half"
+        env OUTDIR="$OUT/$step" TEST_TIMEOUT="${TEST_TIMEOUT:-120}" "${sel[@]}" ./tests/gpu/run.sh build |
+            grep -vE '^(PASS|SKIP) ' | tail -n 30
+        if [ "$step" = verify12 ]; then
+            echo "=== verify12: both doors beside RMM's pool"
+            tools/bench/doors.sh
+        fi ;;
     verify2)
         # two GPUs (nvidia-h200-x2): issue 11's DDP of the transformer per rank, and the
         # two-GPU tests after the peer-access mapping was refactored (about 8 min)
