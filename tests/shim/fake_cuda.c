@@ -144,6 +144,13 @@ __attribute__((destructor)) static void report_dead_calls(void)
     unsigned long late = __atomic_load_n(&counters.calls_after_teardown, __ATOMIC_RELAXED);
     if (late)
         fprintf(stderr, "fake libcuda: %lu calls after the runtime was torn down\n", late);
+    if (getenv("FAKE_CUDA_COUNTERS")) /* what a benchmark asked of the driver (tools/bench/bench_shim.c) */
+        fprintf(stderr,
+                "fake libcuda: mem_alloc %lu mem_free %lu event_record %lu event_query %lu event_sync %lu "
+                "stream_wait %lu stream_query %lu ctx_push %lu ctx_sync %lu vm_created %lu\n",
+                counters.mem_alloc, counters.mem_free, counters.event_record, counters.event_query,
+                counters.event_sync, counters.stream_wait, counters.stream_query, counters.ctx_push,
+                counters.ctx_sync, counters.vm_created);
 }
 
 static int ctx_alive(CUcontext c) { return c && atomic_load(&c->refs) > 0; }
