@@ -6,7 +6,7 @@
 #                                      [ddp] [ddp_transformer] [multigpu] [soak]
 #                                      [benchcore] [scaling] [verify] [verify2] [pinnedpair]
 #                                      [freshthreads] [doors] [verify10] [walltime] [hotprof] [verify11]
-#                                      [verify12] [suite1] [suite2]
+#                                      [verify12] [suite1] [suite2] [floor]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # pinnedpair: issue 16 (host.grow_budget_min): the GPU suite's pinned tests (hazards
 # over the default stack and slabs, their negative controls, the probes, and
@@ -39,6 +39,7 @@
 # then the transformer and conv net in two rounds beside expandable_segments (~8 min).
 # suite1, suite2: the GPU suite in two halves, one device call each (the whole no longer
 # fits one 10-minute call on an H100). verify12: suite2, then doors (about 8 min).
+# floor: the static runtime's entry floor beside the interposed pairs (pair_cost.cu; ~1 min).
 # walltime: ROUNDS alternated runs of torch_mem (WORKLOADS, CONFIGS, POOLSHIM_VARIANTS)
 # and the wall times side by side (tools/bench/torch_mem/rounds.py); hotprof: psbench
 # random and pairs (static cudart) under the sampling profiler.
@@ -170,6 +171,23 @@ for step in $what; do
         echo "=== verify11: transformer and conv net (remap_lend 1 = poolshim, 0 = wait)"
         ROUNDS=${ROUNDS:-2} WORKLOADS="transformer convnet" CONFIGS="expandable poolshim" \
             POOLSHIM_VARIANTS="wait:POOLSHIM_OPTIONS=resource.main.remap_lend=0" OUT=$OUT "$PWD/tools/gpu_session.sh" walltime ;;
+    floor)
+        # issue 18: the static runtime's own cost per call pair (tools/bench/pair_cost.cu's
+        # entry floor: cudaMalloc of 0 B + cudaFree(NULL), no interposer runs inside it)
+        # beside the interposed 256 B and 1 MiB pairs, static and shared cudart, three
+        # alternated rounds in fresh processes
+        mkdir -p build/floor &&
+            nvcc -O2 -o build/floor/pc_static tools/bench/pair_cost.cu -lcuda &&
+            nvcc -O2 -cudart shared -o build/floor/pc_shared tools/bench/pair_cost.cu -lcuda || continue
+        lib=$PWD/build/libpoolshim.so
+        for round in 1 2 3; do
+            for kind in static shared; do
+                echo "round $round $kind native: $(build/floor/pc_$kind 256 2000 | grep -E 'best' | sed 's/.*best/best/' | tr '\n' ' ')"
+                for size in 256 1048576; do
+                    echo "round $round $kind shim $size: $(LD_PRELOAD=$lib build/floor/pc_$kind $size 200000 | grep -E 'best' | sed 's/.*best/best/' | tr '\n' ' ')"
+                done
+            done
+        done ;;
     walltime)
         # wall time needs rounds: one run moves by 5-25 %. ROUNDS (default 3) runs of
         # torch_mem.sh with WORKLOADS (default "mlp transformer"), CONFIGS (default

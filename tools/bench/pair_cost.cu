@@ -3,6 +3,8 @@
  * calls a barrier makes (core/reuse.c, shim/gpu_ops_cuda.c step 4), natively:
  *   nvcc -O2 -o pair_cost tools/bench/pair_cost.cu -lcuda
  *   ./pair_cost 16777216 20000 raw                  # native, with call costs
+ * Each run also prints the runtime's entry floor: a pair of calls that allocate
+ * nothing (cudaMalloc of 0 bytes, cudaFree(NULL)).
  *   LD_PRELOAD=build/libpoolshim.so ./pair_cost 16777216 200000
  * H100 (session 5): cudaEventRecord on the legacy stream 524-598 ns,
  * cudaStreamWaitEvent 261-306 ns, cudaEventQuery of a completed event
@@ -28,6 +30,17 @@ int main(int argc, char **argv) {
         printf("size %zu rep %d: %.1f ns/pair\n", size, rep, per);
     }
     printf("size %zu best %.1f ns/pair\n", size, best);
+    /* The runtime's own cost per call pair, no memory involved: cudaMalloc of 0
+     * bytes (success and NULL, no driver allocation) and cudaFree(NULL). In a
+     * static-cudart program no interposer runs inside it, so it is a floor under
+     * any interposed pair there (tools/gpu_session.sh floor). */
+    best = 1e30;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now();
+        for (int i = 0; i < 200000; i++) { cudaMalloc(&p, 0); cudaFree(nullptr); }
+        double per = (now() - t0) / 200000; if (per < best) best = per;
+    }
+    printf("entry floor (cudaMalloc of 0 B + cudaFree(NULL)) best %.1f ns/pair\n", best);
     if (argc > 3) {
         cudaEvent_t e; cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
         double t0 = now();
