@@ -6,7 +6,7 @@
 #                                      [ddp] [ddp_transformer] [multigpu] [soak]
 #                                      [benchcore] [scaling] [verify] [verify2] [pinnedpair]
 #                                      [freshthreads] [doors] [verify10] [walltime] [hotprof] [verify11]
-#                                      [verify12] [suite1] [suite2] [floor]
+#                                      [verify12] [suite1] [suite2] [floor] [idlequery]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # pinnedpair: issue 16 (host.grow_budget_min): the GPU suite's pinned tests (hazards
 # over the default stack and slabs, their negative controls, the probes, and
@@ -40,6 +40,8 @@
 # suite1, suite2: the GPU suite in two halves, one device call each (the whole no longer
 # fits one 10-minute call on an H100). verify12: suite2, then doors (about 8 min).
 # floor: the static runtime's entry floor beside the interposed pairs (pair_cost.cu; ~1 min).
+# idlequery: a barrier's host time with 16 / 128 streams, GPU idle and busy, per library
+# of LIBS (tools/bench/idle_barrier.cu; ~1 min).
 # walltime: ROUNDS alternated runs of torch_mem (WORKLOADS, CONFIGS, POOLSHIM_VARIANTS)
 # and the wall times side by side (tools/bench/torch_mem/rounds.py); hotprof: psbench
 # random and pairs (static cudart) under the sampling profiler.
@@ -185,6 +187,23 @@ for step in $what; do
                 echo "round $round $kind native: $(build/floor/pc_$kind 256 2000 | grep -E 'best' | sed 's/.*best/best/' | tr '\n' ' ')"
                 for size in 256 1048576; do
                     echo "round $round $kind shim $size: $(LD_PRELOAD=$lib build/floor/pc_$kind $size 200000 | grep -E 'best' | sed 's/.*best/best/' | tr '\n' ' ')"
+                done
+            done
+        done ;;
+    idlequery)
+        # a barrier's host time with 16 and 128 non-blocking streams, the GPU idle and
+        # busy (tools/bench/idle_barrier.cu: one 4 MiB pair per barrier, barrier_floor 0),
+        # for each library of LIBS (default build/libpoolshim.so: e.g. a variant built
+        # here with make BUILD=build/variant OPT="-O2 -g -D..." build/variant/libpoolshim.so)
+        mkdir -p build/floor && nvcc -O2 -o build/floor/idle_barrier tools/bench/idle_barrier.cu || continue
+        for round in 1 2; do
+            for gpu in idle busy; do
+                for n in 16 128; do
+                    for lib in ${LIBS:-build/libpoolshim.so}; do
+                        printf 'round %s %-36s ' "$round" "$lib"
+                        POOLSHIM_OPTIONS=resource.main.barrier_floor=0 LD_PRELOAD=$PWD/$lib \
+                            build/floor/idle_barrier "$n" 2000 "$gpu"
+                    done
                 done
             done
         done ;;
