@@ -24,6 +24,7 @@ typedef unsigned long long CUmemGenericAllocationHandle;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUgraphEdgeData_st CUgraphEdgeData;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
 /* Virtual memory management (cuMemCreate & co.) */
 typedef struct {
     int type; /* CUmemLocationType */
@@ -45,6 +46,46 @@ typedef struct {
     CUmemLocation location;
     int flags; /* CUmemAccess_flags */
 } CUmemAccessDesc;
+
+/* Copies of two and three dimensions (cuMemcpy2D*, cuMemcpy3D*): the shim
+ * reads only the memory types and device pointers (copy_order.c). */
+typedef struct CUarray_st *CUarray;
+typedef struct {
+    size_t srcXInBytes, srcY;
+    int srcMemoryType; /* CUmemorytype */
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes, dstY;
+    int dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes, Height;
+} CUDA_MEMCPY2D;
+typedef struct {
+    size_t srcXInBytes, srcY, srcZ, srcLOD;
+    int srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    void *reserved0;
+    size_t srcPitch, srcHeight;
+    size_t dstXInBytes, dstY, dstZ, dstLOD;
+    int dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    void *reserved1;
+    size_t dstPitch, dstHeight;
+    size_t WidthInBytes, Height, Depth;
+} CUDA_MEMCPY3D;
+#define CU_MEMORYTYPE_HOST 0x01
+#define CU_MEMORYTYPE_DEVICE 0x02
+#define CU_MEMORYTYPE_ARRAY 0x03
+#define CU_MEMORYTYPE_UNIFIED 0x04
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1

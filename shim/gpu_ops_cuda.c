@@ -322,18 +322,48 @@ static int live_mem_free(void *vctx, void *ptr, size_t size)
     return status_of(r);
 }
 
+/* The async upstream's memory comes from the device's current memory pool,
+ * reachable (like mapped memory, 5. of gpu_ops_cuda_vm.c) only from the
+ * devices the pool names: a copy of it made while another device is
+ * current fails. So at its first allocation the pool is opened to every
+ * device that can reach this one, as cudaMalloc memory is (the program
+ * then sees that access on its pool too). Context entered by the caller. */
+static void share_pool_locked(device_ops_t *d, uint64_t peers)
+{
+    CUmemoryPool pool = NULL;
+    if (!ps_real.cuDeviceGetMemPool || !ps_real.cuMemPoolSetAccess ||
+        ps_real.cuDeviceGetMemPool(&pool, d->device) != CUDA_SUCCESS)
+        return;
+    CUmemAccessDesc access[PS_MAX_DEVICES];
+    size_t count = 0;
+    for (int p = 0; p < PS_MAX_DEVICES; p++)
+        if (peers >> p & 1)
+            access[count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, p}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUresult r = ps_real.cuMemPoolSetAccess(pool, access, count);
+    if (r != CUDA_SUCCESS)
+        ps_warning("device %d: its memory pool could not be opened to the other devices (error %d): a copy of the "
+                   "async upstream's memory made while another device is current will fail",
+                   d->device, r);
+}
+
 static int live_mem_alloc_async(void *vctx, size_t size, ps_stream_t stream, void **out)
 {
     device_ops_t *d = vctx;
     if (!ps_real.cuMemAllocAsync)
         return PS_EUNSUPPORTED;
     int pushed = enter_ctx(d);
+    uint64_t peers = atomic_load(&d->copy_peers);
+    if (!atomic_load_explicit(&d->pool_shared, memory_order_relaxed) && peers && !d->skip_peer_grant &&
+        !atomic_exchange(&d->pool_shared, 1))
+        share_pool_locked(d, peers);
     CUdeviceptr p = 0;
     CUstream s = stream == PS_STREAM_NONE ? (CUstream)PS_STREAM_LEGACY : (CUstream)stream;
     CUresult r = ps_real.cuMemAllocAsync(&p, size, s);
     leave_ctx(pushed);
     if (r != CUDA_SUCCESS)
         return status_of(r);
+    ps_slab_add((uintptr_t)p, size, d->ops.device);
+    ps_slab_mark_mapped((uintptr_t)p); /* pool memory: copies from other devices are ordered (copy_order.c) */
     *out = (void *)(uintptr_t)p;
     return PS_OK;
 }
@@ -341,6 +371,7 @@ static int live_mem_alloc_async(void *vctx, size_t size, ps_stream_t stream, voi
 static int live_mem_free_async(void *vctx, void *ptr, ps_stream_t stream)
 {
     device_ops_t *d = vctx;
+    ps_slab_remove((uintptr_t)ptr);
     int pushed = enter_ctx(d);
     CUstream s = stream == PS_STREAM_NONE ? (CUstream)PS_STREAM_LEGACY : (CUstream)stream;
     CUresult r = ps_real.cuMemFreeAsync((CUdeviceptr)(uintptr_t)ptr, s);
@@ -475,6 +506,17 @@ static int legacy_usable_locked(void)
         return PS_EBUSY;
     return r == CUDA_SUCCESS ? PS_OK : PS_EUPSTREAM;
 }
+
+bool ps_gpu_ops_cuda_legacy_enter(void)
+{
+    pthread_mutex_lock(&streams_lock);
+    if (legacy_usable_locked() == PS_OK)
+        return true;
+    pthread_mutex_unlock(&streams_lock);
+    return false;
+}
+
+void ps_gpu_ops_cuda_legacy_leave(void) { pthread_mutex_unlock(&streams_lock); }
 
 static int live_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out)
 {

@@ -27,6 +27,10 @@ typedef struct device_ops {
     size_t vm_granularity;     /* recommended mapping granularity (0: no virtual memory) */
     size_t host_vm_granularity; /* recommended granularity of host-located pieces (0: none; 9.) */
     int device_count;          /* devices of the process (host pieces grant each of them access) */
+    _Atomic uint64_t copy_peers; /* bit P: device P (not this one) can reach this device's memory; every mapping
+                                  grants it access, as copies of cudaMalloc memory work from any device (5.) */
+    atomic_int pool_shared;    /* 1: the device's memory pool was opened to copy_peers (the async upstream) */
+    int skip_peer_grant;       /* test only (POOLSHIM_TEST_SKIP_PEER_GRANT=1): mappings name this device only */
     _Atomic uint64_t host_access_refused; /* bit D: device D refused access to a host piece (asked no more) */
     atomic_int shareable;      /* 1: vm_map creates memory exportable as POSIX file descriptors (8.) */
     int skip_barrier;          /* test only (POOLSHIM_TEST_SKIP_BARRIER=1): barriers order nothing */

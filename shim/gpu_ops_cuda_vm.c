@@ -8,12 +8,24 @@
  *    recommended granularity; offered only when the device reports
  *    CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED and the driver
  *    has every entry point. A reserved range is registered as one slab.
- *    Mapped memory is not covered by peer access: when the program enables
- *    access from device D to device P (cuCtxEnablePeerAccess, which
- *    cudaDeviceEnablePeerAccess calls), D is granted access to every piece
- *    of P mapped so far and is named in every later mapping of P.
- *    POOLSHIM_TEST_SKIP_PEER_GRANT=1 (tests only) grants nothing: the
- *    negative control of tests/gpu/multi_gpu.cu, whose kernel must then fault.
+ *    Mapped memory is reachable only from the devices its mapping names
+ *    (cuMemSetAccess): a copy of it made while another device is current
+ *    fails with "invalid value" (cudaMalloc memory: works), and peer access
+ *    (cuCtxEnablePeerAccess) does not open it. So every mapping names every
+ *    other device that can reach this one (cuDeviceCanAccessPeer; probed
+ *    once), and when some device of the process cannot, this device gets
+ *    no virtual memory and its pool uses chunks (cuMemAlloc memory, which
+ *    CUDA copies from any device). The grant lets the copy run; ordering it
+ *    as CUDA orders a copy of cudaMalloc memory is copy_order.c's (without
+ *    it the first version of this grant delivered wrong bytes). Peer
+ *    kernels can then reach the memory too, whether or not the program
+ *    enabled peer access or granted a memory pool's access: more than
+ *    natively, never less. When the program enables access from device D
+ *    to device P, D is granted access to every piece of P mapped so far
+ *    (a device not in copy_peers, should the driver allow it) and named
+ *    in every later mapping of P. POOLSHIM_TEST_SKIP_PEER_GRANT=1 (tests
+ *    only) grants nothing: the negative control of tests/gpu/multi_gpu.cu,
+ *    whose copies must then fail and whose peer kernels must fault.
  * 8. ipc_* (shim/ipc.c): with global.ipc on and the device reporting
  *    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, vm_map
  *    asks cuMemCreate for POSIX file descriptor handles (export fails later
@@ -90,16 +102,28 @@ static CUresult map_with_access(device_ops_t *d, CUdeviceptr at, size_t size, CU
     CUmemAccessDesc access[PS_MAX_DEVICES];
     size_t access_count = 0;
     access[access_count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, d->device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    uint64_t peers = ps_gpu_ops_cuda_peers_of(d->device);
+    uint64_t peers = d->skip_peer_grant ? 0 : ps_gpu_ops_cuda_peers_of(d->device) | atomic_load(&d->copy_peers);
     for (int p = 0; p < PS_MAX_DEVICES; p++)
         if ((peers >> p & 1) && p != d->device)
             access[access_count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, p}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     CUresult r = ps_real.cuMemMap(at, size, 0, h, 0);
-    if (r == CUDA_SUCCESS) {
-        r = ps_real.cuMemSetAccess(at, size, access, access_count);
-        if (r != CUDA_SUCCESS)
-            ps_real.cuMemUnmap(at, size);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = ps_real.cuMemSetAccess(at, size, access, access_count);
+    if (r != CUDA_SUCCESS && access_count > 1 && (r = ps_real.cuMemSetAccess(at, size, access, 1)) == CUDA_SUCCESS) {
+        /* a device that said it can reach this one refuses: granted one by
+         * one, a refusing device is named once and asked no more */
+        for (size_t i = 1; i < access_count; i++) {
+            int p = access[i].location.id;
+            CUresult one = ps_real.cuMemSetAccess(at, size, &access[i], 1);
+            if (one != CUDA_SUCCESS && (atomic_fetch_and(&d->copy_peers, ~(1ull << p)) >> p & 1))
+                ps_warning("device %d: device %d refuses access to its mapped memory (error %d): a copy of its "
+                           "pooled memory made while device %d is current will fail",
+                           d->device, p, one, p);
+        }
     }
+    if (r != CUDA_SUCCESS)
+        ps_real.cuMemUnmap(at, size);
     return r;
 }
 
@@ -119,6 +143,8 @@ static void note_mapped(device_ops_t *d, void *addr, size_t size, uint64_t h, bo
         ps_ptr_map_put(&d->vm_sizes, (uintptr_t)addr, size | (device_piece ? 0 : HOST_PIECE));
     }
     pthread_mutex_unlock(&d->vm_lock);
+    if (device_piece)
+        ps_slab_mark_mapped((uintptr_t)addr); /* copies of it from other devices are ordered (copy_order.c) */
     if (device_piece && PS_UNLIKELY(ps_nvtx_on))
         ps_nvtx_heap_add(addr, size, d->ops.device);
 }
@@ -254,7 +280,7 @@ static int live_host_vm_map(void *vctx, void *addr, size_t size, uint64_t *handl
 void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer)
 {
     const char *skip = getenv("POOLSHIM_TEST_SKIP_PEER_GRANT");
-    if (skip && *skip == '1') {
+    if (skip && *skip == '1') { /* (warned here: the switch matters once a program enables peer access) */
         ps_warning("POOLSHIM_TEST_SKIP_PEER_GRANT=1: peer access to the pool's mapped memory is not granted "
                    "(a test switch: kernels of the peer will fault)");
         return;
@@ -499,6 +525,24 @@ static size_t vm_granularity_of(CUdevice device)
     return granularity;
 }
 
+/* Every other device of the process can reach `device`'s memory
+ * (cuDeviceCanAccessPeer): true, with *mask = those devices; false when
+ * one cannot (then copies of mapped memory made while it is current would
+ * fail: the caller uses chunks). One device: true, mask 0. */
+static bool other_devices_reach(CUdevice device, int count, uint64_t *mask)
+{
+    *mask = 0;
+    for (int p = 0; p < count && p < PS_MAX_DEVICES; p++) {
+        if (p == device)
+            continue;
+        int can = 0;
+        if (!ps_real.cuDeviceCanAccessPeer || ps_real.cuDeviceCanAccessPeer(&can, p, device) != CUDA_SUCCESS || !can)
+            return false;
+        *mask |= 1ull << p;
+    }
+    return true;
+}
+
 /* The recommended granularity of pinned memory placed on the host by
  * cuMemCreate (host.expandable's probe, once per table), else 0: the
  * driver does not know host locations (before CUDA 12.2) or refuses them.
@@ -540,6 +584,24 @@ void ps_gpu_ops_cuda_vm_attach(device_ops_t *d)
     d->host_vm_granularity = d->vm_granularity ? host_vm_granularity_of() : 0;
     if (!ps_real.cuDeviceGetCount || ps_real.cuDeviceGetCount(&d->device_count) != CUDA_SUCCESS)
         d->device_count = 0;
+    const char *skip = getenv("POOLSHIM_TEST_SKIP_PEER_GRANT");
+    d->skip_peer_grant = skip && *skip == '1';
+    uint64_t reach = 0;
+    bool all_reach = other_devices_reach(device, d->device_count, &reach);
+    atomic_store(&d->copy_peers, reach);
+    if (d->vm_granularity && !all_reach) {
+        ps_info("device %d: another device of the process cannot reach its memory (no peer capability): its pool "
+                "uses chunks (cuMemAlloc memory), since a copy of mapped memory made while that device is current "
+                "would fail",
+                device);
+        d->vm_granularity = 0;
+        d->host_vm_granularity = 0;
+        shareable = false;
+    }
+    if (d->skip_peer_grant && reach)
+        ps_warning("POOLSHIM_TEST_SKIP_PEER_GRANT=1: device %d's mapped memory names no other device (a test "
+                   "switch: copies from other devices fail, their kernels fault)",
+                   device);
     leave_ctx(pushed);
     if (d->vm_granularity) {
         d->ops.vm_granularity = ops_vm_granularity;

@@ -10,7 +10,7 @@
 
 /* Every hook has the signature of the real function it replaces. Declared
  * here for the table only; the definitions are in hooks_driver.c,
- * hooks_runtime.c and hooks_context.c. */
+ * hooks_runtime.c, hooks_context.c and hooks_copy.c. */
 #define PS_DECLARE_HOOK(name, ret, params) extern ret name params;
 PS_REAL_DRIVER(PS_DECLARE_HOOK)
 PS_REAL_RUNTIME(PS_DECLARE_HOOK)
@@ -25,8 +25,12 @@ static const ps_hook_t hooks[] = {
     HOOK(cuIpcOpenMemHandle_v2), HOOK(cuIpcCloseMemHandle), HOOK(cuStreamCreate),
     HOOK(cuStreamCreateWithPriority), HOOK(cuStreamDestroy_v2), HOOK(cuStreamBeginCapture),
     HOOK(cuStreamBeginCapture_ptsz), HOOK(cuStreamBeginCapture_v2), HOOK(cuStreamBeginCapture_v2_ptsz),
-    HOOK(cuStreamBeginCaptureToGraph), HOOK(cuStreamBeginCaptureToGraph_ptsz), HOOK(cuCtxEnablePeerAccess),
+    HOOK(cuStreamBeginCaptureToGraph), HOOK(cuStreamBeginCaptureToGraph_ptsz), HOOK(cuCtxEnablePeerAccess), HOOK(cuMemPoolSetAccess),
     HOOK(cuCtxSynchronize), HOOK(cuCtxSynchronize_v2),
+    /* copies and memsets (hooks_copy.c) */
+#define COPY_ROW(name, ret, params) HOOK(name),
+    PS_COPY_REALS(COPY_ROW)
+#undef COPY_ROW
     /* pinned host memory */
     HOOK(cuMemHostAlloc), HOOK(cuMemAllocHost_v2), HOOK(cuMemFreeHost), HOOK(cuMemHostGetFlags),
     HOOK(cuMemHostGetDevicePointer_v2), HOOK(cuMemHostRegister_v2), HOOK(cuMemHostUnregister),

@@ -26,6 +26,21 @@
         return ps_real.name(__VA_ARGS__);                                           \
     } while (0)
 
+/* A memory pool's access: CUDA sets it; if it is a device's own pool and it
+ * was opened to another device, that device's stream-ordered allocations
+ * go to CUDA's pool from then on (ps_route_pool_access). */
+PS_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+    if (!ps_real.cuMemPoolSetAccess && ps_real_load_driver() != PS_OK)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!ps_real.cuMemPoolSetAccess)
+        return CUDA_ERROR_NOT_FOUND;
+    CUresult r = ps_real.cuMemPoolSetAccess(pool, map, count);
+    if (r == CUDA_SUCCESS && !ps_in_shim && map && count)
+        ps_route_pool_access(pool, map, count);
+    return r;
+}
+
 static inline CUresult driver_error(int status)
 {
     return status == PS_OK ? CUDA_SUCCESS : status == PS_ENOMEM ? CUDA_ERROR_OUT_OF_MEMORY

@@ -70,6 +70,8 @@ typedef struct slab {
     uintptr_t base; /* first byte */
     size_t size;    /* bytes */
     int device;     /* whose stack took it */
+    bool mapped;    /* device memory was mapped into it (cuMemMap): a copy of it from another device needs
+                       ordering (copy_order.c) */
 } slab_t;
 static pthread_mutex_t slab_lock = PTHREAD_MUTEX_INITIALIZER;
 static slab_t *slabs;        /* sorted by base */
@@ -398,7 +400,7 @@ void ps_slab_add(uintptr_t base, size_t size, int device)
         slabs[i] = slabs[i - 1];
         i--;
     }
-    slabs[i] = (slab_t){base, size, device};
+    slabs[i] = (slab_t){base, size, device, false};
     slab_count++;
     pthread_mutex_unlock(&slab_lock);
 }
@@ -427,9 +429,9 @@ void ps_slab_drop_device(int device)
     pthread_mutex_unlock(&slab_lock);
 }
 
-bool ps_slab_contains(uintptr_t addr)
+/* The slab holding addr, or NULL. slab_lock held. */
+static slab_t *slab_holding_locked(uintptr_t addr)
 {
-    pthread_mutex_lock(&slab_lock);
     size_t lo = 0, hi = slab_count; /* first slab with base > addr */
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -438,9 +440,38 @@ bool ps_slab_contains(uintptr_t addr)
         else
             hi = mid;
     }
-    bool inside = lo > 0 && addr - slabs[lo - 1].base < slabs[lo - 1].size;
+    return lo > 0 && addr - slabs[lo - 1].base < slabs[lo - 1].size ? &slabs[lo - 1] : NULL;
+}
+
+bool ps_slab_contains(uintptr_t addr)
+{
+    pthread_mutex_lock(&slab_lock);
+    bool inside = slab_holding_locked(addr) != NULL;
     pthread_mutex_unlock(&slab_lock);
     return inside;
+}
+
+_Atomic uint64_t ps_slab_mapped_devices;
+
+void ps_slab_mark_mapped(uintptr_t addr)
+{
+    pthread_mutex_lock(&slab_lock);
+    slab_t *s = slab_holding_locked(addr);
+    if (s && !s->mapped) {
+        s->mapped = true;
+        if (s->device >= 0 && s->device < 64)
+            atomic_fetch_or(&ps_slab_mapped_devices, 1ull << s->device);
+    }
+    pthread_mutex_unlock(&slab_lock);
+}
+
+int ps_slab_mapped_device(uintptr_t addr)
+{
+    pthread_mutex_lock(&slab_lock);
+    slab_t *s = slab_holding_locked(addr);
+    int device = s && s->mapped ? s->device : -1;
+    pthread_mutex_unlock(&slab_lock);
+    return device;
 }
 
 /* fork(): no table is created and none changes while the child is made;

@@ -418,6 +418,36 @@ static inline ps_device_state_t *current_device(int door)
 
 ps_device_state_t *ps_current_device(int door) { return current_device(door); }
 
+/* Bit D: device D's memory pool gave another device access: its
+ * stream-ordered allocations pass through (ps_route_pool_access). */
+static _Atomic uint64_t pool_shared;
+
+void ps_route_pool_access(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+    if (!pool || !ps_shim_ensure_init())
+        return;
+    int devices = 0;
+    if (!ps_real.cuDeviceGetCount || ps_real.cuDeviceGetCount(&devices) != CUDA_SUCCESS)
+        return;
+    for (int d = 0; d < devices && d < PS_MAX_DEVICES; d++) {
+        CUmemoryPool current = NULL, fallback = NULL;
+        bool mine = (ps_real.cuDeviceGetMemPool && ps_real.cuDeviceGetMemPool(&current, d) == CUDA_SUCCESS &&
+                     current == pool) ||
+                    (ps_real.cuDeviceGetDefaultMemPool &&
+                     ps_real.cuDeviceGetDefaultMemPool(&fallback, d) == CUDA_SUCCESS && fallback == pool);
+        if (!mine)
+            continue;
+        for (size_t i = 0; i < count; i++)
+            if (map[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE && map[i].location.id != d && map[i].flags != 0 &&
+                !(atomic_fetch_or(&pool_shared, 1ull << d) >> d & 1)) {
+                ps_info("device %d: its memory pool gives device %d access: its stream-ordered allocations go to "
+                        "CUDA's pool from now on, with that access",
+                        d, map[i].location.id);
+                break;
+            }
+    }
+}
+
 ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream, void **out,
                              int *status)
 {
@@ -427,6 +457,11 @@ ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream
     if (!dev) {
         ps_stats_count_passthrough(-1);
         return PS_ROUTE_PASSTHROUGH;
+    }
+    if (PS_UNLIKELY(stream != PS_STREAM_NONE &&
+                    (atomic_load_explicit(&pool_shared, memory_order_relaxed) >> dev->device & 1))) {
+        ps_stats_count_passthrough(dev->device);
+        return PS_ROUTE_PASSTHROUGH; /* the program shares its pool with other devices */
     }
     if (PS_UNLIKELY(stream == PS_STREAM_NONE && (call == PS_CALL_CUDA_MALLOC || call == PS_CALL_CU_MEM_ALLOC) &&
                     ps_gpu_ops_cuda_unsafe_call_prohibited())) {
@@ -857,6 +892,7 @@ static void drop_device(ps_device_state_t *dev, const char *api)
     uint64_t count = 0, bytes = 0;
     ps_registry_drop_device(d, &count, &bytes);
     ps_slab_drop_device(d);
+    atomic_fetch_and(&pool_shared, ~(1ull << d)); /* the context's pools died with it */
     if (ps_nvtx_on)
         ps_nvtx_drop_device(d);
     ps_resource_info_t info = {0};

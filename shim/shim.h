@@ -143,9 +143,68 @@
     X(cuMemHostUnregister, CUresult, (void *))                                              \
     X(cuMemHostGetFlags, CUresult, (unsigned int *, void *))                                \
     X(cuMemHostGetDevicePointer_v2, CUresult, (CUdeviceptr *, void *, unsigned int))       \
-    X(cuMemsetD8Async, CUresult, (CUdeviceptr, unsigned char, size_t, CUstream))              \
-    X(cuMemcpyDtoH_v2, CUresult, (void *, CUdeviceptr, size_t))                               \
-    X(cuStreamSynchronize, CUresult, (CUstream))
+    X(cuStreamSynchronize, CUresult, (CUstream))                                            \
+    X(cuDeviceCanAccessPeer, CUresult, (int *, CUdevice, CUdevice))                         \
+    X(cuStreamGetFlags, CUresult, (CUstream, unsigned int *))                               \
+    X(cuMemPoolSetAccess, CUresult, (CUmemoryPool, const CUmemAccessDesc *, size_t))        \
+    X(cuDeviceGetMemPool, CUresult, (CUmemoryPool *, CUdevice))                             \
+    X(cuDeviceGetDefaultMemPool, CUresult, (CUmemoryPool *, CUdevice))                      \
+    PS_COPY_REALS(X)
+
+/* Copies and memsets (hooks_copy.c: a copy of pooled memory made while
+ * another device is current is ordered as CUDA orders cudaMalloc memory,
+ * copy_order.c). _ptds/_ptsz: the per-thread default stream variants. */
+#define PS_COPY_REALS(X)                                                                    \
+    X(cuMemcpy, CUresult, (CUdeviceptr, CUdeviceptr, size_t))                               \
+    X(cuMemcpy_ptds, CUresult, (CUdeviceptr, CUdeviceptr, size_t))                          \
+    X(cuMemcpyAsync, CUresult, (CUdeviceptr, CUdeviceptr, size_t, CUstream))                \
+    X(cuMemcpyAsync_ptsz, CUresult, (CUdeviceptr, CUdeviceptr, size_t, CUstream))           \
+    X(cuMemcpyHtoD_v2, CUresult, (CUdeviceptr, const void *, size_t))                       \
+    X(cuMemcpyHtoD_v2_ptds, CUresult, (CUdeviceptr, const void *, size_t))                  \
+    X(cuMemcpyDtoH_v2, CUresult, (void *, CUdeviceptr, size_t))                             \
+    X(cuMemcpyDtoH_v2_ptds, CUresult, (void *, CUdeviceptr, size_t))                        \
+    X(cuMemcpyDtoD_v2, CUresult, (CUdeviceptr, CUdeviceptr, size_t))                        \
+    X(cuMemcpyDtoD_v2_ptds, CUresult, (CUdeviceptr, CUdeviceptr, size_t))                   \
+    X(cuMemcpyHtoDAsync_v2, CUresult, (CUdeviceptr, const void *, size_t, CUstream))        \
+    X(cuMemcpyHtoDAsync_v2_ptsz, CUresult, (CUdeviceptr, const void *, size_t, CUstream))   \
+    X(cuMemcpyDtoHAsync_v2, CUresult, (void *, CUdeviceptr, size_t, CUstream))              \
+    X(cuMemcpyDtoHAsync_v2_ptsz, CUresult, (void *, CUdeviceptr, size_t, CUstream))         \
+    X(cuMemcpyDtoDAsync_v2, CUresult, (CUdeviceptr, CUdeviceptr, size_t, CUstream))         \
+    X(cuMemcpyDtoDAsync_v2_ptsz, CUresult, (CUdeviceptr, CUdeviceptr, size_t, CUstream))    \
+    X(cuMemcpy2D_v2, CUresult, (const CUDA_MEMCPY2D *))                                     \
+    X(cuMemcpy2D_v2_ptds, CUresult, (const CUDA_MEMCPY2D *))                                \
+    X(cuMemcpy2DUnaligned_v2, CUresult, (const CUDA_MEMCPY2D *))                            \
+    X(cuMemcpy2DUnaligned_v2_ptds, CUresult, (const CUDA_MEMCPY2D *))                       \
+    X(cuMemcpy2DAsync_v2, CUresult, (const CUDA_MEMCPY2D *, CUstream))                      \
+    X(cuMemcpy2DAsync_v2_ptsz, CUresult, (const CUDA_MEMCPY2D *, CUstream))                 \
+    X(cuMemcpy3D_v2, CUresult, (const CUDA_MEMCPY3D *))                                     \
+    X(cuMemcpy3D_v2_ptds, CUresult, (const CUDA_MEMCPY3D *))                                \
+    X(cuMemcpy3DAsync_v2, CUresult, (const CUDA_MEMCPY3D *, CUstream))                      \
+    X(cuMemcpy3DAsync_v2_ptsz, CUresult, (const CUDA_MEMCPY3D *, CUstream))                 \
+    X(cuMemsetD8_v2, CUresult, (CUdeviceptr, unsigned char, size_t))                        \
+    X(cuMemsetD8_v2_ptds, CUresult, (CUdeviceptr, unsigned char, size_t))                   \
+    X(cuMemsetD16_v2, CUresult, (CUdeviceptr, unsigned short, size_t))                      \
+    X(cuMemsetD16_v2_ptds, CUresult, (CUdeviceptr, unsigned short, size_t))                 \
+    X(cuMemsetD32_v2, CUresult, (CUdeviceptr, unsigned int, size_t))                        \
+    X(cuMemsetD32_v2_ptds, CUresult, (CUdeviceptr, unsigned int, size_t))                   \
+    X(cuMemsetD8Async, CUresult, (CUdeviceptr, unsigned char, size_t, CUstream))            \
+    X(cuMemsetD8Async_ptsz, CUresult, (CUdeviceptr, unsigned char, size_t, CUstream))       \
+    X(cuMemsetD16Async, CUresult, (CUdeviceptr, unsigned short, size_t, CUstream))          \
+    X(cuMemsetD16Async_ptsz, CUresult, (CUdeviceptr, unsigned short, size_t, CUstream))     \
+    X(cuMemsetD32Async, CUresult, (CUdeviceptr, unsigned int, size_t, CUstream))            \
+    X(cuMemsetD32Async_ptsz, CUresult, (CUdeviceptr, unsigned int, size_t, CUstream))       \
+    X(cuMemsetD2D8_v2, CUresult, (CUdeviceptr, size_t, unsigned char, size_t, size_t))      \
+    X(cuMemsetD2D8_v2_ptds, CUresult, (CUdeviceptr, size_t, unsigned char, size_t, size_t)) \
+    X(cuMemsetD2D16_v2, CUresult, (CUdeviceptr, size_t, unsigned short, size_t, size_t))    \
+    X(cuMemsetD2D16_v2_ptds, CUresult, (CUdeviceptr, size_t, unsigned short, size_t, size_t)) \
+    X(cuMemsetD2D32_v2, CUresult, (CUdeviceptr, size_t, unsigned int, size_t, size_t))      \
+    X(cuMemsetD2D32_v2_ptds, CUresult, (CUdeviceptr, size_t, unsigned int, size_t, size_t)) \
+    X(cuMemsetD2D8Async, CUresult, (CUdeviceptr, size_t, unsigned char, size_t, size_t, CUstream)) \
+    X(cuMemsetD2D8Async_ptsz, CUresult, (CUdeviceptr, size_t, unsigned char, size_t, size_t, CUstream)) \
+    X(cuMemsetD2D16Async, CUresult, (CUdeviceptr, size_t, unsigned short, size_t, size_t, CUstream)) \
+    X(cuMemsetD2D16Async_ptsz, CUresult, (CUdeviceptr, size_t, unsigned short, size_t, size_t, CUstream)) \
+    X(cuMemsetD2D32Async, CUresult, (CUdeviceptr, size_t, unsigned int, size_t, size_t, CUstream)) \
+    X(cuMemsetD2D32Async_ptsz, CUresult, (CUdeviceptr, size_t, unsigned int, size_t, size_t, CUstream))
 
 /* The runtime functions the shim forwards to (foreign pointers, cudaFree(NULL),
  * stream capture, passthrough mode). */
@@ -248,6 +307,13 @@ void ps_registry_drop_device(int device, uint64_t *count, uint64_t *bytes);
 void ps_slab_add(uintptr_t base, size_t size, int device);
 void ps_slab_remove(uintptr_t base);
 bool ps_slab_contains(uintptr_t addr);
+/* Device memory was mapped (cuMemMap) into the slab holding `addr`: marks it,
+ * and sets its device's bit in ps_slab_mapped_devices (never cleared). */
+void ps_slab_mark_mapped(uintptr_t addr);
+/* The device of the marked slab holding `addr`, or -1 (not ours, a chunk, a host range). */
+int ps_slab_mapped_device(uintptr_t addr);
+/* Bit D: some slab of device D holds mapped device memory (read without a lock). */
+extern _Atomic uint64_t ps_slab_mapped_devices;
 /* Forgets every slab of `device` (its context died; no CUDA call). */
 void ps_slab_drop_device(int device);
 /* fork(): lock everything before, unlock in the parent, reset in the child. */
@@ -293,6 +359,11 @@ void ps_gpu_ops_cuda_capture_gate_end(void);
  * whatever that does to the capture natively). */
 void ps_gpu_ops_cuda_capture_begun(CUstream stream, CUstreamCaptureMode mode);
 CUresult ps_gpu_ops_cuda_unsafe_call_check(void);
+/* The legacy stream of the current context may be recorded on and made to
+ * wait (no blocking stream of it captures): true with the streams lock
+ * held (no capture can begin; release it with legacy_leave), false without. */
+bool ps_gpu_ops_cuda_legacy_enter(void);
+void ps_gpu_ops_cuda_legacy_leave(void);
 /* How many global-mode captures may be open (read without the streams lock;
  * 0 on the hot path, where unsafe_call_prohibited is then one load). */
 extern atomic_int ps_gpu_ops_cuda_global_captures;
@@ -540,6 +611,35 @@ ps_route_t ps_route_ipc_close(uintptr_t ptr, int *status);
  * *base and *size, or PS_EINVAL inside a slab but in no live allocation;
  * PASSTHROUGH when it is not ours or a direct (whole CUDA) allocation. */
 ps_route_t ps_route_address_range(uintptr_t addr, uintptr_t *base, size_t *size, int *status);
+
+/* cuMemPoolSetAccess (and cudaMemPoolSetAccess, which reaches it) on
+ * `pool` succeeded: when it is a device's default or current pool and it
+ * gave another device access, that device's stream-ordered allocations pass
+ * through to CUDA's pool from then on (its blocks then have the access the
+ * program asked for, as natively; blocks the shim served before keep what
+ * their stack gives: the expandable pool grants every device that can reach
+ * it, chunks none). Until the device's context dies. */
+void ps_route_pool_access(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count);
+
+/* ---- copy_order.c: copies of pooled mapped memory across devices ---------- */
+/* What ps_copy_order_begin did, for ps_copy_order_end. */
+typedef struct ps_copy_order {
+    uint64_t devices; /* bit D: the copy touches mapped memory of device D, not the current one, and the copy's
+                         stream was made to wait for D's legacy stream */
+    CUstream stream;  /* the copy's stream as a handle the real driver reads (CU_STREAM_LEGACY/PER_THREAD) */
+    CUcontext ctx;    /* the current context at the copy */
+    int device;       /* its device */
+} ps_copy_order_t;
+/* Before a copy or memset that touches `dst` and `src` (0: none) on `stream`
+ * (NULL: the default stream, per-thread when `per_thread`): true when it
+ * touches mapped memory of another device than the current one, and the
+ * copy's stream now waits for that device's legacy stream (then call
+ * ps_copy_order_end after the real call); false, with nothing done, in the
+ * common case (one atomic load when no device has mapped memory). */
+bool ps_copy_order_begin(ps_copy_order_t *o, uintptr_t dst, uintptr_t src, CUstream stream, bool per_thread);
+/* After the real call (result r): each device of o waits on its legacy
+ * stream for the copy. */
+void ps_copy_order_end(ps_copy_order_t *o, CUresult r);
 
 /* Hooks handed out by dlsym and cuGetProcAddress (hook_table.c). */
 typedef struct ps_hook {

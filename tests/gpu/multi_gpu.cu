@@ -22,6 +22,18 @@
  *   copies       no peer access: cudaMemcpyPeer, cudaMemcpyPeerAsync and
  *                cudaMemcpy(cudaMemcpyDefault) between pooled blocks of the two
  *                devices, both ways; every byte checked by a kernel.
+ *   order        copies of a device's pooled memory with the other device current,
+ *                ordered as CUDA orders cudaMalloc memory (tests/gpu/cross_device_probe.cu):
+ *                device 1 spins 300 ms then fills B; with device 0 current a cudaMemcpy
+ *                D2H, a cudaMemcpy2D D2H and a cudaMemcpyAsync on the legacy stream of B
+ *                must see the fill; device 0 spins, then cudaMemcpy(B, A, Default) and
+ *                cudaMemset(B) with device 0 current: a device-1 kernel right after must
+ *                see them; a cudaMallocAsync block of device 0 copied into device-1
+ *                memory with cudaMemcpyAsync(Default) on a device-0 stream.
+ *   mempool      cudaMemPoolSetAccess(default pool of device 0, device 1 read-write),
+ *                cudaMallocAsync on device 0: a device-1 kernel reads it and writes it,
+ *                device 0 checks; a cudaMemcpyAsync(Default) of it into device-1 memory
+ *                (NVIDIA's stream-ordered P2P sample does the first).
  *   threads      16 threads, each alternating devices (cudaSetDevice) for 40
  *                rounds: allocates blocks of varied sizes, fills them on its own
  *                stream, checks every byte, frees half itself and hands the other
@@ -263,6 +275,146 @@ static int copies(void)
     return 0;
 }
 
+__global__ void spin_kernel(long long cycles)
+{
+    long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+}
+
+/* Queues a 300 ms spin on `device`'s legacy stream. */
+static void spin_300ms(int device)
+{
+    int khz = 0;
+    CK(cudaSetDevice(device));
+    CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
+    spin_kernel<<<1, 1>>>((long long)khz * 300);
+    CK(cudaGetLastError());
+}
+
+static int order(void)
+{
+    if (!two_gpus("order", 0))
+        return 0;
+    const size_t n = 96 * MiB + 4096 + 17;
+    void *a0 = nullptr, *b1 = nullptr;
+    uint8_t *host = nullptr;
+    CK(cudaSetDevice(0));
+    CK(cudaMalloc(&a0, n));
+    fill_pattern(a0, n, 7, 0);
+    CK(cudaMallocHost((void **)&host, n));
+    CK(cudaDeviceSynchronize());
+    CK(cudaSetDevice(1));
+    CK(cudaMalloc(&b1, n));
+    fill_pattern(b1, n, 1, 0);
+    CK(cudaDeviceSynchronize());
+    unsigned long long wrong[6] = {0, 0, 0, 0, 0, 0};
+    /* 1. device 1 writes B behind a spin; device 0 current reads it */
+    spin_300ms(1);
+    fill_pattern(b1, n, 2, 0);
+    CK(cudaSetDevice(0));
+    CK(cudaMemcpy(host, b1, n, cudaMemcpyDeviceToHost));
+    wrong[0] = host_verify_ends(host, n, 2, n / 2);
+    spin_300ms(1);
+    fill_pattern(b1, n, 3, 0);
+    CK(cudaSetDevice(0));
+    const size_t pitch = 1 * MiB, rows = n / pitch;
+    CK(cudaMemcpy2D(host, pitch, b1, pitch, pitch, rows, cudaMemcpyDeviceToHost));
+    wrong[1] = host_verify_ends(host, rows * pitch, 3, rows * pitch / 2);
+    spin_300ms(1);
+    fill_pattern(b1, n, 4, 0);
+    CK(cudaSetDevice(0));
+    CK(cudaMemcpyAsync(host, b1, n, cudaMemcpyDefault, 0));
+    CK(cudaStreamSynchronize(0));
+    wrong[2] = host_verify_ends(host, n, 4, n / 2);
+    /* 2. device 0 writes B behind a spin of its own; device 1 reads at once */
+    spin_300ms(0);
+    CK(cudaMemcpy(b1, a0, n, cudaMemcpyDefault));
+    wrong[3] = mismatches_on(1, b1, n, 7);
+    /* (cudaMemset of another device's cudaMalloc memory is refused natively:
+     * invalid value, H200, CUDA 13.0; the shim lets it run, ordered) */
+    spin_300ms(1);
+    fill_pattern(b1, n, 5, 0);
+    CK(cudaSetDevice(0));
+    CK(cudaMemcpy(a0, b1, n, cudaMemcpyDeviceToDevice)); /* device 0 reads B behind device 1's fill */
+    wrong[4] = mismatches_on(0, a0, n, 5);
+    /* 3. a stream-ordered block of device 0 into device-1 memory */
+    CK(cudaSetDevice(0));
+    cudaStream_t s0;
+    CK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+    void *async0 = nullptr;
+    CK(cudaMallocAsync(&async0, n, s0));
+    fill_pattern(async0, n, 9, s0);
+    CK(cudaMemcpyAsync(b1, async0, n, cudaMemcpyDefault, s0));
+    CK(cudaStreamSynchronize(s0));
+    wrong[5] = mismatches_on(1, b1, n, 9);
+    CK(cudaSetDevice(0));
+    CK(cudaFreeAsync(async0, s0));
+    CK(cudaStreamSynchronize(s0));
+    CK(cudaStreamDestroy(s0));
+    printf("multi_gpu: order: wrong bytes: D2H behind device 1 %llu, 2D %llu, async legacy %llu; Default copy "
+           "before device 1's kernel %llu; D2D behind device 1 %llu; async block into device 1 %llu\n",
+           wrong[0], wrong[1], wrong[2], wrong[3], wrong[4], wrong[5]);
+    CK(cudaFree(a0));
+    CK(cudaFreeHost(host));
+    CK(cudaSetDevice(1));
+    CK(cudaFree(b1));
+    CK(cudaDeviceSynchronize());
+    unsigned long long total = wrong[0] + wrong[1] + wrong[2] + wrong[3] + wrong[4] + wrong[5];
+    if (total) {
+        printf("multi_gpu: order: CORRUPTION\n");
+        return EXIT_CORRUPTION;
+    }
+    printf("multi_gpu: order: OK\n");
+    return 0;
+}
+
+static int mempool(void)
+{
+    if (!two_gpus("mempool", 1))
+        return 0;
+    const size_t n = 96 * MiB + 4096 + 17;
+    cudaMemPool_t pool;
+    CK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    cudaMemAccessDesc desc = {};
+    desc.location.type = cudaMemLocationTypeDevice;
+    desc.location.id = 1;
+    desc.flags = cudaMemAccessFlagsProtReadWrite;
+    CK(cudaMemPoolSetAccess(pool, &desc, 1));
+    CK(cudaSetDevice(0));
+    cudaStream_t s0;
+    CK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+    void *p = nullptr, *q = nullptr;
+    CK(cudaMallocAsync(&p, n, s0));
+    fill_pattern(p, n, 51, s0);
+    CK(cudaStreamSynchronize(s0));
+    unsigned long long wrong = mismatches_on(1, p, n, 51); /* device 1 reads device 0's pool memory */
+    CK(cudaSetDevice(1));
+    fill_pattern(p, n, 52, 0); /* and writes it */
+    CK(cudaDeviceSynchronize());
+    unsigned long long written = mismatches_on(0, p, n, 52);
+    CK(cudaSetDevice(1));
+    CK(cudaMalloc(&q, n));
+    CK(cudaSetDevice(0));
+    CK(cudaMemcpyAsync(q, p, n, cudaMemcpyDefault, s0));
+    CK(cudaStreamSynchronize(s0));
+    unsigned long long copied = mismatches_on(1, q, n, 52);
+    printf("multi_gpu: mempool: device 1 read %llu wrong, wrote %llu wrong, copy %llu wrong\n", wrong, written,
+           copied);
+    CK(cudaSetDevice(0));
+    CK(cudaFreeAsync(p, s0));
+    CK(cudaStreamSynchronize(s0));
+    CK(cudaStreamDestroy(s0));
+    CK(cudaSetDevice(1));
+    CK(cudaFree(q));
+    if (wrong || written || copied) {
+        printf("multi_gpu: mempool: CORRUPTION\n");
+        return EXIT_CORRUPTION;
+    }
+    printf("multi_gpu: mempool: OK\n");
+    return 0;
+}
+
 /* ---- threads ---------------------------------------------------------------- */
 enum { THREADS = 16, ROUNDS = 40, BLOCKS = 6 };
 
@@ -434,10 +586,12 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "peer_before")) rc = peer(1);
     else if (!strcmp(what, "peer_after")) rc = peer(0);
     else if (!strcmp(what, "copies")) rc = copies();
+    else if (!strcmp(what, "order")) rc = order();
+    else if (!strcmp(what, "mempool")) rc = mempool();
     else if (!strcmp(what, "threads")) rc = threads();
     else if (!strcmp(what, "stacks")) rc = stacks(argc, argv);
     else {
-        fprintf(stderr, "usage: multi_gpu cross|peer_before|peer_after|copies|threads|stacks [LIMIT_MIB]\n");
+        fprintf(stderr, "usage: multi_gpu cross|peer_before|peer_after|copies|order|mempool|threads|stacks [LIMIT_MIB]\n");
         return 1;
     }
     return rc;

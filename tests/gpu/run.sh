@@ -450,16 +450,23 @@ gpu_count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 for kind in static shared; do
     door=driver
     [ $kind = shared ] && door=runtime
-    for case in cross peer_before peer_after copies threads; do
+    for case in cross peer_before peer_after copies order mempool threads; do
         native multi_gpu_${case}_$kind multi_gpu_$kind $case
-        # cross and copies touch a device's pooled memory with the other device current and
-        # no peer access: mapped memory refuses that (README, "Known limitation"), so they run
-        # over the chunked pool, the documented way; the expected failures below keep the
-        # limitation itself measured
-        opts=()
-        case $case in cross|copies) opts=(POOLSHIM_OPTIONS=resource.main.expandable=0) ;; esac
         shim multi_gpu_${case}_$kind "device0.doors.$door>0 device1.doors.$door>0 invalid_frees==0 \
-device0.bytes.requested_current==0 device1.bytes.requested_current==0 ?barriers>0" "${opts[@]}" -- multi_gpu_$kind $case
+device0.bytes.requested_current==0 device1.bytes.requested_current==0 ?barriers>0" -- multi_gpu_$kind $case
+    done
+    # the copies across devices under every other stack: chunks, arena, binning, async upstream
+    for stack in chunks arena binning async; do
+        case $stack in
+        chunks) opts=(POOLSHIM_OPTIONS=resource.main.expandable=0) ;;
+        arena) opts=(POOLSHIM_CONFIG="$repo/config/examples/arena_many_threads.ini") ;;
+        binning) opts=(POOLSHIM_CONFIG="$repo/config/examples/binning_small_sizes.ini") ;;
+        async) opts=(POOLSHIM_CONFIG="$repo/config/examples/async_upstream.ini") ;;
+        esac
+        for case in cross copies order mempool; do
+            shim multi_gpu_${case}_${stack}_$kind "invalid_frees==0 device0.bytes.requested_current==0 \
+device1.bytes.requested_current==0" "${opts[@]}" -- multi_gpu_$kind $case
+        done
     done
     native multi_gpu_stacks_$kind multi_gpu_$kind stacks
     # device 0: the pool (expandable, no limit, 512 MiB held); device 1: the arena
@@ -495,11 +502,15 @@ expect_multi_gpu_failure() {
 # without the peer grants on mapped memory, device 1's kernel must fault (or read wrong bytes)
 expect_multi_gpu_failure multi_gpu_peer_without_grant_expected_failure 'FAIL .*returned' \
     POOLSHIM_TEST_SKIP_PEER_GRANT=1 -- peer_before
-# the known limitation (README): over the expandable pool, a copy of device-0 memory made
-# with device 1 current and no peer access fails with invalid value. Should a driver lift
-# it, these fail ("it passed"): then the README's limitation and the chunked runs above go.
-expect_multi_gpu_failure multi_gpu_cross_expandable_limitation 'returned 1 \(cudaErrorInvalidValue\)' -- cross
-expect_multi_gpu_failure multi_gpu_copies_expandable_limitation 'returned 1 \(cudaErrorInvalidValue\)' -- copies
+# without the grant of every device that can reach it, mapped memory refuses a copy made
+# while the other device is current (invalid value); without the ordering of such copies
+# (shim/copy_order.c) they run beside the other device's kernels: wrong bytes
+expect_multi_gpu_failure multi_gpu_cross_without_grant_expected_failure 'returned 1 \(cudaErrorInvalidValue\)' \
+    POOLSHIM_TEST_SKIP_PEER_GRANT=1 -- cross
+expect_multi_gpu_failure multi_gpu_order_without_ordering_expected_failure 'CORRUPTION' \
+    POOLSHIM_TEST_SKIP_COPY_ORDER=1 -- order
+expect_multi_gpu_failure multi_gpu_copies_without_ordering_expected_failure 'CORRUPTION' \
+    POOLSHIM_TEST_SKIP_COPY_ORDER=1 -- copies
 # without the per-device config, device 1 has no limit and the test must notice
 expect_multi_gpu_failure multi_gpu_stacks_without_config_expected_failure 'stack is not the configured one' \
     -- stacks 256

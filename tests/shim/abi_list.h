@@ -20,4 +20,10 @@
     X((long)offsetof(CUmemAllocationProp, location)) X((long)offsetof(CUmemAllocationProp, allocFlags)) \
     X((long)sizeof(CUmemAccessDesc)) X((long)sizeof(CUmemGenericAllocationHandle))     \
     X(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED) X(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) \
-    X(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) X((long)offsetof(CUmemAllocationProp, requestedHandleTypes))
+    X(CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) X((long)offsetof(CUmemAllocationProp, requestedHandleTypes)) \
+    X(CU_MEMORYTYPE_HOST) X(CU_MEMORYTYPE_DEVICE) X(CU_MEMORYTYPE_ARRAY) X(CU_MEMORYTYPE_UNIFIED)       \
+    X((long)sizeof(CUDA_MEMCPY2D)) X((long)offsetof(CUDA_MEMCPY2D, srcMemoryType))                       \
+    X((long)offsetof(CUDA_MEMCPY2D, srcDevice)) X((long)offsetof(CUDA_MEMCPY2D, dstMemoryType))          \
+    X((long)offsetof(CUDA_MEMCPY2D, dstDevice)) X((long)sizeof(CUDA_MEMCPY3D))                           \
+    X((long)offsetof(CUDA_MEMCPY3D, srcMemoryType)) X((long)offsetof(CUDA_MEMCPY3D, srcDevice))          \
+    X((long)offsetof(CUDA_MEMCPY3D, dstMemoryType)) X((long)offsetof(CUDA_MEMCPY3D, dstDevice))

@@ -538,6 +538,47 @@ EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGeneric
     return m == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
+/* Who may reach mapped memory: cuMemSetAccess grants devices (and the
+ * host) per range, cuMemUnmap takes it away; a copy or memset of mapped
+ * memory made while a device is current that the newest grant covering the
+ * address does not name fails with "invalid value", as the driver does
+ * (cuMemAlloc memory is reachable from every device). Newest entry last. */
+#define HOST_ACCESS (1ull << 63)
+#define ACCESS_MAX 65536
+typedef struct { uintptr_t start; size_t size; uint64_t mask; } access_entry_t;
+static access_entry_t access_log[ACCESS_MAX];
+static size_t access_count;
+static void access_note(uintptr_t start, size_t size, uint64_t mask)
+{
+    pthread_mutex_lock(&lock);
+    size_t kept = 0; /* drop entries the new one covers whole */
+    for (size_t i = 0; i < access_count; i++)
+        if (!(access_log[i].start >= start && access_log[i].start + access_log[i].size <= start + size))
+            access_log[kept++] = access_log[i];
+    access_count = kept;
+    if (mask && access_count < ACCESS_MAX)
+        access_log[access_count++] = (access_entry_t){start, size, mask};
+    pthread_mutex_unlock(&lock);
+}
+/* True when the current context's device may reach p (not mapped memory,
+ * or mapped with access for it); counts a refusal. */
+static int reachable(uintptr_t p)
+{
+    if (!p || !current)
+        return 1;
+    int ok = 1;
+    pthread_mutex_lock(&lock);
+    for (size_t i = access_count; i-- > 0;)
+        if (p - access_log[i].start < access_log[i].size) {
+            ok = (access_log[i].mask >> current->device & 1) != 0;
+            break;
+        }
+    pthread_mutex_unlock(&lock);
+    if (!ok)
+        __atomic_fetch_add(&counters.copy_refused, 1, __ATOMIC_RELAXED);
+    return ok;
+}
+
 /* Opens the pages (the fake has one kind of memory: host memory, which
  * backs host-located pieces too). Each descriptor must name the host
  * (location HOST, id 0) or a device of the process; FAKE_CUDA_REFUSE_ACCESS=N:
@@ -560,6 +601,13 @@ EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc
     }
     if (mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE) != 0)
         return CUDA_ERROR_INVALID_VALUE;
+    uint64_t mask = 0;
+    for (size_t i = 0; i < count; i++)
+        if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+            mask |= 1ull << desc[i].location.id;
+        else
+            mask |= HOST_ACCESS;
+    access_note((uintptr_t)p, size, mask);
     __atomic_fetch_add(&counters.vm_access_host, host, __ATOMIC_RELAXED);
     __atomic_fetch_add(&counters.vm_access_device, devices, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
@@ -568,6 +616,7 @@ EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc
 EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size)
 {
     ENTER();
+    access_note((uintptr_t)p, size, 0);
     void *m = mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
                    -1, 0);
     if (m == MAP_FAILED)
@@ -676,7 +725,57 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
     ENTER();
     if (current && !ctx_alive(current))
         return dead();
+    if (!reachable(src))
+        return CUDA_ERROR_INVALID_VALUE;
     memcpy(dst, (const void *)(uintptr_t)src, n);
+    __atomic_fetch_add(&counters.copies, 1, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+static int stream_alive(CUstream s);
+/* Copies (device memory is host memory here): refused when the current
+ * device cannot reach a mapped side (reachable). */
+static CUresult fake_copy(uintptr_t dst, uintptr_t src, size_t n, int dst_device, int src_device)
+{
+    if (current && !ctx_alive(current))
+        return dead();
+    if ((dst_device && !reachable(dst)) || (src_device && !reachable(src)))
+        return CUDA_ERROR_INVALID_VALUE;
+    memmove((void *)dst, (const void *)src, n);
+    __atomic_fetch_add(&counters.copies, 1, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { ENTER(); return fake_copy(dst, src, n, 1, 1); }
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+    ENTER();
+    return fake_copy(dst, (uintptr_t)src, n, 1, 0);
+}
+EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    ENTER();
+    return fake_copy(dst, src, n, 1, 1);
+}
+EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    ENTER();
+    if (!stream_alive(s))
+        return dead();
+    return fake_copy(dst, src, n, 1, 1);
+}
+EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
+{
+    ENTER();
+    if (dev < 0 || dev >= device_count() || peer < 0 || peer >= device_count())
+        return CUDA_ERROR_INVALID_DEVICE;
+    *can = dev != peer && !env_on("FAKE_CUDA_NO_PEER");
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamGetFlags(CUstream s, unsigned *flags)
+{
+    ENTER();
+    if (!stream_alive(s))
+        return dead();
+    *flags = s && (uintptr_t)s > 2 ? s->flags : 0;
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamSynchronize(CUstream s __attribute__((unused)))
@@ -1203,6 +1302,13 @@ static const struct { const char *name; void *fn; int min_version; } table[] = {
     {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2, 10010},
     {"cuStreamEndCapture", (void *)cuStreamEndCapture, 10000},
     {"cuGetProcAddress", (void *)cuGetProcAddress_v2, 12000},
+    {"cuMemcpy", (void *)cuMemcpy, 4000},
+    {"cuMemcpyAsync", (void *)cuMemcpyAsync, 4000},
+    {"cuMemcpyHtoD", (void *)cuMemcpyHtoD_v2, 3020},
+    {"cuMemcpyDtoH", (void *)cuMemcpyDtoH_v2, 3020},
+    {"cuMemcpyDtoD", (void *)cuMemcpyDtoD_v2, 3020},
+    {"cuDeviceCanAccessPeer", (void *)cuDeviceCanAccessPeer, 4000},
+    {"cuStreamGetFlags", (void *)cuStreamGetFlags, 5050},
 };
 
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,

@@ -35,6 +35,8 @@ typedef struct fake_cuda_counters {
     unsigned long vm_unmapped;          /* cuMemUnmap successes */
     unsigned long ipc_open_native;      /* cuIpcOpenMemHandle(_v2) calls that reached the driver */
     unsigned long ipc_close_native;     /* cuIpcCloseMemHandle calls that reached the driver */
+    unsigned long copies;               /* copies that ran (cuMemcpy, cuMemcpyHtoD/DtoH/DtoD_v2, cuMemcpyAsync) */
+    unsigned long copy_refused;         /* copies refused: the current device could not reach mapped memory */
     unsigned long lifecycle_delays;     /* FAKE_CUDA_LIFECYCLE_DELAY_US sleeps begun (a test waits for one) */
 } fake_cuda_counters_t;
 #endif

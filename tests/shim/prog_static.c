@@ -87,6 +87,56 @@ static int pinned_scenario(gpa_fn gpa)
     return finish("pinned");
 }
 
+/* Device 1's pooled memory copied with device 0 current (both ways, the
+ * unified cuMemcpy too), FAKE_CUDA_VMM=1 FAKE_CUDA_DEVICES=2: the copies
+ * must be accepted (the fake refuses a device a mapping does not name) and,
+ * under the shim, each is ordered with device 1's legacy stream: two event
+ * records and two waits (copy_order.c); a copy within device 0 is not.
+ * `chunks`: the pool uses chunks (no peer capability), nothing is ordered. */
+static int cross_copy_scenario(gpa_fn gpa, CUresult (*retain)(CUcontext *, CUdevice), CUresult (*set)(CUcontext),
+                               CUresult (*alloc)(CUdeviceptr *, size_t), CUresult (*mfree)(CUdeviceptr), int chunks)
+{
+    CUdriverProcAddressQueryResult st;
+    CUresult (*htod)(CUdeviceptr, const void *, size_t) = NULL;
+    CUresult (*dtoh)(void *, CUdeviceptr, size_t) = NULL;
+    CUresult (*copy)(CUdeviceptr, CUdeviceptr, size_t) = NULL;
+    CHECK(gpa("cuMemcpyHtoD", (void **)&htod, 13000, 0, &st) == CUDA_SUCCESS, "cuMemcpyHtoD");
+    CHECK(gpa("cuMemcpyDtoH", (void **)&dtoh, 13000, 0, &st) == CUDA_SUCCESS, "cuMemcpyDtoH");
+    CHECK(gpa("cuMemcpy", (void **)&copy, 13000, 0, &st) == CUDA_SUCCESS, "cuMemcpy");
+    CUcontext ctx0, ctx1;
+    CHECK(retain(&ctx0, 0) == CUDA_SUCCESS && retain(&ctx1, 1) == CUDA_SUCCESS, "two contexts");
+    if (failures)
+        return finish("cross_copy");
+    const size_t n = (3u << 20) + 4097;
+    CUdeviceptr b1 = 0, a0 = 0;
+    CHECK(set(ctx1) == CUDA_SUCCESS && alloc(&b1, n) == CUDA_SUCCESS, "device 1 block");
+    CHECK(set(ctx0) == CUDA_SUCCESS && alloc(&a0, n) == CUDA_SUCCESS, "device 0 block");
+    unsigned char *host = malloc(n), *back = malloc(n);
+    fill(host, n, 5);
+    int active = shim_active();
+    unsigned long rec = fake()->event_record, waits = fake()->stream_wait;
+    CHECK(htod(b1, host, n) == CUDA_SUCCESS, "device 0 current: HtoD into device 1's block refused (%lu refusals)",
+          fake()->copy_refused);
+    CHECK(copy(a0, b1, n) == CUDA_SUCCESS, "device 0 current: cuMemcpy from device 1's block refused");
+    memset(back, 0, n);
+    CHECK(dtoh(back, b1, n) == CUDA_SUCCESS && intact(back, n, 5), "device 0 current: DtoH of device 1's block");
+    unsigned long cross_rec = fake()->event_record - rec, cross_waits = fake()->stream_wait - waits;
+    unsigned long want = active && !chunks ? 6 : 0;
+    CHECK(cross_rec == want && cross_waits == want,
+          "three copies of device 1's memory not ordered with device 1: %lu records, %lu waits (want %lu, %lu)",
+          cross_rec, cross_waits, want, want);
+    rec = fake()->event_record, waits = fake()->stream_wait;
+    memset(back, 0, n);
+    CHECK(dtoh(back, a0, n) == CUDA_SUCCESS && intact(back, n, 5), "device 0's own block");
+    CHECK(fake()->event_record == rec && fake()->stream_wait == waits, "a copy within device 0 was ordered too");
+    printf("cross_copy: %lu records, %lu waits for 3 cross-device copies\n", cross_rec, cross_waits);
+    CHECK(mfree(a0) == CUDA_SUCCESS, "free a0");
+    CHECK(set(ctx1) == CUDA_SUCCESS && mfree(b1) == CUDA_SUCCESS, "free b1");
+    free(host);
+    free(back);
+    return finish("cross_copy");
+}
+
 int main(int argc, char **argv)
 {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -128,6 +178,10 @@ int main(int argc, char **argv)
         CUcontext pctx;
         CHECK(retain(&pctx, 0) == CUDA_SUCCESS && set(pctx) == CUDA_SUCCESS, "context");
         return pinned_scenario(gpa);
+    }
+    if (argc > 1 && !strcmp(argv[1], "cross_copy")) {
+        CHECK(init(0) == CUDA_SUCCESS, "cuInit");
+        return cross_copy_scenario(gpa, retain, set, alloc, mfree, argc > 2 && !strcmp(argv[2], "chunks"));
     }
     if (argc > 1 && !strcmp(argv[1], "capture_global")) {
         CUcontext pctx;

@@ -74,6 +74,37 @@ Test(runtime_door, per_device_stacks_are_named_in_the_report)
     remove(log);
 }
 
+/* ---- several devices: copies of pooled (mapped) memory with another device current ---- */
+#define TWO_VMM_DEVICES "FAKE_CUDA_VMM=1 FAKE_CUDA_DEVICES=2"
+Test(multi_device, copies_with_the_other_device_current_native)
+{
+    expect_pass(0, TWO_VMM_DEVICES, "prog_static cross_copy", "shim inactive");
+}
+Test(multi_device, copies_with_the_other_device_current_are_granted_and_ordered)
+{
+    expect_pass(1, TWO_VMM_DEVICES, "prog_static cross_copy", "shim active");
+    cr_expect(strstr(output, "cross_copy: 6 records, 6 waits"), "ordered:\n%s", output);
+}
+/* negative controls: without the grant the fake refuses the copies; without
+ * the ordering the scenario sees no records and waits */
+Test(multi_device, negative_control_no_grant_refuses_the_copies)
+{
+    int rc = run(1, TWO_VMM_DEVICES " POOLSHIM_TEST_SKIP_PEER_GRANT=1", "prog_static cross_copy");
+    cr_expect(rc != 0 && strstr(output, "HtoD into device 1's block refused"), "rc %d:\n%s", rc, output);
+}
+Test(multi_device, negative_control_no_ordering_is_caught)
+{
+    int rc = run(1, TWO_VMM_DEVICES " POOLSHIM_TEST_SKIP_COPY_ORDER=1", "prog_static cross_copy");
+    cr_expect(rc != 0 && strstr(output, "not ordered with device 1"), "rc %d:\n%s", rc, output);
+}
+/* a device another cannot reach (no peer capability) gets chunks: copies work as natively */
+Test(multi_device, without_peer_capability_the_pool_uses_chunks)
+{
+    expect_pass(1, TWO_VMM_DEVICES " FAKE_CUDA_NO_PEER=1 POOLSHIM_VERBOSE=2", "prog_static cross_copy chunks", "shim active");
+    cr_expect(strstr(output, "cannot reach its memory"), "said why:\n%s", output);
+    cr_expect(strstr(output, "cross_copy: 0 records, 0 waits"), "chunks need no ordering:\n%s", output);
+}
+
 /* ---- IPC of pooled memory (tests/shim/prog_ipc.c) ------------------------------ */
 Test(ipc, two_processes_share_a_pooled_block)
 {
