@@ -296,8 +296,8 @@ void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer)
     if (r != CUDA_SUCCESS || owner < 0 || owner >= PS_MAX_DEVICES || owner == me)
         return;
     device_ops_t *d = ps_gpu_ops_cuda_grant_peer(owner, me);
-    if (!d || !d->vm_granularity || !gate_enter(d))
-        return;
+    if (!d || !d->vm_granularity || (atomic_load(&d->copy_peers) >> me & 1) || !gate_enter(d))
+        return; /* (a device in copy_peers is named in every mapping already) */
     /* what is mapped already: grant it now (later mappings include `me`) */
     CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, me}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     int pushed = enter_ctx(d);
