@@ -26,6 +26,7 @@ static const ps_hook_t hooks[] = {
     HOOK(cuStreamCreateWithPriority), HOOK(cuStreamDestroy_v2), HOOK(cuStreamBeginCapture),
     HOOK(cuStreamBeginCapture_ptsz), HOOK(cuStreamBeginCapture_v2), HOOK(cuStreamBeginCapture_v2_ptsz),
     HOOK(cuStreamBeginCaptureToGraph), HOOK(cuStreamBeginCaptureToGraph_ptsz), HOOK(cuCtxEnablePeerAccess), HOOK(cuMemPoolSetAccess),
+    HOOK(cuPointerGetAttribute), HOOK(cuPointerGetAttributes), HOOK(cuMemRetainAllocationHandle),
     HOOK(cuCtxSynchronize), HOOK(cuCtxSynchronize_v2),
     /* copies and memsets (hooks_copy.c) */
 #define COPY_ROW(name, ret, params) HOOK(name),

@@ -240,6 +240,98 @@ PS_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CU
     PASS_REAL(cuMemGetAddressRange_v2, pbase, psize, dptr);
 }
 
+/* ---- pointer queries of a pooled block: answered as for the kind of
+ * allocation it stands in for (H200, CUDA 13.0, tests/gpu/cross_device_probe.cu):
+ * - context: a cudaMalloc block its device's primary context, a
+ *   stream-ordered one none (CUDA: none for mapped memory);
+ * - range: the block (CUDA: the whole reserved range for mapped memory,
+ *   the chunk for chunks);
+ * - buffer id: one per block, new after a free (CUDA: one per piece or chunk);
+ * - legacy IPC: 1 for a cudaMalloc block the shim can export (shim/ipc.c),
+ *   else 0 (cudaMallocAsync memory: 0);
+ * - allowed handle types: none, as for cudaMalloc memory; and a block's
+ *   physical handle cannot be retained (invalid value, as for cudaMalloc and
+ *   cudaMallocAsync memory): it may lie inside a piece or span several, and a
+ *   library that exported "the" handle would map the wrong bytes.
+ * Device ordinal, memory type, access flags and the rest are CUDA's. ---- */
+static void block_attribute(int attribute, void *data, const ps_allocation_t *a)
+{
+    bool malloc_kind = a->stream == PS_STREAM_NONE;
+    ps_gpu_ops_t *gpu;
+    switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(CUcontext *)data = malloc_kind ? __atomic_load_n(&ps_devices[a->device].ctx, __ATOMIC_ACQUIRE) : NULL;
+        break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *(CUdeviceptr *)data = (CUdeviceptr)a->ptr;
+        break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *(size_t *)data = a->size;
+        break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        *(unsigned long long *)data = ps_route_block_id(a->ptr);
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        gpu = __atomic_load_n(&ps_devices[a->device].gpu, __ATOMIC_ACQUIRE);
+        *(int *)data = malloc_kind && ps_global && ps_global->ipc && gpu && gpu->ipc_export &&
+                       ps_slab_mapped_device(a->ptr) == a->device;
+        break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+        *(unsigned int *)data = 0; /* (CUDA writes at most the low bits: 0 or POSIX fd) */
+        break;
+    }
+}
+
+static bool block_answers(int attribute)
+{
+    return attribute == CU_POINTER_ATTRIBUTE_CONTEXT || attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ||
+           attribute == CU_POINTER_ATTRIBUTE_RANGE_SIZE || attribute == CU_POINTER_ATTRIBUTE_BUFFER_ID ||
+           attribute == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE ||
+           attribute == CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES;
+}
+
+PS_EXPORT CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr)
+{
+    if (!ps_real.cuPointerGetAttribute && ps_real_load_driver() != PS_OK)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!ps_real.cuPointerGetAttribute)
+        return CUDA_ERROR_NOT_FOUND;
+    CUresult r = ps_real.cuPointerGetAttribute(data, attribute, ptr);
+    ps_allocation_t a;
+    if (r == CUDA_SUCCESS && data && !ps_in_shim && block_answers(attribute) &&
+        ps_route_pooled_block((uintptr_t)ptr, &a))
+        block_attribute(attribute, data, &a);
+    return r;
+}
+
+PS_EXPORT CUresult cuPointerGetAttributes(unsigned int count, int *attributes, void **data, CUdeviceptr ptr)
+{
+    if (!ps_real.cuPointerGetAttributes && ps_real_load_driver() != PS_OK)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!ps_real.cuPointerGetAttributes)
+        return CUDA_ERROR_NOT_FOUND;
+    CUresult r = ps_real.cuPointerGetAttributes(count, attributes, data, ptr);
+    if (r != CUDA_SUCCESS || ps_in_shim || !attributes || !data)
+        return r;
+    bool asked = false;
+    for (unsigned i = 0; i < count && !asked; i++)
+        asked = data[i] && block_answers(attributes[i]);
+    ps_allocation_t a;
+    if (asked && ps_route_pooled_block((uintptr_t)ptr, &a))
+        for (unsigned i = 0; i < count; i++)
+            if (data[i] && block_answers(attributes[i]))
+                block_attribute(attributes[i], data[i], &a);
+    return r;
+}
+
+PS_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    ps_allocation_t a;
+    if (!ps_in_shim && ps_route_pooled_block((uintptr_t)addr, &a))
+        return CUDA_ERROR_INVALID_VALUE;
+    PASS_REAL(cuMemRetainAllocationHandle, handle, addr);
+}
+
 PS_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
     int status;

@@ -59,6 +59,7 @@
 
 #include "../core/adaptors.h"
 #include "../core/pool.h"
+#include "../core/ptr_map.h"
 #include "../core/resource.h"
 #include "../core/upstream.h"
 #include "poolshim.h"
@@ -418,6 +419,46 @@ static inline ps_device_state_t *current_device(int door)
 
 ps_device_state_t *ps_current_device(int door) { return current_device(door); }
 
+/* Buffer ids of pooled blocks (CU_POINTER_ATTRIBUTE_BUFFER_ID: unique per
+ * allocation over the process's life; CUDA would answer the id of the
+ * mapped piece or chunk, shared by every block in it and kept when a block
+ * is freed and its address handed out again). Given on the first query
+ * from a counter above CUDA's own ids and forgotten at the block's free, so
+ * the block at the same address later gets a new one. While no id was ever
+ * asked for, a free pays one relaxed load. */
+static pthread_mutex_t block_id_lock = PTHREAD_MUTEX_INITIALIZER;
+static ps_ptr_map_t block_ids;              /* block base -> its id (block_id_lock) */
+static uint64_t next_block_id = 1ull << 62; /* (block_id_lock) */
+static atomic_int block_ids_given;          /* 1 once an id was given: frees forget theirs */
+
+uint64_t ps_route_block_id(uintptr_t base)
+{
+    pthread_mutex_lock(&block_id_lock);
+    uint64_t id = 0;
+    if (!block_ids.slots && ps_ptr_map_init(&block_ids, 64) != PS_OK)
+        block_ids.slots = NULL;
+    if (!block_ids.slots || !ps_ptr_map_get(&block_ids, base, &id)) {
+        id = next_block_id++;
+        if (block_ids.slots && ps_ptr_map_reserve(&block_ids, 1) == PS_OK)
+            ps_ptr_map_put(&block_ids, base, id); /* (else unique, just not stable: no memory for it) */
+        atomic_store_explicit(&block_ids_given, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&block_id_lock);
+    return id;
+}
+
+/* The block at `base` is freed (or its context died: base 0 forgets all). */
+static void forget_block_id(uintptr_t base)
+{
+    pthread_mutex_lock(&block_id_lock);
+    if (block_ids.slots && base)
+        ps_ptr_map_remove(&block_ids, base, NULL);
+    else if (block_ids.slots)
+        for (size_t i = 0; i < block_ids.capacity; i++)
+            block_ids.slots[i].key = PS_PTR_MAP_EMPTY, block_ids.count = 0;
+    pthread_mutex_unlock(&block_id_lock);
+}
+
 /* Bit D: device D's memory pool gave another device access: its
  * stream-ordered allocations pass through (ps_route_pool_access). */
 static _Atomic uint64_t pool_shared;
@@ -562,6 +603,8 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
     }
     if (PS_UNLIKELY(atomic_load_explicit(&ps_ipc_exports, memory_order_relaxed)))
         ps_ipc_forget(a.ptr); /* a handle made for it is stale from now on */
+    if (PS_UNLIKELY(atomic_load_explicit(&block_ids_given, memory_order_relaxed)))
+        forget_block_id(a.ptr); /* the next block here is another buffer */
     ps_device_state_t *dev = &ps_devices[a.device];
     if (a.generation != atomic_load_explicit(&dev->generation, memory_order_acquire)) {
         /* handed out before its context died (an allocation that raced
@@ -802,6 +845,19 @@ ps_route_t ps_route_address_range(uintptr_t addr, uintptr_t *base, size_t *size,
     return PS_ROUTE_DONE;
 }
 
+bool ps_route_pooled_block(uintptr_t addr, ps_allocation_t *out)
+{
+    if (!ps_slab_contains(addr))
+        return false;
+    ps_allocation_t a;
+    if (ps_registry_find(addr, &a) != PS_OK && ps_registry_find_containing(addr, &a) != PS_OK)
+        return false;
+    if (a.direct || a.host)
+        return false;
+    *out = a;
+    return true;
+}
+
 /* ---- streams, captures, peer access (entry points in hooks_*.c, tracking in gpu_ops_cuda.c) ---- */
 void ps_streams_created(CUstream stream, unsigned int flags)
 {
@@ -893,6 +949,8 @@ static void drop_device(ps_device_state_t *dev, const char *api)
     ps_registry_drop_device(d, &count, &bytes);
     ps_slab_drop_device(d);
     atomic_fetch_and(&pool_shared, ~(1ull << d)); /* the context's pools died with it */
+    if (atomic_load(&block_ids_given))
+        forget_block_id(0); /* (every device's: ids are given again on the next query) */
     if (ps_nvtx_on)
         ps_nvtx_drop_device(d);
     ps_resource_info_t info = {0};

@@ -149,6 +149,9 @@
     X(cuMemPoolSetAccess, CUresult, (CUmemoryPool, const CUmemAccessDesc *, size_t))        \
     X(cuDeviceGetMemPool, CUresult, (CUmemoryPool *, CUdevice))                             \
     X(cuDeviceGetDefaultMemPool, CUresult, (CUmemoryPool *, CUdevice))                      \
+    X(cuPointerGetAttribute, CUresult, (void *, int, CUdeviceptr))                          \
+    X(cuPointerGetAttributes, CUresult, (unsigned int, int *, void **, CUdeviceptr))        \
+    X(cuMemRetainAllocationHandle, CUresult, (CUmemGenericAllocationHandle *, void *))      \
     PS_COPY_REALS(X)
 
 /* Copies and memsets (hooks_copy.c: a copy of pooled memory made while
@@ -620,6 +623,14 @@ ps_route_t ps_route_address_range(uintptr_t addr, uintptr_t *base, size_t *size,
  * their stack gives: the expandable pool grants every device that can reach
  * it, chunks none). Until the device's context dies. */
 void ps_route_pool_access(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count);
+
+/* The live pooled block holding `addr` (not a direct allocation, not a
+ * pinned host block, not an imported one): true with *out filled. Looks the
+ * exact pointer up first; an interior pointer scans (rare paths only). */
+bool ps_route_pooled_block(uintptr_t addr, ps_allocation_t *out);
+/* The buffer id of the pooled block at `base` (CU_POINTER_ATTRIBUTE_BUFFER_ID):
+ * unique over the process's life, the same until the block is freed. */
+uint64_t ps_route_block_id(uintptr_t base);
 
 /* ---- copy_order.c: copies of pooled mapped memory across devices ---------- */
 /* What ps_copy_order_begin did, for ps_copy_order_end. */

@@ -12,6 +12,9 @@
  *      peer), =any to only print it.
  *   5. cuMemGetAddressRange on a pointer in the middle of a block returns the
  *      block's own base (through -lcuda and through the runtime's entry point).
+ *   5b. Pointer queries (context, range, device, cudaPointerGetAttributes) of a
+ *      block in the middle of the pool answer as for a cudaMalloc allocation,
+ *      and cuMemRetainAllocationHandle refuses it.
  *   6. Out of memory: a request larger than the device returns
  *      cudaErrorMemoryAllocation; 1 GiB blocks until the device is full end
  *      with cudaErrorMemoryAllocation; after freeing them, allocations work.
@@ -148,6 +151,69 @@ static void address_range(void)
     CK(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &entry, 12000, cudaEnableDefault, &found));
     EXPECT(found == cudaDriverEntryPointSuccess && entry, "the runtime found cuMemGetAddressRange");
     address_range_with((address_range_fn)entry, "runtime entry point");
+}
+
+/* 5b. pointer queries of a block in the middle of the pool answer as for a
+ * cudaMalloc allocation: its context, its range, its device; its physical
+ * handle cannot be retained (cuMemRetainAllocationHandle: invalid value for
+ * cudaMalloc and cudaMallocAsync memory natively, H200, CUDA 13.0) */
+static void pointer_attributes(const char *expect_ipc)
+{
+    void *before = nullptr, *block = nullptr;
+    const size_t n = (5u << 20) + 333;
+    CK(cudaMalloc(&before, 1000));
+    CK(cudaMalloc(&block, n));
+    CUcontext current = nullptr, owner = nullptr;
+    CK((cudaError_t)cuCtxGetCurrent(&current));
+    CUdeviceptr inside = (CUdeviceptr)block + n / 2, start = 0;
+    size_t size = 0;
+    int ordinal = -1;
+    CUresult r1 = cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, inside);
+    CUresult r2 = cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, inside);
+    CUresult r3 = cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, inside);
+    CUresult r4 = cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, inside);
+    int device = -1;
+    CK(cudaGetDevice(&device));
+    check(r1 == CUDA_SUCCESS && owner == current, "pointer attribute context", "status %d, %p, current %p", (int)r1,
+          (void *)owner, (void *)current);
+    check(r2 == CUDA_SUCCESS && r3 == CUDA_SUCCESS && start == (CUdeviceptr)block && size >= n && size <= n + (2u << 20),
+          "pointer attribute range", "status %d/%d, start %+lld from the block, size %zu for %zu", (int)r2, (int)r3,
+          (long long)(start - (CUdeviceptr)block), size, n);
+    check(r4 == CUDA_SUCCESS && ordinal == device, "pointer attribute device", "status %d, %d", (int)r4, ordinal);
+    CUpointer_attribute which[2] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_CONTEXT};
+    start = 0, owner = nullptr;
+    void *data[2] = {&start, &owner};
+    CUresult r5 = cuPointerGetAttributes(2, which, data, inside);
+    check(r5 == CUDA_SUCCESS && start == (CUdeviceptr)block && owner == current, "cuPointerGetAttributes",
+          "status %d, start %+lld", (int)r5, (long long)(start - (CUdeviceptr)block));
+    cudaPointerAttributes attributes = {};
+    cudaError_t r6 = cudaPointerGetAttributes(&attributes, (void *)inside);
+    check(r6 == cudaSuccess && attributes.type == cudaMemoryTypeDevice && attributes.device == device,
+          "cudaPointerGetAttributes", "%s, type %d, device %d", cudaGetErrorName(r6), (int)attributes.type,
+          attributes.device);
+    CUmemGenericAllocationHandle handle = 0;
+    CUresult r7 = cuMemRetainAllocationHandle(&handle, (void *)inside);
+    check(r7 == CUDA_ERROR_INVALID_VALUE, "cuMemRetainAllocationHandle refused", "status %d", (int)r7);
+    if (r7 == CUDA_SUCCESS)
+        cuMemRelease(handle);
+    unsigned long long id = 0, id_before = 0, id_inside = 0, id_again = 0;
+    CK((cudaError_t)cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)block));
+    CK((cudaError_t)cuPointerGetAttribute(&id_inside, CU_POINTER_ATTRIBUTE_BUFFER_ID, inside));
+    CK((cudaError_t)cuPointerGetAttribute(&id_before, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)before));
+    int legacy = -1;
+    CK((cudaError_t)cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, inside));
+    if (strcmp(expect_ipc, "any"))
+        check(legacy == !strcmp(expect_ipc, "ok"), "pointer attribute legacy IPC", "%d with --expect-ipc=%s", legacy,
+              expect_ipc);
+    CK(cudaFree(block));
+    void *again = nullptr;
+    CK(cudaMalloc(&again, n));
+    CK((cudaError_t)cuPointerGetAttribute(&id_again, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)again));
+    check(id == id_inside && id != id_before && id_again != id, "pointer attribute buffer id",
+          "%llu, inside %llu, the block before %llu, the next block (%s address) %llu", id, id_inside, id_before,
+          again == block ? "same" : "other", id_again);
+    CK(cudaFree(again));
+    CK(cudaFree(before));
 }
 
 static void out_of_memory(void)
@@ -287,6 +353,7 @@ int main(int argc, char **argv)
     memory_info();
     ipc_handle(expect_ipc);
     address_range();
+    pointer_attributes(expect_ipc);
     if (!skip_oom)
         out_of_memory();
     threads_at_once();

@@ -476,6 +476,20 @@ device1.expandable==0 device0.failures==0 device1.failures>=1 device0.bytes.requ
 device1.bytes.requested_peak<=268435456 device0.bytes.requested_current==0 device1.bytes.requested_current==0 \
 invalid_frees==0" POOLSHIM_CONFIG="$src/multi_gpu_stacks.ini" -- multi_gpu_$kind stacks 256
 done
+# NCCL user-buffer registration of pooled memory (nccl_register.cu), one process on two
+# GPUs, against the NCCL of the pip package nvidia-nccl-cu13 when it is installed
+nccl_dir=$("$PYTHON" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
+if wanted shim/nccl_register_static || wanted native/nccl_register_static; then
+    if [ -n "$nccl_dir" ] && [ -f "$nccl_dir/include/nccl.h" ]; then
+        build nccl_register_static nccl_register.cu -I"$nccl_dir/include" -L"$nccl_dir/lib" -l:libnccl.so.2 \
+            -Xlinker -rpath="$nccl_dir/lib" || keep_log build_nccl_register_static
+        export NCCL_NVLS_ENABLE=0
+        native nccl_register_static nccl_register_static
+        shim nccl_register_static "invalid_frees==0 device0.bytes.requested_current==0" -- nccl_register_static
+    else
+        record shim/nccl_register_static SKIP "no NCCL (pip nvidia-nccl-cu13) for $PYTHON"
+    fi
+fi
 # expect_multi_gpu_failure NAME WHAT [VAR=VALUE...] -- ARGS: a negative control
 # of multi_gpu_static: passes when the program failed (exit 1 with a line matching
 # WHAT, or exit 3: wrong bytes), SKIP with one GPU, fails when it passed.

@@ -103,7 +103,9 @@ static struct {
     CUcontext ctx;
     int host;             /* 1: from cuMemHostAlloc / cuMemAllocHost (pinned) */
     unsigned host_flags;  /* its CU_MEMHOSTALLOC_* flags */
+    unsigned long long id; /* its buffer id (CU_POINTER_ATTRIBUTE_BUFFER_ID) */
 } live[MAX_LIVE];
+static unsigned long long next_buffer_id = 1; /* (under `lock`) */
 static size_t outstanding;
 
 #define TOTAL_MEMORY ((size_t)4 << 30) /* the fake device's size */
@@ -270,6 +272,7 @@ static CUresult do_alloc_kind(CUdeviceptr *p, size_t size, int stream_ordered)
     live[i].ptr = (uintptr_t)m;
     live[i].size = size;
     live[i].ctx = current;
+    live[i].id = next_buffer_id++;
     live[i].host = 0;
     live[i].host_flags = 0;
     outstanding += size;
@@ -545,7 +548,7 @@ EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGeneric
  * (cuMemAlloc memory is reachable from every device). Newest entry last. */
 #define HOST_ACCESS (1ull << 63)
 #define ACCESS_MAX 65536
-typedef struct { uintptr_t start; size_t size; uint64_t mask; } access_entry_t;
+typedef struct { uintptr_t start; size_t size; uint64_t mask; unsigned long long id; } access_entry_t;
 static access_entry_t access_log[ACCESS_MAX];
 static size_t access_count;
 static void access_note(uintptr_t start, size_t size, uint64_t mask)
@@ -557,7 +560,7 @@ static void access_note(uintptr_t start, size_t size, uint64_t mask)
             access_log[kept++] = access_log[i];
     access_count = kept;
     if (mask && access_count < ACCESS_MAX)
-        access_log[access_count++] = (access_entry_t){start, size, mask};
+        access_log[access_count++] = (access_entry_t){start, size, mask, next_buffer_id++};
     pthread_mutex_unlock(&lock);
 }
 /* True when the current context's device may reach p (not mapped memory,
@@ -731,6 +734,75 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
     __atomic_fetch_add(&counters.copies, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
+/* Pointer queries as the driver answers them (H200, CUDA 13.0): cuMemAlloc
+ * memory names its context and its allocation as the range; mapped memory
+ * no context and its mapping (the cuMemSetAccess range) as the range. Its
+ * physical handle can be retained (a handle only the fake knows: 1), the
+ * allocation handle of cuMemAlloc memory cannot (invalid value). */
+static CUresult pointer_range(uintptr_t p, uintptr_t *start, size_t *size, CUcontext *ctx, unsigned long long *id)
+{
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < MAX_LIVE && r; i++)
+        if (live[i].ptr && !live[i].host && p - live[i].ptr < live[i].size) {
+            *start = live[i].ptr, *size = live[i].size, *ctx = live[i].ctx, *id = live[i].id;
+            r = CUDA_SUCCESS;
+        }
+    for (size_t i = access_count; i-- > 0 && r;)
+        if (p - access_log[i].start < access_log[i].size) {
+            *start = access_log[i].start, *size = access_log[i].size, *ctx = NULL, *id = access_log[i].id;
+            r = CUDA_SUCCESS;
+        }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+EXPORT CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr p)
+{
+    ENTER();
+    uintptr_t start;
+    size_t size;
+    CUcontext ctx;
+    unsigned long long id;
+    CUresult r = pointer_range(p, &start, &size, &ctx, &id);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (attribute == CU_POINTER_ATTRIBUTE_CONTEXT)
+        *(CUcontext *)data = ctx;
+    else if (attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+        *(CUdeviceptr *)data = start;
+    else if (attribute == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+        *(size_t *)data = size;
+    else if (attribute == CU_POINTER_ATTRIBUTE_BUFFER_ID)
+        *(unsigned long long *)data = id;
+    else if (attribute == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE)
+        *(int *)data = ctx != NULL; /* cuMemAlloc memory: yes; mapped: no */
+    else if (attribute == CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES)
+        *(unsigned long long *)data = ctx ? 0 : CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    else
+        return CUDA_ERROR_INVALID_VALUE; /* (the fake knows no other) */
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuPointerGetAttributes(unsigned count, int *attributes, void **data, CUdeviceptr p)
+{
+    ENTER();
+    for (unsigned i = 0; i < count; i++)
+        if (data[i] && cuPointerGetAttribute(data[i], attributes[i], p) != CUDA_SUCCESS)
+            return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr)
+{
+    ENTER();
+    uintptr_t start;
+    size_t size;
+    CUcontext ctx;
+    unsigned long long id;
+    if (pointer_range((uintptr_t)addr, &start, &size, &ctx, &id) != CUDA_SUCCESS || ctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *h = 1;
+    return CUDA_SUCCESS;
+}
+
 static int stream_alive(CUstream s);
 /* Copies (device memory is host memory here): refused when the current
  * device cannot reach a mapped side (reachable). */
@@ -1309,6 +1381,9 @@ static const struct { const char *name; void *fn; int min_version; } table[] = {
     {"cuMemcpyDtoD", (void *)cuMemcpyDtoD_v2, 3020},
     {"cuDeviceCanAccessPeer", (void *)cuDeviceCanAccessPeer, 4000},
     {"cuStreamGetFlags", (void *)cuStreamGetFlags, 5050},
+    {"cuPointerGetAttribute", (void *)cuPointerGetAttribute, 4000},
+    {"cuPointerGetAttributes", (void *)cuPointerGetAttributes, 7000},
+    {"cuMemRetainAllocationHandle", (void *)cuMemRetainAllocationHandle, 11000},
 };
 
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,

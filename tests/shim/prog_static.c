@@ -137,6 +137,73 @@ static int cross_copy_scenario(gpa_fn gpa, CUresult (*retain)(CUcontext *, CUdev
     return finish("cross_copy");
 }
 
+/* Pointer queries of a block in the middle of the pool (FAKE_CUDA_VMM=1:
+ * mapped memory under the shim): answered as for cuMemAlloc memory, natively
+ * and under the shim alike: the block's context and range, from its base
+ * and from inside, one at a time and together, and no retained handle. */
+static int attributes_scenario(gpa_fn gpa, CUresult (*retain)(CUcontext *, CUdevice), CUresult (*set)(CUcontext),
+                               CUresult (*alloc)(CUdeviceptr *, size_t), CUresult (*mfree)(CUdeviceptr), int chunks)
+{
+    CUdriverProcAddressQueryResult st;
+    CUresult (*attr)(void *, int, CUdeviceptr) = NULL;
+    CUresult (*attrs)(unsigned, int *, void **, CUdeviceptr) = NULL;
+    CUresult (*retain_handle)(CUmemGenericAllocationHandle *, void *) = NULL;
+    CHECK(gpa("cuPointerGetAttribute", (void **)&attr, 13000, 0, &st) == CUDA_SUCCESS, "cuPointerGetAttribute");
+    CHECK(gpa("cuPointerGetAttributes", (void **)&attrs, 13000, 0, &st) == CUDA_SUCCESS, "cuPointerGetAttributes");
+    CHECK(gpa("cuMemRetainAllocationHandle", (void **)&retain_handle, 13000, 0, &st) == CUDA_SUCCESS,
+          "cuMemRetainAllocationHandle");
+    CUcontext ctx;
+    CHECK(retain(&ctx, 0) == CUDA_SUCCESS && set(ctx) == CUDA_SUCCESS, "context");
+    if (failures)
+        return finish("attributes");
+    CUdeviceptr before = 0, block = 0;
+    const size_t n = (3u << 20) + 123;
+    CHECK(alloc(&before, 4096) == CUDA_SUCCESS && alloc(&block, n) == CUDA_SUCCESS, "blocks");
+    for (int inside = 0; inside < 2; inside++) {
+        CUdeviceptr p = block + (inside ? n - 1 : 0), start = 0;
+        size_t size = 0;
+        CUcontext owner = NULL;
+        CHECK(attr(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, p) == CUDA_SUCCESS && owner == ctx,
+              "context of the block (%s): %p, want %p", inside ? "inside" : "base", (void *)owner, (void *)ctx);
+        CHECK(attr(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p) == CUDA_SUCCESS && start == block,
+              "range start (%s): %+lld from the block", inside ? "inside" : "base", (long long)(start - block));
+        CHECK(attr(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p) == CUDA_SUCCESS && size == n, "range size %zu, want %zu",
+              size, n);
+        int which[3] = {CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_CONTEXT,
+                        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR};
+        size = 0, start = 0, owner = NULL;
+        void *data[3] = {&size, &owner, &start};
+        CHECK(attrs(3, which, data, p) == CUDA_SUCCESS && size == n && owner == ctx && start == block,
+              "cuPointerGetAttributes: size %zu start %+lld", size, (long long)(start - block));
+    }
+    CUmemGenericAllocationHandle h = 0;
+    CHECK(retain_handle(&h, (void *)(uintptr_t)(block + 4096)) == CUDA_ERROR_INVALID_VALUE,
+          "a block's physical handle was retained");
+    /* buffer ids: one per allocation, the same from inside, new for the next
+     * block at the same address; legacy IPC as for cuMemAlloc memory (not
+     * over chunks: the shim cannot export those); no handle types */
+    unsigned long long id_before = 0, id = 0, id_inside = 0, id_again = 0, types = 7;
+    int legacy = -1;
+    CHECK(attr(&id_before, CU_POINTER_ATTRIBUTE_BUFFER_ID, before) == CUDA_SUCCESS &&
+              attr(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, block) == CUDA_SUCCESS &&
+              attr(&id_inside, CU_POINTER_ATTRIBUTE_BUFFER_ID, block + n - 1) == CUDA_SUCCESS,
+          "buffer ids");
+    CHECK(id != id_before && id == id_inside, "buffer id %llu of the block, %llu inside, %llu of the one before", id,
+          id_inside, id_before);
+    CHECK(attr(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, block + 5) == CUDA_SUCCESS &&
+              legacy == (chunks ? 0 : 1),
+          "legacy IPC capable: %d", legacy);
+    CHECK(attr(&types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, block) == CUDA_SUCCESS && types == 0,
+          "allowed handle types %llu", types);
+    CHECK(mfree(block) == CUDA_SUCCESS, "free");
+    CUdeviceptr again = 0;
+    CHECK(alloc(&again, n) == CUDA_SUCCESS, "again");
+    CHECK(attr(&id_again, CU_POINTER_ATTRIBUTE_BUFFER_ID, again) == CUDA_SUCCESS && id_again != id,
+          "the next block (%s address) kept the buffer id %llu", again == block ? "same" : "other", id);
+    CHECK(mfree(again) == CUDA_SUCCESS && mfree(before) == CUDA_SUCCESS, "frees");
+    return finish("attributes");
+}
+
 int main(int argc, char **argv)
 {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -178,6 +245,10 @@ int main(int argc, char **argv)
         CUcontext pctx;
         CHECK(retain(&pctx, 0) == CUDA_SUCCESS && set(pctx) == CUDA_SUCCESS, "context");
         return pinned_scenario(gpa);
+    }
+    if (argc > 1 && !strcmp(argv[1], "attributes")) {
+        CHECK(init(0) == CUDA_SUCCESS, "cuInit");
+        return attributes_scenario(gpa, retain, set, alloc, mfree, argc > 2 && !strcmp(argv[2], "chunks"));
     }
     if (argc > 1 && !strcmp(argv[1], "cross_copy")) {
         CHECK(init(0) == CUDA_SUCCESS, "cuInit");

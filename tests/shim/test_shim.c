@@ -105,6 +105,18 @@ Test(multi_device, without_peer_capability_the_pool_uses_chunks)
     cr_expect(strstr(output, "cross_copy: 0 records, 0 waits"), "chunks need no ordering:\n%s", output);
 }
 
+/* pointer queries of a pooled block answer as for cuMemAlloc memory (the
+ * native run is the reference: the same checks pass over plain memory) */
+Test(multi_device, pointer_attributes_native) { expect_pass(0, "FAKE_CUDA_VMM=1", "prog_static attributes", "shim inactive"); }
+Test(multi_device, pointer_attributes_of_a_pooled_block)
+{
+    expect_pass(1, "FAKE_CUDA_VMM=1", "prog_static attributes", "shim active");
+}
+Test(multi_device, pointer_attributes_of_a_chunked_block)
+{
+    expect_pass(1, "POOLSHIM_OPTIONS=resource.main.expandable=0", "prog_static attributes chunks", "shim active");
+}
+
 /* ---- IPC of pooled memory (tests/shim/prog_ipc.c) ------------------------------ */
 Test(ipc, two_processes_share_a_pooled_block)
 {
