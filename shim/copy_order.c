@@ -35,10 +35,11 @@
  * negative control of tests/gpu/multi_gpu.cu copies, which must then see
  * wrong bytes.
  *
- * Cost: nothing for a copy of memory that is not mapped memory of another
- * device (one atomic load while no device has mapped memory, else a slab
- * lookup under its lock per pointer and cuCtxGetDevice); two records, two
- * waits and two context push/pop pairs for a copy that is.
+ * Cost: one atomic load while no device has mapped memory; then
+ * cuCtxGetCurrent and cuCtxGetDevice, and nothing more while no device but
+ * the current one has (a program on one GPU); else a slab lookup under its
+ * lock per pointer. Two records, two waits and two context push/pop pairs
+ * for a copy that needs ordering.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -132,14 +133,16 @@ static bool wait_for_device(int d, CUstream stream)
 
 bool ps_copy_order_begin(ps_copy_order_t *o, uintptr_t dst, uintptr_t src, CUstream stream, bool per_thread)
 {
-    if (PS_LIKELY(!atomic_load_explicit(&ps_slab_mapped_devices, memory_order_relaxed)) || ps_in_shim)
-        return false;
-    pthread_once(&order_once, order_init);
-    if (skip_order)
+    uint64_t mapped = atomic_load_explicit(&ps_slab_mapped_devices, memory_order_relaxed);
+    if (PS_LIKELY(!mapped) || ps_in_shim)
         return false;
     CUdevice current = -1;
     CUcontext ctx = NULL;
-    if (ps_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx || ps_real.cuCtxGetDevice(&current) != CUDA_SUCCESS)
+    if (ps_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx || ps_real.cuCtxGetDevice(&current) != CUDA_SUCCESS ||
+        current < 0 || current >= PS_MAX_DEVICES || !(mapped & ~(1ull << current)))
+        return false; /* no other device has mapped memory (one GPU: always) */
+    pthread_once(&order_once, order_init);
+    if (skip_order)
         return false;
     int a = other_device(dst, current), b = other_device(src, current);
     if (a < 0 && b < 0)

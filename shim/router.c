@@ -453,9 +453,11 @@ static void forget_block_id(uintptr_t base)
     pthread_mutex_lock(&block_id_lock);
     if (block_ids.slots && base)
         ps_ptr_map_remove(&block_ids, base, NULL);
-    else if (block_ids.slots)
+    else if (block_ids.slots) {
         for (size_t i = 0; i < block_ids.capacity; i++)
-            block_ids.slots[i].key = PS_PTR_MAP_EMPTY, block_ids.count = 0;
+            block_ids.slots[i].key = PS_PTR_MAP_EMPTY;
+        block_ids.count = 0;
+    }
     pthread_mutex_unlock(&block_id_lock);
 }
 
