@@ -9,6 +9,8 @@
 #      rank writing POOLSHIM_STATS_FILE=OUT_DIR/mpi_stats_%r.json.
 #   3. torchrun 2-rank DDP (tools/bench/torch_mem/workloads.py ddp, NCCL),
 #      PyTorch's cache off, natively and under the shim (ddp_stats_%r.json).
+#   3b. tools/bench/peer_copy_bw.cu in 4 alternated rounds, without and with peer
+#      access enabled: median GB/s of each copy natively and under the shim, the ratio.
 #   4. multigpu_report.py prints one row per job and rank: allocation calls the
 #      shim served, time in them, peak requested / reserved, wall time native
 #      and under the shim (the programs' own clocks), and whether the rank's
@@ -91,6 +93,37 @@ else
         [ ${#jobs[@]} -gt 0 ] && jobs+=(--)
         jobs+=(ddp "$OUT_DIR/ddp_native.log" "$OUT_DIR/ddp_shim.log" "$OUT_DIR"/ddp_stats_*.json)
     fi
+fi
+
+# ---------------------------------------------------------------- 3b. copies between the devices
+# tools/bench/peer_copy_bw.cu, 4 rounds alternating native and the shim, without and with
+# peer access enabled: the median GB/s of each copy and the shim's ratio to native
+if [ "$gpus" -ge 2 ] && "$NVCC" -O2 -o "$OUT_DIR/peer_copy_bw" "$repo/tools/bench/peer_copy_bw.cu" >"$OUT_DIR/peer_copy_bw_build.log" 2>&1; then
+    for mode in staged peer; do
+        arg=()
+        [ $mode = peer ] && arg=(peer)
+        for round in 1 2 3 4; do
+            env -u LD_PRELOAD "$OUT_DIR/peer_copy_bw" "${arg[@]}" | sed "s/^/native $round /"
+            env LD_PRELOAD="$lib" "$OUT_DIR/peer_copy_bw" "${arg[@]}" | sed "s/^/shim $round /"
+        done >"$OUT_DIR/peer_copy_bw_$mode.txt"
+        how="peer access not enabled (a native copy is staged through the host)"
+        [ $mode = peer ] && how="peer access enabled"
+        echo "multigpu: copies between devices, $how, 4 alternated rounds, medians:"
+        "$PYTHON" - "$OUT_DIR/peer_copy_bw_$mode.txt" <<'PY'
+import re, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"(native|shim) \d+ peer_copy_bw: (.+) ([0-9.]+) GB/s", line)
+    if m:
+        rows.setdefault(m.group(2), {}).setdefault(m.group(1), []).append(float(m.group(3)))
+for copy, by in rows.items():
+    if "native" in by and "shim" in by:
+        n, s = statistics.median(by["native"]), statistics.median(by["shim"])
+        print(f"  {copy:14s} native {n:7.1f} GB/s  poolshim {s:7.1f} GB/s  ratio {s / n:.3f}")
+PY
+    done
+else
+    echo "multigpu: copies between devices left out: needs two GPUs and nvcc"
 fi
 
 # ---------------------------------------------------------------- 4. the table

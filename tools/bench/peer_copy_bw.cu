@@ -1,10 +1,13 @@
 /* peer_copy_bw: copy bandwidth between two devices of 256 MiB buffers from
  * cudaMalloc (pooled under the shim), device 0 current: cudaMemcpy Default
  * 0->1 and 1->0, cudaMemcpyPeer, cudaMemcpyAsync on a blocking stream;
- * best of 20 copies each, in GB/s. Run natively and under the shim in
- * alternated rounds (tools/bench/peer_copy_bw.sh) and compare. */
+ * best of 20 copies each, in GB/s.
+ *   peer_copy_bw [peer]   peer: enable peer access both ways first
+ * tools/bench/multigpu.sh runs it natively and under the shim in alternated
+ * rounds and prints the ratios. */
 #include <cstdio>
 #include <cuda_runtime.h>
+#include <cstring>
 #include <ctime>
 
 static double now_s()
@@ -14,13 +17,22 @@ static double now_s()
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-int main()
+int main(int argc, char **argv)
 {
     int count = 0;
     cudaGetDeviceCount(&count);
     if (count < 2) {
         printf("peer_copy_bw: SKIP (needs 2 GPUs)\n");
         return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "peer")) {
+        for (int d = 0; d < 2; d++) {
+            cudaSetDevice(d);
+            if (cudaDeviceEnablePeerAccess(1 - d, 0) != cudaSuccess) {
+                printf("peer_copy_bw: SKIP (no peer access between devices 0 and 1)\n");
+                return 0;
+            }
+        }
     }
     const size_t n = 256u << 20;
     void *a0, *b1;
