@@ -22,7 +22,7 @@
  * At the end every buffer is freed once its copy is done.
  *
  * The timing defaults are the H100 run's (tools/bench/results/
- * session3_h100_pinned.txt): a step costs the GPU ~3.5 ms (3 ms of spin,
+ * 2026-11-23_h100_pinned_bench_slabs.txt): a step costs the GPU ~3.5 ms (3 ms of spin,
  * a 12 MiB copy at ~25 GB/s), the host ~1.6 ms, so with the pool out of
  * the way the GPU lags and `depth` copies are in flight. The fake device
  * offers virtual memory with host-located pieces (host_vm_map) unless
