@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# One GPU session in one call: the GPU suite, the demo, `poolshim ab` on the
+# One GPU run in one call: the GPU suite, the demo, `poolshim ab` on the
 # demo and on PyTorch, and the benchmarks. Used on the lent GPU machine with
 # build/ (and .carry/ for the RMM peer) carried from a machine with libinih:
 #   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [replay] [bench] [pinned] [torchmem]
 #                                      [ddp] [ddp_transformer] [multigpu] [soak]
-#                                      [benchcore] [scaling] [verify] [verify2] [pinnedpair]
-#                                      [freshthreads] [doors] [verify10] [walltime] [hotprof] [verify11]
-#                                      [verify12] [suite1] [suite2] [floor] [idlequery]
+#                                      [benchcore] [scaling] [pinned_remap] [ddpt_twogpu] [pinnedpair]
+#                                      [freshthreads] [doors] [context_gate] [walltime] [hotprof] [remap_lend]
+#                                      [suite1] [suite2] [suite2_doors] [floor] [idlequery]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # pinnedpair: issue 16 (host.grow_budget_min): the GPU suite's pinned tests (hazards
 # over the default stack and slabs, their negative controls, the probes, and
@@ -32,13 +32,16 @@
 # soak: the randomized soak of tests/gpu/soak.cu on every stack, SOAK_TOTAL seconds
 # in all (default 540: 90 s for each of the 6 runs, inside one 10-minute device call;
 # SOAK_STACKS=pool SOAK_TOTAL=560 gives one stack the whole call).
-# verify: what changed after the last GPU run (see the step; about 6 min);
-# verify2: the same for two GPUs (nvidia-h200-x2; about 8 min).
-# verify10: what session 10 changed without a GPU, the context gate: the GPU tests
-# it touches (about 5 min; passed in session 11). verify11: remap_lend's GPU tests,
-# then the transformer and conv net in two rounds beside expandable_segments (~8 min).
+# pinned_remap: the pinned range, remap's barrier wait and the barrier hazards, then
+# the transformer's and conv net's memory and time beside expandable_segments (about
+# 6 min); ddpt_twogpu: DDP of the transformer per allocator and the two-GPU tests
+# (nvidia-h200-x2; about 8 min).
+# context_gate: the GPU tests the context gate touches (contexts, hazards, streams,
+# captures, IPC, remap, PyTorch; about 5 min; passed on an H100, 2026-11-25).
+# remap_lend: remap_lend's GPU tests, then the transformer and conv net in two rounds
+# beside expandable_segments (~8 min).
 # suite1, suite2: the GPU suite in two halves, one device call each (the whole no longer
-# fits one 10-minute call on an H100). verify12: suite2, then doors (about 8 min).
+# fits one 10-minute call on an H100). suite2_doors: suite2, then doors (about 8 min).
 # floor: the static runtime's entry floor beside the interposed pairs (pair_cost.cu; ~1 min).
 # idlequery: a barrier's host time with 16 / 128 streams, GPU idle and busy, per library
 # of LIBS (tools/bench/idle_barrier.cu; ~1 min).
@@ -108,7 +111,7 @@ for step in $what; do
         echo "=== bench_core (CPU, $(nproc) CPUs, load $(cut -d' ' -f1 /proc/loadavg))"
         if [ -x build/bench_core ]; then
             # with the sampling profiler over every thread (the 16-thread rows are where
-            # the default pool collapsed in session 4): where the time goes
+            # the default pool collapsed on an H100, 2026-11-23): where the time goes
             SAMPLER_MODE=process SAMPLER_OUT=$OUT/bench_core.samples LD_PRELOAD=$PWD/build/sampler.so \
                 build/bench_core | tee "$OUT/bench_core.txt"
             python3 tools/prof/resolve.py "$OUT/bench_core.samples" build/bench_core | head -n 30 |
@@ -142,35 +145,34 @@ for step in $what; do
             ./tests/gpu/run.sh build | grep -vE '^(PASS|SKIP) build/' | tail -n 60
         echo "=== several GPUs and processes: per rank, native vs shim (tools/bench/multigpu.sh)"
         OUT_DIR=$OUT/multigpu/bench tools/bench/multigpu.sh build ;;
-    verify)
-        # what changed after the last GPU run (session 5 had no device at its end):
+    pinned_remap)
         # the pinned range (host-located cuMemCreate pieces, the pinned default now),
         # remap's barrier wait (remap_idle busy expects remap_waits>0; its new negative
         # control POOLSHIM_TEST_WAIT_RETURNS=1 must fault), then the transformer's
         # wall time with the waits beside expandable_segments (about 4 min)
-        echo "=== verify: pinned, remap, barrier hazards"
-        OUTDIR=$OUT/verify TESTS='pinned|remap_idle|expandable|hazard_barrier_(legacy|nonblocking|graph|threads16)' \
+        echo "=== pinned_remap: pinned, remap, barrier hazards"
+        OUTDIR=$OUT/pinned_remap TESTS='pinned|remap_idle|expandable|hazard_barrier_(legacy|nonblocking|graph|threads16)' \
             TEST_TIMEOUT=${TEST_TIMEOUT:-120} ./tests/gpu/run.sh build | grep -vE '^PASS build/' | tail -n 70
-        echo "=== verify: transformer and conv net memory and time (remap waits)"
-        OUT_DIR=$OUT/verify/tm WORKLOADS="transformer convnet" CONFIGS="nocache expandable poolshim" \
+        echo "=== pinned_remap: transformer and conv net memory and time (remap waits)"
+        OUT_DIR=$OUT/pinned_remap/tm WORKLOADS="transformer convnet" CONFIGS="nocache expandable poolshim" \
             tools/bench/torch_mem/run.sh build/libpoolshim.so
-        rm -rf "$OUT/verify/tm/runs" ;;
-    verify10)
-        # session 10 had no device time: the gate around each GPU-ops table (every
+        rm -rf "$OUT/pinned_remap/tm/runs" ;;
+    context_gate)
+        # the gate around each GPU-ops table (every
         # call into CUDA of the shim now takes a rwlock; a context reset closes it):
         # context lifecycle, hazards, streams, captures, IPC, remap, PyTorch
-        echo "=== verify10: the context gate"
-        OUTDIR=$OUT/verify10/gpu TESTS='context_reset|hazard|async_streams|alloc_basic|capture|ipc|remap_idle|expandable|misc|torch' \
+        echo "=== context_gate: the GPU tests it touches"
+        OUTDIR=$OUT/context_gate/gpu TESTS='context_reset|hazard|async_streams|alloc_basic|capture|ipc|remap_idle|expandable|misc|torch' \
             TEST_TIMEOUT=${TEST_TIMEOUT:-120} ./tests/gpu/run.sh build | grep -vE '^PASS build/' | tail -n 60 ;;
-    verify11)
-        # session 11: remap_lend (a remap maps busy pieces' memory a second time instead of
+    remap_lend)
+        # remap_lend (a remap maps busy pieces' memory a second time instead of
         # waiting on the host): the GPU tests of remap, growth, hazards, contexts and PyTorch
         # (about 4 min), then the transformer and conv net, two alternated rounds beside
         # expandable_segments, with remap_lend=0 as "wait" (about 4 min)
-        echo "=== verify11: remap_lend, GPU tests"
-        OUTDIR=$OUT/verify11/gpu TESTS='remap_idle|expandable|hazard_barrier_(nonblocking|legacy|graph|threads16|newstream)|hazard_barrier_skipped_(nonblocking|graph)|context_reset_(static|shared)_runtime_pool|misc|ipc|torch' \
+        echo "=== remap_lend: GPU tests"
+        OUTDIR=$OUT/remap_lend/gpu TESTS='remap_idle|expandable|hazard_barrier_(nonblocking|legacy|graph|threads16|newstream)|hazard_barrier_skipped_(nonblocking|graph)|context_reset_(static|shared)_runtime_pool|misc|ipc|torch' \
             TEST_TIMEOUT=${TEST_TIMEOUT:-120} ./tests/gpu/run.sh build | grep -vE '^PASS build/' | tail -n 40
-        echo "=== verify11: transformer and conv net (remap_lend 1 = poolshim, 0 = wait)"
+        echo "=== remap_lend: transformer and conv net (remap_lend 1 = poolshim, 0 = wait)"
         ROUNDS=${ROUNDS:-2} WORKLOADS="transformer convnet" CONFIGS="expandable poolshim" \
             POOLSHIM_VARIANTS="wait:POOLSHIM_OPTIONS=resource.main.remap_lend=0" OUT=$OUT "$PWD/tools/gpu_session.sh" walltime ;;
     floor)
@@ -249,33 +251,33 @@ for step in $what; do
         echo "=== pinnedpair: pinned benchmarks (peak reserved <= 1.15x requested)"
         python3 tools/bench/pinned/pinned_bench.py --lib build/libpoolshim.so --json "$OUT/pinnedpair/pinned.json" |
             tee "$OUT/pinnedpair/pinned.txt" | grep -E '^(PASS|FAIL|NOTE|SKIP)|ratio' ;;
-    suite1 | suite2 | verify12)
-        # the GPU suite no longer fits one 10-minute call on an H100 (session 12: cut at
+    suite1 | suite2 | suite2_doors)
+        # the GPU suite no longer fits one 10-minute call on an H100 (2026-11-25: cut at
         # 420 s in the context tests): suite1 is its CUDA-program half (alloc, hazard,
         # expandable, remap, IPC, misc, async, stacks, barrier per resource, contexts,
         # several GPUs), suite2 the rest (PyTorch, CuPy, pinned, overhead, replay,
-        # sanitizer, guard, soak); each about 5-7 min. verify12: what session 12 left
-        # owed, suite2 and then both doors beside RMM's pool (the size stack's 1024 places
-        # and the inlined lists were timed on the CPU only)
+        # sanitizer, guard, soak); each about 5-7 min. suite2_doors: suite2 and then both
+        # doors beside RMM's pool (first run for the size stack's 1024 places and the
+        # inlined lists, which had been timed on the CPU only)
         first='hazard|capture|stack|alloc_basic|expandable|remap|ipc|misc|async|release|fill_count|multi_gpu|mpi|ddp|peer|context_reset'
         half=second sel=(SKIP_TESTS="$first")
         [ "$step" = suite1 ] && half=first sel=(TESTS="$first")
         echo "=== $step: the GPU suite, its $half half"
         env OUTDIR="$OUT/$step" TEST_TIMEOUT="${TEST_TIMEOUT:-120}" "${sel[@]}" ./tests/gpu/run.sh build |
             grep -vE '^(PASS|SKIP) ' | tail -n 30
-        if [ "$step" = verify12 ]; then
-            echo "=== verify12: both doors beside RMM's pool"
+        if [ "$step" = suite2_doors ]; then
+            echo "=== suite2_doors: both doors beside RMM's pool"
             tools/bench/doors.sh
         fi ;;
-    verify2)
+    ddpt_twogpu)
         # two GPUs (nvidia-h200-x2): issue 11's DDP of the transformer per rank, and the
         # two-GPU tests after the peer-access mapping was refactored (about 8 min)
-        echo "=== verify2: DDP of the transformer (nocache, torch, expandable, poolshim)"
-        CONFIGS="nocache torch expandable poolshim" OUT_DIR=$OUT/verify2/ddpt WORKLOAD=ddp_transformer \
+        echo "=== ddpt_twogpu: DDP of the transformer (nocache, torch, expandable, poolshim)"
+        CONFIGS="nocache torch expandable poolshim" OUT_DIR=$OUT/ddpt_twogpu/ddpt WORKLOAD=ddp_transformer \
             STEPS=${STEPS:-150} tools/bench/torch_mem/ddp.sh build/libpoolshim.so
-        rm -f "$OUT"/verify2/ddpt/*.smi
-        echo "=== verify2: two-GPU tests"
-        OUTDIR=$OUT/verify2/gpu TESTS='multi_gpu|mpi_ranks|ddp|peer' TEST_TIMEOUT=${TEST_TIMEOUT:-150} \
+        rm -f "$OUT"/ddpt_twogpu/ddpt/*.smi
+        echo "=== ddpt_twogpu: two-GPU tests"
+        OUTDIR=$OUT/ddpt_twogpu/gpu TESTS='multi_gpu|mpi_ranks|ddp|peer' TEST_TIMEOUT=${TEST_TIMEOUT:-150} \
             ./tests/gpu/run.sh build | grep -vE '^(PASS|SKIP) build/' | tail -n 50 ;;
     soak)
         stacks=${SOAK_STACKS:-pool pool_shared arena binning fixed_over_pool async}
