@@ -186,6 +186,14 @@ int ps_config_build_host_stack(const ps_config_t *cfg, int device, const ps_gpu_
  * *bytes untouched when percent != NULL. PS_EINVAL on malformed input. */
 int ps_parse_size(const char *text, size_t *bytes, double *percent);
 int ps_parse_bool(const char *text, int *value);
+/* What every boolean accepts, in the words of its errors. */
+#define PS_BOOL_EXPECTED "1/0, true/false, yes/no or on/off"
+/* A boolean environment variable read before the configuration (from a
+ * constructor: no allocation). Unset or empty: *value = 0, PS_OK. One of
+ * the spellings ps_parse_bool takes: PS_OK. Anything else: *value = 0,
+ * PS_EINVAL, and, when `report` is set, one error line
+ * "poolshim: error: NAME=VALUE: expected 1/0, true/false, yes/no or on/off". */
+int ps_env_bool(const char *name, int report, int *value);
 /* Expands %p (pid), %r (rank from RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID,
  * PMI_RANK, LOCAL_RANK; "0" if none), %d (device, when device >= 0), %% . */
 int ps_expand_path(const char *pattern, int device, char *out, size_t outsize);

@@ -238,6 +238,22 @@ int ps_parse_uint(const char *text, uint64_t max, uint64_t *value, char *why, si
     return PS_OK;
 }
 
+int ps_env_bool(const char *name, int report, int *value)
+{
+    const char *v = getenv(name);
+    *value = 0;
+    if (!v || !*v)
+        return PS_OK;
+    int b;
+    if (ps_parse_bool(v, &b) == PS_OK) {
+        *value = b;
+        return PS_OK;
+    }
+    if (report)
+        ps_error("%s=%s: expected " PS_BOOL_EXPECTED, name, v);
+    return PS_EINVAL;
+}
+
 int ps_parse_word(const char *text, const char *const *words)
 {
     for (int i = 0; words[i]; i++)

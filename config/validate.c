@@ -57,6 +57,21 @@ static void bad_value(ps_config_t *cfg, const ps_setting_t *s, const char *why, 
                         s->value, s->key, s->section, why, expect);
 }
 
+/* A boolean that is none of the spellings; a short-form variable
+ * (POOLSHIM_DISABLE=maybe) is named with its value, as the shim's early
+ * reads of booleans name theirs (ps_env_bool). */
+static void bad_bool(ps_config_t *cfg, const ps_setting_t *s)
+{
+    if (s->origin.kind == PS_ORIGIN_ENV && s->origin.line == 0 && s->origin.source) {
+        char named[PS_PATH_MAX];
+        snprintf(named, sizeof named, "%s=%s", s->origin.source, s->value);
+        ps_origin_t o = {PS_ORIGIN_ENV, ps_config_intern(cfg, named), 0};
+        ps_config_add_error(cfg, &o, "expected " PS_BOOL_EXPECTED);
+        return;
+    }
+    bad_value(cfg, s, "not a boolean", "1, true, yes, on, 0, false, no or off");
+}
+
 static void validate_global(ps_config_t *cfg, const ps_setting_t *s)
 {
     ps_global_config_t *g = &cfg->global;
@@ -128,12 +143,12 @@ static void validate_global(ps_config_t *cfg, const ps_setting_t *s)
     }
     case PS_GKEY_DISABLE:
         if (ps_parse_bool(s->value, &b) != PS_OK)
-            return bad_value(cfg, s, "not a boolean", "1, true, yes, on, 0, false, no or off");
+            return bad_bool(cfg, s);
         g->disable = b;
         break;
     case PS_GKEY_IPC:
         if (ps_parse_bool(s->value, &b) != PS_OK)
-            return bad_value(cfg, s, "not a boolean", "1, true, yes, on, 0, false, no or off");
+            return bad_bool(cfg, s);
         g->ipc = b;
         break;
     default: break;
@@ -164,7 +179,7 @@ static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
     switch ((ps_host_key_t)key) {
     case PS_HKEY_ENABLE:
         if (ps_parse_bool(s->value, &b) != PS_OK)
-            return bad_value(cfg, s, "not a boolean", "1, true, yes, on, 0, false, no or off");
+            return bad_bool(cfg, s);
         h->enable = b;
         break;
     case PS_HKEY_MIN_CHUNK:
@@ -195,7 +210,7 @@ static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
     case PS_HKEY_TRACK:
     case PS_HKEY_RELEASE_BEFORE_GROW:
         if (ps_parse_bool(s->value, &b) != PS_OK)
-            return bad_value(cfg, s, "not a boolean", "1, true, yes, on, 0, false, no or off");
+            return bad_bool(cfg, s);
         if (key == PS_HKEY_TRACK)
             h->track = b;
         else
@@ -220,7 +235,7 @@ static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
         break;
     case PS_HKEY_EXPANDABLE:
         if (ps_parse_bool(s->value, &b) != PS_OK)
-            return bad_value(cfg, s, "not a boolean", "1, true, yes, on, 0, false, no or off");
+            return bad_bool(cfg, s);
         h->expandable = b;
         break;
     case PS_HKEY_EXPANDABLE_PIECE:
@@ -276,7 +291,7 @@ static void validate_debug(ps_config_t *cfg, const ps_setting_t *s)
     switch ((ps_debug_key_t)key) {
     case PS_DKEY_NVTX:
         if (ps_parse_bool(s->value, &b) != PS_OK)
-            return bad_value(cfg, s, "not a boolean", "1, true, yes, on, 0, false, no or off");
+            return bad_bool(cfg, s);
         d->nvtx = b;
         break;
     case PS_DKEY_GUARD:

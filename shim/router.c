@@ -109,10 +109,10 @@ int ps_trace_lookups; /* POOLSHIM_TRACE_LOOKUPS=1: print every cu* name looked u
 
 __attribute__((constructor)) static void read_disable_flag(void)
 {
-    const char *v = getenv("POOLSHIM_DISABLE");
-    ps_disabled_early = v && *v && strcmp(v, "0") != 0;
-    v = getenv("POOLSHIM_TRACE_LOOKUPS");
-    ps_trace_lookups = v && *v && strcmp(v, "0") != 0;
+    /* the parser the configuration uses; an invalid POOLSHIM_DISABLE is
+     * not a disable: ps_config_load reports it (once) and on_error applies */
+    (void)ps_env_bool("POOLSHIM_DISABLE", 0, &ps_disabled_early);
+    (void)ps_env_bool("POOLSHIM_TRACE_LOOKUPS", 1, &ps_trace_lookups);
 }
 
 /* Lock order: devices_lock, then the streams lock (drop_device takes it

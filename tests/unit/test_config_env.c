@@ -420,7 +420,7 @@ Test(config_env, debug_guard_refuses_more_than_a_mebibyte_and_bad_short_forms)
     ps_config_t *cfg = load(NULL, NULL, env, PS_ECONFIG);
     cr_assert(has_error(cfg, "bad value `2MiB` for `guard` in [debug]: larger than 1MiB"), "%s",
               ps_config_error(cfg, 0));
-    cr_assert(has_error(cfg, "bad value `perhaps` for `nvtx` in [debug]: not a boolean"), "%s",
+    cr_assert(has_error(cfg, "POOLSHIM_NVTX=perhaps: expected 1/0, true/false, yes/no or on/off"), "%s",
               ps_config_error(cfg, 0));
     ps_config_free(cfg);
 }
