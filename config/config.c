@@ -192,6 +192,55 @@ static void read_short_forms(ps_config_t *cfg, env_source_t *env)
     }
 }
 
+/* The POOLSHIM_* variables a user sets (the did-you-mean candidates). */
+static const char *const user_variables[] = {
+    "POOLSHIM_CONFIG", "POOLSHIM_OPTIONS", "POOLSHIM_RESOURCE", "POOLSHIM_STATS", "POOLSHIM_STATS_FILE",
+    "POOLSHIM_LOG", "POOLSHIM_FREE_SYNC", "POOLSHIM_VERBOSE", "POOLSHIM_DISABLE", "POOLSHIM_ON_ERROR",
+    "POOLSHIM_NVTX", "POOLSHIM_GUARD", "POOLSHIM_TRACE_LOOKUPS", "POOLSHIM_LIB", "POOLSHIM_CUPTI_LIB",
+    "POOLSHIM_CUPTI_OUT", "POOLSHIM_SANITIZER", NULL};
+/* Other POOLSHIM_* variables something in this repository reads: the test
+ * harness (make test), the fault-injection tests, the benchmark and GPU
+ * scripts. POOLSHIM_TEST_* (test-only switches) are all allowed. */
+static const char *const other_variables[] = {
+    "POOLSHIM_BUILD", "POOLSHIM_CLI", "POOLSHIM_PRELOAD_PREFIX", "POOLSHIM_FAULTS_SEED",
+    "POOLSHIM_FAULTS_VERBOSE", "POOLSHIM_FAULTS_ALL", "POOLSHIM_VARIANTS", "POOLSHIM_TORCH_IPC_CACHE", NULL};
+
+static int is_one_of(const char *name, const char *const *names)
+{
+    for (size_t i = 0; names[i]; i++)
+        if (strcmp(name, names[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* One warning per POOLSHIM_* variable none of the above names. */
+static void warn_unknown_variables(ps_config_t *cfg, env_source_t *src)
+{
+    char *const *env = src->environ ? src->environ : (src->use_process ? environ : NULL);
+    for (size_t i = 0; env && env[i]; i++) {
+        const char *v = env[i], *eq = strchr(v, '=');
+        if (strncmp(v, "POOLSHIM_", 9) != 0 || !eq || strncmp(v, "POOLSHIM_TEST_", 14) == 0)
+            continue;
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - v), v);
+        if (is_one_of(name, user_variables) || is_one_of(name, other_variables))
+            continue;
+        char line[512];
+        snprintf(line, sizeof line, "%s: not a poolshim variable, ignored (did you mean %s?)", name,
+                 ps_closest_word(name, user_variables));
+        char **n = realloc(cfg->warnings, (cfg->warning_count + 1) * sizeof *n);
+        char *copy = strdup(line);
+        if (n)
+            cfg->warnings = n;
+        if (!n || !copy) {
+            free(copy);
+            cfg->out_of_memory = 1;
+            return;
+        }
+        cfg->warnings[cfg->warning_count++] = copy;
+    }
+}
+
 /* The steps of the file comment; `text`, when not NULL, stands for the
  * user file (named `text_name`). */
 static int load(const ps_config_input_t *in, const char *text, const char *text_name, ps_config_t **out)
@@ -212,6 +261,7 @@ static int load(const ps_config_input_t *in, const char *text, const char *text_
     if (options)
         ps_config_read_options(cfg, options);
     read_short_forms(cfg, &env);
+    warn_unknown_variables(cfg, &env);
     ps_config_validate(cfg);
 
     *out = cfg;
@@ -251,6 +301,9 @@ void ps_config_free(ps_config_t *cfg)
     free(cfg->devices);
     for (size_t i = 0; i < cfg->error_count; i++)
         free(cfg->errors[i]);
+    for (size_t i = 0; i < cfg->warning_count; i++)
+        free(cfg->warnings[i]);
+    free(cfg->warnings);
     free(cfg->errors);
     free(cfg->error_order);
     for (size_t i = 0; i < cfg->header_count; i++)
@@ -276,6 +329,21 @@ void ps_config_print_errors(const ps_config_t *cfg, FILE *f)
 {
     for (size_t i = 0; cfg && i < cfg->error_count; i++)
         fprintf(f, "poolshim: error: %s\n", cfg->errors[i]);
+}
+
+size_t ps_config_warning_count(const ps_config_t *cfg) { return cfg ? cfg->warning_count : 0; }
+
+const char *ps_config_warning(const ps_config_t *cfg, size_t index)
+{
+    return cfg && index < cfg->warning_count ? cfg->warnings[index] : NULL;
+}
+
+void ps_config_print_warnings(const ps_config_t *cfg, FILE *f)
+{
+    if (!cfg || cfg->global.verbosity < 1)
+        return;
+    for (size_t i = 0; i < cfg->warning_count; i++)
+        fprintf(f, "poolshim: warning: %s\n", cfg->warnings[i]);
 }
 
 const char *ps_config_file_path(const ps_config_t *cfg) { return cfg ? cfg->file_path : NULL; }

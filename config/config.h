@@ -139,6 +139,12 @@ const ps_global_config_t *ps_config_global(const ps_config_t *cfg);
  * variable (POOLSHIM_OPTIONS item N), or the file name alone. */
 size_t ps_config_error_count(const ps_config_t *cfg);
 void ps_config_print_errors(const ps_config_t *cfg, FILE *f);
+/* Warnings (not errors): one per POOLSHIM_* variable of the environment that
+ * poolshim does not read, naming the closest known one. */
+size_t ps_config_warning_count(const ps_config_t *cfg);
+const char *ps_config_warning(const ps_config_t *cfg, size_t index);
+/* "poolshim: warning: MESSAGE" lines, unless global.verbosity is 0. */
+void ps_config_print_warnings(const ps_config_t *cfg, FILE *f);
 /* Error `index` as "WHERE: MESSAGE" (no prefix), or NULL past the end. */
 const char *ps_config_error(const ps_config_t *cfg, size_t index);
 /* The user file that was read, or NULL when none was. */

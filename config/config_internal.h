@@ -76,6 +76,8 @@ int ps_expand_path_env(const char *pattern, int device, ps_env_lookup_t lookup, 
  * is close. Edit distance, where a prefix of a candidate also counts (so
  * "intial" finds "initial_size"). */
 const char *ps_nearest_word(const char *text, const char *const *words);
+/* The word of `words` at the smallest edit distance from text, however far. */
+const char *ps_closest_word(const char *text, const char *const *words);
 
 /* Lower-case copy helpers and trimming used by the parsers. */
 char *ps_trim_blanks(char *s);
@@ -287,6 +289,8 @@ struct ps_config {
     char **strings;                      /* interned strings (origins' sources) */
     size_t string_count, string_cap;     /* entries used / allocated */
     char *file_path;                     /* the user file read, or NULL */
+    char **warnings;                     /* "MESSAGE" (unknown POOLSHIM_* variables) */
+    size_t warning_count;                /* entries used */
     int out_of_memory;                   /* 1: an allocation failed while loading */
 };
 

@@ -385,6 +385,20 @@ static size_t edit_distance(const char *a, const char *b, int prefix)
     return prefix ? best : prev[la];
 }
 
+const char *ps_closest_word(const char *text, const char *const *words)
+{
+    const char *best = NULL;
+    size_t best_score = (size_t)-1;
+    for (int i = 0; words[i]; i++) {
+        size_t score = edit_distance(text, words[i], 0);
+        if (score < best_score) {
+            best_score = score;
+            best = words[i];
+        }
+    }
+    return best;
+}
+
 const char *ps_nearest_word(const char *text, const char *const *words)
 {
     size_t len = strlen(text);

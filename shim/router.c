@@ -172,6 +172,7 @@ static void init_once_body(void)
         return;
     }
     int rc = ps_config_load(NULL, &config);
+    ps_config_print_warnings(config, stderr); /* unknown POOLSHIM_* variables */
     if (rc != PS_OK) {
         ps_config_print_errors(config, stderr);
         const ps_global_config_t *g = config ? ps_config_global(config) : NULL;

@@ -79,6 +79,7 @@ int ps_cmd_config(int argc, char **argv)
         fprintf(stderr, "poolshim: error: cannot load the configuration: %s\n", ps_status_name(rc));
         return 1;
     }
+    ps_config_print_warnings(cfg, stderr);
     if (rc != PS_OK) {
         ps_config_print_errors(cfg, stderr);
         fprintf(stderr, "poolshim: %zu error(s) in the configuration\n", ps_config_error_count(cfg));

@@ -492,6 +492,17 @@ Test(life, disable_accepts_every_boolean_spelling)
               "POOLSHIM_TRACE_LOOKUPS is read by the same parser:\n%s", output);
 }
 
+/* A misspelled variable gets one warning naming the closest known one. */
+Test(life, misspelled_variable_gets_one_warning)
+{
+    expect_pass(1, "POOLSHIM_STAT=json", "prog_runtime basic", "shim active");
+    const char *w = strstr(output, "poolshim: warning: POOLSHIM_STAT: not a poolshim variable, ignored (did you mean POOLSHIM_STATS?)");
+    cr_expect(w, "a warning with the nearest name:\n%s", output);
+    cr_expect(w && !strstr(w + 20, "POOLSHIM_STAT:"), "only one:\n%s", output);
+    expect_pass(1, "POOLSHIM_TEST_WHATEVER=1", "prog_runtime basic", "shim active");
+    cr_expect(!strstr(output, "not a poolshim variable"), "test variables are not warned about:\n%s", output);
+}
+
 Test(life, stats_json_counts_each_door)
 {
     char env[512];

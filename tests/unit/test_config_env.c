@@ -424,3 +424,31 @@ Test(config_env, debug_guard_refuses_more_than_a_mebibyte_and_bad_short_forms)
               ps_config_error(cfg, 0));
     ps_config_free(cfg);
 }
+
+/* A misspelled variable is not silently ignored: one warning each, naming
+ * the closest known variable; the harness's and the tests' own variables,
+ * and every other variable poolshim reads, are not warned about. */
+Test(config_env, unknown_poolshim_variables_get_one_warning_with_the_closest_name)
+{
+    char *env[] = {"POOLSHIM_STAT=json", "POOLSHIM_VERBSE=2", "POOLSHIM_STATS=text", "POOLSHIM_TEST_ANYTHING=1",
+                   "POOLSHIM_BUILD=b", "POOLSHIM_CLI=c", "POOLSHIM_TEST_DATA=d", "POOLSHIM_PRELOAD_PREFIX=",
+                   "POOLSHIM_LIB=l", "POOLSHIM_CUPTI_LIB=l", "POOLSHIM_CUPTI_OUT=o", "POOLSHIM_SANITIZER=s",
+                   "POOLSHIM_TRACE_LOOKUPS=0", "POOLSHIM_DISABLE=0", "POOLSHIM_CONFIG=", "POOLSHIM_FAULTS_SEED=1",
+                   "NOT_POOLSHIM_STAT=1", "POOLSHIM_ZZZZZZZZZZZZZZZZZZZZ=1", NULL};
+    ps_config_t *cfg = load(NULL, NULL, env, PS_OK);
+    cr_assert_eq(ps_config_warning_count(cfg), 3, "three unknown variables");
+    cr_expect_str_eq(ps_config_warning(cfg, 0),
+                     "POOLSHIM_STAT: not a poolshim variable, ignored (did you mean POOLSHIM_STATS?)");
+    cr_expect_str_eq(ps_config_warning(cfg, 1),
+                     "POOLSHIM_VERBSE: not a poolshim variable, ignored (did you mean POOLSHIM_VERBOSE?)");
+    cr_expect(strstr(ps_config_warning(cfg, 2), "POOLSHIM_ZZZZZZZZZZZZZZZZZZZZ: not a poolshim variable, ignored (did you mean POOLSHIM_"));
+    char *out = NULL;
+    size_t size = 0;
+    FILE *m = open_memstream(&out, &size);
+    ps_config_print_warnings(cfg, m);
+    fclose(m);
+    cr_expect(strstr(out, "poolshim: warning: POOLSHIM_STAT: not a poolshim variable, ignored (did you mean POOLSHIM_STATS?)\n"),
+              "%s", out);
+    free(out);
+    ps_config_free(cfg);
+}
