@@ -54,8 +54,9 @@ static const char *env_lookup(void *ctx, const char *name)
     return NULL;
 }
 
-/* Reads a whole file; returns NULL and sets errno on failure. */
-static char *read_file(const char *path)
+/* Reads a whole file (its length in *len: it may hold NUL bytes); returns
+ * NULL and sets errno on failure. */
+static char *read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -102,6 +103,7 @@ static char *read_file(const char *path)
         return NULL;
     }
     buf[n] = '\0';
+    *len = n;
     return buf;
 }
 
@@ -129,7 +131,8 @@ static void read_user_file(ps_config_t *cfg, const ps_config_input_t *in, env_so
         path = xdg;
         where.source = ps_config_intern(cfg, path);
     }
-    char *text = read_file(path);
+    size_t len = 0;
+    char *text = read_file(path, &len);
     if (!text) {
         if (where.kind == PS_ORIGIN_ENV)
             ps_config_add_error(cfg, &where, "cannot read the configuration file `%s`: %s", path,
@@ -141,7 +144,7 @@ static void read_user_file(ps_config_t *cfg, const ps_config_input_t *in, env_so
     cfg->file_path = strdup(path);
     if (!cfg->file_path)
         cfg->out_of_memory = 1;
-    ps_config_read_ini(cfg, text, PS_ORIGIN_FILE, path, PS_LAYER_FILE);
+    ps_config_read_ini(cfg, text, len, PS_ORIGIN_FILE, path, PS_LAYER_FILE);
     free(text);
 }
 
@@ -252,9 +255,10 @@ static int load(const ps_config_input_t *in, const char *text, const char *text_
         return PS_ENOMEM;
     env_source_t env = {in ? in->environ : NULL, !(in && in->no_env)};
 
-    ps_config_read_ini(cfg, ps_default_ini, PS_ORIGIN_EMBEDDED, "default.ini", PS_LAYER_EMBEDDED);
+    ps_config_read_ini(cfg, ps_default_ini, strlen(ps_default_ini), PS_ORIGIN_EMBEDDED, "default.ini",
+                       PS_LAYER_EMBEDDED);
     if (text)
-        ps_config_read_ini(cfg, text, PS_ORIGIN_FILE, text_name, PS_LAYER_FILE);
+        ps_config_read_ini(cfg, text, strlen(text), PS_ORIGIN_FILE, text_name, PS_LAYER_FILE);
     else
         read_user_file(cfg, in, &env);
     const char *options = in && in->options ? in->options : env_lookup(&env, "POOLSHIM_OPTIONS");

@@ -323,9 +323,10 @@ const ps_origin_t *ps_config_section_origin(const ps_config_t *cfg, const char *
                                             const ps_origin_t *fallback);
 
 /* ---- source_ini.c --------------------------------------------------------- */
-/* Reads INI text (NUL-terminated) into the store at `layer`; origin.kind
- * and origin.source say which file it is. Syntax errors are recorded. */
-void ps_config_read_ini(ps_config_t *cfg, const char *text, ps_origin_kind_t kind,
+/* Reads `len` bytes of INI text into the store at `layer`; origin.kind
+ * and origin.source say which file it is. Syntax errors are recorded; a
+ * NUL byte inside the text is one (file:line), never the end of the text. */
+void ps_config_read_ini(ps_config_t *cfg, const char *text, size_t len, ps_origin_kind_t kind,
                         const char *source, int layer);
 
 /* ---- source_options.c ----------------------------------------------------- */

@@ -158,10 +158,10 @@ static int ini_store_setting(void *user, const char *section, const char *name, 
     return 1; /* errors are ours to collect; never make inih stop */
 }
 
-void ps_config_read_ini(ps_config_t *cfg, const char *text, ps_origin_kind_t kind,
+void ps_config_read_ini(ps_config_t *cfg, const char *text, size_t len, ps_origin_kind_t kind,
                         const char *source, int layer)
 {
-    ini_reader_state_t st = {cfg, text, text + strlen(text), 0, kind, ps_config_intern(cfg, source),
+    ini_reader_state_t st = {cfg, text, text + len, 0, kind, ps_config_intern(cfg, source),
                              layer, 0};
     int rc = ini_parse_stream(ini_read_line, &st, ini_store_setting, &st);
     if (rc > 0 && rc != st.last_error_line) {
