@@ -74,7 +74,7 @@ uint64_t ps_now_ns(void);
  * tenth of a pthread mutex lock+unlock when uncontended. The first version
  * yielded the CPU in a loop instead of sleeping: on 16 CPUs bench_core's
  * default pool spent 56 % of its time in sched_yield and 27 % spinning, and
- * 4 threads did 0.0x the work of one (session 6, H100 host). */
+ * 4 threads did 0.0x the work of one (H100 host, 2026-11-23). */
 typedef struct ps_lock {
     int held; /* 0 free, 1 held, 2 held and a thread may sleep on it; __atomic builtins */
 } ps_lock_t;

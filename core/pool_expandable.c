@@ -79,7 +79,7 @@
  *     share above the most bytes in use plus the need seen at any growth;
  *     no credit is spent. The wait drains the GPU's queue; the slack trades
  *     memory for it. Replay with a 20 ms GPU lag (docs/benchmarks.md,
- *     session 10), transformer: 3 % cut the waits 46 -> 16 and the host's
+ *     "Remap slack"), transformer: 3 % cut the waits 46 -> 16 and the host's
  *     blocked time 828 -> 281 ms for 4.02 -> 4.12 GiB; conv net: 23 -> 15
  *     waits for +0.3 %. (Checked before lending: with a slack the pool
  *     grows instead of lending.)
@@ -107,7 +107,7 @@
  *     and is tried again without lending; a failure other than "out of
  *     memory" (a driver that will not map memory twice) ends lending for
  *     that pool, with a warning.
- *     H100, PyTorch transformer (docs/benchmarks.md, session 11): 46 host
+ *     H100, PyTorch transformer (docs/benchmarks.md, 2026-11-25): 46 host
  *     waits (0.87 s inside cudaMalloc, 1.068x expandable_segments' time)
  *     become none (0.32 s, 1.007x) at the same 4.636 GiB.
  * Measured (replay of the PyTorch logs, docs/benchmarks.md): remap takes

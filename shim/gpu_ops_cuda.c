@@ -617,7 +617,7 @@ static int live_barrier(void *vctx)
          * generation that barrier_passed answers "not yet" for: with the
          * number left at 0 they read as idle now and remap unmapped memory
          * under running kernels (an illegal address instead of the wrong
-         * bytes the control must report; GPU suite, session 5). */
+         * bytes the control must report; GPU suite, H100, 2026-11-23). */
         atomic_fetch_add_explicit(&d->barriers, 1, memory_order_acq_rel);
         return PS_OK;
     }

@@ -28,7 +28,7 @@ typedef struct stats_process {
     uint64_t barriers;            /* GPU-side barriers issued by the stacks */
     uint64_t upstream_calls;      /* upstream allocs + frees of the stacks */
     uint64_t failures;            /* allocations that returned an error */
-    int have_cuda_time;           /* the report has "cuda_time" (session 12 on; older ones do not) */
+    int have_cuda_time;           /* the report has "cuda_time" (since 2026-11-25; older ones do not) */
     uint64_t barrier_ns;          /* host time inside the stacks' barriers (cuda_time.barrier) */
     uint64_t vm_ns;               /* ... inside mapping and unmapping pieces (cuda_time.map + unmap) */
     int have_host;                /* pinned host memory was used (calls or reserved bytes) */

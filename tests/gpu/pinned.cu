@@ -130,7 +130,7 @@ static int hazard(void)
     CK(cudaHostGetFlags(&flags, p + off));
     const unsigned asked = cudaHostAllocMapped | cudaHostAllocPortable;
     EXPECT((flags & asked) == asked, "cudaHostGetFlags of p+off: %#x, expected portable|mapped", flags);
-    /* natively (H100, CUDA 13.0, session 6) a registration inside or over
+    /* natively (H100, CUDA 13.0, 2026-11-23) a registration inside or over
      * cudaHostAlloc memory, and its unregistration, are "invalid value", not
      * "already registered" / "not registered"; the shim answers the same */
     cudaError_t reg = cudaHostRegister(p + off, 4096, cudaHostRegisterDefault);

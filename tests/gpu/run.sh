@@ -757,7 +757,7 @@ if wanted pinned_timing; then
             if [ $mode = native ]; then run_timed "$name" env -u LD_PRELOAD "$path" timing "${PINNED_PAIRS:-2000}"
             else
                 # the ratio is timed as a program runs by default, statistics
-                # off (on, they cost ~0.5 us per pair: session 7); a second,
+                # off (on, they cost ~0.5 us per pair on an H100, 2026-11-25); a second,
                 # short run with statistics gives the fence line below
                 rm -f "$stats/$name.json"
                 env LD_PRELOAD="$lib" POOLSHIM_STATS=json POOLSHIM_STATS_FILE="$stats/$name.json" \

@@ -4,7 +4,7 @@
 # and psbench_shared (-cudart shared: the runtime door), each under the shim,
 # then RMM's pool in psbench. Prints per process the medians of the 256 B,
 # 1 MiB and 16 MiB pairs and of the random workload (ns). Single-thread psbench
-# processes fall in two modes about 2x apart on the lent hosts (session 9):
+# processes fall in two modes about 2x apart on the lent H100 hosts (2026-11-25):
 # compare rows of one round, and look at several rounds.
 #
 #   tools/bench/doors.sh [LIB]      (LIB default build/libpoolshim.so; ROUNDS, default 3)

@@ -13,7 +13,7 @@
 #      any machine with a driver), and record the source's checksum beside it so
 #      tools/bench/run.sh can tell whether the binary matches psbench.cu; then
 #      $CARRY_DIR/bench/psbench_shared, the same with -cudart shared (the runtime
-#      door; docs/benchmarks.md, session 9).
+#      door; docs/benchmarks.md, "Both doors").
 # Environment: CARRY_DIR (default <repo>/.carry, git-ignored), NVCC, GPU_ARCH (sm_90),
 # RMM_VERSION (24.12.*), PYTHON (python3).
 set -eu

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # psbench's threads and threads_mixed in a FRESH process per library: the pool
 # starts empty, as in a program that starts 16 threads at once (scaling.sh runs
-# pairs and random first, which grow the pool: session 7 saw 40-51 ns per pair of
+# pairs and random first, which grow the pool: an H100 saw 40-51 ns per pair of
 # all threads there, 583-1060 ns in a fresh process). Prints per library and run
 # the medians and, from the shim's statistics, the reserved peak and the barriers.
 #

@@ -8,7 +8,7 @@
  *   nvcc -O2 -o idle_barrier tools/bench/idle_barrier.cu
  *   POOLSHIM_OPTIONS=resource.main.barrier_floor=0 LD_PRELOAD=build/libpoolshim.so \
  *       ./idle_barrier 128 2000 [busy]
- * (tools/gpu_session.sh idlequery; session 13's numbers: docs/design.md, after "a
+ * (tools/gpu_session.sh idlequery; the numbers (H100, 2026-11-25): docs/design.md, after "a
  * stream that cuStreamQuery finds idle needs no b") */
 #include <cuda_runtime.h>
 #include <cstdio>

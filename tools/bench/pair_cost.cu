@@ -6,7 +6,7 @@
  * Each run also prints the runtime's entry floor: a pair of calls that allocate
  * nothing (cudaMalloc of 0 bytes, cudaFree(NULL)).
  *   LD_PRELOAD=build/libpoolshim.so ./pair_cost 16777216 200000
- * H100 (session 5): cudaEventRecord on the legacy stream 524-598 ns,
+ * H100 (2026-11-23): cudaEventRecord on the legacy stream 524-598 ns,
  * cudaStreamWaitEvent 261-306 ns, cudaEventQuery of a completed event
  * 304-309 ns, cuCtxGetCurrent 13-15 ns. A pair that needs a barrier (pending
  * memory is the only fit) cannot cost less than one event record. */

@@ -4,7 +4,7 @@
  * event_latency_ns) charges what an H100 charges for a fence (event record
  * ~550 ns, query ~300 ns, docs/benchmarks.md) and completes it a latency
  * after recording. A latency of 2-3 us reproduces the 1.6 us per 1 MiB
- * pair that the H100 measured before host.grow_budget_min (session 6).
+ * pair that the H100 measured before host.grow_budget_min (2026-11-23).
  *
  *   build/pinned_pairs [pairs]      (make bench-pinned-pairs)
  *
