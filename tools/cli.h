@@ -72,6 +72,19 @@ int cli_parse_duration(const char *text, uint64_t *ns, const char **why);
  * --help; returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* An option that needs a value was given `--` (`run -c -- prog`): prints a
+ * usage error naming the option and returns CLI_EXIT_USAGE; else 0. Call
+ * right after getopt_long returned an option with a required value. */
+int cli_value_is_double_dash(const char *command, int argc, char **argv, const char *value);
+
+/* What the shim will read, checked before anything is started: loads the
+ * configuration with the library's own code (`file`, else $POOLSHIM_CONFIG
+ * and the usual files; then POOLSHIM_OPTIONS and the short forms, unless
+ * no_env), prints every error, and, for a program to be run (!no_env),
+ * checks that the directory of global.log_file and global.stats_file
+ * exists and is writable. Returns 0, or CLI_EXIT_FAILURE after printing why. */
+int cli_check_config(const char *command, const char *file, int no_env);
+
 /* Writes `text` as a JSON string literal (quoted, escaped). */
 void cli_json_string(FILE *f, const char *text);
 

@@ -10,10 +10,12 @@
  * and ours is appended once.
  */
 #include "cli.h"
+#include "../config/config.h"
 
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -219,6 +221,71 @@ int cli_usage_error(const char *command, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "poolshim: error: %s: %s\n(see 'poolshim %s --help')\n", command, message, command);
     return CLI_EXIT_USAGE;
+}
+
+int cli_value_is_double_dash(const char *command, int argc, char **argv, const char *value)
+{
+    if (!value || strcmp(value, "--") != 0)
+        return 0;
+    /* `-c --`: the option is the word before; `--log=--`: the word itself */
+    const char *option = optind >= 2 && optind - 1 < argc && argv[optind - 1] == value ? argv[optind - 2]
+                                                                                       : argv[optind - 1];
+    return cli_usage_error(command, "option '%s' needs a value, not '--'", option);
+}
+
+/* The directory of a log or statistics file (its %p, %r, %d expanded) must
+ * exist and be writable: the shim opens the file only at the first
+ * allocation, too late to say so. */
+static int check_output_directory(const char *command, const char *what, const char *pattern)
+{
+    char path[PATH_MAX], dir[PATH_MAX];
+    if (ps_expand_path(pattern, 0, path, sizeof path) != PS_OK)
+        snprintf(path, sizeof path, "%s", pattern);
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    struct stat st;
+    const char *why = NULL;
+    if (stat(dir, &st) != 0)
+        why = strerror(errno);
+    else if (!S_ISDIR(st.st_mode))
+        why = "not a directory";
+    else if (access(dir, W_OK | X_OK) != 0)
+        why = "not writable";
+    if (!why)
+        return 0;
+    fprintf(stderr, "poolshim: error: %s: %s `%s`: its directory `%s`: %s\n", command, what, pattern, dir, why);
+    return CLI_EXIT_FAILURE;
+}
+
+int cli_check_config(const char *command, const char *file, int no_env)
+{
+    ps_config_input_t in = {.file = file, .options = no_env ? "" : NULL, .no_env = no_env};
+    ps_config_t *cfg = NULL;
+    int rc = ps_config_load(&in, &cfg);
+    if (!cfg) {
+        fprintf(stderr, "poolshim: error: %s: cannot load the configuration: %s\n", command, ps_status_name(rc));
+        return CLI_EXIT_FAILURE;
+    }
+    if (rc != PS_OK) {
+        ps_config_print_errors(cfg, stderr);
+        fprintf(stderr, "poolshim: error: %s: %zu error(s) in the configuration; nothing was started\n", command,
+                ps_config_error_count(cfg));
+        ps_config_free(cfg);
+        return CLI_EXIT_FAILURE;
+    }
+    const ps_global_config_t *g = ps_config_global(cfg);
+    int failed = 0;
+    if (!no_env && g->log_file[0])
+        failed = check_output_directory(command, "log file", g->log_file);
+    if (!failed && !no_env && g->stats_file[0])
+        failed = check_output_directory(command, "statistics file", g->stats_file);
+    ps_config_free(cfg);
+    return failed;
 }
 
 void cli_json_string(FILE *f, const char *text)

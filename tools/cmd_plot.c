@@ -208,6 +208,8 @@ int ps_cmd_plot(int argc, char **argv)
         return cli_usage_error("plot", "one log at a time ('%s' is extra)", argv[optind + 1]);
     if (!output)
         return cli_usage_error("plot", "say where the SVG goes with -o FILE");
+    if (config && cli_check_config("plot", config, 1) != 0) /* not a plot without its stack */
+        return CLI_EXIT_FAILURE;
     memlog_t log;
     if (memlog_read(argv[optind], &log) != 0)
         return CLI_EXIT_FAILURE;

@@ -198,6 +198,12 @@ int ps_cmd_run(int argc, char **argv)
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "+:c:o:s::nh", long_options, NULL)) != -1) {
+        int no_value = (c == 'c' || c == 'o' || c == 'F' || c == 'L') &&
+                       cli_value_is_double_dash("run", argc, argv, optarg);
+        if (no_value) {
+            free(options);
+            return no_value;
+        }
         switch (c) {
         case 'c': config = optarg; break;
         case 'o':
@@ -282,6 +288,13 @@ int ps_cmd_run(int argc, char **argv)
         failed |= setenv("POOLSHIM_LOG", log_path, 1) != 0;
     if (sanitize)
         failed |= setenv("POOLSHIM_NVTX", "1", 1) != 0;
+    /* what the shim will read, checked now rather than at the first cudaMalloc */
+    int invalid = !failed ? cli_check_config("run", NULL, 0) : 0;
+    if (invalid) {
+        free(options);
+        free(sanitized);
+        return invalid;
+    }
     /* --stats alone: one JSON file per process, merged at the end */
     int merge = stats && !stats_file;
     char directory[PATH_MAX], pattern[PATH_MAX + 32];

@@ -268,14 +268,14 @@ Test(cli, run_sets_config_joined_options_and_stats)
     snprintf(lib_env, sizeof lib_env, "POOLSHIM_LIB=%s", harmless_library());
     const char *env[] = {lib_env, "LD_PRELOAD=", "POOLSHIM_OPTIONS=", NULL};
     cli_result_t r = run_cli(
-        (const char *[]){"run", "--config", "my.ini", "-o", "global.free_sync=none", "-o", "resource.main.type=arena",
+        (const char *[]){"run", "--config", data_path("cli/free_sync_event.ini"), "-o", "global.free_sync=none", "-o", "resource.main.type=arena",
                          "--stats=json", "--", "/bin/sh", "-c",
                          "echo \"$POOLSHIM_CONFIG|$POOLSHIM_OPTIONS|$POOLSHIM_STATS|$LD_PRELOAD\"", NULL},
         env);
     cr_expect_eq(r.exit_code, 0);
     char expected[1400];
-    snprintf(expected, sizeof expected, "my.ini|global.free_sync=none,resource.main.type=arena|json|%s\n",
-             harmless_library());
+    snprintf(expected, sizeof expected, "%s|global.free_sync=none,resource.main.type=arena|json|%s\n",
+             data_path("cli/free_sync_event.ini"), harmless_library());
     cr_expect_str_eq(r.out, expected);
     cli_result_free(&r);
 }
@@ -1775,4 +1775,67 @@ Test(cli, run_sanitize_puts_compute_sanitizer_before_the_command_with_nvtx_on)
     cli_result_free(&r);
     unlink(tool);
     rmdir(dir);
+}
+
+/* run checks what the shim will read before it starts the command: a
+ * config file that cannot be read, a bad -o value, a log whose directory is
+ * missing, and options given `--` for a value are errors, and the command
+ * (which would write a marker file) never starts. plot with a bad config
+ * fails too. */
+Test(cli, run_and_plot_validate_config_options_and_log_before_starting)
+{
+    char lib_env[1100], marker[64];
+    snprintf(lib_env, sizeof lib_env, "POOLSHIM_LIB=%s", harmless_library());
+    snprintf(marker, sizeof marker, "/tmp/poolshim-started-%d", (int)getpid());
+    char script[128];
+    snprintf(script, sizeof script, "touch %s", marker);
+    const char *env[] = {lib_env, "LD_PRELOAD=", "POOLSHIM_OPTIONS=", "POOLSHIM_CONFIG=", NULL};
+    static const struct {
+        const char *args[4];
+        const char *message;
+    } cases[] = {
+        {{"-c", "/nonexistent.ini"}, "/nonexistent.ini"},
+        {{"-o", "global.stats=xml"}, "`stats` in [global]"},
+        {{"-o", "global.stats=xml"}, "bad value `xml`"},
+        {{"--log", "/nonexistent/x.csv"}, "/nonexistent"},
+        {{"--log", "--"}, "needs a value"},
+        {{"-c", "--"}, "needs a value"},
+        {{"-o", "--"}, "needs a value"},
+        {{"--stats-file", "--"}, "needs a value"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        unlink(marker);
+        cli_result_t r = run_cli((const char *[]){"run", cases[i].args[0], cases[i].args[1], "--", "/bin/sh", "-c",
+                                                  script, NULL},
+                                 env);
+        cr_expect_neq(r.exit_code, 0, "run %s %s: exit %d", cases[i].args[0], cases[i].args[1], r.exit_code);
+        cr_expect(access(marker, F_OK) != 0, "run %s %s started the command", cases[i].args[0], cases[i].args[1]);
+        cr_expect(strstr(r.err, cases[i].message), "run %s %s: expected '%s' in: %s", cases[i].args[0],
+                  cases[i].args[1], cases[i].message, r.err);
+        cli_result_free(&r);
+    }
+    /* a good config, option and log directory still run */
+    unlink(marker);
+    cli_result_t r = run_cli((const char *[]){"run", "-c", data_path("cli/free_sync_event.ini"), "-o",
+                                              "global.stats=json", "--log", "/tmp/poolshim-ok-%p.csv", "--",
+                                              "/bin/sh", "-c", script, NULL},
+                             env);
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect(access(marker, F_OK) == 0, "a valid run starts the command: %s", r.err);
+    cli_result_free(&r);
+    unlink(marker);
+
+    char bad[] = "/tmp/poolshim-bad-XXXXXX";
+    int fd = mkstemp(bad);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, "[global]\nstats = xml\n", 21), 21);
+    close(fd);
+    char svg[64];
+    snprintf(svg, sizeof svg, "/tmp/poolshim-badplot-%d.svg", (int)getpid());
+    r = run_cli((const char *[]){"plot", "-c", bad, "-o", svg, data_path("logs/small.csv"), NULL}, env);
+    cr_expect_neq(r.exit_code, 0, "plot -c with a bad config fails");
+    cr_expect(strstr(r.err, "stats"), "%s", r.err);
+    cli_result_free(&r);
+    unlink(svg);
+    unlink(bad);
 }
