@@ -23,6 +23,9 @@ int poolshim_allocate(void **ptr, size_t size, uintptr_t stream);
 int poolshim_deallocate(void *ptr, uintptr_t stream);
 /* Flushes the event logs to their files. */
 int poolshim_flush(void);
+/* The version of this libpoolshim.so, e.g. "0.9.0" (semantic versioning);
+ * a static string, valid whether or not the shim is active. */
+const char *poolshim_version(void);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
  *   poolshim plot   LOG.csv -o memory.svg      memory over time as an SVG
  *   poolshim stats  FILE|DIR...                merge the statistics of a job's processes
  *   poolshim config [options]                  the effective configuration
+ *   poolshim --version                         the version (the file VERSION)
  *
  * Algorithm: 1. find the subcommand (argv[1]); 2. hand it argv from its
  * name on; 3. return its exit code (tools/cli.h lists them).
@@ -15,6 +16,10 @@
 
 #include "cli.h"
 #include "replay_gpu.h"
+
+#ifndef POOLSHIM_VERSION
+#error "POOLSHIM_VERSION is not defined: build with make (mk/version.mk reads the file VERSION)"
+#endif
 
 static const char usage_text[] =
     "usage: poolshim <command> [options]\n"
@@ -28,6 +33,7 @@ static const char usage_text[] =
     "  plot    draw memory over time from a log (SVG)       poolshim plot log.csv -o memory.svg\n"
     "  stats   merge the statistics of a job's processes    poolshim stats out/stats_*.json\n"
     "  config  show or check the effective configuration    poolshim config --help\n"
+    "  version print the version (also --version)           poolshim --version\n"
     "\n"
     "'poolshim <command> --help' describes each command. Documentation: docs/cli.md\n";
 
@@ -45,6 +51,10 @@ int main(int argc, char **argv)
     const char *name = argv[1];
     if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
         fputs(usage_text, stdout);
+        return CLI_EXIT_OK;
+    }
+    if (!strcmp(name, "--version") || !strcmp(name, "-V") || !strcmp(name, "version")) {
+        puts("poolshim " POOLSHIM_VERSION);
         return CLI_EXIT_OK;
     }
     const subcommand_t subcommands[] = {
