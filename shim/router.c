@@ -198,7 +198,7 @@ static void init_once_body(void)
         ps_nvtx_enable();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     atexit(ps_stats_report_at_exit);
-    ps_info("active (pid %d): free_sync=%s, stats=%s", (int)getpid(),
+    ps_info("active (pid %d, version %s): free_sync=%s, stats=%s", (int)getpid(), poolshim_version(),
             ps_global->free_sync == PS_FREE_SYNC_EVENT    ? "event"
             : ps_global->free_sync == PS_FREE_SYNC_DEVICE ? "device"
                                                           : "none",

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "../core/adaptors.h"
+#include "poolshim.h"
 #include "stats.h"
 
 int ps_stats_enabled;
@@ -465,7 +466,7 @@ void ps_stats_write(FILE *f, int json)
     sum_all(&sum);
     char b1[32], b2[32], b3[32];
     if (json) {
-        fprintf(f, "{\"poolshim\": 1, \"pid\": %d, ", (int)getpid());
+        fprintf(f, "{\"poolshim\": 1, \"pid\": %d, \"version\": \"%s\", ", (int)getpid(), poolshim_version());
         /* the launcher's rank (as %r reads it), when one is set and numeric */
         const char *rank = ps_env_rank();
         char *end = NULL;
@@ -478,6 +479,8 @@ void ps_stats_write(FILE *f, int json)
                 (unsigned long long)atomic_load(&ipc_counts[PS_IPC_EXPORTED]),
                 (unsigned long long)atomic_load(&ipc_counts[PS_IPC_OPENED]),
                 (unsigned long long)atomic_load(&ipc_counts[PS_IPC_REFUSED]));
+    } else {
+        fprintf(f, "poolshim: statistics of pid %d (poolshim %s)\n", (int)getpid(), poolshim_version());
     }
     int first = 1;
     for (int d = 0; d < PS_MAX_DEVICES; d++) {

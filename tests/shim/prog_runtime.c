@@ -1013,6 +1013,21 @@ static void stats_threads(void)
         pthread_join(t[i], NULL);
 }
 
+/* poolshim_version() of the preloaded library (found as a program would,
+ * with dlsym), printed as "poolshim_version() = X"; one allocation so the
+ * exit report has a device. Natively the symbol is absent. */
+static void version(void)
+{
+    const char *(*get)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "poolshim_version");
+    CHECK(!get == !shim_active(), "poolshim_version is exported exactly when the shim is loaded");
+    const char *v = get ? get() : NULL;
+    CHECK(!get || (v && *v), "a version string");
+    printf("poolshim_version() = %s\n", v ? v : "(absent)");
+    void *p = NULL;
+    CHECK(cudaMalloc(&p, 4096) == cudaSuccess, "cudaMalloc");
+    CHECK(cudaFree(p) == cudaSuccess, "cudaFree");
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "basic";
@@ -1043,6 +1058,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "set_flags")) set_flags();
     else if (!strcmp(what, "nvtx")) nvtx(argc > 2 ? argv[2] : "on");
     else if (!strcmp(what, "guard")) guard(argc > 2 ? argv[2] : "clean");
+    else if (!strcmp(what, "version")) version();
     else { fprintf(stderr, "unknown scenario %s\n", what); return 2; }
     return finish(what);
 }

@@ -1028,3 +1028,55 @@ Test(remap, the_assume_idle_switch_skips_the_synchronize)
     /* the negative control of tests/gpu/remap_idle.cu, on the fake driver */
     expect_remap("FAKE_CUDA_EVENTS_PENDING=1000000 POOLSHIM_TEST_ASSUME_IDLE=1", 0, 1);
 }
+
+/* The version, from the file VERSION (`make test-shim` names it in
+ * POOLSHIM_TEST_VERSION_FILE): poolshim_version() of the preloaded library, the
+ * JSON report's "version", the text report's first line and the verbose
+ * start-up line all carry it. */
+static const char *expected_version(void)
+{
+    static char version[64];
+    const char *path = getenv("POOLSHIM_TEST_VERSION_FILE");
+    FILE *f = fopen(path && *path ? path : "VERSION", "r");
+    cr_assert(f, "cannot read the VERSION file (POOLSHIM_TEST_VERSION_FILE=%s)", path ? path : "");
+    cr_assert(fgets(version, sizeof version, f), "VERSION is empty");
+    fclose(f);
+    version[strcspn(version, " \t\r\n")] = 0;
+    cr_assert(version[0], "VERSION is empty");
+    return version;
+}
+
+Test(version, poolshim_version_and_the_reports_carry_the_version_file)
+{
+    const char *v = expected_version();
+    char want[128], env[512], path[128];
+    expect_pass(0, NULL, "prog_runtime version", "shim inactive");
+    cr_expect(strstr(output, "poolshim_version() = (absent)"), "natively there is no poolshim_version:\n%s", output);
+
+    snprintf(path, sizeof path, "/tmp/poolshim-version-%d.json", getpid());
+    snprintf(env, sizeof env, "POOLSHIM_STATS=json POOLSHIM_STATS_FILE=%s POOLSHIM_VERBOSE=2", path);
+    expect_pass(1, env, "prog_runtime version", "shim active");
+    snprintf(want, sizeof want, "poolshim_version() = %s\n", v);
+    cr_expect(strstr(output, want), "expected '%s' in:\n%s", want, output);
+    const char *info = strstr(output, "active (pid ");
+    snprintf(want, sizeof want, ", version %s): ", v);
+    cr_expect(info && strstr(info, want) && strstr(info, want) < strchr(info, '\n'),
+              "the verbose start-up line names version %s:\n%s", v, output);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no statistics written to %s; output:\n%s", path, output);
+    char json[8192];
+    size_t n = fread(json, 1, sizeof json - 1, f);
+    json[n] = 0;
+    fclose(f);
+    remove(path);
+    snprintf(want, sizeof want, ", \"version\": \"%s\", ", v);
+    cr_expect(!strncmp(json, "{\"poolshim\": 1, \"pid\": ", 23) && strstr(json, want) && strstr(json, want) < strstr(json, "\"devices\""),
+              "a top-level '%s' after the pid:\n%s", want, json);
+
+    expect_pass(1, "POOLSHIM_STATS=text", "prog_runtime version", "shim active");
+    snprintf(want, sizeof want, "(poolshim %s)\n", v);
+    const char *header = strstr(output, "poolshim: statistics of pid ");
+    cr_expect(header && strstr(header, want) && strstr(header, want) < strchr(header, '\n'),
+              "the text report's first line names poolshim %s:\n%s", v, output);
+    cr_expect(header && strstr(header, "poolshim: device 0 (stack:") > header, "the header comes first:\n%s", output);
+}
