@@ -256,6 +256,19 @@ static void exit_begins(void)
     atomic_store(&ps_active, 0);
 }
 
+/* A device whose stack cannot be built: global.on_error decides, as for a
+ * bad configuration (exit: stop before the allocation; passthrough: the
+ * device's calls go to CUDA). */
+static void stack_failed(ps_device_state_t *dev, int d)
+{
+    if (!ps_global || ps_global->on_error == PS_ON_ERROR_EXIT) {
+        ps_error("device %d: no resource stack: stopping before the allocation "
+                 "(set POOLSHIM_ON_ERROR=passthrough to run without the pool instead)", d);
+        _exit(1); /* as for a bad configuration: other threads may be inside CUDA */
+    }
+    atomic_store(&dev->state, PS_DEVICE_FAILED);
+}
+
 /* Builds the stack of device `d` (devices_lock held). */
 static void build_device(ps_device_state_t *dev, int d)
 {
@@ -266,8 +279,11 @@ static void build_device(ps_device_state_t *dev, int d)
     }
     CUcontext primary = NULL;
     if (ps_real.cuDevicePrimaryCtxRetain(&primary, d) != CUDA_SUCCESS || !primary) {
-        ps_warning("device %d: cannot retain its primary context: passing its calls through", d);
-        atomic_store(&dev->state, PS_DEVICE_FAILED);
+        ps_error("device %d: cannot retain its primary context%s", d,
+                 ps_global && ps_global->on_error == PS_ON_ERROR_PASSTHROUGH
+                     ? ": on_error=passthrough, passing its calls through"
+                     : "");
+        stack_failed(dev, d);
         return;
     }
     __atomic_store_n(&dev->ctx, primary, __ATOMIC_RELAXED); /* (read by threads racing a reset) */
@@ -277,7 +293,7 @@ static void build_device(ps_device_state_t *dev, int d)
     dev->has_ctx_id = ps_real.cuCtxGetId && ps_real.cuCtxGetId(primary, &dev->ctx_id) == CUDA_SUCCESS;
     ps_gpu_ops_t *gpu = NULL;
     if (ps_gpu_ops_cuda_create(d, primary, &gpu) != PS_OK) {
-        atomic_store(&dev->state, PS_DEVICE_FAILED);
+        stack_failed(dev, d);
         return;
     }
     __atomic_store_n(&dev->gpu, gpu, __ATOMIC_RELEASE);
@@ -295,9 +311,11 @@ static void build_device(ps_device_state_t *dev, int d)
         ps_real.cuCtxPopCurrent_v2(&popped);
     }
     if (rc != PS_OK) {
-        ps_error("device %d: cannot build its resource stack (%s): passing its calls through", d,
-                 ps_status_name(rc));
-        atomic_store(&dev->state, PS_DEVICE_FAILED);
+        ps_error("device %d: cannot build its resource stack (%s)%s", d, ps_status_name(rc),
+                 ps_global && ps_global->on_error == PS_ON_ERROR_PASSTHROUGH
+                     ? ": on_error=passthrough, passing its calls through"
+                     : "");
+        stack_failed(dev, d);
         return;
     }
     __atomic_store_n(&dev->stack, stack, __ATOMIC_RELEASE);

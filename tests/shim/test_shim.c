@@ -503,6 +503,24 @@ Test(life, misspelled_variable_gets_one_warning)
     cr_expect(!strstr(output, "not a poolshim variable"), "test variables are not warned about:\n%s", output);
 }
 
+/* A stack that cannot be built (here: its log file cannot be created) is
+ * handled by on_error like a bad configuration: exit by default, no
+ * program run without the pool and without the log it asked for. */
+Test(life, on_error_applies_when_a_stack_cannot_be_built)
+{
+    int rc = run(1, "POOLSHIM_LOG=/nonexistent/x.csv", "prog_runtime basic");
+    cr_expect_eq(rc, 1, "on_error=exit stops the program:\n%s", output);
+    cr_expect(strstr(output, "/nonexistent/x.csv"), "the error names the file:\n%s", output);
+    cr_expect(strstr(output, "POOLSHIM_ON_ERROR=passthrough"), "the error says how to run without the pool:\n%s",
+              output);
+    cr_expect(!strstr(output, "basic ("), "the program stopped at its first allocation:\n%s", output);
+    /* passthrough: the program runs to its end, its device without the pool
+     * (prog_runtime basic then says the pool served nothing) */
+    rc = run(1, "POOLSHIM_LOG=/nonexistent/x.csv POOLSHIM_ON_ERROR=passthrough", "prog_runtime basic");
+    cr_expect(strstr(output, "passing its calls through"), "%s", output);
+    cr_expect(strstr(output, "basic ("), "on_error=passthrough runs the program to its end:\n%s", output);
+}
+
 Test(life, stats_json_counts_each_door)
 {
     char env[512];
