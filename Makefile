@@ -9,7 +9,10 @@
 #   make check-gpu     the GPU suite (on a machine with a GPU and nvcc)
 #   make bench-core    CPU micro-benchmark of the core allocators
 #   make bench         GPU benchmarks against the peers (on the GPU machine)
-#   make install PREFIX=/usr/local
+#   make install PREFIX=/usr/local   (DESTDIR=/stage too; mk/install.mk lists what goes where)
+#   make uninstall PREFIX=/usr/local removes exactly what install put
+#   make check-install                install into a temporary DESTDIR, check, uninstall (part of `make test`)
+#   make version                      print the version (the file VERSION, mk/version.mk)
 #   make clean
 #
 # Settings (override on the command line):
@@ -22,7 +25,7 @@ OPT       ?= -O2 -g
 SANITIZE  ?=
 # Treat warnings as errors (CI keeps this on).
 WERROR    ?= 1
-# Where `make install` puts lib/, bin/ and share/.
+# Where `make install` puts bin/, lib/, include/ and share/ (below $(DESTDIR), when set).
 PREFIX    ?= /usr/local
 # The CUDA toolkit (only the GPU suite, the CUPTI profiler and benchmarks need it).
 CUDA_HOME ?= /usr/local/cuda
@@ -69,7 +72,7 @@ CORE_LIB  := $(BUILD)/libpoolshim_core.a
 CLI       := $(BUILD)/poolshim
 UNIT      := $(BUILD)/test_unit
 
-.PHONY: all deps test test-unit test-shim test-stress test-long test-all check-gpu bench-core bench-shim bench-pinned-pairs pair-loop bench install clean
+.PHONY: all deps test test-unit test-shim test-stress test-long test-all check-gpu bench-core bench-shim bench-pinned-pairs pair-loop bench install uninstall clean
 all: $(LIB) $(CLI)
 
 deps:
@@ -169,11 +172,28 @@ bench:
 	@test -f $(LIB) || $(MAKE) all
 	./tools/bench/run.sh $(BUILD)
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/poolshim/examples
+# The directories below are fixed relative to PREFIX: `poolshim` finds the
+# library in ../lib beside its bin/. The file names are in mk/install.mk.
+install: all $(INSTALL_GEN)
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/poolshim/examples \
+	    $(DESTDIR)$(PREFIX)/include/poolshim $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	    $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man7 \
+	    $(DESTDIR)$(PREFIX)/share/bash-completion/completions
 	install -m 755 $(LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(CLI) $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 config/examples/*.ini $(DESTDIR)$(PREFIX)/share/poolshim/examples/
+	install -m 644 shim/poolshim.h $(DESTDIR)$(PREFIX)/include/poolshim/
+	install -m 644 $(BUILD)/poolshim.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	install -m 644 $(BUILD)/man/poolshim.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 $(BUILD)/man/poolshim.7 $(DESTDIR)$(PREFIX)/share/man/man7/
+	install -m 644 tools/completion/poolshim.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/poolshim
+	install -m 644 $(INSTALL_EXAMPLES) $(DESTDIR)$(PREFIX)/share/poolshim/examples/
+
+# Removes the files install put (INSTALLED_FILES, mk/install.mk), then the
+# directories that are poolshim's own, when empty; shared ones (lib/, man1/...) stay.
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED_FILES))
+	for d in share/poolshim/examples share/poolshim include/poolshim; do \
+	    if [ -d "$(DESTDIR)$(PREFIX)/$$d" ]; then rmdir --ignore-fail-on-non-empty "$(DESTDIR)$(PREFIX)/$$d"; fi; done
 
 clean:
 	rm -rf build build-*
