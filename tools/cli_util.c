@@ -288,24 +288,45 @@ int cli_check_config(const char *command, const char *file, int no_env)
     return failed;
 }
 
+/* Length of the well-formed UTF-8 sequence at s (1-4), or 0. */
+static size_t utf8_sequence(const unsigned char *s)
+{
+    size_t n = s[0] < 0x80 ? 1 : s[0] >= 0xC2 && s[0] <= 0xDF ? 2 : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
+                           : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : 0;
+    for (size_t i = 1; i < n; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    if ((n == 3 && s[0] == 0xE0 && s[1] < 0xA0) || (n == 3 && s[0] == 0xED && s[1] >= 0xA0) || /* overlong, surrogate */
+        (n == 4 && s[0] == 0xF0 && s[1] < 0x90) || (n == 4 && s[0] == 0xF4 && s[1] >= 0x90))  /* overlong, > U+10FFFF */
+        return 0;
+    return n;
+}
+
 void cli_json_string(FILE *f, const char *text)
 {
-    fputc('"', f);
-    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
-        switch (*c) {
-        case '"': fputs("\\\"", f); break;
-        case '\\': fputs("\\\\", f); break;
-        case '\n': fputs("\\n", f); break;
-        case '\t': fputs("\\t", f); break;
-        case '\r': fputs("\\r", f); break;
-        default:
-            if (*c < 0x20)
-                fprintf(f, "\\u%04x", *c);
-            else
-                fputc(*c, f);
+    /* jansson writes the literal; it takes UTF-8 only, so each byte that is
+     * not part of a well-formed sequence becomes U+FFFD first */
+    size_t len = strlen(text);
+    char *valid = malloc(3 * len + 1);
+    size_t n = 0;
+    for (const unsigned char *s = (const unsigned char *)text; valid && *s;) {
+        size_t k = utf8_sequence(s);
+        if (k) {
+            memcpy(valid + n, s, k);
+            n += k;
+            s += k;
+        } else {
+            memcpy(valid + n, "\xEF\xBF\xBD", 3);
+            n += 3;
+            s++;
         }
     }
-    fputc('"', f);
+    json_t *string = valid ? json_stringn(valid, n) : NULL;
+    char *literal = string ? json_dumps(string, JSON_ENCODE_ANY) : NULL;
+    fputs(literal ? literal : "\"\"", f);
+    free(literal);
+    json_decref(string);
+    free(valid);
 }
 
 json_t *cli_json_parse(const char *text, char *err, size_t errsize)

@@ -243,6 +243,11 @@ int ps_cmd_ab(int argc, char **argv)
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "+:n:c:jp:h", long_options, NULL)) != -1) {
+        int no_value = c == 'n' || c == 'c' || c == 'p' || c == OPT_RENDER
+                           ? cli_value_is_double_dash("ab", argc, argv, optarg)
+                           : 0;
+        if (no_value)
+            return no_value;
         switch (c) {
         case 'n': {
             char *end;
@@ -276,6 +281,11 @@ int ps_cmd_ab(int argc, char **argv)
             return cli_usage_error("ab", "put '--' before the command ('poolshim ab -- %s ...')", argv[optind]);
         return cli_usage_error("ab", "no command given (poolshim ab [options] -- COMMAND ...)");
     }
+
+    /* every configuration as the shim will read it, before any run */
+    for (size_t i = 0; i < (config_count ? config_count : 1); i++)
+        if (cli_check_config("ab", config_count ? configs[i] : NULL, 0) != 0)
+            return CLI_EXIT_FAILURE;
 
     ab_session_t session;
     memset(&session, 0, sizeof session);

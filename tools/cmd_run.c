@@ -198,8 +198,9 @@ int ps_cmd_run(int argc, char **argv)
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "+:c:o:s::nh", long_options, NULL)) != -1) {
-        int no_value = (c == 'c' || c == 'o' || c == 'F' || c == 'L') &&
-                       cli_value_is_double_dash("run", argc, argv, optarg);
+        int no_value = c == 'c' || c == 'o' || c == 'F' || c == 'L'
+                           ? cli_value_is_double_dash("run", argc, argv, optarg)
+                           : 0;
         if (no_value) {
             free(options);
             return no_value;

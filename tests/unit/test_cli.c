@@ -1839,3 +1839,83 @@ Test(cli, run_and_plot_validate_config_options_and_log_before_starting)
     unlink(svg);
     unlink(bad);
 }
+
+/* Runs whose wall-time ranges overlap are not a speedup: the table says
+ * "same" instead of the ratio of two medians picked from noise. */
+Test(ab, overlapping_run_ranges_read_same_not_faster)
+{
+    const char *json = "{\"poolshim_ab\": 1, \"command\": \"/bin/true\", \"variants\": ["
+                       "{\"name\": \"baseline\", \"config\": \"\", \"baseline\": true, \"runs\": ["
+                       "{\"wall_s\": 0.0016, \"exit_code\": 0}, {\"wall_s\": 0.0011, \"exit_code\": 0},"
+                       "{\"wall_s\": 0.0013, \"exit_code\": 0}]},"
+                       "{\"name\": \"default\", \"config\": \"\", \"baseline\": false, \"runs\": ["
+                       "{\"wall_s\": 0.0010, \"exit_code\": 0}, {\"wall_s\": 0.0014, \"exit_code\": 0},"
+                       "{\"wall_s\": 0.0009, \"exit_code\": 0}]}]}";
+    ab_results_t *results = calloc(1, sizeof *results);
+    char err[256];
+    cr_assert_eq(ab_results_parse(json, results, err, sizeof err), 0, "%s", err);
+    char *text = NULL;
+    size_t length = 0;
+    FILE *f = open_memstream(&text, &length);
+    ab_print_table(f, results);
+    fclose(f);
+    cr_expect(strstr(text, "default vs baseline: total 1.30 ms -> 1.00 ms (same: the runs' ranges overlap)"), "%s",
+              text);
+    cr_expect(!strstr(text, "faster"), "%s", text);
+    free(text);
+    free(results);
+}
+
+/* ab -c with a configuration that cannot be read fails before any run. */
+Test(ab, bad_config_fails_before_running)
+{
+    char lib_env[1100], marker[64], script[128];
+    snprintf(lib_env, sizeof lib_env, "POOLSHIM_LIB=%s", harmless_library());
+    snprintf(marker, sizeof marker, "/tmp/poolshim-ab-started-%d", (int)getpid());
+    snprintf(script, sizeof script, "touch %s", marker);
+    unlink(marker);
+    const char *env[] = {lib_env, "POOLSHIM_OPTIONS=", "POOLSHIM_CONFIG=", NULL};
+    cli_result_t r = run_cli((const char *[]){"ab", "--runs", "1", "--no-cupti", "-c", "/nonexistent.ini", "--",
+                                              "/bin/sh", "-c", script, NULL},
+                             env);
+    cr_expect_eq(r.exit_code, 1, "stderr: %s", r.err);
+    cr_expect(strstr(r.err, "/nonexistent.ini"), "stderr: %s", r.err);
+    cr_expect(!strstr(r.out, "faster") && !strstr(r.out, "slower"), "no table: %s", r.out);
+    cr_expect(access(marker, F_OK) != 0, "nothing was run");
+    cli_result_free(&r);
+    r = run_cli((const char *[]){"ab", "-c", "--", "/bin/true", NULL}, env);
+    cr_expect_eq(r.exit_code, 2, "-c does not take '--': %s", r.err);
+    cli_result_free(&r);
+    unlink(marker);
+}
+
+/* A command holding bytes that are not UTF-8: --json is still valid JSON
+ * (written through jansson), and --render reads it back. */
+Test(ab, json_of_a_command_with_invalid_utf8_is_valid_and_renders)
+{
+    char lib_env[1100];
+    snprintf(lib_env, sizeof lib_env, "POOLSHIM_LIB=%s", harmless_library());
+    const char *env[] = {lib_env, "POOLSHIM_OPTIONS=", "POOLSHIM_CONFIG=", NULL};
+    cli_result_t r = run_cli((const char *[]){"ab", "--runs", "1", "--no-cupti", "--json", "--", "/bin/sh", "-c",
+                                              "exit 0", "caf\xe9\xff\"q\"", NULL},
+                             env);
+    cr_expect_eq(r.exit_code, 0, "stderr: %s", r.err);
+    json_t *doc;
+    char err[128];
+    cr_assert_eq(parse_json(r.out, &doc, err, sizeof err), 0, "%s in %s", err, r.out);
+    const char *command = cli_json_str(doc, "command", "");
+    cr_expect(strstr(command, "caf") && strstr(command, "\"q\""), "the command, readable: %s", command);
+    json_decref(doc);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/poolshim-ab-utf8-%d.json", (int)getpid());
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(r.out, f);
+    fclose(f);
+    cli_result_free(&r);
+    r = run_cli((const char *[]){"ab", "--render", path, NULL}, NULL);
+    cr_expect_eq(r.exit_code, 0, "ab --render reads its own file: %s", r.err);
+    cr_expect(strstr(r.out, "poolshim ab: /bin/sh -c"), "%s", r.out);
+    cli_result_free(&r);
+    unlink(path);
+}
