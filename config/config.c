@@ -68,12 +68,13 @@ static char *read_file(const char *path, size_t *len)
         errno = e;
         return NULL;
     }
-    if (!S_ISREG(st.st_mode)) {
+    if (S_ISDIR(st.st_mode)) {
         fclose(f);
-        errno = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+        errno = EISDIR;
         return NULL;
     }
-    size_t cap = (size_t)st.st_size + 1, n = 0;
+    /* a pipe (/dev/stdin) or a device has no size: read until its end */
+    size_t cap = (S_ISREG(st.st_mode) ? (size_t)st.st_size : 0) + 4096, n = 0;
     char *buf = malloc(cap);
     if (!buf) {
         fclose(f);

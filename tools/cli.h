@@ -105,7 +105,8 @@ double cli_json_double(const json_t *object, const char *path, double fallback);
 /* String at path, or `fallback`. */
 const char *cli_json_str(const json_t *object, const char *path, const char *fallback);
 
-/* Reads a whole file into a NUL-terminated buffer (free() it). */
+/* Reads a whole file into a NUL-terminated buffer (free() it); -1 with
+ * errno = EISDIR for a directory. */
 int cli_read_file(const char *path, char **text, size_t *length);
 /* Removes a directory of plain files (the per-process stats of run and ab). */
 void cli_remove_directory(const char *path);

@@ -403,6 +403,12 @@ int cli_split_csv(char *line, char **fields, int max)
 
 int cli_read_file(const char *path, char **text, size_t *length)
 {
+    /* zlib would open a directory and fail at the first read ("broken gzip data") */
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        errno = EISDIR;
+        return -1;
+    }
     /* zlib reads plain files as they are and gzip files decompressed */
     gzFile f = gzopen(path, "rb");
     if (!f)

@@ -272,7 +272,10 @@ int memlog_read(const char *path, memlog_t *out)
     char *text;
     size_t length;
     if (cli_read_file(path, &text, &length) != 0) {
-        fprintf(stderr, "poolshim: error: cannot read %s: %s\n", path, strerror(errno));
+        if (errno == EISDIR)
+            fprintf(stderr, "poolshim: error: %s: is a directory (give a log file)\n", path);
+        else
+            fprintf(stderr, "poolshim: error: cannot read %s: %s\n", path, strerror(errno));
         return -1;
     }
     int rc = memlog_parse(text, length, path, out);

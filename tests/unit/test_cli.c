@@ -1919,3 +1919,17 @@ Test(ab, json_of_a_command_with_invalid_utf8_is_valid_and_renders)
     cli_result_free(&r);
     unlink(path);
 }
+
+/* A directory given as a log says so, not "broken gzip data". */
+Test(cli, replay_of_a_directory_says_it_is_a_directory)
+{
+    cli_result_t r = run_cli((const char *[]){"replay", "/tmp", "--simulate", "1GiB", NULL}, NULL);
+    cr_expect_eq(r.exit_code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "/tmp: is a directory"), "%s", r.err);
+    cr_expect(!strstr(r.err, "gzip"), "%s", r.err);
+    cli_result_free(&r);
+    r = run_cli((const char *[]){"plot", "/tmp", "-o", "/tmp/poolshim-never.svg", NULL}, NULL);
+    cr_expect_eq(r.exit_code, 1, "%s", r.err);
+    cr_expect(strstr(r.err, "/tmp: is a directory"), "%s", r.err);
+    cli_result_free(&r);
+}

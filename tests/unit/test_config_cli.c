@@ -108,3 +108,40 @@ Test(config_cli, two_files_are_a_usage_error)
     cr_assert_eq(run_cli("a.ini --file b.ini", out, sizeof out), 2, "%s", out);
 }
 
+
+/* --check reads a stream: /dev/stdin on a pipe is neither seeked nor sized. */
+Test(config_cli, check_reads_a_configuration_from_a_pipe)
+{
+    const char *cli = getenv("POOLSHIM_CLI");
+    cr_assert_not_null(cli);
+    char out_path[] = "/tmp/poolshim-stdin-XXXXXX";
+    int fd = mkstemp(out_path);
+    cr_assert_geq(fd, 0);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "env -i HOME=/nonexistent %s config --check /dev/stdin >%s 2>&1", cli, out_path);
+    FILE *p = popen(cmd, "w");
+    cr_assert_not_null(p);
+    fputs("[global]\nstats = text\n", p);
+    int status = pclose(p);
+    char out[4096] = "";
+    FILE *f = fdopen(fd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit %d: %s", WEXITSTATUS(status), out);
+    cr_expect(strstr(out, "configuration is valid (/dev/stdin)"), "%s", out);
+
+    /* and an invalid one from a pipe names /dev/stdin:LINE */
+    snprintf(cmd, sizeof cmd, "env -i HOME=/nonexistent %s config --check /dev/stdin >%s 2>&1", cli, out_path);
+    p = popen(cmd, "w");
+    cr_assert_not_null(p);
+    fputs("[global]\nstats = xml\n", p);
+    status = pclose(p);
+    f = fopen(out_path, "r");
+    n = fread(out, 1, sizeof out - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 1, "%s", out);
+    cr_expect(strstr(out, "/dev/stdin:2: bad value `xml`"), "%s", out);
+    unlink(out_path);
+}
