@@ -48,6 +48,8 @@ static const char ab_usage[] =
     "libpoolshim_cupti.so) and N times with each configuration, alternating, and prints\n"
     "wall time, allocation calls, time inside them, calls that still reached CUDA and\n"
     "peak memory, with ratios against the baseline.\n"
+    "Over a launcher (torchrun, mpirun, srun), every process it starts reports, and\n"
+    "each variant gets a row per rank and a total.\n"
     "\n"
     "options:\n"
     "  -n, --runs N         runs per variant (default 3)\n"

@@ -1933,3 +1933,14 @@ Test(cli, replay_of_a_directory_says_it_is_a_directory)
     cr_expect(strstr(r.err, "/tmp: is a directory"), "%s", r.err);
     cli_result_free(&r);
 }
+
+/* ab's help says what it prints over a launcher. */
+Test(cli, ab_help_says_a_row_per_rank_over_a_launcher)
+{
+    cli_result_t r = run_cli((const char *[]){"ab", "--help", NULL}, NULL);
+    cr_expect_eq(r.exit_code, 0);
+    cr_expect(strstr(r.out, "torchrun") && strstr(r.out, "mpirun") && strstr(r.out, "a row per rank") &&
+                  strstr(r.out, "total"),
+              "%s", r.out);
+    cli_result_free(&r);
+}
