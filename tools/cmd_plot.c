@@ -114,8 +114,8 @@ int replay_plot(const memlog_t *log, const char *log_name, const char *config, u
         s->dashed = have_reserved;
     }
     if (status == 0 && recorded && recorded->count) { /* step 3 */
-        recorded_x = malloc(recorded->count * sizeof *recorded_x);
-        recorded_y = malloc(recorded->count * sizeof *recorded_y);
+        recorded_x = malloc((recorded->count + 1) * sizeof *recorded_x); /* + the log's end */
+        recorded_y = malloc((recorded->count + 1) * sizeof *recorded_y);
         if (!recorded_x || !recorded_y) {
             status = -1;
         } else {
@@ -123,11 +123,22 @@ int replay_plot(const memlog_t *log, const char *log_name, const char *config, u
                 recorded_x[i] = recorded->points[i].time_s;
                 recorded_y[i] = recorded->points[i].reserved;
             }
+            /* what the GPU held stays held until the log's end, not until its last change */
+            double log_end = recorded_x[recorded->count - 1];
+            for (int d = 0; d < devices; d++)
+                if (stats[d].sample_count && xs[d][stats[d].sample_count - 1] > log_end)
+                    log_end = xs[d][stats[d].sample_count - 1];
+            size_t count = recorded->count;
+            if (log_end > recorded_x[count - 1]) {
+                recorded_x[count] = log_end;
+                recorded_y[count] = recorded_y[count - 1];
+                count++;
+            }
             plot_series_t *s = &series[series_count++];
             snprintf(s->name, sizeof s->name, "reserved on the GPU (recorded)");
             s->x = recorded_x;
             s->y = recorded_y;
-            s->count = recorded->count;
+            s->count = count;
         }
     }
     if (status == 0) {

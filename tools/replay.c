@@ -531,7 +531,7 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
     int recorded = 0;
     for (size_t i = 0; i < count; i++)
         recorded |= results[i].has_recorded;
-    fprintf(f, "\n%-6s  %-16s  %10s  %10s  %14s  %14s  %8s  %13s  %8s  %9s", "device", "stack",
+    fprintf(f, "\n%-6s  %-16s  %10s  %10s  %14s  %14s  %8s  %14s  %8s  %9s", "device", "stack",
             "alloc/op", "free/op", "peak requested", "peak reserved", "overhead", "fragmentation",
             "failures", "upstream");
     fprintf(f, recorded ? "  %14s  %8s\n" : "\n", "recorded peak", "overhead");
@@ -546,8 +546,8 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
             snprintf(overhead, sizeof overhead, "%.2fx", (double)r->peak_reserved / (double)r->peak_requested);
         else
             snprintf(overhead, sizeof overhead, "-");
-        snprintf(frag, sizeof frag, "%.1f%%", r->fragmentation * 100);
-        fprintf(f, "%-6d  %-16s  %10s  %10s  %14s  %14s  %8s  %13s  %8llu  %9llu", r->device,
+        snprintf(frag, sizeof frag, "%.1f%% of free", r->fragmentation * 100); /* of the free bytes */
+        fprintf(f, "%-6d  %-16s  %10s  %10s  %14s  %14s  %8s  %14s  %8llu  %9llu", r->device,
                 r->stack, alloc_op, free_op, requested, reserved, overhead, frag,
                 (unsigned long long)r->failures, (unsigned long long)r->upstream_allocs);
         if (recorded && r->has_recorded) {
@@ -572,8 +572,8 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
     for (size_t i = 0; i < count; i++)
         if (results[i].has_layout)
             print_layout_text(f, &results[i]);
-    fprintf(f, "\noverhead = peak reserved / peak requested; fragmentation = 1 - largest free block / "
-               "free bytes, at the requested peak\n");
+    fprintf(f, "\noverhead = peak reserved / peak requested; fragmentation = the share of the free bytes "
+               "(reserved, not in use) outside the largest free block, at the requested peak\n");
     if (recorded)
         fprintf(f, "recorded peak = what the recorded program's GPU really held at most (the log's companion "
                    "LOG.reserved.csv, written by the shim)\n");

@@ -2,7 +2,7 @@
  *
  * Algorithm:
  *   1. Find the x and y ranges over all series; y starts at 0.
- *   2. Pick the byte unit by the maximum (B, KiB, MiB, GiB, TiB) and nice
+ *   2. Pick the byte unit by the maximum (B, KiB, ... EiB) and nice
  *      ticks (1/2/5 x 10^k) in that unit for y, and in seconds (or events)
  *      for x; the axis ends at the first tick at or above the maximum.
  *   3. Memory is piecewise constant, so each series is a step line. More
@@ -59,9 +59,11 @@ static void xml_text(FILE *f, const char *text)
 /* Tick label without trailing zeros ("0.5", "2", "1.25"). */
 static void tick_label(char *buf, size_t size, double value, double step)
 {
+    /* as many decimals as the step needs (0.0000005 s steps of a log shorter
+     * than 10 us included), so that neighbouring labels always differ */
     int decimals = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
-    if (decimals > 6)
-        decimals = 6;
+    if (decimals > 15)
+        decimals = 15;
     snprintf(buf, size, "%.*f", decimals, fabs(value) < step * 1e-6 ? 0.0 : value);
 }
 
@@ -88,10 +90,11 @@ int svg_plot_write(FILE *f, const plot_spec_t *spec)
     if (x_max <= x_min)
         x_max = x_min + 1;
 
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    /* up to EiB: 2^64 bytes is 16 EiB, so labels stay within four digits */
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
     int unit = 0;
     double divisor = 1;
-    while (unit < 4 && (double)y_max >= divisor * 1024) {
+    while (unit < 6 && (double)y_max >= divisor * 1024) {
         divisor *= 1024;
         unit++;
     }

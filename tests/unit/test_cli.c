@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 
+#include <ctype.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <link.h>
@@ -1942,5 +1943,111 @@ Test(cli, ab_help_says_a_row_per_rank_over_a_launcher)
     cr_expect(strstr(r.out, "torchrun") && strstr(r.out, "mpirun") && strstr(r.out, "a row per rank") &&
                   strstr(r.out, "total"),
               "%s", r.out);
+    cli_result_free(&r);
+}
+
+/* The last x of the polyline whose points follow the legend's colour `n`
+ * (0-based order of the <polyline> elements). */
+static double last_x_of_polyline(const char *svg, int n)
+{
+    const char *p = svg;
+    for (int i = 0; i <= n; i++) {
+        p = strstr(p, "<polyline");
+        cr_assert_not_null(p, "polyline %d", n);
+        p++;
+    }
+    const char *end = strstr(p, "\"/>");
+    cr_assert_not_null(end);
+    const char *last = end;
+    while (last > p && last[-1] != ' ')
+        last--;
+    return atof(last);
+}
+
+/* The recorded curve runs to the log's end, not to its own last change. */
+Test(plot, recorded_curve_extends_to_the_end_of_the_log)
+{
+    char svg[] = "/tmp/poolshim-test-plot-XXXXXX";
+    int fd = mkstemp(svg);
+    cr_assert(fd >= 0);
+    close(fd);
+    cli_result_t r = run_cli((const char *[]){"plot", data_path("cli/recorded_short.csv"), "-o", svg, NULL}, NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cli_result_free(&r);
+    char *text = slurp(svg);
+    cr_assert(text && strstr(text, "reserved on the GPU (recorded)"), "%s", text);
+    /* polylines: simulated reserved, requested, recorded */
+    double requested_end = last_x_of_polyline(text, 1), recorded_end = last_x_of_polyline(text, 2);
+    cr_expect_float_eq(recorded_end, requested_end, 0.05, "recorded ends at x=%.1f, the log at x=%.1f", recorded_end,
+                       requested_end);
+    free(text);
+    unlink(svg);
+}
+
+/* Collects the numeric tick labels of one axis (text-anchor middle: x; end: y). */
+static size_t tick_labels(const char *svg, const char *anchor, char labels[][32], size_t max)
+{
+    size_t n = 0;
+    char needle[64];
+    snprintf(needle, sizeof needle, "text-anchor=\"%s\">", anchor);
+    for (const char *p = svg; (p = strstr(p, needle)) && n < max; p++) {
+        const char *start = p + strlen(needle), *stop = strchr(start, '<');
+        if (!stop || stop - start >= 32 || !(isdigit((unsigned char)*start) || *start == '-'))
+            continue;
+        snprintf(labels[n++], 32, "%.*s", (int)(stop - start), start);
+    }
+    return n;
+}
+
+static char *plot_to_text(const plot_spec_t *spec)
+{
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    cr_assert_eq(svg_plot_write(f, spec), 0);
+    fclose(f);
+    return text;
+}
+
+/* A log shorter than 10 us still gets distinct time labels. */
+Test(plot, tick_labels_are_distinct_for_a_log_shorter_than_10_us)
+{
+    static const double x[] = {0, 0.5e-6, 1.5e-6, 2.2e-6, 3e-6};
+    static const uint64_t y[] = {1024, 4096, 2048, 8192, 0};
+    plot_series_t series = {"requested", x, y, 5, 0};
+    plot_spec_t spec = {"short", NULL, 1, &series, 1};
+    char *text = plot_to_text(&spec);
+    char labels[64][32];
+    size_t n = tick_labels(text, "middle", labels, 64);
+    cr_assert_geq(n, 3, "x tick labels: %s", text);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = i + 1; k < n; k++)
+            cr_expect(strcmp(labels[i], labels[k]) != 0, "tick label %s twice", labels[i]);
+    free(text);
+}
+
+/* Huge values: the unit grows past TiB (PiB, EiB) so labels stay short. */
+Test(plot, huge_values_use_units_past_tib)
+{
+    static const double x[] = {0, 1, 2};
+    static const uint64_t y[] = {0, UINT64_MAX / 2, UINT64_MAX};
+    plot_series_t series = {"requested", x, y, 3, 0};
+    plot_spec_t spec = {"huge", NULL, 1, &series, 1};
+    char *text = plot_to_text(&spec);
+    cr_expect(strstr(text, "memory (EiB)"), "%s", text);
+    char labels[64][32];
+    size_t n = tick_labels(text, "end", labels, 64);
+    cr_assert_geq(n, 3);
+    for (size_t i = 0; i < n; i++)
+        cr_expect_leq(strlen(labels[i]), 4, "y label %s", labels[i]);
+    free(text);
+}
+
+/* replay's row says what fragmentation is a percentage of. */
+Test(replay, fragmentation_says_what_it_is_a_share_of)
+{
+    cli_result_t r = run_cli((const char *[]){"replay", data_path("logs/small.csv"), "--simulate", "1GiB", NULL}, NULL);
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect(strstr(r.out, "50.0% of free"), "%s", r.out);
     cli_result_free(&r);
 }
