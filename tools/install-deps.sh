@@ -3,7 +3,7 @@
 # when missing. Runs apt-get as root (directly, or through sudo).
 set -e
 need=""
-for pkg in gcc make libcriterion-dev libinih-dev libjansson-dev zlib1g-dev libxml2-utils librsvg2-bin pkg-config; do
+for pkg in gcc make libcriterion-dev libinih-dev libjansson-dev zlib1g-dev libxml2-utils librsvg2-bin pkg-config python3 python3-venv python3-pip; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need="$need $pkg"
 done
 [ -z "$need" ] && { echo "deps: all present"; exit 0; }
