@@ -19,6 +19,7 @@
  *                    IPC export/import, peer access to mapped memory
  *                    (both share gpu_ops_cuda_internal.h)
  *   stats.c          the shim's counters and exit report
+ *   hints.c          the exit report's hints (PyTorch's or CuPy's own cache was on)
  *   nvtx.c           debug.nvtx: chunks as NVTX heaps, blocks as regions (compute-sanitizer)
  *
  * Calls go one way:

@@ -352,6 +352,17 @@ void ps_stats_snapshot(int device, ps_shim_stats_t *out)
     pthread_mutex_unlock(&sum_lock);
 }
 
+uint64_t ps_stats_allocations_total(void)
+{
+    static thread_counters_t sum;
+    sum_all(&sum);
+    uint64_t n = 0;
+    for (int d = 0; d < PS_MAX_DEVICES; d++)
+        for (int c = 0; c < PS_CALL_CUDA_HOST_ALLOC; c += 2) /* the allocate calls (even); pinned host apart */
+            n += sum.calls[d][c];
+    return n;
+}
+
 uint64_t ps_stats_passthrough_total(void)
 {
     static thread_counters_t sum;
@@ -619,8 +630,11 @@ void ps_stats_write(FILE *f, int json)
 }
 
 static int report_disabled; /* set in a forked child: see ps_stats_forget_at_exit */
+static int forked_child;    /* set in every forked child: no hints (ps_hints_at_exit) */
 
 void ps_stats_forget_at_exit(void) { report_disabled = 1; }
+
+static void write_report_at_exit(void);
 
 void ps_stats_report_at_exit(void)
 {
@@ -639,8 +653,15 @@ void ps_stats_report_at_exit(void)
         if (dev->host_stack && dev->host_stack->track)
             ps_track_report(dev->host_stack->track, stderr);
     }
-    if (!ps_global || ps_global->stats == PS_STATS_OFF)
-        return;
+    if (ps_global && ps_global->stats != PS_STATS_OFF)
+        write_report_at_exit();
+    if (!forked_child)
+        ps_hints_at_exit(); /* last, after the report */
+}
+
+/* The statistics report at exit, to stderr or global.stats_file. */
+static void write_report_at_exit(void)
+{
     FILE *f = stderr;
     char path[PS_PATH_MAX];
     if (ps_global->stats_file[0] && ps_expand_path(ps_global->stats_file, -1, path, sizeof path) == PS_OK) {
@@ -657,5 +678,6 @@ void ps_stats_report_at_exit(void)
 
 void ps_stats_atfork_child(void)
 {
+    forked_child = 1;
     pthread_mutex_init(&list_lock, NULL);
 }

@@ -100,6 +100,14 @@ void ps_stats_write(FILE *f, int json);
 /* atexit: report, flush logs, leak report. Touches memory and files only. */
 void ps_stats_report_at_exit(void);
 void ps_stats_atfork_child(void);
+/* Device allocations the shim served (cudaMalloc, cudaMallocAsync,
+ * cuMemAlloc, cuMemAllocAsync), all devices and threads; kept with
+ * statistics off too. */
+uint64_t ps_stats_allocations_total(void);
+/* At exit, from ps_stats_report_at_exit (hints.c): one warning when PyTorch's
+ * caching allocator or CuPy's pool kept the framework's memory away from the
+ * shim. Reads memory and the loaded objects' names only; not in a forked child. */
+void ps_hints_at_exit(void);
 /* In a forked child of a process that built stacks: the exit report does
  * nothing (the stacks' locks may be held, the figures are the parent's). */
 void ps_stats_forget_at_exit(void);

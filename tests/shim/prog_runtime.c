@@ -1028,6 +1028,24 @@ static void version(void)
     CHECK(cudaFree(p) == cudaSuccess, "cudaFree");
 }
 
+/* A framework's CUDA library in the process: FAKE_FRAMEWORK_LIB, when set,
+ * names a shared object to load (named as PyTorch's or CuPy's,
+ * tests/shim/shim.mk), kept loaded until exit; then argv[2] (default 4)
+ * cudaMalloc/cudaFree pairs. The shim's exit hint (shim/hints.c) reads the
+ * loaded objects' names. */
+static void framework(const char *pairs)
+{
+    const char *lib = getenv("FAKE_FRAMEWORK_LIB");
+    if (lib && *lib)
+        CHECK(dlopen(lib, RTLD_NOW) != NULL, "dlopen %s: %s", lib, dlerror());
+    int n = atoi(pairs);
+    for (int i = 0; i < n; i++) {
+        void *p = NULL;
+        CHECK(cudaMalloc(&p, 4096 + (size_t)i) == cudaSuccess, "cudaMalloc %d", i);
+        CHECK(cudaFree(p) == cudaSuccess, "cudaFree %d", i);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "basic";
@@ -1059,6 +1077,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "nvtx")) nvtx(argc > 2 ? argv[2] : "on");
     else if (!strcmp(what, "guard")) guard(argc > 2 ? argv[2] : "clean");
     else if (!strcmp(what, "version")) version();
+    else if (!strcmp(what, "framework")) framework(argc > 2 ? argv[2] : "4");
     else { fprintf(stderr, "unknown scenario %s\n", what); return 2; }
     return finish(what);
 }

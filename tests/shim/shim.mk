@@ -11,6 +11,8 @@ SHIM_PROGS := $(SHIMTEST)/prog_runtime $(SHIMTEST)/prog_ipc $(SHIMTEST)/prog_sta
 ifeq ($(filter -DPS_NO_NVTX,$(NVTX_CFLAGS)),)
 SHIM_PROGS += $(FAKE)/libfake_nvtx.so
 endif
+# objects named as PyTorch's and CuPy's CUDA libraries, for the exit hints (shim/hints.c)
+SHIM_PROGS += $(FAKE)/libc10_cuda.so $(FAKE)/cupy/cuda/memory.so
 ifneq ($(findstring address,$(SANITIZE)),)
 # an ASan-built library can only be preloaded behind the ASan runtime
 SHIM_PRELOAD_PREFIX := $(shell $(CC) -print-file-name=libasan.so)
@@ -30,6 +32,10 @@ $(FAKE)/libcudart.so.13: tests/shim/fake_cudart.c tests/shim/fake_cudart.map shi
 $(FAKE)/libfake_nvtx.so: tests/shim/fake_nvtx.c
 	@mkdir -p $(FAKE)
 	$(CC) $(PROG_FLAGS) -fPIC -shared $(NVTX_CFLAGS) -o $@ $<
+
+$(FAKE)/libc10_cuda.so $(FAKE)/cupy/cuda/memory.so: tests/shim/fake_framework.c
+	@mkdir -p $(dir $@)
+	$(CC) $(PROG_FLAGS) -fPIC -shared -o $@ $<
 
 $(SHIMTEST)/prog_runtime: tests/shim/prog_runtime.c tests/shim/prog_common.h tests/shim/fake_cuda.h $(FAKE)/libcudart.so.13
 	@mkdir -p $(SHIMTEST)

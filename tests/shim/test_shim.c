@@ -1098,3 +1098,80 @@ Test(version, poolshim_version_and_the_reports_carry_the_version_file)
               "the text report's first line names poolshim %s:\n%s", v, output);
     cr_expect(header && strstr(header, "poolshim: device 0 (stack:") > header, "the header comes first:\n%s", output);
 }
+
+/* ---- exit hints: a framework's own cache keeps its memory from the shim (shim/hints.c) ---- */
+#define TORCH_HINT "poolshim: warning: PyTorch's caching allocator was on, so poolshim served only "
+#define CUPY_HINT "poolshim: warning: CuPy was loaded and poolshim served only "
+
+static int occurrences(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what))
+        n++;
+    return n;
+}
+
+/* prog_runtime framework with `lib` (a file of the build's fake folder, or
+ * NULL) loaded, `pairs` cudaMalloc/cudaFree pairs and `env` besides */
+static void run_framework(int preload, const char *lib, const char *env, int pairs, const char *active)
+{
+    char vars[1024], prog[64];
+    snprintf(vars, sizeof vars, "%s%s%s%s", lib ? "FAKE_FRAMEWORK_LIB=" : "", lib ? getenv("POOLSHIM_BUILD") : "",
+             lib ? lib : "", env ? env : "");
+    snprintf(prog, sizeof prog, "prog_runtime framework %d", pairs);
+    expect_pass(preload, vars, prog, active);
+}
+
+Test(hints, pytorch_with_its_cache_on_gets_one_hint_at_exit)
+{
+    run_framework(1, "/fake/libc10_cuda.so", NULL, 4, "shim active");
+    cr_expect_eq(occurrences(output, TORCH_HINT "4 allocations (its cache holds the memory); run with "
+                                     "PYTORCH_NO_CUDA_MEMORY_CACHING=1 to let poolshim serve PyTorch\n"),
+                 1, "one hint:\n%s", output);
+    cr_expect_eq(occurrences(output, CUPY_HINT), 0, "no CuPy hint:\n%s", output);
+    run_framework(1, "/fake/libc10_cuda.so", " PYTORCH_NO_CUDA_MEMORY_CACHING=0 POOLSHIM_STATS=text", 4, "shim active");
+    cr_expect_eq(occurrences(output, TORCH_HINT "4 allocations"), 1, "=0 leaves the cache on:\n%s", output);
+    const char *report = strstr(output, "poolshim: statistics of pid ");
+    cr_expect(report && strstr(output, TORCH_HINT) > report, "the hint comes after the report:\n%s", output);
+}
+
+Test(hints, pytorch_with_its_cache_off_gets_none)
+{
+    run_framework(1, "/fake/libc10_cuda.so", " PYTORCH_NO_CUDA_MEMORY_CACHING=1", 4, "shim active");
+    cr_expect_eq(occurrences(output, TORCH_HINT), 0, "no hint with the cache off:\n%s", output);
+    run_framework(1, "/fake/libc10_cuda.so", " PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync", 4, "shim active");
+    cr_expect_eq(occurrences(output, TORCH_HINT), 0, "no hint with the cudaMallocAsync backend:\n%s", output);
+}
+
+Test(hints, cupy_with_few_allocations_gets_one_hint)
+{
+    run_framework(1, "/fake/cupy/cuda/memory.so", NULL, 4, "shim active");
+    cr_expect_eq(occurrences(output, CUPY_HINT "4 allocations: CuPy's memory pool may be on; "
+                                    "cupy.cuda.set_allocator(None) lets poolshim serve it\n"),
+                 1, "one hint:\n%s", output);
+    cr_expect_eq(occurrences(output, TORCH_HINT), 0, "no PyTorch hint:\n%s", output);
+}
+
+Test(hints, cupy_with_many_allocations_gets_none)
+{
+    run_framework(1, "/fake/cupy/cuda/memory.so", NULL, 100, "shim active");
+    cr_expect_eq(occurrences(output, CUPY_HINT), 0, "the shim served CuPy:\n%s", output);
+}
+
+Test(hints, nothing_loaded_gets_none)
+{
+    run_framework(1, NULL, NULL, 4, "shim active");
+    cr_expect(!strstr(output, TORCH_HINT) && !strstr(output, CUPY_HINT), "no framework, no hint:\n%s", output);
+}
+
+Test(hints, verbose_0_disable_and_native_get_none)
+{
+    run_framework(1, "/fake/libc10_cuda.so", " POOLSHIM_VERBOSE=0", 4, "shim active");
+    cr_expect_eq(occurrences(output, TORCH_HINT), 0, "POOLSHIM_VERBOSE=0 silences it:\n%s", output);
+    run_framework(1, "/fake/cupy/cuda/memory.so", " POOLSHIM_VERBOSE=0", 4, "shim active");
+    cr_expect_eq(occurrences(output, CUPY_HINT), 0, "POOLSHIM_VERBOSE=0 silences it:\n%s", output);
+    run_framework(1, "/fake/libc10_cuda.so", " POOLSHIM_DISABLE=1", 4, "shim inactive");
+    cr_expect_eq(occurrences(output, TORCH_HINT), 0, "disabled: nothing:\n%s", output);
+    run_framework(0, "/fake/libc10_cuda.so", NULL, 4, "shim inactive");
+    cr_expect_eq(occurrences(output, TORCH_HINT), 0, "natively: nothing:\n%s", output);
+}
