@@ -1,7 +1,8 @@
 /* One conformance suite, run for every resource and adaptor-over-resource
  * in FACTORIES (adding a stack is one row). Each test creates its stack
  * over the `cuda` upstream (core/upstream.h) on the fake device
- * (core/host_ops.h). */
+ * (core/host_ops.h), or over `async`, `managed` or `host` (the pinned
+ * host pool) where the row says so. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <pthread.h>
@@ -16,6 +17,7 @@
 #include "../../core/fixed_size.h"
 #include "../../core/pool.h"
 #include "../../core/host_ops.h"
+#include "../../core/host_vm.h"
 #include "../../core/upstream.h"
 
 #define MAX_OWNED 8
@@ -27,6 +29,7 @@ typedef struct fixture {
     ps_resource_t *top;              /* the stack under test */
     size_t max_request;              /* largest size the stack serves */
     char log_path[64];               /* log adaptor's file, if any */
+    ps_gpu_ops_t *host_vm;           /* pinned host range's table over gpu, if any */
 } fixture_t;
 
 static ps_resource_t *own(fixture_t *fx, ps_resource_t *r)
@@ -177,6 +180,147 @@ static void make_binning_over_pool(fixture_t *fx, const ps_host_ops_options_t *h
     fx->max_request = 3 * PS_MiB;
 }
 
+/* The device's own upstreams besides `cuda`: every block is one upstream
+ * call, so keep them small (as make_cuda). */
+static void make_async(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    ps_host_ops_options_t fine = *h;
+    fine.upstream_alignment = 256;
+    cr_assert_eq(ps_host_ops_create(&fine, &fx->gpu), PS_OK);
+    ps_resource_t *up;
+    cr_assert_eq(ps_async_resource_create("async", fx->gpu, 0, &up), PS_OK);
+    own(fx, up);
+    fx->max_request = 3 * PS_MiB;
+}
+
+static void make_managed(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    ps_host_ops_options_t fine = *h;
+    fine.upstream_alignment = 256;
+    cr_assert_eq(ps_host_ops_create(&fine, &fx->gpu), PS_OK);
+    ps_resource_t *up;
+    cr_assert_eq(ps_managed_resource_create("managed", fx->gpu, &up), PS_OK);
+    own(fx, up);
+    fx->max_request = 3 * PS_MiB;
+}
+
+/* A pool with the default options but for the reuse policy and the
+ * per-thread cache. */
+static ps_resource_t *pool_with(fixture_t *fx, ps_resource_t *up, ps_free_sync_t free_sync, size_t thread_cache)
+{
+    ps_resource_t *r;
+    ps_pool_options_t o;
+    ps_pool_options_default(&o);
+    o.free_sync = free_sync;
+    o.thread_cache = thread_cache;
+    cr_assert_eq(ps_pool_create("pool", up, fx->gpu, &o, &r), PS_OK);
+    return own(fx, r);
+}
+
+/* The default pool on a device with virtual memory: expandable. */
+static void make_pool_expandable(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    ps_host_ops_options_t vm = *h;
+    vm.virtual_memory = 1;
+    ps_resource_t *pool = pool_over(fx, make_upstream(fx, &vm));
+    cr_assert(ps_pool_is_expandable(pool));
+    fx->max_request = 5 * PS_MiB;
+}
+
+static void make_pool_no_thread_cache(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    pool_with(fx, make_upstream(fx, h), PS_FREE_SYNC_BARRIER, 0);
+    fx->max_request = 5 * PS_MiB;
+}
+
+static void make_pool_event(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    pool_with(fx, make_upstream(fx, h), PS_FREE_SYNC_EVENT, 16 * PS_MiB);
+    fx->max_request = 5 * PS_MiB;
+}
+
+static void make_pool_device(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    pool_with(fx, make_upstream(fx, h), PS_FREE_SYNC_DEVICE, 16 * PS_MiB);
+    fx->max_request = 5 * PS_MiB;
+}
+
+static void make_pool_none(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    pool_with(fx, make_upstream(fx, h), PS_FREE_SYNC_NONE, 16 * PS_MiB);
+    fx->max_request = 5 * PS_MiB;
+}
+
+static void make_pool_expandable_event(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    ps_host_ops_options_t vm = *h;
+    vm.virtual_memory = 1;
+    ps_resource_t *pool = pool_with(fx, make_upstream(fx, &vm), PS_FREE_SYNC_EVENT, 16 * PS_MiB);
+    cr_assert(ps_pool_is_expandable(pool));
+    fx->max_request = 5 * PS_MiB;
+}
+
+/* The guard writes and reads back its red zones: a backed device. */
+static void make_guard(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    ps_host_ops_options_t backed = *h;
+    backed.backed = 1;
+    ps_resource_t *pool = pool_over(fx, make_upstream(fx, &backed)), *r;
+    cr_assert_eq(ps_guard_create("guard", pool, fx->gpu, 256, NULL, &r), PS_OK);
+    own(fx, r);
+    fx->max_request = 3 * PS_MiB;
+}
+
+/* The pinned host pool as [host]'s defaults build it (config/validate.c,
+ * ps_host_pool_options): free_sync event, no thread cache, a growth bound,
+ * 64 KiB chunk granule, over the `host` upstream (host_alloc); with
+ * `expandable`, one host range through core/host_vm.h. */
+static void pinned_over(fixture_t *fx, const ps_host_ops_options_t *h, int expandable)
+{
+    ps_host_ops_options_t ho = *h;
+    ho.virtual_memory = expandable;
+    cr_assert_eq(ps_host_ops_create(&ho, &fx->gpu), PS_OK);
+    ps_resource_t *up, *r;
+    cr_assert_eq(ps_host_resource_create("host", fx->gpu, PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED, &up), PS_OK);
+    own(fx, up);
+    ps_pool_options_t o;
+    ps_pool_options_default(&o);
+    o.min_chunk = 2 * PS_MiB;
+    o.max_chunk = PS_GiB;
+    o.growth_percent = 0;
+    o.free_sync = PS_FREE_SYNC_EVENT;
+    o.thread_cache = 0;
+    o.expandable = expandable;
+    o.expandable_reserve = (size_t)256 << 30;
+    o.expandable_piece = 2 * PS_MiB;
+    o.grow_budget_percent = expandable ? 110 : 0;
+    o.grow_budget_min = expandable ? 16 * PS_MiB : 0;
+    o.barrier_pending_percent = 0;
+    o.pending_wait_bytes = 4 * PS_MiB;
+    o.pending_wait_percent = 10;
+    o.release_before_grow = 1;
+    o.chunk_granule = 64 * PS_KiB;
+    const ps_gpu_ops_t *table = fx->gpu;
+    if (expandable) {
+        cr_assert_eq(ps_host_vm_create(fx->gpu, &fx->host_vm), PS_OK);
+        table = fx->host_vm;
+    }
+    cr_assert_eq(ps_pool_create("pinned", up, table, &o, &r), PS_OK);
+    own(fx, r);
+    cr_assert_eq(ps_pool_is_expandable(r), expandable);
+    fx->max_request = 5 * PS_MiB;
+}
+
+static void make_pinned(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    pinned_over(fx, h, 0);
+}
+
+static void make_pinned_expandable(fixture_t *fx, const ps_host_ops_options_t *h)
+{
+    pinned_over(fx, h, 1);
+}
+
 typedef struct factory {
     const char *name;                                            /* row name */
     void (*make)(fixture_t *fx, const ps_host_ops_options_t *h); /* builds the stack */
@@ -195,6 +339,17 @@ static const factory_t FACTORIES[] = {
     {"stats_over_arena", make_stats},
     {"track_over_arena", make_track},
     {"log_over_arena", make_log},
+    {"async", make_async},
+    {"managed", make_managed},
+    {"pool_expandable", make_pool_expandable},
+    {"pool_expandable_free_sync_event", make_pool_expandable_event},
+    {"pool_no_thread_cache", make_pool_no_thread_cache},
+    {"pool_free_sync_event", make_pool_event},
+    {"pool_free_sync_device", make_pool_device},
+    {"pool_free_sync_none", make_pool_none},
+    {"guard_over_pool", make_guard},
+    {"pinned_host_pool", make_pinned},
+    {"pinned_host_pool_expandable", make_pinned_expandable},
 };
 #define FACTORY_COUNT (sizeof FACTORIES / sizeof FACTORIES[0])
 
@@ -209,6 +364,8 @@ static void teardown(fixture_t *fx)
 {
     while (fx->owned_count)
         ps_destroy(fx->owned[--fx->owned_count]);
+    if (fx->host_vm)
+        ps_host_vm_destroy(fx->host_vm);
     ps_host_ops_destroy(fx->gpu);
     if (fx->log_path[0])
         unlink(fx->log_path);
