@@ -19,14 +19,6 @@ $(CUPTI_LIB): $(CUPTI_SRC)
 	$(CC) $(filter-out $(SANFLAGS),$(CFLAGS)) -I$(CUDA_HOME)/include -shared -o $@ $(CUPTI_SRC) \
 	    -L$(CUPTI_LIBDIR) -Wl,-rpath,$(CUPTI_LIBDIR) -lcupti -pthread
 
-# The CLI reaches the simulated device (core/host_ops.c) and the config
-# loader (config/config.c) through weak references (tools/cli_core.c), so it
-# links while those modules are still stubs. Weak references do not pull
-# members out of an archive, so -u pulls them in once they are defined.
-TOOLS_PULL := $(if $(shell grep -ls '^int ps_host_ops_create' core/*.c),ps_host_ops_create) \
-              $(if $(shell grep -ls '^int ps_config_load' config/*.c),ps_config_load)
-$(CLI): LDFLAGS += $(foreach s,$(strip $(TOOLS_PULL)),-Wl,-u,$(s))
-
 # The unit tests call the tools' pure functions (rendering, log parsing,
 # replay, plots, JSON reading) in-process: every tools object but main() goes into an
 # archive linked into build/test_unit after the core (which it needs).

@@ -34,9 +34,7 @@ int ps_cmd_ab(int argc, char **argv);
 int ps_cmd_replay(int argc, char **argv);
 int ps_cmd_plot(int argc, char **argv);
 int ps_cmd_stats(int argc, char **argv);
-/* `poolshim config` lives in tools/cmd_config.c (the config work); weak so
- * the CLI links without it and says "not available". */
-int ps_cmd_config(int argc, char **argv) __attribute__((weak));
+int ps_cmd_config(int argc, char **argv);
 
 /* ---- tools/cli_util.c ---- */
 

@@ -69,10 +69,6 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++) {
         if (strcmp(name, subcommands[i].name) != 0)
             continue;
-        if (!subcommands[i].run) {
-            fprintf(stderr, "poolshim: error: '%s' is not available in this build\n", name);
-            return CLI_EXIT_FAILURE;
-        }
         return subcommands[i].run(argc - 1, argv + 1);
     }
     fprintf(stderr, "poolshim: error: unknown command '%s'\n\n%s", name, usage_text);

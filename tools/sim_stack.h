@@ -14,10 +14,8 @@
 
 typedef struct sim_stack {
     ps_gpu_ops_t *gpu;         /* the simulated device */
-    ps_config_t *config;       /* loaded config (NULL for the built-in fallback) */
-    ps_stack_t *stack;         /* stack built from the config, or NULL */
-    ps_resource_t *upstream;   /* fallback stack: cuda upstream ... */
-    ps_resource_t *pool;       /* ... under a default pool */
+    ps_config_t *config;       /* loaded config */
+    ps_stack_t *stack;         /* stack built from the config */
     ps_resource_t *top;        /* where to allocate */
     char name[128];            /* "default" or the config file's base name */
 } sim_stack_t;
@@ -26,8 +24,7 @@ typedef struct sim_stack {
  * for `device` on a simulated device of `capacity` bytes whose GPU lags the
  * host by `gpu_lag_ns` (0: fences complete at once; else a fence completes
  * gpu_lag_ns after it was recorded, on the clock the replay advances with
- * ps_host_ops_set_clock(sim.gpu, ...)). When this build has no config
- * loader, the default is a pool with default options. */
+ * ps_host_ops_set_clock(sim.gpu, ...)). */
 int sim_stack_create(const char *config_path, int device, uint64_t capacity, uint64_t gpu_lag_ns,
                      sim_stack_t *out);
 void sim_stack_destroy(sim_stack_t *sim);
