@@ -328,7 +328,7 @@ static int live_mem_free(void *vctx, void *ptr, size_t size)
  * current fails. So at its first allocation the pool is opened to every
  * device that can reach this one, as cudaMalloc memory is (the program
  * then sees that access on its pool too). Context entered by the caller. */
-static void share_pool_locked(device_ops_t *d, uint64_t peers)
+static void open_pool_to_peers(device_ops_t *d, uint64_t peers)
 {
     CUmemoryPool pool = NULL;
     if (!ps_real.cuDeviceGetMemPool || !ps_real.cuMemPoolSetAccess ||
@@ -355,7 +355,7 @@ static int live_mem_alloc_async(void *vctx, size_t size, ps_stream_t stream, voi
     uint64_t peers = atomic_load(&d->copy_peers);
     if (!atomic_load_explicit(&d->pool_shared, memory_order_relaxed) && peers && !d->skip_peer_grant &&
         !atomic_exchange(&d->pool_shared, 1))
-        share_pool_locked(d, peers);
+        open_pool_to_peers(d, peers);
     CUdeviceptr p = 0;
     CUstream s = stream == PS_STREAM_NONE ? (CUstream)PS_STREAM_LEGACY : (CUstream)stream;
     CUresult r = ps_real.cuMemAllocAsync(&p, size, s);

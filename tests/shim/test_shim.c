@@ -38,6 +38,18 @@ static void expect_pass(int preload, const char *env, const char *prog, const ch
     cr_expect(strstr(output, active) != NULL, "%s: expected '%s' in:\n%s", prog, active, output);
 }
 
+/* Reads the statistics file a run wrote to `path` into json (NUL-ended),
+ * then removes it; fails the test when there is none. */
+static void take_report(const char *path, char *json, size_t size)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no statistics written to %s; output:\n%s", path, output);
+    size_t n = fread(json, 1, size - 1, f);
+    json[n] = 0;
+    fclose(f);
+    remove(path);
+}
+
 #define SCENARIO(name)                                                                   \
     Test(runtime_door, name##_native) { expect_pass(0, NULL, "prog_runtime " #name, "shim inactive"); } \
     Test(runtime_door, name##_through_shim) { expect_pass(1, NULL, "prog_runtime " #name, "shim active"); }
@@ -528,25 +540,15 @@ Test(life, stats_json_counts_each_door)
     expect_pass(1, env, "prog_runtime basic", "shim active");
     char path[128];
     snprintf(path, sizeof path, "/tmp/poolshim-test-%d.json", getpid());
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "no statistics written to %s; output:\n%s", path, output);
     char json[8192];
-    size_t n = fread(json, 1, sizeof json - 1, f);
-    json[n] = 0;
-    fclose(f);
-    remove(path);
+    take_report(path, json, sizeof json);
     cr_expect(strstr(json, "\"cudaMalloc\": 600"), "400 + 200 cudaMalloc calls expected in %s", json);
     cr_expect(strstr(json, "\"cudaFree\": 600"), "600 cudaFree calls expected in %s", json);
     cr_expect(strstr(json, "\"driver\": 0"), "no driver-door calls expected (routed once) in %s", json);
 
     snprintf(env, sizeof env, "POOLSHIM_STATS=json POOLSHIM_STATS_FILE=/tmp/poolshim-test-%d.json", getpid());
     expect_pass(1, env, "prog_static", "shim active");
-    f = fopen(path, "r");
-    cr_assert(f, "no statistics for prog_static");
-    n = fread(json, 1, sizeof json - 1, f);
-    json[n] = 0;
-    fclose(f);
-    remove(path);
+    take_report(path, json, sizeof json);
     cr_expect(strstr(json, "\"runtime\": 0"), "static program: only the driver door, in %s", json);
     cr_expect(strstr(json, "\"cuMemAlloc\": 100"), "100 cuMemAlloc calls in %s", json);
 }
@@ -635,13 +637,8 @@ Test(context, stats_json_reports_resets_and_what_they_dropped)
     snprintf(path, sizeof path, "/tmp/poolshim-reset-%d.json", getpid());
     snprintf(env, sizeof env, "POOLSHIM_STATS=json POOLSHIM_STATS_FILE=%s", path);
     expect_pass(1, env, "prog_runtime reset", "shim active");
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "no statistics written to %s; output:\n%s", path, output);
     char json[8192];
-    size_t n = fread(json, 1, sizeof json - 1, f);
-    json[n] = 0;
-    fclose(f);
-    remove(path);
+    take_report(path, json, sizeof json);
     cr_expect(strstr(json, "\"resets\": {\"count\": 1, \"dropped_allocations\": 11"),
               "one reset, 11 live allocations dropped (10 blocks + 1 async), in %s", json);
 }
@@ -1080,13 +1077,8 @@ Test(version, poolshim_version_and_the_reports_carry_the_version_file)
     snprintf(want, sizeof want, ", version %s): ", v);
     cr_expect(info && strstr(info, want) && strstr(info, want) < strchr(info, '\n'),
               "the verbose start-up line names version %s:\n%s", v, output);
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "no statistics written to %s; output:\n%s", path, output);
     char json[8192];
-    size_t n = fread(json, 1, sizeof json - 1, f);
-    json[n] = 0;
-    fclose(f);
-    remove(path);
+    take_report(path, json, sizeof json);
     snprintf(want, sizeof want, ", \"version\": \"%s\", ", v);
     cr_expect(!strncmp(json, "{\"poolshim\": 1, \"pid\": ", 23) && strstr(json, want) && strstr(json, want) < strstr(json, "\"devices\""),
               "a top-level '%s' after the pid:\n%s", want, json);
