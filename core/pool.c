@@ -1513,6 +1513,7 @@ void ps_pool_options_default(ps_pool_options_t *opts)
         .expandable = 1,
         .expandable_reserve = 0,
         .expandable_piece = 2 * PS_MiB,
+        .expandable_run_min = PS_GiB,
         .barrier_pending_percent = 3,
         .small_from_back = PS_MiB,
         .release_threshold = UINT64_MAX,
@@ -1788,6 +1789,9 @@ static int check_locked(pool_t *pool)
                 CHECK(chunk->range, n, "block %u: unmapped outside an expandable range", index);
                 CHECK((b->addr - chunk->range->base) % chunk->range->piece == 0 && b->size % chunk->range->piece == 0,
                       n, "unmapped block %u is not made of whole pieces", index);
+                CHECK(ps_vm_range_boundary_down(chunk->range, b->addr) == b->addr &&
+                          ps_vm_range_boundary_down(chunk->range, b->addr + b->size) == b->addr + b->size,
+                      n, "unmapped block %u cuts a run", index);
                 CHECK(prev == NIL || pool->blocks[prev].state != BLOCK_UNMAPPED, n,
                       "unmapped blocks %u and %u not merged", prev, index);
                 unmapped += b->size;
@@ -1797,6 +1801,9 @@ static int check_locked(pool_t *pool)
                 CHECK(chunk->range, n, "block %u: lent outside an expandable range", index);
                 CHECK((b->addr - chunk->range->base) % chunk->range->piece == 0 && b->size % chunk->range->piece == 0,
                       n, "lent block %u is not made of whole pieces", index);
+                CHECK(ps_vm_range_boundary_down(chunk->range, b->addr) == b->addr &&
+                          ps_vm_range_boundary_down(chunk->range, b->addr + b->size) == b->addr + b->size,
+                      n, "lent block %u cuts a run", index);
                 lent += b->size;
                 lent_blocks++;
                 break;

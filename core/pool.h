@@ -49,8 +49,11 @@ typedef struct ps_pool_options {
                                  (blocks merge across growth; free pieces can be unmapped from the
                                  middle); 0: chunks from the upstream */
     size_t expandable_reserve; /* address space reserved per range; 0 (default) = twice the device */
-    size_t expandable_piece;  /* bytes per mapped piece (default 2 MiB, rounded up to the device's
-                                 granularity): the unit of growth and of giving memory back */
+    size_t expandable_piece;  /* bytes per piece (default 2 MiB, rounded up to the device's
+                                 granularity): the unit of addresses and accounting */
+    size_t expandable_run_min; /* a growth of at least this many bytes maps one physical run
+                                 (one create, map and access call); smaller ones piece by piece.
+                                 A run goes back only whole. 0 = always piece by piece */
     unsigned barrier_pending_percent; /* free_sync barrier: an allocation issues a barrier once pending
                                  bytes exceed this % of reserved bytes (default 3; 0 = only when
                                  nothing fits). Lower: less memory, more barriers */

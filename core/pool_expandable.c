@@ -263,7 +263,7 @@ static int add_range_locked(pool_t *pool, size_t need)
     if (pool_chunk_slot_locked(pool, &slot) != PS_OK)
         return PS_ENOMEM;
     ps_vm_range_t *range;
-    int status = ps_vm_range_create(pool->gpu, size, o->expandable_piece, &range);
+    int status = ps_vm_range_create(pool->gpu, size, o->expandable_piece, o->expandable_run_min, &range);
     if (status != PS_OK)
         return status;
     uint32_t index = pool_take_descriptor(pool);
@@ -370,6 +370,7 @@ static size_t unmap_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t in
     *after = pool->blocks[index].next_phys;
     ps_vm_range_t *range = pool->chunks[slot].range;
     size_t done = 0;
+    uint64_t unmaps = range->unmaps;
     if (stash)
         ps_vm_range_unmap_keep(range, lo, hi - lo, stash, &done);
     else
@@ -380,7 +381,7 @@ static size_t unmap_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t in
     unmapped_insert(pool, hole);
     *after = pool->blocks[unmapped_merge(pool, hole)].next_phys;
     pool->bytes_reserved -= done;
-    pool->upstream_frees += done / range->piece;
+    pool->upstream_frees += range->unmaps - unmaps;
     return done;
 }
 
@@ -421,6 +422,7 @@ static int return_lent_locked(pool_t *pool, uint64_t passed)
         size_t done = 0;
         if (pool_reserve_descriptors_locked(pool, 2) != PS_OK)
             return 0;
+        uint64_t unmaps = range->unmaps;
         ps_vm_range_unlend(range, b->addr, b->size, &done);
         left |= done < b->size;
         if (!done)
@@ -432,21 +434,22 @@ static int return_lent_locked(pool_t *pool, uint64_t passed)
         }
         unmapped_insert(pool, index);
         unmapped_merge(pool, index);
-        pool->upstream_frees += done / range->piece;
+        pool->upstream_frees += range->unmaps - unmaps;
     }
     return !left;
 }
 
-/* The whole pieces inside ready free block `index` of `range`, as [*lo, *hi). */
+/* The whole runs inside ready free block `index` of `range`, as [*lo, *hi)
+ * (a run is unmapped or lent whole: core/vm_range.h). */
 static int whole_pieces_of(const pool_t *pool, const ps_vm_range_t *range, uint32_t index, uintptr_t *lo,
                            uintptr_t *hi)
 {
     const pool_block_t *b = &pool->blocks[index];
     if (b->state != BLOCK_FREE || b->owner != OWNER_READY)
         return 0;
-    *lo = range->base + ps_align_up(b->addr - range->base, range->piece);
-    *hi = range->base + (b->addr + b->size - range->base) / range->piece * range->piece;
-    return *hi > *lo;
+    *lo = b->addr;
+    *hi = b->addr + b->size;
+    return ps_vm_range_whole_runs(range, lo, hi);
 }
 
 /* Whether a growth of an expandable pool may first move free pieces
@@ -522,6 +525,9 @@ static uint64_t choice_idle_generation_locked(const pool_t *pool, const growth_p
             uintptr_t lo, hi;
             if (!spare_pieces_of(pool, plan, slot, index, IDLE_NEVER, &lo, &hi))
                 continue;
+            if (hi - lo > plan->length - taken && /* as unmap_for_growth_locked cuts it */
+                (lo = ps_vm_range_boundary_up(pool->chunks[slot].range, hi - (plan->length - taken))) >= hi)
+                continue;
             if (pool->blocks[index].idle_gen > newest)
                 newest = pool->blocks[index].idle_gen;
             taken += hi - lo;
@@ -581,8 +587,9 @@ static size_t unmap_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
             uintptr_t lo, hi;
             if (!spare_pieces_of(pool, plan, slot, index, IDLE_NEVER, &lo, &hi))
                 continue;
-            if (hi - lo > plan->length - unmapped)
-                lo = hi - ps_align_up(plan->length - unmapped, range->piece);
+            if (hi - lo > plan->length - unmapped && /* the top runs, no more than the growth maps */
+                (lo = ps_vm_range_boundary_up(range, hi - (plan->length - unmapped))) >= hi)
+                continue;
             if (pool_reserve_descriptors_locked(pool, 4) != PS_OK)
                 return unmapped;
             uint32_t after;
@@ -605,9 +612,8 @@ static void take_back_lent_locked(pool_t *pool, uint32_t lent_before)
         uint32_t index = pool->lent_head;
         pool_block_t *b = &pool->blocks[index];
         ps_vm_range_t *range = pool->chunks[b->chunk].range;
-        size_t pieces = b->size / range->piece;
-        ps_vm_range_take_back(range, b->addr, b->size);
-        pool->stash.count = pool->stash.count > pieces ? pool->stash.count - pieces : 0;
+        size_t runs = ps_vm_range_take_back(range, b->addr, b->size);
+        pool->stash.count = pool->stash.count > runs ? pool->stash.count - runs : 0;
         lent_remove(pool, index);
         pool->bytes_reserved += b->size;
         pool_release_block(pool, index, OWNER_READY, 0, b->idle_gen);
@@ -636,8 +642,9 @@ static size_t lend_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
             uintptr_t lo, hi;
             if (!spare_pieces_of(pool, plan, slot, index, IDLE_NEVER - 1, &lo, &hi))
                 continue;
-            if (hi - lo > plan->length - lent)
-                lo = hi - ps_align_up(plan->length - lent, range->piece);
+            if (hi - lo > plan->length - lent && /* the top runs, no more than the growth maps */
+                (lo = ps_vm_range_boundary_up(range, hi - (plan->length - lent))) >= hi)
+                continue;
             if (pool_reserve_descriptors_locked(pool, 4) != PS_OK)
                 return lent;
             size_t done = lend_block_pieces_locked(pool, slot, index, lo, hi);
@@ -750,6 +757,7 @@ static int map_planned_locked(pool_t *pool, const growth_plan_t *plan, uint32_t 
     if (o->maximum_size && pool->bytes_reserved + plan->length > o->maximum_size)
         return PS_ENOMEM;
     ps_vm_range_t *range = pool->chunks[pool->blocks[plan->block].chunk].range;
+    uint64_t maps = range->maps;
     int status = ps_vm_range_map_kept(range, plan->start, plan->length, &pool->stash);
     if (status != PS_OK)
         return status;
@@ -768,7 +776,7 @@ static int map_planned_locked(pool_t *pool, const growth_plan_t *plan, uint32_t 
     pool->bytes_reserved += plan->length;
     if (pool->bytes_reserved > pool->peak_bytes_reserved)
         pool->peak_bytes_reserved = pool->bytes_reserved;
-    pool->upstream_allocs += plan->length / range->piece;
+    pool->upstream_allocs += range->maps - maps;
     *grown = pool_release_block(pool, mapped, OWNER_READY, 0, IDLE_NOW); /* fresh memory; a neighbour's generation wins */
     return PS_OK;
 }
@@ -871,8 +879,10 @@ static void unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
             uintptr_t lo, hi;
             if (!whole_pieces_of(pool, range, index, &lo, &hi))
                 continue;
-            if (hi - lo > pool->bytes_reserved - keep) /* unmap no more than needed */
-                hi = lo + ps_align_up(pool->bytes_reserved - keep, range->piece);
+            if (hi - lo > pool->bytes_reserved - keep) { /* unmap no more than needed (whole runs) */
+                uintptr_t end = ps_vm_range_boundary_up(range, lo + (pool->bytes_reserved - keep));
+                hi = end < hi ? end : hi;
+            }
             if (pool_reserve_descriptors_locked(pool, 2) != PS_OK)
                 continue;
             /* a block released by a failed host wait (idle unknown) needs

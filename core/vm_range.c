@@ -1,29 +1,43 @@
-/* A reserved address range mapped piece by piece (core/vm_range.h).
+/* A reserved address range mapped in runs of pieces (core/vm_range.h).
  *
  * Algorithm
  *  1. create: piece = max(requested piece, device granularity) rounded up
- *     to the granularity; size rounded up to a piece; vm_reserve; one
- *     handle slot per piece (0 = unmapped).
- *  2. map(addr, length): every piece must be unmapped; vm_map each (its
- *     own physical allocation, so it can later be given back alone). On a
- *     failure, unmap the pieces mapped by this call, back to front.
- *  3. unmap(addr, length): vm_unmap each piece front to back, stopping at
- *     the first failure; report how far it got.
- *  4. destroy: unmap what is mapped, release the reservation.
- *  5. lend(addr, length): the handles of mapped pieces go to a stash while
- *     the pieces stay mapped (marked lent); map_kept maps those handles a
- *     second time elsewhere (the same physical memory at two addresses).
- *     unlend unmaps the lent pieces without freeing their memory
+ *     to the granularity; size rounded up to a piece; vm_reserve; per
+ *     piece a handle slot (0 = unmapped) and a run mark (run[]: > 0 first
+ *     piece of a run of that many pieces, < 0 inside one, 0 unmapped).
+ *  2. map(addr, length): every piece must be unmapped. From the front:
+ *     while the top of the stash (map_kept) holds a run that fits in what
+ *     is left, map it there (vm_map_handle: the same memory); then the
+ *     rest: one run (one vm_map: create + map + access) when the whole map
+ *     is at least run_min bytes, else one run per piece. On a failure, the
+ *     runs this call mapped go back, back to front (kept ones to the
+ *     stash, in their old order).
+ *  3. unmap(addr, length): the span must be whole runs; vm_unmap each run
+ *     front to back, stopping at the first failure; report how far it got.
+ *  4. whole_runs(lo, hi): lo moves up to the end of the run it cuts, hi
+ *     down to the start of the run it cuts (O(1) each: run[] gives the
+ *     start of a run from any of its pieces).
+ *  5. destroy: unmap (or unlend) every run, release the reservation.
+ *  6. lend(addr, length): the handles of its runs go to the stash while the
+ *     runs stay mapped (marked lent, per piece); map_kept maps those
+ *     handles a second time elsewhere (the same physical memory at two
+ *     addresses). unlend unmaps the lent runs without freeing their memory
  *     (vm_unmap_keep); destroy does the same for those still lent.
  * Guarantees: mapped_bytes == (pieces mapped - pieces lent) * piece,
- * lent_bytes == pieces lent * piece; a failed map leaves the range as it
- * was.
+ * lent_bytes == pieces lent * piece; a run is mapped, unmapped and lent
+ * whole; a failed map leaves the range and the stash as they were.
+ * Why runs only for large maps: a run goes back, and moves in a remap,
+ * only whole. Replay of the committed PyTorch logs (docs/design.md,
+ * "Runs"): one run per growth took the transformer from 1.006x to 1.056x
+ * reserved/requested; a run from 256 MiB up still 1.036x; from 1 GiB up
+ * the figures are unchanged, and the first 32 GiB cudaMalloc is one
+ * create + map + access instead of 16,384 of each.
  */
 #include "vm_range.h"
 
 #include <stdlib.h>
 
-int ps_vm_range_create(const ps_gpu_ops_t *gpu, size_t size, size_t piece, ps_vm_range_t **out)
+int ps_vm_range_create(const ps_gpu_ops_t *gpu, size_t size, size_t piece, size_t run_min, ps_vm_range_t **out)
 {
     if (!gpu || !gpu->vm_reserve || !gpu->vm_map || !gpu->vm_unmap || !gpu->vm_granularity)
         return PS_EUNSUPPORTED;
@@ -32,15 +46,17 @@ int ps_vm_range_create(const ps_gpu_ops_t *gpu, size_t size, size_t piece, ps_vm
         return PS_EUNSUPPORTED;
     piece = ps_align_up(piece > granularity ? piece : granularity, granularity);
     size = ps_align_up(size, piece);
-    if (!piece || !size)
+    if (!piece || !size || size / piece > INT32_MAX)
         return PS_EINVAL;
     ps_vm_range_t *range = calloc(1, sizeof *range);
     if (!range)
         return PS_ENOMEM;
     range->handles = calloc(size / piece, sizeof *range->handles);
+    range->run = calloc(size / piece, sizeof *range->run);
     range->lent = calloc(size / piece, sizeof *range->lent);
-    if (!range->handles || !range->lent) {
+    if (!range->handles || !range->run || !range->lent) {
         free(range->handles);
+        free(range->run);
         free(range->lent);
         free(range);
         return PS_ENOMEM;
@@ -49,6 +65,7 @@ int ps_vm_range_create(const ps_gpu_ops_t *gpu, size_t size, size_t piece, ps_vm
     int status = gpu->vm_reserve(gpu->ctx, size, &base);
     if (status != PS_OK) {
         free(range->handles);
+        free(range->run);
         free(range->lent);
         free(range);
         return status;
@@ -57,6 +74,7 @@ int ps_vm_range_create(const ps_gpu_ops_t *gpu, size_t size, size_t piece, ps_vm
     range->base = (uintptr_t)base;
     range->size = size;
     range->piece = piece;
+    range->run_min = run_min;
     *out = range;
     return PS_OK;
 }
@@ -66,16 +84,79 @@ static inline size_t piece_index(const ps_vm_range_t *range, uintptr_t addr)
     return (addr - range->base) / range->piece;
 }
 
-static int unlend_piece(ps_vm_range_t *range, size_t index);
+static inline void *piece_addr(const ps_vm_range_t *range, size_t index)
+{
+    return (void *)(range->base + index * range->piece);
+}
 
-static int unmap_piece(ps_vm_range_t *range, size_t index)
+/* Records run [first, first + pieces) as mapped with `handle`. */
+static void set_run(ps_vm_range_t *range, size_t first, size_t pieces, uint64_t handle)
+{
+    for (size_t i = 0; i < pieces; i++) {
+        range->handles[first + i] = handle;
+        range->run[first + i] = i ? -(int32_t)i : (int32_t)pieces;
+    }
+}
+
+static void clear_run(ps_vm_range_t *range, size_t first, size_t pieces)
+{
+    for (size_t i = 0; i < pieces; i++) {
+        range->handles[first + i] = 0;
+        range->run[first + i] = 0;
+        range->lent[first + i] = 0;
+    }
+}
+
+uintptr_t ps_vm_range_boundary_up(const ps_vm_range_t *range, uintptr_t addr)
+{
+    size_t i = piece_index(range, range->base + ps_align_up(addr - range->base, range->piece));
+    if (i < range->size / range->piece && range->run[i] < 0) { /* inside a run: its end */
+        size_t first = i + range->run[i];
+        i = first + (size_t)range->run[first];
+    }
+    return range->base + i * range->piece;
+}
+
+uintptr_t ps_vm_range_boundary_down(const ps_vm_range_t *range, uintptr_t addr)
+{
+    size_t i = piece_index(range, addr);
+    if (i < range->size / range->piece && range->run[i] < 0) /* inside a run: its start */
+        i += range->run[i];
+    return range->base + i * range->piece;
+}
+
+int ps_vm_range_whole_runs(const ps_vm_range_t *range, uintptr_t *lo, uintptr_t *hi)
+{
+    if (*hi <= *lo)
+        return 0;
+    uintptr_t a = ps_vm_range_boundary_up(range, *lo), b = ps_vm_range_boundary_down(range, *hi);
+    *lo = a;
+    *hi = b > a ? b : a;
+    return b > a;
+}
+
+/* Whether [first, end) is whole runs, every piece mapped (lent or not as `lent`). */
+static int whole_mapped_runs(const ps_vm_range_t *range, size_t first, size_t end, int lent)
+{
+    if (first >= end || range->run[first] <= 0 || (end < range->size / range->piece && range->run[end] < 0))
+        return 0;
+    for (size_t i = first; i < end; i++)
+        if (!range->handles[i] || range->lent[i] != lent)
+            return 0;
+    return 1;
+}
+
+static int unlend_run(ps_vm_range_t *range, size_t first);
+
+/* vm_unmap of the run starting at piece `first` (its memory freed). */
+static int unmap_run(ps_vm_range_t *range, size_t first)
 {
     const ps_gpu_ops_t *gpu = range->gpu;
-    int status = gpu->vm_unmap(gpu->ctx, (void *)(range->base + index * range->piece), range->piece,
-                               range->handles[index]);
+    size_t pieces = (size_t)range->run[first];
+    int status = gpu->vm_unmap(gpu->ctx, piece_addr(range, first), pieces * range->piece, range->handles[first]);
     if (status == PS_OK) {
-        range->handles[index] = 0;
-        range->mapped_bytes -= range->piece;
+        clear_run(range, first, pieces);
+        range->mapped_bytes -= pieces * range->piece;
         range->unmaps++;
     }
     return status;
@@ -85,14 +166,20 @@ void ps_vm_range_destroy(ps_vm_range_t *range)
 {
     if (!range)
         return;
-    for (size_t i = 0; i < range->size / range->piece; i++)
-        if (range->lent[i])
-            unlend_piece(range, i);
-        else if (range->handles[i])
-            unmap_piece(range, i);
+    for (size_t i = 0, n = range->size / range->piece; i < n;) {
+        size_t pieces = range->run[i] > 0 ? (size_t)range->run[i] : 1;
+        if (range->run[i] > 0) {
+            if (range->lent[i])
+                unlend_run(range, i);
+            else
+                unmap_run(range, i);
+        }
+        i += pieces;
+    }
     if (range->gpu->vm_release)
         range->gpu->vm_release(range->gpu->ctx, (void *)range->base, range->size);
     free(range->handles);
+    free(range->run);
     free(range->lent);
     free(range);
 }
@@ -101,11 +188,15 @@ int ps_vm_range_unmap(ps_vm_range_t *range, uintptr_t addr, size_t length, size_
 {
     size_t first = piece_index(range, addr), end = piece_index(range, addr + length);
     *done = 0;
-    for (size_t i = first; i < end; i++) {
-        int status = unmap_piece(range, i);
+    if (!whole_mapped_runs(range, first, end, 0))
+        return PS_EINVAL;
+    for (size_t i = first; i < end;) {
+        size_t pieces = (size_t)range->run[i];
+        int status = unmap_run(range, i);
         if (status != PS_OK)
             return status;
-        *done += range->piece;
+        *done += pieces * range->piece;
+        i += pieces;
     }
     return PS_OK;
 }
@@ -119,20 +210,32 @@ static int stash_reserve(ps_vm_stash_t *stash)
     if (!handles)
         return PS_ENOMEM;
     stash->handles = handles;
+    uint32_t *pieces = realloc(stash->pieces, capacity * sizeof *pieces);
+    if (!pieces)
+        return PS_ENOMEM; /* (handles grew: harmless, capacity unchanged) */
+    stash->pieces = pieces;
     stash->capacity = capacity;
     return PS_OK;
 }
 
-/* Unmaps piece `index` keeping its memory in `stash` (room reserved). */
-static int keep_piece(ps_vm_range_t *range, size_t index, ps_vm_stash_t *stash)
+static void stash_push(ps_vm_stash_t *stash, uint64_t handle, size_t pieces)
+{
+    stash->handles[stash->count] = handle;
+    stash->pieces[stash->count++] = (uint32_t)pieces;
+}
+
+/* Unmaps the run starting at piece `first`, keeping its memory in `stash`
+ * (room reserved). */
+static int keep_run(ps_vm_range_t *range, size_t first, ps_vm_stash_t *stash)
 {
     const ps_gpu_ops_t *gpu = range->gpu;
-    int status = gpu->vm_unmap_keep(gpu->ctx, (void *)(range->base + index * range->piece), range->piece,
-                                    range->handles[index]);
+    size_t pieces = (size_t)range->run[first];
+    uint64_t handle = range->handles[first];
+    int status = gpu->vm_unmap_keep(gpu->ctx, piece_addr(range, first), pieces * range->piece, handle);
     if (status == PS_OK) {
-        stash->handles[stash->count++] = range->handles[index];
-        range->handles[index] = 0;
-        range->mapped_bytes -= range->piece;
+        stash_push(stash, handle, pieces);
+        clear_run(range, first, pieces);
+        range->mapped_bytes -= pieces * range->piece;
         range->unmaps++;
     }
     return status;
@@ -146,62 +249,84 @@ int ps_vm_range_unmap_keep(ps_vm_range_t *range, uintptr_t addr, size_t length, 
         return ps_vm_range_unmap(range, addr, length, done);
     size_t first = piece_index(range, addr), end = piece_index(range, addr + length);
     *done = 0;
-    for (size_t i = first; i < end; i++) {
-        int status = stash_reserve(stash) == PS_OK ? keep_piece(range, i, stash) : unmap_piece(range, i);
+    if (!whole_mapped_runs(range, first, end, 0))
+        return PS_EINVAL;
+    for (size_t i = first; i < end;) {
+        size_t pieces = (size_t)range->run[i];
+        int status = stash_reserve(stash) == PS_OK ? keep_run(range, i, stash) : unmap_run(range, i);
         if (status != PS_OK)
             return status;
-        *done += range->piece;
+        *done += pieces * range->piece;
+        i += pieces;
     }
     return PS_OK;
 }
 
-/* Maps the pieces of [addr, addr + length), taking memory from `stash`
- * first (NULL or empty: creates every piece). */
-static int map_pieces(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash)
+/* Maps [addr, addr + length): runs from the top of `stash` while one fits
+ * (NULL or empty: none), then new memory (2. above). */
+static int map_runs(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash)
 {
     const ps_gpu_ops_t *gpu = range->gpu;
     size_t first = piece_index(range, addr), end = piece_index(range, addr + length);
+    if (first >= end || end > range->size / range->piece)
+        return PS_EINVAL;
     for (size_t i = first; i < end; i++)
         if (range->handles[i])
             return PS_EINVAL;
-    size_t from_stash = 0; /* the first pieces come from the stash */
-    for (size_t i = first; i < end; i++) {
-        void *at = (void *)(range->base + i * range->piece);
+    /* new memory: one run when what is left is at least run_min, else
+     * piece by piece */
+    size_t run_pieces = range->run_min && (end - first) * range->piece >= range->run_min ? end - first : 1;
+    size_t kept_end = first; /* runs before this piece came from the stash */
+    size_t i = first;
+    int status = PS_OK;
+    while (i < end) {
         uint64_t handle = 0;
-        int status;
-        if (stash && stash->count && gpu->vm_map_handle) {
+        size_t pieces;
+        int kept = stash && stash->count && gpu->vm_map_handle && stash->pieces[stash->count - 1] <= end - i;
+        if (kept) {
+            pieces = stash->pieces[stash->count - 1];
             handle = stash->handles[stash->count - 1];
-            status = gpu->vm_map_handle(gpu->ctx, at, range->piece, handle);
-            if (status == PS_OK) {
+            status = gpu->vm_map_handle(gpu->ctx, piece_addr(range, i), pieces * range->piece, handle);
+            if (status == PS_OK)
                 stash->count--;
-                from_stash++;
-            }
         } else {
-            status = gpu->vm_map(gpu->ctx, at, range->piece, &handle);
+            pieces = end - i < run_pieces ? end - i : run_pieces;
+            status = gpu->vm_map(gpu->ctx, piece_addr(range, i), pieces * range->piece, &handle);
             if (status == PS_OK && !handle)
                 status = PS_EUPSTREAM; /* 0 means "unmapped" here */
         }
-        if (status != PS_OK) {
-            while (i-- > first) /* undo this call: kept pieces go back to the stash (room: they left it) */
-                if (i - first >= from_stash || keep_piece(range, i, stash) != PS_OK)
-                    unmap_piece(range, i);
-            return status;
-        }
-        range->handles[i] = handle;
-        range->mapped_bytes += range->piece;
+        if (status != PS_OK)
+            break;
+        set_run(range, i, pieces, handle);
+        range->mapped_bytes += pieces * range->piece;
         range->maps++;
+        i += pieces;
+        if (kept)
+            kept_end = i;
     }
-    return PS_OK;
+    if (status == PS_OK)
+        return PS_OK;
+    /* undo, back to front: kept runs go back to the stash (room: they left
+     * it), in the order they came from it */
+    while (i > first) {
+        size_t start = i - 1;
+        if (range->run[start] < 0)
+            start += range->run[start];
+        if (start >= kept_end || stash_reserve(stash) != PS_OK || keep_run(range, start, stash) != PS_OK)
+            unmap_run(range, start);
+        i = start;
+    }
+    return status;
 }
 
 int ps_vm_range_map(ps_vm_range_t *range, uintptr_t addr, size_t length)
 {
-    return map_pieces(range, addr, length, NULL);
+    return map_runs(range, addr, length, NULL);
 }
 
 int ps_vm_range_map_kept(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash)
 {
-    return map_pieces(range, addr, length, stash);
+    return map_runs(range, addr, length, stash);
 }
 
 void ps_vm_stash_drop(const ps_gpu_ops_t *gpu, ps_vm_stash_t *stash)
@@ -213,42 +338,46 @@ void ps_vm_stash_drop(const ps_gpu_ops_t *gpu, ps_vm_stash_t *stash)
 void ps_vm_stash_free(ps_vm_stash_t *stash)
 {
     free(stash->handles);
+    free(stash->pieces);
     *stash = (ps_vm_stash_t){0};
 }
 
 int ps_vm_range_lend(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash)
 {
     size_t first = piece_index(range, addr), end = piece_index(range, addr + length);
-    for (size_t i = first; i < end; i++)
-        if (!range->handles[i] || range->lent[i])
-            return PS_EINVAL;
-    for (size_t i = first; i < end; i++)
+    if (!whole_mapped_runs(range, first, end, 0))
+        return PS_EINVAL;
+    size_t pushed = 0;
+    for (size_t i = first; i < end; i += (size_t)range->run[i]) {
         if (stash_reserve(stash) != PS_OK) { /* give back what this call lent */
-            while (i-- > first) {
-                stash->count--;
-                range->lent[i] = 0;
-                range->mapped_bytes += range->piece;
-                range->lent_bytes -= range->piece;
-            }
+            stash->count -= pushed;
+            for (size_t k = first; k < i; k++)
+                range->lent[k] = 0;
+            range->mapped_bytes += (i - first) * range->piece;
+            range->lent_bytes -= (i - first) * range->piece;
             return PS_ENOMEM;
-        } else {
-            stash->handles[stash->count++] = range->handles[i];
-            range->lent[i] = 1;
-            range->mapped_bytes -= range->piece;
-            range->lent_bytes += range->piece;
         }
+        size_t pieces = (size_t)range->run[i];
+        stash_push(stash, range->handles[i], pieces);
+        pushed++;
+        for (size_t k = i; k < i + pieces; k++)
+            range->lent[k] = 1;
+        range->mapped_bytes -= pieces * range->piece;
+        range->lent_bytes += pieces * range->piece;
+    }
     return PS_OK;
 }
 
-static int unlend_piece(ps_vm_range_t *range, size_t index)
+/* vm_unmap_keep of the lent run starting at piece `first`: its memory lives
+ * on where it was lent. */
+static int unlend_run(ps_vm_range_t *range, size_t first)
 {
     const ps_gpu_ops_t *gpu = range->gpu;
-    int status = gpu->vm_unmap_keep(gpu->ctx, (void *)(range->base + index * range->piece), range->piece,
-                                    range->handles[index]);
+    size_t pieces = (size_t)range->run[first];
+    int status = gpu->vm_unmap_keep(gpu->ctx, piece_addr(range, first), pieces * range->piece, range->handles[first]);
     if (status == PS_OK) {
-        range->handles[index] = 0;
-        range->lent[index] = 0;
-        range->lent_bytes -= range->piece;
+        clear_run(range, first, pieces);
+        range->lent_bytes -= pieces * range->piece;
         range->unmaps++;
     }
     return status;
@@ -258,26 +387,30 @@ int ps_vm_range_unlend(ps_vm_range_t *range, uintptr_t addr, size_t length, size
 {
     size_t first = piece_index(range, addr), end = piece_index(range, addr + length);
     *done = 0;
-    for (size_t i = first; i < end; i++)
-        if (!range->lent[i])
-            return PS_EINVAL;
-    for (size_t i = first; i < end; i++) {
-        int status = unlend_piece(range, i);
+    if (!whole_mapped_runs(range, first, end, 1))
+        return PS_EINVAL;
+    for (size_t i = first; i < end;) {
+        size_t pieces = (size_t)range->run[i];
+        int status = unlend_run(range, i);
         if (status != PS_OK)
             return status;
-        *done += range->piece;
+        *done += pieces * range->piece;
+        i += pieces;
     }
     return PS_OK;
 }
 
-void ps_vm_range_take_back(ps_vm_range_t *range, uintptr_t addr, size_t length)
+size_t ps_vm_range_take_back(ps_vm_range_t *range, uintptr_t addr, size_t length)
 {
+    size_t runs = 0;
     for (size_t i = piece_index(range, addr), end = piece_index(range, addr + length); i < end; i++)
         if (range->lent[i]) {
+            runs += range->run[i] > 0;
             range->lent[i] = 0;
             range->mapped_bytes += range->piece;
             range->lent_bytes -= range->piece;
         }
+    return runs;
 }
 
 int ps_vm_range_is_lent(const ps_vm_range_t *range, uintptr_t addr, size_t length)

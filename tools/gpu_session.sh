@@ -6,7 +6,7 @@
 #                                      [ddp] [ddp_transformer] [multigpu] [soak]
 #                                      [benchcore] [scaling] [pinned_remap] [ddpt_twogpu] [pinnedpair]
 #                                      [freshthreads] [doors] [context_gate] [walltime] [hotprof] [remap_lend]
-#                                      [suite1] [suite2] [suite2_doors] [floor] [idlequery]
+#                                      [suite1] [suite2] [suite2_doors] [floor] [idlequery] [growth]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # pinnedpair: issue 16 (host.grow_budget_min): the GPU suite's pinned tests (hazards
 # over the default stack and slabs, their negative controls, the probes, and
@@ -25,6 +25,8 @@
 # the reserved peak and the barriers of each run (about 1 min).
 # doors: tools/bench/doors.sh: a pair and the random workload through the static-cudart
 # and the shared-cudart door beside RMM's pool, three alternated rounds (about 1 min).
+# growth: tools/bench/growth.sh, the first cudaMalloc of 1, 8, 32 GiB and a 1 GiB fill,
+# natively and per stack in 4 alternated rounds (about 2 min).
 # torchmem: NVML memory of varied PyTorch loops per allocator (about 6 min on an
 # H100); ddp: DDP per free policy (needs two GPUs: nvidia-h200-x2); multigpu:
 # the GPU suite's multi-GPU and multi-process tests, then mpirun and torchrun
@@ -139,6 +141,9 @@ for step in $what; do
         echo "=== DDP of the transformer (random length and batch) on two GPUs per free policy"
         OUT_DIR=$OUT/ddp_transformer WORKLOAD=ddp_transformer STEPS=${STEPS:-150} \
             tools/bench/torch_mem/ddp.sh build/libpoolshim.so ;;
+    growth)
+        echo "=== growth: first cudaMalloc of 1, 8, 32 GiB and a 1 GiB fill (tools/bench/growth.sh)"
+        OUT_DIR=$OUT/growth tools/bench/growth.sh build ;;
     multigpu)
         echo "=== several GPUs and processes: tests (tests/gpu/run.sh, TESTS=multi_gpu|mpi_ranks|ddp)"
         OUTDIR=$OUT/multigpu TESTS='multi_gpu|mpi_ranks|ddp' TEST_TIMEOUT=${TEST_TIMEOUT:-180} \

@@ -1,0 +1,176 @@
+/* Runs (core/vm_range.h, option expandable_run_min): a growth of at least
+ * run_min bytes maps one physical allocation instead of one per piece; a
+ * run goes back only whole, and remap and trim never cut one. The fake
+ * device (core/host_ops.c) refuses an unmap whose size is not that of the
+ * mapping, as CUDA refuses a cuMemUnmap of part of a mapping. */
+#include "pool_fixture.h"
+
+#include <stdlib.h>
+
+/* An expandable pool over a fake device with virtual memory (2 MiB
+ * granularity), run_min as given, no remap unless asked. */
+static void open_runs_pool(pool_fixture_t *f, size_t run_min, int remap, size_t capacity)
+{
+    ps_pool_options_t o = small_pool_options();
+    o.expandable_run_min = run_min;
+    o.remap = remap;
+    o.remap_lend = remap;
+    ps_host_ops_options_t host = {.virtual_memory = 1, .capacity = capacity};
+    cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, &o, &f->pool), PS_OK);
+    cr_assert(ps_pool_is_expandable(f->pool));
+}
+
+Test(pool_runs, a_large_growth_is_one_physical_allocation)
+{
+    pool_fixture_t f;
+    open_runs_pool(&f, PS_GiB, 1, 0);
+    uint64_t maps = ps_host_ops_vm_maps(f.gpu);
+    void *big, *small;
+    cr_assert_eq(ps_allocate(f.pool, 8 * PS_GiB, PS_STREAM_NONE, &big), PS_OK);
+    cr_assert_eq(ps_host_ops_vm_maps(f.gpu), maps + 1, "8 GiB in one create + map + access, not 4096");
+    cr_assert_eq(fixture_info(f.pool).upstream_allocs, 1, "the statistics count runs mapped");
+    cr_assert_eq(ps_allocate(f.pool, 3 * PS_MiB, PS_STREAM_NONE, &small), PS_OK);
+    cr_assert_eq(ps_host_ops_vm_maps(f.gpu), maps + 3, "below run_min: piece by piece (2 pieces)");
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, big, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, small, 0, PS_STREAM_NONE), PS_OK);
+    fixture_close(&f);
+}
+
+Test(pool_runs, run_min_zero_maps_piece_by_piece)
+{
+    /* the negative control of the test above: without runs the same
+     * growth is 4096 pieces */
+    pool_fixture_t f;
+    open_runs_pool(&f, 0, 1, 0);
+    uint64_t maps = ps_host_ops_vm_maps(f.gpu);
+    void *big;
+    cr_assert_eq(ps_allocate(f.pool, 8 * PS_GiB, PS_STREAM_NONE, &big), PS_OK);
+    cr_assert_eq(ps_host_ops_vm_maps(f.gpu), maps + 4096);
+    cr_assert_eq(ps_deallocate(f.pool, big, 0, PS_STREAM_NONE), PS_OK);
+    fixture_close(&f);
+}
+
+Test(pool_runs, a_run_goes_back_only_when_wholly_free)
+{
+    pool_fixture_t f;
+    open_runs_pool(&f, 64 * PS_MiB, 0, 0);
+    void *a, *x;
+    cr_assert_eq(ps_allocate(f.pool, 128 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &x), PS_OK);
+    cr_assert_eq(x, a, "cut from the run's front");
+    uint64_t unmaps = ps_host_ops_vm_unmaps(f.gpu);
+    cr_assert_eq(ps_trim(f.pool), PS_OK);
+    cr_assert_eq(ps_host_ops_vm_unmaps(f.gpu), unmaps, "the run holds a live block: nothing goes back");
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 128 * PS_MiB);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 128 * PS_MiB);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, x, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_trim(f.pool), PS_OK);
+    cr_assert_eq(ps_host_ops_vm_unmaps(f.gpu), unmaps + 1, "then the whole run in one unmap");
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    fixture_close(&f);
+}
+
+Test(pool_runs, a_free_block_over_part_of_a_run_gives_back_the_whole_runs_inside)
+{
+    /* run 1 holds a live 1 MiB block at its front; the free block after it
+     * covers the rest of run 1 and all of run 2: trim unmaps run 2 alone
+     * (cutting at piece bounds instead, the unmap of part of run 1 is
+     * refused and nothing goes back) */
+    pool_fixture_t f;
+    open_runs_pool(&f, 64 * PS_MiB, 0, 0);
+    void *r1, *r2, *x;
+    cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &r1), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &r2), PS_OK);
+    cr_assert_eq(ps_host_ops_vm_maps(f.gpu), 2);
+    cr_assert_eq(ps_deallocate(f.pool, r1, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, r2, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &x), PS_OK);
+    cr_assert_eq(x, r1);
+    uint64_t unmaps = ps_host_ops_vm_unmaps(f.gpu);
+    cr_assert_eq(ps_trim(f.pool), PS_OK);
+    cr_assert_eq(ps_host_ops_vm_unmaps(f.gpu), unmaps + 1, "run 2 went back in one unmap");
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 64 * PS_MiB, "run 1 stays: it holds x");
+    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 64 * PS_MiB);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, x, 0, PS_STREAM_NONE), PS_OK);
+    fixture_close(&f);
+}
+
+Test(pool_runs, pieces_beside_a_run_still_go_back_alone)
+{
+    /* small growths stay pieces: a free piece between live ones goes back
+     * from the middle even when a run lies beside it */
+    pool_fixture_t f;
+    open_runs_pool(&f, 64 * PS_MiB, 0, 0);
+    void *p[3], *big;
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(ps_allocate(f.pool, 2 * PS_MiB, PS_STREAM_NONE, &p[i]), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, p[1], 0, PS_STREAM_NONE), PS_OK);
+    uint64_t unmaps = ps_host_ops_vm_unmaps(f.gpu);
+    cr_assert_eq(ps_trim(f.pool), PS_OK);
+    cr_assert_eq(ps_host_ops_vm_unmaps(f.gpu), unmaps + 1);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 68 * PS_MiB);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, p[0], 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, p[2], 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, big, 0, PS_STREAM_NONE), PS_OK);
+    fixture_close(&f);
+}
+
+/* A random workload of small and large requests with remap and lending on
+ * and trims in between: after every step the pool's checker (unmapped and
+ * lent blocks never cut a run) passes, and the fake never saw an unmap of
+ * part of a mapping (it would have refused it: a leak at close). */
+static void random_runs(int lend, unsigned seed)
+{
+    pool_fixture_t f;
+    open_runs_pool(&f, 16 * PS_MiB, 1, 0);
+    if (!lend) {
+        ps_destroy(f.pool);
+        ps_pool_options_t o = small_pool_options();
+        o.expandable_run_min = 16 * PS_MiB;
+        o.remap_lend = 0;
+        cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    }
+    enum { LIVE = 48 };
+    void *live[LIVE] = {0};
+    srand(seed);
+    for (int step = 0; step < 4000; step++) {
+        int i = rand() % LIVE;
+        if (live[i]) {
+            cr_assert_eq(ps_deallocate(f.pool, live[i], 0, PS_STREAM_NONE), PS_OK);
+            live[i] = NULL;
+        } else {
+            size_t size = rand() % 4 ? (size_t)(rand() % 4096 + 1) * 1024 : (size_t)(rand() % 96 + 1) * PS_MiB;
+            cr_assert_eq(ps_allocate(f.pool, size, PS_STREAM_NONE, &live[i]), PS_OK, "step %d", step);
+        }
+        if (step % 97 == 0)
+            cr_assert_eq(ps_trim(f.pool), PS_OK);
+        cr_assert_eq(ps_pool_check(f.pool), PS_OK, "step %d", step);
+    }
+    ps_resource_info_t info = fixture_info(f.pool);
+    cr_log_info("runs random (lend %d): %llu runs mapped, remaps %llu idle, %llu lent, %llu waits, %llu syncs", lend,
+                (unsigned long long)info.upstream_allocs, (unsigned long long)info.remaps_idle,
+                (unsigned long long)info.remaps_lent, (unsigned long long)info.remap_waits,
+                (unsigned long long)info.remap_syncs);
+    cr_assert_gt(info.remaps_idle + info.remaps_lent + info.remap_waits + info.remap_syncs, 0,
+                 "the workload moved free runs to a growth");
+    for (int i = 0; i < LIVE; i++)
+        if (live[i])
+            cr_assert_eq(ps_deallocate(f.pool, live[i], 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_trim(f.pool), PS_OK);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0, "every run went back");
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    fixture_close(&f);
+}
+
+Test(pool_runs, random_workload_with_remap_never_cuts_a_run) { random_runs(0, 7); }
+Test(pool_runs, random_workload_with_lending_never_cuts_a_run) { random_runs(1, 11); }

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Growth as a fresh process sees it: tools/bench/first_malloc.cu (the first
+# cudaMalloc of 1, 8 and 32 GiB, and a fill of the device with 1 GiB blocks),
+# natively and under each stack, ROUNDS alternated rounds (default 4), one fresh
+# process per run. Prints the median milliseconds of each (the first round is
+# printed apart, not in the median) and the ratio to native.
+#   tools/bench/growth.sh BUILD_DIR      (make bench runs it; tools/gpu_session.sh growth)
+# Environment: OUT_DIR (default /tmp/poolshim-growth), ROUNDS, SIZES ("1 8 32 fill"),
+# STACKS ("label=POOLSHIM_OPTIONS ..."; "native" is always run), NVCC.
+set -u
+build_dir=${1:-build}
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+lib=$(realpath -m "$build_dir/libpoolshim.so")
+OUT_DIR=${OUT_DIR:-/tmp/poolshim-growth}
+ROUNDS=${ROUNDS:-4}
+SIZES=${SIZES:-1 8 32 fill}
+STACKS=${STACKS:-default= chunks=resource.main.expandable=0 arena=resource.main.type=arena async=resource.main.type=async}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+NVCC=${NVCC:-$(command -v nvcc || echo "$CUDA_HOME/bin/nvcc")}
+PYTHON=${PYTHON:-python3}
+mkdir -p "$OUT_DIR" || exit 1
+bin=$OUT_DIR/first_malloc
+"$NVCC" -O2 -o "$bin" "$repo/tools/bench/first_malloc.cu" >"$OUT_DIR/build.log" 2>&1 || {
+    echo "growth: could not build first_malloc (see $OUT_DIR/build.log)"
+    exit 1
+}
+raw=$OUT_DIR/growth.txt
+: >"$raw"
+for round in $(seq 1 "$ROUNDS"); do
+    for size in $SIZES; do
+        env -u LD_PRELOAD "$bin" "$size" | sed "s/^/native $round /" >>"$raw"
+        for stack in $STACKS; do
+            label=${stack%%=*} options=${stack#*=}
+            env LD_PRELOAD="$lib" POOLSHIM_OPTIONS="$options" "$bin" "$size" 2>&1 |
+                sed "s/^/$label $round /" >>"$raw"
+        done
+    done
+done
+grep -h FAIL "$raw" && echo "growth: some runs failed (above)"
+echo "growth: first cudaMalloc and a 1 GiB fill, $ROUNDS alternated rounds, median ms (round 1 apart), ratio to native"
+"$PYTHON" - "$raw" <<'PY'
+import re, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"(\S+) (\d+) first_malloc: (.+?) ([0-9.]+) ms", line)
+    if m:
+        what = re.sub(r"fill \d+ blocks", "fill", m.group(3))
+        runs.setdefault(what, {}).setdefault(m.group(1), []).append((int(m.group(2)), float(m.group(4))))
+for what, by in runs.items():
+    def med(label):
+        later = [t for r, t in by.get(label, []) if r > 1] or [t for r, t in by.get(label, [])]
+        return statistics.median(later) if later else None
+    native = med("native")
+    cells = []
+    for label, values in by.items():
+        m = med(label)
+        first = [t for r, t in values if r == 1]
+        ratio = f" {m / native:6.2f}x" if native and label != "native" else ""
+        cells.append(f"{label} {m:9.2f}{ratio} (first {first[0]:.2f})" if first else f"{label} {m:9.2f}{ratio}")
+    print(f"  {what:10s} " + " | ".join(cells))
+PY
