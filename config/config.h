@@ -103,6 +103,9 @@ typedef struct ps_global_config {
     int disable;                /* 1: pure passthrough (POOLSHIM_DISABLE=1) */
     int ipc;                    /* 1 (default): the expandable pool maps memory exportable as file
                                    descriptors, so cudaIpcGetMemHandle works on its blocks (shim/ipc.c) */
+    int oom_retry;              /* 1 (default): a CUDA allocation the shim does not serve (cuMemCreate,
+                                   cuMemAllocManaged...) that runs out of memory is retried once after the
+                                   pool gave its free memory back (router.c, ps_route_oom_give_back) */
     ps_host_config_t host;      /* [host]: the pinned host pool */
     ps_debug_config_t debug;    /* [debug]: NVTX registration, guard mode */
 } ps_global_config_t;

@@ -51,6 +51,7 @@ static void print_global(const ps_config_t *cfg, FILE *f)
             break;
         case PS_GKEY_DISABLE: snprintf(value, sizeof value, "%s", g->disable ? "yes" : "no"); break;
         case PS_GKEY_IPC: snprintf(value, sizeof value, "%s", g->ipc ? "yes" : "no"); break;
+        case PS_GKEY_OOM_RETRY: snprintf(value, sizeof value, "%s", g->oom_retry ? "yes" : "no"); break;
         default: value[0] = '\0'; break;
         }
         print_line(f, 0, ps_global_key_names[k], value, &cfg->global_origin[k], NULL);

@@ -82,7 +82,7 @@ static void validate_global(ps_config_t *cfg, const ps_setting_t *s)
             ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [global] (did you mean `%s`?)",
                                 s->key, near);
         else
-            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [global] (known keys: verbosity, stats, stats_file, log_file, free_sync, meminfo, on_error, direct_min_size, disable, ipc)",
+            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [global] (known keys: verbosity, stats, stats_file, log_file, free_sync, meminfo, on_error, direct_min_size, disable, ipc, oom_retry)",
                                 s->key);
         return;
     }
@@ -150,6 +150,11 @@ static void validate_global(ps_config_t *cfg, const ps_setting_t *s)
         if (ps_parse_bool(s->value, &b) != PS_OK)
             return bad_bool(cfg, s);
         g->ipc = b;
+        break;
+    case PS_GKEY_OOM_RETRY:
+        if (ps_parse_bool(s->value, &b) != PS_OK)
+            return bad_bool(cfg, s);
+        g->oom_retry = b;
         break;
     default: break;
     }
@@ -808,6 +813,7 @@ void ps_config_validate(ps_config_t *cfg)
     g->meminfo = PS_MEMINFO_POOL;
     g->on_error = PS_ON_ERROR_EXIT;
     g->ipc = 1;
+    g->oom_retry = 1;
     /* pinned defaults: one growing host range where the driver can place
      * pinned memory with cuMemCreate (expandable auto, free pieces given
      * back to stay within grow_budget_percent of the peak in use), else

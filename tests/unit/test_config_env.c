@@ -96,6 +96,34 @@ Test(config_env, each_source_overrides_the_one_before_and_records_its_origin)
     ps_config_free(cfg);
 }
 
+/* global.oom_retry: on by default; a file or POOLSHIM_OPTIONS turns it off
+ * with any boolean spelling, and the value keeps its origin */
+Test(config_env, oom_retry_is_on_by_default_and_any_source_turns_it_off)
+{
+    char *env[] = {NULL};
+    char where[256];
+    ps_config_t *cfg = load(NULL, NULL, env, PS_OK);
+    cr_assert_eq(ps_config_global(cfg)->oom_retry, 1, "on by default");
+    cr_assert_str_eq(ps_origin_format(&cfg->global_origin[PS_GKEY_OOM_RETRY], where, sizeof where), "default");
+    ps_config_free(cfg);
+    cfg = load("[global]\noom_retry = off\n", NULL, env, PS_OK);
+    cr_assert_eq(ps_config_global(cfg)->oom_retry, 0, "off in the file");
+    cr_assert_str_eq(ps_origin_format(&cfg->global_origin[PS_GKEY_OOM_RETRY], where, sizeof where), "user.ini:2");
+    ps_config_free(cfg);
+    cfg = load("[global]\noom_retry = no\n", "global.stats=off,global.oom_retry=1", env, PS_OK);
+    cr_assert_eq(ps_config_global(cfg)->oom_retry, 1, "POOLSHIM_OPTIONS beats the file");
+    cr_assert_str_eq(ps_origin_format(&cfg->global_origin[PS_GKEY_OOM_RETRY], where, sizeof where),
+                     "POOLSHIM_OPTIONS item 2");
+    ps_config_free(cfg);
+    char *options[] = {"POOLSHIM_OPTIONS=global.oom_retry=0", NULL};
+    cfg = load(NULL, NULL, options, PS_OK);
+    cr_assert_eq(ps_config_global(cfg)->oom_retry, 0, "as the shim tests turn it off");
+    ps_config_free(cfg);
+    cfg = load(NULL, "global.oom_retry=maybe", env, PS_ECONFIG);
+    expect_error(cfg, "POOLSHIM_OPTIONS item 1: bad value `maybe` for `oom_retry` in [global]: not a boolean");
+    ps_config_free(cfg);
+}
+
 Test(config_env, options_set_resource_keys_and_quoted_lists)
 {
     char *env[] = {NULL};
