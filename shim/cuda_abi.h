@@ -25,6 +25,7 @@ typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUgraphEdgeData_st CUgraphEdgeData;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUarray_st *CUarray;
 /* Virtual memory management (cuMemCreate & co.) */
 typedef struct {
     int type; /* CUmemLocationType */
@@ -46,10 +47,14 @@ typedef struct {
     CUmemLocation location;
     int flags; /* CUmemAccess_flags */
 } CUmemAccessDesc;
+/* Arrays (cuArrayCreate & co.): the shim only passes their descriptors on
+ * (the out-of-memory retry, hooks_driver.c), so their layout stays CUDA's. */
+typedef struct CUmipmappedArray_st *CUmipmappedArray;
+typedef struct CUDA_ARRAY_DESCRIPTOR_st CUDA_ARRAY_DESCRIPTOR;
+typedef struct CUDA_ARRAY3D_DESCRIPTOR_st CUDA_ARRAY3D_DESCRIPTOR;
 
 /* Copies of two and three dimensions (cuMemcpy2D*, cuMemcpy3D*): the shim
  * reads only the memory types and device pointers (copy_order.c). */
-typedef struct CUarray_st *CUarray;
 typedef struct {
     size_t srcXInBytes, srcY;
     int srcMemoryType; /* CUmemorytype */

@@ -82,6 +82,13 @@
  *    stream created while the gate is closed owes its wait for the last
  *    barrier (its event may be of the dying context); it waits when the
  *    gate opens on a live context, never on a dead one.
+ * 11. The out-of-memory give-back (router.c, ps_route_oom_give_back): a
+ *    trim may synchronize the device, which would invalidate an open stream
+ *    capture. ps_gpu_ops_cuda_give_back_enter asks as a barrier does (4. a)
+ *    whether a capture is open in the context, and refuses if one is;
+ *    otherwise it holds give_back_lock (to read) until the trim ended, and
+ *    every cuStreamBeginCapture* takes it (to write) in the capture gate,
+ *    so no capture begins half-way.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -157,11 +164,19 @@ static void wait_last_barrier_locked(tracked_stream_t *s)
  * streams_lock for writers; read under it by ops_barrier. */
 static uint64_t captures_begun;
 /* Test only (POOLSHIM_TEST_IGNORE_CAPTURES=1): behave as if no capture were
- * ever open (the negative control of tests/gpu/capture_threads.cu). */
+ * ever open (the negative controls of tests/gpu/capture_threads.cu and of the
+ * out-of-memory retry's capture test, tests/shim/test_shim.c). */
 static int ignore_captures;
+
+/* Held to read by an out-of-memory give-back from its capture check to the
+ * end of its trim (which may synchronize the device), to write by every
+ * cuStreamBeginCapture* before streams_lock: no capture begins in between
+ * (11. above). Taken before streams_lock, never under it. */
+static pthread_rwlock_t give_back_lock = PTHREAD_RWLOCK_INITIALIZER;
 
 int ps_gpu_ops_cuda_capture_gate(void)
 {
+    pthread_rwlock_wrlock(&give_back_lock);
     int r = pthread_mutex_lock(&streams_lock);
     captures_begun++;
     return r;
@@ -170,6 +185,7 @@ int ps_gpu_ops_cuda_capture_gate(void)
 void ps_gpu_ops_cuda_capture_gate_end(void)
 {
     pthread_mutex_unlock(&streams_lock);
+    pthread_rwlock_unlock(&give_back_lock);
 }
 
 /* Global-mode captures that began on a named stream and may still be open
@@ -291,7 +307,11 @@ void ps_gpu_ops_cuda_stream_destroyed(CUstream stream)
 
 void ps_gpu_ops_cuda_atfork_prepare(void) { pthread_mutex_lock(&streams_lock); }
 void ps_gpu_ops_cuda_atfork_parent(void) { pthread_mutex_unlock(&streams_lock); }
-void ps_gpu_ops_cuda_atfork_child(void) { pthread_mutex_init(&streams_lock, NULL); }
+void ps_gpu_ops_cuda_atfork_child(void)
+{
+    pthread_mutex_init(&streams_lock, NULL);
+    pthread_rwlock_init(&give_back_lock, NULL); /* (a give-back of the parent's may have held it) */
+}
 
 /* ---- memory ------------------------------------------------------------------------ */
 static int live_mem_alloc(void *vctx, size_t size, void **out)
@@ -517,6 +537,48 @@ bool ps_gpu_ops_cuda_legacy_enter(void)
 }
 
 void ps_gpu_ops_cuda_legacy_leave(void) { pthread_mutex_unlock(&streams_lock); }
+
+/* ---- the out-of-memory give-back (11. above) ------------------------------------------ */
+/* Whether a stream capture is open in d's context (11. above): PS_OK none,
+ * PS_EBUSY one is, PS_EUPSTREAM CUDA cannot say. The checks of a barrier
+ * (4. a): the legacy stream answers for the blocking streams, each tracked
+ * non-blocking stream for itself; none while no capture was ever begun. */
+static int live_capture_open(device_ops_t *d)
+{
+    int pushed = enter_ctx(d);
+    pthread_mutex_lock(&streams_lock);
+    int status = PS_OK;
+    if (captures_begun && !ignore_captures) {
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        if (ps_real.cuThreadExchangeStreamCaptureMode)
+            ps_real.cuThreadExchangeStreamCaptureMode(&mode);
+        status = ps_real.cuStreamIsCapturing ? legacy_usable_locked() : PS_EUPSTREAM;
+        for (size_t i = 0; i < stream_count && status == PS_OK; i++)
+            if (streams[i].ctx == d->ctx && capturing(streams[i].stream))
+                status = PS_EBUSY;
+        if (ps_real.cuThreadExchangeStreamCaptureMode)
+            ps_real.cuThreadExchangeStreamCaptureMode(&mode);
+    }
+    pthread_mutex_unlock(&streams_lock);
+    leave_ctx(pushed);
+    return status;
+}
+
+int ps_gpu_ops_cuda_give_back_enter(ps_gpu_ops_t *gpu)
+{
+    device_ops_t *d = gpu->ctx;
+    pthread_rwlock_rdlock(&give_back_lock);
+    int status = PS_EUPSTREAM; /* a dead context: nothing to give back */
+    if (gate_enter(d)) {
+        status = live_capture_open(d);
+        gate_leave(d);
+    }
+    if (status != PS_OK)
+        pthread_rwlock_unlock(&give_back_lock);
+    return status;
+}
+
+void ps_gpu_ops_cuda_give_back_leave(void) { pthread_rwlock_unlock(&give_back_lock); }
 
 static int live_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out)
 {

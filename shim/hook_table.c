@@ -28,6 +28,9 @@ static const ps_hook_t hooks[] = {
     HOOK(cuStreamBeginCaptureToGraph), HOOK(cuStreamBeginCaptureToGraph_ptsz), HOOK(cuCtxEnablePeerAccess), HOOK(cuMemPoolSetAccess),
     HOOK(cuPointerGetAttribute), HOOK(cuPointerGetAttributes), HOOK(cuMemRetainAllocationHandle),
     HOOK(cuCtxSynchronize), HOOK(cuCtxSynchronize_v2),
+    /* allocations beside the pool, retried after a give-back when out of memory */
+    HOOK(cuMemCreate), HOOK(cuMemAllocManaged), HOOK(cuMemAllocFromPoolAsync), HOOK(cuMemAllocFromPoolAsync_ptsz),
+    HOOK(cuMemAllocPitch_v2), HOOK(cuArrayCreate_v2), HOOK(cuArray3DCreate_v2), HOOK(cuMipmappedArrayCreate),
     /* copies and memsets (hooks_copy.c) */
 #define COPY_ROW(name, ret, params) HOOK(name),
     PS_COPY_REALS(COPY_ROW)

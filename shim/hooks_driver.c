@@ -86,6 +86,81 @@ static CUresult real_mem_free(CUdeviceptr dptr)
     return r;
 }
 
+/* ---- device allocations the shim does not serve: retried once after a give-back ----
+ * When CUDA answers one of them "out of memory", the pool of the call's
+ * device may hold the memory it needs, freed by the program: the router
+ * gives back what the GPU is done with and the call is made once more
+ * (router.c, 9.). `device_` is evaluated only then: an ordinal, -1 for the
+ * current context's device, below -1 for none (host memory). */
+#define RETRY_AFTER_GIVE_BACK(name, api, device_, ...)                              \
+    do {                                                                            \
+        if (!ps_real.name && ps_real_load_driver() != PS_OK)                        \
+            return CUDA_ERROR_NOT_INITIALIZED;                                      \
+        if (!ps_real.name)                                                          \
+            return CUDA_ERROR_NOT_FOUND;                                            \
+        uint64_t epoch_ = ps_route_oom_epoch();                                     \
+        CUresult r_ = ps_real.name(__VA_ARGS__);                                    \
+        if (PS_UNLIKELY(r_ == CUDA_ERROR_OUT_OF_MEMORY) && !ps_in_shim) {           \
+            int device_of_call_ = (device_);                                        \
+            if (ps_route_oom_give_back(&device_of_call_, epoch_, api)) {            \
+                r_ = ps_real.name(__VA_ARGS__);                                     \
+                ps_route_oom_retried(device_of_call_, api, r_ == CUDA_SUCCESS);     \
+            }                                                                       \
+        }                                                                           \
+        return r_;                                                                  \
+    } while (0)
+
+/* The device cuMemCreate places its memory on; -2 for host memory (not the pool's). */
+static int location_device(const CUmemAllocationProp *prop)
+{
+    return prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? prop->location.id : -2;
+}
+
+PS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                               unsigned long long flags)
+{
+    RETRY_AFTER_GIVE_BACK(cuMemCreate, "cuMemCreate", location_device(prop), handle, size, prop, flags);
+}
+
+PS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    RETRY_AFTER_GIVE_BACK(cuMemAllocManaged, "cuMemAllocManaged", -1, dptr, bytesize, flags);
+}
+
+/* (the pool's device is taken to be the current one: CUDA does not say) */
+PS_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream stream)
+{
+    RETRY_AFTER_GIVE_BACK(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", -1, dptr, bytesize, pool, stream);
+}
+
+PS_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                                CUstream stream)
+{
+    RETRY_AFTER_GIVE_BACK(cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", -1, dptr, bytesize, pool, stream);
+}
+
+PS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                      unsigned int element_size)
+{
+    RETRY_AFTER_GIVE_BACK(cuMemAllocPitch_v2, "cuMemAllocPitch", -1, dptr, pitch, width, height, element_size);
+}
+
+PS_EXPORT CUresult cuArrayCreate_v2(CUarray *array, const CUDA_ARRAY_DESCRIPTOR *desc)
+{
+    RETRY_AFTER_GIVE_BACK(cuArrayCreate_v2, "cuArrayCreate", -1, array, desc);
+}
+
+PS_EXPORT CUresult cuArray3DCreate_v2(CUarray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc)
+{
+    RETRY_AFTER_GIVE_BACK(cuArray3DCreate_v2, "cuArray3DCreate", -1, array, desc);
+}
+
+PS_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *array, const CUDA_ARRAY3D_DESCRIPTOR *desc,
+                                          unsigned int levels)
+{
+    RETRY_AFTER_GIVE_BACK(cuMipmappedArrayCreate, "cuMipmappedArrayCreate", -1, array, desc, levels);
+}
+
 /* ---- pinned host memory (the host pool, router.c) ---- */
 PS_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {

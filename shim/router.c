@@ -51,6 +51,17 @@
  *    is live; cudaIpcOpenMemHandle of a handle of ours is opened through
  *    the current device's table; cuMemGetAddressRange of an opened block
  *    answers for the block.
+ * 9. Out-of-memory retry (global.oom_retry, on by default): memory a program
+ *    frees stays in its device's pool, so an allocation that goes to CUDA
+ *    beside the pool (cuMemCreate, cuMemAllocManaged, cuMemAllocPitch,
+ *    cuMemAllocFromPoolAsync, arrays: hooks_driver.c) can run out of memory
+ *    where natively it would not. When one does, its device's stack is
+ *    trimmed (ps_trim: pending blocks waited for, free chunks given back,
+ *    whole free pieces unmapped after a device synchronize: only memory the
+ *    GPU is done with) and the call is made once more. Not while a stream
+ *    capture is open on the device (the synchronize would invalidate it):
+ *    then the call keeps CUDA's answer. No cost until CUDA says "out of
+ *    memory"; counted per device in the statistics.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -931,6 +942,65 @@ void ps_route_device_synchronized(void)
     ps_device_state_t *dev = ps_current_device(PS_DOOR_DRIVER);
     if (dev)
         ps_device_synchronized(__atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE)->top);
+}
+
+/* ---- the out-of-memory retry (9. above) ----------------------------------------------- */
+/* Give-backs that returned memory, every device: a call that failed before
+ * one of them ended is retried even when its own give-back finds nothing
+ * left (the other thread's memory went back just after its failure). */
+static atomic_ullong oom_give_backs;
+
+uint64_t ps_route_oom_epoch(void) { return atomic_load_explicit(&oom_give_backs, memory_order_acquire); }
+
+bool ps_route_oom_give_back(int *device, uint64_t epoch, const char *api)
+{
+    if (ps_in_shim || !atomic_load_explicit(&ps_init_done, memory_order_acquire) ||
+        !atomic_load_explicit(&ps_active, memory_order_relaxed) || !ps_global->oom_retry || *device < -1)
+        return false;
+    CUdevice current = -1;
+    if (*device == -1 && (ps_real.cuCtxGetDevice(&current) != CUDA_SUCCESS || current < 0))
+        return false; /* no context: nothing of ours can be in the way */
+    int d = *device == -1 ? current : *device;
+    *device = d;
+    if (d >= PS_MAX_DEVICES || atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) != PS_DEVICE_READY)
+        return false;
+    ps_device_state_t *dev = &ps_devices[d];
+    ps_stack_t *stack = __atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE);
+    ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
+    ps_in_shim++;
+    int open = ps_gpu_ops_cuda_give_back_enter(gpu);
+    if (open != PS_OK) {
+        ps_in_shim--;
+        if (open == PS_EBUSY) {
+            ps_stats_count_oom(d, PS_OOM_SKIPPED_CAPTURE, 1);
+            ps_info("device %d: %s ran out of memory while a stream capture is open: the pool's free memory "
+                    "stays (a device synchronize would invalidate the capture)", d, api);
+        }
+        return false;
+    }
+    ps_resource_info_t before = {0}, after = {0};
+    ps_query(stack->top, &before);
+    ps_trim(stack->top);
+    ps_query(stack->top, &after);
+    ps_gpu_ops_cuda_give_back_leave();
+    ps_in_shim--;
+    uint64_t given = before.bytes_reserved > after.bytes_reserved ? before.bytes_reserved - after.bytes_reserved : 0;
+    if (given) {
+        ps_stats_count_oom(d, PS_OOM_GIVEN_BACK, given);
+        atomic_fetch_add_explicit(&oom_give_backs, 1, memory_order_acq_rel);
+    }
+    bool retry = given || ps_route_oom_epoch() != epoch;
+    char b[32];
+    ps_info("device %d: %s ran out of memory: the pool gave back %s%s", d, api, ps_format_bytes(b, sizeof b, given),
+            retry ? ", retrying it once" : ", nothing to retry with");
+    return retry;
+}
+
+void ps_route_oom_retried(int device, const char *api, bool succeeded)
+{
+    ps_stats_count_oom(device, succeeded ? PS_OOM_SUCCEEDED : PS_OOM_FAILED, 1);
+    if (!succeeded)
+        ps_info("device %d: %s ran out of memory again after the give-back", device, api);
 }
 
 /* ---- context lifecycle -------------------------------------------------------------- */

@@ -153,7 +153,21 @@
     X(cuPointerGetAttribute, CUresult, (void *, int, CUdeviceptr))                          \
     X(cuPointerGetAttributes, CUresult, (unsigned int, int *, void **, CUdeviceptr))        \
     X(cuMemRetainAllocationHandle, CUresult, (CUmemGenericAllocationHandle *, void *))      \
+    PS_OOM_RETRY_REALS(X)                                                                   \
     PS_COPY_REALS(X)
+
+/* Device allocations the shim does not serve, hooked only to retry them
+ * once after giving the pool's free memory back when CUDA answers "out of
+ * memory" (hooks_driver.c, ps_route_oom_give_back). cuMemCreate and
+ * cuMemAllocManaged are also the shim's own (the expandable pool, the
+ * managed upstream): those calls go to ps_real, never through the hooks. */
+#define PS_OOM_RETRY_REALS(X)                                                               \
+    X(cuMemAllocFromPoolAsync, CUresult, (CUdeviceptr *, size_t, CUmemoryPool, CUstream))   \
+    X(cuMemAllocFromPoolAsync_ptsz, CUresult, (CUdeviceptr *, size_t, CUmemoryPool, CUstream)) \
+    X(cuMemAllocPitch_v2, CUresult, (CUdeviceptr *, size_t *, size_t, size_t, unsigned int)) \
+    X(cuArrayCreate_v2, CUresult, (CUarray *, const CUDA_ARRAY_DESCRIPTOR *))               \
+    X(cuArray3DCreate_v2, CUresult, (CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *))           \
+    X(cuMipmappedArrayCreate, CUresult, (CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int))
 
 /* Copies and memsets (hooks_copy.c: a copy of pooled memory made while
  * another device is current is ordered as CUDA orders cudaMalloc memory,
@@ -368,6 +382,14 @@ CUresult ps_gpu_ops_cuda_unsafe_call_check(void);
  * held (no capture can begin; release it with legacy_leave), false without. */
 bool ps_gpu_ops_cuda_legacy_enter(void);
 void ps_gpu_ops_cuda_legacy_leave(void);
+/* The out-of-memory retry's give-back on the device of `gpu` (router.c):
+ * PS_OK when no stream capture is open in its context, and from then on
+ * none can begin (every cuStreamBeginCapture* waits at the capture gate)
+ * until ps_gpu_ops_cuda_give_back_leave; PS_EBUSY while one is open, or
+ * PS_EUPSTREAM when the context died or CUDA cannot say (then nothing is
+ * held). POOLSHIM_TEST_IGNORE_CAPTURES=1 answers PS_OK as if none were open. */
+int ps_gpu_ops_cuda_give_back_enter(ps_gpu_ops_t *gpu);
+void ps_gpu_ops_cuda_give_back_leave(void);
 /* How many global-mode captures may be open (read without the streams lock;
  * 0 on the hot path, where unsafe_call_prohibited is then one load). */
 extern atomic_int ps_gpu_ops_cuda_global_captures;
@@ -529,6 +551,23 @@ void ps_peer_access_enabled(CUcontext peer);
  * cudaDeviceSynchronize): tells the device's stack, if it was built
  * (release_threshold). */
 void ps_route_device_synchronized(void);
+/* The out-of-memory retry (hooks_driver.c): a CUDA allocation the shim
+ * does not serve (cuMemCreate, cuMemAllocManaged, ...) answered "out of
+ * memory". ps_route_oom_epoch, read before that call, counts the
+ * give-backs that had returned memory by then. ps_route_oom_give_back
+ * gives back to CUDA what the stack of `*device` holds free (ps_trim: it
+ * waits for the pending blocks, then returns free chunks and, after a device
+ * synchronize, whole free pieces) and answers whether to retry the call
+ * once: true when memory went back now, or by another give-back since
+ * `epoch`. *device: an ordinal, or -1 for the current context's device
+ * (replaced by its ordinal); below -1 (host memory): nothing. Nothing is
+ * done either with global.oom_retry off, without a stack on the device,
+ * inside the shim, or while a stream capture is open on the device (the
+ * synchronize would invalidate it: counted, the call keeps its error).
+ * ps_route_oom_retried counts the retry's outcome. */
+uint64_t ps_route_oom_epoch(void);
+bool ps_route_oom_give_back(int *device, uint64_t epoch, const char *api);
+void ps_route_oom_retried(int device, const char *api, bool succeeded);
 
 /* Initialises on first use (config, driver). Returns ps_active. Once it
  * has run, two loads (every intercepted call asks). */

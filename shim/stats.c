@@ -24,7 +24,9 @@
  *    per device, and a reader estimates the block's time as their mean
  *    times its calls of that kind (a device whose calls were never timed
  *    takes the mean of the thread's other devices).
- * 4. IPC counters (exported, opened, refused) are rare: process-wide atomics.
+ * 4. IPC counters (exported, opened, refused) and the out-of-memory retry's
+ *    (bytes given back, retries succeeded and failed, give-backs skipped)
+ *    are rare: process-wide atomics.
  * 5. The exit report reads memory only: no CUDA call after the runtime may
  *    have been torn down.
  */
@@ -88,6 +90,7 @@ typedef struct byte_counters {
 static byte_counters_t bytes[PS_MAX_DEVICES];
 static byte_counters_t host_bytes[PS_MAX_DEVICES]; /* pinned host memory, apart from device bytes */
 static atomic_ullong ipc_counts[PS_IPC_COUNT];     /* IPC handles exported, opened, refused */
+static atomic_ullong oom_counts[PS_MAX_DEVICES][PS_OOM_COUNT]; /* the out-of-memory retry, per device */
 
 /* Is `call` one of the pinned host memory calls? */
 static int is_host_call(int call) { return call >= PS_CALL_CUDA_HOST_ALLOC; }
@@ -303,6 +306,12 @@ void ps_stats_count_ipc(int what)
         atomic_fetch_add_explicit(&ipc_counts[what], 1, memory_order_relaxed);
 }
 
+void ps_stats_count_oom(int device, int what, uint64_t n)
+{
+    if (device >= 0 && device < PS_MAX_DEVICES && what >= 0 && what < PS_OOM_COUNT)
+        atomic_fetch_add_explicit(&oom_counts[device][what], n, memory_order_relaxed);
+}
+
 void ps_stats_count_foreign_invalid(void)
 {
     thread_counters_t *t = counters();
@@ -446,6 +455,26 @@ static void write_host(FILE *f, int json, const ps_device_state_t *dev, const ps
                 (unsigned long long)st.failures);
 }
 
+/* The text report's line on the out-of-memory retry of device d, when
+ * it happened (global.oom_retry; router.c, ps_route_oom_give_back). */
+static void write_oom_retry_text(FILE *f, int d)
+{
+    uint64_t given = atomic_load(&oom_counts[d][PS_OOM_GIVEN_BACK]),
+             succeeded = atomic_load(&oom_counts[d][PS_OOM_SUCCEEDED]),
+             failed = atomic_load(&oom_counts[d][PS_OOM_FAILED]),
+             skipped = atomic_load(&oom_counts[d][PS_OOM_SKIPPED_CAPTURE]);
+    if (!given && !succeeded && !failed && !skipped)
+        return;
+    char b[32];
+    fprintf(f, "poolshim:   oom retry  %s given back to CUDA allocations the pool does not serve; retried %llu "
+               "(%llu succeeded, %llu failed)",
+            ps_format_bytes(b, sizeof b, given), (unsigned long long)(succeeded + failed),
+            (unsigned long long)succeeded, (unsigned long long)failed);
+    if (skipped)
+        fprintf(f, "; %llu not retried: a stream capture was open", (unsigned long long)skipped);
+    fputc('\n', f);
+}
+
 /* The name of the top of the stack the configuration gave the device
  * ([device.N] resource = NAME): the global stats and log adaptors that the
  * builder puts above it are not part of it (they would make every device
@@ -547,6 +576,12 @@ void ps_stats_write(FILE *f, int json)
                     (unsigned long long)(info.expandable != 0), dev->resets,
                     (unsigned long long)dev->dropped_allocations, (unsigned long long)dev->dropped_bytes,
                     (unsigned long long)gone->bytes_reserved);
+            fprintf(f, ", \"oom_retry\": {\"given_back\": %llu, \"succeeded\": %llu, \"failed\": %llu, "
+                       "\"skipped_capture\": %llu}",
+                    (unsigned long long)atomic_load(&oom_counts[d][PS_OOM_GIVEN_BACK]),
+                    (unsigned long long)atomic_load(&oom_counts[d][PS_OOM_SUCCEEDED]),
+                    (unsigned long long)atomic_load(&oom_counts[d][PS_OOM_FAILED]),
+                    (unsigned long long)atomic_load(&oom_counts[d][PS_OOM_SKIPPED_CAPTURE]));
             if (ps_stats_enabled) {
                 uint64_t ns[PS_OP_TIME_KINDS], calls[PS_OP_TIME_KINDS];
                 ps_gpu_ops_cuda_times(d, ns, calls);
@@ -611,6 +646,7 @@ void ps_stats_write(FILE *f, int json)
                         dev->resets, (unsigned long long)dev->dropped_allocations,
                         ps_format_bytes(b1, sizeof b1, dev->dropped_bytes),
                         ps_format_bytes(b2, sizeof b2, gone->bytes_reserved));
+            write_oom_retry_text(f, d);
             write_host(f, 0, dev, &s, &sum);
         }
         first = 0;

@@ -92,6 +92,12 @@ void ps_stats_count_invalid(int call);
  * and requests refused (export or open); in the report when nonzero. */
 enum { PS_IPC_EXPORTED = 0, PS_IPC_OPENED, PS_IPC_REFUSED, PS_IPC_COUNT };
 void ps_stats_count_ipc(int what);
+/* The out-of-memory retry (router.c, ps_route_oom_give_back) on `device`:
+ * bytes the stack gave back for it, retries that then succeeded or failed,
+ * give-backs left out because a stream capture was open. Rare: process-wide
+ * atomics; in the JSON report always, in the text report when nonzero. */
+enum { PS_OOM_GIVEN_BACK = 0, PS_OOM_SUCCEEDED, PS_OOM_FAILED, PS_OOM_SKIPPED_CAPTURE, PS_OOM_COUNT };
+void ps_stats_count_oom(int device, int what, uint64_t n);
 /* Sums the counters of device `device` over all threads. */
 void ps_stats_snapshot(int device, ps_shim_stats_t *out);
 uint64_t ps_stats_passthrough_total(void);

@@ -706,12 +706,20 @@ EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *c)
     current = stack_saved[--stack_depth];
     return CUDA_SUCCESS;
 }
+static int stream_alive(CUstream s);
 EXPORT CUresult cuCtxSynchronize(void)
 {
     ENTER();
     if (current && !ctx_alive(current))
         return dead();
     __atomic_fetch_add(&counters.ctx_sync, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&lock); /* a capture of the context's would die of it in CUDA: counted */
+    for (struct CUstream_st *s = undestroyed_streams; s; s = s->next_live)
+        if (s->capturing && s->ctx == current && stream_alive(s)) {
+            __atomic_fetch_add(&counters.sync_in_capture, 1, __ATOMIC_RELAXED);
+            break;
+        }
+    pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
 }
 /* Guard mode's fill and read-back: device memory is host memory here. */
@@ -803,7 +811,6 @@ EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, voi
     return CUDA_SUCCESS;
 }
 
-static int stream_alive(CUstream s);
 /* Copies (device memory is host memory here): refused when the current
  * device cannot reach a mapped side (reachable). */
 static CUresult fake_copy(uintptr_t dst, uintptr_t src, size_t n, int dst_device, int src_device)
@@ -1384,6 +1391,13 @@ static const struct { const char *name; void *fn; int min_version; } table[] = {
     {"cuPointerGetAttribute", (void *)cuPointerGetAttribute, 4000},
     {"cuPointerGetAttributes", (void *)cuPointerGetAttributes, 7000},
     {"cuMemRetainAllocationHandle", (void *)cuMemRetainAllocationHandle, 11000},
+    {"cuMemAddressReserve", (void *)cuMemAddressReserve, 10020},
+    {"cuMemAddressFree", (void *)cuMemAddressFree, 10020},
+    {"cuMemCreate", (void *)cuMemCreate, 10020},
+    {"cuMemRelease", (void *)cuMemRelease, 10020},
+    {"cuMemMap", (void *)cuMemMap, 10020},
+    {"cuMemUnmap", (void *)cuMemUnmap, 10020},
+    {"cuMemSetAccess", (void *)cuMemSetAccess, 10020},
 };
 
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,

@@ -11,6 +11,8 @@ typedef struct fake_cuda_counters {
                                        invalidate a capture on the calling thread, in CUDA) */
     unsigned long event_record, event_query, event_sync, stream_wait, stream_create, stream_query;
     unsigned long ctx_push, ctx_sync, get_proc_address;
+    unsigned long sync_in_capture;      /* cuCtxSynchronize calls while a stream of the context was capturing
+                                           (each would invalidate that capture, in CUDA) */
     unsigned long dead_calls;           /* calls on an object of a destroyed context */
     unsigned long ctx_destroyed;        /* contexts destroyed (reset, last release, cuCtxDestroy) */
     unsigned long ctx_reset, ctx_release; /* cuDevicePrimaryCtxReset / Release calls */

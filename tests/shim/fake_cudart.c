@@ -34,6 +34,7 @@ static struct {
     CUresult (*init)(unsigned);
     CUresult (*alloc)(CUdeviceptr *, size_t);
     CUresult (*free_)(CUdeviceptr);
+    CUresult (*alloc_managed)(CUdeviceptr *, size_t, unsigned);
     CUresult (*alloc_async)(CUdeviceptr *, size_t, CUstream);
     CUresult (*alloc_async_ptsz)(CUdeviceptr *, size_t, CUstream);
     CUresult (*free_async)(CUdeviceptr, CUstream);
@@ -96,6 +97,7 @@ static void load(void)
     drv.init = get(gpa, "cuInit", 2000, 0);
     drv.alloc = get(gpa, "cuMemAlloc", 3020, 0);
     drv.free_ = get(gpa, "cuMemFree", 3020, 0);
+    drv.alloc_managed = get(gpa, "cuMemAllocManaged", 6000, 0);
     drv.alloc_async = get(gpa, "cuMemAllocAsync", 11020, CU_GET_PROC_ADDRESS_LEGACY_STREAM);
     drv.alloc_async_ptsz = get(gpa, "cuMemAllocAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
     drv.free_async = get(gpa, "cuMemFreeAsync", 11020, CU_GET_PROC_ADDRESS_LEGACY_STREAM);
@@ -211,6 +213,14 @@ EXPORT cudaError_t cudaMalloc(void **p, size_t n)
         return cudaSuccess;
     }
     return err(drv.alloc((CUdeviceptr *)p, n));
+}
+/* managed memory: cuMemAllocManaged, freed by cudaFree (cuMemFree), as the real runtime */
+EXPORT cudaError_t cudaMallocManaged(void **p, size_t n, unsigned int flags)
+{
+    cudaError_t e = lazy_init();
+    if (e)
+        return e;
+    return err(drv.alloc_managed((CUdeviceptr *)p, n, flags));
 }
 EXPORT cudaError_t cudaFree(void *p)
 {

@@ -32,6 +32,7 @@ extern cudaError_t cudaHostGetFlags(unsigned int *, void *);
 extern cudaError_t cudaHostGetDevicePointer(void **, void *, unsigned int);
 extern cudaError_t cudaHostRegister(void *, size_t, unsigned int);
 extern cudaError_t cudaHostUnregister(void *);
+extern cudaError_t cudaMallocManaged(void **, size_t, unsigned int);
 
 #define N 400
 
@@ -293,6 +294,147 @@ static void look_up_driver(void)
     CHECK(drv.mem_alloc && drv.stream_destroy && drv.primary_reset && drv.ctx_get_current && drv.primary_retain &&
               drv.primary_release,
           "driver functions");
+}
+
+/* ---- the out-of-memory retry (issue 33) ----
+ * Memory the program frees stays in the pool; a call the shim does not
+ * serve must still get it, as natively: on CUDA's first "out of memory" the
+ * shim gives the pool's free memory back and retries the call once. Run
+ * with FAKE_CUDA_MEMORY=268435456 (256 MiB): the program cudaMallocs 200 MiB
+ * in 8 MiB blocks and frees them all, then takes the same bytes through
+ * calls the shim leaves to CUDA. */
+#define RETRY_BLOCK ((size_t)8 << 20)
+#define RETRY_BLOCKS 25
+static struct {
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+    CUresult (*release)(CUmemGenericAllocationHandle);
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*address_free)(CUdeviceptr, size_t);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+    CUresult (*unmap)(CUdeviceptr, size_t);
+    CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    CUresult (*begin_capture)(CUstream, CUstreamCaptureMode);
+    CUresult (*end_capture)(CUstream, void **);
+} vmm;
+
+/* The virtual-memory calls through cuGetProcAddress, as NCCL and PyTorch's
+ * expandable segments get them (the shim's hooks under the shim). */
+static void look_up_vmm(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    gpa_fn gpa = h ? (gpa_fn)dlsym(h, "cuGetProcAddress_v2") : NULL;
+    CHECK(gpa != NULL, "cuGetProcAddress_v2");
+    if (!gpa)
+        return;
+    CUdriverProcAddressQueryResult st;
+    gpa("cuMemCreate", (void **)&vmm.create, 12000, 0, &st);
+    gpa("cuMemRelease", (void **)&vmm.release, 12000, 0, &st);
+    gpa("cuMemAddressReserve", (void **)&vmm.reserve, 12000, 0, &st);
+    gpa("cuMemAddressFree", (void **)&vmm.address_free, 12000, 0, &st);
+    gpa("cuMemMap", (void **)&vmm.map, 12000, 0, &st);
+    gpa("cuMemUnmap", (void **)&vmm.unmap, 12000, 0, &st);
+    gpa("cuMemSetAccess", (void **)&vmm.set_access, 12000, 0, &st);
+    gpa("cuStreamBeginCapture", (void **)&vmm.begin_capture, 12000, 0, &st);
+    gpa("cuStreamEndCapture", (void **)&vmm.end_capture, 12000, 0, &st);
+    CHECK(vmm.create && vmm.release && vmm.reserve && vmm.address_free && vmm.map && vmm.unmap && vmm.set_access &&
+              vmm.begin_capture && vmm.end_capture,
+          "virtual-memory and capture functions");
+}
+
+/* cudaMallocs RETRY_BLOCKS blocks of RETRY_BLOCK bytes and frees them all. */
+static void malloc_and_free_all(const char *round)
+{
+    void *p[RETRY_BLOCKS];
+    for (int i = 0; i < RETRY_BLOCKS; i++)
+        CHECK(cudaMalloc(&p[i], RETRY_BLOCK) == cudaSuccess, "%s: cudaMalloc %d of %d", round, i, RETRY_BLOCKS);
+    for (int i = 0; i < RETRY_BLOCKS; i++)
+        CHECK(cudaFree(p[i]) == cudaSuccess, "%s: cudaFree %d", round, i);
+}
+
+static const CUmemAllocationProp device0_prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                                 .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
+
+/* The same bytes as RETRY_BLOCKS handles of physical memory, as NCCL takes
+ * them: created, mapped into one reserved range, made accessible, written
+ * and read back, then unmapped and released. `capture`: a stream captures
+ * meanwhile (oom_retry_capture): the create that finds no memory must keep
+ * CUDA's "out of memory" (the shim may not synchronize the device then); the
+ * capture is ended and that create made again, which must then succeed. */
+static void create_the_same_bytes(CUstream capture)
+{
+    CUdeviceptr range = 0;
+    CHECK(vmm.reserve(&range, RETRY_BLOCKS * RETRY_BLOCK, 0, 0, 0) == CUDA_SUCCESS, "cuMemAddressReserve");
+    CUmemGenericAllocationHandle h[RETRY_BLOCKS];
+    CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    int refused_in_capture = 0;
+    for (int i = 0; i < RETRY_BLOCKS && !failures; i++) {
+        CUresult r = vmm.create(&h[i], RETRY_BLOCK, &device0_prop, 0);
+        if (capture && r == CUDA_ERROR_OUT_OF_MEMORY && !refused_in_capture) {
+            refused_in_capture = 1;
+            CHECK(fake()->sync_in_capture == 0, "the device was synchronized during the capture: it would die of it");
+            CHECK(vmm.end_capture(capture, NULL) == CUDA_SUCCESS, "end the capture");
+            r = vmm.create(&h[i], RETRY_BLOCK, &device0_prop, 0);
+        }
+        CHECK(r == CUDA_SUCCESS, "cuMemCreate %d of %d (%zu MiB) returned %d (2: out of memory)", i, RETRY_BLOCKS,
+              RETRY_BLOCK >> 20, r);
+        if (r != CUDA_SUCCESS)
+            return;
+        CUdeviceptr at = range + (CUdeviceptr)i * RETRY_BLOCK;
+        CHECK(vmm.map(at, RETRY_BLOCK, 0, h[i], 0) == CUDA_SUCCESS, "cuMemMap %d", i);
+        CHECK(vmm.set_access(at, RETRY_BLOCK, &access, 1) == CUDA_SUCCESS, "cuMemSetAccess %d", i);
+        fill((void *)(uintptr_t)at, RETRY_BLOCK, (unsigned)i);
+    }
+    if (capture && !refused_in_capture) { /* the pool's memory came while the capture was open */
+        CHECK(fake()->sync_in_capture == 0, "the device was synchronized during the capture: it would die of it");
+        CHECK(refused_in_capture, "no create met an out-of-memory answer during the capture");
+        CHECK(vmm.end_capture(capture, NULL) == CUDA_SUCCESS, "end the capture");
+    }
+    for (int i = 0; i < RETRY_BLOCKS; i++) {
+        CUdeviceptr at = range + (CUdeviceptr)i * RETRY_BLOCK;
+        CHECK(intact((void *)(uintptr_t)at, RETRY_BLOCK, (unsigned)i), "handle %d's bytes", i);
+        CHECK(vmm.unmap(at, RETRY_BLOCK) == CUDA_SUCCESS && vmm.release(h[i]) == CUDA_SUCCESS, "unmap, release %d", i);
+    }
+    CHECK(vmm.address_free(range, RETRY_BLOCKS * RETRY_BLOCK) == CUDA_SUCCESS, "cuMemAddressFree");
+}
+
+/* cuMemCreate (FAKE_CUDA_VMM=1 only: the fake has no virtual memory
+ * otherwise) and then cudaMallocManaged of the bytes cudaFree gave back. */
+static void oom_retry(void)
+{
+    malloc_and_free_all("round 1");
+    look_up_vmm();
+    const char *vmm_on = getenv("FAKE_CUDA_VMM");
+    if (vmm_on && *vmm_on == '1' && !failures) {
+        create_the_same_bytes(NULL);
+        malloc_and_free_all("round 2");
+    }
+    void *m[RETRY_BLOCKS];
+    for (int i = 0; i < RETRY_BLOCKS && !failures; i++) {
+        cudaError_t e = cudaMallocManaged(&m[i], RETRY_BLOCK, CU_MEM_ATTACH_GLOBAL);
+        CHECK(e == cudaSuccess, "cudaMallocManaged %d of %d returned %d (2: out of memory)", i, RETRY_BLOCKS, e);
+        if (e != cudaSuccess)
+            return;
+        fill(m[i], RETRY_BLOCK, (unsigned)i + 100);
+    }
+    for (int i = 0; i < RETRY_BLOCKS && !failures; i++) {
+        CHECK(intact(m[i], RETRY_BLOCK, (unsigned)i + 100), "managed block %d's bytes", i);
+        CHECK(cudaFree(m[i]) == cudaSuccess, "cudaFree of managed block %d", i);
+    }
+}
+
+/* The same with a capture open on a non-blocking stream when the pool's
+ * memory is needed (FAKE_CUDA_VMM=1, under the shim only: natively the
+ * first create already succeeds). */
+static void oom_retry_capture(void)
+{
+    malloc_and_free_all("before the capture");
+    look_up_vmm();
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    CHECK(!failures && vmm.begin_capture(s, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS, "begin a capture");
+    if (!failures)
+        create_the_same_bytes(s);
+    CHECK(cudaStreamDestroy(s) == cudaSuccess, "stream destroy");
 }
 
 /* In the child: CUDA cannot be used in the child of a process that
@@ -1063,6 +1205,8 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "barrier_streams")) barrier_streams();
     else if (!strcmp(what, "gate_stream")) gate_stream();
     else if (!strcmp(what, "oom")) oom();
+    else if (!strcmp(what, "oom_retry")) oom_retry();
+    else if (!strcmp(what, "oom_retry_capture")) oom_retry_capture();
     else if (!strcmp(what, "devices")) devices();
     else if (!strcmp(what, "forks")) forks();
     else if (!strcmp(what, "exit_live")) exit_live();

@@ -435,6 +435,74 @@ Test(runtime_door, out_of_memory_returns_error_and_pool_stays_usable)
     expect_pass(1, "FAKE_CUDA_MEMORY=268435456", "prog_runtime oom", "shim active");
 }
 
+/* ---- the out-of-memory retry (issue 33, router.c 9.) ---------------------------
+ * prog_runtime oom_retry: 200 MiB of a 256 MiB device cudaMalloc'd and freed,
+ * then the same bytes through cuMemCreate (NCCL's way, mapped and written)
+ * and through cudaMallocManaged. Natively the freed memory is the device's
+ * again; under the shim each must get the pool's free memory on CUDA's first
+ * "out of memory", and the statistics count it. */
+#define OOM_RETRY_VMM "FAKE_CUDA_VMM=1 FAKE_CUDA_MEMORY=268435456"
+#define OOM_RETRY_CHUNKS "FAKE_CUDA_MEMORY=268435456"
+Test(oom_retry, native_allocations_beside_the_pool_get_the_freed_memory)
+{
+    expect_pass(0, OOM_RETRY_VMM, "prog_runtime oom_retry", "shim inactive");
+}
+Test(oom_retry, cumemcreate_and_managed_get_the_pools_free_memory)
+{
+    expect_pass(1, OOM_RETRY_VMM " POOLSHIM_STATS=json", "prog_runtime oom_retry", "shim active");
+    const char *retry = strstr(output, "\"oom_retry\": ");
+    cr_assert(retry, "no oom_retry in the report:\n%s", output);
+    cr_expect_geq(json_after(retry, "\"given_back\": "), 2 * 200LL << 20, "both gave the 200 MiB back:\n%s", retry);
+    cr_expect_eq(json_after(retry, "\"succeeded\": "), 2, "%s", retry);
+    cr_expect_eq(json_after(retry, "\"failed\": "), 0, "%s", retry);
+    cr_expect_eq(json_after(retry, "\"skipped_capture\": "), 0, "%s", retry);
+    expect_pass(1, OOM_RETRY_VMM " POOLSHIM_STATS=text", "prog_runtime oom_retry", "shim active");
+    cr_expect(strstr(output, "poolshim:   oom retry  400 MiB given back to CUDA allocations the pool does not serve; "
+                             "retried 2 (2 succeeded, 0 failed)"),
+              "the text report's line:\n%s", output);
+}
+Test(oom_retry, managed_gets_the_free_chunks)
+{
+    expect_pass(1, OOM_RETRY_CHUNKS " POOLSHIM_STATS=json", "prog_runtime oom_retry", "shim active");
+    const char *retry = strstr(output, "\"oom_retry\": ");
+    cr_assert(retry, "no oom_retry in the report:\n%s", output);
+    cr_expect_geq(json_after(retry, "\"given_back\": "), 200LL << 20, "%s", retry);
+    cr_expect_eq(json_after(retry, "\"succeeded\": "), 1, "%s", retry);
+}
+/* negative controls: with the retry off the same programs fail as a user saw
+ * it on the H200 (issue 33's table), so the tests above can fail */
+Test(oom_retry, negative_control_off_cumemcreate_runs_out_of_memory)
+{
+    int rc = run(1, OOM_RETRY_VMM " POOLSHIM_OPTIONS=global.oom_retry=0", "prog_runtime oom_retry");
+    cr_expect(rc != 0 && strstr(output, "cuMemCreate 7 of 25 (8 MiB) returned 2"), "rc %d:\n%s", rc, output);
+}
+Test(oom_retry, negative_control_off_managed_runs_out_of_memory)
+{
+    int rc = run(1, OOM_RETRY_CHUNKS " POOLSHIM_OPTIONS=global.oom_retry=0", "prog_runtime oom_retry");
+    cr_expect(rc != 0 && strstr(output, "cudaMallocManaged 0 of 25 returned 2"), "rc %d:\n%s", rc, output);
+}
+/* prog_runtime oom_retry_capture (under the shim only: natively nothing runs
+ * out): a capture is open on a non-blocking stream when cuMemCreate needs the
+ * pool's memory. The shim must not give it back then (the trim's device
+ * synchronize would invalidate the capture): the create keeps CUDA's "out of
+ * memory" and the fake saw no synchronize during the capture; once the
+ * capture ended, the create succeeds. */
+Test(oom_retry, an_open_capture_keeps_the_pools_memory_and_the_capture)
+{
+    expect_pass(1, OOM_RETRY_VMM " POOLSHIM_STATS=json", "prog_runtime oom_retry_capture", "shim active");
+    const char *retry = strstr(output, "\"oom_retry\": ");
+    cr_assert(retry, "no oom_retry in the report:\n%s", output);
+    cr_expect_eq(json_after(retry, "\"skipped_capture\": "), 1, "%s", retry);
+    cr_expect_eq(json_after(retry, "\"succeeded\": "), 1, "%s", retry);
+}
+/* negative control: with the capture checks switched off the shim gives the
+ * memory back inside the capture, and the scenario sees the synchronize */
+Test(oom_retry, negative_control_ignoring_captures_synchronizes_inside_the_capture)
+{
+    int rc = run(1, OOM_RETRY_VMM " POOLSHIM_TEST_IGNORE_CAPTURES=1", "prog_runtime oom_retry_capture");
+    cr_expect(rc != 0 && strstr(output, "the device was synchronized during the capture"), "rc %d:\n%s", rc, output);
+}
+
 Test(runtime_door, free_sync_policies_all_pass)
 {
     expect_pass(1, "POOLSHIM_FREE_SYNC=device", "prog_runtime basic", "shim active");
