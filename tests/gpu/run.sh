@@ -230,6 +230,26 @@ expect_corruption() {
     else record "$name" FAIL "exit $rc where the negative control must exit 3 (wrong bytes seen), log $log.log"; fi
 }
 
+# expect_out_of_memory NAME [VAR=VALUE...] -- PROGRAM ARGS: a negative control
+# under the shim: passes only when the program ran out of memory (exit 2),
+# proving that the test would see the mechanism missing.
+expect_out_of_memory() {
+    local name=shim/$1
+    shift
+    local -a envs=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    wanted "$name" || return 0
+    local path log=${name//\//_}
+    path=$(exe "$1") || { record "$name" FAIL "$1 did not build"; return 0; }
+    shift
+    [ -f "$lib" ] || { record "$name" FAIL "no $lib"; return 0; }
+    run_timed "$log" env LD_PRELOAD="$lib" "${envs[@]}" "$path" "$@"
+    keep_log "$log"
+    if [ $rc -eq 2 ]; then record "$name" PASS "expected failure: $(grep -m1 'out of memory' "$logs/$log.log")"
+    else record "$name" FAIL "exit $rc where the negative control must exit 2 (out of memory), log $log.log"; fi
+}
+
 # ---------------------------------------------------------------- 0. where we are
 {
     echo "poolshim GPU suite, $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -261,6 +281,8 @@ declare -A sources=(
     [expandable_static]="expandable.cu"
     [remap_idle_static]="remap_idle.cu"
     [release_threshold_static]="release_threshold.cu"
+    [oom_retry_static]="oom_retry.cu -lcuda"
+    [oom_retry_shared]="oom_retry.cu -cudart shared -lcuda"
     [peer_static]="peer.cu"
     [capture_threads_static]="capture_threads.cu"
     [capture_threads_shared]="capture_threads.cu -cudart shared"
@@ -375,6 +397,21 @@ shim release_threshold "doors.driver>0 upstream.frees>0" \
     POOLSHIM_OPTIONS=resource.main.release_threshold=0,global.meminfo=device -- release_threshold_static released
 shim release_threshold_off "doors.driver>0 upstream.frees==0" POOLSHIM_OPTIONS=global.meminfo=device \
     -- release_threshold_static kept
+# out of memory beside the pool (issue 33): 80% of the card cudaMalloc'd and freed, then the same
+# bytes through cuMemCreate (from libcuda, or from the runtime's entry point as NCCL and PyTorch get
+# it) and cudaMallocManaged: natively the memory is back at the free; under the shim the pool gives
+# it back on CUDA's first "out of memory" (global.oom_retry); with the retry off cuMemCreate must run
+# out of memory (the negative controls)
+for mode in direct entry; do
+    native oom_retry_$mode oom_retry_static $mode
+    shim oom_retry_$mode "doors.driver>0 oom_retry.succeeded>0 oom_retry.failed==0 oom_retry.given_back>0 \
+?oom_retry.skipped_capture>=0" -- oom_retry_static $mode
+    expect_out_of_memory oom_retry_${mode}_off_expected_failure POOLSHIM_OPTIONS=global.oom_retry=0 -- oom_retry_static $mode
+done
+native oom_retry_shared oom_retry_shared entry
+shim oom_retry_shared "doors.runtime>0 oom_retry.succeeded>0 oom_retry.failed==0 oom_retry.given_back>0" \
+    -- oom_retry_shared entry
+expect_out_of_memory oom_retry_shared_off_expected_failure POOLSHIM_OPTIONS=global.oom_retry=0 -- oom_retry_shared entry
 # a capture on one thread while another allocates and frees (barriers refused, no legacy-stream record)
 for mode in relaxed threadlocal; do
     native capture_threads_$mode capture_threads_static $mode
