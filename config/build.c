@@ -111,6 +111,8 @@ void ps_config_pool_options(const ps_config_t *cfg, const ps_resource_def_t *def
         opts->expandable_reserve = (size_t)v[PS_KEY_EXPANDABLE_RESERVE].number;
     if (v[PS_KEY_EXPANDABLE_PIECE].set)
         opts->expandable_piece = (size_t)v[PS_KEY_EXPANDABLE_PIECE].number;
+    if (v[PS_KEY_EXPANDABLE_RUN_MIN].set)
+        opts->expandable_run_min = (size_t)v[PS_KEY_EXPANDABLE_RUN_MIN].number;
     if (v[PS_KEY_SMALL_FROM_BACK].set)
         opts->small_from_back = (size_t)v[PS_KEY_SMALL_FROM_BACK].number;
     if (v[PS_KEY_RELEASE_THRESHOLD].set)

@@ -14,7 +14,8 @@ const char *const ps_key_names[PS_KEY_COUNT + 1] = {
     "type", "upstream", "initial_size", "maximum_size", "min_chunk", "max_chunk",
     "growth_percent", "alignment", "free_sync", "epoch_wait_us", "superblock_size",
     "block_size", "blocks_per_batch", "bins", "fallback", "release_threshold", "limit",
-    "stack_depth", "file", "expandable", "expandable_reserve", "expandable_piece", "barrier_pending_percent",
+    "stack_depth", "file", "expandable", "expandable_reserve", "expandable_piece", "expandable_run_min",
+    "barrier_pending_percent",
     "small_from_back", "thread_cache", "remap", "remap_turnover_percent", "remap_slack_percent", "remap_lend", "barrier_floor", "thread_floor", NULL};
 
 const char *const ps_global_key_names[PS_GKEY_COUNT + 1] = {
@@ -47,7 +48,8 @@ uint32_t ps_type_keys(ps_resource_type_t type)
                PS_KEY_BIT(PS_KEY_MIN_CHUNK) | PS_KEY_BIT(PS_KEY_MAX_CHUNK) |
                PS_KEY_BIT(PS_KEY_GROWTH_PERCENT) | PS_KEY_BIT(PS_KEY_EPOCH_WAIT_US) |
                PS_KEY_BIT(PS_KEY_EXPANDABLE) | PS_KEY_BIT(PS_KEY_EXPANDABLE_RESERVE) |
-               PS_KEY_BIT(PS_KEY_EXPANDABLE_PIECE) | PS_KEY_BIT(PS_KEY_BARRIER_PENDING_PERCENT) |
+               PS_KEY_BIT(PS_KEY_EXPANDABLE_PIECE) | PS_KEY_BIT(PS_KEY_EXPANDABLE_RUN_MIN) |
+               PS_KEY_BIT(PS_KEY_BARRIER_PENDING_PERCENT) |
                PS_KEY_BIT(PS_KEY_SMALL_FROM_BACK) | PS_KEY_BIT(PS_KEY_RELEASE_THRESHOLD) |
                PS_KEY_BIT(PS_KEY_THREAD_CACHE) | PS_KEY_BIT(PS_KEY_REMAP) |
                PS_KEY_BIT(PS_KEY_REMAP_TURNOVER_PERCENT) | PS_KEY_BIT(PS_KEY_REMAP_SLACK_PERCENT) | PS_KEY_BIT(PS_KEY_REMAP_LEND) |
@@ -84,6 +86,8 @@ int ps_type_is_adaptor(ps_resource_type_t type)
 }
 
 /* ---- how each key is read ---------------------------------------------- */
+_Static_assert(PS_KEY_COUNT <= 32, "ps_type_keys' mask is a uint32_t: a 33rd key needs a wider one");
+
 const ps_key_info_t ps_key_info[PS_KEY_COUNT] = {
     [PS_KEY_TYPE] = {PS_VALUE_TYPE, 0, 0, "pool, arena, fixed_size, binning, cuda, async, managed, limit, stats, track or log"},
     [PS_KEY_UPSTREAM] = {PS_VALUE_NAME, 0, 0, "the NAME of a [resource.NAME] section, or cuda, async, managed"},
@@ -107,6 +111,7 @@ const ps_key_info_t ps_key_info[PS_KEY_COUNT] = {
     [PS_KEY_EXPANDABLE] = {PS_VALUE_NUMBER, 0, 1, "1 (one virtual-memory range, when the device has it) or 0 (chunks)"},
     [PS_KEY_EXPANDABLE_RESERVE] = {PS_VALUE_SIZE, 0, 0, "a size of address space such as 256GiB; 0 = twice the device"},
     [PS_KEY_EXPANDABLE_PIECE] = {PS_VALUE_SIZE, 1, 0, "a size above zero such as 2MiB (rounded up to the device's granularity)"},
+    [PS_KEY_EXPANDABLE_RUN_MIN] = {PS_VALUE_SIZE, 0, 0, "a size such as 1GiB: a growth of at least this many bytes maps one physical allocation (a run); 0 = always piece by piece"},
     [PS_KEY_SMALL_FROM_BACK] = {PS_VALUE_SIZE, 0, 0, "a size such as 1MiB: requests up to it are cut from the back of a free block; 0 = all from the front"},
     [PS_KEY_THREAD_CACHE] = {PS_VALUE_SIZE, 0, 0, "a size such as 1MiB: freed blocks each thread keeps in front of the pool; 0 = off"},
     [PS_KEY_BARRIER_PENDING_PERCENT] = {PS_VALUE_NUMBER, 0, 100, "a whole number of percent from 0 to 100 (0 = a barrier only when nothing fits)"},

@@ -184,6 +184,13 @@ static void default_text(const ps_config_t *cfg, const ps_resource_def_t *def, i
         bytes = pool.expandable_reserve;
         break;
     case PS_KEY_EXPANDABLE_PIECE: bytes = pool.expandable_piece; break;
+    case PS_KEY_EXPANDABLE_RUN_MIN:
+        if (!pool.expandable_run_min) {
+            snprintf(buf, size, "0 (always piece by piece)");
+            return;
+        }
+        bytes = pool.expandable_run_min;
+        break;
     case PS_KEY_SMALL_FROM_BACK: bytes = pool.small_from_back; break;
     case PS_KEY_THREAD_CACHE: bytes = pool.thread_cache; break;
     case PS_KEY_BARRIER_PENDING_PERCENT: snprintf(buf, size, "%u", pool.barrier_pending_percent); return;
