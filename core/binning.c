@@ -163,6 +163,18 @@ static void binning_device_synchronized(ps_resource_t *r)
     }
 }
 
+/* Passes the decay to every distinct bin resource and the fallback. */
+static uint64_t binning_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns)
+{
+    binning_t *b = (binning_t *)r;
+    size_t n = b->bin_count + (b->base.upstream != NULL);
+    uint64_t given = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!repeated(b, i))
+            given += ps_decay(member(b, i), now_ns, decay_ns);
+    return given;
+}
+
 static void binning_destroy(ps_resource_t *r)
 {
     binning_t *b = (binning_t *)r;
@@ -179,6 +191,7 @@ static const ps_resource_ops_t binning_ops = {
     .destroy = binning_destroy,
     .stream_destroyed = binning_stream_destroyed,
     .device_synchronized = binning_device_synchronized,
+    .decay = binning_decay,
 };
 
 int ps_binning_create(const char *name, const ps_bin_t *bins, size_t bin_count,

@@ -303,6 +303,7 @@ static inline uint32_t take_block(pool_t *pool, uint32_t index, size_t size)
     pool_block_t *used = &pool->blocks[used_index];
     used->state = BLOCK_USED;
     pool->bytes_in_use += used->size;
+    pool_note_allocation(pool);
     ps_ptr_map_put(&pool->in_use, used->addr, used_index);
     return used_index;
 }
@@ -391,6 +392,7 @@ static inline uint32_t quick_take(pool_t *pool, size_t size)
     pool->bytes_free -= size;
     pool->blocks[index].state = BLOCK_USED;
     pool->bytes_in_use += size;
+    pool_note_allocation(pool);
     ps_ptr_map_put(&pool->in_use, pool->blocks[index].addr, index);
     return index;
 }
@@ -455,6 +457,7 @@ static inline uint32_t stack_take(pool_t *pool)
     pool->bytes_free -= b->size;
     b->state = BLOCK_USED;
     pool->bytes_in_use += b->size;
+    pool_note_allocation(pool);
     ps_ptr_map_put(&pool->in_use, b->addr, index);
     return index;
 }
@@ -1441,7 +1444,7 @@ static void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
 
 static const ps_resource_ops_t pool_ops = {"pool", pool_allocate, pool_deallocate, pool_trim,
                                            pool_query, pool_destroy, pool_stream_destroyed,
-                                           pool_device_synchronized};
+                                           pool_device_synchronized, pool_decay};
 
 /* ---- creation ---------------------------------------------------------- */
 

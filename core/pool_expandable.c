@@ -964,6 +964,61 @@ void pool_release_free_chunks_locked(pool_t *pool, uint64_t keep)
         unmap_free_pieces_locked(pool, keep);
 }
 
+/* The decay's give-back (core/pool_decay.c): like
+ * pool_release_free_chunks_locked down to `keep` reserved bytes, but only
+ * memory the GPU has provably finished with, with no device synchronize:
+ * wholly free chunks and whole runs inside ready free blocks whose idle
+ * generation is at most `passed` (the newest barrier the GPU passed), and
+ * first the lent addresses idle at `passed` (a piece is unmapped only
+ * after its lent twin, as in 9. above). Returns the bytes given back. */
+uint64_t pool_release_idle_locked(pool_t *pool, uint64_t keep, uint64_t passed)
+{
+    uint64_t before = pool->bytes_reserved;
+    if (pool->lent_head != NIL && !return_lent_locked(pool, passed))
+        passed = IDLE_NOW; /* a twin stayed mapped: only memory idle now (never lent) may go */
+    for (uint32_t slot = 0; slot < pool->chunks_count && pool->bytes_reserved > keep; slot++) {
+        pool_chunk_t *chunk = &pool->chunks[slot];
+        if (!chunk->base)
+            continue;
+        if (!chunk->range) { /* a chunk goes back whole, when wholly free and idle */
+            uint32_t index = chunk->first_block;
+            pool_block_t *b = &pool->blocks[index];
+            if (b->state != BLOCK_FREE || b->owner != OWNER_READY || b->next_phys != NIL || b->idle_gen > passed)
+                continue;
+            if (ps_deallocate(pool->base.upstream, chunk->base, chunk->base_size, PS_STREAM_NONE) != PS_OK)
+                continue;
+            pool_list_remove(pool, index);
+            pool_recycle_descriptor(pool, index);
+            pool->bytes_reserved -= chunk->size;
+            pool->upstream_frees++;
+            chunk->base = NULL;
+            continue;
+        }
+        for (uint32_t index = chunk->first_block, next; index != NIL && pool->bytes_reserved > keep; index = next) {
+            next = pool->blocks[index].next_phys;
+            uintptr_t lo, hi;
+            if (pool->blocks[index].idle_gen > passed || !whole_pieces_of(pool, chunk->range, index, &lo, &hi))
+                continue;
+            if (hi - lo > pool->bytes_reserved - keep) { /* no more than needed (whole runs) */
+                uintptr_t end = ps_vm_range_boundary_up(chunk->range, lo + (pool->bytes_reserved - keep));
+                hi = end < hi ? end : hi;
+            }
+            if (pool_reserve_descriptors_locked(pool, 2) != PS_OK)
+                break;
+            unmap_block_pieces_locked(pool, slot, index, lo, hi, NULL, &next);
+        }
+    }
+    while (pool->chunks_count && !pool->chunks[pool->chunks_count - 1].base)
+        pool->chunks_count--;
+    return before - pool->bytes_reserved;
+}
+
+/* The newest barrier the GPU has passed (newest_passed_locked), for the decay. */
+uint64_t pool_newest_passed_locked(const pool_t *pool)
+{
+    return newest_passed_locked(pool);
+}
+
 /* Step 7: the floor is on (grow_budget_min, over the growth budget of a
  * range whose blocks wait for fences) and no more than it is reserved. */
 static int pool_at_budget_min_locked(const pool_t *pool)

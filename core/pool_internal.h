@@ -72,6 +72,15 @@ typedef struct pool_owner {
     uint64_t fence_stamp;                 /* it covers blocks with free_stamp <= this */
 } pool_owner_t;
 
+/* One tick of the decay (core/pool_decay.c). DECAY_TICKS covers a window
+ * of four ticks with room for late ones. */
+#define DECAY_TICKS 8
+typedef struct pool_decay_tick {
+    uint64_t at_ns;  /* when (0: unused) */
+    uint64_t high;   /* most bytes in use between the tick before and this one */
+    uint64_t allocs; /* the allocation count then */
+} pool_decay_tick_t;
+
 typedef struct pool {
     ps_resource_t base;         /* the resource (first member) */
     ps_pool_options_t options;  /* effective options */
@@ -136,6 +145,11 @@ typedef struct pool {
     uint64_t peak_need_in_use;  /* most bytes in use + the need at an expandable growth (remap_slack_percent) */
     uint64_t remap_credit;      /* remaps allowed now, in 1/REMAP_CREDIT_UNIT (earned by turnover) */
     uint64_t in_use_high;       /* most of in use + need seen at a growth (grow_budget_percent) */
+    uint64_t decay_high;        /* decay: most bytes in use since the last tick (core/pool_decay.c) */
+    uint64_t decay_allocs;      /* decay: allocations served, to tell an idle pool */
+    pool_decay_tick_t decay_ring[DECAY_TICKS]; /* decay: the last ticks, oldest overwritten */
+    unsigned decay_next;        /* decay: the ring's next slot */
+    uint64_t decay_given;       /* decay: bytes given back */
 
     int eager_barrier;          /* 1: free_sync barrier with barrier_pending_percent > 0 */
     int expandable;             /* 1: growth maps pieces of virtual-memory ranges, not chunks */
@@ -241,6 +255,17 @@ static inline void pool_recycle_descriptor(pool_t *pool, uint32_t index)
     pool->recycled_count++;
 }
 
+/* ---- core/pool_decay.c: free memory not needed for a while goes back ---- */
+uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns);
+
+/* Every allocation, pool lock held: the decay's view of the working set. */
+static inline void pool_note_allocation(pool_t *pool)
+{
+    pool->decay_allocs++;
+    if (pool->bytes_in_use > pool->decay_high)
+        pool->decay_high = pool->bytes_in_use;
+}
+
 /* ---- core/pool.c: blocks, lists, descriptors, chunks, the barrier ---- */
 int pool_add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32_t *grown);
 int pool_barrier_release_locked(pool_t *pool);
@@ -257,6 +282,8 @@ void pool_flush_all_locked(pool_t *pool);
 int pool_grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown);
 int pool_grow_locked(pool_t *pool, size_t need, uint32_t *grown);
 void pool_release_free_chunks_locked(pool_t *pool, uint64_t keep);
+uint64_t pool_release_idle_locked(pool_t *pool, uint64_t keep, uint64_t passed);
+uint64_t pool_newest_passed_locked(const pool_t *pool);
 void pool_remap_earn_locked(pool_t *pool, uint64_t released);
 int pool_under_budget_min_locked(const pool_t *pool, size_t need);
 

@@ -75,6 +75,14 @@ typedef struct ps_resource_ops {
      * a moment to give memory back (the pool's release_threshold). NULL:
      * forward to the upstream (adaptors) or nothing to do. */
     void (*device_synchronized)(ps_resource_t *r);
+    /* A moment to give back free memory the program has not needed for
+     * decay_ns (the pool's decay, core/pool_decay.c), called from a thread
+     * of the shim's own: only memory the GPU has provably finished with,
+     * never a device synchronize or a host wait, and a resource whose lock
+     * is busy skips it. decay_ns 0: every free byte proven idle now (a
+     * neighbour process asks). Returns the bytes given back. NULL: forward
+     * to the upstream (adaptors) or nothing to give. */
+    uint64_t (*decay)(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns);
 } ps_resource_ops_t;
 
 struct ps_resource {
@@ -115,6 +123,12 @@ static inline void ps_device_synchronized(ps_resource_t *r)
         r->ops->device_synchronized(r);
     else if (r->upstream)
         ps_device_synchronized(r->upstream);
+}
+static inline uint64_t ps_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns)
+{
+    if (r->ops->decay)
+        return r->ops->decay(r, now_ns, decay_ns);
+    return r->upstream ? ps_decay(r->upstream, now_ns, decay_ns) : 0;
 }
 static inline void ps_destroy(ps_resource_t *r)
 {

@@ -1,0 +1,173 @@
+/* The decay (core/pool_decay.c): free memory not needed for a while goes
+ * back without any call from the program, only once the GPU has passed the
+ * barrier that released it, never what a loop needs again, and never
+ * while the pool's lock is busy. Time is the caller's: the tests pass it. */
+#include "pool_fixture.h"
+
+#include <pthread.h>
+
+#define SEC 1000000000ull
+#define DECAY (4 * SEC)
+
+/* An expandable pool (free_sync barrier, the default) over a fake device
+ * whose barriers pass only when the test says so. */
+static void open_decay_pool(pool_fixture_t *f)
+{
+    ps_pool_options_t o = small_pool_options();
+    ps_host_ops_options_t host = {.virtual_memory = 1};
+    cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, &o, &f->pool), PS_OK);
+    cr_assert(ps_pool_is_expandable(f->pool));
+}
+
+/* Ticks every quarter of DECAY from `from` to `to` (inclusive); returns the bytes given back. */
+static uint64_t tick(pool_fixture_t *f, uint64_t from, uint64_t to)
+{
+    uint64_t given = 0;
+    for (uint64_t t = from; t <= to; t += DECAY / 4)
+        given += ps_decay(f->pool, t, DECAY);
+    return given;
+}
+
+Test(pool_decay, an_idle_pool_gives_everything_back_once_its_barrier_passed)
+{
+    pool_fixture_t f;
+    open_decay_pool(&f);
+    void *p[4];
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p[i]), PS_OK);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(ps_host_ops_note_free(f.gpu, p[i], 64 * PS_MiB), PS_OK);
+        cr_assert_eq(ps_deallocate(f.pool, p[i], 0, PS_STREAM_NONE), PS_OK);
+    }
+    cr_assert_eq(tick(&f, SEC, 4 * SEC), 0, "a window not yet seen whole: nothing goes");
+    uint64_t barriers = ps_host_ops_barriers(f.gpu);
+    cr_assert_eq(tick(&f, 5 * SEC, 6 * SEC), 0, "the barrier has not passed: nothing goes");
+    cr_assert_gt(ps_host_ops_barriers(f.gpu), barriers, "the decay issued a barrier for the pending blocks");
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 256 * PS_MiB);
+    ps_host_ops_complete_barriers_upto(f.gpu, ps_host_ops_barriers(f.gpu));
+    cr_assert_eq(tick(&f, 7 * SEC, 7 * SEC), 256 * PS_MiB);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0, "the device has it back");
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0, "never a device synchronize");
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    fixture_close(&f);
+}
+
+Test(pool_decay, a_loop_keeps_its_working_set)
+{
+    /* a step allocates 8 blocks of 10-80 MiB and frees them; ticks between
+     * steps for three windows: no unmap, nothing given back */
+    pool_fixture_t f;
+    open_decay_pool(&f);
+    ps_host_ops_set_auto_complete(f.gpu, 1);
+    uint64_t reserved = 0, unmaps = 0, given = 0;
+    for (int step = 0; step < 120; step++) {
+        void *p[8];
+        for (int i = 0; i < 8; i++)
+            cr_assert_eq(ps_allocate(f.pool, (size_t)(10 + (step * 7 + i * 13) % 71) * PS_MiB, PS_STREAM_NONE,
+                                     &p[i]), PS_OK);
+        for (int i = 0; i < 8; i++)
+            cr_assert_eq(ps_deallocate(f.pool, p[i], 0, PS_STREAM_NONE), PS_OK);
+        if (step == 20) { /* warmed up */
+            reserved = fixture_info(f.pool).bytes_reserved;
+            unmaps = ps_host_ops_vm_unmaps(f.gpu);
+        }
+        given += ps_decay(f.pool, (uint64_t)(step + 1) * SEC / 10, DECAY);
+    }
+    cr_assert_eq(given, 0, "the loop's memory stays");
+    cr_assert_eq(ps_host_ops_vm_unmaps(f.gpu), unmaps, "no piece went back and came again");
+    cr_assert_geq(fixture_info(f.pool).bytes_reserved, reserved, "nothing went back");
+    ps_destroy(f.pool);
+    ps_destroy(f.upstream);
+    ps_host_ops_destroy(f.gpu);
+}
+
+Test(pool_decay, a_busy_pool_gives_back_what_it_no_longer_needs)
+{
+    pool_fixture_t f;
+    open_decay_pool(&f);
+    ps_host_ops_set_auto_complete(f.gpu, 1);
+    void *big[6], *small;
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(ps_allocate(f.pool, 100 * PS_MiB, PS_STREAM_NONE, &big[i]), PS_OK);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(ps_deallocate(f.pool, big[i], 0, PS_STREAM_NONE), PS_OK);
+    uint64_t given = 0;
+    for (int step = 1; step <= 100; step++) { /* a smaller loop from now on, 10 s */
+        cr_assert_eq(ps_allocate(f.pool, 100 * PS_MiB, PS_STREAM_NONE, &small), PS_OK);
+        cr_assert_eq(ps_deallocate(f.pool, small, 0, PS_STREAM_NONE), PS_OK);
+        given += ps_decay(f.pool, (uint64_t)step * SEC / 10, DECAY);
+    }
+    uint64_t reserved = fixture_info(f.pool).bytes_reserved;
+    cr_assert_gt(given, 0);
+    cr_assert_leq(reserved, 100 * PS_MiB + 100 * PS_MiB / 4 + 2 * PS_MiB + 2 * PS_MiB,
+                  "reserved %llu MiB: the loop's 100 MiB and the slack", (unsigned long long)(reserved >> 20));
+    cr_assert_geq(reserved, 100 * PS_MiB);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    fixture_close(&f);
+}
+
+Test(pool_decay, a_capture_keeps_pending_memory)
+{
+    /* barriers refused (a capture is open): pending blocks stay */
+    pool_fixture_t f;
+    open_decay_pool(&f);
+    void *p;
+    cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
+    ps_host_ops_block_barriers(f.gpu, 1);
+    ps_host_ops_complete_all(f.gpu);
+    cr_assert_eq(tick(&f, SEC, 10 * SEC), 0);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 64 * PS_MiB);
+    ps_host_ops_block_barriers(f.gpu, 0);
+    tick(&f, 11 * SEC, 11 * SEC); /* the barrier */
+    ps_host_ops_complete_barriers_upto(f.gpu, ps_host_ops_barriers(f.gpu));
+    cr_assert_eq(tick(&f, 12 * SEC, 12 * SEC), 64 * PS_MiB);
+    fixture_close(&f);
+}
+
+static void *hold_lock_and_allocate(void *arg)
+{
+    pool_fixture_t *f = arg;
+    void *p;
+    for (int i = 0; i < 20000; i++) {
+        if (ps_allocate(f->pool, PS_MiB, PS_STREAM_NONE, &p) != PS_OK ||
+            ps_deallocate(f->pool, p, 0, PS_STREAM_NONE) != PS_OK)
+            return (void *)1;
+    }
+    return NULL;
+}
+
+Test(pool_decay, ticks_beside_an_allocating_thread_keep_the_pool_consistent)
+{
+    pool_fixture_t f;
+    open_decay_pool(&f);
+    ps_host_ops_set_auto_complete(f.gpu, 1);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, hold_lock_and_allocate, &f), 0);
+    for (uint64_t now = SEC; now < 400 * SEC; now += SEC / 4)
+        ps_decay(f.pool, now, now % (8 * SEC) ? DECAY : 0);
+    void *failed;
+    pthread_join(t, &failed);
+    cr_assert_null(failed);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    fixture_close(&f);
+}
+
+Test(pool_decay, a_neighbour_request_gives_back_all_idle_memory_at_once)
+{
+    pool_fixture_t f;
+    open_decay_pool(&f);
+    ps_host_ops_set_auto_complete(f.gpu, 1);
+    void *p, *q;
+    cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, 32 * PS_MiB, PS_STREAM_NONE, &q), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, q, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_decay(f.pool, SEC, 0), 32 * PS_MiB, "no window: every idle free byte, at once");
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 64 * PS_MiB);
+    cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
+    fixture_close(&f);
+}
