@@ -163,6 +163,7 @@ static const struct short_form {
     {"POOLSHIM_VERBOSE", "verbosity", "global"},
     {"POOLSHIM_DISABLE", "disable", "global"},
     {"POOLSHIM_ON_ERROR", "on_error", "global"},
+    {"POOLSHIM_DECAY_MS", "decay_ms", "global"},
     {"POOLSHIM_NVTX", "nvtx", "debug"},
     {"POOLSHIM_GUARD", "guard", "debug"},
 };
@@ -201,7 +202,7 @@ static const char *const user_variables[] = {
     "POOLSHIM_CONFIG", "POOLSHIM_OPTIONS", "POOLSHIM_RESOURCE", "POOLSHIM_STATS", "POOLSHIM_STATS_FILE",
     "POOLSHIM_LOG", "POOLSHIM_FREE_SYNC", "POOLSHIM_VERBOSE", "POOLSHIM_DISABLE", "POOLSHIM_ON_ERROR",
     "POOLSHIM_NVTX", "POOLSHIM_GUARD", "POOLSHIM_TRACE_LOOKUPS", "POOLSHIM_LIB", "POOLSHIM_CUPTI_LIB",
-    "POOLSHIM_CUPTI_OUT", "POOLSHIM_SANITIZER", NULL};
+    "POOLSHIM_CUPTI_OUT", "POOLSHIM_SANITIZER", "POOLSHIM_DECAY_MS", NULL};
 /* Other POOLSHIM_* variables something in this repository reads: the test
  * harness (make test), the fault-injection tests, the benchmark and GPU
  * scripts. POOLSHIM_TEST_* (test-only switches) are all allowed. */

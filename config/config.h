@@ -106,6 +106,12 @@ typedef struct ps_global_config {
     int oom_retry;              /* 1 (default): a CUDA allocation the shim does not serve (cuMemCreate,
                                    cuMemAllocManaged...) that runs out of memory is retried once after the
                                    pool gave its free memory back (router.c, ps_route_oom_give_back) */
+    uint64_t decay_ms;          /* free memory not needed for this long goes back to the device from a
+                                   thread of the shim's own (core/pool_decay.c, shim/decay.c); 0 = off */
+    int neighbour_release;      /* 1 (default): an allocation that runs out of memory asks the shimmed
+                                   processes of this user on the same GPU to give back free memory
+                                   (shim/neighbours.c), then is made once more */
+    uint64_t neighbour_wait_ms; /* how long such an allocation waits for the neighbours' answers */
     ps_host_config_t host;      /* [host]: the pinned host pool */
     ps_debug_config_t debug;    /* [debug]: NVTX registration, guard mode */
 } ps_global_config_t;

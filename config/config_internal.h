@@ -238,6 +238,9 @@ typedef enum ps_global_key {
     PS_GKEY_DISABLE,
     PS_GKEY_IPC,
     PS_GKEY_OOM_RETRY,
+    PS_GKEY_DECAY_MS,
+    PS_GKEY_NEIGHBOUR_RELEASE,
+    PS_GKEY_NEIGHBOUR_WAIT_MS,
     PS_GKEY_COUNT
 } ps_global_key_t;
 extern const char *const ps_global_key_names[PS_GKEY_COUNT + 1];

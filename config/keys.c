@@ -20,7 +20,7 @@ const char *const ps_key_names[PS_KEY_COUNT + 1] = {
 
 const char *const ps_global_key_names[PS_GKEY_COUNT + 1] = {
     "verbosity", "stats", "stats_file", "log_file", "free_sync", "meminfo", "on_error",
-    "direct_min_size", "disable", "ipc", "oom_retry", NULL};
+    "direct_min_size", "disable", "ipc", "oom_retry", "decay_ms", "neighbour_release", "neighbour_wait_ms", NULL};
 
 const char *const ps_host_key_names[PS_HKEY_COUNT + 1] = {
     "enable", "min_chunk", "max_chunk", "growth_percent", "maximum_size", "pending_wait_bytes",

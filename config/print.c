@@ -52,6 +52,11 @@ static void print_global(const ps_config_t *cfg, FILE *f)
         case PS_GKEY_DISABLE: snprintf(value, sizeof value, "%s", g->disable ? "yes" : "no"); break;
         case PS_GKEY_IPC: snprintf(value, sizeof value, "%s", g->ipc ? "yes" : "no"); break;
         case PS_GKEY_OOM_RETRY: snprintf(value, sizeof value, "%s", g->oom_retry ? "yes" : "no"); break;
+        case PS_GKEY_DECAY_MS:
+            snprintf(value, sizeof value, g->decay_ms ? "%llu" : "0 (off)", (unsigned long long)g->decay_ms);
+            break;
+        case PS_GKEY_NEIGHBOUR_RELEASE: snprintf(value, sizeof value, "%s", g->neighbour_release ? "yes" : "no"); break;
+        case PS_GKEY_NEIGHBOUR_WAIT_MS: snprintf(value, sizeof value, "%llu", (unsigned long long)g->neighbour_wait_ms); break;
         default: value[0] = '\0'; break;
         }
         print_line(f, 0, ps_global_key_names[k], value, &cfg->global_origin[k], NULL);

@@ -82,7 +82,7 @@ static void validate_global(ps_config_t *cfg, const ps_setting_t *s)
             ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [global] (did you mean `%s`?)",
                                 s->key, near);
         else
-            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [global] (known keys: verbosity, stats, stats_file, log_file, free_sync, meminfo, on_error, direct_min_size, disable, ipc, oom_retry)",
+            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [global] (known keys: verbosity, stats, stats_file, log_file, free_sync, meminfo, on_error, direct_min_size, disable, ipc, oom_retry, decay_ms, neighbour_release, neighbour_wait_ms)",
                                 s->key);
         return;
     }
@@ -155,6 +155,21 @@ static void validate_global(ps_config_t *cfg, const ps_setting_t *s)
         if (ps_parse_bool(s->value, &b) != PS_OK)
             return bad_bool(cfg, s);
         g->oom_retry = b;
+        break;
+    case PS_GKEY_DECAY_MS:
+        if (ps_parse_uint(s->value, 3600000, &n, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, "a whole number of milliseconds from 0 (off) to 3600000");
+        g->decay_ms = n;
+        break;
+    case PS_GKEY_NEIGHBOUR_RELEASE:
+        if (ps_parse_bool(s->value, &b) != PS_OK)
+            return bad_bool(cfg, s);
+        g->neighbour_release = b;
+        break;
+    case PS_GKEY_NEIGHBOUR_WAIT_MS:
+        if (ps_parse_uint(s->value, 60000, &n, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, "a whole number of milliseconds from 0 to 60000");
+        g->neighbour_wait_ms = n;
         break;
     default: break;
     }
@@ -815,6 +830,9 @@ void ps_config_validate(ps_config_t *cfg)
     g->on_error = PS_ON_ERROR_EXIT;
     g->ipc = 1;
     g->oom_retry = 1;
+    g->decay_ms = 5000;
+    g->neighbour_release = 1;
+    g->neighbour_wait_ms = 1000;
     /* pinned defaults: one growing host range where the driver can place
      * pinned memory with cuMemCreate (expandable auto, free pieces given
      * back to stay within grow_budget_percent of the peak in use), else

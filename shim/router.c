@@ -73,6 +73,7 @@
 #include "../core/ptr_map.h"
 #include "../core/resource.h"
 #include "../core/upstream.h"
+#include "give_back.h"
 #include "poolshim.h"
 #include "shim.h"
 #include "stats.h"
@@ -148,6 +149,7 @@ static void atfork_child(void)
     ps_ipc_atfork_child();
     pthread_mutex_init(&devices_lock, NULL);
     ps_stats_atfork_child();
+    ps_give_back_atfork_child();
     /* CUDA cannot be used in the child of a process that initialised it:
      * if we built a stack, the child's calls pass straight through. The
      * parent's stacks are not ours: another thread may have held one of
@@ -210,9 +212,10 @@ static void init_once_body(void)
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     atexit(ps_stats_report_at_exit);
     ps_info("active (pid %d, version %s): free_sync=%s, stats=%s", (int)getpid(), poolshim_version(),
-            ps_global->free_sync == PS_FREE_SYNC_EVENT    ? "event"
-            : ps_global->free_sync == PS_FREE_SYNC_DEVICE ? "device"
-                                                          : "none",
+            ps_global->free_sync == PS_FREE_SYNC_EVENT     ? "event"
+            : ps_global->free_sync == PS_FREE_SYNC_DEVICE  ? "device"
+            : ps_global->free_sync == PS_FREE_SYNC_BARRIER ? "barrier"
+                                                           : "none",
             ps_global->stats == PS_STATS_OFF ? "off" : ps_global->stats == PS_STATS_TEXT ? "text" : "json");
     atomic_store(&ps_active, 1);
 }
@@ -265,6 +268,7 @@ static void exit_begins(void)
 {
     atomic_store(&ps_exiting, 1);
     atomic_store(&ps_active, 0);
+    ps_give_back_stop(); /* (a tick in progress ends first: it touches no stack after ps_exiting) */
 }
 
 /* A device whose stack cannot be built: global.on_error decides, as for a
@@ -333,6 +337,7 @@ static void build_device(ps_device_state_t *dev, int d)
     build_host_pool(dev, gpu);
     ps_info("device %d: stack ready (%s)%s", d, stack->top->name, dev->resets ? " again, after a context reset" : "");
     atomic_store_explicit(&dev->state, PS_DEVICE_READY, memory_order_release);
+    ps_give_back_start(); /* (once per process: the decay and the neighbours' requests) */
 }
 
 /* Makes a context current the way the runtime would on its first call. */

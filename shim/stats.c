@@ -91,6 +91,7 @@ static byte_counters_t bytes[PS_MAX_DEVICES];
 static byte_counters_t host_bytes[PS_MAX_DEVICES]; /* pinned host memory, apart from device bytes */
 static atomic_ullong ipc_counts[PS_IPC_COUNT];     /* IPC handles exported, opened, refused */
 static atomic_ullong oom_counts[PS_MAX_DEVICES][PS_OOM_COUNT]; /* the out-of-memory retry, per device */
+static atomic_ullong give_counts[PS_MAX_DEVICES][PS_GIVE_COUNT]; /* decay and neighbours, per device */
 
 /* Is `call` one of the pinned host memory calls? */
 static int is_host_call(int call) { return call >= PS_CALL_CUDA_HOST_ALLOC; }
@@ -306,6 +307,12 @@ void ps_stats_count_ipc(int what)
         atomic_fetch_add_explicit(&ipc_counts[what], 1, memory_order_relaxed);
 }
 
+void ps_stats_count_give(int device, int what, uint64_t n)
+{
+    if (device >= 0 && device < PS_MAX_DEVICES && what >= 0 && what < PS_GIVE_COUNT)
+        atomic_fetch_add_explicit(&give_counts[device][what], n, memory_order_relaxed);
+}
+
 void ps_stats_count_oom(int device, int what, uint64_t n)
 {
     if (device >= 0 && device < PS_MAX_DEVICES && what >= 0 && what < PS_OOM_COUNT)
@@ -475,6 +482,23 @@ static void write_oom_retry_text(FILE *f, int d)
     fputc('\n', f);
 }
 
+/* The text report's line on memory given back while the program ran
+ * (decay, neighbours), when any was. */
+static void write_give_text(FILE *f, int d)
+{
+    uint64_t v[PS_GIVE_COUNT], any = 0;
+    for (int k = 0; k < PS_GIVE_COUNT; k++)
+        any |= v[k] = atomic_load(&give_counts[d][k]);
+    if (!any)
+        return;
+    char a[32], b[32], c[32], e[32];
+    fprintf(f, "poolshim:   given back %s by the decay (pinned %s), %s to neighbours; asked neighbours %llu times, "
+               "%llu answers, %s from them\n",
+            ps_format_bytes(a, sizeof a, v[PS_GIVE_DECAY]), ps_format_bytes(b, sizeof b, v[PS_GIVE_DECAY_HOST]),
+            ps_format_bytes(c, sizeof c, v[PS_GIVE_TO_NEIGHBOURS]), (unsigned long long)v[PS_GIVE_ASKED],
+            (unsigned long long)v[PS_GIVE_ANSWERS], ps_format_bytes(e, sizeof e, v[PS_GIVE_FROM_NEIGHBOURS]));
+}
+
 /* The name of the top of the stack the configuration gave the device
  * ([device.N] resource = NAME): the global stats and log adaptors that the
  * builder puts above it are not part of it (they would make every device
@@ -582,6 +606,14 @@ void ps_stats_write(FILE *f, int json)
                     (unsigned long long)atomic_load(&oom_counts[d][PS_OOM_SUCCEEDED]),
                     (unsigned long long)atomic_load(&oom_counts[d][PS_OOM_FAILED]),
                     (unsigned long long)atomic_load(&oom_counts[d][PS_OOM_SKIPPED_CAPTURE]));
+            fprintf(f, ", \"give_back\": {\"decay\": %llu, \"decay_host\": %llu, \"to_neighbours\": %llu, "
+                       "\"neighbour_requests\": %llu, \"neighbour_answers\": %llu, \"from_neighbours\": %llu}",
+                    (unsigned long long)atomic_load(&give_counts[d][PS_GIVE_DECAY]),
+                    (unsigned long long)atomic_load(&give_counts[d][PS_GIVE_DECAY_HOST]),
+                    (unsigned long long)atomic_load(&give_counts[d][PS_GIVE_TO_NEIGHBOURS]),
+                    (unsigned long long)atomic_load(&give_counts[d][PS_GIVE_ASKED]),
+                    (unsigned long long)atomic_load(&give_counts[d][PS_GIVE_ANSWERS]),
+                    (unsigned long long)atomic_load(&give_counts[d][PS_GIVE_FROM_NEIGHBOURS]));
             if (ps_stats_enabled) {
                 uint64_t ns[PS_OP_TIME_KINDS], calls[PS_OP_TIME_KINDS];
                 ps_gpu_ops_cuda_times(d, ns, calls);
@@ -647,6 +679,7 @@ void ps_stats_write(FILE *f, int json)
                         ps_format_bytes(b1, sizeof b1, dev->dropped_bytes),
                         ps_format_bytes(b2, sizeof b2, gone->bytes_reserved));
             write_oom_retry_text(f, d);
+            write_give_text(f, d);
             write_host(f, 0, dev, &s, &sum);
         }
         first = 0;

@@ -1,0 +1,165 @@
+/* The give-back thread: free memory goes back to the device while the
+ * program runs, without any call from it (global.decay_ms; the rule is the
+ * pool's, core/pool_decay.c), and neighbour processes that ran out of
+ * memory are answered at once (shim/neighbours.c).
+ *
+ * 1. Started once, by the first device stack built (router.c), when
+ *    decay_ms > 0 or neighbour_release is on; never from a constructor. It
+ *    blocks every signal (the program's handlers run on its own threads).
+ * 2. Every tick (a quarter of decay_ms, between 10 ms and 1 s) it calls
+ *    ps_give_back_device(d, now, decay) for every device whose stack is
+ *    ready: the pool's decay on the device stack and on the pinned host
+ *    stack, inside the give-back gate (ps_gpu_ops_cuda_give_back_enter:
+ *    refused while a stream capture is open on the device, so the barrier
+ *    the decay may record never lands in a capture, and no capture begins
+ *    half-way). The pool takes its lock only if it is free, never
+ *    synchronizes the device and never waits on the host.
+ * 3. Between ticks it sleeps in poll() on a wake pipe and on the
+ *    neighbours' socket (ps_neighbours_fd), so a request is served at once
+ *    (ps_neighbours_serve) and a stop is prompt.
+ * 4. Stops at exit: exit_begins (router.c) calls ps_give_back_stop, which
+ *    wakes and joins it before the CUDA runtime's teardown; a tick in
+ *    progress finishes first. A forked child has no such thread and starts
+ *    none (its devices are marked failed). A context reset makes the
+ *    device's GPU-ops table dead (no CUDA call) and its stack stays
+ *    allocated, so a tick racing a reset touches nothing freed.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../core/resource.h"
+#include "give_back.h"
+#include "neighbours.h"
+#include "shim.h"
+#include "stats.h"
+
+static pthread_t thread;
+static atomic_int started;  /* 1 once the thread runs (or failed to start) */
+static atomic_int stopping; /* 1: leave at the next wake */
+static int wake_pipe[2] = {-1, -1};
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+uint64_t ps_give_back_device(int d, uint64_t now, uint64_t decay_ns, int *refused)
+{
+    if (refused)
+        *refused = 0;
+    if (d < 0 || d >= PS_MAX_DEVICES || atomic_load(&ps_exiting) ||
+        atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) != PS_DEVICE_READY)
+        return 0;
+    ps_device_state_t *dev = &ps_devices[d];
+    ps_stack_t *stack = __atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE);
+    ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
+    if (!stack || !gpu)
+        return 0;
+    ps_in_shim++;
+    int open = ps_gpu_ops_cuda_give_back_enter(gpu);
+    if (open != PS_OK) {
+        ps_in_shim--;
+        if (refused)
+            *refused = open == PS_EBUSY;
+        return 0;
+    }
+    uint64_t given = ps_decay(stack->top, now, decay_ns);
+    ps_resource_t *host = __atomic_load_n(&dev->host_pool, __ATOMIC_ACQUIRE);
+    uint64_t host_given = host ? ps_decay(host, now, decay_ns) : 0;
+    ps_gpu_ops_cuda_give_back_leave();
+    ps_in_shim--;
+    if (given)
+        ps_stats_count_give(d, decay_ns ? PS_GIVE_DECAY : PS_GIVE_TO_NEIGHBOURS, given);
+    if (host_given)
+        ps_stats_count_give(d, PS_GIVE_DECAY_HOST, host_given);
+    if (given || host_given) {
+        char a[32], b[32];
+        ps_debug("device %d: gave back %s of device memory and %s of pinned memory (%s)", d,
+                 ps_format_bytes(a, sizeof a, given), ps_format_bytes(b, sizeof b, host_given),
+                 decay_ns ? "decay" : "a neighbour asked");
+    }
+    return given;
+}
+
+static void *give_back_main(void *arg)
+{
+    (void)arg;
+    uint64_t decay_ns = ps_global->decay_ms * 1000000ull;
+    int tick_ms = (int)(ps_global->decay_ms / 4);
+    if (tick_ms < 10)
+        tick_ms = 10;
+    if (tick_ms > 1000)
+        tick_ms = 1000;
+    uint64_t next_tick = now_ns() + (uint64_t)tick_ms * 1000000ull;
+    while (!atomic_load(&stopping) && !atomic_load(&ps_exiting)) {
+        struct pollfd fds[2] = {{wake_pipe[0], POLLIN, 0}, {ps_neighbours_fd(), POLLIN, 0}};
+        uint64_t now = now_ns();
+        int wait_ms = !decay_ns ? -1 : now >= next_tick ? 0 : (int)((next_tick - now) / 1000000ull);
+        int n = poll(fds, fds[1].fd >= 0 ? 2 : 1, wait_ms);
+        if (atomic_load(&stopping) || atomic_load(&ps_exiting))
+            break;
+        if (n > 0 && (fds[1].revents & POLLIN))
+            ps_neighbours_serve();
+        now = now_ns();
+        if (decay_ns && now >= next_tick) {
+            for (int d = 0; d < PS_MAX_DEVICES; d++)
+                ps_give_back_device(d, now, decay_ns, NULL);
+            next_tick = now + (uint64_t)tick_ms * 1000000ull;
+        }
+    }
+    return NULL;
+}
+
+void ps_give_back_start(void)
+{
+    if (atomic_exchange(&started, 1) || !ps_global || (!ps_global->decay_ms && !ps_global->neighbour_release))
+        return;
+    if (pipe(wake_pipe) != 0) {
+        ps_warning("cannot start the give-back thread (pipe: %s): free memory stays in the pool until exit",
+                   strerror(errno));
+        return;
+    }
+    ps_neighbours_open(); /* (a failure there leaves the decay running) */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&thread, NULL, give_back_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        ps_warning("cannot start the give-back thread (%s): free memory stays in the pool until exit", strerror(rc));
+        close(wake_pipe[0]);
+        close(wake_pipe[1]);
+        wake_pipe[0] = wake_pipe[1] = -1;
+        return;
+    }
+    pthread_setname_np(thread, "poolshim-give");
+    atomic_store(&started, 2);
+}
+
+void ps_give_back_stop(void)
+{
+    if (atomic_load(&started) != 2 || atomic_exchange(&stopping, 1))
+        return;
+    char one = 1;
+    ssize_t w = write(wake_pipe[1], &one, 1);
+    (void)w;
+    pthread_join(thread, NULL);
+    ps_neighbours_close();
+}
+
+void ps_give_back_atfork_child(void)
+{
+    /* the thread did not come along; the child serves no one */
+    if (atomic_load(&started) == 2) {
+        atomic_store(&stopping, 1);
+        atomic_store(&started, 3);
+    }
+}

@@ -1,0 +1,25 @@
+/* The give-back thread (shim/give_back.c): the decay while the program
+ * runs, and answers to neighbour processes. */
+#ifndef PS_SHIM_GIVE_BACK_H
+#define PS_SHIM_GIVE_BACK_H
+
+#include <stdint.h>
+
+/* Starts the thread once (router.c, when the first stack is built); a
+ * no-op when global.decay_ms is 0 and neighbour_release is off. */
+void ps_give_back_start(void);
+/* Wakes and joins it (router.c, exit_begins). */
+void ps_give_back_stop(void);
+/* In a forked child: there is no thread; start none. */
+void ps_give_back_atfork_child(void);
+
+/* Gives back free memory of device d's stacks (device and pinned host)
+ * that the GPU has provably finished with: with decay_ns > 0 what the
+ * program has not needed for that long (core/pool_decay.c), with 0 every
+ * free byte proven idle now (a neighbour asks). Never synchronizes the
+ * device, never waits for a pool lock. *refused (may be NULL) = 1 when a
+ * stream capture was open on the device (nothing given). Returns the bytes
+ * of device memory given back. */
+uint64_t ps_give_back_device(int d, uint64_t now_ns, uint64_t decay_ns, int *refused);
+
+#endif

@@ -1,0 +1,24 @@
+/* Neighbours: the processes of this user under poolshim that share a GPU
+ * (shim/neighbours.c). One that would fail an allocation for lack of
+ * memory asks the others to give back free memory, and tries once more. */
+#ifndef PS_SHIM_NEIGHBOURS_H
+#define PS_SHIM_NEIGHBOURS_H
+
+#include <stdint.h>
+
+/* Joins the registry and opens this process's request socket (the
+ * give-back thread, before it starts); PS_OK or an error (then no one can
+ * ask this process, and it can still ask others). */
+int ps_neighbours_open(void);
+/* Leaves the registry and closes the socket (the give-back thread, at exit). */
+void ps_neighbours_close(void);
+/* The socket the give-back thread polls for requests, or -1. */
+int ps_neighbours_fd(void);
+/* Serves the requests waiting on the socket (give-back thread). */
+void ps_neighbours_serve(void);
+/* Asks every neighbour on device d's GPU to give back free memory and waits
+ * up to global.neighbour_wait_ms for their answers; returns the bytes they
+ * said they gave (0: none answered, or neighbour_release is off). */
+uint64_t ps_neighbours_ask(int device);
+
+#endif
