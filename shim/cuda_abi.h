@@ -26,6 +26,7 @@ typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUgraphEdgeData_st CUgraphEdgeData;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUarray_st *CUarray;
+typedef struct CUuuid_st { char bytes[16]; } CUuuid; /* a device's UUID (cuDeviceGetUuid) */
 /* Virtual memory management (cuMemCreate & co.) */
 typedef struct {
     int type; /* CUmemLocationType */

@@ -13,7 +13,7 @@
     X(cudaSuccess) X(cudaErrorInvalidValue) X(cudaErrorMemoryAllocation) X(cudaErrorNotReady) \
     X(cudaStreamNonBlocking)                                                           \
     X((long)(uintptr_t)CU_STREAM_LEGACY) X((long)(uintptr_t)CU_STREAM_PER_THREAD)     \
-    X((long)sizeof(CUipcMemHandle)) X((long)sizeof(cudaIpcMemHandle_t)) X((long)sizeof(CUdeviceptr)) \
+    X((long)sizeof(CUipcMemHandle)) X((long)sizeof(CUuuid)) X((long)sizeof(cudaIpcMemHandle_t)) X((long)sizeof(CUdeviceptr)) \
     X(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) X(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) X(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) \
     X(CU_MEM_ALLOCATION_TYPE_PINNED) X(CU_MEM_LOCATION_TYPE_DEVICE) X(CU_MEM_LOCATION_TYPE_HOST) X(CU_MEM_ACCESS_FLAGS_PROT_READWRITE) \
     X(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) X((long)sizeof(CUmemAllocationProp)) \

@@ -48,8 +48,20 @@
  * writes the pointer and "FAKEIPC"; cuIpcOpenMemHandle answers such a
  * handle with that pointer (meaningful in the same process only) and
  * anything else with "invalid value"; both open and close are counted.
+ *
+ * A device shared by several processes (FAKE_CUDA_SHARED_CAPACITY_FILE=
+ * path): every device allocation is charged to a table in that file, one
+ * record per process, under flock; a charge that would take the live
+ * processes' sum past FAKE_CUDA_MEMORY fails "out of memory", so two test
+ * programs starve each other as on one GPU. A dead process's record no
+ * longer counts (the driver frees its memory when it ends). cuMemGetInfo
+ * answers from the table then. cuDeviceGetUuid(_v2): "FAKE", a group (the
+ * shared file's name, else the process: unshared devices differ between
+ * processes), and the physical device index: ordinal d is physical
+ * FAKE_CUDA_FIRST_DEVICE + d (as CUDA_VISIBLE_DEVICES=N,... would make it).
  */
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -109,6 +121,116 @@ static unsigned long long next_buffer_id = 1; /* (under `lock`) */
 static size_t outstanding;
 
 #define TOTAL_MEMORY ((size_t)4 << 30) /* the fake device's size */
+
+/* The device's size: FAKE_CUDA_MEMORY, else TOTAL_MEMORY. */
+static size_t device_limit(void)
+{
+    const char *v = getenv("FAKE_CUDA_MEMORY");
+    return v ? strtoull(v, NULL, 0) : TOTAL_MEMORY;
+}
+
+/* ---- a device shared by several processes (FAKE_CUDA_SHARED_CAPACITY_FILE) ---- */
+#define SHARED_RECORDS 64
+typedef struct shared_record {
+    int32_t pid;        /* the process (0: a free record) */
+    int32_t unused;
+    uint64_t start;     /* its start time (/proc/PID/stat field 22): a reused pid is another process */
+    uint64_t bytes;     /* device bytes it holds */
+} shared_record_t;
+
+/* Field 22 of /proc/PID/stat, 0 when the process is gone or a zombie. */
+static uint64_t process_start(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X')
+        return 0;
+    p += 2; /* field 3 */
+    for (int field = 3; field < 22 && p; field++)
+        p = strchr(p, ' ') ? strchr(p, ' ') + 1 : NULL;
+    return p ? strtoull(p, NULL, 10) : 0;
+}
+
+/* Adds `delta` bytes to this process's record (a charge fails, returning 0,
+ * when the live processes' sum would pass the device's size); *used (may be
+ * NULL) = the live processes' sum after it. 1 when there is no shared file. */
+static int shared_charge(int64_t delta, uint64_t *used)
+{
+    static int fd = -1;
+    static uint64_t my_start;
+    const char *path = getenv("FAKE_CUDA_SHARED_CAPACITY_FILE");
+    if (!path || !*path)
+        return 1;
+    if (fd < 0) {
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        my_start = process_start(getpid());
+        if (fd < 0)
+            return 0;
+    }
+    shared_record_t table[SHARED_RECORDS];
+    flock(fd, LOCK_EX);
+    memset(table, 0, sizeof table);
+    ssize_t n = pread(fd, table, sizeof table, 0);
+    (void)n;
+    uint64_t sum = 0;
+    shared_record_t *mine = NULL, *free_record = NULL;
+    for (int i = 0; i < SHARED_RECORDS; i++) {
+        shared_record_t *r = &table[i];
+        if (r->pid == getpid() && r->start == my_start)
+            mine = r;
+        else if (r->pid && process_start(r->pid) != r->start)
+            memset(r, 0, sizeof *r); /* it ended: its memory is the device's again */
+        if (!r->pid && !free_record)
+            free_record = r;
+        sum += r->bytes;
+    }
+    int ok = 1;
+    if (delta > 0 && sum + (uint64_t)delta > device_limit())
+        ok = 0;
+    else if (!mine && !free_record)
+        ok = 0;
+    else {
+        if (!mine) {
+            mine = free_record;
+            *mine = (shared_record_t){.pid = getpid(), .start = my_start};
+        }
+        mine->bytes += (uint64_t)delta;
+        sum += (uint64_t)delta;
+    }
+    if (pwrite(fd, table, sizeof table, 0) != (ssize_t)sizeof table)
+        ok = 0;
+    flock(fd, LOCK_UN);
+    if (used)
+        *used = sum;
+    return ok;
+}
+
+/* Device bytes taken (`lock` held): 0 when the device is full. */
+static int charge_locked(size_t size)
+{
+    if (outstanding + size > device_limit() || !shared_charge((int64_t)size, NULL))
+        return 0;
+    outstanding += size;
+    counters.bytes_outstanding = outstanding;
+    return 1;
+}
+
+/* Device bytes given back (`lock` held). */
+static void uncharge_locked(size_t size)
+{
+    outstanding -= size;
+    counters.bytes_outstanding = outstanding;
+    shared_charge(-(int64_t)size, NULL);
+}
 
 EXPORT fake_cuda_counters_t *fake_cuda_counters(void) { return &counters; }
 
@@ -186,11 +308,10 @@ static void ctx_destroy(CUcontext c)
     atomic_fetch_add(&c->gen, 1);
     for (size_t i = 0; i < MAX_LIVE; i++)
         if (live[i].ptr && live[i].ctx == c) {
-            outstanding -= live[i].size;
+            uncharge_locked(live[i].size);
             free((void *)live[i].ptr);
             live[i].ptr = 0;
         }
-    counters.bytes_outstanding = outstanding;
     __atomic_fetch_add(&counters.ctx_destroyed, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&lock);
 }
@@ -221,6 +342,29 @@ EXPORT CUresult cuDeviceGetCount(int *n)
     return CUDA_SUCCESS;
 }
 
+/* The device's UUID (see the top): "FAKE", the group, the physical index. */
+EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice d)
+{
+    ENTER();
+    if (!initialised)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!uuid || d < 0 || d >= device_count())
+        return CUDA_ERROR_INVALID_DEVICE;
+    const char *shared = getenv("FAKE_CUDA_SHARED_CAPACITY_FILE"), *first = getenv("FAKE_CUDA_FIRST_DEVICE");
+    uint32_t group = 2166136261u; /* FNV-1a of the shared file's name, else of the pid */
+    char own[32];
+    snprintf(own, sizeof own, "pid %d", (int)getpid());
+    for (const char *c = shared && *shared ? shared : own; *c; c++)
+        group = (group ^ (unsigned char)*c) * 16777619u;
+    uint32_t physical = (uint32_t)(d + (first ? atoi(first) : 0));
+    memcpy(uuid->bytes, "FAKE", 4);
+    memcpy(uuid->bytes + 4, &group, 4);
+    memcpy(uuid->bytes + 8, &physical, 4);
+    memset(uuid->bytes + 12, 0, 4);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice d) { return cuDeviceGetUuid_v2(uuid, d); }
+
 /* Stream capture, as far as the shim needs it: global-mode captures open
  * (while one is, cuMemAlloc and cuMemFree answer
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED on every thread whose own mode is
@@ -250,22 +394,17 @@ static CUresult do_alloc_kind(CUdeviceptr *p, size_t size, int stream_ordered)
     if (!size)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&lock);
-    size_t limit = getenv("FAKE_CUDA_MEMORY") ? strtoull(getenv("FAKE_CUDA_MEMORY"), NULL, 0) : TOTAL_MEMORY;
-    if (outstanding + size > limit) {
+    size_t i = 0;
+    while (i < MAX_LIVE && live[i].ptr)
+        i++;
+    if (i == MAX_LIVE || !charge_locked(size)) {
         pthread_mutex_unlock(&lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     size_t align = size >= (2u << 20) ? (2u << 20) : 512;
     void *m = aligned_alloc(align, (size + align - 1) / align * align);
     if (!m) {
-        pthread_mutex_unlock(&lock);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    size_t i = 0;
-    while (i < MAX_LIVE && live[i].ptr)
-        i++;
-    if (i == MAX_LIVE) {
-        free(m);
+        uncharge_locked(size);
         pthread_mutex_unlock(&lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -275,8 +414,6 @@ static CUresult do_alloc_kind(CUdeviceptr *p, size_t size, int stream_ordered)
     live[i].id = next_buffer_id++;
     live[i].host = 0;
     live[i].host_flags = 0;
-    outstanding += size;
-    counters.bytes_outstanding = outstanding;
     __atomic_fetch_add(&counters.mem_alloc, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&lock);
     *p = (CUdeviceptr)(uintptr_t)m;
@@ -290,8 +427,7 @@ static CUresult do_free(CUdeviceptr p)
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < MAX_LIVE; i++)
         if (live[i].ptr == (uintptr_t)p) {
-            outstanding -= live[i].size;
-            counters.bytes_outstanding = outstanding;
+            uncharge_locked(live[i].size);
             live[i].ptr = 0;
             __atomic_fetch_add(&counters.mem_free, 1, __ATOMIC_RELAXED);
             pthread_mutex_unlock(&lock);
@@ -348,8 +484,14 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 {
     ENTER();
     pthread_mutex_lock(&lock);
-    *free_bytes = TOTAL_MEMORY - outstanding;
-    *total = TOTAL_MEMORY;
+    uint64_t used = 0;
+    if (getenv("FAKE_CUDA_SHARED_CAPACITY_FILE") && shared_charge(0, &used)) { /* every process's bytes */
+        *total = device_limit();
+        *free_bytes = used < *total ? *total - used : 0;
+    } else {
+        *free_bytes = TOTAL_MEMORY - outstanding;
+        *total = TOTAL_MEMORY;
+    }
     pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
 }
@@ -479,13 +621,10 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const 
     if (prop->requestedHandleTypes && (env_on("FAKE_CUDA_VMM_NO_FD") || env_on("FAKE_CUDA_VMM_REFUSE_FD")))
         return CUDA_ERROR_NOT_SUPPORTED; /* (REFUSE_FD: the attribute says yes, cuMemCreate says no, as in some containers) */
     pthread_mutex_lock(&lock);
-    size_t limit = getenv("FAKE_CUDA_MEMORY") ? strtoull(getenv("FAKE_CUDA_MEMORY"), NULL, 0) : TOTAL_MEMORY;
-    if (outstanding + size > limit) {
+    if (!charge_locked(size)) {
         pthread_mutex_unlock(&lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    outstanding += size;
-    counters.bytes_outstanding = outstanding;
     pthread_mutex_unlock(&lock);
     fake_vm_handle_t *v = calloc(1, sizeof *v);
     int fd = memfd_create("fake_cuda_vm", MFD_CLOEXEC);
@@ -494,8 +633,7 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const 
             close(fd);
         free(v);
         pthread_mutex_lock(&lock);
-        outstanding -= size;
-        counters.bytes_outstanding = outstanding;
+        uncharge_locked(size);
         pthread_mutex_unlock(&lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -519,8 +657,7 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
         return CUDA_ERROR_INVALID_VALUE;
     if (!v->imported) {
         pthread_mutex_lock(&lock);
-        outstanding -= v->size;
-        counters.bytes_outstanding = outstanding;
+        uncharge_locked(v->size);
         pthread_mutex_unlock(&lock);
     }
     close(v->fd); /* (a mapping keeps the memory, as the driver does) */
@@ -1341,6 +1478,7 @@ EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cu
 static const struct { const char *name; void *fn; int min_version; } table[] = {
     {"cuInit", (void *)cuInit, 2000},
     {"cuDeviceGetCount", (void *)cuDeviceGetCount, 2000},
+    {"cuDeviceGetUuid", (void *)cuDeviceGetUuid_v2, 11040},
     {"cuMemAlloc", (void *)cuMemAlloc_v2, 3020},
     {"cuMemFree", (void *)cuMemFree_v2, 3020},
     {"cuMemAllocManaged", (void *)cuMemAllocManaged, 6000},
