@@ -120,7 +120,10 @@ static void *give_back_main(void *arg)
 
 void ps_give_back_start(void)
 {
-    if (atomic_exchange(&started, 1) || !ps_global || (!ps_global->decay_ms && !ps_global->neighbour_release))
+    int never = 0; /* (an exchange would turn a running thread's 2 back into 1 at the second device's
+                      stack, and the thread would be neither stopped nor joined at exit) */
+    if (!atomic_compare_exchange_strong(&started, &never, 1) || !ps_global ||
+        (!ps_global->decay_ms && !ps_global->neighbour_release))
         return;
     if (pipe(wake_pipe) != 0) {
         ps_warning("cannot start the give-back thread (pipe: %s): free memory stays in the pool until exit",
