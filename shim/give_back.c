@@ -138,6 +138,7 @@ void ps_give_back_start(void)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
         ps_warning("cannot start the give-back thread (%s): free memory stays in the pool until exit", strerror(rc));
+        ps_neighbours_close(); /* (no one would answer: leave the registry) */
         close(wake_pipe[0]);
         close(wake_pipe[1]);
         wake_pipe[0] = wake_pipe[1] = -1;

@@ -1,15 +1,673 @@
-/* Neighbours (shim/neighbours.h): not yet built. No registry: no one can
- * ask this process, and it asks no one. */
+/* Neighbours: the processes of one user under poolshim that share a GPU
+ * give each other the free memory of their pools. A process whose
+ * allocation would fail for lack of memory asks the others, waits a
+ * bounded time for their answers, and is made once more (router.c).
+ *
+ * The registry: one directory per user, /dev/shm/poolshim-<uid> (the
+ * system's temporary directory when /dev/shm is missing;
+ * POOLSHIM_TEST_NEIGHBOURS_DIR in tests). A process is named by its pid,
+ * its start time (field 22 of /proc/<pid>/stat: a reused pid has another)
+ * and its pid namespace (st_ino of /proc/self/ns/pid), N = p<pid>-<start>-<ns>:
+ *   N.sock  its request socket (Unix datagrams);
+ *   N.gpus  "poolshim neighbours 1", then the UUID of every GPU it sees
+ *           (cuDeviceGetUuid: ordinals differ between processes with
+ *           CUDA_VISIBLE_DEVICES, UUIDs do not), one a line; written under
+ *           another name and renamed, so a reader sees it whole.
+ *
+ * Trust: nothing another user writes is believed. The directory must be a
+ * directory (not a link) owned by this user with no group or other
+ * permission; otherwise the process warns once and neither asks nor
+ * answers. Entries must be this user's (a regular file without group or
+ * other write permission, a socket), and every datagram must carry the
+ * kernel's credentials (SO_PASSCRED) of this user. A message has one fixed
+ * size, a magic number and a version.
+ *
+ * 1. Open (the give-back thread's start, once the first stack was built;
+ *    nothing with neighbour_release off): binds N.sock, then writes N.gpus.
+ *    Close (at exit, after the thread was joined): removes N.gpus, then
+ *    N.sock. A process killed before leaves both: see 3.
+ * 2. Ask (ps_neighbours_ask, the program's thread whose allocation failed,
+ *    holding no lock of the shim): binds a reply socket of its own,
+ *    a<pid>-<start>-<ns>-<tid>.sock, and sends a request {magic, version,
+ *    pid, request number, GPU UUID, bytes wanted, its wait} to every other
+ *    entry that lists the GPU. It then waits for answers {the number, bytes
+ *    given} until every neighbour asked has answered, the bytes wanted were
+ *    given, or global.neighbour_wait_ms passed, whichever comes first:
+ *    never longer. Returns the bytes the neighbours said they gave.
+ * 3. Dead entries are ignored and removed by every asker's scan: a process
+ *    of our pid namespace that is gone or has another start time (a
+ *    forked child may still hold its socket), or a socket nobody is bound
+ *    to any more (connect refused). Entries of another pid namespace (a
+ *    container sharing /dev/shm) are judged by their socket only.
+ * 4. A neighbour that did not answer in time (stopped, busy) is still asked
+ *    for the next 30 s, but not waited for: a program that keeps running out
+ *    of memory does not pay the whole wait each time.
+ * 5. Serve (the give-back thread, on a readable socket; never once exit
+ *    began): each request is checked, its GPU found among this process's
+ *    devices by UUID, and ps_give_back_device(d, now, 0) gives every free
+ *    byte the GPU has provably finished with (no device synchronize, no wait
+ *    for a pool lock; nothing while a capture is open). Freed blocks that
+ *    wait for a barrier the give-back records itself (free_sync barrier)
+ *    are idle a few microseconds later, so while the device's newest
+ *    barrier has not passed it tries again after 1, 2, 4 ... 16 ms, for up
+ *    to half the asker's wait (at most 2 s). Then it answers with the bytes
+ *    given (0 for a GPU it does not serve, so the asker need not wait).
+ *    POOLSHIM_TEST_NEIGHBOURS_ONE_ATTEMPT=1 (tests only) tries once: the
+ *    negative control of that loop.
+ * Guarantees: an asker waits at most neighbour_wait_ms; a neighbour gives
+ * only memory no kernel may still touch and never blocks its own
+ * allocating threads; no message of another user is acted on.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../core/gpu_ops.h"
+#include "give_back.h"
 #include "neighbours.h"
+#include "shim.h"
+#include "stats.h"
 
-#include "../core/common.h"
+#define MESSAGE_MAGIC 0x424e5350u /* "PSNB" */
+#define MESSAGE_VERSION 1
+enum { MESSAGE_REQUEST = 1, MESSAGE_ANSWER = 2 };
+#define ENTRY_HEADER "poolshim neighbours 1\n"
+#define SILENT_NS (30ull * 1000000000ull) /* 4. above */
+#define SILENT_MAX 16
+#define ASKED_MAX 256  /* neighbours waited for in one ask (more are asked, not waited for) */
+#define SERVE_BUDGET_MAX_MS 2000
+#define NAME_MAX_CHARS 96 /* room for an entry's name (a<pid>-<start>-<ns>-<tid>.sock is the longest) */
 
-int ps_neighbours_open(void) { return PS_EUNSUPPORTED; }
-void ps_neighbours_close(void) {}
-int ps_neighbours_fd(void) { return -1; }
-void ps_neighbours_serve(void) {}
-uint64_t ps_neighbours_ask(int device)
+/* One datagram, request or answer (fixed size: anything else is dropped). */
+typedef struct message {
+    uint32_t magic;   /* MESSAGE_MAGIC */
+    uint16_t version; /* MESSAGE_VERSION */
+    uint16_t kind;    /* MESSAGE_REQUEST or MESSAGE_ANSWER */
+    uint32_t pid;     /* the sender's pid (in its namespace) */
+    uint32_t number;  /* the request's number; its answer repeats it */
+    uint8_t uuid[16]; /* the GPU */
+    uint64_t bytes;   /* request: bytes wanted (0: any); answer: bytes given back */
+    uint32_t wait_ms; /* request: how long the asker waits for answers */
+    uint32_t refused; /* answer: 1 when a stream capture kept the memory */
+} message_t;
+
+/* This process in the registry. */
+static struct {
+    pthread_once_t once;    /* the directory is checked once */
+    int usable;             /* 1: the directory is ours and private (set once, under `once`) */
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* the registry directory */
+    int pid;                /* getpid() when checked */
+    unsigned long long start; /* our start time (field 22 of /proc/self/stat) */
+    unsigned long long ns;  /* our pid namespace (st_ino of /proc/self/ns/pid; 0: unknown) */
+    char name[64];          /* p<pid>-<start>-<ns> */
+} self = {.once = PTHREAD_ONCE_INIT};
+
+/* The serving side (give-back thread; open/close run before and after it). */
+static atomic_int serving_fd = -1; /* the request socket, or -1 */
+static int served_count;           /* devices listed in our entry */
+static uint8_t served_uuid[PS_MAX_DEVICES][16]; /* their UUIDs, by ordinal */
+static bool served_known[PS_MAX_DEVICES];       /* whether that ordinal's UUID is known */
+
+/* 4. above: neighbours that did not answer in time. */
+static pthread_mutex_t silent_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    int pid;
+    unsigned long long start, ns;
+    uint64_t until_ns; /* not waited for before this */
+} silent[SILENT_MAX];
+
+static atomic_uint next_number = 1; /* request numbers */
+static int one_attempt; /* POOLSHIM_TEST_NEIGHBOURS_ONE_ATTEMPT=1 (tests only): 5.'s give-back is not tried again */
+
+static uint64_t now_ns(void)
 {
-    (void)device;
-    return 0;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* Field 22 of /proc/<pid>/stat (the start time in clock ticks after boot),
+ * 0 when the process is gone or a zombie. */
+static unsigned long long process_start(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* (the command may hold spaces and parentheses) */
+    if (!p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X')
+        return 0;
+    p += 2; /* field 3 */
+    for (int field = 3; field < 22 && p; field++) {
+        p = strchr(p, ' ');
+        if (p)
+            p++;
+    }
+    return p ? strtoull(p, NULL, 10) : 0;
+}
+
+static unsigned long long pid_namespace(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
+/* dir/name into *path (false: too long for a socket address). */
+static bool entry_path(char *path, size_t size, const char *name, const char *suffix)
+{
+    int n = snprintf(path, size, "%s/%s%s", self.dir, name, suffix);
+    return n > 0 && (size_t)n < size;
+}
+
+/* The directory: chosen, made if absent (0700), and trusted only when it
+ * is a directory of this user with no group or other permission. */
+static void check_directory(void)
+{
+    self.pid = getpid();
+    self.start = process_start(self.pid);
+    self.ns = pid_namespace();
+    snprintf(self.name, sizeof self.name, "p%d-%llu-%llu", self.pid, self.start, self.ns);
+    const char *test_dir = getenv("POOLSHIM_TEST_NEIGHBOURS_DIR");
+    struct stat st;
+    int n;
+    if (test_dir && *test_dir) {
+        n = snprintf(self.dir, sizeof self.dir, "%s", test_dir);
+    } else if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) {
+        n = snprintf(self.dir, sizeof self.dir, "/dev/shm/poolshim-%u", (unsigned)geteuid());
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        n = snprintf(self.dir, sizeof self.dir, "%s/poolshim-%u", tmp && *tmp == '/' ? tmp : "/tmp",
+                     (unsigned)geteuid());
+    }
+    char longest[NAME_MAX_CHARS]; /* our longest name: a reply socket of a thread with the largest tid */
+    int longest_size = snprintf(longest, sizeof longest, "a%d-%llu-%llu-%d.sock", self.pid, self.start, self.ns, 4194304);
+    if (n <= 0 || (size_t)n + 1 + (size_t)longest_size >= sizeof self.dir || !self.start) {
+        ps_warning("neighbours: no registry (%s): memory is neither asked of nor given to other processes",
+                   self.start ? "its directory's name is too long for a socket address" : "no /proc/self/stat");
+        return;
+    }
+    if (mkdir(self.dir, 0700) != 0 && errno != EEXIST) {
+        ps_warning("neighbours: cannot make %s (%s): memory is neither asked of nor given to other processes",
+                   self.dir, strerror(errno));
+        return;
+    }
+    if (lstat(self.dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
+        ps_warning("neighbours: %s is not a private directory of this user (owner %u, mode %03o; wanted %u, "
+                   "700): memory is neither asked of nor given to other processes",
+                   self.dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
+        return;
+    }
+    self.usable = 1;
+}
+
+static bool registry_usable(void)
+{
+    pthread_once(&self.once, check_directory);
+    return self.usable;
+}
+
+/* The UUID of device ordinal d (cuDeviceGetUuid_v2: a MIG instance's own). */
+static bool device_uuid(int d, uint8_t out[16])
+{
+    CUuuid u;
+    CUresult r = ps_real.cuDeviceGetUuid_v2   ? ps_real.cuDeviceGetUuid_v2(&u, d)
+                 : ps_real.cuDeviceGetUuid ? ps_real.cuDeviceGetUuid(&u, d)
+                                           : CUDA_ERROR_NOT_FOUND;
+    if (r != CUDA_SUCCESS)
+        return false;
+    memcpy(out, u.bytes, 16);
+    return true;
+}
+
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi writes it. */
+static void uuid_text(const uint8_t u[16], char out[41])
+{
+    snprintf(out, 41, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+             u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+/* A datagram socket bound at `path` (an old file there is removed first),
+ * receiving the sender's credentials with every message; -1 on failure. */
+static int bound_socket(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -1;
+    int one = 1;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    unlink(path);
+    if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0 ||
+        bind(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Receives one message: its size, the sender's address and uid (-1 when the
+ * kernel gave no credentials); -1 with errno when none is waiting. */
+static ssize_t receive(int fd, message_t *m, struct sockaddr_un *from, socklen_t *from_size, long *uid)
+{
+    union {
+        char bytes[CMSG_SPACE(sizeof(struct ucred))];
+        struct cmsghdr align;
+    } control;
+    struct iovec io = {m, sizeof *m};
+    struct msghdr h = {.msg_name = from, .msg_namelen = from ? sizeof *from : 0, .msg_iov = &io,
+                       .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof control.bytes};
+    ssize_t n = recvmsg(fd, &h, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    *uid = -1;
+    if (n < 0)
+        return n;
+    if (from_size)
+        *from_size = h.msg_namelen;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
+            c->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+            struct ucred cred;
+            memcpy(&cred, CMSG_DATA(c), sizeof cred);
+            *uid = (long)cred.uid;
+        } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) { /* never wanted: closed */
+            size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < count; i++) {
+                int passed;
+                memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof passed);
+                close(passed);
+            }
+        }
+    return n;
+}
+
+static bool message_valid(const message_t *m, ssize_t size, long uid, int kind)
+{
+    return size == (ssize_t)sizeof *m && uid == (long)geteuid() && m->magic == MESSAGE_MAGIC &&
+           m->version == MESSAGE_VERSION && m->kind == kind;
+}
+
+/* ---- 1. open and close ----------------------------------------------------------- */
+int ps_neighbours_open(void)
+{
+    if (!ps_global || !ps_global->neighbour_release || atomic_load(&serving_fd) >= 0 || !registry_usable())
+        return PS_EUNSUPPORTED;
+    int count = 0;
+    if (!ps_real.cuDeviceGetCount || ps_real.cuDeviceGetCount(&count) != CUDA_SUCCESS)
+        return PS_EUPSTREAM;
+    char text[64 + PS_MAX_DEVICES * 42];
+    size_t used = (size_t)snprintf(text, sizeof text, "%s", ENTRY_HEADER);
+    served_count = count < PS_MAX_DEVICES ? count : PS_MAX_DEVICES;
+    for (int d = 0; d < served_count; d++) {
+        served_known[d] = device_uuid(d, served_uuid[d]);
+        if (served_known[d]) {
+            char u[41];
+            uuid_text(served_uuid[d], u);
+            used += (size_t)snprintf(text + used, sizeof text - used, "%s\n", u);
+        }
+    }
+    char sock[sizeof self.dir], entry[sizeof self.dir], temporary[sizeof self.dir];
+    if (!entry_path(sock, sizeof sock, self.name, ".sock") || !entry_path(entry, sizeof entry, self.name, ".gpus") ||
+        !entry_path(temporary, sizeof temporary, self.name, ".new"))
+        return PS_EINVAL;
+    (void)ps_env_bool("POOLSHIM_TEST_NEIGHBOURS_ONE_ATTEMPT", 0, &one_attempt);
+    if (one_attempt)
+        ps_warning("POOLSHIM_TEST_NEIGHBOURS_ONE_ATTEMPT=1: a neighbour's request gets one give-back, memory "
+                   "behind a barrier the GPU has not passed yet stays (a test switch)");
+    int fd = bound_socket(sock);
+    if (fd >= 0)
+        chmod(sock, 0600);
+    if (fd < 0) {
+        ps_warning("neighbours: cannot bind %s (%s): other processes cannot ask this one for memory", sock,
+                   strerror(errno));
+        return PS_EUPSTREAM;
+    }
+    int file = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    bool written = file >= 0 && write(file, text, used) == (ssize_t)used;
+    if (file >= 0)
+        close(file);
+    if (!written || rename(temporary, entry) != 0) {
+        ps_warning("neighbours: cannot write %s (%s): other processes cannot ask this one for memory", entry,
+                   strerror(errno));
+        unlink(temporary);
+        close(fd);
+        unlink(sock);
+        return PS_EUPSTREAM;
+    }
+    atomic_store(&serving_fd, fd);
+    ps_debug("neighbours: serving %d GPU(s) as %s/%s", served_count, self.dir, self.name);
+    return PS_OK;
+}
+
+void ps_neighbours_close(void)
+{
+    int fd = atomic_exchange(&serving_fd, -1);
+    if (fd < 0)
+        return;
+    char path[sizeof self.dir];
+    if (entry_path(path, sizeof path, self.name, ".gpus"))
+        unlink(path); /* first: no one finds us from now on */
+    if (entry_path(path, sizeof path, self.name, ".sock"))
+        unlink(path);
+    close(fd);
+}
+
+int ps_neighbours_fd(void) { return atomic_load(&serving_fd); }
+
+/* ---- 5. serve ------------------------------------------------------------------------- */
+/* Whether the newest barrier of device d's table (issued before this call)
+ * has passed: then every block a barrier made idle is idle now. Also true
+ * when the table keeps no barriers (free_sync event or none). */
+static bool newest_barrier_passed(ps_gpu_ops_t *gpu, uint64_t *generation)
+{
+    *generation = gpu && gpu->barrier_generation ? gpu->barrier_generation(gpu->ctx) : 0;
+    if (!*generation || !gpu->barrier_passed)
+        return true;
+    ps_in_shim++;
+    bool passed = gpu->barrier_passed(gpu->ctx, *generation) == PS_OK;
+    ps_in_shim--;
+    return passed;
+}
+
+/* One request's give-back on device d (5. above). */
+static uint64_t give_for_request(int d, uint64_t budget_ns, int *refused)
+{
+    uint64_t began = now_ns(), given = 0;
+    unsigned pause_ms = 1;
+    for (;;) {
+        ps_gpu_ops_t *gpu = __atomic_load_n(&ps_devices[d].gpu, __ATOMIC_ACQUIRE);
+        uint64_t generation, after;
+        bool passed = newest_barrier_passed(gpu, &generation);
+        given += ps_give_back_device(d, now_ns(), 0, refused);
+        if (*refused || atomic_load(&ps_exiting))
+            break;
+        after = gpu && gpu->barrier_generation ? gpu->barrier_generation(gpu->ctx) : 0;
+        if ((passed && after == generation) || one_attempt)
+            break; /* every barrier had passed and none was issued since: all idle memory went */
+        if (now_ns() - began + pause_ms * 1000000ull > budget_ns)
+            break;
+        struct timespec pause = {0, (long)pause_ms * 1000000L};
+        nanosleep(&pause, NULL);
+        pause_ms = pause_ms < 16 ? pause_ms * 2 : 16;
+    }
+    return given;
+}
+
+void ps_neighbours_serve(void)
+{
+    int fd = atomic_load(&serving_fd);
+    for (int served = 0; fd >= 0 && served < 64 && !atomic_load(&ps_exiting); served++) {
+        message_t m;
+        struct sockaddr_un from;
+        socklen_t from_size = 0;
+        long uid;
+        ssize_t n = receive(fd, &m, &from, &from_size, &uid);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return; /* (EAGAIN: none left) */
+        }
+        if (!message_valid(&m, n, uid, MESSAGE_REQUEST) || from_size <= sizeof(sa_family_t) || !from.sun_path[0])
+            continue; /* not ours, or no address to answer (an unbound or abstract socket) */
+        message_t answer = {.magic = MESSAGE_MAGIC, .version = MESSAGE_VERSION, .kind = MESSAGE_ANSWER,
+                            .pid = (uint32_t)self.pid, .number = m.number};
+        memcpy(answer.uuid, m.uuid, 16);
+        int d = -1;
+        for (int i = 0; i < served_count && d < 0; i++)
+            if (served_known[i] && memcmp(served_uuid[i], m.uuid, 16) == 0)
+                d = i;
+        if (d >= 0) {
+            uint64_t budget_ms = m.wait_ms / 2 < SERVE_BUDGET_MAX_MS ? m.wait_ms / 2 : SERVE_BUDGET_MAX_MS;
+            int refused = 0;
+            uint64_t began = now_ns();
+            answer.bytes = give_for_request(d, budget_ms * 1000000ull, &refused);
+            answer.refused = (uint32_t)refused;
+            char b[32];
+            ps_info("device %d: process %u ran out of memory on this GPU: gave back %s in %.1f ms%s", d, m.pid,
+                    ps_format_bytes(b, sizeof b, answer.bytes), (double)(now_ns() - began) / 1e6,
+                    refused ? " (a stream capture is open: nothing)" : "");
+        }
+        if (atomic_load(&ps_exiting))
+            return;
+        sendto(fd, &answer, sizeof answer, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&from, from_size);
+    }
+}
+
+/* ---- 2. ask ----------------------------------------------------------------------------- */
+/* One neighbour asked in this ask. */
+typedef struct asked {
+    int pid;
+    unsigned long long start, ns;
+    bool awaited;  /* its answer is waited for (4. above: not when it was silent lately) */
+    bool answered; /* its answer came */
+} asked_t;
+
+static bool is_silent(const asked_t *a, uint64_t now)
+{
+    bool found = false;
+    pthread_mutex_lock(&silent_lock);
+    for (int i = 0; i < SILENT_MAX && !found; i++)
+        found = silent[i].pid == a->pid && silent[i].start == a->start && silent[i].ns == a->ns &&
+                silent[i].until_ns > now;
+    pthread_mutex_unlock(&silent_lock);
+    return found;
+}
+
+static void mark_silent(const asked_t *a, uint64_t until)
+{
+    pthread_mutex_lock(&silent_lock);
+    int slot = 0;
+    for (int i = 0; i < SILENT_MAX; i++)
+        if (silent[i].until_ns < silent[slot].until_ns)
+            slot = i; /* (the oldest one, or a free one) */
+    silent[slot].pid = a->pid;
+    silent[slot].start = a->start;
+    silent[slot].ns = a->ns;
+    silent[slot].until_ns = until;
+    pthread_mutex_unlock(&silent_lock);
+}
+
+/* Removes a dead process's entry (3. above). */
+static void remove_entry(const char *name_without_suffix)
+{
+    char path[sizeof self.dir];
+    if (entry_path(path, sizeof path, name_without_suffix, ".gpus"))
+        unlink(path);
+    if (entry_path(path, sizeof path, name_without_suffix, ".sock"))
+        unlink(path);
+    ps_debug("neighbours: removed the entry of a process that ended (%s)", name_without_suffix);
+}
+
+/* Whether an entry file of this user lists `uuid` (false for anything
+ * another user could have written). */
+static bool entry_lists(int dir_fd, const char *file, const char *uuid)
+{
+    int fd = openat(dir_fd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return false;
+    struct stat st;
+    char text[64 + PS_MAX_DEVICES * 42];
+    ssize_t n = -1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 022))
+        n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n < (ssize_t)strlen(ENTRY_HEADER))
+        return false;
+    text[n] = 0;
+    if (strncmp(text, ENTRY_HEADER, strlen(ENTRY_HEADER)) != 0)
+        return false;
+    for (char *line = text + strlen(ENTRY_HEADER); *line;) {
+        char *end = strchr(line, '\n');
+        if (!end)
+            break;
+        if ((size_t)(end - line) == strlen(uuid) && strncmp(line, uuid, (size_t)(end - line)) == 0)
+            return true;
+        line = end + 1;
+    }
+    return false;
+}
+
+/* Whether a socket of this user is at `path` with someone bound to it:
+ * 1 yes, 0 nobody (connect refused or gone: dead), -1 not to be trusted. */
+static int socket_alive(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return 0;
+    if (!S_ISSOCK(st.st_mode) || st.st_uid != geteuid())
+        return -1;
+    int probe = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (probe < 0)
+        return 1; /* (cannot tell: assume alive) */
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    int alive = connect(probe, (struct sockaddr *)&a, sizeof a) == 0 || (errno != ECONNREFUSED && errno != ENOENT);
+    close(probe);
+    return alive;
+}
+
+/* Sends `request` to every live neighbour whose entry lists its GPU
+ * (removing dead entries on the way), recording them in asked[]; returns
+ * how many were sent a request. */
+static int send_requests(int fd, const message_t *request, asked_t *asked, int *asked_count, uint64_t now)
+{
+    char uuid[41];
+    uuid_text(request->uuid, uuid);
+    DIR *dir = opendir(self.dir);
+    if (!dir)
+        return 0;
+    int sent = 0;
+    for (struct dirent *e; (e = readdir(dir));) {
+        int pid, tid, used = 0;
+        unsigned long long start, ns;
+        char name[NAME_MAX_CHARS], path[sizeof self.dir];
+        if (e->d_name[0] == 'a' && sscanf(e->d_name, "a%d-%llu-%llu-%d.sock%n", &pid, &start, &ns, &tid, &used) == 4 &&
+            !e->d_name[used] && pid != self.pid && entry_path(path, sizeof path, e->d_name, "") &&
+            socket_alive(path) == 0) {
+            unlink(path); /* another asker's reply socket, left by a process that ended */
+            continue;
+        }
+        if (e->d_name[0] != 'p' || sscanf(e->d_name, "p%d-%llu-%llu.gpus%n", &pid, &start, &ns, &used) != 3 ||
+            e->d_name[used] || (size_t)used >= sizeof name)
+            continue;
+        snprintf(name, sizeof name, "%.*s", used - 5, e->d_name); /* (without ".gpus") */
+        if (pid == self.pid && start == self.start && ns == self.ns)
+            continue; /* ourselves */
+        if (ns == self.ns && process_start(pid) != start) {
+            remove_entry(name); /* gone, or the pid is another process's now */
+            continue;
+        }
+        if (!entry_lists(dirfd(dir), e->d_name, uuid) || !entry_path(path, sizeof path, name, ".sock"))
+            continue;
+        int alive = socket_alive(path);
+        if (alive == 0)
+            remove_entry(name);
+        if (alive != 1)
+            continue;
+        struct sockaddr_un to = {.sun_family = AF_UNIX};
+        snprintf(to.sun_path, sizeof to.sun_path, "%s", path);
+        if (sendto(fd, request, sizeof *request, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&to, sizeof to) !=
+            (ssize_t)sizeof *request) {
+            if (errno == ECONNREFUSED || errno == ENOENT)
+                remove_entry(name);
+            continue; /* (EAGAIN: its queue is full; not asked) */
+        }
+        sent++;
+        if (*asked_count < ASKED_MAX) {
+            asked_t *a = &asked[(*asked_count)++];
+            *a = (asked_t){.pid = pid, .start = start, .ns = ns};
+            a->awaited = !is_silent(a, now);
+        }
+    }
+    closedir(dir);
+    return sent;
+}
+
+uint64_t ps_neighbours_ask(int device, uint64_t wanted)
+{
+    if (!ps_global || !ps_global->neighbour_release || ps_in_shim || device < 0 || device >= PS_MAX_DEVICES ||
+        atomic_load(&ps_exiting) || !registry_usable())
+        return 0;
+    message_t request = {.magic = MESSAGE_MAGIC, .version = MESSAGE_VERSION, .kind = MESSAGE_REQUEST,
+                         .pid = (uint32_t)self.pid, .number = atomic_fetch_add(&next_number, 1), .bytes = wanted,
+                         .wait_ms = (uint32_t)ps_global->neighbour_wait_ms};
+    if (!device_uuid(device, request.uuid))
+        return 0;
+    char reply_name[NAME_MAX_CHARS], reply_path[sizeof self.dir];
+    snprintf(reply_name, sizeof reply_name, "a%d-%llu-%llu-%ld.sock", self.pid, self.start, self.ns,
+             (long)syscall(SYS_gettid));
+    if (!entry_path(reply_path, sizeof reply_path, reply_name, ""))
+        return 0;
+    int fd = bound_socket(reply_path);
+    if (fd < 0) {
+        ps_info("device %d: cannot ask the neighbours for memory (%s: %s)", device, reply_path, strerror(errno));
+        return 0;
+    }
+    uint64_t began = now_ns(), deadline = began + ps_global->neighbour_wait_ms * 1000000ull;
+    asked_t asked[ASKED_MAX];
+    int asked_count = 0, awaited = 0, answers = 0;
+    int sent = send_requests(fd, &request, asked, &asked_count, began);
+    for (int i = 0; i < asked_count; i++)
+        awaited += asked[i].awaited;
+    uint64_t given = 0;
+    while (awaited > 0 && !(wanted && given >= wanted)) {
+        uint64_t now = now_ns();
+        if (now >= deadline)
+            break;
+        struct pollfd p = {fd, POLLIN, 0};
+        int ready = poll(&p, 1, (int)((deadline - now + 999999) / 1000000));
+        if (ready < 0 && errno != EINTR)
+            break;
+        message_t m;
+        long uid;
+        ssize_t n;
+        while ((n = receive(fd, &m, NULL, NULL, &uid)) >= 0) {
+            if (!message_valid(&m, n, uid, MESSAGE_ANSWER) || m.number != request.number ||
+                memcmp(m.uuid, request.uuid, 16) != 0)
+                continue; /* another user's, or a late answer to an earlier ask */
+            answers++;
+            given += m.bytes;
+            for (int i = 0; i < asked_count; i++)
+                if (asked[i].pid == (int)m.pid && !asked[i].answered) {
+                    asked[i].answered = true;
+                    awaited -= asked[i].awaited;
+                    break;
+                }
+        }
+    }
+    close(fd);
+    unlink(reply_path);
+    int silent_now = 0;
+    for (int i = 0; i < asked_count; i++)
+        if (asked[i].awaited && !asked[i].answered && !(wanted && given >= wanted)) {
+            mark_silent(&asked[i], now_ns() + SILENT_NS);
+            silent_now++;
+        }
+    if (sent) {
+        ps_stats_count_give(device, PS_GIVE_ASKED, (uint64_t)sent);
+        ps_stats_count_give(device, PS_GIVE_ANSWERS, (uint64_t)answers);
+        ps_stats_count_give(device, PS_GIVE_FROM_NEIGHBOURS, given);
+        char b[32];
+        ps_info("device %d: out of memory: asked %d neighbour process(es) on this GPU, %d answered in %.1f ms, "
+                "giving back %s%s", device, sent, answers, (double)(now_ns() - began) / 1e6,
+                ps_format_bytes(b, sizeof b, given),
+                silent_now ? " (the silent ones are not waited for in the next 30 s)" : "");
+    }
+    return given;
 }

@@ -17,8 +17,10 @@ int ps_neighbours_fd(void);
 /* Serves the requests waiting on the socket (give-back thread). */
 void ps_neighbours_serve(void);
 /* Asks every neighbour on device d's GPU to give back free memory and waits
- * up to global.neighbour_wait_ms for their answers; returns the bytes they
- * said they gave (0: none answered, or neighbour_release is off). */
-uint64_t ps_neighbours_ask(int device);
+ * up to global.neighbour_wait_ms for their answers (less once all answered,
+ * or once `wanted` bytes were given; 0: any); returns the bytes they said
+ * they gave (0: none answered, or neighbour_release is off). Called by a
+ * program's thread that holds no lock of the shim, never inside the shim. */
+uint64_t ps_neighbours_ask(int device, uint64_t wanted);
 
 #endif

@@ -62,6 +62,14 @@
  *    capture is open on the device (the synchronize would invalidate it):
  *    then the call keeps CUDA's answer. No cost until CUDA says "out of
  *    memory"; counted per device in the statistics.
+ * 10. Neighbours (global.neighbour_release, on by default): when a pooled
+ *    or direct allocation still finds no memory after the pool's own
+ *    give-back, or the retry of 9. has nothing to retry with, the other
+ *    processes of this user under the shim on the same GPU are asked to
+ *    give back their free memory (neighbours.c: at most
+ *    global.neighbour_wait_ms), and the allocation is made once more if
+ *    they gave any, or if another thread's give-back ended meanwhile. Asked
+ *    from the failing thread, holding no lock of the shim; never inside it.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -74,6 +82,7 @@
 #include "../core/resource.h"
 #include "../core/upstream.h"
 #include "give_back.h"
+#include "neighbours.h"
 #include "poolshim.h"
 #include "shim.h"
 #include "stats.h"
@@ -526,6 +535,17 @@ void ps_route_pool_access(CUmemoryPool pool, const CUmemAccessDesc *map, size_t 
     }
 }
 
+/* The pool (or CUDA, for a direct allocation) serves `a`. */
+static int allocate_from(ps_stack_t *stack, ps_gpu_ops_t *gpu, const ps_allocation_t *a, void **p)
+{
+    ps_in_shim++;
+    int rc = a->direct ? gpu->mem_alloc(gpu->ctx, a->size, p) : ps_allocate(stack->top, a->size, a->stream, p);
+    ps_in_shim--;
+    return rc;
+}
+
+static bool neighbours_gave(int d, uint64_t wanted, uint64_t epoch);
+
 ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream, void **out,
                              int *status)
 {
@@ -552,15 +572,10 @@ ps_route_t ps_route_allocate(int call, int door, size_t size, ps_stream_t stream
     ps_stack_t *stack = __atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE);
     ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
     void *p = NULL;
-    int rc;
-    ps_in_shim++;
-    if (size >= direct_min) {
-        a.direct = 1;
-        rc = gpu->mem_alloc(gpu->ctx, size, &p);
-    } else {
-        rc = ps_allocate(stack->top, size, stream, &p);
-    }
-    ps_in_shim--;
+    a.direct = size >= direct_min;
+    int rc = allocate_from(stack, gpu, &a, &p);
+    if (PS_UNLIKELY(rc == PS_ENOMEM) && neighbours_gave(dev->device, size, ps_route_oom_epoch()))
+        rc = allocate_from(stack, gpu, &a, &p); /* once more (10. above) */
     if (rc == PS_OK) {
         a.ptr = (uintptr_t)p;
         if (ps_registry_insert(&a) != PS_OK) {
@@ -957,18 +972,28 @@ static atomic_ullong oom_give_backs;
 
 uint64_t ps_route_oom_epoch(void) { return atomic_load_explicit(&oom_give_backs, memory_order_acquire); }
 
-bool ps_route_oom_give_back(int *device, uint64_t epoch, const char *api)
+/* An allocation on device d found no memory after this process's own
+ * give-back: asks the neighbour processes (neighbours.c; with
+ * global.neighbour_release on, never inside the shim, holding no lock).
+ * True when the allocation is worth making once more: they gave memory
+ * back, or a give-back of this process ended since `epoch` (another
+ * thread's: its neighbours' memory came just after this one's failure). */
+static bool neighbours_gave(int d, uint64_t wanted, uint64_t epoch)
 {
-    if (ps_in_shim || !atomic_load_explicit(&ps_init_done, memory_order_acquire) ||
-        !atomic_load_explicit(&ps_active, memory_order_relaxed) || !ps_global->oom_retry || *device < -1)
+    if (!ps_global->neighbour_release || ps_in_shim || !atomic_load_explicit(&ps_active, memory_order_relaxed))
         return false;
-    CUdevice current = -1;
-    if (*device == -1 && (ps_real.cuCtxGetDevice(&current) != CUDA_SUCCESS || current < 0))
-        return false; /* no context: nothing of ours can be in the way */
-    int d = *device == -1 ? current : *device;
-    *device = d;
-    if (d >= PS_MAX_DEVICES || atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) != PS_DEVICE_READY)
-        return false;
+    uint64_t given = ps_neighbours_ask(d, wanted);
+    if (given)
+        atomic_fetch_add_explicit(&oom_give_backs, 1, memory_order_acq_rel);
+    return given || ps_route_oom_epoch() != epoch;
+}
+
+/* The pool's own trim on device d (nothing when no stack was built there,
+ * or while a stream capture is open): the bytes it gave back. */
+static uint64_t trim_for_oom(int d, const char *api)
+{
+    if (atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) != PS_DEVICE_READY)
+        return 0;
     ps_device_state_t *dev = &ps_devices[d];
     ps_stack_t *stack = __atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE);
     ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
@@ -981,7 +1006,7 @@ bool ps_route_oom_give_back(int *device, uint64_t epoch, const char *api)
             ps_info("device %d: %s ran out of memory while a stream capture is open: the pool's free memory "
                     "stays (a device synchronize would invalidate the capture)", d, api);
         }
-        return false;
+        return 0;
     }
     ps_resource_info_t before = {0}, after = {0};
     ps_query(stack->top, &before);
@@ -994,10 +1019,31 @@ bool ps_route_oom_give_back(int *device, uint64_t epoch, const char *api)
         ps_stats_count_oom(d, PS_OOM_GIVEN_BACK, given);
         atomic_fetch_add_explicit(&oom_give_backs, 1, memory_order_acq_rel);
     }
+    return given;
+}
+
+bool ps_route_oom_give_back(int *device, uint64_t epoch, const char *api)
+{
+    if (ps_in_shim || !ps_shim_ensure_init() || !ps_global->oom_retry || *device < -1)
+        return false; /* (a program that only ever called cuMemCreate meets the shim here first) */
+    CUdevice current = -1;
+    if (*device == -1 && (ps_real.cuCtxGetDevice(&current) != CUDA_SUCCESS || current < 0))
+        return false; /* no context: nothing of ours can be in the way */
+    int d = *device == -1 ? current : *device;
+    *device = d;
+    if (d >= PS_MAX_DEVICES)
+        return false;
+    uint64_t given = trim_for_oom(d, api);
     bool retry = given || ps_route_oom_epoch() != epoch;
     char b[32];
-    ps_info("device %d: %s ran out of memory: the pool gave back %s%s", d, api, ps_format_bytes(b, sizeof b, given),
-            retry ? ", retrying it once" : ", nothing to retry with");
+    const char *next = retry                          ? ", retrying it once"
+                       : ps_global->neighbour_release ? ", asking the neighbours"
+                                                      : ", nothing to retry with";
+    if (atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) == PS_DEVICE_READY)
+        ps_info("device %d: %s ran out of memory: the pool gave back %s%s", d, api,
+                ps_format_bytes(b, sizeof b, given), next);
+    if (!retry)
+        retry = neighbours_gave(d, 0, epoch); /* (it says what they gave) */
     return retry;
 }
 

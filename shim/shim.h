@@ -127,6 +127,8 @@
       (CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *, size_t, CUstreamCaptureMode)) \
     X(cuDeviceGetAttribute, CUresult, (int *, int, CUdevice))                               \
     X(cuDeviceGetCount, CUresult, (int *))                                                  \
+    X(cuDeviceGetUuid, CUresult, (CUuuid *, CUdevice))                                      \
+    X(cuDeviceGetUuid_v2, CUresult, (CUuuid *, CUdevice))                                   \
     X(cuMemGetAllocationGranularity, CUresult, (size_t *, const CUmemAllocationProp *, int)) \
     X(cuMemAddressReserve, CUresult, (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long)) \
     X(cuMemAddressFree, CUresult, (CUdeviceptr, size_t))                                    \
