@@ -5,7 +5,7 @@
 FAKE       := $(BUILD)/fake
 SHIMTEST   := $(BUILD)/shimtest
 PROG_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -pthread $(SANFLAGS)
-SHIM_PROGS := $(SHIMTEST)/prog_runtime $(SHIMTEST)/prog_ipc $(SHIMTEST)/prog_static $(SHIMTEST)/prog_static_old_dlsym \
+SHIM_PROGS := $(SHIMTEST)/prog_runtime $(SHIMTEST)/prog_ipc $(SHIMTEST)/prog_neighbours $(SHIMTEST)/prog_static $(SHIMTEST)/prog_static_old_dlsym \
               $(SHIMTEST)/prog_rtld_next $(SHIMTEST)/libwrapnext.so
 # the fake NVTX tool (debug.nvtx), when the NVTX headers are here
 ifeq ($(filter -DPS_NO_NVTX,$(NVTX_CFLAGS)),)
@@ -42,6 +42,10 @@ $(SHIMTEST)/prog_runtime: tests/shim/prog_runtime.c tests/shim/prog_common.h tes
 	$(CC) $(PROG_FLAGS) -o $@ $< -L$(FAKE) -lcudart -ldl
 
 $(SHIMTEST)/prog_ipc: tests/shim/prog_ipc.c tests/shim/prog_common.h tests/shim/fake_cuda.h $(FAKE)/libcudart.so.13
+	@mkdir -p $(SHIMTEST)
+	$(CC) $(PROG_FLAGS) -o $@ $< -L$(FAKE) -lcudart -ldl
+
+$(SHIMTEST)/prog_neighbours: tests/shim/prog_neighbours.c tests/shim/prog_common.h tests/shim/fake_cuda.h $(FAKE)/libcudart.so.13
 	@mkdir -p $(SHIMTEST)
 	$(CC) $(PROG_FLAGS) -o $@ $< -L$(FAKE) -lcudart -ldl
 

@@ -2,27 +2,40 @@
  * libraries, natively and under LD_PRELOAD=libpoolshim.so, and checks that
  * each scenario passes and that the shim really interposed. */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 static char output[65536];
 
-/* Runs `prog args` from the build's shimtest folder with `env` prepended
- * (preloading the shim when `preload` is set); returns the exit status
- * and keeps stdout+stderr in `output`. */
-static int run(int preload, const char *env, const char *prog_and_args)
+/* The shell command that runs `prog args` from the build's shimtest folder
+ * with `env` prepended (preloading the shim when `preload` is set). */
+static void command(char *cmd, size_t size, int preload, const char *env, const char *prog_and_args)
 {
     const char *build = getenv("POOLSHIM_BUILD");
     const char *prefix = getenv("POOLSHIM_PRELOAD_PREFIX");
     cr_assert(build, "POOLSHIM_BUILD must name the build folder (make test-shim sets it)");
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "env LD_LIBRARY_PATH=%s/fake %s%s%s%s%s %s %s/shimtest/%s 2>&1", build,
+    snprintf(cmd, size, "env LD_LIBRARY_PATH=%s/fake %s%s%s%s%s %s %s/shimtest/%s", build,
              preload ? "LD_PRELOAD=\"" : "", preload && prefix && *prefix ? prefix : "",
              preload && prefix && *prefix ? " " : "", preload ? build : "", preload ? "/libpoolshim.so\"" : "",
              env ? env : "", build, prog_and_args);
+}
+
+/* Runs `prog args` (command() above); returns the exit status and keeps
+ * stdout+stderr in `output`. */
+static int run(int preload, const char *env, const char *prog_and_args)
+{
+    char cmd[4096];
+    command(cmd, sizeof cmd - 8, preload, env, prog_and_args);
+    strcat(cmd, " 2>&1");
     FILE *p = popen(cmd, "r");
     cr_assert(p, "cannot run %s", cmd);
     size_t n = fread(output, 1, sizeof output - 1, p);
@@ -501,6 +514,568 @@ Test(oom_retry, negative_control_ignoring_captures_synchronizes_inside_the_captu
 {
     int rc = run(1, OOM_RETRY_VMM " POOLSHIM_TEST_IGNORE_CAPTURES=1", "prog_runtime oom_retry_capture");
     cr_expect(rc != 0 && strstr(output, "the device was synchronized during the capture"), "rc %d:\n%s", rc, output);
+}
+
+/* ---- neighbours (issue 33, shim/neighbours.c) ----------------------------------
+ * Two programs share one fake GPU of 256 MiB (FAKE_CUDA_SHARED_CAPACITY_FILE:
+ * the allocations of both are charged to one file): A (`prog_neighbours
+ * give`) cudaMallocs 80% in 8 MiB blocks, frees it all and idles; then B
+ * (`take`) cudaMallocs 80%. Natively B gets what A freed; under the shim A's
+ * pool keeps it unless B asks A for it. The decay is off
+ * (POOLSHIM_DECAY_MS=0): only the neighbours can give it. */
+#define NEIGHBOURS_ENV "FAKE_CUDA_MEMORY=268435456 POOLSHIM_DECAY_MS=0 POOLSHIM_STATS=json POOLSHIM_VERBOSE=2"
+static struct {
+    char dir[64];          /* a temporary folder: the capacity file, A's signals and output */
+    char registry[128];    /* the registry folder the programs are given ("": the default one) */
+    char env[1024];        /* what every program of the test gets */
+    pid_t a;               /* A, in the background, or 0 */
+    char a_output[65536];  /* A's output once it ended */
+} hood; /* (one per test: Criterion runs each test in a process of its own) */
+
+static int file_exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* The temporary folder; with `private_registry` the programs use DIR/registry
+ * (POOLSHIM_TEST_NEIGHBOURS_DIR), else the default /dev/shm/poolshim-<uid>. */
+static void hood_init(int private_registry, const char *more_env)
+{
+    snprintf(hood.dir, sizeof hood.dir, "/tmp/ps_neighbours_XXXXXX");
+    cr_assert_not_null(mkdtemp(hood.dir));
+    hood.registry[0] = 0;
+    if (private_registry)
+        snprintf(hood.registry, sizeof hood.registry, "%s/registry", hood.dir);
+    snprintf(hood.env, sizeof hood.env, NEIGHBOURS_ENV " FAKE_CUDA_SHARED_CAPACITY_FILE=%s/capacity %s%s %s", hood.dir,
+             private_registry ? "POOLSHIM_TEST_NEIGHBOURS_DIR=" : "", hood.registry, more_env ? more_env : "");
+    char path[128];
+    snprintf(path, sizeof path, "%s/wait_ready", hood.dir); /* B waits for A's "ready" */
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+}
+
+static void hood_cleanup(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", hood.dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+/* Starts `prog args` (command() above) in the background, its output in
+ * the file `out`; returns its pid (the program's own: sh execs it). */
+static pid_t start_background(int preload, const char *env, const char *prog_and_args, const char *out)
+{
+    char cmd[4096], full[4400];
+    command(cmd, sizeof cmd, preload, env, prog_and_args);
+    snprintf(full, sizeof full, "exec %s > %s 2>&1", cmd, out);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", full, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits up to `seconds` for `path` to exist; false also when `pid` ended first. */
+static bool wait_for_file(const char *path, pid_t pid, int seconds)
+{
+    for (int i = 0; i < seconds * 200; i++) {
+        if (file_exists(path))
+            return true;
+        if (waitpid(pid, NULL, WNOHANG) == pid)
+            return false;
+        usleep(5000);
+    }
+    return false;
+}
+
+/* A program in the background, `prog_neighbours give SIGNALS [DEVICE]`, under
+ * the shim when `preload`; returns once it freed its memory (SIGNALS/ready). */
+static pid_t start_giver(int preload, const char *env, const char *signals, const char *device, const char *out)
+{
+    char args[256], all_env[2048], ready[256];
+    snprintf(args, sizeof args, "prog_neighbours give %s %s", signals, device ? device : "");
+    snprintf(all_env, sizeof all_env, "%s %s", hood.env, env ? env : "");
+    pid_t pid = start_background(preload, all_env, args, out);
+    snprintf(ready, sizeof ready, "%s/ready", signals);
+    cr_assert(wait_for_file(ready, pid, 10), "%s did not get ready (see %s)", args, out);
+    return pid;
+}
+
+static void start_a(int preload, const char *env, const char *device)
+{
+    char out[128];
+    snprintf(out, sizeof out, "%s/a.txt", hood.dir);
+    hood.a = start_giver(preload, env, hood.dir, device, out);
+}
+
+/* B in the foreground: `prog_neighbours ROLE DIR [DEVICE]` (take or create);
+ * its exit status, its output in `output`. */
+static int run_b(int preload, const char *env, const char *role, const char *device)
+{
+    char args[256], all_env[2048];
+    snprintf(args, sizeof args, "prog_neighbours %s %s %s", role, hood.dir, device ? device : "");
+    snprintf(all_env, sizeof all_env, "%s %s", hood.env, env ? env : "");
+    return run(preload, all_env, args);
+}
+
+/* Lets A end (it idles until DIR/release, which B made), its output in hood.a_output. */
+static void end_a(void)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/release", hood.dir);
+    FILE *f = fopen(path, "w");
+    if (f)
+        fclose(f);
+    int status = -1, ended = 0;
+    for (int i = 0; i < 2000 && !ended; i++) {
+        ended = waitpid(hood.a, &status, WNOHANG) == hood.a;
+        if (!ended)
+            usleep(5000);
+    }
+    if (!ended) {
+        kill(hood.a, SIGKILL);
+        waitpid(hood.a, &status, 0);
+    }
+    snprintf(path, sizeof path, "%s/a.txt", hood.dir);
+    f = fopen(path, "r");
+    size_t n = f ? fread(hood.a_output, 1, sizeof hood.a_output - 1, f) : 0;
+    hood.a_output[n] = 0;
+    if (f)
+        fclose(f);
+    cr_expect(ended && WIFEXITED(status) && WEXITSTATUS(status) == 0, "A did not end well:\n%s", hood.a_output);
+    hood.a = 0;
+}
+
+/* A figure of the first device's "give_back" in a JSON report (-1: none). */
+static long long give_back(const char *report, const char *key)
+{
+    const char *g = strstr(report, "\"give_back\": ");
+    return g ? json_after(g, key) : -1;
+}
+
+/* The milliseconds printed after `marker` (-1: no such text). */
+static double ms_after(const char *text, const char *marker)
+{
+    const char *at = strstr(text, marker);
+    return at ? strtod(at + strlen(marker), NULL) : -1;
+}
+
+/* This process's start time (field 22 of /proc/self/stat). */
+static unsigned long long own_start(void)
+{
+    char buf[1024] = "";
+    FILE *f = fopen("/proc/self/stat", "r");
+    cr_assert_not_null(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')') + 2;
+    for (int field = 3; field < 22; field++)
+        p = strchr(p, ' ') + 1;
+    return strtoull(p, NULL, 10);
+}
+
+static unsigned long long own_pid_namespace(void)
+{
+    struct stat st;
+    cr_assert_eq(stat("/proc/self/ns/pid", &st), 0);
+    return (unsigned long long)st.st_ino;
+}
+
+/* The fake GPU's UUID as the registry writes it (the programs' device 0). */
+static void fake_uuid(char *out, size_t size)
+{
+    cr_assert_eq(run(0, hood.env, "prog_neighbours uuid"), 0, "%s", output);
+    cr_assert(strncmp(output, "GPU-", 4) == 0, "%s", output);
+    snprintf(out, size, "%.40s", output);
+}
+
+/* The address of a socket `name``suffix` in the registry. */
+static void socket_address(struct sockaddr_un *a, const char *name, const char *suffix)
+{
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    size_t n = strlen(hood.registry) + 1 + strlen(name) + strlen(suffix);
+    cr_assert_lt(n, sizeof a->sun_path, "%s/%s%s: too long for a socket", hood.registry, name, suffix);
+    memcpy(a->sun_path, hood.registry, strlen(hood.registry));
+    a->sun_path[strlen(hood.registry)] = '/';
+    memcpy(a->sun_path + strlen(hood.registry) + 1, name, strlen(name));
+    memcpy(a->sun_path + strlen(hood.registry) + 1 + strlen(name), suffix, strlen(suffix));
+}
+
+/* A registry entry as a process would leave it: NAME.gpus listing `uuid`
+ * and NAME.sock, a socket that nobody is bound to any more (`live` 0) or
+ * one bound and kept by this test, which never answers (returns its fd). */
+static int fabricate_entry(const char *name, const char *uuid, int live)
+{
+    char path[256];
+    mkdir(hood.registry, 0700); /* (A registers nothing in some tests) */
+    snprintf(path, sizeof path, "%s/%s.gpus", hood.registry, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fprintf(f, "poolshim neighbours 1\n%s\n", uuid);
+    fclose(f);
+    chmod(path, 0600);
+    struct sockaddr_un a;
+    socket_address(&a, name, ".sock");
+    int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0, "bind %s", a.sun_path);
+    if (!live) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* A pid no process has now (a child that ended). */
+static pid_t pid_of_the_dead(void)
+{
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0)
+        _exit(0);
+    waitpid(pid, NULL, 0);
+    return pid;
+}
+
+Test(neighbours, native_the_second_program_gets_the_freed_memory)
+{
+    hood_init(1, NULL);
+    start_a(0, NULL, NULL);
+    int rc = run_b(0, NULL, "take", NULL);
+    end_a();
+    cr_expect_eq(rc, 0, "%s", output);
+    cr_expect(strstr(output, "take: 25 of 25 blocks"), "%s", output);
+    hood_cleanup();
+}
+
+/* (the default registry, /dev/shm/poolshim-<uid>: other tests' programs may
+ * be there too, on GPUs of other UUIDs) */
+Test(neighbours, a_shimmed_neighbour_gives_its_free_memory_within_a_second)
+{
+    hood_init(0, NULL);
+    start_a(1, NULL, NULL);
+    int rc = run_b(1, NULL, "take", NULL);
+    end_a();
+    cr_expect_eq(rc, 0, "B:\n%s\nA:\n%s", output, hood.a_output);
+    cr_expect(strstr(output, "take: 25 of 25 blocks"), "%s", output);
+    double slowest = ms_after(output, "(the slowest ");
+    cr_expect(slowest >= 0 && slowest < 1000, "the slowest cudaMalloc took %.1f ms:\n%s", slowest, output);
+    long long given = give_back(hood.a_output, "\"to_neighbours\": ");
+    cr_expect_geq(given, 150LL << 20, "A gave %lld bytes to its neighbour:\n%s", given, hood.a_output);
+    cr_expect_eq(give_back(output, "\"neighbour_requests\": "), 1, "%s", output);
+    cr_expect_eq(give_back(output, "\"neighbour_answers\": "), 1, "%s", output);
+    cr_expect_eq(give_back(output, "\"from_neighbours\": "), given, "B heard what A gave:\n%s", output);
+    hood_cleanup();
+}
+
+/* negative controls: B that does not ask, and A that does not answer (with
+ * neighbour_release off a process neither asks nor registers), run out of
+ * memory as a user saw it on the H200 (issue 33's table) */
+Test(neighbours, negative_control_off_the_second_program_runs_out_of_memory)
+{
+    hood_init(1, NULL);
+    start_a(1, NULL, NULL);
+    int rc = run_b(1, "POOLSHIM_OPTIONS=global.neighbour_release=0", "take", NULL);
+    end_a();
+    cr_expect(rc != 0 && strstr(output, "returned 2 (2: out of memory)"), "rc %d:\n%s", rc, output);
+    cr_expect_eq(give_back(output, "\"neighbour_requests\": "), 0, "%s", output);
+    cr_expect_eq(give_back(hood.a_output, "\"to_neighbours\": "), 0, "%s", hood.a_output);
+    hood_cleanup();
+}
+
+Test(neighbours, negative_control_a_neighbour_with_it_off_gives_nothing)
+{
+    hood_init(1, NULL);
+    start_a(1, "POOLSHIM_OPTIONS=global.neighbour_release=0", NULL);
+    int rc = run_b(1, NULL, "take", NULL);
+    end_a();
+    cr_expect(rc != 0 && strstr(output, "returned 2 (2: out of memory)"), "rc %d:\n%s", rc, output);
+    cr_expect_eq(give_back(output, "\"neighbour_requests\": "), 0, "A is not in the registry:\n%s", output);
+    hood_cleanup();
+}
+
+/* The out-of-memory retry of a call the shim leaves to CUDA (router.c 9.)
+ * asks the neighbours too, also in a process that built no stack (one that
+ * only ever calls cuMemCreate, as JAX or NCCL may). Its counters are in no
+ * report (no device of its has a stack): its log line says it. */
+Test(neighbours, cumemcreate_without_a_stack_gets_a_neighbours_memory)
+{
+    hood_init(1, "FAKE_CUDA_VMM=1");
+    start_a(1, NULL, NULL);
+    int rc = run_b(1, NULL, "create", NULL);
+    end_a();
+    cr_expect_eq(rc, 0, "B:\n%s\nA:\n%s", output, hood.a_output);
+    cr_expect(strstr(output, "create: 25 of 25 handles"), "%s", output);
+    cr_expect(strstr(output, "asked 1 neighbour process(es) on this GPU, 1 answered"), "%s", output);
+    cr_expect_geq(give_back(hood.a_output, "\"to_neighbours\": "), 150LL << 20, "%s", hood.a_output);
+    hood_cleanup();
+}
+Test(neighbours, negative_control_cumemcreate_without_asking_runs_out_of_memory)
+{
+    hood_init(1, "FAKE_CUDA_VMM=1");
+    start_a(1, NULL, NULL);
+    int rc = run_b(1, "POOLSHIM_OPTIONS=global.neighbour_release=0", "create", NULL);
+    end_a();
+    cr_expect(rc != 0 && strstr(output, "returned 2 (2: out of memory)"), "rc %d:\n%s", rc, output);
+    hood_cleanup();
+}
+
+/* Entries of processes that ended: a shimmed program killed with SIGKILL
+ * (its entry and socket left behind; the fake driver frees its memory), an
+ * entry whose pid no process has (and a reply socket of it), and one whose
+ * pid is alive but started at another time (a reused pid; its socket is
+ * bound, so only the start time tells). None is asked (B sends exactly one
+ * request, to A), and B's scan removes them all. */
+Test(neighbours, dead_entries_are_ignored_and_removed)
+{
+    hood_init(1, NULL);
+    char killed_dir[128], killed_out[160], uuid[48], gone[128], reused[128], path[256];
+    snprintf(killed_dir, sizeof killed_dir, "%s/killed", hood.dir);
+    cr_assert_eq(mkdir(killed_dir, 0700), 0);
+    snprintf(killed_out, sizeof killed_out, "%s/out.txt", killed_dir);
+    pid_t killed = start_giver(1, NULL, killed_dir, NULL, killed_out);
+    kill(killed, SIGKILL);
+    waitpid(killed, NULL, 0);
+    fake_uuid(uuid, sizeof uuid);
+    unsigned long long ns = own_pid_namespace();
+    snprintf(gone, sizeof gone, "p%d-%llu-%llu", (int)pid_of_the_dead(), 12345ull, ns);
+    fabricate_entry(gone, uuid, 0);
+    snprintf(reused, sizeof reused, "p%d-%llu-%llu", (int)getpid(), own_start() + 1, ns);
+    int bound = fabricate_entry(reused, uuid, 1);
+    char reply[128];
+    snprintf(reply, sizeof reply, "a%d-%llu-%llu-%d.sock", (int)pid_of_the_dead(), 777ull, ns, 4242);
+    struct sockaddr_un a;
+    socket_address(&a, reply, "");
+    int stale = socket(AF_UNIX, SOCK_DGRAM, 0);
+    cr_assert_eq(bind(stale, (struct sockaddr *)&a, sizeof a), 0);
+    close(stale);
+    char killed_entry[256] = "";
+    DIR *d = opendir(hood.registry);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "p%d-", (int)killed);
+        if (!strncmp(e->d_name, prefix, strlen(prefix)) && strstr(e->d_name, ".gpus"))
+            snprintf(killed_entry, sizeof killed_entry, "%s/%.*s", hood.registry,
+                     (int)(strlen(e->d_name) - 5), e->d_name);
+    }
+    if (d)
+        closedir(d);
+    cr_assert(killed_entry[0], "the killed program left no entry in %s", hood.registry);
+
+    start_a(1, NULL, NULL);
+    int rc = run_b(1, NULL, "take", NULL);
+    end_a();
+    cr_expect_eq(rc, 0, "B:\n%s\nA:\n%s", output, hood.a_output);
+    cr_expect_eq(give_back(output, "\"neighbour_requests\": "), 1, "only A was asked:\n%s", output);
+    cr_expect_eq(give_back(output, "\"neighbour_answers\": "), 1, "%s", output);
+    cr_expect_geq(give_back(hood.a_output, "\"to_neighbours\": "), 150LL << 20, "%s", hood.a_output);
+    const char *names[] = {gone, reused, killed_entry};
+    for (int i = 0; i < 3; i++) {
+        const char *name = names[i];
+        for (int k = 0; k < 2; k++) {
+            if (name[0] == '/')
+                snprintf(path, sizeof path, "%s%s", name, k ? ".sock" : ".gpus");
+            else
+                snprintf(path, sizeof path, "%s/%s%s", hood.registry, name, k ? ".sock" : ".gpus");
+            cr_expect(!file_exists(path), "%s was not removed", path);
+        }
+    }
+    cr_expect(!file_exists(a.sun_path), "%s was not removed", a.sun_path);
+    close(bound);
+    hood_cleanup();
+}
+
+/* A neighbour that cannot give: A keeps its memory (neighbour_release off,
+ * not registered); the registry holds a dead process's entry and a reused
+ * pid's (its socket bound by this test, never answering). B's allocation
+ * fails at once, not after its wait of 500 ms. */
+#define WAIT_500 "POOLSHIM_OPTIONS=global.neighbour_wait_ms=500"
+Test(neighbours, dead_entries_do_not_delay_a_failing_allocation)
+{
+    hood_init(1, NULL);
+    start_a(1, "POOLSHIM_OPTIONS=global.neighbour_release=0", NULL);
+    char uuid[48], name[128];
+    fake_uuid(uuid, sizeof uuid);
+    unsigned long long ns = own_pid_namespace();
+    snprintf(name, sizeof name, "p%d-%llu-%llu", (int)pid_of_the_dead(), 12345ull, ns);
+    fabricate_entry(name, uuid, 0);
+    snprintf(name, sizeof name, "p%d-%llu-%llu", (int)getpid(), own_start() + 1, ns);
+    int bound = fabricate_entry(name, uuid, 1);
+    int rc = run_b(1, WAIT_500, "take", NULL);
+    end_a();
+    double took = ms_after(output, ") after ");
+    cr_expect(rc != 0 && strstr(output, "returned 2 (2: out of memory)"), "rc %d:\n%s", rc, output);
+    cr_expect(took >= 0 && took < 250, "the failing cudaMalloc took %.1f ms:\n%s", took, output);
+    cr_expect_eq(give_back(output, "\"neighbour_requests\": "), 0, "%s", output);
+    close(bound);
+    hood_cleanup();
+}
+/* negative control: the same entry with this test's true start time is a
+ * live neighbour that never answers: B waits its 500 ms for it */
+Test(neighbours, negative_control_a_silent_live_neighbour_delays_by_the_wait)
+{
+    hood_init(1, NULL);
+    start_a(1, "POOLSHIM_OPTIONS=global.neighbour_release=0", NULL);
+    char uuid[48], name[128];
+    fake_uuid(uuid, sizeof uuid);
+    snprintf(name, sizeof name, "p%d-%llu-%llu", (int)getpid(), own_start(), own_pid_namespace());
+    int bound = fabricate_entry(name, uuid, 1);
+    int rc = run_b(1, WAIT_500, "take", NULL);
+    end_a();
+    double took = ms_after(output, ") after ");
+    cr_expect(rc != 0 && strstr(output, "returned 2 (2: out of memory)"), "rc %d:\n%s", rc, output);
+    cr_expect(took >= 480 && took < 1500, "the failing cudaMalloc took %.1f ms:\n%s", took, output);
+    cr_expect_eq(give_back(output, "\"neighbour_requests\": "), 1, "%s", output);
+    cr_expect_eq(give_back(output, "\"neighbour_answers\": "), 0, "%s", output);
+    close(bound);
+    hood_cleanup();
+}
+
+/* Nothing another user could write is trusted: a registry directory that
+ * others may write into (mode 0777) is refused with a warning by both
+ * programs, and then no one registers and no one asks: B runs out of memory
+ * (the tests above are the reference: with a private directory it gets A's). */
+static void expect_registry_refused(const char *why)
+{
+    start_a(1, NULL, NULL);
+    int rc = run_b(1, NULL, "take", NULL);
+    end_a();
+    cr_expect(rc != 0 && strstr(output, "returned 2 (2: out of memory)"), "rc %d:\n%s", rc, output);
+    cr_expect(strstr(output, "is not a private directory of this user") && strstr(output, why), "B warns:\n%s", output);
+    cr_expect(strstr(hood.a_output, "is not a private directory of this user"), "A warns:\n%s", hood.a_output);
+    cr_expect_eq(give_back(output, "\"neighbour_requests\": "), 0, "%s", output);
+    cr_expect_eq(give_back(hood.a_output, "\"to_neighbours\": "), 0, "%s", hood.a_output);
+    DIR *d = opendir(hood.registry);
+    for (struct dirent *e; d && (e = readdir(d));)
+        cr_expect(e->d_name[0] == '.', "%s registered in a refused directory", e->d_name);
+    if (d)
+        closedir(d);
+}
+Test(neighbours, a_registry_others_may_write_is_refused)
+{
+    hood_init(1, NULL);
+    cr_assert_eq(mkdir(hood.registry, 0777), 0);
+    cr_assert_eq(chmod(hood.registry, 0777), 0);
+    expect_registry_refused("mode 777");
+    hood_cleanup();
+}
+Test(neighbours, a_registry_of_another_user_is_refused)
+{
+    if (geteuid() != 0)
+        cr_skip_test("only root can give a directory to another user");
+    hood_init(1, NULL);
+    cr_assert_eq(mkdir(hood.registry, 0700), 0);
+    cr_assert_eq(chown(hood.registry, 65534, 65534), 0);
+    expect_registry_refused("owner 65534");
+    hood_cleanup();
+}
+/* an entry of another user inside the private directory is not asked */
+Test(neighbours, an_entry_of_another_user_is_not_asked)
+{
+    if (geteuid() != 0)
+        cr_skip_test("only root can give a file to another user");
+    hood_init(1, NULL);
+    start_a(1, NULL, NULL);
+    int changed = 0;
+    DIR *d = opendir(hood.registry);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", hood.registry, e->d_name);
+        if (e->d_name[0] == 'p' && strstr(e->d_name, ".gpus"))
+            changed += chown(path, 65534, 65534) == 0;
+    }
+    if (d)
+        closedir(d);
+    cr_expect_eq(changed, 1, "A's entry");
+    int rc = run_b(1, NULL, "take", NULL);
+    end_a();
+    cr_expect(rc != 0 && strstr(output, "returned 2 (2: out of memory)"), "rc %d:\n%s", rc, output);
+    cr_expect_eq(give_back(output, "\"neighbour_requests\": "), 0, "%s", output);
+    hood_cleanup();
+}
+
+/* GPUs are named by UUID: A allocates on its device 1, B (as if run with
+ * CUDA_VISIBLE_DEVICES=1: FAKE_CUDA_FIRST_DEVICE=1) on its device 0, the
+ * same GPU; A gives from its device 1. */
+Test(neighbours, the_gpu_is_found_by_uuid_not_by_ordinal)
+{
+    hood_init(1, "FAKE_CUDA_DEVICES=2");
+    start_a(1, NULL, "1");
+    int rc = run_b(1, "FAKE_CUDA_FIRST_DEVICE=1", "take", "0");
+    end_a();
+    cr_expect_eq(rc, 0, "B:\n%s\nA:\n%s", output, hood.a_output);
+    const char *device1 = strstr(hood.a_output, "{\"device\": 1");
+    cr_assert_not_null(device1, "%s", hood.a_output);
+    cr_expect_geq(give_back(device1, "\"to_neighbours\": "), 150LL << 20, "%s", device1);
+    hood_cleanup();
+}
+/* negative control: B on its device 0 without the shift is another GPU
+ * (physical 0, which A sees but never used): A gives nothing from its device
+ * 1, and B starves (the fake's capacity is one for all its devices) */
+Test(neighbours, negative_control_another_gpu_gets_nothing)
+{
+    hood_init(1, "FAKE_CUDA_DEVICES=2");
+    start_a(1, NULL, "1");
+    int rc = run_b(1, NULL, "take", "0");
+    end_a();
+    cr_expect(rc != 0 && strstr(output, "returned 2 (2: out of memory)"), "rc %d:\n%s", rc, output);
+    cr_expect_eq(give_back(output, "\"from_neighbours\": "), 0, "%s", output);
+    const char *device1 = strstr(hood.a_output, "{\"device\": 1");
+    cr_assert_not_null(device1, "%s", hood.a_output);
+    cr_expect_eq(give_back(device1, "\"to_neighbours\": "), 0, "%s", device1);
+    hood_cleanup();
+}
+
+/* A process leaves the registry when it exits, also one with stacks on two
+ * devices (the give-back thread used to be forgotten at the second stack,
+ * then neither stopped nor joined, and the entry stayed: 2 files) */
+Test(neighbours, an_exiting_process_leaves_the_registry)
+{
+    hood_init(1, NULL);
+    char env[1200];
+    snprintf(env, sizeof env, "%s", hood.env);
+    expect_pass(1, env, "prog_runtime devices", "shim active");
+    expect_pass(1, env, "prog_runtime basic", "shim active");
+    int left = 0;
+    DIR *d = opendir(hood.registry);
+    cr_assert_not_null(d, "no registry at %s", hood.registry);
+    for (struct dirent *e; (e = readdir(d));)
+        left += e->d_name[0] != '.';
+    closedir(d);
+    cr_expect_eq(left, 0, "%d files left in %s", left, hood.registry);
+    hood_cleanup();
+}
+
+/* A's freed blocks wait for a barrier its give-back records, and the fake
+ * GPU passes it only at the fourth query (FAKE_CUDA_EVENTS_PENDING=3; a real
+ * GPU takes microseconds): A tries again until it passed, then answers. */
+Test(neighbours, memory_behind_a_barrier_is_given_once_it_passed)
+{
+    hood_init(1, NULL);
+    start_a(1, "FAKE_CUDA_EVENTS_PENDING=3", NULL);
+    int rc = run_b(1, NULL, "take", NULL);
+    end_a();
+    cr_expect_eq(rc, 0, "B:\n%s\nA:\n%s", output, hood.a_output);
+    cr_expect_geq(give_back(hood.a_output, "\"to_neighbours\": "), 150LL << 20, "%s", hood.a_output);
+    hood_cleanup();
+}
+/* negative control: with one give-back per request the memory stays */
+Test(neighbours, negative_control_one_attempt_keeps_the_memory_behind_the_barrier)
+{
+    hood_init(1, NULL);
+    start_a(1, "FAKE_CUDA_EVENTS_PENDING=3 POOLSHIM_TEST_NEIGHBOURS_ONE_ATTEMPT=1", NULL);
+    int rc = run_b(1, NULL, "take", NULL);
+    end_a();
+    cr_expect(rc != 0 && strstr(output, "returned 2 (2: out of memory)"), "rc %d:\n%s", rc, output);
+    cr_expect_eq(give_back(hood.a_output, "\"to_neighbours\": "), 0, "%s", hood.a_output);
+    cr_expect_eq(give_back(output, "\"neighbour_answers\": "), 1, "A answered (nothing):\n%s", output);
+    hood_cleanup();
 }
 
 Test(runtime_door, free_sync_policies_all_pass)
