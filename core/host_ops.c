@@ -179,6 +179,9 @@ typedef struct host_device {
     uint64_t unsafe_unmaps;        /* vm_unmap while a fence was incomplete */
     uint64_t next_handle;          /* vm_map handles: 1, 2, 3... */
     ps_ptr_map_t vm_kept;          /* handle -> size of physical memory unmapped and kept (vm_unmap_keep) */
+    ps_ptr_map_t vm_bare;          /* address -> size of each mapping not yet made accessible (vm_map_bare) */
+    uint64_t vm_bare_bytes;        /* their bytes */
+    uint64_t vm_access_calls;      /* successful vm_access calls */
     uint64_t vm_keeps;             /* successful vm_unmap_keep calls */
     uint64_t vm_maps_kept;         /* successful vm_map_handle calls */
     ps_ptr_map_t vm_handles;       /* handle -> size | mappings now << 48 | released: its memory until freed
@@ -850,6 +853,75 @@ static int host_vm_map_handle(void *ctx, void *addr, size_t size, uint64_t handl
     return status;
 }
 
+static int host_vm_unmap(void *ctx, void *addr, size_t size, uint64_t handle);
+static int host_vm_unmap_keep(void *ctx, void *addr, size_t size, uint64_t handle);
+
+/* vm_map_bare / vm_map_handle_bare: mapped as vm_map / vm_map_handle, but
+ * not accessible (backed memory is PROT_NONE) until vm_access covers it. */
+static int note_bare(host_device_t *dev, void *addr, size_t size)
+{
+    pthread_mutex_lock(&dev->lock);
+    int status = ps_ptr_map_reserve(&dev->vm_bare, 1);
+    if (status == PS_OK) {
+        ps_ptr_map_put(&dev->vm_bare, (uintptr_t)addr, size);
+        dev->vm_bare_bytes += size;
+        if (dev->options.backed || dev->options.shareable)
+            mprotect(addr, size, PROT_NONE);
+    }
+    pthread_mutex_unlock(&dev->lock);
+    return status;
+}
+
+static int host_vm_map_bare(void *ctx, void *addr, size_t size, uint64_t *handle)
+{
+    int status = host_vm_map(ctx, addr, size, handle);
+    if (status == PS_OK && note_bare(ctx, addr, size) != PS_OK) {
+        host_vm_unmap(ctx, addr, size, *handle);
+        status = PS_ENOMEM;
+    }
+    return status;
+}
+
+static int host_vm_map_handle_bare(void *ctx, void *addr, size_t size, uint64_t handle)
+{
+    int status = host_vm_map_handle(ctx, addr, size, handle);
+    if (status == PS_OK && note_bare(ctx, addr, size) != PS_OK) {
+        host_vm_unmap_keep(ctx, addr, size, handle);
+        status = PS_ENOMEM;
+    }
+    return status;
+}
+
+/* vm_access: the span must be whole mappings, end to end (as
+ * cuMemSetAccess wants a fully mapped range). */
+static int host_vm_access(void *ctx, void *addr, size_t size)
+{
+    host_device_t *dev = ctx;
+    int fault = host_fault(dev, PS_HOST_OP_VM_MAP);
+    if (fault != PS_OK)
+        return fault;
+    pthread_mutex_lock(&dev->lock);
+    uintptr_t at = (uintptr_t)addr, end = at + size;
+    uint64_t mapped = 0;
+    while (at < end && ps_ptr_map_get(&dev->vm_mapped, at, &mapped) && mapped)
+        at += mapped;
+    if (at != end || !size) {
+        pthread_mutex_unlock(&dev->lock);
+        return PS_EINVAL;
+    }
+    for (at = (uintptr_t)addr; at < end; at += mapped) {
+        ps_ptr_map_get(&dev->vm_mapped, at, &mapped);
+        uint64_t bare;
+        if (ps_ptr_map_remove(&dev->vm_bare, at, &bare))
+            dev->vm_bare_bytes -= bare;
+    }
+    if (dev->options.backed || dev->options.shareable)
+        mprotect(addr, size, PROT_READ | PROT_WRITE);
+    dev->vm_access_calls++;
+    pthread_mutex_unlock(&dev->lock);
+    return PS_OK;
+}
+
 static void host_vm_drop(void *ctx, uint64_t handle)
 {
     host_device_t *dev = ctx;
@@ -910,6 +982,9 @@ static int vm_unmap_as(host_device_t *dev, void *addr, size_t size, uint64_t han
         return PS_EINVAL;
     }
     ps_ptr_map_remove(&dev->vm_mapped, (uintptr_t)addr, &mapped);
+    uint64_t bare;
+    if (ps_ptr_map_remove(&dev->vm_bare, (uintptr_t)addr, &bare))
+        dev->vm_bare_bytes -= bare;
     uint64_t host_piece = 0;
     int unpinned = ps_ptr_map_remove(&dev->host_mapped, (uintptr_t)addr, &host_piece);
     if (unpinned)
@@ -1068,7 +1143,8 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
     if (ps_ptr_map_init(&dev->waits_by_stream, 16) != PS_OK || ps_ptr_map_init(&dev->vm_mapped, 16) != PS_OK ||
         ps_ptr_map_init(&dev->vm_fds, 16) != PS_OK || ps_ptr_map_init(&dev->ipc_mapped, 16) != PS_OK ||
         ps_ptr_map_init(&dev->host_mapped, 16) != PS_OK || ps_ptr_map_init(&dev->vm_kept, 16) != PS_OK ||
-        ps_ptr_map_init(&dev->vm_handles, 16) != PS_OK) {
+        ps_ptr_map_init(&dev->vm_handles, 16) != PS_OK || ps_ptr_map_init(&dev->vm_bare, 16) != PS_OK) {
+        ps_ptr_map_free(&dev->vm_bare);
         ps_ptr_map_free(&dev->vm_handles);
         ps_ptr_map_free(&dev->vm_kept);
         ps_ptr_map_free(&dev->host_mapped);
@@ -1123,6 +1199,11 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
             dev->ops.vm_map_handle = host_vm_map_handle;
             dev->ops.vm_drop = host_vm_drop;
         }
+        if (!options.no_vm_access && !options.no_vm_keep) {
+            dev->ops.vm_map_bare = host_vm_map_bare;
+            dev->ops.vm_map_handle_bare = host_vm_map_handle_bare;
+            dev->ops.vm_access = host_vm_access;
+        }
         if (!options.no_host_vm) {
             dev->ops.host_vm_granularity = host_host_vm_granularity;
             dev->ops.host_vm_map = host_host_vm_map;
@@ -1160,6 +1241,7 @@ void ps_host_ops_destroy(ps_gpu_ops_t *ops)
     ps_ptr_map_free(&dev->host_mapped);
     ps_ptr_map_free(&dev->vm_kept);
     ps_ptr_map_free(&dev->vm_handles);
+    ps_ptr_map_free(&dev->vm_bare);
     if (dev->noting_frees)
         ps_ptr_map_free(&dev->freed_at);
     free(dev->free_positions);
@@ -1211,6 +1293,8 @@ uint64_t ps_host_ops_vm_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_unmaps); }
 uint64_t ps_host_ops_vm_maps_kept(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_maps_kept); }
 uint64_t ps_host_ops_vm_kept_now(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_kept.count); }
 uint64_t ps_host_ops_vm_aliases(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_aliases); }
+uint64_t ps_host_ops_vm_bare_bytes(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_bare_bytes); }
+uint64_t ps_host_ops_vm_access_calls(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_access_calls); }
 uint64_t ps_host_ops_unsafe_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, unsafe_unmaps); }
 uint64_t ps_host_ops_barrier_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, barrier_waits); }
 uint64_t ps_host_ops_barrier_wait_ns(ps_gpu_ops_t *ops) { HOST_READ(ops, barrier_wait_ns); }

@@ -25,6 +25,8 @@ typedef struct ps_host_ops_options {
     int auto_complete;         /* 1: fences complete as soon as they are recorded */
     int virtual_memory;        /* 1: offer the vm_* entries (an expandable pool can be built) */
     int no_vm_keep;            /* 1: without vm_unmap_keep / vm_map_handle / vm_drop (remap releases and creates) */
+    int no_vm_access;          /* 1: without vm_map_bare / vm_map_handle_bare / vm_access (access one
+                                  mapping at a time, in vm_map) */
     int no_vm_alias;           /* 1: vm_map_handle refuses (PS_EUPSTREAM) a handle mapped elsewhere: a driver
                                   that will not map memory twice */
     size_t vm_granularity;     /* their granularity (default 2 MiB, like an H100) */
@@ -126,6 +128,10 @@ uint64_t ps_host_ops_vm_maps_kept(ps_gpu_ops_t *ops);
 uint64_t ps_host_ops_vm_kept_now(ps_gpu_ops_t *ops);
 /* vm_map_handle calls that mapped memory still mapped elsewhere (a second mapping: remap's lending). */
 uint64_t ps_host_ops_vm_aliases(ps_gpu_ops_t *ops);
+/* Bytes mapped bare and not yet made accessible (vm_access): 0 between
+ * calls of a correct user; and vm_access calls that succeeded. */
+uint64_t ps_host_ops_vm_bare_bytes(ps_gpu_ops_t *ops);
+uint64_t ps_host_ops_vm_access_calls(ps_gpu_ops_t *ops);
 /* Pieces mapped by ipc_map and not yet unmapped by ipc_unmap (shareable). */
 uint64_t ps_host_ops_ipc_mapped(ps_gpu_ops_t *ops);
 uint64_t ps_host_ops_unsafe_unmaps(ps_gpu_ops_t *ops);

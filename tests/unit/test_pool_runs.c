@@ -6,6 +6,7 @@
 #include "pool_fixture.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* An expandable pool over a fake device with virtual memory (2 MiB
  * granularity), run_min as given, no remap unless asked. */
@@ -174,3 +175,43 @@ static void random_runs(int lend, unsigned seed)
 
 Test(pool_runs, random_workload_with_remap_never_cuts_a_run) { random_runs(0, 7); }
 Test(pool_runs, random_workload_with_lending_never_cuts_a_run) { random_runs(1, 11); }
+
+Test(pool_runs, a_growth_of_many_pieces_gives_access_once)
+{
+    /* below run_min a growth maps a run per piece, bare, and makes them
+     * accessible with one call (an access call costs ~100 us whatever it
+     * covers); the fake keeps bare memory PROT_NONE, so the write below
+     * faults if the call is missing */
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    ps_host_ops_options_t host = {.virtual_memory = 1, .backed = 1, .capacity = 512 * PS_MiB};
+    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    uint64_t maps = ps_host_ops_vm_maps(f.gpu), calls = ps_host_ops_vm_access_calls(f.gpu);
+    void *p;
+    cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p), PS_OK);
+    cr_assert_eq(ps_host_ops_vm_maps(f.gpu), maps + 32, "32 pieces");
+    cr_assert_eq(ps_host_ops_vm_access_calls(f.gpu), calls + 1, "one access call for all of them");
+    cr_assert_eq(ps_host_ops_vm_bare_bytes(f.gpu), 0, "nothing left without access");
+    memset(p, 0x5a, 64 * PS_MiB);
+    cr_assert_eq(((unsigned char *)p)[64 * PS_MiB - 1], 0x5a);
+    cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
+    fixture_close(&f);
+}
+
+Test(pool_runs, without_a_batch_access_each_piece_gets_its_own)
+{
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    ps_host_ops_options_t host = {.virtual_memory = 1, .backed = 1, .no_vm_access = 1, .capacity = 512 * PS_MiB};
+    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    void *p;
+    cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p), PS_OK);
+    cr_assert_eq(ps_host_ops_vm_access_calls(f.gpu), 0);
+    memset(p, 0x5a, 64 * PS_MiB);
+    cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
+    fixture_close(&f);
+}
