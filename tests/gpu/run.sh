@@ -283,6 +283,7 @@ declare -A sources=(
     [release_threshold_static]="release_threshold.cu"
     [oom_retry_static]="oom_retry.cu -lcuda"
     [oom_retry_shared]="oom_retry.cu -cudart shared -lcuda"
+    [neighbours_static]="neighbours.cu"
     [peer_static]="peer.cu"
     [capture_threads_static]="capture_threads.cu"
     [capture_threads_shared]="capture_threads.cu -cudart shared"
@@ -412,6 +413,105 @@ native oom_retry_shared oom_retry_shared entry
 shim oom_retry_shared "doors.runtime>0 oom_retry.succeeded>0 oom_retry.failed==0 oom_retry.given_back>0" \
     -- oom_retry_shared entry
 expect_out_of_memory oom_retry_shared_off_expected_failure POOLSHIM_OPTIONS=global.oom_retry=0 -- oom_retry_shared entry
+# neighbours (issue 33): A (`neighbours give`) cudaMallocs 80% of the card in 64 MiB blocks, frees it
+# and sleeps; B (`neighbours take`), started once A freed it, cudaMallocs 80%. Natively B gets it at
+# once. Both under the shim (decay off, so only the neighbours can give): B asks A
+# (global.neighbour_release) and must have it within 1 s; A's stats show bytes given to neighbours,
+# B's an answered request. The negative control: neighbour_release=0 and decay_ms=0 in both, B must
+# run out of memory. B without the shim beside a shimmed A with POOLSHIM_DECAY_MS=1000 (B retries
+# for up to 5 s): B gets the memory once A's decay gave it back, not before (this row checks the
+# decay, not the neighbours).
+# neighbours_pair NAME EXPECT A_MODE B_MODE B_RETRY_S "A_CONDITIONS" "B_CONDITIONS" "B_CHECKS" [A:VAR=VALUE|B:VAR=VALUE...]
+#   MODE: native or shim; EXPECT: pass (B exits 0) or out_of_memory (B exits 2: a negative control);
+#   CONDITIONS: check_stats.py conditions on a shimmed program's statistics; B_CHECKS: FIELD<N or
+#   FIELD>=N words on B's RESULT line (slowest_ms, waited_ms, came_after_free_ms).
+neighbours_pair() {
+    local name=neighbours/$1 expect=$2 a_mode=$3 b_mode=$4 retry=$5 a_conditions=$6 b_conditions=$7 b_checks=$8
+    shift 8
+    wanted "$name" || return 0
+    local -a a_env=() b_env=()
+    local word
+    for word in "$@"; do
+        case $word in A:*) a_env+=("${word#A:}") ;; B:*) b_env+=("${word#B:}") ;; esac
+    done
+    local path log=${name//\//_} dir=$WORKDIR/${name//\//_}
+    path=$(exe neighbours_static) || { record "$name" FAIL "neighbours_static did not build"; return 0; }
+    [ -f "$lib" ] || { record "$name" FAIL "no $lib"; return 0; }
+    local a_stats=$stats/${log}_a.json b_stats=$stats/${log}_b.json
+    rm -rf "$dir" "$a_stats" "$b_stats"
+    mkdir -p "$dir"
+    local -a a_run=(env -u LD_PRELOAD) b_run=(env -u LD_PRELOAD)
+    [ "$a_mode" = shim ] && a_run=(env LD_PRELOAD="$lib" POOLSHIM_STATS=json POOLSHIM_STATS_FILE="$a_stats")
+    [ "$b_mode" = shim ] && b_run=(env LD_PRELOAD="$lib" POOLSHIM_STATS=json POOLSHIM_STATS_FILE="$b_stats")
+    timeout -k 5 "$TEST_TIMEOUT" "${a_run[@]}" "${a_env[@]}" "$path" give "$dir" >"$logs/${log}_a.log" 2>&1 &
+    local a_pid=$! i
+    for ((i = 0; i < 10 * TEST_TIMEOUT; i++)); do
+        [ -f "$dir/ready" ] || ! kill -0 "$a_pid" 2>/dev/null && break
+        sleep 0.1
+    done
+    if [ ! -f "$dir/ready" ]; then
+        kill "$a_pid" 2>/dev/null
+        wait "$a_pid"
+        cp "$logs/${log}_a.log" "$logs/$log.log"
+        keep_log "$log"
+        record "$name" FAIL "A did not free its memory, log $log.log"
+        return 0
+    fi
+    run_timed "${log}_b" "${b_run[@]}" "${b_env[@]}" "$path" take "$dir" "$retry"
+    local b_rc=$rc
+    touch "$dir/release"
+    wait "$a_pid"
+    local a_rc=$?
+    {
+        echo "--- A: $a_mode ${a_env[*]}: exit $a_rc"
+        cat "$logs/${log}_a.log"
+        echo "--- B: $b_mode ${b_env[*]}: exit $b_rc"
+        cat "$logs/${log}_b.log"
+    } >"$logs/$log.log"
+    local result detail="" bad="" check field op limit value
+    result=$(grep -m1 '^RESULT neighbours take' "$logs/${log}_b.log")
+    if [ "$expect" = out_of_memory ]; then
+        if [ $b_rc -eq 2 ]; then record "$name" PASS "expected failure: $(grep -m1 'out of memory' "$logs/${log}_b.log")"
+        else record "$name" FAIL "exit $b_rc where the negative control must exit 2 (out of memory), log $log.log"; fi
+        keep_log "$log"
+        return 0
+    fi
+    [ $a_rc -eq 0 ] || bad="A exit $a_rc"
+    [ $b_rc -eq 0 ] || bad="${bad:+$bad, }B exit $b_rc"
+    # shellcheck disable=SC2086
+    if [ "$a_mode" = shim ] && [ -n "$a_conditions" ]; then
+        echo "--- A's statistics" >>"$logs/$log.log"
+        "$PYTHON" "$src/check_stats.py" "$a_stats" $a_conditions >>"$logs/$log.log" 2>&1 || bad="${bad:+$bad, }A's stats"
+    fi
+    # shellcheck disable=SC2086
+    if [ "$b_mode" = shim ] && [ -n "$b_conditions" ]; then
+        echo "--- B's statistics" >>"$logs/$log.log"
+        "$PYTHON" "$src/check_stats.py" "$b_stats" $b_conditions >>"$logs/$log.log" 2>&1 || bad="${bad:+$bad, }B's stats"
+    fi
+    for check in $b_checks; do
+        field=${check%%[<>=]*}
+        op=${check#"$field"}
+        limit=${op##*[<>=]}
+        op=${op%"$limit"}
+        value=$(printf '%s\n' "$result" | grep -o "$field=[0-9.-]*" | cut -d= -f2)
+        detail="${detail:+$detail, }$field=${value:-?}"
+        awk -v v="${value:-nan}" -v l="$limit" -v o="$op" 'BEGIN {
+            ok = (o == "<" && v + 0 < l + 0) || (o == "<=" && v + 0 <= l + 0) || (o == ">" && v + 0 > l + 0) ||
+                 (o == ">=" && v + 0 >= l + 0); exit !(ok && v != "nan") }' || bad="${bad:+$bad, }$check"
+    done
+    keep_log "$log"
+    if [ -n "$bad" ]; then record "$name" FAIL "$bad; ${detail:+$detail, }log $log.log"
+    else record "$name" PASS "$detail"; fi
+}
+neighbours_pair native pass native native 0 "" "" ""
+neighbours_pair shim pass shim shim 0 "give_back.to_neighbours>0" \
+    "give_back.neighbour_requests>0 give_back.neighbour_answers>0 give_back.from_neighbours>0" "slowest_ms<1000" \
+    A:POOLSHIM_DECAY_MS=0 B:POOLSHIM_DECAY_MS=0
+neighbours_pair shim_off_expected_failure out_of_memory shim shim 0 "" "" "" \
+    A:POOLSHIM_OPTIONS=global.neighbour_release=0,global.decay_ms=0 \
+    B:POOLSHIM_OPTIONS=global.neighbour_release=0,global.decay_ms=0
+neighbours_pair native_beside_shim_decay pass shim native 5 "give_back.decay>0 give_back.to_neighbours==0" "" \
+    "came_after_free_ms>=700" A:POOLSHIM_DECAY_MS=1000
 # a capture on one thread while another allocates and frees (barriers refused, no legacy-stream record)
 for mode in relaxed threadlocal; do
     native capture_threads_$mode capture_threads_static $mode
