@@ -25,7 +25,9 @@
  *     tests/unit/test_pool_decay.c's loop, where a slack of keep / 16 gave
  *     back 4-24 MiB every window and mapped it again (churn). A busy
  *     program whose need fell by more than a fifth gives the rest back.
- *  5. Above keep + slack: pending memory is made ready where that needs no
+ *  5. A tick that finds no allocation since the tick before makes pending
+ *     memory ready at once (below), so that the barrier has passed when the
+ *     window ends. Above keep + slack: pending memory is made ready where that needs no
  *     wait (free_sync barrier: a barrier, which refuses while a capture is
  *     open; free_sync event: the open batch closed, completed fences
  *     polled); parked blocks rejoin the free lists; an idle pool drains its
@@ -89,6 +91,11 @@ uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns)
     uint64_t keep = pool->bytes_in_use, slack = 0;
     int idle = 1;
     if (decay_ns) {
+        /* quiet since the last tick: make pending memory ready now, so its
+         * barrier has passed by the time the window ends (5. above) */
+        const pool_decay_tick_t *last = &pool->decay_ring[(pool->decay_next + DECAY_TICKS - 1) % DECAY_TICKS];
+        if (last->at_ns && last->allocs == pool->decay_allocs && pool->reuse.bytes_pending)
+            ready_pending_locked(pool);
         pool_decay_tick_t *t = &pool->decay_ring[pool->decay_next];
         *t = (pool_decay_tick_t){now_ns ? now_ns : 1, pool->decay_high, pool->decay_allocs};
         pool->decay_next = (pool->decay_next + 1) % DECAY_TICKS;

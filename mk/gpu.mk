@@ -13,7 +13,7 @@ GPU_NVCC  := $(NVCC) -arch=$(GPU_ARCH) -O2 -lineinfo -std=c++17 -Itests/gpu
 GPU_PROGS := alloc_basic_static alloc_basic_shared alloc_basic_driver hazard_static \
              hazard_ptds async_streams_static misc_static overhead_static context_reset_static psbench \
              multi_gpu_static multi_gpu_shared mp_ranks_static \
-             sanitize_static soak_static barrier_cost oom_retry_static neighbours_static
+             sanitize_static soak_static barrier_cost oom_retry_static neighbours_static decay_idle_static
 
 .PHONY: gpu-build bench-rmm test-gpu-scripts
 gpu-build: $(GPU_PROGS:%=$(GPU_BUILD)/%)
@@ -63,6 +63,9 @@ $(GPU_BUILD)/soak_static: tests/gpu/soak.cu tests/gpu/gpu_test.h
 $(GPU_BUILD)/oom_retry_static: tests/gpu/oom_retry.cu tests/gpu/gpu_test.h
 	@mkdir -p $(dir $@)
 	$(GPU_NVCC) -o $@ $< -lcuda
+$(GPU_BUILD)/decay_idle_static: tests/gpu/decay_idle.cu
+	@mkdir -p $(dir $@)
+	$(GPU_NVCC) -o $@ $< -ldl
 $(GPU_BUILD)/neighbours_static: tests/gpu/neighbours.cu tests/gpu/gpu_test.h
 	@mkdir -p $(dir $@)
 	$(GPU_NVCC) -o $@ $<

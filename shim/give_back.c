@@ -6,8 +6,8 @@
  * 1. Started once, by the first device stack built (router.c), when
  *    decay_ms > 0 or neighbour_release is on; never from a constructor. It
  *    blocks every signal (the program's handlers run on its own threads).
- * 2. Every tick (a quarter of decay_ms, between 10 ms and 1 s) it calls
- *    ps_give_back_device(d, now, decay) for every device whose stack is
+ * 2. Every tick (a quarter of decay_ms, at least 10 ms) it calls
+ *    ps_give_back_device(d, now, decay - tick) for every device whose stack is
  *    ready: the pool's decay on the device stack and on the pinned host
  *    stack, inside the give-back gate (ps_gpu_ops_cuda_give_back_enter:
  *    refused while a stream capture is open on the device, so the barrier
@@ -95,9 +95,12 @@ static void *give_back_main(void *arg)
     uint64_t decay_ns = ps_global->decay_ms * 1000000ull;
     int tick_ms = (int)(ps_global->decay_ms / 4);
     if (tick_ms < 10)
-        tick_ms = 10;
-    if (tick_ms > 1000)
-        tick_ms = 1000;
+        tick_ms = 10; /* (no upper bound: the pool's ring holds 8 ticks, two windows) */
+    /* the window the pool looks back over: one tick less than the decay, so
+     * that the tick that finds the pool idle comes at most decay_ms after
+     * its last allocation (core/pool_decay.c, 3. and 5.) */
+    uint64_t window_ns = decay_ns > (uint64_t)tick_ms * 1000000ull ? decay_ns - (uint64_t)tick_ms * 1000000ull
+                                                                  : decay_ns;
     uint64_t next_tick = now_ns() + (uint64_t)tick_ms * 1000000ull;
     while (!atomic_load(&stopping) && !atomic_load(&ps_exiting)) {
         struct pollfd fds[2] = {{wake_pipe[0], POLLIN, 0}, {ps_neighbours_fd(), POLLIN, 0}};
@@ -111,7 +114,7 @@ static void *give_back_main(void *arg)
         now = now_ns();
         if (decay_ns && now >= next_tick) {
             for (int d = 0; d < PS_MAX_DEVICES; d++)
-                ps_give_back_device(d, now, decay_ns, NULL);
+                ps_give_back_device(d, now, window_ns, NULL);
             next_tick = now + (uint64_t)tick_ms * 1000000ull;
         }
     }

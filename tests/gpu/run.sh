@@ -282,6 +282,7 @@ declare -A sources=(
     [remap_idle_static]="remap_idle.cu"
     [release_threshold_static]="release_threshold.cu"
     [oom_retry_static]="oom_retry.cu -lcuda"
+    [decay_idle_static]="decay_idle.cu -ldl"
     [oom_retry_shared]="oom_retry.cu -cudart shared -lcuda"
     [neighbours_static]="neighbours.cu"
     [peer_static]="peer.cu"
@@ -413,6 +414,30 @@ native oom_retry_shared oom_retry_shared entry
 shim oom_retry_shared "doors.runtime>0 oom_retry.succeeded>0 oom_retry.failed==0 oom_retry.given_back>0" \
     -- oom_retry_shared entry
 expect_out_of_memory oom_retry_shared_off_expected_failure POOLSHIM_OPTIONS=global.oom_retry=0 -- oom_retry_shared entry
+# the decay (issue 33): a program takes 80% of the card, frees it all and idles; what NVML says it
+# holds must fall back to its baseline (the context) within the decay time (POOLSHIM_DECAY_MS;
+# the default 5000 ms is waited for up to 6 s), natively at once. The negative control: the decay
+# off, the memory stays in the pool (decay_idle exits 1 saying what the process still holds).
+expect_held() { # expect_held NAME [VAR=VALUE...] -- PROGRAM ARGS
+    local name=shim/$1
+    shift
+    local -a envs=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    wanted "$name" || return 0
+    local path log=${name//\//_}
+    path=$(exe "$1") || { record "$name" FAIL "$1 did not build"; return 0; }
+    shift
+    run_timed "$log" env LD_PRELOAD="$lib" "${envs[@]}" "$path" "$@"
+    keep_log "$log"
+    if [ $rc -eq 1 ] && grep -q 'still holds' "$logs/$log.log"; then
+        record "$name" PASS "expected failure: $(grep -m1 'still holds' "$logs/$log.log")"
+    else record "$name" FAIL "exit $rc where the negative control must exit 1 (memory still held), log $log.log"; fi
+}
+native decay_idle decay_idle_static 3000
+shim decay_idle_default "give_back.decay>0" -- decay_idle_static 6000
+shim decay_idle_1s "give_back.decay>0" POOLSHIM_DECAY_MS=1000 -- decay_idle_static 1500
+expect_held decay_idle_off_expected_failure POOLSHIM_DECAY_MS=0 -- decay_idle_static 3000
 # neighbours (issue 33): A (`neighbours give`) cudaMallocs 80% of the card in 64 MiB blocks, frees it
 # and sleeps; B (`neighbours take`), started once A freed it, cudaMallocs 80%. Natively B gets it at
 # once. Both under the shim (decay off, so only the neighbours can give): B asks A
