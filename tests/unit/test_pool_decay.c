@@ -172,3 +172,52 @@ Test(pool_decay, a_neighbour_request_gives_back_all_idle_memory_at_once)
     cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
     fixture_close(&f);
 }
+
+/* A random workload with remap and lending (blocks freed behind barriers
+ * that pass late) and decay ticks in between: the checker passes after
+ * every step, no unmap while the GPU may touch the range, and at the end
+ * the device has every byte back. */
+Test(pool_decay, random_workload_with_lending_and_ticks_stays_consistent)
+{
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    ps_host_ops_options_t host = {.virtual_memory = 1};
+    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    enum { LIVE = 40 };
+    void *live[LIVE] = {0};
+    size_t sizes[LIVE] = {0};
+    srand(5);
+    uint64_t given = 0;
+    for (int step = 0; step < 6000; step++) {
+        int i = rand() % LIVE;
+        if (live[i]) {
+            cr_assert_eq(ps_host_ops_note_free(f.gpu, live[i], sizes[i]), PS_OK);
+            cr_assert_eq(ps_deallocate(f.pool, live[i], 0, PS_STREAM_NONE), PS_OK);
+            live[i] = NULL;
+        } else {
+            sizes[i] = rand() % 3 ? (size_t)(rand() % 2048 + 1) * 1024 : (size_t)(rand() % 48 + 1) * PS_MiB;
+            cr_assert_eq(ps_allocate(f.pool, sizes[i], PS_STREAM_NONE, &live[i]), PS_OK, "step %d", step);
+        }
+        if (step % 7 == 0) /* the GPU catches up now and then */
+            ps_host_ops_complete_barriers_upto(f.gpu, ps_host_ops_barriers(f.gpu) > 2 ? ps_host_ops_barriers(f.gpu) - 2 : 0);
+        if (step % 5 == 0)
+            given += ps_decay(f.pool, (uint64_t)step * SEC / 50, step % 40 ? DECAY / 8 : 0);
+        cr_assert_eq(ps_pool_check(f.pool), PS_OK, "step %d", step);
+    }
+    ps_resource_info_t info = fixture_info(f.pool);
+    cr_log_info("lending and ticks: %llu bytes given by the decay, %llu remaps lent", (unsigned long long)given,
+                (unsigned long long)info.remaps_lent);
+    cr_assert_gt(given, 0);
+    cr_assert_gt(info.remaps_lent + info.remaps_idle + info.remap_waits, 0, "the workload moved pieces");
+    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    for (int i = 0; i < LIVE; i++)
+        if (live[i])
+            cr_assert_eq(ps_deallocate(f.pool, live[i], 0, PS_STREAM_NONE), PS_OK);
+    ps_host_ops_complete_all(f.gpu);
+    ps_decay(f.pool, 1000 * SEC, 0);
+    ps_decay(f.pool, 1000 * SEC, 0);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    fixture_close(&f);
+}
