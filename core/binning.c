@@ -164,14 +164,14 @@ static void binning_device_synchronized(ps_resource_t *r)
 }
 
 /* Passes the decay to every distinct bin resource and the fallback. */
-static uint64_t binning_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns)
+static uint64_t binning_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64_t want)
 {
     binning_t *b = (binning_t *)r;
     size_t n = b->bin_count + (b->base.upstream != NULL);
     uint64_t given = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n && !(want && given >= want); i++)
         if (!repeated(b, i))
-            given += ps_decay(member(b, i), now_ns, decay_ns);
+            given += ps_decay(member(b, i), now_ns, decay_ns, want ? want - given : 0);
     return given;
 }
 

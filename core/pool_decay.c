@@ -37,11 +37,22 @@
  *     never a host wait: a block whose barrier has not passed yet goes at a
  *     later tick.
  *  6. decay_ns 0 (a neighbour asks): keep = the bytes in use now, no slack,
- *     the ring untouched.
+ *     the ring untouched. want > 0 bounds what goes: at most about want
+ *     bytes (the neighbour's request; the rest when it asks again).
+ *  7. The give-back goes DECAY_STEP at a time and lets the lock go in
+ *     between; if an allocating thread took it meanwhile, the rest waits
+ *     for a later tick. Unmapping is the slow part (2 MiB pieces on an
+ *     H200: ~45 us each on one GPU, ~65 us with a peer GPU mapping them;
+ *     tests/gpu/decay_idle.cu gave back 112 GiB in 2.5 s and 6+ s), so a
+ *     whole-card give-back in one go would hold the pool for seconds.
  * Guarantees: the decay never blocks an allocating thread, never waits on
  * the GPU, and never gives back memory a kernel may still touch.
  */
 #include "pool_internal.h"
+
+/* The most one step gives back before the lock is let go (7. above):
+ * ~1000 pieces, 50-130 ms of unmapping. */
+#define DECAY_STEP (2 * PS_GiB)
 
 /* The least slack of a busy pool (4. above). */
 #define DECAY_SLACK_MIN (2 * PS_MiB)
@@ -83,7 +94,7 @@ static void ready_pending_locked(pool_t *pool)
     }
 }
 
-uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns)
+uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64_t want)
 {
     pool_t *pool = (pool_t *)r;
     if (!pool->gpu || !ps_lock_try(&pool->lock))
@@ -104,14 +115,26 @@ uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns)
         if (!idle)
             slack = keep / 4 + DECAY_SLACK_MIN;
     }
-    uint64_t given = 0;
-    if (pool->bytes_reserved > keep + slack) {
+    uint64_t given = 0, target = keep + slack;
+    if (want && pool->bytes_reserved > want && pool->bytes_reserved - want > target)
+        target = pool->bytes_reserved - want;
+    if (pool->bytes_reserved > target) {
         ready_pending_locked(pool);
         pool_quick_flush_locked(pool);
         if (idle && pool->tcache)
             ps_tcache_drain_all_locked(pool->tcache);
-        given = pool_release_idle_locked(pool, keep + slack, pool_newest_passed_locked(pool));
-        pool->decay_given += given;
+        uint64_t passed = pool_newest_passed_locked(pool);
+        for (;;) { /* DECAY_STEP at a time, the lock let go in between (7. above) */
+            uint64_t step = pool->bytes_reserved > target + DECAY_STEP ? pool->bytes_reserved - DECAY_STEP : target;
+            uint64_t g = pool_release_idle_locked(pool, step, passed);
+            given += g;
+            pool->decay_given += g;
+            if (!g || pool->bytes_reserved <= target)
+                break;
+            ps_unlock(&pool->lock);
+            if (!ps_lock_try(&pool->lock))
+                return given; /* an allocating thread came: the rest at a later tick */
+        }
     }
     ps_unlock(&pool->lock);
     return given;

@@ -256,7 +256,7 @@ static inline void pool_recycle_descriptor(pool_t *pool, uint32_t index)
 }
 
 /* ---- core/pool_decay.c: free memory not needed for a while goes back ---- */
-uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns);
+uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64_t want);
 
 /* Every allocation, pool lock held: the decay's view of the working set. */
 static inline void pool_note_allocation(pool_t *pool)

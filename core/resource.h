@@ -80,9 +80,10 @@ typedef struct ps_resource_ops {
      * of the shim's own: only memory the GPU has provably finished with,
      * never a device synchronize or a host wait, and a resource whose lock
      * is busy skips it. decay_ns 0: every free byte proven idle now (a
-     * neighbour process asks). Returns the bytes given back. NULL: forward
+     * neighbour process asks). want > 0: give back no more than about that
+     * many bytes (0: no bound). Returns the bytes given back. NULL: forward
      * to the upstream (adaptors) or nothing to give. */
-    uint64_t (*decay)(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns);
+    uint64_t (*decay)(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64_t want);
 } ps_resource_ops_t;
 
 struct ps_resource {
@@ -124,11 +125,11 @@ static inline void ps_device_synchronized(ps_resource_t *r)
     else if (r->upstream)
         ps_device_synchronized(r->upstream);
 }
-static inline uint64_t ps_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns)
+static inline uint64_t ps_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64_t want)
 {
     if (r->ops->decay)
-        return r->ops->decay(r, now_ns, decay_ns);
-    return r->upstream ? ps_decay(r->upstream, now_ns, decay_ns) : 0;
+        return r->ops->decay(r, now_ns, decay_ns, want);
+    return r->upstream ? ps_decay(r->upstream, now_ns, decay_ns, want) : 0;
 }
 static inline void ps_destroy(ps_resource_t *r)
 {

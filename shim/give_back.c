@@ -51,7 +51,7 @@ static uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
-uint64_t ps_give_back_device(int d, uint64_t now, uint64_t decay_ns, int *refused)
+uint64_t ps_give_back_device(int d, uint64_t now, uint64_t decay_ns, uint64_t want, int *refused)
 {
     if (refused)
         *refused = 0;
@@ -71,9 +71,9 @@ uint64_t ps_give_back_device(int d, uint64_t now, uint64_t decay_ns, int *refuse
             *refused = open == PS_EBUSY;
         return 0;
     }
-    uint64_t given = ps_decay(stack->top, now, decay_ns);
+    uint64_t given = ps_decay(stack->top, now, decay_ns, want);
     ps_resource_t *host = __atomic_load_n(&dev->host_pool, __ATOMIC_ACQUIRE);
-    uint64_t host_given = host ? ps_decay(host, now, decay_ns) : 0;
+    uint64_t host_given = host && !(want && given >= want) ? ps_decay(host, now, decay_ns, want ? want - given : 0) : 0;
     ps_gpu_ops_cuda_give_back_leave();
     ps_in_shim--;
     if (given)
@@ -114,7 +114,7 @@ static void *give_back_main(void *arg)
         now = now_ns();
         if (decay_ns && now >= next_tick) {
             for (int d = 0; d < PS_MAX_DEVICES; d++)
-                ps_give_back_device(d, now, window_ns, NULL);
+                ps_give_back_device(d, now, window_ns, 0, NULL);
             next_tick = now + (uint64_t)tick_ms * 1000000ull;
         }
     }

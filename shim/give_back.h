@@ -16,10 +16,11 @@ void ps_give_back_atfork_child(void);
 /* Gives back free memory of device d's stacks (device and pinned host)
  * that the GPU has provably finished with: with decay_ns > 0 what the
  * program has not needed for that long (core/pool_decay.c), with 0 every
- * free byte proven idle now (a neighbour asks). Never synchronizes the
- * device, never waits for a pool lock. *refused (may be NULL) = 1 when a
+ * free byte proven idle now (a neighbour asks); want > 0: about that many
+ * bytes at most (0: no bound). Never synchronizes the device, never waits
+ * for a pool lock. *refused (may be NULL) = 1 when a
  * stream capture was open on the device (nothing given). Returns the bytes
  * of device memory given back. */
-uint64_t ps_give_back_device(int d, uint64_t now_ns, uint64_t decay_ns, int *refused);
+uint64_t ps_give_back_device(int d, uint64_t now_ns, uint64_t decay_ns, uint64_t want, int *refused);
 
 #endif

@@ -385,17 +385,26 @@ static bool newest_barrier_passed(ps_gpu_ops_t *gpu, uint64_t *generation)
     return passed;
 }
 
-/* One request's give-back on device d (5. above). */
-static uint64_t give_for_request(int d, uint64_t budget_ns, int *refused)
+/* The least a request is given when that much is free: unmapping is the
+ * slow part (~45-65 us per 2 MiB piece on an H200), so a request for one
+ * block must not wait for a whole card to be unmapped (112 GiB: 2.5-6 s),
+ * nor should an asker that needs many blocks ask once per block. */
+#define GIVE_MIN (4ull << 30)
+
+/* One request's give-back on device d (5. above): about `want` bytes
+ * (at least GIVE_MIN), or everything idle when want is 0. */
+static uint64_t give_for_request(int d, uint64_t want, uint64_t budget_ns, int *refused)
 {
+    if (want && want < GIVE_MIN)
+        want = GIVE_MIN;
     uint64_t began = now_ns(), given = 0;
     unsigned pause_ms = 1;
     for (;;) {
         ps_gpu_ops_t *gpu = __atomic_load_n(&ps_devices[d].gpu, __ATOMIC_ACQUIRE);
         uint64_t generation, after;
         bool passed = newest_barrier_passed(gpu, &generation);
-        given += ps_give_back_device(d, now_ns(), 0, refused);
-        if (*refused || atomic_load(&ps_exiting))
+        given += ps_give_back_device(d, now_ns(), 0, want ? want - given : 0, refused);
+        if (*refused || atomic_load(&ps_exiting) || (want && given >= want))
             break;
         after = gpu && gpu->barrier_generation ? gpu->barrier_generation(gpu->ctx) : 0;
         if ((passed && after == generation) || one_attempt)
@@ -436,7 +445,7 @@ void ps_neighbours_serve(void)
             uint64_t budget_ms = m.wait_ms / 2 < SERVE_BUDGET_MAX_MS ? m.wait_ms / 2 : SERVE_BUDGET_MAX_MS;
             int refused = 0;
             uint64_t began = now_ns();
-            answer.bytes = give_for_request(d, budget_ms * 1000000ull, &refused);
+            answer.bytes = give_for_request(d, m.bytes, budget_ms * 1000000ull, &refused);
             answer.refused = (uint32_t)refused;
             char b[32];
             ps_info("device %d: process %u ran out of memory on this GPU: gave back %s in %.1f ms%s", d, m.pid,

@@ -26,7 +26,7 @@ static uint64_t tick(pool_fixture_t *f, uint64_t from, uint64_t to)
 {
     uint64_t given = 0;
     for (uint64_t t = from; t <= to; t += DECAY / 4)
-        given += ps_decay(f->pool, t, DECAY);
+        given += ps_decay(f->pool, t, DECAY, 0);
     return given;
 }
 
@@ -76,7 +76,7 @@ Test(pool_decay, a_loop_keeps_its_working_set)
             reserved = fixture_info(f.pool).bytes_reserved;
             unmaps = ps_host_ops_vm_unmaps(f.gpu);
         }
-        given += ps_decay(f.pool, (uint64_t)(step + 1) * SEC / 10, DECAY);
+        given += ps_decay(f.pool, (uint64_t)(step + 1) * SEC / 10, DECAY, 0);
     }
     cr_assert_eq(given, 0, "the loop's memory stays");
     cr_assert_eq(ps_host_ops_vm_unmaps(f.gpu), unmaps, "no piece went back and came again");
@@ -100,7 +100,7 @@ Test(pool_decay, a_busy_pool_gives_back_what_it_no_longer_needs)
     for (int step = 1; step <= 100; step++) { /* a smaller loop from now on, 10 s */
         cr_assert_eq(ps_allocate(f.pool, 100 * PS_MiB, PS_STREAM_NONE, &small), PS_OK);
         cr_assert_eq(ps_deallocate(f.pool, small, 0, PS_STREAM_NONE), PS_OK);
-        given += ps_decay(f.pool, (uint64_t)step * SEC / 10, DECAY);
+        given += ps_decay(f.pool, (uint64_t)step * SEC / 10, DECAY, 0);
     }
     uint64_t reserved = fixture_info(f.pool).bytes_reserved;
     cr_assert_gt(given, 0);
@@ -150,7 +150,7 @@ Test(pool_decay, ticks_beside_an_allocating_thread_keep_the_pool_consistent)
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, hold_lock_and_allocate, &f), 0);
     for (uint64_t now = SEC; now < 400 * SEC; now += SEC / 4)
-        ps_decay(f.pool, now, now % (8 * SEC) ? DECAY : 0);
+        ps_decay(f.pool, now, now % (8 * SEC) ? DECAY : 0, 0);
     void *failed;
     pthread_join(t, &failed);
     cr_assert_null(failed);
@@ -167,7 +167,7 @@ Test(pool_decay, a_neighbour_request_gives_back_all_idle_memory_at_once)
     cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 32 * PS_MiB, PS_STREAM_NONE, &q), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, q, 0, PS_STREAM_NONE), PS_OK);
-    cr_assert_eq(ps_decay(f.pool, SEC, 0), 32 * PS_MiB, "no window: every idle free byte, at once");
+    cr_assert_eq(ps_decay(f.pool, SEC, 0, 0), 32 * PS_MiB, "no window: every idle free byte, at once");
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 64 * PS_MiB);
     cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
     fixture_close(&f);
@@ -203,7 +203,7 @@ Test(pool_decay, random_workload_with_lending_and_ticks_stays_consistent)
         if (step % 7 == 0) /* the GPU catches up now and then */
             ps_host_ops_complete_barriers_upto(f.gpu, ps_host_ops_barriers(f.gpu) > 2 ? ps_host_ops_barriers(f.gpu) - 2 : 0);
         if (step % 5 == 0)
-            given += ps_decay(f.pool, (uint64_t)step * SEC / 50, step % 40 ? DECAY / 8 : 0);
+            given += ps_decay(f.pool, (uint64_t)step * SEC / 50, step % 40 ? DECAY / 8 : 0, 0);
         cr_assert_eq(ps_pool_check(f.pool), PS_OK, "step %d", step);
     }
     ps_resource_info_t info = fixture_info(f.pool);
@@ -216,8 +216,8 @@ Test(pool_decay, random_workload_with_lending_and_ticks_stays_consistent)
         if (live[i])
             cr_assert_eq(ps_deallocate(f.pool, live[i], 0, PS_STREAM_NONE), PS_OK);
     ps_host_ops_complete_all(f.gpu);
-    ps_decay(f.pool, 1000 * SEC, 0);
-    ps_decay(f.pool, 1000 * SEC, 0);
+    ps_decay(f.pool, 1000 * SEC, 0, 0);
+    ps_decay(f.pool, 1000 * SEC, 0, 0);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     fixture_close(&f);
 }
