@@ -466,3 +466,39 @@ Test(host_stack, refused_host_pieces_fail_cleanly)
     ps_host_ops_destroy(gpu);
     ps_config_free(cfg);
 }
+
+/* The decay on the default pinned stack (issue: freed memory goes back):
+ * host memory freed and not needed for the window is the system's again,
+ * without any call from the program; a loop's working set stays. */
+Test(host_stack, the_decay_gives_idle_pinned_memory_back)
+{
+    const uint64_t sec = 1000000000ull, decay = 4 * sec;
+    ps_config_t *cfg = load("[host]\nexpandable_piece = 1MiB\n", NULL, PS_OK);
+    ps_gpu_ops_t *gpu = vmm_device();
+    ps_stack_t *s = NULL;
+    cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_OK);
+    void *p[4];
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(ps_allocate(s->top, 3 * PS_MiB, PS_STREAM_NONE, &p[i]), PS_OK);
+        memset(p[i], i, 3 * PS_MiB);
+    }
+    uint64_t given = 0;
+    for (uint64_t t = sec; t <= 8 * sec; t += sec) /* a loop: the same blocks freed and taken again */
+        for (int i = 0; i < 4; i++) {
+            cr_assert_eq(ps_deallocate(s->top, p[i], 3 * PS_MiB, PS_STREAM_NONE), PS_OK);
+            cr_assert_eq(ps_allocate(s->top, 3 * PS_MiB, PS_STREAM_NONE, &p[i]), PS_OK);
+            given += ps_decay(s->top, t + (uint64_t)i, decay, 0);
+        }
+    cr_assert_eq(given, 0, "the loop's pinned memory stays");
+    uint64_t unmaps = ps_host_ops_host_vm_unmaps(gpu);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(ps_deallocate(s->top, p[i], 3 * PS_MiB, PS_STREAM_NONE), PS_OK);
+    for (uint64_t t = 9 * sec; t <= 20 * sec; t += sec)
+        given += ps_decay(s->top, t, decay, 0);
+    cr_assert_geq(given, 12 * PS_MiB, "the idle pool gave its pinned memory back");
+    cr_assert_gt(ps_host_ops_host_vm_unmaps(gpu), unmaps);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0, "the system has it back");
+    ps_stack_destroy(s);
+    ps_host_ops_destroy(gpu);
+    ps_config_free(cfg);
+}
