@@ -102,8 +102,14 @@ static CUresult real_mem_free(CUdeviceptr dptr)
         CUresult r_ = ps_real.name(__VA_ARGS__);                                    \
         if (PS_UNLIKELY(r_ == CUDA_ERROR_OUT_OF_MEMORY) && !ps_in_shim) {           \
             int device_of_call_ = (device_);                                        \
-            if (ps_route_oom_give_back(&device_of_call_, epoch_, api)) {            \
+            bool asked_ = false;                                                    \
+            if (ps_route_oom_give_back(&device_of_call_, epoch_, api, &asked_)) {   \
+                uint64_t again_ = ps_route_oom_epoch();                             \
                 r_ = ps_real.name(__VA_ARGS__);                                     \
+                /* the pool's part was not enough: the neighbours' */               \
+                if (r_ == CUDA_ERROR_OUT_OF_MEMORY && !asked_ &&                    \
+                    ps_route_oom_ask_neighbours(device_of_call_, again_))           \
+                    r_ = ps_real.name(__VA_ARGS__);                                 \
                 ps_route_oom_retried(device_of_call_, api, r_ == CUDA_SUCCESS);     \
             }                                                                       \
         }                                                                           \

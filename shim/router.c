@@ -1022,8 +1022,9 @@ static uint64_t trim_for_oom(int d, const char *api)
     return given;
 }
 
-bool ps_route_oom_give_back(int *device, uint64_t epoch, const char *api)
+bool ps_route_oom_give_back(int *device, uint64_t epoch, const char *api, bool *asked)
 {
+    *asked = false;
     if (ps_in_shim || !ps_shim_ensure_init() || !ps_global->oom_retry || *device < -1)
         return false; /* (a program that only ever called cuMemCreate meets the shim here first) */
     CUdevice current = -1;
@@ -1042,9 +1043,18 @@ bool ps_route_oom_give_back(int *device, uint64_t epoch, const char *api)
     if (atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) == PS_DEVICE_READY)
         ps_info("device %d: %s ran out of memory: the pool gave back %s%s", d, api,
                 ps_format_bytes(b, sizeof b, given), next);
-    if (!retry)
+    if (!retry) {
+        *asked = true;
         retry = neighbours_gave(d, 0, epoch); /* (it says what they gave) */
+    }
     return retry;
+}
+
+bool ps_route_oom_ask_neighbours(int device, uint64_t epoch)
+{
+    if (device < 0 || device >= PS_MAX_DEVICES)
+        return false;
+    return neighbours_gave(device, 0, epoch);
 }
 
 void ps_route_oom_retried(int device, const char *api, bool succeeded)

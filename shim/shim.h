@@ -568,7 +568,11 @@ void ps_route_device_synchronized(void);
  * synchronize would invalidate it: counted, the call keeps its error).
  * ps_route_oom_retried counts the retry's outcome. */
 uint64_t ps_route_oom_epoch(void);
-bool ps_route_oom_give_back(int *device, uint64_t epoch, const char *api);
+bool ps_route_oom_give_back(int *device, uint64_t epoch, const char *api, bool *asked);
+/* The retry after this process's own give-back ran out of memory again and
+ * the neighbours were not asked yet (*asked false above): asks them; true
+ * when the call is worth making once more. */
+bool ps_route_oom_ask_neighbours(int device, uint64_t epoch);
 void ps_route_oom_retried(int device, const char *api, bool succeeded);
 
 /* Initialises on first use (config, driver). Returns ps_active. Once it

@@ -14,6 +14,10 @@
  *       (looked up with cuGetProcAddress, as NCCL and PyTorch's expandable
  *       segments do; FAKE_CUDA_VMM=1), without any cudaMalloc before: the
  *       shim's out-of-memory retry, in a process that built no stack.
+ *   prog_neighbours create_big DIR      cudaMallocs 4 blocks and frees them
+ *       (its own pool then holds 32 MiB), then asks cuMemCreate for 60% of
+ *       the device in one handle: its pool's give-back is not enough, the
+ *       neighbours' is; prints "create_big: ..." and exits 0 when it got it.
  *   prog_neighbours uuid [DEVICE]       prints the device's UUID as the
  *       registry writes it (tests fabricate entries with it).
  *
@@ -165,6 +169,39 @@ static void create_handles(const char *dir)
     signal_file(dir, "release");
 }
 
+static void create_big(const char *dir)
+{
+    void *p[4];
+    for (int i = 0; i < 4; i++)
+        CHECK(cudaMalloc(&p[i], BLOCK) == cudaSuccess, "create_big: cudaMalloc %d", i);
+    for (int i = 0; i < 4; i++)
+        CHECK(cudaFree(p[i]) == cudaSuccess, "create_big: cudaFree %d", i);
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long) = NULL;
+    CUresult (*release)(CUmemGenericAllocationHandle) = NULL;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+    gpa_fn gpa = lib ? (gpa_fn)dlsym(lib, "cuGetProcAddress_v2") : NULL;
+    CUdriverProcAddressQueryResult st;
+    if (gpa) {
+        gpa("cuMemCreate", (void **)&create, 12000, 0, &st);
+        gpa("cuMemRelease", (void **)&release, 12000, 0, &st);
+    }
+    CHECK(create && release, "cuMemCreate and cuMemRelease");
+    if (failures)
+        return;
+    const char *m = getenv("FAKE_CUDA_MEMORY");
+    unsigned long long bytes = m ? strtoull(m, NULL, 0) : 4ull << 30;
+    size_t size = (size_t)(bytes * 6 / 10) / BLOCK * BLOCK;
+    const CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED, .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
+    CUmemGenericAllocationHandle h;
+    CUresult r = create(&h, size, &prop, 0);
+    printf("create_big: cuMemCreate of %zu MiB returned %d (2: out of memory)\n", size >> 20, r);
+    fflush(stdout);
+    CHECK(r == CUDA_SUCCESS, "create_big: one handle of 60%% of the device");
+    if (r == CUDA_SUCCESS)
+        CHECK(release(h) == CUDA_SUCCESS, "create_big: cuMemRelease");
+    signal_file(dir, "release");
+}
+
 static void uuid(void)
 {
     CUresult (*init)(unsigned) = NULL;
@@ -195,6 +232,8 @@ int main(int argc, char **argv)
         take(argv[2]);
     else if (!strcmp(what, "create") && argc > 2)
         create_handles(argv[2]);
+    else if (!strcmp(what, "create_big") && argc > 2)
+        create_big(argv[2]);
     else if (!strcmp(what, "uuid"))
         uuid();
     else {

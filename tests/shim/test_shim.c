@@ -826,6 +826,33 @@ Test(neighbours, negative_control_cumemcreate_without_asking_runs_out_of_memory)
     hood_cleanup();
 }
 
+/* A call beside the pool in a process whose own pool gives back something,
+ * but not enough: the retry after that give-back runs out again, and the
+ * neighbours are asked then (one 60% cuMemCreate: B's pool holds 32 MiB, A
+ * holds 80% of the device). The negative control: without neighbour
+ * release B keeps CUDA's error. */
+Test(neighbours, a_give_back_that_is_not_enough_asks_the_neighbours)
+{
+    hood_init(1, "FAKE_CUDA_VMM=1");
+    start_a(1, NULL, NULL);
+    int rc = run_b(1, NULL, "create_big", NULL);
+    end_a();
+    cr_expect_eq(rc, 0, "B:\n%s\nA:\n%s", output, hood.a_output);
+    cr_expect(strstr(output, "MiB returned 0 (2: out of memory)") && strstr(output, "gave back 32.0 MiB, retrying it once"),
+              "%s", output);
+    cr_expect_geq(give_back(hood.a_output, "\"to_neighbours\": "), 100LL << 20, "%s", hood.a_output);
+    hood_cleanup();
+}
+Test(neighbours, negative_control_a_give_back_that_is_not_enough_without_asking)
+{
+    hood_init(1, "FAKE_CUDA_VMM=1");
+    start_a(1, NULL, NULL);
+    int rc = run_b(1, "POOLSHIM_OPTIONS=global.neighbour_release=0", "create_big", NULL);
+    end_a();
+    cr_expect(rc != 0 && strstr(output, "returned 2 (2: out of memory)"), "rc %d:\n%s", rc, output);
+    hood_cleanup();
+}
+
 /* Entries of processes that ended: a shimmed program killed with SIGKILL
  * (its entry and socket left behind; the fake driver frees its memory), an
  * entry whose pid no process has (and a reply socket of it), and one whose
