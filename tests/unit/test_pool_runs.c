@@ -215,3 +215,29 @@ Test(pool_runs, without_a_batch_access_each_piece_gets_its_own)
     cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
     fixture_close(&f);
 }
+
+Test(pool_runs, a_failed_access_call_leaves_nothing_mapped)
+{
+    /* the 33rd vm_map-counted call of a 32-piece growth is its access
+     * call: it fails, the growth unmaps its bare pieces, and the pool's
+     * retry maps them again with access */
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    ps_host_ops_options_t host = {.virtual_memory = 1, .backed = 1, .capacity = 512 * PS_MiB};
+    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    uint64_t before = ps_host_ops_calls(f.gpu, PS_HOST_OP_VM_MAP), unmaps = ps_host_ops_vm_unmaps(f.gpu);
+    cr_assert_eq(ps_host_ops_fail_call(f.gpu, PS_HOST_OP_VM_MAP, before + 33, PS_EUPSTREAM), PS_OK);
+    void *p;
+    cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p), PS_OK);
+    cr_assert_eq(ps_host_ops_faults_fired(f.gpu, NULL, NULL), 1, "the access call failed once");
+    cr_assert_eq(ps_host_ops_vm_unmaps(f.gpu), unmaps + 32, "the failed growth's 32 bare pieces were unmapped");
+    cr_assert_eq(ps_host_ops_vm_access_calls(f.gpu), 1, "the retry gave access");
+    cr_assert_eq(ps_host_ops_vm_bare_bytes(f.gpu), 0);
+    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 64 * PS_MiB, "nothing leaked");
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    memset(p, 1, 64 * PS_MiB);
+    cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
+    fixture_close(&f);
+}
