@@ -266,7 +266,21 @@ static inline void pool_note_allocation(pool_t *pool)
         pool->decay_high = pool->bytes_in_use;
 }
 
+/* The quick cache's slot for a block of `size` bytes (core/pool.c). */
+static inline uint32_t quick_slot(const pool_t *pool, size_t size)
+{
+    return (uint32_t)(size >> pool->alignment_log2) & (QUICK_SLOTS - 1);
+}
+
+/* A block that joins a run when the quick cache is flushed. */
+static inline int ready_or_parked(const pool_block_t *b)
+{
+    return b->state == BLOCK_CACHED || (b->state == BLOCK_FREE && b->owner == OWNER_READY);
+}
+
 /* ---- core/pool.c: blocks, lists, descriptors, chunks, the barrier ---- */
+extern const ps_resource_ops_t pool_ops; /* (a resource is a pool when its ops are these) */
+uint64_t pool_largest_free_locked(const pool_t *pool);
 int pool_add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32_t *grown);
 int pool_barrier_release_locked(pool_t *pool);
 int pool_chunk_slot_locked(pool_t *pool, uint32_t *slot);
