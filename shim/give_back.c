@@ -17,9 +17,13 @@
  * 3. Between ticks it sleeps in poll() on a wake pipe and on the
  *    neighbours' socket (ps_neighbours_fd), so a request is served at once
  *    (ps_neighbours_serve) and a stop is prompt.
+ * 3a. With neighbour_release on (the registry), it also publishes the live
+ *    statistics every PS_LIVE_PERIOD_MS (shim/live.c), the first at once:
+ *    poll() waits for whichever comes first, the next tick or the next
+ *    page (also when decay_ms is 0).
  * 4. Stops at exit: exit_begins (router.c) calls ps_give_back_stop, which
  *    wakes and joins it before the CUDA runtime's teardown; a tick in
- *    progress finishes first. A forked child has no such thread and starts
+ *    progress finishes first; then the live page and the registry entry go. A forked child has no such thread and starts
  *    none (its devices are marked failed). A context reset makes the
  *    device's GPU-ops table dead (no CUDA call) and its stack stays
  *    allocated, so a tick racing a reset touches nothing freed.
@@ -35,6 +39,7 @@
 
 #include "../core/resource.h"
 #include "give_back.h"
+#include "live.h"
 #include "neighbours.h"
 #include "shim.h"
 #include "stats.h"
@@ -102,10 +107,18 @@ static void *give_back_main(void *arg)
     uint64_t window_ns = decay_ns > (uint64_t)tick_ms * 1000000ull ? decay_ns - (uint64_t)tick_ms * 1000000ull
                                                                   : decay_ns;
     uint64_t next_tick = now_ns() + (uint64_t)tick_ms * 1000000ull;
+    const uint64_t publish_ns = PS_LIVE_PERIOD_MS * 1000000ull;
+    int publish = ps_global->neighbour_release; /* (live statistics live in the registry: 3a.) */
+    uint64_t next_publish = now_ns();
     while (!atomic_load(&stopping) && !atomic_load(&ps_exiting)) {
         struct pollfd fds[2] = {{wake_pipe[0], POLLIN, 0}, {ps_neighbours_fd(), POLLIN, 0}};
         uint64_t now = now_ns();
         int wait_ms = !decay_ns ? -1 : now >= next_tick ? 0 : (int)((next_tick - now) / 1000000ull);
+        if (publish) {
+            int publish_wait = now >= next_publish ? 0 : (int)((next_publish - now + 999999) / 1000000ull);
+            if (wait_ms < 0 || publish_wait < wait_ms)
+                wait_ms = publish_wait;
+        }
         int n = poll(fds, fds[1].fd >= 0 ? 2 : 1, wait_ms);
         if (atomic_load(&stopping) || atomic_load(&ps_exiting))
             break;
@@ -116,6 +129,10 @@ static void *give_back_main(void *arg)
             for (int d = 0; d < PS_MAX_DEVICES; d++)
                 ps_give_back_device(d, now, window_ns, 0, NULL);
             next_tick = now + (uint64_t)tick_ms * 1000000ull;
+        }
+        if (publish && now >= next_publish) {
+            ps_live_publish();
+            next_publish = now + publish_ns;
         }
     }
     return NULL;
@@ -159,6 +176,7 @@ void ps_give_back_stop(void)
     ssize_t w = write(wake_pipe[1], &one, 1);
     (void)w;
     pthread_join(thread, NULL);
+    ps_live_remove();
     ps_neighbours_close();
 }
 

@@ -13,6 +13,7 @@
  *           (cuDeviceGetUuid: ordinals differ between processes with
  *           CUDA_VISIBLE_DEVICES, UUIDs do not), one a line; written under
  *           another name and renamed, so a reader sees it whole.
+ *   N.stats its live statistics (shim/live.c, read by `poolshim top`).
  *
  * Trust: nothing another user writes is believed. The directory must be a
  * directory (not a link) owned by this user with no group or other
@@ -222,6 +223,15 @@ static bool registry_usable(void)
 {
     pthread_once(&self.once, check_directory);
     return self.usable;
+}
+
+bool ps_neighbours_registry(const char **dir, const char **name)
+{
+    if (!ps_global || !ps_global->neighbour_release || !registry_usable())
+        return false;
+    *dir = self.dir;
+    *name = self.name;
+    return true;
 }
 
 /* The UUID of device ordinal d (cuDeviceGetUuid_v2: a MIG instance's own). */
@@ -500,6 +510,8 @@ static void remove_entry(const char *name_without_suffix)
         unlink(path);
     if (entry_path(path, sizeof path, name_without_suffix, ".sock"))
         unlink(path);
+    if (entry_path(path, sizeof path, name_without_suffix, ".stats"))
+        unlink(path); /* its live statistics (shim/live.c) */
     ps_debug("neighbours: removed the entry of a process that ended (%s)", name_without_suffix);
 }
 

@@ -4,6 +4,7 @@
 #ifndef PS_SHIM_NEIGHBOURS_H
 #define PS_SHIM_NEIGHBOURS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Joins the registry and opens this process's request socket (the
@@ -22,5 +23,12 @@ void ps_neighbours_serve(void);
  * they gave (0: none answered, or neighbour_release is off). Called by a
  * program's thread that holds no lock of the shim, never inside the shim. */
 uint64_t ps_neighbours_ask(int device, uint64_t wanted);
+
+/* The registry as other modules use it (shim/live.c): true when its
+ * directory is this user's and private (checked once, made if absent; a
+ * refused one was warned about), then *dir is its path and *name this
+ * process's entry name, p<pid>-<start>-<pidns>, to which they add a suffix
+ * of their own. False also with neighbour_release off. */
+bool ps_neighbours_registry(const char **dir, const char **name);
 
 #endif

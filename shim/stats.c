@@ -526,7 +526,9 @@ static int device_used(const thread_counters_t *sum, int d)
 
 void ps_stats_write(FILE *f, int json)
 {
-    static thread_counters_t sum;
+    static thread_counters_t sum; /* large: not on the stack */
+    static pthread_mutex_t sum_lock = PTHREAD_MUTEX_INITIALIZER; /* the exit report, the live page (shim/live.c) */
+    pthread_mutex_lock(&sum_lock);
     sum_all(&sum);
     char b1[32], b2[32], b3[32];
     if (json) {
@@ -696,6 +698,7 @@ void ps_stats_write(FILE *f, int json)
             fprintf(f, "poolshim: IPC handles exported %llu, opened %llu, refused %llu\n", exported, opened, refused);
     }
     fflush(f);
+    pthread_mutex_unlock(&sum_lock);
 }
 
 static int report_disabled; /* set in a forked child: see ps_stats_forget_at_exit */

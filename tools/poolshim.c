@@ -6,6 +6,7 @@
  *   poolshim plot   LOG.csv -o memory.svg      memory over time as an SVG
  *   poolshim stats  FILE|DIR...                merge the statistics of a job's processes
  *   poolshim config [options]                  the effective configuration
+ *   poolshim top    [--once|--json|--prometheus] live figures of every process under the shim
  *   poolshim --version                         the version (the file VERSION)
  *
  * Algorithm: 1. find the subcommand (argv[1]); 2. hand it argv from its
@@ -33,6 +34,7 @@ static const char usage_text[] =
     "  plot    draw memory over time from a log (SVG)       poolshim plot log.csv -o memory.svg\n"
     "  stats   merge the statistics of a job's processes    poolshim stats out/stats_*.json\n"
     "  config  show or check the effective configuration    poolshim config --help\n"
+    "  top     live figures of each process under the shim  poolshim top --once\n"
     "  version print the version (also --version)           poolshim --version\n"
     "\n"
     "'poolshim <command> --help' describes each command. Documentation: docs/cli.md\n";
@@ -64,6 +66,7 @@ int main(int argc, char **argv)
         {"plot", ps_cmd_plot},
         {"stats", ps_cmd_stats},
         {"config", ps_cmd_config},
+        {"top", ps_cmd_top},
         {"replay-gpu-driver", replay_gpu_driver_main}, /* internal: what `replay` runs under the shim */
     };
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++) {

@@ -18,6 +18,10 @@
  *       (its own pool then holds 32 MiB), then asks cuMemCreate for 60% of
  *       the device in one handle: its pool's give-back is not enough, the
  *       neighbours' is; prints "create_big: ..." and exits 0 when it got it.
+ *   prog_neighbours hold DIR N          cudaMallocs N blocks of 1 MiB + 1000 bytes and
+ *       frees every other one, says so by creating DIR/ready, then idles until
+ *       DIR/release exists and exits holding the rest (the live statistics'
+ *       tests: the exit report counts them as requested now).
  *   prog_neighbours uuid [DEVICE]       prints the device's UUID as the
  *       registry writes it (tests fabricate entries with it).
  *
@@ -126,6 +130,19 @@ static void take(const char *dir)
     signal_file(dir, "release");
 }
 
+static void hold(const char *dir, int n)
+{
+    static void *p[BLOCKS_MAX];
+    for (int i = 0; i < n && i < BLOCKS_MAX; i++)
+        CHECK(cudaMalloc(&p[i], (1 << 20) + 1000) == cudaSuccess, "hold: cudaMalloc %d of %d", i, n);
+    for (int i = 0; i < n && i < BLOCKS_MAX; i += 2)
+        CHECK(cudaFree(p[i]) == cudaSuccess, "hold: cudaFree %d", i);
+    printf("hold: %d blocks allocated, %d held\n", n, n / 2);
+    fflush(stdout);
+    signal_file(dir, "ready");
+    CHECK(wait_for(dir, "release", 30), "hold: no release within 30 s");
+}
+
 typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 
 static void create_handles(const char *dir)
@@ -224,7 +241,7 @@ int main(int argc, char **argv)
 {
     alarm(60); /* a hang becomes SIGALRM, not a stuck test */
     const char *what = argc > 1 ? argv[1] : "";
-    if (argc > 3 && strcmp(what, "uuid") != 0)
+    if (argc > 3 && strcmp(what, "uuid") != 0 && strcmp(what, "hold") != 0)
         CHECK(cudaSetDevice(atoi(argv[3])) == cudaSuccess, "cudaSetDevice(%s)", argv[3]);
     if (!strcmp(what, "give") && argc > 2)
         give(argv[2]);
@@ -234,10 +251,12 @@ int main(int argc, char **argv)
         create_handles(argv[2]);
     else if (!strcmp(what, "create_big") && argc > 2)
         create_big(argv[2]);
+    else if (!strcmp(what, "hold") && argc > 3)
+        hold(argv[2], atoi(argv[3]));
     else if (!strcmp(what, "uuid"))
         uuid();
     else {
-        fprintf(stderr, "usage: prog_neighbours give|take DIR [DEVICE] | create DIR | uuid\n");
+        fprintf(stderr, "usage: prog_neighbours give|take DIR [DEVICE] | create DIR | hold DIR N | uuid\n");
         return 2;
     }
     return finish(what);

@@ -1105,6 +1105,441 @@ Test(neighbours, negative_control_one_attempt_keeps_the_memory_behind_the_barrie
     hood_cleanup();
 }
 
+/* ---- live statistics and `poolshim top` (shim/live.c, tools/cmd_top.c) ------- */
+/*
+ * Processes under the shim publish their figures in the registry every
+ * 500 ms (DIR/registry here: POOLSHIM_TEST_NEIGHBOURS_DIR); `poolshim top`
+ * reads them. The programs idle while top reads, so its figures must be
+ * those of their exit reports (the decay is off: nothing moves). */
+
+/* Runs `poolshim top ARGS`: stdout in `output`, stderr in `top_errors`. */
+static char top_errors[8192];
+static int run_top(const char *args)
+{
+    const char *cli = getenv("POOLSHIM_CLI");
+    cr_assert(cli, "POOLSHIM_CLI must be set (make test-shim sets it)");
+    char cmd[2048], err_path[160];
+    snprintf(err_path, sizeof err_path, "%s/top.err", hood.dir);
+    snprintf(cmd, sizeof cmd, "%s top %s 2>%s", cli, args, err_path);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "cannot run %s", cmd);
+    size_t n = fread(output, 1, sizeof output - 1, p);
+    output[n] = 0;
+    int st = pclose(p);
+    FILE *e = fopen(err_path, "r");
+    n = e ? fread(top_errors, 1, sizeof top_errors - 1, e) : 0;
+    top_errors[n] = 0;
+    if (e)
+        fclose(e);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* A program holding N/2 blocks of 1 MiB + 1000 bytes, in the background
+ * (`prog_neighbours hold`), its signals in DIR/NAME, output in DIR/NAME.txt. */
+static pid_t start_holder(const char *name, int n, const char *env)
+{
+    char signals[160], out[200], args[256], all_env[2048], ready[200];
+    snprintf(signals, sizeof signals, "%s/%s", hood.dir, name);
+    cr_assert_eq(mkdir(signals, 0700), 0);
+    snprintf(out, sizeof out, "%s.txt", signals);
+    snprintf(args, sizeof args, "prog_neighbours hold %s %d", signals, n);
+    snprintf(all_env, sizeof all_env, "%s %s", hood.env, env ? env : "");
+    pid_t pid = start_background(1, all_env, args, out);
+    snprintf(ready, sizeof ready, "%s/ready", signals);
+    cr_assert(wait_for_file(ready, pid, 10), "%s did not get ready (see %s)", args, out);
+    return pid;
+}
+
+/* Lets the holder NAME end; its output (the exit report) into `into`. */
+static void end_holder(const char *name, pid_t pid, char *into, size_t size)
+{
+    char path[200];
+    snprintf(path, sizeof path, "%s/%s/release", hood.dir, name);
+    FILE *f = fopen(path, "w");
+    if (f)
+        fclose(f);
+    int status = -1;
+    bool ended = false;
+    for (int i = 0; i < 2000 && !ended; i++) {
+        ended = waitpid(pid, &status, WNOHANG) == pid;
+        if (!ended)
+            usleep(5000);
+    }
+    if (!ended) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    snprintf(path, sizeof path, "%s/%s.txt", hood.dir, name);
+    f = fopen(path, "r");
+    size_t n = f ? fread(into, 1, size - 1, f) : 0;
+    into[n] = 0;
+    if (f)
+        fclose(f);
+    cr_expect(ended && WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s did not end well:\n%s", name, into);
+}
+
+/* The process `pid` in top's JSON (NULL: not listed). */
+static const char *top_process(const char *json, pid_t pid)
+{
+    char key[48];
+    snprintf(key, sizeof key, "{\"pid\": %d, ", (int)pid);
+    return strstr(json, key);
+}
+
+/* Top's figure `key` of a process against its exit report's `report_key`. */
+static void expect_same(const char *process, const char *key, const char *report, const char *report_key)
+{
+    long long in_top = json_after(process, key), at_exit = json_after(report, report_key);
+    cr_expect(in_top >= 0 && in_top == at_exit, "%s: top %lld, exit report %s %lld\n%s\n%s", key, in_top, report_key,
+              at_exit, process, report);
+}
+
+/* A live page as the shim writes it, of process p<pid>-<start>-<ns> (its
+ * name returned in `name`), reserving `reserved` bytes on device 0. */
+static void fabricate_page(pid_t pid, char *name, size_t size, unsigned long long reserved)
+{
+    mkdir(hood.registry, 0700);
+    snprintf(name, size, "p%d-%llu-%llu", (int)pid, own_start(), own_pid_namespace());
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s.stats", hood.registry, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fprintf(f, "{\"poolshim_live\": 1, \"live\": 1, \"pid\": %d, \"start\": %llu, \"pidns\": %llu, \"rank\": null, "
+               "\"command\": \"fabricated \\\"page\\\"\", \"time\": 1.0, \"monotonic_ns\": 1, \"period_ms\": 500, "
+               "\"report\": {\"poolshim\": 1, \"pid\": %d, \"devices\": [{\"device\": 0, \"calls\": {\"cudaMalloc\": 7}, "
+               "\"bytes\": {\"requested_current\": 5, \"reserved_current\": %llu}}]}}\n",
+            (int)pid, own_start(), own_pid_namespace(), (int)pid, reserved);
+    fclose(f);
+    chmod(path, 0600);
+}
+
+static void live_pages_settle(void) { usleep(800 * 1000); } /* (more than one period of 500 ms) */
+
+/* (a) two programs on one fake GPU, each idling with blocks it holds (A 4,
+ * B 8 of 1 MiB + 1000 bytes; each freed as many); top lists both with the
+ * figures their exit reports give. */
+static void expect_top_matches_exit_reports(const char *env, int listed)
+{
+    hood_init(1, env);
+    pid_t a = start_holder("a", 8, NULL);
+    pid_t b = start_holder("b", 16, "RANK=5");
+    live_pages_settle();
+    char cmd[256];
+    static char top_json[65536], a_report[65536], b_report[65536];
+    snprintf(cmd, sizeof cmd, "--once --json --dir %s", hood.registry);
+    int rc = run_top(cmd);
+    snprintf(top_json, sizeof top_json, "%s", output);
+    end_holder("a", a, a_report, sizeof a_report);
+    end_holder("b", b, b_report, sizeof b_report);
+    cr_expect_eq(rc, 0, "top: %d\n%s%s", rc, output, top_errors);
+    const char *in_a = top_process(top_json, a), *in_b = top_process(top_json, b);
+    if (!listed) {
+        cr_expect(!in_a && !in_b, "listed without publishing:\n%s", top_json);
+        cr_expect(strstr(top_json, "\"processes\": []"), "%s", top_json);
+        hood_cleanup();
+        return;
+    }
+    cr_assert(in_a && in_b, "A (%d) and B (%d) in:\n%s", (int)a, (int)b, top_json);
+    const char *reports[2] = {a_report, b_report}, *processes[2] = {in_a, in_b};
+    for (int i = 0; i < 2; i++) {
+        const char *report = strstr(reports[i], "{\"poolshim\": 1");
+        cr_assert(report, "no exit report:\n%s", reports[i]);
+        expect_same(processes[i], "\"requested_current\": ", report, "\"requested_current\": ");
+        expect_same(processes[i], "\"requested_peak\": ", report, "\"requested_peak\": ");
+        expect_same(processes[i], "\"reserved_current\": ", report, "\"reserved_current\": ");
+        expect_same(processes[i], "\"reserved_peak\": ", report, "\"reserved_peak\": ");
+        expect_same(processes[i], "\"allocations\": ", report, "\"cudaMalloc\": ");
+        expect_same(processes[i], "\"barriers\": ", report, "\"barriers\": ");
+        long long time_ns = json_after(processes[i], "\"time_ns\": ");
+        cr_expect_eq(time_ns, json_after(report, "\"allocate\": ") + json_after(report, "\"free\": "), "%s\n%s",
+                     processes[i], report);
+    }
+    cr_expect_eq(json_after(in_b, "\"requested_current\": "), 8 * ((1 << 20) + 1000), "%s", in_b);
+    cr_expect_eq(json_after(in_a, "\"requested_current\": "), 4 * ((1 << 20) + 1000), "%s", in_a);
+    cr_expect(strstr(in_a, "\"rank\": null"), "%s", in_a);
+    cr_expect_eq(json_after(in_b, "\"rank\": "), 5, "%s", in_b);
+    cr_expect(strstr(in_b, "\"command\": \"") && strstr(in_b, "prog_neighbours hold "), "%s", in_b);
+    /* both left at exit */
+    DIR *d = opendir(hood.registry);
+    for (struct dirent *e; d && (e = readdir(d));)
+        cr_expect(!strstr(e->d_name, ".stats"), "%s left behind", e->d_name);
+    if (d)
+        closedir(d);
+    hood_cleanup();
+}
+
+Test(live, top_lists_every_process_with_its_exit_report_figures, .timeout = 30)
+{
+    expect_top_matches_exit_reports(NULL, 1);
+}
+
+Test(live, negative_control_without_the_registry_top_finds_no_process, .timeout = 30)
+{
+    expect_top_matches_exit_reports("POOLSHIM_OPTIONS=global.neighbour_release=0", 0);
+}
+
+/* (b) the page of a pid that is gone, and a killed program's leftover, are
+ * not listed and are removed; the control: the same page with a live pid
+ * (this test's own) is listed. */
+Test(live, stale_pages_are_not_listed_and_are_removed, .timeout = 30)
+{
+    hood_init(1, NULL);
+    char dead[96], alive[96], path[300], cmd[256];
+    fabricate_page(pid_of_the_dead(), dead, sizeof dead, 1234567);
+    snprintf(path, sizeof path, "%s/%s.gpus", hood.registry, dead);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    fabricate_page(getpid(), alive, sizeof alive, 7654321);
+    pid_t killed = start_holder("k", 4, NULL);
+    live_pages_settle();
+    kill(killed, SIGKILL);
+    waitpid(killed, NULL, 0);
+    char killed_page[400];
+    DIR *d = opendir(hood.registry);
+    killed_page[0] = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "p%d-", (int)killed);
+        if (!strncmp(e->d_name, prefix, strlen(prefix)) && strstr(e->d_name, ".stats"))
+            snprintf(killed_page, sizeof killed_page, "%s/%s", hood.registry, e->d_name);
+    }
+    if (d)
+        closedir(d);
+    cr_assert(killed_page[0], "the killed program left no page");
+    snprintf(cmd, sizeof cmd, "--once --json --dir %s", hood.registry);
+    int rc = run_top(cmd);
+    cr_expect_eq(rc, 0, "%s%s", output, top_errors);
+    cr_expect(top_process(output, getpid()) && strstr(output, "\"reserved_current\": 7654321"),
+              "the live page is listed:\n%s", output);
+    cr_expect(!strstr(output, "1234567"), "the dead pid's page is listed:\n%s", output);
+    cr_expect(!top_process(output, killed), "the killed program is listed:\n%s", output);
+    snprintf(path, sizeof path, "%s/%s.stats", hood.registry, dead);
+    cr_expect(!file_exists(path), "%s stays", path);
+    snprintf(path, sizeof path, "%s/%s.gpus", hood.registry, dead);
+    cr_expect(!file_exists(path), "%s stays", path);
+    cr_expect(!file_exists(killed_page), "%s stays", killed_page);
+    snprintf(path, sizeof path, "%s/%s.stats", hood.registry, alive);
+    cr_expect(file_exists(path), "the live page %s was removed", path);
+    hood_cleanup();
+}
+
+/* (c) a registry others may write is refused: exit 1, a message, nothing
+ * on stdout; the control: the same directory made private is read. */
+Test(live, a_registry_others_may_write_is_refused_by_top)
+{
+    hood_init(1, NULL);
+    char name[96], cmd[256];
+    fabricate_page(getpid(), name, sizeof name, 4242);
+    cr_assert_eq(chmod(hood.registry, 0777), 0);
+    snprintf(cmd, sizeof cmd, "--once --json --dir %s", hood.registry);
+    int rc = run_top(cmd);
+    cr_expect_eq(rc, 1, "rc %d:\n%s%s", rc, output, top_errors);
+    cr_expect(strstr(top_errors, "is not a private directory of this user") && strstr(top_errors, "mode 777"), "%s",
+              top_errors);
+    cr_expect_eq(output[0], 0, "%s", output);
+    cr_assert_eq(chmod(hood.registry, 0700), 0); /* the control */
+    rc = run_top(cmd);
+    cr_expect_eq(rc, 0, "rc %d:\n%s%s", rc, output, top_errors);
+    cr_expect(strstr(output, "\"reserved_current\": 4242"), "%s", output);
+    hood_cleanup();
+}
+
+/* Whether `text` is well-formed Prometheus text exposition (HELP, then TYPE,
+ * then that metric's samples `name{label="value",...} number`); NULL when
+ * it is, else the first bad line. */
+static const char *prometheus_problem(const char *text, int *samples)
+{
+    static char bad[512];
+    char metric[128] = "", type[16] = "";
+    int help_seen = 0;
+    *samples = 0;
+    for (const char *line = text; *line;) {
+        const char *end = strchr(line, '\n');
+        if (!end)
+            return "the last line has no newline";
+        char l[4096];
+        snprintf(l, sizeof l, "%.*s", (int)(end - line), line);
+        line = end + 1;
+        snprintf(bad, sizeof bad, "%.500s", l);
+        char name[128], rest[4000];
+        if (!strncmp(l, "# HELP ", 7)) {
+            if (sscanf(l + 7, "%127s %3999[^\n]", name, rest) != 2)
+                return bad;
+            snprintf(metric, sizeof metric, "%s", name);
+            help_seen = 1;
+            type[0] = 0;
+            continue;
+        }
+        if (!strncmp(l, "# TYPE ", 7)) {
+            if (sscanf(l + 7, "%127s %15s", name, type) != 2 || strcmp(name, metric) || !help_seen ||
+                (strcmp(type, "gauge") && strcmp(type, "counter")))
+                return bad;
+            continue;
+        }
+        /* a sample */
+        const char *c = l;
+        size_t n = strspn(c, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:");
+        if (!n || (c[0] >= '0' && c[0] <= '9') || n != strlen(metric) || strncmp(c, metric, n) || !type[0])
+            return bad;
+        if (!strcmp(type, "counter") && (n < 6 || strncmp(c + n - 6, "_total", 6)))
+            return bad;
+        c += n;
+        if (*c == '{') {
+            c++;
+            while (*c != '}') {
+                size_t k = strspn(c, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+                if (!k || c[k] != '=' || c[k + 1] != '"')
+                    return bad;
+                c += k + 2;
+                while (*c && *c != '"') {
+                    if (*c == '\\') {
+                        if (c[1] != '\\' && c[1] != '"' && c[1] != 'n')
+                            return bad;
+                        c++;
+                    }
+                    c++;
+                }
+                if (*c != '"')
+                    return bad;
+                c++;
+                if (*c == ',')
+                    c++;
+                else if (*c != '}')
+                    return bad;
+            }
+            c++;
+        }
+        if (*c != ' ')
+            return bad;
+        char *number_end;
+        strtod(c + 1, &number_end);
+        if (number_end == c + 1 || *number_end)
+            return bad;
+        (*samples)++;
+    }
+    return NULL;
+}
+
+/* (d) --prometheus: every line well-formed, the program's reserved bytes
+ * those of its exit report; the control: the checker refuses broken lines. */
+Test(live, prometheus_output_is_well_formed, .timeout = 30)
+{
+    hood_init(1, NULL);
+    char name[96], cmd[256];
+    fabricate_page(getpid(), name, sizeof name, 99); /* (its command holds quotes: escaped) */
+    pid_t b = start_holder("b", 6, "RANK=2");
+    live_pages_settle();
+    snprintf(cmd, sizeof cmd, "--prometheus --dir %s", hood.registry);
+    int rc = run_top(cmd), samples = 0;
+    char text[65536];
+    snprintf(text, sizeof text, "%s", output);
+    static char report[65536];
+    end_holder("b", b, report, sizeof report);
+    cr_expect_eq(rc, 0, "%s%s", text, top_errors);
+    const char *problem = prometheus_problem(text, &samples);
+    cr_expect(!problem, "bad line: %s\nin:\n%s", problem, text);
+    cr_expect_geq(samples, 9 * 2, "%s", text);
+    char sample[256];
+    snprintf(sample, sizeof sample, "poolshim_reserved_bytes{pid=\"%d\",device=\"0\",rank=\"2\",command=\"", (int)b);
+    const char *at = strstr(text, sample);
+    cr_assert(at, "no %s in:\n%s", sample, text);
+    long long reserved = strtoll(strchr(at, '}') + 2, NULL, 10);
+    cr_expect_eq(reserved, json_after(report, "\"reserved_current\": "), "%s\n%s", text, report);
+    cr_expect(strstr(text, "command=\"fabricated \\\"page\\\"\"} 99"), "%s", text);
+    /* the control: the checker finds what is wrong */
+    int n;
+    cr_expect(prometheus_problem("# HELP a x\n# TYPE a gauge\na{pid=\"1\"} \n", &n), "an empty value passed");
+    cr_expect(prometheus_problem("# HELP a x\n# TYPE a gauge\nb 1\n", &n), "another metric's sample passed");
+    cr_expect(prometheus_problem("# HELP a_total x\n# TYPE a_total counter\na_total{pid=1} 1\n", &n),
+              "an unquoted label passed");
+    cr_expect(prometheus_problem("# TYPE a gauge\na 1\n", &n), "TYPE without HELP passed");
+    cr_expect(!prometheus_problem("# HELP a x\n# TYPE a gauge\na{b=\"\\\"\"} 1.5\n", &n), "a good one refused");
+    hood_cleanup();
+}
+
+/* (e) the interactive view inside tmux: a header and the program's row on
+ * the screen, `s` changes the sort, `q` ends it and the terminal is as
+ * before (main screen, cursor shown, canonical mode with echo). The
+ * control: without `q` it is still running. */
+static int tmux(const char *server, const char *args, char *out, size_t size)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "TERM=xterm-256color tmux -L %s %s 2>&1", server, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "cannot run %s", cmd);
+    size_t n = out ? fread(out, 1, size - 1, p) : 0;
+    if (out)
+        out[n] = 0;
+    else {
+        char sink[4096];
+        while (fread(sink, 1, sizeof sink, p) > 0) {
+        }
+    }
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(live, the_interactive_view_in_tmux_shows_rows_and_restores_the_terminal, .timeout = 30)
+{
+    if (system("tmux -V >/dev/null 2>&1") != 0)
+        cr_skip_test("no tmux");
+    hood_init(1, NULL);
+    pid_t b = start_holder("b", 6, NULL);
+    live_pages_settle();
+    char server[64], args[2048], screen[16384], pid_text[32];
+    snprintf(server, sizeof server, "poolshim_live_%d", (int)getpid());
+    snprintf(args, sizeof args,
+             "new-session -d -s top -x 160 -y 40 \"%s top --dir %s; echo exited \\$?; stty -a | tr ' ' '\\n' | "
+             "grep -x -e -icanon -e icanon -e echo -e -echo | tr '\\n' ' '; echo; sleep 20\"",
+             getenv("POOLSHIM_CLI"), hood.registry);
+    cr_assert_eq(tmux(server, args, screen, sizeof screen), 0, "%s", screen);
+    snprintf(pid_text, sizeof pid_text, " %d ", (int)b);
+    bool shown = false;
+    for (int i = 0; i < 40 && !shown; i++) { /* (up to 4 s) */
+        usleep(100 * 1000);
+        tmux(server, "capture-pane -p -t top", screen, sizeof screen);
+        shown = strstr(screen, "poolshim top - ") && strstr(screen, "REQUESTED") && strstr(screen, pid_text);
+    }
+    cr_expect(shown, "the view:\n%s", screen);
+    cr_expect(strstr(screen, "sort: reserved"), "%s", screen);
+    char state[256];
+    tmux(server, "display -p -t top '#{alternate_on} #{cursor_flag}'", state, sizeof state);
+    cr_expect(!strncmp(state, "1 0", 3), "while it runs: other screen, no cursor: %s", state);
+    tmux(server, "send-keys -t top s", NULL, 0);
+    bool sorted = false;
+    for (int i = 0; i < 20 && !sorted; i++) {
+        usleep(50 * 1000);
+        tmux(server, "capture-pane -p -t top", screen, sizeof screen);
+        sorted = strstr(screen, "sort: requested") != NULL;
+    }
+    cr_expect(sorted, "s did not change the sort:\n%s", screen);
+    /* the control: still running before q */
+    usleep(300 * 1000);
+    tmux(server, "capture-pane -p -t top", screen, sizeof screen);
+    cr_expect(!strstr(screen, "exited"), "it ended by itself:\n%s", screen);
+    tmux(server, "send-keys -t top q", NULL, 0);
+    bool ended = false;
+    for (int i = 0; i < 40 && !ended; i++) {
+        usleep(50 * 1000);
+        tmux(server, "capture-pane -p -t top", screen, sizeof screen);
+        ended = strstr(screen, "exited 0") != NULL;
+    }
+    usleep(200 * 1000);
+    tmux(server, "capture-pane -p -t top", screen, sizeof screen);
+    tmux(server, "display -p -t top '#{alternate_on} #{cursor_flag}'", state, sizeof state);
+    tmux(server, "kill-server", NULL, 0);
+    static char report[65536];
+    end_holder("b", b, report, sizeof report);
+    cr_expect(ended, "q did not end it:\n%s", screen);
+    cr_expect(!strstr(screen, "REQUESTED"), "the table stays on the main screen:\n%s", screen);
+    cr_expect(strstr(screen, "icanon") && !strstr(screen, "-icanon") && strstr(screen, "echo") &&
+                  !strstr(screen, "-echo"),
+              "the terminal's mode is not restored:\n%s", screen);
+    cr_expect(!strncmp(state, "0 1", 3), "after q: main screen, cursor shown: %s", state);
+    hood_cleanup();
+}
+
 Test(runtime_door, free_sync_policies_all_pass)
 {
     expect_pass(1, "POOLSHIM_FREE_SYNC=device", "prog_runtime basic", "shim active");

@@ -1,0 +1,175 @@
+/* Live statistics: every process under the shim publishes its figures while
+ * it runs, for `poolshim top` (tools/cmd_top.c) to read.
+ *
+ * 1. Who and when: the give-back thread (shim/give_back.c) every
+ *    PS_LIVE_PERIOD_MS (500 ms) between its decay ticks and neighbour
+ *    requests; never an allocating thread, so the allocation path pays
+ *    nothing (the figures are the per-thread counters the statistics keep
+ *    anyway, summed by the reader as the exit report sums them).
+ * 2. What: one JSON document, {"poolshim_live": 1, "live": 1, "pid", "start"
+ *    (field 22 of /proc/self/stat), "pidns", "rank" (the variables %r reads,
+ *    or null), "command" (/proc/self/cmdline, arguments joined by spaces, at
+ *    most COMMAND_MAX bytes), "time" (seconds since the epoch), "monotonic_ns"
+ *    (CLOCK_MONOTONIC, one clock for every process of the machine: rates
+ *    between two pages), "period_ms", "report": the exit report's JSON as
+ *    ps_stats_write writes it, so the figures are the same}.
+ * 3. Where: the neighbours' registry (shim/neighbours.c: one private
+ *    directory per user, entries named p<pid>-<start>-<pidns>), as N.stats,
+ *    written to N.stats.new and renamed: a reader sees a whole page or the
+ *    one before. With neighbour_release off or a refused directory nothing
+ *    is published (said once at info level).
+ * 4. Gone: at exit (the thread's stop removes it); a process killed before
+ *    leaves it, and readers (poolshim top, a neighbour's ask) remove the page
+ *    of a process that is gone or whose pid now has another start time.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../config/config.h"
+#include "live.h"
+#include "neighbours.h"
+#include "shim.h"
+#include "stats.h"
+
+#define COMMAND_MAX 256 /* bytes of the command line kept (before escaping) */
+
+/* The page's state (the give-back thread only). */
+static struct {
+    int decided;                   /* 1 once the first publish looked for the registry */
+    int usable;                    /* 1: there is a registry to publish in */
+    char page[PS_PATH_MAX];        /* DIR/N.stats */
+    char temporary[PS_PATH_MAX];   /* DIR/N.stats.new */
+    char command[COMMAND_MAX * 6 + 1]; /* the command line as a JSON string's contents */
+    int published;                 /* 1 once a page was written */
+} live;
+
+/* Appends byte string s (n bytes) to out as JSON string contents: valid
+ * UTF-8 is kept, control characters escaped, any other byte written as '?'. */
+static void json_escape(char *out, size_t size, const unsigned char *s, size_t n)
+{
+    size_t used = 0;
+    for (size_t i = 0; i < n && used + 7 < size;) {
+        unsigned char c = s[i];
+        size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        int valid = len > 0 && i + len <= n && !(len == 2 && c < 0xc2);
+        for (size_t k = 1; valid && k < len; k++)
+            valid = (s[i + k] & 0xc0) == 0x80;
+        if (!valid) {
+            out[used++] = '?';
+            i++;
+        } else if (len > 1) {
+            memcpy(out + used, s + i, len);
+            used += len;
+            i += len;
+        } else if (c == '"' || c == '\\') {
+            out[used++] = '\\';
+            out[used++] = (char)c;
+            i++;
+        } else if (c < 0x20 || c == 0x7f) {
+            used += (size_t)snprintf(out + used, size - used, "\\u%04x", c);
+            i++;
+        } else {
+            out[used++] = (char)c;
+            i++;
+        }
+    }
+    out[used] = 0;
+}
+
+/* The command line, its arguments joined by spaces, escaped. */
+static void read_command(void)
+{
+    unsigned char raw[COMMAND_MAX];
+    ssize_t n = -1;
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        n = read(fd, raw, sizeof raw);
+        close(fd);
+    }
+    if (n <= 0) {
+        snprintf(live.command, sizeof live.command, "?");
+        return;
+    }
+    while (n > 0 && raw[n - 1] == 0)
+        n--;
+    for (ssize_t i = 0; i < n; i++)
+        if (raw[i] == 0)
+            raw[i] = ' ';
+    json_escape(live.command, sizeof live.command, raw, (size_t)n);
+}
+
+static void decide(void)
+{
+    live.decided = 1;
+    const char *dir, *name;
+    if (!ps_neighbours_registry(&dir, &name)) {
+        ps_info("live statistics: not published (%s)",
+                ps_global && !ps_global->neighbour_release ? "global.neighbour_release is off: no registry"
+                                                           : "the registry directory cannot be used");
+        return;
+    }
+    int a = snprintf(live.page, sizeof live.page, "%s/%s.stats", dir, name);
+    int b = snprintf(live.temporary, sizeof live.temporary, "%s/%s.stats.new", dir, name);
+    if (a <= 0 || b <= 0 || (size_t)b >= sizeof live.temporary) {
+        ps_info("live statistics: not published (the registry's path is too long)");
+        return;
+    }
+    read_command();
+    live.usable = 1;
+    ps_debug("live statistics: published every %d ms in %s", PS_LIVE_PERIOD_MS, live.page);
+}
+
+void ps_live_publish(void)
+{
+    if (!live.decided)
+        decide();
+    if (!live.usable)
+        return;
+    int fd = open(live.temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        return; /* (the registry went away: try at the next period) */
+    }
+    struct timespec wall, mono;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    const char *dir, *name;
+    unsigned long long start = 0, pidns = 0;
+    if (ps_neighbours_registry(&dir, &name))
+        sscanf(name, "p%*d-%llu-%llu", &start, &pidns);
+    fprintf(f, "{\"poolshim_live\": 1, \"live\": 1, \"pid\": %d, \"start\": %llu, \"pidns\": %llu, ", (int)getpid(),
+            start, pidns);
+    const char *rank = ps_env_rank();
+    char *end = NULL;
+    long rank_value = rank ? strtol(rank, &end, 10) : -1;
+    if (rank && end != rank && !*end && rank_value >= 0)
+        fprintf(f, "\"rank\": %ld, ", rank_value);
+    else
+        fprintf(f, "\"rank\": null, ");
+    fprintf(f, "\"command\": \"%s\", \"time\": %lld.%03ld, \"monotonic_ns\": %llu, \"period_ms\": %d, \"report\": ",
+            live.command, (long long)wall.tv_sec, wall.tv_nsec / 1000000,
+            (unsigned long long)mono.tv_sec * 1000000000ull + (unsigned long long)mono.tv_nsec, PS_LIVE_PERIOD_MS);
+    ps_stats_write(f, 1); /* (ends with "\n") */
+    fprintf(f, "}\n");
+    int failed = ferror(f);
+    if (fclose(f) != 0 || failed || rename(live.temporary, live.page) != 0) {
+        unlink(live.temporary);
+        return;
+    }
+    live.published = 1;
+}
+
+void ps_live_remove(void)
+{
+    if (!live.usable)
+        return;
+    unlink(live.page);
+    unlink(live.temporary);
+}

@@ -1,0 +1,631 @@
+/* poolshim top: what every process of this user under the shim holds,
+ * requests and spends in allocation, now, per device.
+ *
+ * Algorithm:
+ *   1. The registry directory (/dev/shm/poolshim-<uid>, the system's
+ *      temporary directory without /dev/shm; --dir another) must be a
+ *      directory of this user with no group or other permission, as the
+ *      shim requires (shim/neighbours.c); otherwise exit 1. A missing one
+ *      means no process.
+ *   2. Every p<pid>-<start>-<pidns>.stats in it is a process's live page
+ *      (shim/live.c, rewritten every 500 ms by rename). A page of a process
+ *      that is gone, or whose pid now has another start time (the same
+ *      rules as the neighbours'), is removed with the process's other
+ *      registry entries and not shown; a page another user could have
+ *      written is ignored.
+ *   3. Each page's "report" is the exit report's JSON: one row per device.
+ *      Allocations per second come from two readings of the same process
+ *      and device (the previous one is kept), so the first view has none.
+ *   4. Shown as a table refreshed every second in the terminal (ANSI
+ *      escapes, no curses; q quits, s changes the sort column; the terminal
+ *      is restored at exit and on SIGINT/SIGTERM/SIGHUP), or once: a table
+ *      (--once), JSON (--json) or Prometheus' text format (--prometheus).
+ * It reads files only: no CUDA call, no GPU needed.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const char top_usage[] =
+    "usage: poolshim top [--once | --json | --prometheus] [--dir DIR]\n"
+    "\n"
+    "Shows every process of this user under the shim on this machine, per device: pid,\n"
+    "rank, requested and reserved bytes now, their ratio, peak reserved, allocations per\n"
+    "second, time in allocation calls, barriers, bytes given back, command. Each process\n"
+    "publishes these every 500 ms (global.neighbour_release on; requested bytes and times\n"
+    "need global.stats). Reads files only: no GPU needed.\n"
+    "\n"
+    "In a terminal the view refreshes every second: q quits, s changes the sort column.\n"
+    "\n"
+    "options:\n"
+    "  --once        print the table once (no terminal escapes)\n"
+    "  -j, --json    print one JSON document\n"
+    "  --prometheus  print Prometheus' text exposition format (textfile collector)\n"
+    "  --dir DIR     the registry directory (default /dev/shm/poolshim-<uid>)\n"
+    "  -h, --help    this text\n"
+    "\n"
+    "exit status: 1 when the directory is not a private directory of this user.\n";
+
+#define COMMAND_CHARS 256
+#define ROWS_MAX 4096
+
+/* One process's figures on one device, as its page says. */
+typedef struct top_row {
+    int pid;                    /* the process (in its pid namespace) */
+    unsigned long long start;   /* its start time (field 22 of /proc/<pid>/stat) */
+    long rank;                  /* the launcher's rank, -1 when none */
+    char command[COMMAND_CHARS]; /* its command line */
+    double time;                /* when the page was written (seconds since the epoch) */
+    uint64_t monotonic_ns;      /* the same on CLOCK_MONOTONIC */
+    int device;                 /* the device ordinal in that process */
+    uint64_t requested;         /* bytes asked for and not freed (stats on) */
+    uint64_t requested_peak;    /* the most of them */
+    uint64_t reserved;          /* bytes the stack holds from CUDA */
+    uint64_t reserved_peak;     /* the most of them */
+    uint64_t allocations;       /* device allocation calls served */
+    uint64_t failures;          /* allocations that failed */
+    uint64_t time_ns;           /* time inside the allocation and free calls (stats on; estimated) */
+    uint64_t barriers;          /* device-wide barriers */
+    uint64_t given_back;        /* bytes given back while running: decay and neighbours */
+    double rate;                /* allocations per second since the last reading, <0: unknown */
+} top_row_t;
+
+/* The previous reading of a process's device (for rates). */
+typedef struct top_reading {
+    int pid, device;
+    unsigned long long start;
+    uint64_t allocations, monotonic_ns;
+} top_reading_t;
+
+static top_row_t rows[ROWS_MAX];
+static int row_count;
+static top_reading_t previous[ROWS_MAX];
+static int previous_count;
+
+/* ---- 1. the directory ------------------------------------------------------ */
+static void default_directory(char *out, size_t size)
+{
+    struct stat st;
+    if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(out, size, "/dev/shm/poolshim-%u", (unsigned)geteuid());
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(out, size, "%s/poolshim-%u", tmp && *tmp == '/' ? tmp : "/tmp", (unsigned)geteuid());
+    }
+}
+
+/* 1 usable, 0 absent (no process), -1 refused (printed). */
+static int check_directory(const char *dir)
+{
+    struct stat st;
+    if (lstat(dir, &st) != 0)
+        return errno == ENOENT ? 0 : (fprintf(stderr, "poolshim: error: top: %s: %s\n", dir, strerror(errno)), -1);
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
+        fprintf(stderr,
+                "poolshim: error: top: %s is not a private directory of this user (%s, owner %u, mode %03o; wanted "
+                "a directory of %u, mode 700): its pages are not trusted\n",
+                dir, S_ISDIR(st.st_mode) ? "directory" : S_ISLNK(st.st_mode) ? "a link" : "not a directory",
+                (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
+        return -1;
+    }
+    return 1;
+}
+
+/* ---- 2. pages, and whether their process lives ----------------------------- */
+/* Field 22 of /proc/<pid>/stat, 0 when the process is gone or a zombie. */
+static unsigned long long process_start(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X')
+        return 0;
+    p += 2;
+    for (int field = 3; field < 22 && p; field++) {
+        p = strchr(p, ' ');
+        if (p)
+            p++;
+    }
+    return p ? strtoull(p, NULL, 10) : 0;
+}
+
+static unsigned long long own_pid_namespace(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
+/* For a process of another pid namespace: whether someone is bound to its
+ * request socket (1), nobody (0: dead), or it cannot be told (1). */
+static int socket_alive(const char *dir, const char *name)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    int n = snprintf(a.sun_path, sizeof a.sun_path, "%s/%s.sock", dir, name);
+    struct stat st;
+    if (n <= 0 || (size_t)n >= sizeof a.sun_path)
+        return 1;
+    if (lstat(a.sun_path, &st) != 0)
+        return 0;
+    int probe = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (probe < 0)
+        return 1;
+    int alive = connect(probe, (struct sockaddr *)&a, sizeof a) == 0 || (errno != ECONNREFUSED && errno != ENOENT);
+    close(probe);
+    return alive;
+}
+
+/* Removes a dead process's entries: its page and its neighbours' entry. */
+static void remove_dead(const char *dir, const char *name)
+{
+    static const char *const suffixes[] = {".stats", ".gpus", ".sock"};
+    char path[4200];
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s%s", dir, name, suffixes[i]);
+        unlink(path);
+    }
+}
+
+/* Reads a page this user wrote (a regular file nobody else may write);
+ * NULL otherwise. */
+static char *read_page(int dir_fd, const char *file)
+{
+    int fd = openat(dir_fd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    char *text = NULL;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 022) &&
+        st.st_size > 0 && st.st_size < (16 << 20)) {
+        text = malloc((size_t)st.st_size + 1);
+        ssize_t n = text ? read(fd, text, (size_t)st.st_size) : -1;
+        if (n <= 0) {
+            free(text);
+            text = NULL;
+        } else {
+            text[n] = 0;
+        }
+    }
+    close(fd);
+    return text;
+}
+
+/* Allocations per second of a process's device since its previous reading. */
+static double rate_of(const top_row_t *r)
+{
+    for (int i = 0; i < previous_count; i++) {
+        const top_reading_t *p = &previous[i];
+        if (p->pid == r->pid && p->start == r->start && p->device == r->device) {
+            if (r->monotonic_ns <= p->monotonic_ns || r->allocations < p->allocations)
+                return -1; /* (the same page again: no new reading) */
+            return (double)(r->allocations - p->allocations) * 1e9 / (double)(r->monotonic_ns - p->monotonic_ns);
+        }
+    }
+    return -1;
+}
+
+/* A page's rows; skipped silently when it is not a live page. */
+static void add_page(const char *text, int pid, unsigned long long start)
+{
+    char err[256];
+    json_t *page = cli_json_parse(text, err, sizeof err);
+    if (!page)
+        return;
+    json_t *devices = cli_json_at(page, "report.devices");
+    if (cli_json_u64(page, "live", 0) != 1 || !json_is_array(devices)) {
+        json_decref(page);
+        return;
+    }
+    json_t *rank = cli_json_at(page, "rank");
+    size_t i;
+    json_t *d;
+    json_array_foreach(devices, i, d) {
+        if (row_count >= ROWS_MAX)
+            break;
+        top_row_t *r = &rows[row_count++];
+        memset(r, 0, sizeof *r);
+        r->pid = pid;
+        r->start = start;
+        r->rank = json_is_integer(rank) ? (long)json_integer_value(rank) : -1;
+        snprintf(r->command, sizeof r->command, "%s", cli_json_str(page, "command", "?"));
+        r->time = cli_json_double(page, "time", 0);
+        r->monotonic_ns = cli_json_u64(page, "monotonic_ns", 0);
+        r->device = (int)cli_json_u64(d, "device", 0);
+        r->requested = cli_json_u64(d, "bytes.requested_current", 0);
+        r->requested_peak = cli_json_u64(d, "bytes.requested_peak", 0);
+        r->reserved = cli_json_u64(d, "bytes.reserved_current", 0);
+        r->reserved_peak = cli_json_u64(d, "bytes.reserved_peak", 0);
+        r->allocations = cli_json_u64(d, "calls.cudaMalloc", 0) + cli_json_u64(d, "calls.cudaMallocAsync", 0) +
+                         cli_json_u64(d, "calls.cuMemAlloc", 0) + cli_json_u64(d, "calls.cuMemAllocAsync", 0);
+        r->failures = cli_json_u64(d, "failures", 0);
+        r->time_ns = cli_json_u64(d, "time_ns.allocate", 0) + cli_json_u64(d, "time_ns.free", 0);
+        r->barriers = cli_json_u64(d, "barriers", 0);
+        r->given_back = cli_json_u64(d, "give_back.decay", 0) + cli_json_u64(d, "give_back.decay_host", 0) +
+                        cli_json_u64(d, "give_back.to_neighbours", 0);
+        r->rate = rate_of(r);
+    }
+    json_decref(page);
+}
+
+/* Reads every live page of `dir` into rows[] (stale ones removed); keeps
+ * the readings before for the rates. */
+static void read_pages(const char *dir)
+{
+    previous_count = 0;
+    for (int i = 0; i < row_count; i++)
+        previous[previous_count++] = (top_reading_t){rows[i].pid, rows[i].device, rows[i].start,
+                                                     rows[i].allocations, rows[i].monotonic_ns};
+    row_count = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    unsigned long long own_ns = own_pid_namespace();
+    for (struct dirent *e; (e = readdir(d));) {
+        int pid, used = 0;
+        unsigned long long start, ns;
+        if (e->d_name[0] != 'p' || sscanf(e->d_name, "p%d-%llu-%llu.stats%n", &pid, &start, &ns, &used) != 3 ||
+            e->d_name[used] || used <= 6)
+            continue;
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", used - 6, e->d_name); /* (without ".stats") */
+        int dead = ns == own_ns ? process_start(pid) != start : !socket_alive(dir, name);
+        if (dead) {
+            remove_dead(dir, name);
+            continue;
+        }
+        char *text = read_page(dirfd(d), e->d_name);
+        if (text)
+            add_page(text, pid, start);
+        free(text);
+    }
+    closedir(d);
+}
+
+/* ---- 3. order ---------------------------------------------------------------- */
+enum { SORT_RESERVED, SORT_REQUESTED, SORT_PEAK, SORT_RATE, SORT_TIME, SORT_PID, SORT_COUNT };
+static const char *const sort_names[SORT_COUNT] = {"reserved", "requested", "peak reserved", "allocations/s",
+                                                   "allocation time", "pid"};
+static int sort_by = SORT_RESERVED;
+
+static int compare_u64(uint64_t a, uint64_t b) { return a > b ? -1 : a < b; } /* (larger first) */
+
+static int compare_rows(const void *pa, const void *pb)
+{
+    const top_row_t *a = pa, *b = pb;
+    int c = 0;
+    switch (sort_by) {
+    case SORT_RESERVED: c = compare_u64(a->reserved, b->reserved); break;
+    case SORT_REQUESTED: c = compare_u64(a->requested, b->requested); break;
+    case SORT_PEAK: c = compare_u64(a->reserved_peak, b->reserved_peak); break;
+    case SORT_RATE: c = a->rate > b->rate ? -1 : a->rate < b->rate; break;
+    case SORT_TIME: c = compare_u64(a->time_ns, b->time_ns); break;
+    default: break;
+    }
+    if (!c)
+        c = a->pid != b->pid ? (a->pid < b->pid ? -1 : 1) : (a->device > b->device) - (a->device < b->device);
+    return c;
+}
+
+/* ---- 4. output --------------------------------------------------------------- */
+static const char header_format[] = "%7s %4s %3s %10s %10s %7s %10s %9s %10s %8s %10s  %s";
+
+/* One row as a line of the table (no newline). */
+static void format_row(char *out, size_t size, const top_row_t *r)
+{
+    char rank[24] = "-", requested[32], reserved[32], ratio[32] = "-", peak[32], rate[32] = "-", time_text[32],
+         barriers[32], given[32], pid[24], device[24];
+    if (r->rank >= 0)
+        snprintf(rank, sizeof rank, "%ld", r->rank);
+    if (r->requested)
+        snprintf(ratio, sizeof ratio, "%.2fx", (double)r->reserved / (double)r->requested);
+    if (r->rate >= 0)
+        snprintf(rate, sizeof rate, "%.0f", r->rate);
+    snprintf(pid, sizeof pid, "%d", r->pid);
+    snprintf(device, sizeof device, "%d", r->device);
+    snprintf(out, size, header_format, pid, rank, device, cli_format_bytes(requested, sizeof requested, r->requested),
+             cli_format_bytes(reserved, sizeof reserved, r->reserved), ratio,
+             cli_format_bytes(peak, sizeof peak, r->reserved_peak), rate,
+             cli_format_seconds(time_text, sizeof time_text, (double)r->time_ns / 1e9),
+             cli_format_count(barriers, sizeof barriers, r->barriers),
+             cli_format_bytes(given, sizeof given, r->given_back), r->command);
+}
+
+static void format_header(char *out, size_t size)
+{
+    snprintf(out, size, header_format, "PID", "RANK", "DEV", "REQUESTED", "RESERVED", "RES/REQ", "PEAK RES",
+             "ALLOC/S", "ALLOC TIME", "BARRIERS", "GIVEN BACK", "COMMAND");
+}
+
+static int process_count(void)
+{
+    int n = 0;
+    for (int i = 0; i < row_count; i++)
+        n += i == 0 || rows[i].pid != rows[i - 1].pid || rows[i].start != rows[i - 1].start;
+    return n;
+}
+
+static void print_table(FILE *f)
+{
+    char line[1024];
+    format_header(line, sizeof line);
+    fprintf(f, "%s\n", line);
+    for (int i = 0; i < row_count; i++) {
+        format_row(line, sizeof line, &rows[i]);
+        fprintf(f, "%s\n", line);
+    }
+}
+
+static void print_json(FILE *f, const char *dir)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    fprintf(f, "{\"poolshim_top\": 1, \"directory\": ");
+    cli_json_string(f, dir);
+    fprintf(f, ", \"time\": %lld.%03ld, \"processes\": [", (long long)now.tv_sec, now.tv_nsec / 1000000);
+    for (int i = 0; i < row_count; i++) {
+        const top_row_t *r = &rows[i];
+        int first_of_process = i == 0 || r->pid != rows[i - 1].pid || r->start != rows[i - 1].start;
+        if (first_of_process) {
+            fprintf(f, "%s\n  {\"pid\": %d, \"start\": %llu, \"rank\": ", i ? "]}," : "", r->pid, r->start);
+            if (r->rank >= 0)
+                fprintf(f, "%ld", r->rank);
+            else
+                fprintf(f, "null");
+            fprintf(f, ", \"command\": ");
+            cli_json_string(f, r->command);
+            fprintf(f, ", \"time\": %.3f, \"devices\": [", r->time);
+        }
+        fprintf(f,
+                "%s{\"device\": %d, \"requested_current\": %llu, \"requested_peak\": %llu, \"reserved_current\": %llu, "
+                "\"reserved_peak\": %llu, \"reserved_ratio\": ",
+                first_of_process ? "" : ", ", r->device, (unsigned long long)r->requested,
+                (unsigned long long)r->requested_peak, (unsigned long long)r->reserved,
+                (unsigned long long)r->reserved_peak);
+        if (r->requested)
+            fprintf(f, "%.4f", (double)r->reserved / (double)r->requested);
+        else
+            fprintf(f, "null");
+        fprintf(f, ", \"allocations\": %llu, \"allocations_per_second\": ", (unsigned long long)r->allocations);
+        if (r->rate >= 0)
+            fprintf(f, "%.1f", r->rate);
+        else
+            fprintf(f, "null");
+        fprintf(f, ", \"failures\": %llu, \"time_ns\": %llu, \"barriers\": %llu, \"given_back\": %llu}",
+                (unsigned long long)r->failures, (unsigned long long)r->time_ns, (unsigned long long)r->barriers,
+                (unsigned long long)r->given_back);
+    }
+    fprintf(f, "%s]}\n", row_count ? "]}\n" : "");
+}
+
+/* A Prometheus label value: backslash, quote and newline escaped. */
+static void prometheus_label(FILE *f, const char *text)
+{
+    for (const char *c = text; *c; c++) {
+        if (*c == '\\' || *c == '"')
+            fprintf(f, "\\%c", *c);
+        else if (*c == '\n')
+            fputs("\\n", f);
+        else
+            fputc(*c, f);
+    }
+}
+
+static void print_prometheus(FILE *f)
+{
+    static const struct {
+        const char *name, *type, *help;
+        int field;
+    } metrics[] = {
+        {"poolshim_requested_bytes", "gauge", "Bytes the program asked for and has not freed (needs global.stats).", 0},
+        {"poolshim_requested_peak_bytes", "gauge", "The most bytes the program had asked for at once (needs global.stats).", 1},
+        {"poolshim_reserved_bytes", "gauge", "Bytes the shim's stack holds from CUDA.", 2},
+        {"poolshim_reserved_peak_bytes", "gauge", "The most bytes the shim's stack held from CUDA.", 3},
+        {"poolshim_allocations_total", "counter", "Device allocation calls the shim served.", 4},
+        {"poolshim_allocation_failures_total", "counter", "Device allocations that failed.", 5},
+        {"poolshim_allocation_seconds_total", "counter",
+         "Time inside the shim's allocation and free calls, estimated from sampled calls (needs global.stats).", 6},
+        {"poolshim_barriers_total", "counter", "Device-wide barriers the pool recorded.", 7},
+        {"poolshim_given_back_bytes_total", "counter",
+         "Bytes given back to the device while running (decay and neighbours).", 8},
+    };
+    for (size_t m = 0; m < sizeof metrics / sizeof metrics[0]; m++) {
+        fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", metrics[m].name, metrics[m].help, metrics[m].name, metrics[m].type);
+        for (int i = 0; i < row_count; i++) {
+            const top_row_t *r = &rows[i];
+            fprintf(f, "%s{pid=\"%d\",device=\"%d\",rank=\"", metrics[m].name, r->pid, r->device);
+            if (r->rank >= 0)
+                fprintf(f, "%ld", r->rank);
+            fprintf(f, "\",command=\"");
+            prometheus_label(f, r->command);
+            fprintf(f, "\"} ");
+            switch (metrics[m].field) {
+            case 0: fprintf(f, "%llu\n", (unsigned long long)r->requested); break;
+            case 1: fprintf(f, "%llu\n", (unsigned long long)r->requested_peak); break;
+            case 2: fprintf(f, "%llu\n", (unsigned long long)r->reserved); break;
+            case 3: fprintf(f, "%llu\n", (unsigned long long)r->reserved_peak); break;
+            case 4: fprintf(f, "%llu\n", (unsigned long long)r->allocations); break;
+            case 5: fprintf(f, "%llu\n", (unsigned long long)r->failures); break;
+            case 6: fprintf(f, "%.9f\n", (double)r->time_ns / 1e9); break;
+            case 7: fprintf(f, "%llu\n", (unsigned long long)r->barriers); break;
+            default: fprintf(f, "%llu\n", (unsigned long long)r->given_back); break;
+            }
+        }
+    }
+}
+
+/* ---- the interactive view ---------------------------------------------------- */
+static struct termios saved_terminal;
+static int terminal_changed;
+static volatile sig_atomic_t quit_signal, resized;
+
+static void restore_terminal(void)
+{
+    if (!terminal_changed)
+        return;
+    terminal_changed = 0;
+    fputs("\033[?25h\033[?1049l", stdout); /* cursor back, main screen back */
+    fflush(stdout);
+    tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_terminal);
+}
+
+static void on_quit(int sig) { quit_signal = sig; }
+static void on_resize(int sig) { (void)sig; resized = 1; }
+
+static void draw(const char *dir)
+{
+    struct winsize ws = {0};
+    int width = 160, height = 40;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {
+        width = ws.ws_col;
+        height = ws.ws_row;
+    }
+    char line[1024], clock_text[16];
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    strftime(clock_text, sizeof clock_text, "%H:%M:%S", &tm);
+    fputs("\033[H", stdout);
+    snprintf(line, sizeof line, "poolshim top - %s - %d process%s, %d row%s - %s - sort: %s (s: next, q: quit)",
+             clock_text, process_count(), process_count() == 1 ? "" : "es", row_count, row_count == 1 ? "" : "s", dir,
+             sort_names[sort_by]);
+    printf("%.*s\033[K\n\033[K\n", width, line);
+    format_header(line, sizeof line);
+    printf("\033[7m%-*.*s\033[0m\033[K\n", width, width, line);
+    for (int i = 0; i < row_count && i < height - 4; i++) {
+        format_row(line, sizeof line, &rows[i]);
+        printf("%.*s\033[K\n", width, line);
+    }
+    if (!row_count)
+        printf("(no process under the shim publishes here: it needs global.neighbour_release on)\033[K\n");
+    fputs("\033[J", stdout);
+    fflush(stdout);
+}
+
+static int interactive(const char *dir)
+{
+    if (tcgetattr(STDIN_FILENO, &saved_terminal) != 0) {
+        fprintf(stderr, "poolshim: error: top: the standard input is not a terminal (use --once)\n");
+        return CLI_EXIT_FAILURE;
+    }
+    struct sigaction quit = {.sa_handler = on_quit}, resize = {.sa_handler = on_resize};
+    sigemptyset(&quit.sa_mask);
+    sigemptyset(&resize.sa_mask);
+    sigaction(SIGINT, &quit, NULL);
+    sigaction(SIGTERM, &quit, NULL);
+    sigaction(SIGHUP, &quit, NULL);
+    sigaction(SIGWINCH, &resize, NULL);
+    struct termios raw = saved_terminal;
+    raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+    raw.c_cc[VMIN] = 0;
+    raw.c_cc[VTIME] = 0;
+    terminal_changed = 1;
+    atexit(restore_terminal);
+    tcsetattr(STDIN_FILENO, TCSAFLUSH, &raw);
+    fputs("\033[?1049h\033[?25l\033[2J", stdout); /* the other screen, no cursor */
+    struct timespec next = {0, 0};
+    while (!quit_signal) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > next.tv_sec || (now.tv_sec == next.tv_sec && now.tv_nsec >= next.tv_nsec)) {
+            read_pages(dir);
+            qsort(rows, (size_t)row_count, sizeof rows[0], compare_rows);
+            draw(dir);
+            next = now;
+            next.tv_sec += 1;
+        } else if (resized) {
+            resized = 0;
+            draw(dir);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long wait_ms = (long)(next.tv_sec - now.tv_sec) * 1000 + (next.tv_nsec - now.tv_nsec) / 1000000;
+        struct pollfd p = {STDIN_FILENO, POLLIN, 0};
+        if (poll(&p, 1, wait_ms > 0 ? (int)wait_ms : 0) <= 0)
+            continue;
+        char key;
+        if (read(STDIN_FILENO, &key, 1) != 1)
+            continue;
+        if (key == 'q' || key == 'Q')
+            break;
+        if (key == 's' || key == 'S') {
+            sort_by = (sort_by + 1) % SORT_COUNT;
+            qsort(rows, (size_t)row_count, sizeof rows[0], compare_rows);
+            draw(dir);
+        }
+    }
+    restore_terminal();
+    return CLI_EXIT_OK;
+}
+
+int ps_cmd_top(int argc, char **argv)
+{
+    enum { OPT_ONCE = 1000, OPT_PROMETHEUS, OPT_DIR };
+    static const struct option options[] = {
+        {"once", no_argument, NULL, OPT_ONCE},       {"json", no_argument, NULL, 'j'},
+        {"prometheus", no_argument, NULL, OPT_PROMETHEUS}, {"dir", required_argument, NULL, OPT_DIR},
+        {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
+    };
+    int once = 0, json = 0, prometheus = 0, c;
+    char dir[4096] = "";
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":jh", options, NULL)) != -1) {
+        switch (c) {
+        case OPT_ONCE: once = 1; break;
+        case 'j': json = 1; break;
+        case OPT_PROMETHEUS: prometheus = 1; break;
+        case OPT_DIR:
+            if (cli_value_is_double_dash("top", argc, argv, optarg))
+                return CLI_EXIT_USAGE;
+            snprintf(dir, sizeof dir, "%s", optarg);
+            break;
+        case 'h': fputs(top_usage, stdout); return CLI_EXIT_OK;
+        case ':': return cli_usage_error("top", "option '%s' needs a value", argv[optind - 1]);
+        default: return cli_usage_error("top", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error("top", "unexpected argument '%s'", argv[optind]);
+    if (json + prometheus > 1)
+        return cli_usage_error("top", "--json and --prometheus exclude each other");
+    if (!dir[0])
+        default_directory(dir, sizeof dir);
+    int usable = check_directory(dir);
+    if (usable < 0)
+        return CLI_EXIT_FAILURE;
+    if (!once && !json && !prometheus && isatty(STDOUT_FILENO) && isatty(STDIN_FILENO))
+        return interactive(dir);
+    if (usable)
+        read_pages(dir);
+    if (json)
+        sort_by = SORT_PID; /* (a process's devices together) */
+    qsort(rows, (size_t)row_count, sizeof rows[0], compare_rows);
+    if (json)
+        print_json(stdout, dir);
+    else if (prometheus)
+        print_prometheus(stdout);
+    else
+        print_table(stdout);
+    return CLI_EXIT_OK;
+}
