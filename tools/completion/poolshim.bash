@@ -21,7 +21,7 @@ _poolshim()
         cword=$COMP_CWORD
     fi
 
-    local commands="run ab replay plot stats config version help"
+    local commands="run ab replay plot stats config top version help"
     if [[ $cword -eq 1 ]]; then
         COMPREPLY=($(compgen -W "$commands --help --version" -- "$cur"))
         return
@@ -85,6 +85,12 @@ _poolshim()
             COMPREPLY=($(compgen -f -X '!*.json' -- "$cur") $(compgen -d -- "$cur"))
             return
         fi
+        ;;
+    top)
+        case $prev in
+        --dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+        esac
+        opts="--once --json --prometheus --dir --help"
         ;;
     config)
         case $prev in
