@@ -17,14 +17,15 @@
  * 3. Between ticks it sleeps in poll() on a wake pipe and on the
  *    neighbours' socket (ps_neighbours_fd), so a request is served at once
  *    (ps_neighbours_serve) and a stop is prompt.
- * 3a. With neighbour_release on (the registry), it also publishes the live
- *    statistics every PS_LIVE_PERIOD_MS (shim/live.c), the first at once:
+ * 3a. It also publishes the live statistics every PS_LIVE_PERIOD_MS in the
+ *    registry (shim/live.c; neighbour_release on), the first at once:
  *    poll() waits for whichever comes first, the next tick or the next
- *    page (also when decay_ms is 0).
+ *    page (also when decay_ms is 0); without a usable registry, no more.
  * 4. Stops at exit: exit_begins (router.c) calls ps_give_back_stop, which
  *    wakes and joins it before the CUDA runtime's teardown; a tick in
- *    progress finishes first; then the live page and the registry entry go. A forked child has no such thread and starts
- *    none (its devices are marked failed). A context reset makes the
+ *    progress finishes first; then the live page and the registry entry
+ *    go. A forked child has no such thread and starts none (its devices
+ *    are marked failed). A context reset makes the
  *    device's GPU-ops table dead (no CUDA call) and its stack stays
  *    allocated, so a tick racing a reset touches nothing freed.
  */
@@ -108,7 +109,7 @@ static void *give_back_main(void *arg)
                                                                   : decay_ns;
     uint64_t next_tick = now_ns() + (uint64_t)tick_ms * 1000000ull;
     const uint64_t publish_ns = PS_LIVE_PERIOD_MS * 1000000ull;
-    int publish = ps_global->neighbour_release; /* (live statistics live in the registry: 3a.) */
+    int publish = 1; /* 3a. (the first call finds whether there is a registry) */
     uint64_t next_publish = now_ns();
     while (!atomic_load(&stopping) && !atomic_load(&ps_exiting)) {
         struct pollfd fds[2] = {{wake_pipe[0], POLLIN, 0}, {ps_neighbours_fd(), POLLIN, 0}};
@@ -131,7 +132,7 @@ static void *give_back_main(void *arg)
             next_tick = now + (uint64_t)tick_ms * 1000000ull;
         }
         if (publish && now >= next_publish) {
-            ps_live_publish();
+            publish = ps_live_publish();
             next_publish = now + publish_ns;
         }
     }

@@ -45,7 +45,6 @@ static struct {
     char page[PS_PATH_MAX];        /* DIR/N.stats */
     char temporary[PS_PATH_MAX];   /* DIR/N.stats.new */
     char command[COMMAND_MAX * 6 + 1]; /* the command line as a JSON string's contents */
-    int published;                 /* 1 once a page was written */
 } live;
 
 /* Appends byte string s (n bytes) to out as JSON string contents: valid
@@ -124,18 +123,18 @@ static void decide(void)
     ps_debug("live statistics: published every %d ms in %s", PS_LIVE_PERIOD_MS, live.page);
 }
 
-void ps_live_publish(void)
+bool ps_live_publish(void)
 {
     if (!live.decided)
         decide();
     if (!live.usable)
-        return;
+        return false;
     int fd = open(live.temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
         if (fd >= 0)
             close(fd);
-        return; /* (the registry went away: try at the next period) */
+        return true; /* (the registry went away: try at the next period) */
     }
     struct timespec wall, mono;
     clock_gettime(CLOCK_REALTIME, &wall);
@@ -161,9 +160,9 @@ void ps_live_publish(void)
     int failed = ferror(f);
     if (fclose(f) != 0 || failed || rename(live.temporary, live.page) != 0) {
         unlink(live.temporary);
-        return;
+        return true;
     }
-    live.published = 1;
+    return true;
 }
 
 void ps_live_remove(void)

@@ -3,6 +3,7 @@
 #ifndef PS_SHIM_LIVE_H
 #define PS_SHIM_LIVE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* How often the give-back thread publishes (shim/give_back.c). */
@@ -10,9 +11,9 @@
 
 /* Writes this process's page (the give-back thread only). The first call
  * decides whether there is a registry to publish in; without one (or with
- * neighbour_release off) it says so once at info level and every later call
- * returns at once. */
-void ps_live_publish(void);
+ * neighbour_release off) it says so once at info level and returns false:
+ * then there is no need to call it again. */
+bool ps_live_publish(void);
 /* Removes the page (the give-back thread's stop, after the join). */
 void ps_live_remove(void);
 
