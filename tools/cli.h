@@ -36,6 +36,7 @@ int ps_cmd_plot(int argc, char **argv);
 int ps_cmd_stats(int argc, char **argv);
 int ps_cmd_config(int argc, char **argv);
 int ps_cmd_top(int argc, char **argv);
+int ps_cmd_export(int argc, char **argv);
 
 /* ---- tools/cli_util.c ---- */
 

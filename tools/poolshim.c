@@ -7,6 +7,7 @@
  *   poolshim stats  FILE|DIR...                merge the statistics of a job's processes
  *   poolshim config [options]                  the effective configuration
  *   poolshim top    [--once|--json|--prometheus] live figures of every process under the shim
+ *   poolshim export LOG.csv --memory-viz F     a log for PyTorch memory_viz / Perfetto
  *   poolshim --version                         the version (the file VERSION)
  *
  * Algorithm: 1. find the subcommand (argv[1]); 2. hand it argv from its
@@ -35,6 +36,7 @@ static const char usage_text[] =
     "  stats   merge the statistics of a job's processes    poolshim stats out/stats_*.json\n"
     "  config  show or check the effective configuration    poolshim config --help\n"
     "  top     live figures of each process under the shim  poolshim top --once\n"
+    "  export  a log for PyTorch memory_viz or Perfetto     poolshim export log.csv --perfetto t.json\n"
     "  version print the version (also --version)           poolshim --version\n"
     "\n"
     "'poolshim <command> --help' describes each command. Documentation: docs/cli.md\n";
@@ -67,6 +69,7 @@ int main(int argc, char **argv)
         {"stats", ps_cmd_stats},
         {"config", ps_cmd_config},
         {"top", ps_cmd_top},
+        {"export", ps_cmd_export},
         {"replay-gpu-driver", replay_gpu_driver_main}, /* internal: what `replay` runs under the shim */
     };
     for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++) {
