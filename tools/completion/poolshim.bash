@@ -21,7 +21,7 @@ _poolshim()
         cword=$COMP_CWORD
     fi
 
-    local commands="run ab replay plot stats config top version help"
+    local commands="run ab replay plot stats config top export version help"
     if [[ $cword -eq 1 ]]; then
         COMPREPLY=($(compgen -W "$commands --help --version" -- "$cur"))
         return
@@ -79,6 +79,14 @@ _poolshim()
         esac
         opts="--output --title --config --simulate --gpu-lag --help"
         ;;
+    export)
+        case $prev in
+        -m | --memory-viz) COMPREPLY=($(compgen -f -X '!*.pickle' -- "$cur") $(compgen -d -- "$cur")); return ;;
+        -p | --perfetto) COMPREPLY=($(compgen -f -X '!*.json' -- "$cur") $(compgen -d -- "$cur")); return ;;
+        -d | --device) COMPREPLY=($(compgen -W "0 1 2 3 4 5 6 7" -- "$cur")); return ;;
+        esac
+        opts="--memory-viz --perfetto --device --help"
+        ;;
     stats)
         opts="--json --help"
         if [[ $cur != -* ]]; then
@@ -111,7 +119,7 @@ _poolshim()
 
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))
-    elif [[ $command == replay || $command == plot ]]; then
+    elif [[ $command == replay || $command == plot || $command == export ]]; then
         _poolshim_logs
     fi
 } &&
