@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char output[65536];
@@ -1213,7 +1214,43 @@ static void fabricate_page(pid_t pid, char *name, size_t size, unsigned long lon
     chmod(path, 0600);
 }
 
-static void live_pages_settle(void) { usleep(800 * 1000); } /* (more than one period of 500 ms) */
+/* Waits (up to 10 s) until process `pid` has published a page written after
+ * `after` (seconds since the epoch): its figures are those of its idle time. */
+static void wait_for_fresh_page(pid_t pid, double after)
+{
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "p%d-", (int)pid);
+    double written = 0;
+    for (int i = 0; i < 1000 && written <= after; i++) {
+        DIR *d = opendir(hood.registry);
+        for (struct dirent *e; d && (e = readdir(d));) {
+            size_t n = strlen(e->d_name);
+            if (strncmp(e->d_name, prefix, strlen(prefix)) || n < 6 || strcmp(e->d_name + n - 6, ".stats"))
+                continue;
+            char path[400], text[512] = "";
+            snprintf(path, sizeof path, "%s/%s", hood.registry, e->d_name);
+            FILE *f = fopen(path, "r");
+            size_t got = f ? fread(text, 1, sizeof text - 1, f) : 0;
+            text[got] = 0;
+            if (f)
+                fclose(f);
+            const char *t = strstr(text, "\"time\": ");
+            written = t ? strtod(t + 8, NULL) : 0;
+        }
+        if (d)
+            closedir(d);
+        if (written <= after)
+            usleep(10000);
+    }
+    cr_assert_gt(written, after, "no page of %d written after it got ready", (int)pid);
+}
+
+static double wall_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
 
 /* (a) two programs on one fake GPU, each idling with blocks it holds (A 4,
  * B 8 of 1 MiB + 1000 bytes; each freed as many); top lists both with the
@@ -1223,7 +1260,13 @@ static void expect_top_matches_exit_reports(const char *env, int listed)
     hood_init(1, env);
     pid_t a = start_holder("a", 8, NULL);
     pid_t b = start_holder("b", 16, "RANK=5");
-    live_pages_settle();
+    if (listed) {
+        double ready = wall_now();
+        wait_for_fresh_page(a, ready);
+        wait_for_fresh_page(b, ready);
+    } else {
+        usleep(800 * 1000); /* (more than a period: a page would be there) */
+    }
     char cmd[256];
     static char top_json[65536], a_report[65536], b_report[65536];
     snprintf(cmd, sizeof cmd, "--once --json --dir %s", hood.registry);
@@ -1292,7 +1335,7 @@ Test(live, stale_pages_are_not_listed_and_are_removed, .timeout = 30)
     fclose(f);
     fabricate_page(getpid(), alive, sizeof alive, 7654321);
     pid_t killed = start_holder("k", 4, NULL);
-    live_pages_settle();
+    wait_for_fresh_page(killed, 0);
     kill(killed, SIGKILL);
     waitpid(killed, NULL, 0);
     char killed_page[400];
@@ -1429,7 +1472,7 @@ Test(live, prometheus_output_is_well_formed, .timeout = 30)
     char name[96], cmd[256];
     fabricate_page(getpid(), name, sizeof name, 99); /* (its command holds quotes: escaped) */
     pid_t b = start_holder("b", 6, "RANK=2");
-    live_pages_settle();
+    wait_for_fresh_page(b, wall_now());
     snprintf(cmd, sizeof cmd, "--prometheus --dir %s", hood.registry);
     int rc = run_top(cmd), samples = 0;
     char text[65536];
@@ -1486,7 +1529,7 @@ Test(live, the_interactive_view_in_tmux_shows_rows_and_restores_the_terminal, .t
         cr_skip_test("no tmux");
     hood_init(1, NULL);
     pid_t b = start_holder("b", 6, NULL);
-    live_pages_settle();
+    wait_for_fresh_page(b, wall_now());
     char server[64], args[2048], screen[16384], pid_text[32];
     snprintf(server, sizeof server, "poolshim_live_%d", (int)getpid());
     snprintf(args, sizeof args,
