@@ -7,6 +7,7 @@
 #   tools/bench/growth.sh BUILD_DIR      (make bench runs it; tools/gpu_session.sh growth)
 # Environment: OUT_DIR (default /tmp/poolshim-growth), ROUNDS, SIZES ("1 8 32 fill"),
 # STACKS ("label=POOLSHIM_OPTIONS ..."; "native" is always run), NVCC.
+# Exit status: 1 when a run failed (a cudaMalloc refused, or a block's bytes wrong).
 set -u
 build_dir=${1:-build}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,7 +37,8 @@ for round in $(seq 1 "$ROUNDS"); do
         done
     done
 done
-grep -h FAIL "$raw" && echo "growth: some runs failed (above)"
+failed=0
+grep -h FAIL "$raw" && { echo "growth: some runs failed (above)"; failed=1; }
 echo "growth: first cudaMalloc and a 1 GiB fill, $ROUNDS alternated rounds, median ms (round 1 apart), ratio to native"
 "$PYTHON" - "$raw" <<'PY'
 import re, statistics, sys
@@ -59,3 +61,4 @@ for what, by in runs.items():
         cells.append(f"{label} {m:9.2f}{ratio} (first {first[0]:.2f})" if first else f"{label} {m:9.2f}{ratio}")
     print(f"  {what:10s} " + " | ".join(cells))
 PY
+exit $failed

@@ -19,6 +19,9 @@
 #      their own pinned caches and under poolshim; pinned.txt and pinned.json.
 #   3c. With two GPUs: mpirun and torchrun jobs natively and under the shim, a
 #      row per rank (tools/bench/multigpu.sh; multigpu.txt beside bench.txt).
+#   3d. Growth: the first cudaMalloc of 1, 8 and 32 GiB and a 1 GiB fill of the
+#      card in fresh processes, natively and per stack, 4 alternated rounds
+#      (tools/bench/growth.sh; growth.txt beside bench.txt).
 #   4. Recorded logs on the GPU: replay_logs.sh replays the committed PyTorch
 #      logs through the shim (and --native), with and without --gpu-lag, each
 #      beside `replay --simulate` (label replay_logs; BENCH_ONLY applies).
@@ -228,6 +231,17 @@ if wanted multigpu; then
     else
         note "multigpu: left out (needs two GPUs)"
     fi
+fi
+
+# ---------------------------------------------------------------- 3d. growth
+# the first big cudaMalloc and a fill of the card, natively and per stack
+# (tools/bench/growth.sh: medians of alternated rounds, ratios to native)
+if wanted growth; then
+    note "growth: first cudaMalloc of 1, 8, 32 GiB and a 1 GiB fill (tools/bench/growth.sh)"
+    OUT_DIR=$WORKDIR/growth "$here/growth.sh" "$build_dir" >"$WORKDIR/logs/growth.log" 2>&1 ||
+        problems=$((problems + 1))
+    tee -a "$log" <"$WORKDIR/logs/growth.log"
+    [ -n "${OUTDIR:-}" ] && grep -A20 '^growth: first' "$WORKDIR/logs/growth.log" >"$OUTDIR/growth.txt" 2>/dev/null
 fi
 
 # ---------------------------------------------------------------- 4. recorded logs on the GPU
