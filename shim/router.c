@@ -951,6 +951,12 @@ void ps_peer_access_enabled(CUcontext peer)
     ps_gpu_ops_cuda_peer_access_enabled(peer);
 }
 
+/* A report written while the program runs (the live page, shim/live.c)
+ * reads every device's state and what its dropped stacks took: under the
+ * devices lock, as a context reset writes them (drop_device). */
+void ps_devices_report_begin(void) { pthread_mutex_lock(&devices_lock); }
+void ps_devices_report_end(void) { pthread_mutex_unlock(&devices_lock); }
+
 void ps_route_device_synchronized(void)
 {
     if (!atomic_load_explicit(&ps_init_done, memory_order_acquire) || ps_disabled_early)

@@ -517,6 +517,10 @@ typedef struct ps_device_state {
     ps_resource_info_t dropped;     /* the dropped stacks' own figures, summed (peak: max) */
     ps_resource_info_t dropped_host; /* the same for the dropped host pools */
 } ps_device_state_t;
+/* Hold the devices lock around a report written while the program runs
+ * (router.c; a context reset changes what the report reads). Not at exit. */
+void ps_devices_report_begin(void);
+void ps_devices_report_end(void);
 extern ps_device_state_t ps_devices[PS_MAX_DEVICES];
 /* The device state of the current context, building its stack on first
  * use; NULL when the call must pass through. */
