@@ -1,10 +1,12 @@
 /* Shared helpers: status names, the one message path, byte formatting,
- * the monotonic clock. */
+ * the monotonic clock, a process's start time. */
 #include "common.h"
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -121,3 +123,27 @@ void ps_spin_slow(ps_spin_t *lock)
 }
 
 void ps_lock_wake(ps_lock_t *lock) { syscall(SYS_futex, &lock->held, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0); }
+
+unsigned long long ps_process_start(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* (the command may hold spaces and parentheses) */
+    if (!p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X')
+        return 0;
+    p += 2; /* field 3 */
+    for (int field = 3; field < 22 && p; field++) {
+        p = strchr(p, ' ');
+        if (p)
+            p++;
+    }
+    return p ? strtoull(p, NULL, 10) : 0;
+}

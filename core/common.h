@@ -66,6 +66,11 @@ char *ps_format_bytes(char *buf, size_t bufsize, uint64_t bytes);
 /* Monotonic clock in nanoseconds. */
 uint64_t ps_now_ns(void);
 
+/* Field 22 of /proc/<pid>/stat: when the process started (clock ticks after
+ * boot); 0 when it is gone or a zombie. With the pid it names a process
+ * for good (a reused pid has another start). */
+unsigned long long ps_process_start(int pid);
+
 /* ---- locks ------------------------------------------------------------ */
 /* A small lock for hot paths whose critical sections are short: one
  * compare-and-swap when free; a waiter spins briefly, then sleeps in the

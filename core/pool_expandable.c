@@ -452,6 +452,16 @@ static int whole_pieces_of(const pool_t *pool, const ps_vm_range_t *range, uint3
     return ps_vm_range_whole_runs(range, lo, hi);
 }
 
+/* [lo, hi) (whole runs) cut to the runs that give back `want` bytes and no
+ * more than a run beyond: the new hi. */
+static uintptr_t runs_for(const ps_vm_range_t *range, uintptr_t lo, uintptr_t hi, uint64_t want)
+{
+    if (hi - lo <= want)
+        return hi;
+    uintptr_t end = ps_vm_range_boundary_up(range, lo + want);
+    return end < hi ? end : hi;
+}
+
 /* Whether a growth of an expandable pool may first move free pieces
  * (options.remap, free_sync barrier): a remap credit is left
  * (remap_earn_locked). A program whose every step needs a block the layout
@@ -879,10 +889,7 @@ static void unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
             uintptr_t lo, hi;
             if (!whole_pieces_of(pool, range, index, &lo, &hi))
                 continue;
-            if (hi - lo > pool->bytes_reserved - keep) { /* unmap no more than needed (whole runs) */
-                uintptr_t end = ps_vm_range_boundary_up(range, lo + (pool->bytes_reserved - keep));
-                hi = end < hi ? end : hi;
-            }
+            hi = runs_for(range, lo, hi, pool->bytes_reserved - keep); /* no more than needed */
             if (pool_reserve_descriptors_locked(pool, 2) != PS_OK)
                 continue;
             /* a block released by a failed host wait (idle unknown) needs
@@ -935,29 +942,37 @@ int pool_grow_locked(pool_t *pool, size_t need, uint32_t *grown)
     }
 }
 
+/* Gives chunk `slot` (not a range) back to the upstream when it is one
+ * ready free block idle at `passed` (IDLE_NEVER: the device was
+ * synchronized); a refusal keeps it, said with a warning when `warn`. */
+static void give_chunk_back_locked(pool_t *pool, uint32_t slot, uint64_t passed, int warn)
+{
+    pool_chunk_t *chunk = &pool->chunks[slot];
+    uint32_t index = chunk->first_block;
+    pool_block_t *b = &pool->blocks[index];
+    if (b->state != BLOCK_FREE || b->owner != OWNER_READY || b->next_phys != NIL ||
+        (passed != IDLE_NEVER && b->idle_gen > passed))
+        return;
+    if (ps_deallocate(pool->base.upstream, chunk->base, chunk->base_size, PS_STREAM_NONE) != PS_OK) {
+        if (warn)
+            ps_warning("pool '%s': the upstream refused a chunk back; keeping it", pool->base.name);
+        return;
+    }
+    pool_list_remove(pool, index);
+    pool_recycle_descriptor(pool, index);
+    pool->bytes_reserved -= chunk->size;
+    pool->upstream_frees++;
+    chunk->base = NULL;
+}
+
 /* Gives wholly free chunks of the ready list back to the upstream (and,
  * expandable, unmaps free pieces) until at most `keep` bytes are reserved. */
 void pool_release_free_chunks_locked(pool_t *pool, uint64_t keep)
 {
     pool_quick_flush_locked(pool);
-    for (uint32_t slot = 0; slot < pool->chunks_count && pool->bytes_reserved > keep; slot++) {
-        pool_chunk_t *chunk = &pool->chunks[slot];
-        if (!chunk->base || chunk->range)
-            continue;
-        uint32_t index = chunk->first_block;
-        pool_block_t *b = &pool->blocks[index];
-        if (b->state != BLOCK_FREE || b->owner != OWNER_READY || b->next_phys != NIL)
-            continue;
-        if (ps_deallocate(pool->base.upstream, chunk->base, chunk->base_size, PS_STREAM_NONE) != PS_OK) {
-            ps_warning("pool '%s': the upstream refused a chunk back; keeping it", pool->base.name);
-            continue;
-        }
-        pool_list_remove(pool, index);
-        pool_recycle_descriptor(pool, index);
-        pool->bytes_reserved -= chunk->size;
-        pool->upstream_frees++;
-        chunk->base = NULL;
-    }
+    for (uint32_t slot = 0; slot < pool->chunks_count && pool->bytes_reserved > keep; slot++)
+        if (pool->chunks[slot].base && !pool->chunks[slot].range)
+            give_chunk_back_locked(pool, slot, IDLE_NEVER, 1);
     while (pool->chunks_count && !pool->chunks[pool->chunks_count - 1].base)
         pool->chunks_count--;
     if (pool->expandable)
@@ -981,17 +996,7 @@ uint64_t pool_release_idle_locked(pool_t *pool, uint64_t keep, uint64_t passed)
         if (!chunk->base)
             continue;
         if (!chunk->range) { /* a chunk goes back whole, when wholly free and idle */
-            uint32_t index = chunk->first_block;
-            pool_block_t *b = &pool->blocks[index];
-            if (b->state != BLOCK_FREE || b->owner != OWNER_READY || b->next_phys != NIL || b->idle_gen > passed)
-                continue;
-            if (ps_deallocate(pool->base.upstream, chunk->base, chunk->base_size, PS_STREAM_NONE) != PS_OK)
-                continue;
-            pool_list_remove(pool, index);
-            pool_recycle_descriptor(pool, index);
-            pool->bytes_reserved -= chunk->size;
-            pool->upstream_frees++;
-            chunk->base = NULL;
+            give_chunk_back_locked(pool, slot, passed, 0);
             continue;
         }
         for (uint32_t index = chunk->first_block, next; index != NIL && pool->bytes_reserved > keep; index = next) {
@@ -999,10 +1004,7 @@ uint64_t pool_release_idle_locked(pool_t *pool, uint64_t keep, uint64_t passed)
             uintptr_t lo, hi;
             if (pool->blocks[index].idle_gen > passed || !whole_pieces_of(pool, chunk->range, index, &lo, &hi))
                 continue;
-            if (hi - lo > pool->bytes_reserved - keep) { /* no more than needed (whole runs) */
-                uintptr_t end = ps_vm_range_boundary_up(chunk->range, lo + (pool->bytes_reserved - keep));
-                hi = end < hi ? end : hi;
-            }
+            hi = runs_for(chunk->range, lo, hi, pool->bytes_reserved - keep); /* no more than needed */
             if (pool_reserve_descriptors_locked(pool, 2) != PS_OK)
                 break;
             unmap_block_pieces_locked(pool, slot, index, lo, hi, NULL, &next);

@@ -139,32 +139,6 @@ static uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
-/* Field 22 of /proc/<pid>/stat (the start time in clock ticks after boot),
- * 0 when the process is gone or a zombie. */
-static unsigned long long process_start(int pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')'); /* (the command may hold spaces and parentheses) */
-    if (!p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X')
-        return 0;
-    p += 2; /* field 3 */
-    for (int field = 3; field < 22 && p; field++) {
-        p = strchr(p, ' ');
-        if (p)
-            p++;
-    }
-    return p ? strtoull(p, NULL, 10) : 0;
-}
-
 static unsigned long long pid_namespace(void)
 {
     struct stat st;
@@ -183,7 +157,7 @@ static bool entry_path(char *path, size_t size, const char *name, const char *su
 static void check_directory(void)
 {
     self.pid = getpid();
-    self.start = process_start(self.pid);
+    self.start = ps_process_start(self.pid);
     self.ns = pid_namespace();
     snprintf(self.name, sizeof self.name, "p%d-%llu-%llu", self.pid, self.start, self.ns);
     const char *test_dir = getenv("POOLSHIM_TEST_NEIGHBOURS_DIR");
@@ -590,7 +564,7 @@ static int send_requests(int fd, const message_t *request, asked_t *asked, int *
         snprintf(name, sizeof name, "%.*s", used - 5, e->d_name); /* (without ".gpus") */
         if (pid == self.pid && start == self.start && ns == self.ns)
             continue; /* ourselves */
-        if (ns == self.ns && process_start(pid) != start) {
+        if (ns == self.ns && ps_process_start(pid) != start) {
             remove_entry(name); /* gone, or the pid is another process's now */
             continue;
         }

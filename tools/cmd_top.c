@@ -39,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../core/common.h"
 #include "cli.h"
 
 static const char top_usage[] =
@@ -127,31 +128,6 @@ static int check_directory(const char *dir)
 }
 
 /* ---- 2. pages, and whether their process lives ----------------------------- */
-/* Field 22 of /proc/<pid>/stat, 0 when the process is gone or a zombie. */
-static unsigned long long process_start(int pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    if (!p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X')
-        return 0;
-    p += 2;
-    for (int field = 3; field < 22 && p; field++) {
-        p = strchr(p, ' ');
-        if (p)
-            p++;
-    }
-    return p ? strtoull(p, NULL, 10) : 0;
-}
-
 static unsigned long long own_pid_namespace(void)
 {
     struct stat st;
@@ -290,7 +266,7 @@ static void read_pages(const char *dir)
             continue;
         char name[256];
         snprintf(name, sizeof name, "%.*s", used - 6, e->d_name); /* (without ".stats") */
-        int dead = ns == own_ns ? process_start(pid) != start : !socket_alive(dir, name);
+        int dead = ns == own_ns ? ps_process_start(pid) != start : !socket_alive(dir, name);
         if (dead) {
             remove_dead(dir, name);
             continue;
