@@ -128,7 +128,6 @@ uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64
             uint64_t step = pool->bytes_reserved > target + DECAY_STEP ? pool->bytes_reserved - DECAY_STEP : target;
             uint64_t g = pool_release_idle_locked(pool, step, passed);
             given += g;
-            pool->decay_given += g;
             if (!g || pool->bytes_reserved <= target)
                 break;
             ps_unlock(&pool->lock);

@@ -507,7 +507,7 @@ static int spare_pieces_of(const pool_t *pool, const growth_plan_t *plan, uint32
  * barrier_passed calls, newest first (an older barrier than the ring
  * remembers has passed once the oldest remembered one has); a failed call
  * counts as not passed. */
-static uint64_t newest_passed_locked(const pool_t *pool)
+uint64_t pool_newest_passed_locked(const pool_t *pool)
 {
     const ps_gpu_ops_t *gpu = pool->gpu;
     if (!gpu->barrier_generation || !gpu->barrier_passed)
@@ -674,7 +674,7 @@ static int lend_possible_locked(const pool_t *pool)
            gpu->vm_drop;
 }
 
-/* newest_passed_locked not asked yet (remap_for_growth_locked asks it). */
+/* pool_newest_passed_locked not asked yet (remap_for_growth_locked asks it). */
 #define PASSED_UNKNOWN (IDLE_NEVER - 1)
 
 /* return_lent_locked(passed) in the middle of a remap: an address that
@@ -705,7 +705,7 @@ static int within_slack_locked(const pool_t *pool, const growth_plan_t *plan)
  * would invalidate; it also releases what is pending). When every block
  * the usual choice takes pieces from is idle (its releasing barrier has
  * passed on the GPU: nothing issued before it can touch it; the newest
- * passed barrier is asked once, newest_passed_locked), the pieces move
+ * passed barrier is asked once, pool_newest_passed_locked), the pieces move
  * with no device synchronize; otherwise the device is synchronized first,
  * as before. Either way the same pieces move: the layout and the peaks are
  * what they were. Replay (docs/benchmarks.md), transformer log with a
@@ -727,7 +727,7 @@ static int remap_for_growth_locked(pool_t *pool, growth_plan_t *plan, size_t nee
     const ps_gpu_ops_t *gpu = pool->gpu;
     uint64_t needed;
     if (passed == PASSED_UNKNOWN)
-        passed = newest_passed_locked(pool);
+        passed = pool_newest_passed_locked(pool);
     if (choice_is_idle_locked(pool, plan, passed)) {
         /* (lent addresses idle at `passed` went before the plan was made:
          * one is left here only if its unmap failed then) */
@@ -827,7 +827,7 @@ static int grow_expandable_once_locked(pool_t *pool, size_t need, uint32_t *grow
         pool->peak_need_in_use = pool->bytes_in_use + need;
     uint64_t passed = PASSED_UNKNOWN;
     if (pool->lent_head != NIL) { /* lent addresses whose barrier passed may serve this growth */
-        passed = newest_passed_locked(pool);
+        passed = pool_newest_passed_locked(pool);
         return_lent_locked(pool, passed);
     }
     growth_plan_t plan = plan_growth_locked(pool, need);
@@ -1013,12 +1013,6 @@ uint64_t pool_release_idle_locked(pool_t *pool, uint64_t keep, uint64_t passed)
     while (pool->chunks_count && !pool->chunks[pool->chunks_count - 1].base)
         pool->chunks_count--;
     return before - pool->bytes_reserved;
-}
-
-/* The newest barrier the GPU has passed (newest_passed_locked), for the decay. */
-uint64_t pool_newest_passed_locked(const pool_t *pool)
-{
-    return newest_passed_locked(pool);
 }
 
 /* Step 7: the floor is on (grow_budget_min, over the growth budget of a

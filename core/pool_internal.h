@@ -149,7 +149,6 @@ typedef struct pool {
     uint64_t decay_allocs;      /* decay: allocations served, to tell an idle pool */
     pool_decay_tick_t decay_ring[DECAY_TICKS]; /* decay: the last ticks, oldest overwritten */
     unsigned decay_next;        /* decay: the ring's next slot */
-    uint64_t decay_given;       /* decay: bytes given back */
 
     int eager_barrier;          /* 1: free_sync barrier with barrier_pending_percent > 0 */
     int expandable;             /* 1: growth maps pieces of virtual-memory ranges, not chunks */
@@ -297,6 +296,8 @@ int pool_grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown);
 int pool_grow_locked(pool_t *pool, size_t need, uint32_t *grown);
 void pool_release_free_chunks_locked(pool_t *pool, uint64_t keep);
 uint64_t pool_release_idle_locked(pool_t *pool, uint64_t keep, uint64_t passed);
+/* The newest barrier the GPU has passed (IDLE_NOW: none known): a ready
+ * block with idle_gen <= it is idle. */
 uint64_t pool_newest_passed_locked(const pool_t *pool);
 void pool_remap_earn_locked(pool_t *pool, uint64_t released);
 int pool_under_budget_min_locked(const pool_t *pool, size_t need);
