@@ -61,27 +61,20 @@ uint64_t ps_give_back_device(int d, uint64_t now, uint64_t decay_ns, uint64_t wa
 {
     if (refused)
         *refused = 0;
-    if (d < 0 || d >= PS_MAX_DEVICES || atomic_load(&ps_exiting) ||
-        atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) != PS_DEVICE_READY)
+    if (atomic_load(&ps_exiting))
         return 0;
-    ps_device_state_t *dev = &ps_devices[d];
-    ps_stack_t *stack = __atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE);
-    ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
-    if (!stack || !gpu)
-        return 0;
-    ps_in_shim++;
-    int open = ps_gpu_ops_cuda_give_back_enter(gpu);
+    ps_device_state_t *dev;
+    int open = ps_give_back_enter_device(d, &dev);
     if (open != PS_OK) {
-        ps_in_shim--;
         if (refused)
             *refused = open == PS_EBUSY;
         return 0;
     }
+    ps_stack_t *stack = __atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE);
     uint64_t given = ps_decay(stack->top, now, decay_ns, want);
     ps_resource_t *host = __atomic_load_n(&dev->host_pool, __ATOMIC_ACQUIRE);
     uint64_t host_given = host && !(want && given >= want) ? ps_decay(host, now, decay_ns, want ? want - given : 0) : 0;
-    ps_gpu_ops_cuda_give_back_leave();
-    ps_in_shim--;
+    ps_give_back_exit_device();
     if (given)
         ps_stats_count_give(d, decay_ns ? PS_GIVE_DECAY : PS_GIVE_TO_NEIGHBOURS, given);
     if (host_given)

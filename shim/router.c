@@ -994,19 +994,37 @@ static bool neighbours_gave(int d, uint64_t wanted, uint64_t epoch)
     return given || ps_route_oom_epoch() != epoch;
 }
 
-/* The pool's own trim on device d (nothing when no stack was built there,
- * or while a stream capture is open): the bytes it gave back. */
-static uint64_t trim_for_oom(int d, const char *api)
+int ps_give_back_enter_device(int d, ps_device_state_t **dev_out)
 {
-    if (atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) != PS_DEVICE_READY)
-        return 0;
+    if (d < 0 || d >= PS_MAX_DEVICES || atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) != PS_DEVICE_READY)
+        return PS_EUPSTREAM;
     ps_device_state_t *dev = &ps_devices[d];
-    ps_stack_t *stack = __atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE);
     ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
+    if (!gpu || !__atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE))
+        return PS_EUPSTREAM;
     ps_in_shim++;
     int open = ps_gpu_ops_cuda_give_back_enter(gpu);
     if (open != PS_OK) {
         ps_in_shim--;
+        return open;
+    }
+    *dev_out = dev;
+    return PS_OK;
+}
+
+void ps_give_back_exit_device(void)
+{
+    ps_gpu_ops_cuda_give_back_leave();
+    ps_in_shim--;
+}
+
+/* The pool's own trim on device d (nothing when no stack was built there,
+ * or while a stream capture is open): the bytes it gave back. */
+static uint64_t trim_for_oom(int d, const char *api)
+{
+    ps_device_state_t *dev;
+    int open = ps_give_back_enter_device(d, &dev);
+    if (open != PS_OK) {
         if (open == PS_EBUSY) {
             ps_stats_count_oom(d, PS_OOM_SKIPPED_CAPTURE, 1);
             ps_info("device %d: %s ran out of memory while a stream capture is open: the pool's free memory "
@@ -1014,12 +1032,12 @@ static uint64_t trim_for_oom(int d, const char *api)
         }
         return 0;
     }
+    ps_stack_t *stack = __atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE);
     ps_resource_info_t before = {0}, after = {0};
     ps_query(stack->top, &before);
     ps_trim(stack->top);
     ps_query(stack->top, &after);
-    ps_gpu_ops_cuda_give_back_leave();
-    ps_in_shim--;
+    ps_give_back_exit_device();
     uint64_t given = before.bytes_reserved > after.bytes_reserved ? before.bytes_reserved - after.bytes_reserved : 0;
     if (given) {
         ps_stats_count_oom(d, PS_OOM_GIVEN_BACK, given);
