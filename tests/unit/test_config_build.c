@@ -664,3 +664,16 @@ Test(config_build, a_pool_says_when_it_will_not_use_the_upstream_it_was_given)
     messages_of_building("[resource.main]\ntype = pool\nupstream = cuda\n", 1, out, sizeof out);
     cr_assert_null(strstr(out, "is not used"), "the implicit upstream written out: %s", out);
 }
+
+Test(config_build, expandable_run_min_reaches_the_pool_and_defaults_to_1_gib)
+{
+    ps_config_t *cfg = load("[resource.main]\ntype = pool\n");
+    cr_assert_eq(main_pool_options(cfg).expandable_run_min, PS_GiB, "the default: runs from 1 GiB");
+    ps_config_free(cfg);
+    cfg = load("[resource.main]\ntype = pool\nexpandable_run_min = 64MiB\n");
+    cr_assert_eq(main_pool_options(cfg).expandable_run_min, 64 * PS_MiB);
+    ps_config_free(cfg);
+    cfg = load("[resource.main]\ntype = pool\nexpandable_run_min = 0\n");
+    cr_assert_eq(main_pool_options(cfg).expandable_run_min, 0, "0: always piece by piece");
+    ps_config_free(cfg);
+}

@@ -124,6 +124,33 @@ Test(config_env, oom_retry_is_on_by_default_and_any_source_turns_it_off)
     ps_config_free(cfg);
 }
 
+Test(config_env, decay_and_neighbours_default_and_every_source_sets_them)
+{
+    char *env[] = {NULL};
+    char where[256];
+    ps_config_t *cfg = load(NULL, NULL, env, PS_OK);
+    const ps_global_config_t *g = ps_config_global(cfg);
+    cr_assert_eq(g->decay_ms, 5000);
+    cr_assert_eq(g->neighbour_release, 1);
+    cr_assert_eq(g->neighbour_wait_ms, 1000);
+    ps_config_free(cfg);
+    cfg = load("[global]\ndecay_ms = 250\nneighbour_release = no\nneighbour_wait_ms = 0\n", NULL, env, PS_OK);
+    g = ps_config_global(cfg);
+    cr_assert_eq(g->decay_ms, 250);
+    cr_assert_eq(g->neighbour_release, 0);
+    cr_assert_eq(g->neighbour_wait_ms, 0);
+    ps_config_free(cfg);
+    char *short_form[] = {"POOLSHIM_DECAY_MS=0", NULL};
+    cfg = load("[global]\ndecay_ms = 250\n", NULL, short_form, PS_OK);
+    cr_assert_eq(ps_config_global(cfg)->decay_ms, 0, "the short form beats the file");
+    cr_assert_str_eq(ps_origin_format(&cfg->global_origin[PS_GKEY_DECAY_MS], where, sizeof where),
+                     "POOLSHIM_DECAY_MS");
+    ps_config_free(cfg);
+    cfg = load(NULL, "global.decay_ms=3600001", env, PS_ECONFIG);
+    expect_error(cfg, "POOLSHIM_OPTIONS item 1: bad value `3600001` for `decay_ms` in [global]: too large");
+    ps_config_free(cfg);
+}
+
 Test(config_env, options_set_resource_keys_and_quoted_lists)
 {
     char *env[] = {NULL};
