@@ -19,6 +19,7 @@
  *        POOLSHIM_DISABLE     global.disable
  *        POOLSHIM_ON_ERROR    global.on_error
  *        POOLSHIM_NVTX        debug.nvtx       (NVTX regions for compute-sanitizer)
+ *        POOLSHIM_NVTX_RANGES debug.nvtx_ranges (NVTX ranges for Nsight Systems)
  *        POOLSHIM_GUARD       debug.guard      (red-zone bytes after each block)
  *   5. validation (validate.c), which records every error.
  * A later step wins over an earlier one, key by key.
@@ -165,6 +166,7 @@ static const struct short_form {
     {"POOLSHIM_ON_ERROR", "on_error", "global"},
     {"POOLSHIM_DECAY_MS", "decay_ms", "global"},
     {"POOLSHIM_NVTX", "nvtx", "debug"},
+    {"POOLSHIM_NVTX_RANGES", "nvtx_ranges", "debug"},
     {"POOLSHIM_GUARD", "guard", "debug"},
 };
 
@@ -201,7 +203,7 @@ static void read_short_forms(ps_config_t *cfg, env_source_t *env)
 static const char *const user_variables[] = {
     "POOLSHIM_CONFIG", "POOLSHIM_OPTIONS", "POOLSHIM_RESOURCE", "POOLSHIM_STATS", "POOLSHIM_STATS_FILE",
     "POOLSHIM_LOG", "POOLSHIM_FREE_SYNC", "POOLSHIM_VERBOSE", "POOLSHIM_DISABLE", "POOLSHIM_ON_ERROR",
-    "POOLSHIM_NVTX", "POOLSHIM_GUARD", "POOLSHIM_TRACE_LOOKUPS", "POOLSHIM_LIB", "POOLSHIM_CUPTI_LIB",
+    "POOLSHIM_NVTX", "POOLSHIM_NVTX_RANGES", "POOLSHIM_GUARD", "POOLSHIM_TRACE_LOOKUPS", "POOLSHIM_LIB", "POOLSHIM_CUPTI_LIB",
     "POOLSHIM_CUPTI_OUT", "POOLSHIM_SANITIZER", "POOLSHIM_DECAY_MS", NULL};
 /* Other POOLSHIM_* variables something in this repository reads: the test
  * harness (make test), the fault-injection tests, the benchmark and GPU

@@ -83,6 +83,7 @@ typedef struct ps_host_config {
  * (docs/config.md, [debug]). Both off by default; both cost time. */
 typedef struct ps_debug_config {
     int nvtx;     /* 1: register chunks as NVTX heaps and blocks as regions (compute-sanitizer) */
+    int nvtx_ranges; /* 1: NVTX ranges around growth, maps, barriers, waits and releases */
     size_t guard; /* red-zone bytes after every block, filled at allocate, checked at free; 0 = off */
 } ps_debug_config_t;
 

@@ -273,6 +273,7 @@ extern const char *const ps_host_key_names[PS_HKEY_COUNT + 1];
 typedef enum ps_debug_key {
     PS_DKEY_NVTX = 0, /* suballocations shown to compute-sanitizer through NVTX */
     PS_DKEY_GUARD,    /* red-zone bytes after each block, checked on free */
+    PS_DKEY_NVTX_RANGES, /* NVTX ranges around the shim's slow CUDA work (Nsight Systems) */
     PS_DKEY_COUNT
 } ps_debug_key_t;
 extern const char *const ps_debug_key_names[PS_DKEY_COUNT + 1];

@@ -27,7 +27,7 @@ const char *const ps_host_key_names[PS_HKEY_COUNT + 1] = {
     "pending_wait_percent", "free_sync", "epoch_wait_us", "release_before_grow", "limit", "track", "stack_depth", "log_file", "expandable",
     "expandable_piece", "grow_budget_percent", "grow_budget_min", NULL};
 
-const char *const ps_debug_key_names[PS_DKEY_COUNT + 1] = {"nvtx", "guard", NULL};
+const char *const ps_debug_key_names[PS_DKEY_COUNT + 1] = {"nvtx", "guard", "nvtx_ranges", NULL};
 
 const char *const ps_free_sync_words[] = {"event", "device", "none", "barrier", NULL};
 const char *const ps_verbosity_words[] = {"error", "warning", "info", "debug", NULL};

@@ -129,6 +129,7 @@ static void print_debug(const ps_config_t *cfg, FILE *f)
     for (int k = 0; k < PS_DKEY_COUNT; k++) {
         switch ((ps_debug_key_t)k) {
         case PS_DKEY_NVTX: snprintf(value, sizeof value, "%s", d->nvtx ? "on" : "off"); break;
+        case PS_DKEY_NVTX_RANGES: snprintf(value, sizeof value, "%s", d->nvtx_ranges ? "on" : "off"); break;
         case PS_DKEY_GUARD:
             if (d->guard)
                 ps_format_bytes(value, sizeof value, d->guard);

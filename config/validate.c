@@ -301,7 +301,7 @@ static void validate_debug(ps_config_t *cfg, const ps_setting_t *s)
         if (near)
             ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [debug] (did you mean `%s`?)", s->key, near);
         else
-            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [debug] (known keys: nvtx, guard)", s->key);
+            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [debug] (known keys: nvtx, guard, nvtx_ranges)", s->key);
         return;
     }
     char why[128] = "";
@@ -313,6 +313,11 @@ static void validate_debug(ps_config_t *cfg, const ps_setting_t *s)
         if (ps_parse_bool(s->value, &b) != PS_OK)
             return bad_bool(cfg, s);
         d->nvtx = b;
+        break;
+    case PS_DKEY_NVTX_RANGES:
+        if (ps_parse_bool(s->value, &b) != PS_OK)
+            return bad_bool(cfg, s);
+        d->nvtx_ranges = b;
         break;
     case PS_DKEY_GUARD:
         if (ps_parse_size_ex(s->value, 0, &bytes, &pct, &is_pct, why, sizeof why) != PS_OK)

@@ -320,6 +320,8 @@ static void build_device(ps_device_state_t *dev, int d)
         stack_failed(dev, d);
         return;
     }
+    if (ps_global->debug.nvtx_ranges)
+        ps_nvtx_ranges_wrap(gpu);
     __atomic_store_n(&dev->gpu, gpu, __ATOMIC_RELEASE);
     int pushed = 0;
     CUcontext cur = NULL;

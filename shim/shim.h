@@ -21,6 +21,7 @@
  *   stats.c          the shim's counters and exit report
  *   hints.c          the exit report's hints (PyTorch's or CuPy's own cache was on)
  *   nvtx.c           debug.nvtx: chunks as NVTX heaps, blocks as regions (compute-sanitizer)
+ *   nvtx_ranges.c    debug.nvtx_ranges: NVTX ranges around growth, maps, barriers, waits (Nsight)
  *
  * Calls go one way:
  *
@@ -441,6 +442,11 @@ void ps_nvtx_region_remove(void *ptr, size_t size);
 void ps_nvtx_drop_device(int device);
 /* Heaps registered now (tests). */
 size_t ps_nvtx_heap_count(void);
+
+/* ---- nvtx_ranges.c: debug.nvtx_ranges (a leaf; wraps a GPU-ops table) ------ */
+/* Replaces the slow entries of a device's freshly made table by wrappers
+ * that push an NVTX range around each call (see the file's top). */
+void ps_nvtx_ranges_wrap(ps_gpu_ops_t *gpu);
 /* ---- ipc.c: IPC of pooled memory between processes under the shim ---------- */
 /* Live exported blocks: the router calls ps_ipc_forget at a free while > 0. */
 extern atomic_int ps_ipc_exports;

@@ -6,6 +6,9 @@
  *   - a region lies inside the heap it was registered in and overlaps no
  *     live region; unregistering names a live region by its pointer;
  *   - unregistering a heap drops the regions still in it.
+ * It also takes the core module's domain ranges (debug.nvtx_ranges): each
+ * push is recorded with its message and category; a pop with no range open
+ * on its thread is an error.
  * Every broken rule counts one error (and is printed). The test program
  * reads the model through the fake_nvtx_* functions below (dlopen the
  * same path with RTLD_NOLOAD). */
@@ -14,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <nvtx3/nvToolsExt.h>
 #include <nvtx3/nvToolsExtMem.h>
 
 #define MAX_HEAPS 4096
@@ -113,6 +117,71 @@ static void regions_unregister(nvtxDomainHandle_t domain __attribute__((unused))
     pthread_mutex_unlock(&lock);
 }
 
+/* ---- the core module: domains and ranges --------------------------------- */
+#define MAX_RANGES 65536
+typedef struct { char message[128]; uint32_t category; } fake_range_t;
+static fake_range_t ranges[MAX_RANGES];
+static size_t ranges_used, marks_used;
+static __thread int depth; /* ranges open on this thread */
+static int open_ranges;    /* over every thread (lock) */
+
+static nvtxDomainHandle_t domain_create(const char *name __attribute__((unused)))
+{
+    static int one_domain;
+    return (nvtxDomainHandle_t)&one_domain;
+}
+static void name_category(nvtxDomainHandle_t domain __attribute__((unused)), uint32_t c __attribute__((unused)),
+                          const char *name __attribute__((unused)))
+{
+}
+static int range_push(nvtxDomainHandle_t domain __attribute__((unused)), const nvtxEventAttributes_t *a)
+{
+    pthread_mutex_lock(&lock);
+    if (ranges_used < MAX_RANGES) {
+        fake_range_t *r = &ranges[ranges_used++];
+        snprintf(r->message, sizeof r->message, "%s",
+                 a->messageType == NVTX_MESSAGE_TYPE_ASCII && a->message.ascii ? a->message.ascii : "");
+        r->category = a->category;
+    }
+    open_ranges++;
+    pthread_mutex_unlock(&lock);
+    return depth++;
+}
+static int range_pop(nvtxDomainHandle_t domain __attribute__((unused)))
+{
+    pthread_mutex_lock(&lock);
+    if (depth == 0)
+        ERROR("a range popped with none open on its thread");
+    else {
+        depth--;
+        open_ranges--;
+    }
+    pthread_mutex_unlock(&lock);
+    return depth;
+}
+static void mark(nvtxDomainHandle_t domain __attribute__((unused)), const nvtxEventAttributes_t *a __attribute__((unused)))
+{
+    pthread_mutex_lock(&lock);
+    marks_used++;
+    pthread_mutex_unlock(&lock);
+}
+
+__attribute__((visibility("default"))) int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_export_table)
+{
+    const NvtxExportTableCallbacks *callbacks = (const NvtxExportTableCallbacks *)get_export_table(NVTX_ETID_CALLBACKS);
+    NvtxFunctionTable table = NULL;
+    unsigned int size = 0;
+    if (!callbacks || !callbacks->GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &table, &size) ||
+        size <= NVTX_CBID_CORE2_DomainCreateA)
+        return 0;
+    *table[NVTX_CBID_CORE2_DomainCreateA] = (NvtxFunctionPointer)domain_create;
+    *table[NVTX_CBID_CORE2_DomainNameCategoryA] = (NvtxFunctionPointer)name_category;
+    *table[NVTX_CBID_CORE2_DomainRangePushEx] = (NvtxFunctionPointer)range_push;
+    *table[NVTX_CBID_CORE2_DomainRangePop] = (NvtxFunctionPointer)range_pop;
+    *table[NVTX_CBID_CORE2_DomainMarkEx] = (NvtxFunctionPointer)mark;
+    return 1;
+}
+
 __attribute__((visibility("default"))) int InitializeInjectionNvtxExtension(nvtxExtModuleInfo_t *info)
 {
     if (info->moduleId != NVTX_EXT_MODULEID_MEM || info->segmentsCount < 1)
@@ -188,4 +257,34 @@ __attribute__((visibility("default"))) size_t fake_nvtx_heaps_registered(void)
 __attribute__((visibility("default"))) long fake_nvtx_errors(void)
 {
     return errors;
+}
+
+/* Ranges pushed whose message starts with `prefix` ("" : all). */
+__attribute__((visibility("default"))) size_t fake_nvtx_ranges(const char *prefix)
+{
+    pthread_mutex_lock(&lock);
+    size_t n = 0;
+    for (size_t k = 0; k < ranges_used; k++)
+        n += strncmp(ranges[k].message, prefix, strlen(prefix)) == 0;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+/* Ranges pushed and not popped, over every thread. */
+__attribute__((visibility("default"))) int fake_nvtx_open_ranges(void)
+{
+    pthread_mutex_lock(&lock);
+    int n = open_ranges;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+/* Prints every range (a failed test shows what the tool saw). */
+__attribute__((visibility("default"))) void fake_nvtx_print_ranges(FILE *f)
+{
+    pthread_mutex_lock(&lock);
+    for (size_t k = 0; k < ranges_used; k++)
+        fprintf(f, "fake_nvtx: range %zu: [%u] %s\n", k, ranges[k].category, ranges[k].message);
+    fprintf(f, "fake_nvtx: %zu marks\n", marks_used);
+    pthread_mutex_unlock(&lock);
 }

@@ -996,6 +996,44 @@ static void nvtx(const char *mode)
     CHECK(errors_seen() == 0, "the tool saw %ld rule breaks", errors_seen());
 }
 
+/* debug.nvtx_ranges against the fake NVTX tool: growth, a barrier and the
+ * decay's release each show as a range of their kind, every range closes,
+ * with the decay's release coming from the give-back thread. With the option
+ * off (argv[2] = "off") no range at all. Run with POOLSHIM_DECAY_MS small
+ * and barrier_floor = 0. */
+static void nvtx_ranges(const char *mode)
+{
+    const char *path = getenv("NVTX_INJECTION64_PATH");
+    CHECK(path != NULL, "NVTX_INJECTION64_PATH names the fake tool");
+    void *tool = path ? dlopen(path, RTLD_NOW) : NULL;
+    CHECK(tool != NULL, "dlopen %s", path ? path : "(unset)");
+    if (!tool)
+        return;
+    size_t (*ranges)(const char *) = (size_t (*)(const char *))dlsym(tool, "fake_nvtx_ranges");
+    int (*open_ranges)(void) = (int (*)(void))dlsym(tool, "fake_nvtx_open_ranges");
+    long (*errors_seen)(void) = (long (*)(void))dlsym(tool, "fake_nvtx_errors");
+    void (*print_ranges)(FILE *) = (void (*)(FILE *))dlsym(tool, "fake_nvtx_print_ranges");
+    int on = strcmp(mode, "off") != 0;
+    void *a = NULL, *b = NULL;
+    CHECK(cudaMalloc(&a, 64u << 20) == cudaSuccess, "cudaMalloc 64 MiB");
+    fill(a, 64u << 20, 1);
+    size_t grew = ranges("grow: ");
+    CHECK(on ? grew > 0 : grew == 0, "%zu growth ranges after the first cudaMalloc", grew);
+    CHECK(cudaFree(a) == cudaSuccess, "cudaFree");
+    CHECK(cudaMalloc(&b, 64u << 20) == cudaSuccess, "cudaMalloc again: a barrier first");
+    CHECK(on ? ranges("barrier") > 0 : ranges("barrier") == 0, "%zu barrier ranges", ranges("barrier"));
+    CHECK(ranges("release: ") == 0, "nothing released while the block is in use");
+    CHECK(cudaFree(b) == cudaSuccess, "cudaFree again");
+    for (int i = 0; i < 300 && on && (ranges("release: ") == 0 || open_ranges() != 0); i++)
+        usleep(10000); /* the decay (POOLSHIM_DECAY_MS) gives the idle pool back */
+    CHECK(on ? ranges("release: ") > 0 : ranges("") == 0, "%zu release ranges, %zu in all", ranges("release: "),
+          ranges(""));
+    CHECK(open_ranges() == 0, "%d ranges left open", open_ranges());
+    CHECK(errors_seen() == 0, "the tool saw %ld rule breaks", errors_seen());
+    if (failures)
+        print_ranges(stderr);
+}
+
 /* debug.guard through the shim (the fake driver's cuMemsetD8Async and
  * cuMemcpyDtoH work on host memory): argv[2] "overflow" writes one byte
  * past a block (the shim reports it, the test runner checks the text),
@@ -1219,6 +1257,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "reset_first")) reset_first();
     else if (!strcmp(what, "set_flags")) set_flags();
     else if (!strcmp(what, "nvtx")) nvtx(argc > 2 ? argv[2] : "on");
+    else if (!strcmp(what, "nvtx_ranges")) nvtx_ranges(argc > 2 ? argv[2] : "on");
     else if (!strcmp(what, "guard")) guard(argc > 2 ? argv[2] : "clean");
     else if (!strcmp(what, "version")) version();
     else if (!strcmp(what, "framework")) framework(argc > 2 ? argv[2] : "4");

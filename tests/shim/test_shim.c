@@ -2030,7 +2030,7 @@ Test(replay_gpu, gpu_lag_spins_the_log_gaps_and_bounds_how_far_the_gpu_falls_beh
 
 /* debug.nvtx: the blocks reach an NVTX tool (the fake one) as regions inside
  * heaps, with the expandable range and with chunks; nothing when off. */
-static void expect_nvtx(const char *env, const char *mode)
+static void expect_nvtx(const char *env, const char *mode, const char *scenario)
 {
     const char *build = getenv("POOLSHIM_BUILD");
     char tool[1024], full[2048];
@@ -2039,18 +2039,18 @@ static void expect_nvtx(const char *env, const char *mode)
         cr_skip_test("built without the NVTX headers");
     snprintf(full, sizeof full, "NVTX_INJECTION64_PATH=%s %s", tool, env);
     char prog[64];
-    snprintf(prog, sizeof prog, "prog_runtime nvtx %s", mode);
+    snprintf(prog, sizeof prog, "prog_runtime %s %s", scenario, mode);
     int rc = run(1, full, prog);
     cr_expect_eq(rc, 0, "%s exited %d:\n%s", prog, rc, output);
     cr_expect(strstr(output, "shim active") != NULL, "%s", output);
 }
 Test(nvtx, blocks_are_regions_in_expandable_heaps)
 {
-    expect_nvtx("POOLSHIM_NVTX=1 POOLSHIM_OPTIONS=resource.main.expandable=1", "on");
+    expect_nvtx("POOLSHIM_NVTX=1 POOLSHIM_OPTIONS=resource.main.expandable=1", "on", "nvtx");
 }
 Test(nvtx, blocks_are_regions_in_chunk_heaps)
 {
-    expect_nvtx("POOLSHIM_OPTIONS=debug.nvtx=on,resource.main.expandable=0", "on");
+    expect_nvtx("POOLSHIM_OPTIONS=debug.nvtx=on,resource.main.expandable=0", "on", "nvtx");
 }
 Test(nvtx, every_stack_type_registers_its_blocks)
 {
@@ -2058,12 +2058,27 @@ Test(nvtx, every_stack_type_registers_its_blocks)
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         char env[128];
         snprintf(env, sizeof env, "POOLSHIM_NVTX=1 POOLSHIM_RESOURCE=%s", types[i]);
-        expect_nvtx(env, "on");
+        expect_nvtx(env, "on", "nvtx");
     }
 }
 Test(nvtx, nothing_is_registered_when_off)
 {
-    expect_nvtx("", "off");
+    expect_nvtx("", "off", "nvtx");
+}
+
+/* debug.nvtx_ranges: growth, a barrier and the decay's release reach the
+ * tool as ranges that all close; none when off. */
+Test(nvtx, ranges_show_growth_barriers_and_releases)
+{
+    expect_nvtx("POOLSHIM_NVTX_RANGES=1 POOLSHIM_DECAY_MS=40 POOLSHIM_OPTIONS=resource.main.barrier_floor=0",
+                "on", "nvtx_ranges"); /* chunks (the fake driver's default) */
+    expect_nvtx("POOLSHIM_NVTX_RANGES=1 POOLSHIM_DECAY_MS=40 "
+                "POOLSHIM_OPTIONS=resource.main.barrier_floor=0,resource.main.expandable=1",
+                "on", "nvtx_ranges"); /* the expandable range: maps and unmaps */
+}
+Test(nvtx, no_range_when_ranges_are_off)
+{
+    expect_nvtx("POOLSHIM_DECAY_MS=40 POOLSHIM_OPTIONS=resource.main.barrier_floor=0", "off", "nvtx_ranges");
 }
 
 /* debug.guard through the shim's real GPU-ops table (over the fake driver):

@@ -442,6 +442,12 @@ Test(config_env, debug_keys_default_off_and_come_from_file_options_and_short_for
     ps_config_t *cfg = load(NULL, NULL, none, PS_OK);
     cr_assert_eq(ps_config_global(cfg)->debug.nvtx, 0, "nvtx is off by default");
     cr_assert_eq(ps_config_global(cfg)->debug.guard, 0, "guard is off by default");
+    cr_assert_eq(ps_config_global(cfg)->debug.nvtx_ranges, 0, "nvtx_ranges is off by default");
+    ps_config_free(cfg);
+
+    cfg = load("[debug]\nnvtx_ranges = yes\n", NULL, none, PS_OK);
+    cr_assert_eq(ps_config_global(cfg)->debug.nvtx_ranges, 1, "nvtx_ranges from the file");
+    cr_assert_eq(ps_config_global(cfg)->debug.nvtx, 0, "independent of nvtx");
     ps_config_free(cfg);
 
     cfg = load("[debug]\nnvtx = on\nguard = 4KiB\n", NULL, none, PS_OK);
@@ -454,8 +460,9 @@ Test(config_env, debug_keys_default_off_and_come_from_file_options_and_short_for
     cr_assert_eq(ps_config_global(cfg)->debug.guard, 256);
     ps_config_free(cfg);
 
-    char *env[] = {"POOLSHIM_NVTX=1", "POOLSHIM_GUARD=1KiB", NULL};
-    cfg = load(NULL, "debug.guard=256", env, PS_OK);
+    char *env[] = {"POOLSHIM_NVTX=1", "POOLSHIM_GUARD=1KiB", "POOLSHIM_NVTX_RANGES=on", NULL};
+    cfg = load("[debug]\nnvtx_ranges = off\n", "debug.guard=256", env, PS_OK);
+    cr_assert_eq(ps_config_global(cfg)->debug.nvtx_ranges, 1, "POOLSHIM_NVTX_RANGES beats the file");
     cr_assert_eq(ps_config_global(cfg)->debug.nvtx, 1, "POOLSHIM_NVTX sets debug.nvtx");
     cr_assert_eq(ps_config_global(cfg)->debug.guard, 1024, "POOLSHIM_GUARD beats POOLSHIM_OPTIONS");
     char *out = NULL;
@@ -465,6 +472,7 @@ Test(config_env, debug_keys_default_off_and_come_from_file_options_and_short_for
     fclose(m);
     cr_assert(strstr(out, "\n[debug]\n"), "%s", out);
     cr_assert(strstr(out, "(POOLSHIM_NVTX)") && strstr(out, "(POOLSHIM_GUARD)"), "%s", out);
+    cr_assert(strstr(out, "nvtx_ranges        = on") && strstr(out, "(POOLSHIM_NVTX_RANGES)"), "%s", out);
     free(out);
     ps_config_free(cfg);
 }
