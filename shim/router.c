@@ -193,6 +193,7 @@ static void init_once_body(void)
         atomic_store(&ps_active, 0);
         return;
     }
+    uint64_t t0 = ps_now_ns();
     int rc = ps_config_load(NULL, &config);
     ps_config_print_warnings(config, stderr); /* unknown POOLSHIM_* variables */
     if (rc != PS_OK) {
@@ -220,7 +221,8 @@ static void init_once_body(void)
         ps_nvtx_enable();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     atexit(ps_stats_report_at_exit);
-    ps_info("active (pid %d, version %s): free_sync=%s, stats=%s", (int)getpid(), poolshim_version(),
+    ps_info("active (pid %d, version %s): set up in %.0f us, free_sync=%s, stats=%s", (int)getpid(),
+            poolshim_version(), (ps_now_ns() - t0) / 1e3,
             ps_global->free_sync == PS_FREE_SYNC_EVENT     ? "event"
             : ps_global->free_sync == PS_FREE_SYNC_DEVICE  ? "device"
             : ps_global->free_sync == PS_FREE_SYNC_BARRIER ? "barrier"
@@ -297,6 +299,7 @@ static void stack_failed(ps_device_state_t *dev, int d)
 static void build_device(ps_device_state_t *dev, int d)
 {
     static int exit_hook_registered; /* devices_lock */
+    uint64_t t0 = ps_now_ns(), t_ops = t0, t_stack = t0, t_pinned = t0; /* the verbose line's phases */
     if (!exit_hook_registered) {
         atexit(exit_begins);
         exit_hook_registered = 1;
@@ -323,6 +326,7 @@ static void build_device(ps_device_state_t *dev, int d)
     if (ps_global->debug.nvtx_ranges)
         ps_nvtx_ranges_wrap(gpu);
     __atomic_store_n(&dev->gpu, gpu, __ATOMIC_RELEASE);
+    t_ops = ps_now_ns();
     int pushed = 0;
     CUcontext cur = NULL;
     ps_real.cuCtxGetCurrent(&cur);
@@ -345,10 +349,17 @@ static void build_device(ps_device_state_t *dev, int d)
         return;
     }
     __atomic_store_n(&dev->stack, stack, __ATOMIC_RELEASE);
+    t_stack = ps_now_ns();
     build_host_pool(dev, gpu);
-    ps_info("device %d: stack ready (%s)%s", d, stack->top->name, dev->resets ? " again, after a context reset" : "");
+    t_pinned = ps_now_ns();
     atomic_store_explicit(&dev->state, PS_DEVICE_READY, memory_order_release);
     ps_give_back_start(); /* (once per process: the decay and the neighbours' requests) */
+    uint64_t t_end = ps_now_ns();
+    /* what a fresh process's first allocation pays on top of its own work */
+    ps_info("device %d: stack ready (%s)%s in %.0f us: context and GPU-ops table %.0f, stack %.0f, pinned pool %.0f, "
+            "give-back thread %.0f",
+            d, stack->top->name, dev->resets ? " again, after a context reset" : "", (t_end - t0) / 1e3,
+            (t_ops - t0) / 1e3, (t_stack - t_ops) / 1e3, (t_pinned - t_stack) / 1e3, (t_end - t_pinned) / 1e3);
 }
 
 /* Makes a context current the way the runtime would on its first call. */
