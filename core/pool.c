@@ -2,13 +2,20 @@
  * block descriptors, cudaFree epochs, per-stream free lists, and either
  * chunks from an upstream or one expandable virtual-memory range.
  *
+ * This file is the recipe: allocate, free, trim, query, create, and the
+ * slow path (steps a-f), and the ingredients not below. Those below have
+ * a file of their own, opening with its algorithm; core/pool_internal.h
+ * holds the data structures and the helpers the files share:
+ *   core/pool_expandable.c  growth, the expandable range, remap, lending,
+ *                           giving memory back (c, e, 5)
+ *   core/pool_decay.c       free memory not needed for a while goes back
+ *   core/pool_check.c       the invariants and the layout report
  * Delegated: the cudaFree reuse rule — open and closed epochs, fences,
  * polling and waiting, the barrier and its fallback to epochs when it is
  * refused, pending-bytes accounting and the barrier_pending_percent
- * trigger — lives in core/reuse.c (shared with arena and fixed_size); this
- * file decides *when* to call it (steps 3a-d, 4 and 5) and releases the
- * blocks it hands back into the ready list. Stream-ordered lists (the
- * cudaFreeAsync model) stay here.
+ * trigger — lives in core/reuse.c (shared with arena and fixed_size); the
+ * pool decides *when* to call it (steps 3a-d, 4 and 5) and releases the
+ * blocks it hands back into the ready list.
  *
  * Algorithm
  *  1. Memory comes from the upstream in *chunks*. Each chunk is cut into
@@ -31,31 +38,23 @@
  *     barrier_pending_percent of the reserved bytes (and 1 MiB,
  *     PS_REUSE_EAGER_FLOOR, and barrier_floor: step B), one barrier first
  *     releases them all (step B below, done early: blocks freed since the
- *     last barrier cannot be reused, so new allocations scatter into other
- *     holes; waiting until nothing fits cost 1.80x reserved/requested on a
- *     PyTorch transformer log, 3% costs 1.10x and a barrier per ~13
- *     allocations). Then round up to the alignment (size 0 -> one alignment
+ *     last barrier cannot be reused, so new allocations would scatter into
+ *     other holes). Then round up to the alignment (size 0 -> one alignment
  *     unit); take a block (stream s: s's list, then the ready list, then a
  *     steal from another stream t: record a fence on t, make s wait for it,
  *     move t's blocks to s); cut the request off the block's front if at
  *     least one alignment unit is left (requests of at most small_from_back
  *     bytes off its back: small blocks gather at the ends of free runs and
- *     stop splitting the large ones; replay of PyTorch transformer and conv
- *     net logs: 1.099x -> 1.043x and 1.016x -> 1.013x reserved/requested) (the free rest keeps its descriptor
- *     and, when its class is unchanged, its list position); record
- *     address -> descriptor in a hash map of in-use blocks. Before the
- *     ready list, the *size stack* is tried (in a pool of at most twice
- *     barrier_floor: up to 1024 blocks of one size that barriers or fences
- *     released, kept unmerged and taken back newest first by a request of
- *     exactly their size; a request of another size merges them into the
- *     lists first; a 1 MiB cudaMalloc/cudaFree pair no longer merges every
- *     released block only to split it again: 1286 -> 889 instructions, pair_loop
- *     driver under callgrind; not
- *     in bigger pools: newest-first instead of good fit cost the PyTorch
- *     transformer and conv net replays +4 and +2-8 MiB of peak), then the
- *     *quick cache*: up to 32 recently freed ready
- *     blocks, one per size slot, taken back only by a request of exactly
- *     their size (the hot allocate/free cycle never touches the lists).
+ *     stop splitting the large ones); record address -> descriptor in a
+ *     hash map of in-use blocks. Before the ready list, the *size stack*
+ *     is tried (in a pool of at most twice barrier_floor: up to 1024 blocks
+ *     of one size that barriers or fences released, kept unmerged and
+ *     taken back newest first by a request of exactly their size; a request
+ *     of another size merges them into the lists first; not in bigger
+ *     pools, where newest first instead of good fit costs peak memory),
+ *     then the *quick cache*: up to 32 recently freed ready blocks, one per
+ *     size slot, taken back only by a request of exactly their size (the
+ *     hot allocate/free cycle never touches the lists).
  *     When nothing fits (the stack and the quick cache are flushed into
  *     the lists first):
  *       a. poll closed cudaFree epochs, oldest first (fence_query); every
@@ -70,9 +69,8 @@
  *          barrier (step 3) waits until the floor's bytes are pending (in
  *          a pool of any size; with threads' caches, a pool of at most
  *          twice the grown floor waits for half of it), so a program pays
- *          one barrier per many frees. If no
- *          barrier can be had (a stream capture is open), go on as
- *          free_sync event:
+ *          one barrier per many frees. If no barrier can be had (a stream
+ *          capture is open), go on as free_sync event:
  *       b. close the open epoch (one fence on every stream covers each block
  *          freed before it) and poll it for up to epoch_wait_ns; for a
  *          cudaMalloc also record (lazily) a fence on each stream with free
@@ -109,9 +107,10 @@
  *       - cudaFree, free_sync none: joins the ready list at once (parked in
  *         the quick cache; the block it evicts is merged into the lists);
  *       - cudaFree, free_sync device: device_synchronize, then as none;
- *       - cudaFree, free_sync event: the block joins the open epoch (state
- *         pending: it neither coalesces nor is handed out) — no CUDA call
- *         (grow_budget_min at its floor: a batch's fence, pool_expandable.c 7).
+ *       - cudaFree, free_sync event or barrier: the block joins the open
+ *         epoch (state pending: it neither coalesces nor is handed out) —
+ *         no CUDA call (grow_budget_min at its floor: a batch's fence,
+ *         core/pool_expandable.c, step 7c).
  *  5. trim(): close and wait every epoch and stream list, merge everything
  *     into the ready list, and give memory back as in step e. When the
  *     program synchronizes the device and more than release_threshold
@@ -120,19 +119,11 @@
  *     core/thread_cache.c): before taking the lock, allocate tries the
  *     calling thread's cache and free parks the block there; cached blocks
  *     stay used here (the in-use map keeps them) and count as free/pending
- *     in query. The pool's part, in its own functions: its barriers and
- *     the caches' are numbered in one reuse family (pool->family: a cached
- *     cudaFree'd block is reusable once a barrier begun after its free was
- *     issued); a cache's request (tcache_barrier) issues one without the
- *     pool's lock, and the epochs it covers are released at the next poll
- *     (the eager trigger polls first); before unlocking, an allocation
- *     tells the caches how many bytes are ready (their barrier request
- *     hint); a locked allocation refills the thread's bin with a few
- *     ready blocks of its size (tcache_refill_locked); blocks come back
- *     through tcache_give_back_locked (ready ones to the ready list, others
- *     as their free would have gone); every cache is drained right before
- *     step c (so before any growth and before OOM; tcache_drain_locked), on
- *     trim and on stream_destroyed.
+ *     in query. Their barriers and the pool's are
+ *     numbered in one reuse family; a locked allocation refills the
+ *     thread's bin and tells the caches how many bytes are ready; every
+ *     cache is drained right before step c (so before any growth and
+ *     before OOM), on trim and on stream_destroyed.
  *  The per-thread default stream (PS_STREAM_PER_THREAD) is one handle that
  *  names a different stream on every thread, so a per-handle free list
  *  would hand one thread's freed block to another thread's stream with no
@@ -143,15 +134,16 @@
  * Guarantees
  *  - every address and size is a multiple of `alignment`; blocks never
  *    merge across chunks (an expandable range is one chunk that grows);
- *    every free, used or pending block has memory mapped behind it; allocate and free are O(1) in the number of free
- *    blocks (moving a stream's list is O(its blocks), off the hot path);
+ *    every free, used or pending block has memory mapped behind it;
+ *    allocate and free are O(1) in the number of free blocks (moving a
+ *    stream's list is O(its blocks), off the hot path);
  *  - free_sync event: a block freed with PS_STREAM_NONE is never handed out
  *    while any fence covering its free is incomplete; a block freed on
  *    stream s is handed to another stream only after a stream wait on a
  *    fence recorded on s after the free, and to a cudaMalloc only after
- *    such a fence completed;
- *    (conservative: when a stream-list block freed before a fence merges
- *    with one freed after it, the merged block waits for a later fence);
+ *    such a fence completed (conservative: when a stream-list block freed
+ *    before a fence merges with one freed after it, the merged block waits
+ *    for a later fence);
  *  - errors change nothing; OOM is reported only after steps a-e.
  *  - thread-safe: one spinlock per pool; fence waits (memory pressure only)
  *    and the bounded epoch poll of step b happen under it. With thread
@@ -159,10 +151,11 @@
  * Accounting: bytes_reserved (usable chunk bytes) == in use + free + pending
  * (free includes parked blocks); largest_free_block counts the runs parked
  * blocks form with their free neighbours, so it is exact without a flush.
+ * The measurements behind the pool's choices: docs/benchmarks.md, "The
+ * pool's design choices".
  */
 #include "pool_internal.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -415,15 +408,13 @@ static inline void quick_park(pool_t *pool, uint32_t index)
  * 32 blocks the loop freed since the last). So released blocks of one size
  * are parked unmerged on a stack, up to STACK_MAX, and an allocation of
  * exactly that size pops one. STACK_MAX covers a floor's worth of 32 KiB
- * blocks (a barrier in a pool at the floor releases that much): with 64
- * places a 64 KiB pair loop merged and split 448 of every 512 blocks
- * (bench_shim 77-81 -> 52-54 ns per pair; the stack is a linked list, so its
- * size costs no memory). A released block of another size empties the
- * stack into the lists first and starts it anew: at most one size waits
- * unmerged. Like the quick cache, parked blocks count as free, and every
- * slow path, trim and check flushes them first (try_ready_locked too), so
- * they never cause growth or OOM. Only released blocks enter: the reuse
- * rule is the ready list's. */
+ * blocks (a barrier in a pool at the floor releases that much; the stack is
+ * a linked list, so its size costs no memory). A released block of another
+ * size empties the stack into the lists first and starts it anew: at most
+ * one size waits unmerged. Like the quick cache, parked blocks count as
+ * free, and every slow path, trim and check flushes them first
+ * (try_ready_locked too), so they never cause growth or OOM. Only released
+ * blocks enter: the reuse rule is the ready list's. */
 
 static inline void stack_push(pool_t *pool, uint32_t index, uint64_t idle)
 {
@@ -500,7 +491,8 @@ static int defer_block(pool_t *pool, uint32_t index)
 }
 
 /* The reuse state's release callback: a barrier or fence covers the
- * block, it joins the ready list (idle as the reuse state says). */
+ * block, it joins the size stack (step 2) or the ready list (idle as the
+ * reuse state says). */
 static void release_pending(void *owner, uint64_t item)
 {
     pool_t *pool = owner;
@@ -822,8 +814,9 @@ static inline __attribute__((always_inline)) void tcache_refill_locked(pool_t *p
  * the pool's lock is not taken: the barrier is numbered in pool->family,
  * and the pool's epochs it covers are released at the pool's next poll
  * (ps_reuse_poll). Threads asking at once queue on barrier_lock and most
- * find the barrier of the thread ahead covers their block (16 threads
- * issuing barriers under the pool's lock made every allocation wait). */
+ * find the barrier of the thread ahead covers their block (barriers issued
+ * under the pool's lock made every allocation wait: docs/benchmarks.md,
+ * "The pool's design choices"). */
 static int tcache_barrier(void *owner, uint64_t tag)
 {
     pool_t *pool = owner;
@@ -905,7 +898,8 @@ static inline int take_grown_locked(pool_t *pool, uint32_t grown, size_t need, v
  * cudaFree'd ones may need a barrier); PS_OK when the request could then
  * be served. Not earlier in the slow path: with many threads the slow path
  * is common (nothing ready until the next barrier), and emptying every
- * cache there undid the caches (16 threads on 2 CPUs: 0.2x of one thread). */
+ * cache there undid the caches (docs/benchmarks.md, "The pool's design
+ * choices"). */
 static int tcache_drain_locked(pool_t *pool, size_t need, int stream_allocation, int force, void **out)
 {
     if (!pool->tcache)
@@ -913,7 +907,7 @@ static int tcache_drain_locked(pool_t *pool, size_t need, int stream_allocation,
     /* the calling thread cached freed blocks of this size: a barrier lets
      * its own cache serve, and the caches keep what they hold (a thread
      * cycling one size through a small pool otherwise emptied its cache at
-     * every barrier: 0 hits in 20000 pairs of 64 KiB) */
+     * every barrier) */
     if (!stream_allocation && pool->gpu && pool->options.free_sync == PS_FREE_SYNC_BARRIER &&
         ps_tcache_holds_freed(pool->tcache, need) && pool_barrier_release_locked(pool) &&
         ps_tcache_take_owner_locked(pool->tcache, need, PS_STREAM_NONE, out))
@@ -923,12 +917,10 @@ static int tcache_drain_locked(pool_t *pool, size_t need, int stream_allocation,
          * caches holding at most a quarter of what the pool reserved stay
          * where they are: the pool grows instead (by at most what they
          * hold, a bounded overhead: cap bytes per thread), and the other
-         * threads keep serving from them. Emptying every cache whenever the
-         * pool ran dry gave 2 and 4 threads 53 % of allocations served by
-         * their caches, 70 % and 94 % without (CPU model of bench_core's
-         * mixed sizes). Without contention they are drained (the replayed
-         * transformer log: 4.02 GiB drained, 4.04 GiB kept). At OOM
-         * (step e) they come back whatever they hold. */
+         * threads keep serving from them: emptying every cache whenever the
+         * pool ran dry cut what the caches served (docs/benchmarks.md,
+         * "The pool's design choices"). Without contention they are
+         * drained. At OOM (step e) they come back whatever they hold. */
         if (ps_tcache_bytes_total(pool->tcache) * 4 <= pool->bytes_reserved)
             return PS_ENOMEM;
     }
@@ -973,11 +965,10 @@ static int wait_pending_over_bound_locked(pool_t *pool, size_t need, void **out)
  * (in use now + need included) reserved. Over it, first host-wait pending
  * blocks, oldest epoch first (counted in pending_waits), retrying after
  * each: a freed block may serve the request, which is cheaper than giving
- * pieces back and mapping new ones (CuPy pipeline model: 1-8 % less time,
- * 5-37 % fewer pieces mapped than the other order); then unmap free
- * pieces, holes between live blocks before the rest, until reserved +
- * need fits. PS_OK: served from released blocks; PS_ENOMEM: go on and
- * grow. */
+ * pieces back and mapping new ones (docs/benchmarks.md, "The pool's design
+ * choices"); then unmap free pieces, holes between live blocks before the
+ * rest, until reserved + need fits. PS_OK: served from released blocks;
+ * PS_ENOMEM: go on and grow. */
 static int fit_budget_locked(pool_t *pool, size_t need, void **out)
 {
     uint64_t high = pool->bytes_in_use + need;
@@ -1008,14 +999,14 @@ static int fit_budget_locked(pool_t *pool, size_t need, void **out)
 /* The barrier floor (options.barrier_floor, free_sync barrier): while
  * reserved + `need` fit in it, step B grows instead of issuing a barrier
  * (a barrier per pair or two made a 1 MiB cudaMalloc/cudaFree pair cost
- * 522 ns on an H100 against 124 ns at 256 B, 2026-11-25). */
+ * four times a small one: docs/benchmarks.md, "The pool's design
+ * choices"). */
 static inline uint64_t barrier_floor_locked(const pool_t *pool)
 {
     uint64_t floor = pool->options.barrier_floor;
     /* threads with caches: each may hold `thread_cache` bytes the pool
-     * must back; without room for them a fresh pool served 16 threads of
-     * psbench threads_mixed with a barrier every few pairs (26 MiB
-     * reserved, ~200k barriers, 583-1060 ns per pair of all threads, H100) */
+     * must back; without room for them a fresh pool served many threads
+     * with a barrier every few pairs */
     int threads = pool->tcache ? atomic_load_explicit(&((ps_tcache_hot_t *)pool->tcache)->threads,
                                                       memory_order_relaxed) : 0;
     if (floor && threads > 1)
@@ -1030,14 +1021,10 @@ static inline int below_barrier_floor_locked(const pool_t *pool, size_t need)
 }
 
 /* ... and the eager barrier waits until the floor (options.barrier_floor)
- * is pending, in a pool of any size, so one barrier releases many blocks:
- * a 1 MiB free/take loop pays one barrier per 32 pairs (it waited for half
- * the floor: one per 16), and psbench `random` (1..4 MiB, ~300 MiB
- * reserved, where 3 % of reserved is ~9 MiB) 30 barriers per 1000 calls
- * instead of 83, with the same reserved peak; the PyTorch replay logs keep
- * theirs (MLP 196 -> 194 MiB; 64 MiB cost the conv net +2 MiB). With
- * threads (the floor grown by their caches) a pool of at most twice that
- * floor waits for half of it, as before. */
+ * is pending, in a pool of any size, so one barrier releases many blocks
+ * (a 1 MiB free/take loop: one barrier per 32 pairs). With threads (the
+ * floor grown by their caches) a pool of at most twice that floor waits
+ * for half of it. */
 static inline int barrier_floor_defers_eager_locked(const pool_t *pool)
 {
     uint64_t floor = barrier_floor_locked(pool);
@@ -1048,10 +1035,8 @@ static inline int barrier_floor_defers_eager_locked(const pool_t *pool)
 /* What the caches are told the pool can serve without a barrier
  * (ps_tcache_note_owner_ready): its ready bytes, or everything while it is
  * below the barrier floor, where a miss makes it grow, not issue one
- * (a fresh pool under 16 threads of psbench threads_mixed: the caches,
- * told "a few KiB ready", asked for a barrier on most misses, ~1 per 80
- * pairs, each a few CUDA calls per live stream, and the pool stayed at
- * 48 MiB of a 288 MiB floor). */
+ * (told only the ready bytes, the caches of a fresh pool asked for a
+ * barrier on most misses and the pool stayed far below its floor). */
 static inline uint64_t owner_ready_hint_locked(const pool_t *pool)
 {
     if (pool->options.free_sync == PS_FREE_SYNC_BARRIER && below_barrier_floor_locked(pool, pool->tcache_max_block))

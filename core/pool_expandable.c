@@ -35,14 +35,12 @@
  *  4. Each remap spends a credit; a burst of REMAP_BURST is allowed, then
  *     one more per remap_turnover_percent % of reserved bytes that barriers
  *     released (pool_remap_earn_locked): a loop that would remap at every
- *     step (the MLP log with barrier_pending_percent 1: 37 synchronizes per
- *     1000 allocations) grows instead once the burst is spent.
+ *     step grows instead once the burst is spent.
  *  5. Growth budget (grow_budget_percent, the pinned pool's host range):
  *     when the growth would pass that % of the most bytes in use seen at a
  *     growth, first host-wait pending blocks, then unmap free pieces until
  *     it fits (fit_budget_locked): merging alone leaves holes between live
- *     blocks as big as the blocks when few large ones live (the CuPy
- *     pipeline model: 1.3-1.6x; given back: ~1.05x).
+ *     blocks as big as the blocks when few large ones live.
  *  6. Giving memory back (step e, trim, release_threshold): wholly free
  *     chunks go to the upstream; in a range, the device is synchronized,
  *     then every whole piece inside a ready free block is unmapped, leaving
@@ -54,8 +52,7 @@
  *     barrier), so with R bytes not in use and blocks of b bytes a
  *     free/alloc loop needs at least one fence per R / b pairs: with one
  *     1 MiB block live and only the 110 % budget (R = one 2 MiB piece)
- *     every second pair recorded a fence and spun on it (H100: 1.6 us per
- *     pair, about 2.8 us per fence).
+ *     every second pair recorded a fence and spun on it.
  *     a. Under the floor (reserved + request fit in it): no growth bound
  *        and no spin on a just-closed epoch; the open epoch is closed
  *        (recorded) only when no fence is outstanding, and the pool grows.
@@ -68,21 +65,15 @@
  *        on the GPU while the other half serves, so the next exhaustion
  *        usually finds it passed (one query, no spin), and batches settle
  *        at half the floor whatever they were.
- *     Over the floor nothing changes (budget waits, giving pieces back). A
- *     1 MiB loop holds 16 MiB and records one fence per 8 pairs
- *     (tests/unit/test_pool_host.c, pool_host_loop); programs holding more
- *     than the floor / 1.1 never see it (the DataLoader and CuPy models
- *     give the same ratios, waits and pieces).
+ *     Over the floor nothing changes (budget waits, giving pieces back); a
+ *     program holding more than the floor / 1.1 never sees it.
  *  8. Remap slack (remap_slack_percent, default 0 = off): a remap whose
  *     pieces are not idle yet (step 2 would wait on the host) is left out,
  *     and the pool grows, while reserved after the growth stays within that
  *     share above the most bytes in use plus the need seen at any growth;
  *     no credit is spent. The wait drains the GPU's queue; the slack trades
- *     memory for it. Replay with a 20 ms GPU lag (docs/benchmarks.md,
- *     "Remap slack"), transformer: 3 % cut the waits 46 -> 16 and the host's
- *     blocked time 828 -> 281 ms for 4.02 -> 4.12 GiB; conv net: 23 -> 15
- *     waits for +0.3 %. (Checked before lending: with a slack the pool
- *     grows instead of lending.)
+ *     memory for it. (Checked before lending: with a slack the pool grows
+ *     instead of lending.)
  *  9. Lending (remap_lend, default 1; the GPU must map a handle twice:
  *     vm_map_handle on a mapped handle): pieces that are not idle move
  *     without a host wait. ps_vm_range_lend hands their handles to the
@@ -107,14 +98,8 @@
  *     and is tried again without lending; a failure other than "out of
  *     memory" (a driver that will not map memory twice) ends lending for
  *     that pool, with a warning.
- *     H100, PyTorch transformer (docs/benchmarks.md, 2026-11-25): 46 host
- *     waits (0.87 s inside cudaMalloc, 1.068x expandable_segments' time)
- *     become none (0.32 s, 1.007x) at the same 4.636 GiB.
- * Measured (replay of the PyTorch logs, docs/benchmarks.md): remap takes
- * reserved/requested from 1.043x to 1.005x (transformer), 1.013x to
- * 1.011x (conv net), 1.035x to 1.024x (MLP); with a 2 ms GPU lag the
- * remaps that are not idle wait for one barrier (transformer 36, conv net
- * 15), none synchronizes the device, the same layout and peaks.
+ * The measurements behind these choices: docs/benchmarks.md, "The pool's
+ * design choices".
  */
 #include "pool_internal.h"
 

@@ -167,8 +167,8 @@ typedef struct pool {
 #define REMAP_CREDIT_UNIT 1000u
 #define REMAP_BURST 16u
 
-/* ---- the hot helpers, inline (every allocation and free runs them: as
- * calls they were a fifth of the pool's instructions under callgrind) ---- */
+/* ---- the hot helpers, inline: every allocation and free runs them
+ * (docs/benchmarks.md, "The pool's design choices") ---- */
 
 /* TLSF classes of a key: first level floor(log2), second the next SL_LOG2 bits. */
 static inline void key_class(size_t key, unsigned *fl, unsigned *sl)
