@@ -6,6 +6,7 @@
  * slow path (steps a-f), and the ingredients not below. Those below have
  * a file of their own, opening with its algorithm; core/pool_internal.h
  * holds the data structures and the helpers the files share:
+ *   core/pool_lists.c       descriptors, blocks, TLSF free lists (steps 1-2)
  *   core/pool_expandable.c  growth, the expandable range, remap, lending,
  *                           giving memory back (c, e, 5)
  *   core/pool_decay.c       free memory not needed for a while goes back
@@ -20,20 +21,13 @@
  * Algorithm
  *  1. Memory comes from the upstream in *chunks*. Each chunk is cut into
  *     *blocks* that tile it exactly; a block is a host-side descriptor
- *     (address, size, physical prev/next in its chunk, free-list links,
- *     state, owner, chunk) — device memory is never read, so there are no
- *     in-band headers. Descriptors live in one array, recycled through a
- *     free list, addressed by 32-bit index (no malloc per operation).
+ *     (address, size, physical neighbours, list links, state, owner,
+ *     chunk), kept in one array by 32-bit index: no in-band headers, no
+ *     malloc per operation.
  *  2. Free blocks sit in TLSF lists (two-level segregated fit) of an
- *     *owner*: first level = floor(log2(size)), second level = the next 5
- *     bits (32 linear classes per power of two), one bitmap bit per
- *     non-empty list. A block is listed by the class of size - 1, so a whole
- *     power-of-two chunk and that chunk less one small block share a class.
- *     Owner 0 is the *ready* list (safe for every stream); each stream used
- *     by cudaMallocAsync/cudaFreeAsync gets an owner of its own. Search is
- *     good-fit in O(1): the head of the request's own class if it is big
- *     enough, else the first non-empty class whose every block fits (found
- *     with ctz on the bitmaps).
+ *     *owner*: owner 0 is the *ready* list (safe for every stream); each
+ *     stream used by cudaMallocAsync/cudaFreeAsync gets an owner of its
+ *     own. Search is good fit in O(1).
  *  3. allocate(size): (free_sync barrier) when the pending bytes exceed
  *     barrier_pending_percent of the reserved bytes (and 1 MiB,
  *     PS_REUSE_EAGER_FLOOR, and barrier_floor: step B), one barrier first
@@ -160,262 +154,58 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- TLSF lists ------------------------------------------------------ */
+/* ---- quick cache, size stack, thread caches (core/thread_cache.c) ------ */
 
-/* The class of a key: first level = floor(log2(key)), second level = the
- * next SL_LOG2 bits. */
+/* Algorithm
+ *  1. Quick cache (free_sync none): a free to the ready list parks the
+ *     block in one of QUICK_SLOTS slots chosen by its size, evicting (into
+ *     the lists) the block parked there before; an allocation of exactly
+ *     that size takes it back without touching the lists.
+ *  2. Size stack: blocks a barrier or a completed fence releases
+ *     (pool_release_pending), in a pool of at most twice barrier_floor, are
+ *     parked unmerged on a stack of one size, up to STACK_MAX (a floor's
+ *     worth of 32 KiB blocks, which one barrier in a pool at the floor
+ *     releases), linked newest first; an allocation of exactly that size
+ *     pops one. A released block or a request of another size first merges
+ *     the stack into the lists: at most one size waits unmerged. Only
+ *     released blocks enter: the reuse rule is the ready list's.
+ *  3. Every slow path, trim and check merges both into the lists first
+ *     (pool_quick_flush_locked).
+ *  4. Thread caches (options.thread_cache, free_sync barrier or none):
+ *     allocate tries the calling thread's cache before it takes the pool's
+ *     lock and free parks the block there; cached blocks stay used here
+ *     (the in-use map keeps them) and count as free or pending in query.
+ *     a. Barriers: the pool's and the caches' are numbered in one reuse
+ *        family (pool->family): a cached cudaFree'd block is reusable once
+ *        a barrier begun after its free was issued. A cache's request
+ *        (pool_tcache_barrier) issues one without the pool's lock, one
+ *        thread at a time, and the pool's epochs it covers are released at
+ *        the pool's next poll.
+ *     b. A locked allocation refills the thread's bin with a few ready
+ *        blocks of its size (pool_tcache_refill_locked) and tells the
+ *        caches how many bytes are ready, their hint for asking a barrier.
+ *     c. Blocks come back through pool_tcache_give_back_locked: ready ones
+ *        to the ready list, the others as their free would have gone.
+ *     d. Before the pool grows, every cache is drained
+ *        (pool_tcache_drain_locked); while threads contend, caches holding
+ *        at most a quarter of the reserved bytes stay and the pool grows
+ *        instead. At out of memory (step e), on trim and on
+ *        stream_destroyed they come back whatever they hold.
+ *  5. Contention: pool_lock counts the acquisitions that found the lock
+ *     held; once threads met on it in 1 of LOCK_CONTENDED_SHARE
+ *     acquisitions of a window of LOCK_WINDOW, the caches keep cudaFree'd
+ *     blocks of every size too (core/thread_cache.h).
+ * Guarantees: a parked block is free in every count (bytes_free,
+ * largest_free_block) and goes only to a request of exactly its size; a
+ * cached block is handed out only as its free allows (after a barrier
+ * begun after a cudaFree; on its stream after a stream-ordered free);
+ * parked and cached blocks never cause an out-of-memory error, and cached
+ * ones cause growth only while threads contend, by at most what the caches
+ * hold.
+ */
 
-
-
-
-/* Good fit: a free block of `owner` with size >= `size`, or NIL. */
-static inline uint32_t list_find(const pool_t *pool, const pool_owner_t *owner, size_t size)
-{
-    unsigned fl, sl;
-    size_t key = size - 1;
-    key_class(key, &fl, &sl);
-    uint32_t head = owner->heads[fl][sl];
-    if (head != NIL && pool->blocks[head].size >= size)
-        return head;
-    /* the first class whose every block is >= size: keys from `rounded` up */
-    size_t rounded = key + ((size_t)1 << (fl - SL_LOG2)) - 1;
-    if (rounded < key)
-        return NIL;
-    key_class(rounded, &fl, &sl);
-    uint32_t sl_map = owner->sl_bitmap[fl] & (~0u << sl);
-    if (!sl_map) {
-        uint64_t fl_map = fl + 1 < FL_COUNT ? owner->fl_bitmap & (~0ull << (fl + 1)) : 0;
-        if (!fl_map)
-            return NIL;
-        fl = (unsigned)__builtin_ctzll(fl_map);
-        sl_map = owner->sl_bitmap[fl];
-    }
-    return owner->heads[fl][(unsigned)__builtin_ctz(sl_map)];
-}
-
-/* ---- descriptors ----------------------------------------------------- */
-
-/* Makes sure `count` descriptors can be taken without allocating. */
-static int grow_descriptors_locked(pool_t *pool, uint32_t count);
-int pool_reserve_descriptors_locked(pool_t *pool, uint32_t count)
-{
-    if (pool->recycled_count + (pool->blocks_capacity - pool->blocks_used) >= count)
-        return PS_OK;
-    return grow_descriptors_locked(pool, count);
-}
-
-static int grow_descriptors_locked(pool_t *pool, uint32_t count)
-{
-    uint32_t capacity = pool->blocks_capacity ? pool->blocks_capacity * 2 : 1024;
-    if (capacity <= pool->blocks_capacity || capacity >= NIL)
-        return PS_ENOMEM;
-    pool_block_t *bigger = realloc(pool->blocks, (size_t)capacity * sizeof *bigger);
-    if (!bigger)
-        return PS_ENOMEM;
-    pool->blocks = bigger;
-    pool->blocks_capacity = capacity;
-    return PS_OK;
-}
-
-
-
-/* ---- blocks ---------------------------------------------------------- */
-
-/* Moves/resizes free block `index` in place; its lists change only when
- * its size class does (the common case on the hot path: they do not). */
-static inline void free_block_resize(pool_t *pool, uint32_t index, uintptr_t addr, size_t size)
-{
-    pool_block_t *b = &pool->blocks[index];
-    unsigned old_fl, old_sl, new_fl, new_sl;
-    size_class(b->size, &old_fl, &old_sl);
-    size_class(size, &new_fl, &new_sl);
-    if (old_fl == new_fl && old_sl == new_sl) {
-        pool_owner_t *owner = pool->owners[b->owner];
-        owner->free_bytes = owner->free_bytes - b->size + size;
-        pool->bytes_free = pool->bytes_free - b->size + size;
-        b->addr = addr;
-        b->size = size;
-    } else {
-        uint32_t owner_index = b->owner;
-        pool_list_remove(pool, index);
-        b->addr = addr;
-        b->size = size;
-        pool_list_insert(pool, owner_index, index);
-    }
-}
-
-/* Takes free block `index` for a request of `size` bytes and returns the
- * used block's index: the front is cut off as a new used block (the free
- * rest keeps its descriptor and, usually, its list position) unless less
- * than one alignment unit would be left; a request of at most
- * small_from_back bytes is cut off the back instead. The used block is
- * mapped. Needs one reserved descriptor and one reserved in-use map slot. */
-static inline uint32_t take_block(pool_t *pool, uint32_t index, size_t size)
-{
-    pool_block_t *f = &pool->blocks[index];
-    uint32_t used_index = index;
-    if (size <= pool->options.small_from_back && f->size - size >= pool->options.alignment) {
-        used_index = pool_take_descriptor(pool);
-        f = &pool->blocks[index];
-        pool_block_t *used = &pool->blocks[used_index];
-        used->addr = f->addr + f->size - size;
-        used->size = size;
-        used->free_stamp = 0;
-        used->idle_gen = f->idle_gen; /* splitting keeps it (a thread cache's refill gives it back) */
-        used->prev_phys = index;
-        used->next_phys = f->next_phys;
-        used->chunk = f->chunk;
-        used->owner = f->owner;
-        if (f->next_phys != NIL)
-            pool->blocks[f->next_phys].prev_phys = used_index;
-        f->next_phys = used_index;
-        free_block_resize(pool, index, f->addr, f->size - size);
-    } else if (f->size - size >= pool->options.alignment) {
-        used_index = pool_take_descriptor(pool);
-        f = &pool->blocks[index];
-        pool_block_t *used = &pool->blocks[used_index];
-        used->addr = f->addr;
-        used->size = size;
-        used->free_stamp = 0;
-        used->idle_gen = f->idle_gen;
-        used->prev_phys = f->prev_phys;
-        used->next_phys = index;
-        used->chunk = f->chunk;
-        used->owner = f->owner;
-        if (f->prev_phys != NIL)
-            pool->blocks[f->prev_phys].next_phys = used_index;
-        else
-            pool->chunks[f->chunk].first_block = used_index;
-        f->prev_phys = used_index;
-        free_block_resize(pool, index, f->addr + size, f->size - size);
-    } else {
-        pool_list_remove(pool, index);
-    }
-    pool_block_t *used = &pool->blocks[used_index];
-    used->state = BLOCK_USED;
-    pool->bytes_in_use += used->size;
-    pool_note_allocation(pool);
-    ps_ptr_map_put(&pool->in_use, used->addr, used_index);
-    return used_index;
-}
-
-/* Puts block `index` (not in any list) into `owner_index`'s lists with
- * stamp `stamp` and idle generation `idle`, merging with free physical
- * neighbours of the same owner; a neighbour absorbs it in place (the
- * merged block keeps the newest stamp and the highest idle generation).
- * Returns the index of the free block that now holds it. */
-uint32_t pool_release_block(pool_t *pool, uint32_t index, uint32_t owner_index, uint64_t stamp, uint64_t idle)
-{
-    pool_block_t *b = &pool->blocks[index];
-    uint32_t prev = b->prev_phys, next = b->next_phys;
-    int merge_prev = prev != NIL && pool->blocks[prev].state == BLOCK_FREE && pool->blocks[prev].owner == owner_index;
-    int merge_next = next != NIL && pool->blocks[next].state == BLOCK_FREE && pool->blocks[next].owner == owner_index;
-    if (merge_prev) {
-        pool_block_t *p = &pool->blocks[prev];
-        size_t size = p->size + b->size;
-        uint32_t after = b->next_phys;
-        if (stamp > p->free_stamp)
-            p->free_stamp = stamp;
-        if (idle > p->idle_gen)
-            p->idle_gen = idle;
-        if (merge_next) {
-            pool_block_t *n = &pool->blocks[next];
-            size += n->size;
-            after = n->next_phys;
-            if (n->free_stamp > p->free_stamp)
-                p->free_stamp = n->free_stamp;
-            if (n->idle_gen > p->idle_gen)
-                p->idle_gen = n->idle_gen;
-            pool_list_remove(pool, next);
-            pool_recycle_descriptor(pool, next);
-        }
-        p->next_phys = after;
-        if (after != NIL)
-            pool->blocks[after].prev_phys = prev;
-        pool_recycle_descriptor(pool, index);
-        free_block_resize(pool, prev, p->addr, size);
-        return prev;
-    } else if (merge_next) {
-        pool_block_t *n = &pool->blocks[next];
-        if (stamp > n->free_stamp)
-            n->free_stamp = stamp;
-        if (idle > n->idle_gen)
-            n->idle_gen = idle;
-        n->prev_phys = prev;
-        if (prev != NIL)
-            pool->blocks[prev].next_phys = next;
-        else
-            pool->chunks[b->chunk].first_block = next;
-        uintptr_t addr = b->addr;
-        size_t size = b->size + n->size;
-        pool_recycle_descriptor(pool, index);
-        free_block_resize(pool, next, addr, size);
-        return next;
-    }
-    b->free_stamp = stamp;
-    b->idle_gen = idle;
-    pool_list_insert(pool, owner_index, index);
-    return index;
-}
-
-/* ---- quick cache ------------------------------------------------------
- * A free to the ready list parks the block in a slot chosen by its size
- * (evicting, i.e. really freeing, the block parked there before); an
- * allocation of exactly that size takes it back without touching the
- * lists. Parked blocks count as free; every slow path, trim and check
- * flushes them into the lists first, so they never cause growth or OOM. */
-
-/* A parked block of exactly `size` bytes, taken as used, or NIL. Needs a
- * reserved in-use map slot. */
-static inline uint32_t quick_take(pool_t *pool, size_t size)
-{
-    uint32_t slot = quick_slot(pool, size);
-    uint32_t index = pool->quick[slot];
-    if (index == NIL || pool->blocks[index].size != size)
-        return NIL;
-    pool->quick[slot] = NIL;
-    pool->quick_mask &= ~(1u << slot);
-    pool->bytes_free -= size;
-    pool->blocks[index].state = BLOCK_USED;
-    pool->bytes_in_use += size;
-    pool_note_allocation(pool);
-    ps_ptr_map_put(&pool->in_use, pool->blocks[index].addr, index);
-    return index;
-}
-
-static inline void quick_park(pool_t *pool, uint32_t index)
-{
-    pool_block_t *b = &pool->blocks[index];
-    uint32_t slot = quick_slot(pool, b->size);
-    uint32_t evicted = pool->quick[slot];
-    pool->quick[slot] = index;
-    pool->quick_mask |= 1u << slot;
-    b->state = BLOCK_CACHED;
-    b->owner = OWNER_READY;
-    b->free_stamp = 0;
-    b->idle_gen = IDLE_NEVER; /* a cudaFree under free_sync none: a kernel may still use it */
-    pool->bytes_free += b->size;
-    if (evicted != NIL) {
-        pool->bytes_free -= pool->blocks[evicted].size;
-        pool_release_block(pool, evicted, OWNER_READY, 0, pool->blocks[evicted].idle_gen);
-    }
-}
-
-/* ---- size stack --------------------------------------------------------
- * Blocks a barrier (or a completed fence) releases are ready; merging them
- * into the lists only for the next allocations to split them off again was
- * most of a 1 MiB cudaMalloc/cudaFree pair's cost (one barrier releases the
- * 32 blocks the loop freed since the last). So released blocks of one size
- * are parked unmerged on a stack, up to STACK_MAX, and an allocation of
- * exactly that size pops one. STACK_MAX covers a floor's worth of 32 KiB
- * blocks (a barrier in a pool at the floor releases that much; the stack is
- * a linked list, so its size costs no memory). A released block of another
- * size empties the stack into the lists first and starts it anew: at most
- * one size waits unmerged. Like the quick cache, parked blocks count as
- * free, and every slow path, trim and check flushes them first
- * (try_ready_locked too), so they never cause growth or OOM. Only released
- * blocks enter: the reuse rule is the ready list's. */
-
+/* Parks block `index`, released with idle generation `idle`, on the size
+ * stack (the caller emptied a stack of another size). */
 static inline void stack_push(pool_t *pool, uint32_t index, uint64_t idle)
 {
     pool_block_t *b = &pool->blocks[index];
@@ -430,23 +220,8 @@ static inline void stack_push(pool_t *pool, uint32_t index, uint64_t idle)
     pool->bytes_free += b->size;
 }
 
-/* A parked block of the stack, taken as used (the caller checked its size).
- * Needs a reserved in-use map slot. */
-static inline uint32_t stack_take(pool_t *pool)
-{
-    uint32_t index = pool->stack_head;
-    pool_block_t *b = &pool->blocks[index];
-    pool->stack_head = b->next_free;
-    pool->stack_count--;
-    pool->bytes_free -= b->size;
-    b->state = BLOCK_USED;
-    pool->bytes_in_use += b->size;
-    pool_note_allocation(pool);
-    ps_ptr_map_put(&pool->in_use, b->addr, index);
-    return index;
-}
-
-static void stack_flush_locked(pool_t *pool)
+/* Merges the size stack into the ready list. */
+void pool_stack_flush_locked(pool_t *pool)
 {
     while (pool->stack_head != NIL) {
         uint32_t index = pool->stack_head;
@@ -457,9 +232,11 @@ static void stack_flush_locked(pool_t *pool)
     pool->stack_count = 0;
 }
 
+/* Merges every parked block, the size stack's and the quick cache's, into
+ * the ready list. */
 void pool_quick_flush_locked(pool_t *pool)
 {
-    stack_flush_locked(pool);
+    pool_stack_flush_locked(pool);
     while (pool->quick_mask) {
         uint32_t slot = (uint32_t)__builtin_ctz(pool->quick_mask);
         uint32_t index = pool->quick[slot];
@@ -470,50 +247,235 @@ void pool_quick_flush_locked(pool_t *pool)
     }
 }
 
-/* ---- epochs (core/reuse.c owns them) ---------------------------------- */
-
-/* A cudaFree'd block waits in the reuse state (state pending: it neither
- * coalesces nor is handed out). On host OOM for the epoch list it is
- * reused after a device synchronize instead. */
-static int defer_block(pool_t *pool, uint32_t index)
-{
-    pool_block_t *b = &pool->blocks[index];
-    b->state = BLOCK_PENDING;
-    if (ps_reuse_defer(&pool->reuse, index, b->size) == PS_OK)
-        return PS_OK;
-    int status = pool->gpu->device_synchronize(pool->gpu->ctx);
-    if (status != PS_OK) {
-        b->state = BLOCK_USED;
-        return status;
-    }
-    pool_release_block(pool, index, OWNER_READY, 0, IDLE_NOW);
-    return PS_OK;
-}
-
 /* The reuse state's release callback: a barrier or fence covers the
  * block, it joins the size stack (step 2) or the ready list (idle as the
  * reuse state says). */
-static void release_pending(void *owner, uint64_t item)
+void pool_release_pending(void *owner, uint64_t item)
 {
     pool_t *pool = owner;
     uint32_t index = (uint32_t)item;
     size_t size = pool->blocks[index].size;
     if (pool->stack_count && size != pool->stack_size)
-        stack_flush_locked(pool); /* one size at a time */
+        pool_stack_flush_locked(pool); /* one size at a time */
     if (pool->stack_count < STACK_MAX && pool->bytes_reserved <= 2 * (uint64_t)pool->options.barrier_floor)
         stack_push(pool, index, pool->reuse.release_idle);
     else
         pool_release_block(pool, index, OWNER_READY, 0, pool->reuse.release_idle);
 }
 
-/* ---- owners (streams) -------------------------------------------------- */
-
-static int is_stream_ordered(ps_stream_t stream)
+/* The thread caches give blocks back: each is still a used block here. A
+ * ready one (a barrier covered its free) joins the ready list; the others
+ * take the path their free would have taken without the cache. Idle
+ * generation of a ready one under free_sync barrier: a refill keeps the
+ * one it had in the ready list (pool_take_block copies it), and a freed block
+ * a barrier covered was covered by a barrier issued by now, so the max of
+ * its descriptor's and the newest barrier's number is never too early;
+ * otherwise (free_sync none: a kernel may still use it) IDLE_NEVER. */
+void pool_tcache_give_back_locked(void *owner, const ps_tcache_block_t *blocks, size_t count)
 {
-    return stream != PS_STREAM_NONE && stream != PS_STREAM_PER_THREAD;
+    pool_t *pool = owner;
+    const ps_gpu_ops_t *gpu = pool->gpu;
+    uint64_t newest = IDLE_NEVER;
+    if (pool->options.free_sync == PS_FREE_SYNC_BARRIER && gpu && gpu->barrier_generation && gpu->barrier_passed)
+        newest = gpu->barrier_generation(gpu->ctx);
+    for (size_t i = 0; i < count; i++) {
+        uint64_t found;
+        if (!ps_ptr_map_remove(&pool->in_use, blocks[i].addr, &found))
+            continue; /* cannot happen: cached blocks stay in the in-use map */
+        uint32_t index = (uint32_t)found, stream_owner;
+        pool->bytes_in_use -= pool->blocks[index].size;
+        if (blocks[i].ready)
+            pool_release_block(pool, index, OWNER_READY, 0,
+                          pool->blocks[index].idle_gen > newest ? pool->blocks[index].idle_gen : newest);
+        else if (pool_is_stream_ordered(blocks[i].stream) &&
+                 pool_owner_of_stream_locked(pool, blocks[i].stream, &stream_owner) == PS_OK)
+            pool_release_block(pool, index, stream_owner, ++pool->free_counter, IDLE_NEVER);
+        else if (pool_defer_block(pool, index) != PS_OK) { /* cannot happen short of host OOM and a dead device */
+            ps_ptr_map_put(&pool->in_use, blocks[i].addr, index);
+            pool->bytes_in_use += pool->blocks[index].size;
+        }
+    }
 }
 
-static pool_owner_t *owner_new(ps_stream_t stream)
+/* After an allocation of `need` bytes served from the lists: a few more
+ * blocks of that size from the ready list go to the calling thread's cache,
+ * so its next allocations of that size skip the lock. Never grows. */
+void pool_tcache_refill_room_locked(pool_t *pool, size_t need, size_t room)
+{
+    uintptr_t addrs[8];
+    size_t count = 0;
+    if (room > 8)
+        room = 8;
+    if (pool_reserve_descriptors_locked(pool, (uint32_t)room + 1) != PS_OK ||
+        ps_ptr_map_reserve(&pool->in_use, room) != PS_OK)
+        return;
+    while (count < room) {
+        uint32_t index = pool_list_find(pool, pool->owners[OWNER_READY], need);
+        if (index == NIL)
+            break;
+        addrs[count++] = pool->blocks[pool_take_block(pool, index, need)].addr;
+    }
+    if (count)
+        ps_tcache_refill_locked(pool->tcache, need, addrs, count);
+}
+
+/* A thread's cache asks for a barrier (core/thread_cache.c, step 3): its
+ * oldest cudaFree'd block, tagged `tag`, waits for one. No lock held, and
+ * the pool's lock is not taken: the barrier is numbered in pool->family,
+ * and the pool's epochs it covers are released at the pool's next poll
+ * (ps_reuse_poll). Threads asking at once queue on barrier_lock and most
+ * find the barrier of the thread ahead covers their block (barriers issued
+ * under the pool's lock made every allocation wait: docs/benchmarks.md,
+ * "The pool's design choices"). */
+int pool_tcache_barrier(void *owner, uint64_t tag)
+{
+    pool_t *pool = owner;
+    if (ps_reuse_family_covers(&pool->family, tag))
+        return 1;
+    if (!pool->gpu || pool->options.free_sync != PS_FREE_SYNC_BARRIER)
+        return 0;
+    ps_lock(&pool->barrier_lock);
+    int released = ps_reuse_family_covers(&pool->family, tag);
+    if (!released && ps_reuse_family_barrier(&pool->family, pool->gpu) == PS_OK) {
+        atomic_fetch_add_explicit(&pool->cache_barriers, 1, memory_order_relaxed);
+        released = 1;
+    }
+    ps_unlock(&pool->barrier_lock);
+    return released;
+}
+
+/* Before the pool grows: every thread's cached blocks come back (drained
+ * cudaFree'd ones may need a barrier); PS_OK when the request could then
+ * be served. Not earlier in the slow path: with many threads the slow path
+ * is common (nothing ready until the next barrier), and emptying every
+ * cache there undid the caches (docs/benchmarks.md, "The pool's design
+ * choices"). */
+int pool_tcache_drain_locked(pool_t *pool, size_t need, int stream_allocation, int force, void **out)
+{
+    if (!pool->tcache)
+        return PS_ENOMEM;
+    /* the calling thread cached freed blocks of this size: a barrier lets
+     * its own cache serve, and the caches keep what they hold (a thread
+     * cycling one size through a small pool otherwise emptied its cache at
+     * every barrier) */
+    if (!stream_allocation && pool->gpu && pool->options.free_sync == PS_FREE_SYNC_BARRIER &&
+        ps_tcache_holds_freed(pool->tcache, need) && pool_barrier_release_locked(pool) &&
+        ps_tcache_take_owner_locked(pool->tcache, need, PS_STREAM_NONE, out))
+        return PS_OK;
+    if (!force && ps_tcache_caches_cudafree(pool->tcache, SIZE_MAX)) {
+        /* threads contend for the lock (the caches keep every size):
+         * caches holding at most a quarter of what the pool reserved stay
+         * where they are: the pool grows instead (by at most what they
+         * hold, a bounded overhead: cap bytes per thread), and the other
+         * threads keep serving from them: emptying every cache whenever the
+         * pool ran dry cut what the caches served (docs/benchmarks.md,
+         * "The pool's design choices"). Without contention they are
+         * drained. At OOM (step e) they come back whatever they hold. */
+        if (ps_tcache_bytes_total(pool->tcache) * 4 <= pool->bytes_reserved)
+            return PS_ENOMEM;
+    }
+    if (!ps_tcache_drain_all_locked(pool->tcache))
+        return PS_ENOMEM;
+    if (pool_try_ready_locked(pool, need, out) == PS_OK)
+        return PS_OK;
+    if (pool->gpu && pool->options.free_sync == PS_FREE_SYNC_BARRIER && pool_anything_pending_locked(pool) &&
+        pool_barrier_release_locked(pool) && pool_try_ready_locked(pool, need, out) == PS_OK)
+        return PS_OK;
+    return PS_ENOMEM;
+}
+
+/* Lock held: `count` more acquisitions found the lock held (pool_lock). */
+void pool_note_contention_locked(pool_t *pool, uint32_t count)
+{
+    pool->locks_contended += count;
+    if (pool->tcache && pool->locks_contended * LOCK_CONTENDED_SHARE >= LOCK_WINDOW &&
+        !ps_tcache_caches_cudafree(pool->tcache, SIZE_MAX)) {
+        ps_tcache_cache_cudafree(pool->tcache);
+        ps_debug("pool '%s': threads meet on its lock; their caches keep cudaFree'd blocks from now on",
+                 pool->base.name);
+    }
+}
+
+uint64_t ps_pool_thread_cache_bytes(ps_resource_t *r)
+{
+    pool_t *pool = (pool_t *)r;
+    uint64_t ready = 0, pending = 0;
+    if (r->ops != &pool_ops || !pool->tcache)
+        return 0;
+    ps_lock(&pool->lock);
+    ps_tcache_bytes_locked(pool->tcache, &ready, &pending);
+    ps_unlock(&pool->lock);
+    return ready + pending;
+}
+
+int ps_pool_thread_cache_counters(ps_resource_t *r, uint64_t *hits, uint64_t *misses, uint64_t *barriers_asked)
+{
+    pool_t *pool = (pool_t *)r;
+    ps_tcache_counters_t c = {0};
+    if (r->ops == &pool_ops && pool->tcache)
+        ps_tcache_counters(pool->tcache, &c);
+    *hits = c.hits;
+    *misses = c.misses;
+    *barriers_asked = c.barriers_asked;
+    return r->ops == &pool_ops && pool->tcache && ps_tcache_caches_cudafree(pool->tcache, SIZE_MAX);
+}
+
+void ps_pool_note_lock_contention(ps_resource_t *r, uint32_t count)
+{
+    pool_t *pool = (pool_t *)r;
+    if (r->ops != &pool_ops)
+        return;
+    ps_lock(&pool->lock);
+    pool_note_contention_locked(pool, count);
+    ps_unlock(&pool->lock);
+}
+
+void ps_pool_thread_cache_always_engage(ps_resource_t *r)
+{
+    if (r->ops == &pool_ops && ((pool_t *)r)->tcache)
+        ps_tcache_always_engage(((pool_t *)r)->tcache);
+}
+
+/* ---- owners (streams), fences, the barrier ----------------------------- */
+
+/* Algorithm
+ *  1. A stream used by cudaMallocAsync/cudaFreeAsync gets an owner on first
+ *     use: an index into pool->owners, found through a stream -> owner map
+ *     behind a one-entry cache; owners of destroyed streams are reused. The
+ *     legacy default stream's two handles share one owner. The per-thread
+ *     default stream (PS_STREAM_PER_THREAD) gets none: one handle names
+ *     another stream on every thread, so its allocations and frees take
+ *     the cudaFree path (epochs), whose fence on the legacy stream covers
+ *     the blocking per-thread streams.
+ *  2. A free on stream s joins s's lists at once, stamped with the pool's
+ *     free counter, merging with free neighbours of s only.
+ *  3. Steal: an allocation on s that neither s's lists nor the ready list
+ *     can serve takes the lists of a stream t that holds a fitting block: a
+ *     fence recorded on t now, s waits for it on the GPU, and t's blocks
+ *     move to s.
+ *  4. Poll (a cudaMalloc that nothing ready fits): each stream list gets one
+ *     lazily recorded fence; once it completed (queried, or host-waited
+ *     under memory pressure), the blocks freed before it move to the ready
+ *     list.
+ *  5. Barrier (free_sync barrier, step B): one device-wide barrier
+ *     (core/reuse.c) releases every epoch and moves every stream's blocks
+ *     to the ready list, idle once that barrier has passed; the lazy fences
+ *     are released.
+ *  6. A destroyed stream: while its handle is still valid, its blocks are
+ *     retired as a closed epoch under a fence recorded on every stream (a
+ *     device synchronize without one); its owner is then reused, and the
+ *     dead handle never reaches a fence again.
+ *  7. Flush (trim, release_threshold): every epoch and every stream list is
+ *     closed and host-waited; all free memory ends in the ready list.
+ * Guarantees: a block freed on stream s goes to another stream only after
+ * that stream waits on a fence recorded on s after the free, and to a
+ * cudaMalloc only after such a fence completed (conservative: a block freed
+ * before a fence that merges with one freed after it waits for a later
+ * fence); moving a stream's blocks is O(its blocks), off the hot path.
+ */
+
+/* An empty owner of `stream`, or NULL (host out of memory). */
+pool_owner_t *pool_owner_new(ps_stream_t stream)
 {
     pool_owner_t *owner = malloc(sizeof *owner);
     if (!owner)
@@ -525,7 +487,7 @@ static pool_owner_t *owner_new(ps_stream_t stream)
 }
 
 /* The owner index of `stream`, created on first use. */
-static int owner_of_stream_locked(pool_t *pool, ps_stream_t stream, uint32_t *out)
+int pool_owner_of_stream_locked(pool_t *pool, ps_stream_t stream, uint32_t *out)
 {
     if (stream == PS_STREAM_LEGACY)
         stream = 0; /* both handles name the legacy default stream */
@@ -551,7 +513,7 @@ static int owner_of_stream_locked(pool_t *pool, ps_stream_t stream, uint32_t *ou
             found = pool->dead_owners[--pool->dead_count];
             pool->owners[found]->stream = stream;
         } else {
-            pool_owner_t *owner = owner_new(stream);
+            pool_owner_t *owner = pool_owner_new(stream);
             if (!owner)
                 return PS_ENOMEM;
             found = pool->owners_count++;
@@ -626,10 +588,10 @@ int pool_poll_stream_lists_locked(pool_t *pool, int record, int wait)
 /* For an allocation on stream owner `to`: steals the list of another
  * stream that has a fitting block (fence on that stream now, `to`'s stream
  * waits for it). Returns 1 if blocks moved. */
-static int steal_stream_list_locked(pool_t *pool, uint32_t to, size_t size)
+int pool_steal_stream_list_locked(pool_t *pool, uint32_t to, size_t size)
 {
     for (uint32_t o = 1; o < pool->owners_count; o++) {
-        if (o == to || list_find(pool, pool->owners[o], size) == NIL)
+        if (o == to || pool_list_find(pool, pool->owners[o], size) == NIL)
             continue;
         ps_fence_t *fence;
         if (pool->gpu->fence_record(pool->gpu->ctx, pool->owners[o]->stream, &fence) != PS_OK)
@@ -645,15 +607,13 @@ static int steal_stream_list_locked(pool_t *pool, uint32_t to, size_t size)
     return 0;
 }
 
-/* ---- barrier (free_sync barrier) -------------------------------------- */
-
 /* Whether a barrier could help before growing: something is pending
  * (epochs, other streams' lists). Even when pending and ready memory
  * together are smaller than the request, releasing them first lets the
  * growth merge with them instead of leaving them as holes (test
  * pool_barrier/growth_merges_with_blocks_a_barrier_released); a barrier
  * costs a microsecond or a few, a growth more. */
-static int anything_pending_locked(const pool_t *pool)
+int pool_anything_pending_locked(const pool_t *pool)
 {
     if (pool->reuse.bytes_pending)
         return 1;
@@ -686,7 +646,64 @@ int pool_barrier_release_locked(pool_t *pool)
     return 1;
 }
 
-/* ---- chunks ------------------------------------------------------------ */
+/* The program is destroying `stream`. Its free list must never be reached
+ * through the dead handle again (a fence recorded on a destroyed stream
+ * crashes the driver). While the handle is still valid, its blocks are
+ * retired as a closed epoch under a fence recorded now on every stream
+ * (they become ready once the stream's work is done); then the owner is
+ * recycled for the next new stream. Without a fence: synchronize. */
+void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
+{
+    pool_t *pool = (pool_t *)r;
+    if (!pool_is_stream_ordered(stream) || stream == PS_STREAM_LEGACY || stream == 0)
+        return;
+    ps_lock(&pool->lock);
+    if (pool->tcache)
+        ps_tcache_drain_all_locked(pool->tcache); /* blocks cached on `stream` join its list first */
+    uint64_t found;
+    if (!ps_ptr_map_remove(&pool->stream_owners, stream, &found)) {
+        ps_unlock(&pool->lock);
+        return;
+    }
+    if (pool->last_stream == stream)
+        pool->last_stream = PS_STREAM_NONE;
+    uint32_t o = (uint32_t)found;
+    pool_owner_t *owner = pool->owners[o];
+    if (owner->free_blocks) {
+        /* gather the stream's blocks as pending, in a side list */
+        ps_reuse_list_t retired = {0};
+        int synced = 0;
+        while (owner->fl_bitmap) {
+            unsigned fl = (unsigned)__builtin_ctzll(owner->fl_bitmap);
+            unsigned sl = (unsigned)__builtin_ctz(owner->sl_bitmap[fl]);
+            uint32_t index = owner->heads[fl][sl];
+            pool_list_remove(pool, index);
+            pool->blocks[index].state = BLOCK_PENDING;
+            if (ps_reuse_list_push(&retired, index, pool->blocks[index].size) != PS_OK) {
+                /* no host memory for the list: this block is safe after a device sync */
+                synced = synced || pool->gpu->device_synchronize(pool->gpu->ctx) == PS_OK;
+                pool_release_block(pool, index, OWNER_READY, 0, synced ? IDLE_NOW : IDLE_NEVER);
+            }
+        }
+        /* one fence on every stream, this one included (it is still
+         * tracked, and the legacy stream covers blocking streams); without
+         * one, a device synchronize */
+        ps_reuse_retire(&pool->reuse, &retired, PS_STREAM_NONE);
+    }
+    if (owner->fence) {
+        pool->gpu->fence_release(pool->gpu->ctx, owner->fence);
+        owner->fence = NULL;
+    }
+    owner->stream = PS_STREAM_NONE;
+    uint32_t *grown = realloc(pool->dead_owners, (pool->dead_count + 1) * sizeof *grown);
+    if (grown) { /* without room the owner is simply never reused */
+        pool->dead_owners = grown;
+        pool->dead_owners[pool->dead_count++] = o;
+    }
+    ps_unlock(&pool->lock);
+}
+
+/* ---- chunks, the growth bound and budget ------------------------------- */
 
 /* A free slot of the chunk table (grown when full), in *slot. */
 int pool_chunk_slot_locked(pool_t *pool, uint32_t *slot)
@@ -744,196 +761,6 @@ int pool_add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32_t
     return PS_OK;
 }
 
-/* ---- thread caches (core/thread_cache.c) -------------------------------- */
-
-/* The thread caches give blocks back: each is still a used block here. A
- * ready one (a barrier covered its free) joins the ready list; the others
- * take the path their free would have taken without the cache. Idle
- * generation of a ready one under free_sync barrier: a refill keeps the
- * one it had in the ready list (take_block copies it), and a freed block
- * a barrier covered was covered by a barrier issued by now, so the max of
- * its descriptor's and the newest barrier's number is never too early;
- * otherwise (free_sync none: a kernel may still use it) IDLE_NEVER. */
-static void tcache_give_back_locked(void *owner, const ps_tcache_block_t *blocks, size_t count)
-{
-    pool_t *pool = owner;
-    const ps_gpu_ops_t *gpu = pool->gpu;
-    uint64_t newest = IDLE_NEVER;
-    if (pool->options.free_sync == PS_FREE_SYNC_BARRIER && gpu && gpu->barrier_generation && gpu->barrier_passed)
-        newest = gpu->barrier_generation(gpu->ctx);
-    for (size_t i = 0; i < count; i++) {
-        uint64_t found;
-        if (!ps_ptr_map_remove(&pool->in_use, blocks[i].addr, &found))
-            continue; /* cannot happen: cached blocks stay in the in-use map */
-        uint32_t index = (uint32_t)found, stream_owner;
-        pool->bytes_in_use -= pool->blocks[index].size;
-        if (blocks[i].ready)
-            pool_release_block(pool, index, OWNER_READY, 0,
-                          pool->blocks[index].idle_gen > newest ? pool->blocks[index].idle_gen : newest);
-        else if (is_stream_ordered(blocks[i].stream) &&
-                 owner_of_stream_locked(pool, blocks[i].stream, &stream_owner) == PS_OK)
-            pool_release_block(pool, index, stream_owner, ++pool->free_counter, IDLE_NEVER);
-        else if (defer_block(pool, index) != PS_OK) { /* cannot happen short of host OOM and a dead device */
-            ps_ptr_map_put(&pool->in_use, blocks[i].addr, index);
-            pool->bytes_in_use += pool->blocks[index].size;
-        }
-    }
-}
-
-/* After an allocation of `need` bytes served from the lists: a few more
- * blocks of that size from the ready list go to the calling thread's cache,
- * so its next allocations of that size skip the lock. Never grows. */
-static void tcache_refill_room_locked(pool_t *pool, size_t need, size_t room)
-{
-    uintptr_t addrs[8];
-    size_t count = 0;
-    if (room > 8)
-        room = 8;
-    if (pool_reserve_descriptors_locked(pool, (uint32_t)room + 1) != PS_OK ||
-        ps_ptr_map_reserve(&pool->in_use, room) != PS_OK)
-        return;
-    while (count < room) {
-        uint32_t index = list_find(pool, pool->owners[OWNER_READY], need);
-        if (index == NIL)
-            break;
-        addrs[count++] = pool->blocks[take_block(pool, index, need)].addr;
-    }
-    if (count)
-        ps_tcache_refill_locked(pool->tcache, need, addrs, count);
-}
-/* After a locked allocation of `need` (<= tcache_max_block) bytes. */
-static inline __attribute__((always_inline)) void tcache_refill_locked(pool_t *pool, size_t need)
-{
-    size_t room = ps_tcache_refill_room_locked(pool->tcache, need);
-    if (room)
-        tcache_refill_room_locked(pool, need, room);
-}
-
-/* A thread's cache asks for a barrier (core/thread_cache.c, step 3): its
- * oldest cudaFree'd block, tagged `tag`, waits for one. No lock held, and
- * the pool's lock is not taken: the barrier is numbered in pool->family,
- * and the pool's epochs it covers are released at the pool's next poll
- * (ps_reuse_poll). Threads asking at once queue on barrier_lock and most
- * find the barrier of the thread ahead covers their block (barriers issued
- * under the pool's lock made every allocation wait: docs/benchmarks.md,
- * "The pool's design choices"). */
-static int tcache_barrier(void *owner, uint64_t tag)
-{
-    pool_t *pool = owner;
-    if (ps_reuse_family_covers(&pool->family, tag))
-        return 1;
-    if (!pool->gpu || pool->options.free_sync != PS_FREE_SYNC_BARRIER)
-        return 0;
-    ps_lock(&pool->barrier_lock);
-    int released = ps_reuse_family_covers(&pool->family, tag);
-    if (!released && ps_reuse_family_barrier(&pool->family, pool->gpu) == PS_OK) {
-        atomic_fetch_add_explicit(&pool->cache_barriers, 1, memory_order_relaxed);
-        released = 1;
-    }
-    ps_unlock(&pool->barrier_lock);
-    return released;
-}
-
-/* The hot paths take the lock here: while thread caches keep no cudaFree'd
- * blocks, it counts how often the lock was found held, and when threads
- * met on it in 1 of LOCK_WINDOW / LOCK_CONTENDED_SHARE acquisitions of a
- * window, the caches start keeping them (core/thread_cache.h). */
-#define LOCK_WINDOW 4096
-#define LOCK_CONTENDED_SHARE 16
-static void note_contention_locked(pool_t *pool, uint32_t count);
-static inline void pool_lock(pool_t *pool)
-{
-    if (__builtin_expect(ps_lock_try(&pool->lock), 1)) {
-        if (pool->tcache && ++pool->locks_taken == LOCK_WINDOW)
-            pool->locks_taken = pool->locks_contended = 0;
-        return;
-    }
-    ps_lock_slow(&pool->lock);
-    note_contention_locked(pool, 1);
-}
-
-/* Lock held: `count` more acquisitions found the lock held. */
-static void note_contention_locked(pool_t *pool, uint32_t count)
-{
-    pool->locks_contended += count;
-    if (pool->tcache && pool->locks_contended * LOCK_CONTENDED_SHARE >= LOCK_WINDOW &&
-        !ps_tcache_caches_cudafree(pool->tcache, SIZE_MAX)) {
-        ps_tcache_cache_cudafree(pool->tcache);
-        ps_debug("pool '%s': threads meet on its lock; their caches keep cudaFree'd blocks from now on",
-                 pool->base.name);
-    }
-}
-
-/* ---- allocate / deallocate --------------------------------------------- */
-
-/* Takes a block of `need` bytes from the ready list. */
-static inline int try_ready_locked(pool_t *pool, size_t need, void **out)
-{
-    if (pool->stack_head != NIL) { /* a barrier just released them */
-        if (pool->stack_size == need) {
-            *out = (void *)pool->blocks[stack_take(pool)].addr;
-            return PS_OK;
-        }
-        stack_flush_locked(pool);
-    }
-    uint32_t index = list_find(pool, pool->owners[OWNER_READY], need);
-    if (index == NIL)
-        return PS_ENOMEM;
-    *out = (void *)pool->blocks[take_block(pool, index, need)].addr;
-    return PS_OK;
-}
-
-/* Takes `need` bytes from `grown`, the ready block growth produced (it is
- * big enough; taking it directly avoids the good-fit search, which may
- * skip a fitting block of the request's own class). */
-static inline int take_grown_locked(pool_t *pool, uint32_t grown, size_t need, void **out)
-{
-    if (pool->blocks[grown].size < need)
-        return try_ready_locked(pool, need, out);
-    *out = (void *)pool->blocks[take_block(pool, grown, need)].addr;
-    return PS_OK;
-}
-
-/* Before the pool grows: every thread's cached blocks come back (drained
- * cudaFree'd ones may need a barrier); PS_OK when the request could then
- * be served. Not earlier in the slow path: with many threads the slow path
- * is common (nothing ready until the next barrier), and emptying every
- * cache there undid the caches (docs/benchmarks.md, "The pool's design
- * choices"). */
-static int tcache_drain_locked(pool_t *pool, size_t need, int stream_allocation, int force, void **out)
-{
-    if (!pool->tcache)
-        return PS_ENOMEM;
-    /* the calling thread cached freed blocks of this size: a barrier lets
-     * its own cache serve, and the caches keep what they hold (a thread
-     * cycling one size through a small pool otherwise emptied its cache at
-     * every barrier) */
-    if (!stream_allocation && pool->gpu && pool->options.free_sync == PS_FREE_SYNC_BARRIER &&
-        ps_tcache_holds_freed(pool->tcache, need) && pool_barrier_release_locked(pool) &&
-        ps_tcache_take_owner_locked(pool->tcache, need, PS_STREAM_NONE, out))
-        return PS_OK;
-    if (!force && ps_tcache_caches_cudafree(pool->tcache, SIZE_MAX)) {
-        /* threads contend for the lock (the caches keep every size):
-         * caches holding at most a quarter of what the pool reserved stay
-         * where they are: the pool grows instead (by at most what they
-         * hold, a bounded overhead: cap bytes per thread), and the other
-         * threads keep serving from them: emptying every cache whenever the
-         * pool ran dry cut what the caches served (docs/benchmarks.md,
-         * "The pool's design choices"). Without contention they are
-         * drained. At OOM (step e) they come back whatever they hold. */
-        if (ps_tcache_bytes_total(pool->tcache) * 4 <= pool->bytes_reserved)
-            return PS_ENOMEM;
-    }
-    if (!ps_tcache_drain_all_locked(pool->tcache))
-        return PS_ENOMEM;
-    if (try_ready_locked(pool, need, out) == PS_OK)
-        return PS_OK;
-    if (pool->gpu && pool->options.free_sync == PS_FREE_SYNC_BARRIER && anything_pending_locked(pool) &&
-        pool_barrier_release_locked(pool) && try_ready_locked(pool, need, out) == PS_OK)
-        return PS_OK;
-    return PS_ENOMEM;
-}
-
 /* The growth bound allowed now: max(pending_wait_bytes, pending_wait_percent % of reserved). */
 static uint64_t pending_bound_locked(const pool_t *pool)
 {
@@ -944,17 +771,17 @@ static uint64_t pending_bound_locked(const pool_t *pool)
 /* Step c's bound: while more bytes are pending than the bound allows,
  * host-wait the oldest epoch and retry. PS_OK: served from released
  * blocks; PS_ENOMEM: go on and grow. */
-static int wait_pending_over_bound_locked(pool_t *pool, size_t need, void **out)
+int pool_wait_pending_over_bound_locked(pool_t *pool, size_t need, void **out)
 {
     if (pool->reuse.bytes_pending <= pending_bound_locked(pool))
         return PS_ENOMEM;
     ps_reuse_close_or_sync(&pool->reuse);
-    if (try_ready_locked(pool, need, out) == PS_OK) /* the fallback may have freed blocks */
+    if (pool_try_ready_locked(pool, need, out) == PS_OK) /* the fallback may have freed blocks */
         return PS_OK;
     while (pool->reuse.closed_count && pool->reuse.bytes_pending > pending_bound_locked(pool)) {
         ps_reuse_wait_oldest(&pool->reuse);
         pool->pending_waits++;
-        if (try_ready_locked(pool, need, out) == PS_OK)
+        if (pool_try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
     }
     return PS_ENOMEM;
@@ -969,7 +796,7 @@ static int wait_pending_over_bound_locked(pool_t *pool, size_t need, void **out)
  * choices"); then unmap free pieces, holes between live blocks before the
  * rest, until reserved + need fits. PS_OK: served from released blocks;
  * PS_ENOMEM: go on and grow. */
-static int fit_budget_locked(pool_t *pool, size_t need, void **out)
+int pool_fit_budget_locked(pool_t *pool, size_t need, void **out)
 {
     uint64_t high = pool->bytes_in_use + need;
     if (high > pool->in_use_high)
@@ -983,18 +810,70 @@ static int fit_budget_locked(pool_t *pool, size_t need, void **out)
         return PS_ENOMEM;
     if (pool->gpu && pool->reuse.bytes_pending) {
         ps_reuse_close_or_sync(&pool->reuse);
-        if (try_ready_locked(pool, need, out) == PS_OK)
+        if (pool_try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
         while (pool->reuse.closed_count) {
             ps_reuse_wait_oldest(&pool->reuse);
             pool->pending_waits++;
-            if (try_ready_locked(pool, need, out) == PS_OK)
+            if (pool_try_ready_locked(pool, need, out) == PS_OK)
                 return PS_OK;
         }
     }
     pool_release_free_chunks_locked(pool, keep);
     return PS_ENOMEM;
 }
+
+/* ---- the ready list ---------------------------------------------------- */
+
+/* Takes a block of `need` bytes from the ready list. */
+int pool_try_ready_locked(pool_t *pool, size_t need, void **out)
+{
+    if (pool->stack_head != NIL) { /* a barrier just released them */
+        if (pool->stack_size == need) {
+            *out = (void *)pool->blocks[pool_stack_take(pool)].addr;
+            return PS_OK;
+        }
+        pool_stack_flush_locked(pool);
+    }
+    uint32_t index = pool_list_find(pool, pool->owners[OWNER_READY], need);
+    if (index == NIL)
+        return PS_ENOMEM;
+    *out = (void *)pool->blocks[pool_take_block(pool, index, need)].addr;
+    return PS_OK;
+}
+
+/* Takes `need` bytes from `grown`, the ready block growth produced (it is
+ * big enough; taking it directly avoids the good-fit search, which may
+ * skip a fitting block of the request's own class). */
+static inline int take_grown_locked(pool_t *pool, uint32_t grown, size_t need, void **out)
+{
+    if (pool->blocks[grown].size < need)
+        return pool_try_ready_locked(pool, need, out);
+    *out = (void *)pool->blocks[pool_take_block(pool, grown, need)].addr;
+    return PS_OK;
+}
+
+/* ---- epochs (core/reuse.c owns them) ----------------------------------- */
+
+/* A cudaFree'd block waits in the reuse state (state pending: it neither
+ * coalesces nor is handed out). On host OOM for the epoch list it is
+ * reused after a device synchronize instead. */
+int pool_defer_block(pool_t *pool, uint32_t index)
+{
+    pool_block_t *b = &pool->blocks[index];
+    b->state = BLOCK_PENDING;
+    if (ps_reuse_defer(&pool->reuse, index, b->size) == PS_OK)
+        return PS_OK;
+    int status = pool->gpu->device_synchronize(pool->gpu->ctx);
+    if (status != PS_OK) {
+        b->state = BLOCK_USED;
+        return status;
+    }
+    pool_release_block(pool, index, OWNER_READY, 0, IDLE_NOW);
+    return PS_OK;
+}
+
+/* ---- the barrier floor (free_sync barrier) ----------------------------- */
 
 /* The barrier floor (options.barrier_floor, free_sync barrier): while
  * reserved + `need` fit in it, step B grows instead of issuing a barrier
@@ -1044,6 +923,8 @@ static inline uint64_t owner_ready_hint_locked(const pool_t *pool)
     return pool->owners[OWNER_READY]->free_bytes;
 }
 
+/* ---- allocate / deallocate --------------------------------------------- */
+
 /* Steps a-f of the file header; `stream_allocation`: the request is
  * stream-ordered (its own and stolen lists were tried already). */
 static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation, void **out)
@@ -1051,42 +932,42 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
     const ps_gpu_ops_t *gpu = pool->gpu;
     int grow_first = 0; /* below the barrier floor: grow, no barrier, caches stay */
     pool_quick_flush_locked(pool); /* parked blocks may coalesce into a fit */
-    if (try_ready_locked(pool, need, out) == PS_OK)
+    if (pool_try_ready_locked(pool, need, out) == PS_OK)
         return PS_OK;
     if (gpu) {
         /* a. closed epochs (and, for a cudaMalloc, stream lists already fenced) */
         int released = ps_reuse_poll(&pool->reuse);
         if (!stream_allocation)
             released += pool_poll_stream_lists_locked(pool, 0, 0);
-        if (released && try_ready_locked(pool, need, out) == PS_OK)
+        if (released && pool_try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
         /* B. one barrier releases everything pending (below the barrier
          * floor: none, the pool grows) */
         int barrier = pool->options.free_sync == PS_FREE_SYNC_BARRIER;
         if (barrier && below_barrier_floor_locked(pool, need)) {
             grow_first = 1; /* (nothing here, and the caches stay: growth below) */
-        } else if (barrier && anything_pending_locked(pool) && pool_barrier_release_locked(pool)) {
-            if (try_ready_locked(pool, need, out) == PS_OK)
+        } else if (barrier && pool_anything_pending_locked(pool) && pool_barrier_release_locked(pool)) {
+            if (pool_try_ready_locked(pool, need, out) == PS_OK)
                 return PS_OK;
         } else if (pool_close_and_poll_locked(pool, need) &&
-                   try_ready_locked(pool, need, out) == PS_OK) {
+                   pool_try_ready_locked(pool, need, out) == PS_OK) {
             return PS_OK; /* b. close the open epoch and poll it briefly */
         }
         if (!stream_allocation && pool_poll_stream_lists_locked(pool, 1, 0) &&
-            try_ready_locked(pool, need, out) == PS_OK)
+            pool_try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
     }
     /* the threads' caches come back before the pool grows (or fails) */
-    if (!grow_first && tcache_drain_locked(pool, need, stream_allocation, 0, out) == PS_OK)
+    if (!grow_first && pool_tcache_drain_locked(pool, need, stream_allocation, 0, out) == PS_OK)
         return PS_OK;
     /* c. grow rather than wait, within the growth bound */
     if (gpu && (pool->options.pending_wait_bytes || pool->options.pending_wait_percent) &&
-        !pool_under_budget_min_locked(pool, need) && wait_pending_over_bound_locked(pool, need, out) == PS_OK)
+        !pool_under_budget_min_locked(pool, need) && pool_wait_pending_over_bound_locked(pool, need, out) == PS_OK)
         return PS_OK;
     uint32_t grown;
     if (pool->options.release_before_grow && !pool->expandable)
         pool_release_free_chunks_locked(pool, 0);
-    else if (pool->options.grow_budget_percent && pool->expandable && fit_budget_locked(pool, need, out) == PS_OK)
+    else if (pool->options.grow_budget_percent && pool->expandable && pool_fit_budget_locked(pool, need, out) == PS_OK)
         return PS_OK;
     if (pool_grow_locked(pool, need, &grown) == PS_OK)
         return take_grown_locked(pool, grown, need, out);
@@ -1094,22 +975,22 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
         /* d. memory pressure: a barrier (one refused at step B, while a
          * capture was open, may be possible now), then wait the oldest
          * epochs one by one */
-        if (pool->options.free_sync == PS_FREE_SYNC_BARRIER && anything_pending_locked(pool) &&
-            pool_barrier_release_locked(pool) && try_ready_locked(pool, need, out) == PS_OK)
+        if (pool->options.free_sync == PS_FREE_SYNC_BARRIER && pool_anything_pending_locked(pool) &&
+            pool_barrier_release_locked(pool) && pool_try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
         ps_reuse_close_or_sync(&pool->reuse);
-        if (try_ready_locked(pool, need, out) == PS_OK) /* the fallback may have freed blocks */
+        if (pool_try_ready_locked(pool, need, out) == PS_OK) /* the fallback may have freed blocks */
             return PS_OK;
         while (ps_reuse_wait_oldest(&pool->reuse))
-            if (try_ready_locked(pool, need, out) == PS_OK)
+            if (pool_try_ready_locked(pool, need, out) == PS_OK)
                 return PS_OK;
         /* ... then merge every stream list into the ready list */
         if (pool_poll_stream_lists_locked(pool, 1, 1) + pool_poll_stream_lists_locked(pool, 1, 1) &&
-            try_ready_locked(pool, need, out) == PS_OK)
+            pool_try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
     }
     /* e. every thread's cache comes back; give free memory back and grow once more */
-    if (tcache_drain_locked(pool, need, stream_allocation, 1, out) == PS_OK)
+    if (pool_tcache_drain_locked(pool, need, stream_allocation, 1, out) == PS_OK)
         return PS_OK;
     pool_release_free_chunks_locked(pool, 0);
     if (pool_grow_locked(pool, need, &grown) == PS_OK)
@@ -1123,7 +1004,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     size_t need = size ? ps_align_up(size, pool->options.alignment) : pool->options.alignment;
     if (!need)
         return PS_ENOMEM;
-    int stream_ordered = is_stream_ordered(stream);
+    int stream_ordered = pool_is_stream_ordered(stream);
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
     if (need <= pool->tcache_max_block && (stream_ordered || ps_tcache_caches_cudafree(pool->tcache, need)) &&
@@ -1141,7 +1022,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     if (status == PS_OK)
         status = ps_ptr_map_reserve(&pool->in_use, 1);
     uint32_t owner = OWNER_READY;
-    if (status == PS_OK && stream_ordered && owner_of_stream_locked(pool, stream, &owner) != PS_OK)
+    if (status == PS_OK && stream_ordered && pool_owner_of_stream_locked(pool, stream, &owner) != PS_OK)
         owner = OWNER_READY; /* no list for this stream: serve it as a cudaMalloc would be */
     if (status != PS_OK) {
         ps_unlock(&pool->lock);
@@ -1149,35 +1030,35 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     }
     uint32_t index = NIL;
     if (owner != OWNER_READY)
-        index = list_find(pool, pool->owners[owner], need);
+        index = pool_list_find(pool, pool->owners[owner], need);
     if (index == NIL) {
         uint32_t parked = NIL;
         if (pool->stack_head != NIL) {
             if (pool->stack_size == need)
-                parked = stack_take(pool);
+                parked = pool_stack_take(pool);
             else
-                stack_flush_locked(pool); /* another size: it sees every ready block merged */
+                pool_stack_flush_locked(pool); /* another size: it sees every ready block merged */
         }
         if (parked == NIL)
-            parked = quick_take(pool, need);
+            parked = pool_quick_take(pool, need);
         if (parked != NIL) {
             *out = (void *)pool->blocks[parked].addr;
             if (need <= pool->tcache_max_block)
-                tcache_refill_locked(pool, need);
+                pool_tcache_refill_locked(pool, need);
             ps_unlock(&pool->lock);
             return PS_OK;
         }
-        index = list_find(pool, pool->owners[OWNER_READY], need);
+        index = pool_list_find(pool, pool->owners[OWNER_READY], need);
     }
-    if (index == NIL && owner != OWNER_READY && steal_stream_list_locked(pool, owner, need))
-        index = list_find(pool, pool->owners[owner], need);
+    if (index == NIL && owner != OWNER_READY && pool_steal_stream_list_locked(pool, owner, need))
+        index = pool_list_find(pool, pool->owners[owner], need);
     if (index != NIL) {
-        *out = (void *)pool->blocks[take_block(pool, index, need)].addr;
+        *out = (void *)pool->blocks[pool_take_block(pool, index, need)].addr;
     } else {
         status = allocate_slow_locked(pool, need, owner != OWNER_READY, out);
     }
     if (status == PS_OK && need <= pool->tcache_max_block)
-        tcache_refill_locked(pool, need);
+        pool_tcache_refill_locked(pool, need);
     if (pool->tcache)
         ps_tcache_note_owner_ready(pool->tcache, owner_ready_hint_locked(pool));
     ps_unlock(&pool->lock);
@@ -1187,7 +1068,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
 static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t stream)
 {
     pool_t *pool = (pool_t *)r;
-    int stream_ordered = is_stream_ordered(stream);
+    int stream_ordered = pool_is_stream_ordered(stream);
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
     size_t need = size ? ps_align_up(size, pool->options.alignment) : pool->options.alignment;
@@ -1211,15 +1092,15 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
     pool->bytes_in_use -= pool->blocks[index].size;
     uint32_t owner;
     int status = PS_OK;
-    if (stream_ordered && owner_of_stream_locked(pool, stream, &owner) == PS_OK)
+    if (stream_ordered && pool_owner_of_stream_locked(pool, stream, &owner) == PS_OK)
         pool_release_block(pool, index, owner, ++pool->free_counter, IDLE_NEVER);
     else if (ps_reuse_defers(&pool->reuse) || stream_ordered) { /* no list for the stream: the safe path */
         size_t freed = pool->blocks[index].size;
-        status = defer_block(pool, index);
+        status = pool_defer_block(pool, index);
         if (status == PS_OK && pool->options.grow_budget_min)
             pool_fence_batch_locked(pool, freed); /* core/pool_expandable.c, step 7c */
     } else
-        quick_park(pool, index);
+        pool_quick_park(pool, index);
     if (status != PS_OK) { /* nothing changed: the block is still in use */
         ps_ptr_map_put(&pool->in_use, (uintptr_t)ptr, index);
         pool->bytes_in_use += pool->blocks[index].size;
@@ -1257,47 +1138,7 @@ static int pool_trim(ps_resource_t *r)
     return PS_OK;
 }
 
-/* The largest block an allocation could get without growing: the biggest
- * listed block, or the run a parked block would form with its ready and
- * parked neighbours once the quick cache is flushed. */
-/* Bytes of the run of ready or parked blocks that `index` belongs to. */
-static uint64_t ready_run_of(const pool_t *pool, uint32_t index)
-{
-    while (pool->blocks[index].prev_phys != NIL && ready_or_parked(&pool->blocks[pool->blocks[index].prev_phys]))
-        index = pool->blocks[index].prev_phys;
-    uint64_t run = 0;
-    for (; index != NIL && ready_or_parked(&pool->blocks[index]); index = pool->blocks[index].next_phys)
-        run += pool->blocks[index].size;
-    return run;
-}
-
-uint64_t pool_largest_free_locked(const pool_t *pool)
-{
-    uint64_t largest = 0;
-    for (uint32_t parked = pool->stack_head; parked != NIL; parked = pool->blocks[parked].next_free) {
-        if (pool->blocks[parked].prev_phys != NIL && pool->blocks[pool->blocks[parked].prev_phys].state == BLOCK_CACHED)
-            continue; /* its run is counted from a parked block before it */
-        uint64_t run = ready_run_of(pool, parked);
-        if (run > largest)
-            largest = run;
-    }
-    for (uint32_t mask = pool->quick_mask; mask; mask &= mask - 1) {
-        uint64_t run = ready_run_of(pool, pool->quick[__builtin_ctz(mask)]);
-        if (run > largest)
-            largest = run;
-    }
-    for (uint32_t o = 0; o < pool->owners_count; o++) {
-        const pool_owner_t *owner = pool->owners[o];
-        if (!owner->fl_bitmap)
-            continue;
-        unsigned fl = 63u - (unsigned)__builtin_clzll(owner->fl_bitmap);
-        unsigned sl = 31u - (unsigned)__builtin_clz(owner->sl_bitmap[fl]);
-        for (uint32_t index = owner->heads[fl][sl]; index != NIL; index = pool->blocks[index].next_free)
-            if (pool->blocks[index].size > largest)
-                largest = pool->blocks[index].size;
-    }
-    return largest;
-}
+/* ---- query and destroy ------------------------------------------------- */
 
 static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
 {
@@ -1357,63 +1198,6 @@ static void pool_destroy(ps_resource_t *r)
     free(pool);
 }
 
-/* The program is destroying `stream`. Its free list must never be reached
- * through the dead handle again (a fence recorded on a destroyed stream
- * crashes the driver). While the handle is still valid, its blocks are
- * retired as a closed epoch under a fence recorded now on every stream
- * (they become ready once the stream's work is done); then the owner is
- * recycled for the next new stream. Without a fence: synchronize. */
-static void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
-{
-    pool_t *pool = (pool_t *)r;
-    if (!is_stream_ordered(stream) || stream == PS_STREAM_LEGACY || stream == 0)
-        return;
-    ps_lock(&pool->lock);
-    if (pool->tcache)
-        ps_tcache_drain_all_locked(pool->tcache); /* blocks cached on `stream` join its list first */
-    uint64_t found;
-    if (!ps_ptr_map_remove(&pool->stream_owners, stream, &found)) {
-        ps_unlock(&pool->lock);
-        return;
-    }
-    if (pool->last_stream == stream)
-        pool->last_stream = PS_STREAM_NONE;
-    uint32_t o = (uint32_t)found;
-    pool_owner_t *owner = pool->owners[o];
-    if (owner->free_blocks) {
-        /* gather the stream's blocks as pending, in a side list */
-        ps_reuse_list_t retired = {0};
-        int synced = 0;
-        while (owner->fl_bitmap) {
-            unsigned fl = (unsigned)__builtin_ctzll(owner->fl_bitmap);
-            unsigned sl = (unsigned)__builtin_ctz(owner->sl_bitmap[fl]);
-            uint32_t index = owner->heads[fl][sl];
-            pool_list_remove(pool, index);
-            pool->blocks[index].state = BLOCK_PENDING;
-            if (ps_reuse_list_push(&retired, index, pool->blocks[index].size) != PS_OK) {
-                /* no host memory for the list: this block is safe after a device sync */
-                synced = synced || pool->gpu->device_synchronize(pool->gpu->ctx) == PS_OK;
-                pool_release_block(pool, index, OWNER_READY, 0, synced ? IDLE_NOW : IDLE_NEVER);
-            }
-        }
-        /* one fence on every stream, this one included (it is still
-         * tracked, and the legacy stream covers blocking streams); without
-         * one, a device synchronize */
-        ps_reuse_retire(&pool->reuse, &retired, PS_STREAM_NONE);
-    }
-    if (owner->fence) {
-        pool->gpu->fence_release(pool->gpu->ctx, owner->fence);
-        owner->fence = NULL;
-    }
-    owner->stream = PS_STREAM_NONE;
-    uint32_t *grown = realloc(pool->dead_owners, (pool->dead_count + 1) * sizeof *grown);
-    if (grown) { /* without room the owner is simply never reused */
-        pool->dead_owners = grown;
-        pool->dead_owners[pool->dead_count++] = o;
-    }
-    ps_unlock(&pool->lock);
-}
-
 const ps_resource_ops_t pool_ops = {"pool", pool_allocate, pool_deallocate, pool_trim,
                                            pool_query, pool_destroy, pool_stream_destroyed,
                                            pool_device_synchronized, pool_decay};
@@ -1427,46 +1211,6 @@ static int grow_or_add_initial_locked(pool_t *pool, size_t initial, uint32_t *gr
     if (pool->expandable)
         return pool_grow_expandable_locked(pool, initial, grown);
     return pool_add_chunk_locked(pool, initial, initial, grown);
-}
-
-uint64_t ps_pool_thread_cache_bytes(ps_resource_t *r)
-{
-    pool_t *pool = (pool_t *)r;
-    uint64_t ready = 0, pending = 0;
-    if (r->ops != &pool_ops || !pool->tcache)
-        return 0;
-    ps_lock(&pool->lock);
-    ps_tcache_bytes_locked(pool->tcache, &ready, &pending);
-    ps_unlock(&pool->lock);
-    return ready + pending;
-}
-
-int ps_pool_thread_cache_counters(ps_resource_t *r, uint64_t *hits, uint64_t *misses, uint64_t *barriers_asked)
-{
-    pool_t *pool = (pool_t *)r;
-    ps_tcache_counters_t c = {0};
-    if (r->ops == &pool_ops && pool->tcache)
-        ps_tcache_counters(pool->tcache, &c);
-    *hits = c.hits;
-    *misses = c.misses;
-    *barriers_asked = c.barriers_asked;
-    return r->ops == &pool_ops && pool->tcache && ps_tcache_caches_cudafree(pool->tcache, SIZE_MAX);
-}
-
-void ps_pool_note_lock_contention(ps_resource_t *r, uint32_t count)
-{
-    pool_t *pool = (pool_t *)r;
-    if (r->ops != &pool_ops)
-        return;
-    ps_lock(&pool->lock);
-    note_contention_locked(pool, count);
-    ps_unlock(&pool->lock);
-}
-
-void ps_pool_thread_cache_always_engage(ps_resource_t *r)
-{
-    if (r->ops == &pool_ops && ((pool_t *)r)->tcache)
-        ps_tcache_always_engage(((pool_t *)r)->tcache);
 }
 
 int ps_pool_is_expandable(ps_resource_t *r)
@@ -1541,7 +1285,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
         pool->quick[slot] = NIL;
     pool->stack_head = NIL;
     pool->alignment_log2 = (unsigned)__builtin_ctzll(o.alignment);
-    ps_reuse_init(&pool->reuse, gpu, o.free_sync, o.barrier_pending_percent, &pool->family, release_pending, pool);
+    ps_reuse_init(&pool->reuse, gpu, o.free_sync, o.barrier_pending_percent, &pool->family, pool_release_pending, pool);
     pool->last_stream = PS_STREAM_NONE;
     pool->unmapped_head = NIL;
     pool->lent_head = NIL;
@@ -1551,7 +1295,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     pool->owners_capacity = 8;
     pool->owners = calloc(pool->owners_capacity, sizeof *pool->owners);
     int status = pool->owners ? PS_OK : PS_ENOMEM;
-    if (status == PS_OK && !(pool->owners[0] = owner_new(PS_STREAM_NONE)))
+    if (status == PS_OK && !(pool->owners[0] = pool_owner_new(PS_STREAM_NONE)))
         status = PS_ENOMEM;
     if (status == PS_OK) {
         pool->owners_count = 1;
@@ -1566,7 +1310,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     if (status == PS_OK && o.thread_cache && gpu &&
         (o.free_sync == PS_FREE_SYNC_BARRIER || o.free_sync == PS_FREE_SYNC_NONE))
         status = ps_tcache_create(o.thread_cache, o.free_sync == PS_FREE_SYNC_NONE, &pool->family, &pool->lock,
-                                  tcache_give_back_locked, tcache_barrier, pool, &pool->tcache);
+                                  pool_tcache_give_back_locked, pool_tcache_barrier, pool, &pool->tcache);
     if (pool->tcache) {
         pool->tcache_max_block = ps_tcache_max_block(pool->tcache);
     }

@@ -1,7 +1,10 @@
-/* The pool's insides (core/pool.c, core/pool_expandable.c): its data
- * structures and the helpers the two files share. Nothing here is API:
- * core/pool.h is. Every function below expects the pool's lock held
- * unless its name says otherwise. */
+/* The pool's insides: its data structures and the functions its files
+ * share, declared under the file that defines them (core/pool.c opens
+ * with the pool's algorithm and the map of its files). Nothing here is
+ * API: core/pool.h is. Every function below expects the pool's lock held
+ * unless its name or comment says otherwise. What every allocation and
+ * free runs is inline here, under its file's heading (docs/benchmarks.md,
+ * "The pool's design choices", says why). */
 #ifndef POOLSHIM_POOL_INTERNAL_H
 #define POOLSHIM_POOL_INTERNAL_H
 
@@ -159,7 +162,7 @@ typedef struct pool {
     /* read by every cache operation, written only by barriers: a line of its own */
     _Alignas(64) ps_reuse_family_t family; /* barrier numbers of the reuse state and the thread caches (lock-free) */
     _Alignas(64) ps_lock_t barrier_lock; /* one thread cache's barrier at a time (the others wait and share it) */
-    _Atomic uint64_t cache_barriers; /* barriers issued for thread caches (tcache_barrier) */
+    _Atomic uint64_t cache_barriers; /* barriers issued for thread caches (pool_tcache_barrier) */
 } pool_t;
 
 /* Remap's credit (pool_remap_earn_locked): a burst of REMAP_BURST remaps,
@@ -167,8 +170,21 @@ typedef struct pool {
 #define REMAP_CREDIT_UNIT 1000u
 #define REMAP_BURST 16u
 
-/* ---- the hot helpers, inline: every allocation and free runs them
- * (docs/benchmarks.md, "The pool's design choices") ---- */
+/* ---- pool_decay.c: free memory not needed for a while goes back -------- */
+uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64_t want);
+
+/* Every allocation, pool lock held: the decay's view of the working set. */
+static inline void pool_note_allocation(pool_t *pool)
+{
+    pool->decay_allocs++;
+    if (pool->bytes_in_use > pool->decay_high)
+        pool->decay_high = pool->bytes_in_use;
+}
+
+/* ---- pool_lists.c: descriptors, blocks, TLSF lists --------------------- */
+int pool_reserve_descriptors_locked(pool_t *pool, uint32_t count);
+uint32_t pool_release_block(pool_t *pool, uint32_t index, uint32_t owner_index, uint64_t stamp, uint64_t idle);
+uint64_t pool_largest_free_locked(const pool_t *pool);
 
 /* TLSF classes of a key: first level floor(log2), second the next SL_LOG2 bits. */
 static inline void key_class(size_t key, unsigned *fl, unsigned *sl)
@@ -254,18 +270,122 @@ static inline void pool_recycle_descriptor(pool_t *pool, uint32_t index)
     pool->recycled_count++;
 }
 
-/* ---- core/pool_decay.c: free memory not needed for a while goes back ---- */
-uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64_t want);
-
-/* Every allocation, pool lock held: the decay's view of the working set. */
-static inline void pool_note_allocation(pool_t *pool)
+/* Good fit: a free block of `owner` with size >= `size`, or NIL. */
+static inline uint32_t pool_list_find(const pool_t *pool, const pool_owner_t *owner, size_t size)
 {
-    pool->decay_allocs++;
-    if (pool->bytes_in_use > pool->decay_high)
-        pool->decay_high = pool->bytes_in_use;
+    unsigned fl, sl;
+    size_t key = size - 1;
+    key_class(key, &fl, &sl);
+    uint32_t head = owner->heads[fl][sl];
+    if (head != NIL && pool->blocks[head].size >= size)
+        return head;
+    /* the first class whose every block is >= size: keys from `rounded` up */
+    size_t rounded = key + ((size_t)1 << (fl - SL_LOG2)) - 1;
+    if (rounded < key)
+        return NIL;
+    key_class(rounded, &fl, &sl);
+    uint32_t sl_map = owner->sl_bitmap[fl] & (~0u << sl);
+    if (!sl_map) {
+        uint64_t fl_map = fl + 1 < FL_COUNT ? owner->fl_bitmap & (~0ull << (fl + 1)) : 0;
+        if (!fl_map)
+            return NIL;
+        fl = (unsigned)__builtin_ctzll(fl_map);
+        sl_map = owner->sl_bitmap[fl];
+    }
+    return owner->heads[fl][(unsigned)__builtin_ctz(sl_map)];
 }
 
-/* The quick cache's slot for a block of `size` bytes (core/pool.c). */
+/* Moves/resizes free block `index` in place; its lists change only when
+ * its size class does (the common case on the hot path: they do not). */
+static inline void pool_free_block_resize(pool_t *pool, uint32_t index, uintptr_t addr, size_t size)
+{
+    pool_block_t *b = &pool->blocks[index];
+    unsigned old_fl, old_sl, new_fl, new_sl;
+    size_class(b->size, &old_fl, &old_sl);
+    size_class(size, &new_fl, &new_sl);
+    if (old_fl == new_fl && old_sl == new_sl) {
+        pool_owner_t *owner = pool->owners[b->owner];
+        owner->free_bytes = owner->free_bytes - b->size + size;
+        pool->bytes_free = pool->bytes_free - b->size + size;
+        b->addr = addr;
+        b->size = size;
+    } else {
+        uint32_t owner_index = b->owner;
+        pool_list_remove(pool, index);
+        b->addr = addr;
+        b->size = size;
+        pool_list_insert(pool, owner_index, index);
+    }
+}
+
+/* Takes free block `index` for a request of `size` bytes and returns the
+ * used block's index: the front is cut off as a new used block (the free
+ * rest keeps its descriptor and, usually, its list position) unless less
+ * than one alignment unit would be left; a request of at most
+ * small_from_back bytes is cut off the back instead. The used block is
+ * mapped. Needs one reserved descriptor and one reserved in-use map slot. */
+static inline uint32_t pool_take_block(pool_t *pool, uint32_t index, size_t size)
+{
+    pool_block_t *f = &pool->blocks[index];
+    uint32_t used_index = index;
+    if (size <= pool->options.small_from_back && f->size - size >= pool->options.alignment) {
+        used_index = pool_take_descriptor(pool);
+        f = &pool->blocks[index];
+        pool_block_t *used = &pool->blocks[used_index];
+        used->addr = f->addr + f->size - size;
+        used->size = size;
+        used->free_stamp = 0;
+        used->idle_gen = f->idle_gen; /* splitting keeps it (a thread cache's refill gives it back) */
+        used->prev_phys = index;
+        used->next_phys = f->next_phys;
+        used->chunk = f->chunk;
+        used->owner = f->owner;
+        if (f->next_phys != NIL)
+            pool->blocks[f->next_phys].prev_phys = used_index;
+        f->next_phys = used_index;
+        pool_free_block_resize(pool, index, f->addr, f->size - size);
+    } else if (f->size - size >= pool->options.alignment) {
+        used_index = pool_take_descriptor(pool);
+        f = &pool->blocks[index];
+        pool_block_t *used = &pool->blocks[used_index];
+        used->addr = f->addr;
+        used->size = size;
+        used->free_stamp = 0;
+        used->idle_gen = f->idle_gen;
+        used->prev_phys = f->prev_phys;
+        used->next_phys = index;
+        used->chunk = f->chunk;
+        used->owner = f->owner;
+        if (f->prev_phys != NIL)
+            pool->blocks[f->prev_phys].next_phys = used_index;
+        else
+            pool->chunks[f->chunk].first_block = used_index;
+        f->prev_phys = used_index;
+        pool_free_block_resize(pool, index, f->addr + size, f->size - size);
+    } else {
+        pool_list_remove(pool, index);
+    }
+    pool_block_t *used = &pool->blocks[used_index];
+    used->state = BLOCK_USED;
+    pool->bytes_in_use += used->size;
+    pool_note_allocation(pool);
+    ps_ptr_map_put(&pool->in_use, used->addr, used_index);
+    return used_index;
+}
+
+/* ---- pool.c: quick cache, size stack, thread caches, contention -------- */
+void pool_stack_flush_locked(pool_t *pool);
+void pool_quick_flush_locked(pool_t *pool);
+/* The reuse state's release callback (core/reuse.h): `item` is a descriptor index. */
+void pool_release_pending(void *owner, uint64_t item);
+/* The thread caches' callbacks (core/thread_cache.h); the barrier runs without the pool's lock. */
+void pool_tcache_give_back_locked(void *owner, const ps_tcache_block_t *blocks, size_t count);
+int pool_tcache_barrier(void *owner, uint64_t tag);
+void pool_tcache_refill_room_locked(pool_t *pool, size_t need, size_t room);
+int pool_tcache_drain_locked(pool_t *pool, size_t need, int stream_allocation, int force, void **out);
+void pool_note_contention_locked(pool_t *pool, uint32_t count);
+
+/* The quick cache's slot for a block of `size` bytes. */
 static inline uint32_t quick_slot(const pool_t *pool, size_t size)
 {
     return (uint32_t)(size >> pool->alignment_log2) & (QUICK_SLOTS - 1);
@@ -277,29 +397,125 @@ static inline int ready_or_parked(const pool_block_t *b)
     return b->state == BLOCK_CACHED || (b->state == BLOCK_FREE && b->owner == OWNER_READY);
 }
 
-/* ---- core/pool.c: blocks, lists, descriptors, chunks, the barrier ---- */
-extern const ps_resource_ops_t pool_ops; /* (a resource is a pool when its ops are these) */
-uint64_t pool_largest_free_locked(const pool_t *pool);
-int pool_add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32_t *grown);
-int pool_barrier_release_locked(pool_t *pool);
-int pool_chunk_slot_locked(pool_t *pool, uint32_t *slot);
-int pool_poll_stream_lists_locked(pool_t *pool, int record, int wait);
-void pool_quick_flush_locked(pool_t *pool);
-uint32_t pool_release_block(pool_t *pool, uint32_t index, uint32_t owner_index, uint64_t stamp, uint64_t idle);
-int pool_reserve_descriptors_locked(pool_t *pool, uint32_t count);
+/* A parked block of exactly `size` bytes, taken as used, or NIL. Needs a
+ * reserved in-use map slot. */
+static inline uint32_t pool_quick_take(pool_t *pool, size_t size)
+{
+    uint32_t slot = quick_slot(pool, size);
+    uint32_t index = pool->quick[slot];
+    if (index == NIL || pool->blocks[index].size != size)
+        return NIL;
+    pool->quick[slot] = NIL;
+    pool->quick_mask &= ~(1u << slot);
+    pool->bytes_free -= size;
+    pool->blocks[index].state = BLOCK_USED;
+    pool->bytes_in_use += size;
+    pool_note_allocation(pool);
+    ps_ptr_map_put(&pool->in_use, pool->blocks[index].addr, index);
+    return index;
+}
 
-/* ---- core/pool_expandable.c: growth, remap, giving memory back ---- */
+/* Parks ready block `index` (a cudaFree under free_sync none) in the quick
+ * cache; the block parked in its slot before is merged into the lists. */
+static inline void pool_quick_park(pool_t *pool, uint32_t index)
+{
+    pool_block_t *b = &pool->blocks[index];
+    uint32_t slot = quick_slot(pool, b->size);
+    uint32_t evicted = pool->quick[slot];
+    pool->quick[slot] = index;
+    pool->quick_mask |= 1u << slot;
+    b->state = BLOCK_CACHED;
+    b->owner = OWNER_READY;
+    b->free_stamp = 0;
+    b->idle_gen = IDLE_NEVER; /* a cudaFree under free_sync none: a kernel may still use it */
+    pool->bytes_free += b->size;
+    if (evicted != NIL) {
+        pool->bytes_free -= pool->blocks[evicted].size;
+        pool_release_block(pool, evicted, OWNER_READY, 0, pool->blocks[evicted].idle_gen);
+    }
+}
+
+/* A parked block of the stack, taken as used (the caller checked its size).
+ * Needs a reserved in-use map slot. */
+static inline uint32_t pool_stack_take(pool_t *pool)
+{
+    uint32_t index = pool->stack_head;
+    pool_block_t *b = &pool->blocks[index];
+    pool->stack_head = b->next_free;
+    pool->stack_count--;
+    pool->bytes_free -= b->size;
+    b->state = BLOCK_USED;
+    pool->bytes_in_use += b->size;
+    pool_note_allocation(pool);
+    ps_ptr_map_put(&pool->in_use, b->addr, index);
+    return index;
+}
+
+/* The hot paths take the lock here: while thread caches keep no cudaFree'd
+ * blocks, it counts how often the lock was found held, and when threads
+ * met on it in 1 of LOCK_WINDOW / LOCK_CONTENDED_SHARE acquisitions of a
+ * window, the caches start keeping them (core/thread_cache.h). */
+#define LOCK_WINDOW 4096
+#define LOCK_CONTENDED_SHARE 16
+static inline void pool_lock(pool_t *pool)
+{
+    if (__builtin_expect(ps_lock_try(&pool->lock), 1)) {
+        if (pool->tcache && ++pool->locks_taken == LOCK_WINDOW)
+            pool->locks_taken = pool->locks_contended = 0;
+        return;
+    }
+    ps_lock_slow(&pool->lock);
+    pool_note_contention_locked(pool, 1);
+}
+
+/* After a locked allocation of `need` (<= tcache_max_block) bytes. */
+static inline __attribute__((always_inline)) void pool_tcache_refill_locked(pool_t *pool, size_t need)
+{
+    size_t room = ps_tcache_refill_room_locked(pool->tcache, need);
+    if (room)
+        pool_tcache_refill_room_locked(pool, need, room);
+}
+
+/* ---- pool.c: stream owners, stealing, fences, the barrier -------------- */
+pool_owner_t *pool_owner_new(ps_stream_t stream);
+int pool_owner_of_stream_locked(pool_t *pool, ps_stream_t stream, uint32_t *out);
+int pool_poll_stream_lists_locked(pool_t *pool, int record, int wait);
+int pool_steal_stream_list_locked(pool_t *pool, uint32_t to, size_t size);
+int pool_anything_pending_locked(const pool_t *pool);
+int pool_barrier_release_locked(pool_t *pool);
+/* The resource's stream_destroyed entry (takes the lock). */
+void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream);
+
+/* Whether a free or allocation on `stream` uses that stream's own list
+ * (not PS_STREAM_NONE, not the per-thread default stream). */
+static inline int pool_is_stream_ordered(ps_stream_t stream)
+{
+    return stream != PS_STREAM_NONE && stream != PS_STREAM_PER_THREAD;
+}
+
+/* ---- pool.c, pool_expandable.c: chunks, growth and its bounds, giving memory back ---- */
+int pool_chunk_slot_locked(pool_t *pool, uint32_t *slot);
+int pool_add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32_t *grown);
+int pool_grow_locked(pool_t *pool, size_t need, uint32_t *grown);
+int pool_wait_pending_over_bound_locked(pool_t *pool, size_t need, void **out);
+int pool_fit_budget_locked(pool_t *pool, size_t need, void **out);
+int pool_under_budget_min_locked(const pool_t *pool, size_t need);
 int pool_close_and_poll_locked(pool_t *pool, size_t need);
 void pool_fence_batch_locked(pool_t *pool, size_t freed);
-void pool_flush_all_locked(pool_t *pool);
-int pool_grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown);
-int pool_grow_locked(pool_t *pool, size_t need, uint32_t *grown);
 void pool_release_free_chunks_locked(pool_t *pool, uint64_t keep);
 uint64_t pool_release_idle_locked(pool_t *pool, uint64_t keep, uint64_t passed);
+void pool_flush_all_locked(pool_t *pool);
+
+/* ---- pool_expandable.c: the expandable range, remap, lending, growth ---- */
+int pool_grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown);
 /* The newest barrier the GPU has passed (IDLE_NOW: none known): a ready
  * block with idle_gen <= it is idle. */
 uint64_t pool_newest_passed_locked(const pool_t *pool);
 void pool_remap_earn_locked(pool_t *pool, uint64_t released);
-int pool_under_budget_min_locked(const pool_t *pool, size_t need);
+
+/* ---- pool.c: the recipe ------------------------------------------------ */
+extern const ps_resource_ops_t pool_ops; /* (a resource is a pool when its ops are these) */
+int pool_try_ready_locked(pool_t *pool, size_t need, void **out);
+int pool_defer_block(pool_t *pool, uint32_t index);
 
 #endif
