@@ -373,7 +373,7 @@ static inline uint32_t pool_take_block(pool_t *pool, uint32_t index, size_t size
     return used_index;
 }
 
-/* ---- pool.c: quick cache, size stack, thread caches, contention -------- */
+/* ---- pool_caches.c: quick cache, size stack, thread caches, contention ---- */
 void pool_stack_flush_locked(pool_t *pool);
 void pool_quick_flush_locked(pool_t *pool);
 /* The reuse state's release callback (core/reuse.h): `item` is a descriptor index. */
