@@ -7,7 +7,8 @@
    JSON exit report and an allocation log; once its loop is done and it idles
    holding its tensors, `poolshim top --once --json` is taken; the process
    then exits. Figures that cannot move while it idles -- requested and
-   reserved peaks, cudaMalloc calls -- must equal its exit report's (the
+   reserved peaks, device allocation calls (cudaMalloc, cuMemAlloc and their
+   stream-ordered twins: cuBLAS allocates through the driver) -- must equal its exit report's (the
    current figures move at exit, as PyTorch frees its tensors; they are printed
    beside what PyTorch says it holds).
 2. memory_viz: `poolshim export LOG --memory-viz` of that loop's log, opened
@@ -110,10 +111,11 @@ def top_and_exit(build, out):
     rdev = report["devices"][0]
     print("live_views: top's device 0: %s" % json.dumps(dev))
     pairs = [("requested_peak", rdev["bytes"]["requested_peak"]), ("reserved_peak", rdev["bytes"]["reserved_peak"]),
-             ("allocations", rdev["calls"]["cudaMalloc"])]
+             ("allocations", sum(rdev["calls"].get(k, 0) for k in ("cudaMalloc", "cudaMallocAsync", "cuMemAlloc",
+                                                                   "cuMemAllocAsync")))]
     for key, want in pairs:
         check(dev.get(key) == want, "top's %s is the exit report's" % key, "%s vs %s" % (dev.get(key), want))
-    # (for the record: PyTorch's count may round sizes or leave out what it does not track)
+    # (for the record; with its cache off PyTorch keeps no count: memory_allocated() says 0)
     print("live_views: top's requested_current %s, torch.cuda.memory_allocated() %d" %
           (dev.get("requested_current"), torch_holds))
     return logf

@@ -27,6 +27,7 @@
  *
  * Natively the memory `give` freed is the device's again and `take` gets it;
  * under the shim it stays in give's pool unless the neighbours give it. */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -89,6 +90,35 @@ static int wait_for(const char *dir, const char *name, int seconds)
     return 0;
 }
 
+/* Under the shim with the neighbours on, waits (at most 5 s) until this
+ * process's registry entry exists: the give-back thread makes it just after
+ * the first stack (shim/give_back.c), and a test that signals "ready" must
+ * be findable by then. Not for a registry the shim refuses (another owner,
+ * or group or other permissions: the tests of that case). */
+static void wait_registered(void)
+{
+    const char *dir = getenv("POOLSHIM_TEST_NEIGHBOURS_DIR"), *preload = getenv("LD_PRELOAD");
+    const char *options = getenv("POOLSHIM_OPTIONS");
+    struct stat st;
+    if (!dir || !preload || !strstr(preload, "poolshim") || (options && strstr(options, "neighbour_release=0")) ||
+        stat(dir, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 077))
+        return;
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "p%d-", (int)getpid());
+    for (int i = 0; i < 1000; i++) {
+        DIR *d = opendir(dir);
+        int found = 0;
+        for (struct dirent *e; d && (e = readdir(d)) && !found;)
+            found = !strncmp(e->d_name, prefix, strlen(prefix)) && strstr(e->d_name, ".gpus");
+        if (d)
+            closedir(d);
+        if (found)
+            return;
+        usleep(5000);
+    }
+    CHECK(0, "no registry entry of pid %d in %s after 5 s", (int)getpid(), dir);
+}
+
 static void give(const char *dir)
 {
     static void *p[BLOCKS_MAX];
@@ -99,6 +129,7 @@ static void give(const char *dir)
         CHECK(cudaFree(p[i]) == cudaSuccess, "give: cudaFree %d", i);
     printf("give: %d blocks of 8 MiB allocated and freed\n", n);
     fflush(stdout);
+    wait_registered();
     signal_file(dir, "ready");
     CHECK(wait_for(dir, "release", 30), "give: no release within 30 s");
 }
@@ -139,6 +170,7 @@ static void hold(const char *dir, int n)
         CHECK(cudaFree(p[i]) == cudaSuccess, "hold: cudaFree %d", i);
     printf("hold: %d blocks allocated, %d held\n", n, n / 2);
     fflush(stdout);
+    wait_registered();
     signal_file(dir, "ready");
     CHECK(wait_for(dir, "release", 30), "hold: no release within 30 s");
 }
