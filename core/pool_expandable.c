@@ -1057,14 +1057,3 @@ void pool_fence_batch_locked(pool_t *pool, size_t freed)
         ps_reuse_close(r); /* no fence: the next exhaustion closes it as before */
 }
 
-/* Closes and host-waits every epoch and every stream list; afterwards all
- * free memory is in the ready list. */
-void pool_flush_all_locked(pool_t *pool)
-{
-    if (!pool->gpu)
-        return;
-    ps_reuse_flush(&pool->reuse);
-    for (int round = 0; round < 2; round++) /* the 2nd round covers blocks freed after an old lazy fence */
-        pool_poll_stream_lists_locked(pool, 1, 1);
-}
-

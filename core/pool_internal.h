@@ -476,13 +476,14 @@ static inline __attribute__((always_inline)) void pool_tcache_refill_locked(pool
         pool_tcache_refill_room_locked(pool, need, room);
 }
 
-/* ---- pool.c: stream owners, stealing, fences, the barrier -------------- */
+/* ---- pool_streams.c: stream owners, stealing, fences, the barrier ------ */
 pool_owner_t *pool_owner_new(ps_stream_t stream);
 int pool_owner_of_stream_locked(pool_t *pool, ps_stream_t stream, uint32_t *out);
 int pool_poll_stream_lists_locked(pool_t *pool, int record, int wait);
 int pool_steal_stream_list_locked(pool_t *pool, uint32_t to, size_t size);
 int pool_anything_pending_locked(const pool_t *pool);
 int pool_barrier_release_locked(pool_t *pool);
+void pool_flush_all_locked(pool_t *pool);
 /* The resource's stream_destroyed entry (takes the lock). */
 void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream);
 
@@ -504,7 +505,6 @@ int pool_close_and_poll_locked(pool_t *pool, size_t need);
 void pool_fence_batch_locked(pool_t *pool, size_t freed);
 void pool_release_free_chunks_locked(pool_t *pool, uint64_t keep);
 uint64_t pool_release_idle_locked(pool_t *pool, uint64_t keep, uint64_t passed);
-void pool_flush_all_locked(pool_t *pool);
 
 /* ---- pool_expandable.c: the expandable range, remap, lending, growth ---- */
 int pool_grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown);
