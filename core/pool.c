@@ -3,16 +3,18 @@
  * chunks from an upstream or one expandable virtual-memory range.
  *
  * This file is the recipe: allocate, free, trim, query, create, and the
- * slow path (steps a-f), and the ingredients not below. Those below have
- * a file of their own, opening with its algorithm; core/pool_internal.h
- * holds the data structures and the helpers the files share:
+ * slow path (steps a-f). Each ingredient has a file of its own, opening
+ * with its algorithm; core/pool_internal.h holds the data structures and
+ * the helpers the files share:
  *   core/pool_lists.c       descriptors, blocks, TLSF free lists (steps 1-2)
  *   core/pool_caches.c      parked blocks: quick cache, size stack, the
  *                           thread caches' side, lock contention (3, 6)
  *   core/pool_streams.c     stream owners, stealing, fences, the barrier,
  *                           destroyed streams (3, B, 4)
- *   core/pool_expandable.c  growth, the expandable range, remap, lending,
- *                           giving memory back (c, e, 5)
+ *   core/pool_growth.c      chunks, growth and its bounds, giving memory
+ *                           back (c, e, 5)
+ *   core/pool_expandable.c  the expandable range: growth in place, remap,
+ *                           lending
  *   core/pool_decay.c       free memory not needed for a while goes back
  *   core/pool_check.c       the invariants and the layout report
  * Delegated: the cudaFree reuse rule — open and closed epochs, fences,
@@ -75,21 +77,18 @@
  *          blocks and poll it: blocks freed on t before that fence move to
  *          the ready list once it completes; retry;
  *       c. growth bound (pending_wait_bytes/percent, off by default; the
- *          pinned host pool): while the pending bytes exceed
- *          max(pending_wait_bytes, pending_wait_percent % of reserved),
- *          close the open epoch and host-wait the oldest one (fence_wait),
- *          retrying after each: growth while the GPU lags stays bounded;
- *          then grow, never past maximum_size:
+ *          pinned host pool): while the pending bytes exceed the bound,
+ *          host-wait the oldest epoch, retrying after each; then grow,
+ *          never past maximum_size (core/pool_growth.c):
  *          - chunks: with release_before_grow (the pinned host pool),
  *            first give every wholly free ready chunk back (none of them
  *            fits the request, or step 3 would have taken it: kept, they
  *            would only strand memory, as chunks never merge); then a chunk
- *            of max(request rounded up to chunk_granule (2 MiB),
- *            clamp(reserved * growth_percent / 100, min_chunk, max_chunk))
- *            bytes; on upstream failure halve down to the request;
+ *            of max(request, a share of reserved) bytes; on upstream
+ *            failure halve down to the request;
  *          - expandable: map more of the range in place, moving free
  *            pieces there first when it can (remap), within the growth
- *            budget: core/pool_expandable.c says how;
+ *            budget (core/pool_expandable.c);
  *       d. memory pressure: host-wait (fence_wait) the oldest epochs one by
  *          one, retrying after each; then wait a fence on every stream list
  *          and merge all of them into the ready list; retry;
@@ -108,7 +107,7 @@
  *       - cudaFree, free_sync event or barrier: the block joins the open
  *         epoch (state pending: it neither coalesces nor is handed out) —
  *         no CUDA call (grow_budget_min at its floor: a batch's fence,
- *         core/pool_expandable.c, step 7c).
+ *         core/pool_growth.c, step 4c).
  *  5. trim(): close and wait every epoch and stream list, merge everything
  *     into the ready list, and give memory back as in step e. When the
  *     program synchronizes the device and more than release_threshold
@@ -157,126 +156,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- chunks, the growth bound and budget ------------------------------- */
-
-/* A free slot of the chunk table (grown when full), in *slot. */
-int pool_chunk_slot_locked(pool_t *pool, uint32_t *slot)
-{
-    uint32_t s = 0;
-    while (s < pool->chunks_count && pool->chunks[s].base)
-        s++;
-    if (s == pool->chunks_capacity) {
-        uint32_t capacity = pool->chunks_capacity ? pool->chunks_capacity * 2 : 16;
-        pool_chunk_t *bigger = realloc(pool->chunks, capacity * sizeof *bigger);
-        if (!bigger)
-            return PS_ENOMEM;
-        pool->chunks = bigger;
-        pool->chunks_capacity = capacity;
-    }
-    *slot = s;
-    return PS_OK;
-}
-
-/* Takes one chunk of `chunk_size` bytes from the upstream into the ready
- * list; *grown = its block. Needs one reserved descriptor. */
-int pool_add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32_t *grown)
-{
-    uint32_t slot;
-    if (pool_chunk_slot_locked(pool, &slot) != PS_OK)
-        return PS_ENOMEM;
-    void *base;
-    int status = ps_allocate(pool->base.upstream, chunk_size, PS_STREAM_NONE, &base);
-    if (status != PS_OK)
-        return status;
-    size_t alignment = pool->options.alignment;
-    uintptr_t addr = ((uintptr_t)base + alignment - 1) & ~(uintptr_t)(alignment - 1);
-    size_t usable = (chunk_size - (addr - (uintptr_t)base)) & ~(alignment - 1);
-    if (addr - (uintptr_t)base >= chunk_size || usable < need) {
-        ps_deallocate(pool->base.upstream, base, chunk_size, PS_STREAM_NONE);
-        return PS_ENOMEM; /* the upstream's alignment is too small for this request */
-    }
-    uint32_t index = pool_take_descriptor(pool);
-    pool_block_t *b = &pool->blocks[index];
-    b->addr = addr;
-    b->size = usable;
-    b->free_stamp = 0;
-    b->idle_gen = IDLE_NOW; /* fresh memory */
-    b->prev_phys = b->next_phys = NIL;
-    b->chunk = slot;
-    pool->chunks[slot] = (pool_chunk_t){base, chunk_size, addr, usable, index, NULL};
-    if (slot == pool->chunks_count)
-        pool->chunks_count++;
-    pool_list_insert(pool, OWNER_READY, index);
-    pool->bytes_reserved += usable;
-    if (pool->bytes_reserved > pool->peak_bytes_reserved)
-        pool->peak_bytes_reserved = pool->bytes_reserved;
-    pool->upstream_allocs++;
-    *grown = index;
-    return PS_OK;
-}
-
-/* The growth bound allowed now: max(pending_wait_bytes, pending_wait_percent % of reserved). */
-static uint64_t pending_bound_locked(const pool_t *pool)
-{
-    uint64_t share = pool->bytes_reserved / 100 * pool->options.pending_wait_percent;
-    return share > pool->options.pending_wait_bytes ? share : pool->options.pending_wait_bytes;
-}
-
-/* Step c's bound: while more bytes are pending than the bound allows,
- * host-wait the oldest epoch and retry. PS_OK: served from released
- * blocks; PS_ENOMEM: go on and grow. */
-int pool_wait_pending_over_bound_locked(pool_t *pool, size_t need, void **out)
-{
-    if (pool->reuse.bytes_pending <= pending_bound_locked(pool))
-        return PS_ENOMEM;
-    ps_reuse_close_or_sync(&pool->reuse);
-    if (pool_try_ready_locked(pool, need, out) == PS_OK) /* the fallback may have freed blocks */
-        return PS_OK;
-    while (pool->reuse.closed_count && pool->reuse.bytes_pending > pending_bound_locked(pool)) {
-        ps_reuse_wait_oldest(&pool->reuse);
-        pool->pending_waits++;
-        if (pool_try_ready_locked(pool, need, out) == PS_OK)
-            return PS_OK;
-    }
-    return PS_ENOMEM;
-}
-
-/* Step c, grow_budget_percent (expandable): the growth must leave at most
- * budget = grow_budget_percent % of the most bytes in use seen at a growth
- * (in use now + need included) reserved. Over it, first host-wait pending
- * blocks, oldest epoch first (counted in pending_waits), retrying after
- * each: a freed block may serve the request, which is cheaper than giving
- * pieces back and mapping new ones (docs/benchmarks.md, "The pool's design
- * choices"); then unmap free pieces, holes between live blocks before the
- * rest, until reserved + need fits. PS_OK: served from released blocks;
- * PS_ENOMEM: go on and grow. */
-int pool_fit_budget_locked(pool_t *pool, size_t need, void **out)
-{
-    uint64_t high = pool->bytes_in_use + need;
-    if (high > pool->in_use_high)
-        pool->in_use_high = high;
-    uint64_t budget = pool->in_use_high / 100 * pool->options.grow_budget_percent +
-                      pool->in_use_high % 100 * pool->options.grow_budget_percent / 100;
-    if (budget < pool->options.grow_budget_min) /* the floor (core/pool_expandable.c, step 7) */
-        budget = pool->options.grow_budget_min;
-    uint64_t keep = budget > need ? budget - need : 0;
-    if (pool->bytes_reserved <= keep)
-        return PS_ENOMEM;
-    if (pool->gpu && pool->reuse.bytes_pending) {
-        ps_reuse_close_or_sync(&pool->reuse);
-        if (pool_try_ready_locked(pool, need, out) == PS_OK)
-            return PS_OK;
-        while (pool->reuse.closed_count) {
-            ps_reuse_wait_oldest(&pool->reuse);
-            pool->pending_waits++;
-            if (pool_try_ready_locked(pool, need, out) == PS_OK)
-                return PS_OK;
-        }
-    }
-    pool_release_free_chunks_locked(pool, keep);
-    return PS_ENOMEM;
-}
 
 /* ---- the ready list ---------------------------------------------------- */
 
@@ -553,7 +432,7 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
         size_t freed = pool->blocks[index].size;
         status = pool_defer_block(pool, index);
         if (status == PS_OK && pool->options.grow_budget_min)
-            pool_fence_batch_locked(pool, freed); /* core/pool_expandable.c, step 7c */
+            pool_fence_batch_locked(pool, freed); /* core/pool_growth.c, step 4c */
     } else
         pool_quick_park(pool, index);
     if (status != PS_OK) { /* nothing changed: the block is still in use */

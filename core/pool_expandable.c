@@ -1,7 +1,7 @@
-/* The pool's growth and what moves memory in and out of it (core/pool.c
- * step 3c and e; data structures in core/pool_internal.h): chunks from the
- * upstream, or the expandable mode over virtual-memory ranges, remap, the
- * growth budget of the pinned pool, and giving free memory back.
+/* The expandable range (core/pool.c, steps 3c and 3e, through
+ * core/pool_growth.c): an expandable pool is one chunk over a range of
+ * virtual addresses (core/vm_range.c) that grows in place, moves free
+ * pieces to where a growth needs them (remap), and lends busy ones.
  *
  * Algorithm
  *  1. Expandable range: tiled by blocks like a chunk; the parts not backed
@@ -19,7 +19,7 @@
  *     range down, up to as many bytes as the growth maps) is idle — its
  *     idle generation, the barrier that released it, has passed on the GPU
  *     (gpu->barrier_passed, asked once per remap for the newest passed
- *     barrier) — unmap them at once; otherwise lend them (step 9,
+ *     barrier) — unmap them at once; otherwise lend them (step 6,
  *     remap_lend, the default), or (remap_lend 0) wait on the host for the
  *     newest barrier that released one of them (gpu->barrier_wait, a
  *     cuEventSynchronize: the work queued after that barrier keeps the GPU
@@ -36,45 +36,14 @@
  *     one more per remap_turnover_percent % of reserved bytes that barriers
  *     released (pool_remap_earn_locked): a loop that would remap at every
  *     step grows instead once the burst is spent.
- *  5. Growth budget (grow_budget_percent, the pinned pool's host range):
- *     when the growth would pass that % of the most bytes in use seen at a
- *     growth, first host-wait pending blocks, then unmap free pieces until
- *     it fits (fit_budget_locked): merging alone leaves holes between live
- *     blocks as big as the blocks when few large ones live.
- *  6. Giving memory back (step e, trim, release_threshold): wholly free
- *     chunks go to the upstream; in a range, the device is synchronized,
- *     then every whole piece inside a ready free block is unmapped, leaving
- *     an UNMAPPED block there.
- *  7. Budget floor (grow_budget_min, with the growth budget; the pinned
- *     pool: 16 MiB): the budget is never below it, and near it the fences
- *     are amortized. A pinned block is reused only after a fence recorded
- *     after its free has completed (polled or host-waited, never a
- *     barrier), so with R bytes not in use and blocks of b bytes a
- *     free/alloc loop needs at least one fence per R / b pairs: with one
- *     1 MiB block live and only the 110 % budget (R = one 2 MiB piece)
- *     every second pair recorded a fence and spun on it.
- *     a. Under the floor (reserved + request fit in it): no growth bound
- *        and no spin on a just-closed epoch; the open epoch is closed
- *        (recorded) only when no fence is outstanding, and the pool grows.
- *        Pieces stay mapped, so the floor is reached once.
- *     b. At the floor with a fence outstanding, an exhaustion polls that
- *        older fence (for up to epoch_wait_ns) rather than recording and
- *        spinning on a newer one; without one, as before.
- *     c. At the floor, a free closes the open epoch once it holds half of
- *        the memory not in use (pool_fence_batch_locked): that fence passes
- *        on the GPU while the other half serves, so the next exhaustion
- *        usually finds it passed (one query, no spin), and batches settle
- *        at half the floor whatever they were.
- *     Over the floor nothing changes (budget waits, giving pieces back); a
- *     program holding more than the floor / 1.1 never sees it.
- *  8. Remap slack (remap_slack_percent, default 0 = off): a remap whose
+ *  5. Remap slack (remap_slack_percent, default 0 = off): a remap whose
  *     pieces are not idle yet (step 2 would wait on the host) is left out,
  *     and the pool grows, while reserved after the growth stays within that
  *     share above the most bytes in use plus the need seen at any growth;
  *     no credit is spent. The wait drains the GPU's queue; the slack trades
  *     memory for it. (Checked before lending: with a slack the pool grows
  *     instead of lending.)
- *  9. Lending (remap_lend, default 1; the GPU must map a handle twice:
+ *  6. Lending (remap_lend, default 1; the GPU must map a handle twice:
  *     vm_map_handle on a mapped handle): pieces that are not idle move
  *     without a host wait. ps_vm_range_lend hands their handles to the
  *     stash while they stay mapped; the growth maps them a second time
@@ -98,8 +67,18 @@
  *     and is tried again without lending; a failure other than "out of
  *     memory" (a driver that will not map memory twice) ends lending for
  *     that pool, with a warning.
- * The measurements behind these choices: docs/benchmarks.md, "The pool's
- * design choices".
+ *  7. Giving back (core/pool_growth.c, step 5): the lent addresses first,
+ *     then every whole run inside a ready free block is unmapped, leaving
+ *     an UNMAPPED block there (merged with unmapped neighbours). The device
+ *     is synchronized first (a ready block may have been freed while a
+ *     kernel still used it), except for blocks of the pinned range that a
+ *     completed fence released.
+ * Guarantees: growth leaves no hole (new memory merges with its free
+ * neighbours); a piece is unmapped or moved only when no kernel can still
+ * touch it (idle at a passed barrier, after a device synchronize, or, in
+ * the pinned range, fenced), or lent while it stays mapped at its old
+ * address until its barrier passed; a run is unmapped, moved and lent only
+ * whole; reserved counts every piece once, where it serves.
  */
 #include "pool_internal.h"
 
@@ -349,7 +328,7 @@ static uint32_t cut_out_locked(pool_t *pool, uint32_t index, uintptr_t lo, size_
  * The caller has synchronized the device and reserved two descriptors.
  * Returns the bytes unmapped (fewer than asked when a vm_unmap failed: the
  * rest stays mapped and free); *after = the block after the hole (NIL: none). */
-static size_t unmap_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t index, uintptr_t lo, uintptr_t hi,
+size_t pool_unmap_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t index, uintptr_t lo, uintptr_t hi,
                                         ps_vm_stash_t *stash, uint32_t *after)
 {
     *after = pool->blocks[index].next_phys;
@@ -394,7 +373,7 @@ static size_t lend_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t ind
  * the same `passed` here first; were a lent address left mapped, the
  * unmap would free nothing and the pool would count memory it no longer
  * holds. */
-static int return_lent_locked(pool_t *pool, uint64_t passed)
+int pool_return_lent_locked(pool_t *pool, uint64_t passed)
 {
     int left = 0;
     for (uint32_t index = pool->lent_head, next; index != NIL; index = next) {
@@ -426,7 +405,7 @@ static int return_lent_locked(pool_t *pool, uint64_t passed)
 
 /* The whole runs inside ready free block `index` of `range`, as [*lo, *hi)
  * (a run is unmapped or lent whole: core/vm_range.h). */
-static int whole_pieces_of(const pool_t *pool, const ps_vm_range_t *range, uint32_t index, uintptr_t *lo,
+int pool_whole_pieces_of(const pool_t *pool, const ps_vm_range_t *range, uint32_t index, uintptr_t *lo,
                            uintptr_t *hi)
 {
     const pool_block_t *b = &pool->blocks[index];
@@ -439,7 +418,7 @@ static int whole_pieces_of(const pool_t *pool, const ps_vm_range_t *range, uint3
 
 /* [lo, hi) (whole runs) cut to the runs that give back `want` bytes and no
  * more than a run beyond: the new hi. */
-static uintptr_t runs_for(const ps_vm_range_t *range, uintptr_t lo, uintptr_t hi, uint64_t want)
+uintptr_t pool_runs_for(const ps_vm_range_t *range, uintptr_t lo, uintptr_t hi, uint64_t want)
 {
     if (hi - lo <= want)
         return hi;
@@ -484,7 +463,7 @@ static int spare_pieces_of(const pool_t *pool, const growth_plan_t *plan, uint32
     return index != planned->prev_phys && index != planned->next_phys &&
            (passed == IDLE_NEVER || pool->blocks[index].idle_gen <= passed ||
             atomic_load_explicit(&pool_test_skip_idle_check, memory_order_relaxed)) &&
-           whole_pieces_of(pool, pool->chunks[slot].range, index, lo, hi);
+           pool_whole_pieces_of(pool, pool->chunks[slot].range, index, lo, hi);
 }
 
 /* The newest barrier the GPU has passed (IDLE_NOW: none known): a ready
@@ -588,7 +567,7 @@ static size_t unmap_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
             if (pool_reserve_descriptors_locked(pool, 4) != PS_OK)
                 return unmapped;
             uint32_t after;
-            size_t done = unmap_block_pieces_locked(pool, slot, index, lo, hi, &pool->stash, &after);
+            size_t done = pool_unmap_block_pieces_locked(pool, slot, index, lo, hi, &pool->stash, &after);
             unmapped += done;
             if (done < hi - lo)
                 return unmapped;
@@ -622,7 +601,7 @@ static void take_back_lent_locked(pool_t *pool, uint32_t lent_before)
  * may still touch them). The growth maps their memory a second time. That
  * is as safe as handing the blocks out in place: everything issued from
  * now on is ordered after the barrier that released them. Their old
- * addresses are unmapped once that barrier passed (return_lent_locked).
+ * addresses are unmapped once that barrier passed (pool_return_lent_locked).
  * Returns the bytes lent. */
 static size_t lend_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
 {
@@ -662,22 +641,22 @@ static int lend_possible_locked(const pool_t *pool)
 /* pool_newest_passed_locked not asked yet (remap_for_growth_locked asks it). */
 #define PASSED_UNKNOWN (IDLE_NEVER - 1)
 
-/* return_lent_locked(passed) in the middle of a remap: an address that
+/* pool_return_lent_locked(passed) in the middle of a remap: an address that
  * goes may merge with the unmapped block `plan` grows into, so the growth
  * is planned again (its block and neighbours may be others now; the caller
  * checks that the pieces the new plan takes are idle). Returns as
- * return_lent_locked. */
+ * pool_return_lent_locked. */
 static int settle_lent_locked(pool_t *pool, uint64_t passed, growth_plan_t *plan, size_t need)
 {
     uint64_t lent = pool->bytes_lent;
-    int settled = return_lent_locked(pool, passed);
+    int settled = pool_return_lent_locked(pool, passed);
     if (pool->bytes_lent != lent)
         *plan = plan_growth_locked(pool, need);
     return settled && plan->block != NIL;
 }
 
 /* Whether the growth of `plan` keeps reserved within remap_slack_percent
- * above the most bytes in use seen at a growth (8. above). */
+ * above the most bytes in use seen at a growth (5. above). */
 static int within_slack_locked(const pool_t *pool, const growth_plan_t *plan)
 {
     unsigned slack = pool->options.remap_slack_percent;
@@ -813,7 +792,7 @@ static int grow_expandable_once_locked(pool_t *pool, size_t need, uint32_t *grow
     uint64_t passed = PASSED_UNKNOWN;
     if (pool->lent_head != NIL) { /* lent addresses whose barrier passed may serve this growth */
         passed = pool_newest_passed_locked(pool);
-        return_lent_locked(pool, passed);
+        pool_return_lent_locked(pool, passed);
     }
     growth_plan_t plan = plan_growth_locked(pool, need);
     if (plan.block == NIL) {
@@ -840,7 +819,7 @@ static int grow_expandable_once_locked(pool_t *pool, size_t need, uint32_t *grow
     } else if (pool->lent_head != lent_before) {
         pool->remaps_lent++;
         if (atomic_load_explicit(&pool_test_return_lent_at_once, memory_order_relaxed))
-            return_lent_locked(pool, IDLE_NEVER); /* the broken variant the GPU test must catch */
+            pool_return_lent_locked(pool, IDLE_NEVER); /* the broken variant the GPU test must catch */
     }
     ps_vm_stash_drop(pool->gpu, &pool->stash);           /* what the growth did not need */
     return status;
@@ -854,13 +833,13 @@ static int grow_expandable_once_locked(pool_t *pool, size_t need, uint32_t *grow
  * pieces back often): there a block is ready only once a fence recorded
  * after its free completed (idle now), unless a failed host wait released
  * it (idle unknown: synchronized first, as above). */
-static void unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
+void pool_unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
 {
     int synchronized = 0;
     /* lent addresses go first (idle once the device is synchronized): a
      * piece whose memory they hold is unmapped only after them */
     if (pool->lent_head != NIL) {
-        if (pool->gpu->device_synchronize(pool->gpu->ctx) != PS_OK || !return_lent_locked(pool, IDLE_NEVER))
+        if (pool->gpu->device_synchronize(pool->gpu->ctx) != PS_OK || !pool_return_lent_locked(pool, IDLE_NEVER))
             return;
         synchronized = 1;
     }
@@ -872,9 +851,9 @@ static void unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
              index = next) {
             next = pool->blocks[index].next_phys;
             uintptr_t lo, hi;
-            if (!whole_pieces_of(pool, range, index, &lo, &hi))
+            if (!pool_whole_pieces_of(pool, range, index, &lo, &hi))
                 continue;
-            hi = runs_for(range, lo, hi, pool->bytes_reserved - keep); /* no more than needed */
+            hi = pool_runs_for(range, lo, hi, pool->bytes_reserved - keep); /* no more than needed */
             if (pool_reserve_descriptors_locked(pool, 2) != PS_OK)
                 continue;
             /* a block released by a failed host wait (idle unknown) needs
@@ -886,174 +865,7 @@ static void unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
                     return;
                 synchronized = 1;
             }
-            unmap_block_pieces_locked(pool, slot, index, lo, hi, NULL, &next);
+            pool_unmap_block_pieces_locked(pool, slot, index, lo, hi, NULL, &next);
         }
     }
 }
-
-/* Step c: grows by one chunk big enough for `need` bytes, or (expandable)
- * maps what is missing; *grown = the ready block that now fits. */
-int pool_grow_locked(pool_t *pool, size_t need, uint32_t *grown)
-{
-    if (pool->expandable)
-        return pool_grow_expandable_locked(pool, need, grown);
-    const ps_pool_options_t *o = &pool->options;
-    size_t step = (size_t)(pool->bytes_reserved / 100 * o->growth_percent +
-                           pool->bytes_reserved % 100 * o->growth_percent / 100);
-    if (step < o->min_chunk)
-        step = o->min_chunk;
-    if (step > o->max_chunk)
-        step = o->max_chunk;
-    size_t chunk_size = ps_align_up(need, o->chunk_granule ? o->chunk_granule : GROWTH_GRANULE);
-    if (!chunk_size)
-        return PS_ENOMEM;
-    if (chunk_size < step)
-        chunk_size = step;
-    chunk_size = ps_align_up(chunk_size, o->alignment);
-    if (o->maximum_size) {
-        size_t room = pool->bytes_reserved >= o->maximum_size ? 0 : o->maximum_size - pool->bytes_reserved;
-        room &= ~(o->alignment - 1);
-        if (room < need)
-            return PS_ENOMEM;
-        if (chunk_size > room)
-            chunk_size = room;
-    }
-    for (;;) {
-        int status = pool_add_chunk_locked(pool, chunk_size, need, grown);
-        if (status == PS_OK || chunk_size == need)
-            return status;
-        size_t half = ps_align_up(chunk_size / 2, o->alignment);
-        chunk_size = half > need ? half : need;
-    }
-}
-
-/* Gives chunk `slot` (not a range) back to the upstream when it is one
- * ready free block idle at `passed` (IDLE_NEVER: the device was
- * synchronized); a refusal keeps it, said with a warning when `warn`. */
-static void give_chunk_back_locked(pool_t *pool, uint32_t slot, uint64_t passed, int warn)
-{
-    pool_chunk_t *chunk = &pool->chunks[slot];
-    uint32_t index = chunk->first_block;
-    pool_block_t *b = &pool->blocks[index];
-    if (b->state != BLOCK_FREE || b->owner != OWNER_READY || b->next_phys != NIL ||
-        (passed != IDLE_NEVER && b->idle_gen > passed))
-        return;
-    if (ps_deallocate(pool->base.upstream, chunk->base, chunk->base_size, PS_STREAM_NONE) != PS_OK) {
-        if (warn)
-            ps_warning("pool '%s': the upstream refused a chunk back; keeping it", pool->base.name);
-        return;
-    }
-    pool_list_remove(pool, index);
-    pool_recycle_descriptor(pool, index);
-    pool->bytes_reserved -= chunk->size;
-    pool->upstream_frees++;
-    chunk->base = NULL;
-}
-
-/* Gives wholly free chunks of the ready list back to the upstream (and,
- * expandable, unmaps free pieces) until at most `keep` bytes are reserved. */
-void pool_release_free_chunks_locked(pool_t *pool, uint64_t keep)
-{
-    pool_quick_flush_locked(pool);
-    for (uint32_t slot = 0; slot < pool->chunks_count && pool->bytes_reserved > keep; slot++)
-        if (pool->chunks[slot].base && !pool->chunks[slot].range)
-            give_chunk_back_locked(pool, slot, IDLE_NEVER, 1);
-    while (pool->chunks_count && !pool->chunks[pool->chunks_count - 1].base)
-        pool->chunks_count--;
-    if (pool->expandable)
-        unmap_free_pieces_locked(pool, keep);
-}
-
-/* The decay's give-back (core/pool_decay.c): like
- * pool_release_free_chunks_locked down to `keep` reserved bytes, but only
- * memory the GPU has provably finished with, with no device synchronize:
- * wholly free chunks and whole runs inside ready free blocks whose idle
- * generation is at most `passed` (the newest barrier the GPU passed), and
- * first the lent addresses idle at `passed` (a piece is unmapped only
- * after its lent twin, as in 9. above). Returns the bytes given back. */
-uint64_t pool_release_idle_locked(pool_t *pool, uint64_t keep, uint64_t passed)
-{
-    uint64_t before = pool->bytes_reserved;
-    if (pool->lent_head != NIL && !return_lent_locked(pool, passed))
-        passed = IDLE_NOW; /* a twin stayed mapped: only memory idle now (never lent) may go */
-    for (uint32_t slot = 0; slot < pool->chunks_count && pool->bytes_reserved > keep; slot++) {
-        pool_chunk_t *chunk = &pool->chunks[slot];
-        if (!chunk->base)
-            continue;
-        if (!chunk->range) { /* a chunk goes back whole, when wholly free and idle */
-            give_chunk_back_locked(pool, slot, passed, 0);
-            continue;
-        }
-        for (uint32_t index = chunk->first_block, next; index != NIL && pool->bytes_reserved > keep; index = next) {
-            next = pool->blocks[index].next_phys;
-            uintptr_t lo, hi;
-            if (pool->blocks[index].idle_gen > passed || !whole_pieces_of(pool, chunk->range, index, &lo, &hi))
-                continue;
-            hi = runs_for(chunk->range, lo, hi, pool->bytes_reserved - keep); /* no more than needed */
-            if (pool_reserve_descriptors_locked(pool, 2) != PS_OK)
-                break;
-            unmap_block_pieces_locked(pool, slot, index, lo, hi, NULL, &next);
-        }
-    }
-    while (pool->chunks_count && !pool->chunks[pool->chunks_count - 1].base)
-        pool->chunks_count--;
-    return before - pool->bytes_reserved;
-}
-
-/* Step 7: the floor is on (grow_budget_min, over the growth budget of a
- * range whose blocks wait for fences) and no more than it is reserved. */
-static int pool_at_budget_min_locked(const pool_t *pool)
-{
-    return pool->options.grow_budget_min && pool->expandable && pool->options.grow_budget_percent &&
-           pool->options.free_sync == PS_FREE_SYNC_EVENT && pool->gpu &&
-           pool->bytes_reserved <= pool->options.grow_budget_min;
-}
-
-/* Step 7: ... and reserved + `need` fit in it. */
-int pool_under_budget_min_locked(const pool_t *pool, size_t need)
-{
-    return pool_at_budget_min_locked(pool) && need <= pool->options.grow_budget_min - pool->bytes_reserved;
-}
-
-/* Step b of core/pool.c (close the open epoch and poll its fence for up to
- * epoch_wait_ns), with the floor's amortization (step 7): under the floor
- * a new fence is recorded only when none is outstanding, and not polled
- * (the pool grows meanwhile); at the floor with a fence outstanding, that
- * older fence is polled rather than a newer one recorded. Returns how many
- * epochs were released. */
-int pool_close_and_poll_locked(pool_t *pool, size_t need)
-{
-    ps_reuse_t *r = &pool->reuse;
-    if (!pool_at_budget_min_locked(pool))
-        return ps_reuse_close_and_poll(r, pool->options.epoch_wait_ns);
-    if (pool_under_budget_min_locked(pool, need)) {
-        if (!r->closed_count && r->open.count)
-            ps_reuse_close(r); /* runs on the GPU while the pool grows */
-        return 0;
-    }
-    if (!r->closed_count)
-        return ps_reuse_close_and_poll(r, pool->options.epoch_wait_ns);
-    const ps_gpu_ops_t *gpu = pool->gpu;
-    ps_fence_t *oldest = r->closed[r->closed_head].fence;
-    if (gpu->fence_query(gpu->ctx, oldest) != PS_OK && pool->options.epoch_wait_ns) {
-        uint64_t deadline = ps_now_ns() + pool->options.epoch_wait_ns;
-        while (gpu->fence_query(gpu->ctx, oldest) != PS_OK && ps_now_ns() < deadline)
-            ;
-    }
-    return ps_reuse_poll(r);
-}
-
-/* Step 7c, after a block of `freed` bytes joined the open epoch: at the
- * floor (another such block could not grow the pool), once the open epoch
- * holds half of the memory not in use, close it: its fence passes on the
- * GPU while the other half serves. (A closed epoch may still be listed:
- * its fence has often passed, but nobody polls on the free path.) */
-void pool_fence_batch_locked(pool_t *pool, size_t freed)
-{
-    ps_reuse_t *r = &pool->reuse;
-    if (!pool_at_budget_min_locked(pool) || pool_under_budget_min_locked(pool, freed))
-        return;
-    if (r->open.bytes * 2 >= pool->bytes_reserved - pool->bytes_in_use)
-        ps_reuse_close(r); /* no fence: the next exhaustion closes it as before */
-}
-

@@ -494,7 +494,7 @@ static inline int pool_is_stream_ordered(ps_stream_t stream)
     return stream != PS_STREAM_NONE && stream != PS_STREAM_PER_THREAD;
 }
 
-/* ---- pool.c, pool_expandable.c: chunks, growth and its bounds, giving memory back ---- */
+/* ---- pool_growth.c: chunks, growth and its bounds, giving memory back ---- */
 int pool_chunk_slot_locked(pool_t *pool, uint32_t *slot);
 int pool_add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32_t *grown);
 int pool_grow_locked(pool_t *pool, size_t need, uint32_t *grown);
@@ -506,8 +506,15 @@ void pool_fence_batch_locked(pool_t *pool, size_t freed);
 void pool_release_free_chunks_locked(pool_t *pool, uint64_t keep);
 uint64_t pool_release_idle_locked(pool_t *pool, uint64_t keep, uint64_t passed);
 
-/* ---- pool_expandable.c: the expandable range, remap, lending, growth ---- */
+/* ---- pool_expandable.c: the expandable range, remap, lending ----------- */
 int pool_grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown);
+void pool_unmap_free_pieces_locked(pool_t *pool, uint64_t keep);
+int pool_return_lent_locked(pool_t *pool, uint64_t passed);
+int pool_whole_pieces_of(const pool_t *pool, const ps_vm_range_t *range, uint32_t index, uintptr_t *lo,
+                         uintptr_t *hi);
+uintptr_t pool_runs_for(const ps_vm_range_t *range, uintptr_t lo, uintptr_t hi, uint64_t want);
+size_t pool_unmap_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t index, uintptr_t lo, uintptr_t hi,
+                                      ps_vm_stash_t *stash, uint32_t *after);
 /* The newest barrier the GPU has passed (IDLE_NOW: none known): a ready
  * block with idle_gen <= it is idle. */
 uint64_t pool_newest_passed_locked(const pool_t *pool);
