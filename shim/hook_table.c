@@ -39,7 +39,7 @@ static const ps_hook_t hooks[] = {
     HOOK(cuMemHostAlloc), HOOK(cuMemAllocHost_v2), HOOK(cuMemFreeHost), HOOK(cuMemHostGetFlags),
     HOOK(cuMemHostGetDevicePointer_v2), HOOK(cuMemHostRegister_v2), HOOK(cuMemHostUnregister),
     /* context lifecycle (hooks_context.c) */
-    HOOK(cuDevicePrimaryCtxReset), HOOK(cuDevicePrimaryCtxReset_v2), HOOK(cuDevicePrimaryCtxRelease),
+    HOOK(cuDevicePrimaryCtxRetain), HOOK(cuDevicePrimaryCtxReset), HOOK(cuDevicePrimaryCtxReset_v2), HOOK(cuDevicePrimaryCtxRelease),
     HOOK(cuDevicePrimaryCtxRelease_v2), HOOK(cuDevicePrimaryCtxSetFlags), HOOK(cuDevicePrimaryCtxSetFlags_v2),
     HOOK(cuCtxDestroy), HOOK(cuCtxDestroy_v2),
     /* runtime (for programs that dlsym them from a libcudart handle) */

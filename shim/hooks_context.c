@@ -1,11 +1,17 @@
-/* Context lifecycle entry points, both doors: every way a context dies or
- * is made again. Each calls the real function and returns its result; the
+/* Context lifecycle entry points, both doors: every way a context is made
+ * live, dies or is made again. Each calls the real function and returns its result; the
  * router (ps_context_*) drops the stack of a device whose primary context
  * died, without calling CUDA on anything of the dead context, and the next
  * allocation builds a new stack in the new context.
  *
  *   cudaDeviceReset                     runtime door (shared cudart); static
  *                                       cudart resets through the driver call
+ *   cuDevicePrimaryCtxRetain            the runtime's lazy init (both doors: it
+ *                                       finds the driver through
+ *                                       cuGetProcAddress) or a driver-API
+ *                                       program makes the primary context live:
+ *                                       the device's stack is built then, not by
+ *                                       its first allocation (ps_context_retained)
  *   cuDevicePrimaryCtxReset(_v2)        always destroys the primary context
  *   cuDevicePrimaryCtxRelease(_v2)      destroys it with the last reference
  *   cuCtxDestroy(_v2)                   a cuCtxCreate context (its streams
@@ -23,6 +29,15 @@
         if (!ps_real.name && ps_real_load_driver() != PS_OK)                        \
             return CUDA_ERROR_NOT_INITIALIZED;                                      \
     } while (0)
+
+PS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    DRIVER_READY(cuDevicePrimaryCtxRetain);
+    CUresult r = ps_real.cuDevicePrimaryCtxRetain(pctx, dev);
+    if (r == CUDA_SUCCESS)
+        ps_context_retained(dev); /* (also inside the shim's cudaFree(NULL): the runtime's lazy init) */
+    return r;
+}
 
 PS_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 {

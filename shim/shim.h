@@ -543,6 +543,10 @@ ps_device_state_t *ps_current_device(int door);
 /* Context lifecycle (router.c; the entry points are in hooks_context.c).
  * Each calls the real function, returns its result, and drops the stack
  * of a device whose primary context died, without calling CUDA on it. */
+/* After a successful cuDevicePrimaryCtxRetain from outside the shim: builds
+ * the device's stack now if it has none (the cost a fresh process's first
+ * allocation paid, moved to where the context is made). */
+void ps_context_retained(CUdevice device);
 CUresult ps_context_reset(CUdevice device, ps_cuDevicePrimaryCtxReset_fn real, const char *api);
 CUresult ps_context_release(CUdevice device, ps_cuDevicePrimaryCtxRelease_fn real, const char *api);
 CUresult ps_context_destroy(CUcontext ctx, ps_cuCtxDestroy_fn real, const char *api);

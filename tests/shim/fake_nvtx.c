@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <nvtx3/nvToolsExt.h>
 #include <nvtx3/nvToolsExtMem.h>
@@ -125,6 +126,16 @@ static fake_range_t ranges[MAX_RANGES];
 static size_t ranges_used, marks_used;
 static __thread int depth; /* ranges open on this thread */
 static int open_ranges;    /* over every thread (lock) */
+#define MAX_DEPTH 16
+static __thread struct { uint64_t at_ns; uint32_t category; } open_stack[MAX_DEPTH]; /* this thread's open ranges */
+static uint64_t category_ns[8]; /* time inside the ranges of each category (lock) */
+
+static uint64_t clock_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 static nvtxDomainHandle_t domain_create(const char *name __attribute__((unused)))
 {
@@ -146,6 +157,10 @@ static int range_push(nvtxDomainHandle_t domain __attribute__((unused)), const n
     }
     open_ranges++;
     pthread_mutex_unlock(&lock);
+    if (depth < MAX_DEPTH) {
+        open_stack[depth].at_ns = clock_ns();
+        open_stack[depth].category = a->category < 8 ? a->category : 0;
+    }
     return depth++;
 }
 static int range_pop(nvtxDomainHandle_t domain __attribute__((unused)))
@@ -156,6 +171,8 @@ static int range_pop(nvtxDomainHandle_t domain __attribute__((unused)))
     else {
         depth--;
         open_ranges--;
+        if (depth < MAX_DEPTH)
+            category_ns[open_stack[depth].category] += clock_ns() - open_stack[depth].at_ns;
     }
     pthread_mutex_unlock(&lock);
     return depth;
@@ -307,5 +324,10 @@ __attribute__((destructor)) static void print_summary(void)
             "open %d; errors %ld\n",
             ranges_used, by_category[1], by_category[2], by_category[3], by_category[4], by_category[5], marks_used,
             open_ranges, errors);
+    fprintf(stderr, "fake_nvtx: time in ranges (us): grow %.1f remap %.1f release %.1f barrier %.1f wait %.1f\n",
+            category_ns[1] / 1e3, category_ns[2] / 1e3, category_ns[3] / 1e3, category_ns[4] / 1e3,
+            category_ns[5] / 1e3);
+    for (size_t k = 0; k < ranges_used && k < 12; k++)
+        fprintf(stderr, "fake_nvtx: range %zu: %s\n", k, ranges[k].message);
     pthread_mutex_unlock(&lock);
 }

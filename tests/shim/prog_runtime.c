@@ -1196,6 +1196,19 @@ static void stats_threads(void)
 /* poolshim_version() of the preloaded library (found as a program would,
  * with dlsym), printed as "poolshim_version() = X"; one allocation so the
  * exit report has a device. Natively the symbol is absent. */
+/* The stack is built where the context is made: cudaFree(NULL) (the
+ * runtime's lazy init retains the primary context), then a marker on
+ * stderr, then the first allocation. The test finds the verbose "stack
+ * ready" line before the marker. */
+static void context_first(void)
+{
+    CHECK(cudaFree(NULL) == cudaSuccess, "cudaFree(NULL) makes the context");
+    fprintf(stderr, "context_first: context made, no allocation yet\n");
+    void *p = NULL;
+    CHECK(cudaMalloc(&p, 4096) == cudaSuccess, "cudaMalloc");
+    CHECK(cudaFree(p) == cudaSuccess, "cudaFree");
+}
+
 static void version(void)
 {
     const char *(*get)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "poolshim_version");
@@ -1260,6 +1273,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "nvtx_ranges")) nvtx_ranges(argc > 2 ? argv[2] : "on");
     else if (!strcmp(what, "guard")) guard(argc > 2 ? argv[2] : "clean");
     else if (!strcmp(what, "version")) version();
+    else if (!strcmp(what, "context_first")) context_first();
     else if (!strcmp(what, "framework")) framework(argc > 2 ? argv[2] : "4");
     else { fprintf(stderr, "unknown scenario %s\n", what); return 2; }
     return finish(what);
