@@ -6,7 +6,7 @@
 #                                      [ddp] [ddp_transformer] [multigpu] [soak]
 #                                      [benchcore] [scaling] [pinned_remap] [ddpt_twogpu] [pinnedpair]
 #                                      [freshthreads] [doors] [context_gate] [walltime] [hotprof] [remap_lend]
-#                                      [suite1] [suite2] [suite2_doors] [floor] [idlequery] [growth]
+#                                      [suite1] [suite2] [suite2_doors] [floor] [idlequery] [growth] [live]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # pinnedpair: issue 16 (host.grow_budget_min): the GPU suite's pinned tests (hazards
 # over the default stack and slabs, their negative controls, the probes, and
@@ -144,6 +144,12 @@ for step in $what; do
     growth)
         echo "=== growth: first cudaMalloc of 1, 8, 32 GiB and a 1 GiB fill (tools/bench/growth.sh)"
         OUT_DIR=$OUT/growth tools/bench/growth.sh build ;;
+    live)
+        # poolshim top beside a PyTorch loop against its exit report, the loop's log exported
+        # and opened by torch.cuda._memory_viz, its NVTX ranges under the fake NVTX tool
+        # (build/fake/libfake_nvtx.so; about 1 min)
+        echo "=== live views (tests/gpu/live_views.py)"
+        python3 tests/gpu/live_views.py build "$OUT/live" ;;
     multigpu)
         echo "=== several GPUs and processes: tests (tests/gpu/run.sh, TESTS=multi_gpu|mpi_ranks|ddp)"
         OUTDIR=$OUT/multigpu TESTS='multi_gpu|mpi_ranks|ddp' TEST_TIMEOUT=${TEST_TIMEOUT:-180} \
