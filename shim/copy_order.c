@@ -45,6 +45,7 @@
 #include <stdlib.h>
 
 #include "shim.h"
+#include "test_switches.h"
 
 typedef struct order_event {
     pthread_mutex_t lock; /* held from a record to the waits that follow it */
@@ -55,15 +56,12 @@ typedef struct order_event {
 
 static order_event_t order_events[PS_MAX_DEVICES];
 static pthread_once_t order_once = PTHREAD_ONCE_INIT;
-static int skip_order; /* POOLSHIM_TEST_SKIP_COPY_ORDER=1 */
 
 static void order_init(void)
 {
     for (int d = 0; d < PS_MAX_DEVICES; d++)
         pthread_mutex_init(&order_events[d].lock, NULL);
-    const char *skip = getenv("POOLSHIM_TEST_SKIP_COPY_ORDER");
-    skip_order = skip && *skip == '1';
-    if (skip_order)
+    if (ps_test.skip_copy_order)
         ps_warning("POOLSHIM_TEST_SKIP_COPY_ORDER=1: copies of pooled memory across devices are not ordered "
                    "(a test switch: they may read or write it beside the other device's kernels)");
 }
@@ -142,7 +140,7 @@ bool ps_copy_order_begin(ps_copy_order_t *o, uintptr_t dst, uintptr_t src, CUstr
         current < 0 || current >= PS_MAX_DEVICES || !(mapped & ~(1ull << current)))
         return false; /* no other device has mapped memory (one GPU: always) */
     pthread_once(&order_once, order_init);
-    if (skip_order)
+    if (ps_test.skip_copy_order)
         return false;
     int a = other_device(dst, current), b = other_device(src, current);
     if (a < 0 && b < 0)

@@ -95,7 +95,7 @@
 #include <string.h>
 
 #include "gpu_ops_cuda_internal.h"
-#include "../core/pool.h" /* ps_pool_test_return_lent_at_once (a test switch) */
+#include "test_switches.h"
 
 struct ps_fence {
     ps_fence_t *next_free; /* free-list link */
@@ -163,10 +163,6 @@ static void wait_last_barrier_locked(tracked_stream_t *s)
  * skips the capture checks (3 driver calls of its ~5). Guarded by
  * streams_lock for writers; read under it by ops_barrier. */
 static uint64_t captures_begun;
-/* Test only (POOLSHIM_TEST_IGNORE_CAPTURES=1): behave as if no capture were
- * ever open (the negative controls of tests/gpu/capture_threads.cu and of the
- * out-of-memory retry's capture test, tests/shim/test_shim.c). */
-static int ignore_captures;
 
 /* Held to read by an out-of-memory give-back from its capture check to the
  * end of its trim (which may synchronize the device), to write by every
@@ -518,7 +514,7 @@ static bool capturing(CUstream s)
  * held (no capture can begin meanwhile). */
 static int legacy_usable_locked(void)
 {
-    if (!captures_begun || ignore_captures)
+    if (!captures_begun || ps_test.ignore_captures)
         return PS_OK;
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
     CUresult r = ps_real.cuStreamIsCapturing((CUstream)PS_STREAM_LEGACY, &st);
@@ -548,7 +544,7 @@ static int live_capture_open(device_ops_t *d)
     int pushed = enter_ctx(d);
     pthread_mutex_lock(&streams_lock);
     int status = PS_OK;
-    if (captures_begun && !ignore_captures) {
+    if (captures_begun && !ps_test.ignore_captures) {
         CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
         if (ps_real.cuThreadExchangeStreamCaptureMode)
             ps_real.cuThreadExchangeStreamCaptureMode(&mode);
@@ -687,7 +683,7 @@ static int live_barrier(void *vctx)
         return PS_EUNSUPPORTED;
     int pushed = enter_ctx(d);
     pthread_mutex_lock(&streams_lock);
-    bool check_captures = captures_begun != 0 && !ignore_captures; /* none ever begun: none is open (the gate holds this lock) */
+    bool check_captures = captures_begun != 0 && !ps_test.ignore_captures; /* none ever begun: none is open (the gate holds this lock) */
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     if (check_captures && ps_real.cuThreadExchangeStreamCaptureMode)
         ps_real.cuThreadExchangeStreamCaptureMode(&mode);
@@ -875,28 +871,16 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         return PS_ENOMEM;
     d->ctx = ctx;
     d->device = device;
-    const char *ignore = getenv("POOLSHIM_TEST_IGNORE_CAPTURES");
-    ignore_captures = ignore && *ignore == '1';
-    const char *skip = getenv("POOLSHIM_TEST_SKIP_BARRIER");
-    d->skip_barrier = skip && *skip == '1';
-    const char *assume_idle = getenv("POOLSHIM_TEST_ASSUME_IDLE");
-    d->assume_idle = assume_idle && *assume_idle == '1';
+    d->skip_barrier = ps_test.skip_barrier;
+    d->assume_idle = ps_test.assume_idle;
     if (d->assume_idle)
         ps_warning("POOLSHIM_TEST_ASSUME_IDLE=1: every barrier counts as passed; remap may unmap memory a kernel "
                    "still uses (a test switch, never for real work)");
-    const char *wait_returns = getenv("POOLSHIM_TEST_WAIT_RETURNS");
-    d->wait_returns = wait_returns && *wait_returns == '1';
+    d->wait_returns = ps_test.wait_returns;
     if (d->wait_returns)
         ps_warning("POOLSHIM_TEST_WAIT_RETURNS=1: waits for a barrier return at once; remap may unmap memory a "
                    "kernel still uses (a test switch, never for real work)");
-    const char *return_lent = getenv("POOLSHIM_TEST_RETURN_LENT");
-    if (return_lent && *return_lent == '1') {
-        ps_pool_test_return_lent_at_once(1);
-        ps_warning("POOLSHIM_TEST_RETURN_LENT=1: remap unmaps lent pieces' old addresses at once, under kernels "
-                   "that may still use them (a test switch, never for real work)");
-    }
-    const char *no_join = getenv("POOLSHIM_TEST_BARRIER_NO_JOIN");
-    d->no_join = no_join && *no_join == '1';
+    d->no_join = ps_test.barrier_no_join;
     if (d->no_join)
         ps_warning("POOLSHIM_TEST_BARRIER_NO_JOIN=1: barriers do not wait for non-blocking streams; memory they "
                    "still use may be reused (a measurement switch, never for real work)");
@@ -951,27 +935,6 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
     }
     *out = &d->ops;
     return PS_OK;
-}
-
-/* ---- host time in the slow entries (gpu_ops_cuda_internal.h) --------------------------- */
-static _Atomic uint64_t op_time_ns[PS_MAX_DEVICES][PS_OP_TIME_KINDS];
-static _Atomic uint64_t op_time_calls[PS_MAX_DEVICES][PS_OP_TIME_KINDS];
-
-void ps_gpu_ops_cuda_time_add(int device, int kind, uint64_t ns)
-{
-    if (device < 0 || device >= PS_MAX_DEVICES)
-        return;
-    atomic_fetch_add_explicit(&op_time_ns[device][kind], ns, memory_order_relaxed);
-    atomic_fetch_add_explicit(&op_time_calls[device][kind], 1, memory_order_relaxed);
-}
-
-void ps_gpu_ops_cuda_times(int device, uint64_t ns[PS_OP_TIME_KINDS], uint64_t calls[PS_OP_TIME_KINDS])
-{
-    for (int k = 0; k < PS_OP_TIME_KINDS; k++) {
-        int ok = device >= 0 && device < PS_MAX_DEVICES;
-        ns[k] = ok ? atomic_load_explicit(&op_time_ns[device][k], memory_order_relaxed) : 0;
-        calls[k] = ok ? atomic_load_explicit(&op_time_calls[device][k], memory_order_relaxed) : 0;
-    }
 }
 
 /* ---- peer access (5. of gpu_ops_cuda_vm.c) --------------------------------------------- */

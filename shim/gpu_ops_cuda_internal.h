@@ -127,7 +127,7 @@ static inline int status_of(CUresult r)
         uint64_t start_ = ps_stats_enabled ? ps_now_ns() : 0;                          \
         int status_ = live_##name args;                                                \
         if (start_)                                                                    \
-            ps_gpu_ops_cuda_time_add(((device_ops_t *)vctx)->device, kind, ps_now_ns() - start_); \
+            ps_stats_count_cuda_time(((device_ops_t *)vctx)->device, kind, ps_now_ns() - start_); \
         gate_leave(vctx);                                                              \
         return status_;                                                                \
     }

@@ -53,6 +53,7 @@
 #include <string.h>
 
 #include "gpu_ops_cuda_internal.h"
+#include "test_switches.h"
 
 /* What the entries answer once the context died (10. of gpu_ops_cuda.c). */
 static int dead_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle) { return PS_EUPSTREAM; }
@@ -320,8 +321,7 @@ static int live_host_vm_map(void *vctx, void *addr, size_t size, uint64_t *handl
 
 void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer)
 {
-    const char *skip = getenv("POOLSHIM_TEST_SKIP_PEER_GRANT");
-    if (skip && *skip == '1') { /* (warned here: the switch matters once a program enables peer access) */
+    if (ps_test.skip_peer_grant) { /* (warned here: the switch matters once a program enables peer access) */
         ps_warning("POOLSHIM_TEST_SKIP_PEER_GRANT=1: peer access to the pool's mapped memory is not granted "
                    "(a test switch: kernels of the peer will fault)");
         return;
@@ -628,8 +628,7 @@ void ps_gpu_ops_cuda_vm_attach(device_ops_t *d)
     d->host_vm_granularity = d->vm_granularity ? host_vm_granularity_of() : 0;
     if (!ps_real.cuDeviceGetCount || ps_real.cuDeviceGetCount(&d->device_count) != CUDA_SUCCESS)
         d->device_count = 0;
-    const char *skip = getenv("POOLSHIM_TEST_SKIP_PEER_GRANT");
-    d->skip_peer_grant = skip && *skip == '1';
+    d->skip_peer_grant = ps_test.skip_peer_grant;
     uint64_t reach = 0;
     bool all_reach = other_devices_reach(device, d->device_count, &reach);
     atomic_store(&d->copy_peers, reach);

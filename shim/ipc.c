@@ -61,6 +61,7 @@
 
 #include "../core/ptr_map.h"
 #include "shim.h"
+#include "test_switches.h"
 
 #define MAGIC "PSHMIPC\x01"    /* 8 bytes: ours, format 1 */
 #define BATCH 64               /* descriptors per message */
@@ -413,8 +414,7 @@ static int receive_pieces(int fd, const ipc_handle_t *h, import_entry_t *e, cons
     /* test only (POOLSHIM_TEST_IPC_SKEW=1): piece i is mapped where piece
      * i + 1 belongs (pieces are of one size), so the bytes are wrong but in
      * range: the GPU test's negative control must see it */
-    const char *skew_env = getenv("POOLSHIM_TEST_IPC_SKEW");
-    int skew = skew_env && *skew_env == '1' && h->pieces > 1;
+    int skew = ps_test.ipc_skew && h->pieces > 1;
     if (skew)
         ps_warning("POOLSHIM_TEST_IPC_SKEW=1: opened IPC blocks get their pieces in the wrong order (a test "
                    "switch, never for real work)");

@@ -80,6 +80,7 @@
 #include "neighbours.h"
 #include "shim.h"
 #include "stats.h"
+#include "test_switches.h"
 
 #define MESSAGE_MAGIC 0x424e5350u /* "PSNB" */
 #define MESSAGE_VERSION 1
@@ -130,7 +131,6 @@ static struct {
 } silent[SILENT_MAX];
 
 static atomic_uint next_number = 1; /* request numbers */
-static int one_attempt; /* POOLSHIM_TEST_NEIGHBOURS_ONE_ATTEMPT=1 (tests only): 5.'s give-back is not tried again */
 
 static uint64_t now_ns(void)
 {
@@ -160,7 +160,7 @@ static void check_directory(void)
     self.start = ps_process_start(self.pid);
     self.ns = pid_namespace();
     snprintf(self.name, sizeof self.name, "p%d-%llu-%llu", self.pid, self.start, self.ns);
-    const char *test_dir = getenv("POOLSHIM_TEST_NEIGHBOURS_DIR");
+    const char *test_dir = ps_test.neighbours_dir;
     struct stat st;
     int n;
     if (test_dir && *test_dir) {
@@ -310,8 +310,7 @@ int ps_neighbours_open(void)
     if (!entry_path(sock, sizeof sock, self.name, ".sock") || !entry_path(entry, sizeof entry, self.name, ".gpus") ||
         !entry_path(temporary, sizeof temporary, self.name, ".new"))
         return PS_EINVAL;
-    (void)ps_env_bool("POOLSHIM_TEST_NEIGHBOURS_ONE_ATTEMPT", 0, &one_attempt);
-    if (one_attempt)
+    if (ps_test.neighbours_one_attempt)
         ps_warning("POOLSHIM_TEST_NEIGHBOURS_ONE_ATTEMPT=1: a neighbour's request gets one give-back, memory "
                    "behind a barrier the GPU has not passed yet stays (a test switch)");
     int fd = bound_socket(sock);
@@ -391,7 +390,7 @@ static uint64_t give_for_request(int d, uint64_t want, uint64_t budget_ns, int *
         if (*refused || atomic_load(&ps_exiting) || (want && given >= want))
             break;
         after = gpu && gpu->barrier_generation ? gpu->barrier_generation(gpu->ctx) : 0;
-        if ((passed && after == generation) || one_attempt)
+        if ((passed && after == generation) || ps_test.neighbours_one_attempt)
             break; /* every barrier had passed and none was issued since: all idle memory went */
         if (now_ns() - began + pause_ms * 1000000ull > budget_ns)
             break;

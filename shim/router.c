@@ -86,6 +86,7 @@
 #include "poolshim.h"
 #include "shim.h"
 #include "stats.h"
+#include "test_switches.h"
 
 atomic_int ps_active;
 atomic_int ps_exiting;
@@ -256,8 +257,7 @@ static void build_host_pool(ps_device_state_t *dev, ps_gpu_ops_t *gpu)
         return;
     ps_pool_options_t o;
     ps_host_pool_options(h, &o);
-    const char *skip = getenv("POOLSHIM_TEST_SKIP_HOST_WAIT");
-    if (skip && *skip == '1') {
+    if (ps_test.skip_host_wait) {
         ps_warning("POOLSHIM_TEST_SKIP_HOST_WAIT=1: freed pinned blocks are reused at once, while copies may "
                    "still read them (a test switch, never for real work)");
         o.free_sync = PS_FREE_SYNC_NONE;
@@ -325,6 +325,11 @@ static void build_device(ps_device_state_t *dev, int d)
     }
     if (ps_global->debug.nvtx_ranges)
         ps_nvtx_ranges_wrap(gpu);
+    if (ps_test.return_lent) {
+        ps_pool_test_return_lent_at_once(1);
+        ps_warning("POOLSHIM_TEST_RETURN_LENT=1: remap unmaps lent pieces' old addresses at once, under kernels "
+                   "that may still use them (a test switch, never for real work)");
+    }
     __atomic_store_n(&dev->gpu, gpu, __ATOMIC_RELEASE);
     t_ops = ps_now_ns();
     int pushed = 0;

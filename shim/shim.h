@@ -346,21 +346,6 @@ void ps_registry_atfork_child(void);
 /* Creates the GPU-ops table of `device`, whose primary context is `ctx`. */
 int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out);
 
-/* Host time spent inside the table's slow entries, per device (gpu_ops_cuda.c
- * keeps it; the statistics report it as "cuda_time"): what a program's time
- * in cudaMalloc went to. Counted only while statistics are on (two clock
- * reads per entry); kept across resets (indexed by device, not table). */
-enum {
-    PS_OP_TIME_BARRIER, /* barrier */
-    PS_OP_TIME_WAIT,    /* host waits: barrier_wait, fence_wait, device_synchronize */
-    PS_OP_TIME_MAP,     /* vm_map, vm_map_handle, host_vm_map */
-    PS_OP_TIME_UNMAP,   /* vm_unmap, vm_unmap_keep */
-    PS_OP_TIME_CHUNK,   /* mem_alloc, mem_free (chunks and direct allocations) */
-    PS_OP_TIME_KINDS
-};
-void ps_gpu_ops_cuda_time_add(int device, int kind, uint64_t ns);
-void ps_gpu_ops_cuda_times(int device, uint64_t ns[PS_OP_TIME_KINDS], uint64_t calls[PS_OP_TIME_KINDS]);
-
 /* Stream tracking: non-blocking streams need their own fence at a cudaFree
  * epoch (the legacy stream does not order them). */
 void ps_gpu_ops_cuda_stream_created(CUstream stream, unsigned int flags);

@@ -392,8 +392,29 @@ static const char *const call_names[PS_CALL_COUNT] = {
     "cudaHostAlloc", "cudaFreeHost", "cuMemHostAlloc", "cuMemFreeHost",
 };
 
-/* The slow GPU-ops entries whose host time is reported (PS_OP_TIME_*, shim.h). */
+/* The slow GPU-ops entries whose host time is reported (PS_OP_TIME_*, stats.h). */
 static const char *const op_time_names[PS_OP_TIME_KINDS] = {"barrier", "wait", "map", "unmap", "chunk"};
+
+/* ---- host time in the GPU-ops table's slow entries (pushed by gpu_ops_cuda.c) ---------- */
+static _Atomic uint64_t op_time_ns[PS_MAX_DEVICES][PS_OP_TIME_KINDS];
+static _Atomic uint64_t op_time_calls[PS_MAX_DEVICES][PS_OP_TIME_KINDS];
+
+void ps_stats_count_cuda_time(int device, int kind, uint64_t ns)
+{
+    if (device < 0 || device >= PS_MAX_DEVICES)
+        return;
+    atomic_fetch_add_explicit(&op_time_ns[device][kind], ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&op_time_calls[device][kind], 1, memory_order_relaxed);
+}
+
+static void cuda_times(int device, uint64_t ns[PS_OP_TIME_KINDS], uint64_t calls[PS_OP_TIME_KINDS])
+{
+    for (int k = 0; k < PS_OP_TIME_KINDS; k++) {
+        int ok = device >= 0 && device < PS_MAX_DEVICES;
+        ns[k] = ok ? atomic_load_explicit(&op_time_ns[device][k], memory_order_relaxed) : 0;
+        calls[k] = ok ? atomic_load_explicit(&op_time_calls[device][k], memory_order_relaxed) : 0;
+    }
+}
 
 /* The pinned host pool of device d, now and dropped with earlier contexts. */
 static void host_pool_info(const ps_device_state_t *dev, ps_resource_info_t *info)
@@ -618,7 +639,7 @@ void ps_stats_write(FILE *f, int json)
                     (unsigned long long)atomic_load(&give_counts[d][PS_GIVE_FROM_NEIGHBOURS]));
             if (ps_stats_enabled) {
                 uint64_t ns[PS_OP_TIME_KINDS], calls[PS_OP_TIME_KINDS];
-                ps_gpu_ops_cuda_times(d, ns, calls);
+                cuda_times(d, ns, calls);
                 fprintf(f, ", \"cuda_time\": {");
                 for (int k = 0; k < PS_OP_TIME_KINDS; k++)
                     fprintf(f, "%s\"%s\": {\"calls\": %llu, \"ns\": %llu}", k ? ", " : "", op_time_names[k],
@@ -644,7 +665,7 @@ void ps_stats_write(FILE *f, int json)
                         (double)(s.alloc_ns + s.free_ns) / 1e6,
                         n ? (double)(s.alloc_ns + s.free_ns) / (double)n : 0.0);
                 uint64_t ns[PS_OP_TIME_KINDS], calls[PS_OP_TIME_KINDS];
-                ps_gpu_ops_cuda_times(d, ns, calls);
+                cuda_times(d, ns, calls);
                 fprintf(f, "poolshim:   in CUDA   ");
                 for (int k = 0; k < PS_OP_TIME_KINDS; k++)
                     fprintf(f, " %s %.3f ms (%llu)", op_time_names[k], (double)ns[k] / 1e6,

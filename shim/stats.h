@@ -114,6 +114,20 @@ enum {
     PS_GIVE_COUNT
 };
 void ps_stats_count_give(int device, int what, uint64_t n);
+/* Host time spent inside the GPU-ops table's slow entries, per device
+ * (gpu_ops_cuda.c pushes it; the report shows it as "cuda_time"): what a
+ * program's time in cudaMalloc went to. Counted only while statistics are
+ * on (two clock reads per entry); kept across resets (indexed by device,
+ * not table). Process-wide atomics. */
+enum {
+    PS_OP_TIME_BARRIER, /* barrier */
+    PS_OP_TIME_WAIT,    /* host waits: barrier_wait, fence_wait, device_synchronize */
+    PS_OP_TIME_MAP,     /* vm_map, vm_map_handle, host_vm_map */
+    PS_OP_TIME_UNMAP,   /* vm_unmap, vm_unmap_keep */
+    PS_OP_TIME_CHUNK,   /* mem_alloc, mem_free (chunks and direct allocations) */
+    PS_OP_TIME_KINDS
+};
+void ps_stats_count_cuda_time(int device, int kind, uint64_t ns);
 /* Sums the counters of device `device` over all threads. */
 void ps_stats_snapshot(int device, ps_shim_stats_t *out);
 uint64_t ps_stats_passthrough_total(void);
