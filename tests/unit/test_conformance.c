@@ -1,8 +1,10 @@
 /* One conformance suite, run for every resource and adaptor-over-resource
- * in FACTORIES (adding a stack is one row). Each test creates its stack
- * over the `cuda` upstream (core/upstream.h) on the fake device
- * (core/host_ops.h), or over `async`, `managed` or `host` (the pinned
- * host pool) where the row says so. */
+ * in FACTORIES (adding a stack is one row). Every test runs for every row;
+ * a test that cannot apply to a row must skip it with cr_skip_test and the
+ * reason (none does today). Each test creates its stack over the `cuda`
+ * upstream (core/upstream.h) on the fake device (core/host_ops.h), or over
+ * `async` or `managed`, or builds the pinned host stack from the defaults
+ * of [host] (config/config.h), where the row says so. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <pthread.h>
@@ -11,13 +13,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../../config/config.h"
 #include "../../core/adaptors.h"
 #include "../../core/arena.h"
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
 #include "../../core/pool.h"
 #include "../../core/host_ops.h"
-#include "../../core/host_vm.h"
 #include "../../core/upstream.h"
 
 #define MAX_OWNED 8
@@ -29,7 +31,8 @@ typedef struct fixture {
     ps_resource_t *top;              /* the stack under test */
     size_t max_request;              /* largest size the stack serves */
     char log_path[64];               /* log adaptor's file, if any */
-    ps_gpu_ops_t *host_vm;           /* pinned host range's table over gpu, if any */
+    ps_config_t *config;             /* the defaults a built stack comes from, if any */
+    ps_stack_t *stack;               /* a stack built from config instead of owned, if any */
 } fixture_t;
 
 static ps_resource_t *own(fixture_t *fx, ps_resource_t *r)
@@ -271,54 +274,36 @@ static void make_guard(fixture_t *fx, const ps_host_ops_options_t *h)
     fx->max_request = 3 * PS_MiB;
 }
 
-/* The pinned host pool as [host]'s defaults build it (config/validate.c,
- * ps_host_pool_options): free_sync event, no thread cache, a growth bound,
- * 64 KiB chunk granule, over the `host` upstream (host_alloc); with
- * `expandable`, one host range through core/host_vm.h. */
-static void pinned_over(fixture_t *fx, const ps_host_ops_options_t *h, int expandable)
+/* The pinned host stack as the defaults of [host] build it
+ * (ps_config_build_host_stack, config/build.c): the pool `host` (free_sync
+ * event, no thread cache, a growth bound) over the `pinned` upstream
+ * (host_alloc). On a device with virtual memory the pool works on one host
+ * range (core/host_vm.h, owned by the stack), else on slabs. */
+static void pinned_host_stack(fixture_t *fx, const ps_host_ops_options_t *h, int virtual_memory)
 {
-    ps_host_ops_options_t ho = *h;
-    ho.virtual_memory = expandable;
-    cr_assert_eq(ps_host_ops_create(&ho, &fx->gpu), PS_OK);
-    ps_resource_t *up, *r;
-    cr_assert_eq(ps_host_resource_create("host", fx->gpu, PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED, &up), PS_OK);
-    own(fx, up);
-    ps_pool_options_t o;
-    ps_pool_options_default(&o);
-    o.min_chunk = 2 * PS_MiB;
-    o.max_chunk = PS_GiB;
-    o.growth_percent = 0;
-    o.free_sync = PS_FREE_SYNC_EVENT;
-    o.thread_cache = 0;
-    o.expandable = expandable;
-    o.expandable_reserve = (size_t)256 << 30;
-    o.expandable_piece = 2 * PS_MiB;
-    o.grow_budget_percent = expandable ? 110 : 0;
-    o.grow_budget_min = expandable ? 16 * PS_MiB : 0;
-    o.barrier_pending_percent = 0;
-    o.pending_wait_bytes = 4 * PS_MiB;
-    o.pending_wait_percent = 10;
-    o.release_before_grow = 1;
-    o.chunk_granule = 64 * PS_KiB;
-    const ps_gpu_ops_t *table = fx->gpu;
-    if (expandable) {
-        cr_assert_eq(ps_host_vm_create(fx->gpu, &fx->host_vm), PS_OK);
-        table = fx->host_vm;
-    }
-    cr_assert_eq(ps_pool_create("pinned", up, table, &o, &r), PS_OK);
-    own(fx, r);
-    cr_assert_eq(ps_pool_is_expandable(r), expandable);
+    ps_host_ops_options_t device = *h;
+    device.virtual_memory = virtual_memory;
+    cr_assert_eq(ps_host_ops_create(&device, &fx->gpu), PS_OK);
+    char *no_environment[] = {NULL};
+    ps_config_input_t in = {.options = "", .environ = no_environment, .no_env = 1};
+    cr_assert_eq(ps_config_load(&in, &fx->config), PS_OK);
+    cr_assert_eq(ps_config_build_host_stack(fx->config, 0, fx->gpu, PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED,
+                                            NULL, &fx->stack),
+                 PS_OK);
+    fx->top = fx->stack->top;
+    cr_assert_str_eq(fx->top->name, "host", "the defaults put no adaptor over the pinned pool");
+    cr_assert_eq(ps_pool_is_expandable(fx->top), virtual_memory);
     fx->max_request = 5 * PS_MiB;
 }
 
 static void make_pinned(fixture_t *fx, const ps_host_ops_options_t *h)
 {
-    pinned_over(fx, h, 0);
+    pinned_host_stack(fx, h, 0);
 }
 
 static void make_pinned_expandable(fixture_t *fx, const ps_host_ops_options_t *h)
 {
-    pinned_over(fx, h, 1);
+    pinned_host_stack(fx, h, 1);
 }
 
 typedef struct factory {
@@ -364,8 +349,8 @@ static void teardown(fixture_t *fx)
 {
     while (fx->owned_count)
         ps_destroy(fx->owned[--fx->owned_count]);
-    if (fx->host_vm)
-        ps_host_vm_destroy(fx->host_vm);
+    ps_stack_destroy(fx->stack);
+    ps_config_free(fx->config);
     ps_host_ops_destroy(fx->gpu);
     if (fx->log_path[0])
         unlink(fx->log_path);
