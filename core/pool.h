@@ -1,7 +1,9 @@
 /* The coalescing pool: a general-purpose suballocator over an upstream
- * resource. core/pool.c opens with its algorithm (core/pool_expandable.c
- * with that of its growth, expandable ranges and remap; core/pool_internal.h
- * holds what the two share); this header is its contract.
+ * resource. core/pool.c opens with its algorithm and names the files that
+ * hold each of its concepts (pool_lists.c, pool_caches.c, pool_streams.c,
+ * pool_growth.c, pool_expandable.c, pool_decay.c, pool_check.c;
+ * core/pool_internal.h declares what they share); this header is its
+ * contract.
  *
  * Guarantees:
  *  - every pointer is aligned to `alignment` (>= 256, a power of two);
@@ -102,7 +104,7 @@ typedef struct ps_pool_options {
                                  only when none is outstanding; at it, a free records the open
                                  batch's fence once it holds half the memory not in use: a program
                                  that frees and takes back small blocks pays one fence per several
-                                 pairs instead of one per pair or two (core/pool_expandable.c, 7) */
+                                 pairs instead of one per pair or two (core/pool_growth.c, step 4) */
     size_t chunk_granule;     /* chunks are multiples of this (0 = 2 MiB, cuMemAlloc's granularity;
                                  the pinned pool: 64 KiB, host pages are small) */
     size_t barrier_floor;     /* free_sync barrier (default 32 MiB; 0 = off): while reserved + a

@@ -27,7 +27,8 @@
  * Call sites covered (core/): the calls each stack makes in this workload,
  * per the per-entry counters (printed with POOLSHIM_FAULTS_VERBOSE=1):
  *   upstream.c  mem_alloc (allocate), mem_free (deallocate, destroy not)
- *   pool.c      fence_record (close epoch, stream lists, steal), fence_query
+ *   pool*.c     fence_record (close epoch, stream lists and steal in
+ *               pool_streams.c), fence_query
  *               (poll epochs and stream lists), fence_wait (pressure),
  *               stream_wait_fence (steal), device_synchronize (unmap, trim,
  *               stream_destroyed, free_sync device), barrier (free_sync
@@ -41,7 +42,7 @@
  *   host_vm.c   host_vm_map (the pinned pool's host range: its pieces; the
  *               range's vm_reserve and vm_unmap are the device's, counted
  *               as above), under the pool's expandable mode with event
- *               free_sync and grow_budget_percent (fit_budget_locked)
+ *               free_sync and grow_budget_percent (pool_fit_budget_locked, pool_growth.c)
  *   arena.c     fence_record/query/wait, stream_wait_fence, device_synchronize
  *   fixed_size.c fence_record/query/wait, stream_wait_fence, device_synchronize
  * Best effort (a failure is absorbed, never reported; the workload goes

@@ -364,7 +364,7 @@ Test(pool_barrier, below_the_barrier_floor_a_free_and_take_loop_pays_one_barrier
     cr_assert_leq(peak, 4 * PS_MiB);
 }
 
-/* The size stack (core/pool.c): in a pool of at most twice the floor, the
+/* The size stack (core/pool_caches.c): in a pool of at most twice the floor, the
  * blocks one barrier releases stay unmerged, and a request of exactly their
  * size takes the newest of them; a request of another size first merges
  * them back. No block comes back before a barrier issued after its free
