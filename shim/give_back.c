@@ -59,6 +59,32 @@ static uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
+/* Entering a device to give memory back (give_back.h): the gate of its
+ * GPU-ops table that keeps stream captures out meanwhile. */
+int ps_give_back_enter_device(int d, ps_device_state_t **dev_out)
+{
+    if (d < 0 || d >= PS_MAX_DEVICES || atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) != PS_DEVICE_READY)
+        return PS_EUPSTREAM;
+    ps_device_state_t *dev = &ps_devices[d];
+    ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
+    if (!gpu || !__atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE))
+        return PS_EUPSTREAM;
+    ps_in_shim++;
+    int open = ps_gpu_ops_cuda_give_back_enter(gpu);
+    if (open != PS_OK) {
+        ps_in_shim--;
+        return open;
+    }
+    *dev_out = dev;
+    return PS_OK;
+}
+
+void ps_give_back_exit_device(void)
+{
+    ps_gpu_ops_cuda_give_back_leave();
+    ps_in_shim--;
+}
+
 uint64_t ps_give_back_device(int d, uint64_t now, uint64_t decay_ns, uint64_t want, int *refused)
 {
     if (refused)

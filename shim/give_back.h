@@ -13,6 +13,17 @@ void ps_give_back_stop(void);
 /* In a forked child: there is no thread; start none. */
 void ps_give_back_atfork_child(void);
 
+/* Enters device d to give memory back (give_back.c; the out-of-memory
+ * retry of shim/oom.c and ps_give_back_device): its stack is ready, the
+ * shim's own calls pass through (ps_in_shim) and its GPU-ops table's
+ * give-back gate is held (refused while a stream capture is open in the
+ * context: PS_EBUSY; no capture begins until the exit). PS_OK: *dev is the
+ * device; the caller gives back, then calls ps_give_back_exit_device().
+ * Any other answer holds nothing (PS_EUPSTREAM: no ready stack there). */
+struct ps_device_state;
+int ps_give_back_enter_device(int d, struct ps_device_state **dev);
+void ps_give_back_exit_device(void);
+
 /* Gives back free memory of device d's stacks (device and pinned host)
  * that the GPU has provably finished with: with decay_ns > 0 what the
  * program has not needed for that long (core/pool_decay.c), with 0 every

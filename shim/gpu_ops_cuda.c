@@ -18,7 +18,7 @@
  *    they never invalidate the program's graph capture.
  * 3. mem_alloc/mem_free call the real cuMemAlloc_v2/cuMemFree_v2 and
  *    record the slab in the registry (bad-pointer detection).
- * 4. barrier (free_sync barrier), under streams_lock so that no stream is
+ * 4. barrier (free_sync barrier), under ps_cuda_streams_lock so that no stream is
  *    created and no capture begins half-way:
  *      a. refuse (PS_EBUSY) when a capture is open that it would touch:
  *         cuStreamIsCapturing on the legacy stream answers
@@ -48,7 +48,7 @@
  *         only) answers passed always: the negative control of
  *         tests/gpu/remap_idle.cu.
  *    cudaStreamBeginCapture & co. pass through ps_gpu_ops_cuda_capture_gate,
- *    which takes streams_lock, so a capture cannot start between a and d.
+ *    which takes ps_cuda_streams_lock, so a capture cannot start between a and d.
  *    A global-mode capture that begins on a named stream is remembered: while
  *    one is open, CUDA refuses "unsafe" calls (cudaMalloc, cudaFree) on
  *    every thread not in relaxed mode with cudaErrorStreamCaptureUnsupported,
@@ -58,6 +58,9 @@
  *    CUDA, whose answer — and effect on the capture — is the native one).
  * 5., 8., 9. The virtual-memory entries (vm_*, ipc_*, host_vm_*, peer access
  *    to mapped pieces, giving it all back before a reset): shim/gpu_ops_cuda_vm.c.
+ *    Stream tracking, the capture gate, global captures, the legacy stream's
+ *    capture check and the give-back gate (2., 4. a, 11.), with the state the
+ *    streams lock guards: shim/gpu_ops_cuda_streams.c.
  * 6. With debug.nvtx on, every chunk (mem_alloc, mem_alloc_managed) and
  *    every mapped piece (vm_map) is announced to nvtx.c as a heap, and
  *    withdrawn before it goes back (mem_free, vm_unmap).
@@ -123,191 +126,6 @@ static int dead_barrier_wait(void *vctx, uint64_t generation) { return PS_OK; }
 static int dead_memset_d8(void *vctx, void *ptr, uint8_t value, size_t bytes, ps_stream_t stream) { return PS_EUPSTREAM; }
 static int dead_copy_to_host(void *vctx, void *dst, const void *src, size_t bytes, ps_stream_t stream) { return PS_EUPSTREAM; }
 static int dead_host_alloc(void *vctx, size_t size, unsigned flags, void **out) { return PS_EUPSTREAM; }
-
-/* ---- stream tracking -------------------------------------------------------- */
-typedef struct tracked_stream {
-    CUstream stream; /* a live non-blocking stream */
-    CUcontext ctx;   /* its context */
-    CUevent event;   /* barrier step b's event on it (created lazily), or NULL */
-    bool owes_wait;  /* created while its table's gate was closed: waits for the last barrier when it opens (10.) */
-} tracked_stream_t;
-static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
-static tracked_stream_t *streams;   /* live non-blocking streams */
-static size_t stream_count, stream_capacity;
-static device_ops_t *device_tables[PS_MAX_DEVICES]; /* every table made, for barrier waits of new streams */
-/* Peer access granted by the program: bit D of peer_access[P] = device D
- * may access device P's memory (guarded by streams_lock). */
-static uint64_t peer_access[PS_MAX_DEVICES];
-
-/* A new non-blocking stream of `ctx` waits for the last barrier of that
- * context (it would otherwise run beside work issued before it); while the
- * context's table is closed (10. above) it owes that wait instead.
- * streams_lock held. */
-static void wait_last_barrier_locked(tracked_stream_t *s)
-{
-    for (int d = 0; d < PS_MAX_DEVICES; d++) {
-        device_ops_t *t = device_tables[d];
-        if (t && t->ctx == s->ctx && t->closing) {
-            s->owes_wait = true;
-            return;
-        }
-        if (t && t->ctx == s->ctx && t->barrier_recorded) {
-            ps_real.cuStreamWaitEvent(s->stream, t->barrier_event, 0);
-            return;
-        }
-    }
-}
-
-/* Stream captures ever begun in this process (every cuStreamBeginCapture*
- * passes the gate). While it is 0 no capture can be open, and a barrier
- * skips the capture checks (3 driver calls of its ~5). Guarded by
- * streams_lock for writers; read under it by ops_barrier. */
-static uint64_t captures_begun;
-
-/* Held to read by an out-of-memory give-back from its capture check to the
- * end of its trim (which may synchronize the device), to write by every
- * cuStreamBeginCapture* before streams_lock: no capture begins in between
- * (11. above). Taken before streams_lock, never under it. */
-static pthread_rwlock_t give_back_lock = PTHREAD_RWLOCK_INITIALIZER;
-
-int ps_gpu_ops_cuda_capture_gate(void)
-{
-    pthread_rwlock_wrlock(&give_back_lock);
-    int r = pthread_mutex_lock(&streams_lock);
-    captures_begun++;
-    return r;
-}
-
-void ps_gpu_ops_cuda_capture_gate_end(void)
-{
-    pthread_mutex_unlock(&streams_lock);
-    pthread_rwlock_unlock(&give_back_lock);
-}
-
-/* Global-mode captures that began on a named stream and may still be open
- * (guarded by streams_lock; a stream leaves when cuStreamIsCapturing says
- * its capture ended). The per-thread and legacy default streams (handle 0
- * and the special values) are not remembered: another thread's cannot be
- * asked. */
-#define GLOBAL_CAPTURES_MAX 64
-static CUstream global_captures[GLOBAL_CAPTURES_MAX];
-atomic_int ps_gpu_ops_cuda_global_captures; /* entries in global_captures (read without the lock) */
-
-void ps_gpu_ops_cuda_capture_begun(CUstream stream, CUstreamCaptureMode mode)
-{
-    int n = atomic_load(&ps_gpu_ops_cuda_global_captures);
-    if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL || (uintptr_t)stream <= 2 || n == GLOBAL_CAPTURES_MAX)
-        return;
-    for (int i = 0; i < n; i++)
-        if (global_captures[i] == stream)
-            return;
-    global_captures[n] = stream;
-    atomic_store(&ps_gpu_ops_cuda_global_captures, n + 1);
-}
-
-/* ps_gpu_ops_cuda_unsafe_call_prohibited (shim.h) once a global capture
- * may be open. */
-CUresult ps_gpu_ops_cuda_unsafe_call_check(void)
-{
-    pthread_mutex_lock(&streams_lock);
-    int n = atomic_load(&ps_gpu_ops_cuda_global_captures);
-    for (int i = 0; i < n;) {
-        CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-        if (ps_real.cuStreamIsCapturing(global_captures[i], &st) == CUDA_SUCCESS &&
-            st != CU_STREAM_CAPTURE_STATUS_NONE) {
-            i++;
-            continue;
-        }
-        global_captures[i] = global_captures[--n]; /* ended (or the stream is gone) */
-    }
-    atomic_store(&ps_gpu_ops_cuda_global_captures, n);
-    pthread_mutex_unlock(&streams_lock);
-    if (n == 0)
-        return CUDA_SUCCESS;
-    /* this thread's own mode: relaxed may make unsafe calls */
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (!ps_real.cuThreadExchangeStreamCaptureMode ||
-        ps_real.cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
-        return CUDA_SUCCESS;
-    CUstreamCaptureMode own = mode; /* the thread's mode; put it back */
-    ps_real.cuThreadExchangeStreamCaptureMode(&mode);
-    if (own == CU_STREAM_CAPTURE_MODE_RELAXED)
-        return CUDA_SUCCESS;
-    /* ask CUDA with a real unsafe call, as the program's would have been */
-    CUdeviceptr probe = 0;
-    CUresult r = ps_real.cuMemAlloc_v2(&probe, 256);
-    if (r == CUDA_SUCCESS) {
-        ps_real.cuMemFree_v2(probe);
-        return CUDA_SUCCESS;
-    }
-    return r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ? r : CUDA_SUCCESS;
-}
-
-void ps_gpu_ops_cuda_stream_created(CUstream stream, unsigned int flags)
-{
-    if (!(flags & CU_STREAM_NON_BLOCKING) || !stream || ps_real_load_driver() != PS_OK)
-        return;
-    CUcontext ctx = NULL;
-    if (ps_real.cuStreamGetCtx)
-        ps_real.cuStreamGetCtx(stream, &ctx);
-    else
-        ps_real.cuCtxGetCurrent(&ctx);
-    pthread_mutex_lock(&streams_lock);
-    for (size_t i = 0; i < stream_count; i++)
-        if (streams[i].stream == stream) { /* handle reused after a destroy we missed, or both doors */
-            streams[i].ctx = ctx;
-            streams[i].owes_wait = false;
-            wait_last_barrier_locked(&streams[i]);
-            pthread_mutex_unlock(&streams_lock);
-            return;
-        }
-    if (stream_count == stream_capacity) {
-        size_t cap = stream_capacity ? stream_capacity * 2 : 32;
-        tracked_stream_t *grown = realloc(streams, cap * sizeof *grown);
-        if (!grown) {
-            pthread_mutex_unlock(&streams_lock);
-            ps_warning("out of host memory tracking a stream");
-            return;
-        }
-        streams = grown;
-        stream_capacity = cap;
-    }
-    streams[stream_count] = (tracked_stream_t){stream, ctx, NULL, false};
-    wait_last_barrier_locked(&streams[stream_count++]);
-    pthread_mutex_unlock(&streams_lock);
-}
-
-void ps_gpu_ops_cuda_stream_destroyed(CUstream stream)
-{
-    pthread_mutex_lock(&streams_lock);
-    /* a stream that had a global capture is forgotten with it: asking CUDA
-     * about a destroyed handle crashes inside libcuda (GPU suite,
-     * async_streams: a graph captured in global mode, its stream destroyed,
-     * then cudaFree) */
-    int n = atomic_load(&ps_gpu_ops_cuda_global_captures);
-    for (int i = 0; i < n; i++)
-        if (global_captures[i] == stream) {
-            global_captures[i] = global_captures[--n];
-            atomic_store(&ps_gpu_ops_cuda_global_captures, n);
-            break;
-        }
-    for (size_t i = 0; i < stream_count; i++)
-        if (streams[i].stream == stream) {
-            if (streams[i].event)
-                ps_real.cuEventDestroy_v2(streams[i].event);
-            streams[i] = streams[--stream_count];
-            break;
-        }
-    pthread_mutex_unlock(&streams_lock);
-}
-
-void ps_gpu_ops_cuda_atfork_prepare(void) { pthread_mutex_lock(&streams_lock); }
-void ps_gpu_ops_cuda_atfork_parent(void) { pthread_mutex_unlock(&streams_lock); }
-void ps_gpu_ops_cuda_atfork_child(void)
-{
-    pthread_mutex_init(&streams_lock, NULL);
-    pthread_rwlock_init(&give_back_lock, NULL); /* (a give-back of the parent's may have held it) */
-}
 
 /* ---- memory ------------------------------------------------------------------------ */
 static int live_mem_alloc(void *vctx, size_t size, void **out)
@@ -500,82 +318,6 @@ static int fence_add(ps_fence_t *f, CUstream stream)
     return PS_OK;
 }
 
-static bool capturing(CUstream s)
-{
-    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (ps_real.cuStreamIsCapturing && ps_real.cuStreamIsCapturing(s, &st) == CUDA_SUCCESS)
-        return st != CU_STREAM_CAPTURE_STATUS_NONE;
-    return false;
-}
-
-/* PS_OK when the legacy stream may be recorded on; PS_EBUSY while a
- * blocking stream captures (recording there would invalidate that capture:
- * cudaErrorStreamCaptureImplicit), whatever thread captures. streams_lock
- * held (no capture can begin meanwhile). */
-static int legacy_usable_locked(void)
-{
-    if (!captures_begun || ps_test.ignore_captures)
-        return PS_OK;
-    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUresult r = ps_real.cuStreamIsCapturing((CUstream)PS_STREAM_LEGACY, &st);
-    if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || (r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE))
-        return PS_EBUSY;
-    return r == CUDA_SUCCESS ? PS_OK : PS_EUPSTREAM;
-}
-
-bool ps_gpu_ops_cuda_legacy_enter(void)
-{
-    pthread_mutex_lock(&streams_lock);
-    if (legacy_usable_locked() == PS_OK)
-        return true;
-    pthread_mutex_unlock(&streams_lock);
-    return false;
-}
-
-void ps_gpu_ops_cuda_legacy_leave(void) { pthread_mutex_unlock(&streams_lock); }
-
-/* ---- the out-of-memory give-back (11. above) ------------------------------------------ */
-/* Whether a stream capture is open in d's context (11. above): PS_OK none,
- * PS_EBUSY one is, PS_EUPSTREAM CUDA cannot say. The checks of a barrier
- * (4. a): the legacy stream answers for the blocking streams, each tracked
- * non-blocking stream for itself; none while no capture was ever begun. */
-static int live_capture_open(device_ops_t *d)
-{
-    int pushed = enter_ctx(d);
-    pthread_mutex_lock(&streams_lock);
-    int status = PS_OK;
-    if (captures_begun && !ps_test.ignore_captures) {
-        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-        if (ps_real.cuThreadExchangeStreamCaptureMode)
-            ps_real.cuThreadExchangeStreamCaptureMode(&mode);
-        status = ps_real.cuStreamIsCapturing ? legacy_usable_locked() : PS_EUPSTREAM;
-        for (size_t i = 0; i < stream_count && status == PS_OK; i++)
-            if (streams[i].ctx == d->ctx && capturing(streams[i].stream))
-                status = PS_EBUSY;
-        if (ps_real.cuThreadExchangeStreamCaptureMode)
-            ps_real.cuThreadExchangeStreamCaptureMode(&mode);
-    }
-    pthread_mutex_unlock(&streams_lock);
-    leave_ctx(pushed);
-    return status;
-}
-
-int ps_gpu_ops_cuda_give_back_enter(ps_gpu_ops_t *gpu)
-{
-    device_ops_t *d = gpu->ctx;
-    pthread_rwlock_rdlock(&give_back_lock);
-    int status = PS_EUPSTREAM; /* a dead context: nothing to give back */
-    if (gate_enter(d)) {
-        status = live_capture_open(d);
-        gate_leave(d);
-    }
-    if (status != PS_OK)
-        pthread_rwlock_unlock(&give_back_lock);
-    return status;
-}
-
-void ps_gpu_ops_cuda_give_back_leave(void) { pthread_rwlock_unlock(&give_back_lock); }
-
 static int live_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out)
 {
     device_ops_t *d = vctx;
@@ -588,24 +330,24 @@ static int live_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out)
         ps_real.cuThreadExchangeStreamCaptureMode(&mode);
     int status = PS_OK;
     if (stream == PS_STREAM_NONE) {
-        pthread_mutex_lock(&streams_lock);
-        status = legacy_usable_locked();
+        pthread_mutex_lock(&ps_cuda_streams_lock);
+        status = ps_cuda_legacy_usable_locked();
         if (status == PS_OK)
             status = fence_add(f, (CUstream)PS_STREAM_LEGACY);
-        for (size_t i = 0; i < stream_count && status == PS_OK; i++) {
-            if (streams[i].ctx != d->ctx)
+        for (size_t i = 0; i < ps_cuda_stream_count && status == PS_OK; i++) {
+            if (ps_cuda_streams[i].ctx != d->ctx)
                 continue;
-            status = capturing(streams[i].stream) ? PS_EUPSTREAM : fence_add(f, streams[i].stream);
+            status = ps_cuda_capturing(ps_cuda_streams[i].stream) ? PS_EUPSTREAM : fence_add(f, ps_cuda_streams[i].stream);
         }
-        pthread_mutex_unlock(&streams_lock);
+        pthread_mutex_unlock(&ps_cuda_streams_lock);
     } else if (stream == 0 || stream == PS_STREAM_LEGACY) {
-        pthread_mutex_lock(&streams_lock);
-        status = legacy_usable_locked();
+        pthread_mutex_lock(&ps_cuda_streams_lock);
+        status = ps_cuda_legacy_usable_locked();
         if (status == PS_OK)
             status = fence_add(f, (CUstream)stream);
-        pthread_mutex_unlock(&streams_lock);
+        pthread_mutex_unlock(&ps_cuda_streams_lock);
     } else {
-        status = capturing((CUstream)stream) ? PS_EUPSTREAM : fence_add(f, (CUstream)stream);
+        status = ps_cuda_capturing((CUstream)stream) ? PS_EUPSTREAM : fence_add(f, (CUstream)stream);
     }
     if (ps_real.cuThreadExchangeStreamCaptureMode)
         ps_real.cuThreadExchangeStreamCaptureMode(&mode);
@@ -682,16 +424,16 @@ static int live_barrier(void *vctx)
     if (!ps_real.cuStreamIsCapturing)
         return PS_EUNSUPPORTED;
     int pushed = enter_ctx(d);
-    pthread_mutex_lock(&streams_lock);
-    bool check_captures = captures_begun != 0 && !ps_test.ignore_captures; /* none ever begun: none is open (the gate holds this lock) */
+    pthread_mutex_lock(&ps_cuda_streams_lock);
+    bool check_captures = ps_cuda_captures_begun != 0 && !ps_test.ignore_captures; /* none ever begun: none is open (the gate holds this lock) */
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     if (check_captures && ps_real.cuThreadExchangeStreamCaptureMode)
         ps_real.cuThreadExchangeStreamCaptureMode(&mode);
     int status = PS_OK;
     if (check_captures) {
-        status = legacy_usable_locked();
-        for (size_t i = 0; i < stream_count && status == PS_OK; i++)
-            if (streams[i].ctx == d->ctx && capturing(streams[i].stream))
+        status = ps_cuda_legacy_usable_locked();
+        for (size_t i = 0; i < ps_cuda_stream_count && status == PS_OK; i++)
+            if (ps_cuda_streams[i].ctx == d->ctx && ps_cuda_capturing(ps_cuda_streams[i].stream))
                 status = PS_EBUSY;
     }
     /* E of this barrier: its slot of the ring (barrier_passed asks it) */
@@ -702,8 +444,8 @@ static int live_barrier(void *vctx)
         status = PS_EUPSTREAM;
     }
     /* b: every non-blocking stream's work so far joins the legacy stream */
-    for (size_t i = 0; i < stream_count && status == PS_OK && !d->no_join; i++) {
-        tracked_stream_t *t = &streams[i];
+    for (size_t i = 0; i < ps_cuda_stream_count && status == PS_OK && !d->no_join; i++) {
+        tracked_stream_t *t = &ps_cuda_streams[i];
         if (t->ctx != d->ctx)
             continue;
         if (stream_idle(t->stream))
@@ -723,9 +465,9 @@ static int live_barrier(void *vctx)
     if (status == PS_OK)
         d->barrier_event = *slot;
     /* d: everything issued from now on, after E */
-    for (size_t i = 0; i < stream_count && status == PS_OK; i++)
-        if (streams[i].ctx == d->ctx &&
-            ps_real.cuStreamWaitEvent(streams[i].stream, d->barrier_event, 0) != CUDA_SUCCESS)
+    for (size_t i = 0; i < ps_cuda_stream_count && status == PS_OK; i++)
+        if (ps_cuda_streams[i].ctx == d->ctx &&
+            ps_real.cuStreamWaitEvent(ps_cuda_streams[i].stream, d->barrier_event, 0) != CUDA_SUCCESS)
             status = PS_EUPSTREAM;
     if (status == PS_OK) {
         d->barrier_recorded = 1;
@@ -733,7 +475,7 @@ static int live_barrier(void *vctx)
     }
     if (check_captures && ps_real.cuThreadExchangeStreamCaptureMode)
         ps_real.cuThreadExchangeStreamCaptureMode(&mode);
-    pthread_mutex_unlock(&streams_lock);
+    pthread_mutex_unlock(&ps_cuda_streams_lock);
     leave_ctx(pushed);
     return status;
 }
@@ -741,7 +483,7 @@ static int live_barrier(void *vctx)
 /* Waits on the host until barrier `generation` has passed (4. e): a
  * cuEventSynchronize of its E, or of the oldest remembered E for an older
  * barrier (it completes later: never too early). The slot is read under
- * streams_lock and waited on outside it (a wait may take the GPU's whole
+ * ps_cuda_streams_lock and waited on outside it (a wait may take the GPU's whole
  * lag; stream creation must not wait with it); a barrier that re-records
  * the slot meanwhile only makes the wait longer. Work issued after the
  * barrier keeps the GPU busy, unlike a device synchronize. */
@@ -755,7 +497,7 @@ static int live_barrier_wait(void *vctx, uint64_t generation)
     if (!ps_real.cuEventSynchronize)
         return PS_EUNSUPPORTED;
     int pushed = enter_ctx(d);
-    pthread_mutex_lock(&streams_lock);
+    pthread_mutex_lock(&ps_cuda_streams_lock);
     uint64_t newest = atomic_load_explicit(&d->barriers, memory_order_relaxed);
     CUevent e = NULL;
     if (generation <= newest) {
@@ -763,7 +505,7 @@ static int live_barrier_wait(void *vctx, uint64_t generation)
             generation = newest - PS_BARRIER_RING + 1;
         e = d->barrier_events[generation % PS_BARRIER_RING];
     }
-    pthread_mutex_unlock(&streams_lock);
+    pthread_mutex_unlock(&ps_cuda_streams_lock);
     int status = e ? status_of(ps_real.cuEventSynchronize(e)) : PS_EINVAL;
     leave_ctx(pushed);
     return status;
@@ -790,7 +532,7 @@ static int live_barrier_passed(void *vctx, uint64_t generation)
     if (generation == 0 || d->assume_idle) /* the negative control of tests/gpu/remap_idle.cu */
         return PS_OK;
     int pushed = enter_ctx(d);
-    pthread_mutex_lock(&streams_lock);
+    pthread_mutex_lock(&ps_cuda_streams_lock);
     uint64_t newest = atomic_load_explicit(&d->barriers, memory_order_relaxed);
     int status = PS_EINVAL; /* a barrier never issued */
     if (generation <= newest) {
@@ -799,7 +541,7 @@ static int live_barrier_passed(void *vctx, uint64_t generation)
         CUevent e = d->barrier_events[generation % PS_BARRIER_RING];
         status = e ? status_of(ps_real.cuEventQuery(e)) : PS_EUPSTREAM;
     }
-    pthread_mutex_unlock(&streams_lock);
+    pthread_mutex_unlock(&ps_cuda_streams_lock);
     leave_ctx(pushed);
     return status;
 }
@@ -929,46 +671,12 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
     }
     ps_gpu_ops_cuda_vm_attach(d); /* virtual memory, pinned host pieces, IPC: what the device offers */
     if (device >= 0 && device < PS_MAX_DEVICES) {
-        pthread_mutex_lock(&streams_lock);
-        device_tables[device] = d;
-        pthread_mutex_unlock(&streams_lock);
+        pthread_mutex_lock(&ps_cuda_streams_lock);
+        ps_cuda_device_tables[device] = d;
+        pthread_mutex_unlock(&ps_cuda_streams_lock);
     }
     *out = &d->ops;
     return PS_OK;
-}
-
-/* ---- peer access (5. of gpu_ops_cuda_vm.c) --------------------------------------------- */
-uint64_t ps_gpu_ops_cuda_peers_of(int device)
-{
-    if (device < 0 || device >= PS_MAX_DEVICES)
-        return 0;
-    pthread_mutex_lock(&streams_lock);
-    uint64_t peers = peer_access[device];
-    pthread_mutex_unlock(&streams_lock);
-    return peers;
-}
-
-device_ops_t *ps_gpu_ops_cuda_grant_peer(int owner, int peer)
-{
-    pthread_mutex_lock(&streams_lock);
-    peer_access[owner] |= 1ull << peer;
-    device_ops_t *d = device_tables[owner];
-    pthread_mutex_unlock(&streams_lock);
-    return d;
-}
-
-/* ---- context lifecycle: a context died (reset, last release, destroy) ----------- */
-void ps_gpu_ops_cuda_forget_context(CUcontext ctx)
-{
-    /* its streams died with it: no fence may be recorded on them, and their
-     * handles may come back for new streams */
-    pthread_mutex_lock(&streams_lock);
-    for (size_t i = 0; i < stream_count;)
-        if (streams[i].ctx == ctx)
-            streams[i] = streams[--stream_count];
-        else
-            i++;
-    pthread_mutex_unlock(&streams_lock);
 }
 
 /* Closes the table's gate (10. above): returns once no call is inside it;
@@ -979,9 +687,9 @@ void ps_gpu_ops_cuda_close(ps_gpu_ops_t *ops)
 {
     device_ops_t *d = (device_ops_t *)ops;
     pthread_rwlock_wrlock(&d->gate);
-    pthread_mutex_lock(&streams_lock);
+    pthread_mutex_lock(&ps_cuda_streams_lock);
     d->closing = 1;
-    pthread_mutex_unlock(&streams_lock);
+    pthread_mutex_unlock(&ps_cuda_streams_lock);
 }
 
 /* Opens it again: streams created meanwhile wait for the last barrier now
@@ -989,15 +697,15 @@ void ps_gpu_ops_cuda_close(ps_gpu_ops_t *ops)
 void ps_gpu_ops_cuda_open(ps_gpu_ops_t *ops)
 {
     device_ops_t *d = (device_ops_t *)ops;
-    pthread_mutex_lock(&streams_lock);
+    pthread_mutex_lock(&ps_cuda_streams_lock);
     d->closing = 0;
-    for (size_t i = 0; i < stream_count; i++)
-        if (streams[i].owes_wait && streams[i].ctx == d->ctx) {
-            streams[i].owes_wait = false;
+    for (size_t i = 0; i < ps_cuda_stream_count; i++)
+        if (ps_cuda_streams[i].owes_wait && ps_cuda_streams[i].ctx == d->ctx) {
+            ps_cuda_streams[i].owes_wait = false;
             if (!is_dead(d) && d->barrier_recorded)
-                ps_real.cuStreamWaitEvent(streams[i].stream, d->barrier_event, 0);
+                ps_real.cuStreamWaitEvent(ps_cuda_streams[i].stream, d->barrier_event, 0);
         }
-    pthread_mutex_unlock(&streams_lock);
+    pthread_mutex_unlock(&ps_cuda_streams_lock);
     pthread_rwlock_unlock(&d->gate);
 }
 
@@ -1014,12 +722,12 @@ void ps_gpu_ops_cuda_mark_dead(ps_gpu_ops_t *ops)
     /* new streams of the next context (same primary-context handle) must
      * not wait on the dead barrier event */
     device_ops_t *d = (device_ops_t *)ops;
-    pthread_mutex_lock(&streams_lock);
+    pthread_mutex_lock(&ps_cuda_streams_lock);
     d->barrier_recorded = 0;
     d->barrier_event = NULL;
     memset(d->barrier_events, 0, sizeof d->barrier_events); /* gone with the context */
     for (int i = 0; i < PS_MAX_DEVICES; i++)
-        if (device_tables[i] == d)
-            device_tables[i] = NULL;
-    pthread_mutex_unlock(&streams_lock);
+        if (ps_cuda_device_tables[i] == d)
+            ps_cuda_device_tables[i] = NULL;
+    pthread_mutex_unlock(&ps_cuda_streams_lock);
 }

@@ -1,6 +1,8 @@
-/* What the GPU-ops table over the driver shares between its two files:
- * shim/gpu_ops_cuda.c (memory, fences, barriers, streams, the gate, the
- * table's life) and shim/gpu_ops_cuda_vm.c (its virtual-memory entries).
+/* What the GPU-ops table over the driver shares between its three files:
+ * shim/gpu_ops_cuda.c (memory, fences, barriers, the gate, the table's
+ * life), shim/gpu_ops_cuda_streams.c (stream tracking, captures, peer
+ * access: the streams lock) and shim/gpu_ops_cuda_vm.c (its virtual-memory
+ * entries).
  * Numbers (1.-10.) refer to the algorithm at the top of gpu_ops_cuda.c. */
 #ifndef PS_GPU_OPS_CUDA_INTERNAL_H
 #define PS_GPU_OPS_CUDA_INTERNAL_H
@@ -132,8 +134,30 @@ static inline int status_of(CUresult r)
         return status_;                                                                \
     }
 
-/* Peer access the program granted (gpu_ops_cuda.c keeps it, under its
- * streams lock): bit D of the answer = device D may access `device`'s
+/* ---- gpu_ops_cuda_streams.c: streams, captures and what the streams lock guards ---- */
+typedef struct tracked_stream {
+    CUstream stream; /* a live non-blocking stream */
+    CUcontext ctx;   /* its context */
+    CUevent event;   /* barrier step b's event on it (created lazily), or NULL */
+    bool owes_wait;  /* created while its table's gate was closed: waits for the last barrier when it opens (10.) */
+} tracked_stream_t;
+/* Guards the stream list, the tables list, captures and barriers' events. */
+extern pthread_mutex_t ps_cuda_streams_lock;
+extern tracked_stream_t *ps_cuda_streams; /* live non-blocking streams (streams lock) */
+extern size_t ps_cuda_stream_count;       /* how many (streams lock) */
+extern device_ops_t *ps_cuda_device_tables[PS_MAX_DEVICES]; /* every table made, for barrier waits of new streams */
+/* Stream captures ever begun in this process (every cuStreamBeginCapture*
+ * passes the gate). While it is 0 no capture can be open, and a barrier
+ * skips the capture checks. Written under the streams lock; read under it. */
+extern uint64_t ps_cuda_captures_begun;
+/* Is `s` being captured? */
+bool ps_cuda_capturing(CUstream s);
+/* PS_OK when the legacy stream may be recorded on; PS_EBUSY while a
+ * blocking stream captures; PS_EUPSTREAM when CUDA cannot say. Streams lock held. */
+int ps_cuda_legacy_usable_locked(void);
+
+/* Peer access the program granted (gpu_ops_cuda_streams.c keeps it, under
+ * the streams lock): bit D of the answer = device D may access `device`'s
  * memory; grant_peer records that `peer` may access `owner`'s and answers
  * owner's table (NULL: none made yet). */
 uint64_t ps_gpu_ops_cuda_peers_of(int device);

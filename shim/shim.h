@@ -508,14 +508,6 @@ typedef struct ps_device_state {
     ps_resource_info_t dropped;     /* the dropped stacks' own figures, summed (peak: max) */
     ps_resource_info_t dropped_host; /* the same for the dropped host pools */
 } ps_device_state_t;
-/* Enters device d to give memory back (router.c): its stack is ready, the
- * shim's own calls pass through (ps_in_shim) and its GPU-ops table's
- * give-back gate is held (refused while a stream capture is open in the
- * context: PS_EBUSY; no capture begins until the exit). PS_OK: *dev is the
- * device; the caller gives back, then calls ps_give_back_exit_device().
- * Any other answer holds nothing (PS_EUPSTREAM: no ready stack there). */
-int ps_give_back_enter_device(int d, ps_device_state_t **dev);
-void ps_give_back_exit_device(void);
 /* Hold the devices lock around a report written while the program runs
  * (router.c; a context reset changes what the report reads). Not at exit. */
 void ps_devices_report_begin(void);

@@ -15,7 +15,7 @@ typedef struct ps_test_switches {
                             belongs (ipc.c). Warns "opened IPC blocks get their pieces in the wrong order" at each
                             open of a block of several pieces */
     int ignore_captures; /* POOLSHIM_TEST_IGNORE_CAPTURES: behave as if no stream capture were ever open
-                            (gpu_ops_cuda.c; tests/gpu/capture_threads.cu, the out-of-memory retry's capture
+                            (gpu_ops_cuda_streams.c; tests/gpu/capture_threads.cu, the out-of-memory retry's capture
                             test). No warning */
     int skip_barrier;    /* POOLSHIM_TEST_SKIP_BARRIER: barriers order nothing (gpu_ops_cuda.c). Warns "barriers
                             order nothing; freed memory may be reused while kernels still use it" at each table */
