@@ -21,6 +21,11 @@
  * Guarantees: nothing leaks on failure; every created resource appears once
  * in stack->all, upstream first; the stack owns the names it gave them.
  *
+ * The options of a pool, arena or fixed_size (ps_config_pool_options...):
+ * the core's defaults, then every key whose row in config/keys.def lands in
+ * them, its value or else the row's default (test_config_keys.c checks the
+ * two defaults agree); unset free_sync is global.free_sync.
+ *
  * The pinned host stack of a device (ps_config_build_host_stack), from
  * [host] alone:
  *   1. the upstream `pinned` (cuMemHostAlloc slabs with the caller's flags)
@@ -82,57 +87,30 @@ typedef struct builder {
     int status;                             /* first failure */
 } builder_t;
 
+/* Every key that lands in the options of `type` (config/keys.def: the
+ * `lands` of its row): its value, else its default, into its field. */
+static void apply_keys(const ps_resource_def_t *def, ps_resource_type_t type, uint64_t total_bytes, void *opts)
+{
+    for (int k = 0; k < PS_KEY_COUNT; k++) {
+        const ps_field_t *field = ps_key_field(k, type);
+        if (field)
+            ps_field_store(opts, field,
+                           def->values[k].set ? ps_value_bytes(&def->values[k], total_bytes)
+                                              : ps_key_info[k].default_value);
+    }
+}
+
 void ps_config_pool_options(const ps_config_t *cfg, const ps_resource_def_t *def,
                             uint64_t total_bytes, ps_pool_options_t *opts)
 {
     memset(opts, 0, sizeof *opts);
-    ps_pool_options_default(opts);
-    const ps_value_t *v = def->values;
-    if (v[PS_KEY_INITIAL_SIZE].set)
-        opts->initial_size = (size_t)ps_value_bytes(&v[PS_KEY_INITIAL_SIZE], total_bytes);
-    if (v[PS_KEY_MAXIMUM_SIZE].set)
-        opts->maximum_size = (size_t)ps_value_bytes(&v[PS_KEY_MAXIMUM_SIZE], total_bytes);
-    if (v[PS_KEY_MIN_CHUNK].set)
-        opts->min_chunk = (size_t)v[PS_KEY_MIN_CHUNK].number;
-    if (v[PS_KEY_MAX_CHUNK].set)
-        opts->max_chunk = (size_t)v[PS_KEY_MAX_CHUNK].number;
-    if (v[PS_KEY_GROWTH_PERCENT].set)
-        opts->growth_percent = (unsigned)v[PS_KEY_GROWTH_PERCENT].number;
-    if (v[PS_KEY_ALIGNMENT].set)
-        opts->alignment = (size_t)v[PS_KEY_ALIGNMENT].number;
-    if (v[PS_KEY_EPOCH_WAIT_US].set)
-        opts->epoch_wait_ns = v[PS_KEY_EPOCH_WAIT_US].number * 1000u;
-    if (v[PS_KEY_EXPANDABLE].set)
-        opts->expandable = (int)v[PS_KEY_EXPANDABLE].number;
-    else if (cfg->global.debug.nvtx)
+    ps_pool_options_default(opts); /* the fields no key sets */
+    apply_keys(def, PS_TYPE_POOL, total_bytes, opts);
+    if (!def->values[PS_KEY_EXPANDABLE].set && cfg->global.debug.nvtx)
         opts->expandable = 0; /* compute-sanitizer refuses NVTX heaps over cuMemMap'd pieces
                                  ("nvtxMemHeapRegister failed: parameters invalid", H100, CUDA 13.0) */
-    if (v[PS_KEY_EXPANDABLE_RESERVE].set)
-        opts->expandable_reserve = (size_t)v[PS_KEY_EXPANDABLE_RESERVE].number;
-    if (v[PS_KEY_EXPANDABLE_PIECE].set)
-        opts->expandable_piece = (size_t)v[PS_KEY_EXPANDABLE_PIECE].number;
-    if (v[PS_KEY_EXPANDABLE_RUN_MIN].set)
-        opts->expandable_run_min = (size_t)v[PS_KEY_EXPANDABLE_RUN_MIN].number;
-    if (v[PS_KEY_SMALL_FROM_BACK].set)
-        opts->small_from_back = (size_t)v[PS_KEY_SMALL_FROM_BACK].number;
-    if (v[PS_KEY_RELEASE_THRESHOLD].set)
-        opts->release_threshold = ps_value_bytes(&v[PS_KEY_RELEASE_THRESHOLD], total_bytes);
-    if (v[PS_KEY_THREAD_CACHE].set)
-        opts->thread_cache = (size_t)v[PS_KEY_THREAD_CACHE].number;
-    if (v[PS_KEY_BARRIER_PENDING_PERCENT].set)
-        opts->barrier_pending_percent = (unsigned)v[PS_KEY_BARRIER_PENDING_PERCENT].number;
-    if (v[PS_KEY_REMAP].set)
-        opts->remap = (int)v[PS_KEY_REMAP].number;
-    if (v[PS_KEY_REMAP_TURNOVER_PERCENT].set)
-        opts->remap_turnover_percent = (unsigned)v[PS_KEY_REMAP_TURNOVER_PERCENT].number;
-    if (v[PS_KEY_REMAP_LEND].set)
-        opts->remap_lend = (int)v[PS_KEY_REMAP_LEND].number;
-    if (v[PS_KEY_REMAP_SLACK_PERCENT].set)
-        opts->remap_slack_percent = (unsigned)v[PS_KEY_REMAP_SLACK_PERCENT].number;
-    if (v[PS_KEY_BARRIER_FLOOR].set)
-        opts->barrier_floor = (size_t)v[PS_KEY_BARRIER_FLOOR].number;
-    opts->free_sync = v[PS_KEY_FREE_SYNC].set ? (ps_free_sync_t)v[PS_KEY_FREE_SYNC].number
-                                              : cfg->global.free_sync;
+    if (!def->values[PS_KEY_FREE_SYNC].set)
+        opts->free_sync = cfg->global.free_sync;
 }
 
 void ps_config_arena_options(const ps_config_t *cfg, const ps_resource_def_t *def,
@@ -140,19 +118,9 @@ void ps_config_arena_options(const ps_config_t *cfg, const ps_resource_def_t *de
 {
     memset(opts, 0, sizeof *opts);
     ps_arena_options_default(opts);
-    const ps_value_t *v = def->values;
-    if (v[PS_KEY_INITIAL_SIZE].set)
-        opts->initial_size = (size_t)ps_value_bytes(&v[PS_KEY_INITIAL_SIZE], total_bytes);
-    if (v[PS_KEY_MAXIMUM_SIZE].set)
-        opts->maximum_size = (size_t)ps_value_bytes(&v[PS_KEY_MAXIMUM_SIZE], total_bytes);
-    if (v[PS_KEY_SUPERBLOCK_SIZE].set)
-        opts->superblock_size = (size_t)v[PS_KEY_SUPERBLOCK_SIZE].number;
-    if (v[PS_KEY_THREAD_FLOOR].set)
-        opts->thread_floor = (size_t)v[PS_KEY_THREAD_FLOOR].number;
-    if (v[PS_KEY_ALIGNMENT].set)
-        opts->alignment = (size_t)v[PS_KEY_ALIGNMENT].number;
-    opts->free_sync = v[PS_KEY_FREE_SYNC].set ? (ps_free_sync_t)v[PS_KEY_FREE_SYNC].number
-                                              : cfg->global.free_sync;
+    apply_keys(def, PS_TYPE_ARENA, total_bytes, opts);
+    if (!def->values[PS_KEY_FREE_SYNC].set)
+        opts->free_sync = cfg->global.free_sync;
 }
 
 void ps_config_fixed_size_options(const ps_config_t *cfg, const ps_resource_def_t *def,
@@ -160,15 +128,35 @@ void ps_config_fixed_size_options(const ps_config_t *cfg, const ps_resource_def_
 {
     memset(opts, 0, sizeof *opts);
     ps_fixed_size_options_default(opts);
-    const ps_value_t *v = def->values;
-    if (v[PS_KEY_BLOCK_SIZE].set)
-        opts->block_size = (size_t)v[PS_KEY_BLOCK_SIZE].number;
-    if (v[PS_KEY_BLOCKS_PER_BATCH].set)
-        opts->blocks_per_batch = (size_t)v[PS_KEY_BLOCKS_PER_BATCH].number;
-    if (v[PS_KEY_ALIGNMENT].set)
-        opts->alignment = (size_t)v[PS_KEY_ALIGNMENT].number;
-    opts->free_sync = v[PS_KEY_FREE_SYNC].set ? (ps_free_sync_t)v[PS_KEY_FREE_SYNC].number
-                                              : cfg->global.free_sync;
+    apply_keys(def, PS_TYPE_FIXED_SIZE, 0, opts);
+    if (!def->values[PS_KEY_FREE_SYNC].set)
+        opts->free_sync = cfg->global.free_sync;
+}
+
+void ps_host_pool_options(const ps_host_config_t *host, ps_pool_options_t *out)
+{
+    ps_pool_options_default(out);
+    out->min_chunk = host->min_chunk;
+    out->max_chunk = host->max_chunk;
+    out->growth_percent = host->growth_percent;
+    out->maximum_size = host->maximum_size;
+    out->free_sync = host->free_sync;
+    out->epoch_wait_ns = host->epoch_wait_us * 1000;
+    out->thread_cache = 0; /* pinned host memory: the host writes it, a barrier does not order that */
+    /* host.expandable: the pool's expandable mode over a host range (the
+     * builder gives it the table of core/host_vm.h where the driver can;
+     * auto (-1) and on (1) both ask for it); else chunks */
+    out->expandable = host->expandable != 0;
+    out->expandable_reserve = PS_HOST_EXPANDABLE_RESERVE;
+    out->expandable_piece = host->expandable_piece;
+    out->expandable_run_min = 0; /* a run per piece: the growth budget gives pieces back often */
+    out->grow_budget_percent = host->expandable != 0 ? host->grow_budget_percent : 0;
+    out->grow_budget_min = out->grow_budget_percent ? host->grow_budget_min : 0;
+    out->barrier_pending_percent = 0;
+    out->pending_wait_bytes = host->pending_wait_bytes;
+    out->pending_wait_percent = host->pending_wait_percent;
+    out->release_before_grow = host->release_before_grow;
+    out->chunk_granule = PS_HOST_CHUNK_GRANULE;
 }
 
 /* Keeps a name alive as long as the stack. */
@@ -230,15 +218,9 @@ static ps_resource_t *build_implicit_bin(builder_t *b, const ps_resource_def_t *
     const char *name = own_name(b, label);
     if (!name)
         return NULL;
-    ps_fixed_size_options_t opts;
-    memset(&opts, 0, sizeof opts);
-    ps_fixed_size_options_default(&opts);
+    ps_fixed_size_options_t opts; /* the binning's blocks_per_batch and free_sync */
+    ps_config_fixed_size_options(b->cfg, def, &opts);
     opts.block_size = (size_t)bin->max_size;
-    if (def->values[PS_KEY_BLOCKS_PER_BATCH].set)
-        opts.blocks_per_batch = (size_t)def->values[PS_KEY_BLOCKS_PER_BATCH].number;
-    opts.free_sync = def->values[PS_KEY_FREE_SYNC].set
-                         ? (ps_free_sync_t)def->values[PS_KEY_FREE_SYNC].number
-                         : b->cfg->global.free_sync;
     ps_resource_t *r = NULL;
     int rc = b->ctors->fixed_size(name, upstream, b->gpu, &opts, &r);
     if (rc != PS_OK || !r) {
@@ -319,9 +301,10 @@ static ps_resource_t *build_def(builder_t *b, int index)
     case PS_TYPE_CUDA: rc = b->ctors->cuda(name, b->gpu, &r); break;
     case PS_TYPE_MANAGED: rc = b->ctors->managed(name, b->gpu, &r); break;
     case PS_TYPE_ASYNC: {
-        uint64_t threshold = UINT64_MAX; /* keep everything cached, as the peers were measured */
-        if (v[PS_KEY_RELEASE_THRESHOLD].set)
-            threshold = ps_value_bytes(&v[PS_KEY_RELEASE_THRESHOLD], b->total_bytes);
+        /* unset: max, keep everything cached, as the peers were measured */
+        uint64_t threshold = v[PS_KEY_RELEASE_THRESHOLD].set
+                                 ? ps_value_bytes(&v[PS_KEY_RELEASE_THRESHOLD], b->total_bytes)
+                                 : ps_key_info[PS_KEY_RELEASE_THRESHOLD].default_value;
         rc = b->ctors->async(name, b->gpu, threshold, &r);
         break;
     }

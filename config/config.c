@@ -9,18 +9,10 @@
  *      implicitly (a program's working directory should not change how its
  *      memory is managed behind its back);
  *   3. POOLSHIM_OPTIONS="section.key=value,...";
- *   4. the short forms, each of which sets one key:
- *        POOLSHIM_RESOURCE    type of the resource [device.*] uses
- *        POOLSHIM_STATS       global.stats     (0|1|off|text|json)
- *        POOLSHIM_STATS_FILE  global.stats_file
- *        POOLSHIM_LOG         global.log_file  (a log adaptor on top of every stack)
- *        POOLSHIM_FREE_SYNC   global.free_sync
- *        POOLSHIM_VERBOSE     global.verbosity
- *        POOLSHIM_DISABLE     global.disable
- *        POOLSHIM_ON_ERROR    global.on_error
- *        POOLSHIM_NVTX        debug.nvtx       (NVTX regions for compute-sanitizer)
- *        POOLSHIM_NVTX_RANGES debug.nvtx_ranges (NVTX ranges for Nsight Systems)
- *        POOLSHIM_GUARD       debug.guard      (red-zone bytes after each block)
+ *   4. the short forms, each of which sets one key: POOLSHIM_RESOURCE (the
+ *      type of the resource [device.*] uses), then the `env` of every row
+ *      of config/keys.def (POOLSHIM_STATS -> global.stats, POOLSHIM_NVTX ->
+ *      debug.nvtx, ...), in the order of the rows;
  *   5. validation (validate.c), which records every error.
  * A later step wins over an earlier one, key by key.
  */
@@ -150,61 +142,72 @@ static void read_user_file(ps_config_t *cfg, const ps_config_input_t *in, env_so
     free(text);
 }
 
-/* One short form: variable -> section.key. */
-static const struct short_form {
-    const char *variable; /* POOLSHIM_STATS */
-    const char *key;      /* the key it sets, or NULL for POOLSHIM_RESOURCE */
-    const char *section;  /* the section of that key */
-} short_forms[] = {
-    {"POOLSHIM_RESOURCE", NULL, NULL},
-    {"POOLSHIM_STATS", "stats", "global"},
-    {"POOLSHIM_STATS_FILE", "stats_file", "global"},
-    {"POOLSHIM_LOG", "log_file", "global"},
-    {"POOLSHIM_FREE_SYNC", "free_sync", "global"},
-    {"POOLSHIM_VERBOSE", "verbosity", "global"},
-    {"POOLSHIM_DISABLE", "disable", "global"},
-    {"POOLSHIM_ON_ERROR", "on_error", "global"},
-    {"POOLSHIM_DECAY_MS", "decay_ms", "global"},
-    {"POOLSHIM_NVTX", "nvtx", "debug"},
-    {"POOLSHIM_NVTX_RANGES", "nvtx_ranges", "debug"},
-    {"POOLSHIM_GUARD", "guard", "debug"},
-};
-
-static void read_short_forms(ps_config_t *cfg, env_source_t *env)
+/* POOLSHIM_RESOURCE: the type of the resource [device.*] uses. */
+static void read_resource_short_form(ps_config_t *cfg, env_source_t *env)
 {
-    for (size_t i = 0; i < sizeof short_forms / sizeof short_forms[0]; i++) {
-        const char *value = env_lookup(env, short_forms[i].variable);
-        if (!value)
-            continue;
-        ps_origin_t o = {PS_ORIGIN_ENV, ps_config_intern(cfg, short_forms[i].variable), 0};
-        if (short_forms[i].key) {
-            ps_config_set(cfg, short_forms[i].section, short_forms[i].key, value, &o, PS_LAYER_SHORT);
-            continue;
-        }
-        const ps_setting_t *dev = ps_config_find(cfg, "device.*", "resource");
-        char section[128];
-        snprintf(section, sizeof section, "resource.%s", dev ? dev->value : "main");
-        ps_config_set(cfg, section, "type", value, &o, PS_LAYER_SHORT);
-        if (strcmp(value, "binning") == 0) {
-            /* one word must give a working stack: power-of-two bins of
-             * fixed_size blocks from 256 B to 64 KiB, a pool for the rest */
-            if (!ps_config_find(cfg, section, "bins"))
-                ps_config_set(cfg, section, "bins", "256B,512B,1KiB,2KiB,4KiB,8KiB,16KiB,32KiB,64KiB", &o,
-                              PS_LAYER_SHORT);
-            if (!ps_config_find(cfg, section, "fallback")) {
-                ps_config_set(cfg, "resource.binning_fallback", "type", "pool", &o, PS_LAYER_SHORT);
-                ps_config_set(cfg, section, "fallback", "binning_fallback", &o, PS_LAYER_SHORT);
-            }
+    const char *value = env_lookup(env, "POOLSHIM_RESOURCE");
+    if (!value)
+        return;
+    ps_origin_t o = {PS_ORIGIN_ENV, ps_config_intern(cfg, "POOLSHIM_RESOURCE"), 0};
+    const ps_setting_t *dev = ps_config_find(cfg, "device.*", "resource");
+    char section[128];
+    snprintf(section, sizeof section, "resource.%s", dev ? dev->value : "main");
+    ps_config_set(cfg, section, "type", value, &o, PS_LAYER_SHORT);
+    if (strcmp(value, "binning") == 0) {
+        /* one word must give a working stack: power-of-two bins of
+         * fixed_size blocks from 256 B to 64 KiB, a pool for the rest */
+        if (!ps_config_find(cfg, section, "bins"))
+            ps_config_set(cfg, section, "bins", "256B,512B,1KiB,2KiB,4KiB,8KiB,16KiB,32KiB,64KiB", &o,
+                          PS_LAYER_SHORT);
+        if (!ps_config_find(cfg, section, "fallback")) {
+            ps_config_set(cfg, "resource.binning_fallback", "type", "pool", &o, PS_LAYER_SHORT);
+            ps_config_set(cfg, section, "fallback", "binning_fallback", &o, PS_LAYER_SHORT);
         }
     }
 }
 
-/* The POOLSHIM_* variables a user sets (the did-you-mean candidates). */
-static const char *const user_variables[] = {
-    "POOLSHIM_CONFIG", "POOLSHIM_OPTIONS", "POOLSHIM_RESOURCE", "POOLSHIM_STATS", "POOLSHIM_STATS_FILE",
-    "POOLSHIM_LOG", "POOLSHIM_FREE_SYNC", "POOLSHIM_VERBOSE", "POOLSHIM_DISABLE", "POOLSHIM_ON_ERROR",
-    "POOLSHIM_NVTX", "POOLSHIM_NVTX_RANGES", "POOLSHIM_GUARD", "POOLSHIM_TRACE_LOOKUPS", "POOLSHIM_LIB", "POOLSHIM_CUPTI_LIB",
-    "POOLSHIM_CUPTI_OUT", "POOLSHIM_SANITIZER", "POOLSHIM_DECAY_MS", NULL};
+/* The short forms: POOLSHIM_RESOURCE, then every key of config/keys.def
+ * with an `env`, in the order of its rows. */
+static void read_short_forms(ps_config_t *cfg, env_source_t *env)
+{
+    read_resource_short_form(cfg, env);
+    for (int section = 0; section < PS_SECTION_COUNT; section++) {
+        const ps_section_info_t *sec = &ps_sections[section];
+        for (int k = 0; k < sec->count; k++) {
+            const char *variable = sec->keys[k].env;
+            const char *value = variable ? env_lookup(env, variable) : NULL;
+            if (!value)
+                continue;
+            ps_origin_t o = {PS_ORIGIN_ENV, ps_config_intern(cfg, variable), 0};
+            ps_config_set(cfg, sec->name, sec->keys[k].name, value, &o, PS_LAYER_SHORT);
+        }
+    }
+}
+
+/* Room for every POOLSHIM_* variable a user sets: the sources and what the
+ * shim and the CLI read (8), at most one short form per key, the NULL. */
+#define USER_VARIABLES_MAX (8 + PS_GKEY_COUNT + PS_HKEY_COUNT + PS_DKEY_COUNT + 1)
+
+/* The POOLSHIM_* variables a user sets (the did-you-mean candidates): the
+ * sources, the short forms of keys.def, and what the shim and the CLI read
+ * beside the configuration. Fills `names` (NULL-terminated). */
+static void user_variables(const char *names[USER_VARIABLES_MAX])
+{
+    static const char *const sources[] = {"POOLSHIM_CONFIG", "POOLSHIM_OPTIONS", "POOLSHIM_RESOURCE", NULL};
+    static const char *const others[] = {"POOLSHIM_TRACE_LOOKUPS", "POOLSHIM_LIB", "POOLSHIM_CUPTI_LIB",
+                                         "POOLSHIM_CUPTI_OUT", "POOLSHIM_SANITIZER", NULL};
+    size_t n = 0;
+    for (size_t i = 0; sources[i]; i++)
+        names[n++] = sources[i];
+    for (int section = 0; section < PS_SECTION_COUNT; section++)
+        for (int k = 0; k < ps_sections[section].count; k++)
+            if (ps_sections[section].keys[k].env)
+                names[n++] = ps_sections[section].keys[k].env;
+    for (size_t i = 0; others[i]; i++)
+        names[n++] = others[i];
+    names[n] = NULL;
+}
+
 /* Other POOLSHIM_* variables something in this repository reads: the test
  * harness (make test), the fault-injection tests, the benchmark and GPU
  * scripts. POOLSHIM_TEST_* (test-only switches) are all allowed. */
@@ -224,17 +227,19 @@ static int is_one_of(const char *name, const char *const *names)
 static void warn_unknown_variables(ps_config_t *cfg, env_source_t *src)
 {
     char *const *env = src->environ ? src->environ : (src->use_process ? environ : NULL);
+    const char *known[USER_VARIABLES_MAX];
+    user_variables(known);
     for (size_t i = 0; env && env[i]; i++) {
         const char *v = env[i], *eq = strchr(v, '=');
         if (strncmp(v, "POOLSHIM_", 9) != 0 || !eq || strncmp(v, "POOLSHIM_TEST_", 14) == 0)
             continue;
         char name[256];
         snprintf(name, sizeof name, "%.*s", (int)(eq - v), v);
-        if (is_one_of(name, user_variables) || is_one_of(name, other_variables))
+        if (is_one_of(name, known) || is_one_of(name, other_variables))
             continue;
         char line[512];
         snprintf(line, sizeof line, "%s: not a poolshim variable, ignored (did you mean %s?)", name,
-                 ps_closest_word(name, user_variables));
+                 ps_closest_word(name, known));
         char **n = realloc(cfg->warnings, (cfg->warning_count + 1) * sizeof *n);
         char *copy = strdup(line);
         if (n)

@@ -15,11 +15,12 @@
  *   3. POOLSHIM_OPTIONS="section.key=value,..." (a value with commas is
  *      quoted: resource.b.bins="256,1KiB");
  *   4. the short forms, each one key: POOLSHIM_RESOURCE (type of the
- *      resource [device.*] uses), POOLSHIM_STATS, POOLSHIM_STATS_FILE,
+ *      resource [device.*] uses), and the short form of every key whose row
+ *      in config/keys.def has one: POOLSHIM_STATS, POOLSHIM_STATS_FILE,
  *      POOLSHIM_LOG (global.log_file: a log adaptor on top of every stack),
  *      POOLSHIM_FREE_SYNC, POOLSHIM_VERBOSE, POOLSHIM_DISABLE,
- *      POOLSHIM_ON_ERROR; and two [debug] keys: POOLSHIM_NVTX
- *      (debug.nvtx), POOLSHIM_GUARD (debug.guard).
+ *      POOLSHIM_ON_ERROR, POOLSHIM_DECAY_MS; POOLSHIM_NVTX (debug.nvtx),
+ *      POOLSHIM_GUARD (debug.guard), POOLSHIM_NVTX_RANGES (debug.nvtx_ranges).
  * Every value remembers where it came from (default / file:line / env var).
  * A later source that changes a resource's `type` drops the keys earlier
  * sources set for it that the new type does not have.

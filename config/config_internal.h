@@ -1,10 +1,12 @@
 /* Internals shared by the files of config/ (not part of the contract the
  * shim consumes; config.h is).
  *
+ *   keys.def          every key, one row each: name, section and types,
+ *                     kind, bounds, default, short form, help, field
  *   parse.c           value parsers: sizes, percentages, booleans, integers,
  *                     enum words, file-name patterns; nearest-word suggestions
- *   keys.c            the schema: type and key names, which keys a type takes,
- *                     how each key's text is read
+ *   keys.c            the schema made from keys.def: names, which keys a type
+ *                     takes, each key's row; the checks only one key has
  *   store.c           the settings store (every raw value with its origin),
  *                     allocation helpers, interned strings, the error list
  *   source_ini.c      an INI file (or default.ini) into the store, over libinih
@@ -14,8 +16,9 @@
  *   resolve.c         names -> definitions, required references, cycles
  *   config.c          ps_config_load: the sources in their order, the short
  *                     environment forms (embeds default.ini)
- *   build.c   ps_config_build_stack: definitions -> resources, bottom-up
- *   print.c   ps_config_print: the effective stack as a tree with origins
+ *   build.c           ps_config_build_stack: definitions -> resources, bottom-up
+ *   print.c           ps_config_print: the effective stack as a tree with origins
+ *   doc.c             docs/config.md's key tables, from keys.def
  */
 #ifndef PS_CONFIG_INTERNAL_H
 #define PS_CONFIG_INTERNAL_H
@@ -100,77 +103,84 @@ typedef enum ps_resource_type {
 
 extern const char *const ps_type_names[PS_TYPE_COUNT + 1]; /* NULL-terminated */
 
+/* The types that take a key (the `types` of its row in config/keys.def). */
+#define PS_T(type) (1u << PS_TYPE_##type)
+#define PS_T_SUBALLOCATORS (PS_T(POOL) | PS_T(ARENA) | PS_T(FIXED_SIZE))
+#define PS_T_ADAPTORS (PS_T(LIMIT) | PS_T(STATS) | PS_T(TRACK) | PS_T(LOG))
+#define PS_T_ALL ((1u << PS_TYPE_COUNT) - 1)
+
+/* The keys of [resource.NAME], in the order of config/keys.def. */
 typedef enum ps_key {
-    PS_KEY_TYPE = 0,
-    PS_KEY_UPSTREAM,
-    PS_KEY_INITIAL_SIZE,
-    PS_KEY_MAXIMUM_SIZE,
-    PS_KEY_MIN_CHUNK,
-    PS_KEY_MAX_CHUNK,
-    PS_KEY_GROWTH_PERCENT,
-    PS_KEY_ALIGNMENT,
-    PS_KEY_FREE_SYNC,
-    PS_KEY_EPOCH_WAIT_US,
-    PS_KEY_SUPERBLOCK_SIZE,
-    PS_KEY_BLOCK_SIZE,
-    PS_KEY_BLOCKS_PER_BATCH,
-    PS_KEY_BINS,
-    PS_KEY_FALLBACK,
-    PS_KEY_RELEASE_THRESHOLD,
-    PS_KEY_LIMIT,
-    PS_KEY_STACK_DEPTH,
-    PS_KEY_FILE,
-    PS_KEY_EXPANDABLE,
-    PS_KEY_EXPANDABLE_RESERVE,
-    PS_KEY_EXPANDABLE_PIECE,
-    PS_KEY_EXPANDABLE_RUN_MIN,
-    PS_KEY_BARRIER_PENDING_PERCENT,
-    PS_KEY_SMALL_FROM_BACK,
-    PS_KEY_THREAD_CACHE,
-    PS_KEY_REMAP,
-    PS_KEY_REMAP_TURNOVER_PERCENT,
-    PS_KEY_REMAP_SLACK_PERCENT,
-    PS_KEY_REMAP_LEND,
-    PS_KEY_BARRIER_FLOOR,
-    PS_KEY_THREAD_FLOOR,
+#define PS_RESOURCE_KEY(id, ...) PS_KEY_##id,
+#include "keys.def"
     PS_KEY_COUNT
 } ps_key_t;
 
 extern const char *const ps_key_names[PS_KEY_COUNT + 1]; /* NULL-terminated */
 
-/* ---- keys.c: the schema ------------------------------------------------- */
-/* The bit of key k in ps_type_keys' mask. */
-#define PS_KEY_BIT(k) (1u << (k))
-/* Which keys a type accepts (bit i = ps_key_t i). */
-uint32_t ps_type_keys(ps_resource_type_t type);
+/* ---- keys.c: the schema, from config/keys.def --------------------------- */
+/* A set of resource keys: bit i = ps_key_t i. */
+typedef uint64_t ps_key_mask_t;
+#define PS_KEY_BIT(k) ((ps_key_mask_t)1 << (k))
+_Static_assert(PS_KEY_COUNT <= 64, "ps_key_mask_t has one bit per resource key: more keys need a wider mask");
+/* Which keys a type accepts. */
+ps_key_mask_t ps_type_keys(ps_resource_type_t type);
 /* Leaves take memory from the device and have no upstream. */
 int ps_type_is_leaf(ps_resource_type_t type);
 /* Adaptors wrap an upstream they must be given. */
 int ps_type_is_adaptor(ps_resource_type_t type);
 
-/* How a resource key's text is read. */
+/* How a key's text is read (config/keys.def says which key takes what). */
 typedef enum ps_value_kind {
-    PS_VALUE_NAME,      /* a resource name */
-    PS_VALUE_SIZE,      /* bytes */
-    PS_VALUE_SIZE_PCT,  /* bytes or % of device memory */
-    PS_VALUE_ALIGN,     /* bytes, a power of two >= 256 */
-    PS_VALUE_NUMBER,    /* whole number */
-    PS_VALUE_FREE_SYNC, /* event|device|none */
-    PS_VALUE_BINS,      /* list of SIZE or NAME:SIZE */
-    PS_VALUE_PATH,      /* file-name pattern with %p %r %d */
-    PS_VALUE_THRESHOLD, /* size, % or max */
-    PS_VALUE_TYPE       /* a type name */
+    PS_VALUE_NAME,           /* a resource name */
+    PS_VALUE_SIZE,           /* bytes */
+    PS_VALUE_SIZE_PCT,       /* bytes or % of device memory */
+    PS_VALUE_ALIGN,          /* bytes, a power of two >= 256 */
+    PS_VALUE_NUMBER,         /* whole number up to the key's max */
+    PS_VALUE_FREE_SYNC,      /* event|device|none|barrier */
+    PS_VALUE_BINS,           /* list of SIZE or NAME:SIZE */
+    PS_VALUE_PATH,           /* file-name pattern with %p %r %d */
+    PS_VALUE_THRESHOLD,      /* size, % or max */
+    PS_VALUE_TYPE,           /* a type name */
+    PS_VALUE_PATH_NO_DEVICE, /* file-name pattern with %p %r */
+    PS_VALUE_BOOL,           /* 1/0, true/false, yes/no, on/off */
+    PS_VALUE_BOOL_AUTO,      /* a boolean that may stay unset (-1: decided at run time) */
+    PS_VALUE_WORD,           /* one of the key's words (the value: its index) */
+    PS_VALUE_WORD_OR_NUMBER, /* one of the words, or an index up to max */
+    PS_VALUE_WORD_OR_BOOL    /* one of the words, or a boolean (words 0 and 1) */
 } ps_value_kind_t;
 
-/* What a resource key accepts. */
+/* Where a value lands in a struct. */
+typedef struct ps_field {
+    uint32_t offset; /* offsetof the field */
+    uint32_t size;   /* sizeof the field (a number: 4 or 8; a file name: its array); 0 = nowhere */
+    uint32_t scale;  /* the field holds the value times this (epoch_wait_us -> epoch_wait_ns) */
+} ps_field_t;
+/* Stores `value` times field->scale into that field of `base`. */
+void ps_field_store(void *base, const ps_field_t *field, uint64_t value);
+/* The value in that field of `base`, divided by field->scale; a 4-byte
+ * field is read signed (-1 stays -1). */
+uint64_t ps_field_load(const void *base, const ps_field_t *field);
+
+/* What a resource key accepts: one row of config/keys.def. */
 typedef struct ps_key_info {
-    ps_value_kind_t kind; /* how to read it */
-    int nonzero;          /* 1: zero is not allowed */
-    uint64_t max;         /* PS_VALUE_NUMBER: the largest value */
-    const char *expect;   /* what a good value looks like, for messages */
+    const char *name;       /* the key */
+    uint32_t types;         /* PS_T() of the types that take it */
+    ps_value_kind_t kind;   /* how to read it */
+    int nonzero;            /* 1: zero is not allowed */
+    uint64_t max;           /* PS_VALUE_NUMBER: the largest value */
+    ps_field_t pool;        /* where it lands in ps_pool_options_t (size 0: nowhere) */
+    ps_field_t arena;       /* ... in ps_arena_options_t */
+    ps_field_t fixed_size;  /* ... in ps_fixed_size_options_t */
+    uint64_t default_value; /* the value of an unset key */
+    const char *shown;      /* how a value prints where the number says too little (keys.def) */
+    const char *expect;     /* what a good value looks like, for messages */
+    const char *help;       /* one line for the docs */
 } ps_key_info_t;
 
 extern const ps_key_info_t ps_key_info[PS_KEY_COUNT]; /* by ps_key_t */
+/* Where key `key` lands in the options of `type` (pool, arena, fixed_size), or NULL. */
+const ps_field_t *ps_key_field(int key, ps_resource_type_t type);
 
 /* The words of the enumerated values (NULL-terminated, index = enum value). */
 extern const char *const ps_free_sync_words[];  /* ps_free_sync_t */
@@ -178,6 +188,48 @@ extern const char *const ps_verbosity_words[];  /* [global] verbosity 0-3 */
 extern const char *const ps_stats_words[];      /* ps_stats_mode_t */
 extern const char *const ps_meminfo_words[];    /* ps_meminfo_t */
 extern const char *const ps_on_error_words[];   /* ps_on_error_t */
+extern const char *const ps_no_yes_words[];     /* how a boolean prints: no, yes */
+extern const char *const ps_off_on_words[];     /* ... or off, on */
+/* What a boolean accepts, in the words of "bad value" messages. */
+#define PS_EXPECT_BOOL "1, true, yes, on, 0, false, no or off"
+
+/* The sections of process-wide settings; their keys land in ps_global_config_t. */
+typedef enum ps_section {
+    PS_SECTION_GLOBAL = 0, /* [global] */
+    PS_SECTION_HOST,       /* [host] */
+    PS_SECTION_DEBUG,      /* [debug] */
+    PS_SECTION_COUNT
+} ps_section_t;
+
+/* A key's own check beyond its kind: returns why `value` is refused (NULL:
+ * it is fine), and may point *expect at another expected text. */
+typedef const char *(*ps_check_t)(uint64_t value, const char **expect);
+
+/* What a key of [global], [host] or [debug] accepts: one row of keys.def. */
+typedef struct ps_setting_info {
+    const char *name;          /* the key */
+    ps_value_kind_t kind;      /* how to read it */
+    ps_field_t field;          /* where it lands in ps_global_config_t */
+    uint64_t default_value;    /* when no source sets it ((uint64_t)-1: an unset BOOL_AUTO) */
+    uint64_t max;              /* NUMBER, WORD_OR_NUMBER: the largest number */
+    const char *const *words;  /* word kinds: the words; BOOL: how 0 and 1 print */
+    const char *why;           /* a value that is none of the words: the reason */
+    ps_check_t check;          /* NULL, or the key's own check */
+    const char *env;           /* its short form (POOLSHIM_*), or NULL */
+    const char *shown;         /* how the special value prints (keys.def) */
+    const char *expect;        /* what a good value looks like, for messages */
+    const char *help;          /* one line for the docs */
+} ps_setting_info_t;
+
+/* One section: its name and its rows. */
+typedef struct ps_section_info {
+    const char *name;              /* "global", "host", "debug" */
+    const ps_setting_info_t *keys; /* its rows, by key */
+    const char *const *names;      /* the keys' names, NULL-terminated */
+    int count;                     /* rows */
+} ps_section_info_t;
+
+extern const ps_section_info_t ps_sections[PS_SECTION_COUNT];
 
 /* One parsed value of a resource key. */
 typedef struct ps_value {
@@ -225,62 +277,31 @@ typedef struct ps_setting {
     int layer;          /* PS_LAYER_* */
 } ps_setting_t;
 
-/* Origin and value of every [global] key. */
+/* The keys of [global], [host] and [debug], in the order of config/keys.def. */
 typedef enum ps_global_key {
-    PS_GKEY_VERBOSITY = 0,
-    PS_GKEY_STATS,
-    PS_GKEY_STATS_FILE,
-    PS_GKEY_LOG_FILE,
-    PS_GKEY_FREE_SYNC,
-    PS_GKEY_MEMINFO,
-    PS_GKEY_ON_ERROR,
-    PS_GKEY_DIRECT_MIN_SIZE,
-    PS_GKEY_DISABLE,
-    PS_GKEY_IPC,
-    PS_GKEY_OOM_RETRY,
-    PS_GKEY_DECAY_MS,
-    PS_GKEY_NEIGHBOUR_RELEASE,
-    PS_GKEY_NEIGHBOUR_WAIT_MS,
+#define PS_GLOBAL_KEY(id, ...) PS_GKEY_##id,
+#include "keys.def"
     PS_GKEY_COUNT
 } ps_global_key_t;
-extern const char *const ps_global_key_names[PS_GKEY_COUNT + 1];
-
-/* The keys of [host] (the pinned host pool). */
 typedef enum ps_host_key {
-    PS_HKEY_ENABLE = 0,
-    PS_HKEY_MIN_CHUNK,
-    PS_HKEY_MAX_CHUNK,
-    PS_HKEY_GROWTH_PERCENT,
-    PS_HKEY_MAXIMUM_SIZE,
-    PS_HKEY_PENDING_WAIT_BYTES,
-    PS_HKEY_PENDING_WAIT_PERCENT,
-    PS_HKEY_FREE_SYNC,
-    PS_HKEY_EPOCH_WAIT_US,
-    PS_HKEY_RELEASE_BEFORE_GROW,
-    PS_HKEY_LIMIT,
-    PS_HKEY_TRACK,
-    PS_HKEY_STACK_DEPTH,
-    PS_HKEY_LOG_FILE,
-    PS_HKEY_EXPANDABLE,
-    PS_HKEY_EXPANDABLE_PIECE,
-    PS_HKEY_GROW_BUDGET_PERCENT,
-    PS_HKEY_GROW_BUDGET_MIN,
+#define PS_HOST_KEY(id, ...) PS_HKEY_##id,
+#include "keys.def"
     PS_HKEY_COUNT
 } ps_host_key_t;
-extern const char *const ps_host_key_names[PS_HKEY_COUNT + 1];
-
-/* The keys of [debug] (checks that cost time, all off by default). */
 typedef enum ps_debug_key {
-    PS_DKEY_NVTX = 0, /* suballocations shown to compute-sanitizer through NVTX */
-    PS_DKEY_GUARD,    /* red-zone bytes after each block, checked on free */
-    PS_DKEY_NVTX_RANGES, /* NVTX ranges around the shim's slow CUDA work (Nsight Systems) */
+#define PS_DEBUG_KEY(id, ...) PS_DKEY_##id,
+#include "keys.def"
     PS_DKEY_COUNT
 } ps_debug_key_t;
+extern const char *const ps_global_key_names[PS_GKEY_COUNT + 1]; /* NULL-terminated */
+extern const char *const ps_host_key_names[PS_HKEY_COUNT + 1];
 extern const char *const ps_debug_key_names[PS_DKEY_COUNT + 1];
 
 struct ps_config {
     ps_global_config_t global;           /* the validated [global] */
-    ps_origin_t global_origin[PS_GKEY_COUNT]; /* where each global value came from */
+    ps_origin_t global_origin[PS_GKEY_COUNT]; /* where each [global] value came from */
+    ps_origin_t host_origin[PS_HKEY_COUNT];   /* ... each [host] value */
+    ps_origin_t debug_origin[PS_DKEY_COUNT];  /* ... each [debug] value */
     ps_setting_t *settings;              /* raw settings, merged (one per section+key) */
     size_t setting_count, setting_cap;   /* entries used / allocated */
     ps_resource_def_t *defs;             /* resources */
@@ -299,6 +320,13 @@ struct ps_config {
     size_t warning_count;                /* entries used */
     int out_of_memory;                   /* 1: an allocation failed while loading */
 };
+
+/* Where each value of `section` came from, by key (unset: PS_ORIGIN_NONE). */
+static inline ps_origin_t *ps_section_origins(ps_config_t *cfg, ps_section_t section)
+{
+    return section == PS_SECTION_HOST ? cfg->host_origin : section == PS_SECTION_DEBUG ? cfg->debug_origin
+                                                                                      : cfg->global_origin;
+}
 
 /* ---- config.c ---------------------------------------------------------- */
 /* ps_config_load with INI text standing for the user file, shown as `name`
@@ -405,6 +433,28 @@ void ps_config_arena_options(const ps_config_t *cfg, const ps_resource_def_t *de
                              uint64_t total_bytes, ps_arena_options_t *opts);
 void ps_config_fixed_size_options(const ps_config_t *cfg, const ps_resource_def_t *def,
                                   ps_fixed_size_options_t *opts);
+
+/* ---- print.c ------------------------------------------------------------- */
+/* The text of `value`, a value of a key of `kind` (config/keys.def): its
+ * word, size, number or file name (`text`), with `shown` for the special
+ * value or around every value. doc = 1: sizes as docs/config.md writes
+ * them (2MiB), else as `poolshim config` prints them (2.00 MiB). Returns buf. */
+char *ps_value_text(ps_value_kind_t kind, uint64_t value, const char *text, const char *const *words,
+                    const char *shown, int doc, char *buf, size_t size);
+
+/* ---- doc.c --------------------------------------------------------------- */
+/* A key's default as docs/config.md's tables write it ("`2MiB`", "`0` (off)",
+ * "none"). */
+char *ps_doc_setting_default(const ps_setting_info_t *info, char *buf, size_t size);
+char *ps_doc_key_default(const ps_key_info_t *info, char *buf, size_t size);
+/* The table of every resource key, as docs/config.md holds it between its
+ * PS_DOC_BEGIN and PS_DOC_END lines (test_config_keys.c compares them). */
+void ps_doc_resource_table(FILE *f);
+#define PS_DOC_BEGIN "<!-- generated from config/keys.def by `make config-doc`: do not edit by hand -->"
+#define PS_DOC_END "<!-- end of the generated table -->"
+/* Every key table of docs/config.md from keys.def: [global], [host] and
+ * [debug] (key, default, short form, one-line help) and the resource keys. */
+void ps_doc_tables(FILE *f);
 
 /* ---- fuzz_entry.c ----------------------------------------------------------- */
 /* What the libFuzzer targets and the corpus replay test run; return 0, or

@@ -1,8 +1,12 @@
-/* The schema of the configuration: the names of the resource types, of
- * their keys and of the [global] keys; which keys each type accepts; how
- * each key's text is read and what a good value looks like (the words
- * of the messages). The tables only; validate.c checks values against them.
+/* The schema of the configuration, made from config/keys.def: the names of
+ * the resource types and of every key, which keys each type accepts, and
+ * each key's row (how its text is read, its bounds, default, field, words
+ * for messages). The tables only, and the few checks that belong to one
+ * key; validate.c reads values against them.
  */
+#include <stddef.h>
+#include <string.h>
+
 #include "config_internal.h"
 
 /* ---- names ------------------------------------------------------------- */
@@ -11,67 +15,41 @@ const char *const ps_type_names[PS_TYPE_COUNT + 1] = {
     "limit", "stats", "track", "log", NULL};
 
 const char *const ps_key_names[PS_KEY_COUNT + 1] = {
-    "type", "upstream", "initial_size", "maximum_size", "min_chunk", "max_chunk",
-    "growth_percent", "alignment", "free_sync", "epoch_wait_us", "superblock_size",
-    "block_size", "blocks_per_batch", "bins", "fallback", "release_threshold", "limit",
-    "stack_depth", "file", "expandable", "expandable_reserve", "expandable_piece", "expandable_run_min",
-    "barrier_pending_percent",
-    "small_from_back", "thread_cache", "remap", "remap_turnover_percent", "remap_slack_percent", "remap_lend", "barrier_floor", "thread_floor", NULL};
+#define PS_RESOURCE_KEY(id, name, ...) name,
+#include "keys.def"
+    NULL};
 
 const char *const ps_global_key_names[PS_GKEY_COUNT + 1] = {
-    "verbosity", "stats", "stats_file", "log_file", "free_sync", "meminfo", "on_error",
-    "direct_min_size", "disable", "ipc", "oom_retry", "decay_ms", "neighbour_release", "neighbour_wait_ms", NULL};
+#define PS_GLOBAL_KEY(id, name, ...) name,
+#include "keys.def"
+    NULL};
 
 const char *const ps_host_key_names[PS_HKEY_COUNT + 1] = {
-    "enable", "min_chunk", "max_chunk", "growth_percent", "maximum_size", "pending_wait_bytes",
-    "pending_wait_percent", "free_sync", "epoch_wait_us", "release_before_grow", "limit", "track", "stack_depth", "log_file", "expandable",
-    "expandable_piece", "grow_budget_percent", "grow_budget_min", NULL};
+#define PS_HOST_KEY(id, name, ...) name,
+#include "keys.def"
+    NULL};
 
-const char *const ps_debug_key_names[PS_DKEY_COUNT + 1] = {"nvtx", "guard", "nvtx_ranges", NULL};
+const char *const ps_debug_key_names[PS_DKEY_COUNT + 1] = {
+#define PS_DEBUG_KEY(id, name, ...) name,
+#include "keys.def"
+    NULL};
 
 const char *const ps_free_sync_words[] = {"event", "device", "none", "barrier", NULL};
 const char *const ps_verbosity_words[] = {"error", "warning", "info", "debug", NULL};
 const char *const ps_stats_words[] = {"off", "text", "json", NULL};
 const char *const ps_meminfo_words[] = {"pool", "device", NULL};
 const char *const ps_on_error_words[] = {"exit", "passthrough", NULL};
+const char *const ps_no_yes_words[] = {"no", "yes", NULL};
+const char *const ps_off_on_words[] = {"off", "on", NULL};
 
 /* ---- which keys a type takes ------------------------------------------- */
-uint32_t ps_type_keys(ps_resource_type_t type)
+ps_key_mask_t ps_type_keys(ps_resource_type_t type)
 {
-    /* the keys every suballocator takes */
-    const uint32_t sub = PS_KEY_BIT(PS_KEY_TYPE) | PS_KEY_BIT(PS_KEY_UPSTREAM) |
-                         PS_KEY_BIT(PS_KEY_ALIGNMENT) | PS_KEY_BIT(PS_KEY_FREE_SYNC);
-    const uint32_t adaptor = PS_KEY_BIT(PS_KEY_TYPE) | PS_KEY_BIT(PS_KEY_UPSTREAM);
-    switch (type) {
-    case PS_TYPE_POOL:
-        return sub | PS_KEY_BIT(PS_KEY_INITIAL_SIZE) | PS_KEY_BIT(PS_KEY_MAXIMUM_SIZE) |
-               PS_KEY_BIT(PS_KEY_MIN_CHUNK) | PS_KEY_BIT(PS_KEY_MAX_CHUNK) |
-               PS_KEY_BIT(PS_KEY_GROWTH_PERCENT) | PS_KEY_BIT(PS_KEY_EPOCH_WAIT_US) |
-               PS_KEY_BIT(PS_KEY_EXPANDABLE) | PS_KEY_BIT(PS_KEY_EXPANDABLE_RESERVE) |
-               PS_KEY_BIT(PS_KEY_EXPANDABLE_PIECE) | PS_KEY_BIT(PS_KEY_EXPANDABLE_RUN_MIN) |
-               PS_KEY_BIT(PS_KEY_BARRIER_PENDING_PERCENT) |
-               PS_KEY_BIT(PS_KEY_SMALL_FROM_BACK) | PS_KEY_BIT(PS_KEY_RELEASE_THRESHOLD) |
-               PS_KEY_BIT(PS_KEY_THREAD_CACHE) | PS_KEY_BIT(PS_KEY_REMAP) |
-               PS_KEY_BIT(PS_KEY_REMAP_TURNOVER_PERCENT) | PS_KEY_BIT(PS_KEY_REMAP_SLACK_PERCENT) | PS_KEY_BIT(PS_KEY_REMAP_LEND) |
-               PS_KEY_BIT(PS_KEY_BARRIER_FLOOR);
-    case PS_TYPE_ARENA:
-        return sub | PS_KEY_BIT(PS_KEY_INITIAL_SIZE) | PS_KEY_BIT(PS_KEY_MAXIMUM_SIZE) |
-               PS_KEY_BIT(PS_KEY_SUPERBLOCK_SIZE) | PS_KEY_BIT(PS_KEY_THREAD_FLOOR);
-    case PS_TYPE_FIXED_SIZE:
-        return sub | PS_KEY_BIT(PS_KEY_BLOCK_SIZE) | PS_KEY_BIT(PS_KEY_BLOCKS_PER_BATCH);
-    case PS_TYPE_BINNING:
-        return PS_KEY_BIT(PS_KEY_TYPE) | PS_KEY_BIT(PS_KEY_UPSTREAM) | PS_KEY_BIT(PS_KEY_BINS) |
-               PS_KEY_BIT(PS_KEY_FALLBACK) | PS_KEY_BIT(PS_KEY_BLOCKS_PER_BATCH) |
-               PS_KEY_BIT(PS_KEY_FREE_SYNC);
-    case PS_TYPE_CUDA:
-    case PS_TYPE_MANAGED: return PS_KEY_BIT(PS_KEY_TYPE);
-    case PS_TYPE_ASYNC: return PS_KEY_BIT(PS_KEY_TYPE) | PS_KEY_BIT(PS_KEY_RELEASE_THRESHOLD);
-    case PS_TYPE_LIMIT: return adaptor | PS_KEY_BIT(PS_KEY_LIMIT);
-    case PS_TYPE_STATS: return adaptor;
-    case PS_TYPE_TRACK: return adaptor | PS_KEY_BIT(PS_KEY_STACK_DEPTH);
-    case PS_TYPE_LOG: return adaptor | PS_KEY_BIT(PS_KEY_FILE);
-    default: return 0;
-    }
+    ps_key_mask_t keys = 0;
+    for (int k = 0; k < PS_KEY_COUNT && type < PS_TYPE_COUNT; k++)
+        if (ps_key_info[k].types & (1u << type))
+            keys |= PS_KEY_BIT(k);
+    return keys;
 }
 
 int ps_type_is_leaf(ps_resource_type_t type)
@@ -85,40 +63,118 @@ int ps_type_is_adaptor(ps_resource_type_t type)
            type == PS_TYPE_LOG;
 }
 
-/* ---- how each key is read ---------------------------------------------- */
-_Static_assert(PS_KEY_COUNT <= 32, "ps_type_keys' mask is a uint32_t: a 33rd key needs a wider one");
+/* ---- fields ------------------------------------------------------------ */
+void ps_field_store(void *base, const ps_field_t *field, uint64_t value)
+{
+    char *at = (char *)base + field->offset;
+    value *= field->scale;
+    if (field->size == sizeof(uint32_t)) {
+        uint32_t v = (uint32_t)value;
+        memcpy(at, &v, sizeof v);
+    } else if (field->size == sizeof(uint64_t)) {
+        memcpy(at, &value, sizeof value);
+    }
+}
+
+uint64_t ps_field_load(const void *base, const ps_field_t *field)
+{
+    const char *at = (const char *)base + field->offset;
+    uint64_t value = 0;
+    if (field->size == sizeof(int32_t)) {
+        int32_t v;
+        memcpy(&v, at, sizeof v);
+        value = (uint64_t)(int64_t)v;
+    } else if (field->size == sizeof(uint64_t)) {
+        memcpy(&value, at, sizeof value);
+    }
+    return field->scale > 1 ? value / field->scale : value;
+}
+
+const ps_field_t *ps_key_field(int key, ps_resource_type_t type)
+{
+    const ps_key_info_t *info = &ps_key_info[key];
+    const ps_field_t *field = type == PS_TYPE_POOL         ? &info->pool
+                              : type == PS_TYPE_ARENA      ? &info->arena
+                              : type == PS_TYPE_FIXED_SIZE ? &info->fixed_size
+                                                           : NULL;
+    return field && field->size ? field : NULL;
+}
+
+/* ---- the checks only one key has (named in its row) ------------------------ */
+/* [host] min_chunk, max_chunk. */
+static const char *check_size_above_zero(uint64_t bytes, const char **expect)
+{
+    *expect = "a size above zero such as 32MiB";
+    return bytes ? NULL : "zero";
+}
+
+/* [host] free_sync: a barrier orders GPU work, not the host's writes. */
+static const char *check_pinned_free_sync(uint64_t policy, const char **expect)
+{
+    if (policy == PS_FREE_SYNC_EVENT || policy == PS_FREE_SYNC_DEVICE)
+        return NULL;
+    return "not a policy for pinned memory (the host writes a reused block at once: a GPU barrier does not "
+           "protect it)";
+}
+
+/* [host] expandable_piece: whole host pages of the slab granule, at most 1 GiB. */
+static const char *check_host_piece(uint64_t bytes, const char **expect)
+{
+    if (bytes && bytes % PS_HOST_CHUNK_GRANULE == 0 && bytes <= PS_GiB)
+        return NULL;
+    *expect = "a size such as 2MiB";
+    return "not a multiple of 64KiB from 64KiB to 1GiB";
+}
+
+/* [host] grow_budget_percent: off, or a budget of at least what is in use. */
+static const char *check_off_or_at_least_100(uint64_t percent, const char **expect)
+{
+    return percent && percent < 100 ? "below 100" : NULL;
+}
+
+/* [debug] guard. */
+static const char *check_guard_bytes(uint64_t bytes, const char **expect)
+{
+    return bytes > PS_GUARD_MAX ? "larger than 1MiB" : NULL;
+}
+
+/* ---- the rows ------------------------------------------------------------ */
+#define PS_FIELD(type, member, factor) {offsetof(type, member), sizeof(((type *)0)->member), factor}
+#define PS_IN_POOL(member) .pool = PS_FIELD(ps_pool_options_t, member, 1),
+#define PS_IN_POOL_SCALED(member, factor) .pool = PS_FIELD(ps_pool_options_t, member, factor),
+#define PS_IN_ARENA(member) .arena = PS_FIELD(ps_arena_options_t, member, 1),
+#define PS_IN_FIXED_SIZE(member) .fixed_size = PS_FIELD(ps_fixed_size_options_t, member, 1),
+#define PS_NOWHERE
 
 const ps_key_info_t ps_key_info[PS_KEY_COUNT] = {
-    [PS_KEY_TYPE] = {PS_VALUE_TYPE, 0, 0, "pool, arena, fixed_size, binning, cuda, async, managed, limit, stats, track or log"},
-    [PS_KEY_UPSTREAM] = {PS_VALUE_NAME, 0, 0, "the NAME of a [resource.NAME] section, or cuda, async, managed"},
-    [PS_KEY_INITIAL_SIZE] = {PS_VALUE_SIZE_PCT, 0, 0, "a size such as 1GiB, or a percentage of device memory such as 50%"},
-    [PS_KEY_MAXIMUM_SIZE] = {PS_VALUE_SIZE_PCT, 0, 0, "a size such as 64GiB, or a percentage of device memory such as 90%; 0 = no cap"},
-    [PS_KEY_MIN_CHUNK] = {PS_VALUE_SIZE, 1, 0, "a size above zero such as 32MiB"},
-    [PS_KEY_MAX_CHUNK] = {PS_VALUE_SIZE, 1, 0, "a size above zero such as 1GiB"},
-    [PS_KEY_GROWTH_PERCENT] = {PS_VALUE_NUMBER, 0, 1000, "a whole number of percent from 0 to 1000"},
-    [PS_KEY_ALIGNMENT] = {PS_VALUE_ALIGN, 1, 0, "a power of two of at least 256 bytes"},
-    [PS_KEY_FREE_SYNC] = {PS_VALUE_FREE_SYNC, 0, 0, "barrier, event, device or none"},
-    [PS_KEY_EPOCH_WAIT_US] = {PS_VALUE_NUMBER, 0, 10000000, "a whole number of microseconds from 0 to 10000000"},
-    [PS_KEY_SUPERBLOCK_SIZE] = {PS_VALUE_SIZE, 1, 0, "a size above zero such as 2MiB"},
-    [PS_KEY_BLOCK_SIZE] = {PS_VALUE_SIZE, 1, 0, "a size above zero such as 4KiB"},
-    [PS_KEY_BLOCKS_PER_BATCH] = {PS_VALUE_NUMBER, 1, 1u << 24, "a whole number from 1 to 16777216"},
-    [PS_KEY_BINS] = {PS_VALUE_BINS, 1, 0, "a comma list of sizes (256, 1KiB, 4KiB) or NAME:SIZE pairs"},
-    [PS_KEY_FALLBACK] = {PS_VALUE_NAME, 0, 0, "the NAME of a [resource.NAME] section"},
-    [PS_KEY_RELEASE_THRESHOLD] = {PS_VALUE_THRESHOLD, 0, 0, "a size, a percentage of device memory, or max"},
-    [PS_KEY_LIMIT] = {PS_VALUE_SIZE_PCT, 1, 0, "a size above zero such as 8GiB, or a percentage of device memory such as 50%"},
-    [PS_KEY_STACK_DEPTH] = {PS_VALUE_NUMBER, 0, 64, "a whole number of frames from 0 to 64"},
-    [PS_KEY_FILE] = {PS_VALUE_PATH, 1, 0, "a file name; %p = pid, %r = rank, %d = device, %% = %"},
-    [PS_KEY_EXPANDABLE] = {PS_VALUE_NUMBER, 0, 1, "1 (one virtual-memory range, when the device has it) or 0 (chunks)"},
-    [PS_KEY_EXPANDABLE_RESERVE] = {PS_VALUE_SIZE, 0, 0, "a size of address space such as 256GiB; 0 = twice the device"},
-    [PS_KEY_EXPANDABLE_PIECE] = {PS_VALUE_SIZE, 1, 0, "a size above zero such as 2MiB (rounded up to the device's granularity)"},
-    [PS_KEY_EXPANDABLE_RUN_MIN] = {PS_VALUE_SIZE, 0, 0, "a size such as 1GiB: a growth of at least this many bytes maps one physical allocation (a run); 0 = always piece by piece"},
-    [PS_KEY_SMALL_FROM_BACK] = {PS_VALUE_SIZE, 0, 0, "a size such as 1MiB: requests up to it are cut from the back of a free block; 0 = all from the front"},
-    [PS_KEY_THREAD_CACHE] = {PS_VALUE_SIZE, 0, 0, "a size such as 1MiB: freed blocks each thread keeps in front of the pool; 0 = off"},
-    [PS_KEY_BARRIER_PENDING_PERCENT] = {PS_VALUE_NUMBER, 0, 100, "a whole number of percent from 0 to 100 (0 = a barrier only when nothing fits)"},
-    [PS_KEY_REMAP] = {PS_VALUE_NUMBER, 0, 1, "1 (a growth first moves whole free pieces, after a device synchronize) or 0 (off)"},
-    [PS_KEY_REMAP_TURNOVER_PERCENT] = {PS_VALUE_NUMBER, 0, 10000, "a whole number of percent from 0 to 10000 (remap only once barriers released that share of reserved bytes since the last)"},
-    [PS_KEY_REMAP_SLACK_PERCENT] = {PS_VALUE_NUMBER, 0, 100, "a whole number of percent from 0 to 100 (a remap that would wait for the GPU grows instead while reserved stays within that share above the most bytes in use at a growth; 0 = always wait)"},
-    [PS_KEY_REMAP_LEND] = {PS_VALUE_NUMBER, 0, 1, "1 (a remap maps the memory of free pieces a kernel may still use a second time at once, and unmaps the old addresses once they are idle) or 0 (it waits on the host for them first)"},
-    [PS_KEY_BARRIER_FLOOR] = {PS_VALUE_SIZE, 0, 0, "a size such as 32MiB: below it the pool grows instead of issuing a barrier; 0 = off"},
-    [PS_KEY_THREAD_FLOOR] = {PS_VALUE_SIZE, 0, 0, "a size such as 16MiB: while threads allocate at once, each thread's arena takes new superblocks instead of issuing a barrier until its cudaFree'd bytes reach it; 0 = off"},
+#define PS_RESOURCE_KEY(id, name_, types_, kind_, nonzero_, max_, lands, default_, shown_, expect_, help_) \
+    [PS_KEY_##id] = {.name = name_, .types = types_, .kind = PS_VALUE_##kind_, .nonzero = nonzero_,    \
+                     .max = max_, lands.default_value = default_, .shown = shown_, .expect = expect_,  \
+                     .help = help_},
+#include "keys.def"
+};
+
+#define PS_SETTING_ROW(prefix, id, name_, kind_, member, default_, max_, words_, why_, check_, env_, shown_,  \
+                       expect_, help_)                                                                       \
+    [prefix##id] = {.name = name_, .kind = PS_VALUE_##kind_, .field = PS_FIELD(ps_global_config_t, member, 1), \
+                    .default_value = (uint64_t)(default_), .max = max_, .words = words_, .why = why_,         \
+                    .check = check_, .env = env_, .shown = shown_, .expect = expect_, .help = help_},
+
+static const ps_setting_info_t global_keys[PS_GKEY_COUNT] = {
+#define PS_GLOBAL_KEY(...) PS_SETTING_ROW(PS_GKEY_, __VA_ARGS__)
+#include "keys.def"
+};
+static const ps_setting_info_t host_keys[PS_HKEY_COUNT] = {
+#define PS_HOST_KEY(...) PS_SETTING_ROW(PS_HKEY_, __VA_ARGS__)
+#include "keys.def"
+};
+static const ps_setting_info_t debug_keys[PS_DKEY_COUNT] = {
+#define PS_DEBUG_KEY(...) PS_SETTING_ROW(PS_DKEY_, __VA_ARGS__)
+#include "keys.def"
+};
+
+const ps_section_info_t ps_sections[PS_SECTION_COUNT] = {
+    [PS_SECTION_GLOBAL] = {"global", global_keys, ps_global_key_names, PS_GKEY_COUNT},
+    [PS_SECTION_HOST] = {"host", host_keys, ps_host_key_names, PS_HKEY_COUNT},
+    [PS_SECTION_DEBUG] = {"debug", debug_keys, ps_debug_key_names, PS_DKEY_COUNT},
 };

@@ -2,7 +2,8 @@
  * resource definitions and device sections, recording every error.
  *
  * Steps (ps_config_validate):
- *   1. [global] keys, each against the schema (keys.c);
+ *   1. [global], [host] and [debug]: the defaults of config/keys.def, then
+ *      each key read by the kind of its row, checked, stored in its field;
  *   2. unknown sections;
  *   3. every [resource.NAME] becomes a def (type first, then its keys);
  *      the predefined leaves cuda, async and managed exist without one;
@@ -69,291 +70,81 @@ static void bad_bool(ps_config_t *cfg, const ps_setting_t *s)
         ps_config_add_error(cfg, &o, "expected " PS_BOOL_EXPECTED);
         return;
     }
-    bad_value(cfg, s, "not a boolean", "1, true, yes, on, 0, false, no or off");
+    bad_value(cfg, s, "not a boolean", PS_EXPECT_BOOL);
 }
 
-static void validate_global(ps_config_t *cfg, const ps_setting_t *s)
+/* One key of [global], [host] or [debug], read by the kind of its row in
+ * config/keys.def, checked, and stored in its field of ps_global_config_t. */
+static void validate_setting(ps_config_t *cfg, ps_section_t section, const ps_setting_t *s)
 {
-    ps_global_config_t *g = &cfg->global;
-    int key = ps_parse_word(s->key, ps_global_key_names);
-    if (key < 0 || strcmp(s->key, ps_global_key_names[key]) != 0) {
-        const char *near = ps_nearest_word(s->key, ps_global_key_names);
-        if (near)
-            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [global] (did you mean `%s`?)",
-                                s->key, near);
-        else
-            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [global] (known keys: verbosity, stats, stats_file, log_file, free_sync, meminfo, on_error, direct_min_size, disable, ipc, oom_retry, decay_ms, neighbour_release, neighbour_wait_ms)",
-                                s->key);
+    const ps_section_info_t *sec = &ps_sections[section];
+    int key = ps_parse_word(s->key, sec->names);
+    if (key < 0 || strcmp(s->key, sec->names[key]) != 0) {
+        const char *near = ps_nearest_word(s->key, sec->names);
+        if (near) {
+            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [%s] (did you mean `%s`?)", s->key,
+                                sec->name, near);
+        } else {
+            char known[1024] = "";
+            for (int k = 0; k < sec->count; k++)
+                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", k ? ", " : "",
+                         sec->names[k]);
+            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [%s] (known keys: %s)", s->key, sec->name,
+                                known);
+        }
         return;
     }
+    const ps_setting_info_t *info = &sec->keys[key];
+    const char *const *words = info->kind == PS_VALUE_FREE_SYNC ? ps_free_sync_words : info->words;
     char why[128] = "";
-    uint64_t n;
-    int w, b;
-    switch ((ps_global_key_t)key) {
-    case PS_GKEY_VERBOSITY:
-        if ((w = ps_parse_word(s->value, ps_verbosity_words)) >= 0)
-            g->verbosity = w;
-        else if (ps_parse_uint(s->value, 3, &n, why, sizeof why) == PS_OK)
-            g->verbosity = (int)n;
-        else
-            return bad_value(cfg, s, "not a verbosity", "0-3 or error, warning, info, debug");
+    uint64_t value = 0;
+    double pct;
+    int is_pct, w, b;
+    switch (info->kind) {
+    case PS_VALUE_BOOL:
+    case PS_VALUE_BOOL_AUTO:
+        if (ps_parse_bool(s->value, &b) != PS_OK)
+            return bad_bool(cfg, s);
+        value = (uint64_t)b;
         break;
-    case PS_GKEY_STATS:
-        if ((w = ps_parse_word(s->value, ps_stats_words)) >= 0)
-            g->stats = (ps_stats_mode_t)w;
-        else if (ps_parse_bool(s->value, &b) == PS_OK)
-            g->stats = b ? PS_STATS_TEXT : PS_STATS_OFF;
+    case PS_VALUE_WORD:
+    case PS_VALUE_FREE_SYNC:
+    case PS_VALUE_WORD_OR_NUMBER:
+    case PS_VALUE_WORD_OR_BOOL:
+        if ((w = ps_parse_word(s->value, words)) >= 0)
+            value = (uint64_t)w;
+        else if (info->kind == PS_VALUE_WORD_OR_NUMBER && ps_parse_uint(s->value, info->max, &value, why, sizeof why) == PS_OK)
+            break;
+        else if (info->kind == PS_VALUE_WORD_OR_BOOL && ps_parse_bool(s->value, &b) == PS_OK)
+            value = (uint64_t)b;
         else
-            return bad_value(cfg, s, "not a statistics mode", "off, text or json (or 0/1)");
+            return bad_value(cfg, s, info->why, info->expect);
         break;
-    case PS_GKEY_STATS_FILE:
-    case PS_GKEY_LOG_FILE: {
-        int is_log = key == PS_GKEY_LOG_FILE;
-        if (ps_check_path_pattern(s->value, is_log, why, sizeof why) != PS_OK)
-            return bad_value(cfg, s, why, is_log ? "a file name; %p = pid, %r = rank, %d = device"
-                                                 : "a file name; %p = pid, %r = rank");
+    case PS_VALUE_SIZE:
+        if (ps_parse_size_ex(s->value, 0, &value, &pct, &is_pct, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, info->expect);
+        break;
+    case PS_VALUE_NUMBER:
+        if (ps_parse_uint(s->value, info->max, &value, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, info->expect);
+        break;
+    case PS_VALUE_PATH:
+    case PS_VALUE_PATH_NO_DEVICE:
+        if (ps_check_path_pattern(s->value, info->kind == PS_VALUE_PATH, why, sizeof why) != PS_OK)
+            return bad_value(cfg, s, why, info->expect);
         if (strlen(s->value) >= PS_PATH_MAX)
             return bad_value(cfg, s, "too long", "a file name shorter than 4096 bytes");
-        snprintf(is_log ? g->log_file : g->stats_file, PS_PATH_MAX, "%s", s->value);
-        break;
-    }
-    case PS_GKEY_FREE_SYNC:
-        if ((w = ps_parse_word(s->value, ps_free_sync_words)) < 0)
-            return bad_value(cfg, s, "not a policy", "barrier, event, device or none");
-        g->free_sync = (ps_free_sync_t)w;
-        break;
-    case PS_GKEY_MEMINFO:
-        if ((w = ps_parse_word(s->value, ps_meminfo_words)) < 0)
-            return bad_value(cfg, s, "not a meminfo mode", "pool or device");
-        g->meminfo = (ps_meminfo_t)w;
-        break;
-    case PS_GKEY_ON_ERROR:
-        if ((w = ps_parse_word(s->value, ps_on_error_words)) < 0)
-            return bad_value(cfg, s, "not an error policy", "exit or passthrough");
-        g->on_error = (ps_on_error_t)w;
-        break;
-    case PS_GKEY_DIRECT_MIN_SIZE: {
-        uint64_t bytes;
-        double pct;
-        int is_pct;
-        if (ps_parse_size_ex(s->value, 0, &bytes, &pct, &is_pct, why, sizeof why) != PS_OK)
-            return bad_value(cfg, s, why, "a size such as 256MiB; 0 = off");
-        g->direct_min_size = (size_t)bytes;
-        break;
-    }
-    case PS_GKEY_DISABLE:
-        if (ps_parse_bool(s->value, &b) != PS_OK)
-            return bad_bool(cfg, s);
-        g->disable = b;
-        break;
-    case PS_GKEY_IPC:
-        if (ps_parse_bool(s->value, &b) != PS_OK)
-            return bad_bool(cfg, s);
-        g->ipc = b;
-        break;
-    case PS_GKEY_OOM_RETRY:
-        if (ps_parse_bool(s->value, &b) != PS_OK)
-            return bad_bool(cfg, s);
-        g->oom_retry = b;
-        break;
-    case PS_GKEY_DECAY_MS:
-        if (ps_parse_uint(s->value, 3600000, &n, why, sizeof why) != PS_OK)
-            return bad_value(cfg, s, why, "a whole number of milliseconds from 0 (off) to 3600000");
-        g->decay_ms = n;
-        break;
-    case PS_GKEY_NEIGHBOUR_RELEASE:
-        if (ps_parse_bool(s->value, &b) != PS_OK)
-            return bad_bool(cfg, s);
-        g->neighbour_release = b;
-        break;
-    case PS_GKEY_NEIGHBOUR_WAIT_MS:
-        if (ps_parse_uint(s->value, 60000, &n, why, sizeof why) != PS_OK)
-            return bad_value(cfg, s, why, "a whole number of milliseconds from 0 to 60000");
-        g->neighbour_wait_ms = n;
-        break;
-    default: break;
-    }
-    cfg->global_origin[key] = s->origin;
-}
-
-/* One key of [host] (the pinned host pool). */
-static void validate_host(ps_config_t *cfg, const ps_setting_t *s)
-{
-    ps_host_config_t *h = &cfg->global.host;
-    int key = ps_parse_word(s->key, ps_host_key_names);
-    if (key < 0 || strcmp(s->key, ps_host_key_names[key]) != 0) {
-        const char *near = ps_nearest_word(s->key, ps_host_key_names);
-        if (near)
-            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [host] (did you mean `%s`?)", s->key, near);
-        else
-            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [host] (known keys: enable, min_chunk, "
-                                "max_chunk, growth_percent, maximum_size, pending_wait_bytes, pending_wait_percent, "
-                                "free_sync, epoch_wait_us, release_before_grow, limit, track, stack_depth, log_file, expandable, "
-                                "expandable_piece, grow_budget_percent, grow_budget_min)", s->key);
+        snprintf((char *)&cfg->global + info->field.offset, info->field.size, "%s", s->value);
+        ps_section_origins(cfg, section)[key] = s->origin;
         return;
+    default: return;
     }
-    char why[128] = "";
-    uint64_t n, bytes;
-    double pct;
-    int is_pct, b, w;
-    switch ((ps_host_key_t)key) {
-    case PS_HKEY_ENABLE:
-        if (ps_parse_bool(s->value, &b) != PS_OK)
-            return bad_bool(cfg, s);
-        h->enable = b;
-        break;
-    case PS_HKEY_MIN_CHUNK:
-    case PS_HKEY_MAX_CHUNK:
-    case PS_HKEY_MAXIMUM_SIZE:
-    case PS_HKEY_PENDING_WAIT_BYTES:
-    case PS_HKEY_LIMIT:
-    case PS_HKEY_GROW_BUDGET_MIN:
-        if (ps_parse_size_ex(s->value, 0, &bytes, &pct, &is_pct, why, sizeof why) != PS_OK)
-            return bad_value(cfg, s, why, key == PS_HKEY_LIMIT             ? "a size such as 4GiB; 0 = no limit"
-                                          : key == PS_HKEY_GROW_BUDGET_MIN ? "a size such as 16MiB; 0 = none"
-                                                                           : "a size such as 64MiB");
-        if (!bytes && (key == PS_HKEY_MIN_CHUNK || key == PS_HKEY_MAX_CHUNK))
-            return bad_value(cfg, s, "zero", "a size above zero such as 32MiB");
-        if (key == PS_HKEY_MIN_CHUNK)
-            h->min_chunk = (size_t)bytes;
-        else if (key == PS_HKEY_MAX_CHUNK)
-            h->max_chunk = (size_t)bytes;
-        else if (key == PS_HKEY_MAXIMUM_SIZE)
-            h->maximum_size = (size_t)bytes;
-        else if (key == PS_HKEY_LIMIT)
-            h->limit = (size_t)bytes;
-        else if (key == PS_HKEY_GROW_BUDGET_MIN)
-            h->grow_budget_min = (size_t)bytes;
-        else
-            h->pending_wait_bytes = (size_t)bytes;
-        break;
-    case PS_HKEY_TRACK:
-    case PS_HKEY_RELEASE_BEFORE_GROW:
-        if (ps_parse_bool(s->value, &b) != PS_OK)
-            return bad_bool(cfg, s);
-        if (key == PS_HKEY_TRACK)
-            h->track = b;
-        else
-            h->release_before_grow = b;
-        break;
-    case PS_HKEY_STACK_DEPTH:
-        if (ps_parse_uint(s->value, 64, &n, why, sizeof why) != PS_OK)
-            return bad_value(cfg, s, why, "a whole number of frames from 0 to 64");
-        h->stack_depth = (unsigned)n;
-        break;
-    case PS_HKEY_LOG_FILE:
-        if (ps_check_path_pattern(s->value, 1, why, sizeof why) != PS_OK)
-            return bad_value(cfg, s, why, "a file name; %p = pid, %r = rank, %d = device");
-        if (strlen(s->value) >= PS_PATH_MAX)
-            return bad_value(cfg, s, "too long", "a file name shorter than 4096 bytes");
-        snprintf(h->log_file, PS_PATH_MAX, "%s", s->value);
-        break;
-    case PS_HKEY_GROWTH_PERCENT:
-        if (ps_parse_uint(s->value, 1000, &n, why, sizeof why) != PS_OK)
-            return bad_value(cfg, s, why, "a whole number of percent from 0 to 1000");
-        h->growth_percent = (unsigned)n;
-        break;
-    case PS_HKEY_EXPANDABLE:
-        if (ps_parse_bool(s->value, &b) != PS_OK)
-            return bad_bool(cfg, s);
-        h->expandable = b;
-        break;
-    case PS_HKEY_EXPANDABLE_PIECE:
-        if (ps_parse_size_ex(s->value, 0, &bytes, &pct, &is_pct, why, sizeof why) != PS_OK)
-            return bad_value(cfg, s, why, "a size such as 2MiB, a multiple of 64KiB");
-        if (!bytes || bytes % PS_HOST_CHUNK_GRANULE || bytes > PS_GiB)
-            return bad_value(cfg, s, "not a multiple of 64KiB from 64KiB to 1GiB", "a size such as 2MiB");
-        h->expandable_piece = (size_t)bytes;
-        break;
-    case PS_HKEY_GROW_BUDGET_PERCENT:
-        if (ps_parse_uint(s->value, 1000, &n, why, sizeof why) != PS_OK || (n && n < 100))
-            return bad_value(cfg, s, why[0] ? why : "below 100", "0 (off) or a whole number of percent from 100 to 1000");
-        h->grow_budget_percent = (unsigned)n;
-        break;
-    case PS_HKEY_PENDING_WAIT_PERCENT:
-        if (ps_parse_uint(s->value, 100, &n, why, sizeof why) != PS_OK)
-            return bad_value(cfg, s, why, "a whole number of percent from 0 to 100");
-        h->pending_wait_percent = (unsigned)n;
-        break;
-    case PS_HKEY_FREE_SYNC:
-        w = ps_parse_word(s->value, ps_free_sync_words);
-        if (w != PS_FREE_SYNC_EVENT && w != PS_FREE_SYNC_DEVICE)
-            return bad_value(cfg, s, "not a policy for pinned memory (the host writes a reused block at once: "
-                             "a GPU barrier does not protect it)", "event or device");
-        h->free_sync = (ps_free_sync_t)w;
-        break;
-    case PS_HKEY_EPOCH_WAIT_US:
-        if (ps_parse_uint(s->value, 10000000, &n, why, sizeof why) != PS_OK)
-            return bad_value(cfg, s, why, "a whole number of microseconds from 0 to 10000000");
-        h->epoch_wait_us = n;
-        break;
-    default: break;
-    }
-}
-
-/* One key of [debug]. */
-static void validate_debug(ps_config_t *cfg, const ps_setting_t *s)
-{
-    ps_debug_config_t *d = &cfg->global.debug;
-    int key = ps_parse_word(s->key, ps_debug_key_names);
-    if (key < 0 || strcmp(s->key, ps_debug_key_names[key]) != 0) {
-        const char *near = ps_nearest_word(s->key, ps_debug_key_names);
-        if (near)
-            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [debug] (did you mean `%s`?)", s->key, near);
-        else
-            ps_config_add_error(cfg, &s->origin, "unknown key `%s` in [debug] (known keys: nvtx, guard, nvtx_ranges)", s->key);
-        return;
-    }
-    char why[128] = "";
-    uint64_t bytes;
-    double pct;
-    int is_pct, b;
-    switch ((ps_debug_key_t)key) {
-    case PS_DKEY_NVTX:
-        if (ps_parse_bool(s->value, &b) != PS_OK)
-            return bad_bool(cfg, s);
-        d->nvtx = b;
-        break;
-    case PS_DKEY_NVTX_RANGES:
-        if (ps_parse_bool(s->value, &b) != PS_OK)
-            return bad_bool(cfg, s);
-        d->nvtx_ranges = b;
-        break;
-    case PS_DKEY_GUARD:
-        if (ps_parse_size_ex(s->value, 0, &bytes, &pct, &is_pct, why, sizeof why) != PS_OK)
-            return bad_value(cfg, s, why, "a size from 0 (off) to 1MiB such as 256 or 4KiB");
-        if (bytes > PS_GUARD_MAX)
-            return bad_value(cfg, s, "larger than 1MiB", "a size from 0 (off) to 1MiB such as 256 or 4KiB");
-        d->guard = (size_t)bytes;
-        break;
-    default: break;
-    }
-}
-
-void ps_host_pool_options(const ps_host_config_t *host, ps_pool_options_t *out)
-{
-    ps_pool_options_default(out);
-    out->min_chunk = host->min_chunk;
-    out->max_chunk = host->max_chunk;
-    out->growth_percent = host->growth_percent;
-    out->maximum_size = host->maximum_size;
-    out->free_sync = host->free_sync;
-    out->epoch_wait_ns = host->epoch_wait_us * 1000;
-    out->thread_cache = 0; /* pinned host memory: the host writes it, a barrier does not order that */
-    /* host.expandable: the pool's expandable mode over a host range (the
-     * builder gives it the table of core/host_vm.h where the driver can;
-     * auto (-1) and on (1) both ask for it); else chunks */
-    out->expandable = host->expandable != 0;
-    out->expandable_reserve = PS_HOST_EXPANDABLE_RESERVE;
-    out->expandable_piece = host->expandable_piece;
-    out->expandable_run_min = 0; /* a run per piece: the growth budget gives pieces back often */
-    out->grow_budget_percent = host->expandable != 0 ? host->grow_budget_percent : 0;
-    out->grow_budget_min = out->grow_budget_percent ? host->grow_budget_min : 0;
-    out->barrier_pending_percent = 0;
-    out->pending_wait_bytes = host->pending_wait_bytes;
-    out->pending_wait_percent = host->pending_wait_percent;
-    out->release_before_grow = host->release_before_grow;
-    out->chunk_granule = PS_HOST_CHUNK_GRANULE;
+    const char *expect = info->expect;
+    const char *refused = info->check ? info->check(value, &expect) : NULL;
+    if (refused)
+        return bad_value(cfg, s, refused, expect);
+    ps_field_store(&cfg->global, &info->field, value);
+    ps_section_origins(cfg, section)[key] = s->origin;
 }
 
 /* Parses a binning `bins` list into def->bins (names resolved later). */
@@ -453,7 +244,7 @@ static void validate_resource_key(ps_config_t *cfg, ps_resource_def_t *def, cons
         /* suggest among the keys of this type first */
         const char *words[PS_KEY_COUNT + 1];
         size_t n = 0;
-        uint32_t mask = def->type < PS_TYPE_COUNT ? ps_type_keys(def->type) : ~0u;
+        ps_key_mask_t mask = def->type < PS_TYPE_COUNT ? ps_type_keys(def->type) : ~(ps_key_mask_t)0;
         for (int k = 0; k < PS_KEY_COUNT; k++)
             if (mask & PS_KEY_BIT(k))
                 words[n++] = ps_key_names[k];
@@ -482,7 +273,7 @@ static void validate_resource_key(ps_config_t *cfg, ps_resource_def_t *def, cons
             return;
         }
         char list[512] = "";
-        uint32_t mask = ps_type_keys(def->type) & ~PS_KEY_BIT(PS_KEY_TYPE);
+        ps_key_mask_t mask = ps_type_keys(def->type) & ~PS_KEY_BIT(PS_KEY_TYPE);
         for (int k = 0; k < PS_KEY_COUNT; k++)
             if (mask & PS_KEY_BIT(k))
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", *list ? ", " : "",
@@ -543,7 +334,7 @@ static void validate_resource_key(ps_config_t *cfg, ps_resource_def_t *def, cons
         if (strlen(s->value) >= PS_PATH_MAX)
             return bad_value(cfg, s, "too long", info->expect);
         break;
-    case PS_VALUE_TYPE: break;
+    default: break; /* the type (read first), and kinds only [global], [host], [debug] keys have */
     }
     *v = parsed;
 }
@@ -827,44 +618,14 @@ static void report_to_config(void *ctx, const ps_origin_t *origin, const char *m
 void ps_config_validate(ps_config_t *cfg)
 {
     ps_global_config_t *g = &cfg->global;
-    memset(g, 0, sizeof *g);
-    g->verbosity = 1;
-    g->stats = PS_STATS_OFF;
-    g->free_sync = PS_FREE_SYNC_BARRIER;
-    g->meminfo = PS_MEMINFO_POOL;
-    g->on_error = PS_ON_ERROR_EXIT;
-    g->ipc = 1;
-    g->oom_retry = 1;
-    g->decay_ms = 5000;
-    g->neighbour_release = 1;
-    g->neighbour_wait_ms = 1000;
-    /* pinned defaults: one growing host range where the driver can place
-     * pinned memory with cuMemCreate (expandable auto, free pieces given
-     * back to stay within grow_budget_percent of the peak in use), else
-     * slabs of what is asked (rounded to 64 KiB, at least 2 MiB), wholly
-     * free slabs given back before growing; a tight growth bound either
-     * way; docs/benchmarks.md ("Pinned host memory") has the simulated
-     * DataLoader that chose them */
-    g->host = (ps_host_config_t){.enable = 1,
-                                 .min_chunk = 2 * PS_MiB,
-                                 .max_chunk = PS_GiB,
-                                 .growth_percent = 0,
-                                 .pending_wait_bytes = 4 * PS_MiB,
-                                 .pending_wait_percent = 10,
-                                 .free_sync = PS_FREE_SYNC_EVENT,
-                                 .epoch_wait_us = 50,
-                                 .release_before_grow = 1,
-                                 .expandable = -1,
-                                 .expandable_piece = 2 * PS_MiB,
-                                 .grow_budget_percent = 110,
-                                 .grow_budget_min = 16 * PS_MiB};
+    memset(g, 0, sizeof *g); /* (file names: none) */
+    for (int section = 0; section < PS_SECTION_COUNT; section++)
+        for (int k = 0; k < ps_sections[section].count; k++)
+            ps_field_store(g, &ps_sections[section].keys[k].field, ps_sections[section].keys[k].default_value);
     for (size_t i = 0; i < cfg->setting_count; i++)
-        if (strcmp(cfg->settings[i].section, "global") == 0)
-            validate_global(cfg, &cfg->settings[i]);
-        else if (strcmp(cfg->settings[i].section, "host") == 0)
-            validate_host(cfg, &cfg->settings[i]);
-        else if (strcmp(cfg->settings[i].section, "debug") == 0)
-            validate_debug(cfg, &cfg->settings[i]);
+        for (int section = 0; section < PS_SECTION_COUNT; section++)
+            if (strcmp(cfg->settings[i].section, ps_sections[section].name) == 0)
+                validate_setting(cfg, (ps_section_t)section, &cfg->settings[i]);
     if (g->host.min_chunk > g->host.max_chunk)
         ps_config_add_error(cfg, NULL, "[host] min_chunk is larger than max_chunk");
     if (g->host.stack_depth && !g->host.track)
