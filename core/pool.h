@@ -187,4 +187,9 @@ void ps_pool_test_skip_idle_check(int on);
  * still uses them. Process-wide. */
 void ps_pool_test_return_lent_at_once(int on);
 
+/* The decay's estimate of how long giving memory back takes, in picoseconds
+ * per byte (core/pool_decay.c, 8.): the tests set it; 0 turns the early
+ * start off. */
+void ps_pool_decay_set_release_rate(uint64_t ps_per_byte);
+
 #endif

@@ -45,9 +45,22 @@
  *     H200: ~45 us each on one GPU, ~65 us with a peer GPU mapping them;
  *     tests/gpu/decay_idle.cu gave back 112 GiB in 2.5 s and 6+ s), so a
  *     whole-card give-back in one go would hold the pool for seconds.
+ *  8. Giving back takes time (the CUDA calls: ~29 us per 2 MiB piece, 0.35
+ *     ms per 1 GiB run on an H200, tests/gpu/unmap_cost_probe.cu), and a
+ *     neighbour waits for it. So an idle pool starts early by the time its
+ *     give-back is expected to take: the free bytes times a rate that every
+ *     give-back of 64 MiB or more measures (a moving average over every
+ *     pool, starting at the 2 MiB pieces' 14 ps a byte), at most half the
+ *     window: the pool is idle if it was idle over the window less that
+ *     lead, and then it keeps only what it used in that shorter window.
+ *     Memory a program freed is then back about decay_ms after its last
+ *     allocation, not decay_ms plus the unmapping (112 GiB of 2 MiB pieces:
+ *     1.6 s more).
  * Guarantees: the decay never blocks an allocating thread, never waits on
  * the GPU, and never gives back memory a kernel may still touch.
  */
+#include <stdatomic.h>
+
 #include "pool_internal.h"
 
 /* The most one step gives back before the lock is let go (7. above):
@@ -56,6 +69,33 @@
 
 /* The least slack of a busy pool (4. above). */
 #define DECAY_SLACK_MIN (2 * PS_MiB)
+
+/* 8. above: picoseconds a byte given back takes, a moving average over
+ * every pool's give-backs of at least RATE_SAMPLE_MIN (the start: 2 MiB
+ * pieces on an H200). Read and written without a lock: a lost update only
+ * delays the average by one sample. */
+static _Atomic uint64_t release_ps_per_byte = 14;
+#define RATE_SAMPLE_MIN (64 * PS_MiB)
+
+void ps_pool_decay_set_release_rate(uint64_t ps_per_byte) { atomic_store(&release_ps_per_byte, ps_per_byte); }
+
+/* How much earlier than the window an idle pool starts to give back (8.). */
+static uint64_t early_start_ns(const pool_t *pool, uint64_t window_ns)
+{
+    uint64_t free_bytes = pool->bytes_reserved > pool->bytes_in_use ? pool->bytes_reserved - pool->bytes_in_use : 0;
+    uint64_t rate = atomic_load_explicit(&release_ps_per_byte, memory_order_relaxed);
+    uint64_t lead = rate && free_bytes > UINT64_MAX / rate ? UINT64_MAX : free_bytes * rate / 1000;
+    return lead < window_ns / 2 ? lead : window_ns / 2;
+}
+
+/* Takes one give-back's duration into the rate (8.). */
+static void measure_release(uint64_t bytes, uint64_t ns)
+{
+    if (bytes < RATE_SAMPLE_MIN)
+        return;
+    uint64_t sample = ns * 1000 / bytes, old = atomic_load_explicit(&release_ps_per_byte, memory_order_relaxed);
+    atomic_store_explicit(&release_ps_per_byte, (3 * old + sample) / 4, memory_order_relaxed);
+}
 
 /* 3. above: keep and idleness over the window ending at `now_ns`. */
 static uint64_t window_keep_locked(const pool_t *pool, uint64_t now_ns, uint64_t decay_ns, int *idle)
@@ -112,6 +152,15 @@ uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64
         pool->decay_next = (pool->decay_next + 1) % DECAY_TICKS;
         pool->decay_high = pool->bytes_in_use;
         keep = window_keep_locked(pool, now_ns, decay_ns, &idle);
+        uint64_t lead = idle ? 0 : early_start_ns(pool, decay_ns);
+        if (lead) { /* 8. above: idle over the window less the give-back's expected time? */
+            int idle_early;
+            uint64_t keep_early = window_keep_locked(pool, now_ns, decay_ns - lead, &idle_early);
+            if (idle_early) {
+                idle = 1;
+                keep = keep_early;
+            }
+        }
         if (!idle)
             slack = keep / 4 + DECAY_SLACK_MIN;
     }
@@ -126,7 +175,9 @@ uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64
         uint64_t passed = pool_newest_passed_locked(pool);
         for (;;) { /* DECAY_STEP at a time, the lock let go in between (7. above) */
             uint64_t step = pool->bytes_reserved > target + DECAY_STEP ? pool->bytes_reserved - DECAY_STEP : target;
+            uint64_t started = ps_now_ns();
             uint64_t g = pool_release_idle_locked(pool, step, passed);
+            measure_release(g, ps_now_ns() - started);
             given += g;
             if (!g || pool->bytes_reserved <= target)
                 break;
