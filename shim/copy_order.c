@@ -44,7 +44,12 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "shim.h"
+#include "copy_order.h"
+#include "devices.h"
+#include "gpu_ops_cuda.h"
+#include "real.h"
+#include "registry.h"
+#include "router.h"
 #include "test_switches.h"
 
 typedef struct order_event {

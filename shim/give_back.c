@@ -41,10 +41,11 @@
 #include <unistd.h>
 
 #include "../core/resource.h"
+#include "devices.h"
 #include "give_back.h"
+#include "gpu_ops_cuda.h"
 #include "live.h"
 #include "neighbours.h"
-#include "shim.h"
 #include "stats.h"
 
 static pthread_t thread;

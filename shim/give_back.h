@@ -5,10 +5,12 @@
 
 #include <stdint.h>
 
-/* Starts the thread once (router.c, when the first stack is built); a
+#include "devices.h"
+
+/* Starts the thread once (devices.c, when the first stack is built); a
  * no-op when global.decay_ms is 0 and neighbour_release is off. */
 void ps_give_back_start(void);
-/* Wakes and joins it (router.c, exit_begins). */
+/* Wakes and joins it (devices.c, exit_begins). */
 void ps_give_back_stop(void);
 /* In a forked child: there is no thread; start none. */
 void ps_give_back_atfork_child(void);
@@ -20,8 +22,7 @@ void ps_give_back_atfork_child(void);
  * context: PS_EBUSY; no capture begins until the exit). PS_OK: *dev is the
  * device; the caller gives back, then calls ps_give_back_exit_device().
  * Any other answer holds nothing (PS_EUPSTREAM: no ready stack there). */
-struct ps_device_state;
-int ps_give_back_enter_device(int d, struct ps_device_state **dev);
+int ps_give_back_enter_device(int d, ps_device_state_t **dev);
 void ps_give_back_exit_device(void);
 
 /* Gives back free memory of device d's stacks (device and pinned host)

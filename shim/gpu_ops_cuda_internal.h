@@ -13,7 +13,10 @@
 
 #include "../core/ptr_map.h"
 #include "../core/resource.h"
-#include "shim.h"
+#include "gpu_ops_cuda.h"
+#include "nvtx.h"
+#include "real.h"
+#include "registry.h"
 #include "stats.h"
 
 typedef struct device_ops {

@@ -98,7 +98,7 @@ void ps_gpu_ops_cuda_capture_begun(CUstream stream, CUstreamCaptureMode mode)
     atomic_store(&ps_gpu_ops_cuda_global_captures, n + 1);
 }
 
-/* ps_gpu_ops_cuda_unsafe_call_prohibited (shim.h) once a global capture
+/* ps_gpu_ops_cuda_unsafe_call_prohibited (gpu_ops_cuda.h) once a global capture
  * may be open. */
 CUresult ps_gpu_ops_cuda_unsafe_call_check(void)
 {

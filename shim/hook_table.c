@@ -2,11 +2,12 @@
  * (hooks_dlsym.c) and our cuGetProcAddress (hooks_driver.c) hand out in
  * place of the real function, with where that real function is kept. It
  * only lists the entry points and calls none of them: the hook files
- * consult it, so that no hook file refers to another (shim.h).
+ * consult it, so that no hook file refers to another (hooks.h).
  */
 #include <string.h>
 
-#include "shim.h"
+#include "hooks.h"
+#include "real.h"
 
 /* Every hook has the signature of the real function it replaces. Declared
  * here for the table only; the definitions are in hooks_driver.c,

@@ -22,7 +22,8 @@
  * They act whether or not the call came from inside the shim's own calls
  * into the runtime (ps_in_shim): a context dies the same way for everyone.
  */
-#include "shim.h"
+#include "real.h"
+#include "router.h"
 
 #define DRIVER_READY(name)                                                          \
     do {                                                                            \

@@ -6,7 +6,8 @@
  * real call as CUDA orders cudaMalloc memory (copy_order.c). cuMemcpyPeer*
  * name their contexts and are ordered by the driver itself: not hooked.
  */
-#include "shim.h"
+#include "copy_order.h"
+#include "real.h"
 
 /* The hook `name`: dst and src are the pointers the call touches (0: none),
  * stream its stream (NULL: the default one, per-thread when per_thread). */

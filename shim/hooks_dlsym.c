@@ -17,7 +17,8 @@
 #include <dlfcn.h>
 #include <stdio.h>
 
-#include "shim.h"
+#include "hooks.h"
+#include "real.h"
 
 static void *hooked_lookup(void *handle, const char *symbol)
 {

@@ -15,7 +15,10 @@
  */
 #include <stdio.h>
 
-#include "shim.h"
+#include "hooks.h"
+#include "real.h"
+#include "router.h"
+#include "stats.h"
 
 #define PASS_REAL(name, ...)                                                        \
     do {                                                                            \
@@ -338,7 +341,6 @@ PS_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CU
 static void block_attribute(int attribute, void *data, const ps_allocation_t *a)
 {
     bool malloc_kind = a->stream == PS_STREAM_NONE;
-    ps_gpu_ops_t *gpu;
     switch (attribute) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
         *(CUcontext *)data = malloc_kind ? __atomic_load_n(&ps_devices[a->device].ctx, __ATOMIC_ACQUIRE) : NULL;
@@ -353,9 +355,7 @@ static void block_attribute(int attribute, void *data, const ps_allocation_t *a)
         *(unsigned long long *)data = ps_route_block_id(a->ptr);
         break;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-        gpu = __atomic_load_n(&ps_devices[a->device].gpu, __ATOMIC_ACQUIRE);
-        *(int *)data = malloc_kind && ps_global && ps_global->ipc && gpu && gpu->ipc_export &&
-                       ps_slab_mapped_device(a->ptr) == a->device;
+        *(int *)data = malloc_kind && ps_route_ipc_capable(a);
         break;
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
         *(unsigned int *)data = 0; /* (CUDA writes at most the low bits: 0 or POSIX fd) */

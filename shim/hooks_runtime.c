@@ -9,7 +9,9 @@
  * to the real runtime what the router does not take (size 0, NULL, stream
  * capture, foreign pointers, passthrough mode), with the guard set.
  */
-#include "shim.h"
+#include "real.h"
+#include "router.h"
+#include "stats.h"
 
 #define CALL_REAL_RT(name, ...)                                                      \
     do {                                                                             \

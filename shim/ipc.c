@@ -60,7 +60,7 @@
 #include <unistd.h>
 
 #include "../core/ptr_map.h"
-#include "shim.h"
+#include "ipc.h"
 #include "test_switches.h"
 
 #define MAGIC "PSHMIPC\x01"    /* 8 bytes: ours, format 1 */

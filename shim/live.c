@@ -31,9 +31,9 @@
 #include <unistd.h>
 
 #include "../config/config.h"
+#include "devices.h"
 #include "live.h"
 #include "neighbours.h"
-#include "shim.h"
 #include "stats.h"
 
 #define COMMAND_MAX 256 /* bytes of the command line kept (before escaping) */

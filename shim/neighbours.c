@@ -76,9 +76,10 @@
 #include <unistd.h>
 
 #include "../core/gpu_ops.h"
+#include "devices.h"
 #include "give_back.h"
 #include "neighbours.h"
-#include "shim.h"
+#include "real.h"
 #include "stats.h"
 #include "test_switches.h"
 

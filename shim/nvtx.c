@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shim.h"
+#include "nvtx.h"
 
 int ps_nvtx_on;
 

@@ -30,7 +30,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
-#include "shim.h"
+#include "nvtx.h"
 
 #ifdef PS_NO_NVTX
 

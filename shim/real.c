@@ -16,7 +16,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "shim.h"
+#include "real.h"
 
 ps_real_t ps_real;
 void *(*ps_real_dlsym)(void *, const char *);

@@ -41,7 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shim.h"
+#include "registry.h"
 
 #define INITIAL_SLOTS 64 /* 2 KiB: a thread's live set is often small; it doubles at 70% */
 /* initial-exec TLS, as the rest of the shim (it is preloaded, never dlopened late) */

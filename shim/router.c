@@ -82,7 +82,11 @@
 #include "../core/adaptors.h"
 #include "../core/ptr_map.h"
 #include "../core/resource.h"
+#include "gpu_ops_cuda.h"
+#include "ipc.h"
+#include "nvtx.h"
 #include "poolshim.h"
+#include "registry.h"
 #include "router_internal.h"
 #include "stats.h"
 
@@ -159,7 +163,7 @@ static void init_once_body(void)
 
 atomic_int ps_init_done; /* 1 once init_once_body has run (ps_shim_ensure_init's shortcut) */
 
-/* ps_shim_ensure_init (shim.h) before the first initialisation finished. */
+/* ps_shim_ensure_init (router.h) before the first initialisation finished. */
 int ps_shim_init(void)
 {
     pthread_once(&init_once, init_once_body);
@@ -606,6 +610,12 @@ ps_route_t ps_route_address_range(uintptr_t addr, uintptr_t *base, size_t *size,
     *size = a.size;
     *status = PS_OK;
     return PS_ROUTE_DONE;
+}
+
+bool ps_route_ipc_capable(const ps_allocation_t *a)
+{
+    ps_gpu_ops_t *gpu = __atomic_load_n(&ps_devices[a->device].gpu, __ATOMIC_ACQUIRE);
+    return ps_global && ps_global->ipc && gpu && gpu->ipc_export && ps_slab_mapped_device(a->ptr) == a->device;
 }
 
 bool ps_route_pooled_block(uintptr_t addr, ps_allocation_t *out)

@@ -6,7 +6,7 @@
 
 #include <pthread.h>
 
-#include "shim.h"
+#include "router.h"
 
 /* ---- router.c ---- */
 /* The loaded configuration (init), from which devices.c builds the stacks. */

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "../core/adaptors.h"
+#include "devices.h"
 #include "poolshim.h"
 #include "stats.h"
 

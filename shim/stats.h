@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "shim.h"
+#include "common.h"
 
 extern int ps_stats_enabled; /* 1: count bytes and time calls */
 
@@ -87,12 +87,17 @@ static inline void ps_stats_count_free(int device, int call, int door, size_t si
 }
 
 void ps_stats_count_passthrough(int device);
+/* Statistics of a dropped stack: its live allocations' bytes are gone. */
+void ps_stats_count_dropped(int device, uint64_t bytes);
+/* Counts a free of a foreign pointer that CUDA itself refused (a stack
+ * address, say): bad pointers are counted whoever answers them. */
+void ps_stats_count_foreign_invalid(void);
 void ps_stats_count_invalid(int call);
 /* IPC of pooled blocks (router.c): handles of ours handed out, opened here,
  * and requests refused (export or open); in the report when nonzero. */
 enum { PS_IPC_EXPORTED = 0, PS_IPC_OPENED, PS_IPC_REFUSED, PS_IPC_COUNT };
 void ps_stats_count_ipc(int what);
-/* The out-of-memory retry (router.c, ps_route_oom_give_back) on `device`:
+/* The out-of-memory retry (oom.c, ps_route_oom_give_back) on `device`:
  * bytes the stack gave back for it, retries that then succeeded or failed,
  * give-backs left out because a stream capture was open. Rare: process-wide
  * atomics; in the JSON report always, in the text report when nonzero. */
