@@ -1,8 +1,9 @@
-/* The arena's shared types and the door between its two files: core/arena.c
- * (thread and stream arenas, size classes, deferred frees, the vtable) and
- * core/arena_global.c (the global arena: chunks from the upstream, runs of
- * superblocks, the page table). Internal to the arena; see core/arena.c for
- * the algorithm as a whole. */
+/* The arena's shared types and the calls between its files: core/arena.c
+ * (the vtable, defragmentation), core/arena_local.c (thread and stream
+ * arenas, size classes, deferred frees), core/arena_large.c (requests above
+ * half a superblock) and core/arena_global.c (the global arena: chunks from
+ * the upstream, runs of superblocks, the page table). Internal to the
+ * arena; see core/arena.c for the algorithm as a whole. */
 #ifndef PS_ARENA_INTERNAL_H
 #define PS_ARENA_INTERNAL_H
 
@@ -145,6 +146,48 @@ static inline span_t *lookup(arena_resource_t *a, uintptr_t address)
         return NULL;
     return atomic_load_explicit(&slots[page & ((1u << LEAF_BITS) - 1)], memory_order_acquire);
 }
+
+/* Bytes of the arena's cudaFree'd blocks waiting for a barrier or fence.
+ * Arena lock held. */
+static inline uint64_t arena_pending(const arena_t *ar)
+{
+    return ar->reuse[0].bytes_pending + ar->reuse[1].bytes_pending;
+}
+
+/* ---- core/arena_local.c ------------------------------------------------ */
+
+/* Size class of a request of `size` bytes (1 <= size <= small_max). */
+unsigned arena_class_of(const arena_resource_t *a, size_t size);
+
+/* Allocates `size` bytes (> 0) for `stream`: a small block from the
+ * thread's or the stream's arena, a large one from arena_large.c. No lock
+ * held. */
+int arena_try_allocate(arena_resource_t *a, size_t size, ps_stream_t stream, void **out);
+/* Block `index` of superblock `s` is free again (its in-use bit already
+ * cleared). Arena lock held. */
+void arena_block_return(arena_t *ar, span_t *s, uint32_t index);
+/* A block freed with PS_STREAM_NONE waits for a barrier or fence (into the
+ * arena's current segment). Arena lock held. */
+int arena_defer(arena_t *ar, uintptr_t ptr, uint64_t bytes);
+/* Releases every empty superblock of the arena to the global arena
+ * (keep_one: but the last of its class). Arena lock held. */
+void arena_release_empty(arena_t *ar, int keep_one);
+/* Whether the arena's retire fence (if any) is behind us; with `wait`,
+ * host-waits for it. Arena lock held. */
+int arena_retire_fence_done(arena_t *ar, int wait);
+/* The pthread key's destructor: the thread's arena becomes an orphan. */
+void arena_thread_exit(void *value);
+
+/* ---- core/arena_large.c (global lock held, except init) ------------------ */
+
+/* Prepares the large blocks' reuse state (at create). */
+void arena_large_init(arena_resource_t *a);
+/* A run of whole superblocks for a request above small_max. Takes the
+ * global lock. */
+int arena_large_allocate(arena_resource_t *a, size_t size, ps_stream_t stream, void **out);
+/* Frees the large block at `ptr` (span `s`, looked up without the lock).
+ * Takes the global lock. */
+int arena_large_deallocate(arena_resource_t *a, span_t *s, void *ptr, ps_stream_t stream);
 
 /* ---- core/arena_global.c (global lock held) ---------------------------- */
 
