@@ -6,10 +6,12 @@
  *  1. allocate(size): rounded up to a whole number of superblocks, taken
  *     as one run from the global arena (core/arena_global.c, best fit).
  *     Before that, under free_sync barrier, once the cudaFree'd large
- *     blocks pass LARGE_BARRIER_PERCENT (3 %) of the reserve (and
- *     PS_REUSE_EAGER_FLOOR: ps_reuse_wants_barrier, the pool's eager
- *     barrier) one barrier releases them, so that they serve
- *     the next requests instead of those cutting other runs.
+ *     blocks pass PS_REUSE_BARRIER_PENDING_PERCENT (3 %) of the reserve
+ *     and PS_REUSE_EAGER_FLOOR (core/reuse.c's ps_reuse_barrier_worth,
+ *     the pool's eager trigger without its floors), one barrier releases
+ *     them, so that they serve the next requests instead of those cutting
+ *     other runs (replayed: docs/benchmarks.md, "The arena's design
+ *     choices").
  *  2. When no free run fits: reclaim the pending large blocks (core/reuse.c:
  *     poll, then one barrier, or close and poll the epoch) and try again;
  *     then grow the global arena.
@@ -27,14 +29,6 @@
 
 /* ---- large blocks (global lock) --------------------------------------- */
 
-/* The large blocks' eager barrier (free_sync barrier): issued before a
- * large request once their pending bytes pass this % of the reserve (and
- * PS_REUSE_EAGER_FLOOR), not only when no run fits: while they wait, the
- * requests they could serve cut other runs. The pool's default
- * (barrier_pending_percent); its effect: docs/benchmarks.md, "The arena's
- * design choices". */
-#define LARGE_BARRIER_PERCENT 3
-
 /* large_reuse's release callback (global lock held): the span at `item`
  * is free. */
 static void release_pending_large(void *ctx, uint64_t item)
@@ -48,10 +42,14 @@ int arena_large_allocate(arena_resource_t *a, size_t size, ps_stream_t stream, v
     size_t pages = (size + a->opts.superblock_size - 1) >> a->shift;
     pthread_mutex_lock(&a->global_lock);
     span_t *s = NULL;
-    /* the eager barrier (LARGE_BARRIER_PERCENT); then what is free, then
-     * what completed fences free, then grow */
+    /* the eager barrier (step 1: not only when no run fits, for while they
+     * wait the requests they could serve cut other runs); then what is
+     * free, then what completed fences free, then grow */
     ps_reuse_poll(&a->large_reuse);
-    if (ps_reuse_wants_barrier(&a->large_reuse, a->reserved))
+    ps_reuse_barrier_case_t eager = {.reserved = a->reserved,
+                                     .pending = a->large_reuse.bytes_pending,
+                                     .percent = ps_reuse_eager_percent(&a->large_reuse)};
+    if (ps_reuse_barrier_worth(&eager) == PS_REUSE_BARRIER)
         ps_reuse_barrier(&a->large_reuse);
     int status = arena_global_take(a, pages, stream, 0, &s);
     if (status == PS_ENOMEM && a->large_reuse.bytes_pending && ps_reuse_reclaim(&a->large_reuse))
@@ -101,8 +99,9 @@ int arena_large_deallocate(arena_resource_t *a, span_t *s, void *ptr, ps_stream_
     return status;
 }
 
-
+/* The eager trigger at the pool's default percentage (step 1). */
 void arena_large_init(arena_resource_t *a)
 {
-    ps_reuse_init(&a->large_reuse, a->gpu, a->opts.free_sync, LARGE_BARRIER_PERCENT, &a->family, release_pending_large, a);
+    ps_reuse_init(&a->large_reuse, a->gpu, a->opts.free_sync, PS_REUSE_BARRIER_PENDING_PERCENT, &a->family,
+                  release_pending_large, a);
 }

@@ -42,9 +42,10 @@
  *     another arena's lock held, MEET_HITS times in a window of
  *     MEET_WINDOW misses; sticky) and while two or more threads hold
  *     arenas, a thread's arena whose pending bytes are under thread_floor
- *     takes a superblock at a miss instead of a barrier. Whichever arena reaches its
- *     floor first issues one, and it releases what every arena deferred
- *     before it began. One thread, and threads that take turns (PyTorch's
+ *     takes a superblock at a miss instead of a barrier (the decision is
+ *     core/reuse.c's ps_reuse_barrier_worth, its grow_floor). Whichever
+ *     arena reaches its floor first issues one, and it releases what every
+ *     arena deferred before it began. One thread, and threads that take turns (PyTorch's
  *     main and autograd threads), keep a barrier at every miss.
  * Guarantees: a thread's arena grows past what it would without the floor
  * by at most thread_floor plus one superblock, so the growth is bounded by
@@ -251,18 +252,23 @@ static int threads_meet(arena_t *ar)
  * covers yet, takes a superblock instead of issuing a barrier. Only under
  * free_sync barrier, only while two or more threads hold arenas and
  * threads have met in the arena (one thread, or threads taking turns,
- * issue their barrier as before), and only while its pending bytes stay
- * under thread_floor: each thread's arena holds at most thread_floor
- * (plus the superblock taken) more than it would, so the growth is
- * bounded by threads x thread_floor, and each barrier, issued by whichever
- * arena reaches its floor first, releases what every arena deferred
- * before it began (the segments). Arena lock held. */
+ * issue their barrier as before); then core/reuse.c decides
+ * (ps_reuse_barrier_worth: grow while its pending bytes stay under
+ * thread_floor): each thread's arena holds at most thread_floor (plus the
+ * superblock taken) more than it would, so the growth is bounded by
+ * threads x thread_floor, and each barrier, issued by whichever arena
+ * reaches its floor first, releases what every arena deferred before it
+ * began (the segments). Whether threads met is asked last: it counts the
+ * misses that look. Arena lock held. */
 static int grows_instead_of_barrier(arena_t *ar)
 {
     arena_resource_t *a = ar->parent;
-    return a->opts.free_sync == PS_FREE_SYNC_BARRIER && ar->stream == PS_STREAM_NONE &&
-           arena_pending(ar) < a->opts.thread_floor &&
-           atomic_load_explicit(&a->thread_arenas, memory_order_relaxed) >= 2 && threads_meet(ar);
+    if (a->opts.free_sync != PS_FREE_SYNC_BARRIER || ar->stream != PS_STREAM_NONE ||
+        atomic_load_explicit(&a->thread_arenas, memory_order_relaxed) < 2)
+        return 0;
+    ps_reuse_barrier_case_t miss = {.miss = 1, .pending = arena_pending(ar),
+                                    .grow_floor = a->opts.thread_floor};
+    return ps_reuse_barrier_worth(&miss) == PS_REUSE_GROW && threads_meet(ar);
 }
 
 /* Turns a span just taken from the global arena into a superblock of class c. */

@@ -227,22 +227,34 @@ static inline uint64_t barrier_floor_locked(const pool_t *pool)
     return floor;
 }
 
-static inline int below_barrier_floor_locked(const pool_t *pool, size_t need)
+/* The pool's question to core/reuse.c's barrier decision
+ * (ps_reuse_barrier_worth): at a miss for `request` bytes (miss 1), grow
+ * while reserved + request fit in the floor; the eager trigger (miss 0),
+ * once pending bytes pass barrier_pending_percent of reserved (and
+ * PS_REUSE_EAGER_FLOOR), waits until the floor (options.barrier_floor) is
+ * pending, in a pool of any size, so one barrier releases many blocks (a
+ * 1 MiB free/take loop: one barrier per 32 pairs); with threads (the floor
+ * grown by their caches) a pool of at most twice that floor waits for half
+ * of it. */
+static inline ps_reuse_barrier_call_t barrier_call_locked(const pool_t *pool, int miss, uint64_t request)
 {
-    uint64_t floor = barrier_floor_locked(pool);
-    return floor && pool->bytes_reserved <= floor && need <= floor - pool->bytes_reserved;
+    ps_reuse_barrier_case_t c = {
+        .miss = miss,
+        .reserved = pool->bytes_reserved,
+        .pending = pool->reuse.bytes_pending,
+        .request = request,
+        .percent = ps_reuse_eager_percent(&pool->reuse),
+        .reserve_floor = barrier_floor_locked(pool),
+        .pending_floor = pool->options.barrier_floor,
+    };
+    return ps_reuse_barrier_worth(&c);
 }
 
-/* ... and the eager barrier waits until the floor (options.barrier_floor)
- * is pending, in a pool of any size, so one barrier releases many blocks
- * (a 1 MiB free/take loop: one barrier per 32 pairs). With threads (the
- * floor grown by their caches) a pool of at most twice that floor waits
- * for half of it. */
-static inline int barrier_floor_defers_eager_locked(const pool_t *pool)
+/* Step B: below the barrier floor a miss for `need` bytes grows instead
+ * of issuing a barrier. */
+static inline int below_barrier_floor_locked(const pool_t *pool, size_t need)
 {
-    uint64_t floor = barrier_floor_locked(pool);
-    return floor && (pool->reuse.bytes_pending < pool->options.barrier_floor ||
-                     (pool->bytes_reserved <= 2 * floor && pool->reuse.bytes_pending * 2 < floor));
+    return barrier_call_locked(pool, 1, need) == PS_REUSE_GROW;
 }
 
 /* What the caches are told the pool can serve without a barrier
@@ -345,8 +357,9 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         ps_tcache_take(pool->tcache, need, stream, out))
         return PS_OK;
     pool_lock(pool);
+    /* (the percentage inline first; the floors only once it passed) */
     if (__builtin_expect(pool->eager_barrier, 0) && ps_reuse_wants_barrier(&pool->reuse, pool->bytes_reserved) &&
-        !barrier_floor_defers_eager_locked(pool) &&
+        barrier_call_locked(pool, 0, 0) == PS_REUSE_BARRIER &&
         (!ps_reuse_poll(&pool->reuse) || ps_reuse_wants_barrier(&pool->reuse, pool->bytes_reserved))) {
         /* (a thread cache's barrier may have covered them: the poll releases those) */
         pool_quick_flush_locked(pool);
@@ -567,7 +580,7 @@ void ps_pool_options_default(ps_pool_options_t *opts)
         .expandable_reserve = 0,
         .expandable_piece = 2 * PS_MiB,
         .expandable_run_min = PS_GiB,
-        .barrier_pending_percent = 3,
+        .barrier_pending_percent = PS_REUSE_BARRIER_PENDING_PERCENT,
         .small_from_back = PS_MiB,
         .release_threshold = UINT64_MAX,
         .thread_cache = 16 * PS_MiB,

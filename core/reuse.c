@@ -25,8 +25,18 @@
  *  5. reclaim, the rule before growing: poll; if anything is still
  *     pending, one barrier, or without one close and poll (never a host
  *     wait: the host running ahead of the GPU is the normal state).
- *  6. The eager trigger (pool): a barrier once pending bytes pass
- *     barrier_pending_percent of reserved bytes.
+ *  6. Whether a barrier is worth it (ps_reuse_barrier_worth, the one
+ *     decision for every resource; the resource asks, this file answers):
+ *     a. at a miss, grow instead while the resource is under a floor: its
+ *        reserve plus the request fit in reserve_floor (the pool's
+ *        barrier_floor), or its pending bytes are under grow_floor (the
+ *        arena's thread_floor); else a barrier (step 5);
+ *     b. the eager trigger, before an allocation that may still be
+ *        served: a barrier once pending bytes pass
+ *        PS_REUSE_BARRIER_PENDING_PERCENT (3 %, barrier_pending_percent)
+ *        of reserved bytes and PS_REUSE_EAGER_FLOOR, unless they are under
+ *        pending_floor or, in a reserve of at most twice reserve_floor,
+ *        under half of it (one barrier then releases many blocks).
  *  7. Memory pressure: close (or, without a fence, synchronize the device
  *     and release), then host-wait closed epochs oldest first.
  *  8. retire(list, stream): a destroyed stream's free blocks become a
@@ -256,6 +266,26 @@ int ps_reuse_barrier(ps_reuse_t *r)
         pop_oldest(r);
     release_list(r, &r->open, 1);
     return 1;
+}
+
+ps_reuse_barrier_call_t ps_reuse_barrier_worth(const ps_reuse_barrier_case_t *c)
+{
+    if (c->miss) {
+        /* 6a. under a floor: grow */
+        if (c->reserve_floor && c->reserved <= c->reserve_floor && c->request <= c->reserve_floor - c->reserved)
+            return PS_REUSE_GROW;
+        if (c->pending < c->grow_floor)
+            return PS_REUSE_GROW;
+        return PS_REUSE_BARRIER;
+    }
+    /* 6b. the eager trigger: the percentage, then the floors */
+    if (!ps_reuse_past_percent(c->pending, c->reserved, c->percent))
+        return PS_REUSE_WAIT;
+    if (c->pending < c->pending_floor)
+        return PS_REUSE_WAIT;
+    if (c->reserve_floor && c->reserved <= 2 * c->reserve_floor && c->pending * 2 < c->reserve_floor)
+        return PS_REUSE_WAIT;
+    return PS_REUSE_BARRIER;
 }
 
 int ps_reuse_reclaim(ps_reuse_t *r)

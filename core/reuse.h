@@ -163,13 +163,67 @@ int ps_reuse_reclaim(ps_reuse_t *r);
  * barrier still comes before any growth). */
 #define PS_REUSE_EAGER_FLOOR (1024 * 1024)
 
-/* The eager trigger (free_sync barrier, percent > 0, a barrier entry):
- * whether the pending bytes passed barrier_pending_percent of `reserved`
- * and PS_REUSE_EAGER_FLOOR. */
+/* The eager trigger's default percentage of the reserve (the pool's
+ * barrier_pending_percent, the arena's large blocks): pending bytes past it
+ * are worth a barrier before an allocation. The only definition of it. */
+#define PS_REUSE_BARRIER_PENDING_PERCENT 3
+
+/* The eager trigger's percentage rule: `pending` bytes passed
+ * PS_REUSE_EAGER_FLOOR and `percent` % of `reserved` (percent 0: off). */
+static inline int ps_reuse_past_percent(uint64_t pending, uint64_t reserved, unsigned percent)
+{
+    return percent && pending > PS_REUSE_EAGER_FLOOR && pending * 100 > reserved * percent;
+}
+
+/* What ps_reuse_barrier_worth answers. */
+typedef enum ps_reuse_barrier_call {
+    PS_REUSE_WAIT = 0, /* no miss, and the pending bytes are not worth a barrier yet */
+    PS_REUSE_GROW,     /* a miss under a floor: take fresh memory, no barrier */
+    PS_REUSE_BARRIER   /* one barrier (at a miss: when anything is pending, before growing) */
+} ps_reuse_barrier_call_t;
+
+/* A resource's question under free_sync barrier: at a miss (nothing free
+ * fits `request`), grow or issue a barrier? At an allocation that may still
+ * be served (the eager trigger), issue one now or wait? A field that does
+ * not apply is 0. */
+typedef struct ps_reuse_barrier_case {
+    int miss;               /* 1: nothing free fits `request`; 0: the eager trigger */
+    uint64_t reserved;      /* bytes the resource (or the part asking) holds */
+    uint64_t pending;       /* bytes a barrier would release */
+    uint64_t request;       /* a miss: the bytes it needs */
+    unsigned percent;       /* the eager trigger: pending must pass this % of reserved; 0 = off */
+    uint64_t reserve_floor; /* a miss grows while reserved + request fit in it; the eager trigger, in a
+                               reserve of at most twice it, waits for half of it pending (the pool's
+                               barrier_floor, grown by its threads' caches); 0 = none */
+    uint64_t pending_floor; /* the eager trigger waits while fewer bytes are pending (the pool's
+                               barrier_floor); 0 = none */
+    uint64_t grow_floor;    /* a miss grows while fewer bytes are pending (the arena's thread_floor,
+                               once threads met); 0 = none */
+} ps_reuse_barrier_case_t;
+
+/* The barrier decision of every resource (core/reuse.c, steps 5-6):
+ *  a miss: GROW while reserved + request fit in reserve_floor, or while
+ *     pending is under grow_floor; else BARRIER;
+ *  the eager trigger: BARRIER once percent is set and pending passed both
+ *     PS_REUSE_EAGER_FLOOR and percent % of reserved, unless pending is
+ *     under pending_floor or, in a reserve of at most twice reserve_floor,
+ *     under half of it; else WAIT.
+ * Pure arithmetic: no lock, no state. */
+ps_reuse_barrier_call_t ps_reuse_barrier_worth(const ps_reuse_barrier_case_t *c);
+
+/* The eager trigger's percentage of a reuse state: barrier_pending_percent
+ * under free_sync barrier with a barrier entry, else 0 (off). */
+static inline unsigned ps_reuse_eager_percent(const ps_reuse_t *r)
+{
+    return r->free_sync == PS_FREE_SYNC_BARRIER ? r->barrier_pending_percent : 0;
+}
+
+/* The eager trigger of a reuse state without floors (ps_reuse_barrier_worth
+ * of that case, inline for the allocation path): whether its pending bytes
+ * passed ps_reuse_eager_percent of `reserved` and PS_REUSE_EAGER_FLOOR. */
 static inline int ps_reuse_wants_barrier(const ps_reuse_t *r, uint64_t reserved)
 {
-    return r->free_sync == PS_FREE_SYNC_BARRIER && r->barrier_pending_percent &&
-           r->bytes_pending > PS_REUSE_EAGER_FLOOR && r->bytes_pending * 100 > reserved * r->barrier_pending_percent;
+    return ps_reuse_past_percent(r->bytes_pending, reserved, ps_reuse_eager_percent(r));
 }
 
 /* Host-waits the oldest closed epoch and releases it. Returns 1 when one

@@ -157,6 +157,346 @@ Test(reuse, eager_trigger_follows_the_pending_share_of_reserved)
     ps_host_ops_destroy(gpu);
 }
 
+/* ---- the barrier decision (ps_reuse_barrier_worth) ------------------- */
+
+#define GROW PS_REUSE_GROW
+#define BARRIER PS_REUSE_BARRIER
+#define WAIT PS_REUSE_WAIT
+#define MiB PS_MiB
+#define GiB PS_GiB
+
+/* The pool's questions (core/pool.c, the barrier floor), answers taken
+ * from the code before the decision moved here (pool.c's
+ * below_barrier_floor_locked for a miss at step B; ps_reuse_wants_barrier
+ * with barrier_pending_percent 3 and barrier_floor_defers_eager_locked for
+ * the eager trigger): reserved, pending, request, barrier_floor, that
+ * floor grown by the threads' caches, the answer at a miss, the eager
+ * trigger's answer. */
+static const struct {
+    uint64_t reserved, pending, request, floor, grown_floor;
+    ps_reuse_barrier_call_t miss, eager;
+} pool_cases[] = {
+    {0, 0, 1, 0, 0, BARRIER, WAIT},
+    {0, MiB, 1, 0, 0, BARRIER, WAIT},
+    {0, MiB + 1, 1, 0, 0, BARRIER, BARRIER},
+    {0, 16 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {0, 32 * MiB - 1, 1, 0, 0, BARRIER, BARRIER},
+    {0, 32 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {0, 2457 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {0, 2458 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {31 * MiB, 0, 1, 0, 0, BARRIER, WAIT},
+    {31 * MiB, MiB, 1, 0, 0, BARRIER, WAIT},
+    {31 * MiB, MiB + 1, 1, 0, 0, BARRIER, BARRIER},
+    {31 * MiB, 16 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {31 * MiB, 16 * MiB, MiB, 0, 0, BARRIER, BARRIER},
+    {31 * MiB, 16 * MiB, 32 * MiB, 0, 0, BARRIER, BARRIER},
+    {31 * MiB, 32 * MiB - 1, 1, 0, 0, BARRIER, BARRIER},
+    {31 * MiB, 32 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {31 * MiB, 2457 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {31 * MiB, 2458 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {32 * MiB, 0, 1, 0, 0, BARRIER, WAIT},
+    {32 * MiB, MiB, 1, 0, 0, BARRIER, WAIT},
+    {32 * MiB, MiB + 1, 1, 0, 0, BARRIER, BARRIER},
+    {32 * MiB, 16 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {32 * MiB, 32 * MiB - 1, 1, 0, 0, BARRIER, BARRIER},
+    {32 * MiB, 32 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {32 * MiB, 2457 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {32 * MiB, 2458 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {33 * MiB, 0, 1, 0, 0, BARRIER, WAIT},
+    {33 * MiB, MiB, 1, 0, 0, BARRIER, WAIT},
+    {33 * MiB, MiB + 1, 1, 0, 0, BARRIER, BARRIER},
+    {33 * MiB, 16 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {33 * MiB, 16 * MiB, MiB, 0, 0, BARRIER, BARRIER},
+    {33 * MiB, 16 * MiB, 32 * MiB, 0, 0, BARRIER, BARRIER},
+    {33 * MiB, 32 * MiB - 1, 1, 0, 0, BARRIER, BARRIER},
+    {33 * MiB, 32 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {33 * MiB, 2457 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {33 * MiB, 2458 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {64 * MiB, 0, 1, 0, 0, BARRIER, WAIT},
+    {64 * MiB, MiB, 1, 0, 0, BARRIER, WAIT},
+    {64 * MiB, MiB + 1, 1, 0, 0, BARRIER, WAIT},
+    {64 * MiB, 16 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {64 * MiB, 16 * MiB, MiB, 0, 0, BARRIER, BARRIER},
+    {64 * MiB, 16 * MiB, 32 * MiB, 0, 0, BARRIER, BARRIER},
+    {64 * MiB, 32 * MiB - 1, 1, 0, 0, BARRIER, BARRIER},
+    {64 * MiB, 32 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {64 * MiB, 2457 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {64 * MiB, 2458 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {65 * MiB, 0, 1, 0, 0, BARRIER, WAIT},
+    {65 * MiB, MiB, 1, 0, 0, BARRIER, WAIT},
+    {65 * MiB, MiB + 1, 1, 0, 0, BARRIER, WAIT},
+    {65 * MiB, 16 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {65 * MiB, 32 * MiB - 1, 1, 0, 0, BARRIER, BARRIER},
+    {65 * MiB, 32 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {65 * MiB, 2457 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {65 * MiB, 2458 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {80 * GiB, 0, 1, 0, 0, BARRIER, WAIT},
+    {80 * GiB, MiB, 1, 0, 0, BARRIER, WAIT},
+    {80 * GiB, MiB + 1, 1, 0, 0, BARRIER, WAIT},
+    {80 * GiB, 16 * MiB, 1, 0, 0, BARRIER, WAIT},
+    {80 * GiB, 32 * MiB - 1, 1, 0, 0, BARRIER, WAIT},
+    {80 * GiB, 32 * MiB, 1, 0, 0, BARRIER, WAIT},
+    {80 * GiB, 2457 * MiB, 1, 0, 0, BARRIER, WAIT},
+    {80 * GiB, 2458 * MiB, 1, 0, 0, BARRIER, BARRIER},
+    {0, 0, 1, 32 * MiB, 32 * MiB, GROW, WAIT},
+    {0, MiB, 1, 32 * MiB, 32 * MiB, GROW, WAIT},
+    {0, MiB + 1, 1, 32 * MiB, 32 * MiB, GROW, WAIT},
+    {0, 16 * MiB, 1, 32 * MiB, 32 * MiB, GROW, WAIT},
+    {0, 32 * MiB - 1, 1, 32 * MiB, 32 * MiB, GROW, WAIT},
+    {0, 32 * MiB, 1, 32 * MiB, 32 * MiB, GROW, BARRIER},
+    {0, 2457 * MiB, 1, 32 * MiB, 32 * MiB, GROW, BARRIER},
+    {0, 2458 * MiB, 1, 32 * MiB, 32 * MiB, GROW, BARRIER},
+    {31 * MiB, 0, 1, 32 * MiB, 32 * MiB, GROW, WAIT},
+    {31 * MiB, MiB, 1, 32 * MiB, 32 * MiB, GROW, WAIT},
+    {31 * MiB, MiB + 1, 1, 32 * MiB, 32 * MiB, GROW, WAIT},
+    {31 * MiB, 16 * MiB, 1, 32 * MiB, 32 * MiB, GROW, WAIT},
+    {31 * MiB, 16 * MiB, MiB, 32 * MiB, 32 * MiB, GROW, WAIT},
+    {31 * MiB, 16 * MiB, 32 * MiB, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {31 * MiB, 32 * MiB - 1, 1, 32 * MiB, 32 * MiB, GROW, WAIT},
+    {31 * MiB, 32 * MiB, 1, 32 * MiB, 32 * MiB, GROW, BARRIER},
+    {31 * MiB, 2457 * MiB, 1, 32 * MiB, 32 * MiB, GROW, BARRIER},
+    {31 * MiB, 2458 * MiB, 1, 32 * MiB, 32 * MiB, GROW, BARRIER},
+    {32 * MiB, 0, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {32 * MiB, MiB, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {32 * MiB, MiB + 1, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {32 * MiB, 16 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {32 * MiB, 32 * MiB - 1, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {32 * MiB, 32 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, BARRIER},
+    {32 * MiB, 2457 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, BARRIER},
+    {32 * MiB, 2458 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, BARRIER},
+    {33 * MiB, 0, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {33 * MiB, MiB, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {33 * MiB, MiB + 1, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {33 * MiB, 16 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {33 * MiB, 16 * MiB, MiB, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {33 * MiB, 16 * MiB, 32 * MiB, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {33 * MiB, 32 * MiB - 1, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {33 * MiB, 32 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, BARRIER},
+    {33 * MiB, 2457 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, BARRIER},
+    {33 * MiB, 2458 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, BARRIER},
+    {64 * MiB, 0, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {64 * MiB, MiB, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {64 * MiB, MiB + 1, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {64 * MiB, 16 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {64 * MiB, 16 * MiB, MiB, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {64 * MiB, 16 * MiB, 32 * MiB, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {64 * MiB, 32 * MiB - 1, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {64 * MiB, 32 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, BARRIER},
+    {64 * MiB, 2457 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, BARRIER},
+    {64 * MiB, 2458 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, BARRIER},
+    {65 * MiB, 0, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {65 * MiB, MiB, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {65 * MiB, MiB + 1, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {65 * MiB, 16 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {65 * MiB, 32 * MiB - 1, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {65 * MiB, 32 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, BARRIER},
+    {65 * MiB, 2457 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, BARRIER},
+    {65 * MiB, 2458 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, BARRIER},
+    {80 * GiB, 0, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {80 * GiB, MiB, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {80 * GiB, MiB + 1, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {80 * GiB, 16 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {80 * GiB, 32 * MiB - 1, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {80 * GiB, 32 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {80 * GiB, 2457 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, WAIT},
+    {80 * GiB, 2458 * MiB, 1, 32 * MiB, 32 * MiB, BARRIER, BARRIER},
+    {0, 0, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {0, MiB, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {0, MiB + 1, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {0, 16 * MiB, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {0, 32 * MiB - 1, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {0, 32 * MiB, 1, 32 * MiB, 64 * MiB, GROW, BARRIER},
+    {0, 2457 * MiB, 1, 32 * MiB, 64 * MiB, GROW, BARRIER},
+    {0, 2458 * MiB, 1, 32 * MiB, 64 * MiB, GROW, BARRIER},
+    {31 * MiB, 0, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {31 * MiB, MiB, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {31 * MiB, MiB + 1, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {31 * MiB, 16 * MiB, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {31 * MiB, 16 * MiB, MiB, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {31 * MiB, 16 * MiB, 32 * MiB, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {31 * MiB, 32 * MiB - 1, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {31 * MiB, 32 * MiB, 1, 32 * MiB, 64 * MiB, GROW, BARRIER},
+    {31 * MiB, 2457 * MiB, 1, 32 * MiB, 64 * MiB, GROW, BARRIER},
+    {31 * MiB, 2458 * MiB, 1, 32 * MiB, 64 * MiB, GROW, BARRIER},
+    {32 * MiB, 0, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {32 * MiB, MiB, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {32 * MiB, MiB + 1, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {32 * MiB, 16 * MiB, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {32 * MiB, 32 * MiB - 1, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {32 * MiB, 32 * MiB, 1, 32 * MiB, 64 * MiB, GROW, BARRIER},
+    {32 * MiB, 2457 * MiB, 1, 32 * MiB, 64 * MiB, GROW, BARRIER},
+    {32 * MiB, 2458 * MiB, 1, 32 * MiB, 64 * MiB, GROW, BARRIER},
+    {33 * MiB, 0, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {33 * MiB, MiB, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {33 * MiB, MiB + 1, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {33 * MiB, 16 * MiB, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {33 * MiB, 16 * MiB, MiB, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {33 * MiB, 16 * MiB, 32 * MiB, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {33 * MiB, 32 * MiB - 1, 1, 32 * MiB, 64 * MiB, GROW, WAIT},
+    {33 * MiB, 32 * MiB, 1, 32 * MiB, 64 * MiB, GROW, BARRIER},
+    {33 * MiB, 2457 * MiB, 1, 32 * MiB, 64 * MiB, GROW, BARRIER},
+    {33 * MiB, 2458 * MiB, 1, 32 * MiB, 64 * MiB, GROW, BARRIER},
+    {64 * MiB, 0, 1, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {64 * MiB, MiB, 1, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {64 * MiB, MiB + 1, 1, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {64 * MiB, 16 * MiB, 1, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {64 * MiB, 16 * MiB, MiB, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {64 * MiB, 16 * MiB, 32 * MiB, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {64 * MiB, 32 * MiB - 1, 1, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {64 * MiB, 32 * MiB, 1, 32 * MiB, 64 * MiB, BARRIER, BARRIER},
+    {64 * MiB, 2457 * MiB, 1, 32 * MiB, 64 * MiB, BARRIER, BARRIER},
+    {64 * MiB, 2458 * MiB, 1, 32 * MiB, 64 * MiB, BARRIER, BARRIER},
+    {65 * MiB, 0, 1, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {65 * MiB, MiB, 1, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {65 * MiB, MiB + 1, 1, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {65 * MiB, 16 * MiB, 1, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {65 * MiB, 32 * MiB - 1, 1, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {65 * MiB, 32 * MiB, 1, 32 * MiB, 64 * MiB, BARRIER, BARRIER},
+    {65 * MiB, 2457 * MiB, 1, 32 * MiB, 64 * MiB, BARRIER, BARRIER},
+    {65 * MiB, 2458 * MiB, 1, 32 * MiB, 64 * MiB, BARRIER, BARRIER},
+    {80 * GiB, 0, 1, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {80 * GiB, MiB, 1, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {80 * GiB, MiB + 1, 1, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {80 * GiB, 16 * MiB, 1, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {80 * GiB, 32 * MiB - 1, 1, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {80 * GiB, 32 * MiB, 1, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {80 * GiB, 2457 * MiB, 1, 32 * MiB, 64 * MiB, BARRIER, WAIT},
+    {80 * GiB, 2458 * MiB, 1, 32 * MiB, 64 * MiB, BARRIER, BARRIER},
+    {192 * MiB - 1, 40 * MiB, 1, 32 * MiB, 96 * MiB, BARRIER, WAIT},
+    {192 * MiB, 40 * MiB, 1, 32 * MiB, 96 * MiB, BARRIER, WAIT},
+    {192 * MiB + 1, 40 * MiB, 1, 32 * MiB, 96 * MiB, BARRIER, BARRIER},
+    {192 * MiB, 48 * MiB - 1, 1, 32 * MiB, 96 * MiB, BARRIER, WAIT},
+    {192 * MiB, 48 * MiB, 1, 32 * MiB, 96 * MiB, BARRIER, BARRIER},
+    {32 * MiB, 64 * MiB, 64 * MiB, 32 * MiB, 96 * MiB, GROW, BARRIER},
+    {32 * MiB, 64 * MiB, 64 * MiB + 1, 32 * MiB, 96 * MiB, BARRIER, BARRIER},
+    {100 * MiB, 3 * MiB, 1, 0, 0, BARRIER, WAIT},
+    {100 * MiB, 3 * MiB + 1, 1, 0, 0, BARRIER, BARRIER},
+    {100 * MiB, 3 * MiB - 1, 1, 0, 0, BARRIER, WAIT},
+};
+
+Test(reuse, the_barrier_decision_gives_the_pools_answers)
+{
+    for (size_t i = 0; i < sizeof pool_cases / sizeof pool_cases[0]; i++) {
+        ps_reuse_barrier_case_t c = {
+            .reserved = pool_cases[i].reserved,
+            .pending = pool_cases[i].pending,
+            .request = pool_cases[i].request,
+            .percent = PS_REUSE_BARRIER_PENDING_PERCENT,
+            .reserve_floor = pool_cases[i].grown_floor,
+            .pending_floor = pool_cases[i].floor,
+        };
+        c.miss = 1;
+        cr_expect_eq(ps_reuse_barrier_worth(&c), pool_cases[i].miss, "row %zu, a miss: %d, expected %d", i,
+                     ps_reuse_barrier_worth(&c), pool_cases[i].miss);
+        c.miss = 0;
+        cr_expect_eq(ps_reuse_barrier_worth(&c), pool_cases[i].eager, "row %zu, eager: %d, expected %d", i,
+                     ps_reuse_barrier_worth(&c), pool_cases[i].eager);
+    }
+}
+
+/* The arena's questions (core/arena_local.c, core/arena_large.c), answers
+ * taken from the code before: a thread's arena at a miss, threads met
+ * (grows_instead_of_barrier: pending < thread_floor), and the large blocks'
+ * eager barrier (ps_reuse_wants_barrier with LARGE_BARRIER_PERCENT 3):
+ * reserved, pending, thread_floor, the answers. */
+static const struct {
+    uint64_t reserved, pending, thread_floor;
+    ps_reuse_barrier_call_t thread_miss, large_eager;
+} arena_cases[] = {
+    {0, 0, 0, BARRIER, WAIT},
+    {0, MiB, 0, BARRIER, WAIT},
+    {0, MiB + 1, 0, BARRIER, BARRIER},
+    {0, 16 * MiB - 1, 0, BARRIER, BARRIER},
+    {0, 16 * MiB, 0, BARRIER, BARRIER},
+    {0, 30 * MiB + 1, 0, BARRIER, BARRIER},
+    {0, 100 * MiB, 0, BARRIER, BARRIER},
+    {2 * MiB, 0, 0, BARRIER, WAIT},
+    {2 * MiB, MiB, 0, BARRIER, WAIT},
+    {2 * MiB, MiB + 1, 0, BARRIER, BARRIER},
+    {2 * MiB, 16 * MiB - 1, 0, BARRIER, BARRIER},
+    {2 * MiB, 16 * MiB, 0, BARRIER, BARRIER},
+    {2 * MiB, 30 * MiB + 1, 0, BARRIER, BARRIER},
+    {2 * MiB, 100 * MiB, 0, BARRIER, BARRIER},
+    {40 * MiB, 0, 0, BARRIER, WAIT},
+    {40 * MiB, MiB, 0, BARRIER, WAIT},
+    {40 * MiB, MiB + 1, 0, BARRIER, WAIT},
+    {40 * MiB, 16 * MiB - 1, 0, BARRIER, BARRIER},
+    {40 * MiB, 16 * MiB, 0, BARRIER, BARRIER},
+    {40 * MiB, 30 * MiB + 1, 0, BARRIER, BARRIER},
+    {40 * MiB, 100 * MiB, 0, BARRIER, BARRIER},
+    {GiB, 0, 0, BARRIER, WAIT},
+    {GiB, MiB, 0, BARRIER, WAIT},
+    {GiB, MiB + 1, 0, BARRIER, WAIT},
+    {GiB, 16 * MiB - 1, 0, BARRIER, WAIT},
+    {GiB, 16 * MiB, 0, BARRIER, WAIT},
+    {GiB, 30 * MiB + 1, 0, BARRIER, WAIT},
+    {GiB, 100 * MiB, 0, BARRIER, BARRIER},
+    {0, 0, 16 * MiB, GROW, WAIT},
+    {0, MiB, 16 * MiB, GROW, WAIT},
+    {0, MiB + 1, 16 * MiB, GROW, BARRIER},
+    {0, 16 * MiB - 1, 16 * MiB, GROW, BARRIER},
+    {0, 16 * MiB, 16 * MiB, BARRIER, BARRIER},
+    {0, 30 * MiB + 1, 16 * MiB, BARRIER, BARRIER},
+    {0, 100 * MiB, 16 * MiB, BARRIER, BARRIER},
+    {2 * MiB, 0, 16 * MiB, GROW, WAIT},
+    {2 * MiB, MiB, 16 * MiB, GROW, WAIT},
+    {2 * MiB, MiB + 1, 16 * MiB, GROW, BARRIER},
+    {2 * MiB, 16 * MiB - 1, 16 * MiB, GROW, BARRIER},
+    {2 * MiB, 16 * MiB, 16 * MiB, BARRIER, BARRIER},
+    {2 * MiB, 30 * MiB + 1, 16 * MiB, BARRIER, BARRIER},
+    {2 * MiB, 100 * MiB, 16 * MiB, BARRIER, BARRIER},
+    {40 * MiB, 0, 16 * MiB, GROW, WAIT},
+    {40 * MiB, MiB, 16 * MiB, GROW, WAIT},
+    {40 * MiB, MiB + 1, 16 * MiB, GROW, WAIT},
+    {40 * MiB, 16 * MiB - 1, 16 * MiB, GROW, BARRIER},
+    {40 * MiB, 16 * MiB, 16 * MiB, BARRIER, BARRIER},
+    {40 * MiB, 30 * MiB + 1, 16 * MiB, BARRIER, BARRIER},
+    {40 * MiB, 100 * MiB, 16 * MiB, BARRIER, BARRIER},
+    {GiB, 0, 16 * MiB, GROW, WAIT},
+    {GiB, MiB, 16 * MiB, GROW, WAIT},
+    {GiB, MiB + 1, 16 * MiB, GROW, WAIT},
+    {GiB, 16 * MiB - 1, 16 * MiB, GROW, WAIT},
+    {GiB, 16 * MiB, 16 * MiB, BARRIER, WAIT},
+    {GiB, 30 * MiB + 1, 16 * MiB, BARRIER, WAIT},
+    {GiB, 100 * MiB, 16 * MiB, BARRIER, BARRIER},
+};
+
+Test(reuse, the_barrier_decision_gives_the_arenas_answers)
+{
+    for (size_t i = 0; i < sizeof arena_cases / sizeof arena_cases[0]; i++) {
+        ps_reuse_barrier_case_t miss = {
+            .miss = 1, .pending = arena_cases[i].pending, .request = 256, .grow_floor = arena_cases[i].thread_floor};
+        cr_expect_eq(ps_reuse_barrier_worth(&miss), arena_cases[i].thread_miss, "row %zu, a thread's miss", i);
+        ps_reuse_barrier_case_t large = {.reserved = arena_cases[i].reserved,
+                                         .pending = arena_cases[i].pending,
+                                         .percent = PS_REUSE_BARRIER_PENDING_PERCENT};
+        cr_expect_eq(ps_reuse_barrier_worth(&large), arena_cases[i].large_eager, "row %zu, large eager", i);
+    }
+}
+
+Test(reuse, the_eager_rule_inline_agrees_with_the_decision)
+{
+    ps_gpu_ops_t *gpu = lagging_gpu();
+    released_t seen = {0};
+    ps_reuse_t r;
+    ps_reuse_init(&r, gpu, PS_FREE_SYNC_BARRIER, PS_REUSE_BARRIER_PENDING_PERCENT, NULL, record_release, &seen);
+    for (int i = 0; i < 40; i++) {
+        cr_assert_eq(ps_reuse_defer(&r, (uint64_t)i, PS_MiB / 2), PS_OK);
+        ps_reuse_barrier_case_t c = {.reserved = 400 * PS_MiB, .pending = r.bytes_pending,
+                                     .percent = ps_reuse_eager_percent(&r)};
+        cr_expect_eq(ps_reuse_wants_barrier(&r, 400 * PS_MiB), ps_reuse_barrier_worth(&c) == PS_REUSE_BARRIER,
+                     "%d blocks", i + 1);
+    }
+    ps_reuse_destroy(&r);
+    ps_host_ops_destroy(gpu);
+}
+
+#undef GROW
+#undef BARRIER
+#undef WAIT
+#undef MiB
+#undef GiB
+
 Test(reuse, a_barrier_of_the_family_covers_blocks_freed_before_it_not_after)
 {
     ps_gpu_ops_t *gpu = lagging_gpu();
