@@ -1,4 +1,4 @@
-/* The arena's thread floor (core/arena.c, step 6): while threads meet in
+/* The arena's thread floor (core/arena_local.c, step 6): while threads meet in
  * the arena, a thread's arena takes superblocks instead of issuing a
  * barrier as long as its cudaFree'd blocks pending stay under
  * thread_floor; one thread, or threads taking turns, issue a barrier at
