@@ -30,7 +30,9 @@
  *     a fence recorded at the free; with PS_STREAM_NONE it follows
  *     free_sync: deferred under barrier and event (core/arena_local.c,
  *     through core/reuse.c), after a device synchronize under device, at
- *     once under none.
+ *     once under none. The per-thread default stream is one handle for a
+ *     stream per thread: its allocations and frees go as PS_STREAM_NONE's
+ *     (ps_reuse_list_stream), never to a stream arena of that handle.
  *  3. stream_destroyed(s): one fence ("retire fence") is recorded on s
  *     while its handle is still valid, and s's arena is *retired*: it
  *     forgets s (stream NONE: later frees of its blocks follow free_sync
@@ -173,6 +175,7 @@ static void warn_fragmentation(arena_resource_t *a, size_t size)
 static int arena_res_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void **out)
 {
     arena_resource_t *a = (arena_resource_t *)r;
+    stream = ps_reuse_list_stream(stream); /* (the per-thread default stream: the cudaFree way) */
     if (size == 0)
         size = 1;
     if (size > SIZE_MAX - a->opts.superblock_size)
@@ -190,6 +193,7 @@ static int arena_res_allocate(ps_resource_t *r, size_t size, ps_stream_t stream,
 static int arena_res_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t stream)
 {
     arena_resource_t *a = (arena_resource_t *)r;
+    stream = ps_reuse_list_stream(stream);
     for (;;) {
         span_t *s = lookup(a, (uintptr_t)ptr);
         if (!s)

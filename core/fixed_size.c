@@ -10,6 +10,8 @@
  *  3. A block freed on stream s (cudaFreeAsync) goes to s's own stack and is
  *     reused at once by allocations on s. Another stream t takes it only
  *     under memory pressure, after stream_wait_fence(t, fence recorded on s).
+ *     The per-thread default stream is one handle for a stream per thread:
+ *     its blocks go as with PS_STREAM_NONE (4.; ps_reuse_list_stream).
  *  4. A block freed with PS_STREAM_NONE (cudaFree) follows free_sync:
  *     NONE    pushed on the clean stack at once;
  *     DEVICE  device_synchronize, then the clean stack;
@@ -241,6 +243,7 @@ static int steal_from_streams(fixed_size_t *fs, ps_stream_t stream, block_list_t
 static int fs_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void **out)
 {
     fixed_size_t *fs = (fixed_size_t *)r;
+    stream = ps_reuse_list_stream(stream); /* (the per-thread default stream: the cudaFree way) */
     if (size > fs->opts.block_size)
         return PS_EINVAL;
     pthread_mutex_lock(&fs->lock);
@@ -284,6 +287,7 @@ static int fs_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void *
 static int fs_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t stream)
 {
     fixed_size_t *fs = (fixed_size_t *)r;
+    stream = ps_reuse_list_stream(stream);
     pthread_mutex_lock(&fs->lock);
     batch_t *b = find_batch(fs, (uintptr_t)ptr);
     size_t offset = b ? (uintptr_t)ptr - b->base : 1;

@@ -252,4 +252,19 @@ void ps_reuse_retire(ps_reuse_t *r, ps_reuse_list_t *list, ps_stream_t stream);
  * to bytes_pending, PS_EINVAL otherwise. */
 int ps_reuse_visit(const ps_reuse_t *r, void (*visit)(void *ctx, uint64_t item), void *ctx);
 
+/* The stream a block allocated or freed on `stream` is ordered by in a
+ * resource's free lists. The per-thread default stream (PS_STREAM_PER_THREAD:
+ * cudaStreamPerThread, the _ptsz entry points) is one handle that names a
+ * different stream on every thread: a list kept for that handle would hand a
+ * block one thread freed to another thread's stream with nothing ordering
+ * the two. Such blocks go the cudaFree way (PS_STREAM_NONE: an epoch, a
+ * fence or a barrier over every stream; per-thread streams are blocking
+ * streams, which the legacy stream's fence covers). The pool keeps this rule
+ * in its own is_stream_ordered; fixed_size and the arena ask here
+ * (tests/unit/test_per_thread_stream.c). */
+static inline ps_stream_t ps_reuse_list_stream(ps_stream_t stream)
+{
+    return stream == PS_STREAM_PER_THREAD ? PS_STREAM_NONE : stream;
+}
+
 #endif
