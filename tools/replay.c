@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/host_ops.h"
+#include "../core/fake_gpu.h"
 #include "cli.h"
 
 /* One live allocation of the replay. */
@@ -341,7 +341,7 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
             first_time = e->time_s;
         last_time = e->time_s;
         if (sim_gpu && log->has_time)
-            ps_host_ops_set_clock(sim_gpu, (uint64_t)(e->time_s * 1e9 + 0.5));
+            ps_fake_gpu_set_clock(sim_gpu, (uint64_t)(e->time_s * 1e9 + 0.5));
         if (options->before_event)
             options->before_event(options->context, e);
         if (e->action == MEMLOG_ALLOCATE_FAILURE) {
@@ -421,10 +421,10 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
             s.remaps_lent = info.remaps_lent;
         }
         if (sim_gpu) {
-            s.device_syncs = ps_host_ops_device_syncs(sim_gpu);
-            s.wait_ns = ps_host_ops_barrier_wait_ns(sim_gpu);
-            s.wait_as_sync_ns = ps_host_ops_wait_instead_sync_ns(sim_gpu);
-            s.sync_ns = ps_host_ops_device_sync_ns(sim_gpu);
+            s.device_syncs = ps_fake_gpu_device_syncs(sim_gpu);
+            s.wait_ns = ps_fake_gpu_barrier_wait_ns(sim_gpu);
+            s.wait_as_sync_ns = ps_fake_gpu_wait_instead_sync_ns(sim_gpu);
+            s.sync_ns = ps_fake_gpu_device_sync_ns(sim_gpu);
         }
         if (want_samples) {
             if (s.sample_count == sample_capacity) {

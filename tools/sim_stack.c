@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../core/host_ops.h"
+#include "../core/fake_gpu.h"
 
 void sim_stack_name(const char *config_path, char *out, size_t outsize)
 {
@@ -41,7 +41,7 @@ void sim_stack_destroy(sim_stack_t *sim)
     if (sim->config)
         ps_config_free(sim->config);
     if (sim->gpu)
-        ps_host_ops_destroy(sim->gpu);
+        ps_fake_gpu_destroy(sim->gpu);
     memset(sim, 0, sizeof *sim);
 }
 
@@ -51,11 +51,11 @@ int sim_stack_create(const char *config_path, int device, uint64_t capacity, uin
     sim_stack_t sim;
     memset(&sim, 0, sizeof sim);
     sim_stack_name(config_path, sim.name, sizeof sim.name);
-    ps_host_ops_options_t host = {.capacity = (size_t)capacity, .backed = 0,
+    ps_fake_gpu_options_t host = {.capacity = (size_t)capacity, .backed = 0,
                                   .upstream_alignment = 2 * PS_MiB, .auto_complete = 1,
                                   .virtual_memory = 1, .vm_granularity = 2 * PS_MiB,
                                   .lag_ns = gpu_lag_ns};
-    int rc = ps_host_ops_create(&host, &sim.gpu);
+    int rc = ps_fake_gpu_create(&host, &sim.gpu);
     if (rc != PS_OK) {
         fprintf(stderr, "poolshim: error: cannot create the simulated device: %s\n", ps_status_name(rc));
         return rc;

@@ -1,4 +1,4 @@
-/* A resource stack over the simulated device (core/host_ops.h: unbacked
+/* A resource stack over the simulated device (core/fake_gpu.h: unbacked
  * addresses, bounded by a capacity, fences that complete at once, or a
  * given lag after they were recorded on a clock the replay advances), used by
  * `replay --simulate` and by `plot` to learn what a stack would reserve.
@@ -24,7 +24,7 @@ typedef struct sim_stack {
  * for `device` on a simulated device of `capacity` bytes whose GPU lags the
  * host by `gpu_lag_ns` (0: fences complete at once; else a fence completes
  * gpu_lag_ns after it was recorded, on the clock the replay advances with
- * ps_host_ops_set_clock(sim.gpu, ...)). */
+ * ps_fake_gpu_set_clock(sim.gpu, ...)). */
 int sim_stack_create(const char *config_path, int device, uint64_t capacity, uint64_t gpu_lag_ns,
                      sim_stack_t *out);
 void sim_stack_destroy(sim_stack_t *sim);

@@ -4,7 +4,7 @@
  * full trim. A plain program, not a Criterion test, because Criterion
  * cannot start under ThreadSanitizer (Snaipe/Criterion#274): run it with
  * `make pool-thread-stress` (builds with SANITIZE=thread). Exit 0 = clean. */
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 
@@ -61,11 +61,11 @@ int main(void)
 {
     ps_gpu_ops_t *gpu;
     ps_resource_t *upstream, *pool;
-    ps_host_ops_options_t host = {.backed = 1, .auto_complete = 1};
+    ps_fake_gpu_options_t host = {.backed = 1, .auto_complete = 1};
     ps_pool_options_t options;
     ps_pool_options_default(&options);
     options.min_chunk = 2 * PS_MiB;
-    if (ps_host_ops_create(&host, &gpu) != PS_OK || ps_cuda_resource_create("cuda", gpu, &upstream) != PS_OK ||
+    if (ps_fake_gpu_create(&host, &gpu) != PS_OK || ps_cuda_resource_create("cuda", gpu, &upstream) != PS_OK ||
         ps_pool_create("stress", upstream, gpu, &options, &pool) != PS_OK) {
         fprintf(stderr, "pool_thread_stress: setup failed\n");
         return 1;
@@ -83,10 +83,10 @@ int main(void)
     }
     int check = ps_pool_check(pool);
     ps_trim(pool);
-    uint64_t left = ps_host_ops_bytes_outstanding(gpu);
+    uint64_t left = ps_fake_gpu_bytes_outstanding(gpu);
     ps_destroy(pool);
     ps_destroy(upstream);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
     printf("pool_thread_stress: %d failures, check %s, %llu bytes left after trim\n", failures,
            check == PS_OK ? "ok" : "FAILED", (unsigned long long)left);
     return failures || check != PS_OK || left ? 1 : 0;

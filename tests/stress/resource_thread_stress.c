@@ -22,7 +22,7 @@
 #include "../../core/arena.h"
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 
@@ -181,11 +181,11 @@ static int run(const char *name, ps_resource_t *top, size_t max)
 
 int main(void)
 {
-    ps_host_ops_options_t h = {.backed = 1, .auto_complete = 1};
+    ps_fake_gpu_options_t h = {.backed = 1, .auto_complete = 1};
     ps_gpu_ops_t *gpu;
     ps_resource_t *up, *fs, *fs2, *bins, *arena, *adaptor;
     int bad = 0;
-    if (ps_host_ops_create(&h, &gpu) != PS_OK || ps_cuda_resource_create("cuda", gpu, &up) != PS_OK)
+    if (ps_fake_gpu_create(&h, &gpu) != PS_OK || ps_cuda_resource_create("cuda", gpu, &up) != PS_OK)
         return 1;
     ps_fixed_size_options_t fo;
     ps_fixed_size_options_default(&fo);
@@ -233,6 +233,6 @@ int main(void)
     ps_destroy(fs2);
     ps_destroy(fs);
     ps_destroy(up);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
     return bad;
 }

@@ -9,7 +9,7 @@
  * Afterwards ps_pool_check, a full trim, nothing outstanding.
  * A plain program (Criterion cannot start under ThreadSanitizer): run it
  * with `make test-stress SANITIZE=thread` (part of make test-all). Exit 0 = clean. */
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 
@@ -84,12 +84,12 @@ int main(void)
 {
     ps_gpu_ops_t *gpu;
     ps_resource_t *upstream, *pool;
-    ps_host_ops_options_t host = {.backed = 1, .auto_complete = 1};
+    ps_fake_gpu_options_t host = {.backed = 1, .auto_complete = 1};
     ps_pool_options_t options;
     ps_pool_options_default(&options);
     options.min_chunk = 2 * PS_MiB;
     options.thread_cache = 256 * PS_KiB; /* small: evictions and the cap happen often */
-    if (ps_host_ops_create(&host, &gpu) != PS_OK || ps_cuda_resource_create("cuda", gpu, &upstream) != PS_OK ||
+    if (ps_fake_gpu_create(&host, &gpu) != PS_OK || ps_cuda_resource_create("cuda", gpu, &upstream) != PS_OK ||
         ps_pool_create("stress", upstream, gpu, &options, &pool) != PS_OK) {
         fprintf(stderr, "thread_cache_stress: setup failed\n");
         return 1;
@@ -116,10 +116,10 @@ int main(void)
     ps_trim(pool);
     ps_resource_info_t info = {0};
     ps_query(pool, &info);
-    uint64_t left = ps_host_ops_bytes_outstanding(gpu);
+    uint64_t left = ps_fake_gpu_bytes_outstanding(gpu);
     ps_destroy(pool);
     ps_destroy(upstream);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
     printf("thread_cache_stress: %d failures, %llu bytes still cached after every thread exited, check %s, "
            "%llu bytes in use, %llu bytes left after trim\n",
            failures, (unsigned long long)cached, check == PS_OK ? "ok" : "FAILED",

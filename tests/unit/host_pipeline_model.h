@@ -1,6 +1,6 @@
 /* A CPU model of tools/bench/pinned/cupy_pipeline.py over the pinned host
  * stack the shim builds by default (ps_config_build_host_stack with the
- * default [host]), on the fake device in queue mode (core/host_ops.h): the
+ * default [host]), on the fake device in queue mode (core/fake_gpu.h): the
  * fake GPU runs the work the model queues, and a fence the pool records
  * completes when the GPU has finished everything queued before it, as a
  * CUDA event recorded on every stream does.
@@ -31,7 +31,7 @@
 #define PS_TEST_HOST_PIPELINE_MODEL_H
 
 #include "../../config/config.h"
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 #include "../../core/pool.h"
 
 #include <criterion/criterion.h>
@@ -117,7 +117,7 @@ typedef struct pipeline_copy {
 static inline pipeline_result_t pipeline_run(const ps_config_t *cfg, const ps_pool_options_t *pool_options,
                                              const pipeline_params_t *p)
 {
-    ps_host_ops_options_t ho = {.backed = 0,
+    ps_fake_gpu_options_t ho = {.backed = 0,
                                 .waits_move_clock = 1,
                                 .pin_ns = PIPELINE_PIN_NS,
                                 .pin_ns_per_mib = PIPELINE_PIN_NS_PER_MIB,
@@ -126,7 +126,7 @@ static inline pipeline_result_t pipeline_run(const ps_config_t *cfg, const ps_po
                                 .no_host_vm = p->no_host_vm,
                                 .vm_granularity = p->vm_granularity};
     ps_gpu_ops_t *gpu;
-    cr_assert_eq(ps_host_ops_create(&ho, &gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(&ho, &gpu), PS_OK);
     ps_stack_t *stack = NULL;
     cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED,
                                             pool_options, &stack),
@@ -142,7 +142,7 @@ static inline pipeline_result_t pipeline_run(const ps_config_t *cfg, const ps_po
         while (count && (last || flight[head].copy_end_ns <= now || count >= p->depth)) {
             if (flight[head].copy_end_ns > now)
                 now = flight[head].copy_end_ns; /* event synchronize */
-            ps_host_ops_set_clock(gpu, now);
+            ps_fake_gpu_set_clock(gpu, now);
             cr_assert_eq(ps_deallocate(pool, flight[head].ptr, flight[head].size, PS_STREAM_NONE), PS_OK);
             requested -= flight[head].size;
             head++;
@@ -151,11 +151,11 @@ static inline pipeline_result_t pipeline_run(const ps_config_t *cfg, const ps_po
         if (last)
             break;
         size_t n = PIPELINE_MIN_BYTES + pipeline_random(&seed) % (PIPELINE_MAX_BYTES - PIPELINE_MIN_BYTES + 1);
-        ps_host_ops_set_clock(gpu, now);
-        ps_host_ops_set_gpu_busy_until(gpu, gpu_idle);
+        ps_fake_gpu_set_clock(gpu, now);
+        ps_fake_gpu_set_gpu_busy_until(gpu, gpu_idle);
         void *ptr = NULL;
         cr_assert_eq(ps_allocate(pool, n, PS_STREAM_NONE, &ptr), PS_OK);
-        uint64_t after = ps_host_ops_clock(gpu);
+        uint64_t after = ps_fake_gpu_clock(gpu);
         if (after > now) {
             r.wait_ns += after - now;
             now = after;
@@ -176,7 +176,7 @@ static inline pipeline_result_t pipeline_run(const ps_config_t *cfg, const ps_po
         uint64_t start = gpu_idle > now ? gpu_idle : now;
         uint64_t copy_end = start + n * 1000 / p->copy_bytes_per_us;
         gpu_idle = copy_end + p->gpu_ns + 20000; /* spin, then the checksum */
-        ps_host_ops_set_gpu_busy_until(gpu, gpu_idle);
+        ps_fake_gpu_set_gpu_busy_until(gpu, gpu_idle);
         flight[head + count++] = (pipeline_copy_t){ptr, n, copy_end};
     }
     if (gpu_idle > now)
@@ -187,14 +187,14 @@ static inline pipeline_result_t pipeline_run(const ps_config_t *cfg, const ps_po
     r.slabs_taken = info.upstream_allocs;
     r.slabs_given = info.upstream_frees;
     r.bound_waits = info.pending_waits;
-    r.fence_waits = ps_host_ops_fence_waits(gpu);
+    r.fence_waits = ps_fake_gpu_fence_waits(gpu);
     for (ps_resource_t *q = pool; q; q = q->upstream)
         if (strcmp(q->name, "host") == 0) {
             cr_assert_eq(ps_pool_check(q), PS_OK);
             r.expandable = ps_pool_is_expandable(q);
         }
     ps_stack_destroy(stack);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
     return r;
 }
 

@@ -1,9 +1,9 @@
-/* Shared set-up of the pool tests: a fake device (core/host_ops.c), the
+/* Shared set-up of the pool tests: a fake device (core/fake_gpu.c), the
  * `cuda` upstream over it, and a pool over that. */
 #ifndef PS_TEST_POOL_FIXTURE_H
 #define PS_TEST_POOL_FIXTURE_H
 
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 
@@ -18,8 +18,8 @@ typedef struct pool_fixture {
 /* backed: real host memory; capacity: device bytes (0 = unlimited). */
 static inline void fixture_open(pool_fixture_t *f, int backed, size_t capacity, const ps_pool_options_t *opts)
 {
-    ps_host_ops_options_t host = {.capacity = capacity, .backed = backed};
-    cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
+    ps_fake_gpu_options_t host = {.capacity = capacity, .backed = backed};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, opts, &f->pool), PS_OK);
 }
@@ -29,8 +29,8 @@ static inline void fixture_close(pool_fixture_t *f)
 {
     ps_destroy(f->pool);
     ps_destroy(f->upstream);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f->gpu), 0, "the fake device still has bytes outstanding");
-    ps_host_ops_destroy(f->gpu);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f->gpu), 0, "the fake device still has bytes outstanding");
+    ps_fake_gpu_destroy(f->gpu);
 }
 
 static inline ps_resource_info_t fixture_info(ps_resource_t *r)

@@ -8,7 +8,7 @@
 
 #include "../../core/adaptors.h"
 #include "../../core/arena.h"
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 #include "../../core/upstream.h"
 
 typedef struct stack {
@@ -19,8 +19,8 @@ typedef struct stack {
 
 static void base_make(stack_t_ *s)
 {
-    ps_host_ops_options_t h = {.auto_complete = 1};
-    cr_assert_eq(ps_host_ops_create(&h, &s->gpu), PS_OK);
+    ps_fake_gpu_options_t h = {.auto_complete = 1};
+    cr_assert_eq(ps_fake_gpu_create(&h, &s->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", s->gpu, &s->up), PS_OK);
     cr_assert_eq(ps_arena_create("arena", s->up, s->gpu, NULL, &s->arena), PS_OK);
 }
@@ -29,7 +29,7 @@ static void base_unmake(stack_t_ *s)
 {
     ps_destroy(s->arena);
     ps_destroy(s->up);
-    ps_host_ops_destroy(s->gpu);
+    ps_fake_gpu_destroy(s->gpu);
 }
 
 static char *slurp(FILE *f)

@@ -15,7 +15,7 @@
 /* An arena under free_sync `sync` over a fake device of `capacity` bytes. */
 static void make_with(arena_fixture_t *f, size_t capacity, int auto_complete, ps_free_sync_t sync)
 {
-    ps_host_ops_options_t h = {.capacity = capacity, .auto_complete = auto_complete};
+    ps_fake_gpu_options_t h = {.capacity = capacity, .auto_complete = auto_complete};
     ps_arena_options_t o;
     ps_arena_options_default(&o);
     o.free_sync = sync;
@@ -105,7 +105,7 @@ Test(arena_thread, defragments_on_failure_then_succeeds)
     cr_assert_lt(before.largest_free_block, 16 * PS_MiB);
     void *big;
     cr_assert_eq(ps_allocate(f.arena, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
-    cr_assert_geq(ps_host_ops_fence_waits(f.gpu), 1, "pending frees were waited for under pressure");
+    cr_assert_geq(ps_fake_gpu_fence_waits(f.gpu), 1, "pending frees were waited for under pressure");
     cr_assert_eq(ps_deallocate(f.arena, big, 16 * PS_MiB, PS_STREAM_NONE), PS_OK);
     pthread_barrier_wait(&go);
     pthread_join(t, NULL);
@@ -163,12 +163,12 @@ Test(arena, event_free_is_not_reused_before_its_fence_completes)
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_eq(ps_deallocate(f.arena, a, PS_MiB, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(arena_info(f.arena).bytes_pending, PS_MiB);
-    uint64_t fences = ps_host_ops_fences_recorded(f.gpu);
+    uint64_t fences = ps_fake_gpu_fences_recorded(f.gpu);
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &c), PS_OK);
     cr_assert_neq(c, a, "reused before the fence completed");
-    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), fences + 1, "the epoch was closed by one fence");
-    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0, "no host wait when it can grow");
-    ps_host_ops_complete_all(f.gpu);
+    cr_assert_eq(ps_fake_gpu_fences_recorded(f.gpu), fences + 1, "the epoch was closed by one fence");
+    cr_assert_eq(ps_fake_gpu_fence_waits(f.gpu), 0, "no host wait when it can grow");
+    ps_fake_gpu_complete_all(f.gpu);
     /* c's superblock has one free block left; then a comes back */
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &d), PS_OK);
     void *e;
@@ -202,11 +202,11 @@ Test(arena, stream_frees_are_reused_at_once_on_their_stream)
     cr_assert_eq(ps_deallocate(f.arena, a, 1000, s1), PS_OK);
     cr_assert_eq(ps_allocate(f.arena, 1000, s1, &b), PS_OK);
     cr_assert_eq(b, a, "same stream: reused at once");
-    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_fences_recorded(f.gpu), 0);
     /* freed on another stream: the owner stream waits for it on the GPU */
     cr_assert_eq(ps_deallocate(f.arena, b, 1000, s2), PS_OK);
-    cr_assert_eq(ps_host_ops_stream_waits(f.gpu), 1);
-    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0, "never a host wait");
+    cr_assert_eq(ps_fake_gpu_stream_waits(f.gpu), 1);
+    cr_assert_eq(ps_fake_gpu_fence_waits(f.gpu), 0, "never a host wait");
     unmake(&f);
 }
 
@@ -231,9 +231,9 @@ Test(arena, trim_gives_free_chunks_back)
     void *a;
     cr_assert_eq(ps_allocate(f.arena, 5 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(ps_deallocate(f.arena, a, 5 * PS_MiB, PS_STREAM_NONE), PS_OK);
-    cr_assert_gt(ps_host_ops_bytes_outstanding(f.gpu), 0);
+    cr_assert_gt(ps_fake_gpu_bytes_outstanding(f.gpu), 0);
     cr_assert_eq(ps_trim(f.arena), PS_OK);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 0);
     cr_assert_eq(arena_info(f.arena).bytes_reserved, 0);
     unmake(&f);
 }
@@ -243,8 +243,8 @@ Test(arena, trim_gives_free_chunks_back)
 /* An arena of 64 KiB superblocks: 32 KiB requests fit two per superblock. */
 static void make_small(arena_fixture_t *f)
 {
-    ps_host_ops_options_t h = {0};
-    cr_assert_eq(ps_host_ops_create(&h, &f->gpu), PS_OK);
+    ps_fake_gpu_options_t h = {0};
+    cr_assert_eq(ps_fake_gpu_create(&h, &f->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->up), PS_OK);
     ps_arena_options_t o;
     ps_arena_options_default(&o);
@@ -264,9 +264,9 @@ Test(arena, destroyed_stream_blocks_wait_for_a_fence_then_become_ready)
         cr_assert_eq(ps_allocate(f.arena, size, s1, &a[i]), PS_OK);
     for (int i = 0; i < 2; i++)
         cr_assert_eq(ps_deallocate(f.arena, a[i], size, s1), PS_OK);
-    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 0, "freed on their stream: no fence yet");
+    cr_assert_eq(ps_fake_gpu_fences_recorded(f.gpu), 0, "freed on their stream: no fence yet");
     ps_stream_destroyed(f.arena, s1);
-    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1, "one fence on the stream at the destroy");
+    cr_assert_eq(ps_fake_gpu_fences_on_stream(f.gpu, s1), 1, "one fence on the stream at the destroy");
     cr_assert_eq(arena_info(f.arena).bytes_pending, 2 * size, "its free blocks are pending, not free");
     /* cudaMalloc must not get them before the fence, trim must not give them back */
     for (int i = 0; i < 4; i++) {
@@ -277,14 +277,14 @@ Test(arena, destroyed_stream_blocks_wait_for_a_fence_then_become_ready)
     cr_assert_eq(arena_info(f.arena).bytes_pending, 2 * size, "still pending after trim");
     /* a new stream inherits the retired arena: on the GPU it first waits
      * for the destroy's fence, then reuses the blocks */
-    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s2), 0);
+    cr_assert_eq(ps_fake_gpu_waits_on_stream(f.gpu, s2), 0);
     void *c;
     cr_assert_eq(ps_allocate(f.arena, size, s2, &c), PS_OK);
-    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s2), 1, "s2 waits for the fence recorded at the destroy");
+    cr_assert_eq(ps_fake_gpu_waits_on_stream(f.gpu, s2), 1, "s2 waits for the fence recorded at the destroy");
     cr_assert(c == a[0] || c == a[1], "after that wait the dead stream's blocks are s2's");
     cr_assert_eq(arena_info(f.arena).bytes_pending, 0);
-    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s1), 0, "nothing waits on the dead stream");
-    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1, "no fence on the dead stream afterwards");
+    cr_assert_eq(ps_fake_gpu_waits_on_stream(f.gpu, s1), 0, "nothing waits on the dead stream");
+    cr_assert_eq(ps_fake_gpu_fences_on_stream(f.gpu, s1), 1, "no fence on the dead stream afterwards");
     cr_assert_eq(ps_deallocate(f.arena, c, size, s2), PS_OK);
     for (int i = 0; i < 4; i++)
         cr_assert_eq(ps_deallocate(f.arena, b[i], size, PS_STREAM_NONE), PS_OK);
@@ -303,11 +303,11 @@ Test(arena, retired_arena_gives_superblocks_back_once_its_fence_completed)
     ps_stream_destroyed(f.arena, s1);
     cr_assert_eq(ps_trim(f.arena), PS_OK);
     cr_assert_gt(arena_info(f.arena).bytes_reserved, 0, "kept while the fence is incomplete");
-    ps_host_ops_complete_all(f.gpu);
+    ps_fake_gpu_complete_all(f.gpu);
     cr_assert_eq(ps_trim(f.arena), PS_OK);
     cr_assert_eq(arena_info(f.arena).bytes_reserved, 0, "given back after it completed");
     cr_assert_eq(arena_info(f.arena).bytes_pending, 0);
-    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1);
+    cr_assert_eq(ps_fake_gpu_fences_on_stream(f.gpu, s1), 1);
     unmake(&f);
 }
 
@@ -328,8 +328,8 @@ Test(arena, blocks_outliving_their_stream_are_freed_without_naming_it)
     cr_assert_eq(ps_allocate(f.arena, size, s2, &c), PS_OK);
     cr_assert(c != a && c != b, "not reused before a fence completed");
     cr_assert_eq(ps_trim(f.arena), PS_OK);
-    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 0);
-    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s1), 0);
+    cr_assert_eq(ps_fake_gpu_fences_on_stream(f.gpu, s1), 0);
+    cr_assert_eq(ps_fake_gpu_waits_on_stream(f.gpu, s1), 0);
     ps_deallocate(f.arena, c, size, s2);
     unmake(&f);
 }
@@ -363,13 +363,13 @@ Test(arena, a_new_stream_reusing_the_handle_waits_for_the_old_streams_superblock
     cr_assert_eq(ps_allocate(f.arena, size, s1, &a), PS_OK);
     cr_assert_eq(ps_deallocate(f.arena, a, size, s1), PS_OK);
     cr_assert_eq(ps_trim(f.arena), PS_OK); /* the superblock leaves with a fence on s1 */
-    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1);
+    cr_assert_eq(ps_fake_gpu_fences_on_stream(f.gpu, s1), 1);
     ps_stream_destroyed(f.arena, s1);
     /* the driver hands the same handle to a new stream: it is another
      * stream, so it must wait for the old one's fence before reusing */
     cr_assert_eq(ps_allocate(f.arena, size, s1, &b), PS_OK);
     cr_assert_eq(b, a, "the fenced superblock is reused");
-    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s1), 1, "after a GPU-side wait for the old fence");
+    cr_assert_eq(ps_fake_gpu_waits_on_stream(f.gpu, s1), 1, "after a GPU-side wait for the old fence");
     cr_assert_eq(ps_deallocate(f.arena, b, size, s1), PS_OK);
     unmake(&f);
 }
@@ -392,18 +392,18 @@ Test(arena, a_remembered_stream_arena_is_not_trusted_after_the_stream_died)
     /* the handle comes back as a new stream: it waits on the GPU for the
      * fence of the destroy before it gets the dead stream's block */
     cr_assert_eq(ps_allocate(f.arena, size, s1, &b), PS_OK);
-    cr_assert(b != a || ps_host_ops_waits_on_stream(f.gpu, s1) == 1,
+    cr_assert(b != a || ps_fake_gpu_waits_on_stream(f.gpu, s1) == 1,
               "the new s1 took the dead s1's block without waiting for its fence");
     cr_assert_eq(ps_deallocate(f.arena, b, size, s1), PS_OK);
     ps_stream_destroyed(f.arena, s1);
-    ps_host_ops_complete_all(f.gpu);
+    ps_fake_gpu_complete_all(f.gpu);
     /* s2 inherits the retired arena and frees a block in it; the next s1
      * (the handle again) must not get that block: it is reusable on s2 only */
     cr_assert_eq(ps_allocate(f.arena, size, s2, &b), PS_OK);
     cr_assert_eq(ps_deallocate(f.arena, b, size, s2), PS_OK);
-    uint64_t waits = ps_host_ops_waits_on_stream(f.gpu, s1);
+    uint64_t waits = ps_fake_gpu_waits_on_stream(f.gpu, s1);
     cr_assert_eq(ps_allocate(f.arena, size, s1, &c), PS_OK);
-    cr_assert(c != b || ps_host_ops_waits_on_stream(f.gpu, s1) > waits,
+    cr_assert(c != b || ps_fake_gpu_waits_on_stream(f.gpu, s1) > waits,
               "s1 took the block s2 freed, with no wait for s2's work");
     cr_assert_eq(ps_deallocate(f.arena, c, size, s1), PS_OK);
     unmake(&f);
@@ -418,8 +418,8 @@ Test(arena, a_remembered_stream_arena_is_not_trusted_after_the_stream_died)
 Test(arena, barrier_policy_falls_back_to_the_epoch_not_to_immediate_reuse)
 {
     arena_fixture_t f;
-    ps_host_ops_options_t h = {0};
-    cr_assert_eq(ps_host_ops_create(&h, &f.gpu), PS_OK);
+    ps_fake_gpu_options_t h = {0};
+    cr_assert_eq(ps_fake_gpu_create(&h, &f.gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.up), PS_OK);
     ps_arena_options_t o;
     ps_arena_options_default(&o);
@@ -434,7 +434,7 @@ Test(arena, barrier_policy_falls_back_to_the_epoch_not_to_immediate_reuse)
     unmake(&f);
 
     ps_resource_t *fixed;
-    cr_assert_eq(ps_host_ops_create(&h, &f.gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(&h, &f.gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.up), PS_OK);
     ps_fixed_size_options_t fo;
     ps_fixed_size_options_default(&fo);
@@ -448,7 +448,7 @@ Test(arena, barrier_policy_falls_back_to_the_epoch_not_to_immediate_reuse)
     }
     ps_destroy(fixed);
     ps_destroy(f.up);
-    ps_host_ops_destroy(f.gpu);
+    ps_fake_gpu_destroy(f.gpu);
 }
 
 /* ---- one barrier for every thread (free_sync barrier) ---- */
@@ -489,17 +489,17 @@ Test(arena, a_barrier_of_another_thread_releases_what_was_freed_before_it)
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &x2), PS_OK); /* the superblock's other block */
     cr_assert_eq(ps_deallocate(f.arena, x, PS_MiB, PS_STREAM_NONE), PS_OK);
     issue_from_another_thread(f.arena);
-    uint64_t barriers = ps_host_ops_barriers(f.gpu);
+    uint64_t barriers = ps_fake_gpu_barriers(f.gpu);
     cr_assert_gt(barriers, 0, "the other thread issued a barrier");
     cr_assert_eq(ps_deallocate(f.arena, y, small, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &p), PS_OK);
     cr_assert_eq(p, x, "X, freed before the other thread's barrier, comes back");
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers, "without a barrier of this thread's own");
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), barriers, "without a barrier of this thread's own");
     void *again[16];
     for (int i = 0; i < 16; i++) {
         cr_assert_eq(ps_allocate(f.arena, small, PS_STREAM_NONE, &again[i]), PS_OK);
         if (again[i] == y)
-            cr_assert_gt(ps_host_ops_barriers(f.gpu), barriers, "Y came back before a barrier issued after its free");
+            cr_assert_gt(ps_fake_gpu_barriers(f.gpu), barriers, "Y came back before a barrier issued after its free");
     }
     for (int i = 0; i < 16; i++)
         cr_assert_eq(ps_deallocate(f.arena, again[i], small, PS_STREAM_NONE), PS_OK);
@@ -520,9 +520,9 @@ Test(arena, a_refused_barrier_of_another_thread_releases_nothing)
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &x), PS_OK);
     cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &x2), PS_OK);
     cr_assert_eq(ps_deallocate(f.arena, x, PS_MiB, PS_STREAM_NONE), PS_OK);
-    ps_host_ops_block_barriers(f.gpu, 1);
+    ps_fake_gpu_block_barriers(f.gpu, 1);
     issue_from_another_thread(f.arena);
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), 0);
     cr_assert_eq(ps_deallocate(f.arena, y, small, PS_STREAM_NONE), PS_OK); /* the next segment */
     for (int i = 0; i < 4; i++) {
         cr_assert_eq(ps_allocate(f.arena, PS_MiB, PS_STREAM_NONE, &p[i]), PS_OK);
@@ -551,11 +551,11 @@ Test(arena, fills_the_device_with_1GiB_blocks_as_far_as_the_pool)
     enum { MAX = 200 };
     static void *blocks[MAX];
     const size_t capacity = 139 * PS_GiB + 512 * PS_MiB;
-    ps_host_ops_options_t h = {.capacity = capacity};
+    ps_fake_gpu_options_t h = {.capacity = capacity};
     ps_gpu_ops_t *gpu;
     ps_resource_t *up, *pool, *arena;
 
-    cr_assert_eq(ps_host_ops_create(&h, &gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(&h, &gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", gpu, &up), PS_OK);
     int native = fill_with_gib_blocks(up, blocks, MAX);
     for (int i = 0; i < native; i++)
@@ -580,5 +580,5 @@ Test(arena, fills_the_device_with_1GiB_blocks_as_far_as_the_pool)
         cr_assert_eq(ps_deallocate(arena, blocks[i], PS_GiB, PS_STREAM_NONE), PS_OK);
     ps_destroy(arena);
     ps_destroy(up);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 
 #include "../../core/arena.h"
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 #include "../../core/upstream.h"
 
 typedef struct workload {
@@ -90,10 +90,10 @@ static void train(workload_t *w, uint64_t seed, int layers, int steps)
 
 static void run_models(ps_free_sync_t sync, double bound)
 {
-    ps_host_ops_options_t h = {.capacity = 80 * PS_GiB, .auto_complete = 1};
+    ps_fake_gpu_options_t h = {.capacity = 80 * PS_GiB, .auto_complete = 1};
     ps_gpu_ops_t *gpu;
     ps_resource_t *up;
-    cr_assert_eq(ps_host_ops_create(&h, &gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(&h, &gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", gpu, &up), PS_OK);
     for (uint64_t seed = 1; seed <= 4; seed++) {
         ps_arena_options_t o;
@@ -113,7 +113,7 @@ static void run_models(ps_free_sync_t sync, double bound)
         ps_destroy(w.arena);
     }
     ps_destroy(up);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
 Test(arena_fragmentation, training_loop_reserves_close_to_what_it_holds)

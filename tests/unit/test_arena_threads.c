@@ -16,7 +16,7 @@
 
 static void open_arena(arena_fixture_t *f, size_t thread_floor)
 {
-    ps_host_ops_options_t h = {0}; /* fences complete only when told; barriers counted */
+    ps_fake_gpu_options_t h = {0}; /* fences complete only when told; barriers counted */
     ps_arena_options_t o;
     ps_arena_options_default(&o);
     cr_assert_eq(o.free_sync, PS_FREE_SYNC_BARRIER);
@@ -33,20 +33,20 @@ static uint64_t peak_reserved(ps_resource_t *r) { return arena_info(r).peak_byte
 enum { SEEN = 256 };
 typedef struct judge {
     uintptr_t freed_addr[SEEN]; /* blocks freed and not yet seen again */
-    uint64_t freed_at[SEEN];    /* ps_host_ops_barriers when each was freed */
+    uint64_t freed_at[SEEN];    /* ps_fake_gpu_barriers when each was freed */
 } judge_t;
 
 /* `pairs` 1 MiB pairs (two blocks per 2 MiB superblock: each miss finds
  * the other freed). Returns the barriers issued meanwhile (by anyone). */
 static uint64_t mib_pairs(arena_fixture_t *f, judge_t *j, int pairs)
 {
-    uint64_t before = ps_host_ops_barriers(f->gpu);
+    uint64_t before = ps_fake_gpu_barriers(f->gpu);
     for (int k = 0; k < pairs; k++) {
         void *p;
         cr_assert_eq(ps_allocate(f->arena, PS_MiB, PS_STREAM_NONE, &p), PS_OK);
         for (int i = 0; i < SEEN; i++)
             if (j->freed_addr[i] == (uintptr_t)p) {
-                cr_assert_gt(ps_host_ops_barriers(f->gpu), j->freed_at[i],
+                cr_assert_gt(ps_fake_gpu_barriers(f->gpu), j->freed_at[i],
                              "pair %d: a block came back without a barrier issued after its free", k);
                 j->freed_addr[i] = 0;
             }
@@ -55,10 +55,10 @@ static uint64_t mib_pairs(arena_fixture_t *f, judge_t *j, int pairs)
             slot++;
         cr_assert_lt(slot, SEEN, "more than %d blocks pending", SEEN);
         j->freed_addr[slot] = (uintptr_t)p;
-        j->freed_at[slot] = ps_host_ops_barriers(f->gpu);
+        j->freed_at[slot] = ps_fake_gpu_barriers(f->gpu);
         cr_assert_eq(ps_deallocate(f->arena, p, PS_MiB, PS_STREAM_NONE), PS_OK);
     }
-    return ps_host_ops_barriers(f->gpu) - before;
+    return ps_fake_gpu_barriers(f->gpu) - before;
 }
 
 /* One thread: a barrier at every miss, as before (the floor is for threads). */

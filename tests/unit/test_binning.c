@@ -4,7 +4,7 @@
 
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 #include "../../core/upstream.h"
 
 /* ---- a resource that counts what reaches it ---- */
@@ -101,8 +101,8 @@ typedef struct fs_fixture {
 static void fs_make(fs_fixture_t *f, size_t block, size_t per_batch, ps_free_sync_t sync,
                     size_t capacity, int auto_complete)
 {
-    ps_host_ops_options_t h = {.capacity = capacity, .auto_complete = auto_complete};
-    cr_assert_eq(ps_host_ops_create(&h, &f->gpu), PS_OK);
+    ps_fake_gpu_options_t h = {.capacity = capacity, .auto_complete = auto_complete};
+    cr_assert_eq(ps_fake_gpu_create(&h, &f->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->up), PS_OK);
     ps_fixed_size_options_t o;
     ps_fixed_size_options_default(&o);
@@ -116,7 +116,7 @@ static void fs_unmake(fs_fixture_t *f)
 {
     ps_destroy(f->fs);
     ps_destroy(f->up);
-    ps_host_ops_destroy(f->gpu);
+    ps_fake_gpu_destroy(f->gpu);
 }
 
 Test(fixed_size, grows_by_one_upstream_call_per_batch)
@@ -126,7 +126,7 @@ Test(fixed_size, grows_by_one_upstream_call_per_batch)
     void *p[33];
     for (int i = 0; i < 33; i++) {
         cr_assert_eq(ps_allocate(f.fs, 1000, PS_STREAM_NONE, &p[i]), PS_OK);
-        cr_assert_eq(ps_host_ops_upstream_allocs(f.gpu), (uint64_t)(i / 16 + 1), "after %d blocks", i + 1);
+        cr_assert_eq(ps_fake_gpu_upstream_allocs(f.gpu), (uint64_t)(i / 16 + 1), "after %d blocks", i + 1);
     }
     ps_resource_info_t info = {0};
     ps_query(f.fs, &info);
@@ -144,7 +144,7 @@ Test(fixed_size, refuses_requests_larger_than_a_block)
     fs_make(&f, 4096, 4, PS_FREE_SYNC_EVENT, 0, 1);
     void *p;
     cr_assert_eq(ps_allocate(f.fs, 4097, PS_STREAM_NONE, &p), PS_EINVAL);
-    cr_assert_eq(ps_host_ops_upstream_allocs(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_upstream_allocs(f.gpu), 0);
     cr_assert_eq(ps_allocate(f.fs, 4096, PS_STREAM_NONE, &p), PS_OK);
     fs_unmake(&f);
 }
@@ -160,14 +160,14 @@ Test(fixed_size, event_free_is_not_reused_before_its_fence_completes)
     cr_assert_eq(ps_deallocate(f.fs, a, 256, PS_STREAM_NONE), PS_EINVAL, "double free while pending");
     cr_assert_eq(ps_allocate(f.fs, 256, PS_STREAM_NONE, &c), PS_OK);
     cr_assert_neq(c, a, "reused before its fence completed");
-    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 1, "one fence closed the epoch");
-    cr_assert_eq(ps_host_ops_upstream_allocs(f.gpu), 2, "grew rather than waited");
-    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0);
-    ps_host_ops_complete_all(f.gpu);
+    cr_assert_eq(ps_fake_gpu_fences_recorded(f.gpu), 1, "one fence closed the epoch");
+    cr_assert_eq(ps_fake_gpu_upstream_allocs(f.gpu), 2, "grew rather than waited");
+    cr_assert_eq(ps_fake_gpu_fence_waits(f.gpu), 0);
+    ps_fake_gpu_complete_all(f.gpu);
     cr_assert_eq(ps_allocate(f.fs, 256, PS_STREAM_NONE, &d), PS_OK); /* rest of batch 2 */
     cr_assert_eq(ps_allocate(f.fs, 256, PS_STREAM_NONE, &e), PS_OK);
     cr_assert_eq(e, a, "reusable once the fence completed");
-    cr_assert_eq(ps_host_ops_upstream_allocs(f.gpu), 2);
+    cr_assert_eq(ps_fake_gpu_upstream_allocs(f.gpu), 2);
     fs_unmake(&f);
 }
 
@@ -181,7 +181,7 @@ Test(fixed_size, waits_for_the_oldest_fence_only_when_out_of_memory)
     cr_assert_eq(ps_deallocate(f.fs, a, PS_MiB, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_allocate(f.fs, PS_MiB, PS_STREAM_NONE, &c), PS_OK);
     cr_assert_eq(c, a);
-    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 1);
+    cr_assert_eq(ps_fake_gpu_fence_waits(f.gpu), 1);
     /* nothing pending, nothing left: out of memory, state intact */
     cr_assert_eq(ps_allocate(f.fs, PS_MiB, PS_STREAM_NONE, &a), PS_ENOMEM);
     cr_assert_eq(ps_deallocate(f.fs, b, PS_MiB, PS_STREAM_NONE), PS_OK);
@@ -195,10 +195,10 @@ Test(fixed_size, device_policy_synchronizes_at_free_and_reuses_at_once)
     void *a, *b;
     cr_assert_eq(ps_allocate(f.fs, 256, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(ps_deallocate(f.fs, a, 256, PS_STREAM_NONE), PS_OK);
-    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 1);
+    cr_assert_eq(ps_fake_gpu_device_syncs(f.gpu), 1);
     cr_assert_eq(ps_allocate(f.fs, 256, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_eq(b, a);
-    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_fences_recorded(f.gpu), 0);
     fs_unmake(&f);
 }
 
@@ -219,8 +219,8 @@ Test(fixed_size, stream_free_is_reused_at_once_on_its_stream_only)
     void *d;
     cr_assert_eq(ps_allocate(f.fs, 256, s2, &d), PS_OK);
     cr_assert_eq(d, a);
-    cr_assert_eq(ps_host_ops_stream_waits(f.gpu), 1);
-    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_stream_waits(f.gpu), 1);
+    cr_assert_eq(ps_fake_gpu_fence_waits(f.gpu), 0);
     fs_unmake(&f);
 }
 
@@ -254,8 +254,8 @@ Test(fixed_size, destroyed_stream_blocks_wait_for_a_fence_then_become_ready)
     for (int i = 0; i < 2; i++)
         cr_assert_eq(ps_deallocate(f.fs, a[i], 1024, s1), PS_OK);
     ps_stream_destroyed(f.fs, s1);
-    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 1);
-    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1, "one fence on the stream at the destroy");
+    cr_assert_eq(ps_fake_gpu_fences_recorded(f.gpu), 1);
+    cr_assert_eq(ps_fake_gpu_fences_on_stream(f.gpu, s1), 1, "one fence on the stream at the destroy");
     ps_resource_info_t info = {0};
     ps_query(f.fs, &info);
     cr_assert_eq(info.bytes_pending, 2048, "its blocks are pending, not free");
@@ -263,11 +263,11 @@ Test(fixed_size, destroyed_stream_blocks_wait_for_a_fence_then_become_ready)
     cr_assert(b != a[0] && b != a[1], "s2 must not take a block of the dead stream before the fence");
     cr_assert_eq(ps_allocate(f.fs, 1024, PS_STREAM_NONE, &x), PS_OK);
     cr_assert(x != a[0] && x != a[1]);
-    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s1), 0, "nothing waits on the dead stream");
-    ps_host_ops_complete_all(f.gpu);
+    cr_assert_eq(ps_fake_gpu_waits_on_stream(f.gpu, s1), 0, "nothing waits on the dead stream");
+    ps_fake_gpu_complete_all(f.gpu);
     cr_assert_eq(ps_allocate(f.fs, 1024, PS_STREAM_NONE, &c), PS_OK);
     cr_assert(c == a[0] || c == a[1], "after the fence the blocks are clean");
-    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), 1);
+    cr_assert_eq(ps_fake_gpu_fences_on_stream(f.gpu, s1), 1);
     ps_deallocate(f.fs, b, 1024, s2);
     ps_deallocate(f.fs, x, 1024, PS_STREAM_NONE);
     ps_deallocate(f.fs, c, 1024, PS_STREAM_NONE);
@@ -285,14 +285,14 @@ Test(fixed_size, pressure_never_steals_through_a_dead_stream)
     for (int i = 0; i < 2; i++)
         cr_assert_eq(ps_deallocate(f.fs, a[i], 1024, s1), PS_OK);
     ps_stream_destroyed(f.fs, s1);
-    uint64_t fences = ps_host_ops_fences_on_stream(f.gpu, s1);
+    uint64_t fences = ps_fake_gpu_fences_on_stream(f.gpu, s1);
     /* the device is full: s2 gets the blocks after a host wait on the
      * destroy's fence, never through a new fence or wait on s1 */
     for (int i = 0; i < 2; i++)
         cr_assert_eq(ps_allocate(f.fs, 1024, s2, &b[i]), PS_OK);
-    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 1);
-    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, s1), fences);
-    cr_assert_eq(ps_host_ops_waits_on_stream(f.gpu, s1), 0);
+    cr_assert_eq(ps_fake_gpu_fence_waits(f.gpu), 1);
+    cr_assert_eq(ps_fake_gpu_fences_on_stream(f.gpu, s1), fences);
+    cr_assert_eq(ps_fake_gpu_waits_on_stream(f.gpu, s1), 0);
     for (int i = 0; i < 2; i++)
         ps_deallocate(f.fs, b[i], 1024, s2);
     fs_unmake(&f);
@@ -320,8 +320,8 @@ Test(fixed_size, without_a_device_table_streams_are_retired_and_stolen_safely)
 {
     ps_gpu_ops_t *gpu;
     ps_resource_t *up, *fs;
-    ps_host_ops_options_t h = {.capacity = 2 * PS_MiB};
-    cr_assert_eq(ps_host_ops_create(&h, &gpu), PS_OK);
+    ps_fake_gpu_options_t h = {.capacity = 2 * PS_MiB};
+    cr_assert_eq(ps_fake_gpu_create(&h, &gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", gpu, &up), PS_OK);
     ps_fixed_size_options_t o;
     ps_fixed_size_options_default(&o);
@@ -344,5 +344,5 @@ Test(fixed_size, without_a_device_table_streams_are_retired_and_stolen_safely)
         cr_assert_eq(ps_deallocate(fs, b[i], 1024, PS_STREAM_NONE), PS_OK);
     ps_destroy(fs);
     ps_destroy(up);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }

@@ -1,7 +1,7 @@
 /* Building stacks from the configuration. Most tests give the builder fake
  * constructors that record what they were asked to create (order, options,
  * upstreams), so the builder's logic is checked on its own. The example-file
- * test uses the real core constructors over the CPU device (core/host_ops):
+ * test uses the real core constructors over the CPU device (core/fake_gpu):
  * every example must build and serve an allocation. */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "../../config/config_internal.h"
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 
 /* ---- fake resources ------------------------------------------------------- */
 typedef struct fake {
@@ -542,8 +542,8 @@ static void build_example_with_core(const char *path)
 {
     ps_config_t *cfg = load_example(path);
     ps_gpu_ops_t *gpu = NULL;
-    ps_host_ops_options_t opts = {.capacity = 80ull << 30, .backed = 0, .auto_complete = 1};
-    cr_assert_eq(ps_host_ops_create(&opts, &gpu), PS_OK);
+    ps_fake_gpu_options_t opts = {.capacity = 80ull << 30, .backed = 0, .auto_complete = 1};
+    cr_assert_eq(ps_fake_gpu_create(&opts, &gpu), PS_OK);
     for (int device = 0; device < 2; device++) {
         ps_stack_t *stack = NULL;
         int rc = ps_config_build_stack(cfg, device, gpu, &stack);
@@ -555,7 +555,7 @@ static void build_example_with_core(const char *path)
             ps_stack_destroy(stack);
         }
     }
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
     ps_config_free(cfg);
 }
 
@@ -628,8 +628,8 @@ static void messages_of_building(const char *ini, int vm, char *out, size_t size
     ps_config_t *cfg = load_example(file);
     unlink(file);
     ps_gpu_ops_t *gpu = NULL;
-    ps_host_ops_options_t opts = {.capacity = 8ull << 30, .virtual_memory = vm, .auto_complete = 1};
-    cr_assert_eq(ps_host_ops_create(&opts, &gpu), PS_OK);
+    ps_fake_gpu_options_t opts = {.capacity = 8ull << 30, .virtual_memory = vm, .auto_complete = 1};
+    cr_assert_eq(ps_fake_gpu_create(&opts, &gpu), PS_OK);
     ps_message_set_fd(fd);
     ps_verbosity = PS_MSG_WARNING; /* (the suite's init silences messages) */
     ps_stack_t *stack = NULL;
@@ -638,7 +638,7 @@ static void messages_of_building(const char *ini, int vm, char *out, size_t size
     ps_message_set_fd(2);
     cr_assert_eq(rc, PS_OK);
     ps_stack_destroy(stack);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
     ps_config_free(cfg);
     ssize_t n = pread(fd, out, size - 1, 0);
     out[n > 0 ? n : 0] = '\0';

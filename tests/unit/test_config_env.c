@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "../../config/config_internal.h"
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 
 /* Loads `text` as the user file with the given options and environment;
  * asserts the expected status. */
@@ -403,16 +403,16 @@ Test(config_env, every_resource_word_alone_gives_a_stack_that_builds)
         snprintf(var, sizeof var, "POOLSHIM_RESOURCE=%s", words[i]);
         char *env[] = {var, NULL};
         ps_config_t *cfg = load(NULL, NULL, env, PS_OK);
-        ps_host_ops_options_t host = {.capacity = 64ull << 30};
+        ps_fake_gpu_options_t host = {.capacity = 64ull << 30};
         ps_gpu_ops_t *gpu = NULL;
-        cr_assert_eq(ps_host_ops_create(&host, &gpu), PS_OK);
+        cr_assert_eq(ps_fake_gpu_create(&host, &gpu), PS_OK);
         ps_stack_t *stack = NULL;
         cr_assert_eq(ps_config_build_stack(cfg, 0, gpu, &stack), PS_OK, "POOLSHIM_RESOURCE=%s", words[i]);
         void *p = NULL;
         cr_assert_eq(ps_allocate(stack->top, 1000, PS_STREAM_NONE, &p), PS_OK, "%s allocates", words[i]);
         cr_assert_eq(ps_deallocate(stack->top, p, 1000, PS_STREAM_NONE), PS_OK);
         ps_stack_destroy(stack);
-        ps_host_ops_destroy(gpu);
+        ps_fake_gpu_destroy(gpu);
         ps_config_free(cfg);
     }
 }

@@ -2,7 +2,7 @@
  * in FACTORIES (adding a stack is one row). Every test runs for every row;
  * a test that cannot apply to a row must skip it with cr_skip_test and the
  * reason (none does today). Each test creates its stack over the `cuda`
- * upstream (core/upstream.h) on the fake device (core/host_ops.h), or over
+ * upstream (core/upstream.h) on the fake device (core/fake_gpu.h), or over
  * `async` or `managed`, or builds the pinned host stack from the defaults
  * of [host] (config/config.h), where the row says so. */
 #include <criterion/criterion.h>
@@ -19,7 +19,7 @@
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
 #include "../../core/pool.h"
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 #include "../../core/upstream.h"
 
 #define MAX_OWNED 8
@@ -43,15 +43,15 @@ static ps_resource_t *own(fixture_t *fx, ps_resource_t *r)
     return r;
 }
 
-static ps_resource_t *make_upstream(fixture_t *fx, const ps_host_ops_options_t *hopts)
+static ps_resource_t *make_upstream(fixture_t *fx, const ps_fake_gpu_options_t *hopts)
 {
-    cr_assert_eq(ps_host_ops_create(hopts, &fx->gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(hopts, &fx->gpu), PS_OK);
     ps_resource_t *up;
     cr_assert_eq(ps_cuda_resource_create("cuda", fx->gpu, &up), PS_OK);
     return own(fx, up);
 }
 
-static void make_fixed_size(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_fixed_size(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
     ps_resource_t *up = make_upstream(fx, h), *r;
     ps_fixed_size_options_t o;
@@ -74,19 +74,19 @@ static ps_resource_t *arena_over(fixture_t *fx, ps_resource_t *up, size_t superb
     return own(fx, r);
 }
 
-static void make_arena(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_arena(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
     arena_over(fx, make_upstream(fx, h), 0);
     fx->max_request = 5 * PS_MiB;
 }
 
-static void make_arena_small_superblocks(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_arena_small_superblocks(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
     arena_over(fx, make_upstream(fx, h), 64 * PS_KiB);
     fx->max_request = 512 * PS_KiB;
 }
 
-static void make_binning(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_binning(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
     ps_resource_t *up = make_upstream(fx, h);
     ps_bin_t bins[2];
@@ -106,7 +106,7 @@ static void make_binning(fixture_t *fx, const ps_host_ops_options_t *h)
     fx->max_request = 3 * PS_MiB;
 }
 
-static void make_limit(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_limit(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
     ps_resource_t *a = arena_over(fx, make_upstream(fx, h), 0), *r;
     cr_assert_eq(ps_limit_create("limit", a, (size_t)1 << 40, &r), PS_OK);
@@ -114,7 +114,7 @@ static void make_limit(fixture_t *fx, const ps_host_ops_options_t *h)
     fx->max_request = 3 * PS_MiB;
 }
 
-static void make_stats(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_stats(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
     ps_resource_t *a = arena_over(fx, make_upstream(fx, h), 0), *r;
     cr_assert_eq(ps_stats_create("stats", a, &r), PS_OK);
@@ -122,7 +122,7 @@ static void make_stats(fixture_t *fx, const ps_host_ops_options_t *h)
     fx->max_request = 3 * PS_MiB;
 }
 
-static void make_track(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_track(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
     ps_resource_t *a = arena_over(fx, make_upstream(fx, h), 0), *r;
     cr_assert_eq(ps_track_create("track", a, 8, &r), PS_OK);
@@ -130,7 +130,7 @@ static void make_track(fixture_t *fx, const ps_host_ops_options_t *h)
     fx->max_request = 3 * PS_MiB;
 }
 
-static void make_log(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_log(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
     ps_resource_t *a = arena_over(fx, make_upstream(fx, h), 0), *r;
     snprintf(fx->log_path, sizeof fx->log_path, "/tmp/poolshim-conf-%d.csv", (int)getpid());
@@ -139,9 +139,9 @@ static void make_log(fixture_t *fx, const ps_host_ops_options_t *h)
     fx->max_request = 3 * PS_MiB;
 }
 
-static void make_cuda(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_cuda(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
-    ps_host_ops_options_t fine = *h;
+    ps_fake_gpu_options_t fine = *h;
     fine.upstream_alignment = 256; /* every block is one upstream call: keep them small */
     make_upstream(fx, &fine);
     fx->max_request = 3 * PS_MiB;
@@ -156,13 +156,13 @@ static ps_resource_t *pool_over(fixture_t *fx, ps_resource_t *up)
     return own(fx, r);
 }
 
-static void make_pool(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_pool(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
     pool_over(fx, make_upstream(fx, h));
     fx->max_request = 5 * PS_MiB;
 }
 
-static void make_binning_over_pool(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_binning_over_pool(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
     ps_resource_t *up = make_upstream(fx, h);
     ps_resource_t *pool = pool_over(fx, up);
@@ -185,22 +185,22 @@ static void make_binning_over_pool(fixture_t *fx, const ps_host_ops_options_t *h
 
 /* The device's own upstreams besides `cuda`: every block is one upstream
  * call, so keep them small (as make_cuda). */
-static void make_async(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_async(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
-    ps_host_ops_options_t fine = *h;
+    ps_fake_gpu_options_t fine = *h;
     fine.upstream_alignment = 256;
-    cr_assert_eq(ps_host_ops_create(&fine, &fx->gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(&fine, &fx->gpu), PS_OK);
     ps_resource_t *up;
     cr_assert_eq(ps_async_resource_create("async", fx->gpu, 0, &up), PS_OK);
     own(fx, up);
     fx->max_request = 3 * PS_MiB;
 }
 
-static void make_managed(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_managed(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
-    ps_host_ops_options_t fine = *h;
+    ps_fake_gpu_options_t fine = *h;
     fine.upstream_alignment = 256;
-    cr_assert_eq(ps_host_ops_create(&fine, &fx->gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(&fine, &fx->gpu), PS_OK);
     ps_resource_t *up;
     cr_assert_eq(ps_managed_resource_create("managed", fx->gpu, &up), PS_OK);
     own(fx, up);
@@ -221,42 +221,42 @@ static ps_resource_t *pool_with(fixture_t *fx, ps_resource_t *up, ps_free_sync_t
 }
 
 /* The default pool on a device with virtual memory: expandable. */
-static void make_pool_expandable(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_pool_expandable(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
-    ps_host_ops_options_t vm = *h;
+    ps_fake_gpu_options_t vm = *h;
     vm.virtual_memory = 1;
     ps_resource_t *pool = pool_over(fx, make_upstream(fx, &vm));
     cr_assert(ps_pool_is_expandable(pool));
     fx->max_request = 5 * PS_MiB;
 }
 
-static void make_pool_no_thread_cache(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_pool_no_thread_cache(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
     pool_with(fx, make_upstream(fx, h), PS_FREE_SYNC_BARRIER, 0);
     fx->max_request = 5 * PS_MiB;
 }
 
-static void make_pool_event(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_pool_event(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
     pool_with(fx, make_upstream(fx, h), PS_FREE_SYNC_EVENT, 16 * PS_MiB);
     fx->max_request = 5 * PS_MiB;
 }
 
-static void make_pool_device(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_pool_device(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
     pool_with(fx, make_upstream(fx, h), PS_FREE_SYNC_DEVICE, 16 * PS_MiB);
     fx->max_request = 5 * PS_MiB;
 }
 
-static void make_pool_none(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_pool_none(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
     pool_with(fx, make_upstream(fx, h), PS_FREE_SYNC_NONE, 16 * PS_MiB);
     fx->max_request = 5 * PS_MiB;
 }
 
-static void make_pool_expandable_event(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_pool_expandable_event(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
-    ps_host_ops_options_t vm = *h;
+    ps_fake_gpu_options_t vm = *h;
     vm.virtual_memory = 1;
     ps_resource_t *pool = pool_with(fx, make_upstream(fx, &vm), PS_FREE_SYNC_EVENT, 16 * PS_MiB);
     cr_assert(ps_pool_is_expandable(pool));
@@ -264,9 +264,9 @@ static void make_pool_expandable_event(fixture_t *fx, const ps_host_ops_options_
 }
 
 /* The guard writes and reads back its red zones: a backed device. */
-static void make_guard(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_guard(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
-    ps_host_ops_options_t backed = *h;
+    ps_fake_gpu_options_t backed = *h;
     backed.backed = 1;
     ps_resource_t *pool = pool_over(fx, make_upstream(fx, &backed)), *r;
     cr_assert_eq(ps_guard_create("guard", pool, fx->gpu, 256, NULL, &r), PS_OK);
@@ -279,11 +279,11 @@ static void make_guard(fixture_t *fx, const ps_host_ops_options_t *h)
  * event, no thread cache, a growth bound) over the `pinned` upstream
  * (host_alloc). On a device with virtual memory the pool works on one host
  * range (core/host_vm.h, owned by the stack), else on slabs. */
-static void pinned_host_stack(fixture_t *fx, const ps_host_ops_options_t *h, int virtual_memory)
+static void pinned_host_stack(fixture_t *fx, const ps_fake_gpu_options_t *h, int virtual_memory)
 {
-    ps_host_ops_options_t device = *h;
+    ps_fake_gpu_options_t device = *h;
     device.virtual_memory = virtual_memory;
-    cr_assert_eq(ps_host_ops_create(&device, &fx->gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(&device, &fx->gpu), PS_OK);
     char *no_environment[] = {NULL};
     ps_config_input_t in = {.options = "", .environ = no_environment, .no_env = 1};
     cr_assert_eq(ps_config_load(&in, &fx->config), PS_OK);
@@ -296,19 +296,19 @@ static void pinned_host_stack(fixture_t *fx, const ps_host_ops_options_t *h, int
     fx->max_request = 5 * PS_MiB;
 }
 
-static void make_pinned(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_pinned(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
     pinned_host_stack(fx, h, 0);
 }
 
-static void make_pinned_expandable(fixture_t *fx, const ps_host_ops_options_t *h)
+static void make_pinned_expandable(fixture_t *fx, const ps_fake_gpu_options_t *h)
 {
     pinned_host_stack(fx, h, 1);
 }
 
 typedef struct factory {
     const char *name;                                            /* row name */
-    void (*make)(fixture_t *fx, const ps_host_ops_options_t *h); /* builds the stack */
+    void (*make)(fixture_t *fx, const ps_fake_gpu_options_t *h); /* builds the stack */
 } factory_t;
 
 /* The rows. */
@@ -341,7 +341,7 @@ static const factory_t FACTORIES[] = {
 static void setup(fixture_t *fx, size_t row, size_t capacity, int backed)
 {
     memset(fx, 0, sizeof *fx);
-    ps_host_ops_options_t h = {.capacity = capacity, .backed = backed, .auto_complete = 1};
+    ps_fake_gpu_options_t h = {.capacity = capacity, .backed = backed, .auto_complete = 1};
     FACTORIES[row].make(fx, &h);
 }
 
@@ -351,7 +351,7 @@ static void teardown(fixture_t *fx)
         ps_destroy(fx->owned[--fx->owned_count]);
     ps_stack_destroy(fx->stack);
     ps_config_free(fx->config);
-    ps_host_ops_destroy(fx->gpu);
+    ps_fake_gpu_destroy(fx->gpu);
     if (fx->log_path[0])
         unlink(fx->log_path);
 }
@@ -652,7 +652,7 @@ ParameterizedTest(size_t *row, conformance, nothing_names_a_destroyed_stream)
     fixture_t fx;
     setup(&fx, *row, 64 * PS_MiB, 0);
     ps_verbosity = PS_MSG_ERROR; /* out-of-memory warnings are expected */
-    ps_host_ops_set_auto_complete(fx.gpu, 0);
+    ps_fake_gpu_set_auto_complete(fx.gpu, 0);
     const ps_stream_t dead = 0x7000, other = 0x8000;
     size_t big = fx.max_request < 2 * PS_MiB ? fx.max_request : 2 * PS_MiB;
     size_t sizes[8] = {1, 300, 4096, 4096, 70000, big, big / 2, 1000};
@@ -667,8 +667,8 @@ ParameterizedTest(size_t *row, conformance, nothing_names_a_destroyed_stream)
         cr_assert_eq(ps_deallocate(fx.top, p[i], sizes[i], dead), PS_OK);
     cr_assert_eq(ps_deallocate(fx.top, p[4], sizes[4], other), PS_OK);
     ps_stream_destroyed(fx.top, dead);
-    uint64_t fences = ps_host_ops_fences_on_stream(fx.gpu, dead);
-    uint64_t waits = ps_host_ops_waits_on_stream(fx.gpu, dead);
+    uint64_t fences = ps_fake_gpu_fences_on_stream(fx.gpu, dead);
+    uint64_t waits = ps_fake_gpu_waits_on_stream(fx.gpu, dead);
     /* the rest of its blocks are freed later, on another stream and with cudaFree */
     cr_assert_eq(ps_deallocate(fx.top, p[5], sizes[5], other), PS_OK);
     cr_assert_eq(ps_deallocate(fx.top, p[6], sizes[6], PS_STREAM_NONE), PS_OK);
@@ -689,7 +689,7 @@ ParameterizedTest(size_t *row, conformance, nothing_names_a_destroyed_stream)
     for (size_t i = 0; i < n; i++)
         cr_assert_eq(ps_deallocate(fx.top, q[i], qs[i], qstream[i]), PS_OK);
     ps_trim(fx.top);
-    ps_host_ops_complete_all(fx.gpu);
+    ps_fake_gpu_complete_all(fx.gpu);
     /* the same requests fit again, but for the last one: at the device's
      * capacity, placement decides about the last 2 MiB (the pool's
      * barrier floor grows before it reuses, so the two passes place
@@ -702,9 +702,9 @@ ParameterizedTest(size_t *row, conformance, nothing_names_a_destroyed_stream)
     for (size_t i = 0; i < again; i++)
         cr_assert_eq(ps_deallocate(fx.top, q[i], qs[i], qstream[i]), PS_OK);
     ps_trim(fx.top);
-    cr_assert_eq(ps_host_ops_fences_on_stream(fx.gpu, dead), fences,
+    cr_assert_eq(ps_fake_gpu_fences_on_stream(fx.gpu, dead), fences,
                  "%s: a fence was recorded on the destroyed stream", FACTORIES[*row].name);
-    cr_assert_eq(ps_host_ops_waits_on_stream(fx.gpu, dead), waits,
+    cr_assert_eq(ps_fake_gpu_waits_on_stream(fx.gpu, dead), waits,
                  "%s: a stream waited on the destroyed stream", FACTORIES[*row].name);
     ps_resource_info_t info = {0};
     ps_query(fx.top, &info);

@@ -2,7 +2,7 @@
  * workload runs clean and counts its GPU-op calls (N, stack creation
  * included, destruction not); then it runs again once for each call number
  * n in 1..N (or an even sample of SAMPLE of them), with call n failing
- * (host ops' fault plan, core/host_ops.h). After every step:
+ * (host ops' fault plan, core/fake_gpu.h). After every step:
  *   a. a step that returned an error had the injected failure fire during
  *      it, and the error is the injected one or PS_ENOMEM (a failed growth);
  *      a failure that no caller reports is a best-effort site (listed below);
@@ -66,7 +66,7 @@
 #include "../../core/arena.h"
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 #include "../../core/host_vm.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
@@ -315,9 +315,9 @@ static const char *where(const run_t *r, int step)
     static char text[160];
     ps_host_op_t op = PS_HOST_OP_ANY;
     uint64_t call = 0;
-    uint64_t fired = ps_host_ops_faults_fired(r->s.gpu, &op, &call);
+    uint64_t fired = ps_fake_gpu_faults_fired(r->s.gpu, &op, &call);
     snprintf(text, sizeof text, "%s, call %llu failing (%s #%llu, fired %llu), step %d", r->kind->name,
-             (unsigned long long)r->fail_at, fired ? ps_host_ops_op_name(op) : "-", (unsigned long long)call,
+             (unsigned long long)r->fail_at, fired ? ps_fake_gpu_op_name(op) : "-", (unsigned long long)call,
              (unsigned long long)fired, step);
     return text;
 }
@@ -333,10 +333,10 @@ static void check_consistent(run_t *r, int step)
     ps_query(s->base, &base);
     cr_assert_leq(top.bytes_in_use, top.bytes_reserved, "%s: in use %llu > reserved %llu", where(r, step),
                   (unsigned long long)top.bytes_in_use, (unsigned long long)top.bytes_reserved);
-    cr_assert_eq(base.bytes_reserved, ps_host_ops_bytes_outstanding(s->gpu),
+    cr_assert_eq(base.bytes_reserved, ps_fake_gpu_bytes_outstanding(s->gpu),
                  "%s: %s says %llu bytes reserved, the device has %llu outstanding", where(r, step), s->base->name,
-                 (unsigned long long)base.bytes_reserved, (unsigned long long)ps_host_ops_bytes_outstanding(s->gpu));
-    cr_assert_leq(ps_host_ops_unsafe_unmaps(s->gpu), r->unsafe_excused,
+                 (unsigned long long)base.bytes_reserved, (unsigned long long)ps_fake_gpu_bytes_outstanding(s->gpu));
+    cr_assert_leq(ps_fake_gpu_unsafe_unmaps(s->gpu), r->unsafe_excused,
                   "%s: unmapped while a fence was incomplete", where(r, step));
 }
 
@@ -347,11 +347,11 @@ static void check_consistent(run_t *r, int step)
  * just fit; such a step is skipped, not retried. */
 static int check_status(run_t *r, int step, int status, uint64_t fired_before)
 {
-    uint64_t fired = ps_host_ops_faults_fired(r->s.gpu, NULL, NULL);
+    uint64_t fired = ps_fake_gpu_faults_fired(r->s.gpu, NULL, NULL);
     if (status == PS_OK)
         return 0;
     r->errors++;
-    uint64_t outstanding = ps_host_ops_bytes_outstanding(r->s.gpu);
+    uint64_t outstanding = ps_fake_gpu_bytes_outstanding(r->s.gpu);
     if (status == PS_ENOMEM && fired == fired_before && fired && outstanding + r->s.max_request > r->kind->capacity)
         return 1;
     ps_resource_info_t info = {0};
@@ -399,7 +399,7 @@ static int perform(run_t *r, const action_t *a)
     }
     case 1: {
         /* the fake judges each unmap by when its granules were freed */
-        ps_host_ops_note_free(s->gpu, r->live[a->index].ptr, r->live[a->index].size);
+        ps_fake_gpu_note_free(s->gpu, r->live[a->index].ptr, r->live[a->index].size);
         int status = ps_deallocate(s->top, r->live[a->index].ptr, r->live[a->index].size, a->stream);
         if (status == PS_OK)
             r->live[a->index] = r->live[--r->live_count];
@@ -412,16 +412,16 @@ static int perform(run_t *r, const action_t *a)
 /* Does `a`, checks, and retries it once if it failed. */
 static void step(run_t *r, int number, const action_t *a)
 {
-    uint64_t before = ps_host_ops_faults_fired(r->s.gpu, NULL, NULL);
+    uint64_t before = ps_fake_gpu_faults_fired(r->s.gpu, NULL, NULL);
     int status = perform(r, a);
     if (check_status(r, number, status, before))
         return; /* the device is full: the script goes on without this block */
     ps_host_op_t op;
-    if (ps_host_ops_faults_fired(r->s.gpu, &op, NULL) != before && (op == PS_HOST_OP_VM_MAP || op == PS_HOST_OP_HOST_VM_MAP))
+    if (ps_fake_gpu_faults_fired(r->s.gpu, &op, NULL) != before && (op == PS_HOST_OP_VM_MAP || op == PS_HOST_OP_HOST_VM_MAP))
         /* a failed vm_map undoes the pieces its ps_vm_range_map mapped, which
          * no kernel has seen: the fake device counts those unmaps as unsafe
          * (a fence is incomplete), but they are not */
-        r->unsafe_excused = ps_host_ops_unsafe_unmaps(r->s.gpu);
+        r->unsafe_excused = ps_fake_gpu_unsafe_unmaps(r->s.gpu);
     check_consistent(r, number);
     if (status != PS_OK) {
         status = perform(r, a);
@@ -452,7 +452,7 @@ static void workload(run_t *r)
         if (number == DESTROY_AT)
             ps_stream_destroyed(s->top, STREAM_A);
         if (number % COMPLETE_EVERY == COMPLETE_EVERY - 1)
-            ps_host_ops_complete_all(s->gpu);
+            ps_fake_gpu_complete_all(s->gpu);
         action_t a = {0};
         unsigned pick = (unsigned)rand_r(&r->seed);
         if (r->live_count < 4 || (r->live_count < MAX_LIVE && pick % 100 < 55)) {
@@ -493,47 +493,47 @@ static uint64_t one_run(const stack_kind_t *kind, ps_host_op_t fail_op, uint64_t
     run_t *r = calloc(1, sizeof *r);
     r->kind = kind;
     r->fail_at = fail_at;
-    ps_host_ops_options_t h = {.capacity = kind->capacity, .virtual_memory = kind->virtual_memory,
+    ps_fake_gpu_options_t h = {.capacity = kind->capacity, .virtual_memory = kind->virtual_memory,
                                .upstream_alignment = 256};
-    cr_assert_eq(ps_host_ops_create(&h, &r->s.gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(&h, &r->s.gpu), PS_OK);
     if (fail_at)
-        cr_assert_eq(ps_host_ops_fail_call(r->s.gpu, fail_op, fail_at, fail_status), PS_OK);
+        cr_assert_eq(ps_fake_gpu_fail_call(r->s.gpu, fail_op, fail_at, fail_status), PS_OK);
     int status = kind->make(&r->s);
     if (status != PS_OK) {
         /* creation failed: nothing leaks, and a second try succeeds */
         check_status(r, -1, status, 0);
         stack_destroy(&r->s);
-        cr_assert_eq(ps_host_ops_bytes_outstanding(r->s.gpu), 0, "%s: failed creation leaked", where(r, -1));
-        cr_assert_eq(ps_host_ops_live_fences(r->s.gpu), 0, "%s: failed creation leaked a fence", where(r, -1));
-        cr_assert_eq(ps_host_ops_live_vm_ranges(r->s.gpu), 0, "%s: failed creation leaked a range", where(r, -1));
+        cr_assert_eq(ps_fake_gpu_bytes_outstanding(r->s.gpu), 0, "%s: failed creation leaked", where(r, -1));
+        cr_assert_eq(ps_fake_gpu_live_fences(r->s.gpu), 0, "%s: failed creation leaked a fence", where(r, -1));
+        cr_assert_eq(ps_fake_gpu_live_vm_ranges(r->s.gpu), 0, "%s: failed creation leaked a range", where(r, -1));
         cr_assert_eq(kind->make(&r->s), PS_OK, "%s: creation failed twice", where(r, -1));
     }
     check_consistent(r, -1);
     workload(r);
-    uint64_t calls = ps_host_ops_calls(r->s.gpu, PS_HOST_OP_ANY);
+    uint64_t calls = ps_fake_gpu_calls(r->s.gpu, PS_HOST_OP_ANY);
     if (!fail_at)
-        clean_barrier_calls = ps_host_ops_calls(r->s.gpu, PS_HOST_OP_BARRIER);
+        clean_barrier_calls = ps_fake_gpu_calls(r->s.gpu, PS_HOST_OP_BARRIER);
     if (!fail_at && getenv("POOLSHIM_FAULTS_VERBOSE")) {
         fprintf(stderr, "%s: %llu calls:", kind->name, (unsigned long long)calls);
         for (int op = 0; op < PS_HOST_OP_COUNT; op++)
-            if (ps_host_ops_calls(r->s.gpu, op))
-                fprintf(stderr, " %s %llu", ps_host_ops_op_name(op), (unsigned long long)ps_host_ops_calls(r->s.gpu, op));
+            if (ps_fake_gpu_calls(r->s.gpu, op))
+                fprintf(stderr, " %s %llu", ps_fake_gpu_op_name(op), (unsigned long long)ps_fake_gpu_calls(r->s.gpu, op));
         fprintf(stderr, "\n");
     }
     runs_with_errors += r->errors != 0;
     if (fail_at)
-        cr_assert_eq(ps_host_ops_faults_fired(r->s.gpu, NULL, NULL), 1, "%s: the failure never fired", where(r, -1));
+        cr_assert_eq(ps_fake_gpu_faults_fired(r->s.gpu, NULL, NULL), 1, "%s: the failure never fired", where(r, -1));
     else
         cr_assert_eq(r->errors, 0, "%s: the clean run had errors", where(r, -1));
     /* c: nothing leaks */
-    ps_host_ops_clear_faults(r->s.gpu);
+    ps_fake_gpu_clear_faults(r->s.gpu);
     stack_destroy(&r->s);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(r->s.gpu), 0, "%s: %llu bytes leaked", where(r, -1),
-                 (unsigned long long)ps_host_ops_bytes_outstanding(r->s.gpu));
-    cr_assert_eq(ps_host_ops_live_fences(r->s.gpu), 0, "%s: %llu fences never released", where(r, -1),
-                 (unsigned long long)ps_host_ops_live_fences(r->s.gpu));
-    cr_assert_eq(ps_host_ops_live_vm_ranges(r->s.gpu), 0, "%s: a reserved range was never released", where(r, -1));
-    ps_host_ops_destroy(r->s.gpu);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(r->s.gpu), 0, "%s: %llu bytes leaked", where(r, -1),
+                 (unsigned long long)ps_fake_gpu_bytes_outstanding(r->s.gpu));
+    cr_assert_eq(ps_fake_gpu_live_fences(r->s.gpu), 0, "%s: %llu fences never released", where(r, -1),
+                 (unsigned long long)ps_fake_gpu_live_fences(r->s.gpu));
+    cr_assert_eq(ps_fake_gpu_live_vm_ranges(r->s.gpu), 0, "%s: a reserved range was never released", where(r, -1));
+    ps_fake_gpu_destroy(r->s.gpu);
     free(r);
     return calls;
 }

@@ -8,7 +8,7 @@
 
 #include "../../config/config_internal.h"
 #include "../../core/adaptors.h"
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 
@@ -20,8 +20,8 @@ typedef struct fixture {
 
 static void open_fixture(fixture_t *f)
 {
-    ps_host_ops_options_t h = {.auto_complete = 1, .backed = 1};
-    cr_assert_eq(ps_host_ops_create(&h, &f->gpu), PS_OK);
+    ps_fake_gpu_options_t h = {.auto_complete = 1, .backed = 1};
+    cr_assert_eq(ps_fake_gpu_create(&h, &f->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->up), PS_OK);
     cr_assert_eq(ps_pool_create("main", f->up, f->gpu, NULL, &f->pool), PS_OK);
 }
@@ -30,7 +30,7 @@ static void close_fixture(fixture_t *f)
 {
     ps_destroy(f->pool);
     ps_destroy(f->up);
-    ps_host_ops_destroy(f->gpu);
+    ps_fake_gpu_destroy(f->gpu);
 }
 
 /* Runs `free` with messages going to a temporary file; returns its text. */
@@ -160,23 +160,23 @@ Test(guard, a_track_adaptor_below_names_the_allocation_site)
 
 Test(guard, refused_without_a_way_to_fill_and_read_device_memory)
 {
-    ps_host_ops_options_t h = {.auto_complete = 1}; /* simulated addresses: nothing to read */
+    ps_fake_gpu_options_t h = {.auto_complete = 1}; /* simulated addresses: nothing to read */
     ps_gpu_ops_t *gpu;
-    cr_assert_eq(ps_host_ops_create(&h, &gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(&h, &gpu), PS_OK);
     ps_resource_t *up, *g = NULL;
     cr_assert_eq(ps_cuda_resource_create("cuda", gpu, &up), PS_OK);
     cr_assert_eq(ps_guard_create("guard", up, gpu, 64, NULL, &g), PS_EUNSUPPORTED);
     cr_assert_eq(ps_guard_create("guard", up, gpu, 0, NULL, &g), PS_EINVAL, "0 bytes is no guard");
     cr_assert_null(g);
     ps_destroy(up);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
 Test(guard, debug_guard_puts_the_guard_over_the_stack_under_stats)
 {
-    ps_host_ops_options_t h = {.auto_complete = 1, .backed = 1, .capacity = 1ull << 30};
+    ps_fake_gpu_options_t h = {.auto_complete = 1, .backed = 1, .capacity = 1ull << 30};
     ps_gpu_ops_t *gpu;
-    cr_assert_eq(ps_host_ops_create(&h, &gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(&h, &gpu), PS_OK);
     ps_config_input_t in = {.no_env = 1, .options = ""};
     ps_config_t *cfg = NULL;
     cr_assert_eq(ps_config_load_text("[global]\nstats = text\n[debug]\nguard = 128\n"
@@ -200,7 +200,7 @@ Test(guard, debug_guard_puts_the_guard_over_the_stack_under_stats)
     cr_assert_eq(st.bytes_requested.total, 2000, "stats above the guard count what the program asked");
     ps_stack_destroy(stack);
     ps_config_free(cfg);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
 Test(guard, a_fill_that_fails_fails_the_allocation_and_keeps_nothing)
@@ -209,7 +209,7 @@ Test(guard, a_fill_that_fails_fails_the_allocation_and_keeps_nothing)
     open_fixture(&f);
     ps_resource_t *g;
     cr_assert_eq(ps_guard_create("guard", f.pool, f.gpu, 64, NULL, &g), PS_OK);
-    ps_host_ops_fail_call(f.gpu, PS_HOST_OP_MEMSET_D8, 1, PS_EUPSTREAM);
+    ps_fake_gpu_fail_call(f.gpu, PS_HOST_OP_MEMSET_D8, 1, PS_EUPSTREAM);
     void *p = NULL;
     cr_assert_eq(ps_allocate(g, 1000, PS_STREAM_NONE, &p), PS_EUPSTREAM, "the CUDA error reaches the caller");
     ps_resource_info_t info = {0};
@@ -217,7 +217,7 @@ Test(guard, a_fill_that_fails_fails_the_allocation_and_keeps_nothing)
     cr_assert_eq(info.bytes_in_use, 0, "the block went back to the pool");
     cr_assert_eq(ps_allocate(g, 1000, PS_STREAM_NONE, &p), PS_OK, "the next allocation works");
     /* a read-back that fails: the block is freed, counted unchecked, nothing reported */
-    ps_host_ops_fail_call(f.gpu, PS_HOST_OP_COPY_TO_HOST, 1, PS_EUPSTREAM);
+    ps_fake_gpu_fail_call(f.gpu, PS_HOST_OP_COPY_TO_HOST, 1, PS_EUPSTREAM);
     ((unsigned char *)p)[1000] = 0;
     cr_assert_eq(free_capturing(g, p, 1000, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(messages[0], 0, "%s", messages);

@@ -2,7 +2,7 @@
  * over pinned slabs, and the adaptors device stacks have, where [host]
  * asks for them: limit (`limit`), track (`track`, `stack_depth`), stats
  * (with global.stats), log (`log_file`). Built over the fake device
- * (core/host_ops, backed: the pinned memory is real host memory). */
+ * (core/fake_gpu, backed: the pinned memory is real host memory). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "../../config/config_internal.h"
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 
 #define FLAGS (PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED)
 
@@ -38,9 +38,9 @@ static int has_error(const ps_config_t *cfg, const char *text)
 /* A fake device without virtual memory: pinned memory comes in slabs. */
 static ps_gpu_ops_t *device(void)
 {
-    ps_host_ops_options_t o = {.backed = 1, .auto_complete = 1};
+    ps_fake_gpu_options_t o = {.backed = 1, .auto_complete = 1};
     ps_gpu_ops_t *gpu = NULL;
-    cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(&o, &gpu), PS_OK);
     return gpu;
 }
 
@@ -48,9 +48,9 @@ static ps_gpu_ops_t *device(void)
  * granularity 1 MiB: the default pinned stack is one host range. */
 static ps_gpu_ops_t *vmm_device(void)
 {
-    ps_host_ops_options_t o = {.backed = 1, .auto_complete = 1, .virtual_memory = 1, .vm_granularity = PS_MiB};
+    ps_fake_gpu_options_t o = {.backed = 1, .auto_complete = 1, .virtual_memory = 1, .vm_granularity = PS_MiB};
     ps_gpu_ops_t *gpu = NULL;
-    cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(&o, &gpu), PS_OK);
     return gpu;
 }
 
@@ -90,11 +90,11 @@ Test(host_stack, default_is_the_pool_alone)
     void *p = NULL;
     cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_OK);
     memset(p, 1, 1000); /* pinned host memory: the host writes it */
-    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 2 * PS_MiB, "one slab of min_chunk");
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(gpu), 2 * PS_MiB, "one slab of min_chunk");
     cr_assert_eq(ps_deallocate(s->top, p, 1000, PS_STREAM_NONE), PS_OK);
     ps_stack_destroy(s);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0, "every slab given back");
-    ps_host_ops_destroy(gpu);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(gpu), 0, "every slab given back");
+    ps_fake_gpu_destroy(gpu);
     ps_config_free(cfg);
 }
 
@@ -117,7 +117,7 @@ Test(host_stack, every_adaptor_in_order_log_stats_track_limit_pool)
     cr_assert_str_eq(s->stats->name, "host.stats");
     cr_assert_str_eq(s->track->name, "host.track");
     ps_stack_destroy(s);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
     ps_config_free(cfg);
     unlink(path);
 }
@@ -142,7 +142,7 @@ Test(host_stack, limit_refuses_past_it_and_takes_freed_bytes_back)
     cr_assert_eq(ps_deallocate(s->top, b, 1 * PS_MiB, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_deallocate(s->top, c, 2 * PS_MiB, PS_STREAM_NONE), PS_OK);
     ps_stack_destroy(s);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
     ps_config_free(cfg);
 }
 
@@ -171,7 +171,7 @@ Test(host_stack, track_reports_pinned_leaks_by_name)
     cr_assert(strstr(out, "track 'host.track': no leaks"), "%s", out);
     free(out);
     ps_stack_destroy(s);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
     ps_config_free(cfg);
 }
 
@@ -202,7 +202,7 @@ Test(host_stack, log_writes_rmm_csv_one_file_per_device)
         unlink(path);
     }
     rmdir(dir);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
     ps_config_free(cfg);
 }
 
@@ -213,8 +213,8 @@ Test(host_stack, unopenable_log_fails_the_build_and_leaks_nothing)
     ps_stack_t *s = NULL;
     cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_ECONFIG);
     cr_assert_null(s);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0);
-    ps_host_ops_destroy(gpu);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(gpu), 0);
+    ps_fake_gpu_destroy(gpu);
     ps_config_free(cfg);
 }
 
@@ -230,17 +230,17 @@ Test(host_stack, callers_pool_options_win_over_host_section)
     cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, &o, &s), PS_OK);
     void *p = NULL;
     cr_assert_eq(ps_allocate(s->top, 100, PS_STREAM_NONE, &p), PS_OK);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 2 * PS_MiB);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(gpu), 2 * PS_MiB);
     cr_assert_eq(ps_deallocate(s->top, p, 100, PS_STREAM_NONE), PS_OK);
     ps_stack_destroy(s);
     ps_config_free(cfg);
     cfg = load("[host]\nmin_chunk = 16MiB\n", NULL, PS_OK);
     cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_OK);
     cr_assert_eq(ps_allocate(s->top, 100, PS_STREAM_NONE, &p), PS_OK);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 16 * PS_MiB, "[host] min_chunk without options");
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(gpu), 16 * PS_MiB, "[host] min_chunk without options");
     cr_assert_eq(ps_deallocate(s->top, p, 100, PS_STREAM_NONE), PS_OK);
     ps_stack_destroy(s);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
     ps_config_free(cfg);
 }
 
@@ -255,7 +255,7 @@ Test(host_stack, bad_adaptor_keys_are_errors)
     ps_gpu_ops_t *gpu = device();
     ps_stack_t *s = NULL;
     cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_ECONFIG, "no stack from errors");
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
     ps_config_free(cfg);
 
     cfg = load("[host]\nstack_depth = 8\n", NULL, PS_ECONFIG);
@@ -300,18 +300,18 @@ Test(host_stack, default_pool_maps_host_pieces_of_one_range)
     memset(a, 1, 1536 * 1024); /* across the first piece's end */
     memset(b, 2, 3 * PS_MiB);
     cr_assert_eq((uintptr_t)b, (uintptr_t)a + 1536 * 1024, "the second block follows the first: one range");
-    cr_assert_eq(ps_host_ops_host_vm_maps(gpu), 5, "1.5 + 3 MiB in host pieces of 1 MiB");
-    cr_assert_eq(ps_host_ops_vm_maps(gpu), 5, "no device piece");
-    cr_assert_eq(ps_host_ops_upstream_allocs(gpu), 0, "no cuMemHostAlloc slab");
-    cr_assert_eq(ps_host_ops_calls(gpu, PS_HOST_OP_HOST_ALLOC), 0, "no cuMemHostAlloc slab");
-    cr_assert_eq(ps_host_ops_live_vm_ranges(gpu), 1, "one reserved range");
+    cr_assert_eq(ps_fake_gpu_host_vm_maps(gpu), 5, "1.5 + 3 MiB in host pieces of 1 MiB");
+    cr_assert_eq(ps_fake_gpu_vm_maps(gpu), 5, "no device piece");
+    cr_assert_eq(ps_fake_gpu_upstream_allocs(gpu), 0, "no cuMemHostAlloc slab");
+    cr_assert_eq(ps_fake_gpu_calls(gpu, PS_HOST_OP_HOST_ALLOC), 0, "no cuMemHostAlloc slab");
+    cr_assert_eq(ps_fake_gpu_live_vm_ranges(gpu), 1, "one reserved range");
     cr_assert_eq(ps_deallocate(s->top, a, 1536 * 1024, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_deallocate(s->top, b, 3 * PS_MiB, PS_STREAM_NONE), PS_OK);
     ps_stack_destroy(s);
-    cr_assert_eq(ps_host_ops_host_vm_unmaps(gpu), 5, "every piece unmapped");
-    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0);
-    cr_assert_eq(ps_host_ops_live_vm_ranges(gpu), 0, "the range released");
-    ps_host_ops_destroy(gpu);
+    cr_assert_eq(ps_fake_gpu_host_vm_unmaps(gpu), 5, "every piece unmapped");
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(gpu), 0);
+    cr_assert_eq(ps_fake_gpu_live_vm_ranges(gpu), 0, "the range released");
+    ps_fake_gpu_destroy(gpu);
     ps_config_free(cfg);
 }
 
@@ -325,11 +325,11 @@ Test(host_stack, expandable_off_keeps_slabs)
     cr_assert_not(ps_pool_is_expandable(s->top));
     void *p = NULL;
     cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_OK);
-    cr_assert_eq(ps_host_ops_upstream_allocs(gpu), 1, "one slab");
-    cr_assert_eq(ps_host_ops_host_vm_maps(gpu) + ps_host_ops_vm_maps(gpu), 0, "nothing mapped");
+    cr_assert_eq(ps_fake_gpu_upstream_allocs(gpu), 1, "one slab");
+    cr_assert_eq(ps_fake_gpu_host_vm_maps(gpu) + ps_fake_gpu_vm_maps(gpu), 0, "nothing mapped");
     cr_assert_eq(ps_deallocate(s->top, p, 1000, PS_STREAM_NONE), PS_OK);
     ps_stack_destroy(s);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
     ps_config_free(cfg);
 }
 
@@ -345,8 +345,8 @@ static void expect_slabs(const char *ini, ps_gpu_ops_t *table, ps_gpu_ops_t *gpu
     cr_assert_not(ps_pool_is_expandable(s->top), "%s", ini);
     void *p = NULL;
     cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_OK);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 2 * PS_MiB, "one slab of min_chunk (%s)", ini);
-    cr_assert_eq(ps_host_ops_vm_maps(gpu), 0, "no piece mapped (%s)", ini);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(gpu), 2 * PS_MiB, "one slab of min_chunk (%s)", ini);
+    cr_assert_eq(ps_fake_gpu_vm_maps(gpu), 0, "no piece mapped (%s)", ini);
     cr_assert_eq(ps_deallocate(s->top, p, 1000, PS_STREAM_NONE), PS_OK);
     ps_stack_destroy(s);
     ps_config_free(cfg);
@@ -358,16 +358,16 @@ Test(host_stack, without_host_pieces_the_pool_uses_slabs)
     for (int i = 0; i < 2; i++) {
         ps_gpu_ops_t *gpu = device(); /* no virtual memory */
         expect_slabs(inis[i], gpu, gpu);
-        ps_host_ops_destroy(gpu);
-        ps_host_ops_options_t o = {.backed = 1, .auto_complete = 1, .virtual_memory = 1, .no_host_vm = 1};
-        cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK); /* device pieces only */
+        ps_fake_gpu_destroy(gpu);
+        ps_fake_gpu_options_t o = {.backed = 1, .auto_complete = 1, .virtual_memory = 1, .no_host_vm = 1};
+        cr_assert_eq(ps_fake_gpu_create(&o, &gpu), PS_OK); /* device pieces only */
         expect_slabs(inis[i], gpu, gpu);
-        ps_host_ops_destroy(gpu);
-        o = (ps_host_ops_options_t){.backed = 1, .auto_complete = 1, .virtual_memory = 1,
+        ps_fake_gpu_destroy(gpu);
+        o = (ps_fake_gpu_options_t){.backed = 1, .auto_complete = 1, .virtual_memory = 1,
                                     .vm_granularity = PS_MiB, .host_vm_granularity = 2 * PS_MiB};
-        cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK); /* ranges aligned to less than a host piece */
+        cr_assert_eq(ps_fake_gpu_create(&o, &gpu), PS_OK); /* ranges aligned to less than a host piece */
         expect_slabs(inis[i], gpu, gpu);
-        ps_host_ops_destroy(gpu);
+        ps_fake_gpu_destroy(gpu);
     }
 }
 
@@ -383,7 +383,7 @@ Test(host_stack, debug_nvtx_keeps_slabs_unless_asked)
     cr_assert(ps_pool_is_expandable(s->top));
     ps_stack_destroy(s);
     ps_config_free(cfg);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
 Test(host_stack, expandable_keys_parse_and_refuse_bad_values)
@@ -439,31 +439,31 @@ Test(host_stack, refused_host_pieces_fail_cleanly)
     ps_gpu_ops_t *gpu = vmm_device();
     ps_stack_t *s = NULL;
     cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_OK);
-    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_HOST_VM_MAP, 1, 0), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_HOST_OP_HOST_VM_MAP, 1, 0), PS_OK);
     void *p = NULL;
     cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_OK, "the retry maps");
     cr_assert_eq(ps_deallocate(s->top, p, 1000, PS_STREAM_NONE), PS_OK);
     ps_stack_destroy(s);
-    cr_assert_eq(ps_host_ops_host_vm_maps(gpu), 1);
-    cr_assert_eq(ps_host_ops_host_vm_unmaps(gpu), 1);
-    cr_assert_eq(ps_host_ops_live_vm_ranges(gpu), 0);
+    cr_assert_eq(ps_fake_gpu_host_vm_maps(gpu), 1);
+    cr_assert_eq(ps_fake_gpu_host_vm_unmaps(gpu), 1);
+    cr_assert_eq(ps_fake_gpu_live_vm_ranges(gpu), 0);
     cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_OK);
-    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_HOST_VM_MAP, 3, 0), PS_OK);
-    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_HOST_VM_MAP, 4, 0), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_HOST_OP_HOST_VM_MAP, 3, 0), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_HOST_OP_HOST_VM_MAP, 4, 0), PS_OK);
     cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_ENOMEM);
-    cr_assert_eq(ps_host_ops_host_vm_maps(gpu), 1);
+    cr_assert_eq(ps_fake_gpu_host_vm_maps(gpu), 1);
     ps_resource_info_t info = {0};
     ps_query(s->top, &info);
     cr_assert_eq(info.bytes_reserved, 0);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(gpu), 0);
     cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_OK, "the next piece maps");
     memset(p, 3, 1000);
-    cr_assert_eq(ps_host_ops_host_vm_maps(gpu), 2);
+    cr_assert_eq(ps_fake_gpu_host_vm_maps(gpu), 2);
     cr_assert_eq(ps_deallocate(s->top, p, 1000, PS_STREAM_NONE), PS_OK);
     ps_stack_destroy(s);
-    cr_assert_eq(ps_host_ops_host_vm_unmaps(gpu), 2);
-    cr_assert_eq(ps_host_ops_live_vm_ranges(gpu), 0);
-    ps_host_ops_destroy(gpu);
+    cr_assert_eq(ps_fake_gpu_host_vm_unmaps(gpu), 2);
+    cr_assert_eq(ps_fake_gpu_live_vm_ranges(gpu), 0);
+    ps_fake_gpu_destroy(gpu);
     ps_config_free(cfg);
 }
 
@@ -490,15 +490,15 @@ Test(host_stack, the_decay_gives_idle_pinned_memory_back)
             given += ps_decay(s->top, t + (uint64_t)i, decay, 0);
         }
     cr_assert_eq(given, 0, "the loop's pinned memory stays");
-    uint64_t unmaps = ps_host_ops_host_vm_unmaps(gpu);
+    uint64_t unmaps = ps_fake_gpu_host_vm_unmaps(gpu);
     for (int i = 0; i < 4; i++)
         cr_assert_eq(ps_deallocate(s->top, p[i], 3 * PS_MiB, PS_STREAM_NONE), PS_OK);
     for (uint64_t t = 9 * sec; t <= 20 * sec; t += sec)
         given += ps_decay(s->top, t, decay, 0);
     cr_assert_geq(given, 12 * PS_MiB, "the idle pool gave its pinned memory back");
-    cr_assert_gt(ps_host_ops_host_vm_unmaps(gpu), unmaps);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0, "the system has it back");
+    cr_assert_gt(ps_fake_gpu_host_vm_unmaps(gpu), unmaps);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(gpu), 0, "the system has it back");
     ps_stack_destroy(s);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
     ps_config_free(cfg);
 }

@@ -14,7 +14,7 @@
 
 #include "../../core/arena.h"
 #include "../../core/fixed_size.h"
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 
@@ -26,17 +26,17 @@ typedef struct {
 
 static void open_fixture(per_thread_fixture_t *f)
 {
-    ps_host_ops_options_t h = {.capacity = 1ull << 32};
-    cr_assert_eq(ps_host_ops_create(&h, &f->gpu), PS_OK);
+    ps_fake_gpu_options_t h = {.capacity = 1ull << 32};
+    cr_assert_eq(ps_fake_gpu_create(&h, &f->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
 }
 
 static void close_fixture(per_thread_fixture_t *f)
 {
-    ps_host_ops_complete_all(f->gpu);
+    ps_fake_gpu_complete_all(f->gpu);
     ps_destroy(f->resource);
     ps_destroy(f->upstream);
-    ps_host_ops_destroy(f->gpu);
+    ps_fake_gpu_destroy(f->gpu);
 }
 
 /* Frees a block on the per-thread stream, asks for the same size on it
@@ -48,9 +48,9 @@ static int reused_before_its_fence(per_thread_fixture_t *f, size_t size)
     void *first = NULL, *again = NULL;
     cr_assert_eq(ps_allocate(f->resource, size, PS_STREAM_PER_THREAD, &first), PS_OK);
     cr_assert_eq(ps_deallocate(f->resource, first, size, PS_STREAM_PER_THREAD), PS_OK);
-    uint64_t barriers = ps_host_ops_barriers(f->gpu);
+    uint64_t barriers = ps_fake_gpu_barriers(f->gpu);
     cr_assert_eq(ps_allocate(f->resource, size, PS_STREAM_PER_THREAD, &again), PS_OK);
-    int reused = again == first && ps_host_ops_barriers(f->gpu) == barriers;
+    int reused = again == first && ps_fake_gpu_barriers(f->gpu) == barriers;
     cr_assert_eq(ps_deallocate(f->resource, again, size, PS_STREAM_PER_THREAD), PS_OK);
     return reused;
 }

@@ -77,7 +77,7 @@ Test(pool, rejects_bad_options)
 {
     ps_gpu_ops_t *gpu;
     ps_resource_t *up, *pool;
-    cr_assert_eq(ps_host_ops_create(NULL, &gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(NULL, &gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create(NULL, gpu, &up), PS_OK);
     ps_pool_options_t o;
     ps_pool_options_default(&o);
@@ -94,7 +94,7 @@ Test(pool, rejects_bad_options)
     cr_assert_eq(ps_allocate(pool, 10, 0x100, &p), PS_EUNSUPPORTED, "stream-ordered needs fences");
     ps_destroy(pool);
     ps_destroy(up);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
 Test(pool, splits_a_chunk_and_hands_out_the_tail_next)
@@ -194,7 +194,7 @@ Test(pool, upstream_failure_retries_with_half_the_chunk)
     ps_pool_options_t o = small_pool_options();
     o.min_chunk = 32 * PS_MiB;
     fixture_open(&f, 0, 0, &o);
-    ps_host_ops_inject_failure(f.gpu, 0, 2);
+    ps_fake_gpu_inject_failure(f.gpu, 0, 2);
     void *a;
     cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 8 * PS_MiB, "32 and 16 MiB failed, 8 MiB worked");
@@ -209,7 +209,7 @@ Test(pool, upstream_failures_at_random_points_leak_nothing)
         o.free_sync = seed % 2 ? PS_FREE_SYNC_NONE : PS_FREE_SYNC_EVENT;
         fixture_open(&f, 0, 256 * PS_MiB, &o);
         srand(seed);
-        ps_host_ops_inject_failure(f.gpu, (uint64_t)rand() % 6, 1 + (uint64_t)rand() % 20);
+        ps_fake_gpu_inject_failure(f.gpu, (uint64_t)rand() % 6, 1 + (uint64_t)rand() % 20);
         void *live[64] = {0};
         for (int step = 0; step < 400; step++) {
             int slot = rand() % 64;
@@ -232,7 +232,7 @@ Test(pool, upstream_failures_at_random_points_leak_nothing)
             if (live[slot])
                 cr_assert_eq(ps_deallocate(f.pool, live[slot], 0, PS_STREAM_NONE), PS_OK);
         cr_assert_eq(ps_trim(f.pool), PS_OK);
-        cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0, "seed %u: trim gave everything back", seed);
+        cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 0, "seed %u: trim gave everything back", seed);
         cr_assert_eq(ps_pool_check(f.pool), PS_OK);
         fixture_close(&f);
     }
@@ -248,18 +248,18 @@ Test(pool, trim_gives_back_every_wholly_free_chunk)
     cr_assert_eq(ps_allocate(f.pool, 3 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 3 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 3 * PS_MiB, PS_STREAM_NONE, &c), PS_OK);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 12 * PS_MiB);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 12 * PS_MiB);
     cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, c, 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_trim(f.pool), PS_OK);
     ps_resource_info_t info = fixture_info(f.pool);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 4 * PS_MiB, "only b's chunk stays");
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 4 * PS_MiB, "only b's chunk stays");
     cr_assert_eq(info.bytes_reserved, 4 * PS_MiB);
     cr_assert_eq(info.upstream_frees, 2);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, b, 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_trim(f.pool), PS_OK);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 0);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0);
     fixture_close(&f);
 }
@@ -315,12 +315,12 @@ Test(pool, initial_size_is_reserved_at_create_and_failure_is_reported)
     ps_pool_options_t o = small_pool_options();
     o.initial_size = 10 * PS_MiB;
     fixture_open(&f, 0, 0, &o);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 10 * PS_MiB);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 10 * PS_MiB);
     cr_assert_eq(fixture_info(f.pool).bytes_free, 10 * PS_MiB);
     ps_resource_t *second;
     o.initial_size = PS_GiB;
-    ps_host_ops_inject_failure(f.gpu, 0, 1);
+    ps_fake_gpu_inject_failure(f.gpu, 0, 1);
     cr_assert_eq(ps_pool_create("second", f.upstream, f.gpu, &o, &second), PS_ENOMEM);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 10 * PS_MiB);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 10 * PS_MiB);
     fixture_close(&f);
 }

@@ -10,8 +10,8 @@
  * virtual memory (the pool is then expandable). */
 static void open_pool(pool_fixture_t *f, const ps_pool_options_t *o, int vm, size_t capacity)
 {
-    ps_host_ops_options_t host = {.capacity = capacity, .virtual_memory = vm};
-    cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
+    ps_fake_gpu_options_t host = {.capacity = capacity, .virtual_memory = vm};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, o, &f->pool), PS_OK);
 }
@@ -32,12 +32,12 @@ Test(pool_barrier, pending_block_is_reused_after_a_barrier_without_host_wait)
     void *a, *b;
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), 0, "a cudaFree issues nothing");
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), 0, "a cudaFree issues nothing");
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_eq(b, a, "the barrier released a's block although its fence never completed");
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), 1);
-    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0, "the host never waited");
-    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), 1);
+    cr_assert_eq(ps_fake_gpu_fence_waits(f.gpu), 0, "the host never waited");
+    cr_assert_eq(ps_fake_gpu_device_syncs(f.gpu), 0);
     ps_resource_info_t info = fixture_info(f.pool);
     cr_assert_eq(info.upstream_allocs, 1, "no growth");
     cr_assert_eq(info.barriers, 1);
@@ -55,12 +55,12 @@ Test(pool_barrier, blocked_barrier_never_hands_out_a_pending_block)
     void *a, *b, *c;
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
-    ps_host_ops_block_barriers(f.gpu, 1);
+    ps_fake_gpu_block_barriers(f.gpu, 1);
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_neq(b, a, "no barrier and no completed fence: a's block must stay pending");
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), 0);
     cr_assert_eq(fixture_info(f.pool).bytes_pending, 4 * PS_MiB);
-    ps_host_ops_block_barriers(f.gpu, 0);
+    ps_fake_gpu_block_barriers(f.gpu, 0);
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &c), PS_OK);
     cr_assert_eq(c, a, "barriers possible again: the pending block is reused");
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
@@ -79,7 +79,7 @@ Test(pool_barrier, growth_merges_with_blocks_a_barrier_released)
     cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), 1);
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), 1);
     cr_assert_eq(b, a, "the 64 MiB block starts where the released 1 MiB block was");
     cr_assert_eq(fixture_info(f.pool).peak_bytes_reserved, 64 * PS_MiB, "no hole was left behind");
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
@@ -100,11 +100,11 @@ Test(pool_barrier, pending_memory_above_the_threshold_is_released_early)
     cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &b), PS_OK);
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), 0, "8 MiB pending of 100 MiB: below 10%%");
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), 0, "8 MiB pending of 100 MiB: below 10%%");
     cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &c), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, c, 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &c), PS_OK);
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), 1, "16 MiB pending of 100 MiB: above 10%%, released");
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), 1, "16 MiB pending of 100 MiB: above 10%%, released");
     cr_assert_eq(fixture_info(f.pool).bytes_pending, 0);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     ps_deallocate(f.pool, b, 0, PS_STREAM_NONE);
@@ -122,8 +122,8 @@ Test(pool_barrier, releases_other_streams_lists_too)
     cr_assert_eq(ps_deallocate(f.pool, a, 0, s1), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_eq(b, a, "a cudaMalloc takes s1's freed block after one barrier");
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), 1);
-    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), 1);
+    cr_assert_eq(ps_fake_gpu_fence_waits(f.gpu), 0);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     ps_deallocate(f.pool, b, 0, PS_STREAM_NONE);
     fixture_close(&f);
@@ -159,7 +159,7 @@ static double lagging_loop(ps_free_sync_t policy, int vm, uint64_t *barriers)
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     ps_resource_info_t info = fixture_info(f.pool);
     *barriers = info.barriers;
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     fixture_close(&f);
     return (double)info.peak_bytes_reserved / (double)peak_requested;
 }
@@ -222,8 +222,8 @@ Test(pool_expandable, trim_unmaps_free_pieces_in_the_middle_and_growth_maps_them
     cr_assert_eq(ps_deallocate(f.pool, b, 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_trim(f.pool), PS_OK);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 16 * PS_MiB, "the middle 8 MiB were unmapped");
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 16 * PS_MiB);
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0, "the device was synchronized before unmapping");
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 16 * PS_MiB);
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0, "the device was synchronized before unmapping");
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     void *again;
     cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &again), PS_OK);
@@ -259,8 +259,8 @@ Test(pool_expandable, holes_join_for_one_big_block_where_chunks_cannot)
         int status = ps_allocate(f.pool, 24 * PS_MiB, PS_STREAM_NONE, &big);
         if (vm) {
             cr_assert_eq(status, PS_OK, "the expandable pool joins the holes");
-            cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
-            cr_assert_leq(ps_host_ops_bytes_outstanding(f.gpu), 64 * PS_MiB);
+            cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
+            cr_assert_leq(ps_fake_gpu_bytes_outstanding(f.gpu), 64 * PS_MiB);
             cr_assert_eq(ps_deallocate(f.pool, big, 0, PS_STREAM_NONE), PS_OK);
         } else {
             cr_assert_eq(status, PS_ENOMEM, "chunks cannot merge: out of memory, pool unchanged");
@@ -292,12 +292,12 @@ Test(pool_expandable, device_synchronize_gives_back_memory_above_the_release_thr
             ps_resource_info_t info = fixture_info(f.pool);
             if (threshold_set) {
                 cr_assert_eq(info.bytes_reserved, 8 * PS_MiB, "vm %d: down to the threshold", vm);
-                cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 8 * PS_MiB);
+                cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 8 * PS_MiB);
             } else {
                 cr_assert_eq(info.bytes_reserved, 32 * PS_MiB, "vm %d: no threshold, nothing given back", vm);
             }
             cr_assert_eq(info.bytes_in_use, 8 * PS_MiB);
-            cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0, "the device was synchronized before unmapping");
+            cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0, "the device was synchronized before unmapping");
             cr_assert_eq(ps_pool_check(f.pool), PS_OK);
             void *again; /* memory given back is taken again when needed */
             cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &again), PS_OK);
@@ -329,7 +329,7 @@ static void floor_loop(uint64_t floor, int pairs, uint64_t *barriers, uint64_t *
         cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &p), PS_OK);
         for (int i = 0; i < SEEN; i++)
             if (freed_addr[i] == (uintptr_t)p) {
-                cr_assert_gt(ps_host_ops_barriers(f.gpu), freed_at[i],
+                cr_assert_gt(ps_fake_gpu_barriers(f.gpu), freed_at[i],
                              "pair %d: a block came back without a barrier issued after its free", k);
                 freed_addr[i] = 0;
             }
@@ -338,10 +338,10 @@ static void floor_loop(uint64_t floor, int pairs, uint64_t *barriers, uint64_t *
             slot++;
         cr_assert_lt(slot, SEEN);
         freed_addr[slot] = (uintptr_t)p;
-        freed_at[slot] = ps_host_ops_barriers(f.gpu);
+        freed_at[slot] = ps_fake_gpu_barriers(f.gpu);
         cr_assert_eq(ps_deallocate(f.pool, p, PS_MiB, PS_STREAM_NONE), PS_OK);
     }
-    *barriers = ps_host_ops_barriers(f.gpu);
+    *barriers = ps_fake_gpu_barriers(f.gpu);
     *reserved_peak = fixture_info(f.pool).peak_bytes_reserved;
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     fixture_close(&f);
@@ -387,10 +387,10 @@ Test(pool_barrier, size_stack_holds_every_block_a_floor_sized_barrier_releases)
         cr_assert_eq(ps_allocate(f.pool, 64 * 1024, PS_STREAM_NONE, &first[i]), PS_OK);
     for (int i = 0; i < N; i++)
         cr_assert_eq(ps_deallocate(f.pool, first[i], 64 * 1024, PS_STREAM_NONE), PS_OK);
-    uint64_t barriers = ps_host_ops_barriers(f.gpu);
+    uint64_t barriers = ps_fake_gpu_barriers(f.gpu);
     for (int i = 0; i < N; i++)
         cr_assert_eq(ps_allocate(f.pool, 64 * 1024, PS_STREAM_NONE, &again[i]), PS_OK);
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers + 1, "one barrier released all of them");
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), barriers + 1, "one barrier released all of them");
     for (int i = 0; i < N; i++)
         cr_assert_eq(again[i], first[N - 1 - i], "allocation %d: the newest released block (the stack)", i);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
@@ -414,15 +414,15 @@ Test(pool_barrier, released_blocks_of_one_size_come_back_from_the_size_stack_aft
     uint64_t reserved = fixture_info(f.pool).bytes_reserved;
     for (int i = 0; i < N; i++)
         cr_assert_eq(ps_deallocate(f.pool, first[i], PS_MiB, PS_STREAM_NONE), PS_OK);
-    uint64_t barriers_at_free = ps_host_ops_barriers(f.gpu);
+    uint64_t barriers_at_free = ps_fake_gpu_barriers(f.gpu);
     for (int i = 0; i < N; i++) {
         cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &again[i]), PS_OK);
         for (int j = 0; j < N; j++)
             if (again[i] == first[j])
-                cr_assert_gt(ps_host_ops_barriers(f.gpu), barriers_at_free,
+                cr_assert_gt(ps_fake_gpu_barriers(f.gpu), barriers_at_free,
                              "block %d came back without a barrier issued after its free", j);
     }
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers_at_free + 1, "one barrier released all of them");
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), barriers_at_free + 1, "one barrier released all of them");
     for (int i = 0; i < N; i++)
         cr_assert_eq(again[i], first[N - 1 - i], "allocation %d: the newest released block (the stack)", i);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, reserved, "no growth");
@@ -433,7 +433,7 @@ Test(pool_barrier, released_blocks_of_one_size_come_back_from_the_size_stack_aft
         cr_assert_eq(ps_deallocate(f.pool, again[i], PS_MiB, PS_STREAM_NONE), PS_OK);
     void *one;
     cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &one), PS_OK);
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers_at_free + 2);
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), barriers_at_free + 2);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, reserved, "the stacked blocks merged: no growth");

@@ -14,8 +14,8 @@
 static void open_decay_pool(pool_fixture_t *f)
 {
     ps_pool_options_t o = small_pool_options();
-    ps_host_ops_options_t host = {.virtual_memory = 1};
-    cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
+    ps_fake_gpu_options_t host = {.virtual_memory = 1};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, &o, &f->pool), PS_OK);
     cr_assert(ps_pool_is_expandable(f->pool));
@@ -38,21 +38,21 @@ Test(pool_decay, an_idle_pool_gives_everything_back_once_its_barrier_passed)
     for (int i = 0; i < 4; i++)
         cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p[i]), PS_OK);
     for (int i = 0; i < 4; i++) {
-        cr_assert_eq(ps_host_ops_note_free(f.gpu, p[i], 64 * PS_MiB), PS_OK);
+        cr_assert_eq(ps_fake_gpu_note_free(f.gpu, p[i], 64 * PS_MiB), PS_OK);
         cr_assert_eq(ps_deallocate(f.pool, p[i], 0, PS_STREAM_NONE), PS_OK);
     }
-    uint64_t barriers = ps_host_ops_barriers(f.gpu);
+    uint64_t barriers = ps_fake_gpu_barriers(f.gpu);
     cr_assert_eq(tick(&f, SEC, 4 * SEC), 0, "a window not yet seen whole: nothing goes");
-    cr_assert_gt(ps_host_ops_barriers(f.gpu), barriers,
+    cr_assert_gt(ps_fake_gpu_barriers(f.gpu), barriers,
                  "a quiet tick issued a barrier for the pending blocks before the window ended");
     cr_assert_eq(tick(&f, 5 * SEC, 6 * SEC), 0, "the barrier has not passed: nothing goes");
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 256 * PS_MiB);
-    ps_host_ops_complete_barriers_upto(f.gpu, ps_host_ops_barriers(f.gpu));
+    ps_fake_gpu_complete_barriers_upto(f.gpu, ps_fake_gpu_barriers(f.gpu));
     cr_assert_eq(tick(&f, 7 * SEC, 7 * SEC), 256 * PS_MiB);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0, "the device has it back");
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
-    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0, "never a device synchronize");
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 0, "the device has it back");
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_device_syncs(f.gpu), 0, "never a device synchronize");
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     fixture_close(&f);
 }
@@ -63,7 +63,7 @@ Test(pool_decay, a_loop_keeps_its_working_set)
      * steps for three windows: no unmap, nothing given back */
     pool_fixture_t f;
     open_decay_pool(&f);
-    ps_host_ops_set_auto_complete(f.gpu, 1);
+    ps_fake_gpu_set_auto_complete(f.gpu, 1);
     uint64_t reserved = 0, unmaps = 0, given = 0;
     for (int step = 0; step < 120; step++) {
         void *p[8];
@@ -74,23 +74,23 @@ Test(pool_decay, a_loop_keeps_its_working_set)
             cr_assert_eq(ps_deallocate(f.pool, p[i], 0, PS_STREAM_NONE), PS_OK);
         if (step == 20) { /* warmed up */
             reserved = fixture_info(f.pool).bytes_reserved;
-            unmaps = ps_host_ops_vm_unmaps(f.gpu);
+            unmaps = ps_fake_gpu_vm_unmaps(f.gpu);
         }
         given += ps_decay(f.pool, (uint64_t)(step + 1) * SEC / 10, DECAY, 0);
     }
     cr_assert_eq(given, 0, "the loop's memory stays");
-    cr_assert_eq(ps_host_ops_vm_unmaps(f.gpu), unmaps, "no piece went back and came again");
+    cr_assert_eq(ps_fake_gpu_vm_unmaps(f.gpu), unmaps, "no piece went back and came again");
     cr_assert_geq(fixture_info(f.pool).bytes_reserved, reserved, "nothing went back");
     ps_destroy(f.pool);
     ps_destroy(f.upstream);
-    ps_host_ops_destroy(f.gpu);
+    ps_fake_gpu_destroy(f.gpu);
 }
 
 Test(pool_decay, a_busy_pool_gives_back_what_it_no_longer_needs)
 {
     pool_fixture_t f;
     open_decay_pool(&f);
-    ps_host_ops_set_auto_complete(f.gpu, 1);
+    ps_fake_gpu_set_auto_complete(f.gpu, 1);
     void *big[6], *small;
     for (int i = 0; i < 6; i++)
         cr_assert_eq(ps_allocate(f.pool, 100 * PS_MiB, PS_STREAM_NONE, &big[i]), PS_OK);
@@ -120,7 +120,7 @@ static uint64_t first_give_back_at(uint64_t rate_ps_per_byte)
 {
     pool_fixture_t f;
     open_decay_pool(&f);
-    ps_host_ops_set_auto_complete(f.gpu, 1);
+    ps_fake_gpu_set_auto_complete(f.gpu, 1);
     void *p[4];
     for (int i = 0; i < 4; i++)
         cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p[i]), PS_OK);
@@ -160,13 +160,13 @@ Test(pool_decay, a_capture_keeps_pending_memory)
     void *p;
     cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
-    ps_host_ops_block_barriers(f.gpu, 1);
-    ps_host_ops_complete_all(f.gpu);
+    ps_fake_gpu_block_barriers(f.gpu, 1);
+    ps_fake_gpu_complete_all(f.gpu);
     cr_assert_eq(tick(&f, SEC, 10 * SEC), 0);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 64 * PS_MiB);
-    ps_host_ops_block_barriers(f.gpu, 0);
+    ps_fake_gpu_block_barriers(f.gpu, 0);
     tick(&f, 11 * SEC, 11 * SEC); /* the barrier */
-    ps_host_ops_complete_barriers_upto(f.gpu, ps_host_ops_barriers(f.gpu));
+    ps_fake_gpu_complete_barriers_upto(f.gpu, ps_fake_gpu_barriers(f.gpu));
     cr_assert_eq(tick(&f, 12 * SEC, 12 * SEC), 64 * PS_MiB);
     fixture_close(&f);
 }
@@ -187,7 +187,7 @@ Test(pool_decay, ticks_beside_an_allocating_thread_keep_the_pool_consistent)
 {
     pool_fixture_t f;
     open_decay_pool(&f);
-    ps_host_ops_set_auto_complete(f.gpu, 1);
+    ps_fake_gpu_set_auto_complete(f.gpu, 1);
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, hold_lock_and_allocate, &f), 0);
     for (uint64_t now = SEC; now < 400 * SEC; now += SEC / 4)
@@ -203,7 +203,7 @@ Test(pool_decay, a_neighbour_request_gives_back_all_idle_memory_at_once)
 {
     pool_fixture_t f;
     open_decay_pool(&f);
-    ps_host_ops_set_auto_complete(f.gpu, 1);
+    ps_fake_gpu_set_auto_complete(f.gpu, 1);
     void *p, *q;
     cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 32 * PS_MiB, PS_STREAM_NONE, &q), PS_OK);
@@ -222,8 +222,8 @@ Test(pool_decay, random_workload_with_lending_and_ticks_stays_consistent)
 {
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
-    ps_host_ops_options_t host = {.virtual_memory = 1};
-    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    ps_fake_gpu_options_t host = {.virtual_memory = 1};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
     enum { LIVE = 40 };
@@ -234,7 +234,7 @@ Test(pool_decay, random_workload_with_lending_and_ticks_stays_consistent)
     for (int step = 0; step < 6000; step++) {
         int i = rand() % LIVE;
         if (live[i]) {
-            cr_assert_eq(ps_host_ops_note_free(f.gpu, live[i], sizes[i]), PS_OK);
+            cr_assert_eq(ps_fake_gpu_note_free(f.gpu, live[i], sizes[i]), PS_OK);
             cr_assert_eq(ps_deallocate(f.pool, live[i], 0, PS_STREAM_NONE), PS_OK);
             live[i] = NULL;
         } else {
@@ -242,7 +242,7 @@ Test(pool_decay, random_workload_with_lending_and_ticks_stays_consistent)
             cr_assert_eq(ps_allocate(f.pool, sizes[i], PS_STREAM_NONE, &live[i]), PS_OK, "step %d", step);
         }
         if (step % 7 == 0) /* the GPU catches up now and then */
-            ps_host_ops_complete_barriers_upto(f.gpu, ps_host_ops_barriers(f.gpu) > 2 ? ps_host_ops_barriers(f.gpu) - 2 : 0);
+            ps_fake_gpu_complete_barriers_upto(f.gpu, ps_fake_gpu_barriers(f.gpu) > 2 ? ps_fake_gpu_barriers(f.gpu) - 2 : 0);
         if (step % 5 == 0)
             given += ps_decay(f.pool, (uint64_t)step * SEC / 50, step % 40 ? DECAY / 8 : 0, 0);
         cr_assert_eq(ps_pool_check(f.pool), PS_OK, "step %d", step);
@@ -252,11 +252,11 @@ Test(pool_decay, random_workload_with_lending_and_ticks_stays_consistent)
                 (unsigned long long)info.remaps_lent);
     cr_assert_gt(given, 0);
     cr_assert_gt(info.remaps_lent + info.remaps_idle + info.remap_waits, 0, "the workload moved pieces");
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     for (int i = 0; i < LIVE; i++)
         if (live[i])
             cr_assert_eq(ps_deallocate(f.pool, live[i], 0, PS_STREAM_NONE), PS_OK);
-    ps_host_ops_complete_all(f.gpu);
+    ps_fake_gpu_complete_all(f.gpu);
     ps_decay(f.pool, 1000 * SEC, 0, 0);
     ps_decay(f.pool, 1000 * SEC, 0, 0);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);

@@ -16,8 +16,8 @@ typedef struct budget_pool {
 static budget_pool_t open_pool(unsigned budget)
 {
     budget_pool_t b;
-    ps_host_ops_options_t ho = {.virtual_memory = 1, .vm_granularity = PIECE};
-    cr_assert_eq(ps_host_ops_create(&ho, &b.gpu), PS_OK);
+    ps_fake_gpu_options_t ho = {.virtual_memory = 1, .vm_granularity = PIECE};
+    cr_assert_eq(ps_fake_gpu_create(&ho, &b.gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", b.gpu, &b.upstream), PS_OK);
     ps_pool_options_t o = small_pool_options();
     o.free_sync = PS_FREE_SYNC_EVENT;
@@ -35,7 +35,7 @@ static void close_pool(budget_pool_t *b)
     cr_assert_eq(ps_pool_check(b->pool), PS_OK);
     ps_destroy(b->pool);
     ps_destroy(b->upstream);
-    ps_host_ops_destroy(b->gpu);
+    ps_fake_gpu_destroy(b->gpu);
 }
 
 /* A 4 MiB hole between two live blocks, then a 5 MiB request: with the
@@ -48,10 +48,10 @@ static uint64_t reserved_after_hole_and_bigger_request(unsigned budget, uint64_t
     cr_assert_eq(ps_allocate(b.pool, 4 * PS_MiB, PS_STREAM_NONE, &hole), PS_OK);
     cr_assert_eq(ps_allocate(b.pool, 1 * PS_MiB, PS_STREAM_NONE, &c), PS_OK);
     cr_assert_eq(ps_deallocate(b.pool, hole, 4 * PS_MiB, PS_STREAM_NONE), PS_OK);
-    ps_host_ops_complete_all(b.gpu); /* the hole is ready: only its size keeps it from serving */
+    ps_fake_gpu_complete_all(b.gpu); /* the hole is ready: only its size keeps it from serving */
     cr_assert_eq(ps_allocate(b.pool, 5 * PS_MiB, PS_STREAM_NONE, &d), PS_OK);
     ps_resource_info_t info = fixture_info(b.pool);
-    *unmaps = ps_host_ops_vm_unmaps(b.gpu);
+    *unmaps = ps_fake_gpu_vm_unmaps(b.gpu);
     cr_assert_eq(ps_deallocate(b.pool, a, 1 * PS_MiB, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_deallocate(b.pool, c, 1 * PS_MiB, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_deallocate(b.pool, d, 5 * PS_MiB, PS_STREAM_NONE), PS_OK);
@@ -80,9 +80,9 @@ Test(pool_grow_budget, within_the_budget_nothing_goes_back)
     cr_assert_eq(ps_allocate(b.pool, 4 * PS_MiB, PS_STREAM_NONE, &hole), PS_OK);
     cr_assert_eq(ps_allocate(b.pool, 1 * PS_MiB, PS_STREAM_NONE, &c), PS_OK);
     cr_assert_eq(ps_deallocate(b.pool, hole, 4 * PS_MiB, PS_STREAM_NONE), PS_OK);
-    ps_host_ops_complete_all(b.gpu);
+    ps_fake_gpu_complete_all(b.gpu);
     cr_assert_eq(ps_allocate(b.pool, 5 * PS_MiB, PS_STREAM_NONE, &d), PS_OK);
-    cr_assert_eq(ps_host_ops_vm_unmaps(b.gpu), 0, "11 MiB <= 200 %% of 7 MiB: the hole stays for later");
+    cr_assert_eq(ps_fake_gpu_vm_unmaps(b.gpu), 0, "11 MiB <= 200 %% of 7 MiB: the hole stays for later");
     cr_assert_eq(fixture_info(b.pool).bytes_reserved, 11 * PS_MiB);
     cr_assert_eq(ps_deallocate(b.pool, a, 1 * PS_MiB, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_deallocate(b.pool, c, 1 * PS_MiB, PS_STREAM_NONE), PS_OK);
@@ -102,7 +102,7 @@ static ps_resource_info_t reuse_of_a_pending_block(unsigned budget, uint64_t *wa
     cr_assert_eq(ps_deallocate(b.pool, a, 4 * PS_MiB, PS_STREAM_NONE), PS_OK); /* pending: the GPU lags */
     cr_assert_eq(ps_allocate(b.pool, 4 * PS_MiB, PS_STREAM_NONE, &d), PS_OK);
     ps_resource_info_t info = fixture_info(b.pool);
-    *waits = ps_host_ops_fence_waits(b.gpu);
+    *waits = ps_fake_gpu_fence_waits(b.gpu);
     cr_assert_eq(ps_deallocate(b.pool, c, 4 * PS_MiB, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_deallocate(b.pool, d, 4 * PS_MiB, PS_STREAM_NONE), PS_OK);
     close_pool(&b);

@@ -30,8 +30,8 @@ static ps_pool_options_t host_pool_options(size_t bound_bytes, unsigned bound_pe
 
 static void host_open(host_fixture_t *f, const ps_pool_options_t *o)
 {
-    ps_host_ops_options_t host = {.backed = 1};
-    cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
+    ps_fake_gpu_options_t host = {.backed = 1};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f->gpu), PS_OK);
     cr_assert_eq(ps_host_resource_create("host", f->gpu, PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED,
                                          &f->upstream),
                  PS_OK);
@@ -43,37 +43,37 @@ static void host_close(host_fixture_t *f)
     cr_assert_eq(ps_pool_check(f->pool), PS_OK);
     ps_destroy(f->pool);
     ps_destroy(f->upstream);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f->gpu), 0, "every pinned slab was given back");
-    ps_host_ops_destroy(f->gpu);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f->gpu), 0, "every pinned slab was given back");
+    ps_fake_gpu_destroy(f->gpu);
 }
 
 Test(pool_host, upstream_takes_and_gives_pinned_memory)
 {
     ps_gpu_ops_t *gpu;
-    ps_host_ops_options_t host = {.backed = 1};
-    cr_assert_eq(ps_host_ops_create(&host, &gpu), PS_OK);
+    ps_fake_gpu_options_t host = {.backed = 1};
+    cr_assert_eq(ps_fake_gpu_create(&host, &gpu), PS_OK);
     ps_resource_t *up;
     cr_assert_eq(ps_host_resource_create("host", gpu, 0, &up), PS_OK);
     void *p;
     cr_assert_eq(ps_allocate(up, 4096, PS_STREAM_NONE, &p), PS_OK);
     memset(p, 7, 4096);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 2 * PS_MiB);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(gpu), 2 * PS_MiB);
     cr_assert_eq(ps_deallocate(up, p, 4096, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_deallocate(up, p, 4096, PS_STREAM_NONE), PS_EINVAL, "double free refused");
-    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(gpu), 0);
     ps_destroy(up);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
 Test(pool_host, upstream_refuses_a_table_without_host_memory)
 {
     ps_gpu_ops_t *gpu;
-    cr_assert_eq(ps_host_ops_create(NULL, &gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(NULL, &gpu), PS_OK);
     ps_gpu_ops_t copy = *gpu;
     copy.host_alloc = NULL;
     ps_resource_t *up = NULL;
     cr_assert_eq(ps_host_resource_create("host", &copy, 0, &up), PS_EUNSUPPORTED);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
 Test(pool_host, freed_block_is_not_reused_before_its_fence_completes)
@@ -88,7 +88,7 @@ Test(pool_host, freed_block_is_not_reused_before_its_fence_completes)
     cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_neq(b, a, "a block whose fence is incomplete was handed out again");
     memset(b, 0x5a, PS_MiB); /* the host writes at once: it must not be a's bytes */
-    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0, "within the bound: grows, no host wait");
+    cr_assert_eq(ps_fake_gpu_fence_waits(f.gpu), 0, "within the bound: grows, no host wait");
     ps_resource_info_t info = fixture_info(f.pool);
     cr_assert_eq(info.pending_waits, 0);
     cr_assert_eq(info.bytes_pending, PS_MiB);
@@ -108,15 +108,15 @@ Test(pool_host, freed_block_is_reused_once_the_gpu_passed_its_fence)
     /* the next allocation that finds nothing ready closes the epoch with a fence */
     cr_assert_eq(ps_allocate(f.pool, 2 * PS_MiB, PS_STREAM_NONE, &b), PS_OK); /* fills a new chunk */
     cr_assert_neq(b, a);
-    uint64_t recorded = ps_host_ops_fences_recorded(f.gpu);
+    uint64_t recorded = ps_fake_gpu_fences_recorded(f.gpu);
     cr_assert_geq(recorded, 1);
-    cr_assert_eq(ps_host_ops_fences_on_stream(f.gpu, PS_STREAM_NONE), recorded,
+    cr_assert_eq(ps_fake_gpu_fences_on_stream(f.gpu, PS_STREAM_NONE), recorded,
                  "the fence covers every stream (a copy on any stream may read the block)");
-    ps_host_ops_complete_upto(f.gpu, recorded);
+    ps_fake_gpu_complete_upto(f.gpu, recorded);
     void *d;
     cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &d), PS_OK);
     cr_assert_eq(d, a, "after the fence the block is reused");
-    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_fence_waits(f.gpu), 0);
     ps_deallocate(f.pool, b, 2 * PS_MiB, PS_STREAM_NONE);
     ps_deallocate(f.pool, c, PS_MiB / 2, PS_STREAM_NONE);
     ps_deallocate(f.pool, d, PS_MiB, PS_STREAM_NONE);
@@ -137,7 +137,7 @@ Test(pool_host, a_barrier_never_releases_pinned_blocks)
         for (int i = 0; i < 8; i++)
             cr_assert_eq(ps_deallocate(f.pool, p[i], 256 * PS_KiB, PS_STREAM_NONE), PS_OK);
     }
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), 0);
     cr_assert_eq(fixture_info(f.pool).barriers, 0);
     host_close(&f);
 }
@@ -153,7 +153,7 @@ Test(pool_host, without_a_bound_it_grows_while_fences_lag)
         cr_assert_eq(ps_deallocate(f.pool, p, PS_MiB, PS_STREAM_NONE), PS_OK);
     }
     ps_resource_info_t info = fixture_info(f.pool);
-    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_fence_waits(f.gpu), 0);
     cr_assert_eq(info.pending_waits, 0);
     cr_assert_geq(info.bytes_reserved, 40 * PS_MiB, "the negative control: unbounded growth");
     host_close(&f);
@@ -172,7 +172,7 @@ Test(pool_host, past_the_bound_it_waits_the_oldest_fence_instead_of_growing)
     }
     ps_resource_info_t info = fixture_info(f.pool);
     cr_assert_gt(info.pending_waits, 0, "the bound made it wait");
-    cr_assert_eq(info.pending_waits, ps_host_ops_fence_waits(f.gpu), "every host wait is counted");
+    cr_assert_eq(info.pending_waits, ps_fake_gpu_fence_waits(f.gpu), "every host wait is counted");
     cr_assert_leq(info.bytes_reserved, 20 * PS_MiB, "growth stayed bounded (reserved %llu)",
                   (unsigned long long)info.bytes_reserved);
     host_close(&f);
@@ -191,7 +191,7 @@ Test(pool_host, a_waited_block_is_reused_only_after_its_own_fence)
     cr_assert_eq(ps_deallocate(f.pool, a, 2 * PS_MiB, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 2 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_eq(b, a, "reused, but only after a host wait");
-    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 1);
+    cr_assert_eq(ps_fake_gpu_fence_waits(f.gpu), 1);
     cr_assert_eq(fixture_info(f.pool).pending_waits, 1);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 2 * PS_MiB, "no growth");
     ps_deallocate(f.pool, b, 2 * PS_MiB, PS_STREAM_NONE);
@@ -235,15 +235,15 @@ Test(pool_host, release_before_grow_gives_an_idle_slab_back_first)
         void *a, *b;
         cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
         cr_assert_eq(ps_deallocate(f.pool, a, 4 * PS_MiB, PS_STREAM_NONE), PS_OK);
-        ps_host_ops_set_auto_complete(f.gpu, 1); /* the GPU passed the free: its fence completes at once */
+        ps_fake_gpu_set_auto_complete(f.gpu, 1); /* the GPU passed the free: its fence completes at once */
         cr_assert_eq(ps_allocate(f.pool, 6 * PS_MiB, PS_STREAM_NONE, &b), PS_OK, "a slab too small for it");
-        ps_host_ops_complete_all(f.gpu);
+        ps_fake_gpu_complete_all(f.gpu);
         ps_resource_info_t info = fixture_info(f.pool);
         if (release) {
             cr_assert_eq(info.upstream_frees, 1, "the idle 4 MiB slab went back before growing");
             cr_assert_eq(info.bytes_reserved, 6 * PS_MiB);
             cr_assert_eq(info.peak_bytes_reserved, 6 * PS_MiB, "never both at once");
-            cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 6 * PS_MiB);
+            cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 6 * PS_MiB);
         } else {
             cr_assert_eq(info.upstream_frees, 0, "the control: kept");
             cr_assert_eq(info.bytes_reserved, 10 * PS_MiB);
@@ -271,7 +271,7 @@ Test(pool_host, release_before_grow_never_gives_back_a_slab_still_pending)
     cr_assert_eq(info.upstream_frees, 0, "a pending block's slab was given back");
     cr_assert_eq(info.bytes_pending, 4 * PS_MiB);
     cr_assert_eq(ps_deallocate(f.pool, b, 6 * PS_MiB, PS_STREAM_NONE), PS_OK);
-    ps_host_ops_complete_all(f.gpu);
+    ps_fake_gpu_complete_all(f.gpu);
     host_close(&f);
 }
 
@@ -290,13 +290,13 @@ Test(pool_host, chunk_granule_rounds_slabs_to_host_pages_not_2mib)
     host_close(&f);
     o.chunk_granule = 3 * PS_KiB;
     ps_gpu_ops_t *gpu;
-    ps_host_ops_options_t host = {.backed = 1};
-    cr_assert_eq(ps_host_ops_create(&host, &gpu), PS_OK);
+    ps_fake_gpu_options_t host = {.backed = 1};
+    cr_assert_eq(ps_fake_gpu_create(&host, &gpu), PS_OK);
     ps_resource_t *up, *pool = NULL;
     cr_assert_eq(ps_host_resource_create("host", gpu, 0, &up), PS_OK);
     cr_assert_eq(ps_pool_create("pinned", up, gpu, &o, &pool), PS_EINVAL, "a granule must be a power of two");
     ps_destroy(up);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
 /* ---- the default pinned stack (one host range) under a free/alloc loop ----
@@ -307,7 +307,7 @@ Test(pool_host, chunk_granule_rounds_slabs_to_host_pages_not_2mib)
  * memory to serve from while a fence was outstanding. With the budget's
  * floor (host.grow_budget_min) one fence covers a batch of frees. The fake
  * GPU here passes each fence `gpu_lag` pairs after the pair that recorded
- * it (0: before the next pair), or stalls; the judge (ps_host_ops_passed_since) checks
+ * it (0: before the next pair), or stalls; the judge (ps_fake_gpu_passed_since) checks
  * every handed-out byte against the fences the pool saw pass. */
 
 #include "../../config/config_internal.h"
@@ -318,7 +318,7 @@ Test(pool_host, chunk_granule_rounds_slabs_to_host_pages_not_2mib)
 typedef struct loop_freed {
     uintptr_t addr;
     size_t size;
-    ps_host_ops_mark_t mark; /* at the free */
+    ps_fake_gpu_mark_t mark; /* at the free */
 } loop_freed_t;
 
 typedef struct loop_result {
@@ -340,9 +340,9 @@ static loop_result_t run_loop(const char *options, unsigned gpu_lag, unsigned st
     ps_config_input_t in = {.options = options, .environ = env, .no_env = 1};
     ps_config_t *cfg = NULL;
     cr_assert_eq(ps_config_load_text("", "user.ini", &in, &cfg), PS_OK);
-    ps_host_ops_options_t ho = {.backed = 1, .virtual_memory = 1, .vm_granularity = 2 * PS_MiB};
+    ps_fake_gpu_options_t ho = {.backed = 1, .virtual_memory = 1, .vm_granularity = 2 * PS_MiB};
     ps_gpu_ops_t *gpu;
-    cr_assert_eq(ps_host_ops_create(&ho, &gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(&ho, &gpu), PS_OK);
     ps_pool_options_t o;
     ps_host_pool_options(&ps_config_global(cfg)->host, &o);
     o.epoch_wait_ns = 0; /* the fake's fences do not pass while the pool spins */
@@ -359,18 +359,18 @@ static loop_result_t run_loop(const char *options, unsigned gpu_lag, unsigned st
     uint64_t fences0 = 0, waits0 = 0;
     for (unsigned i = 0; i < LOOP_PAIRS; i++) {
         if (i == LOOP_WARMUP) {
-            fences0 = ps_host_ops_fences_recorded(gpu);
-            waits0 = ps_host_ops_fence_waits(gpu);
+            fences0 = ps_fake_gpu_fences_recorded(gpu);
+            waits0 = ps_fake_gpu_fence_waits(gpu);
         }
         int stalled = stall_every && i % stall_every < 3 * stall_every / 4 && i >= stall_every;
         if (!stalled && i > gpu_lag) /* what was recorded up to pair i - 1 - lag has passed */
-            ps_host_ops_complete_upto(gpu, recorded_after[i - 1 - gpu_lag]);
+            ps_fake_gpu_complete_upto(gpu, recorded_after[i - 1 - gpu_lag]);
         void *p;
         cr_assert_eq(ps_allocate(s->top, PS_MiB, PS_STREAM_NONE, &p), PS_OK, "pair %u", i);
         uintptr_t a = (uintptr_t)p;
         for (size_t k = 0; k < freed_count;) { /* every earlier free these bytes overlap */
             if (freed[k].addr < a + PS_MiB && a < freed[k].addr + freed[k].size) {
-                if (!ps_host_ops_passed_since(gpu, freed[k].mark))
+                if (!ps_fake_gpu_passed_since(gpu, freed[k].mark))
                     r.early_reuses += PS_MiB;
                 freed[k] = freed[--freed_count];
             } else {
@@ -378,19 +378,19 @@ static loop_result_t run_loop(const char *options, unsigned gpu_lag, unsigned st
             }
         }
         memset(p, (int)i, PS_MiB); /* the host writes it at once */
-        ps_host_ops_mark_t mark = ps_host_ops_mark(gpu); /* before: the free itself may record the fence */
+        ps_fake_gpu_mark_t mark = ps_fake_gpu_mark(gpu); /* before: the free itself may record the fence */
         cr_assert_eq(ps_deallocate(s->top, p, PS_MiB, PS_STREAM_NONE), PS_OK);
         freed[freed_count++] = (loop_freed_t){a, PS_MiB, mark};
-        recorded_after[i] = ps_host_ops_fences_recorded(gpu);
+        recorded_after[i] = ps_fake_gpu_fences_recorded(gpu);
     }
     ps_resource_info_t info = fixture_info(s->top);
-    r.fences = ps_host_ops_fences_recorded(gpu) - fences0;
-    r.waits = ps_host_ops_fence_waits(gpu) - waits0;
+    r.fences = ps_fake_gpu_fences_recorded(gpu) - fences0;
+    r.waits = ps_fake_gpu_fence_waits(gpu) - waits0;
     r.reserved_peak = info.peak_bytes_reserved;
     cr_assert_eq(ps_pool_check(s->top), PS_OK);
     ps_stack_destroy(s);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(gpu), 0);
-    ps_host_ops_destroy(gpu);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(gpu), 0);
+    ps_fake_gpu_destroy(gpu);
     ps_config_free(cfg);
     return r;
 }

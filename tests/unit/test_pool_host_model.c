@@ -52,9 +52,9 @@ static unsigned next_random(unsigned *state)
 
 static model_result_t run_model(const ps_pool_options_t *options, unsigned lag, int varied)
 {
-    ps_host_ops_options_t ho = {.backed = 0, .lag_ns = (uint64_t)lag * HOST_STEP_NS, .virtual_memory = options->expandable};
+    ps_fake_gpu_options_t ho = {.backed = 0, .lag_ns = (uint64_t)lag * HOST_STEP_NS, .virtual_memory = options->expandable};
     ps_gpu_ops_t *gpu;
-    cr_assert_eq(ps_host_ops_create(&ho, &gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(&ho, &gpu), PS_OK);
     ps_resource_t *upstream, *pool;
     cr_assert_eq(ps_host_resource_create("pinned", gpu, PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED, &upstream),
                  PS_OK);
@@ -71,7 +71,7 @@ static model_result_t run_model(const ps_pool_options_t *options, unsigned lag, 
     unsigned seed = 1234;
     for (unsigned i = 0; i < BATCHES; i++) {
         uint64_t now = (uint64_t)i * HOST_STEP_NS;
-        ps_host_ops_set_clock(gpu, now);
+        ps_fake_gpu_set_clock(gpu, now);
         for (size_t k = 0; k < live_count;) { /* the batches whose copies ran */
             if (live[k].free_at_ns <= now) {
                 cr_assert_eq(ps_deallocate(pool, live[k].ptr, live[k].size, PS_STREAM_NONE), PS_OK);
@@ -103,7 +103,7 @@ static model_result_t run_model(const ps_pool_options_t *options, unsigned lag, 
     ps_destroy(pool);
     ps_destroy(upstream);
     ps_host_vm_destroy(host_range);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
     return r;
 }
 

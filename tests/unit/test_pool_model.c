@@ -99,7 +99,7 @@ static void run_model(const model_config_t *cfg)
     o.epoch_wait_ns = 0;
     fixture_open(&f, 0, 0, &o);
     if (!cfg->manual_fences)
-        ps_host_ops_set_auto_complete(f.gpu, 1);
+        ps_fake_gpu_set_auto_complete(f.gpu, 1);
     const ps_stream_t streams[3] = {0x100, 0x200, 0x300};
     uint64_t completed = 0;
 
@@ -107,8 +107,8 @@ static void run_model(const model_config_t *cfg)
     for (step = 0; step < cfg->steps; step++) {
         int allocate = m.count < 16 || (m.count < cfg->max_live && (next_random(&m) & 1));
         if (cfg->manual_fences && next_random(&m) % 64 == 0) {
-            completed = ps_host_ops_fences_recorded(f.gpu);
-            ps_host_ops_complete_upto(f.gpu, completed);
+            completed = ps_fake_gpu_fences_recorded(f.gpu);
+            ps_fake_gpu_complete_upto(f.gpu, completed);
             size_t kept = 0; /* forget ranges that are safe now */
             for (size_t i = 0; i < m.freed_count; i++)
                 if (m.freed[i].fences_before >= completed)
@@ -148,7 +148,7 @@ static void run_model(const model_config_t *cfg)
                                  (unsigned long)r->stream, (unsigned long long)r->fences_before + 1,
                                  (unsigned long)stream, (unsigned long long)completed);
                 else
-                    MODEL_ASSERT(completed > r->fences_before || ps_host_ops_stream_waits(f.gpu) > r->stream_waits,
+                    MODEL_ASSERT(completed > r->fences_before || ps_fake_gpu_stream_waits(f.gpu) > r->stream_waits,
                                  "range freed on one stream handed to another without a wait");
             }
             /* the handed-out part is live again: keep only the parts of freed ranges outside it */
@@ -196,12 +196,12 @@ static void run_model(const model_config_t *cfg)
                     m.freed = realloc(m.freed, freed_capacity * sizeof *m.freed);
                     cr_assert(m.freed);
                 }
-                m.freed[m.freed_count++] = (freed_range_t){r.addr, r.size, ps_host_ops_fences_recorded(f.gpu),
-                                                           r.stream, ps_host_ops_stream_waits(f.gpu)};
+                m.freed[m.freed_count++] = (freed_range_t){r.addr, r.size, ps_fake_gpu_fences_recorded(f.gpu),
+                                                           r.stream, ps_fake_gpu_stream_waits(f.gpu)};
                 if (cfg->policy != PS_FREE_SYNC_EVENT && r.stream == PS_STREAM_NONE)
                     m.freed_count--; /* none/device: reuse at once is the contract */
                 if (cfg->policy == PS_FREE_SYNC_DEVICE && r.stream == PS_STREAM_NONE)
-                    completed = ps_host_ops_fences_recorded(f.gpu); /* the free synchronized the device */
+                    completed = ps_fake_gpu_fences_recorded(f.gpu); /* the free synchronized the device */
             }
         }
         ps_resource_info_t info = fixture_info(f.pool);
@@ -216,9 +216,9 @@ static void run_model(const model_config_t *cfg)
     cr_log_info("seed %llu: %ld steps, %ld allocations, peak reserved %llu MiB, %llu chunks, %llu fences", m.seed,
                 step, allocations, (unsigned long long)(fixture_info(f.pool).peak_bytes_reserved >> 20),
                 (unsigned long long)fixture_info(f.pool).upstream_allocs,
-                (unsigned long long)ps_host_ops_fences_recorded(f.gpu));
+                (unsigned long long)ps_fake_gpu_fences_recorded(f.gpu));
     if (cfg->manual_fences)
-        MODEL_ASSERT(ps_host_ops_fence_waits(f.gpu) == 0, "no memory pressure here: no host waits");
+        MODEL_ASSERT(ps_fake_gpu_fence_waits(f.gpu) == 0, "no memory pressure here: no host waits");
     /* free everything: all must coalesce back into whole chunks */
     while (m.count) {
         live_range_t r = m.live[--m.count];
@@ -231,7 +231,7 @@ static void run_model(const model_config_t *cfg)
         MODEL_ASSERT(info.bytes_free == info.bytes_reserved, "everything free at once");
     MODEL_ASSERT(ps_trim(f.pool) == PS_OK, "trim");
     info = fixture_info(f.pool);
-    MODEL_ASSERT(info.bytes_reserved == 0 && ps_host_ops_bytes_outstanding(f.gpu) == 0,
+    MODEL_ASSERT(info.bytes_reserved == 0 && ps_fake_gpu_bytes_outstanding(f.gpu) == 0,
                  "trim gave back everything: every chunk coalesced whole (%llu left)",
                  (unsigned long long)info.bytes_reserved);
     MODEL_ASSERT(info.upstream_frees == info.upstream_allocs, "every chunk returned");

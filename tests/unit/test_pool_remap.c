@@ -23,8 +23,8 @@ static void open_remap_pool_as(pool_fixture_t *f, int remap, int no_vm_keep)
     o.remap_lend = lend_in_tests;
     o.remap = remap;
     o.remap_lend = lend_in_tests;
-    ps_host_ops_options_t host = {.virtual_memory = 1, .no_vm_keep = no_vm_keep};
-    cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
+    ps_fake_gpu_options_t host = {.virtual_memory = 1, .no_vm_keep = no_vm_keep};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, &o, &f->pool), PS_OK);
     cr_assert(ps_pool_is_expandable(f->pool));
@@ -42,11 +42,11 @@ static void make_two_holes(pool_fixture_t *f, void *blocks[LAYOUT_BLOCKS], void 
     cr_assert_eq(ps_allocate(f->pool, PS_MiB, PS_STREAM_NONE, s), PS_OK);
     cr_assert_eq(ps_allocate(f->pool, PS_MiB, PS_STREAM_NONE, t), PS_OK);
     /* the fake judges unmaps by when each granule was freed */
-    cr_assert_eq(ps_host_ops_note_free(f->gpu, *s, PS_MiB), PS_OK);
+    cr_assert_eq(ps_fake_gpu_note_free(f->gpu, *s, PS_MiB), PS_OK);
     cr_assert_eq(ps_deallocate(f->pool, *s, 0, PS_STREAM_NONE), PS_OK);
-    cr_assert_eq(ps_host_ops_note_free(f->gpu, blocks[1], 8 * PS_MiB), PS_OK);
+    cr_assert_eq(ps_fake_gpu_note_free(f->gpu, blocks[1], 8 * PS_MiB), PS_OK);
     cr_assert_eq(ps_deallocate(f->pool, blocks[1], 0, PS_STREAM_NONE), PS_OK);
-    cr_assert_eq(ps_host_ops_note_free(f->gpu, blocks[3], 8 * PS_MiB), PS_OK);
+    cr_assert_eq(ps_fake_gpu_note_free(f->gpu, blocks[3], 8 * PS_MiB), PS_OK);
     cr_assert_eq(ps_deallocate(f->pool, blocks[3], 0, PS_STREAM_NONE), PS_OK);
     void *again;
     cr_assert_eq(ps_allocate(f->pool, PS_MiB, PS_STREAM_NONE, &again), PS_OK);
@@ -54,7 +54,7 @@ static void make_two_holes(pool_fixture_t *f, void *blocks[LAYOUT_BLOCKS], void 
     ps_resource_info_t info = fixture_info(f->pool);
     cr_assert_eq(info.bytes_reserved, 42 * PS_MiB);
     cr_assert_eq(info.bytes_pending, 0);
-    cr_assert_eq(ps_host_ops_device_syncs(f->gpu), 0);
+    cr_assert_eq(ps_fake_gpu_device_syncs(f->gpu), 0);
     cr_assert_eq(ps_pool_check(f->pool), PS_OK);
 }
 
@@ -76,23 +76,23 @@ Test(pool_remap, growth_moves_free_pieces_and_keeps_the_mapped_total)
     open_remap_pool(&f, 1);
     void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
     make_two_holes(&f, blocks, &s, &t);
-    uint64_t barriers = ps_host_ops_barriers(f.gpu);
+    uint64_t barriers = ps_fake_gpu_barriers(f.gpu);
     cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
     ps_resource_info_t info = fixture_info(f.pool);
     cr_assert_eq(info.bytes_reserved, 42 * PS_MiB, "b's and d's pieces moved to the growth: %llu MiB mapped",
                  (unsigned long long)(info.bytes_reserved / PS_MiB));
     cr_assert_eq(info.peak_bytes_reserved, 42 * PS_MiB, "the peak did not move");
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 42 * PS_MiB);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 42 * PS_MiB);
     cr_assert_eq(info.remap_waits, 1);
-    cr_assert_eq(ps_host_ops_barrier_waits(f.gpu), 1, "one host wait for the barrier that released b and d");
-    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0, "no device synchronize");
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers + 1, "a barrier first: it proves no capture is open");
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_barrier_waits(f.gpu), 1, "one host wait for the barrier that released b and d");
+    cr_assert_eq(ps_fake_gpu_device_syncs(f.gpu), 0, "no device synchronize");
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), barriers + 1, "a barrier first: it proves no capture is open");
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
-    uint64_t moved = ps_host_ops_vm_maps_kept(f.gpu);
+    uint64_t moved = ps_fake_gpu_vm_maps_kept(f.gpu);
     cr_assert_gt(moved, 0, "the moved pieces' memory was mapped again, not released and created");
     cr_assert_eq(moved * 2 * PS_MiB, 16 * PS_MiB, "%llu pieces moved with their memory", (unsigned long long)moved);
-    cr_assert_eq(ps_host_ops_vm_kept_now(f.gpu), 0, "nothing left kept after the growth");
+    cr_assert_eq(ps_fake_gpu_vm_kept_now(f.gpu), 0, "nothing left kept after the growth");
     /* the holes serve 8 MiB requests again (mapped once more) */
     void *hole;
     cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &hole), PS_OK);
@@ -110,12 +110,12 @@ Test(pool_remap, without_kept_memory_the_pieces_are_released_and_created)
     open_remap_pool_as(&f, 1, 1);
     void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
     make_two_holes(&f, blocks, &s, &t);
-    uint64_t maps = ps_host_ops_vm_maps(f.gpu);
+    uint64_t maps = ps_fake_gpu_vm_maps(f.gpu);
     cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 42 * PS_MiB);
-    cr_assert_eq(ps_host_ops_vm_maps_kept(f.gpu), 0);
-    cr_assert_eq(ps_host_ops_vm_maps(f.gpu), maps + 8, "8 pieces created for the growth");
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 42 * PS_MiB);
+    cr_assert_eq(ps_fake_gpu_vm_maps_kept(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_vm_maps(f.gpu), maps + 8, "8 pieces created for the growth");
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 42 * PS_MiB);
     free_layout(&f, blocks, s, t, big);
     fixture_close(&f);
 }
@@ -128,7 +128,7 @@ Test(pool_remap, off_the_growth_adds_memory)
     make_two_holes(&f, blocks, &s, &t);
     cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 58 * PS_MiB, "remap off: 16 MiB more");
-    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_device_syncs(f.gpu), 0);
     free_layout(&f, blocks, s, t, big);
     fixture_close(&f);
 }
@@ -141,12 +141,12 @@ Test(pool_remap, no_synchronize_while_a_barrier_is_refused)
     open_remap_pool(&f, 1);
     void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
     make_two_holes(&f, blocks, &s, &t);
-    ps_host_ops_block_barriers(f.gpu, 1);
+    ps_fake_gpu_block_barriers(f.gpu, 1);
     cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
-    ps_host_ops_block_barriers(f.gpu, 0);
+    ps_fake_gpu_block_barriers(f.gpu, 0);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 58 * PS_MiB);
-    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0, "no synchronize while the barrier was refused");
-    cr_assert_eq(ps_host_ops_barrier_waits(f.gpu), 0, "nor a wait");
+    cr_assert_eq(ps_fake_gpu_device_syncs(f.gpu), 0, "no synchronize while the barrier was refused");
+    cr_assert_eq(ps_fake_gpu_barrier_waits(f.gpu), 0, "nor a wait");
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     free_layout(&f, blocks, s, t, big);
     fixture_close(&f);
@@ -168,18 +168,18 @@ static void fail_in_growth_of(ps_host_op_t op, int idle)
     void *blocks[LAYOUT_BLOCKS], *s, *t, *big = NULL;
     make_two_holes(&f, blocks, &s, &t);
     if (idle)
-        ps_host_ops_complete_barriers_upto(f.gpu, ps_host_ops_barriers(f.gpu));
-    uint64_t before = ps_host_ops_calls(f.gpu, op);
-    cr_assert_eq(ps_host_ops_fail_call(f.gpu, op, before + 1, 0), PS_OK);
+        ps_fake_gpu_complete_barriers_upto(f.gpu, ps_fake_gpu_barriers(f.gpu));
+    uint64_t before = ps_fake_gpu_calls(f.gpu, op);
+    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, op, before + 1, 0), PS_OK);
     int status = ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big);
-    const char *name = ps_host_ops_op_name(op);
-    cr_assert_eq(ps_host_ops_faults_fired(f.gpu, NULL, NULL), 1, "%s: the growth made that call", name);
+    const char *name = ps_fake_gpu_op_name(op);
+    cr_assert_eq(ps_fake_gpu_faults_fired(f.gpu, NULL, NULL), 1, "%s: the growth made that call", name);
     cr_assert(status == PS_OK || status == PS_ENOMEM, "%s: status %d", name, status);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK, "%s", name);
     ps_resource_info_t info = fixture_info(f.pool);
-    cr_assert_eq(info.bytes_reserved, ps_host_ops_bytes_outstanding(f.gpu), "%s: nothing lost", name);
-    cr_assert_eq(ps_host_ops_vm_kept_now(f.gpu), 0, "%s: no kept memory left behind", name);
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0, "%s", name);
+    cr_assert_eq(info.bytes_reserved, ps_fake_gpu_bytes_outstanding(f.gpu), "%s: nothing lost", name);
+    cr_assert_eq(ps_fake_gpu_vm_kept_now(f.gpu), 0, "%s: no kept memory left behind", name);
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0, "%s", name);
     if (status != PS_OK)
         cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK, "%s: the retry", name);
     cr_assert_eq(info.bytes_in_use + info.bytes_free + info.bytes_pending, info.bytes_reserved, "%s", name);
@@ -218,7 +218,7 @@ static ps_resource_info_t grow_over_two_holes(pool_fixture_t *f, void *blocks[LA
 {
     make_two_holes(f, blocks, s, t);
     if (barriers_passed)
-        ps_host_ops_complete_barriers_upto(f->gpu, ps_host_ops_barriers(f->gpu));
+        ps_fake_gpu_complete_barriers_upto(f->gpu, ps_fake_gpu_barriers(f->gpu));
     cr_assert_eq(ps_allocate(f->pool, 16 * PS_MiB, PS_STREAM_NONE, big), PS_OK);
     cr_assert_eq(ps_pool_check(f->pool), PS_OK);
     return fixture_info(f->pool);
@@ -234,9 +234,9 @@ Test(pool_remap, pieces_a_passed_barrier_released_move_without_a_synchronize)
                  (unsigned long long)(info.bytes_reserved / PS_MiB));
     cr_assert_eq(info.remaps_idle, 1);
     cr_assert_eq(info.remap_syncs, 0);
-    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0, "the GPU had passed the barrier that released them");
-    cr_assert_gt(ps_host_ops_calls(f.gpu, PS_HOST_OP_BARRIER_PASSED), 0);
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_device_syncs(f.gpu), 0, "the GPU had passed the barrier that released them");
+    cr_assert_gt(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_BARRIER_PASSED), 0);
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     free_layout(&f, blocks, s, t, big);
     fixture_close(&f);
 }
@@ -248,19 +248,19 @@ Test(pool_remap, pieces_a_pending_barrier_released_wait_for_that_barrier)
     void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
     uint64_t released_by = 0;
     make_two_holes(&f, blocks, &s, &t);
-    released_by = ps_host_ops_barriers(f.gpu); /* the eager barrier of make_two_holes' last allocation */
+    released_by = ps_fake_gpu_barriers(f.gpu); /* the eager barrier of make_two_holes' last allocation */
     cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
     ps_resource_info_t info = fixture_info(f.pool);
     cr_assert_eq(info.bytes_reserved, 42 * PS_MiB);
     cr_assert_eq(info.remaps_idle, 0);
     cr_assert_eq(info.remap_waits, 1);
     cr_assert_eq(info.remap_syncs, 0);
-    cr_assert_eq(ps_host_ops_barrier_waits(f.gpu), 1, "the GPU may still use b and d: wait for their barrier");
-    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0, "not for the whole device");
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), released_by + 1, "the remap's own barrier came after");
+    cr_assert_eq(ps_fake_gpu_barrier_waits(f.gpu), 1, "the GPU may still use b and d: wait for their barrier");
+    cr_assert_eq(ps_fake_gpu_device_syncs(f.gpu), 0, "not for the whole device");
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), released_by + 1, "the remap's own barrier came after");
     cr_assert_eq(f.gpu->barrier_passed(f.gpu->ctx, released_by + 1), PS_ENOTREADY,
                  "the wait left the remap's own barrier (newer work) running");
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     free_layout(&f, blocks, s, t, big);
     fixture_close(&f);
 }
@@ -275,8 +275,8 @@ Test(pool_remap, without_a_barrier_wait_the_device_is_synchronized)
     cr_assert_eq(info.bytes_reserved, 42 * PS_MiB);
     cr_assert_eq(info.remap_syncs, 1);
     cr_assert_eq(info.remap_waits, 0);
-    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 1, "the GPU may still use b and d: synchronize first");
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_device_syncs(f.gpu), 1, "the GPU may still use b and d: synchronize first");
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     free_layout(&f, blocks, s, t, big);
     fixture_close(&f);
 }
@@ -298,7 +298,7 @@ Test(pool_remap, a_wait_that_does_not_wait_unmaps_pieces_the_gpu_may_use)
     void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
     ps_resource_info_t info = grow_over_two_holes(&f, blocks, &s, &t, &big, 0);
     cr_assert_eq(info.remap_waits, 1);
-    cr_assert_gt(ps_host_ops_unsafe_unmaps(f.gpu), 0, "the judge saw b and d unmapped under the GPU");
+    cr_assert_gt(ps_fake_gpu_unsafe_unmaps(f.gpu), 0, "the judge saw b and d unmapped under the GPU");
     free_layout(&f, blocks, s, t, big);
     fixture_close(&f);
 }
@@ -315,13 +315,13 @@ Test(pool_remap, skipping_the_idle_check_unmaps_pieces_the_gpu_may_use)
         if (variant == 0)
             ps_pool_test_skip_idle_check(1);
         else
-            ps_host_ops_assume_barriers_passed(f.gpu, 1);
+            ps_fake_gpu_assume_barriers_passed(f.gpu, 1);
         void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
         ps_resource_info_t info = grow_over_two_holes(&f, blocks, &s, &t, &big, 0);
         ps_pool_test_skip_idle_check(0);
         cr_assert_eq(info.remaps_idle, 1, "variant %d", variant);
-        cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0, "variant %d", variant);
-        cr_assert_gt(ps_host_ops_unsafe_unmaps(f.gpu), 0, "variant %d: the judge saw it", variant);
+        cr_assert_eq(ps_fake_gpu_device_syncs(f.gpu), 0, "variant %d", variant);
+        cr_assert_gt(ps_fake_gpu_unsafe_unmaps(f.gpu), 0, "variant %d: the judge saw it", variant);
         free_layout(&f, blocks, s, t, big);
         fixture_close(&f);
     }
@@ -335,25 +335,25 @@ Test(pool_remap, a_lagging_gpu_passes_the_barrier_after_the_lag)
         pool_fixture_t f;
         ps_pool_options_t o = small_pool_options();
     o.remap_lend = lend_in_tests;
-        ps_host_ops_options_t host = {.virtual_memory = 1, .lag_ns = 2000000};
-        cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+        ps_fake_gpu_options_t host = {.virtual_memory = 1, .lag_ns = 2000000};
+        cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
         cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
         cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
         void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
         make_two_holes(&f, blocks, &s, &t);
-        ps_host_ops_set_clock(f.gpu, late ? 2000000 : 1999999);
+        ps_fake_gpu_set_clock(f.gpu, late ? 2000000 : 1999999);
         cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
         ps_resource_info_t info = fixture_info(f.pool);
         cr_assert_eq(info.bytes_reserved, 42 * PS_MiB, "late %d", late);
-        cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0, "late %d", late);
-        cr_assert_eq(ps_host_ops_barrier_waits(f.gpu), late ? 0 : 1, "late %d: a wait only before the lag", late);
+        cr_assert_eq(ps_fake_gpu_device_syncs(f.gpu), 0, "late %d", late);
+        cr_assert_eq(ps_fake_gpu_barrier_waits(f.gpu), late ? 0 : 1, "late %d: a wait only before the lag", late);
         if (!late) /* 1 ns before the barrier passes: the wait takes 1 ns, a synchronize at least as long */
-            cr_assert(ps_host_ops_barrier_wait_ns(f.gpu) == 1 &&
-                          ps_host_ops_wait_instead_sync_ns(f.gpu) >= ps_host_ops_barrier_wait_ns(f.gpu),
-                      "wait %llu ns, as a synchronize %llu ns", (unsigned long long)ps_host_ops_barrier_wait_ns(f.gpu),
-                      (unsigned long long)ps_host_ops_wait_instead_sync_ns(f.gpu));
+            cr_assert(ps_fake_gpu_barrier_wait_ns(f.gpu) == 1 &&
+                          ps_fake_gpu_wait_instead_sync_ns(f.gpu) >= ps_fake_gpu_barrier_wait_ns(f.gpu),
+                      "wait %llu ns, as a synchronize %llu ns", (unsigned long long)ps_fake_gpu_barrier_wait_ns(f.gpu),
+                      (unsigned long long)ps_fake_gpu_wait_instead_sync_ns(f.gpu));
         cr_assert_eq(info.remaps_idle, late ? 1 : 0, "late %d", late);
-        cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0, "late %d", late);
+        cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0, "late %d", late);
         cr_assert_eq(ps_pool_check(f.pool), PS_OK);
         free_layout(&f, blocks, s, t, big);
         fixture_close(&f);
@@ -370,14 +370,14 @@ Test(pool_remap, merged_blocks_take_the_newest_generation)
     open_remap_pool(&f, 1);
     void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
     make_two_holes(&f, blocks, &s, &t);
-    ps_host_ops_complete_barriers_upto(f.gpu, ps_host_ops_barriers(f.gpu));
-    cr_assert_eq(ps_host_ops_note_free(f.gpu, blocks[2], 8 * PS_MiB), PS_OK);
+    ps_fake_gpu_complete_barriers_upto(f.gpu, ps_fake_gpu_barriers(f.gpu));
+    cr_assert_eq(ps_fake_gpu_note_free(f.gpu, blocks[2], 8 * PS_MiB), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, blocks[2], 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 32 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
     ps_resource_info_t info = fixture_info(f.pool);
     cr_assert_eq(info.remap_waits, 1, "c's barrier has not passed: wait for it");
     cr_assert_eq(info.remaps_idle, 0);
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     for (int i = 0; i < LAYOUT_BLOCKS; i += 4)
         cr_assert_eq(ps_deallocate(f.pool, blocks[i], 0, PS_STREAM_NONE), PS_OK);
@@ -397,8 +397,8 @@ static uint64_t growth_after_growth(unsigned turnover_percent, int iterations)
     ps_pool_options_t o = small_pool_options();
     o.remap_lend = lend_in_tests;
     o.remap_turnover_percent = turnover_percent;
-    ps_host_ops_options_t host = {.virtual_memory = 1};
-    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    ps_fake_gpu_options_t host = {.virtual_memory = 1};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
     void **kept = calloc((size_t)iterations * 3, sizeof *kept);
@@ -414,8 +414,8 @@ static uint64_t growth_after_growth(unsigned turnover_percent, int iterations)
         cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &kept[3 * i + 2]), PS_OK);
     }
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
-    uint64_t syncs = ps_host_ops_device_syncs(f.gpu) + ps_host_ops_barrier_waits(f.gpu);
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
+    uint64_t syncs = ps_fake_gpu_device_syncs(f.gpu) + ps_fake_gpu_barrier_waits(f.gpu);
     cr_assert_eq(fixture_info(f.pool).remap_syncs + fixture_info(f.pool).remap_waits, syncs);
     for (int i = 0; i < iterations * 3; i++)
         cr_assert_eq(ps_deallocate(f.pool, kept[i], 0, PS_STREAM_NONE), PS_OK);
@@ -481,8 +481,8 @@ static void random_workload_over_real_memory(int lend)
     o.remap_lend = lend;
     o.remap_turnover_percent = 0;
     o.small_from_back = PS_MiB;
-    ps_host_ops_options_t host = {.virtual_memory = 1, .backed = 1};
-    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    ps_fake_gpu_options_t host = {.virtual_memory = 1, .backed = 1};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
     struct { uint64_t *p; size_t size; uint64_t id; } live[LIVE] = {{0}};
@@ -508,15 +508,15 @@ static void random_workload_over_real_memory(int lend)
         }
         if (op % 1000 == 0)
             cr_assert_eq(ps_pool_check(f.pool), PS_OK, "op %d", op);
-        if (lend && op % 64 == 0 && ps_host_ops_barriers(f.gpu) > 1)
-            ps_host_ops_complete_barriers_upto(f.gpu, ps_host_ops_barriers(f.gpu) - 1);
+        if (lend && op % 64 == 0 && ps_fake_gpu_barriers(f.gpu) > 1)
+            ps_fake_gpu_complete_barriers_upto(f.gpu, ps_fake_gpu_barriers(f.gpu) - 1);
     }
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     ps_resource_info_t info = fixture_info(f.pool);
     uint64_t remaps = info.remap_syncs + info.remap_waits + info.remaps_lent;
     if (lend)
         cr_assert_gt(info.remaps_lent, 10, "lent %llu times", (unsigned long long)info.remaps_lent);
-    cr_assert_eq(info.bytes_reserved, ps_host_ops_bytes_outstanding(f.gpu), "every byte counted once");
+    cr_assert_eq(info.bytes_reserved, ps_fake_gpu_bytes_outstanding(f.gpu), "every byte counted once");
     cr_log_info("remaps: %llu", (unsigned long long)remaps);
     cr_assert_gt(remaps, 10, "the workload exercised remap: %llu", (unsigned long long)remaps);
     for (int i = 0; i < LIVE; i++)
@@ -543,8 +543,8 @@ static void grow_with_slack(unsigned slack, uint64_t want_reserved, uint64_t wan
     ps_pool_options_t o = small_pool_options();
     o.remap_lend = lend_in_tests;
     o.remap_slack_percent = slack;
-    ps_host_ops_options_t host = {.virtual_memory = 1};
-    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    ps_fake_gpu_options_t host = {.virtual_memory = 1};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
     void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
@@ -554,10 +554,10 @@ static void grow_with_slack(unsigned slack, uint64_t want_reserved, uint64_t wan
     cr_assert_eq(info.bytes_reserved, want_reserved, "slack %u %%: %llu MiB mapped", slack,
                  (unsigned long long)(info.bytes_reserved / PS_MiB));
     cr_assert_eq(info.remap_waits, want_waits, "slack %u %%", slack);
-    cr_assert_eq(ps_host_ops_barrier_waits(f.gpu), want_waits, "slack %u %%", slack);
+    cr_assert_eq(ps_fake_gpu_barrier_waits(f.gpu), want_waits, "slack %u %%", slack);
     cr_assert_eq(info.remaps_slack, want_slack, "slack %u %%", slack);
-    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0);
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_device_syncs(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     free_layout(&f, blocks, s, t, big);
     fixture_close(&f);
 }
@@ -593,32 +593,32 @@ Test(pool_remap, busy_pieces_lend_their_memory_to_the_growth_without_a_wait)
     ps_resource_info_t info = lend_over_two_holes(&f, blocks, &s, &t, &big);
     cr_assert_eq(info.remaps_lent, 1);
     cr_assert_eq(info.remap_waits + info.remap_syncs + info.remaps_idle, 0);
-    cr_assert_eq(ps_host_ops_barrier_waits(&f.gpu[0]), 0, "no host wait for b's and d's barrier");
-    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_barrier_waits(&f.gpu[0]), 0, "no host wait for b's and d's barrier");
+    cr_assert_eq(ps_fake_gpu_device_syncs(f.gpu), 0);
     cr_assert_eq(info.bytes_reserved, 42 * PS_MiB, "the mapped total kept: %llu MiB",
                  (unsigned long long)(info.bytes_reserved / PS_MiB));
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 42 * PS_MiB, "no new memory: b's and d's serve twice");
-    cr_assert_eq(ps_host_ops_vm_aliases(f.gpu), 16 * PS_MiB / (2 * PS_MiB), "each 2 MiB piece mapped a second time");
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0, "b and d still mapped");
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 42 * PS_MiB, "no new memory: b's and d's serve twice");
+    cr_assert_eq(ps_fake_gpu_vm_aliases(f.gpu), 16 * PS_MiB / (2 * PS_MiB), "each 2 MiB piece mapped a second time");
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0, "b and d still mapped");
     /* their old addresses stay mapped while the barrier has not passed */
-    uint64_t unmaps = ps_host_ops_calls(f.gpu, PS_HOST_OP_VM_UNMAP);
+    uint64_t unmaps = ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_UNMAP);
     void *more;
     cr_assert_eq(ps_allocate(f.pool, 24 * PS_MiB, PS_STREAM_NONE, &more), PS_OK);
-    cr_assert_eq(ps_host_ops_calls(f.gpu, PS_HOST_OP_VM_UNMAP), unmaps, "not unmapped before their barrier passed");
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_UNMAP), unmaps, "not unmapped before their barrier passed");
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     cr_assert_eq(ps_deallocate(f.pool, more, 0, PS_STREAM_NONE), PS_OK);
     /* once it passed, the next growth unmaps them (the memory stays where it serves) */
-    ps_host_ops_complete_barriers_upto(f.gpu, ps_host_ops_barriers(f.gpu));
+    ps_fake_gpu_complete_barriers_upto(f.gpu, ps_fake_gpu_barriers(f.gpu));
     cr_assert_eq(ps_allocate(f.pool, 40 * PS_MiB, PS_STREAM_NONE, &more), PS_OK);
-    cr_assert_gt(ps_host_ops_calls(f.gpu, PS_HOST_OP_VM_UNMAP), unmaps, "the old addresses went");
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_gt(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_UNMAP), unmaps, "the old addresses went");
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
-    cr_assert_eq(fixture_info(f.pool).bytes_reserved, ps_host_ops_bytes_outstanding(f.gpu));
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, ps_fake_gpu_bytes_outstanding(f.gpu));
     cr_assert_eq(ps_deallocate(f.pool, more, 0, PS_STREAM_NONE), PS_OK);
     free_layout(&f, blocks, s, t, big);
     cr_assert_eq(ps_trim(f.pool), PS_OK);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0, "every piece freed once");
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 0, "every piece freed once");
     fixture_close(&f);
 }
 
@@ -634,7 +634,7 @@ Test(pool_remap, lent_addresses_unmapped_before_their_barrier_are_caught)
     ps_pool_test_skip_idle_check(1);
     cr_assert_eq(ps_allocate(f.pool, 24 * PS_MiB, PS_STREAM_NONE, &more), PS_OK);
     ps_pool_test_skip_idle_check(0);
-    cr_assert_gt(ps_host_ops_unsafe_unmaps(f.gpu), 0, "b and d unmapped under the GPU");
+    cr_assert_gt(ps_fake_gpu_unsafe_unmaps(f.gpu), 0, "b and d unmapped under the GPU");
     cr_assert_eq(ps_deallocate(f.pool, more, 0, PS_STREAM_NONE), PS_OK);
     free_layout(&f, blocks, s, t, big);
     fixture_close(&f);
@@ -648,8 +648,8 @@ Test(pool_remap, a_trim_synchronizes_and_unmaps_lent_addresses)
     free_layout(&f, blocks, s, t, big);
     cr_assert_eq(ps_trim(f.pool), PS_OK);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0, "nothing left mapped anywhere");
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 0, "nothing left mapped anywhere");
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     fixture_close(&f);
 }
@@ -664,22 +664,22 @@ static void fail_in_lending_growth(ps_host_op_t op, int later)
     lend_in_tests = 0;
     void *blocks[LAYOUT_BLOCKS], *s, *t, *big = NULL, *more = NULL;
     make_two_holes(&f, blocks, &s, &t);
-    const char *name = ps_host_ops_op_name(op);
+    const char *name = ps_fake_gpu_op_name(op);
     if (later) {
         cr_assert_eq(ps_allocate(f.pool, 16 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
         cr_assert_eq(fixture_info(f.pool).remaps_lent, 1);
-        ps_host_ops_complete_barriers_upto(f.gpu, ps_host_ops_barriers(f.gpu));
+        ps_fake_gpu_complete_barriers_upto(f.gpu, ps_fake_gpu_barriers(f.gpu));
     }
-    uint64_t before = ps_host_ops_calls(f.gpu, op);
-    cr_assert_eq(ps_host_ops_fail_call(f.gpu, op, before + 1, 0), PS_OK);
+    uint64_t before = ps_fake_gpu_calls(f.gpu, op);
+    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, op, before + 1, 0), PS_OK);
     void **target = later ? &more : &big;
     int status = ps_allocate(f.pool, later ? 40 * PS_MiB : 16 * PS_MiB, PS_STREAM_NONE, target);
-    cr_assert_eq(ps_host_ops_faults_fired(f.gpu, NULL, NULL), 1, "%s: the growth made that call", name);
+    cr_assert_eq(ps_fake_gpu_faults_fired(f.gpu, NULL, NULL), 1, "%s: the growth made that call", name);
     cr_assert(status == PS_OK || status == PS_ENOMEM, "%s: status %d", name, status);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK, "%s", name);
     ps_resource_info_t info = fixture_info(f.pool);
-    cr_assert_eq(info.bytes_reserved, ps_host_ops_bytes_outstanding(f.gpu), "%s: nothing lost", name);
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0, "%s", name);
+    cr_assert_eq(info.bytes_reserved, ps_fake_gpu_bytes_outstanding(f.gpu), "%s: nothing lost", name);
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0, "%s", name);
     if (status != PS_OK)
         cr_assert_eq(ps_allocate(f.pool, later ? 40 * PS_MiB : 16 * PS_MiB, PS_STREAM_NONE, target), PS_OK,
                      "%s: the retry", name);
@@ -688,7 +688,7 @@ static void fail_in_lending_growth(ps_host_op_t op, int later)
     free_layout(&f, blocks, s, t, big);
     cr_assert_eq(ps_trim(f.pool), PS_OK);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0, "%s", name);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0, "%s: every piece freed once", name);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 0, "%s: every piece freed once", name);
     fixture_close(&f);
 }
 
@@ -709,8 +709,8 @@ Test(pool_remap, a_driver_that_will_not_map_memory_twice_makes_the_pool_wait_ins
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
     o.remap_lend = 1;
-    ps_host_ops_options_t host = {.virtual_memory = 1, .no_vm_alias = 1};
-    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    ps_fake_gpu_options_t host = {.virtual_memory = 1, .no_vm_alias = 1};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
     void *blocks[LAYOUT_BLOCKS], *s, *t, *big;
@@ -718,21 +718,21 @@ Test(pool_remap, a_driver_that_will_not_map_memory_twice_makes_the_pool_wait_ins
     cr_assert_eq(info.remaps_lent, 0, "the lending try was taken back");
     cr_assert_eq(info.remap_waits, 1, "the second try waited");
     cr_assert_eq(info.bytes_reserved, 42 * PS_MiB);
-    cr_assert_eq(info.bytes_reserved, ps_host_ops_bytes_outstanding(f.gpu));
-    cr_assert_eq(ps_host_ops_vm_aliases(f.gpu), 0);
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(info.bytes_reserved, ps_fake_gpu_bytes_outstanding(f.gpu));
+    cr_assert_eq(ps_fake_gpu_vm_aliases(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     /* the next busy remap waits at once (no lending try) */
     void *again;
     cr_assert_eq(ps_deallocate(f.pool, big, 0, PS_STREAM_NONE), PS_OK);
-    cr_assert_eq(ps_host_ops_note_free(f.gpu, blocks[2], 8 * PS_MiB), PS_OK);
+    cr_assert_eq(ps_fake_gpu_note_free(f.gpu, blocks[2], 8 * PS_MiB), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, blocks[2], 0, PS_STREAM_NONE), PS_OK);
-    uint64_t map_calls = ps_host_ops_calls(f.gpu, PS_HOST_OP_VM_MAP);
+    uint64_t map_calls = ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_MAP);
     cr_assert_eq(ps_allocate(f.pool, 40 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
     info = fixture_info(f.pool);
     cr_assert_eq(info.remaps_lent, 0);
-    cr_assert_eq(ps_host_ops_faults_fired(f.gpu, NULL, NULL), 0);
-    cr_assert_gt(ps_host_ops_calls(f.gpu, PS_HOST_OP_VM_MAP), map_calls);
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_faults_fired(f.gpu, NULL, NULL), 0);
+    cr_assert_gt(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_MAP), map_calls);
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, big, 0, PS_STREAM_NONE), PS_OK);
     blocks[2] = NULL;
@@ -755,8 +755,8 @@ Test(pool_remap, the_return_lent_switch_unmaps_lent_addresses_under_the_gpu)
     ps_resource_info_t info = lend_over_two_holes(&f, blocks, &s, &t, &big);
     ps_pool_test_return_lent_at_once(0);
     cr_assert_eq(info.remaps_lent, 1);
-    cr_assert_gt(ps_host_ops_unsafe_unmaps(f.gpu), 0, "b and d unmapped right after the growth");
-    cr_assert_eq(info.bytes_reserved, ps_host_ops_bytes_outstanding(f.gpu));
+    cr_assert_gt(ps_fake_gpu_unsafe_unmaps(f.gpu), 0, "b and d unmapped right after the growth");
+    cr_assert_eq(info.bytes_reserved, ps_fake_gpu_bytes_outstanding(f.gpu));
     free_layout(&f, blocks, s, t, big);
     fixture_close(&f);
 }

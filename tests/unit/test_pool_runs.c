@@ -1,7 +1,7 @@
 /* Runs (core/vm_range.h, option expandable_run_min): a growth of at least
  * run_min bytes maps one physical allocation instead of one per piece; a
  * run goes back only whole, and remap and trim never cut one. The fake
- * device (core/host_ops.c) refuses an unmap whose size is not that of the
+ * device (core/fake_gpu.c) refuses an unmap whose size is not that of the
  * mapping, as CUDA refuses a cuMemUnmap of part of a mapping. */
 #include "pool_fixture.h"
 
@@ -16,8 +16,8 @@ static void open_runs_pool(pool_fixture_t *f, size_t run_min, int remap, size_t 
     o.expandable_run_min = run_min;
     o.remap = remap;
     o.remap_lend = remap;
-    ps_host_ops_options_t host = {.virtual_memory = 1, .capacity = capacity};
-    cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
+    ps_fake_gpu_options_t host = {.virtual_memory = 1, .capacity = capacity};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, &o, &f->pool), PS_OK);
     cr_assert(ps_pool_is_expandable(f->pool));
@@ -27,13 +27,13 @@ Test(pool_runs, a_large_growth_is_one_physical_allocation)
 {
     pool_fixture_t f;
     open_runs_pool(&f, PS_GiB, 1, 0);
-    uint64_t maps = ps_host_ops_vm_maps(f.gpu);
+    uint64_t maps = ps_fake_gpu_vm_maps(f.gpu);
     void *big, *small;
     cr_assert_eq(ps_allocate(f.pool, 8 * PS_GiB, PS_STREAM_NONE, &big), PS_OK);
-    cr_assert_eq(ps_host_ops_vm_maps(f.gpu), maps + 1, "8 GiB in one create + map + access, not 4096");
+    cr_assert_eq(ps_fake_gpu_vm_maps(f.gpu), maps + 1, "8 GiB in one create + map + access, not 4096");
     cr_assert_eq(fixture_info(f.pool).upstream_allocs, 1, "the statistics count runs mapped");
     cr_assert_eq(ps_allocate(f.pool, 3 * PS_MiB, PS_STREAM_NONE, &small), PS_OK);
-    cr_assert_eq(ps_host_ops_vm_maps(f.gpu), maps + 3, "below run_min: piece by piece (2 pieces)");
+    cr_assert_eq(ps_fake_gpu_vm_maps(f.gpu), maps + 3, "below run_min: piece by piece (2 pieces)");
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, big, 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, small, 0, PS_STREAM_NONE), PS_OK);
@@ -46,10 +46,10 @@ Test(pool_runs, run_min_zero_maps_piece_by_piece)
      * growth is 4096 pieces */
     pool_fixture_t f;
     open_runs_pool(&f, 0, 1, 0);
-    uint64_t maps = ps_host_ops_vm_maps(f.gpu);
+    uint64_t maps = ps_fake_gpu_vm_maps(f.gpu);
     void *big;
     cr_assert_eq(ps_allocate(f.pool, 8 * PS_GiB, PS_STREAM_NONE, &big), PS_OK);
-    cr_assert_eq(ps_host_ops_vm_maps(f.gpu), maps + 4096);
+    cr_assert_eq(ps_fake_gpu_vm_maps(f.gpu), maps + 4096);
     cr_assert_eq(ps_deallocate(f.pool, big, 0, PS_STREAM_NONE), PS_OK);
     fixture_close(&f);
 }
@@ -63,17 +63,17 @@ Test(pool_runs, a_run_goes_back_only_when_wholly_free)
     cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &x), PS_OK);
     cr_assert_eq(x, a, "cut from the run's front");
-    uint64_t unmaps = ps_host_ops_vm_unmaps(f.gpu);
+    uint64_t unmaps = ps_fake_gpu_vm_unmaps(f.gpu);
     cr_assert_eq(ps_trim(f.pool), PS_OK);
-    cr_assert_eq(ps_host_ops_vm_unmaps(f.gpu), unmaps, "the run holds a live block: nothing goes back");
+    cr_assert_eq(ps_fake_gpu_vm_unmaps(f.gpu), unmaps, "the run holds a live block: nothing goes back");
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 128 * PS_MiB);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 128 * PS_MiB);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 128 * PS_MiB);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, x, 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_trim(f.pool), PS_OK);
-    cr_assert_eq(ps_host_ops_vm_unmaps(f.gpu), unmaps + 1, "then the whole run in one unmap");
+    cr_assert_eq(ps_fake_gpu_vm_unmaps(f.gpu), unmaps + 1, "then the whole run in one unmap");
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 0);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     fixture_close(&f);
 }
@@ -89,16 +89,16 @@ Test(pool_runs, a_free_block_over_part_of_a_run_gives_back_the_whole_runs_inside
     void *r1, *r2, *x;
     cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &r1), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &r2), PS_OK);
-    cr_assert_eq(ps_host_ops_vm_maps(f.gpu), 2);
+    cr_assert_eq(ps_fake_gpu_vm_maps(f.gpu), 2);
     cr_assert_eq(ps_deallocate(f.pool, r1, 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, r2, 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &x), PS_OK);
     cr_assert_eq(x, r1);
-    uint64_t unmaps = ps_host_ops_vm_unmaps(f.gpu);
+    uint64_t unmaps = ps_fake_gpu_vm_unmaps(f.gpu);
     cr_assert_eq(ps_trim(f.pool), PS_OK);
-    cr_assert_eq(ps_host_ops_vm_unmaps(f.gpu), unmaps + 1, "run 2 went back in one unmap");
+    cr_assert_eq(ps_fake_gpu_vm_unmaps(f.gpu), unmaps + 1, "run 2 went back in one unmap");
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 64 * PS_MiB, "run 1 stays: it holds x");
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 64 * PS_MiB);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 64 * PS_MiB);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, x, 0, PS_STREAM_NONE), PS_OK);
     fixture_close(&f);
@@ -115,9 +115,9 @@ Test(pool_runs, pieces_beside_a_run_still_go_back_alone)
         cr_assert_eq(ps_allocate(f.pool, 2 * PS_MiB, PS_STREAM_NONE, &p[i]), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, p[1], 0, PS_STREAM_NONE), PS_OK);
-    uint64_t unmaps = ps_host_ops_vm_unmaps(f.gpu);
+    uint64_t unmaps = ps_fake_gpu_vm_unmaps(f.gpu);
     cr_assert_eq(ps_trim(f.pool), PS_OK);
-    cr_assert_eq(ps_host_ops_vm_unmaps(f.gpu), unmaps + 1);
+    cr_assert_eq(ps_fake_gpu_vm_unmaps(f.gpu), unmaps + 1);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 68 * PS_MiB);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, p[0], 0, PS_STREAM_NONE), PS_OK);
@@ -169,7 +169,7 @@ static void random_runs(int lend, unsigned seed)
             cr_assert_eq(ps_deallocate(f.pool, live[i], 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_trim(f.pool), PS_OK);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0, "every run went back");
-    cr_assert_eq(ps_host_ops_unsafe_unmaps(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     fixture_close(&f);
 }
 
@@ -184,16 +184,16 @@ Test(pool_runs, a_growth_of_many_pieces_gives_access_once)
      * faults if the call is missing */
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
-    ps_host_ops_options_t host = {.virtual_memory = 1, .backed = 1, .capacity = 512 * PS_MiB};
-    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    ps_fake_gpu_options_t host = {.virtual_memory = 1, .backed = 1, .capacity = 512 * PS_MiB};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
-    uint64_t maps = ps_host_ops_vm_maps(f.gpu), calls = ps_host_ops_vm_access_calls(f.gpu);
+    uint64_t maps = ps_fake_gpu_vm_maps(f.gpu), calls = ps_fake_gpu_vm_access_calls(f.gpu);
     void *p;
     cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p), PS_OK);
-    cr_assert_eq(ps_host_ops_vm_maps(f.gpu), maps + 32, "32 pieces");
-    cr_assert_eq(ps_host_ops_vm_access_calls(f.gpu), calls + 1, "one access call for all of them");
-    cr_assert_eq(ps_host_ops_vm_bare_bytes(f.gpu), 0, "nothing left without access");
+    cr_assert_eq(ps_fake_gpu_vm_maps(f.gpu), maps + 32, "32 pieces");
+    cr_assert_eq(ps_fake_gpu_vm_access_calls(f.gpu), calls + 1, "one access call for all of them");
+    cr_assert_eq(ps_fake_gpu_vm_bare_bytes(f.gpu), 0, "nothing left without access");
     memset(p, 0x5a, 64 * PS_MiB);
     cr_assert_eq(((unsigned char *)p)[64 * PS_MiB - 1], 0x5a);
     cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
@@ -204,13 +204,13 @@ Test(pool_runs, without_a_batch_access_each_piece_gets_its_own)
 {
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
-    ps_host_ops_options_t host = {.virtual_memory = 1, .backed = 1, .no_vm_access = 1, .capacity = 512 * PS_MiB};
-    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    ps_fake_gpu_options_t host = {.virtual_memory = 1, .backed = 1, .no_vm_access = 1, .capacity = 512 * PS_MiB};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
     void *p;
     cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p), PS_OK);
-    cr_assert_eq(ps_host_ops_vm_access_calls(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_vm_access_calls(f.gpu), 0);
     memset(p, 0x5a, 64 * PS_MiB);
     cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
     fixture_close(&f);
@@ -223,19 +223,19 @@ Test(pool_runs, a_failed_access_call_leaves_nothing_mapped)
      * retry maps them again with access */
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
-    ps_host_ops_options_t host = {.virtual_memory = 1, .backed = 1, .capacity = 512 * PS_MiB};
-    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    ps_fake_gpu_options_t host = {.virtual_memory = 1, .backed = 1, .capacity = 512 * PS_MiB};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
-    uint64_t before = ps_host_ops_calls(f.gpu, PS_HOST_OP_VM_MAP), unmaps = ps_host_ops_vm_unmaps(f.gpu);
-    cr_assert_eq(ps_host_ops_fail_call(f.gpu, PS_HOST_OP_VM_MAP, before + 33, PS_EUPSTREAM), PS_OK);
+    uint64_t before = ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_MAP), unmaps = ps_fake_gpu_vm_unmaps(f.gpu);
+    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_HOST_OP_VM_MAP, before + 33, PS_EUPSTREAM), PS_OK);
     void *p;
     cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p), PS_OK);
-    cr_assert_eq(ps_host_ops_faults_fired(f.gpu, NULL, NULL), 1, "the access call failed once");
-    cr_assert_eq(ps_host_ops_vm_unmaps(f.gpu), unmaps + 32, "the failed growth's 32 bare pieces were unmapped");
-    cr_assert_eq(ps_host_ops_vm_access_calls(f.gpu), 1, "the retry gave access");
-    cr_assert_eq(ps_host_ops_vm_bare_bytes(f.gpu), 0);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 64 * PS_MiB, "nothing leaked");
+    cr_assert_eq(ps_fake_gpu_faults_fired(f.gpu, NULL, NULL), 1, "the access call failed once");
+    cr_assert_eq(ps_fake_gpu_vm_unmaps(f.gpu), unmaps + 32, "the failed growth's 32 bare pieces were unmapped");
+    cr_assert_eq(ps_fake_gpu_vm_access_calls(f.gpu), 1, "the retry gave access");
+    cr_assert_eq(ps_fake_gpu_vm_bare_bytes(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 64 * PS_MiB, "nothing leaked");
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     memset(p, 1, 64 * PS_MiB);
     cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);

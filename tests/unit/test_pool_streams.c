@@ -24,15 +24,15 @@ Test(pool_epochs, event_block_is_not_reused_before_its_fence_completes)
     void *a, *b, *c;
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
-    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 0, "a cudaFree records nothing");
+    cr_assert_eq(ps_fake_gpu_fences_recorded(f.gpu), 0, "a cudaFree records nothing");
     cr_assert_eq(fixture_info(f.pool).bytes_pending, 4 * PS_MiB);
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_neq(b, a, "fence 1 is incomplete: the pool grows instead");
-    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 1, "the epoch was closed by one fence");
-    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0, "no host wait while growth works");
+    cr_assert_eq(ps_fake_gpu_fences_recorded(f.gpu), 1, "the epoch was closed by one fence");
+    cr_assert_eq(ps_fake_gpu_fence_waits(f.gpu), 0, "no host wait while growth works");
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, b, 0, PS_STREAM_NONE), PS_OK);
-    ps_host_ops_complete_upto(f.gpu, 1);
+    ps_fake_gpu_complete_upto(f.gpu, 1);
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &c), PS_OK);
     cr_assert_eq(c, a, "fence 1 completed: a's block is reused");
     ps_resource_info_t info = fixture_info(f.pool);
@@ -62,7 +62,7 @@ Test(pool_epochs, auto_completed_fence_is_reused_without_growing)
 {
     pool_fixture_t f;
     open_one_chunk(&f, PS_FREE_SYNC_EVENT, 4 * PS_MiB, 0);
-    ps_host_ops_set_auto_complete(f.gpu, 1);
+    ps_fake_gpu_set_auto_complete(f.gpu, 1);
     for (int i = 0; i < 100; i++) {
         void *a;
         cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
@@ -80,12 +80,12 @@ Test(pool_epochs, device_policy_synchronizes_at_free_and_reuses_at_once)
     open_one_chunk(&f, PS_FREE_SYNC_DEVICE, 4 * PS_MiB, 0);
     void *a, *b;
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
-    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_device_syncs(f.gpu), 0);
     cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
-    cr_assert_eq(ps_host_ops_device_syncs(f.gpu), 1);
+    cr_assert_eq(ps_fake_gpu_device_syncs(f.gpu), 1);
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_eq(b, a);
-    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_fences_recorded(f.gpu), 0);
     fixture_close(&f);
 }
 
@@ -98,7 +98,7 @@ Test(pool_epochs, none_policy_reuses_at_once)
     cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_eq(b, a);
-    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu) + ps_host_ops_device_syncs(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_fences_recorded(f.gpu) + ps_fake_gpu_device_syncs(f.gpu), 0);
     fixture_close(&f);
 }
 
@@ -111,7 +111,7 @@ Test(pool_epochs, memory_pressure_waits_the_oldest_epoch_instead_of_failing)
     cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_eq(b, a);
-    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 1, "the device is full: the host waited");
+    cr_assert_eq(ps_fake_gpu_fence_waits(f.gpu), 1, "the device is full: the host waited");
     cr_assert_eq(fixture_info(f.pool).fence_waits, 1);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     fixture_close(&f);
@@ -142,8 +142,8 @@ Test(pool_streams, same_stream_reuse_is_immediate_without_fence)
         cr_assert_eq(b, a);
         cr_assert_eq(ps_deallocate(f.pool, b, 0, S1), PS_OK);
     }
-    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 0);
-    cr_assert_eq(ps_host_ops_stream_waits(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_fences_recorded(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_stream_waits(f.gpu), 0);
     cr_assert_eq(fixture_info(f.pool).upstream_allocs, 1);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     fixture_close(&f);
@@ -158,7 +158,7 @@ Test(pool_streams, legacy_stream_handles_0_and_1_share_one_list)
     cr_assert_eq(ps_deallocate(f.pool, a, 0, 0), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_LEGACY, &b), PS_OK);
     cr_assert_eq(b, a);
-    cr_assert_eq(ps_host_ops_stream_waits(f.gpu) + ps_host_ops_fences_recorded(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_stream_waits(f.gpu) + ps_fake_gpu_fences_recorded(f.gpu), 0);
     fixture_close(&f);
 }
 
@@ -171,12 +171,12 @@ Test(pool_streams, cross_stream_take_records_a_fence_and_a_stream_wait)
     cr_assert_eq(ps_deallocate(f.pool, a, 0, S1), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, S2, &b), PS_OK);
     cr_assert_eq(b, a, "S2 takes S1's block without a host wait");
-    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 1);
-    cr_assert_eq(ps_host_ops_stream_waits(f.gpu), 1);
-    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_fences_recorded(f.gpu), 1);
+    cr_assert_eq(ps_fake_gpu_stream_waits(f.gpu), 1);
+    cr_assert_eq(ps_fake_gpu_fence_waits(f.gpu), 0);
     cr_assert_eq(ps_deallocate(f.pool, b, 0, S2), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, S2, &b), PS_OK);
-    cr_assert_eq(ps_host_ops_stream_waits(f.gpu), 1, "now S2's own block: no new wait");
+    cr_assert_eq(ps_fake_gpu_stream_waits(f.gpu), 1, "now S2's own block: no new wait");
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     fixture_close(&f);
 }
@@ -189,13 +189,13 @@ Test(pool_streams, destroyed_stream_blocks_wait_for_a_fence_then_become_ready)
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, S1, &a), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, a, 0, S1), PS_OK);
     ps_stream_destroyed(f.pool, S1);
-    uint64_t fences = ps_host_ops_fences_recorded(f.gpu);
+    uint64_t fences = ps_fake_gpu_fences_recorded(f.gpu);
     cr_assert_eq(fences, 1, "one fence retires the stream's list at the destroy");
     cr_assert_eq(fixture_info(f.pool).bytes_pending, 4 * PS_MiB, "its blocks are pending, not free");
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, S2, &b), PS_OK);
     cr_assert_neq(b, a, "S2 must not take a block of the dead stream before the fence");
-    cr_assert_eq(ps_host_ops_stream_waits(f.gpu), 0, "nothing may wait on the dead stream");
-    ps_host_ops_complete_all(f.gpu);
+    cr_assert_eq(ps_fake_gpu_stream_waits(f.gpu), 0, "nothing may wait on the dead stream");
+    ps_fake_gpu_complete_all(f.gpu);
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &c), PS_OK);
     cr_assert_eq(c, a, "after the fence the block is ready for everyone");
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
@@ -209,7 +209,7 @@ Test(pool_streams, stream_churn_recycles_owners)
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
     fixture_open(&f, 0, 0, &o);
-    ps_host_ops_set_auto_complete(f.gpu, 1);
+    ps_fake_gpu_set_auto_complete(f.gpu, 1);
     for (uintptr_t i = 0; i < 70000; i++) { /* more streams than owner indices */
         ps_stream_t s = 0x10000 + i * 64;
         void *p;
@@ -230,8 +230,8 @@ Test(pool_streams, cudamalloc_waits_for_a_fence_on_the_freeing_stream)
     cr_assert_eq(ps_deallocate(f.pool, a, 0, S1), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
     cr_assert_neq(b, a, "the fence on S1 is incomplete");
-    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 1, "recorded lazily at the cudaMalloc");
-    ps_host_ops_complete_all(f.gpu);
+    cr_assert_eq(ps_fake_gpu_fences_recorded(f.gpu), 1, "recorded lazily at the cudaMalloc");
+    ps_fake_gpu_complete_all(f.gpu);
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &c), PS_OK);
     cr_assert_eq(c, a, "after the fence completed the block moved to the ready list");
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
@@ -248,9 +248,9 @@ Test(pool_streams, block_freed_after_the_lazy_fence_is_not_covered_by_it)
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, S1, &b), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, a, 0, S1), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 12 * PS_MiB, PS_STREAM_NONE, &x), PS_OK); /* records fence 1 on S1 */
-    cr_assert_eq(ps_host_ops_fences_recorded(f.gpu), 1);
+    cr_assert_eq(ps_fake_gpu_fences_recorded(f.gpu), 1);
     cr_assert_eq(ps_deallocate(f.pool, b, 0, S1), PS_OK); /* after fence 1 */
-    ps_host_ops_complete_upto(f.gpu, 1);
+    ps_fake_gpu_complete_upto(f.gpu, 1);
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &y), PS_OK);
     cr_assert_eq(y, a, "a is covered by fence 1");
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &z), PS_OK);
@@ -270,7 +270,7 @@ Test(pool_streams, memory_pressure_merges_stream_lists)
     cr_assert_eq(ps_deallocate(f.pool, b, 0, S2), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 4 * PS_MiB, PS_STREAM_NONE, &c), PS_OK);
     cr_assert_eq(c, a, "both halves merged back into one block");
-    cr_assert_eq(ps_host_ops_fence_waits(f.gpu), 2);
+    cr_assert_eq(ps_fake_gpu_fence_waits(f.gpu), 2);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     fixture_close(&f);
 }
@@ -287,7 +287,7 @@ Test(pool_streams, stream_free_of_a_cudamalloc_block_is_reused_by_that_stream)
     cr_assert_eq(ps_trim(f.pool), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, b, 0, S1), PS_OK);
     cr_assert_eq(ps_trim(f.pool), PS_OK);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0, "trim waits stream lists and gives all back");
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 0, "trim waits stream lists and gives all back");
     fixture_close(&f);
 }
 
@@ -340,7 +340,7 @@ Test(pool_thread, eight_threads_allocate_and_free_at_random)
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
     fixture_open(&f, 1, 0, &o);
-    ps_host_ops_set_auto_complete(f.gpu, 1);
+    ps_fake_gpu_set_auto_complete(f.gpu, 1);
     pthread_t threads[8];
     thread_args_t args[8];
     for (int i = 0; i < 8; i++) {
@@ -355,6 +355,6 @@ Test(pool_thread, eight_threads_allocate_and_free_at_random)
     ps_resource_info_t info = fixture_info(f.pool);
     cr_assert_eq(info.bytes_in_use, 0);
     cr_assert_eq(ps_trim(f.pool), PS_OK);
-    cr_assert_eq(ps_host_ops_bytes_outstanding(f.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 0);
     fixture_close(&f);
 }

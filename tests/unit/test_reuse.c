@@ -10,7 +10,7 @@
 #include "../../core/arena.h"
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/reuse.h"
 #include "../../core/upstream.h"
@@ -32,9 +32,9 @@ static void record_release(void *owner, uint64_t item)
 
 static ps_gpu_ops_t *lagging_gpu(void)
 {
-    ps_host_ops_options_t h = {0};
+    ps_fake_gpu_options_t h = {0};
     ps_gpu_ops_t *gpu;
-    cr_assert_eq(ps_host_ops_create(&h, &gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(&h, &gpu), PS_OK);
     return gpu;
 }
 
@@ -55,12 +55,12 @@ Test(reuse, barrier_releases_every_deferred_block_in_free_order_without_host_wai
     cr_assert_eq(seen.items[0], 11);
     cr_assert_eq(seen.items[1], 12);
     cr_assert_eq(r.bytes_pending, 0);
-    cr_assert_eq(ps_host_ops_barriers(gpu), 1);
-    cr_assert_eq(ps_host_ops_fence_waits(gpu), 0);
-    cr_assert_eq(ps_host_ops_device_syncs(gpu), 0);
-    cr_assert_eq(ps_host_ops_live_fences(gpu), 0, "the closed epoch's fence was given back");
+    cr_assert_eq(ps_fake_gpu_barriers(gpu), 1);
+    cr_assert_eq(ps_fake_gpu_fence_waits(gpu), 0);
+    cr_assert_eq(ps_fake_gpu_device_syncs(gpu), 0);
+    cr_assert_eq(ps_fake_gpu_live_fences(gpu), 0, "the closed epoch's fence was given back");
     ps_reuse_destroy(&r);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
 Test(reuse, refused_barrier_releases_nothing_and_reclaim_falls_back_to_a_fence)
@@ -70,18 +70,18 @@ Test(reuse, refused_barrier_releases_nothing_and_reclaim_falls_back_to_a_fence)
     ps_reuse_t r;
     ps_reuse_init(&r, gpu, PS_FREE_SYNC_BARRIER, 0, NULL, record_release, &seen);
     cr_assert_eq(ps_reuse_defer(&r, 7, 256), PS_OK);
-    ps_host_ops_block_barriers(gpu, 1); /* a capture is open */
+    ps_fake_gpu_block_barriers(gpu, 1); /* a capture is open */
     cr_assert_eq(ps_reuse_barrier(&r), 0);
     cr_assert_eq(ps_reuse_reclaim(&r), 0, "nothing released while the GPU lags");
     cr_assert_eq(seen.count, 0, "a refused barrier never means immediate reuse");
     cr_assert_eq(r.closed_count, 1, "reclaim closed the epoch with a fence instead");
-    cr_assert_eq(ps_host_ops_fences_on_stream(gpu, PS_STREAM_NONE), 1);
-    ps_host_ops_complete_all(gpu);
+    cr_assert_eq(ps_fake_gpu_fences_on_stream(gpu, PS_STREAM_NONE), 1);
+    ps_fake_gpu_complete_all(gpu);
     cr_assert_eq(ps_reuse_reclaim(&r), 1, "the fence completed: released");
     cr_assert_eq(seen.count, 1);
     cr_assert_eq(r.bytes_pending, 0);
     ps_reuse_destroy(&r);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
 /* What the release callback saw of release_idle. */
@@ -116,7 +116,7 @@ Test(reuse, a_barrier_without_a_number_never_releases_blocks_as_idle)
     cr_assert_eq(idle_seen, PS_REUSE_IDLE_NEVER, "no number: never known idle, not idle now (0)");
     r.gpu = gpu;
     ps_reuse_destroy(&r);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
 Test(reuse, event_policy_never_issues_a_barrier)
@@ -128,12 +128,12 @@ Test(reuse, event_policy_never_issues_a_barrier)
     cr_assert_eq(ps_reuse_defer(&r, 1, 1000), PS_OK);
     cr_assert_eq(ps_reuse_wants_barrier(&r, 10), 0, "no eager trigger under event");
     cr_assert_eq(ps_reuse_reclaim(&r), 0);
-    cr_assert_eq(ps_host_ops_barriers(gpu), 0);
+    cr_assert_eq(ps_fake_gpu_barriers(gpu), 0);
     cr_assert_eq(ps_reuse_wait_oldest(&r), 1, "memory pressure: host wait");
     cr_assert_eq(seen.count, 1);
-    cr_assert_eq(ps_host_ops_fence_waits(gpu), 1);
+    cr_assert_eq(ps_fake_gpu_fence_waits(gpu), 1);
     ps_reuse_destroy(&r);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
 Test(reuse, eager_trigger_follows_the_pending_share_of_reserved)
@@ -154,7 +154,7 @@ Test(reuse, eager_trigger_follows_the_pending_share_of_reserved)
     cr_assert_eq(ps_reuse_wants_barrier(&small, 2 * PS_MiB), 1, "past the floor");
     ps_reuse_destroy(&small);
     ps_reuse_destroy(&r);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
 /* ---- the barrier decision (ps_reuse_barrier_worth) ------------------- */
@@ -488,7 +488,7 @@ Test(reuse, the_eager_rule_inline_agrees_with_the_decision)
                      "%d blocks", i + 1);
     }
     ps_reuse_destroy(&r);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
 #undef GROW
@@ -517,10 +517,10 @@ Test(reuse, a_barrier_of_the_family_covers_blocks_freed_before_it_not_after)
     cr_assert_eq(seen_b.count, 1, "the closed epoch, freed before the barrier");
     cr_assert_eq(seen_b.items[0], 20);
     cr_assert_eq(b.bytes_pending, 128, "21 and 22 share the open epoch, and 22 came after the barrier");
-    cr_assert_eq(ps_host_ops_barriers(gpu), 1);
+    cr_assert_eq(ps_fake_gpu_barriers(gpu), 1);
     ps_reuse_destroy(&a);
     ps_reuse_destroy(&b);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
 Test(reuse, retire_without_a_fence_synchronizes_then_releases)
@@ -533,18 +533,18 @@ Test(reuse, retire_without_a_fence_synchronizes_then_releases)
     cr_assert_eq(ps_reuse_list_push(&list, 5, 512), PS_OK);
     ps_reuse_retire(&r, &list, 0x1000);
     cr_assert_eq(r.closed_count, 1, "a closed epoch under a fence on the stream");
-    cr_assert_eq(ps_host_ops_fences_on_stream(gpu, 0x1000), 1);
+    cr_assert_eq(ps_fake_gpu_fences_on_stream(gpu, 0x1000), 1);
     cr_assert_eq(r.bytes_pending, 512);
-    cr_assert_eq(ps_host_ops_fail_call(gpu, PS_HOST_OP_FENCE_RECORD, ps_host_ops_calls(gpu, PS_HOST_OP_FENCE_RECORD) + 1, 0),
+    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_HOST_OP_FENCE_RECORD, ps_fake_gpu_calls(gpu, PS_HOST_OP_FENCE_RECORD) + 1, 0),
                  PS_OK);
     cr_assert_eq(ps_reuse_list_push(&list, 6, 512), PS_OK);
     ps_reuse_retire(&r, &list, 0x2000);
-    cr_assert_eq(ps_host_ops_device_syncs(gpu), 1);
+    cr_assert_eq(ps_fake_gpu_device_syncs(gpu), 1);
     cr_assert_eq(seen.count, 1);
     cr_assert_eq(seen.items[0], 6);
     cr_assert_eq(r.bytes_pending, 512);
     ps_reuse_destroy(&r);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
 /* ---- resources that follow it ---------------------------------------- */
@@ -562,10 +562,10 @@ enum kind { ARENA, FIXED, BINNING };
  * complete only when the test says so; else the GPU lags that much. */
 static void open_stack(stack_t *s, enum kind kind, ps_free_sync_t sync, size_t capacity, uint64_t lag_ns)
 {
-    ps_host_ops_options_t h = {.capacity = capacity,
+    ps_fake_gpu_options_t h = {.capacity = capacity,
                                .lag_ns = lag_ns == UINT64_MAX ? 0 : lag_ns,
                                .auto_complete = lag_ns == UINT64_MAX};
-    cr_assert_eq(ps_host_ops_create(&h, &s->gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_create(&h, &s->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", s->gpu, &s->up), PS_OK);
     s->more[0] = s->more[1] = NULL;
     if (kind == ARENA) {
@@ -608,7 +608,7 @@ static void close_stack(stack_t *s)
         if (s->more[i])
             ps_destroy(s->more[i]);
     ps_destroy(s->up);
-    ps_host_ops_destroy(s->gpu);
+    ps_fake_gpu_destroy(s->gpu);
 }
 
 static ps_resource_info_t info_of(ps_resource_t *r)
@@ -652,13 +652,13 @@ static void reuse_after_barrier(enum kind kind, size_t size, int count)
     give(&s, size, count, first);
     cr_assert_eq(info_of(s.res).bytes_pending, (uint64_t)count * ps_align_up(size, 256) - 0 * 1,
                  "freed blocks wait (pending)");
-    cr_assert_eq(ps_host_ops_barriers(s.gpu), 0, "a cudaFree issues nothing");
+    cr_assert_eq(ps_fake_gpu_barriers(s.gpu), 0, "a cudaFree issues nothing");
     take(&s, size, count, again);
     for (int i = 0; i < count; i++)
         cr_assert(contains(first, count, again[i]), "block %d did not come back from the pending ones", i);
-    cr_assert_eq(ps_host_ops_barriers(s.gpu), 1, "one barrier released them all");
-    cr_assert_eq(ps_host_ops_fence_waits(s.gpu), 0, "the host never waited");
-    cr_assert_eq(ps_host_ops_device_syncs(s.gpu), 0);
+    cr_assert_eq(ps_fake_gpu_barriers(s.gpu), 1, "one barrier released them all");
+    cr_assert_eq(ps_fake_gpu_fence_waits(s.gpu), 0, "the host never waited");
+    cr_assert_eq(ps_fake_gpu_device_syncs(s.gpu), 0);
     ps_resource_info_t info = info_of(s.res);
     cr_assert_eq(info.bytes_reserved, reserved, "no growth");
     cr_assert_eq(info.barriers, 1);
@@ -691,14 +691,14 @@ static void refused_barrier_falls_back(enum kind kind, size_t size, int count)
     void *first[64], *again[64], *third[64];
     take(&s, size, count, first);
     give(&s, size, count, first);
-    ps_host_ops_block_barriers(s.gpu, 1);
+    ps_fake_gpu_block_barriers(s.gpu, 1);
     take(&s, size, count, again);
     for (int i = 0; i < count; i++)
         cr_assert(!contains(first, count, again[i]), "block %d handed out while pending and no barrier", i);
-    cr_assert_eq(ps_host_ops_barriers(s.gpu), 0);
-    cr_assert_gt(ps_host_ops_fences_on_stream(s.gpu, PS_STREAM_NONE), 0, "fell back to an epoch fence");
-    cr_assert_eq(ps_host_ops_fence_waits(s.gpu), 0, "grew rather than waited");
-    ps_host_ops_complete_all(s.gpu); /* the GPU catches up */
+    cr_assert_eq(ps_fake_gpu_barriers(s.gpu), 0);
+    cr_assert_gt(ps_fake_gpu_fences_on_stream(s.gpu, PS_STREAM_NONE), 0, "fell back to an epoch fence");
+    cr_assert_eq(ps_fake_gpu_fence_waits(s.gpu), 0, "grew rather than waited");
+    ps_fake_gpu_complete_all(s.gpu); /* the GPU catches up */
     uint64_t reserved = info_of(s.res).bytes_reserved;
     take(&s, size, count, third);
     for (int i = 0; i < count; i++)
@@ -741,9 +741,9 @@ Test(reuse_resources, binning_inherits_the_barrier_from_its_members)
     for (int i = 0; i < 4; i++)
         cr_assert(contains(big, 4, big2[i]), "fallback block %d came back", i);
     cr_assert_eq(info_of(s.res).bytes_reserved, reserved, "no growth");
-    cr_assert_geq(ps_host_ops_barriers(s.gpu), 1);
-    cr_assert_leq(ps_host_ops_barriers(s.gpu), 2, "one per member at most");
-    cr_assert_eq(ps_host_ops_fence_waits(s.gpu), 0);
+    cr_assert_geq(ps_fake_gpu_barriers(s.gpu), 1);
+    cr_assert_leq(ps_fake_gpu_barriers(s.gpu), 2, "one per member at most");
+    cr_assert_eq(ps_fake_gpu_fence_waits(s.gpu), 0);
     give(&s, 64 * PS_KiB, 16, small2);
     give(&s, 4 * PS_MiB, 4, big2);
     close_stack(&s);
@@ -762,7 +762,7 @@ static double lagging_loop(enum kind kind, ps_free_sync_t sync, uint64_t lag_ns,
     size_t sizes[LIVE];
     uint64_t requested = 0, peak_requested = 0, clock = 0;
     for (int step = 0; step < 400; step++) {
-        ps_host_ops_set_clock(s.gpu, clock += 100000);
+        ps_fake_gpu_set_clock(s.gpu, clock += 100000);
         int n = 8 + rand() % (LIVE - 8);
         for (int i = 0; i < n; i++) {
             /* fixed_size: its one size; else sizes of a few classes */
@@ -779,7 +779,7 @@ static double lagging_loop(enum kind kind, ps_free_sync_t sync, uint64_t lag_ns,
     }
     ps_resource_info_t info = info_of(s.res);
     *barriers = info.barriers;
-    cr_assert_eq(ps_host_ops_fence_waits(s.gpu), 0, "never a host wait");
+    cr_assert_eq(ps_fake_gpu_fence_waits(s.gpu), 0, "never a host wait");
     close_stack(&s);
     return (double)info.peak_bytes_reserved / (double)peak_requested;
 }

@@ -18,8 +18,8 @@ static void open_cached(pool_fixture_t *f, ps_free_sync_t policy, unsigned barri
     o.free_sync = policy;
     o.thread_cache = PS_MiB;
     o.barrier_pending_percent = barrier_percent;
-    ps_host_ops_options_t host = {.capacity = capacity};
-    cr_assert_eq(ps_host_ops_create(&host, &f->gpu), PS_OK);
+    ps_fake_gpu_options_t host = {.capacity = capacity};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, &o, &f->pool), PS_OK);
     ps_pool_thread_cache_always_engage(f->pool); /* as with two threads (see one_thread_alone_...) */
@@ -55,12 +55,12 @@ Test(thread_cache, cudafree_block_is_reused_only_after_a_barrier_issued_after_it
     cr_assert_eq(ps_deallocate(f.pool, a, S, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), S, "the free went to the thread's cache");
     free_pending_big(&f); /* 1.5 MiB pending in the pool (> 3 % of reserved, > the floor) */
-    uint64_t barriers = ps_host_ops_barriers(f.gpu);
+    uint64_t barriers = ps_fake_gpu_barriers(f.gpu);
     /* the next allocation misses the cache (no barrier since a's free),
      * then the pool issues one (its pending bytes passed 3 %) */
     void *b = alloc_ok(&f, S, PS_STREAM_NONE);
     cr_assert_neq(b, a, "a cudaFree'd block was handed out before any barrier");
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers + 1, "the pool's pending bytes triggered a barrier");
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), barriers + 1, "the pool's pending bytes triggered a barrier");
     void *c = alloc_ok(&f, S, PS_STREAM_NONE);
     cr_assert_eq(c, a, "after the barrier the cached block is reused from the cache");
     cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), 0);
@@ -76,11 +76,11 @@ Test(thread_cache, a_refused_barrier_releases_nothing_from_the_cache)
     void *a = alloc_ok(&f, S, PS_STREAM_NONE);
     cr_assert_eq(ps_deallocate(f.pool, a, S, PS_STREAM_NONE), PS_OK);
     free_pending_big(&f);
-    ps_host_ops_block_barriers(f.gpu, 1); /* a stream capture is open */
+    ps_fake_gpu_block_barriers(f.gpu, 1); /* a stream capture is open */
     void *b = alloc_ok(&f, S, PS_STREAM_NONE);
     void *c = alloc_ok(&f, S, PS_STREAM_NONE);
     cr_assert(b != a && c != a, "a block whose barrier was refused was handed out");
-    ps_host_ops_block_barriers(f.gpu, 0);
+    ps_fake_gpu_block_barriers(f.gpu, 0);
     void *d = alloc_ok(&f, S, PS_STREAM_NONE); /* misses, barrier now succeeds */
     void *e = alloc_ok(&f, S, PS_STREAM_NONE);
     cr_assert(d == a || e == a, "once a barrier went through, the block is reused");
@@ -103,10 +103,10 @@ Test(thread_cache, stream_ordered_block_is_reused_at_once_on_its_stream_only)
     void *per_thread = alloc_ok(&f, S, PS_STREAM_PER_THREAD);
     cr_assert(on_t != a && malloced != a && per_thread != a,
               "another stream, a cudaMalloc or the per-thread stream got s's block without a barrier");
-    uint64_t barriers = ps_host_ops_barriers(f.gpu);
+    uint64_t barriers = ps_fake_gpu_barriers(f.gpu);
     void *again = alloc_ok(&f, S, s);
     cr_assert_eq(again, a, "s reuses its own freed block at once");
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers, "without a barrier");
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), barriers, "without a barrier");
     ps_deallocate(f.pool, on_t, S, t);
     ps_deallocate(f.pool, malloced, S, PS_STREAM_NONE);
     ps_deallocate(f.pool, per_thread, S, PS_STREAM_PER_THREAD);
@@ -124,9 +124,9 @@ Test(thread_cache, every_cache_is_drained_before_the_pool_grows)
     for (int i = 0; i < 10; i++)
         cr_assert_eq(ps_deallocate(f.pool, p[i], S, PS_STREAM_NONE), PS_OK);
     cr_assert_gt(ps_pool_thread_cache_bytes(f.pool), 0);
-    uint64_t allocs = ps_host_ops_upstream_allocs(f.gpu);
+    uint64_t allocs = ps_fake_gpu_upstream_allocs(f.gpu);
     void *big = alloc_ok(&f, 2 * PS_MiB - 4 * PS_KiB, PS_STREAM_NONE); /* needs the whole chunk */
-    cr_assert_eq(ps_host_ops_upstream_allocs(f.gpu), allocs, "the pool grew while threads cached its blocks");
+    cr_assert_eq(ps_fake_gpu_upstream_allocs(f.gpu), allocs, "the pool grew while threads cached its blocks");
     cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), 0);
     ps_deallocate(f.pool, big, 2 * PS_MiB - 4 * PS_KiB, PS_STREAM_NONE);
     close_cached(&f);
@@ -162,7 +162,7 @@ Test(thread_cache, trim_and_stream_destruction_drain_the_caches)
     void *b = alloc_ok(&f, S, PS_STREAM_NONE);
     ps_deallocate(f.pool, b, S, PS_STREAM_NONE);
     cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), S);
-    ps_host_ops_complete_all(f.gpu);
+    ps_fake_gpu_complete_all(f.gpu);
     cr_assert_eq(ps_trim(f.pool), PS_OK);
     cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), 0);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0, "trim gave everything back");
@@ -306,8 +306,8 @@ Test(thread_cache, under_the_barrier_big_cudafree_blocks_go_to_the_pool_while_th
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
     o.thread_cache = PS_MiB; /* free_sync barrier, not engaged by the test hook */
-    ps_host_ops_options_t host = {0};
-    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    ps_fake_gpu_options_t host = {0};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
     ps_stream_t s = (ps_stream_t)0x1000;
@@ -360,14 +360,14 @@ Test(thread_cache, a_cudafree_loop_stays_in_the_cache_with_a_barrier_per_hundred
     } loops[] = {{loop_sizes + 12, 1, 256}, {loop_sizes, LOOP_SIZES, 32}};
     for (int l = 0; l < 2; l++) { /* 256 B: BARRIER_AFTER frees; mixed (13 KiB average): cap / 2 bytes */
         const int pairs = 60000;
-        uint64_t barriers = ps_host_ops_barriers(f.gpu), hits0, misses0, asked0;
+        uint64_t barriers = ps_fake_gpu_barriers(f.gpu), hits0, misses0, asked0;
         ps_pool_thread_cache_counters(f.pool, &hits0, &misses0, &asked0);
         for (int k = 0; k < pairs; k++) {
             size_t size = loops[l].sizes[k % loops[l].count];
             void *p = alloc_ok(&f, size, PS_STREAM_NONE);
             cr_assert_eq(ps_deallocate(f.pool, p, size, PS_STREAM_NONE), PS_OK);
         }
-        barriers = ps_host_ops_barriers(f.gpu) - barriers;
+        barriers = ps_fake_gpu_barriers(f.gpu) - barriers;
         uint64_t hits, misses, asked;
         cr_assert(ps_pool_thread_cache_counters(f.pool, &hits, &misses, &asked));
         hits -= hits0;
@@ -422,8 +422,8 @@ Test(thread_cache, a_contended_pool_lock_turns_cudafree_caching_on)
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
     o.thread_cache = PS_MiB;
-    ps_host_ops_options_t host = {0};
-    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    ps_fake_gpu_options_t host = {0};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
     uint64_t hits, misses, asked;
@@ -478,21 +478,21 @@ Test(thread_cache, a_cache_asks_its_own_barrier_when_the_pool_is_short_and_a_ref
         void *a = live[0];
         cr_assert_eq(ps_deallocate(f.pool, a, S, PS_STREAM_NONE), PS_OK);
         cr_assert_eq(ps_pool_thread_cache_bytes(f.pool), S, "a is cached, waiting for a barrier");
-        uint64_t barriers = ps_host_ops_barriers(f.gpu), hits0, misses0, asked0, hits, misses, asked;
+        uint64_t barriers = ps_fake_gpu_barriers(f.gpu), hits0, misses0, asked0, hits, misses, asked;
         ps_pool_thread_cache_counters(f.pool, &hits0, &misses0, &asked0);
-        ps_host_ops_block_barriers(f.gpu, refused); /* refused: a stream capture is open */
+        ps_fake_gpu_block_barriers(f.gpu, refused); /* refused: a stream capture is open */
         void *b = alloc_ok(&f, S, PS_STREAM_NONE);
         ps_pool_thread_cache_counters(f.pool, &hits, &misses, &asked);
         cr_assert_eq(asked, asked0 + 1, "the cache asked for a barrier");
         if (refused) {
             cr_assert_neq(b, a, "a block whose barrier was refused was handed out");
-            cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers, "no barrier went through");
+            cr_assert_eq(ps_fake_gpu_barriers(f.gpu), barriers, "no barrier went through");
         } else {
             cr_assert_eq(b, a, "the barrier the cache asked for released its block");
-            cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers + 1, "one barrier");
+            cr_assert_eq(ps_fake_gpu_barriers(f.gpu), barriers + 1, "one barrier");
             cr_assert_eq(hits, hits0 + 1);
         }
-        ps_host_ops_block_barriers(f.gpu, 0);
+        ps_fake_gpu_block_barriers(f.gpu, 0);
         cr_assert_eq(ps_deallocate(f.pool, b, S, PS_STREAM_NONE), PS_OK);
         for (int i = 1; i < 10; i++)
             cr_assert_eq(ps_deallocate(f.pool, live[i], S, PS_STREAM_NONE), PS_OK);
@@ -515,8 +515,8 @@ Test(thread_cache, below_the_barrier_floor_a_short_pool_grows_and_the_cache_asks
     o.thread_cache = PS_MiB;
     o.barrier_pending_percent = 0; /* no eager barrier */
     o.barrier_floor = 8 * PS_MiB;
-    ps_host_ops_options_t host = {0};
-    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    ps_fake_gpu_options_t host = {0};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
     ps_pool_thread_cache_always_engage(f.pool);
@@ -526,13 +526,13 @@ Test(thread_cache, below_the_barrier_floor_a_short_pool_grows_and_the_cache_asks
         live[n] = alloc_ok(&f, S, PS_STREAM_NONE);
     void *a = live[0];
     cr_assert_eq(ps_deallocate(f.pool, a, S, PS_STREAM_NONE), PS_OK);
-    uint64_t barriers = ps_host_ops_barriers(f.gpu), hits0, misses0, asked0, hits, misses, asked;
+    uint64_t barriers = ps_fake_gpu_barriers(f.gpu), hits0, misses0, asked0, hits, misses, asked;
     ps_pool_thread_cache_counters(f.pool, &hits0, &misses0, &asked0);
     live[0] = alloc_ok(&f, S, PS_STREAM_NONE);
     ps_pool_thread_cache_counters(f.pool, &hits, &misses, &asked);
     cr_assert_neq(live[0], a, "a cudaFree'd block came back without a barrier");
     cr_assert_eq(asked, asked0, "below the floor the cache asked for a barrier");
-    cr_assert_eq(ps_host_ops_barriers(f.gpu), barriers, "below the floor: no barrier");
+    cr_assert_eq(ps_fake_gpu_barriers(f.gpu), barriers, "below the floor: no barrier");
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 4 * PS_MiB, "the pool grew instead");
     for (int k = 0; k < n; k++)
         cr_assert_eq(ps_deallocate(f.pool, live[k], S, PS_STREAM_NONE), PS_OK);
@@ -550,8 +550,8 @@ Test(thread_cache, a_small_pool_releases_the_callers_cache_instead_of_draining_i
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
     o.thread_cache = 4 * PS_MiB; /* holds the whole 2 MiB pool without being 3/4 full: it never asks */
-    ps_host_ops_options_t host = {0};
-    cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+    ps_fake_gpu_options_t host = {0};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
     ps_pool_thread_cache_always_engage(f.pool);
@@ -562,7 +562,7 @@ Test(thread_cache, a_small_pool_releases_the_callers_cache_instead_of_draining_i
     }
     uint64_t hits, misses, asked;
     ps_pool_thread_cache_counters(f.pool, &hits, &misses, &asked);
-    cr_assert_gt(hits, (uint64_t)pairs * 9 / 10, "%llu hits of %d (%llu misses, %llu asked, %llu barriers)", (unsigned long long)hits, pairs, (unsigned long long)misses, (unsigned long long)asked, (unsigned long long)ps_host_ops_barriers(f.gpu));
+    cr_assert_gt(hits, (uint64_t)pairs * 9 / 10, "%llu hits of %d (%llu misses, %llu asked, %llu barriers)", (unsigned long long)hits, pairs, (unsigned long long)misses, (unsigned long long)asked, (unsigned long long)ps_fake_gpu_barriers(f.gpu));
     cr_assert_leq(fixture_info(f.pool).bytes_reserved, 2 * PS_MiB, "the pool did not grow");
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     close_cached(&f);
@@ -579,8 +579,8 @@ Test(thread_cache, under_contention_small_caches_stay_when_the_pool_grows)
         pool_fixture_t f;
         ps_pool_options_t o = small_pool_options();
         o.thread_cache = PS_MiB;
-        ps_host_ops_options_t host = {.capacity = 16 * PS_MiB};
-        cr_assert_eq(ps_host_ops_create(&host, &f.gpu), PS_OK);
+        ps_fake_gpu_options_t host = {.capacity = 16 * PS_MiB};
+        cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
         cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
         cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
         if (contended)

@@ -23,7 +23,7 @@
  * BENCH_CORE_ROWS (a substring of a scaling row's name) and
  * BENCH_CORE_REPEATS (fewer runs per thread count) shorten the scaling part.
  */
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 
@@ -56,8 +56,8 @@ static void die(const char *what, int status)
 
 static void stack_open(bench_stack_t *s, ps_free_sync_t policy, int thread_cache)
 {
-    ps_host_ops_options_t host = {.capacity = 0, .backed = 0, .auto_complete = 1};
-    int status = ps_host_ops_create(&host, &s->gpu);
+    ps_fake_gpu_options_t host = {.capacity = 0, .backed = 0, .auto_complete = 1};
+    int status = ps_fake_gpu_create(&host, &s->gpu);
     if (status == PS_OK)
         status = ps_cuda_resource_create("cuda", s->gpu, &s->upstream);
     ps_pool_options_t o;
@@ -75,7 +75,7 @@ static void stack_close(bench_stack_t *s)
 {
     ps_destroy(s->pool);
     ps_destroy(s->upstream);
-    ps_host_ops_destroy(s->gpu);
+    ps_fake_gpu_destroy(s->gpu);
 }
 
 static int compare_double(const void *a, const void *b)
@@ -292,10 +292,10 @@ static void scaling_section(void)
            SCALING_PAIRS, SCALING_REPEATS, cpus, load);
 
     /* The default stack: as on a real GPU (virtual memory, so the pool is expandable). */
-    ps_host_ops_options_t host = {.capacity = 80 * PS_GiB, .backed = 0, .auto_complete = 1, .virtual_memory = 1};
+    ps_fake_gpu_options_t host = {.capacity = 80 * PS_GiB, .backed = 0, .auto_complete = 1, .virtual_memory = 1};
     ps_gpu_ops_t *gpu;
     ps_resource_t *upstream, *pool, *uncached, *arena;
-    int status = ps_host_ops_create(&host, &gpu);
+    int status = ps_fake_gpu_create(&host, &gpu);
     if (status == PS_OK)
         status = ps_cuda_resource_create("cuda", gpu, &upstream);
     ps_pool_options_t pool_options;
@@ -326,7 +326,7 @@ static void scaling_section(void)
     ps_destroy(uncached);
     ps_destroy(pool);
     ps_destroy(upstream);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
 /* bench_core [hot] [random] [scaling]: the sections named (default: all). */

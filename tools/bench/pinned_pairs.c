@@ -1,6 +1,6 @@
 /* pinned_pairs: the cost of a pinned alloc/free pair (cudaHostAlloc +
  * cudaFreeHost, tests/gpu/pinned.cu timing) in the default [host] stack,
- * on the CPU: the fake device's real-time event model (core/host_ops.h,
+ * on the CPU: the fake device's real-time event model (core/fake_gpu.h,
  * event_latency_ns) charges what an H100 charges for a fence (event record
  * ~550 ns, query ~300 ns, docs/benchmarks.md) and completes it a latency
  * after recording. A latency of 2-3 us reproduces the 1.6 us per 1 MiB
@@ -13,7 +13,7 @@
  * own ~0.2 us per call pair come on top on a GPU), fences, queries and
  * host waits per pair, and the reserved peak. */
 #include "../../config/config_internal.h"
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,11 +34,11 @@ static int run(size_t size, const char *options, uint64_t latency_ns, int pairs,
         ps_config_free(cfg);
         return 1;
     }
-    ps_host_ops_options_t ho = {.backed = 1, .virtual_memory = 1, .vm_granularity = 2 * PS_MiB,
+    ps_fake_gpu_options_t ho = {.backed = 1, .virtual_memory = 1, .vm_granularity = 2 * PS_MiB,
                                 .event_latency_ns = latency_ns, .event_record_ns = 550, .event_query_ns = 300};
     ps_gpu_ops_t *gpu;
     ps_stack_t *s = NULL;
-    if (ps_host_ops_create(&ho, &gpu) != PS_OK)
+    if (ps_fake_gpu_create(&ho, &gpu) != PS_OK)
         return 1;
     if (ps_config_build_host_stack(cfg, 0, gpu, PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED, NULL, &s) != PS_OK)
         return 1;
@@ -46,9 +46,9 @@ static int run(size_t size, const char *options, uint64_t latency_ns, int pairs,
     uint64_t t0 = 0, f0 = 0, q0 = 0, w0 = 0;
     for (int i = 0; i < warmup + pairs; i++) {
         if (i == warmup) {
-            f0 = ps_host_ops_fences_recorded(gpu);
-            q0 = ps_host_ops_calls(gpu, PS_HOST_OP_FENCE_QUERY);
-            w0 = ps_host_ops_fence_waits(gpu);
+            f0 = ps_fake_gpu_fences_recorded(gpu);
+            q0 = ps_fake_gpu_calls(gpu, PS_HOST_OP_FENCE_QUERY);
+            w0 = ps_fake_gpu_fence_waits(gpu);
             t0 = ps_now_ns();
         }
         void *p;
@@ -61,12 +61,12 @@ static int run(size_t size, const char *options, uint64_t latency_ns, int pairs,
     ps_resource_info_t info = {0};
     ps_query(s->top, &info);
     out->ns_per_pair = (double)(t1 - t0) / pairs;
-    out->fences = (double)(ps_host_ops_fences_recorded(gpu) - f0) / pairs;
-    out->queries = (double)(ps_host_ops_calls(gpu, PS_HOST_OP_FENCE_QUERY) - q0) / pairs;
-    out->waits = (double)(ps_host_ops_fence_waits(gpu) - w0) / pairs;
+    out->fences = (double)(ps_fake_gpu_fences_recorded(gpu) - f0) / pairs;
+    out->queries = (double)(ps_fake_gpu_calls(gpu, PS_HOST_OP_FENCE_QUERY) - q0) / pairs;
+    out->waits = (double)(ps_fake_gpu_fence_waits(gpu) - w0) / pairs;
     out->reserved_peak = info.peak_bytes_reserved;
     ps_stack_destroy(s);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
     ps_config_free(cfg);
     return 0;
 }

@@ -11,12 +11,12 @@
  *     of an unknown pointer is PS_EINVAL and the bytes outstanding are exact.
  *  2. fence_record gives fence number 1, 2, 3... (recycled fence structs);
  *     a fence is complete when its number is <= the completed mark
- *     (ps_host_ops_complete_upto), when it was waited on, or at once in
+ *     (ps_fake_gpu_complete_upto), when it was waited on, or at once in
  *     auto-complete mode. With a lag (options.lag_ns > 0) a fence also
  *     stores the simulated clock at recording and is complete once the
- *     clock (ps_host_ops_set_clock, monotonic) reaches that time + lag:
+ *     clock (ps_fake_gpu_set_clock, monotonic) reaches that time + lag:
  *     fences recorded later complete later, as on a GPU that runs lag_ns
- *     behind the host. Queue mode (ps_host_ops_set_gpu_busy_until: the
+ *     behind the host. Queue mode (ps_fake_gpu_set_gpu_busy_until: the
  *     time at which the GPU finishes the work queued so far) also makes a
  *     fence due no earlier than that time, as a CUDA event recorded after
  *     all queued work; a fence is complete once the clock reaches its due
@@ -30,7 +30,7 @@
  *     recording time + the latency; fence_wait spins until then (counted
  *     when it spun), fence_record and fence_query spin event_record_ns /
  *     event_query_ns first, as the CUDA calls cost. The reuse judge
- *     (ps_host_ops_passed_since) remembers the newest fence that
+ *     (ps_fake_gpu_passed_since) remembers the newest fence that
  *     fence_query or fence_wait answered passed.
  *  3. stream_wait_fence, fence_wait and device_synchronize only count;
  *     fences and stream waits are also counted per stream (a map keyed by
@@ -40,13 +40,13 @@
  *     completes no fence, so a test sees what a lagging GPU does. Barriers
  *     are numbered 1, 2, 3... and pass like fences: at once in
  *     auto-complete mode, by the completed mark
- *     (ps_host_ops_complete_barriers_upto, complete_all, device_synchronize),
+ *     (ps_fake_gpu_complete_barriers_upto, complete_all, device_synchronize),
  *     or, timed, once the clock reaches the time it was issued + lag (no
  *     earlier than the GPU queue's end). barrier_passed remembers the
  *     newest PS_BARRIER_RING, as the real table does. barrier_wait marks
  *     the barrier (an older one than the ring: the oldest remembered)
  *     and every earlier one passed, and (timed, waits_move_clock) moves
- *     the clock to when it passes; it counts (ps_host_ops_barrier_waits).
+ *     the clock to when it passes; it counts (ps_fake_gpu_barrier_waits).
  *  5. Virtual memory (virtual_memory = 1): vm_reserve takes address space
  *     (simulated addresses, or an mmap with no access when backed);
  *     vm_map checks the failure plan and the capacity like mem_alloc and
@@ -69,7 +69,7 @@
  *     (its file must be at least that big); ipc_unmap makes the range
  *     inaccessible again. So two tables, even in two processes, see the
  *     same bytes, as two processes do on a GPU.
- *  6. Fault plan (ps_host_ops_fail_call): every entry that can fail first
+ *  6. Fault plan (ps_fake_gpu_fail_call): every entry that can fail first
  *     counts its call (per entry and in total) and asks the plan whether
  *     this call number fails; a failing call returns at once, having done
  *     nothing. Fences and reserved ranges still live are counted, so a
@@ -77,7 +77,7 @@
  * Guarantees: thread-safe (one mutex); bytes outstanding never exceed the
  * capacity; destroy frees every host allocation still live.
  */
-#include "host_ops.h"
+#include "fake_gpu.h"
 
 #include "ptr_map.h"
 
@@ -105,7 +105,7 @@ struct ps_fence {
     struct ps_fence *all_next; /* list of every fence struct, for destroy */
 };
 
-/* One entry of the fault plan (ps_host_ops_fail_call). */
+/* One entry of the fault plan (ps_fake_gpu_fail_call). */
 typedef struct host_fault {
     ps_host_op_t op; /* the entry, or PS_HOST_OP_ANY */
     uint64_t nth;    /* the call number that fails (0: slot unused) */
@@ -126,7 +126,7 @@ typedef struct host_faults {
 typedef struct host_device {
     ps_gpu_ops_t ops;              /* the table handed out (ops.ctx points here) */
     pthread_mutex_t lock;          /* guards every field below */
-    ps_host_ops_options_t options; /* as given at create, defaults filled in */
+    ps_fake_gpu_options_t options; /* as given at create, defaults filled in */
     ps_ptr_map_t live;             /* address -> rounded size of each live block */
     uintptr_t simulated_next;      /* bump pointer of the simulated address space */
     uint64_t bytes_outstanding;    /* sum of rounded sizes of live blocks */
@@ -161,7 +161,7 @@ typedef struct host_device {
     uint64_t barrier_due_ns[PS_BARRIER_RING]; /* timed: barrier n passes when the clock reaches [n % ring] */
     uint64_t barrier_last_due_ns;  /* latest of those (device_synchronize waits for it) */
     int barriers_assume_passed;    /* test hook: barrier_passed answers passed always */
-    int noting_frees;              /* 1: ps_host_ops_note_free was called: unmaps are judged per granule */
+    int noting_frees;              /* 1: ps_fake_gpu_note_free was called: unmaps are judged per granule */
     uint64_t waited_all_upto;      /* newest all-streams fence the host waited for (fence_wait): the
                                       GPU finished everything issued before it */
     ps_ptr_map_t freed_at;         /* granule address -> index into free_positions of its last noted free */
@@ -733,7 +733,7 @@ static int place_locked(host_device_t *dev, void *addr, size_t size)
         status = ps_ptr_map_reserve(&dev->vm_fds, 1);
     int fd = -1;
     if (status == PS_OK && dev->options.shareable) {
-        fd = memfd_create("poolshim_host_ops", MFD_CLOEXEC);
+        fd = memfd_create("poolshim_fake_gpu", MFD_CLOEXEC);
         if (fd < 0 || ftruncate(fd, (off_t)size) != 0 ||
             mmap(addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
             if (fd >= 0)
@@ -939,7 +939,7 @@ static void host_vm_drop(void *ctx, uint64_t handle)
 
 /* Whether the GPU can no longer touch [addr, addr + size). Without noted
  * frees: every fence recorded so far has completed (the GPU is idle as far
- * as the fake knows). With them (ps_host_ops_note_free): every granule's
+ * as the fake knows). With them (ps_fake_gpu_note_free): every granule's
  * last noted free lies behind the GPU: a fence or barrier recorded after
  * it has truly completed (the completed marks, a host wait on an
  * all-streams fence, a device synchronize, or the clock; never the
@@ -1099,7 +1099,7 @@ static int host_ipc_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
     return status;
 }
 
-uint64_t ps_host_ops_ipc_mapped(ps_gpu_ops_t *ops)
+uint64_t ps_fake_gpu_ipc_mapped(ps_gpu_ops_t *ops)
 {
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
@@ -1108,9 +1108,9 @@ uint64_t ps_host_ops_ipc_mapped(ps_gpu_ops_t *ops)
     return n;
 }
 
-int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
+int ps_fake_gpu_create(const ps_fake_gpu_options_t *opts, ps_gpu_ops_t **out)
 {
-    ps_host_ops_options_t options = {0};
+    ps_fake_gpu_options_t options = {0};
     if (opts)
         options = *opts;
     if (!options.upstream_alignment)
@@ -1220,7 +1220,7 @@ int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out)
     return PS_OK;
 }
 
-void ps_host_ops_destroy(ps_gpu_ops_t *ops)
+void ps_fake_gpu_destroy(ps_gpu_ops_t *ops)
 {
     if (!ops)
         return;
@@ -1263,21 +1263,21 @@ void ps_host_ops_destroy(ps_gpu_ops_t *ops)
         return value_;                                           \
     } while (0)
 
-uint64_t ps_host_ops_fences_recorded(ps_gpu_ops_t *ops) { HOST_READ(ops, fences_recorded); }
-uint64_t ps_host_ops_stream_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, stream_waits); }
-uint64_t ps_host_ops_fence_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, fence_waits); }
-uint64_t ps_host_ops_device_syncs(ps_gpu_ops_t *ops) { HOST_READ(ops, device_syncs); }
+uint64_t ps_fake_gpu_fences_recorded(ps_gpu_ops_t *ops) { HOST_READ(ops, fences_recorded); }
+uint64_t ps_fake_gpu_stream_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, stream_waits); }
+uint64_t ps_fake_gpu_fence_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, fence_waits); }
+uint64_t ps_fake_gpu_device_syncs(ps_gpu_ops_t *ops) { HOST_READ(ops, device_syncs); }
 
-ps_host_ops_mark_t ps_host_ops_mark(ps_gpu_ops_t *ops)
+ps_fake_gpu_mark_t ps_fake_gpu_mark(ps_gpu_ops_t *ops)
 {
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
-    ps_host_ops_mark_t mark = {dev->fences_recorded, dev->device_syncs};
+    ps_fake_gpu_mark_t mark = {dev->fences_recorded, dev->device_syncs};
     pthread_mutex_unlock(&dev->lock);
     return mark;
 }
 
-int ps_host_ops_passed_since(ps_gpu_ops_t *ops, ps_host_ops_mark_t mark)
+int ps_fake_gpu_passed_since(ps_gpu_ops_t *ops, ps_fake_gpu_mark_t mark)
 {
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
@@ -1285,23 +1285,23 @@ int ps_host_ops_passed_since(ps_gpu_ops_t *ops, ps_host_ops_mark_t mark)
     pthread_mutex_unlock(&dev->lock);
     return passed;
 }
-uint64_t ps_host_ops_bytes_outstanding(ps_gpu_ops_t *ops) { HOST_READ(ops, bytes_outstanding); }
-uint64_t ps_host_ops_upstream_allocs(ps_gpu_ops_t *ops) { HOST_READ(ops, upstream_allocs); }
-uint64_t ps_host_ops_barriers(ps_gpu_ops_t *ops) { HOST_READ(ops, barriers); }
-uint64_t ps_host_ops_vm_maps(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_maps); }
-uint64_t ps_host_ops_vm_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_unmaps); }
-uint64_t ps_host_ops_vm_maps_kept(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_maps_kept); }
-uint64_t ps_host_ops_vm_kept_now(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_kept.count); }
-uint64_t ps_host_ops_vm_aliases(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_aliases); }
-uint64_t ps_host_ops_vm_bare_bytes(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_bare_bytes); }
-uint64_t ps_host_ops_vm_access_calls(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_access_calls); }
-uint64_t ps_host_ops_unsafe_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, unsafe_unmaps); }
-uint64_t ps_host_ops_barrier_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, barrier_waits); }
-uint64_t ps_host_ops_barrier_wait_ns(ps_gpu_ops_t *ops) { HOST_READ(ops, barrier_wait_ns); }
-uint64_t ps_host_ops_wait_instead_sync_ns(ps_gpu_ops_t *ops) { HOST_READ(ops, wait_instead_sync_ns); }
-uint64_t ps_host_ops_device_sync_ns(ps_gpu_ops_t *ops) { HOST_READ(ops, device_sync_ns); }
+uint64_t ps_fake_gpu_bytes_outstanding(ps_gpu_ops_t *ops) { HOST_READ(ops, bytes_outstanding); }
+uint64_t ps_fake_gpu_upstream_allocs(ps_gpu_ops_t *ops) { HOST_READ(ops, upstream_allocs); }
+uint64_t ps_fake_gpu_barriers(ps_gpu_ops_t *ops) { HOST_READ(ops, barriers); }
+uint64_t ps_fake_gpu_vm_maps(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_maps); }
+uint64_t ps_fake_gpu_vm_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_unmaps); }
+uint64_t ps_fake_gpu_vm_maps_kept(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_maps_kept); }
+uint64_t ps_fake_gpu_vm_kept_now(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_kept.count); }
+uint64_t ps_fake_gpu_vm_aliases(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_aliases); }
+uint64_t ps_fake_gpu_vm_bare_bytes(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_bare_bytes); }
+uint64_t ps_fake_gpu_vm_access_calls(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_access_calls); }
+uint64_t ps_fake_gpu_unsafe_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, unsafe_unmaps); }
+uint64_t ps_fake_gpu_barrier_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, barrier_waits); }
+uint64_t ps_fake_gpu_barrier_wait_ns(ps_gpu_ops_t *ops) { HOST_READ(ops, barrier_wait_ns); }
+uint64_t ps_fake_gpu_wait_instead_sync_ns(ps_gpu_ops_t *ops) { HOST_READ(ops, wait_instead_sync_ns); }
+uint64_t ps_fake_gpu_device_sync_ns(ps_gpu_ops_t *ops) { HOST_READ(ops, device_sync_ns); }
 
-void ps_host_ops_block_barriers(ps_gpu_ops_t *ops, int blocked)
+void ps_fake_gpu_block_barriers(ps_gpu_ops_t *ops, int blocked)
 {
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
@@ -1309,7 +1309,7 @@ void ps_host_ops_block_barriers(ps_gpu_ops_t *ops, int blocked)
     pthread_mutex_unlock(&dev->lock);
 }
 
-uint64_t ps_host_ops_fences_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream)
+uint64_t ps_fake_gpu_fences_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream)
 {
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
@@ -1318,7 +1318,7 @@ uint64_t ps_host_ops_fences_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream)
     return value;
 }
 
-uint64_t ps_host_ops_waits_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream)
+uint64_t ps_fake_gpu_waits_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream)
 {
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
@@ -1327,7 +1327,7 @@ uint64_t ps_host_ops_waits_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream)
     return value;
 }
 
-void ps_host_ops_complete_upto(ps_gpu_ops_t *ops, uint64_t seq)
+void ps_fake_gpu_complete_upto(ps_gpu_ops_t *ops, uint64_t seq)
 {
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
@@ -1338,7 +1338,7 @@ void ps_host_ops_complete_upto(ps_gpu_ops_t *ops, uint64_t seq)
     pthread_mutex_unlock(&dev->lock);
 }
 
-void ps_host_ops_complete_all(ps_gpu_ops_t *ops)
+void ps_fake_gpu_complete_all(ps_gpu_ops_t *ops)
 {
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
@@ -1347,7 +1347,7 @@ void ps_host_ops_complete_all(ps_gpu_ops_t *ops)
     pthread_mutex_unlock(&dev->lock);
 }
 
-void ps_host_ops_complete_barriers_upto(ps_gpu_ops_t *ops, uint64_t generation)
+void ps_fake_gpu_complete_barriers_upto(ps_gpu_ops_t *ops, uint64_t generation)
 {
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
@@ -1358,7 +1358,7 @@ void ps_host_ops_complete_barriers_upto(ps_gpu_ops_t *ops, uint64_t generation)
     pthread_mutex_unlock(&dev->lock);
 }
 
-int ps_host_ops_note_free(ps_gpu_ops_t *ops, const void *ptr, size_t size)
+int ps_fake_gpu_note_free(ps_gpu_ops_t *ops, const void *ptr, size_t size)
 {
     host_device_t *dev = ops->ctx;
     size_t granule = dev->options.vm_granularity;
@@ -1394,7 +1394,7 @@ int ps_host_ops_note_free(ps_gpu_ops_t *ops, const void *ptr, size_t size)
     return status;
 }
 
-void ps_host_ops_assume_barriers_passed(ps_gpu_ops_t *ops, int on)
+void ps_fake_gpu_assume_barriers_passed(ps_gpu_ops_t *ops, int on)
 {
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
@@ -1402,7 +1402,7 @@ void ps_host_ops_assume_barriers_passed(ps_gpu_ops_t *ops, int on)
     pthread_mutex_unlock(&dev->lock);
 }
 
-void ps_host_ops_set_auto_complete(ps_gpu_ops_t *ops, int on)
+void ps_fake_gpu_set_auto_complete(ps_gpu_ops_t *ops, int on)
 {
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
@@ -1414,7 +1414,7 @@ void ps_host_ops_set_auto_complete(ps_gpu_ops_t *ops, int on)
     pthread_mutex_unlock(&dev->lock);
 }
 
-void ps_host_ops_set_clock(ps_gpu_ops_t *ops, uint64_t now_ns)
+void ps_fake_gpu_set_clock(ps_gpu_ops_t *ops, uint64_t now_ns)
 {
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
@@ -1423,7 +1423,7 @@ void ps_host_ops_set_clock(ps_gpu_ops_t *ops, uint64_t now_ns)
     pthread_mutex_unlock(&dev->lock);
 }
 
-void ps_host_ops_set_gpu_busy_until(ps_gpu_ops_t *ops, uint64_t busy_until_ns)
+void ps_fake_gpu_set_gpu_busy_until(ps_gpu_ops_t *ops, uint64_t busy_until_ns)
 {
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
@@ -1432,13 +1432,13 @@ void ps_host_ops_set_gpu_busy_until(ps_gpu_ops_t *ops, uint64_t busy_until_ns)
     pthread_mutex_unlock(&dev->lock);
 }
 
-uint64_t ps_host_ops_host_vm_maps(ps_gpu_ops_t *ops) { HOST_READ(ops, host_vm_maps); }
+uint64_t ps_fake_gpu_host_vm_maps(ps_gpu_ops_t *ops) { HOST_READ(ops, host_vm_maps); }
 
-uint64_t ps_host_ops_host_vm_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, host_vm_unmaps); }
+uint64_t ps_fake_gpu_host_vm_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, host_vm_unmaps); }
 
-uint64_t ps_host_ops_clock(ps_gpu_ops_t *ops) { HOST_READ(ops, clock_ns); }
+uint64_t ps_fake_gpu_clock(ps_gpu_ops_t *ops) { HOST_READ(ops, clock_ns); }
 
-void ps_host_ops_inject_failure(ps_gpu_ops_t *ops, uint64_t fail_after, uint64_t fail_count)
+void ps_fake_gpu_inject_failure(ps_gpu_ops_t *ops, uint64_t fail_after, uint64_t fail_count)
 {
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
@@ -1449,7 +1449,7 @@ void ps_host_ops_inject_failure(ps_gpu_ops_t *ops, uint64_t fail_after, uint64_t
 
 /* ---- fault plan ---------------------------------------------------------- */
 
-const char *ps_host_ops_op_name(ps_host_op_t op)
+const char *ps_fake_gpu_op_name(ps_host_op_t op)
 {
     return (unsigned)op <= PS_HOST_OP_ANY ? OP_NAMES[op] : "?";
 }
@@ -1469,14 +1469,14 @@ static int natural_error(ps_host_op_t op)
     }
 }
 
-uint64_t ps_host_ops_calls(ps_gpu_ops_t *ops, ps_host_op_t op)
+uint64_t ps_fake_gpu_calls(ps_gpu_ops_t *ops, ps_host_op_t op)
 {
     if ((unsigned)op > PS_HOST_OP_ANY)
         return 0;
     HOST_READ(ops, faults.calls[op]);
 }
 
-int ps_host_ops_fail_call(ps_gpu_ops_t *ops, ps_host_op_t op, uint64_t nth, int status)
+int ps_fake_gpu_fail_call(ps_gpu_ops_t *ops, ps_host_op_t op, uint64_t nth, int status)
 {
     if ((unsigned)op > PS_HOST_OP_ANY || !nth || status > 0 || status == PS_ENOTREADY)
         return PS_EINVAL;
@@ -1493,7 +1493,7 @@ int ps_host_ops_fail_call(ps_gpu_ops_t *ops, ps_host_op_t op, uint64_t nth, int 
     return result;
 }
 
-void ps_host_ops_clear_faults(ps_gpu_ops_t *ops)
+void ps_fake_gpu_clear_faults(ps_gpu_ops_t *ops)
 {
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
@@ -1501,7 +1501,7 @@ void ps_host_ops_clear_faults(ps_gpu_ops_t *ops)
     pthread_mutex_unlock(&dev->lock);
 }
 
-uint64_t ps_host_ops_faults_fired(ps_gpu_ops_t *ops, ps_host_op_t *op, uint64_t *call)
+uint64_t ps_fake_gpu_faults_fired(ps_gpu_ops_t *ops, ps_host_op_t *op, uint64_t *call)
 {
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
@@ -1514,5 +1514,5 @@ uint64_t ps_host_ops_faults_fired(ps_gpu_ops_t *ops, ps_host_op_t *op, uint64_t 
     return fired;
 }
 
-uint64_t ps_host_ops_live_fences(ps_gpu_ops_t *ops) { HOST_READ(ops, faults.live_fences); }
-uint64_t ps_host_ops_live_vm_ranges(ps_gpu_ops_t *ops) { HOST_READ(ops, faults.live_vm_ranges); }
+uint64_t ps_fake_gpu_live_fences(ps_gpu_ops_t *ops) { HOST_READ(ops, faults.live_fences); }
+uint64_t ps_fake_gpu_live_vm_ranges(ps_gpu_ops_t *ops) { HOST_READ(ops, faults.live_vm_ranges); }

@@ -7,18 +7,18 @@
  * Either way `capacity` bounds the bytes outstanding, like a device.
  *
  * Fences are fake: each records a sequence number; a fence completes when
- * the test says so (ps_host_ops_complete_*), or at once in auto-complete
+ * the test says so (ps_fake_gpu_complete_*), or at once in auto-complete
  * mode, or, with a GPU lag, once a simulated clock has passed the fence's
  * recording time plus the lag (a GPU that runs `lag_ns` behind the host).
  * stream_wait_fence is recorded so tests can assert it happened.
  * Thread-safe.
  */
-#ifndef PS_HOST_OPS_H
-#define PS_HOST_OPS_H
+#ifndef PS_FAKE_GPU_H
+#define PS_FAKE_GPU_H
 
 #include "gpu_ops.h"
 
-typedef struct ps_host_ops_options {
+typedef struct ps_fake_gpu_options {
     size_t capacity;           /* device size in bytes (0 = unlimited) */
     int backed;                /* 1: real host memory, 0: simulated addresses */
     size_t upstream_alignment; /* alignment of upstream blocks (default 2 MiB, like cuMemAlloc for big blocks) */
@@ -34,10 +34,10 @@ typedef struct ps_host_ops_options {
                                   (a driver that cannot place memory on the host) */
     size_t host_vm_granularity; /* host_vm_map's granularity (default: vm_granularity) */
     uint64_t lag_ns;           /* > 0: a fence completes lag_ns of simulated clock after it was
-                                  recorded (ps_host_ops_set_clock); overrides auto_complete */
+                                  recorded (ps_fake_gpu_set_clock); overrides auto_complete */
     int waits_move_clock;      /* 1 (with a lag or a GPU queue): fence_wait and device_synchronize
                                   move the simulated clock to when the GPU gets there, so a model
-                                  sees what a host wait costs (ps_host_ops_clock) */
+                                  sees what a host wait costs (ps_fake_gpu_clock) */
     uint64_t pin_ns;           /* with waits_move_clock: host_alloc and host_vm_map move the clock
                                   by pin_ns + pin_ns_per_mib per MiB (pinning pages costs time;
                                   cuMemHostAlloc on an H100: ~0.6 ms + 0.6 ms per MiB) */
@@ -54,123 +54,123 @@ typedef struct ps_host_ops_options {
     uint64_t event_record_ns;  /* with event_latency_ns: fence_record spins this long (cudaEventRecord
                                   on an H100: ~550 ns) */
     uint64_t event_query_ns;   /* with event_latency_ns: fence_query spins this long (~300 ns) */
-} ps_host_ops_options_t;
+} ps_fake_gpu_options_t;
 
-/* Creates the table; *out is owned by the caller (ps_host_ops_destroy). */
-int ps_host_ops_create(const ps_host_ops_options_t *opts, ps_gpu_ops_t **out);
-void ps_host_ops_destroy(ps_gpu_ops_t *ops);
+/* Creates the table; *out is owned by the caller (ps_fake_gpu_destroy). */
+int ps_fake_gpu_create(const ps_fake_gpu_options_t *opts, ps_gpu_ops_t **out);
+void ps_fake_gpu_destroy(ps_gpu_ops_t *ops);
 
 /* Fence control. Fences are numbered 1, 2, 3... in recording order. */
-uint64_t ps_host_ops_fences_recorded(ps_gpu_ops_t *ops);        /* how many so far */
-void ps_host_ops_complete_upto(ps_gpu_ops_t *ops, uint64_t seq); /* fences 1..seq are done */
-void ps_host_ops_complete_all(ps_gpu_ops_t *ops);
-void ps_host_ops_set_auto_complete(ps_gpu_ops_t *ops, int on);
+uint64_t ps_fake_gpu_fences_recorded(ps_gpu_ops_t *ops);        /* how many so far */
+void ps_fake_gpu_complete_upto(ps_gpu_ops_t *ops, uint64_t seq); /* fences 1..seq are done */
+void ps_fake_gpu_complete_all(ps_gpu_ops_t *ops);
+void ps_fake_gpu_set_auto_complete(ps_gpu_ops_t *ops, int on);
 /* The simulated clock (ns; starts at 0), used when options.lag_ns > 0: a
  * fence records the clock when it is recorded and is complete once the
  * clock reaches that time + lag_ns (fence_wait, device_synchronize and
- * ps_host_ops_complete_* complete fences as before, without moving the
+ * ps_fake_gpu_complete_* complete fences as before, without moving the
  * clock). The clock never goes back: an earlier `now_ns` is ignored. */
-void ps_host_ops_set_clock(ps_gpu_ops_t *ops, uint64_t now_ns);
+void ps_fake_gpu_set_clock(ps_gpu_ops_t *ops, uint64_t now_ns);
 /* Queue mode, for models of a pipeline: the GPU finishes the work queued
  * so far at `busy_until_ns` (the model moves it as it queues work). A
  * fence recorded from now on completes once the clock reaches
  * max(its recording time + lag_ns, busy_until_ns), like a CUDA event
  * recorded behind all queued work. */
-void ps_host_ops_set_gpu_busy_until(ps_gpu_ops_t *ops, uint64_t busy_until_ns);
+void ps_fake_gpu_set_gpu_busy_until(ps_gpu_ops_t *ops, uint64_t busy_until_ns);
 /* The simulated clock now (it moves on its own only with waits_move_clock). */
-uint64_t ps_host_ops_clock(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_clock(ps_gpu_ops_t *ops);
 /* The judge of the pinned pool's reuse rule: take a mark when a block is
  * freed; passed_since says whether the table has since told its user that
  * the GPU passed a fence recorded after the mark (fence_query answered
  * done, or fence_wait returned, for a fence numbered above mark.fences;
  * test-completed fences count only once the user asked) or synchronized the
  * device. Barriers never count: the host writes a reused pinned block. */
-typedef struct ps_host_ops_mark {
+typedef struct ps_fake_gpu_mark {
     uint64_t fences; /* fences recorded at the mark */
     uint64_t syncs;  /* device synchronizes at the mark */
-} ps_host_ops_mark_t;
-ps_host_ops_mark_t ps_host_ops_mark(ps_gpu_ops_t *ops);
-int ps_host_ops_passed_since(ps_gpu_ops_t *ops, ps_host_ops_mark_t mark);
-uint64_t ps_host_ops_stream_waits(ps_gpu_ops_t *ops);            /* stream_wait_fence calls */
-uint64_t ps_host_ops_fence_waits(ps_gpu_ops_t *ops);             /* host fence_wait calls */
-uint64_t ps_host_ops_device_syncs(ps_gpu_ops_t *ops);            /* device_synchronize calls */
+} ps_fake_gpu_mark_t;
+ps_fake_gpu_mark_t ps_fake_gpu_mark(ps_gpu_ops_t *ops);
+int ps_fake_gpu_passed_since(ps_gpu_ops_t *ops, ps_fake_gpu_mark_t mark);
+uint64_t ps_fake_gpu_stream_waits(ps_gpu_ops_t *ops);            /* stream_wait_fence calls */
+uint64_t ps_fake_gpu_fence_waits(ps_gpu_ops_t *ops);             /* host fence_wait calls */
+uint64_t ps_fake_gpu_device_syncs(ps_gpu_ops_t *ops);            /* device_synchronize calls */
 /* host_vm_map calls that succeeded, and vm_unmap calls that unmapped a
  * piece host_vm_map had mapped. */
-uint64_t ps_host_ops_host_vm_maps(ps_gpu_ops_t *ops);
-uint64_t ps_host_ops_host_vm_unmaps(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_host_vm_maps(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_host_vm_unmaps(ps_gpu_ops_t *ops);
 /* Fences recorded on `stream` (PS_STREAM_NONE counts the all-streams
  * fences), and stream_wait_fence calls that made `stream` wait. */
-uint64_t ps_host_ops_fences_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream);
-uint64_t ps_host_ops_waits_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream);
+uint64_t ps_fake_gpu_fences_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream);
+uint64_t ps_fake_gpu_waits_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream);
 
 /* Barriers: how many were issued; while blocked, barrier returns PS_EBUSY
  * (as when a stream capture is open). A barrier completes no fence: the
  * fake GPU keeps lagging, which is the point. */
-uint64_t ps_host_ops_barriers(ps_gpu_ops_t *ops);
-void ps_host_ops_block_barriers(ps_gpu_ops_t *ops, int blocked);
-/* Barriers are numbered 1, 2, 3... (ps_host_ops_barriers is the newest)
+uint64_t ps_fake_gpu_barriers(ps_gpu_ops_t *ops);
+void ps_fake_gpu_block_barriers(ps_gpu_ops_t *ops, int blocked);
+/* Barriers are numbered 1, 2, 3... (ps_fake_gpu_barriers is the newest)
  * and pass (barrier_passed) in auto-complete mode at once, with a lag once
  * the clock reaches their issue time + lag, and always after
- * device_synchronize or ps_host_ops_complete_all. complete_barriers_upto:
+ * device_synchronize or ps_fake_gpu_complete_all. complete_barriers_upto:
  * barriers 1..generation have passed. assume_barriers_passed (a test hook,
  * the fake's POOLSHIM_TEST_ASSUME_IDLE): barrier_passed answers passed for
  * every barrier, whether the GPU got there or not. */
-void ps_host_ops_complete_barriers_upto(ps_gpu_ops_t *ops, uint64_t generation);
-void ps_host_ops_assume_barriers_passed(ps_gpu_ops_t *ops, int on);
+void ps_fake_gpu_complete_barriers_upto(ps_gpu_ops_t *ops, uint64_t generation);
+void ps_fake_gpu_assume_barriers_passed(ps_gpu_ops_t *ops, int on);
 
 /* Virtual memory: calls, and unmaps made while some fence was still
  * incomplete (the GPU might still touch the range: must stay 0). */
-uint64_t ps_host_ops_vm_maps(ps_gpu_ops_t *ops);
-uint64_t ps_host_ops_vm_unmaps(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_vm_maps(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_vm_unmaps(ps_gpu_ops_t *ops);
 /* vm_map_handle calls that succeeded (kept memory mapped again), and
  * handles kept now (unmapped, neither mapped again nor dropped). */
-uint64_t ps_host_ops_vm_maps_kept(ps_gpu_ops_t *ops);
-uint64_t ps_host_ops_vm_kept_now(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_vm_maps_kept(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_vm_kept_now(ps_gpu_ops_t *ops);
 /* vm_map_handle calls that mapped memory still mapped elsewhere (a second mapping: remap's lending). */
-uint64_t ps_host_ops_vm_aliases(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_vm_aliases(ps_gpu_ops_t *ops);
 /* Bytes mapped bare and not yet made accessible (vm_access): 0 between
  * calls of a correct user; and vm_access calls that succeeded. */
-uint64_t ps_host_ops_vm_bare_bytes(ps_gpu_ops_t *ops);
-uint64_t ps_host_ops_vm_access_calls(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_vm_bare_bytes(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_vm_access_calls(ps_gpu_ops_t *ops);
 /* Pieces mapped by ipc_map and not yet unmapped by ipc_unmap (shareable). */
-uint64_t ps_host_ops_ipc_mapped(ps_gpu_ops_t *ops);
-uint64_t ps_host_ops_unsafe_unmaps(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_ipc_mapped(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_unsafe_unmaps(ps_gpu_ops_t *ops);
 /* barrier_wait calls that waited. */
-uint64_t ps_host_ops_barrier_waits(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_barrier_waits(ps_gpu_ops_t *ops);
 /* Timed devices: simulated host time spent in barrier_wait; what a device
  * synchronize at each of those waits would have spent instead; spent in
  * device_synchronize (each from the clock then to when the GPU is done,
  * whether or not waits_move_clock moves the clock). */
-uint64_t ps_host_ops_barrier_wait_ns(ps_gpu_ops_t *ops);
-uint64_t ps_host_ops_wait_instead_sync_ns(ps_gpu_ops_t *ops);
-uint64_t ps_host_ops_device_sync_ns(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_barrier_wait_ns(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_wait_instead_sync_ns(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_device_sync_ns(ps_gpu_ops_t *ops);
 /* A precise judge of unsafe unmaps, for tests that know when blocks were
  * freed: `size` bytes at `ptr` were freed by the program now (after the
  * GPU work that used them was issued). Once a device has noted a free, an
  * unmap counts as unsafe only when a granule in it was noted freed and no
  * fence or barrier recorded after that free has truly completed (by the
  * completed marks, a device synchronize or the clock; never by
- * ps_host_ops_assume_barriers_passed). Without notes an unmap counts as
+ * ps_fake_gpu_assume_barriers_passed). Without notes an unmap counts as
  * unsafe while any fence is incomplete. PS_ENOMEM: not noted. */
-int ps_host_ops_note_free(ps_gpu_ops_t *ops, const void *ptr, size_t size);
+int ps_fake_gpu_note_free(ps_gpu_ops_t *ops, const void *ptr, size_t size);
 
 /* Upstream accounting and fault injection (vm_map counts as an allocation:
  * it uses the device's capacity and the same failure plan). */
-uint64_t ps_host_ops_bytes_outstanding(ps_gpu_ops_t *ops);
-uint64_t ps_host_ops_upstream_allocs(ps_gpu_ops_t *ops);  /* successful mem_alloc calls */
+uint64_t ps_fake_gpu_bytes_outstanding(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_upstream_allocs(ps_gpu_ops_t *ops);  /* successful mem_alloc calls */
 /* The next mem_alloc calls fail with PS_ENOMEM: fail_after = how many succeed first,
  * fail_count = how many then fail (0 = stop injecting). */
-void ps_host_ops_inject_failure(ps_gpu_ops_t *ops, uint64_t fail_after, uint64_t fail_count);
+void ps_fake_gpu_inject_failure(ps_gpu_ops_t *ops, uint64_t fail_after, uint64_t fail_count);
 
 /* ---- Fault plan: fail the Nth call of one entry, or of any entry ----
  *
  * Every entry of the table that can fail is counted (calls that fail
- * included, from ps_host_ops_create on) and can be made to fail:
- *   ps_host_ops_fail_call(ops, PS_HOST_OP_FENCE_QUERY, 3, 0)
+ * included, from ps_fake_gpu_create on) and can be made to fail:
+ *   ps_fake_gpu_fail_call(ops, PS_HOST_OP_FENCE_QUERY, 3, 0)
  *       the 3rd fence_query call since create fails;
- *   ps_host_ops_fail_call(ops, PS_HOST_OP_ANY, 40, 0)
+ *   ps_fake_gpu_fail_call(ops, PS_HOST_OP_ANY, 40, 0)
  *       the 40th call of any counted entry fails, whichever it is.
- * `nth` counts from create (1 = the first call), as ps_host_ops_calls
+ * `nth` counts from create (1 = the first call), as ps_fake_gpu_calls
  * reports, so "count the calls of a clean run, then fail each one in
  * turn" is one counter. `status` is the error returned (a negative PS_E*),
  * or 0 for the entry's natural one: PS_ENOMEM for the allocating entries
@@ -180,7 +180,7 @@ void ps_host_ops_inject_failure(ps_gpu_ops_t *ops, uint64_t fail_after, uint64_t
  * given back, no fence is recorded or completed, nothing is mapped or
  * unmapped, no barrier is counted. Up to PS_HOST_FAULTS_MAX entries at
  * once; each fires once. The plan is independent of
- * ps_host_ops_inject_failure (both may fail a mem_alloc). */
+ * ps_fake_gpu_inject_failure (both may fail a mem_alloc). */
 typedef enum ps_host_op {
     PS_HOST_OP_MEM_ALLOC,          /* mem_alloc */
     PS_HOST_OP_MEM_FREE,           /* mem_free */
@@ -211,22 +211,22 @@ typedef enum ps_host_op {
 #define PS_HOST_FAULTS_MAX 8 /* plan entries pending at once */
 
 /* The entry's name as in the table ("fence_query"; "any"). */
-const char *ps_host_ops_op_name(ps_host_op_t op);
+const char *ps_fake_gpu_op_name(ps_host_op_t op);
 /* Calls of `op` since create, failed ones included (PS_HOST_OP_ANY: of all). */
-uint64_t ps_host_ops_calls(ps_gpu_ops_t *ops, ps_host_op_t op);
+uint64_t ps_fake_gpu_calls(ps_gpu_ops_t *ops, ps_host_op_t op);
 /* Adds "call number `nth` of `op` fails with `status`" (0: the natural
  * error) to the plan. PS_OK; PS_EINVAL for a bad op, nth 0 or a status
  * that is not an error; PS_ENOMEM when PS_HOST_FAULTS_MAX are pending. */
-int ps_host_ops_fail_call(ps_gpu_ops_t *ops, ps_host_op_t op, uint64_t nth, int status);
+int ps_fake_gpu_fail_call(ps_gpu_ops_t *ops, ps_host_op_t op, uint64_t nth, int status);
 /* Forgets the pending plan entries (not the counters). */
-void ps_host_ops_clear_faults(ps_gpu_ops_t *ops);
+void ps_fake_gpu_clear_faults(ps_gpu_ops_t *ops);
 /* How many calls the plan failed so far; *op and *call (may be NULL) get
  * the last one's entry and its number among that entry's calls. */
-uint64_t ps_host_ops_faults_fired(ps_gpu_ops_t *ops, ps_host_op_t *op, uint64_t *call);
+uint64_t ps_fake_gpu_faults_fired(ps_gpu_ops_t *ops, ps_host_op_t *op, uint64_t *call);
 
 /* Leak accounting: fences recorded and not yet released, address ranges
  * reserved (vm_reserve) and not yet released (vm_release). */
-uint64_t ps_host_ops_live_fences(ps_gpu_ops_t *ops);
-uint64_t ps_host_ops_live_vm_ranges(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_live_fences(ps_gpu_ops_t *ops);
+uint64_t ps_fake_gpu_live_vm_ranges(ps_gpu_ops_t *ops);
 
 #endif

@@ -2,7 +2,7 @@
  * piece exported from one table and mapped by another holds the same
  * bytes; a pooled block of the expandable pool is covered by pieces that
  * follow each other; failures leave nothing mapped. */
-#include "../../core/host_ops.h"
+#include "../../core/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 
@@ -15,27 +15,27 @@
 static ps_gpu_ops_t *shareable_device(void)
 {
     ps_gpu_ops_t *gpu;
-    ps_host_ops_options_t o = {.backed = 1, .virtual_memory = 1, .shareable = 1, .auto_complete = 1};
-    cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK);
+    ps_fake_gpu_options_t o = {.backed = 1, .virtual_memory = 1, .shareable = 1, .auto_complete = 1};
+    cr_assert_eq(ps_fake_gpu_create(&o, &gpu), PS_OK);
     cr_assert(gpu->ipc_export && gpu->ipc_reserve && gpu->ipc_release && gpu->ipc_map && gpu->ipc_unmap);
     return gpu;
 }
 
-Test(host_ops_ipc, only_a_shareable_backed_device_offers_the_entries)
+Test(fake_gpu_ipc, only_a_shareable_backed_device_offers_the_entries)
 {
     ps_gpu_ops_t *gpu;
-    ps_host_ops_options_t o = {.backed = 1, .virtual_memory = 1};
-    cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK);
+    ps_fake_gpu_options_t o = {.backed = 1, .virtual_memory = 1};
+    cr_assert_eq(ps_fake_gpu_create(&o, &gpu), PS_OK);
     cr_expect_null(gpu->ipc_export);
     cr_expect_null(gpu->ipc_map);
-    ps_host_ops_destroy(gpu);
-    o = (ps_host_ops_options_t){.virtual_memory = 1, .shareable = 1}; /* simulated: nothing to share */
-    cr_assert_eq(ps_host_ops_create(&o, &gpu), PS_OK);
+    ps_fake_gpu_destroy(gpu);
+    o = (ps_fake_gpu_options_t){.virtual_memory = 1, .shareable = 1}; /* simulated: nothing to share */
+    cr_assert_eq(ps_fake_gpu_create(&o, &gpu), PS_OK);
     cr_expect_null(gpu->ipc_export);
-    ps_host_ops_destroy(gpu);
+    ps_fake_gpu_destroy(gpu);
 }
 
-Test(host_ops_ipc, an_exported_piece_maps_the_same_bytes_in_another_table)
+Test(fake_gpu_ipc, an_exported_piece_maps_the_same_bytes_in_another_table)
 {
     ps_gpu_ops_t *a = shareable_device(), *b = shareable_device();
     void *range;
@@ -61,7 +61,7 @@ Test(host_ops_ipc, an_exported_piece_maps_the_same_bytes_in_another_table)
     cr_assert_eq(b->ipc_reserve(b->ctx, PIECE, &other), PS_OK);
     cr_assert_eq(b->ipc_map(b->ctx, other, PIECE, fd, &handle), PS_OK);
     close(fd); /* the mapping keeps the memory */
-    cr_expect_eq(ps_host_ops_ipc_mapped(b), 1);
+    cr_expect_eq(ps_fake_gpu_ipc_mapped(b), 1);
     unsigned char *seen = other;
     cr_expect_eq(seen[0], 0x5a);
     cr_expect_eq(seen[PIECE - 1], 0x5a);
@@ -70,7 +70,7 @@ Test(host_ops_ipc, an_exported_piece_maps_the_same_bytes_in_another_table)
 
     cr_expect_eq(b->ipc_unmap(b->ctx, other, PIECE / 2, handle), PS_EINVAL, "not what was mapped");
     cr_assert_eq(b->ipc_unmap(b->ctx, other, PIECE, handle), PS_OK);
-    cr_expect_eq(ps_host_ops_ipc_mapped(b), 0);
+    cr_expect_eq(ps_fake_gpu_ipc_mapped(b), 0);
     b->ipc_release(b->ctx, other, PIECE);
 
     cr_assert_eq(a->vm_unmap(a->ctx, base + PIECE, PIECE, h2), PS_OK);
@@ -78,13 +78,13 @@ Test(host_ops_ipc, an_exported_piece_maps_the_same_bytes_in_another_table)
                  "an unmapped piece is no longer exported");
     cr_assert_eq(a->vm_unmap(a->ctx, base, PIECE, h1), PS_OK);
     a->vm_release(a->ctx, range, 4 * PIECE);
-    cr_expect_eq(ps_host_ops_live_vm_ranges(a), 0);
-    cr_expect_eq(ps_host_ops_live_vm_ranges(b), 0);
-    ps_host_ops_destroy(a);
-    ps_host_ops_destroy(b);
+    cr_expect_eq(ps_fake_gpu_live_vm_ranges(a), 0);
+    cr_expect_eq(ps_fake_gpu_live_vm_ranges(b), 0);
+    ps_fake_gpu_destroy(a);
+    ps_fake_gpu_destroy(b);
 }
 
-Test(host_ops_ipc, failures_are_planned_and_leave_nothing_mapped)
+Test(fake_gpu_ipc, failures_are_planned_and_leave_nothing_mapped)
 {
     ps_gpu_ops_t *a = shareable_device(), *b = shareable_device();
     void *range, *other;
@@ -94,32 +94,32 @@ Test(host_ops_ipc, failures_are_planned_and_leave_nothing_mapped)
     uintptr_t start;
     size_t size;
     int fd = -1;
-    cr_assert_eq(ps_host_ops_fail_call(a, PS_HOST_OP_IPC_EXPORT, 1, 0), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(a, PS_HOST_OP_IPC_EXPORT, 1, 0), PS_OK);
     cr_expect_eq(a->ipc_export(a->ctx, (uintptr_t)range, &start, &size, &fd), PS_EUPSTREAM);
     cr_expect_eq(fd, -1, "a failed export gives no descriptor");
     cr_assert_eq(a->ipc_export(a->ctx, (uintptr_t)range, &start, &size, &fd), PS_OK);
-    cr_expect_eq(ps_host_ops_calls(a, PS_HOST_OP_IPC_EXPORT), 2);
+    cr_expect_eq(ps_fake_gpu_calls(a, PS_HOST_OP_IPC_EXPORT), 2);
 
     cr_assert_eq(b->ipc_reserve(b->ctx, PIECE, &other), PS_OK);
-    cr_assert_eq(ps_host_ops_fail_call(b, PS_HOST_OP_IPC_MAP, 1, 0), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(b, PS_HOST_OP_IPC_MAP, 1, 0), PS_OK);
     cr_expect_eq(b->ipc_map(b->ctx, other, PIECE, fd, &handle), PS_EUPSTREAM);
-    cr_expect_eq(ps_host_ops_ipc_mapped(b), 0, "nothing mapped after a failure");
+    cr_expect_eq(ps_fake_gpu_ipc_mapped(b), 0, "nothing mapped after a failure");
     cr_expect_eq(b->ipc_map(b->ctx, other, 2 * PIECE, fd, &handle), PS_EINVAL, "larger than the exported piece");
     cr_assert_eq(b->ipc_map(b->ctx, other, PIECE, fd, &handle), PS_OK);
-    cr_expect_eq(ps_host_ops_faults_fired(b, NULL, NULL), 1);
+    cr_expect_eq(ps_fake_gpu_faults_fired(b, NULL, NULL), 1);
     close(fd);
     cr_assert_eq(b->ipc_unmap(b->ctx, other, PIECE, handle), PS_OK);
     b->ipc_release(b->ctx, other, PIECE);
     cr_assert_eq(a->vm_unmap(a->ctx, range, PIECE, h), PS_OK);
     a->vm_release(a->ctx, range, PIECE);
-    ps_host_ops_destroy(a);
-    ps_host_ops_destroy(b);
+    ps_fake_gpu_destroy(a);
+    ps_fake_gpu_destroy(b);
 }
 
 /* What shim/ipc.c does with a pooled block: walk the pieces under it (they
  * follow each other), map them back to back elsewhere: the block's bytes
  * are at the same offset there. */
-Test(host_ops_ipc, a_block_of_the_expandable_pool_is_covered_by_consecutive_pieces)
+Test(fake_gpu_ipc, a_block_of_the_expandable_pool_is_covered_by_consecutive_pieces)
 {
     ps_gpu_ops_t *a = shareable_device(), *b = shareable_device();
     ps_pool_options_t o;
@@ -173,6 +173,6 @@ Test(host_ops_ipc, a_block_of_the_expandable_pool_is_covered_by_consecutive_piec
     cr_assert_eq(ps_deallocate(pool, small, 3000, PS_STREAM_NONE), PS_OK);
     ps_destroy(pool);
     ps_destroy(up);
-    ps_host_ops_destroy(a);
-    ps_host_ops_destroy(b);
+    ps_fake_gpu_destroy(a);
+    ps_fake_gpu_destroy(b);
 }
