@@ -347,7 +347,17 @@ static int live_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out)
             status = fence_add(f, (CUstream)stream);
         pthread_mutex_unlock(&ps_cuda_streams_lock);
     } else {
+        /* Under the streams lock, which every cuStreamBeginCapture* takes (the
+         * capture gate): otherwise another thread could begin capturing this
+         * stream between the check and the record (a pool stealing a worker's
+         * blocks while the worker begins a capture), and the record would land
+         * in its capture, which CUDA then invalidates when our stream waits on
+         * it. The likely cause of a failure tests/gpu/soak.cu showed once on an
+         * H200 (2026-11-27): cudaFreeAsync inside a worker's capture returned
+         * cudaErrorStreamCaptureInvalidated. */
+        pthread_mutex_lock(&ps_cuda_streams_lock);
         status = ps_cuda_capturing((CUstream)stream) ? PS_EUPSTREAM : fence_add(f, (CUstream)stream);
+        pthread_mutex_unlock(&ps_cuda_streams_lock);
     }
     if (ps_real.cuThreadExchangeStreamCaptureMode)
         ps_real.cuThreadExchangeStreamCaptureMode(&mode);
