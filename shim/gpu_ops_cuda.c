@@ -352,9 +352,10 @@ static int live_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out)
          * stream between the check and the record (a pool stealing a worker's
          * blocks while the worker begins a capture), and the record would land
          * in its capture, which CUDA then invalidates when our stream waits on
-         * it. The likely cause of a failure tests/gpu/soak.cu showed once on an
-         * H200 (2026-11-27): cudaFreeAsync inside a worker's capture returned
-         * cudaErrorStreamCaptureInvalidated. */
+         * it. Found while chasing tests/gpu/soak.cu's rare failure (H200,
+         * 2026-11-27: cudaFreeAsync inside a worker's capture returned
+         * cudaErrorStreamCaptureInvalidated), which this did not remove:
+         * docs/design.md, "Open: a capture invalidated under the soak". */
         pthread_mutex_lock(&ps_cuda_streams_lock);
         status = ps_cuda_capturing((CUstream)stream) ? PS_EUPSTREAM : fence_add(f, (CUstream)stream);
         pthread_mutex_unlock(&ps_cuda_streams_lock);
