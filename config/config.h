@@ -107,7 +107,7 @@ typedef struct ps_global_config {
                                    descriptors, so cudaIpcGetMemHandle works on its blocks (shim/ipc.c) */
     int oom_retry;              /* 1 (default): a CUDA allocation the shim does not serve (cuMemCreate,
                                    cuMemAllocManaged...) that runs out of memory is retried once after the
-                                   pool gave its free memory back (router.c, ps_route_oom_give_back) */
+                                   pool gave its free memory back (shim/oom.c, ps_route_oom_give_back) */
     uint64_t decay_ms;          /* free memory not needed for this long goes back to the device from a
                                    thread of the shim's own (core/pool_decay.c, shim/decay.c); 0 = off */
     int neighbour_release;      /* 1 (default): an allocation that runs out of memory asks the shimmed

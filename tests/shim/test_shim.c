@@ -449,7 +449,7 @@ Test(runtime_door, out_of_memory_returns_error_and_pool_stays_usable)
     expect_pass(1, "FAKE_CUDA_MEMORY=268435456", "prog_runtime oom", "shim active");
 }
 
-/* ---- the out-of-memory retry (issue 33, router.c 9.) ---------------------------
+/* ---- the out-of-memory retry (issue 33, shim/oom.c) ---------------------------
  * prog_runtime oom_retry: 200 MiB of a 256 MiB device cudaMalloc'd and freed,
  * then the same bytes through cuMemCreate (NCCL's way, mapped and written)
  * and through cudaMallocManaged. Natively the freed memory is the device's
@@ -801,7 +801,7 @@ Test(neighbours, negative_control_a_neighbour_with_it_off_gives_nothing)
     hood_cleanup();
 }
 
-/* The out-of-memory retry of a call the shim leaves to CUDA (router.c 9.)
+/* The out-of-memory retry of a call the shim leaves to CUDA (shim/oom.c)
  * asks the neighbours too, also in a process that built no stack (one that
  * only ever calls cuMemCreate, as JAX or NCCL may). Its counters are in no
  * report (no device of its has a stack): its log line says it. */
