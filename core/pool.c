@@ -350,7 +350,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     size_t need = size ? ps_align_up(size, pool->options.alignment) : pool->options.alignment;
     if (!need)
         return PS_ENOMEM;
-    int stream_ordered = pool_is_stream_ordered(stream);
+    int stream_ordered = ps_reuse_stream_ordered(stream);
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
     if (need <= pool->tcache_max_block && (stream_ordered || ps_tcache_caches_cudafree(pool->tcache, need)) &&
@@ -415,7 +415,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
 static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t stream)
 {
     pool_t *pool = (pool_t *)r;
-    int stream_ordered = pool_is_stream_ordered(stream);
+    int stream_ordered = ps_reuse_stream_ordered(stream);
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
     size_t need = size ? ps_align_up(size, pool->options.alignment) : pool->options.alignment;

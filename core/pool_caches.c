@@ -144,7 +144,7 @@ void pool_tcache_give_back_locked(void *owner, const ps_tcache_block_t *blocks, 
         if (blocks[i].ready)
             pool_release_block(pool, index, OWNER_READY, 0,
                           pool->blocks[index].idle_gen > newest ? pool->blocks[index].idle_gen : newest);
-        else if (pool_is_stream_ordered(blocks[i].stream) &&
+        else if (ps_reuse_stream_ordered(blocks[i].stream) &&
                  pool_owner_of_stream_locked(pool, blocks[i].stream, &stream_owner) == PS_OK)
             pool_release_block(pool, index, stream_owner, ++pool->free_counter, IDLE_NEVER);
         else if (pool_defer_block(pool, index) != PS_OK) { /* cannot happen short of host OOM and a dead device */

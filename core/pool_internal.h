@@ -487,13 +487,6 @@ void pool_flush_all_locked(pool_t *pool);
 /* The resource's stream_destroyed entry (takes the lock). */
 void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream);
 
-/* Whether a free or allocation on `stream` uses that stream's own list
- * (not PS_STREAM_NONE, not the per-thread default stream). */
-static inline int pool_is_stream_ordered(ps_stream_t stream)
-{
-    return stream != PS_STREAM_NONE && stream != PS_STREAM_PER_THREAD;
-}
-
 /* ---- pool_growth.c: chunks, growth and its bounds, giving memory back ---- */
 int pool_chunk_slot_locked(pool_t *pool, uint32_t *slot);
 int pool_add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32_t *grown);

@@ -243,7 +243,7 @@ void pool_flush_all_locked(pool_t *pool)
 void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
 {
     pool_t *pool = (pool_t *)r;
-    if (!pool_is_stream_ordered(stream) || stream == PS_STREAM_LEGACY || stream == 0)
+    if (!ps_reuse_stream_ordered(stream) || stream == PS_STREAM_LEGACY || stream == 0)
         return;
     ps_lock(&pool->lock);
     if (pool->tcache)

@@ -259,12 +259,20 @@ int ps_reuse_visit(const ps_reuse_t *r, void (*visit)(void *ctx, uint64_t item),
  * block one thread freed to another thread's stream with nothing ordering
  * the two. Such blocks go the cudaFree way (PS_STREAM_NONE: an epoch, a
  * fence or a barrier over every stream; per-thread streams are blocking
- * streams, which the legacy stream's fence covers). The pool keeps this rule
- * in its own is_stream_ordered; fixed_size and the arena ask here
+ * streams, which the legacy stream's fence covers). The one rule for every
+ * resource: the pool and the thread caches ask ps_reuse_stream_ordered,
+ * fixed_size and the arena map the stream at their entry points
  * (tests/unit/test_per_thread_stream.c). */
 static inline ps_stream_t ps_reuse_list_stream(ps_stream_t stream)
 {
     return stream == PS_STREAM_PER_THREAD ? PS_STREAM_NONE : stream;
+}
+
+/* Whether a block allocated or freed on `stream` uses that stream's own
+ * list: not PS_STREAM_NONE, not the per-thread default stream (above). */
+static inline int ps_reuse_stream_ordered(ps_stream_t stream)
+{
+    return ps_reuse_list_stream(stream) != PS_STREAM_NONE;
 }
 
 #endif

@@ -168,7 +168,6 @@ static void key_init(void)
 }
 
 static inline int is_orphaned(cache_t *c) { return __atomic_load_n(&c->orphaned, __ATOMIC_ACQUIRE); }
-static inline int is_stream_ordered(ps_stream_t s) { return s != PS_STREAM_NONE && s != PS_STREAM_PER_THREAD; }
 static inline bin_t *bin_of(cache_t *c, size_t size)
 {
     return &c->bins[(uint32_t)((uint64_t)(size >> 8) * 0x9E3779B97F4A7C15ull >> 58) & (BINS - 1)];
@@ -363,7 +362,7 @@ static inline int take_locked(ps_tcache_t *set, cache_t *c, size_t size, ps_stre
     bin_t *b = bin_of(c, size);
     if (!bin_blocks(b) || b->size != size)
         return 0;
-    if (is_stream_ordered(stream) && b->freed_count && newest_of(c, b)->stream == stream) {
+    if (ps_reuse_stream_ordered(stream) && b->freed_count && newest_of(c, b)->stream == stream) {
         *out = (void *)freed_remove(c, b, b->newest).addr; /* s reuses its own newest free */
         return 1;
     }
@@ -450,7 +449,7 @@ int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream)
     if (size > set->hot.max_block)
         return PS_TCACHE_DECLINED;
     cache_t *c = cache_of(set, 1); /* (also counts this thread as one using the pool) */
-    if (!c || (!is_stream_ordered(stream) && !ps_tcache_caches_cudafree(set, size)))
+    if (!c || (!ps_reuse_stream_ordered(stream) && !ps_tcache_caches_cudafree(set, size)))
         return PS_TCACHE_DECLINED; /* the pool keeps it (see ps_tcache_caches_cudafree) */
     return put_in(set, c, ptr, size, stream);
 }
@@ -485,7 +484,7 @@ static __attribute__((noinline)) int put_in(ps_tcache_t *set, cache_t *c, void *
                (b->freed_count && newest_of(c, b)->addr == addr)) {
         goto double_free; /* the block freed last, freed again (the shim's registry catches the rest) */
     }
-    int ready_at_once = set->hot.immediate && !is_stream_ordered(stream); /* free_sync none, a cudaFree */
+    int ready_at_once = set->hot.immediate && !ps_reuse_stream_ordered(stream); /* free_sync none, a cudaFree */
     if (ready_at_once && b->ready_count == READY_DEPTH) {
         n += bin_evict_ready(c, b, READY_DEPTH / 2, evicted + n);
     } else if (!ready_at_once && c->unused == NONE) {
