@@ -73,19 +73,26 @@ static const ps_gpu_ops_t *original(void *ctx)
     return NULL; /* not reached: only tables listed here point at the wrappers */
 }
 
+/* An event's attributes with an ASCII message (the range's or the mark's). */
+static nvtxEventAttributes_t attributes(const char *message)
+{
+    nvtxEventAttributes_t a = {0};
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    a.message.ascii = message;
+    return a;
+}
+
 static void push(int category, const char *fmt, size_t bytes)
 {
     char size[32], message[128];
     ps_format_bytes(size, sizeof size, bytes);
     snprintf(message, sizeof message, fmt, size);
-    nvtxEventAttributes_t a = {0};
-    a.version = NVTX_VERSION;
-    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    nvtxEventAttributes_t a = attributes(message);
     a.category = (uint32_t)category;
     a.colorType = NVTX_COLOR_ARGB;
     a.color = categories[category].color;
-    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
-    a.message.ascii = message;
     ps_in_shim++;
     nvtxDomainRangePushEx(domain, &a);
     ps_in_shim--;
@@ -98,11 +105,7 @@ static int pop(int rc, const char *what)
     if (rc != PS_OK) {
         char message[128];
         snprintf(message, sizeof message, "%s failed: %s", what, ps_status_name(rc));
-        nvtxEventAttributes_t a = {0};
-        a.version = NVTX_VERSION;
-        a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
-        a.messageType = NVTX_MESSAGE_TYPE_ASCII;
-        a.message.ascii = message;
+        nvtxEventAttributes_t a = attributes(message);
         nvtxDomainMarkEx(domain, &a);
     }
     nvtxDomainRangePop(domain);
