@@ -9,23 +9,8 @@
 #include <string.h>
 
 #include "../../config/config_internal.h"
+#include "read_file.h"
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = NULL;
-    size_t size = 0;
-    FILE *m = open_memstream(&buf, &size);
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        fwrite(chunk, 1, n, m);
-    fclose(f);
-    fclose(m);
-    return buf;
-}
 
 /* Replaces every @FILE@ in text by path. */
 static char *with_path(const char *text, const char *path)
@@ -86,7 +71,7 @@ Test(config_errors, every_fixture_prints_exactly_its_expected_errors)
         char expected_path[8192], ini[8192];
         snprintf(expected_path, sizeof expected_path, "%s/%s", dir, e->d_name);
         snprintf(ini, sizeof ini, "%s/%.*s.ini", dir, (int)(len - 9), e->d_name);
-        char *raw = slurp(expected_path);
+        char *raw = read_whole_file(expected_path);
         cr_assert_not_null(raw);
         char *expected = with_path(raw, ini);
         int rc;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "../../config/config_internal.h"
+#include "read_file.h"
 
 /* ---- the table against the core and the loader ------------------------------ */
 
@@ -184,17 +185,8 @@ static char *docs_text(void)
     cr_assert_not_null(data, "POOLSHIM_TEST_DATA must be set (make test-unit sets it)");
     char path[4096];
     snprintf(path, sizeof path, "%s/../../docs/config.md", data);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot read %s", path);
-    char *text = NULL;
-    size_t size = 0;
-    FILE *m = open_memstream(&text, &size);
-    char chunk[4096];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
-        fwrite(chunk, 1, got, m);
-    fclose(f);
-    fclose(m);
+    char *text = read_whole_file(path);
+    cr_assert_not_null(text, "cannot read %s", path);
     return text;
 }
 
