@@ -216,6 +216,7 @@ static int arena_res_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_str
         }
         int status = PS_OK;
         int ordered_here = stream != PS_STREAM_NONE && ar->stream != PS_STREAM_NONE;
+        int defer = !ordered_here && ps_reuse_defers(&ar->reuse[0]);
         if (ordered_here && stream != ar->stream) {
             /* the owner stream waits for the freeing stream's work */
             ps_fence_t *fence;
@@ -225,7 +226,12 @@ static int arena_res_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_str
                 status = a->gpu->stream_wait_fence(a->gpu->ctx, ar->stream, fence);
                 a->gpu->fence_release(a->gpu->ctx, fence);
             }
-        } else if (!ordered_here && ps_reuse_defers(&ar->reuse[0])) {
+        } else if (!ordered_here && !defer && a->opts.free_sync == PS_FREE_SYNC_DEVICE) {
+            status = a->gpu->device_synchronize(a->gpu->ctx);
+        }
+        if (status == PS_EBUSY) /* the owner stream or another captures: the block waits in the reuse state */
+            defer = 1;
+        if (defer) {
             status = arena_defer(ar, (uintptr_t)ptr, s->block_size);
             if (status == PS_OK) {
                 s->in_use[i / 64] &= ~((uint64_t)1 << (i % 64));
@@ -233,8 +239,6 @@ static int arena_res_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_str
             }
             pthread_mutex_unlock(&ar->lock);
             return status;
-        } else if (!ordered_here && a->opts.free_sync == PS_FREE_SYNC_DEVICE) {
-            status = a->gpu->device_synchronize(a->gpu->ctx);
         }
         if (status == PS_OK) {
             size_t bytes = s->block_size;

@@ -83,15 +83,19 @@ int arena_large_deallocate(arena_resource_t *a, span_t *s, void *ptr, ps_stream_
         } else {
             status = PS_EUPSTREAM;
         }
-    } else if (ps_reuse_defers(&a->large_reuse)) {
-        status = ps_reuse_defer(&a->large_reuse, s->base, bytes);
-        if (status == PS_OK)
-            s->kind = SPAN_PENDING_LARGE;
     } else {
-        if (a->opts.free_sync == PS_FREE_SYNC_DEVICE)
+        int defer = ps_reuse_defers(&a->large_reuse);
+        if (!defer && a->opts.free_sync == PS_FREE_SYNC_DEVICE) {
             status = a->gpu->device_synchronize(a->gpu->ctx);
-        if (status == PS_OK)
+            defer = status == PS_EBUSY; /* a stream capture is open: the span waits in the reuse state */
+        }
+        if (defer) {
+            status = ps_reuse_defer(&a->large_reuse, s->base, bytes);
+            if (status == PS_OK)
+                s->kind = SPAN_PENDING_LARGE;
+        } else if (status == PS_OK) {
             arena_global_put(a, s, NULL, 0);
+        }
     }
     if (status == PS_OK)
         a->large_in_use -= bytes;

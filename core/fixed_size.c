@@ -319,7 +319,9 @@ static int fs_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t s
     }
     if (stream == PS_STREAM_NONE && fs->opts.free_sync == PS_FREE_SYNC_DEVICE) {
         int status = fs->gpu->device_synchronize(fs->gpu->ctx);
-        if (status != PS_OK) {
+        if (status == PS_EBUSY) {
+            to = NULL; /* a stream capture is open: the block waits in the reuse state instead */
+        } else if (status != PS_OK) {
             pthread_mutex_unlock(&fs->lock);
             return status;
         }

@@ -67,10 +67,15 @@ typedef struct ps_gpu_ops {
     int (*fence_wait)(void *ctx, ps_fence_t *fence);
     void (*fence_release)(void *ctx, ps_fence_t *fence);
 
-    /* Make `stream` wait (on the GPU, not the host) for `fence`. */
+    /* Make `stream` wait (on the GPU, not the host) for `fence`. PS_EBUSY:
+     * `stream` is being captured (the wait would invalidate the capture),
+     * nothing changed. */
     int (*stream_wait_fence)(void *ctx, ps_stream_t stream, ps_fence_t *fence);
 
-    /* Host wait for the whole device (cuCtxSynchronize). */
+    /* Host wait for the whole device (cuCtxSynchronize). PS_EBUSY: not now,
+     * a stream capture is open in the context (a synchronize would
+     * invalidate it), nothing was waited for; callers fall back as for a
+     * refused barrier. */
     int (*device_synchronize)(void *ctx);
 
     /* Device-wide barrier (see above); may be NULL. PS_OK: done. PS_EBUSY:

@@ -424,9 +424,12 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
         if (cached != PS_TCACHE_DECLINED)
             return cached;
     }
+    int defer = ps_reuse_defers(&pool->reuse) || stream_ordered;
     if (!stream_ordered && pool->options.free_sync == PS_FREE_SYNC_DEVICE) {
         int status = pool->gpu->device_synchronize(pool->gpu->ctx);
-        if (status != PS_OK)
+        if (status == PS_EBUSY)
+            defer = 1; /* a stream capture is open: the block waits for a fence instead */
+        else if (status != PS_OK)
             return status;
     }
     pool_lock(pool);
@@ -441,7 +444,7 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
     int status = PS_OK;
     if (stream_ordered && pool_owner_of_stream_locked(pool, stream, &owner) == PS_OK)
         pool_release_block(pool, index, owner, ++pool->free_counter, IDLE_NEVER);
-    else if (ps_reuse_defers(&pool->reuse) || stream_ordered) { /* no list for the stream: the safe path */
+    else if (defer) { /* no list for the stream: the safe path */
         size_t freed = pool->blocks[index].size;
         status = pool_defer_block(pool, index);
         if (status == PS_OK && pool->options.grow_budget_min)

@@ -393,13 +393,22 @@ static int live_fence_wait(void *vctx, ps_fence_t *f)
     return status;
 }
 
+/* PS_EBUSY when `stream` is being captured (another thread's stream, e.g.
+ * an arena's owner): a wait on an event from outside the capture would
+ * invalidate it. Checked and waited under the streams lock, so no capture
+ * begins in between; without any capture ever begun, not checked. */
 static int live_stream_wait_fence(void *vctx, ps_stream_t stream, ps_fence_t *f)
 {
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
+    pthread_mutex_lock(&ps_cuda_streams_lock);
     int status = PS_OK;
+    if (ps_cuda_captures_begun && !ps_test.ignore_captures && stream != PS_STREAM_NONE &&
+        ps_cuda_capturing((CUstream)stream))
+        status = PS_EBUSY;
     for (int i = 0; i < f->count && status == PS_OK; i++)
         status = status_of(ps_real.cuStreamWaitEvent((CUstream)stream, f->events[i], 0));
+    pthread_mutex_unlock(&ps_cuda_streams_lock);
     leave_ctx(pushed);
     return status;
 }
@@ -574,24 +583,42 @@ static int live_memset_d8(void *vctx, void *ptr, uint8_t value, size_t bytes, ps
     return status_of(r);
 }
 
+/* A synchronize of the whole context, unless a stream capture is open in it:
+ * CUDA invalidates every capture of a context that is synchronized, in
+ * whatever thread and mode it was begun (the soak's thread-local captures
+ * died of the pool's synchronize on another thread; tests/gpu/capture_sync.cu).
+ * PS_EBUSY then, nothing waited for. The streams lock is held across the
+ * synchronize, so no capture begins during it (a cuStreamBeginCapture* waits
+ * at the gate). */
+static int context_synchronize(device_ops_t *d)
+{
+    pthread_mutex_lock(&ps_cuda_streams_lock);
+    int status = ps_cuda_capture_open_locked(d);
+    if (status == PS_OK)
+        status = status_of(ps_real.cuCtxSynchronize());
+    pthread_mutex_unlock(&ps_cuda_streams_lock);
+    return status;
+}
+
 static int live_copy_to_host(void *vctx, void *dst, const void *src, size_t bytes, ps_stream_t stream)
 {
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
-    CUresult r = stream == PS_STREAM_NONE ? ps_real.cuCtxSynchronize() : ps_real.cuStreamSynchronize((CUstream)stream);
-    if (r == CUDA_SUCCESS)
-        r = ps_real.cuMemcpyDtoH_v2(dst, (CUdeviceptr)(uintptr_t)src, bytes);
+    int status = stream == PS_STREAM_NONE ? context_synchronize(d)
+                                          : status_of(ps_real.cuStreamSynchronize((CUstream)stream));
+    if (status == PS_OK)
+        status = status_of(ps_real.cuMemcpyDtoH_v2(dst, (CUdeviceptr)(uintptr_t)src, bytes));
     leave_ctx(pushed);
-    return status_of(r);
+    return status;
 }
 
 static int live_device_synchronize(void *vctx)
 {
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
-    CUresult r = ps_real.cuCtxSynchronize();
+    int status = context_synchronize(d);
     leave_ctx(pushed);
-    return status_of(r);
+    return status;
 }
 
 /* ---- the gate (10. above): every entry of the table, around its live_ body ---- */

@@ -158,6 +158,13 @@ bool ps_cuda_capturing(CUstream s);
 /* PS_OK when the legacy stream may be recorded on; PS_EBUSY while a
  * blocking stream captures; PS_EUPSTREAM when CUDA cannot say. Streams lock held. */
 int ps_cuda_legacy_usable_locked(void);
+/* Whether a stream capture is open in d's context: PS_OK none, PS_EBUSY one
+ * is, PS_EUPSTREAM CUDA cannot say. The checks of a barrier (4. a of
+ * gpu_ops_cuda.c): the legacy stream answers for the blocking streams, each
+ * tracked non-blocking stream for itself; none while no capture was ever
+ * begun. Streams lock held (no capture can begin meanwhile). A capture on a
+ * thread's per-thread default stream cannot be seen from another thread. */
+int ps_cuda_capture_open_locked(const device_ops_t *d);
 
 /* Peer access the program granted (gpu_ops_cuda_streams.c keeps it, under
  * the streams lock): bit D of the answer = device D may access `device`'s

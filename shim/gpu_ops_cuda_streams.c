@@ -237,26 +237,28 @@ bool ps_gpu_ops_cuda_legacy_enter(void)
 void ps_gpu_ops_cuda_legacy_leave(void) { pthread_mutex_unlock(&ps_cuda_streams_lock); }
 
 /* ---- the out-of-memory give-back (11. of gpu_ops_cuda.c) ------------------------------------------ */
-/* Whether a stream capture is open in d's context (11. of gpu_ops_cuda.c): PS_OK none,
- * PS_EBUSY one is, PS_EUPSTREAM CUDA cannot say. The checks of a barrier
- * (4. a of gpu_ops_cuda.c): the legacy stream answers for the blocking streams, each tracked
- * non-blocking stream for itself; none while no capture was ever begun. */
+int ps_cuda_capture_open_locked(const device_ops_t *d)
+{
+    if (!ps_cuda_captures_begun || ps_test.ignore_captures)
+        return PS_OK;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (ps_real.cuThreadExchangeStreamCaptureMode)
+        ps_real.cuThreadExchangeStreamCaptureMode(&mode);
+    int status = ps_real.cuStreamIsCapturing ? ps_cuda_legacy_usable_locked() : PS_EUPSTREAM;
+    for (size_t i = 0; i < ps_cuda_stream_count && status == PS_OK; i++)
+        if (ps_cuda_streams[i].ctx == d->ctx && ps_cuda_capturing(ps_cuda_streams[i].stream))
+            status = PS_EBUSY;
+    if (ps_real.cuThreadExchangeStreamCaptureMode)
+        ps_real.cuThreadExchangeStreamCaptureMode(&mode);
+    return status;
+}
+
+/* Whether a stream capture is open in d's context (11. of gpu_ops_cuda.c). */
 static int live_capture_open(device_ops_t *d)
 {
     int pushed = enter_ctx(d);
     pthread_mutex_lock(&ps_cuda_streams_lock);
-    int status = PS_OK;
-    if (ps_cuda_captures_begun && !ps_test.ignore_captures) {
-        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-        if (ps_real.cuThreadExchangeStreamCaptureMode)
-            ps_real.cuThreadExchangeStreamCaptureMode(&mode);
-        status = ps_real.cuStreamIsCapturing ? ps_cuda_legacy_usable_locked() : PS_EUPSTREAM;
-        for (size_t i = 0; i < ps_cuda_stream_count && status == PS_OK; i++)
-            if (ps_cuda_streams[i].ctx == d->ctx && ps_cuda_capturing(ps_cuda_streams[i].stream))
-                status = PS_EBUSY;
-        if (ps_real.cuThreadExchangeStreamCaptureMode)
-            ps_real.cuThreadExchangeStreamCaptureMode(&mode);
-    }
+    int status = ps_cuda_capture_open_locked(d);
     pthread_mutex_unlock(&ps_cuda_streams_lock);
     leave_ctx(pushed);
     return status;

@@ -1,7 +1,9 @@
 /* capture_threads — a stream capture on one thread survives cudaMalloc /
  * cudaFree churn on another thread, as natively.
  *
- * Thread A captures a *blocking* stream (argv[1]: relaxed or threadlocal
+ *   capture_threads MODE [nonblocking]
+ *
+ * Thread A captures a *blocking* stream (MODE: relaxed or threadlocal
  * capture mode) for ~300 ms, launching kernels into the capture. Thread B
  * meanwhile allocates, runs a kernel on its own non-blocking stream, frees
  * and allocates again, over and over: under the shim that asks for
@@ -9,7 +11,13 @@
  * blocking stream captures (recording there ends A's capture with
  * cudaErrorStreamCaptureInvalidated). Then A ends the capture (must
  * succeed), launches the graph and checks its result; B checks its data.
- * Exit 0: both fine; 3: wrong data; 1: a CUDA error (the capture failed). */
+ * With `nonblocking` A's stream is non-blocking and A made a block on it
+ * (cudaMallocAsync) before the capture, which B frees first on its own
+ * stream: a stack that made A's stream wait for B's (the arena's owner
+ * stream), or that synchronized the device at a free (free_sync device),
+ * would end A's capture the same way (the GPU soak's thread-local captures
+ * died of the second). Exit 0: both fine; 3: wrong data; 1: a CUDA error
+ * (the capture failed). */
 #include "gpu_test.h"
 
 #include <atomic>
@@ -26,6 +34,7 @@ __global__ void add_one(unsigned *p, size_t n)
 int main(int argc, char **argv)
 {
     const char *mode_name = argc > 1 ? argv[1] : "relaxed";
+    bool nonblocking = argc > 2 && strcmp(argv[2], "nonblocking") == 0;
     cudaStreamCaptureMode mode = strcmp(mode_name, "threadlocal") == 0 ? cudaStreamCaptureModeThreadLocal
                                                                        : cudaStreamCaptureModeRelaxed;
     const size_t n = 1 << 20;
@@ -33,6 +42,15 @@ int main(int argc, char **argv)
     CK(cudaMalloc((void **)&buf, n * sizeof *buf));
     CK(cudaMemset(buf, 0, n * sizeof *buf));
     CK(cudaDeviceSynchronize());
+    cudaStream_t cs;
+    /* blocking: the legacy stream must not be touched while it captures */
+    CK(cudaStreamCreateWithFlags(&cs, nonblocking ? cudaStreamNonBlocking : cudaStreamDefault));
+    void *on_cs = nullptr; /* a block of A's stream that B frees during the capture */
+    if (nonblocking) {
+        CK(cudaMallocAsync(&on_cs, 64 << 10, cs));
+        fill_pattern(on_cs, 64 << 10, 7, cs);
+        CK(cudaStreamSynchronize(cs));
+    }
     std::atomic<int> capturing{0}, done{0};
     unsigned long long b_wrong = 0;
     int b_rounds = 0;
@@ -42,6 +60,8 @@ int main(int argc, char **argv)
         CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
         while (!capturing.load())
             std::this_thread::yield();
+        if (on_cs)
+            CK(cudaFreeAsync(on_cs, s));
         unsigned long long *counter = nullptr;
         CK(cudaMalloc((void **)&counter, sizeof *counter));
         while (!done.load()) {
@@ -63,8 +83,6 @@ int main(int argc, char **argv)
         CK(cudaFree(counter));
         CK(cudaStreamDestroy(s));
     });
-    cudaStream_t cs;
-    CK(cudaStreamCreate(&cs)); /* blocking: the legacy stream must not be touched while it captures */
     CK(cudaStreamBeginCapture(cs, mode));
     capturing = 1;
     auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
@@ -78,8 +96,8 @@ int main(int argc, char **argv)
     cudaError_t end = cudaStreamEndCapture(cs, &graph);
     done = 1;
     b.join();
-    printf("capture_threads %s: thread B made %d rounds of 16 alloc/kernel/free; capture of %d kernels ended with %s\n",
-           mode_name, b_rounds, launched, cudaGetErrorName(end));
+    printf("capture_threads %s%s: thread B made %d rounds of 16 alloc/kernel/free; capture of %d kernels ended with %s\n",
+           mode_name, nonblocking ? " nonblocking" : "", b_rounds, launched, cudaGetErrorName(end));
     if (end != cudaSuccess)
         return EXIT_CUDA_ERROR;
     cudaGraphExec_t exec;

@@ -58,6 +58,7 @@ struct block {
 };
 
 static const int STREAMS = 4;
+static pthread_barrier_t all_ready, all_done; /* every worker set up; every worker's loop ended */
 static cudaStream_t shared_streams[STREAMS];
 static double deadline;
 static size_t max_bytes = 4u << 20;
@@ -216,6 +217,10 @@ static void *work(void *arg)
     CK(cudaMalloc(&w->mismatches, sizeof *w->mismatches));
     CK(cudaMemset(w->mismatches, 0, sizeof *w->mismatches));
     CK(cudaDeviceSynchronize()); /* the legacy-stream memset before any kernel of a non-blocking stream */
+    /* No thread synchronizes the device while another may capture: CUDA
+     * invalidates every open capture of a context that is synchronized,
+     * whichever thread asks (so workers start, and end, together). */
+    pthread_barrier_wait(&all_ready);
     unsigned long long ops = 0;
     while (now_s() < deadline) {
         uint64_t r = next_random(&w->rng) % 100;
@@ -232,6 +237,7 @@ static void *work(void *arg)
     while (!w->live.empty())
         free_one(w, w->live.size() - 1);
     CK(cudaStreamSynchronize(w->own));
+    pthread_barrier_wait(&all_done); /* no capture is open past here */
     CK(cudaDeviceSynchronize());
     total_ops += ops;
     return NULL;
@@ -256,6 +262,8 @@ int main(int argc, char **argv)
     CU(cuInit(0));
     for (int i = 0; i < STREAMS; i++)
         CK(cudaStreamCreateWithFlags(&shared_streams[i], cudaStreamNonBlocking));
+    pthread_barrier_init(&all_ready, NULL, (unsigned)threads);
+    pthread_barrier_init(&all_done, NULL, (unsigned)threads);
     std::vector<worker> workers(threads);
     std::vector<pthread_t> ids(threads);
     double start = now_s();

@@ -1225,6 +1225,8 @@ EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int f)
     (void)f;
     if (!event_alive(e) || !stream_alive(s))
         return dead();
+    if ((uintptr_t)s > 2 && s->capturing)
+        __atomic_fetch_add(&counters.wait_in_capture, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&counters.stream_wait, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }

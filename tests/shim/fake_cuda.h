@@ -13,6 +13,9 @@ typedef struct fake_cuda_counters {
     unsigned long ctx_push, ctx_sync, get_proc_address;
     unsigned long sync_in_capture;      /* cuCtxSynchronize calls while a stream of the context was capturing
                                            (each would invalidate that capture, in CUDA) */
+    unsigned long wait_in_capture;      /* cuStreamWaitEvent calls that made a capturing stream wait (the fake
+                                           records no event inside a capture: each waits on outside work,
+                                           which would invalidate the capture, in CUDA) */
     unsigned long dead_calls;           /* calls on an object of a destroyed context */
     unsigned long ctx_destroyed;        /* contexts destroyed (reset, last release, cuCtxDestroy) */
     unsigned long ctx_reset, ctx_release; /* cuDevicePrimaryCtxReset / Release calls */

@@ -437,6 +437,65 @@ static void oom_retry_capture(void)
     CHECK(cudaStreamDestroy(s) == cudaSuccess, "stream destroy");
 }
 
+/* A thread-local capture is open on stream s while another thread frees
+ * pooled memory (as the capturing thread itself may not call cudaFree): a
+ * block made on s freed on stream t (the arena makes the block's owner
+ * stream s wait for t), then blocks freed by cudaFree (under free_sync
+ * device the stacks synchronize at a free). CUDA invalidates a capture whose
+ * stream waits on outside work or whose context is synchronized, by
+ * whatever thread: the fake must see neither, every free succeeds, and the
+ * memory serves again once the capture ended. */
+#define CAPTURE_BLOCKS 16
+static struct {
+    cudaStream_t t;
+    void *on_s, *p[CAPTURE_BLOCKS];
+} in_capture;
+
+static void *free_during_capture(void *unused)
+{
+    (void)unused;
+    CHECK(cudaFreeAsync(in_capture.on_s, in_capture.t) == cudaSuccess, "cudaFreeAsync on t of a block made on s");
+    for (int i = 0; i < CAPTURE_BLOCKS; i++)
+        CHECK(cudaFree(in_capture.p[i]) == cudaSuccess, "cudaFree %d during the capture", i);
+    return NULL;
+}
+
+static void sync_in_capture(void)
+{
+    cudaStream_t s;
+    void **p = in_capture.p;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "stream s");
+    CHECK(cudaStreamCreateWithFlags(&in_capture.t, cudaStreamNonBlocking) == cudaSuccess, "stream t");
+    CHECK(cudaMallocAsync(&in_capture.on_s, 64 << 10, s) == cudaSuccess, "cudaMallocAsync on s");
+    for (int i = 0; i < CAPTURE_BLOCKS; i++) {
+        CHECK(cudaMalloc(&p[i], 1 << 20) == cudaSuccess, "cudaMalloc %d", i);
+        fill(p[i], 1 << 20, (unsigned)i);
+    }
+    look_up_vmm(); /* (libcuda is loaded now) */
+    if (failures)
+        return;
+    CHECK(vmm.begin_capture((CUstream)s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) == CUDA_SUCCESS,
+          "begin a capture on s");
+    pthread_t other;
+    CHECK(pthread_create(&other, NULL, free_during_capture, NULL) == 0 && pthread_join(other, NULL) == 0,
+          "the freeing thread");
+    CHECK(fake()->wait_in_capture == 0, "the capturing stream was made to wait: the capture would die of it");
+    CHECK(fake()->sync_in_capture == 0, "the device was synchronized during the capture: it would die of it");
+    CHECK(vmm.end_capture((CUstream)s, NULL) == CUDA_SUCCESS, "end the capture");
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < CAPTURE_BLOCKS; i++) {
+            CHECK(cudaMalloc(&p[i], 1 << 20) == cudaSuccess, "cudaMalloc %d after the capture", i);
+            fill(p[i], 1 << 20, (unsigned)i + 100);
+        }
+        for (int i = 0; i < CAPTURE_BLOCKS; i++) {
+            CHECK(intact(p[i], 1 << 20, (unsigned)i + 100), "block %d after the capture", i);
+            CHECK(cudaFree(p[i]) == cudaSuccess, "cudaFree %d after the capture", i);
+        }
+    }
+    CHECK(cudaStreamDestroy(in_capture.t) == cudaSuccess, "stream t destroy");
+    CHECK(cudaStreamDestroy(s) == cudaSuccess, "stream s destroy");
+}
+
 /* In the child: CUDA cannot be used in the child of a process that
  * initialised it; the shim must pass every call through (whatever another
  * thread of the parent held at the fork) so that CUDA answers as it would
@@ -1258,6 +1317,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "oom")) oom();
     else if (!strcmp(what, "oom_retry")) oom_retry();
     else if (!strcmp(what, "oom_retry_capture")) oom_retry_capture();
+    else if (!strcmp(what, "sync_in_capture")) sync_in_capture();
     else if (!strcmp(what, "devices")) devices();
     else if (!strcmp(what, "forks")) forks();
     else if (!strcmp(what, "exit_live")) exit_live();

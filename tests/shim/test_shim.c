@@ -517,6 +517,37 @@ Test(oom_retry, negative_control_ignoring_captures_synchronizes_inside_the_captu
     cr_expect(rc != 0 && strstr(output, "the device was synchronized during the capture"), "rc %d:\n%s", rc, output);
 }
 
+/* prog_runtime sync_in_capture: a thread-local capture is open on one stream
+ * while another thread frees pooled memory, across streams and by cudaFree.
+ * No stack may synchronize the context or make the capturing stream wait
+ * (CUDA would invalidate the capture: the GPU soak's thread-local captures
+ * died of the pool's synchronize on another thread); the frees wait in the
+ * reuse state instead, and serve again after the capture. */
+static const char *const sync_in_capture_stacks[] = {
+    "POOLSHIM_FREE_SYNC=device",
+    "POOLSHIM_FREE_SYNC=device POOLSHIM_OPTIONS=resource.main.expandable=0",
+    "POOLSHIM_RESOURCE=arena",
+    "POOLSHIM_RESOURCE=arena POOLSHIM_FREE_SYNC=device",
+    "POOLSHIM_RESOURCE=binning POOLSHIM_FREE_SYNC=device",
+    "POOLSHIM_RESOURCE=fixed_size POOLSHIM_FREE_SYNC=device POOLSHIM_OPTIONS=resource.main.block_size=1MiB",
+    NULL,
+};
+Test(captures, no_stack_synchronizes_or_waits_into_another_threads_capture)
+{
+    expect_pass(0, NULL, "prog_runtime sync_in_capture", "shim inactive");
+    for (int i = 0; sync_in_capture_stacks[i]; i++)
+        expect_pass(1, sync_in_capture_stacks[i], "prog_runtime sync_in_capture", "shim active");
+}
+/* negative controls: with the capture checks switched off, the pool
+ * synchronizes at the free and the arena makes the capturing owner wait */
+Test(captures, negative_control_ignoring_captures_synchronizes_or_waits)
+{
+    int rc = run(1, "POOLSHIM_FREE_SYNC=device POOLSHIM_TEST_IGNORE_CAPTURES=1", "prog_runtime sync_in_capture");
+    cr_expect(rc != 0 && strstr(output, "the device was synchronized during the capture"), "rc %d:\n%s", rc, output);
+    rc = run(1, "POOLSHIM_RESOURCE=arena POOLSHIM_TEST_IGNORE_CAPTURES=1", "prog_runtime sync_in_capture");
+    cr_expect(rc != 0 && strstr(output, "the capturing stream was made to wait"), "rc %d:\n%s", rc, output);
+}
+
 /* ---- neighbours (issue 33, shim/neighbours.c) ----------------------------------
  * Two programs share one fake GPU of 256 MiB (FAKE_CUDA_SHARED_CAPACITY_FILE:
  * the allocations of both are charged to one file): A (`prog_neighbours
