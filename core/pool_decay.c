@@ -50,12 +50,16 @@
  *     neighbour waits for it. So an idle pool starts early by the time its
  *     give-back is expected to take: the free bytes times a rate that every
  *     give-back of 64 MiB or more measures (a moving average over every
- *     pool, starting at the 2 MiB pieces' 14 ps a byte), at most half the
+ *     pool, starting at 21 ps a byte: tests/gpu/decay_idle.cu's 112 GiB of
+ *     2 MiB pieces in 2.5 s on an H200), at most three quarters of the
  *     window: the pool is idle if it was idle over the window less that
  *     lead, and then it keeps only what it used in that shorter window.
- *     Memory a program freed is then back about decay_ms after its last
- *     allocation, not decay_ms plus the unmapping (112 GiB of 2 MiB pieces:
- *     1.6 s more).
+ *     Memory a program freed is then back within decay_ms of its last
+ *     allocation, not decay_ms plus the unmapping (112 GiB: 2.5 s more).
+ *     The cap bounds how short a pause may be taken for idleness: with the
+ *     default 5 s, a pool is idle after 0.94 s at the least (a pause that
+ *     long with that much memory free costs a growth afterwards, at about
+ *     what native cudaMalloc costs).
  * Guarantees: the decay never blocks an allocating thread, never waits on
  * the GPU, and never gives back memory a kernel may still touch.
  */
@@ -74,7 +78,7 @@
  * every pool's give-backs of at least RATE_SAMPLE_MIN (the start: 2 MiB
  * pieces on an H200). Read and written without a lock: a lost update only
  * delays the average by one sample. */
-static _Atomic uint64_t release_ps_per_byte = 14;
+static _Atomic uint64_t release_ps_per_byte = 21;
 #define RATE_SAMPLE_MIN (64 * PS_MiB)
 
 void ps_pool_decay_set_release_rate(uint64_t ps_per_byte) { atomic_store(&release_ps_per_byte, ps_per_byte); }
@@ -85,7 +89,8 @@ static uint64_t early_start_ns(const pool_t *pool, uint64_t window_ns)
     uint64_t free_bytes = pool->bytes_reserved > pool->bytes_in_use ? pool->bytes_reserved - pool->bytes_in_use : 0;
     uint64_t rate = atomic_load_explicit(&release_ps_per_byte, memory_order_relaxed);
     uint64_t lead = rate && free_bytes > UINT64_MAX / rate ? UINT64_MAX : free_bytes * rate / 1000;
-    return lead < window_ns / 2 ? lead : window_ns / 2;
+    uint64_t cap = window_ns / 4 * 3;
+    return lead < cap ? lead : cap;
 }
 
 /* Takes one give-back's duration into the rate (8.). */

@@ -539,6 +539,10 @@ neighbours_pair shim_off_expected_failure out_of_memory shim shim 0 "" "" "" \
     B:POOLSHIM_OPTIONS=global.neighbour_release=0,global.decay_ms=0
 neighbours_pair native_beside_shim_decay pass shim native 5 "give_back.decay>0 give_back.to_neighbours==0" "" \
     "came_after_free_ms>=700" A:POOLSHIM_DECAY_MS=1000
+# the target of issue 33: beside a shimmed program with the default decay (5 s),
+# an unshimmed one gets the freed 80% of the card within the decay time
+neighbours_pair native_beside_shim_default_decay pass shim native 12 "give_back.decay>0 give_back.to_neighbours==0" "" \
+    "came_after_free_ms<=5000"
 # a capture on one thread while another allocates and frees (barriers refused, no legacy-stream record)
 for mode in relaxed threadlocal; do
     native capture_threads_$mode capture_threads_static $mode
@@ -548,7 +552,31 @@ for mode in relaxed threadlocal; do
     # the arena takes the barrier too (core/reuse.c): the capture must survive there as well
     shim capture_threads_${mode}_arena "doors.driver>0 invalid_frees==0" POOLSHIM_RESOURCE=arena -- capture_threads_static $mode
     shim capture_threads_${mode}_arena_shared "doors.runtime>0 invalid_frees==0" POOLSHIM_RESOURCE=arena -- capture_threads_shared $mode
+    # a non-blocking capturing stream whose block another thread frees on its own
+    # stream, and stacks that synchronize at a free: no stack may make the
+    # capturing stream wait or synchronize the device during the capture
+    native capture_threads_${mode}_nonblocking capture_threads_static $mode nonblocking
+    for stack in default:POOLSHIM_RESOURCE=pool device:POOLSHIM_FREE_SYNC=device arena:POOLSHIM_RESOURCE=arena \
+        arena_device:POOLSHIM_RESOURCE=arena,POOLSHIM_FREE_SYNC=device binning_device:POOLSHIM_RESOURCE=binning,POOLSHIM_FREE_SYNC=device; do
+        # shellcheck disable=SC2046
+        shim capture_threads_${mode}_nonblocking_${stack%%:*} "invalid_frees==0" $(tr , ' ' <<<"${stack#*:}") -- \
+            capture_threads_static $mode nonblocking
+    done
 done
+# negative control of the non-blocking case: without the capture checks, the
+# pool's synchronize at a free (free_sync device) must end the capture
+expect_nonblocking_capture_broken() {
+    local name=shim/capture_threads_nonblocking_ignoring_captures_expected_failure
+    wanted "$name" || return 0
+    local path log=${name//\//_}
+    path=$(exe capture_threads_static) || { record "$name" FAIL "capture_threads_static did not build"; return 0; }
+    run_timed "$log" env LD_PRELOAD="$lib" POOLSHIM_TEST_IGNORE_CAPTURES=1 POOLSHIM_FREE_SYNC=device "$path" threadlocal nonblocking
+    keep_log "$log"
+    if [ $rc -ne 0 ] && grep -q "ended with cudaError\|returned 90" "$logs/$log.log"; then
+        record "$name" PASS "expected failure: $(grep -o 'ended with [A-Za-z]*\|returned 90[0-9] ([A-Za-z]*)' "$logs/$log.log" | head -1)"
+    else record "$name" FAIL "the capture survived without the checks (exit $rc): the test cannot fail"; fi
+}
+expect_nonblocking_capture_broken
 # negative control: with the capture checks switched off the capture must die
 # (exit 1: cudaStreamEndCapture fails), or the test could not fail
 expect_capture_broken() {
