@@ -1,6 +1,7 @@
-/* reuse: deferred reuse after cudaFree (core/reuse.h), the one place that
- * owns the rule for the pool, the arena and fixed_size (binning composes
- * them and inherits it).
+/* reuse: deferred reuse after cudaFree, and the handoff of a block freed
+ * on one stream to another (core/reuse.h), the one place that owns both
+ * rules for the pool, the arena and fixed_size (binning composes them and
+ * inherits them).
  *
  * Algorithm
  *  1. defer(item, bytes): the block joins the *open epoch* (an array in
@@ -48,11 +49,29 @@
  *     has passed when barrier g released them (gpu->barrier_generation,
  *     read after the barrier), unknown otherwise (UINT64_MAX). The pool's
  *     remap unmaps idle memory without synchronizing the device.
+ * 10. handoff(from, to), the stream-ordered rule (cudaFreeAsync): a block
+ *     freed on stream `from` sits in that stream's list of its resource
+ *     (the pool's TLSF lists of an owner, fixed_size's stacks, the arena's
+ *     stream arenas) and is reused at once on `from`. Another stream `to`
+ *     takes it only after one fence recorded on `from` now (after the
+ *     free), which `to` waits for on the GPU (stream_wait_fence); a
+ *     cudaMalloc (`to` PS_STREAM_NONE) host-waits for it instead
+ *     (fence_wait). The fence is released at once: a wait enqueued on the
+ *     GPU keeps the point it was recorded at. A fence recorded earlier (a
+ *     stream list's lazy fence, a fenced span, a destroyed stream's retire
+ *     fence) is waited for the same way (fence_handoff). A wait refused
+ *     (PS_EBUSY: a capture open that it would invalidate) or failed orders
+ *     nothing: the block stays where it was, or the caller falls back (the
+ *     arena defers a cross-stream free to its reuse state, steps 1-5).
  * Guarantees: a deferred block is released only after a barrier begun
  * after its free was issued, or after a fence recorded after its free
- * completed, or after a device synchronize; bytes_pending is the sum of
+ * completed, or after a device synchronize; a block freed on one stream
+ * reaches another only once that stream's later work is ordered after a
+ * fence recorded after the free (handoff returned PS_OK), and a
+ * cudaMalloc only once such a fence completed; bytes_pending is the sum of
  * every unreleased block. Not thread-safe by itself: the resource's lock
- * guards it (the family counters are atomic).
+ * guards it (the family counters are atomic; the handoff keeps no state,
+ * its counters are the caller's).
  */
 #include "reuse.h"
 
@@ -363,4 +382,28 @@ int ps_reuse_visit(const ps_reuse_t *r, void (*visit)(void *ctx, uint64_t item),
         bytes += list->bytes;
     }
     return bytes == r->bytes_pending ? PS_OK : PS_EINVAL;
+}
+
+int ps_reuse_fence_handoff(const ps_gpu_ops_t *gpu, ps_fence_t *fence, ps_stream_t to, uint64_t *fence_waits)
+{
+    if (to != PS_STREAM_NONE)
+        return gpu->stream_wait_fence(gpu->ctx, to, fence);
+    int status = gpu->fence_wait(gpu->ctx, fence);
+    if (fence_waits)
+        (*fence_waits)++;
+    return status;
+}
+
+int ps_reuse_stream_handoff(const ps_gpu_ops_t *gpu, ps_stream_t from, ps_stream_t to,
+                            uint64_t *fences_recorded, uint64_t *fence_waits)
+{
+    ps_fence_t *fence;
+    int status = gpu->fence_record(gpu->ctx, from, &fence);
+    if (status != PS_OK)
+        return status;
+    if (fences_recorded)
+        (*fences_recorded)++;
+    status = ps_reuse_fence_handoff(gpu, fence, to, fence_waits);
+    gpu->fence_release(gpu->ctx, fence);
+    return status;
 }

@@ -1,6 +1,8 @@
-/* reuse: deferred reuse after cudaFree, one policy for every resource that
- * defers (pool, arena, fixed_size; binning composes them). core/reuse.c
- * opens with the algorithm; this header is its contract.
+/* reuse: deferred reuse after cudaFree, and the handoff of a block freed
+ * on one stream to another, one policy for every resource that defers or
+ * keeps stream-ordered lists (pool, arena, fixed_size; binning composes
+ * them). core/reuse.c opens with the algorithm; this header is its
+ * contract.
  *
  * A resource hands each block freed with PS_STREAM_NONE to ps_reuse_defer
  * (an opaque 64-bit item: a descriptor index, an address) and gets it back
@@ -251,6 +253,37 @@ void ps_reuse_retire(ps_reuse_t *r, ps_reuse_list_t *list, ps_stream_t stream);
  * deferred block, and returns PS_OK when the per-epoch byte counts add up
  * to bytes_pending, PS_EINVAL otherwise. */
 int ps_reuse_visit(const ps_reuse_t *r, void (*visit)(void *ctx, uint64_t item), void *ctx);
+
+/* The stream-ordered handoff (core/reuse.c, step 10): a block freed on
+ * stream `from` (cudaFreeAsync) goes to an allocation on stream `to`. One
+ * fence is recorded on `from` now, after the free; `to` waits for it on
+ * the GPU (stream_wait_fence), or, when `to` is PS_STREAM_NONE (a
+ * cudaMalloc, or memory pressure), the host waits for it (fence_wait); the
+ * fence is then released. Work issued on `to` afterwards runs after every
+ * piece of work issued on `from` before the handoff, so the block may be
+ * handed out at once. `from` and `to` are list streams
+ * (ps_reuse_list_stream: never the per-thread default stream), and
+ * different ones: the caller skips its own stream. Keeps no state; the
+ * counters are the caller's (either may be NULL), guarded by its lock:
+ * *fences_recorded grows by one when the fence was recorded, *fence_waits
+ * by one for every host wait (failed or not). Returns PS_OK: ordered;
+ * PS_EBUSY: a stream capture is open that the record or the wait would
+ * invalidate (`to` is being captured, or the legacy stream cannot be
+ * recorded on), nothing was ordered and the block must not move (the
+ * arena defers it to its reuse state, the pool and fixed_size try another
+ * stream); another error: no fence, or the wait failed, nothing ordered. */
+int ps_reuse_stream_handoff(const ps_gpu_ops_t *gpu, ps_stream_t from, ps_stream_t to,
+                            uint64_t *fences_recorded, uint64_t *fence_waits);
+
+/* The second half of a handoff, for a fence recorded earlier (the pool's
+ * lazy stream-list fences, the arena's fenced spans and retire fences):
+ * `to` waits for `fence` on the GPU, or the host waits when `to` is
+ * PS_STREAM_NONE (counted in *fence_waits, which may be NULL). The fence
+ * stays the caller's: it releases it once the wait succeeded, and keeps
+ * it (to query, or to wait for another way) when it did not. Returns as
+ * ps_reuse_stream_handoff. */
+int ps_reuse_fence_handoff(const ps_gpu_ops_t *gpu, ps_fence_t *fence, ps_stream_t to,
+                           uint64_t *fence_waits);
 
 /* The stream a block allocated or freed on `stream` is ordered by in a
  * resource's free lists. The per-thread default stream (PS_STREAM_PER_THREAD:

@@ -2,7 +2,9 @@
  * follow it (arena, fixed_size, binning over them): blocks freed with
  * PS_STREAM_NONE come back after one GPU barrier, with no host wait; when
  * the barrier is refused (a stream capture is open) they wait for fences,
- * never reused at once. The fake device's fences never complete here
+ * never reused at once. And its stream-ordered handoff: a block freed on
+ * one stream reaches another after a fence on the first that the second
+ * (or the host) waits for. The fake device's fences never complete here
  * unless a test says so: that is a GPU lagging behind the host. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -544,6 +546,83 @@ Test(reuse, retire_without_a_fence_synchronizes_then_releases)
     cr_assert_eq(seen.items[0], 6);
     cr_assert_eq(r.bytes_pending, 512);
     ps_reuse_destroy(&r);
+    ps_fake_gpu_destroy(gpu);
+}
+
+/* ---- the stream-ordered handoff --------------------------------------- */
+
+#define FREEING_STREAM ((ps_stream_t)0x1000)
+#define TAKING_STREAM ((ps_stream_t)0x2000)
+
+Test(reuse, stream_handoff_records_on_the_freeing_stream_and_the_taker_waits_on_the_gpu)
+{
+    ps_gpu_ops_t *gpu = lagging_gpu();
+    uint64_t fences = 0, waits = 0;
+    cr_assert_eq(ps_reuse_stream_handoff(gpu, FREEING_STREAM, TAKING_STREAM, &fences, &waits), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fences_on_stream(gpu, FREEING_STREAM), 1, "one fence, on the stream that freed");
+    cr_assert_eq(ps_fake_gpu_fences_recorded(gpu), 1);
+    cr_assert_eq(ps_fake_gpu_waits_on_stream(gpu, TAKING_STREAM), 1, "the taking stream waits for it");
+    cr_assert_eq(ps_fake_gpu_waits_on_stream(gpu, FREEING_STREAM), 0);
+    cr_assert_eq(ps_fake_gpu_fence_waits(gpu), 0, "on the GPU: the host never waits");
+    cr_assert_eq(ps_fake_gpu_live_fences(gpu), 0, "the fence was given back");
+    cr_assert_eq(fences, 1);
+    cr_assert_eq(waits, 0);
+    cr_assert_eq(ps_reuse_stream_handoff(gpu, TAKING_STREAM, FREEING_STREAM, NULL, NULL), PS_OK,
+                 "the counters are optional");
+    cr_assert_eq(ps_fake_gpu_waits_on_stream(gpu, FREEING_STREAM), 1);
+    ps_fake_gpu_destroy(gpu);
+}
+
+Test(reuse, stream_handoff_to_no_stream_waits_on_the_host)
+{
+    ps_gpu_ops_t *gpu = lagging_gpu();
+    uint64_t fences = 0, waits = 0;
+    ps_fake_gpu_mark_t freed = ps_fake_gpu_mark(gpu);
+    cr_assert_eq(ps_reuse_stream_handoff(gpu, FREEING_STREAM, PS_STREAM_NONE, &fences, &waits), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fences_on_stream(gpu, FREEING_STREAM), 1);
+    cr_assert_eq(ps_fake_gpu_fence_waits(gpu), 1, "a cudaMalloc takes the block after a host wait");
+    cr_assert(ps_fake_gpu_passed_since(gpu, freed), "the GPU passed a fence recorded after the free");
+    cr_assert_eq(ps_fake_gpu_stream_waits(gpu), 0);
+    cr_assert_eq(ps_fake_gpu_live_fences(gpu), 0);
+    cr_assert_eq(fences, 1);
+    cr_assert_eq(waits, 1);
+    ps_fake_gpu_destroy(gpu);
+}
+
+Test(reuse, a_refused_or_failed_handoff_orders_nothing_and_keeps_no_fence)
+{
+    ps_gpu_ops_t *gpu = lagging_gpu();
+    uint64_t fences = 0, waits = 0;
+    /* the taking stream is being captured: its wait is refused */
+    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_HOST_OP_STREAM_WAIT_FENCE, 1, PS_EBUSY), PS_OK);
+    cr_assert_eq(ps_reuse_stream_handoff(gpu, FREEING_STREAM, TAKING_STREAM, &fences, &waits), PS_EBUSY);
+    cr_assert_eq(fences, 1, "the fence was recorded, and counted");
+    cr_assert_eq(ps_fake_gpu_live_fences(gpu), 0, "and given back");
+    /* no fence at all */
+    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_HOST_OP_FENCE_RECORD, ps_fake_gpu_calls(gpu, PS_HOST_OP_FENCE_RECORD) + 1, 0),
+                 PS_OK);
+    cr_assert_eq(ps_reuse_stream_handoff(gpu, FREEING_STREAM, PS_STREAM_NONE, &fences, &waits), PS_EUPSTREAM);
+    cr_assert_eq(fences, 1, "no fence: nothing counted");
+    cr_assert_eq(waits, 0, "and nothing waited for");
+    cr_assert_eq(ps_fake_gpu_fence_waits(gpu) + ps_fake_gpu_stream_waits(gpu), 0);
+    ps_fake_gpu_destroy(gpu);
+}
+
+Test(reuse, fence_handoff_waits_for_a_fence_recorded_earlier_and_leaves_it_to_the_caller)
+{
+    ps_gpu_ops_t *gpu = lagging_gpu();
+    ps_fence_t *fence;
+    cr_assert_eq(gpu->fence_record(gpu->ctx, FREEING_STREAM, &fence), PS_OK);
+    uint64_t waits = 0;
+    cr_assert_eq(ps_reuse_fence_handoff(gpu, fence, TAKING_STREAM, &waits), PS_OK);
+    cr_assert_eq(ps_fake_gpu_waits_on_stream(gpu, TAKING_STREAM), 1);
+    cr_assert_eq(waits, 0);
+    cr_assert_eq(ps_reuse_fence_handoff(gpu, fence, PS_STREAM_NONE, &waits), PS_OK);
+    cr_assert_eq(waits, 1);
+    cr_assert_eq(ps_fake_gpu_fence_waits(gpu), 1);
+    cr_assert_eq(ps_fake_gpu_fences_recorded(gpu), 1, "no fence of its own");
+    cr_assert_eq(ps_fake_gpu_live_fences(gpu), 1, "the caller's fence stays the caller's");
+    gpu->fence_release(gpu->ctx, fence);
     ps_fake_gpu_destroy(gpu);
 }
 
