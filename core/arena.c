@@ -27,7 +27,9 @@
  *     its superblock changed hands meanwhile; not handed out: PS_EINVAL):
  *     freed on the stream of its stream arena it is reusable at once; on
  *     another stream the owner stream first waits (stream_wait_fence) for
- *     a fence recorded at the free; with PS_STREAM_NONE it follows
+ *     a fence recorded at the free (core/reuse.c's handoff; refused
+ *     because a capture is open, the block is deferred as a cudaFree'd
+ *     one instead); with PS_STREAM_NONE it follows
  *     free_sync: deferred under barrier and event (core/arena_local.c,
  *     through core/reuse.c), after a device synchronize under device, at
  *     once under none. The per-thread default stream is one handle for a
@@ -218,14 +220,11 @@ static int arena_res_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_str
         int ordered_here = stream != PS_STREAM_NONE && ar->stream != PS_STREAM_NONE;
         int defer = !ordered_here && ps_reuse_defers(&ar->reuse[0]);
         if (ordered_here && stream != ar->stream) {
-            /* the owner stream waits for the freeing stream's work */
-            ps_fence_t *fence;
-            status = a->gpu->fence_record(a->gpu->ctx, stream, &fence);
-            if (status == PS_OK) {
-                atomic_fetch_add_explicit(&a->fences, 1, memory_order_relaxed);
-                status = a->gpu->stream_wait_fence(a->gpu->ctx, ar->stream, fence);
-                a->gpu->fence_release(a->gpu->ctx, fence);
-            }
+            /* the owner stream waits for the freeing stream's work (reuse's handoff) */
+            uint64_t fences = 0;
+            status = ps_reuse_stream_handoff(a->gpu, stream, ar->stream, &fences, NULL);
+            if (fences)
+                atomic_fetch_add_explicit(&a->fences, fences, memory_order_relaxed);
         } else if (!ordered_here && !defer && a->opts.free_sync == PS_FREE_SYNC_DEVICE) {
             status = a->gpu->device_synchronize(a->gpu->ctx);
         }
@@ -335,7 +334,7 @@ static void arena_res_destroy(ps_resource_t *r)
 static void arena_res_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
 {
     arena_resource_t *a = (arena_resource_t *)r;
-    if (stream == PS_STREAM_NONE)
+    if (!ps_reuse_stream_ordered(stream)) /* no arena of its own */
         return;
     pthread_rwlock_wrlock(&a->arenas_lock);
     arena_t *ar = a->arenas;

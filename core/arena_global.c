@@ -11,7 +11,8 @@
  *     of one chunk coalesce, runs never merge across chunks (each chunk
  *     goes back to the upstream whole). A span may carry a fence (it left a
  *     stream arena): it is taken only once the fence completed, or by
- *     another stream after a stream wait on it.
+ *     another stream after a stream wait on it (core/reuse.c's fence
+ *     handoff; the fence is released once the wait succeeded).
  *  3. A request for n superblocks takes an exact run at once, else the
  *     smallest run that holds it (best fit, lowest address on a tie), cut
  *     from its back. When nothing fits, wholly free chunks (each smaller
@@ -267,7 +268,7 @@ int arena_global_take(arena_resource_t *a, size_t pages, ps_stream_t taker, int 
                     continue;
                 } else if (taker != PS_STREAM_NONE && s->pages == pages) {
                     if (taker != s->fence_stream &&
-                        a->gpu->stream_wait_fence(a->gpu->ctx, taker, s->fence) != PS_OK) {
+                        ps_reuse_fence_handoff(a->gpu, s->fence, taker, NULL) != PS_OK) {
                         s = next;
                         continue;
                     }

@@ -11,7 +11,8 @@
  *     that stream — and only on a miss through the list under its read
  *     lock. A destroyed stream's arena (retired, core/arena.c step 3)
  *     serves the next new stream, which first waits on the GPU for the
- *     retire fence if it has not completed (a host wait if that fails).
+ *     retire fence if it has not completed (core/reuse.c's fence handoff;
+ *     a host wait if that fails).
  *  2. An arena owns superblocks, each cut into blocks of one size class
  *     (256 B steps up to 1 KiB, then four classes per power of two, so at
  *     most 25% is lost to rounding), with a host-side stack of free block
@@ -479,7 +480,7 @@ static arena_t *stream_arena(arena_resource_t *a, ps_stream_t stream)
         if (o->retired) { /* a destroyed stream's arena: reuse it */
             if (o->retire_fence && !arena_retire_fence_done(o, 0)) {
                 /* the new stream runs after the dead stream's last work */
-                if (a->gpu->stream_wait_fence(a->gpu->ctx, stream, o->retire_fence) == PS_OK) {
+                if (ps_reuse_fence_handoff(a->gpu, o->retire_fence, stream, NULL) == PS_OK) {
                     a->gpu->fence_release(a->gpu->ctx, o->retire_fence);
                     o->retire_fence = NULL;
                     o->pending -= o->retired_free;

@@ -9,7 +9,8 @@
  *     ("clean"): allocate pops, free pushes — O(1).
  *  3. A block freed on stream s (cudaFreeAsync) goes to s's own stack and is
  *     reused at once by allocations on s. Another stream t takes it only
- *     under memory pressure, after stream_wait_fence(t, fence recorded on s).
+ *     under memory pressure, after core/reuse.c's handoff from s to t
+ *     (stream_wait_fence(t, fence recorded on s); a cudaMalloc host-waits).
  *     The per-thread default stream is one handle for a stream per thread:
  *     its blocks go as with PS_STREAM_NONE (4.; ps_reuse_list_stream).
  *  4. A block freed with PS_STREAM_NONE (cudaFree) follows free_sync:
@@ -201,9 +202,11 @@ static stream_list_t *find_stream(fixed_size_t *fs, ps_stream_t stream)
     return NULL;
 }
 
-/* Under memory pressure: makes the blocks freed on other streams usable by
- * `stream` (PS_STREAM_NONE: host wait; else a GPU-side stream wait). Returns
- * 1 if any block moved. Lock held. */
+/* Under memory pressure: makes the blocks freed on another stream usable
+ * by `stream`, through reuse's handoff (a fence on that stream;
+ * PS_STREAM_NONE: host wait; else a GPU-side stream wait; refused or
+ * failed, the next stream is tried). Returns 1 if any block moved. Lock
+ * held. */
 static int steal_from_streams(fixed_size_t *fs, ps_stream_t stream, block_list_t *into)
 {
     for (size_t i = 0; i < fs->stream_count; i++) {
@@ -212,25 +215,9 @@ static int steal_from_streams(fixed_size_t *fs, ps_stream_t stream, block_list_t
             continue;
         if (list_reserve(into, sl->blocks.count) != PS_OK)
             return 0;
-        ps_fence_t *fence;
-        if (!fs->gpu) { /* free_sync none without a device table: no ordering asked for */
-            memcpy(&into->items[into->count], sl->blocks.items, sl->blocks.count * sizeof(void *));
-            into->count += sl->blocks.count;
-            sl->blocks.count = 0;
-            return 1;
-        }
-        if (fs->gpu->fence_record(fs->gpu->ctx, sl->stream, &fence) != PS_OK)
-            continue;
-        fs->info.fences_recorded++;
-        int status;
-        if (stream == PS_STREAM_NONE) {
-            status = fs->gpu->fence_wait(fs->gpu->ctx, fence);
-            fs->info.fence_waits++;
-        } else {
-            status = fs->gpu->stream_wait_fence(fs->gpu->ctx, stream, fence);
-        }
-        fs->gpu->fence_release(fs->gpu->ctx, fence);
-        if (status != PS_OK)
+        /* without a device table (free_sync none) no ordering is asked for */
+        if (fs->gpu && ps_reuse_stream_handoff(fs->gpu, sl->stream, stream, &fs->info.fences_recorded,
+                                               &fs->info.fence_waits) != PS_OK)
             continue;
         memcpy(&into->items[into->count], sl->blocks.items, sl->blocks.count * sizeof(void *));
         into->count += sl->blocks.count;
@@ -415,7 +402,7 @@ static void fs_destroy(ps_resource_t *r)
 static void fs_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
 {
     fixed_size_t *fs = (fixed_size_t *)r;
-    if (stream == PS_STREAM_NONE)
+    if (!ps_reuse_stream_ordered(stream)) /* no list of its own */
         return;
     pthread_mutex_lock(&fs->lock);
     stream_list_t *sl = find_stream(fs, stream);

@@ -15,13 +15,13 @@
  *  2. A free on stream s joins s's lists at once, stamped with the pool's
  *     free counter, merging with free neighbours of s only.
  *  3. Steal: an allocation on s that neither s's lists nor the ready list
- *     can serve takes the lists of a stream t that holds a fitting block: a
- *     fence recorded on t now, s waits for it on the GPU, and t's blocks
- *     move to s.
+ *     can serve takes the lists of a stream t that holds a fitting block,
+ *     through core/reuse.c's handoff (step 10): a fence recorded on t now,
+ *     s waits for it on the GPU, and t's blocks move to s.
  *  4. Poll (a cudaMalloc that nothing ready fits): each stream list gets one
  *     lazily recorded fence; once it completed (queried, or host-waited
- *     under memory pressure), the blocks freed before it move to the ready
- *     list.
+ *     under memory pressure: reuse's fence handoff to PS_STREAM_NONE), the
+ *     blocks freed before it move to the ready list.
  *  5. Barrier (free_sync barrier, step B): one device-wide barrier
  *     (core/reuse.c) releases every epoch and moves every stream's blocks
  *     to the ready list, idle once that barrier has passed; the lazy fences
@@ -141,13 +141,8 @@ int pool_poll_stream_lists_locked(pool_t *pool, int record, int wait)
             pool->fences_recorded++;
             owner->fence_stamp = pool->free_counter;
         }
-        int status;
-        if (wait) {
-            status = pool->gpu->fence_wait(pool->gpu->ctx, owner->fence);
-            pool->fence_waits++;
-        } else {
-            status = pool->gpu->fence_query(pool->gpu->ctx, owner->fence);
-        }
+        int status = wait ? ps_reuse_fence_handoff(pool->gpu, owner->fence, PS_STREAM_NONE, &pool->fence_waits)
+                          : pool->gpu->fence_query(pool->gpu->ctx, owner->fence);
         if (status != PS_OK)
             continue;
         owner_move_blocks(pool, o, OWNER_READY, owner->fence_stamp, 0, IDLE_NOW); /* the fence completed */
@@ -159,20 +154,16 @@ int pool_poll_stream_lists_locked(pool_t *pool, int record, int wait)
 }
 
 /* For an allocation on stream owner `to`: steals the list of another
- * stream that has a fitting block (fence on that stream now, `to`'s stream
- * waits for it). Returns 1 if blocks moved. */
+ * stream that has a fitting block (reuse's handoff: a fence on that stream
+ * now, `to`'s stream waits for it; refused or failed, the next stream is
+ * tried). Returns 1 if blocks moved. */
 int pool_steal_stream_list_locked(pool_t *pool, uint32_t to, size_t size)
 {
     for (uint32_t o = 1; o < pool->owners_count; o++) {
         if (o == to || pool_list_find(pool, pool->owners[o], size) == NIL)
             continue;
-        ps_fence_t *fence;
-        if (pool->gpu->fence_record(pool->gpu->ctx, pool->owners[o]->stream, &fence) != PS_OK)
-            continue;
-        pool->fences_recorded++;
-        int status = pool->gpu->stream_wait_fence(pool->gpu->ctx, pool->owners[to]->stream, fence);
-        pool->gpu->fence_release(pool->gpu->ctx, fence);
-        if (status != PS_OK)
+        if (ps_reuse_stream_handoff(pool->gpu, pool->owners[o]->stream, pool->owners[to]->stream,
+                                    &pool->fences_recorded, NULL) != PS_OK)
             continue;
         owner_move_blocks(pool, o, to, UINT64_MAX, ++pool->free_counter, IDLE_NEVER);
         return 1;
