@@ -340,6 +340,19 @@ static bool is_pooled(uintptr_t ptr)
     return true; /* inside a slab but not live: ours to answer */
 }
 
+/* A live block the stack could not take back (a CUDA error while it
+ * ordered the free after the GPU's work, or no host memory): it stays
+ * allocated, and the program is told why, not that its pointer was bad. */
+static void warn_free_failed(int call, int status)
+{
+    static atomic_int warned;
+    if (atomic_fetch_add_explicit(&warned, 1, memory_order_relaxed) < 10)
+        ps_warning("%s: the pool could not take the block back (%s): it stays allocated",
+                   call == PS_CALL_CU_MEM_FREE || call == PS_CALL_CU_MEM_FREE_ASYNC ? "cuMemFree" : "cudaFree",
+                   status == PS_ENOMEM ? "no host memory for its bookkeeping"
+                                       : "a CUDA error while ordering the free after the GPU's work");
+}
+
 ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int *status)
 {
     if (!ptr)
@@ -401,8 +414,11 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
         ps_registry_insert(&a);
         if (PS_UNLIKELY(ps_nvtx_on))
             ps_nvtx_region_add(ptr, a.size);
-        ps_stats_count_invalid(call);
-        rc = PS_EINVAL;
+        if (rc == PS_EINVAL)
+            ps_stats_count_invalid(call);
+        else
+            warn_free_failed(call, rc);
+        rc = rc == PS_ENOMEM ? PS_ENOMEM : PS_EINVAL;
     }
     ps_stats_count_free(a.device, call, door, a.size, clock_start);
     *status = rc;

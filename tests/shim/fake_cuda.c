@@ -850,14 +850,16 @@ EXPORT CUresult cuCtxSynchronize(void)
     if (current && !ctx_alive(current))
         return dead();
     __atomic_fetch_add(&counters.ctx_sync, 1, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&lock); /* a capture of the context's would die of it in CUDA: counted */
+    pthread_mutex_lock(&lock); /* a capture of the context's dies of it in CUDA: counted, and refused as CUDA does */
+    CUresult r = CUDA_SUCCESS;
     for (struct CUstream_st *s = undestroyed_streams; s; s = s->next_live)
         if (s->capturing && s->ctx == current && stream_alive(s)) {
             __atomic_fetch_add(&counters.sync_in_capture, 1, __ATOMIC_RELAXED);
+            r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
             break;
         }
     pthread_mutex_unlock(&lock);
-    return CUDA_SUCCESS;
+    return r;
 }
 /* Guard mode's fill and read-back: device memory is host memory here. */
 EXPORT CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char value, size_t n, CUstream s __attribute__((unused)))
