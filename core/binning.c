@@ -215,9 +215,7 @@ int ps_binning_create(const char *name, const ps_bin_t *bins, size_t bin_count,
     }
     if (bin_count)
         memcpy(copy, bins, bin_count * sizeof *copy);
-    b->base.ops = &binning_ops;
-    b->base.name = name ? name : "binning";
-    b->base.upstream = fallback;
+    ps_resource_init(&b->base, &binning_ops, name, fallback);
     b->bins = copy;
     b->bin_count = bin_count;
     *out = &b->base;

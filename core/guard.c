@@ -116,17 +116,13 @@ static int guard_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_
     return ps_deallocate(r->upstream, ptr, size + g->bytes, stream);
 }
 
-static int guard_trim(ps_resource_t *r) { return ps_trim(r->upstream); }
-
 static void guard_destroy(ps_resource_t *r) { free(r); }
 
 static const ps_resource_ops_t guard_ops = {
     .type_name = "guard",
     .allocate = guard_allocate,
     .deallocate = guard_deallocate,
-    .trim = guard_trim,
-    .query = NULL, /* the upstream's figures */
-    .destroy = guard_destroy,
+    .destroy = guard_destroy, /* trim, query and the rest: the upstream's */
 };
 
 int ps_guard_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu, size_t bytes,
@@ -139,9 +135,7 @@ int ps_guard_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_
     guard_t *g = calloc(1, sizeof *g);
     if (!g)
         return PS_ENOMEM;
-    g->base.ops = &guard_ops;
-    g->base.name = name ? name : "guard";
-    g->base.upstream = upstream;
+    ps_resource_init(&g->base, &guard_ops, name, upstream);
     g->gpu = gpu;
     g->bytes = bytes;
     g->track = track;

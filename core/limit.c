@@ -53,17 +53,13 @@ static int limit_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_
     return status;
 }
 
-static int limit_trim(ps_resource_t *r) { return ps_trim(r->upstream); }
-
 static void limit_destroy(ps_resource_t *r) { free(r); }
 
 static const ps_resource_ops_t limit_ops = {
     .type_name = "limit",
     .allocate = limit_allocate,
     .deallocate = limit_deallocate,
-    .trim = limit_trim,
-    .query = NULL, /* the upstream's figures */
-    .destroy = limit_destroy,
+    .destroy = limit_destroy, /* trim, query and the rest: the upstream's */
 };
 
 int ps_limit_create(const char *name, ps_resource_t *upstream, size_t limit_bytes,
@@ -74,9 +70,7 @@ int ps_limit_create(const char *name, ps_resource_t *upstream, size_t limit_byte
     limit_t *l = calloc(1, sizeof *l);
     if (!l)
         return PS_ENOMEM;
-    l->base.ops = &limit_ops;
-    l->base.name = name ? name : "limit";
-    l->base.upstream = upstream;
+    ps_resource_init(&l->base, &limit_ops, name, upstream);
     l->limit_bytes = limit_bytes;
     *out = &l->base;
     return PS_OK;

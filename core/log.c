@@ -271,9 +271,7 @@ int ps_log_create(const char *name, ps_resource_t *upstream, const char *path, p
         free(l);
         return rc;
     }
-    l->base.ops = &log_ops;
-    l->base.name = name ? name : "log";
-    l->base.upstream = upstream;
+    ps_resource_init(&l->base, &log_ops, name, upstream);
     char companion[PS_LOG_PATH_MAX];
     if (ps_log_reserved_path(path, companion, sizeof companion) != PS_OK ||
         file_open(&l->reserved, companion, RESERVED_BUFFER_BYTES, RESERVED_HEADER) != PS_OK) {

@@ -625,9 +625,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     if (!pool)
         return PS_ENOMEM;
     memset(pool, 0, sizeof *pool);
-    pool->base.ops = &pool_ops;
-    pool->base.name = name ? name : "pool";
-    pool->base.upstream = upstream;
+    ps_resource_init(&pool->base, &pool_ops, name, upstream);
     pool->options = o;
     pool->gpu = gpu;
     pool->recycled_head = NIL;

@@ -56,7 +56,8 @@ typedef struct ps_resource_ops {
      * or one already freed, returns PS_EINVAL and changes nothing. */
     int (*deallocate)(ps_resource_t *r, void *ptr, size_t size, ps_stream_t stream);
 
-    /* Gives cached memory back to the upstream; may be NULL (nothing cached). */
+    /* Gives cached memory back to the upstream. NULL: forward to the
+     * upstream (adaptors) or nothing cached. */
     int (*trim)(ps_resource_t *r);
 
     /* Fills *info (zeroed by the caller); may be NULL. */
@@ -92,6 +93,16 @@ struct ps_resource {
     ps_resource_t *upstream;      /* the resource this one takes memory from, or NULL */
 };
 
+/* Fills the part every resource starts with: its vtable, its name (the
+ * config's, or else the type name) and its upstream (NULL for none). */
+static inline void ps_resource_init(ps_resource_t *r, const ps_resource_ops_t *ops, const char *name,
+                                    ps_resource_t *upstream)
+{
+    r->ops = ops;
+    r->name = name ? name : ops->type_name;
+    r->upstream = upstream;
+}
+
 static inline int ps_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void **out)
 {
     return r->ops->allocate(r, size, stream, out);
@@ -102,7 +113,9 @@ static inline int ps_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_str
 }
 static inline int ps_trim(ps_resource_t *r)
 {
-    return r->ops->trim ? r->ops->trim(r) : PS_OK;
+    if (r->ops->trim)
+        return r->ops->trim(r);
+    return r->upstream ? ps_trim(r->upstream) : PS_OK;
 }
 static inline void ps_query(ps_resource_t *r, ps_resource_info_t *info)
 {

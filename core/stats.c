@@ -301,8 +301,6 @@ static int stats_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_
     return status;
 }
 
-static int stats_trim(ps_resource_t *r) { return ps_trim(r->upstream); }
-
 static void stats_destroy(ps_resource_t *r)
 {
     stats_t *s = (stats_t *)r;
@@ -315,9 +313,7 @@ static const ps_resource_ops_t stats_ops = {
     .type_name = "stats",
     .allocate = stats_allocate,
     .deallocate = stats_deallocate,
-    .trim = stats_trim,
-    .query = NULL, /* the upstream's figures */
-    .destroy = stats_destroy,
+    .destroy = stats_destroy, /* trim, query and the rest: the upstream's */
 };
 
 int ps_stats_create(const char *name, ps_resource_t *upstream, ps_resource_t **out)
@@ -328,9 +324,7 @@ int ps_stats_create(const char *name, ps_resource_t *upstream, ps_resource_t **o
     if (!s)
         return PS_ENOMEM;
     memset(s, 0, sizeof *s);
-    s->base.ops = &stats_ops;
-    s->base.name = name ? name : "stats";
-    s->base.upstream = upstream;
+    ps_resource_init(&s->base, &stats_ops, name, upstream);
     *out = &s->base;
     return PS_OK;
 }

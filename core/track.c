@@ -128,8 +128,6 @@ static int track_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_
     return PS_OK;
 }
 
-static int track_trim(ps_resource_t *r) { return ps_trim(r->upstream); }
-
 static void track_destroy(ps_resource_t *r)
 {
     track_t *t = (track_t *)r;
@@ -148,9 +146,7 @@ static const ps_resource_ops_t track_ops = {
     .type_name = "track",
     .allocate = track_allocate,
     .deallocate = track_deallocate,
-    .trim = track_trim,
-    .query = NULL, /* the upstream's figures */
-    .destroy = track_destroy,
+    .destroy = track_destroy, /* trim, query and the rest: the upstream's */
 };
 
 int ps_track_create(const char *name, ps_resource_t *upstream, unsigned stack_depth,
@@ -167,9 +163,7 @@ int ps_track_create(const char *name, ps_resource_t *upstream, unsigned stack_de
         free(t);
         return PS_ENOMEM;
     }
-    t->base.ops = &track_ops;
-    t->base.name = name ? name : "track";
-    t->base.upstream = upstream;
+    ps_resource_init(&t->base, &track_ops, name, upstream);
     t->stack_depth = stack_depth > TRACK_MAX_DEPTH ? TRACK_MAX_DEPTH : stack_depth;
     pthread_mutex_init(&t->lock, NULL);
     *out = &t->base;

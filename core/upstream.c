@@ -311,9 +311,7 @@ static int upstream_create(const char *name, const ps_gpu_ops_t *gpu, upstream_k
         return PS_ENOMEM;
     }
     pthread_mutex_init(&up->lock, NULL);
-    up->base.ops = ops;
-    up->base.name = name ? name : ops->type_name;
-    up->base.upstream = NULL;
+    ps_resource_init(&up->base, ops, name, NULL);
     up->gpu = gpu;
     up->kind = kind;
     *out = &up->base;
