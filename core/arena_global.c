@@ -121,6 +121,16 @@ static span_t *free_neighbour(arena_resource_t *a, span_t *s, int after)
     return n && n->kind == SPAN_FREE && !n->fence && n->chunk == s->chunk ? n : NULL;
 }
 
+/* Joins `later` into `earlier`, the free span just before it in the same
+ * chunk; `later` is retired. Returns `earlier`. */
+static span_t *join_spans(arena_resource_t *a, span_t *earlier, span_t *later)
+{
+    set_pages(a, later->base, later->pages, earlier);
+    earlier->pages += later->pages;
+    span_retire(a, later);
+    return earlier;
+}
+
 /* Returns a span to the global free list, coalescing unfenced neighbours. */
 void arena_global_put(arena_resource_t *a, span_t *s, ps_fence_t *fence, ps_stream_t fence_stream)
 {
@@ -133,17 +143,12 @@ void arena_global_put(arena_resource_t *a, span_t *s, ps_fence_t *fence, ps_stre
         span_t *left = free_neighbour(a, s, 0);
         if (left) {
             free_list_unlink(a, left);
-            set_pages(a, s->base, s->pages, left);
-            left->pages += s->pages;
-            span_retire(a, s);
-            s = left;
+            s = join_spans(a, left, s);
         }
         span_t *right = free_neighbour(a, s, 1);
         if (right) {
             free_list_unlink(a, right);
-            set_pages(a, right->base, right->pages, s);
-            s->pages += right->pages;
-            span_retire(a, right);
+            join_spans(a, s, right);
         }
     }
     free_list_push(a, s);
