@@ -10,6 +10,21 @@
 
 #include "config_internal.h"
 
+/* Steps *p over the ',' that ends an item. Returns 1, or 0 when the text
+ * ends there or right after the comma (then "ends with a comma" is
+ * reported for the whole variable): no item follows. */
+static int next_item(ps_config_t *cfg, const ps_origin_t *whole, const char **p)
+{
+    if (**p == '\0')
+        return 0;
+    (*p)++; /* skip ',' */
+    if (**p == '\0') {
+        ps_config_add_error(cfg, whole, "ends with a comma");
+        return 0;
+    }
+    return 1;
+}
+
 void ps_config_read_options(ps_config_t *cfg, const char *text)
 {
     const char *var = ps_config_intern(cfg, "POOLSHIM_OPTIONS");
@@ -44,13 +59,8 @@ void ps_config_read_options(ps_config_t *cfg, const char *text)
                 ps_config_add_error(cfg, &whole, "ends with a comma");
             else
                 ps_config_add_error(cfg, &o, "`%s`: missing '=' (expected section.key=value, e.g. global.stats=json)", key);
-            if (*p == '\0')
+            if (!next_item(cfg, &whole, &p))
                 break;
-            p++; /* skip ',' */
-            if (*p == '\0') {
-                ps_config_add_error(cfg, &whole, "ends with a comma");
-                break;
-            }
             continue;
         }
         p++; /* skip '=' */
@@ -94,13 +104,8 @@ void ps_config_read_options(ps_config_t *cfg, const char *text)
             ps_config_set(cfg, ps_trim_blanks(key), ps_trim_blanks(dot + 1), bad_quote ? "" : ps_trim_blanks(value), &o,
                           PS_LAYER_OPTIONS);
         }
-        if (*p == '\0')
+        if (!next_item(cfg, &whole, &p))
             break;
-        p++; /* skip ',' */
-        if (*p == '\0') {
-            ps_config_add_error(cfg, &whole, "ends with a comma");
-            break;
-        }
     }
     free(buf);
 }
