@@ -87,6 +87,8 @@ int cli_check_config(const char *command, const char *file, int no_env);
 
 /* Writes `text` as a JSON string literal (quoted, escaped). */
 void cli_json_string(FILE *f, const char *text);
+/* Writes `value` as a JSON number, or null when it is not `known`. */
+void cli_json_u64_or_null(FILE *f, int known, uint64_t value);
 
 /* Reading JSON (the shim's statistics, the CUPTI report, saved `ab --json`)
  * goes through jansson, linked statically into the CLI. jansson keeps
@@ -113,6 +115,11 @@ void cli_remove_directory(const char *path);
 /* Splits a CSV line (modified in place) at commas into at most `max`
  * fields, blanks trimmed; returns the count, or -1 when there are more. */
 int cli_split_csv(char *line, char **fields, int max);
+/* Reads a CSV header (its `count` fields, from cli_split_csv): column[c]
+ * becomes the index of the first field named names[c] (case-insensitive),
+ * and stays as it was (-1) for a name not there. Returns how many fields a
+ * data line needs to hold every column found. */
+int cli_csv_columns(char *const *fields, int count, const char *const *names, int name_count, int *column);
 
 /* Median / minimum / maximum of n doubles (n > 0; values is reordered). */
 double cli_median(double *values, size_t n);

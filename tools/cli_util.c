@@ -20,6 +20,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -329,6 +330,14 @@ void cli_json_string(FILE *f, const char *text)
     free(valid);
 }
 
+void cli_json_u64_or_null(FILE *f, int known, uint64_t value)
+{
+    if (known)
+        fprintf(f, "%llu", (unsigned long long)value);
+    else
+        fprintf(f, "null");
+}
+
 json_t *cli_json_parse(const char *text, char *err, size_t errsize)
 {
     json_error_t error;
@@ -399,6 +408,19 @@ int cli_split_csv(char *line, char **fields, int max)
             return n;
         start = comma + 1;
     }
+}
+
+int cli_csv_columns(char *const *fields, int count, const char *const *names, int name_count, int *column)
+{
+    for (int f = 0; f < count; f++)
+        for (int c = 0; c < name_count; c++)
+            if (!strcasecmp(fields[f], names[c]) && column[c] < 0)
+                column[c] = f;
+    int needed = 0;
+    for (int c = 0; c < name_count; c++)
+        if (column[c] + 1 > needed)
+            needed = column[c] + 1;
+    return needed;
 }
 
 int cli_read_file(const char *path, char **text, size_t *length)

@@ -157,10 +157,7 @@ int memlog_parse(const char *text, size_t length, const char *name, memlog_t *ou
             break;
         }
         if (!have_header) {
-            for (int f = 0; f < count; f++)
-                for (int c = 0; c < COL_COUNT; c++)
-                    if (!strcasecmp(fields[f], column_names[c]) && column[c] < 0)
-                        column[c] = f;
+            needed_fields = cli_csv_columns(fields, count, column_names, COL_COUNT, column);
             if (column[COL_ACTION] < 0 || column[COL_POINTER] < 0 || column[COL_SIZE] < 0) {
                 status = bad_line(name, line_number,
                                   "not an allocation log: the header must name the columns "
@@ -169,9 +166,6 @@ int memlog_parse(const char *text, size_t length, const char *name, memlog_t *ou
                                   NULL);
                 break;
             }
-            for (int c = 0; c < COL_COUNT; c++)
-                if (column[c] + 1 > needed_fields)
-                    needed_fields = column[c] + 1;
             log.has_time = column[COL_TIME] >= 0;
             have_header = 1;
             continue;

@@ -579,6 +579,12 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
                    "LOG.reserved.csv, written by the shim)\n");
 }
 
+void replay_json_result_open(FILE *f, size_t index, int device, const char *stack)
+{
+    fprintf(f, "%s\n  {\"device\": %d, \"stack\": ", index ? "," : "", device);
+    cli_json_string(f, stack);
+}
+
 void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
                        uint64_t gpu_lag_ns, const replay_stats_t *results, size_t count)
 {
@@ -589,8 +595,7 @@ void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint6
             log->count, log->threads, (unsigned long long)capacity, (unsigned long long)gpu_lag_ns);
     for (size_t i = 0; i < count; i++) {
         const replay_stats_t *r = &results[i];
-        fprintf(f, "%s\n  {\"device\": %d, \"stack\": ", i ? "," : "", r->device);
-        cli_json_string(f, r->stack);
+        replay_json_result_open(f, i, r->device, r->stack);
         fprintf(f,
                 ", \"events\": %llu, \"allocations\": %llu, \"frees\": %llu, \"failures\": %llu, "
                 "\"logged_failures\": %llu, \"unknown_frees\": %llu, \"double_allocations\": %llu, "
@@ -606,10 +611,7 @@ void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint6
                 (unsigned long long)r->peak_reserved, (unsigned long long)r->free_at_peak,
                 (unsigned long long)r->largest_free_at_peak, r->fragmentation,
                 (unsigned long long)r->upstream_allocs, (unsigned long long)r->barriers, r->duration_s);
-        if (r->has_recorded)
-            fprintf(f, "%llu", (unsigned long long)r->recorded_peak_reserved);
-        else
-            fprintf(f, "null");
+        cli_json_u64_or_null(f, r->has_recorded, r->recorded_peak_reserved);
         fprintf(f, ", \"device_syncs\": %llu", (unsigned long long)r->device_syncs);
         fprintf(f,
                 ", \"remaps_idle\": %llu, \"remap_waits\": %llu, \"remaps_lent\": %llu, \"remaps_slack\": %llu, "

@@ -99,6 +99,10 @@ void replay_stats_free(replay_stats_t *stats);
  * JSON a "recorded_peak_reserved" (null where unknown). */
 void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
                        uint64_t gpu_lag_ns, const replay_stats_t *results, size_t count);
+/* Opens result `index` of a replay's JSON "results" list, as both replays
+ * (this one and replay_gpu.h's) write it: a comma from the second on, then
+ * `{"device": D, "stack": "S"`; the caller writes the rest and the '}'. */
+void replay_json_result_open(FILE *f, size_t index, int device, const char *stack);
 void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
                        uint64_t gpu_lag_ns, const replay_stats_t *results, size_t count);
 

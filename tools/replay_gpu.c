@@ -592,8 +592,7 @@ void replay_gpu_print_json(FILE *f, const char *log_name, const replay_gpu_resul
     fprintf(f, ", \"results\": [");
     for (size_t i = 0; i < count; i++) {
         const replay_gpu_result_t *r = &results[i];
-        fprintf(f, "%s\n  {\"device\": %d, \"stack\": ", i ? "," : "", r->device);
-        cli_json_string(f, r->stack);
+        replay_json_result_open(f, i, r->device, r->stack);
         fprintf(f,
                 ", \"allocations\": %llu, \"frees\": %llu, \"failures\": %llu, \"alloc_median_ns\": %.0f, "
                 "\"alloc_p99_ns\": %.0f, \"free_median_ns\": %.0f, \"free_p99_ns\": %.0f, \"peak_requested\": %llu, "
@@ -601,18 +600,12 @@ void replay_gpu_print_json(FILE *f, const char *log_name, const replay_gpu_resul
                 (unsigned long long)r->allocations, (unsigned long long)r->frees, (unsigned long long)r->failures,
                 r->alloc_median_ns, r->alloc_p99_ns, r->free_median_ns, r->free_p99_ns,
                 (unsigned long long)r->peak_requested);
-        if (r->have_shim_stats)
-            fprintf(f, "%llu", (unsigned long long)r->shim_reserved_peak);
-        else
-            fprintf(f, "null");
+        cli_json_u64_or_null(f, r->have_shim_stats, r->shim_reserved_peak);
         fprintf(f, ", \"device_used_peak\": %llu, \"device_total\": %llu, \"simulated_peak_reserved\": %llu, "
                    "\"recorded_peak_reserved\": ",
                 (unsigned long long)r->device_used_peak, (unsigned long long)r->device_total,
                 (unsigned long long)r->simulated_peak);
-        if (r->have_recorded)
-            fprintf(f, "%llu", (unsigned long long)r->recorded_peak);
-        else
-            fprintf(f, "null");
+        cli_json_u64_or_null(f, r->have_recorded, r->recorded_peak);
         fprintf(f, ", \"gpu_lag_ns\": %llu, \"lag_kernels\": %llu, \"lag_waits\": %llu, \"gpu_work_s\": %.6f, "
                    "\"wall_s\": %.6f}",
                 (unsigned long long)r->gpu_lag_ns, (unsigned long long)r->lag_kernels,

@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 
 #include "../core/adaptors.h"
@@ -122,18 +121,12 @@ int reserved_log_read(const char *log_path, const memlog_t *log, reserved_log_t 
             break;
         }
         if (!have_header) {
-            for (int f = 0; f < count; f++)
-                for (int c = 0; c < COL_COUNT; c++)
-                    if (!strcasecmp(fields[f], column_names[c]) && column[c] < 0)
-                        column[c] = f;
+            needed = cli_csv_columns(fields, count, column_names, COL_COUNT, column);
             if (column[COL_TIME] < 0 || column[COL_RESERVED] < 0) {
                 status = bad(out->path, line_number, "not a reserved-bytes file: the header must name Time and "
                                                      "Reserved (Time,Action,Bytes,Reserved,Peak)");
                 break;
             }
-            for (int c = 0; c < COL_COUNT; c++)
-                if (column[c] + 1 > needed)
-                    needed = column[c] + 1;
             have_header = 1;
             continue;
         }
