@@ -72,7 +72,7 @@ $(GPU_BUILD)/neighbours_static: tests/gpu/neighbours.cu tests/gpu/gpu_test.h
 $(GPU_BUILD)/psbench: tools/bench/psbench.cu
 	@mkdir -p $(dir $@)
 	$(GPU_NVCC) -o $@ $<
-$(GPU_BUILD)/barrier_cost: tools/bench/barrier_cost.cu
+$(GPU_BUILD)/barrier_cost: tools/bench/barrier_cost.cu tools/bench/bench_gpu.h
 	@mkdir -p $(dir $@)
 	$(GPU_NVCC) -o $@ $< -lcuda
 

@@ -19,19 +19,7 @@
 #include <ctime>
 #include <vector>
 
-static double now_ns()
-{
-    timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e9 + t.tv_nsec;
-}
-
-__global__ void spin(long long cycles)
-{
-    long long start = clock64();
-    while (clock64() - start < cycles) {
-    }
-}
+#include "bench_gpu.h"
 
 #define CK(call)                                                                                   \
     do {                                                                                           \

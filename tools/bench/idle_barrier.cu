@@ -17,6 +17,8 @@
 #include <ctime>
 #include <vector>
 
+#include "bench_gpu.h"
+
 #define CK(x)                                                                                      \
     do {                                                                                           \
         cudaError_t e_ = (x);                                                                      \
@@ -25,20 +27,6 @@
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
-
-static double now_ns()
-{
-    timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e9 + t.tv_nsec;
-}
-
-__global__ void spin(long long cycles)
-{
-    long long start = clock64();
-    while (clock64() - start < cycles) {
-    }
-}
 
 int main(int argc, char **argv)
 {
