@@ -6,19 +6,14 @@
 # The shim must hook every function printed here to see the program's copies.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-gdb=$(command -v gdb || command -v cuda-gdb || ls /usr/local/cuda/bin/cuda-gdb 2>/dev/null)
-[ -n "$gdb" ] || { echo "copy_calls: no gdb here"; exit 1; }
-mkdir -p build/prof
-nvcc -O0 -g -o build/prof/cc_static tools/prof/copy_calls.cu &&
-    nvcc -O0 -g -cudart shared -o build/prof/cc_shared tools/prof/copy_calls.cu || exit 1
+# shellcheck source=tools/prof/gdb_probe.sh
+. tools/prof/gdb_probe.sh
+find_gdb copy_calls
+build_both tools/prof/copy_calls.cu cc -O0 -g
 script=build/prof/copy_calls.gdb
-cat > "$script" <<'GDB'
-set pagination off
-set confirm off
-set breakpoint pending on
-break copies_begin
-run
-rbreak ^cuMem[cs]
+{
+    gdb_opening copies_begin '^cuMem[cs]'
+    cat <<'GDB'
 commands 2-2000
 silent
 printf "  -> %s\n", $_as_string($pc)
@@ -30,14 +25,9 @@ silent
 printf "%s\n", what
 continue
 end
-break copies_end
-commands
-silent
-kill
-quit
-end
-continue
 GDB
+    gdb_closing copies_end
+} >"$script"
 for kind in static shared; do
     echo "== $kind cudart"
     "$gdb" -q -batch -x "$script" "build/prof/cc_$kind" 2>&1 |

@@ -8,32 +8,22 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 size=${1:-256}
 lib=$(readlink -f "${LIB:-build/libpoolshim.so}")
-gdb=$(command -v gdb || command -v cuda-gdb || ls /usr/local/cuda/bin/cuda-gdb 2>/dev/null)
-[ -n "$gdb" ] || { echo "driver_calls: no gdb here"; exit 1; }
-mkdir -p build/prof
-nvcc -O2 -g -o build/prof/dc_static tools/prof/driver_calls.cu &&
-    nvcc -O2 -g -cudart shared -o build/prof/dc_shared tools/prof/driver_calls.cu || exit 1
+# shellcheck source=tools/prof/gdb_probe.sh
+. tools/prof/gdb_probe.sh
+find_gdb driver_calls
+build_both tools/prof/driver_calls.cu dc -O2 -g
 script=build/prof/driver_calls.gdb
-cat > "$script" <<'GDB'
-set pagination off
-set confirm off
-set breakpoint pending on
-break pairs_begin
-run
-rbreak ^cu[A-Z]
+{
+    gdb_opening pairs_begin '^cu[A-Z]'
+    cat <<'GDB'
 commands 2-2000
 silent
 bt 2
 continue
 end
-break pairs_end
-commands
-silent
-kill
-quit
-end
-continue
 GDB
+    gdb_closing pairs_end
+} >"$script"
 for kind in static shared; do
     for pre in "" "$lib"; do
         how=natively
