@@ -204,62 +204,60 @@ PS_EXPORT CUresult cuMemFreeHost(void *p)
 }
 
 /* ---- pinned blocks asked about: answered for blocks of ours as CUDA
- * answers for cuMemHostAlloc memory (ps_route_pinned_block) ---- */
+ * answers for cuMemHostAlloc memory (ps_route_pinned_*, router.h) ---- */
 PS_EXPORT CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
 {
-    unsigned flags;
-    if (pFlags && ps_route_pinned_block((uintptr_t)p, 1, &flags)) {
-        *pFlags = flags;
-        return CUDA_SUCCESS;
-    }
+    int status;
+    if (ps_route_pinned_flags(p, pFlags, &status) == PS_ROUTE_DONE)
+        return driver_error(status);
     PASS_REAL(cuMemHostGetFlags, pFlags, p);
 }
 
 PS_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
 {
-    if (pdptr && ps_route_pinned_block((uintptr_t)p, 1, NULL)) {
-        if (Flags)
-            return CUDA_ERROR_INVALID_VALUE; /* "Flags must be 0" */
-        *pdptr = (CUdeviceptr)(uintptr_t)p; /* host and device pointer are one (UVA, every device mapped) */
-        return CUDA_SUCCESS;
+    int status;
+    void *device_pointer;
+    if (pdptr && ps_route_pinned_device_pointer(p, Flags, &device_pointer, &status) == PS_ROUTE_DONE) {
+        if (status == PS_OK)
+            *pdptr = (CUdeviceptr)(uintptr_t)device_pointer;
+        return driver_error(status);
     }
     PASS_REAL(cuMemHostGetDevicePointer_v2, pdptr, p, Flags);
 }
 
 PS_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
-    if (bytesize && ps_route_pinned_block((uintptr_t)p, bytesize, NULL))
-        return CUDA_ERROR_INVALID_VALUE; /* as CUDA for cuMemHostAlloc memory (H100, CUDA 13.0) */
+    int status;
+    if (ps_route_pinned_register(p, bytesize, &status) == PS_ROUTE_DONE)
+        return driver_error(status);
     PASS_REAL(cuMemHostRegister_v2, p, bytesize, Flags);
 }
 
 PS_EXPORT CUresult cuMemHostUnregister(void *p)
 {
-    if (ps_route_pinned_block((uintptr_t)p, 1, NULL))
-        return CUDA_ERROR_INVALID_VALUE; /* as CUDA for cuMemHostAlloc memory (H100, CUDA 13.0) */
+    int status;
+    if (ps_route_pinned_unregister(p, &status) == PS_ROUTE_DONE)
+        return driver_error(status);
     PASS_REAL(cuMemHostUnregister, p);
 }
 
-static int alloc_async(CUdeviceptr *dptr, size_t size, CUstream stream, bool per_thread, CUresult *result)
+/* ---- stream-ordered allocation (ps_route_allocate_async / ps_route_free_async,
+ * router.h); 1 with *result when the shim answered, 0: call the real function ---- */
+static inline int alloc_async(CUdeviceptr *dptr, size_t size, CUstream stream, bool per_thread, CUresult *result)
 {
-    if (ps_in_shim || !dptr || !size || !ps_shim_ensure_init() || ps_stream_is_capturing(stream, per_thread))
-        return 0;
     int status;
-    if (ps_route_allocate(PS_CALL_CU_MEM_ALLOC_ASYNC, PS_DOOR_DRIVER, size, ps_stream_key(stream, per_thread),
-                          (void **)dptr, &status) != PS_ROUTE_DONE)
+    if (ps_route_allocate_async(PS_CALL_CU_MEM_ALLOC_ASYNC, PS_DOOR_DRIVER, size, stream, per_thread, (void **)dptr,
+                                &status) == PS_ROUTE_PASSTHROUGH)
         return 0;
     *result = driver_error(status);
     return 1;
 }
 
-static int free_async(CUdeviceptr dptr, CUstream stream, bool per_thread, CUresult *result)
+static inline int free_async(CUdeviceptr dptr, CUstream stream, bool per_thread, CUresult *result)
 {
-    if (ps_in_shim || !dptr)
-        return 0;
-    ps_stream_t key = ps_stream_is_capturing(stream, per_thread) ? PS_STREAM_NONE : ps_stream_key(stream, per_thread);
     int status;
-    if (ps_route_free(PS_CALL_CU_MEM_FREE_ASYNC, PS_DOOR_DRIVER, (void *)(uintptr_t)dptr, key, &status) !=
-        PS_ROUTE_DONE)
+    if (ps_route_free_async(PS_CALL_CU_MEM_FREE_ASYNC, PS_DOOR_DRIVER, (void *)(uintptr_t)dptr, stream, per_thread,
+                            &status) == PS_ROUTE_PASSTHROUGH)
         return 0;
     *result = driver_error(status);
     return 1;

@@ -120,57 +120,54 @@ PS_EXPORT cudaError_t cudaFreeHost(void *ptr)
  * programs linked to libcudart.so ---- */
 PS_EXPORT cudaError_t cudaHostGetFlags(unsigned int *pFlags, void *pHost)
 {
-    unsigned flags;
-    if (pFlags && ps_route_pinned_block((uintptr_t)pHost, 1, &flags)) {
-        *pFlags = flags;
-        return cudaSuccess;
-    }
+    int status;
+    if (ps_route_pinned_flags(pHost, pFlags, &status) == PS_ROUTE_DONE)
+        return runtime_error(status);
     CALL_REAL_RT(cudaHostGetFlags, pFlags, pHost);
 }
 
 PS_EXPORT cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
 {
-    if (pDevice && ps_route_pinned_block((uintptr_t)pHost, 1, NULL)) {
-        if (flags)
-            return cudaErrorInvalidValue;
-        *pDevice = pHost;
-        return cudaSuccess;
-    }
+    int status;
+    if (ps_route_pinned_device_pointer(pHost, flags, pDevice, &status) == PS_ROUTE_DONE)
+        return runtime_error(status);
     CALL_REAL_RT(cudaHostGetDevicePointer, pDevice, pHost, flags);
 }
 
 PS_EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
 {
-    if (size && ps_route_pinned_block((uintptr_t)ptr, size, NULL))
-        return cudaErrorInvalidValue; /* as CUDA for cudaHostAlloc memory (H100, CUDA 13.0) */
+    int status;
+    if (ps_route_pinned_register(ptr, size, &status) == PS_ROUTE_DONE)
+        return runtime_error(status);
     CALL_REAL_RT(cudaHostRegister, ptr, size, flags);
 }
 
 PS_EXPORT cudaError_t cudaHostUnregister(void *ptr)
 {
-    if (ps_route_pinned_block((uintptr_t)ptr, 1, NULL))
-        return cudaErrorInvalidValue; /* as CUDA for cudaHostAlloc memory (H100, CUDA 13.0) */
+    int status;
+    if (ps_route_pinned_unregister(ptr, &status) == PS_ROUTE_DONE)
+        return runtime_error(status);
     CALL_REAL_RT(cudaHostUnregister, ptr);
 }
 
-static cudaError_t malloc_async(void **devPtr, size_t size, cudaStream_t stream, bool per_thread)
+/* ---- stream-ordered allocation (ps_route_allocate_async / ps_route_free_async,
+ * router.h); -1: call the real function ---- */
+static inline cudaError_t malloc_async(void **devPtr, size_t size, cudaStream_t stream, bool per_thread)
 {
-    if (ps_in_shim || !devPtr || !size || !ps_shim_ensure_init() || ps_stream_is_capturing(stream, per_thread))
-        return (cudaError_t)-1; /* capture: a graph memory node, CUDA's job */
-    return malloc_common(PS_CALL_CUDA_MALLOC_ASYNC, devPtr, size, ps_stream_key(stream, per_thread));
+    int status;
+    if (ps_route_allocate_async(PS_CALL_CUDA_MALLOC_ASYNC, PS_DOOR_RUNTIME, size, stream, per_thread, devPtr,
+                                &status) == PS_ROUTE_PASSTHROUGH)
+        return (cudaError_t)-1;
+    return runtime_error(status);
 }
 
-static cudaError_t free_async(void *devPtr, cudaStream_t stream, bool per_thread)
+static inline cudaError_t free_async(void *devPtr, cudaStream_t stream, bool per_thread)
 {
-    if (ps_in_shim || !devPtr)
-        return (cudaError_t)-1;
-    /* a pooled block freed inside a capture is freed as by cudaFree (the
-     * graph has no node for it); the pool then waits for a fence */
-    ps_stream_t key = ps_stream_is_capturing(stream, per_thread) ? PS_STREAM_NONE : ps_stream_key(stream, per_thread);
     int status;
-    if (ps_route_free(PS_CALL_CUDA_FREE_ASYNC, PS_DOOR_RUNTIME, devPtr, key, &status) == PS_ROUTE_DONE)
-        return runtime_error(status);
-    return (cudaError_t)-1;
+    if (ps_route_free_async(PS_CALL_CUDA_FREE_ASYNC, PS_DOOR_RUNTIME, devPtr, stream, per_thread, &status) ==
+        PS_ROUTE_PASSTHROUGH)
+        return (cudaError_t)-1;
+    return runtime_error(status);
 }
 
 PS_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream)

@@ -119,6 +119,52 @@ int ps_route_pinned_block(uintptr_t addr, size_t size, unsigned *flags);
  * them, and the host range's pieces are accessible from the host and every
  * device (device pointer = host pointer), which is what they promise. */
 #define PS_HOST_POOL_FLAGS (PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED)
+/* Those answers, for both doors (each turns *status into its own error
+ * code). PS_ROUTE_PASSTHROUGH: not a pinned block of ours, or no place for
+ * the answer; CUDA answers. PS_ROUTE_DONE with *status:
+ * ps_route_pinned_flags          PS_OK, *flags = PS_HOST_POOL_FLAGS
+ *                                (cudaHostGetFlags, cuMemHostGetFlags);
+ * ps_route_pinned_device_pointer PS_OK, *device_pointer = ptr; PS_EINVAL
+ *                                for flags other than 0 (cudaHostGetDevicePointer,
+ *                                cuMemHostGetDevicePointer);
+ * ps_route_pinned_register       PS_EINVAL, as CUDA answers for cuMemHostAlloc
+ *                                memory (H100, CUDA 13.0); size 0 passes
+ *                                (cudaHostRegister, cuMemHostRegister);
+ * ps_route_pinned_unregister     PS_EINVAL, the same (cudaHostUnregister,
+ *                                cuMemHostUnregister). */
+static inline ps_route_t ps_route_pinned_flags(const void *ptr, unsigned *flags, int *status)
+{
+    unsigned pinned;
+    if (!flags || !ps_route_pinned_block((uintptr_t)ptr, 1, &pinned))
+        return PS_ROUTE_PASSTHROUGH;
+    *flags = pinned;
+    *status = PS_OK;
+    return PS_ROUTE_DONE;
+}
+static inline ps_route_t ps_route_pinned_device_pointer(void *ptr, unsigned flags, void **device_pointer,
+                                                        int *status)
+{
+    if (!device_pointer || !ps_route_pinned_block((uintptr_t)ptr, 1, NULL))
+        return PS_ROUTE_PASSTHROUGH;
+    *status = flags ? PS_EINVAL : PS_OK; /* "flags must be 0" */
+    if (!flags)
+        *device_pointer = ptr; /* host and device pointer are one (UVA, every device mapped) */
+    return PS_ROUTE_DONE;
+}
+static inline ps_route_t ps_route_pinned_register(const void *ptr, size_t size, int *status)
+{
+    if (!size || !ps_route_pinned_block((uintptr_t)ptr, size, NULL))
+        return PS_ROUTE_PASSTHROUGH;
+    *status = PS_EINVAL;
+    return PS_ROUTE_DONE;
+}
+static inline ps_route_t ps_route_pinned_unregister(const void *ptr, int *status)
+{
+    if (!ps_route_pinned_block((uintptr_t)ptr, 1, NULL))
+        return PS_ROUTE_PASSTHROUGH;
+    *status = PS_EINVAL;
+    return PS_ROUTE_DONE;
+}
 
 /* Adds the pool's free bytes of the current device to *free_bytes (meminfo=pool). */
 void ps_route_meminfo(size_t *free_bytes);
@@ -131,6 +177,29 @@ static inline ps_stream_t ps_stream_key(CUstream stream, bool per_thread)
     if (stream == NULL)
         return per_thread ? PS_STREAM_PER_THREAD : PS_STREAM_LEGACY;
     return (ps_stream_t)stream;
+}
+/* Stream-ordered allocation and free (cudaMallocAsync/cudaFreeAsync,
+ * cuMemAllocAsync/cuMemFreeAsync and their _ptsz twins, both doors), on
+ * `stream` as the entry point names it: ps_route_allocate / ps_route_free
+ * on its key. PASSTHROUGH from inside the shim and for a NULL pointer; an
+ * allocation also for size 0, with the shim off, and on a capturing stream
+ * (a graph memory node: CUDA's job). A pooled block freed inside a capture
+ * is freed as by cudaFree (the graph has no node for it): the pool then
+ * waits for a fence. */
+static inline ps_route_t ps_route_allocate_async(int call, int door, size_t size, CUstream stream,
+                                                 bool per_thread, void **out, int *status)
+{
+    if (ps_in_shim || !out || !size || !ps_shim_ensure_init() || ps_stream_is_capturing(stream, per_thread))
+        return PS_ROUTE_PASSTHROUGH;
+    return ps_route_allocate(call, door, size, ps_stream_key(stream, per_thread), out, status);
+}
+static inline ps_route_t ps_route_free_async(int call, int door, void *ptr, CUstream stream, bool per_thread,
+                                             int *status)
+{
+    if (ps_in_shim || !ptr)
+        return PS_ROUTE_PASSTHROUGH;
+    ps_stream_t key = ps_stream_is_capturing(stream, per_thread) ? PS_STREAM_NONE : ps_stream_key(stream, per_thread);
+    return ps_route_free(call, door, ptr, key, status);
 }
 
 /* IPC (cudaIpcGetMemHandle, cuIpcGetMemHandle and the Open/Close pairs;
