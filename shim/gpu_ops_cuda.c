@@ -128,6 +128,17 @@ static int dead_copy_to_host(void *vctx, void *dst, const void *src, size_t byte
 static int dead_host_alloc(void *vctx, size_t size, unsigned flags, void **out) { return PS_EUPSTREAM; }
 
 /* ---- memory ------------------------------------------------------------------------ */
+/* A device slab CUDA just gave (cuMemAlloc, cuMemAllocManaged): recorded
+ * as ours, announced to NVTX as a heap, handed out. */
+static int new_device_slab(device_ops_t *d, CUdeviceptr p, size_t size, void **out)
+{
+    ps_slab_add((uintptr_t)p, size, d->ops.device);
+    if (PS_UNLIKELY(ps_nvtx_on))
+        ps_nvtx_heap_add((void *)(uintptr_t)p, size, d->ops.device);
+    *out = (void *)(uintptr_t)p;
+    return PS_OK;
+}
+
 static int live_mem_alloc(void *vctx, size_t size, void **out)
 {
     device_ops_t *d = vctx;
@@ -135,13 +146,7 @@ static int live_mem_alloc(void *vctx, size_t size, void **out)
     CUdeviceptr p = 0;
     CUresult r = ps_real.cuMemAlloc_v2(&p, size);
     leave_ctx(pushed);
-    if (r != CUDA_SUCCESS)
-        return status_of(r);
-    ps_slab_add((uintptr_t)p, size, d->ops.device);
-    if (PS_UNLIKELY(ps_nvtx_on))
-        ps_nvtx_heap_add((void *)(uintptr_t)p, size, d->ops.device);
-    *out = (void *)(uintptr_t)p;
-    return PS_OK;
+    return r == CUDA_SUCCESS ? new_device_slab(d, p, size, out) : status_of(r);
 }
 
 static int live_mem_free(void *vctx, void *ptr, size_t size)
@@ -251,13 +256,7 @@ static int live_mem_alloc_managed(void *vctx, size_t size, void **out)
     CUdeviceptr p = 0;
     CUresult r = ps_real.cuMemAllocManaged(&p, size, CU_MEM_ATTACH_GLOBAL);
     leave_ctx(pushed);
-    if (r != CUDA_SUCCESS)
-        return status_of(r);
-    ps_slab_add((uintptr_t)p, size, d->ops.device);
-    if (PS_UNLIKELY(ps_nvtx_on))
-        ps_nvtx_heap_add((void *)(uintptr_t)p, size, d->ops.device);
-    *out = (void *)(uintptr_t)p;
-    return PS_OK;
+    return r == CUDA_SUCCESS ? new_device_slab(d, p, size, out) : status_of(r);
 }
 
 static int live_mem_get_info(void *vctx, size_t *free_bytes, size_t *total_bytes)
@@ -371,26 +370,27 @@ static int live_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out)
     return PS_OK;
 }
 
-static int live_fence_query(void *vctx, ps_fence_t *f)
+/* `event_call` (cuEventQuery or cuEventSynchronize) on each event of the
+ * fence in turn, in the table's context, up to the first that does not
+ * answer PS_OK. */
+static inline int each_fence_event(device_ops_t *d, ps_fence_t *f, CUresult (*event_call)(CUevent))
 {
-    device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
     int status = PS_OK;
     for (int i = 0; i < f->count && status == PS_OK; i++)
-        status = status_of(ps_real.cuEventQuery(f->events[i]));
+        status = status_of(event_call(f->events[i]));
     leave_ctx(pushed);
     return status;
 }
 
+static int live_fence_query(void *vctx, ps_fence_t *f)
+{
+    return each_fence_event(vctx, f, ps_real.cuEventQuery);
+}
+
 static int live_fence_wait(void *vctx, ps_fence_t *f)
 {
-    device_ops_t *d = vctx;
-    int pushed = enter_ctx(d);
-    int status = PS_OK;
-    for (int i = 0; i < f->count && status == PS_OK; i++)
-        status = status_of(ps_real.cuEventSynchronize(f->events[i]));
-    leave_ctx(pushed);
-    return status;
+    return each_fence_event(vctx, f, ps_real.cuEventSynchronize);
 }
 
 /* PS_EBUSY when `stream` is being captured (another thread's stream, e.g.

@@ -179,47 +179,81 @@ static CUmemAllocationProp pinned_prop(int type, int id) /* type: a CU_MEM_LOCAT
     return prop;
 }
 
-static int map_new(void *vctx, void *addr, size_t size, uint64_t *handle, bool bare)
+static CUresult grant_host_piece(device_ops_t *d, CUdeviceptr at, size_t size);
+
+/* The kinds of piece map_new makes. */
+typedef enum {
+    PIECE_DEVICE,      /* device memory, with access (grant_access) */
+    PIECE_DEVICE_BARE, /* device memory, access granted later (vm_access) */
+    PIECE_HOST         /* pinned host memory (9.): the host and every device that accepts */
+} piece_kind_t;
+
+/* Physical memory for a new piece (context entered by the caller). A
+ * device piece is exportable as a file descriptor while the table offers
+ * IPC; a host piece never is. */
+static CUresult create_piece(device_ops_t *d, piece_kind_t kind, size_t size, CUmemGenericAllocationHandle *h)
 {
-    device_ops_t *d = vctx;
+    if (kind == PIECE_HOST) {
+        CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_HOST, 0);
+        return ps_real.cuMemCreate(h, size, &prop, 0);
+    }
     CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_DEVICE, d->device);
-    CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
-    int pushed = enter_ctx(d);
-    CUmemGenericAllocationHandle h = 0;
     if (atomic_load_explicit(&d->shareable, memory_order_relaxed))
         prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    CUresult r = ps_real.cuMemCreate(&h, size, &prop, 0);
+    CUresult r = ps_real.cuMemCreate(h, size, &prop, 0);
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && prop.requestedHandleTypes) {
         /* exportable memory refused (seen in containers): map plain memory,
          * and pooled blocks of this device are refused IPC from now on */
         prop.requestedHandleTypes = 0;
-        r = ps_real.cuMemCreate(&h, size, &prop, 0);
+        r = ps_real.cuMemCreate(h, size, &prop, 0);
         if (r == CUDA_SUCCESS && atomic_exchange(&d->shareable, 0))
             ps_warning("device %d: cuMemCreate refused memory exportable as a file descriptor; the pool maps "
                        "plain memory, and cudaIpcGetMemHandle on its blocks is refused",
                        d->device);
     }
-    if (r == CUDA_SUCCESS) {
-        r = map_with_access(d, at, size, h, bare);
-        if (r != CUDA_SUCCESS)
-            ps_real.cuMemRelease(h);
-    }
+    return r;
+}
+
+/* Maps `h` at `at` with the access its kind asks for (context entered by
+ * the caller). Nothing stays mapped on error. */
+static CUresult map_piece(device_ops_t *d, piece_kind_t kind, CUdeviceptr at, size_t size,
+                          CUmemGenericAllocationHandle h)
+{
+    if (kind != PIECE_HOST)
+        return map_with_access(d, at, size, h, kind == PIECE_DEVICE_BARE);
+    CUresult r = ps_real.cuMemMap(at, size, 0, h, 0);
+    if (r == CUDA_SUCCESS && (r = grant_host_piece(d, at, size)) != CUDA_SUCCESS)
+        ps_real.cuMemUnmap(at, size);
+    return r;
+}
+
+/* A new piece of `kind` mapped at `addr`: physical memory, the mapping
+ * and its access, the memory released again when a step fails. The piece
+ * is noted (note_mapped) and its handle goes to *handle. */
+static int map_new(device_ops_t *d, void *addr, size_t size, uint64_t *handle, piece_kind_t kind)
+{
+    CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
+    int pushed = enter_ctx(d);
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r = create_piece(d, kind, size, &h);
+    if (r == CUDA_SUCCESS && (r = map_piece(d, kind, at, size, h)) != CUDA_SUCCESS)
+        ps_real.cuMemRelease(h);
     leave_ctx(pushed);
     if (r != CUDA_SUCCESS)
         return status_of(r);
-    note_mapped(d, addr, size, h, true);
+    note_mapped(d, addr, size, h, kind != PIECE_HOST);
     *handle = h;
     return PS_OK;
 }
 
 static int live_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
 {
-    return map_new(vctx, addr, size, handle, false);
+    return map_new(vctx, addr, size, handle, PIECE_DEVICE);
 }
 
 static int live_vm_map_bare(void *vctx, void *addr, size_t size, uint64_t *handle)
 {
-    return map_new(vctx, addr, size, handle, true);
+    return map_new(vctx, addr, size, handle, PIECE_DEVICE_BARE);
 }
 
 static int map_kept(void *vctx, void *addr, size_t size, uint64_t handle, bool bare)
@@ -298,25 +332,7 @@ static CUresult grant_host_piece(device_ops_t *d, CUdeviceptr at, size_t size)
 
 static int live_host_vm_map(void *vctx, void *addr, size_t size, uint64_t *handle)
 {
-    device_ops_t *d = vctx;
-    CUmemAllocationProp prop = pinned_prop(CU_MEM_LOCATION_TYPE_HOST, 0);
-    CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
-    int pushed = enter_ctx(d);
-    CUmemGenericAllocationHandle h = 0;
-    CUresult r = ps_real.cuMemCreate(&h, size, &prop, 0);
-    if (r == CUDA_SUCCESS) {
-        r = ps_real.cuMemMap(at, size, 0, h, 0);
-        if (r == CUDA_SUCCESS && (r = grant_host_piece(d, at, size)) != CUDA_SUCCESS)
-            ps_real.cuMemUnmap(at, size);
-        if (r != CUDA_SUCCESS)
-            ps_real.cuMemRelease(h);
-    }
-    leave_ctx(pushed);
-    if (r != CUDA_SUCCESS)
-        return status_of(r);
-    note_mapped(d, addr, size, h, false);
-    *handle = h;
-    return PS_OK;
+    return map_new(vctx, addr, size, handle, PIECE_HOST);
 }
 
 void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer)
