@@ -382,6 +382,22 @@ static void settle_ref(ps_device_state_t *dev)
         dev->holds_ref = 0;
 }
 
+/* Adds the figures of a pool dropped with its context to the sum the
+ * report keeps of them (dropped, dropped_host; peak: the larger). */
+static void add_dropped(ps_resource_info_t *sum, const ps_resource_info_t *info)
+{
+    sum->bytes_reserved += info->bytes_reserved;
+    sum->bytes_in_use += info->bytes_in_use;
+    sum->bytes_pending += info->bytes_pending;
+    sum->upstream_allocs += info->upstream_allocs;
+    sum->upstream_frees += info->upstream_frees;
+    sum->fences_recorded += info->fences_recorded;
+    sum->fence_waits += info->fence_waits;
+    sum->pending_waits += info->pending_waits;
+    if (info->peak_bytes_reserved > sum->peak_bytes_reserved)
+        sum->peak_bytes_reserved = info->peak_bytes_reserved;
+}
+
 /* Drops device d's stack: its context died. No CUDA call on anything of
  * it. Requires ps_devices_lock; the device must have been READY. */
 static void drop_device(ps_device_state_t *dev, const char *api)
@@ -404,15 +420,7 @@ static void drop_device(ps_device_state_t *dev, const char *api)
     ps_query(stack->top, &info);
     if (stack->log)
         ps_log_flush(stack->log); /* (a file write) the new stack's log starts the file again */
-    dev->dropped.bytes_reserved += info.bytes_reserved;
-    dev->dropped.bytes_in_use += info.bytes_in_use;
-    dev->dropped.bytes_pending += info.bytes_pending;
-    dev->dropped.upstream_allocs += info.upstream_allocs;
-    dev->dropped.upstream_frees += info.upstream_frees;
-    dev->dropped.fences_recorded += info.fences_recorded;
-    dev->dropped.fence_waits += info.fence_waits;
-    if (info.peak_bytes_reserved > dev->dropped.peak_bytes_reserved)
-        dev->dropped.peak_bytes_reserved = info.peak_bytes_reserved;
+    add_dropped(&dev->dropped, &info);
     ps_resource_t *host_pool = dev->host_pool;
     ps_stack_t *host_stack = dev->host_stack;
     if (host_pool) {
@@ -420,14 +428,7 @@ static void drop_device(ps_device_state_t *dev, const char *api)
             ps_log_flush(host_stack->log);
         ps_resource_info_t hinfo = {0};
         ps_query(host_pool, &hinfo);
-        dev->dropped_host.bytes_reserved += hinfo.bytes_reserved;
-        dev->dropped_host.upstream_allocs += hinfo.upstream_allocs;
-        dev->dropped_host.upstream_frees += hinfo.upstream_frees;
-        dev->dropped_host.fences_recorded += hinfo.fences_recorded;
-        dev->dropped_host.fence_waits += hinfo.fence_waits;
-        dev->dropped_host.pending_waits += hinfo.pending_waits;
-        if (hinfo.peak_bytes_reserved > dev->dropped_host.peak_bytes_reserved)
-            dev->dropped_host.peak_bytes_reserved = hinfo.peak_bytes_reserved;
+        add_dropped(&dev->dropped_host, &hinfo);
         __atomic_store_n(&dev->host_pool, NULL, __ATOMIC_RELEASE);
         dev->host_stack = NULL;
     }
@@ -467,14 +468,24 @@ static bool context_alive(ps_device_state_t *dev)
     return true;
 }
 
+/* The state of `device` for a context call, with ps_devices_lock taken;
+ * NULL (no lock) for an ordinal beyond the devices the shim keeps: the
+ * call then just passes. */
+static ps_device_state_t *lock_device(CUdevice device)
+{
+    if (device < 0 || device >= PS_MAX_DEVICES)
+        return NULL;
+    pthread_mutex_lock(&ps_devices_lock);
+    return &ps_devices[device];
+}
+
 CUresult ps_context_reset(CUdevice device, ps_cuDevicePrimaryCtxReset_fn real, const char *api)
 {
     if (!real)
         return CUDA_ERROR_NOT_FOUND;
-    if (device < 0 || device >= PS_MAX_DEVICES)
+    ps_device_state_t *dev = lock_device(device);
+    if (!dev)
         return real(device);
-    ps_device_state_t *dev = &ps_devices[device];
-    pthread_mutex_lock(&ps_devices_lock);
     if (atomic_load(&dev->state) != PS_DEVICE_READY) { /* no stack: nothing of ours in the context */
         CUresult r = real(device);
         pthread_mutex_unlock(&ps_devices_lock);
@@ -514,10 +525,9 @@ CUresult ps_context_release(CUdevice device, ps_cuDevicePrimaryCtxRelease_fn rea
 {
     if (!real)
         return CUDA_ERROR_NOT_FOUND;
-    if (device < 0 || device >= PS_MAX_DEVICES)
+    ps_device_state_t *dev = lock_device(device);
+    if (!dev)
         return real(device);
-    ps_device_state_t *dev = &ps_devices[device];
-    pthread_mutex_lock(&ps_devices_lock);
     /* the context may die in the call, or in our own release below: the
      * table's gate is closed meanwhile, and a death is acted on (the stack
      * dropped) once it opens again, the table marked dead before */
@@ -598,10 +608,9 @@ CUresult ps_context_set_flags(CUdevice device, unsigned int flags, ps_cuDevicePr
 {
     if (!real)
         return CUDA_ERROR_NOT_FOUND;
-    if (device < 0 || device >= PS_MAX_DEVICES)
+    ps_device_state_t *dev = lock_device(device);
+    if (!dev)
         return real(device, flags);
-    ps_device_state_t *dev = &ps_devices[device];
-    pthread_mutex_lock(&ps_devices_lock);
     bool ready = atomic_load(&dev->state) == PS_DEVICE_READY;
     if (ready)
         ps_gpu_ops_cuda_close(dev->gpu); /* a driver may make the context again (see ps_context_check) */
