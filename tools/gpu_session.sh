@@ -7,6 +7,7 @@
 #                                      [benchcore] [scaling] [pinned_remap] [ddpt_twogpu] [pinnedpair]
 #                                      [freshthreads] [doors] [context_gate] [walltime] [hotprof] [remap_lend]
 #                                      [suite1] [suite2] [suite2_doors] [floor] [idlequery] [growth] [live]
+#                                      [growthprof]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # pinnedpair: issue 16 (host.grow_budget_min): the GPU suite's pinned tests (hazards
 # over the default stack and slabs, their negative controls, the probes, and
@@ -144,6 +145,33 @@ for step in $what; do
     growth)
         echo "=== growth: first cudaMalloc of 1, 8, 32 GiB and a 1 GiB fill (tools/bench/growth.sh)"
         OUT_DIR=$OUT/growth tools/bench/growth.sh build ;;
+    growthprof)
+        # where a fresh process's first big cudaMalloc spends its time under the default
+        # stack (issue: growth at native speed): GROWTHPROF_ROUNDS (default 4) alternated
+        # rounds of tools/bench/first_malloc.cu for 1 and 8 GiB, natively and under the
+        # shim with its NVTX ranges timed by the CPU tests' NVTX tool (build/fake/
+        # libfake_nvtx.so, FAKE_NVTX_SUMMARY=1: each range with its time), the verbose
+        # start-up lines and the statistics' cuda_time; about 30 s
+        echo "=== growthprof: the first 1 and 8 GiB cudaMalloc, native and under the shim with timed ranges"
+        mkdir -p "$OUT/extra/growthprof"
+        gp=$OUT/extra/growthprof
+        nvcc -O2 -o "$gp/first_malloc" tools/bench/first_malloc.cu >"$gp/build.log" 2>&1 || echo "growthprof: build failed"
+        for round in $(seq 1 "${GROWTHPROF_ROUNDS:-4}"); do
+            for size in 1 8; do
+                env -u LD_PRELOAD "$gp/first_malloc" "$size" | sed "s/^/native $round /"
+                env LD_PRELOAD="$PWD/build/libpoolshim.so" POOLSHIM_NVTX_RANGES=1 \
+                    NVTX_INJECTION64_PATH="$PWD/build/fake/libfake_nvtx.so" FAKE_NVTX_SUMMARY=1 POOLSHIM_VERBOSE=2 \
+                    POOLSHIM_STATS=json POOLSHIM_STATS_FILE="$gp/stats_${size}_$round.json" \
+                    "$gp/first_malloc" "$size" 2>&1 | sed "s/^/shim $round /" | grep -E 'first_malloc|fake_nvtx|stack ready|set up in'
+            done
+        done | tee "$gp/growthprof.txt"
+        python3 - "$gp" <<'PY'
+import glob, json, sys
+for f in sorted(glob.glob(sys.argv[1] + "/stats_*.json")):
+    d = json.load(open(f))["devices"][0]
+    print(f.rsplit("/", 1)[1], "cuda_time", json.dumps(d.get("cuda_time")), "time_ns", json.dumps(d.get("time_ns")))
+PY
+        ;;
     live)
         # poolshim top beside a PyTorch loop against its exit report, the loop's log exported
         # and opened by torch.cuda._memory_viz, its NVTX ranges under the fake NVTX tool

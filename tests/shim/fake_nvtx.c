@@ -121,13 +121,13 @@ static void regions_unregister(nvtxDomainHandle_t domain __attribute__((unused))
 
 /* ---- the core module: domains and ranges --------------------------------- */
 #define MAX_RANGES 65536
-typedef struct { char message[128]; uint32_t category; } fake_range_t;
+typedef struct { char message[128]; uint32_t category; uint64_t ns; } fake_range_t; /* ns: its time, once popped */
 static fake_range_t ranges[MAX_RANGES];
 static size_t ranges_used, marks_used;
 static __thread int depth; /* ranges open on this thread */
 static int open_ranges;    /* over every thread (lock) */
 #define MAX_DEPTH 16
-static __thread struct { uint64_t at_ns; uint32_t category; } open_stack[MAX_DEPTH]; /* this thread's open ranges */
+static __thread struct { uint64_t at_ns; uint32_t category; size_t index; } open_stack[MAX_DEPTH]; /* this thread's open ranges */
 static uint64_t category_ns[8]; /* time inside the ranges of each category (lock) */
 
 static uint64_t clock_ns(void)
@@ -149,6 +149,7 @@ static void name_category(nvtxDomainHandle_t domain __attribute__((unused)), uin
 static int range_push(nvtxDomainHandle_t domain __attribute__((unused)), const nvtxEventAttributes_t *a)
 {
     pthread_mutex_lock(&lock);
+    size_t index = ranges_used < MAX_RANGES ? ranges_used : MAX_RANGES; /* MAX_RANGES: not kept */
     if (ranges_used < MAX_RANGES) {
         fake_range_t *r = &ranges[ranges_used++];
         snprintf(r->message, sizeof r->message, "%s",
@@ -160,6 +161,7 @@ static int range_push(nvtxDomainHandle_t domain __attribute__((unused)), const n
     if (depth < MAX_DEPTH) {
         open_stack[depth].at_ns = clock_ns();
         open_stack[depth].category = a->category < 8 ? a->category : 0;
+        open_stack[depth].index = index;
     }
     return depth++;
 }
@@ -171,8 +173,12 @@ static int range_pop(nvtxDomainHandle_t domain __attribute__((unused)))
     else {
         depth--;
         open_ranges--;
-        if (depth < MAX_DEPTH)
-            category_ns[open_stack[depth].category] += clock_ns() - open_stack[depth].at_ns;
+        if (depth < MAX_DEPTH) {
+            uint64_t ns = clock_ns() - open_stack[depth].at_ns;
+            category_ns[open_stack[depth].category] += ns;
+            if (open_stack[depth].index < MAX_RANGES)
+                ranges[open_stack[depth].index].ns = ns;
+        }
     }
     pthread_mutex_unlock(&lock);
     return depth;
@@ -328,6 +334,6 @@ __attribute__((destructor)) static void print_summary(void)
             category_ns[1] / 1e3, category_ns[2] / 1e3, category_ns[3] / 1e3, category_ns[4] / 1e3,
             category_ns[5] / 1e3);
     for (size_t k = 0; k < ranges_used && k < 12; k++)
-        fprintf(stderr, "fake_nvtx: range %zu: %s\n", k, ranges[k].message);
+        fprintf(stderr, "fake_nvtx: range %zu: %s (%.1f us)\n", k, ranges[k].message, ranges[k].ns / 1e3);
     pthread_mutex_unlock(&lock);
 }
