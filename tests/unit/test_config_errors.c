@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "../../config/config_internal.h"
-#include "read_file.h"
+#include "../../tools/cli.h" /* cli_read_file */
 
 
 /* Replaces every @FILE@ in text by path. */
@@ -71,8 +71,8 @@ Test(config_errors, every_fixture_prints_exactly_its_expected_errors)
         char expected_path[8192], ini[8192];
         snprintf(expected_path, sizeof expected_path, "%s/%s", dir, e->d_name);
         snprintf(ini, sizeof ini, "%s/%.*s.ini", dir, (int)(len - 9), e->d_name);
-        char *raw = read_whole_file(expected_path);
-        cr_assert_not_null(raw);
+        char *raw = NULL;
+        cr_assert_eq(cli_read_file(expected_path, &raw, NULL), 0, "cannot read %s", expected_path);
         char *expected = with_path(raw, ini);
         int rc;
         size_t count;

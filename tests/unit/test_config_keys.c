@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "../../config/config_internal.h"
-#include "read_file.h"
+#include "../../tools/cli.h" /* cli_read_file */
 
 /* ---- the table against the core and the loader ------------------------------ */
 
@@ -185,8 +185,8 @@ static char *docs_text(void)
     cr_assert_not_null(data, "POOLSHIM_TEST_DATA must be set (make test-unit sets it)");
     char path[4096];
     snprintf(path, sizeof path, "%s/../../docs/config.md", data);
-    char *text = read_whole_file(path);
-    cr_assert_not_null(text, "cannot read %s", path);
+    char *text = NULL;
+    cr_assert_eq(cli_read_file(path, &text, NULL), 0, "cannot read %s", path);
     return text;
 }
 
