@@ -449,13 +449,7 @@ static int live_barrier(void *vctx)
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     if (check_captures && ps_real.cuThreadExchangeStreamCaptureMode)
         ps_real.cuThreadExchangeStreamCaptureMode(&mode);
-    int status = PS_OK;
-    if (check_captures) {
-        status = ps_cuda_legacy_usable_locked();
-        for (size_t i = 0; i < ps_cuda_stream_count && status == PS_OK; i++)
-            if (ps_cuda_streams[i].ctx == d->ctx && ps_cuda_capturing(ps_cuda_streams[i].stream))
-                status = PS_EBUSY;
-    }
+    int status = check_captures ? ps_cuda_capture_scan_locked(d) : PS_OK;
     /* E of this barrier: its slot of the ring (barrier_passed asks it) */
     uint64_t number = atomic_load_explicit(&d->barriers, memory_order_relaxed) + 1;
     CUevent *slot = &d->barrier_events[number % PS_BARRIER_RING];

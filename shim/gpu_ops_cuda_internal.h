@@ -165,6 +165,9 @@ int ps_cuda_legacy_usable_locked(void);
  * begun. Streams lock held (no capture can begin meanwhile). A capture on a
  * thread's per-thread default stream cannot be seen from another thread. */
 int ps_cuda_capture_open_locked(const device_ops_t *d);
+/* Its scan alone, for a caller whose thread is already in relaxed capture
+ * mode and that checked that a capture was ever begun (the barrier). */
+int ps_cuda_capture_scan_locked(const device_ops_t *d);
 
 /* Peer access the program granted (gpu_ops_cuda_streams.c keeps it, under
  * the streams lock): bit D of the answer = device D may access `device`'s

@@ -237,6 +237,15 @@ bool ps_gpu_ops_cuda_legacy_enter(void)
 void ps_gpu_ops_cuda_legacy_leave(void) { pthread_mutex_unlock(&ps_cuda_streams_lock); }
 
 /* ---- the out-of-memory give-back (11. of gpu_ops_cuda.c) ------------------------------------------ */
+int ps_cuda_capture_scan_locked(const device_ops_t *d)
+{
+    int status = ps_real.cuStreamIsCapturing ? ps_cuda_legacy_usable_locked() : PS_EUPSTREAM;
+    for (size_t i = 0; i < ps_cuda_stream_count && status == PS_OK; i++)
+        if (ps_cuda_streams[i].ctx == d->ctx && ps_cuda_capturing(ps_cuda_streams[i].stream))
+            status = PS_EBUSY;
+    return status;
+}
+
 int ps_cuda_capture_open_locked(const device_ops_t *d)
 {
     if (!ps_cuda_captures_begun || ps_test.ignore_captures)
@@ -244,10 +253,7 @@ int ps_cuda_capture_open_locked(const device_ops_t *d)
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     if (ps_real.cuThreadExchangeStreamCaptureMode)
         ps_real.cuThreadExchangeStreamCaptureMode(&mode);
-    int status = ps_real.cuStreamIsCapturing ? ps_cuda_legacy_usable_locked() : PS_EUPSTREAM;
-    for (size_t i = 0; i < ps_cuda_stream_count && status == PS_OK; i++)
-        if (ps_cuda_streams[i].ctx == d->ctx && ps_cuda_capturing(ps_cuda_streams[i].stream))
-            status = PS_EBUSY;
+    int status = ps_cuda_capture_scan_locked(d);
     if (ps_real.cuThreadExchangeStreamCaptureMode)
         ps_real.cuThreadExchangeStreamCaptureMode(&mode);
     return status;
