@@ -662,6 +662,8 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     if (pool->tcache) {
         pool->tcache_max_block = ps_tcache_max_block(pool->tcache);
     }
+    if (status == PS_OK)
+        pool_reserve_first_range_locked(pool); /* (no lock yet: the pool is not shared) */
     if (status == PS_OK && o.initial_size) {
         size_t initial = ps_align_up(o.initial_size, o.alignment);
         uint32_t grown;

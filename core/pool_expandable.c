@@ -11,7 +11,9 @@
  *     ready free block below), of its back (to join one above), or all of
  *     it, in whole pieces; the new memory merges with its free neighbours,
  *     so growth leaves no hole. When no unmapped block can serve, reserve
- *     another range.
+ *     another range. The first range is reserved when the pool is created
+ *     (the shim builds its stacks when a primary context is retained), so
+ *     a fresh process's first cudaMalloc does not pay for the reservation.
  *  2. Remap (options.remap, free_sync barrier): when whole free pieces lie
  *     elsewhere in the range (not in the ready blocks the growth joins),
  *     issue a barrier (refused while a stream capture is open: then no
@@ -244,6 +246,12 @@ static int add_range_locked(pool_t *pool, size_t need)
         pool->chunks_count++;
     unmapped_insert(pool, index);
     return PS_OK;
+}
+
+void pool_reserve_first_range_locked(pool_t *pool)
+{
+    if (pool->expandable && !pool->chunks_count)
+        (void)add_range_locked(pool, 0);
 }
 
 /* The size of block `index` if it is free in the ready list, else 0. */
@@ -722,17 +730,18 @@ static int remap_for_growth_locked(pool_t *pool, growth_plan_t *plan, size_t nee
     return 1;
 }
 
-/* Maps `plan` and cuts it out of its unmapped block as a ready free block
- * (merged with its free neighbours); *grown = that block. Needs two
- * reserved descriptors. */
-static int map_planned_locked(pool_t *pool, const growth_plan_t *plan, uint32_t *grown)
+/* Maps `plan` for a request of `need` bytes (one run when need is at least
+ * expandable_run_min, though a free neighbour covers part of it) and cuts
+ * it out of its unmapped block as a ready free block (merged with its free
+ * neighbours); *grown = that block. Needs two reserved descriptors. */
+static int map_planned_locked(pool_t *pool, const growth_plan_t *plan, size_t need, uint32_t *grown)
 {
     const ps_pool_options_t *o = &pool->options;
     if (o->maximum_size && pool->bytes_reserved + plan->length > o->maximum_size)
         return PS_ENOMEM;
     ps_vm_range_t *range = pool->chunks[pool->blocks[plan->block].chunk].range;
     uint64_t maps = range->maps;
-    int status = ps_vm_range_map_kept(range, plan->start, plan->length, &pool->stash);
+    int status = ps_vm_range_map_kept(range, plan->start, plan->length, &pool->stash, need);
     if (status != PS_OK)
         return status;
     pool_block_t *b = &pool->blocks[plan->block];
@@ -812,7 +821,7 @@ static int grow_expandable_once_locked(pool_t *pool, size_t need, uint32_t *grow
         if (lend)
             lend_for_growth_locked(pool, &plan);
     }
-    int status = map_planned_locked(pool, &plan, grown); /* (the stash's pieces first) */
+    int status = map_planned_locked(pool, &plan, need, grown); /* (the stash's pieces first) */
     if (status != PS_OK && pool->lent_head != lent_before) {
         take_back_lent_locked(pool, lent_before); /* (their handles leave the stash: not dropped) */
         *lent = 1;

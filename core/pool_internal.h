@@ -501,6 +501,10 @@ uint64_t pool_release_idle_locked(pool_t *pool, uint64_t keep, uint64_t passed);
 
 /* ---- pool_expandable.c: the expandable range, remap, lending ----------- */
 int pool_grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown);
+/* Reserves an expandable pool's first range at its creation (nothing
+ * mapped), so its first growth does not pay for it; a failure is left to
+ * that growth, which tries again. */
+void pool_reserve_first_range_locked(pool_t *pool);
 void pool_unmap_free_pieces_locked(pool_t *pool, uint64_t keep);
 int pool_return_lent_locked(pool_t *pool, uint64_t passed);
 int pool_whole_pieces_of(const pool_t *pool, const ps_vm_range_t *range, uint32_t index, uintptr_t *lo,

@@ -40,6 +40,26 @@ Test(pool_runs, a_large_growth_is_one_physical_allocation)
     fixture_close(&f);
 }
 
+Test(pool_runs, a_large_request_beside_a_free_tail_is_one_run)
+{
+    /* a small block first leaves a free tail in its piece; the 1 GiB
+     * request then maps 1 GiB - 2 MiB beside it, below run_min, yet one
+     * run: the request decides (piece by piece it was 511 maps, 25.8 ms
+     * on an H200 against 0.45 ms) */
+    pool_fixture_t f;
+    open_runs_pool(&f, PS_GiB, 1, 0);
+    void *small, *big;
+    cr_assert_eq(ps_allocate(f.pool, 256, PS_STREAM_NONE, &small), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, small, 0, PS_STREAM_NONE), PS_OK);
+    uint64_t maps = ps_fake_gpu_vm_maps(f.gpu);
+    cr_assert_eq(ps_allocate(f.pool, PS_GiB, PS_STREAM_NONE, &big), PS_OK);
+    cr_assert_eq(ps_fake_gpu_vm_maps(f.gpu), maps + 1, "one create + map + access for the rest of the 1 GiB");
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, PS_GiB, "the free piece joined the growth");
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, big, 0, PS_STREAM_NONE), PS_OK);
+    fixture_close(&f);
+}
+
 Test(pool_runs, run_min_zero_maps_piece_by_piece)
 {
     /* the negative control of the test above: without runs the same
@@ -128,8 +148,13 @@ Test(pool_runs, pieces_beside_a_run_still_go_back_alone)
 
 /* A random workload of small and large requests with remap and lending on
  * and trims in between: after every step the pool's checker (unmapped and
- * lent blocks never cut a run) passes, and the fake never saw an unmap of
- * part of a mapping (it would have refused it: a leak at close). */
+ * lent blocks never cut a run) passes, the fake never saw an unmap of
+ * part of a mapping (it would have refused it: a leak at close), and no
+ * unmap came before the GPU was done with the blocks freed there (the
+ * fake's precise judge, fed every free; its coarse one, any fence still
+ * incomplete, failed the waiting variant on 23 of 30 seeds where the
+ * precise one fails none; with ps_pool_test_skip_idle_check it fails
+ * every seed of both variants). */
 static void random_runs(int lend, unsigned seed)
 {
     pool_fixture_t f;
@@ -143,15 +168,21 @@ static void random_runs(int lend, unsigned seed)
     }
     enum { LIVE = 48 };
     void *live[LIVE] = {0};
+    size_t sizes[LIVE] = {0};
     srand(seed);
     for (int step = 0; step < 4000; step++) {
         int i = rand() % LIVE;
         if (live[i]) {
+            /* the fake judges each unmap by the frees of its granules (an
+             * unmap is unsafe while no barrier or fence issued after such a
+             * free has completed) */
+            cr_assert_eq(ps_fake_gpu_note_free(f.gpu, live[i], sizes[i]), PS_OK);
             cr_assert_eq(ps_deallocate(f.pool, live[i], 0, PS_STREAM_NONE), PS_OK);
             live[i] = NULL;
         } else {
             size_t size = rand() % 4 ? (size_t)(rand() % 4096 + 1) * 1024 : (size_t)(rand() % 96 + 1) * PS_MiB;
             cr_assert_eq(ps_allocate(f.pool, size, PS_STREAM_NONE, &live[i]), PS_OK, "step %d", step);
+            sizes[i] = size;
         }
         if (step % 97 == 0)
             cr_assert_eq(ps_trim(f.pool), PS_OK);

@@ -1,6 +1,8 @@
 /* first_malloc: the cost of growth as a fresh process sees it.
- *   first_malloc SIZE_GIB      one cudaMalloc of SIZE_GIB GiB after the context
- *                              exists (cudaFree(0)), then its cudaFree
+ *   first_malloc SIZE_GIB [warm]  one cudaMalloc of SIZE_GIB GiB after the context
+ *                              exists (cudaFree(0)), then its cudaFree; warm: after a
+ *                              256 B cudaMalloc + cudaFree, so the growth is timed
+ *                              without the process's first allocation call
  *   first_malloc fill [N]      cudaMalloc 1 GiB blocks until N (default: until the
  *                              first failure, leaving 2 GiB), then free them all
  * Prints one line: "first_malloc: <what> <ms> ms" (host wall time of the
@@ -66,6 +68,11 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "fill")) {
         size_t bytes = (size_t)(atof(argv[1]) * gib);
         void *p = nullptr;
+        if (argc > 2 && !strcmp(argv[2], "warm") &&
+            (cudaMalloc(&p, 256) != cudaSuccess || cudaFree(p) != cudaSuccess)) {
+            printf("first_malloc: FAIL the warm-up pair\n");
+            return 1;
+        }
         double t0 = now_ms();
         cudaError_t e = cudaMalloc(&p, bytes);
         double t1 = now_ms();
@@ -78,7 +85,8 @@ int main(int argc, char **argv)
         double t2 = now_ms();
         cudaFree(p);
         double t3 = now_ms();
-        printf("first_malloc: %s GiB %.3f ms (free %.3f ms)\n", argv[1], t1 - t0, t3 - t2);
+        printf("first_malloc: %s GiB%s %.3f ms (free %.3f ms)\n", argv[1], argc > 2 ? " warm" : "", t1 - t0,
+               t3 - t2);
         return 0;
     }
     size_t limit = argc > 2 ? strtoull(argv[2], nullptr, 10) : 1000000;
