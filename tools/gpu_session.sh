@@ -7,7 +7,7 @@
 #                                      [benchcore] [scaling] [pinned_remap] [ddpt_twogpu] [pinnedpair]
 #                                      [freshthreads] [doors] [context_gate] [walltime] [hotprof] [remap_lend]
 #                                      [suite1] [suite2] [suite2_doors] [floor] [idlequery] [growth] [live]
-#                                      [growthprof]
+#                                      [growthprof] [copybw]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # pinnedpair: issue 16 (host.grow_budget_min): the GPU suite's pinned tests (hazards
 # over the default stack and slabs, their negative controls, the probes, and
@@ -51,6 +51,10 @@
 # walltime: ROUNDS alternated runs of torch_mem (WORKLOADS, CONFIGS, POOLSHIM_VARIANTS)
 # and the wall times side by side (tools/bench/torch_mem/rounds.py); hotprof: psbench
 # random and pairs (static cudart) under the sampling profiler.
+# copybw: device-to-device copy bandwidth of pooled blocks (tools/bench/copy_bw.cu: cudaMemcpy and
+# a copy kernel, 64 MiB / 256 MiB / 1 GiB) natively and per COPYBW_CONFIGS ("label=POOLSHIM_OPTIONS
+# ...", default: the default stack, 4 and 16 MiB pieces, runs from 64 MiB), COPYBW_ROUNDS (4)
+# alternated rounds, medians and ratios to native (about 1 min).
 # Results land under $OUT: gpu/ and bench/ from the scripts, and everything
 # else in one archive, extra.tgz (the device tool returns at most 8 files).
 set -u
@@ -172,6 +176,33 @@ for f in sorted(glob.glob(sys.argv[1] + "/stats_*.json")):
     print(f.rsplit("/", 1)[1], "cuda_time", json.dumps(d.get("cuda_time")), "time_ns", json.dumps(d.get("time_ns")))
 PY
         ;;
+    copybw)
+        echo "=== copybw: device-to-device copies of pooled blocks, ${COPYBW_ROUNDS:-4} alternated rounds"
+        mkdir -p "$OUT/extra/copybw"
+        cb=$OUT/extra/copybw
+        nvcc -O2 -o "$cb/copy_bw" tools/bench/copy_bw.cu >"$cb/build.log" 2>&1 || echo "copybw: build failed"
+        configs=${COPYBW_CONFIGS:-default= piece4=resource.main.expandable_piece=4MiB piece16=resource.main.expandable_piece=16MiB run64=resource.main.expandable_run_min=64MiB}
+        for round in $(seq 1 "${COPYBW_ROUNDS:-4}"); do
+            env -u LD_PRELOAD "$cb/copy_bw" | sed "s/^/$round native /"
+            for c in $configs; do
+                env LD_PRELOAD="$PWD/build/libpoolshim.so" POOLSHIM_OPTIONS="${c#*=}" "$cb/copy_bw" | sed "s/^/$round ${c%%=*} /"
+            done
+        done >"$cb/copybw.txt"
+        python3 - "$cb/copybw.txt" <<'PY'
+import collections, re, statistics, sys
+runs = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    m = re.match(r"(\d+) (\S+) copy_bw: (\S+) (\d+) MiB ([0-9.]+) GB/s", line)
+    if m and m.group(1) != "1":  # the first round apart
+        runs[(m.group(3), m.group(4), m.group(2))].append(float(m.group(5)))
+labels = sorted({k[2] for k in runs}, key=lambda l: (l != "native", l))
+for kind, size in sorted({(k[0], k[1]) for k in runs}, key=lambda k: (k[0], int(k[1]))):
+    base = statistics.median(runs[(kind, size, "native")])
+    cells = ["%s %.0f (%.3f)" % (l, statistics.median(runs[(kind, size, l)]), statistics.median(runs[(kind, size, l)]) / base)
+             for l in labels if runs[(kind, size, l)]]
+    print("copybw: %-6s %5s MiB  %s  GB/s, medians of rounds 2+" % (kind, size, "  ".join(cells)))
+PY
+        grep -E "FAIL|error [^c]" "$cb/copybw.txt" | grep -v cudaSuccess | head -5 ;;
     live)
         # poolshim top beside a PyTorch loop against its exit report, the loop's log exported
         # and opened by torch.cuda._memory_viz, its NVTX ranges under the fake NVTX tool
