@@ -5,7 +5,8 @@
 # process per run. Prints the median milliseconds of each (the first round is
 # printed apart, not in the median) and the ratio to native.
 #   tools/bench/growth.sh BUILD_DIR      (make bench runs it; tools/gpu_session.sh growth)
-# Environment: OUT_DIR (default /tmp/poolshim-growth), ROUNDS, SIZES ("1 8 32 fill"),
+# Environment: OUT_DIR (default /tmp/poolshim-growth), ROUNDS, SIZES ("1 8 32 1:warm fill"; SIZE:warm
+# times the cudaMalloc after a 256 B pair, as in a program that allocated something first),
 # STACKS ("label=POOLSHIM_OPTIONS ..."; "native" is always run), NVCC.
 # Exit status: 1 when a run failed (a cudaMalloc refused, or a block's bytes wrong).
 set -u
@@ -14,7 +15,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 lib=$(realpath -m "$build_dir/libpoolshim.so")
 OUT_DIR=${OUT_DIR:-/tmp/poolshim-growth}
 ROUNDS=${ROUNDS:-4}
-SIZES=${SIZES:-1 8 32 fill}
+SIZES=${SIZES:-1 8 32 1:warm fill}
 STACKS=${STACKS:-default= chunks=resource.main.expandable=0 arena=resource.main.type=arena async=resource.main.type=async}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 NVCC=${NVCC:-$(command -v nvcc || echo "$CUDA_HOME/bin/nvcc")}
@@ -29,10 +30,12 @@ raw=$OUT_DIR/growth.txt
 : >"$raw"
 for round in $(seq 1 "$ROUNDS"); do
     for size in $SIZES; do
-        env -u LD_PRELOAD "$bin" "$size" | sed "s/^/native $round /" >>"$raw"
+        args=("${size%%:*}")
+        [ "$size" != "${size#*:}" ] && args+=("${size#*:}")
+        env -u LD_PRELOAD "$bin" "${args[@]}" | sed "s/^/native $round /" >>"$raw"
         for stack in $STACKS; do
             label=${stack%%=*} options=${stack#*=}
-            env LD_PRELOAD="$lib" POOLSHIM_OPTIONS="$options" "$bin" "$size" 2>&1 |
+            env LD_PRELOAD="$lib" POOLSHIM_OPTIONS="$options" "$bin" "${args[@]}" 2>&1 |
                 sed "s/^/$label $round /" >>"$raw"
         done
     done
