@@ -140,10 +140,12 @@ typedef struct ps_gpu_ops {
     void (*vm_drop)(void *ctx, uint64_t handle);
     /* Access for many mappings at once; all three NULL when not offered
      * (then vm_map and vm_map_handle give access one mapping at a time).
-     * An access call costs about 100 us whatever it covers (H200,
+     * An access call costs about 100 us for one mapping (H200,
      * tests/gpu/vmm_cost_probe.cu: 2 MiB 100 us, 1 GiB 139 us; a create
-     * 13-36 us, a map 1.4-5 us), so a growth of many pieces maps them bare
-     * and gives access once.
+     * 13-36 us, a map 1.4-5 us) and ~31 us more for every further mapping
+     * it covers (tests/gpu/vmm_alias_probe.cu: 64 pieces 2.0 ms), so a
+     * growth of many pieces maps them bare and gives access once: the
+     * fixed part is paid once.
      * vm_map_bare, vm_map_handle_bare: as vm_map / vm_map_handle, but the
      *   memory is not accessible until vm_access covers it.
      * vm_access: makes [addr, addr + size) readable and writable by the

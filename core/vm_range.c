@@ -15,8 +15,9 @@
  *     256 B one mapped 1 GiB - 2 MiB as 511 pieces, 25.8 ms against 0.45 ms
  *     for one run (H200, 2026-11-27, tools/bench/first_malloc.cu warm). When the map is
  *     more than one run and the GPU offers it, every run is mapped bare
- *     and one vm_access covers them all (an access call costs ~100 us
- *     whatever it covers: a 2 MiB piece went from ~115 to ~15 us). On a
+ *     and one vm_access covers them all (an access call costs ~100 us,
+ *     plus ~31 us for every separate mapping it covers: a 2 MiB piece
+ *     went from ~115 to ~45 us; tests/gpu/vmm_alias_probe.cu). On a
  *     failure, the runs this call mapped go back, back to front (kept ones
  *     to the stash, in their old order).
  *  3. unmap(addr, length): the span must be whole runs; vm_unmap each run
