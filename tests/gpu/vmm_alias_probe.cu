@@ -7,17 +7,11 @@
  * Prints microseconds per piece for each step, and the access calls' time.
  * Build: nvcc -O2 -o vmm_alias_probe vmm_alias_probe.cu -lcuda */
 #include <cuda.h>
-#include <cuda_runtime.h>
-#include <cstdio>
-#include <ctime>
 #include <vector>
 
-static double now_us()
-{
-    timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
-}
+#include "gpu_test.h" /* now_ns */
+
+static double now_us() { return now_ns() * 1e-3; }
 
 int main()
 {
@@ -37,40 +31,43 @@ int main()
     cuMemAddressReserve(&b, n * piece, 0, 0, 0);
     cuMemAddressReserve(&c, n * piece, 0, 0, 0);
     std::vector<CUmemGenericAllocationHandle> h(n);
+    /* the n handles mapped one per piece at `base`, or unmapped from there */
+    auto map_all = [&](CUdeviceptr base) {
+        for (int i = 0; i < n; i++)
+            cuMemMap(base + i * piece, piece, 0, h[i], 0);
+    };
+    auto unmap_all = [&](CUdeviceptr base) {
+        for (int i = 0; i < n; i++)
+            cuMemUnmap(base + i * piece, piece);
+    };
     for (int round = 0; round < 3; round++) {
         double t0 = now_us();
         for (int i = 0; i < n; i++)
             cuMemCreate(&h[i], piece, &prop, 0);
         double t1 = now_us();
-        for (int i = 0; i < n; i++)
-            cuMemMap(a + i * piece, piece, 0, h[i], 0);
+        map_all(a);
         double t2 = now_us();
         cuMemSetAccess(a, n * piece, &acc, 1);
         double t3 = now_us();
         cudaMemset((void *)a, 1, n * piece);
         cudaDeviceSynchronize();
         double t4 = now_us();
-        for (int i = 0; i < n; i++)
-            cuMemMap(b + i * piece, piece, 0, h[i], 0);
+        map_all(b);
         double t5 = now_us();
         cuMemSetAccess(b, n * piece, &acc, 1);
         double t6 = now_us();
-        for (int i = 0; i < n; i++)
-            cuMemUnmap(a + i * piece, piece);
+        unmap_all(a);
         double t7 = now_us();
-        for (int i = 0; i < n; i++)
-            cuMemUnmap(b + i * piece, piece);
+        unmap_all(b);
         double t8 = now_us();
-        for (int i = 0; i < n; i++)
-            cuMemMap(c + i * piece, piece, 0, h[i], 0);
+        map_all(c);
         double t9 = now_us();
         cuMemSetAccess(c, n * piece, &acc, 1);
         double t10 = now_us();
         cudaError_t e = cudaMemset((void *)c, 2, n * piece);
         cudaDeviceSynchronize();
         double t11 = now_us();
-        for (int i = 0; i < n; i++)
-            cuMemUnmap(c + i * piece, piece);
+        unmap_all(c);
         double t12 = now_us();
         for (int i = 0; i < n; i++)
             cuMemRelease(h[i]);

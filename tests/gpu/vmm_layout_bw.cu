@@ -15,24 +15,16 @@
  * Used for the piece-size trade-off in docs/design.md ("Several GPUs").
  * Build: nvcc -O2 -o vmm_layout_bw vmm_layout_bw.cu -lcuda */
 #include <cuda.h>
-#include <cuda_runtime.h>
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <ctime>
 #include <vector>
+
+#include "gpu_test.h" /* now_ns */
 
 static const size_t kSize = 256u << 20;
 
-static double now_s()
-{
-    timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
+static double now_s() { return now_ns() * 1e-9; }
 
-#define CK(call)                                                                                   \
+#define CU_CK(call)                                                                                   \
     do {                                                                                           \
         CUresult r_ = (call);                                                                      \
         if (r_ != CUDA_SUCCESS) {                                                                  \
@@ -65,7 +57,7 @@ static Buf make(int dev, const char *layout)
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = dev;
-    CK(cuMemAddressReserve(&b.ptr, kSize, 0, 0, 0));
+    CU_CK(cuMemAddressReserve(&b.ptr, kSize, 0, 0, 0));
     size_t piece = 2u << 20;
     bool one_handle = false;
     if (!strcmp(layout, "pieces4")) piece = 4u << 20;
@@ -74,14 +66,14 @@ static Buf make(int dev, const char *layout)
     if (!strcmp(layout, "one")) one_handle = true;
     if (one_handle) {
         CUmemGenericAllocationHandle h;
-        CK(cuMemCreate(&h, kSize, &prop, 0));
+        CU_CK(cuMemCreate(&h, kSize, &prop, 0));
         b.handles.push_back(h);
-        CK(cuMemMap(b.ptr, kSize, 0, h, 0));
+        CU_CK(cuMemMap(b.ptr, kSize, 0, h, 0));
     } else {
         for (size_t off = 0; off < kSize; off += piece) {
             CUmemGenericAllocationHandle h;
-            CK(cuMemCreate(&h, piece, &prop, 0));
-            CK(cuMemMap(b.ptr + off, piece, 0, h, 0));
+            CU_CK(cuMemCreate(&h, piece, &prop, 0));
+            CU_CK(cuMemMap(b.ptr + off, piece, 0, h, 0));
             b.handles.push_back(h);
         }
     }
@@ -91,7 +83,7 @@ static Buf make(int dev, const char *layout)
         acc[d].location.id = d;
         acc[d].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     }
-    CK(cuMemSetAccess(b.ptr, kSize, acc, g_ndev));
+    CU_CK(cuMemSetAccess(b.ptr, kSize, acc, g_ndev));
     b.make_ms = (now_s() - t0) * 1e3;
     return b;
 }
@@ -105,10 +97,10 @@ static void drop(Buf &b)
     cudaDeviceSynchronize();
     size_t piece = kSize / b.handles.size();
     for (size_t i = 0; i < b.handles.size(); i++)
-        CK(cuMemUnmap(b.ptr + i * piece, piece));
+        CU_CK(cuMemUnmap(b.ptr + i * piece, piece));
     for (auto h : b.handles)
-        CK(cuMemRelease(h));
-    CK(cuMemAddressFree(b.ptr, kSize));
+        CU_CK(cuMemRelease(h));
+    CU_CK(cuMemAddressFree(b.ptr, kSize));
 }
 
 __global__ void copy_kernel(const float4 *a, float4 *b, size_t n)
@@ -153,15 +145,15 @@ static void offset_map_check()
     const size_t piece = 2u << 20;
     CUmemGenericAllocationHandle h;
     CUdeviceptr p;
-    CK(cuMemCreate(&h, 4 * piece, &prop, 0));
-    CK(cuMemAddressReserve(&p, piece, 0, 0, 0));
+    CU_CK(cuMemCreate(&h, 4 * piece, &prop, 0));
+    CU_CK(cuMemAddressReserve(&p, piece, 0, 0, 0));
     CUresult r = cuMemMap(p, piece, piece, h, 0);
     printf("vmm_layout_bw: cuMemMap at offset 2 MiB into a 8 MiB allocation: %d%s\n", (int)r,
            r == CUDA_SUCCESS ? " (supported)" : "");
     if (r == CUDA_SUCCESS)
-        CK(cuMemUnmap(p, piece));
-    CK(cuMemAddressFree(p, piece));
-    CK(cuMemRelease(h));
+        CU_CK(cuMemUnmap(p, piece));
+    CU_CK(cuMemAddressFree(p, piece));
+    CU_CK(cuMemRelease(h));
 }
 
 int main()

@@ -9,15 +9,9 @@
  * configuration in alternated rounds and prints the ratios.
  * Build: nvcc -O2 -o copy_bw copy_bw.cu */
 #include <cstdio>
-#include <ctime>
 #include <cuda_runtime.h>
 
-static double now_s()
-{
-    timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
+#include "bench_gpu.h" /* now_ns */
 
 __global__ void copy_kernel(const float4 *a, float4 *b, size_t n)
 {
@@ -39,13 +33,13 @@ int main()
             double best = 1e9;
             for (int i = 0; i < 11; i++) {
                 cudaDeviceSynchronize();
-                double t0 = now_s();
+                double t0 = now_ns();
                 if (kind == 0)
                     cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
                 else
                     copy_kernel<<<1056, 512>>>((const float4 *)a, (float4 *)b, n / 16);
                 cudaDeviceSynchronize();
-                double t = now_s() - t0;
+                double t = (now_ns() - t0) * 1e-9;
                 if (i && t < best)
                     best = t;
             }
