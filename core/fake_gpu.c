@@ -630,8 +630,7 @@ static int host_barrier_passed(void *ctx, uint64_t generation)
     else if (generation == 0 || dev->barriers_assume_passed || generation <= dev->barriers_completed_upto)
         status = PS_OK;
     else {
-        if (dev->barriers - generation >= PS_BARRIER_RING)
-            generation = dev->barriers - PS_BARRIER_RING + 1;
+        generation = ps_barrier_remembered(dev->barriers, generation);
         if (dev->timed && dev->clock_ns >= dev->barrier_due_ns[generation % PS_BARRIER_RING])
             status = PS_OK;
     }
@@ -653,8 +652,7 @@ static int host_barrier_wait(void *ctx, uint64_t generation)
     if (generation > dev->barriers) {
         status = PS_EINVAL; /* never issued */
     } else if (generation > dev->barriers_completed_upto) {
-        if (dev->barriers - generation >= PS_BARRIER_RING)
-            generation = dev->barriers - PS_BARRIER_RING + 1; /* the oldest remembered: passes later */
+        generation = ps_barrier_remembered(dev->barriers, generation);
         if (dev->timed) {
             uint64_t due = dev->barrier_due_ns[generation % PS_BARRIER_RING], idle = idle_at_locked(dev);
             if (due > dev->clock_ns)

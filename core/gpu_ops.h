@@ -221,6 +221,16 @@ typedef struct ps_gpu_ops {
 /* How many of the newest barriers barrier_passed tells apart. */
 #define PS_BARRIER_RING 8
 
+/* The barrier whose event answers for barrier `generation` (<= `newest`,
+ * the newest issued): itself while the ring remembers it, else the oldest
+ * one the ring remembers, which passes later (barriers complete in issue
+ * order): an answer late, never early. The real table and the fake both
+ * ask it. */
+static inline uint64_t ps_barrier_remembered(uint64_t newest, uint64_t generation)
+{
+    return newest - generation >= PS_BARRIER_RING ? newest - PS_BARRIER_RING + 1 : generation;
+}
+
 /* host_alloc flags: CU_MEMHOSTALLOC_PORTABLE, _DEVICEMAP, _WRITECOMBINED
  * (= cudaHostAllocPortable, cudaHostAllocMapped, cudaHostAllocWriteCombined). */
 #define PS_HOST_ALLOC_PORTABLE 0x1u

@@ -515,8 +515,7 @@ static int live_barrier_wait(void *vctx, uint64_t generation)
     uint64_t newest = atomic_load_explicit(&d->barriers, memory_order_relaxed);
     CUevent e = NULL;
     if (generation <= newest) {
-        if (newest - generation >= PS_BARRIER_RING)
-            generation = newest - PS_BARRIER_RING + 1;
+        generation = ps_barrier_remembered(newest, generation);
         e = d->barrier_events[generation % PS_BARRIER_RING];
     }
     pthread_mutex_unlock(&ps_cuda_streams_lock);
@@ -550,8 +549,7 @@ static int live_barrier_passed(void *vctx, uint64_t generation)
     uint64_t newest = atomic_load_explicit(&d->barriers, memory_order_relaxed);
     int status = PS_EINVAL; /* a barrier never issued */
     if (generation <= newest) {
-        if (newest - generation >= PS_BARRIER_RING)
-            generation = newest - PS_BARRIER_RING + 1;
+        generation = ps_barrier_remembered(newest, generation);
         CUevent e = d->barrier_events[generation % PS_BARRIER_RING];
         status = e ? status_of(ps_real.cuEventQuery(e)) : PS_EUPSTREAM;
     }
