@@ -60,6 +60,53 @@ Test(pool_runs, a_large_request_beside_a_free_tail_is_one_run)
     fixture_close(&f);
 }
 
+Test(pool_runs, the_range_is_reserved_with_the_pool_and_a_failed_reservation_waits_for_the_first_growth)
+{
+    /* the first range is reserved when the pool is made (not by its first
+     * growth); when that fails the pool is made anyway, still expandable,
+     * and its first growth reserves the range (one more try); when that
+     * fails too, the allocation answers "out of memory" and nothing is held */
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    ps_fake_gpu_options_t host = {.virtual_memory = 1};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_RESERVE), 1, "reserved with the pool");
+    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_MAP), 0, "nothing mapped");
+    void *p;
+    cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &p), PS_OK);
+    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_RESERVE), 1, "the first growth reserved nothing more");
+    cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
+    ps_destroy(f.pool);
+
+    /* the reservation at creation fails: the first growth reserves */
+    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_HOST_OP_VM_RESERVE, 2, PS_ENOMEM), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    cr_assert(ps_pool_is_expandable(f.pool));
+    cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &p), PS_OK);
+    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_RESERVE), 3, "reserved by the first growth");
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
+    ps_destroy(f.pool);
+
+    /* every reservation fails (the one at creation, the growth's and the
+     * pool's retry after out of memory): out of memory, nothing reserved
+     * or mapped, and the next try works */
+    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_HOST_OP_VM_RESERVE, 4, PS_ENOMEM), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_HOST_OP_VM_RESERVE, 5, PS_ENOMEM), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_HOST_OP_VM_RESERVE, 6, PS_ENOMEM), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &p), PS_ENOMEM);
+    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_RESERVE), 6);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0);
+    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_MAP), 2, "no map since the first pool's");
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &p), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
+    fixture_close(&f);
+}
+
 Test(pool_runs, run_min_zero_maps_piece_by_piece)
 {
     /* the negative control of the test above: without runs the same
