@@ -415,6 +415,8 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
 static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t stream)
 {
     pool_t *pool = (pool_t *)r;
+    if (__builtin_expect(!atomic_load_explicit(&pool->freed, memory_order_relaxed), 0))
+        atomic_store_explicit(&pool->freed, 1, memory_order_relaxed); /* (setup runs end here) */
     int stream_ordered = ps_reuse_stream_ordered(stream);
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
@@ -583,6 +585,7 @@ void ps_pool_options_default(ps_pool_options_t *opts)
         .expandable_reserve = 0,
         .expandable_piece = 2 * PS_MiB,
         .expandable_run_min = PS_GiB,
+        .expandable_setup_run_min = 64 * PS_MiB,
         .barrier_pending_percent = PS_REUSE_BARRIER_PENDING_PERCENT,
         .small_from_back = PS_MiB,
         .release_threshold = UINT64_MAX,

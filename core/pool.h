@@ -56,6 +56,11 @@ typedef struct ps_pool_options {
     size_t expandable_run_min; /* a growth of at least this many bytes maps one physical run
                                  (one create, map and access call); smaller ones piece by piece.
                                  A run goes back only whole. 0 = always piece by piece */
+    size_t expandable_setup_run_min; /* until the pool's first free, a growth for a request of at least
+                                 this many bytes maps one run too (default 64 MiB; 0 = off): the
+                                 buffers a program makes at its start (weights, peer and
+                                 communication buffers) then cost no copy one call per piece and
+                                 register by one handle */
     unsigned barrier_pending_percent; /* free_sync barrier: an allocation issues a barrier once pending
                                  bytes exceed this % of reserved bytes (default 3; 0 = only when
                                  nothing fits). Lower: less memory, more barriers */
@@ -187,9 +192,10 @@ void ps_pool_test_skip_idle_check(int on);
  * still uses them. Process-wide. */
 void ps_pool_test_return_lent_at_once(int on);
 
-/* The decay's estimate of how long giving memory back takes, in picoseconds
- * per byte (core/pool_decay.c, 8.): the tests set it; 0 turns the early
- * start off. */
-void ps_pool_decay_set_release_rate(uint64_t ps_per_byte);
+/* The decay's estimate of how long giving memory back takes, in
+ * nanoseconds per run or chunk (core/pool_decay.c, 8.): the tests set it;
+ * 0 turns the early start off. The default is where every process starts. */
+void ps_pool_decay_set_release_rate(uint64_t ns_per_run);
+uint64_t ps_pool_decay_release_rate_default(void);
 
 #endif

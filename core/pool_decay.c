@@ -48,12 +48,25 @@
  *  8. Giving back takes time (the CUDA calls: ~29 us per 2 MiB piece, 0.35
  *     ms per 1 GiB run on an H200, tests/gpu/unmap_cost_probe.cu), and a
  *     neighbour waits for it. So an idle pool starts early by the time its
- *     give-back is expected to take: the free bytes times a rate that every
- *     give-back of 64 MiB or more measures (a moving average over every
- *     pool, starting at 21 ps a byte: tests/gpu/decay_idle.cu's 112 GiB of
- *     2 MiB pieces in 2.5 s on an H200), at most three quarters of the
- *     window: the pool is idle if it was idle over the window less that
- *     lead, and then it keeps only what it used in that shorter window.
+ *     give-back is expected to take, at most three quarters of the window:
+ *     the pool is idle if it was idle over the window less that lead, and
+ *     then it keeps only what it used in that shorter window. The time is
+ *     counted mostly in runs (and chunks), which is what the calls cost
+ *     by: the free bytes over the pool's mean run (reserved bytes over
+ *     runs mapped now) times a time per run, plus RELEASE_PS_PER_BYTE for
+ *     each byte. Every give-back of RATE_SAMPLE_RUNS or more measures the
+ *     time per run (a moving average over every pool, starting at 44 us:
+ *     tests/gpu/decay_idle.cu's 112 GiB of 2 MiB pieces in 2.5 s on an
+ *     H200); the byte term is fixed (1,789 runs of 64 MiB took 202 ms on
+ *     an H200, 113 us each: 44 us a run and ~1 ps a byte; a neighbour
+ *     process had that memory 0.92 s into a 1 s decay and 4.90 s into the
+ *     default 5 s, tests/gpu/neighbours.cu). Counted in
+ *     bytes alone, as before 2026-11-27, 112 GiB in 64 MiB runs (made
+ *     before the first free, expandable_setup_run_min) looked as slow as
+ *     in pieces and went back after 0.32 s of a 1 s decay (2 x H200). A
+ *     pool whose free memory is in smaller runs than its mean (pieces
+ *     beside one big run) starts late rather than early: back a little
+ *     after decay_ms.
  *     Memory a program freed is then back within decay_ms of its last
  *     allocation, not decay_ms plus the unmapping (112 GiB: 2.5 s more).
  *     The cap bounds how short a pause may be taken for idleness: with the
@@ -74,32 +87,43 @@
 /* The least slack of a busy pool (4. above). */
 #define DECAY_SLACK_MIN (2 * PS_MiB)
 
-/* 8. above: picoseconds a byte given back takes, a moving average over
- * every pool's give-backs of at least RATE_SAMPLE_MIN (the start: 2 MiB
- * pieces on an H200). Read and written without a lock: a lost update only
- * delays the average by one sample. */
-static _Atomic uint64_t release_ps_per_byte = 21;
-#define RATE_SAMPLE_MIN (64 * PS_MiB)
+/* 8. above: nanoseconds one run (or chunk) given back takes, a moving
+ * average over every pool's give-backs of at least RATE_SAMPLE_RUNS (the
+ * start: 2 MiB pieces on an H200). Read and written without a lock: a
+ * lost update only delays the average by one sample. */
+#define RELEASE_NS_PER_RUN_START 44000
+static _Atomic uint64_t release_ns_per_run = RELEASE_NS_PER_RUN_START;
+#define RATE_SAMPLE_RUNS 16
+#define RELEASE_PS_PER_BYTE 1
 
-void ps_pool_decay_set_release_rate(uint64_t ps_per_byte) { atomic_store(&release_ps_per_byte, ps_per_byte); }
+void ps_pool_decay_set_release_rate(uint64_t ns_per_run) { atomic_store(&release_ns_per_run, ns_per_run); }
+uint64_t ps_pool_decay_release_rate_default(void) { return RELEASE_NS_PER_RUN_START; }
 
 /* How much earlier than the window an idle pool starts to give back (8.). */
 static uint64_t early_start_ns(const pool_t *pool, uint64_t window_ns)
 {
     uint64_t free_bytes = pool->bytes_reserved > pool->bytes_in_use ? pool->bytes_reserved - pool->bytes_in_use : 0;
-    uint64_t rate = atomic_load_explicit(&release_ps_per_byte, memory_order_relaxed);
-    uint64_t lead = rate && free_bytes > UINT64_MAX / rate ? UINT64_MAX : free_bytes * rate / 1000;
+    uint64_t mapped = pool->upstream_allocs > pool->upstream_frees ? pool->upstream_allocs - pool->upstream_frees : 0;
+    if (!free_bytes || !mapped)
+        return 0;
+    uint64_t mean_run = pool->bytes_reserved / mapped ? pool->bytes_reserved / mapped : 1;
+    uint64_t runs = (free_bytes + mean_run - 1) / mean_run;
+    uint64_t rate = atomic_load_explicit(&release_ns_per_run, memory_order_relaxed);
+    if (!rate)
+        return 0; /* (the tests' switch) */
+    uint64_t lead = runs > UINT64_MAX / rate ? UINT64_MAX : runs * rate + free_bytes / 1000 * RELEASE_PS_PER_BYTE;
     uint64_t cap = window_ns / 4 * 3;
     return lead < cap ? lead : cap;
 }
 
 /* Takes one give-back's duration into the rate (8.). */
-static void measure_release(uint64_t bytes, uint64_t ns)
+static void measure_release(uint64_t runs, uint64_t bytes, uint64_t ns)
 {
-    if (bytes < RATE_SAMPLE_MIN)
+    if (runs < RATE_SAMPLE_RUNS)
         return;
-    uint64_t sample = ns * 1000 / bytes, old = atomic_load_explicit(&release_ps_per_byte, memory_order_relaxed);
-    atomic_store_explicit(&release_ps_per_byte, (3 * old + sample) / 4, memory_order_relaxed);
+    uint64_t by_bytes = bytes / 1000 * RELEASE_PS_PER_BYTE;
+    uint64_t sample = ns > by_bytes ? (ns - by_bytes) / runs : 0, old = atomic_load_explicit(&release_ns_per_run, memory_order_relaxed);
+    atomic_store_explicit(&release_ns_per_run, (3 * old + sample) / 4, memory_order_relaxed);
 }
 
 /* 3. above: keep and idleness over the window ending at `now_ns`. */
@@ -180,9 +204,9 @@ uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64
         uint64_t passed = pool_newest_passed_locked(pool);
         for (;;) { /* DECAY_STEP at a time, the lock let go in between (7. above) */
             uint64_t step = pool->bytes_reserved > target + DECAY_STEP ? pool->bytes_reserved - DECAY_STEP : target;
-            uint64_t started = ps_now_ns();
+            uint64_t started = ps_now_ns(), frees = pool->upstream_frees;
             uint64_t g = pool_release_idle_locked(pool, step, passed);
-            measure_release(g, ps_now_ns() - started);
+            measure_release(pool->upstream_frees - frees, g, ps_now_ns() - started);
             given += g;
             if (!g || pool->bytes_reserved <= target)
                 break;

@@ -730,10 +730,34 @@ static int remap_for_growth_locked(pool_t *pool, growth_plan_t *plan, size_t nee
     return 1;
 }
 
-/* Maps `plan` for a request of `need` bytes (one run when need is at least
- * expandable_run_min, though a free neighbour covers part of it) and cuts
- * it out of its unmapped block as a ready free block (merged with its free
- * neighbours); *grown = that block. Needs two reserved descriptors. */
+/* Whether a growth for a request of `need` bytes maps its new memory as one
+ * run whatever its size (else core/vm_range.c's own rule: a map of at least
+ * run_min bytes is one run, a smaller one a run per piece):
+ *  - the request is at least expandable_run_min, though a free neighbour
+ *    covers part of it (a 1 GiB cudaMalloc after a 256 B one mapped
+ *    1 GiB - 2 MiB as 511 pieces, 25.8 ms against 0.45 ms for one run;
+ *    H200, 2026-11-27, tools/bench/first_malloc.cu warm);
+ *  - setup: nothing was freed to the pool yet and the request is at least
+ *    expandable_setup_run_min. What a program makes before its first free
+ *    it mostly keeps (weights, workspaces, peer and communication
+ *    buffers); in one piece its copies run at native speed (the copy
+ *    engine pays ~0.45 us per physical allocation it crosses: 256 MiB
+ *    peer copies 0.94-0.97x native in 2 MiB pieces) and NCCL registers it
+ *    by one handle. The loop's growths, after the first free, stay
+ *    pieces, which remap can move (docs/design.md, "Runs"). */
+static int run_wanted(const pool_t *pool, size_t need)
+{
+    const ps_pool_options_t *o = &pool->options;
+    if (o->expandable_run_min && need >= o->expandable_run_min)
+        return 1;
+    return o->expandable_setup_run_min && need >= o->expandable_setup_run_min &&
+           !atomic_load_explicit(&pool->freed, memory_order_relaxed);
+}
+
+/* Maps `plan` for a request of `need` bytes (run_wanted says whether in one
+ * run) and cuts it out of its unmapped block as a ready free block (merged
+ * with its free neighbours); *grown = that block. Needs two reserved
+ * descriptors. */
 static int map_planned_locked(pool_t *pool, const growth_plan_t *plan, size_t need, uint32_t *grown)
 {
     const ps_pool_options_t *o = &pool->options;
@@ -741,7 +765,7 @@ static int map_planned_locked(pool_t *pool, const growth_plan_t *plan, size_t ne
         return PS_ENOMEM;
     ps_vm_range_t *range = pool->chunks[pool->blocks[plan->block].chunk].range;
     uint64_t maps = range->maps;
-    int status = ps_vm_range_map_kept(range, plan->start, plan->length, &pool->stash, need);
+    int status = ps_vm_range_map_kept(range, plan->start, plan->length, &pool->stash, run_wanted(pool, need));
     if (status != PS_OK)
         return status;
     pool_block_t *b = &pool->blocks[plan->block];

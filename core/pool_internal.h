@@ -153,6 +153,8 @@ typedef struct pool {
     pool_decay_tick_t decay_ring[DECAY_TICKS]; /* decay: the last ticks, oldest overwritten */
     unsigned decay_next;        /* decay: the ring's next slot */
 
+    atomic_int freed;           /* 1 once a block was freed to the pool (expandable_setup_run_min);
+                                   written before any lock, read under the pool's lock */
     int eager_barrier;          /* 1: free_sync barrier with barrier_pending_percent > 0 */
     int expandable;             /* 1: growth maps pieces of virtual-memory ranges, not chunks */
     uint32_t unmapped_head;     /* UNMAPPED blocks, linked by prev_free/next_free */

@@ -8,12 +8,10 @@
  *  2. map(addr, length): every piece must be unmapped. From the front:
  *     while the top of the stash (map_kept) holds a run that fits in what
  *     is left, map it there (vm_map_handle: the same memory); then the
- *     rest: one run (one vm_map: create + map + access) when the whole map,
- *     or the request it serves (map_kept's `request`), is at least run_min
- *     bytes, else one run per piece. The request counts because a growth
- *     maps only what its free neighbour lacks: a 1 GiB cudaMalloc after a
- *     256 B one mapped 1 GiB - 2 MiB as 511 pieces, 25.8 ms against 0.45 ms
- *     for one run (H200, 2026-11-27, tools/bench/first_malloc.cu warm). When the map is
+ *     rest: one run (one vm_map: create + map + access) when the whole map
+ *     is at least run_min bytes or the owner asks for one run (map_kept's
+ *     `one_run`: the pool's rule looks at the request the map serves,
+ *     core/pool_expandable.c), else one run per piece. When the map is
  *     more than one run and the GPU offers it, every run is mapped bare
  *     and one vm_access covers them all (an access call costs ~100 us,
  *     plus ~31 us for every separate mapping it covers: a 2 MiB piece
@@ -272,7 +270,7 @@ int ps_vm_range_unmap_keep(ps_vm_range_t *range, uintptr_t addr, size_t length, 
 
 /* Maps [addr, addr + length): runs from the top of `stash` while one fits
  * (NULL or empty: none), then new memory (2. above). */
-static int map_runs(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash, size_t request)
+static int map_runs(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash, int one_run)
 {
     const ps_gpu_ops_t *gpu = range->gpu;
     size_t first = piece_index(range, addr), end = piece_index(range, addr + length);
@@ -281,10 +279,10 @@ static int map_runs(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_s
     for (size_t i = first; i < end; i++)
         if (range->handles[i])
             return PS_EINVAL;
-    /* new memory: one run when the map, or the request it serves, is at
-     * least run_min, else piece by piece */
+    /* new memory: one run when the map is at least run_min or the owner
+     * asks for one, else piece by piece */
     size_t bytes = (end - first) * range->piece;
-    size_t run_pieces = range->run_min && (bytes >= range->run_min || request >= range->run_min) ? end - first : 1;
+    size_t run_pieces = one_run || (range->run_min && bytes >= range->run_min) ? end - first : 1;
     size_t kept_end = first; /* runs before this piece came from the stash */
     size_t i = first;
     int status = PS_OK;
@@ -340,9 +338,9 @@ int ps_vm_range_map(ps_vm_range_t *range, uintptr_t addr, size_t length)
 }
 
 int ps_vm_range_map_kept(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash,
-                         size_t request)
+                         int one_run)
 {
-    return map_runs(range, addr, length, stash, request);
+    return map_runs(range, addr, length, stash, one_run);
 }
 
 void ps_vm_stash_drop(const ps_gpu_ops_t *gpu, ps_vm_stash_t *stash)

@@ -6,9 +6,10 @@
  * *pieces* of equal size (a multiple of the device's granularity): the
  * unit of addresses, planning and accounting. Physical memory comes in
  * *runs*: one physical allocation (vm_map) covering one or more adjacent
- * pieces. A map of at least run_min bytes, or one that serves a request of
- * at least run_min bytes, is one run (one create, one map, one access call
- * instead of one of each per piece); a smaller one is a run per piece. A run is mapped and unmapped whole,
+ * pieces. A map of at least run_min bytes, or one its owner asks to be one
+ * run (ps_vm_range_map_kept), is one run (one create, one map, one access
+ * call instead of one of each per piece); a smaller one is a run per
+ * piece. A run is mapped and unmapped whole,
  * so memory goes back from the middle of the range in whole runs: the
  * callers ask which part of a span is whole runs (ps_vm_range_whole_runs)
  * before they unmap or lend it.
@@ -89,11 +90,10 @@ int ps_vm_range_unmap_keep(ps_vm_range_t *range, uintptr_t addr, size_t length, 
 /* As ps_vm_range_map, taking runs from the top of `stash` first
  * (vm_map_handle) while the top run fits in what is left to map; the rest
  * is created as by ps_vm_range_map, except that it is one run also when
- * `request` (the bytes of the allocation this map serves, which a free
- * neighbour may partly cover; 0: none) is at least run_min. On error the
- * range is as before and the stash holds what it held. */
+ * `one_run` is set (the owner's rule: core/pool_expandable.c, run_wanted).
+ * On error the range is as before and the stash holds what it held. */
 int ps_vm_range_map_kept(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash,
-                         size_t request);
+                         int one_run);
 /* Frees the memory of every run left in `stash` (vm_drop); keeps the array. */
 void ps_vm_stash_drop(const ps_gpu_ops_t *gpu, ps_vm_stash_t *stash);
 /* Frees the array (the stash must be empty). */

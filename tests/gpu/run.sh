@@ -384,15 +384,22 @@ shim expandable "doors.driver>0 expandable==1" -- expandable_static
 # needs neither; POOLSHIM_TEST_ASSUME_IDLE=1 (every barrier counts as passed),
 # POOLSHIM_TEST_RETURN_LENT=1 (lent addresses unmapped at once) and POOLSHIM_TEST_WAIT_RETURNS=1 (the
 # wait returns at once) must make the busy run fault: the negative controls
+# A (256 MiB, made before any free) must be pieces, as in a loop: as a setup run
+# (expandable_setup_run_min) the 1 MiB block cut from its hole would pin it and nothing would move.
+pieces=resource.main.expandable_setup_run_min=0
 for mode in busy idle; do native remap_idle_$mode remap_idle_static $mode; done
-shim remap_idle_busy "doors.driver>0 expandable==1 remaps_lent>0 remap_waits==0 remaps_idle==0" -- remap_idle_static busy
+shim remap_idle_busy "doors.driver>0 expandable==1 remaps_lent>0 remap_waits==0 remaps_idle==0" \
+    POOLSHIM_OPTIONS=$pieces -- remap_idle_static busy
 shim remap_idle_busy_wait "doors.driver>0 expandable==1 remap_waits>0 remaps_idle==0 remaps_lent==0" \
-    POOLSHIM_OPTIONS=resource.main.remap_lend=0 -- remap_idle_static busy
-shim remap_idle_idle "doors.driver>0 expandable==1 remaps_idle>0 remap_syncs==0" -- remap_idle_static idle
-expect_corruption remap_idle_assume_idle_expected_failure POOLSHIM_TEST_ASSUME_IDLE=1 -- remap_idle_static busy
-expect_corruption remap_idle_return_lent_expected_failure POOLSHIM_TEST_RETURN_LENT=1 -- remap_idle_static busy
+    POOLSHIM_OPTIONS=resource.main.remap_lend=0,$pieces -- remap_idle_static busy
+shim remap_idle_idle "doors.driver>0 expandable==1 remaps_idle>0 remap_syncs==0" POOLSHIM_OPTIONS=$pieces \
+    -- remap_idle_static idle
+expect_corruption remap_idle_assume_idle_expected_failure POOLSHIM_TEST_ASSUME_IDLE=1 POOLSHIM_OPTIONS=$pieces \
+    -- remap_idle_static busy
+expect_corruption remap_idle_return_lent_expected_failure POOLSHIM_TEST_RETURN_LENT=1 POOLSHIM_OPTIONS=$pieces \
+    -- remap_idle_static busy
 expect_corruption remap_idle_wait_returns_expected_failure POOLSHIM_TEST_WAIT_RETURNS=1 \
-    POOLSHIM_OPTIONS=resource.main.remap_lend=0 -- remap_idle_static busy
+    POOLSHIM_OPTIONS=resource.main.remap_lend=0,$pieces -- remap_idle_static busy
 # release_threshold: cudaDeviceSynchronize gives free memory back (and keeps it without the option)
 native release_threshold release_threshold_static released
 shim release_threshold "doors.driver>0 upstream.frees>0" \

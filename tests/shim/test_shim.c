@@ -2188,12 +2188,17 @@ Test(barrier, no_join_switch_leaves_busy_streams_out)
  * every query answers not ready that many times) it waits for the barrier
  * that released them (cuEventSynchronize of its event, barrier_wait), or,
  * with the barriers skipped (no event to wait for), synchronizes. */
-/* lend: remap_lend (the default 1; 0: the host waits for busy pieces). */
+/* lend: remap_lend (the default 1; 0: the host waits for busy pieces).
+ * The scenario's first block (64 MiB, made before any free) must be pieces:
+ * as a setup run (expandable_setup_run_min) the small block cut from its
+ * back would pin it, and nothing would move. */
+#define REMAP_PIECES "resource.main.expandable_setup_run_min=0"
 static void expect_remap_as(const char *env, int lend, double syncs, double idle, double waits, double lent)
 {
     char full[512];
     snprintf(full, sizeof full,
-             "FAKE_CUDA_VMM=1 POOLSHIM_STATS=json POOLSHIM_OPTIONS=resource.main.expandable=1,resource.main.remap_lend=%d %s",
+             "FAKE_CUDA_VMM=1 POOLSHIM_STATS=json "
+             "POOLSHIM_OPTIONS=resource.main.expandable=1,resource.main.remap_lend=%d," REMAP_PIECES " %s",
              lend, env);
     expect_pass(1, full, "prog_runtime remap", "shim active");
     cr_expect_eq(json_number(output, "remap_syncs"), syncs, "%s:\n%s", env, output);
@@ -2208,8 +2213,8 @@ static void expect_remap_waits(const char *env, double syncs, double idle, doubl
 static void expect_remap(const char *env, double syncs, double idle)
 {
     char full[512];
-    snprintf(full, sizeof full, "FAKE_CUDA_VMM=1 POOLSHIM_STATS=json POOLSHIM_OPTIONS=resource.main.expandable=1 %s",
-             env);
+    snprintf(full, sizeof full,
+             "FAKE_CUDA_VMM=1 POOLSHIM_STATS=json POOLSHIM_OPTIONS=resource.main.expandable=1," REMAP_PIECES " %s", env);
     expect_pass(1, full, "prog_runtime remap", "shim active");
     cr_expect_eq(json_number(output, "remap_syncs"), syncs, "%s:\n%s", env, output);
     cr_expect_eq(json_number(output, "remaps_idle"), idle, "%s:\n%s", env, output);
@@ -2229,7 +2234,8 @@ Test(remap, a_reset_gives_back_lent_memory_once)
 {
     /* (the exit statistics are the new context's: the program checks the
      * fake driver's counters around the reset itself) */
-    expect_pass(1, "FAKE_CUDA_VMM=1 FAKE_CUDA_EVENTS_PENDING=1000000", "prog_runtime remap_reset", "shim active");
+    expect_pass(1, "FAKE_CUDA_VMM=1 FAKE_CUDA_EVENTS_PENDING=1000000 POOLSHIM_OPTIONS=" REMAP_PIECES,
+                "prog_runtime remap_reset", "shim active");
     cr_expect(strstr(output, "released once by the reset"), "%s", output);
 }
 Test(remap, with_barriers_skipped_there_is_nothing_to_wait_for_so_it_synchronizes)

@@ -677,3 +677,16 @@ Test(config_build, expandable_run_min_reaches_the_pool_and_defaults_to_1_gib)
     cr_assert_eq(main_pool_options(cfg).expandable_run_min, 0, "0: always piece by piece");
     ps_config_free(cfg);
 }
+
+Test(config_build, expandable_setup_run_min_reaches_the_pool_and_defaults_to_64_mib)
+{
+    ps_config_t *cfg = load("[resource.main]\ntype = pool\n");
+    cr_assert_eq(main_pool_options(cfg).expandable_setup_run_min, 64 * PS_MiB, "the default: setup runs from 64 MiB");
+    ps_config_free(cfg);
+    cfg = load("[resource.main]\ntype = pool\nexpandable_setup_run_min = 256MiB\n");
+    cr_assert_eq(main_pool_options(cfg).expandable_setup_run_min, 256 * PS_MiB);
+    ps_config_free(cfg);
+    cfg = load("[resource.main]\ntype = pool\nexpandable_setup_run_min = 0\n");
+    cr_assert_eq(main_pool_options(cfg).expandable_setup_run_min, 0, "0: off");
+    ps_config_free(cfg);
+}

@@ -114,43 +114,66 @@ Test(pool_decay, a_busy_pool_gives_back_what_it_no_longer_needs)
 /* 8. of core/pool_decay.c: an idle pool whose give-back is expected to take
  * long starts early, by that time (at most 3/4 of the window), so the memory
  * is back about decay_ms after the last allocation; with the estimate at 0
- * it starts when the whole window was idle. Ticks as shim/give_back.c makes
- * them: every quarter of DECAY, over a window of DECAY less one tick. */
-static uint64_t first_give_back_at(uint64_t rate_ps_per_byte)
+ * it starts when the whole window was idle. The time is counted in runs:
+ * 256 MiB made before the first free is 4 runs of 64 MiB
+ * (expandable_setup_run_min), with setup runs off 128 pieces. Ticks as
+ * shim/give_back.c makes them: every quarter of DECAY, over a window of
+ * DECAY less one tick. */
+static uint64_t first_give_back_at(uint64_t ns_per_run, int pieces)
 {
     pool_fixture_t f;
-    open_decay_pool(&f);
+    ps_pool_options_t o = small_pool_options();
+    if (pieces)
+        o.expandable_setup_run_min = 0;
+    ps_fake_gpu_options_t host = {.virtual_memory = 1};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
     ps_fake_gpu_set_auto_complete(f.gpu, 1);
     void *p[4];
     for (int i = 0; i < 4; i++)
         cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p[i]), PS_OK);
+    cr_assert_eq(fixture_info(f.pool).upstream_allocs, pieces ? 128 : 4, "the layout: %s", pieces ? "pieces" : "runs");
     for (int i = 0; i < 4; i++)
         cr_assert_eq(ps_deallocate(f.pool, p[i], 0, PS_STREAM_NONE), PS_OK);
     uint64_t at = 0;
     for (uint64_t t = DECAY / 4; t <= 3 * DECAY && !at; t += DECAY / 4) {
-        ps_pool_decay_set_release_rate(rate_ps_per_byte); /* (each give-back measures the fake's speed) */
+        ps_pool_decay_set_release_rate(ns_per_run); /* (each give-back measures the fake's speed) */
         if (ps_decay(f.pool, t, DECAY - DECAY / 4, 0))
             at = t;
     }
-    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0, "all given back (rate %llu: first at %.2f s)",
-                 (unsigned long long)rate_ps_per_byte, at / 1e9);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0, "all given back (%llu ns a run: first at %.2f s)",
+                 (unsigned long long)ns_per_run, at / 1e9);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     fixture_close(&f);
-    ps_pool_decay_set_release_rate(21);
+    ps_pool_decay_set_release_rate(ps_pool_decay_release_rate_default());
     return at;
 }
 
 Test(pool_decay, an_idle_pool_whose_give_back_takes_long_starts_early)
 {
-    uint64_t whole = first_give_back_at(0);
-    uint64_t small = first_give_back_at(14);     /* 256 MiB of 2 MiB pieces: ~4 ms, less than a tick */
-    uint64_t early = first_give_back_at(4470);   /* ~1.2 s expected: a tick earlier */
-    uint64_t capped = first_give_back_at(1000000); /* far longer than the window: 3/4 of it, two ticks */
+    uint64_t whole = first_give_back_at(0, 0);
+    uint64_t small = first_give_back_at(1000000, 0);       /* 4 runs, ~4 ms: less than a tick */
+    uint64_t early = first_give_back_at(300000000, 0);     /* ~1.2 s expected: a tick earlier */
+    uint64_t capped = first_give_back_at(10000000000, 0);  /* far longer than the window: 3/4 of it, two ticks */
     cr_assert_eq(whole, DECAY, "without the estimate, a decay after the last allocation: %.2f s", whole / 1e9);
     cr_assert_eq(small, whole, "a short give-back does not start early: %.2f s", small / 1e9);
     cr_assert_eq(early, whole - DECAY / 4, "a tick early: %.2f s", early / 1e9);
     cr_assert_eq(capped, whole - 2 * DECAY / 4, "at most three quarters of the window early (not at the first tick): %.2f s",
                  capped / 1e9);
+}
+
+Test(pool_decay, the_estimate_counts_runs_not_bytes)
+{
+    /* the same 256 MiB at the same time per run: 128 pieces take ~1.2 s
+     * to unmap and start a tick early; 4 runs take ~38 ms and do not (in
+     * bytes both looked the same, and 112 GiB of 64 MiB runs went back at
+     * a third of a 1 s decay on two H200s) */
+    uint64_t whole = first_give_back_at(0, 0);
+    uint64_t pieces = first_give_back_at(9400000, 1);
+    uint64_t runs = first_give_back_at(9400000, 0);
+    cr_assert_eq(pieces, whole - DECAY / 4, "128 pieces: a tick early (%.2f s)", pieces / 1e9);
+    cr_assert_eq(runs, whole, "4 runs: no earlier than the window (%.2f s)", runs / 1e9);
 }
 
 Test(pool_decay, a_capture_keeps_pending_memory)

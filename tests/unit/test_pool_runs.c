@@ -1,5 +1,7 @@
-/* Runs (core/vm_range.h, option expandable_run_min): a growth of at least
- * run_min bytes maps one physical allocation instead of one per piece; a
+/* Runs (core/vm_range.h, options expandable_run_min and
+ * expandable_setup_run_min): a growth of at least run_min bytes, or before
+ * the pool's first free one for a request of at least setup_run_min, maps
+ * one physical allocation instead of one per piece; a
  * run goes back only whole, and remap and trim never cut one. The fake
  * device (core/fake_gpu.c) refuses an unmap whose size is not that of the
  * mapping, as CUDA refuses a cuMemUnmap of part of a mapping. */
@@ -9,11 +11,13 @@
 #include <string.h>
 
 /* An expandable pool over a fake device with virtual memory (2 MiB
- * granularity), run_min as given, no remap unless asked. */
-static void open_runs_pool(pool_fixture_t *f, size_t run_min, int remap, size_t capacity)
+ * granularity), run_min and expandable_setup_run_min as given, no remap
+ * unless asked. */
+static void open_runs_pool_setup(pool_fixture_t *f, size_t run_min, size_t setup_run_min, int remap, size_t capacity)
 {
     ps_pool_options_t o = small_pool_options();
     o.expandable_run_min = run_min;
+    o.expandable_setup_run_min = setup_run_min;
     o.remap = remap;
     o.remap_lend = remap;
     ps_fake_gpu_options_t host = {.virtual_memory = 1, .capacity = capacity};
@@ -21,6 +25,12 @@ static void open_runs_pool(pool_fixture_t *f, size_t run_min, int remap, size_t 
     cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, &o, &f->pool), PS_OK);
     cr_assert(ps_pool_is_expandable(f->pool));
+}
+
+/* The same without setup runs (the tests of run_min alone). */
+static void open_runs_pool(pool_fixture_t *f, size_t run_min, int remap, size_t capacity)
+{
+    open_runs_pool_setup(f, run_min, 0, remap, capacity);
 }
 
 Test(pool_runs, a_large_growth_is_one_physical_allocation)
@@ -37,6 +47,51 @@ Test(pool_runs, a_large_growth_is_one_physical_allocation)
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, big, 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, small, 0, PS_STREAM_NONE), PS_OK);
+    fixture_close(&f);
+}
+
+Test(pool_runs, until_the_first_free_a_setup_sized_request_is_one_run)
+{
+    /* expandable_setup_run_min: what a program makes before its first free
+     * (weights, peer buffers) is one physical allocation from 64 MiB up;
+     * after the first free the loop's growths map pieces again, which
+     * remap can move */
+    pool_fixture_t f;
+    open_runs_pool_setup(&f, PS_GiB, 64 * PS_MiB, 1, 0);
+    void *a, *b, *small, *c;
+    uint64_t maps = ps_fake_gpu_vm_maps(f.gpu);
+    cr_assert_eq(ps_allocate(f.pool, 96 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_fake_gpu_vm_maps(f.gpu), maps + 1, "96 MiB before any free: one run, not 48 pieces");
+    cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &b), PS_OK);
+    cr_assert_eq(ps_fake_gpu_vm_maps(f.gpu), maps + 2, "64 MiB (the threshold itself): one run");
+    cr_assert_eq(ps_allocate(f.pool, 8 * PS_MiB, PS_STREAM_NONE, &small), PS_OK);
+    cr_assert_eq(ps_fake_gpu_vm_maps(f.gpu), maps + 6, "below the threshold: piece by piece (4 pieces)");
+    cr_assert_eq(ps_deallocate(f.pool, small, 0, PS_STREAM_NONE), PS_OK);
+    maps = ps_fake_gpu_vm_maps(f.gpu);
+    cr_assert_eq(ps_allocate(f.pool, 96 * PS_MiB, PS_STREAM_NONE, &c), PS_OK);
+    uint64_t grown = ps_fake_gpu_vm_maps(f.gpu) - maps;
+    cr_assert(grown >= 40, "after the first free, 96 MiB maps pieces again (%llu maps)", (unsigned long long)grown);
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, b, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, c, 0, PS_STREAM_NONE), PS_OK);
+    fixture_close(&f);
+}
+
+Test(pool_runs, setup_runs_off_maps_piece_by_piece)
+{
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    o.expandable_setup_run_min = 0;
+    ps_fake_gpu_options_t host = {.virtual_memory = 1};
+    cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    uint64_t maps = ps_fake_gpu_vm_maps(f.gpu);
+    void *a;
+    cr_assert_eq(ps_allocate(f.pool, 96 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
+    cr_assert_eq(ps_fake_gpu_vm_maps(f.gpu), maps + 48, "0: 96 MiB in 48 pieces");
+    cr_assert_eq(ps_deallocate(f.pool, a, 0, PS_STREAM_NONE), PS_OK);
     fixture_close(&f);
 }
 
@@ -262,6 +317,7 @@ Test(pool_runs, a_growth_of_many_pieces_gives_access_once)
      * faults if the call is missing */
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
+    o.expandable_setup_run_min = 0; /* (pieces, as after the first free) */
     ps_fake_gpu_options_t host = {.virtual_memory = 1, .backed = 1, .capacity = 512 * PS_MiB};
     cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
@@ -301,6 +357,7 @@ Test(pool_runs, a_failed_access_call_leaves_nothing_mapped)
      * retry maps them again with access */
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
+    o.expandable_setup_run_min = 0; /* (pieces, as after the first free) */
     ps_fake_gpu_options_t host = {.virtual_memory = 1, .backed = 1, .capacity = 512 * PS_MiB};
     cr_assert_eq(ps_fake_gpu_create(&host, &f.gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
