@@ -269,12 +269,37 @@ typedef struct growth_plan {
     uint32_t block;   /* the unmapped block, or NIL: none can serve */
     uintptr_t start;  /* first address to map */
     size_t length;    /* bytes to map (whole pieces) */
+    int alone;        /* 1: apart from any free block (plan_alone_locked) */
 } growth_plan_t;
 
-/* Step c, expandable: the unmapped block that needs the fewest new pieces
- * to give a ready block of at least `need` bytes (front to join a ready
- * block below, back to join one above, or all of it). */
-static growth_plan_t plan_growth_locked(const pool_t *pool, size_t need)
+/* A growth that maps its request as one run of its own (run_wanted):
+ * the back of an unmapped block, away from any ready free block, so the
+ * new memory merges with nothing and the block is that one physical
+ * allocation from its first byte (NCCL registers a buffer by the handle
+ * at its start; a copy pays for every allocation it crosses). The lowest
+ * such block; NIL when none is big enough. */
+static growth_plan_t plan_alone_locked(const pool_t *pool, size_t need)
+{
+    growth_plan_t best = {NIL, 0, SIZE_MAX};
+    for (uint32_t u = pool->unmapped_head; u != NIL; u = pool->blocks[u].next_free) {
+        const pool_block_t *b = &pool->blocks[u];
+        size_t piece = pool->chunks[b->chunk].range->piece, length = ps_align_up(need, piece);
+        size_t gap = ready_size(pool, b->next_phys) ? piece : 0; /* (unmapped, between the two) */
+        if (b->size < length + gap)
+            continue;
+        uintptr_t start = b->addr + b->size - gap - length;
+        if (start == b->addr && ready_size(pool, b->prev_phys))
+            continue; /* it would join the ready block below */
+        if (best.block == NIL || b->addr < pool->blocks[best.block].addr)
+            best = (growth_plan_t){u, start, length, 1};
+    }
+    return best;
+}
+
+/* The unmapped block that needs the fewest new pieces to give a ready
+ * block of at least `need` bytes (front to join a ready block below, back
+ * to join one above, or all of it). */
+static growth_plan_t plan_joined_locked(const pool_t *pool, size_t need)
 {
     growth_plan_t best = {NIL, 0, SIZE_MAX};
     for (uint32_t u = pool->unmapped_head; u != NIL; u = pool->blocks[u].next_free) {
@@ -295,6 +320,24 @@ static growth_plan_t plan_growth_locked(const pool_t *pool, size_t need)
             best = plan;
     }
     return best;
+}
+
+/* Step c, expandable: plan_joined_locked; a growth that run_wanted maps
+ * alone (plan_alone_locked) when joining a free neighbour would save less
+ * than an eighth of the request (before the first free, a piece's free
+ * tail at most). A plan alone that finds no memory is tried joined
+ * (grow_expandable_once_locked): near a full device the tail may be what
+ * makes it fit. */
+static int run_wanted(const pool_t *pool, size_t need);
+static growth_plan_t plan_growth_locked(const pool_t *pool, size_t need)
+{
+    growth_plan_t joined = plan_joined_locked(pool, need);
+    if (!run_wanted(pool, need))
+        return joined;
+    growth_plan_t alone = plan_alone_locked(pool, need);
+    if (alone.block == NIL || (joined.block != NIL && alone.length > joined.length + need / 8))
+        return joined;
+    return alone;
 }
 
 /* Lent blocks (remap_lend): still mapped, their memory serving a growth
@@ -846,6 +889,11 @@ static int grow_expandable_once_locked(pool_t *pool, size_t need, uint32_t *grow
             lend_for_growth_locked(pool, &plan);
     }
     int status = map_planned_locked(pool, &plan, need, grown); /* (the stash's pieces first) */
+    if (status == PS_ENOMEM && plan.alone && pool->lent_head == lent_before && !pool->stash.count) {
+        plan = plan_joined_locked(pool, need);
+        if (plan.block != NIL)
+            status = map_planned_locked(pool, &plan, need, grown);
+    }
     if (status != PS_OK && pool->lent_head != lent_before) {
         take_back_lent_locked(pool, lent_before); /* (their handles leave the stash: not dropped) */
         *lent = 1;

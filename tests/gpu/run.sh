@@ -686,6 +686,10 @@ if wanted shim/nccl_register_static || wanted native/nccl_register_static; then
         export NCCL_NVLS_ENABLE=0
         native nccl_register_static nccl_register_static
         shim nccl_register_static "invalid_frees==0 device0.bytes.requested_current==0" -- nccl_register_static
+        # the buffers made after a small block are one run each (setup runs, mapped apart); with setup runs off
+        # they start inside the small block's piece and span several: NCCL must give the native sum both ways
+        shim nccl_register_pieces_static "invalid_frees==0 device0.bytes.requested_current==0" \
+            POOLSHIM_OPTIONS=resource.main.expandable_setup_run_min=0 -- nccl_register_static
     else
         record shim/nccl_register_static SKIP "no NCCL (pip nvidia-nccl-cu13) for $PYTHON"
     fi

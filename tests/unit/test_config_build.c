@@ -678,10 +678,10 @@ Test(config_build, expandable_run_min_reaches_the_pool_and_defaults_to_1_gib)
     ps_config_free(cfg);
 }
 
-Test(config_build, expandable_setup_run_min_reaches_the_pool_and_defaults_to_64_mib)
+Test(config_build, expandable_setup_run_min_reaches_the_pool_and_defaults_to_32_mib)
 {
     ps_config_t *cfg = load("[resource.main]\ntype = pool\n");
-    cr_assert_eq(main_pool_options(cfg).expandable_setup_run_min, 64 * PS_MiB, "the default: setup runs from 64 MiB");
+    cr_assert_eq(main_pool_options(cfg).expandable_setup_run_min, 32 * PS_MiB, "the default: setup runs from 32 MiB");
     ps_config_free(cfg);
     cfg = load("[resource.main]\ntype = pool\nexpandable_setup_run_min = 256MiB\n");
     cr_assert_eq(main_pool_options(cfg).expandable_setup_run_min, 256 * PS_MiB);
