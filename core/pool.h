@@ -59,8 +59,8 @@ typedef struct ps_pool_options {
     size_t expandable_setup_run_min; /* until the pool's first free, a growth for a request of at least
                                  this many bytes maps one run too (default 32 MiB; 0 = off): the
                                  buffers a program makes at its start (weights, peer and
-                                 communication buffers) then copy at native speed and register
-                                 by one handle; mapped apart from free blocks (pool_expandable.c) */
+                                 communication buffers) then copy at native speed; mapped apart
+                                 from free blocks (pool_expandable.c) */
     unsigned barrier_pending_percent; /* free_sync barrier: an allocation issues a barrier once pending
                                  bytes exceed this % of reserved bytes (default 3; 0 = only when
                                  nothing fits). Lower: less memory, more barriers */

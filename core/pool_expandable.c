@@ -275,9 +275,12 @@ typedef struct growth_plan {
 /* A growth that maps its request as one run of its own (run_wanted):
  * the back of an unmapped block, away from any ready free block, so the
  * new memory merges with nothing and the block is that one physical
- * allocation from its first byte (NCCL registers a buffer by the handle
- * at its start; a copy pays for every allocation it crosses). The lowest
- * such block; NIL when none is big enough. */
+ * allocation from its first byte: a copy crosses one allocation, an IPC
+ * export sends one piece, and the block is what a handle could name
+ * (communication libraries register a buffer by the handle at its start;
+ * the shim refuses cuMemRetainAllocationHandle for every block today,
+ * docs/design.md "Several GPUs" 5.). The lowest such block; NIL when none
+ * is big enough. */
 static growth_plan_t plan_alone_locked(const pool_t *pool, size_t need)
 {
     growth_plan_t best = {NIL, 0, SIZE_MAX};
@@ -785,8 +788,8 @@ static int remap_for_growth_locked(pool_t *pool, growth_plan_t *plan, size_t nee
  *    it mostly keeps (weights, workspaces, peer and communication
  *    buffers); in one piece its copies run at native speed (the copy
  *    engine pays ~0.45 us per physical allocation it crosses: 256 MiB
- *    peer copies 0.94-0.97x native in 2 MiB pieces) and NCCL registers it
- *    by one handle. The loop's growths, after the first free, stay
+ *    peer copies 0.94-0.97x native in 2 MiB pieces). The loop's growths,
+ *    after the first free, stay
  *    pieces, which remap can move (docs/design.md, "Runs"). */
 static int run_wanted(const pool_t *pool, size_t need)
 {
