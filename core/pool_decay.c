@@ -122,7 +122,8 @@ static void measure_release(uint64_t runs, uint64_t bytes, uint64_t ns)
     if (runs < RATE_SAMPLE_RUNS)
         return;
     uint64_t by_bytes = bytes / 1000 * RELEASE_PS_PER_BYTE;
-    uint64_t sample = ns > by_bytes ? (ns - by_bytes) / runs : 0, old = atomic_load_explicit(&release_ns_per_run, memory_order_relaxed);
+    uint64_t sample = ns > by_bytes ? (ns - by_bytes) / runs : 0;
+    uint64_t old = atomic_load_explicit(&release_ns_per_run, memory_order_relaxed);
     atomic_store_explicit(&release_ns_per_run, (3 * old + sample) / 4, memory_order_relaxed);
 }
 

@@ -159,8 +159,8 @@ Test(pool_decay, an_idle_pool_whose_give_back_takes_long_starts_early)
     cr_assert_eq(whole, DECAY, "without the estimate, a decay after the last allocation: %.2f s", whole / 1e9);
     cr_assert_eq(small, whole, "a short give-back does not start early: %.2f s", small / 1e9);
     cr_assert_eq(early, whole - DECAY / 4, "a tick early: %.2f s", early / 1e9);
-    cr_assert_eq(capped, whole - 2 * DECAY / 4, "at most three quarters of the window early (not at the first tick): %.2f s",
-                 capped / 1e9);
+    cr_assert_eq(capped, whole - 2 * DECAY / 4,
+                 "at most three quarters of the window early (not at the first tick): %.2f s", capped / 1e9);
 }
 
 Test(pool_decay, the_estimate_counts_runs_not_bytes)
