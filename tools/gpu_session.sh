@@ -7,7 +7,7 @@
 #                                      [benchcore] [scaling] [pinned_remap] [ddpt_twogpu] [pinnedpair]
 #                                      [freshthreads] [doors] [context_gate] [walltime] [hotprof] [remap_lend]
 #                                      [suite1] [suite2] [suite2_doors] [floor] [idlequery] [growth] [live]
-#                                      [growthprof] [copybw]
+#                                      [growthprof] [copybw] [samples]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
 # pinnedpair: issue 16 (host.grow_budget_min): the GPU suite's pinned tests (hazards
 # over the default stack and slabs, their negative controls, the probes, and
@@ -55,6 +55,9 @@
 # a copy kernel, 64 MiB / 256 MiB / 1 GiB) natively and per COPYBW_CONFIGS ("label=POOLSHIM_OPTIONS
 # ...", default: the default stack, 4 and 16 MiB pieces, runs from 64 MiB), COPYBW_ROUNDS (4)
 # alternated rounds, medians and ratios to native (about 1 min).
+# samples: `poolshim ab -n SAMPLES_RUNS` (5) on each of NVIDIA's cuda-samples built by
+# tools/bench/fetch_samples.sh into .carry/samples (carry .carry): the time in allocation
+# calls natively and under the default stack, one line per program (about 1 min).
 # Results land under $OUT: gpu/ and bench/ from the scripts, and everything
 # else in one archive, extra.tgz (the device tool returns at most 8 files).
 set -u
@@ -176,6 +179,14 @@ for f in sorted(glob.glob(sys.argv[1] + "/stats_*.json")):
     print(f.rsplit("/", 1)[1], "cuda_time", json.dumps(d.get("cuda_time")), "time_ns", json.dumps(d.get("time_ns")))
 PY
         ;;
+    samples)
+        echo "=== samples: poolshim ab on NVIDIA's cuda-samples ($(cat .carry/samples/COMMIT 2>/dev/null || echo 'none built'))"
+        mkdir -p "$OUT/extra/samples"
+        for s in .carry/samples/*; do
+            [ -x "$s" ] && [ -f "$s" ] || continue
+            build/poolshim ab -n "${SAMPLES_RUNS:-5}" -- "$s" >"$OUT/extra/samples/$(basename "$s").txt" 2>&1
+            printf '%-16s %s\n' "$(basename "$s")" "$(grep ' vs baseline: ' "$OUT/extra/samples/$(basename "$s").txt" | head -1)"
+        done ;;
     copybw)
         echo "=== copybw: device-to-device copies of pooled blocks, ${COPYBW_ROUNDS:-4} alternated rounds"
         mkdir -p "$OUT/extra/copybw"

@@ -1,0 +1,40 @@
+#!/bin/sh
+# Builds a few of NVIDIA's cuda-samples for `poolshim ab` (tools/gpu_session.sh samples):
+# short, unmodified programs whose time in allocation calls a user sees first.
+# Nothing of the samples is committed (they are NVIDIA's, BSD-3-Clause):
+#   1. a checkout: SAMPLES_SRC (a cuda-samples tree), else git clone of SAMPLES_URL
+#      at SAMPLES_REF into a temporary folder (needs the network);
+#   2. nvcc -O2 -arch=$GPU_ARCH -I Common of each program in SAMPLES (from
+#      Samples/0_Introduction) into $CARRY_DIR/samples, with the checkout's commit in
+#      $CARRY_DIR/samples/COMMIT; the GPU machine needs only the binaries (static cudart).
+# Environment: CARRY_DIR (default <repo>/.carry, git-ignored), NVCC, GPU_ARCH (sm_90),
+# SAMPLES ("vectorAdd matrixMul simpleStreams asyncAPI simpleMultiCopy"), SAMPLES_SRC,
+# SAMPLES_URL (https://github.com/NVIDIA/cuda-samples), SAMPLES_REF (master).
+# Measured with them: docs/benchmarks.md, "NVIDIA samples under poolshim ab".
+set -eu
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+CARRY_DIR=${CARRY_DIR:-$repo/.carry}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+NVCC=${NVCC:-$CUDA_HOME/bin/nvcc}
+GPU_ARCH=${GPU_ARCH:-sm_90}
+SAMPLES=${SAMPLES:-vectorAdd matrixMul simpleStreams asyncAPI simpleMultiCopy}
+SAMPLES_URL=${SAMPLES_URL:-https://github.com/NVIDIA/cuda-samples}
+SAMPLES_REF=${SAMPLES_REF:-master}
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+src=${SAMPLES_SRC:-}
+if [ -z "$src" ]; then
+    echo "fetch_samples: cloning $SAMPLES_URL ($SAMPLES_REF)"
+    git clone --quiet --depth 1 --branch "$SAMPLES_REF" "$SAMPLES_URL" "$tmp/cuda-samples"
+    src=$tmp/cuda-samples
+fi
+[ -f "$src/Common/helper_cuda.h" ] || { echo "fetch_samples: $src is no cuda-samples tree (no Common/helper_cuda.h)"; exit 1; }
+mkdir -p "$CARRY_DIR/samples"
+for s in $SAMPLES; do
+    file=$src/Samples/0_Introduction/$s/$s.cu
+    [ -f "$file" ] || { echo "fetch_samples: no $file"; exit 1; }
+    "$NVCC" -O2 -arch="$GPU_ARCH" -I"$src/Common" -o "$CARRY_DIR/samples/$s" "$file"
+    echo "fetch_samples: built $CARRY_DIR/samples/$s"
+done
+(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown) >"$CARRY_DIR/samples/COMMIT"
