@@ -33,6 +33,19 @@
         }                                                                     \
     } while (0)
 
+#ifdef __cuda_cuda_h__
+/* The same for a driver API call (programs that include <cuda.h> first). */
+#define CU_CK(call)                                                           \
+    do {                                                                      \
+        CUresult ck_result_ = (call);                                         \
+        if (ck_result_ != CUDA_SUCCESS) {                                     \
+            fprintf(stderr, "FAIL %s:%d: %s returned %d\n", __FILE__,         \
+                    __LINE__, #call, (int)ck_result_);                        \
+            exit(EXIT_CUDA_ERROR);                                            \
+        }                                                                     \
+    } while (0)
+#endif
+
 /* Abort the test (exit 1) when a condition about behaviour does not hold. */
 #define EXPECT(cond, ...)                                                     \
     do {                                                                      \

@@ -18,20 +18,11 @@
 #include <algorithm>
 #include <vector>
 
-#include "gpu_test.h" /* now_ns */
+#include "gpu_test.h" /* now_ns, CU_CK */
 
 static const size_t kSize = 256u << 20;
 
 static double now_s() { return now_ns() * 1e-9; }
-
-#define CU_CK(call)                                                                                   \
-    do {                                                                                           \
-        CUresult r_ = (call);                                                                      \
-        if (r_ != CUDA_SUCCESS) {                                                                  \
-            printf("vmm_layout_bw: %s failed (%d) at line %d\n", #call, (int)r_, __LINE__);      \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 struct Buf {
     CUdeviceptr ptr = 0;
