@@ -82,7 +82,7 @@ bench-rmm:
 # The GPU suite's scripts, checked on the CPU: check_stats.py's own tests, the
 # PyTorch memory report's and its rounds table's (made-up runs), and the shell
 # scripts parse (shellcheck too when it is installed).
-GPU_SCRIPTS := tests/gpu/run.sh tools/gpu_session.sh tools/bench/run.sh tools/bench/multigpu.sh tools/bench/scaling.sh tools/bench/fresh_threads.sh tools/bench/doors.sh
+GPU_SCRIPTS := tests/gpu/run.sh tools/gpu_session.sh tools/bench/run.sh tools/bench/multigpu.sh tools/bench/scaling.sh tools/bench/fresh_threads.sh tools/bench/doors.sh tools/bench/fetch_samples.sh
 test: test-gpu-scripts
 test-gpu-scripts:
 	python3 tests/gpu/test_check_stats.py -q
