@@ -691,6 +691,12 @@ static size_t access_count;
 static void access_note(uintptr_t start, size_t size, uint64_t mask)
 {
     pthread_mutex_lock(&lock);
+    if (mask) /* cuMemSetAccess leaves the locations it does not name as they were */
+        for (size_t i = access_count; i-- > 0;)
+            if (start - access_log[i].start < access_log[i].size) {
+                mask |= access_log[i].mask;
+                break;
+            }
     size_t kept = 0; /* drop entries the new one covers whole */
     for (size_t i = 0; i < access_count; i++)
         if (!(access_log[i].start >= start && access_log[i].start + access_log[i].size <= start + size))
