@@ -229,7 +229,7 @@ static int add_range_locked(pool_t *pool, size_t need)
     if (pool_chunk_slot_locked(pool, &slot) != PS_OK)
         return PS_ENOMEM;
     ps_vm_range_t *range;
-    int status = ps_vm_range_create(pool->gpu, size, o->expandable_piece, o->expandable_run_min, &range);
+    int status = ps_vm_range_create(pool->gpu, size, o->expandable_piece, &range);
     if (status != PS_OK)
         return status;
     uint32_t index = pool_take_descriptor(pool);
@@ -325,17 +325,45 @@ static growth_plan_t plan_joined_locked(const pool_t *pool, size_t need)
     return best;
 }
 
-/* Step c, expandable: plan_joined_locked; a growth that run_wanted maps
- * alone (plan_alone_locked) when joining a free neighbour would save less
- * than an eighth of the request (before the first free, a piece's free
- * tail at most). A plan alone that finds no memory is tried joined
- * (grow_expandable_once_locked): near a full device the tail may be what
- * makes it fit. */
-static int run_wanted(const pool_t *pool, size_t need);
+/* Whether a growth for a request of `need` bytes that maps `bytes` (0:
+ * not planned yet) maps its new memory as one run (one create, map and
+ * access call) rather than a run per piece. A run goes back, and moves in
+ * a remap, only whole, so runs are for what a loop does not move (replay of
+ * the committed PyTorch logs, docs/design.md "Runs": one run per growth
+ * took the transformer from 1.006x to 1.056x reserved/requested, runs from
+ * 256 MiB up 1.036x, from 1 GiB up nothing):
+ *  - the map, or the request, is at least expandable_run_min: the request
+ *    counts too, since a growth maps only what its free neighbour lacks
+ *    (a 1 GiB cudaMalloc after a 256 B one mapped 1 GiB - 2 MiB as 511
+ *    pieces, 25.8 ms against 0.45 ms for one run; H200, 2026-11-27,
+ *    tools/bench/first_malloc.cu warm); the first 32 GiB cudaMalloc is one
+ *    create + map + access instead of 16,384 of each;
+ *  - setup: nothing was freed to the pool yet and the request is at least
+ *    expandable_setup_run_min. What a program makes before its first free
+ *    it mostly keeps (weights, workspaces, peer and communication
+ *    buffers); in one piece its copies run at native speed (the copy
+ *    engine pays ~0.45 us per physical allocation it crosses: 256 MiB
+ *    peer copies 0.94-0.97x native in 2 MiB pieces). The loop's growths,
+ *    after the first free, stay pieces, which remap can move. */
+static int run_wanted(const pool_t *pool, size_t need, size_t bytes)
+{
+    const ps_pool_options_t *o = &pool->options;
+    if (o->expandable_run_min && (need >= o->expandable_run_min || bytes >= o->expandable_run_min))
+        return 1;
+    return o->expandable_setup_run_min && need >= o->expandable_setup_run_min &&
+           !atomic_load_explicit(&pool->freed, memory_order_relaxed);
+}
+
+/* Step c, expandable: plan_joined_locked; a growth whose request run_wanted
+ * maps as one run goes alone (plan_alone_locked) when joining a free
+ * neighbour would save less than an eighth of the request (before the
+ * first free, a piece's free tail at most). A plan alone that finds no
+ * memory is tried joined (grow_expandable_once_locked): near a full device
+ * the tail may be what makes it fit. */
 static growth_plan_t plan_growth_locked(const pool_t *pool, size_t need)
 {
     growth_plan_t joined = plan_joined_locked(pool, need);
-    if (!run_wanted(pool, need))
+    if (!run_wanted(pool, need, 0))
         return joined;
     growth_plan_t alone = plan_alone_locked(pool, need);
     if (alone.block == NIL || (joined.block != NIL && alone.length > joined.length + need / 8))
@@ -776,30 +804,6 @@ static int remap_for_growth_locked(pool_t *pool, growth_plan_t *plan, size_t nee
     return 1;
 }
 
-/* Whether a growth for a request of `need` bytes maps its new memory as one
- * run whatever its size (else core/vm_range.c's own rule: a map of at least
- * run_min bytes is one run, a smaller one a run per piece):
- *  - the request is at least expandable_run_min, though a free neighbour
- *    covers part of it (a 1 GiB cudaMalloc after a 256 B one mapped
- *    1 GiB - 2 MiB as 511 pieces, 25.8 ms against 0.45 ms for one run;
- *    H200, 2026-11-27, tools/bench/first_malloc.cu warm);
- *  - setup: nothing was freed to the pool yet and the request is at least
- *    expandable_setup_run_min. What a program makes before its first free
- *    it mostly keeps (weights, workspaces, peer and communication
- *    buffers); in one piece its copies run at native speed (the copy
- *    engine pays ~0.45 us per physical allocation it crosses: 256 MiB
- *    peer copies 0.94-0.97x native in 2 MiB pieces). The loop's growths,
- *    after the first free, stay
- *    pieces, which remap can move (docs/design.md, "Runs"). */
-static int run_wanted(const pool_t *pool, size_t need)
-{
-    const ps_pool_options_t *o = &pool->options;
-    if (o->expandable_run_min && need >= o->expandable_run_min)
-        return 1;
-    return o->expandable_setup_run_min && need >= o->expandable_setup_run_min &&
-           !atomic_load_explicit(&pool->freed, memory_order_relaxed);
-}
-
 /* Maps `plan` for a request of `need` bytes (run_wanted says whether in one
  * run) and cuts it out of its unmapped block as a ready free block (merged
  * with its free neighbours); *grown = that block. Needs two reserved
@@ -811,7 +815,8 @@ static int map_planned_locked(pool_t *pool, const growth_plan_t *plan, size_t ne
         return PS_ENOMEM;
     ps_vm_range_t *range = pool->chunks[pool->blocks[plan->block].chunk].range;
     uint64_t maps = range->maps;
-    int status = ps_vm_range_map_kept(range, plan->start, plan->length, &pool->stash, run_wanted(pool, need));
+    int status =
+        ps_vm_range_map_kept(range, plan->start, plan->length, &pool->stash, run_wanted(pool, need, plan->length));
     if (status != PS_OK)
         return status;
     pool_block_t *b = &pool->blocks[plan->block];

@@ -5,13 +5,12 @@
  *     to the granularity; size rounded up to a piece; vm_reserve; per
  *     piece a handle slot (0 = unmapped) and a run mark (run[]: > 0 first
  *     piece of a run of that many pieces, < 0 inside one, 0 unmapped).
- *  2. map(addr, length): every piece must be unmapped. From the front:
- *     while the top of the stash (map_kept) holds a run that fits in what
- *     is left, map it there (vm_map_handle: the same memory); then the
- *     rest: one run (one vm_map: create + map + access) when the whole map
- *     is at least run_min bytes or the owner asks for one run (map_kept's
- *     `one_run`: the pool's rule looks at the request the map serves,
- *     core/pool_expandable.c), else one run per piece. When the map is
+ *  2. map(addr, length, one_run): every piece must be unmapped. From the
+ *     front: while the top of the stash holds a run that fits in what is
+ *     left, map it there (vm_map_handle: the same memory); then the rest:
+ *     one run (one vm_map: create + map + access) when the owner asks for
+ *     one (the rule is the pool's: core/pool_expandable.c, run_wanted),
+ *     else one run per piece. When the map is
  *     more than one run and the GPU offers it, every run is mapped bare
  *     and one vm_access covers them all (an access call costs ~100 us,
  *     plus ~31 us for every separate mapping it covers: a 2 MiB piece
@@ -32,18 +31,12 @@
  * Guarantees: mapped_bytes == (pieces mapped - pieces lent) * piece,
  * lent_bytes == pieces lent * piece; a run is mapped, unmapped and lent
  * whole; a failed map leaves the range and the stash as they were.
- * Why runs only for large maps: a run goes back, and moves in a remap,
- * only whole. Replay of the committed PyTorch logs (docs/design.md,
- * "Runs"): one run per growth took the transformer from 1.006x to 1.056x
- * reserved/requested; a run from 256 MiB up still 1.036x; from 1 GiB up
- * the figures are unchanged, and the first 32 GiB cudaMalloc is one
- * create + map + access instead of 16,384 of each.
  */
 #include "vm_range.h"
 
 #include <stdlib.h>
 
-int ps_vm_range_create(const ps_gpu_ops_t *gpu, size_t size, size_t piece, size_t run_min, ps_vm_range_t **out)
+int ps_vm_range_create(const ps_gpu_ops_t *gpu, size_t size, size_t piece, ps_vm_range_t **out)
 {
     if (!gpu || !gpu->vm_reserve || !gpu->vm_map || !gpu->vm_unmap || !gpu->vm_granularity)
         return PS_EUNSUPPORTED;
@@ -80,7 +73,6 @@ int ps_vm_range_create(const ps_gpu_ops_t *gpu, size_t size, size_t piece, size_
     range->base = (uintptr_t)base;
     range->size = size;
     range->piece = piece;
-    range->run_min = run_min;
     *out = range;
     return PS_OK;
 }
@@ -268,9 +260,8 @@ int ps_vm_range_unmap_keep(ps_vm_range_t *range, uintptr_t addr, size_t length, 
     return PS_OK;
 }
 
-/* Maps [addr, addr + length): runs from the top of `stash` while one fits
- * (NULL or empty: none), then new memory (2. above). */
-static int map_runs(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash, int one_run)
+int ps_vm_range_map_kept(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash,
+                         int one_run)
 {
     const ps_gpu_ops_t *gpu = range->gpu;
     size_t first = piece_index(range, addr), end = piece_index(range, addr + length);
@@ -279,10 +270,7 @@ static int map_runs(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_s
     for (size_t i = first; i < end; i++)
         if (range->handles[i])
             return PS_EINVAL;
-    /* new memory: one run when the map is at least run_min or the owner
-     * asks for one, else piece by piece */
-    size_t bytes = (end - first) * range->piece;
-    size_t run_pieces = one_run || (range->run_min && bytes >= range->run_min) ? end - first : 1;
+    size_t run_pieces = one_run ? end - first : 1; /* new memory: one run, or piece by piece */
     size_t kept_end = first; /* runs before this piece came from the stash */
     size_t i = first;
     int status = PS_OK;
@@ -330,17 +318,6 @@ static int map_runs(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_s
         i = start;
     }
     return status;
-}
-
-int ps_vm_range_map(ps_vm_range_t *range, uintptr_t addr, size_t length)
-{
-    return map_runs(range, addr, length, NULL, 0);
-}
-
-int ps_vm_range_map_kept(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash,
-                         int one_run)
-{
-    return map_runs(range, addr, length, stash, one_run);
 }
 
 void ps_vm_stash_drop(const ps_gpu_ops_t *gpu, ps_vm_stash_t *stash)

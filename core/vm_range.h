@@ -6,10 +6,10 @@
  * *pieces* of equal size (a multiple of the device's granularity): the
  * unit of addresses, planning and accounting. Physical memory comes in
  * *runs*: one physical allocation (vm_map) covering one or more adjacent
- * pieces. A map of at least run_min bytes, or one its owner asks to be one
- * run (ps_vm_range_map_kept), is one run (one create, one map, one access
- * call instead of one of each per piece); a smaller one is a run per
- * piece. A run is mapped and unmapped whole,
+ * pieces. A map its owner asks to be one run is one (one create, one map,
+ * one access call instead of one of each per piece: the pool's rule,
+ * core/pool_expandable.c run_wanted); any other is a run per piece. A run
+ * is mapped and unmapped whole,
  * so memory goes back from the middle of the range in whole runs: the
  * callers ask which part of a span is whole runs (ps_vm_range_whole_runs)
  * before they unmap or lend it.
@@ -27,8 +27,6 @@ typedef struct ps_vm_range {
     uintptr_t base;          /* first address of the reserved range */
     size_t size;             /* bytes reserved (a multiple of piece) */
     size_t piece;            /* bytes per piece */
-    size_t run_min;          /* a map of at least this many bytes creates one run; a smaller
-                                one, a run per piece (0: always a run per piece) */
     uint64_t *handles;       /* per piece: the vm_map handle of its run, 0 = not mapped */
     int32_t *run;            /* per piece: > 0 the first piece of a run of that many pieces,
                                 < 0 inside a run (-offset to its first piece), 0 not mapped */
@@ -41,19 +39,11 @@ typedef struct ps_vm_range {
 } ps_vm_range_t;
 
 /* Reserves `size` bytes (rounded up to `piece`; piece rounded up to the
- * device granularity). A map of at least `run_min` bytes creates one run,
- * a smaller one a run per piece (run_min 0: always a run per piece).
- * PS_EUNSUPPORTED when `gpu` has no virtual memory. */
-int ps_vm_range_create(const ps_gpu_ops_t *gpu, size_t size, size_t piece, size_t run_min, ps_vm_range_t **out);
+ * device granularity). PS_EUNSUPPORTED when `gpu` has no virtual memory. */
+int ps_vm_range_create(const ps_gpu_ops_t *gpu, size_t size, size_t piece, ps_vm_range_t **out);
 
 /* Unmaps every piece still mapped and releases the range. */
 void ps_vm_range_destroy(ps_vm_range_t *range);
-
-/* Maps the pieces of [addr, addr + length) (piece-aligned, inside the
- * range, none mapped yet: PS_EINVAL otherwise): one run when length is at
- * least run_min, else a run per piece. On error the runs this call mapped
- * are unmapped again and the range is as before. */
-int ps_vm_range_map(ps_vm_range_t *range, uintptr_t addr, size_t length);
 
 /* The whole runs inside [lo, hi) (piece-aligned or not): *lo moves up and
  * *hi down to the nearest run boundaries (an address no run crosses: a run
@@ -87,11 +77,14 @@ typedef struct ps_vm_stash {
  * released as by ps_vm_range_unmap). */
 int ps_vm_range_unmap_keep(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash,
                            size_t *done);
-/* As ps_vm_range_map, taking runs from the top of `stash` first
- * (vm_map_handle) while the top run fits in what is left to map; the rest
- * is created as by ps_vm_range_map, except that it is one run also when
- * `one_run` is set (the owner's rule: core/pool_expandable.c, run_wanted).
- * On error the range is as before and the stash holds what it held. */
+/* Maps the pieces of [addr, addr + length) (piece-aligned, inside the
+ * range, none mapped yet: PS_EINVAL otherwise), taking runs from the top
+ * of `stash` (NULL or empty: none) first (vm_map_handle) while the top run
+ * fits in what is left to map; the rest is new memory, one run when
+ * `one_run` is set (the owner's rule: core/pool_expandable.c, run_wanted),
+ * else a run per piece. On error the runs this call mapped are unmapped
+ * again (kept ones back to the stash): the range is as before and the
+ * stash holds what it held. */
 int ps_vm_range_map_kept(ps_vm_range_t *range, uintptr_t addr, size_t length, ps_vm_stash_t *stash,
                          int one_run);
 /* Frees the memory of every run left in `stash` (vm_drop); keeps the array. */

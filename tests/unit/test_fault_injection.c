@@ -418,7 +418,7 @@ static void step(run_t *r, int number, const action_t *a)
         return; /* the device is full: the script goes on without this block */
     ps_host_op_t op;
     if (ps_fake_gpu_faults_fired(r->s.gpu, &op, NULL) != before && (op == PS_HOST_OP_VM_MAP || op == PS_HOST_OP_HOST_VM_MAP))
-        /* a failed vm_map undoes the pieces its ps_vm_range_map mapped, which
+        /* a failed vm_map undoes the pieces its ps_vm_range_map_kept mapped, which
          * no kernel has seen: the fake device counts those unmaps as unsafe
          * (a fence is incomplete), but they are not */
         r->unsafe_excused = ps_fake_gpu_unsafe_unmaps(r->s.gpu);
