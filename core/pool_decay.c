@@ -102,15 +102,13 @@ uint64_t ps_pool_decay_release_rate_default(void) { return RELEASE_NS_PER_RUN_ST
 /* How much earlier than the window an idle pool starts to give back (8.). */
 static uint64_t early_start_ns(const pool_t *pool, uint64_t window_ns)
 {
+    uint64_t rate = atomic_load_explicit(&release_ns_per_run, memory_order_relaxed);
     uint64_t free_bytes = pool->bytes_reserved > pool->bytes_in_use ? pool->bytes_reserved - pool->bytes_in_use : 0;
     uint64_t mapped = pool->upstream_allocs > pool->upstream_frees ? pool->upstream_allocs - pool->upstream_frees : 0;
-    if (!free_bytes || !mapped)
-        return 0;
+    if (!rate || !free_bytes || !mapped)
+        return 0; /* (rate 0: the tests' switch) */
     uint64_t mean_run = pool->bytes_reserved / mapped ? pool->bytes_reserved / mapped : 1;
     uint64_t runs = (free_bytes + mean_run - 1) / mean_run;
-    uint64_t rate = atomic_load_explicit(&release_ns_per_run, memory_order_relaxed);
-    if (!rate)
-        return 0; /* (the tests' switch) */
     uint64_t lead = runs > UINT64_MAX / rate ? UINT64_MAX : runs * rate + free_bytes / 1000 * RELEASE_PS_PER_BYTE;
     uint64_t cap = window_ns / 4 * 3;
     return lead < cap ? lead : cap;
