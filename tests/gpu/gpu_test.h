@@ -34,7 +34,8 @@
     } while (0)
 
 #ifdef __cuda_cuda_h__
-/* The same for a driver API call (programs that include <cuda.h> first). */
+/* The same for a driver API call, and the descriptors of the virtual memory
+ * API (programs that include <cuda.h> first). */
 #define CU_CK(call)                                                           \
     do {                                                                      \
         CUresult ck_result_ = (call);                                         \
@@ -44,6 +45,28 @@
             exit(EXIT_CUDA_ERROR);                                            \
         }                                                                     \
     } while (0)
+
+/* Pinned physical memory on device `device`, as cuMemCreate takes it. */
+static inline CUmemAllocationProp gpu_test_device_memory(int device)
+{
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    return prop;
+}
+
+/* Read-write access for device `device`, as cuMemSetAccess takes it. */
+static inline CUmemAccessDesc gpu_test_device_access(int device)
+{
+    CUmemAccessDesc access;
+    memset(&access, 0, sizeof access);
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return access;
+}
 #endif
 
 /* Abort the test (exit 1) when a condition about behaviour does not hold. */

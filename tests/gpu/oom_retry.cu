@@ -70,11 +70,7 @@ typedef CUresult (*create_fn)(CUmemGenericAllocationHandle *, size_t, const CUme
 /* Step 2: `count` handles of `block` bytes on `device`, mapped, written, checked, released. */
 static int create_the_same_bytes(create_fn create, int device, size_t count, unsigned long long *counter)
 {
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = device;
+    CUmemAllocationProp prop = gpu_test_device_memory(device);
     size_t granularity = 0;
     CU(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
     EXPECT(block % granularity == 0, "64 MiB is a multiple of the granularity (%zu)", granularity);
@@ -94,10 +90,7 @@ static int create_the_same_bytes(create_fn create, int device, size_t count, uns
         CU(r);
         CU(cuMemMap(range + i * block, block, 0, h[i], 0));
     }
-    CUmemAccessDesc access;
-    memset(&access, 0, sizeof access);
-    access.location = prop.location;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CUmemAccessDesc access = gpu_test_device_access(device);
     CU(cuMemSetAccess(range, total, &access, 1));
     double created_ms = (now_ns() - start) / 1e6;
     fill_pattern((void *)range, total, 11, 0);

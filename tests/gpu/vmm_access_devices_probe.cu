@@ -16,7 +16,7 @@
 #include <cuda.h>
 #include <vector>
 
-#include "gpu_test.h" /* now_ns, CU_CK */
+#include "gpu_test.h" /* now_ns, CU_CK, gpu_test_device_memory/_access */
 
 static double now_us() { return now_ns() * 1e-3; }
 
@@ -40,20 +40,14 @@ int main()
     printf("vmm_access_devices_probe: %d device(s), %zu reach device 0\n", count, devices.size());
     const int n = 64;
     const size_t piece = 2u << 20;
-    CUmemAllocationProp prop = {};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
+    CUmemAllocationProp prop = gpu_test_device_memory(0);
     CUdeviceptr base;
     CU_CK(cuMemAddressReserve(&base, n * piece, 0, 0, 0));
     std::vector<CUmemGenericAllocationHandle> h(n);
     for (size_t k = 1; k <= devices.size(); k++) {
         std::vector<CUmemAccessDesc> acc(k);
-        for (size_t i = 0; i < k; i++) {
-            acc[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-            acc[i].location.id = devices[i];
-            acc[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        }
+        for (size_t i = 0; i < k; i++)
+            acc[i] = gpu_test_device_access(devices[i]);
         for (int round = 1; round <= 3; round++) {
             double t0 = now_us();
             for (int i = 0; i < n; i++)

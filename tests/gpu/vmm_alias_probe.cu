@@ -18,14 +18,8 @@ int main()
     cudaFree(0);
     const int n = 64;
     const size_t piece = 2u << 20;
-    CUmemAllocationProp prop = {};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
-    CUmemAccessDesc acc = {};
-    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    acc.location.id = 0;
-    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CUmemAllocationProp prop = gpu_test_device_memory(0);
+    CUmemAccessDesc acc = gpu_test_device_access(0);
     CUdeviceptr a, b, c;
     cuMemAddressReserve(&a, n * piece, 0, 0, 0);
     cuMemAddressReserve(&b, n * piece, 0, 0, 0);

@@ -44,10 +44,7 @@ static Buf make(int dev, const char *layout)
         return b;
     }
     b.vm = true;
-    CUmemAllocationProp prop = {};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = dev;
+    CUmemAllocationProp prop = gpu_test_device_memory(dev);
     CU_CK(cuMemAddressReserve(&b.ptr, kSize, 0, 0, 0));
     size_t piece = 2u << 20;
     bool one_handle = false;
@@ -69,11 +66,8 @@ static Buf make(int dev, const char *layout)
         }
     }
     CUmemAccessDesc acc[8] = {};
-    for (int d = 0; d < g_ndev; d++) {
-        acc[d].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        acc[d].location.id = d;
-        acc[d].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    }
+    for (int d = 0; d < g_ndev; d++)
+        acc[d] = gpu_test_device_access(d);
     CU_CK(cuMemSetAccess(b.ptr, kSize, acc, g_ndev));
     b.make_ms = (now_s() - t0) * 1e3;
     return b;
@@ -129,10 +123,7 @@ static double best_gbs(int kind, Buf &a0, Buf &b0, Buf &b1)
 /* Does cuMemMap take a nonzero offset into a physical allocation? */
 static void offset_map_check()
 {
-    CUmemAllocationProp prop = {};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
+    CUmemAllocationProp prop = gpu_test_device_memory(0);
     const size_t piece = 2u << 20;
     CUmemGenericAllocationHandle h;
     CUdeviceptr p;
