@@ -144,11 +144,12 @@ bool ps_copy_order_begin(ps_copy_order_t *o, uintptr_t dst, uintptr_t src, CUstr
     if (ps_real.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx || ps_real.cuCtxGetDevice(&current) != CUDA_SUCCESS ||
         current < 0 || current >= PS_MAX_DEVICES || !(mapped & ~(1ull << current)))
         return false; /* no other device has mapped memory (one GPU: always) */
-    pthread_once(&order_once, order_init);
-    if (ps_test.skip_copy_order)
-        return false;
     int a = other_device(dst, current), b = other_device(src, current);
     if (a < 0 && b < 0)
+        return false;
+    ps_gpu_ops_cuda_device_in_use(current); /* the copy needs its access (granted once) */
+    pthread_once(&order_once, order_init);
+    if (ps_test.skip_copy_order)
         return false;
     if (!stream)
         stream = per_thread ? (CUstream)PS_STREAM_PER_THREAD : (CUstream)PS_STREAM_LEGACY;

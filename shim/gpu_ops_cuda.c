@@ -165,9 +165,11 @@ static int live_mem_free(void *vctx, void *ptr, size_t size)
  * reachable (like mapped memory, 5. of gpu_ops_cuda_vm.c) only from the
  * devices the pool names: a copy of it made while another device is
  * current fails. So at its first allocation the pool is opened to every
- * device that can reach this one, as cudaMalloc memory is (the program
- * then sees that access on its pool too). Context entered by the caller. */
-static void open_pool_to_peers(device_ops_t *d, uint64_t peers)
+ * device in use that can reach this one (copy_peers), as cudaMalloc memory
+ * is, and to each one that comes in use later (ps_gpu_ops_cuda_device_in_use;
+ * the access covers the pool's earlier allocations too). The program then
+ * sees that access on its pool. Context entered by the caller. */
+void ps_gpu_ops_cuda_open_pool_to(device_ops_t *d, uint64_t peers)
 {
     CUmemoryPool pool = NULL;
     if (!ps_real.cuDeviceGetMemPool || !ps_real.cuMemPoolSetAccess ||
@@ -192,9 +194,9 @@ static int live_mem_alloc_async(void *vctx, size_t size, ps_stream_t stream, voi
         return PS_EUNSUPPORTED;
     int pushed = enter_ctx(d);
     uint64_t peers = atomic_load(&d->copy_peers);
-    if (!atomic_load_explicit(&d->pool_shared, memory_order_relaxed) && peers && !d->skip_peer_grant &&
-        !atomic_exchange(&d->pool_shared, 1))
-        open_pool_to_peers(d, peers);
+    if ((peers & ~atomic_load_explicit(&d->pool_shared, memory_order_relaxed)) && !d->skip_peer_grant &&
+        (peers & ~atomic_fetch_or(&d->pool_shared, peers)))
+        ps_gpu_ops_cuda_open_pool_to(d, peers);
     CUdeviceptr p = 0;
     CUstream s = stream == PS_STREAM_NONE ? (CUstream)PS_STREAM_LEGACY : (CUstream)stream;
     CUresult r = ps_real.cuMemAllocAsync(&p, size, s);
@@ -704,6 +706,7 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         pthread_mutex_lock(&ps_cuda_streams_lock);
         ps_cuda_device_tables[device] = d;
         pthread_mutex_unlock(&ps_cuda_streams_lock);
+        ps_gpu_ops_cuda_table_in_use(device); /* it and the devices in use reach each other (5. of _vm.c) */
     }
     *out = &d->ops;
     return PS_OK;

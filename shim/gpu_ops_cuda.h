@@ -76,4 +76,11 @@ void ps_gpu_ops_cuda_atfork_child(void);
  * pools, and every later one, is made accessible to the current device. */
 void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer);
 
+/* 5. of gpu_ops_cuda_vm.c: device `device` is in use in the process (its
+ * table was made, a copy of another device's pooled memory runs with it
+ * current, peer access or a memory pool's access names it): it and the
+ * other devices in use that can reach each other are granted each other's
+ * mapped memory, now and in later mappings. Cheap once it is known. */
+void ps_gpu_ops_cuda_device_in_use(int device);
+
 #endif

@@ -32,9 +32,10 @@ typedef struct device_ops {
     size_t vm_granularity;     /* recommended mapping granularity (0: no virtual memory) */
     size_t host_vm_granularity; /* recommended granularity of host-located pieces (0: none; 9.) */
     int device_count;          /* devices of the process (host pieces grant each of them access) */
-    _Atomic uint64_t copy_peers; /* bit P: device P (not this one) can reach this device's memory; every mapping
-                                  grants it access, as copies of cudaMalloc memory work from any device (5.) */
-    atomic_int pool_shared;    /* 1: the device's memory pool was opened to copy_peers (the async upstream) */
+    uint64_t reach_peers;      /* bit P: device P (not this one) can reach this device's memory (probed once) */
+    _Atomic uint64_t copy_peers; /* bit P: a device of reach_peers in use in the process: every mapping grants it
+                                  access, as copies of cudaMalloc memory work from any device (5.) */
+    _Atomic uint64_t pool_shared; /* the devices the device's memory pool was opened to (the async upstream) */
     int skip_peer_grant;       /* test only (POOLSHIM_TEST_SKIP_PEER_GRANT=1): mappings name this device only */
     _Atomic uint64_t host_access_refused; /* bit D: device D refused access to a host piece (asked no more) */
     atomic_int shareable;      /* 1: vm_map creates memory exportable as POSIX file descriptors (8.) */
@@ -174,6 +175,11 @@ int ps_cuda_capture_scan_locked(const device_ops_t *d);
  * memory; grant_peer records that `peer` may access `owner`'s and answers
  * owner's table (NULL: none made yet). */
 uint64_t ps_gpu_ops_cuda_peers_of(int device);
+/* ps_gpu_ops_cuda_device_in_use (gpu_ops_cuda.h) when device's table was
+ * just made (gpu_ops_cuda.c). */
+void ps_gpu_ops_cuda_table_in_use(int device);
+/* The async upstream's pool opened to `peers` (gpu_ops_cuda.c; context entered). */
+void ps_gpu_ops_cuda_open_pool_to(device_ops_t *d, uint64_t peers);
 device_ops_t *ps_gpu_ops_cuda_grant_peer(int owner, int peer);
 
 /* gpu_ops_cuda_vm.c: probes what the device offers (virtual memory, pinned

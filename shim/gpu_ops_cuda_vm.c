@@ -12,10 +12,20 @@
  *    (cuMemSetAccess): a copy of it made while another device is current
  *    fails with "invalid value" (cudaMalloc memory: works), and peer access
  *    (cuCtxEnablePeerAccess) does not open it. So every mapping names every
- *    other device that can reach this one (cuDeviceCanAccessPeer; probed
- *    once), and when some device of the process cannot, this device gets
- *    no virtual memory and its pool uses chunks (cuMemAlloc memory, which
- *    CUDA copies from any device). The grant lets the copy run; ordering it
+ *    other device *in use* that can reach this one (cuDeviceCanAccessPeer;
+ *    probed once: reach_peers; those in use: copy_peers), and when some
+ *    device of the process cannot, this device gets no virtual memory and
+ *    its pool uses chunks (cuMemAlloc memory, which CUDA copies from any
+ *    device). A device comes in use when the shim makes its table, copies
+ *    another device's pooled memory with it current (copy_order.c), enables
+ *    peer access or is given a memory pool's access
+ *    (ps_gpu_ops_cuda_device_in_use): it and the devices in use are then
+ *    granted each other's pieces mapped so far (grant_mapped_to) and named
+ *    in later mappings; a mapping that read the mask before is granted the
+ *    rest when it is noted (note_mapped). A program that uses one GPU of
+ *    several names no other: an access call that names a peer costs more
+ *    (poolshim ab on two H100s, 2026-11-27: matrixMul 201 us natively, 9.23
+ *    ms under the shim when every device was named). The grant lets the copy run; ordering it
  *    as CUDA orders a copy of cudaMalloc memory is copy_order.c's (without
  *    it the first version of this grant delivered wrong bytes). Peer
  *    kernels can then reach the memory too, whether or not the program
@@ -96,15 +106,24 @@ static void live_vm_release(void *vctx, void *addr, size_t size)
     leave_ctx(pushed);
 }
 
-/* Gives the device and every device granted peer access to it read-write
- * access to [at, at + size), which may cover several mappings (context
- * entered by the caller). */
-static CUresult grant_access(device_ops_t *d, CUdeviceptr at, size_t size)
+/* The devices other than d's own that its mappings name now: those in use
+ * that can reach it (copy_peers) and those granted peer access. */
+static uint64_t named_peers(device_ops_t *d)
+{
+    return d->skip_peer_grant ? 0 : ps_gpu_ops_cuda_peers_of(d->device) | atomic_load(&d->copy_peers);
+}
+
+/* Gives the device and every device of named_peers read-write access to
+ * [at, at + size), which may cover several mappings (context entered by
+ * the caller); *named = the peers named (NULL: not wanted). */
+static CUresult grant_access(device_ops_t *d, CUdeviceptr at, size_t size, uint64_t *named)
 {
     CUmemAccessDesc access[PS_MAX_DEVICES];
     size_t access_count = 0;
     access[access_count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, d->device}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    uint64_t peers = d->skip_peer_grant ? 0 : ps_gpu_ops_cuda_peers_of(d->device) | atomic_load(&d->copy_peers);
+    uint64_t peers = named_peers(d);
+    if (named)
+        *named = peers;
     for (int p = 0; p < PS_MAX_DEVICES; p++)
         if ((peers >> p & 1) && p != d->device)
             access[access_count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, p}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
@@ -125,13 +144,18 @@ static CUresult grant_access(device_ops_t *d, CUdeviceptr at, size_t size)
 }
 
 /* Maps physical memory `h` at `addr`, with access (grant_access) unless
- * `bare` (context entered by the caller). Nothing stays mapped on error. */
-static CUresult map_with_access(device_ops_t *d, CUdeviceptr at, size_t size, CUmemGenericAllocationHandle h, bool bare)
+ * `bare` (context entered by the caller); *named = the peers named
+ * (ALL_NAMED when bare: vm_access names them later). Nothing stays mapped
+ * on error. */
+#define ALL_NAMED UINT64_MAX
+static CUresult map_with_access(device_ops_t *d, CUdeviceptr at, size_t size, CUmemGenericAllocationHandle h, bool bare,
+                                uint64_t *named)
 {
+    *named = ALL_NAMED;
     CUresult r = ps_real.cuMemMap(at, size, 0, h, 0);
     if (r != CUDA_SUCCESS || bare)
         return r;
-    r = grant_access(d, at, size);
+    r = grant_access(d, at, size, named);
     if (r != CUDA_SUCCESS)
         ps_real.cuMemUnmap(at, size);
     return r;
@@ -141,16 +165,36 @@ static CUresult map_with_access(device_ops_t *d, CUdeviceptr at, size_t size, CU
 #define HOST_PIECE 1ull
 #define PIECE_BYTES(value) ((value) & ~HOST_PIECE)
 
+/* Grants `peers` access to the piece at `at` (context entered, vm_lock held). */
+static void grant_piece_to(device_ops_t *d, CUdeviceptr at, size_t size, uint64_t peers)
+{
+    for (int p = 0; p < PS_MAX_DEVICES; p++) {
+        CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, p}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        if ((peers >> p & 1) && p != d->device && ps_real.cuMemSetAccess(at, size, &access, 1) != CUDA_SUCCESS)
+            ps_warning("device %d: could not give device %d access to a mapped piece of the pool", d->device, p);
+    }
+}
+
 /* A piece is mapped at `addr`: remembered for IPC export, peer grants and
  * release before a reset. `device_piece`: device memory, announced to NVTX;
  * else a host piece (9.): every device has access already, it is no NVTX
- * heap (pinned slabs are none either) and never exported. */
-static void note_mapped(device_ops_t *d, void *addr, size_t size, uint64_t h, bool device_piece)
+ * heap (pinned slabs are none either) and never exported. `named`: the
+ * peers its access named (ALL_NAMED: not to check); a device that came in
+ * use since is granted here, under vm_lock: grant_mapped_to names it in
+ * copy_peers before it takes vm_lock to walk the pieces noted so far, so
+ * every piece is granted by one of the two (context entered by the caller). */
+static void note_mapped(device_ops_t *d, void *addr, size_t size, uint64_t h, bool device_piece, uint64_t named)
 {
     pthread_mutex_lock(&d->vm_lock);
     if (ps_ptr_map_reserve(&d->vm_handles, 1) == PS_OK && ps_ptr_map_reserve(&d->vm_sizes, 1) == PS_OK) {
         ps_ptr_map_put(&d->vm_handles, (uintptr_t)addr, h);
         ps_ptr_map_put(&d->vm_sizes, (uintptr_t)addr, size | (device_piece ? 0 : HOST_PIECE));
+    }
+    uint64_t late = device_piece && named != ALL_NAMED ? named_peers(d) & ~named : 0;
+    if (late) {
+        int pushed = enter_ctx(d);
+        grant_piece_to(d, (CUdeviceptr)(uintptr_t)addr, size, late);
+        leave_ctx(pushed);
     }
     pthread_mutex_unlock(&d->vm_lock);
     if (device_piece)
@@ -217,10 +261,11 @@ static CUresult create_piece(device_ops_t *d, piece_kind_t kind, size_t size, CU
 /* Maps `h` at `at` with the access its kind asks for (context entered by
  * the caller). Nothing stays mapped on error. */
 static CUresult map_piece(device_ops_t *d, piece_kind_t kind, CUdeviceptr at, size_t size,
-                          CUmemGenericAllocationHandle h)
+                          CUmemGenericAllocationHandle h, uint64_t *named)
 {
+    *named = ALL_NAMED;
     if (kind != PIECE_HOST)
-        return map_with_access(d, at, size, h, kind == PIECE_DEVICE_BARE);
+        return map_with_access(d, at, size, h, kind == PIECE_DEVICE_BARE, named);
     CUresult r = ps_real.cuMemMap(at, size, 0, h, 0);
     if (r == CUDA_SUCCESS && (r = grant_host_piece(d, at, size)) != CUDA_SUCCESS)
         ps_real.cuMemUnmap(at, size);
@@ -235,13 +280,14 @@ static int map_new(device_ops_t *d, void *addr, size_t size, uint64_t *handle, p
     CUdeviceptr at = (CUdeviceptr)(uintptr_t)addr;
     int pushed = enter_ctx(d);
     CUmemGenericAllocationHandle h = 0;
+    uint64_t named = ALL_NAMED;
     CUresult r = create_piece(d, kind, size, &h);
-    if (r == CUDA_SUCCESS && (r = map_piece(d, kind, at, size, h)) != CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS && (r = map_piece(d, kind, at, size, h, &named)) != CUDA_SUCCESS)
         ps_real.cuMemRelease(h);
     leave_ctx(pushed);
     if (r != CUDA_SUCCESS)
         return status_of(r);
-    note_mapped(d, addr, size, h, kind != PIECE_HOST);
+    note_mapped(d, addr, size, h, kind != PIECE_HOST, named);
     *handle = h;
     return PS_OK;
 }
@@ -260,11 +306,13 @@ static int map_kept(void *vctx, void *addr, size_t size, uint64_t handle, bool b
 {
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
-    CUresult r = map_with_access(d, (CUdeviceptr)(uintptr_t)addr, size, (CUmemGenericAllocationHandle)handle, bare);
+    uint64_t named;
+    CUresult r = map_with_access(d, (CUdeviceptr)(uintptr_t)addr, size, (CUmemGenericAllocationHandle)handle, bare,
+                                 &named);
     leave_ctx(pushed);
     if (r != CUDA_SUCCESS)
         return status_of(r);
-    note_mapped(d, addr, size, handle, true);
+    note_mapped(d, addr, size, handle, true, named);
     return PS_OK;
 }
 
@@ -285,7 +333,7 @@ static int live_vm_access(void *vctx, void *addr, size_t size)
 {
     device_ops_t *d = vctx;
     int pushed = enter_ctx(d);
-    CUresult r = grant_access(d, (CUdeviceptr)(uintptr_t)addr, size);
+    CUresult r = grant_access(d, (CUdeviceptr)(uintptr_t)addr, size, NULL);
     leave_ctx(pushed);
     return status_of(r);
 }
@@ -335,6 +383,75 @@ static int live_host_vm_map(void *vctx, void *addr, size_t size, uint64_t *handl
     return map_new(vctx, addr, size, handle, PIECE_HOST);
 }
 
+/* Devices in use in the process (ps_gpu_ops_cuda_device_in_use). */
+static _Atomic uint64_t devices_in_use;
+
+/* Gives device `peer` access to every piece of d mapped so far (its bit is
+ * set in copy_peers or peer_access by the caller first: later mappings name
+ * it, and note_mapped grants the ones that read the mask before), and
+ * opens d's memory pool to it where the async upstream opened it before. */
+static void grant_mapped_to(device_ops_t *d, int peer)
+{
+    if (!gate_enter(d))
+        return;
+    int pushed = enter_ctx(d);
+    pthread_mutex_lock(&d->vm_lock);
+    for (size_t i = 0; i < d->vm_sizes.capacity; i++)
+        if (d->vm_sizes.slots[i].key != PS_PTR_MAP_EMPTY && !(d->vm_sizes.slots[i].value & HOST_PIECE))
+            grant_piece_to(d, (CUdeviceptr)d->vm_sizes.slots[i].key, d->vm_sizes.slots[i].value, 1ull << peer);
+    pthread_mutex_unlock(&d->vm_lock);
+    uint64_t opened = atomic_load(&d->pool_shared);
+    if (opened && !(opened >> peer & 1) && !(atomic_fetch_or(&d->pool_shared, 1ull << peer) >> peer & 1))
+        ps_gpu_ops_cuda_open_pool_to(d, atomic_load(&d->pool_shared));
+    leave_ctx(pushed);
+    gate_leave(d);
+}
+
+/* Device `peer` may reach d's memory from now on, if it can (5.). */
+static void grant_device(device_ops_t *d, int peer)
+{
+    if (!d || d->skip_peer_grant || !(d->reach_peers >> peer & 1) ||
+        (atomic_fetch_or(&d->copy_peers, 1ull << peer) >> peer & 1))
+        return;
+    grant_mapped_to(d, peer);
+}
+
+static device_ops_t *table_of(int device)
+{
+    pthread_mutex_lock(&ps_cuda_streams_lock);
+    device_ops_t *d = ps_cuda_device_tables[device];
+    pthread_mutex_unlock(&ps_cuda_streams_lock);
+    return d;
+}
+
+/* `device` in use: it and every other device in use are granted each
+ * other's mapped memory. `settle`: even when it was in use already (its
+ * table was just made: a device that came in use while the table was
+ * being made found no table to grant). */
+static void device_in_use(int device, bool settle)
+{
+    if (device < 0 || device >= PS_MAX_DEVICES)
+        return;
+    bool known = atomic_fetch_or(&devices_in_use, 1ull << device) >> device & 1;
+    if (known && !settle)
+        return;
+    uint64_t in_use = atomic_load(&devices_in_use);
+    device_ops_t *own = table_of(device);
+    for (int o = 0; o < PS_MAX_DEVICES; o++)
+        if (o != device && (in_use >> o & 1)) {
+            grant_device(table_of(o), device);
+            grant_device(own, o);
+        }
+}
+
+void ps_gpu_ops_cuda_device_in_use(int device)
+{
+    if (!(atomic_load_explicit(&devices_in_use, memory_order_relaxed) >> device & 1))
+        device_in_use(device, false);
+}
+
+void ps_gpu_ops_cuda_table_in_use(int device) { device_in_use(device, true); }
+
 void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer)
 {
     if (ps_test.skip_peer_grant) { /* (warned here: the switch matters once a program enables peer access) */
@@ -353,20 +470,9 @@ void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer)
     if (r != CUDA_SUCCESS || owner < 0 || owner >= PS_MAX_DEVICES || owner == me)
         return;
     device_ops_t *d = ps_gpu_ops_cuda_grant_peer(owner, me);
-    if (!d || !d->vm_granularity || (atomic_load(&d->copy_peers) >> me & 1) || !gate_enter(d))
-        return; /* (a device in copy_peers is named in every mapping already) */
-    /* what is mapped already: grant it now (later mappings include `me`) */
-    CUmemAccessDesc access = {{CU_MEM_LOCATION_TYPE_DEVICE, me}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    int pushed = enter_ctx(d);
-    pthread_mutex_lock(&d->vm_lock);
-    for (size_t i = 0; i < d->vm_sizes.capacity; i++)
-        if (d->vm_sizes.slots[i].key != PS_PTR_MAP_EMPTY && !(d->vm_sizes.slots[i].value & HOST_PIECE) &&
-            ps_real.cuMemSetAccess((CUdeviceptr)d->vm_sizes.slots[i].key, d->vm_sizes.slots[i].value, &access, 1) !=
-                CUDA_SUCCESS)
-            ps_warning("device %d: could not give device %d access to a mapped piece of the pool", owner, me);
-    pthread_mutex_unlock(&d->vm_lock);
-    leave_ctx(pushed);
-    gate_leave(d);
+    if (d && d->vm_granularity && !(atomic_load(&d->copy_peers) >> me & 1))
+        grant_mapped_to(d, me); /* (a device in copy_peers is named in every mapping already) */
+    ps_gpu_ops_cuda_device_in_use(me); /* a program with peer access uses both */
 }
 
 static int live_vm_unmap_keep(void *vctx, void *addr, size_t size, uint64_t handle)
@@ -647,7 +753,8 @@ void ps_gpu_ops_cuda_vm_attach(device_ops_t *d)
     d->skip_peer_grant = ps_test.skip_peer_grant;
     uint64_t reach = 0;
     bool all_reach = other_devices_reach(device, d->device_count, &reach);
-    atomic_store(&d->copy_peers, reach);
+    d->reach_peers = reach;
+    atomic_store(&d->copy_peers, reach & atomic_load(&devices_in_use)); /* the others as they come (5.) */
     if (d->vm_granularity && !all_reach) {
         ps_info("device %d: another device of the process cannot reach its memory (no peer capability): its pool "
                 "uses chunks (cuMemAlloc memory), since a copy of mapped memory made while that device is current "

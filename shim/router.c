@@ -242,6 +242,12 @@ void ps_route_pool_access(CUmemoryPool pool, const CUmemAccessDesc *map, size_t 
         if (!mine)
             continue;
         for (size_t i = 0; i < count; i++)
+            if (map[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE && map[i].location.id != d && map[i].flags != 0) {
+                /* the blocks served before keep the stack's access: the device given access is in use */
+                ps_gpu_ops_cuda_device_in_use(d);
+                ps_gpu_ops_cuda_device_in_use(map[i].location.id);
+            }
+        for (size_t i = 0; i < count; i++)
             if (map[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE && map[i].location.id != d && map[i].flags != 0 &&
                 !(atomic_fetch_or(&pool_shared, 1ull << d) >> d & 1)) {
                 ps_info("device %d: its memory pool gives device %d access: its stream-ordered allocations go to "

@@ -733,16 +733,17 @@ EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc
 {
     ENTER();
     const char *refuse = getenv("FAKE_CUDA_REFUSE_ACCESS");
-    unsigned long host = 0, devices = 0;
+    unsigned long host = 0, devices = 0, other = 0;
     for (size_t i = 0; i < count; i++) {
         if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
             return CUDA_ERROR_INVALID_VALUE;
         if (desc[i].location.type == CU_MEM_LOCATION_TYPE_HOST && desc[i].location.id == 0)
             host++;
         else if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE && desc[i].location.id >= 0 &&
-                 desc[i].location.id < device_count() && !(refuse && atoi(refuse) == desc[i].location.id))
+                 desc[i].location.id < device_count() && !(refuse && atoi(refuse) == desc[i].location.id)) {
             devices++;
-        else
+            other += current && desc[i].location.id != current->device;
+        } else
             return CUDA_ERROR_INVALID_DEVICE;
     }
     if (mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE) != 0)
@@ -756,6 +757,7 @@ EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc
     access_note((uintptr_t)p, size, mask);
     __atomic_fetch_add(&counters.vm_access_host, host, __ATOMIC_RELAXED);
     __atomic_fetch_add(&counters.vm_access_device, devices, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&counters.vm_access_other, other, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 

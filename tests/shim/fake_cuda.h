@@ -34,6 +34,7 @@ typedef struct fake_cuda_counters {
     unsigned long vm_created_host;      /* ... of them placed on the host (location HOST: pinned pieces) */
     unsigned long vm_access_host;       /* cuMemSetAccess descriptors naming the host that were applied */
     unsigned long vm_access_device;     /* ... naming a device */
+    unsigned long vm_access_other;      /* ... naming a device other than the current context's */
     unsigned long vm_exported;          /* cuMemExportToShareableHandle successes */
     unsigned long vm_imported;          /* cuMemImportFromShareableHandle successes */
     unsigned long vm_released;          /* cuMemRelease successes (created and imported) */

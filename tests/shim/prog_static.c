@@ -137,6 +137,54 @@ static int cross_copy_scenario(gpa_fn gpa, CUresult (*retain)(CUcontext *, CUdev
     return finish("cross_copy");
 }
 
+/* Two devices, FAKE_CUDA_VMM=1 FAKE_CUDA_DEVICES=2, the second not used at
+ * first: device 0's mappings name device 0 alone (a program that uses one
+ * GPU of several pays for no other). Then a context the shim builds no
+ * stack for (cuCtxCreate) on device 1 copies device 0's block: granted at
+ * that copy (copy_order.c), it runs; then device 1's primary context and a
+ * block there, which names device 0 from the start. */
+static int lazy_grant_scenario(gpa_fn gpa, CUresult (*retain)(CUcontext *, CUdevice), CUresult (*set)(CUcontext),
+                               CUresult (*alloc)(CUdeviceptr *, size_t), CUresult (*mfree)(CUdeviceptr))
+{
+    CUdriverProcAddressQueryResult st;
+    CUresult (*htod)(CUdeviceptr, const void *, size_t) = NULL;
+    CUresult (*dtoh)(void *, CUdeviceptr, size_t) = NULL;
+    CHECK(gpa("cuMemcpyHtoD", (void **)&htod, 13000, 0, &st) == CUDA_SUCCESS, "cuMemcpyHtoD");
+    CHECK(gpa("cuMemcpyDtoH", (void **)&dtoh, 13000, 0, &st) == CUDA_SUCCESS, "cuMemcpyDtoH");
+    CUcontext ctx0, ctx1;
+    CHECK(retain(&ctx0, 0) == CUDA_SUCCESS && set(ctx0) == CUDA_SUCCESS, "device 0's context");
+    if (failures)
+        return finish("lazy_grant");
+    const size_t n = (5u << 20) + 4097;
+    unsigned char *host = malloc(n), *back = malloc(n);
+    fill(host, n, 9);
+    CUdeviceptr a0 = 0, b1 = 0;
+    unsigned long other = fake()->vm_access_other;
+    CHECK(alloc(&a0, n) == CUDA_SUCCESS && htod(a0, host, n) == CUDA_SUCCESS, "device 0 block");
+    CHECK(fake()->vm_access_other == other, "device 0's mappings named another device (%lu descriptors)",
+          fake()->vm_access_other - other);
+    CUresult (*create)(CUcontext *, unsigned, CUdevice) = NULL;
+    CUcontext own1;
+    CHECK(gpa("cuCtxCreate", (void **)&create, 13000, 0, &st) == CUDA_SUCCESS && create(&own1, 0, 1) == CUDA_SUCCESS &&
+              set(own1) == CUDA_SUCCESS,
+          "a context of the program's own on device 1");
+    memset(back, 0, n);
+    CHECK(dtoh(back, a0, n) == CUDA_SUCCESS && intact(back, n, 9),
+          "device 1 current: DtoH of device 0's block refused (%lu refusals)", fake()->copy_refused);
+    unsigned long granted = fake()->vm_access_other - other;
+    CHECK(retain(&ctx1, 1) == CUDA_SUCCESS && set(ctx1) == CUDA_SUCCESS, "device 1's primary context");
+    CHECK(alloc(&b1, n) == CUDA_SUCCESS, "device 1 block");
+    CHECK(set(ctx0) == CUDA_SUCCESS && htod(b1, host, n) == CUDA_SUCCESS, "device 0 current: HtoD into device 1's block");
+    memset(back, 0, n);
+    CHECK(dtoh(back, b1, n) == CUDA_SUCCESS && intact(back, n, 9), "device 0 current: DtoH of device 1's block");
+    printf("lazy_grant: %lu grants to device 1 at the first copy\n", granted);
+    CHECK(mfree(a0) == CUDA_SUCCESS, "free a0");
+    CHECK(set(ctx1) == CUDA_SUCCESS && mfree(b1) == CUDA_SUCCESS, "free b1");
+    free(host);
+    free(back);
+    return finish("lazy_grant");
+}
+
 /* Pointer queries of a block in the middle of the pool (FAKE_CUDA_VMM=1:
  * mapped memory under the shim): answered as for cuMemAlloc memory, natively
  * and under the shim alike: the block's context and range, from its base
@@ -253,6 +301,10 @@ int main(int argc, char **argv)
     if (argc > 1 && !strcmp(argv[1], "cross_copy")) {
         CHECK(init(0) == CUDA_SUCCESS, "cuInit");
         return cross_copy_scenario(gpa, retain, set, alloc, mfree, argc > 2 && !strcmp(argv[2], "chunks"));
+    }
+    if (argc > 1 && !strcmp(argv[1], "lazy_grant")) {
+        CHECK(init(0) == CUDA_SUCCESS, "cuInit");
+        return lazy_grant_scenario(gpa, retain, set, alloc, mfree);
     }
     if (argc > 1 && !strcmp(argv[1], "capture_global")) {
         CUcontext pctx;

@@ -123,6 +123,24 @@ Test(multi_device, negative_control_no_ordering_is_caught)
     int rc = run(1, TWO_VMM_DEVICES " POOLSHIM_TEST_SKIP_COPY_ORDER=1", "prog_static cross_copy");
     cr_expect(rc != 0 && strstr(output, "not ordered with device 1"), "rc %d:\n%s", rc, output);
 }
+/* a program that uses one device of two names no other in its mappings; the
+ * second is granted when it first copies the first's memory (copy_order.c),
+ * and named from the start in its own; without the grant the copy fails */
+Test(multi_device, the_second_device_is_granted_when_it_comes_in_use_native)
+{
+    expect_pass(0, TWO_VMM_DEVICES, "prog_static lazy_grant", "shim inactive");
+}
+Test(multi_device, the_second_device_is_granted_when_it_comes_in_use)
+{
+    expect_pass(1, TWO_VMM_DEVICES, "prog_static lazy_grant", "shim active");
+    cr_expect(strstr(output, "lazy_grant: ") && !strstr(output, "lazy_grant: 0 grants"), "granted at the copy:\n%s",
+              output);
+}
+Test(multi_device, negative_control_no_grant_refuses_the_second_device)
+{
+    int rc = run(1, TWO_VMM_DEVICES " POOLSHIM_TEST_SKIP_PEER_GRANT=1", "prog_static lazy_grant");
+    cr_expect(rc != 0 && strstr(output, "DtoH of device 0's block refused"), "rc %d:\n%s", rc, output);
+}
 /* a device another cannot reach (no peer capability) gets chunks: copies work as natively */
 Test(multi_device, without_peer_capability_the_pool_uses_chunks)
 {
