@@ -151,6 +151,7 @@ void ps_host_pool_options(const ps_host_config_t *host, ps_pool_options_t *out)
     out->expandable_piece = host->expandable_piece;
     out->expandable_run_min = 0; /* a run per piece: the growth budget gives pieces back often */
     out->expandable_setup_run_min = 0;
+    out->expandable_map_first = 0; /* (pinned host memory only as the program asks) */
     out->grow_budget_percent = host->expandable != 0 ? host->grow_budget_percent : 0;
     out->grow_budget_min = out->grow_budget_percent ? host->grow_budget_min : 0;
     out->barrier_pending_percent = 0;

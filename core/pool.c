@@ -584,6 +584,7 @@ void ps_pool_options_default(ps_pool_options_t *opts)
         .expandable = 1,
         .expandable_reserve = 0,
         .expandable_piece = 2 * PS_MiB,
+        .expandable_map_first = 1,
         .expandable_run_min = PS_GiB,
         .expandable_setup_run_min = 32 * PS_MiB,
         .barrier_pending_percent = PS_REUSE_BARRIER_PENDING_PERCENT,
@@ -667,6 +668,8 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     }
     if (status == PS_OK)
         pool_reserve_first_range_locked(pool); /* (no lock yet: the pool is not shared) */
+    if (status == PS_OK && o.expandable_map_first && !o.initial_size)
+        pool_map_first_piece_locked(pool);
     if (status == PS_OK && o.initial_size) {
         size_t initial = ps_align_up(o.initial_size, o.alignment);
         uint32_t grown;

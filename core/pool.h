@@ -53,6 +53,10 @@ typedef struct ps_pool_options {
     size_t expandable_reserve; /* address space reserved per range; 0 (default) = twice the device */
     size_t expandable_piece;  /* bytes per piece (default 2 MiB, rounded up to the device's
                                  granularity): the unit of addresses and accounting */
+    int expandable_map_first; /* 1 (default): the range's first piece is mapped when the pool is
+                                 made (the shim makes it at the context's creation), so a
+                                 program's first small cudaMalloc maps nothing; best effort (a
+                                 failure leaves it to the first growth); 0: the first growth */
     size_t expandable_run_min; /* a growth of at least this many bytes maps one physical run
                                  (one create, map and access call); smaller ones piece by piece.
                                  A run goes back only whole. 0 = always piece by piece */

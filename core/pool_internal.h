@@ -500,6 +500,7 @@ int pool_close_and_poll_locked(pool_t *pool, size_t need);
 void pool_fence_batch_locked(pool_t *pool, size_t freed);
 void pool_release_free_chunks_locked(pool_t *pool, uint64_t keep);
 uint64_t pool_release_idle_locked(pool_t *pool, uint64_t keep, uint64_t passed);
+void pool_map_first_piece_locked(pool_t *pool);
 
 /* ---- pool_expandable.c: the expandable range, remap, lending ----------- */
 int pool_grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown);

@@ -52,6 +52,7 @@ static inline ps_pool_options_t small_pool_options(void)
     o.small_from_back = 0; /* tests that check addresses expect front cuts */
     o.thread_cache = 0;    /* the pool's own lists and checks; test_thread_cache.c covers the cache */
     o.barrier_floor = 0;   /* barriers where the tests expect them; test_pool_barrier.c covers the floor */
+    o.expandable_map_first = 0; /* maps where the tests expect them; test_pool_runs.c covers it */
     return o;
 }
 

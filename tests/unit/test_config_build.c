@@ -690,3 +690,16 @@ Test(config_build, expandable_setup_run_min_reaches_the_pool_and_defaults_to_32_
     cr_assert_eq(main_pool_options(cfg).expandable_setup_run_min, 0, "0: off");
     ps_config_free(cfg);
 }
+
+Test(config_build, expandable_map_first_reaches_the_pool_on_by_default_and_off_for_the_pinned_pool)
+{
+    ps_config_t *cfg = load("[resource.main]\ntype = pool\n");
+    cr_assert_eq(main_pool_options(cfg).expandable_map_first, 1, "the default: the first piece with the pool");
+    ps_pool_options_t host;
+    ps_host_pool_options(&ps_config_global(cfg)->host, &host);
+    cr_assert_eq(host.expandable_map_first, 0, "the pinned pool maps only what the program asks for");
+    ps_config_free(cfg);
+    cfg = load("[resource.main]\ntype = pool\nexpandable_map_first = 0\n");
+    cr_assert_eq(main_pool_options(cfg).expandable_map_first, 0);
+    ps_config_free(cfg);
+}

@@ -133,6 +133,45 @@ Test(pool_runs, near_a_full_device_a_run_alone_that_does_not_fit_joins_the_free_
     fixture_close(&f);
 }
 
+Test(pool_runs, the_first_piece_is_mapped_with_the_pool)
+{
+    /* expandable_map_first: a program's first small allocation maps
+     * nothing; a setup buffer after it is still one allocation of its own */
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    o.expandable_map_first = 1;
+    open_pool_on(&f, &o, (ps_fake_gpu_options_t){.virtual_memory = 1, .backed = 1, .shareable = 1});
+    cr_assert_eq(ps_fake_gpu_vm_maps(f.gpu), 1, "one piece mapped when the pool was made");
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 2 * PS_MiB);
+    void *small, *big;
+    cr_assert_eq(ps_allocate(f.pool, 400 * 1024, PS_STREAM_NONE, &small), PS_OK);
+    cr_assert_eq(ps_fake_gpu_vm_maps(f.gpu), 1, "the first small allocation maps nothing");
+    cr_assert_eq(ps_allocate(f.pool, 32 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
+    cr_assert(one_allocation(&f, big, 32 * PS_MiB), "a setup buffer apart from the first piece");
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, small, 0, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, big, 0, PS_STREAM_NONE), PS_OK);
+    fixture_close(&f);
+}
+
+Test(pool_runs, a_first_piece_that_cannot_be_mapped_is_left_to_the_first_growth)
+{
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    o.expandable_map_first = 1;
+    cr_assert_eq(ps_fake_gpu_create(&(ps_fake_gpu_options_t){.virtual_memory = 1}, &f.gpu), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_HOST_OP_VM_MAP, 1, PS_ENOMEM), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK, "the pool is made all the same");
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0);
+    void *p;
+    cr_assert_eq(ps_allocate(f.pool, 256, PS_STREAM_NONE, &p), PS_OK);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 2 * PS_MiB, "the first growth mapped it");
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
+    fixture_close(&f);
+}
+
 Test(pool_runs, setup_runs_off_maps_piece_by_piece)
 {
     pool_fixture_t f;
