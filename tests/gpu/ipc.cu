@@ -2,8 +2,9 @@
  * and under the shim (where the block is a suballocation of the pool).
  *
  * Steps (the parent):
- *   1. cudaMalloc a small block, then a big one (37 MiB + 12345 bytes: many
- *      pieces of the expandable pool), write a pattern (seed 11) on the GPU.
+ *   1. cudaMalloc a small block, then a big one (37 MiB + 12345 bytes: one
+ *      physical allocation, a setup run, or 19 pieces of the expandable
+ *      pool with expandable_setup_run_min = 0, tests/gpu/run.sh 5b), write a pattern (seed 11) on the GPU.
  *   2. cudaIpcGetMemHandle of the big block (timed). --expect=refused: it
  *      must fail (the chunked pool, global.ipc=0): print PASS and stop.
  *      cuMemGetAddressRange inside it gives the block (what PyTorch uses to
@@ -19,8 +20,9 @@
  *      cudaMalloc of the same size, a child opening the old handle must be
  *      refused (stale handle).
  * Exit 0: all held; 3: wrong bytes (the negative control,
- * POOLSHIM_TEST_IPC_SKEW=1, makes the shim's import hand out a pointer 4 KiB
- * off, and this must exit 3); 1: anything else. */
+ * POOLSHIM_TEST_IPC_SKEW=1, makes the shim's import map the block's pieces
+ * out of order, and this must exit 3; it needs a block of several pieces,
+ * so run.sh turns setup runs off for it); 1: anything else. */
 #include "gpu_test.h"
 
 #include <cuda.h>
