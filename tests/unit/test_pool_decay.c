@@ -286,3 +286,23 @@ Test(pool_decay, random_workload_with_lending_and_ticks_stays_consistent)
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     fixture_close(&f);
 }
+
+Test(pool_decay, the_piece_mapped_with_the_pool_goes_back_when_nothing_uses_it)
+{
+    /* expandable_map_first maps a piece at the context's creation; a
+     * program that never allocates must not hold it past the decay */
+    pool_fixture_t f;
+    ps_pool_options_t o = small_pool_options();
+    o.expandable_map_first = 1;
+    cr_assert_eq(ps_fake_gpu_create(&(ps_fake_gpu_options_t){.virtual_memory = 1}, &f.gpu), PS_OK);
+    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
+    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 2 * PS_MiB, "the piece mapped with the pool");
+    cr_assert_eq(tick(&f, SEC, 4 * SEC), 0, "a window not yet seen whole: nothing goes");
+    ps_fake_gpu_complete_barriers_upto(f.gpu, ps_fake_gpu_barriers(f.gpu));
+    cr_assert_eq(tick(&f, 5 * SEC, 9 * SEC), 2 * PS_MiB, "idle for the whole window: it goes back");
+    cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0);
+    cr_assert_eq(ps_fake_gpu_bytes_outstanding(f.gpu), 0, "the device has it back");
+    cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    fixture_close(&f);
+}
