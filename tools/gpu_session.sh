@@ -57,7 +57,9 @@
 # alternated rounds, medians and ratios to native (about 1 min).
 # samples: `poolshim ab -n SAMPLES_RUNS` (5) on each of NVIDIA's cuda-samples built by
 # tools/bench/fetch_samples.sh into .carry/samples (carry .carry): the time in allocation
-# calls natively and under the default stack, one line per program (about 1 min).
+# calls natively and under the default stack, one line per program (about 1 min);
+# SAMPLES_CONFIGS="a.ini b.ini": those configurations instead of the default one, a line
+# each (an empty file is the default stack).
 # Results land under $OUT: gpu/ and bench/ from the scripts, and everything
 # else in one archive, extra.tgz (the device tool returns at most 8 files).
 set -u
@@ -184,8 +186,11 @@ PY
         mkdir -p "$OUT/extra/samples"
         for s in .carry/samples/*; do
             [ -x "$s" ] && [ -f "$s" ] || continue
-            build/poolshim ab -n "${SAMPLES_RUNS:-5}" -- "$s" >"$OUT/extra/samples/$(basename "$s").txt" 2>&1
-            printf '%-16s %s\n' "$(basename "$s")" "$(grep ' vs baseline: ' "$OUT/extra/samples/$(basename "$s").txt" | head -1)"
+            sample_configs=()
+            for c in ${SAMPLES_CONFIGS:-}; do sample_configs+=(-c "$c"); done
+            build/poolshim ab -n "${SAMPLES_RUNS:-5}" "${sample_configs[@]}" -- "$s" >"$OUT/extra/samples/$(basename "$s").txt" 2>&1
+            echo "-- $(basename "$s")"
+            grep ' vs baseline: ' "$OUT/extra/samples/$(basename "$s").txt"
         done ;;
     copybw)
         echo "=== copybw: device-to-device copies of pooled blocks, ${COPYBW_ROUNDS:-4} alternated rounds"
