@@ -15,13 +15,18 @@ typedef struct pool_fixture {
     ps_resource_t *pool;     /* the pool under test */
 } pool_fixture_t;
 
-/* backed: real host memory; capacity: device bytes (0 = unlimited). */
-static inline void fixture_open(pool_fixture_t *f, int backed, size_t capacity, const ps_pool_options_t *opts)
+/* A pool with `opts` over a fake device with `host`'s options. */
+static inline void fixture_open_on(pool_fixture_t *f, ps_fake_gpu_options_t host, const ps_pool_options_t *opts)
 {
-    ps_fake_gpu_options_t host = {.capacity = capacity, .backed = backed};
     cr_assert_eq(ps_fake_gpu_create(&host, &f->gpu), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, opts, &f->pool), PS_OK);
+}
+
+/* backed: real host memory; capacity: device bytes (0 = unlimited). */
+static inline void fixture_open(pool_fixture_t *f, int backed, size_t capacity, const ps_pool_options_t *opts)
+{
+    fixture_open_on(f, (ps_fake_gpu_options_t){.capacity = capacity, .backed = backed}, opts);
 }
 
 /* Destroys everything and checks the device got every byte back. */

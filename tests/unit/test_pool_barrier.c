@@ -10,10 +10,7 @@
  * virtual memory (the pool is then expandable). */
 static void open_pool(pool_fixture_t *f, const ps_pool_options_t *o, int vm, size_t capacity)
 {
-    ps_fake_gpu_options_t host = {.capacity = capacity, .virtual_memory = vm};
-    cr_assert_eq(ps_fake_gpu_create(&host, &f->gpu), PS_OK);
-    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
-    cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, o, &f->pool), PS_OK);
+    fixture_open_on(f, (ps_fake_gpu_options_t){.capacity = capacity, .virtual_memory = vm}, o);
 }
 
 /* The small test pool with free policy `policy` (fences never complete

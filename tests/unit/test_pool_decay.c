@@ -14,10 +14,7 @@
 static void open_decay_pool(pool_fixture_t *f)
 {
     ps_pool_options_t o = small_pool_options();
-    ps_fake_gpu_options_t host = {.virtual_memory = 1};
-    cr_assert_eq(ps_fake_gpu_create(&host, &f->gpu), PS_OK);
-    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
-    cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, &o, &f->pool), PS_OK);
+    fixture_open_on(f, (ps_fake_gpu_options_t){.virtual_memory = 1}, &o);
     cr_assert(ps_pool_is_expandable(f->pool));
 }
 
@@ -294,9 +291,7 @@ Test(pool_decay, the_piece_mapped_with_the_pool_goes_back_when_nothing_uses_it)
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
     o.expandable_map_first = 1;
-    cr_assert_eq(ps_fake_gpu_create(&(ps_fake_gpu_options_t){.virtual_memory = 1}, &f.gpu), PS_OK);
-    cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
-    cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
+    fixture_open_on(&f, (ps_fake_gpu_options_t){.virtual_memory = 1}, &o);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 2 * PS_MiB, "the piece mapped with the pool");
     cr_assert_eq(tick(&f, SEC, 4 * SEC), 0, "a window not yet seen whole: nothing goes");
     ps_fake_gpu_complete_barriers_upto(f.gpu, ps_fake_gpu_barriers(f.gpu));

@@ -20,13 +20,9 @@ static int lend_in_tests;
 static void open_remap_pool_as(pool_fixture_t *f, int remap, int no_vm_keep)
 {
     ps_pool_options_t o = small_pool_options();
-    o.remap_lend = lend_in_tests;
     o.remap = remap;
     o.remap_lend = lend_in_tests;
-    ps_fake_gpu_options_t host = {.virtual_memory = 1, .no_vm_keep = no_vm_keep};
-    cr_assert_eq(ps_fake_gpu_create(&host, &f->gpu), PS_OK);
-    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
-    cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, &o, &f->pool), PS_OK);
+    fixture_open_on(f, (ps_fake_gpu_options_t){.virtual_memory = 1, .no_vm_keep = no_vm_keep}, &o);
     cr_assert(ps_pool_is_expandable(f->pool));
 }
 static void open_remap_pool(pool_fixture_t *f, int remap) { open_remap_pool_as(f, remap, 0); }

@@ -10,14 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A pool with options `o` over a fake device made with `host`. */
-static void open_pool_on(pool_fixture_t *f, const ps_pool_options_t *o, ps_fake_gpu_options_t host)
-{
-    cr_assert_eq(ps_fake_gpu_create(&host, &f->gpu), PS_OK);
-    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
-    cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, o, &f->pool), PS_OK);
-}
-
 /* An expandable pool over a fake device with virtual memory (2 MiB
  * granularity), run_min and expandable_setup_run_min as given, no remap
  * unless asked. */
@@ -28,7 +20,7 @@ static void open_runs_pool_setup(pool_fixture_t *f, size_t run_min, size_t setup
     o.expandable_setup_run_min = setup_run_min;
     o.remap = remap;
     o.remap_lend = remap;
-    open_pool_on(f, &o, (ps_fake_gpu_options_t){.virtual_memory = 1, .capacity = capacity});
+    fixture_open_on(f, (ps_fake_gpu_options_t){.virtual_memory = 1, .capacity = capacity}, &o);
     cr_assert(ps_pool_is_expandable(f->pool));
 }
 
@@ -101,8 +93,7 @@ Test(pool_runs, a_setup_buffer_beside_a_small_block_is_one_allocation_from_its_f
      * started in that piece's free tail and spanned two allocations) */
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
-    open_pool_on(&f, &o,
-                 (ps_fake_gpu_options_t){.virtual_memory = 1, .backed = 1, .shareable = 1, .capacity = 256 * PS_MiB});
+    fixture_open_on(&f, (ps_fake_gpu_options_t){.virtual_memory = 1, .backed = 1, .shareable = 1, .capacity = 256 * PS_MiB}, &o);
     void *flag, *a, *b;
     cr_assert_eq(ps_allocate(f.pool, 256, PS_STREAM_NONE, &flag), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, 32 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
@@ -140,7 +131,7 @@ Test(pool_runs, the_first_piece_is_mapped_with_the_pool)
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
     o.expandable_map_first = 1;
-    open_pool_on(&f, &o, (ps_fake_gpu_options_t){.virtual_memory = 1, .backed = 1, .shareable = 1});
+    fixture_open_on(&f, (ps_fake_gpu_options_t){.virtual_memory = 1, .backed = 1, .shareable = 1}, &o);
     cr_assert_eq(ps_fake_gpu_vm_maps(f.gpu), 1, "one piece mapped when the pool was made");
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 2 * PS_MiB);
     void *small, *big;
@@ -177,7 +168,7 @@ Test(pool_runs, setup_runs_off_maps_piece_by_piece)
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
     o.expandable_setup_run_min = 0;
-    open_pool_on(&f, &o, (ps_fake_gpu_options_t){.virtual_memory = 1});
+    fixture_open_on(&f, (ps_fake_gpu_options_t){.virtual_memory = 1}, &o);
     uint64_t maps = ps_fake_gpu_vm_maps(f.gpu);
     void *a;
     cr_assert_eq(ps_allocate(f.pool, 96 * PS_MiB, PS_STREAM_NONE, &a), PS_OK);
@@ -215,7 +206,7 @@ Test(pool_runs, the_range_is_reserved_with_the_pool_and_a_failed_reservation_wai
      * fails too, the allocation answers "out of memory" and nothing is held */
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
-    open_pool_on(&f, &o, (ps_fake_gpu_options_t){.virtual_memory = 1});
+    fixture_open_on(&f, (ps_fake_gpu_options_t){.virtual_memory = 1}, &o);
     cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_RESERVE), 1, "reserved with the pool");
     cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_MAP), 0, "nothing mapped");
     void *p;
@@ -408,7 +399,7 @@ Test(pool_runs, a_growth_of_many_pieces_gives_access_once)
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
     o.expandable_setup_run_min = 0; /* (pieces, as after the first free) */
-    open_pool_on(&f, &o, (ps_fake_gpu_options_t){.virtual_memory = 1, .backed = 1, .capacity = 512 * PS_MiB});
+    fixture_open_on(&f, (ps_fake_gpu_options_t){.virtual_memory = 1, .backed = 1, .capacity = 512 * PS_MiB}, &o);
     uint64_t maps = ps_fake_gpu_vm_maps(f.gpu), calls = ps_fake_gpu_vm_access_calls(f.gpu);
     void *p;
     cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p), PS_OK);
@@ -425,8 +416,7 @@ Test(pool_runs, without_a_batch_access_each_piece_gets_its_own)
 {
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
-    open_pool_on(&f, &o,
-                 (ps_fake_gpu_options_t){.virtual_memory = 1, .backed = 1, .no_vm_access = 1, .capacity = 512 * PS_MiB});
+    fixture_open_on(&f, (ps_fake_gpu_options_t){.virtual_memory = 1, .backed = 1, .no_vm_access = 1, .capacity = 512 * PS_MiB}, &o);
     void *p;
     cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p), PS_OK);
     cr_assert_eq(ps_fake_gpu_vm_access_calls(f.gpu), 0);
@@ -443,7 +433,7 @@ Test(pool_runs, a_failed_access_call_leaves_nothing_mapped)
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
     o.expandable_setup_run_min = 0; /* (pieces, as after the first free) */
-    open_pool_on(&f, &o, (ps_fake_gpu_options_t){.virtual_memory = 1, .backed = 1, .capacity = 512 * PS_MiB});
+    fixture_open_on(&f, (ps_fake_gpu_options_t){.virtual_memory = 1, .backed = 1, .capacity = 512 * PS_MiB}, &o);
     uint64_t before = ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_MAP), unmaps = ps_fake_gpu_vm_unmaps(f.gpu);
     cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_HOST_OP_VM_MAP, before + 33, PS_EUPSTREAM), PS_OK);
     void *p;

@@ -18,10 +18,7 @@ static void open_cached(pool_fixture_t *f, ps_free_sync_t policy, unsigned barri
     o.free_sync = policy;
     o.thread_cache = PS_MiB;
     o.barrier_pending_percent = barrier_percent;
-    ps_fake_gpu_options_t host = {.capacity = capacity};
-    cr_assert_eq(ps_fake_gpu_create(&host, &f->gpu), PS_OK);
-    cr_assert_eq(ps_cuda_resource_create("cuda", f->gpu, &f->upstream), PS_OK);
-    cr_assert_eq(ps_pool_create("test", f->upstream, f->gpu, &o, &f->pool), PS_OK);
+    fixture_open_on(f, (ps_fake_gpu_options_t){.capacity = capacity}, &o);
     ps_pool_thread_cache_always_engage(f->pool); /* as with two threads (see one_thread_alone_...) */
 }
 
