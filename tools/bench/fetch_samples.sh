@@ -4,12 +4,19 @@
 # Nothing of the samples is committed (they are NVIDIA's, BSD-3-Clause):
 #   1. a checkout: SAMPLES_SRC (a cuda-samples tree), else git clone of SAMPLES_URL
 #      at SAMPLES_REF into a temporary folder (needs the network);
-#   2. nvcc -O2 -arch=$GPU_ARCH -I Common of each program in SAMPLES (from
-#      Samples/0_Introduction) into $CARRY_DIR/samples, with the checkout's commit in
-#      $CARRY_DIR/samples/COMMIT; the GPU machine needs only the binaries (static cudart).
-# Environment: CARRY_DIR (default <repo>/.carry, git-ignored), NVCC, GPU_ARCH (sm_90),
+#   2. nvcc -O2 -arch=$GPU_ARCH -I Common of each program in SAMPLES (a name: from
+#      Samples/0_Introduction; CATEGORY/NAME: from Samples/CATEGORY) into SAMPLES_DIR,
+#      with the checkout's commit in SAMPLES_DIR/COMMIT; the GPU machine needs only the
+#      binaries (static cudart).
+# Environment: CARRY_DIR (default <repo>/.carry, git-ignored), SAMPLES_DIR (default
+# $CARRY_DIR/samples, what `tools/gpu_session.sh samples` runs), NVCC, GPU_ARCH (sm_90),
 # SAMPLES ("vectorAdd matrixMul simpleStreams asyncAPI simpleMultiCopy"), SAMPLES_SRC,
 # SAMPLES_URL (https://github.com/NVIDIA/cuda-samples), SAMPLES_REF (master).
+# The multi-GPU samples of docs/benchmarks.md ("on two GPUs"), run natively and under the
+# shim, not under `poolshim ab`:
+#   SAMPLES_DIR=.carry/mgsamples SAMPLES="0_Introduction/simpleP2P 0_Introduction/simpleMultiGPU
+#   2_Concepts_and_Techniques/streamOrderedAllocation 2_Concepts_and_Techniques/streamOrderedAllocationP2P
+#   5_Domain_Specific/p2pBandwidthLatencyTest" tools/bench/fetch_samples.sh
 # Measured with them: docs/benchmarks.md, "NVIDIA samples under poolshim ab".
 set -eu
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,11 +37,17 @@ if [ -z "$src" ]; then
     src=$tmp/cuda-samples
 fi
 [ -f "$src/Common/helper_cuda.h" ] || { echo "fetch_samples: $src is no cuda-samples tree (no Common/helper_cuda.h)"; exit 1; }
-mkdir -p "$CARRY_DIR/samples"
+SAMPLES_DIR=${SAMPLES_DIR:-$CARRY_DIR/samples}
+mkdir -p "$SAMPLES_DIR"
 for s in $SAMPLES; do
-    file=$src/Samples/0_Introduction/$s/$s.cu
+    case $s in
+    */*) dir=$src/Samples/$s ;;
+    *) dir=$src/Samples/0_Introduction/$s ;;
+    esac
+    name=$(basename "$s")
+    file=$dir/$name.cu
     [ -f "$file" ] || { echo "fetch_samples: no $file"; exit 1; }
-    "$NVCC" -O2 -arch="$GPU_ARCH" -I"$src/Common" -o "$CARRY_DIR/samples/$s" "$file"
-    echo "fetch_samples: built $CARRY_DIR/samples/$s"
+    "$NVCC" -O2 -arch="$GPU_ARCH" -I"$src/Common" -I"$dir" -o "$SAMPLES_DIR/$name" "$file"
+    echo "fetch_samples: built $SAMPLES_DIR/$name"
 done
-(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown) >"$CARRY_DIR/samples/COMMIT"
+(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown) >"$SAMPLES_DIR/COMMIT"
