@@ -591,6 +591,18 @@ static ps_pool_options_t main_pool_options(const ps_config_t *cfg)
     return (ps_pool_options_t){0};
 }
 
+/* The pool options built from [resource.main] of type pool with `keys`
+ * (lines "key = value\n") added. */
+static ps_pool_options_t pool_options_with(const char *keys)
+{
+    char text[512];
+    snprintf(text, sizeof text, "[resource.main]\ntype = pool\n%s", keys);
+    ps_config_t *cfg = load(text);
+    ps_pool_options_t o = main_pool_options(cfg);
+    ps_config_free(cfg);
+    return o;
+}
+
 Test(config_build, the_default_pool_example_is_the_default)
 {
     /* config/examples/default_pool.ini says it writes the default out; it
@@ -667,28 +679,16 @@ Test(config_build, a_pool_says_when_it_will_not_use_the_upstream_it_was_given)
 
 Test(config_build, expandable_run_min_reaches_the_pool_and_defaults_to_1_gib)
 {
-    ps_config_t *cfg = load("[resource.main]\ntype = pool\n");
-    cr_assert_eq(main_pool_options(cfg).expandable_run_min, PS_GiB, "the default: runs from 1 GiB");
-    ps_config_free(cfg);
-    cfg = load("[resource.main]\ntype = pool\nexpandable_run_min = 64MiB\n");
-    cr_assert_eq(main_pool_options(cfg).expandable_run_min, 64 * PS_MiB);
-    ps_config_free(cfg);
-    cfg = load("[resource.main]\ntype = pool\nexpandable_run_min = 0\n");
-    cr_assert_eq(main_pool_options(cfg).expandable_run_min, 0, "0: always piece by piece");
-    ps_config_free(cfg);
+    cr_assert_eq(pool_options_with("").expandable_run_min, PS_GiB, "the default: runs from 1 GiB");
+    cr_assert_eq(pool_options_with("expandable_run_min = 64MiB\n").expandable_run_min, 64 * PS_MiB);
+    cr_assert_eq(pool_options_with("expandable_run_min = 0\n").expandable_run_min, 0, "0: always piece by piece");
 }
 
 Test(config_build, expandable_setup_run_min_reaches_the_pool_and_defaults_to_32_mib)
 {
-    ps_config_t *cfg = load("[resource.main]\ntype = pool\n");
-    cr_assert_eq(main_pool_options(cfg).expandable_setup_run_min, 32 * PS_MiB, "the default: setup runs from 32 MiB");
-    ps_config_free(cfg);
-    cfg = load("[resource.main]\ntype = pool\nexpandable_setup_run_min = 256MiB\n");
-    cr_assert_eq(main_pool_options(cfg).expandable_setup_run_min, 256 * PS_MiB);
-    ps_config_free(cfg);
-    cfg = load("[resource.main]\ntype = pool\nexpandable_setup_run_min = 0\n");
-    cr_assert_eq(main_pool_options(cfg).expandable_setup_run_min, 0, "0: off");
-    ps_config_free(cfg);
+    cr_assert_eq(pool_options_with("").expandable_setup_run_min, 32 * PS_MiB, "the default: setup runs from 32 MiB");
+    cr_assert_eq(pool_options_with("expandable_setup_run_min = 256MiB\n").expandable_setup_run_min, 256 * PS_MiB);
+    cr_assert_eq(pool_options_with("expandable_setup_run_min = 0\n").expandable_setup_run_min, 0, "0: off");
 }
 
 Test(config_build, expandable_map_first_reaches_the_pool_on_by_default_and_off_for_the_pinned_pool)
@@ -699,7 +699,5 @@ Test(config_build, expandable_map_first_reaches_the_pool_on_by_default_and_off_f
     ps_host_pool_options(&ps_config_global(cfg)->host, &host);
     cr_assert_eq(host.expandable_map_first, 0, "the pinned pool maps only what the program asks for");
     ps_config_free(cfg);
-    cfg = load("[resource.main]\ntype = pool\nexpandable_map_first = 0\n");
-    cr_assert_eq(main_pool_options(cfg).expandable_map_first, 0);
-    ps_config_free(cfg);
+    cr_assert_eq(pool_options_with("expandable_map_first = 0\n").expandable_map_first, 0);
 }
