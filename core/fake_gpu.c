@@ -47,6 +47,8 @@
  *     the barrier (an older one than the ring: the oldest remembered)
  *     and every earlier one passed, and (timed, waits_move_clock) moves
  *     the clock to when it passes; it counts (ps_fake_gpu_barrier_waits).
+ *     barrier_joined answers what the test set (ps_fake_gpu_set_barrier_joins;
+ *     0 by default: the fake has no busy non-blocking stream to join).
  *  5. Virtual memory (virtual_memory = 1): vm_reserve takes address space
  *     (simulated addresses, or an mmap with no access when backed);
  *     vm_map checks the failure plan and the capacity like mem_alloc and
@@ -173,6 +175,7 @@ typedef struct host_device {
     } *free_positions;
     size_t free_positions_count, free_positions_capacity; /* entries used / allocated */
     int barriers_blocked;          /* 1: barrier answers PS_EBUSY */
+    unsigned barrier_joins;        /* what barrier_joined answers (busy streams the newest barrier joined) */
     ps_ptr_map_t vm_mapped;        /* address -> size of each live vm_map */
     uint64_t vm_maps;              /* successful vm_map calls */
     uint64_t vm_unmaps;            /* successful vm_unmap calls */
@@ -603,6 +606,15 @@ static int host_barrier(void *ctx)
     }
     pthread_mutex_unlock(&dev->lock);
     return status;
+}
+
+static unsigned host_barrier_joined(void *ctx)
+{
+    host_device_t *dev = ctx;
+    pthread_mutex_lock(&dev->lock);
+    unsigned joins = dev->barrier_joins;
+    pthread_mutex_unlock(&dev->lock);
+    return joins;
 }
 
 static uint64_t host_barrier_generation(void *ctx)
@@ -1157,6 +1169,7 @@ int ps_fake_gpu_create(const ps_fake_gpu_options_t *opts, ps_gpu_ops_t **out)
     }
     pthread_mutex_init(&dev->lock, NULL);
     dev->options = options;
+    dev->barrier_joins = options.barrier_joins;
     dev->auto_complete = options.auto_complete;
     dev->timed = options.lag_ns > 0;
     dev->simulated_next = SIMULATED_BASE;
@@ -1179,6 +1192,7 @@ int ps_fake_gpu_create(const ps_fake_gpu_options_t *opts, ps_gpu_ops_t **out)
         .barrier_generation = host_barrier_generation,
         .barrier_passed = host_barrier_passed,
         .barrier_wait = host_barrier_wait,
+        .barrier_joined = host_barrier_joined,
         .host_alloc = host_host_alloc,
         .host_free = host_host_free,
     };
@@ -1304,6 +1318,14 @@ void ps_fake_gpu_block_barriers(ps_gpu_ops_t *ops, int blocked)
     host_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     dev->barriers_blocked = blocked;
+    pthread_mutex_unlock(&dev->lock);
+}
+
+void ps_fake_gpu_set_barrier_joins(ps_gpu_ops_t *ops, unsigned joins)
+{
+    host_device_t *dev = ops->ctx;
+    pthread_mutex_lock(&dev->lock);
+    dev->barrier_joins = joins;
     pthread_mutex_unlock(&dev->lock);
 }
 

@@ -54,6 +54,8 @@ typedef struct ps_fake_gpu_options {
     uint64_t event_record_ns;  /* with event_latency_ns: fence_record spins this long (cudaEventRecord
                                   on an H100: ~550 ns) */
     uint64_t event_query_ns;   /* with event_latency_ns: fence_query spins this long (~300 ns) */
+    unsigned barrier_joins;    /* what barrier_joined answers (busy streams the newest barrier joined; 0:
+                                  a program on the legacy stream alone); ps_fake_gpu_set_barrier_joins */
 } ps_fake_gpu_options_t;
 
 /* Creates the table; *out is owned by the caller (ps_fake_gpu_destroy). */
@@ -108,6 +110,9 @@ uint64_t ps_fake_gpu_waits_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream);
  * fake GPU keeps lagging, which is the point. */
 uint64_t ps_fake_gpu_barriers(ps_gpu_ops_t *ops);
 void ps_fake_gpu_block_barriers(ps_gpu_ops_t *ops, int blocked);
+/* What barrier_joined answers from now on: the busy streams the newest
+ * barrier joined (0 by default, as a program on the legacy stream alone). */
+void ps_fake_gpu_set_barrier_joins(ps_gpu_ops_t *ops, unsigned joins);
 /* Barriers are numbered 1, 2, 3... (ps_fake_gpu_barriers is the newest)
  * and pass (barrier_passed) in auto-complete mode at once, with a lag once
  * the clock reaches their issue time + lag, and always after

@@ -244,6 +244,7 @@ static inline ps_reuse_barrier_call_t barrier_call_locked(const pool_t *pool, in
         .pending = pool->reuse.bytes_pending,
         .request = request,
         .percent = ps_reuse_eager_percent(&pool->reuse),
+        .quiet = ps_reuse_quiet(&pool->reuse),
         .reserve_floor = barrier_floor_locked(pool),
         .pending_floor = pool->options.barrier_floor,
     };

@@ -37,7 +37,16 @@
  *        PS_REUSE_BARRIER_PENDING_PERCENT (3 %, barrier_pending_percent)
  *        of reserved bytes and PS_REUSE_EAGER_FLOOR, unless they are under
  *        pending_floor or, in a reserve of at most twice reserve_floor,
- *        under half of it (one barrier then releases many blocks).
+ *        under half of it (one barrier then releases many blocks). The
+ *        percentage applies only while barriers join busy streams: after
+ *        each barrier the family remembers whether it joined none
+ *        (gpu->barrier_joined 0; a table without the entry counts as
+ *        joining), and while it did not (quiet: an event record on the
+ *        legacy stream, no overlap lost) pending_floor is the trigger. Held
+ *        back, freed memory cannot be reused and the next blocks land
+ *        elsewhere: the PyTorch transformer log maps 2,525 pieces instead of
+ *        4,694 with twice the barriers (H200: 752 unmaps instead of 1,878,
+ *        wall time 1.010x expandable_segments' instead of 1.026x).
  *  7. Memory pressure: close (or, without a fence, synchronize the device
  *     and release), then host-wait closed epochs oldest first.
  *  8. retire(list, stream): a destroyed stream's free blocks become a
@@ -91,6 +100,9 @@ void ps_reuse_init(ps_reuse_t *r, const ps_gpu_ops_t *gpu, ps_free_sync_t free_s
     r->owner = owner;
     r->family = family ? family : &r->own_family;
     r->release_idle = PS_REUSE_IDLE_NEVER;
+    /* 6b: until its first barrier, what the table says of the newest one */
+    atomic_store_explicit(&r->family->quiet, gpu && gpu->barrier_joined && gpu->barrier_joined(gpu->ctx) == 0,
+                          memory_order_relaxed);
 }
 
 void ps_reuse_destroy(ps_reuse_t *r)
@@ -260,6 +272,10 @@ int ps_reuse_family_barrier(ps_reuse_family_t *family, const ps_gpu_ops_t *gpu)
     int status = gpu->barrier(gpu->ctx);
     if (status != PS_OK)
         return status;
+    /* 6b: whether the next eager barriers may skip the percentage (a table
+     * that cannot tell counts as joining) */
+    atomic_store_explicit(&family->quiet, gpu->barrier_joined && gpu->barrier_joined(gpu->ctx) == 0,
+                          memory_order_relaxed);
     uint64_t seen = atomic_load(&family->issued);
     while (seen < number && !atomic_compare_exchange_weak(&family->issued, &seen, number))
         ;
@@ -298,7 +314,7 @@ ps_reuse_barrier_call_t ps_reuse_barrier_worth(const ps_reuse_barrier_case_t *c)
         return PS_REUSE_BARRIER;
     }
     /* 6b. the eager trigger: the percentage, then the floors */
-    if (!ps_reuse_past_percent(c->pending, c->reserved, c->percent))
+    if (!ps_reuse_past_percent(c->pending, c->reserved, c->percent, c->quiet))
         return PS_REUSE_WAIT;
     if (c->pending < c->pending_floor)
         return PS_REUSE_WAIT;

@@ -44,6 +44,7 @@ typedef void (*ps_reuse_release_fn)(void *owner, uint64_t item);
 typedef struct ps_reuse_family {
     _Atomic uint64_t started; /* barriers begun (a defer stamps its block with this) */
     _Atomic uint64_t issued;  /* highest barrier number issued successfully */
+    atomic_int quiet;         /* 1: the newest barrier joined no busy stream (gpu->barrier_joined 0) */
 } ps_reuse_family_t;
 
 /* The stamp of a block freed now: any barrier issued later covers it
@@ -171,10 +172,13 @@ int ps_reuse_reclaim(ps_reuse_t *r);
 #define PS_REUSE_BARRIER_PENDING_PERCENT 3
 
 /* The eager trigger's percentage rule: `pending` bytes passed
- * PS_REUSE_EAGER_FLOOR and `percent` % of `reserved` (percent 0: off). */
-static inline int ps_reuse_past_percent(uint64_t pending, uint64_t reserved, unsigned percent)
+ * PS_REUSE_EAGER_FLOOR and `percent` % of `reserved` (percent 0: off), or,
+ * `quiet` (the newest barrier joined no busy stream), only the floor: such
+ * a barrier costs an event record, while memory freed since the last one
+ * cannot be reused and new blocks scatter (core/reuse.c, step 6b). */
+static inline int ps_reuse_past_percent(uint64_t pending, uint64_t reserved, unsigned percent, int quiet)
 {
-    return percent && pending > PS_REUSE_EAGER_FLOOR && pending * 100 > reserved * percent;
+    return percent && pending > PS_REUSE_EAGER_FLOOR && (quiet || pending * 100 > reserved * percent);
 }
 
 /* What ps_reuse_barrier_worth answers. */
@@ -194,6 +198,8 @@ typedef struct ps_reuse_barrier_case {
     uint64_t pending;       /* bytes a barrier would release */
     uint64_t request;       /* a miss: the bytes it needs */
     unsigned percent;       /* the eager trigger: pending must pass this % of reserved; 0 = off */
+    int quiet;              /* the eager trigger: the newest barrier joined no busy stream, the
+                               percentage does not apply (ps_reuse_quiet) */
     uint64_t reserve_floor; /* a miss grows while reserved + request fit in it; the eager trigger, in a
                                reserve of at most twice it, waits for half of it pending (the pool's
                                barrier_floor, grown by its threads' caches); 0 = none */
@@ -207,7 +213,7 @@ typedef struct ps_reuse_barrier_case {
  *  a miss: GROW while reserved + request fit in reserve_floor, or while
  *     pending is under grow_floor; else BARRIER;
  *  the eager trigger: BARRIER once percent is set and pending passed both
- *     PS_REUSE_EAGER_FLOOR and percent % of reserved, unless pending is
+ *     PS_REUSE_EAGER_FLOOR and (unless quiet) percent % of reserved, unless pending is
  *     under pending_floor or, in a reserve of at most twice reserve_floor,
  *     under half of it; else WAIT.
  * Pure arithmetic: no lock, no state. */
@@ -220,12 +226,21 @@ static inline unsigned ps_reuse_eager_percent(const ps_reuse_t *r)
     return r->free_sync == PS_FREE_SYNC_BARRIER ? r->barrier_pending_percent : 0;
 }
 
+/* Whether the newest barrier of a reuse state's family joined no busy
+ * stream (the family's barriers and the device table's: see
+ * ps_reuse_family_barrier). */
+static inline int ps_reuse_quiet(const ps_reuse_t *r)
+{
+    return atomic_load_explicit(&r->family->quiet, memory_order_relaxed);
+}
+
 /* The eager trigger of a reuse state without floors (ps_reuse_barrier_worth
  * of that case, inline for the allocation path): whether its pending bytes
- * passed ps_reuse_eager_percent of `reserved` and PS_REUSE_EAGER_FLOOR. */
+ * passed ps_reuse_eager_percent of `reserved` (unless quiet) and
+ * PS_REUSE_EAGER_FLOOR. */
 static inline int ps_reuse_wants_barrier(const ps_reuse_t *r, uint64_t reserved)
 {
-    return ps_reuse_past_percent(r->bytes_pending, reserved, ps_reuse_eager_percent(r));
+    return ps_reuse_past_percent(r->bytes_pending, reserved, ps_reuse_eager_percent(r), ps_reuse_quiet(r));
 }
 
 /* Host-waits the oldest closed epoch and releases it. Returns 1 when one

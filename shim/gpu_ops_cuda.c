@@ -34,6 +34,12 @@
  *         barrier was issued before that free, so before the query (a query
  *         is ~1/3 of a record and a wait on an H100: with 16 idle streams a
  *         barrier drops from 49 CUDA calls to 33, and the dearest ones go);
+ *         then ask each live blocking stream of the context whether it is
+ *         busy (c joins those by itself). The busy streams b and this count
+ *         are what barrier_joined answers: 0 (a program on the legacy
+ *         stream, whose only other stream is cuBLASLt's idle one) lets the
+ *         pools issue eager barriers without a share of the reserve pending
+ *         (core/reuse.c, 6b);
  *      c. record the barrier event E on the legacy stream: it completes
  *         after all earlier work of every stream (legacy semantics order
  *         blocking and per-thread streams, b orders the others);
@@ -460,6 +466,7 @@ static int live_barrier(void *vctx)
         status = PS_EUPSTREAM;
     }
     /* b: every non-blocking stream's work so far joins the legacy stream */
+    unsigned joined = 0;
     for (size_t i = 0; i < ps_cuda_stream_count && status == PS_OK && !d->no_join; i++) {
         tracked_stream_t *t = &ps_cuda_streams[i];
         if (t->ctx != d->ctx)
@@ -474,7 +481,12 @@ static int live_barrier(void *vctx)
         if (ps_real.cuEventRecord(t->event, t->stream) != CUDA_SUCCESS ||
             ps_real.cuStreamWaitEvent((CUstream)PS_STREAM_LEGACY, t->event, 0) != CUDA_SUCCESS)
             status = PS_EUPSTREAM;
+        joined++;
     }
+    /* b': a busy blocking stream is joined by E itself (legacy semantics); only counted */
+    for (size_t i = 0; i < ps_cuda_blocking_count && status == PS_OK; i++)
+        if (ps_cuda_blocking[i].ctx == d->ctx && !stream_idle(ps_cuda_blocking[i].stream))
+            joined++;
     /* c: E after everything issued so far */
     if (status == PS_OK && ps_real.cuEventRecord(*slot, (CUstream)PS_STREAM_LEGACY) != CUDA_SUCCESS)
         status = PS_EUPSTREAM;
@@ -487,6 +499,7 @@ static int live_barrier(void *vctx)
             status = PS_EUPSTREAM;
     if (status == PS_OK) {
         d->barrier_recorded = 1;
+        atomic_store_explicit(&d->barrier_joins, joined, memory_order_relaxed);
         atomic_store_explicit(&d->barriers, number, memory_order_release);
     }
     if (check_captures && ps_real.cuThreadExchangeStreamCaptureMode)
@@ -524,6 +537,13 @@ static int live_barrier_wait(void *vctx, uint64_t generation)
     int status = e ? status_of(ps_real.cuEventSynchronize(e)) : PS_EINVAL;
     leave_ctx(pushed);
     return status;
+}
+
+/* Busy streams the newest barrier joined (4. b): 0 tells the pools that a
+ * barrier costs no stream its overlap (core/reuse.c, 6b). */
+static unsigned ops_barrier_joined(void *vctx)
+{
+    return atomic_load_explicit(&((device_ops_t *)vctx)->barrier_joins, memory_order_relaxed);
 }
 
 /* Barrier numbers (4. above): the newest barrier issued. */
@@ -692,6 +712,7 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         .device_synchronize = ops_device_synchronize,
         .barrier = ops_barrier,
         .barrier_generation = ops_barrier_generation,
+        .barrier_joined = ops_barrier_joined,
         .barrier_passed = ops_barrier_passed,
         .barrier_wait = ops_barrier_wait,
         .host_alloc = ops_host_alloc,

@@ -52,6 +52,7 @@ typedef struct device_ops {
     ps_ptr_map_t vm_sizes;     /* mapped address -> bytes mapped there, | HOST_PIECE for a host piece (9.) */
     ps_ptr_map_t vm_ranges;    /* reserved range -> its size (all, for release before a reset) */
     _Atomic uint64_t barriers; /* barriers issued = the newest barrier's number (written under streams_lock) */
+    atomic_uint barrier_joins; /* busy streams the newest barrier made the legacy stream wait for (4. b) */
 } device_ops_t;
 
 static inline bool is_dead(void *vctx)
@@ -149,6 +150,13 @@ typedef struct tracked_stream {
 extern pthread_mutex_t ps_cuda_streams_lock;
 extern tracked_stream_t *ps_cuda_streams; /* live non-blocking streams (streams lock) */
 extern size_t ps_cuda_stream_count;       /* how many (streams lock) */
+/* A live blocking stream (created without CU_STREAM_NON_BLOCKING). */
+typedef struct blocking_stream {
+    CUstream stream;
+    CUcontext ctx;
+} blocking_stream_t;
+extern blocking_stream_t *ps_cuda_blocking; /* live blocking streams (streams lock) */
+extern size_t ps_cuda_blocking_count;       /* how many (streams lock) */
 extern device_ops_t *ps_cuda_device_tables[PS_MAX_DEVICES]; /* every table made, for barrier waits of new streams */
 /* Stream captures ever begun in this process (every cuStreamBeginCapture*
  * passes the gate). While it is 0 no capture can be open, and a barrier

@@ -5,7 +5,8 @@
  * 1. Stream tracking: every live non-blocking stream, with its context, from
  *    the stream hooks (the router passes them on). A new one waits for the
  *    last barrier of its context (4. d), or owes that wait while the
- *    context's gate is closed (10.).
+ *    context's gate is closed (10.). Blocking streams are listed apart: the
+ *    legacy stream orders them, and a barrier only asks whether each is busy.
  * 2. The capture gate: every real cuStreamBeginCapture* runs under the
  *    streams lock (and the give-back lock, to write), so no capture begins
  *    half-way through a barrier or a give-back; global-mode captures are
@@ -136,15 +137,57 @@ CUresult ps_gpu_ops_cuda_unsafe_call_check(void)
     return r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ? r : CUDA_SUCCESS;
 }
 
-void ps_gpu_ops_cuda_stream_created(CUstream stream, unsigned int flags)
+/* Live blocking streams (1.): the barrier's E on the legacy stream joins
+ * each one that is busy without a call of its own, so step b only asks
+ * whether it is, to count the join (barrier_joined). cuBLASLt makes one
+ * (cuStreamCreate, flags 0) in every PyTorch process. */
+blocking_stream_t *ps_cuda_blocking;
+size_t ps_cuda_blocking_count;
+static size_t blocking_capacity;
+
+/* Tracks blocking stream `stream` of `ctx`. ps_cuda_streams_lock held. */
+static void track_blocking_locked(CUstream stream, CUcontext ctx)
 {
-    if (!(flags & CU_STREAM_NON_BLOCKING) || !stream || ps_real_load_driver() != PS_OK)
-        return;
+    for (size_t i = 0; i < ps_cuda_blocking_count; i++)
+        if (ps_cuda_blocking[i].stream == stream) { /* a handle reused after a destroy we missed */
+            ps_cuda_blocking[i].ctx = ctx;
+            return;
+        }
+    if (ps_cuda_blocking_count == blocking_capacity) {
+        size_t cap = blocking_capacity ? blocking_capacity * 2 : 8;
+        blocking_stream_t *grown = realloc(ps_cuda_blocking, cap * sizeof *grown);
+        if (!grown) {
+            ps_warning("out of host memory tracking a stream");
+            return;
+        }
+        ps_cuda_blocking = grown;
+        blocking_capacity = cap;
+    }
+    ps_cuda_blocking[ps_cuda_blocking_count++] = (blocking_stream_t){stream, ctx};
+}
+
+static CUcontext context_of(CUstream stream)
+{
     CUcontext ctx = NULL;
     if (ps_real.cuStreamGetCtx)
         ps_real.cuStreamGetCtx(stream, &ctx);
     else
         ps_real.cuCtxGetCurrent(&ctx);
+    return ctx;
+}
+
+void ps_gpu_ops_cuda_stream_created(CUstream stream, unsigned int flags)
+{
+    if (!stream || ps_real_load_driver() != PS_OK)
+        return;
+    if (!(flags & CU_STREAM_NON_BLOCKING)) {
+        CUcontext ctx = context_of(stream);
+        pthread_mutex_lock(&ps_cuda_streams_lock);
+        track_blocking_locked(stream, ctx);
+        pthread_mutex_unlock(&ps_cuda_streams_lock);
+        return;
+    }
+    CUcontext ctx = context_of(stream);
     pthread_mutex_lock(&ps_cuda_streams_lock);
     for (size_t i = 0; i < ps_cuda_stream_count; i++)
         if (ps_cuda_streams[i].stream == stream) { /* handle reused after a destroy we missed, or both doors */
@@ -189,6 +232,11 @@ void ps_gpu_ops_cuda_stream_destroyed(CUstream stream)
             if (ps_cuda_streams[i].event)
                 ps_real.cuEventDestroy_v2(ps_cuda_streams[i].event);
             ps_cuda_streams[i] = ps_cuda_streams[--ps_cuda_stream_count];
+            break;
+        }
+    for (size_t i = 0; i < ps_cuda_blocking_count; i++)
+        if (ps_cuda_blocking[i].stream == stream) {
+            ps_cuda_blocking[i] = ps_cuda_blocking[--ps_cuda_blocking_count];
             break;
         }
     pthread_mutex_unlock(&ps_cuda_streams_lock);
@@ -315,6 +363,11 @@ void ps_gpu_ops_cuda_forget_context(CUcontext ctx)
     for (size_t i = 0; i < ps_cuda_stream_count;)
         if (ps_cuda_streams[i].ctx == ctx)
             ps_cuda_streams[i] = ps_cuda_streams[--ps_cuda_stream_count];
+        else
+            i++;
+    for (size_t i = 0; i < ps_cuda_blocking_count;)
+        if (ps_cuda_blocking[i].ctx == ctx)
+            ps_cuda_blocking[i] = ps_cuda_blocking[--ps_cuda_blocking_count];
         else
             i++;
     pthread_mutex_unlock(&ps_cuda_streams_lock);

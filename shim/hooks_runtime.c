@@ -217,7 +217,15 @@ PS_EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
 
 PS_EXPORT cudaError_t cudaStreamCreate(cudaStream_t *pStream)
 {
-    CALL_REAL_RT(cudaStreamCreate, pStream); /* a blocking stream: the legacy stream orders it */
+    ps_cudaStreamCreate_fn real = PS_REAL_RT(cudaStreamCreate);
+    if (!real)
+        return 3;
+    ps_in_shim++;
+    cudaError_t r = real(pStream);
+    ps_in_shim--;
+    if (r == cudaSuccess && pStream)
+        ps_streams_created(*pStream, 0); /* a blocking stream: the legacy stream orders it (only counted) */
+    return r;
 }
 
 PS_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)

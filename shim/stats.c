@@ -624,6 +624,11 @@ void ps_stats_write(FILE *f, int json)
                     (unsigned long long)(info.expandable != 0), dev->resets,
                     (unsigned long long)dev->dropped_allocations, (unsigned long long)dev->dropped_bytes,
                     (unsigned long long)gone->bytes_reserved);
+            /* busy streams the newest barrier joined, 1 more once the program made a blocking
+             * stream (core/gpu_ops.h barrier_joined): 0 = quiet barriers, no percentage wait */
+            const ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
+            if (gpu && gpu->barrier_joined)
+                fprintf(f, ", \"barrier_joins\": %u", gpu->barrier_joined(gpu->ctx));
             fprintf(f, ", \"oom_retry\": {\"given_back\": %llu, \"succeeded\": %llu, \"failed\": %llu, "
                        "\"skipped_capture\": %llu}",
                     (unsigned long long)atomic_load(&oom_counts[d][PS_OOM_GIVEN_BACK]),

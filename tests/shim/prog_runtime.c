@@ -20,6 +20,7 @@ extern cudaError_t cudaFreeAsync(void *, cudaStream_t);
 extern cudaError_t cudaFreeAsync_ptsz(void *, cudaStream_t);
 extern cudaError_t cudaMemGetInfo(size_t *, size_t *);
 extern cudaError_t cudaStreamCreateWithFlags(cudaStream_t *, unsigned int);
+extern cudaError_t cudaStreamCreate(cudaStream_t *);
 extern cudaError_t cudaStreamDestroy(cudaStream_t);
 extern cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *, void *);
 extern cudaError_t cudaSetDevice(int);
@@ -1182,6 +1183,36 @@ static void barrier_streams(void)
         CHECK(cudaStreamDestroy(s[i]) == cudaSuccess, "stream destroy %d", i);
 }
 
+/* The eager barrier's trigger (core/reuse.c, 6b): 256 MiB held, 128 MiB
+ * made and freed (ready memory), then 16 pairs of 17 MiB (above the thread
+ * caches' 16 MiB). `mode` none: the program uses the legacy stream alone,
+ * the barriers join nothing and one comes once barrier_floor (32 MiB) is
+ * pending; busy: a non-blocking stream with work in flight
+ * (FAKE_CUDA_STREAMS_BUSY=1), joined by every barrier; blocking: a blocking
+ * stream, which the barrier's event on the legacy stream joins when it is
+ * busy (FAKE_CUDA_STREAMS_BUSY=1) and not when idle. Joined, the share of
+ * the reserve (barrier_pending_percent) must pass too.
+ * test_shim.c compares the barriers in the statistics. */
+static void eager_quiet(const char *mode)
+{
+    cudaStream_t s = NULL;
+    if (!strcmp(mode, "busy"))
+        CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess, "non-blocking stream");
+    else if (!strcmp(mode, "blocking"))
+        CHECK(cudaStreamCreate(&s) == cudaSuccess, "blocking stream");
+    void *hold, *warm, *p;
+    CHECK(cudaMalloc(&hold, 256u << 20) == cudaSuccess, "cudaMalloc 256 MiB");
+    CHECK(cudaMalloc(&warm, 128u << 20) == cudaSuccess, "cudaMalloc 128 MiB");
+    CHECK(cudaFree(warm) == cudaSuccess, "cudaFree 128 MiB");
+    for (int i = 0; i < 16; i++) {
+        CHECK(cudaMalloc(&p, 17u << 20) == cudaSuccess, "cudaMalloc 17 MiB (%d)", i);
+        CHECK(cudaFree(p) == cudaSuccess, "cudaFree 17 MiB (%d)", i);
+    }
+    CHECK(cudaFree(hold) == cudaSuccess, "cudaFree 256 MiB");
+    if (s)
+        CHECK(cudaStreamDestroy(s) == cudaSuccess, "stream destroy");
+}
+
 /* A non-blocking stream made while a release of the primary context is
  * inside the driver (the shim's gate of its GPU-ops table is closed: the
  * context might be dying) owes its wait for the last barrier: the shim
@@ -1313,6 +1344,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "threads")) threads();
     else if (!strcmp(what, "stats_threads")) stats_threads();
     else if (!strcmp(what, "barrier_streams")) barrier_streams();
+    else if (!strcmp(what, "eager_quiet")) eager_quiet(argc > 2 ? argv[2] : "none");
     else if (!strcmp(what, "gate_stream")) gate_stream();
     else if (!strcmp(what, "oom")) oom();
     else if (!strcmp(what, "oom_retry")) oom_retry();

@@ -2199,6 +2199,36 @@ Test(barrier, no_join_switch_leaves_busy_streams_out)
     expect_barrier_calls("FAKE_CUDA_STREAMS_BUSY=1 POOLSHIM_TEST_BARRIER_NO_JOIN=1", 0, 1, 4);
 }
 
+/* ---- the eager barrier follows what barriers join (gpu_ops barrier_joined) ---- */
+/* prog_runtime eager_quiet: the same 16 pairs of 17 MiB issue a barrier per
+ * ~2 pairs while barriers join no stream, and only once the share of the
+ * reserve is pending while they join a busy non-blocking stream or the
+ * program made a blocking one (the negative controls of each other). */
+static double eager_barriers(const char *env, const char *mode, double joins)
+{
+    char cmd[128], full[512];
+    snprintf(cmd, sizeof cmd, "prog_runtime eager_quiet %s", mode);
+    snprintf(full, sizeof full, "%s POOLSHIM_STATS=json POOLSHIM_OPTIONS=resource.main.barrier_pending_percent=40", env);
+    expect_pass(1, full, cmd, "shim active");
+    cr_expect_eq(json_number(output, "barrier_joins"), joins, "%s: the statistics' barrier_joins:\n%s", mode, output);
+    return json_number(output, "barriers");
+}
+
+Test(barrier, eager_barriers_skip_the_share_only_while_they_join_no_stream)
+{
+    double quiet = eager_barriers("", "none", 0);
+    double busy = eager_barriers("FAKE_CUDA_STREAMS_BUSY=1", "busy", 1);
+    double blocking = eager_barriers("FAKE_CUDA_STREAMS_BUSY=1", "blocking", 1);
+    double idle_blocking = eager_barriers("", "blocking", 0);
+    cr_log_info("barriers: quiet %.0f, busy stream %.0f, busy blocking stream %.0f, idle blocking stream %.0f", quiet,
+                busy, blocking, idle_blocking);
+    cr_expect_geq(quiet, 6, "legacy stream only: a barrier per ~2 pairs of 17 MiB, got %.0f", quiet);
+    cr_expect_geq(quiet, 2 * busy, "a busy non-blocking stream: the share applies (%.0f vs %.0f)", busy, quiet);
+    cr_expect_geq(quiet, 2 * blocking, "a busy blocking stream: the share applies (%.0f vs %.0f)", blocking, quiet);
+    cr_expect_eq(idle_blocking, quiet, "an idle blocking stream (cuBLASLt's) joins nothing: %.0f vs %.0f", idle_blocking,
+                 quiet);
+}
+
 /* ---- remap of idle pieces (shim/gpu_ops_cuda.c: barrier numbers, barrier_passed) ---- */
 /* prog_runtime remap over the fake driver's virtual memory: with the barrier
  * events completed (the fake's events complete at once) the remap moves A's

@@ -1232,7 +1232,9 @@ Test(replay, remap_brings_the_transformer_log_below_expandable_segments)
     close(fd);
     double without = replayed_overhead(logs[0], off);
     unlink(off);
-    cr_expect_gt(without, 1.03, "remap off: %.4fx (1.043x before remap)", without);
+    /* 1.043x before remap; 1.0257x since the eager barrier stopped waiting
+     * for 3 % of the reserve when barriers join no busy stream */
+    cr_expect_gt(without, 1.02, "remap off: %.4fx (1.0257x since 2026-11-28)", without);
 }
 
 /* One replay of `gz_name` with the GPU `gpu_lag` behind and `ini` (NULL:
@@ -1274,19 +1276,22 @@ Test(replay, remap_lends_instead_of_blocking_the_host_behind_a_lagging_gpu)
 {
     /* With the GPU 20 ms behind, the transformer's remaps waited 46 times
      * (0.83 s of host time) before remap_lend; on the H100 those waits cost
-     * 4-7 % of wall time. Lending must remove them at (almost) the same
-     * peak; remap_lend = 0 is the negative control. */
+     * 4-7 % of wall time. Since the quiet eager barrier (2026-11-28) the log
+     * remaps 25 times (0.46 s of waits without lending). Lending must remove
+     * the waits at (almost) the same peak; remap_lend = 0 is the negative
+     * control. */
     const char *log = "logs/h100_torch_transformer_uncached.csv.gz";
     remap_counts_t lend = replayed_remaps(log, NULL, "20ms");
     remap_counts_t wait = replayed_remaps(log, "[resource.main]\ntype = pool\nremap_lend = 0\n", "20ms");
     cr_log_info("20 ms lag: lending %llu lends, %llu waits, %.1f MiB; waiting %llu waits (%.0f ms), %.1f MiB",
                 (unsigned long long)lend.lent, (unsigned long long)lend.waits, lend.peak_reserved / 1048576.0,
                 (unsigned long long)wait.waits, wait.wait_ns / 1e6, wait.peak_reserved / 1048576.0);
-    cr_expect_gt(wait.waits, 30, "remap_lend 0 waits (46 when written): %llu", (unsigned long long)wait.waits);
-    cr_expect_gt(wait.wait_ns, 500000000ull, "and blocks the host");
+    cr_expect_gt(wait.waits, 20, "remap_lend 0 waits (46 when written, 25 since 2026-11-28): %llu",
+                 (unsigned long long)wait.waits);
+    cr_expect_gt(wait.wait_ns, 300000000ull, "and blocks the host");
     cr_expect_eq(lend.waits, 0, "lending waits no more: %llu", (unsigned long long)lend.waits);
     cr_expect_eq(lend.wait_ns, 0);
-    cr_expect_gt(lend.lent, 30, "it lends instead: %llu", (unsigned long long)lend.lent);
+    cr_expect_gt(lend.lent, 20, "it lends instead: %llu", (unsigned long long)lend.lent);
     cr_expect_leq((double)lend.peak_reserved, (double)wait.peak_reserved * 1.005, "at the same peak (within 0.5 %%)");
 }
 

@@ -141,6 +141,7 @@ Test(reuse, event_policy_never_issues_a_barrier)
 Test(reuse, eager_trigger_follows_the_pending_share_of_reserved)
 {
     ps_gpu_ops_t *gpu = lagging_gpu();
+    ps_fake_gpu_set_barrier_joins(gpu, 1); /* barriers join a busy stream: the percentage applies */
     released_t seen = {0};
     ps_reuse_t r;
     ps_reuse_init(&r, gpu, PS_FREE_SYNC_BARRIER, 3, NULL, record_release, &seen);
@@ -155,6 +156,49 @@ Test(reuse, eager_trigger_follows_the_pending_share_of_reserved)
     cr_assert_eq(ps_reuse_defer(&small, 4, 256), PS_OK);
     cr_assert_eq(ps_reuse_wants_barrier(&small, 2 * PS_MiB), 1, "past the floor");
     ps_reuse_destroy(&small);
+    ps_reuse_destroy(&r);
+    ps_fake_gpu_destroy(gpu);
+}
+
+/* While the newest barrier joined no busy stream (it cost an event record,
+ * took no overlap), the eager trigger needs only the floor, not the share
+ * of the reserve; a barrier that joined one brings the share back, and a
+ * table that cannot tell (no barrier_joined) always counts as joining. */
+Test(reuse, eager_trigger_skips_the_share_while_barriers_join_no_busy_stream)
+{
+    ps_gpu_ops_t *gpu = lagging_gpu();
+    released_t seen = {0};
+    ps_reuse_t r;
+    ps_reuse_init(&r, gpu, PS_FREE_SYNC_BARRIER, 3, NULL, record_release, &seen);
+    cr_assert_eq(ps_reuse_quiet(&r), 1, "a fresh table that joined nothing: quiet");
+    cr_assert_eq(ps_reuse_defer(&r, 1, 2 * PS_MiB), PS_OK);
+    cr_assert_eq(ps_reuse_wants_barrier(&r, 100 * PS_MiB), 1, "2 of 100: past the floor, the share does not apply");
+    ps_fake_gpu_set_barrier_joins(gpu, 2);
+    cr_assert_eq(ps_reuse_barrier(&r), 1);
+    cr_assert_eq(ps_reuse_quiet(&r), 0, "this barrier joined two busy streams");
+    cr_assert_eq(ps_reuse_defer(&r, 2, 2 * PS_MiB), PS_OK);
+    cr_assert_eq(ps_reuse_wants_barrier(&r, 100 * PS_MiB), 0, "2 of 100 is not past 3%%");
+    ps_fake_gpu_set_barrier_joins(gpu, 0);
+    cr_assert_eq(ps_reuse_barrier(&r), 1);
+    cr_assert_eq(ps_reuse_defer(&r, 3, 2 * PS_MiB), PS_OK);
+    cr_assert_eq(ps_reuse_wants_barrier(&r, 100 * PS_MiB), 1, "quiet again");
+    cr_assert_eq(ps_reuse_defer(&r, 4, 256), PS_OK);
+    ps_reuse_barrier(&r);
+    cr_assert_eq(ps_reuse_defer(&r, 5, PS_REUSE_EAGER_FLOOR), PS_OK);
+    cr_assert_eq(ps_reuse_wants_barrier(&r, 100 * PS_MiB), 0, "quiet, but not past PS_REUSE_EAGER_FLOOR");
+    ps_gpu_ops_t untold = *gpu;
+    untold.barrier_joined = NULL;
+    r.gpu = &untold;
+    cr_assert_eq(ps_reuse_barrier(&r), 1);
+    cr_assert_eq(ps_reuse_quiet(&r), 0, "a table that cannot tell counts as joining");
+    cr_assert_eq(ps_reuse_defer(&r, 6, 2 * PS_MiB), PS_OK);
+    cr_assert_eq(ps_reuse_wants_barrier(&r, 100 * PS_MiB), 0);
+    r.gpu = gpu;
+    ps_reuse_t off;
+    ps_reuse_init(&off, gpu, PS_FREE_SYNC_BARRIER, 0, NULL, record_release, &seen);
+    cr_assert_eq(ps_reuse_defer(&off, 7, 64 * PS_MiB), PS_OK);
+    cr_assert_eq(ps_reuse_wants_barrier(&off, 100 * PS_MiB), 0, "percent 0 keeps the trigger off, quiet or not");
+    ps_reuse_destroy(&off);
     ps_reuse_destroy(&r);
     ps_fake_gpu_destroy(gpu);
 }
@@ -393,6 +437,16 @@ Test(reuse, the_barrier_decision_gives_the_pools_answers)
         c.miss = 0;
         cr_expect_eq(ps_reuse_barrier_worth(&c), pool_cases[i].eager, "row %zu, eager: %d, expected %d", i,
                      ps_reuse_barrier_worth(&c), pool_cases[i].eager);
+        /* quiet: past PS_REUSE_EAGER_FLOOR is enough, the floors still hold back */
+        c.quiet = 1;
+        ps_reuse_barrier_call_t quiet = pool_cases[i].pending <= PS_REUSE_EAGER_FLOOR ? WAIT
+                                        : pool_cases[i].pending < pool_cases[i].floor ? WAIT
+                                        : pool_cases[i].reserved <= 2 * pool_cases[i].grown_floor &&
+                                                  pool_cases[i].pending * 2 < pool_cases[i].grown_floor
+                                            ? WAIT
+                                            : BARRIER;
+        cr_expect_eq(ps_reuse_barrier_worth(&c), quiet, "row %zu, eager and quiet: %d, expected %d", i,
+                     ps_reuse_barrier_worth(&c), quiet);
     }
 }
 
@@ -485,7 +539,7 @@ Test(reuse, the_eager_rule_inline_agrees_with_the_decision)
     for (int i = 0; i < 40; i++) {
         cr_assert_eq(ps_reuse_defer(&r, (uint64_t)i, PS_MiB / 2), PS_OK);
         ps_reuse_barrier_case_t c = {.reserved = 400 * PS_MiB, .pending = r.bytes_pending,
-                                     .percent = ps_reuse_eager_percent(&r)};
+                                     .percent = ps_reuse_eager_percent(&r), .quiet = ps_reuse_quiet(&r)};
         cr_expect_eq(ps_reuse_wants_barrier(&r, 400 * PS_MiB), ps_reuse_barrier_worth(&c) == PS_REUSE_BARRIER,
                      "%d blocks", i + 1);
     }
