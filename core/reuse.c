@@ -39,10 +39,11 @@
  *        pending_floor or, in a reserve of at most twice reserve_floor,
  *        under half of it (one barrier then releases many blocks). The
  *        percentage applies only while barriers join busy streams: after
- *        each barrier the family remembers whether it joined none
- *        (gpu->barrier_joined 0; a table without the entry counts as
- *        joining), and while it did not (quiet: an event record on the
- *        legacy stream, no overlap lost) pending_floor is the trigger. Held
+ *        each barrier the family counts the barriers in a row that joined
+ *        none (gpu->barrier_joined 0; a table without the entry counts as
+ *        joining), and once PS_REUSE_QUIET_RUN (8) did (quiet: an event
+ *        record on the legacy stream, no overlap lost) pending_floor is the
+ *        trigger, until a barrier joins a busy stream again. Held
  *        back, freed memory cannot be reused and the next blocks land
  *        elsewhere: the PyTorch transformer log maps 2,525 pieces instead of
  *        4,694 with twice the barriers (H200: 752 unmaps instead of 1,878,
@@ -100,8 +101,10 @@ void ps_reuse_init(ps_reuse_t *r, const ps_gpu_ops_t *gpu, ps_free_sync_t free_s
     r->owner = owner;
     r->family = family ? family : &r->own_family;
     r->release_idle = PS_REUSE_IDLE_NEVER;
-    /* 6b: until its first barrier, what the table says of the newest one */
-    atomic_store_explicit(&r->family->quiet, gpu && gpu->barrier_joined && gpu->barrier_joined(gpu->ctx) == 0,
+    /* 6b: until its first barrier, what the table says of the newest one
+     * (nothing joined yet: quiet from the start) */
+    atomic_store_explicit(&r->family->quiet,
+                          gpu && gpu->barrier_joined && gpu->barrier_joined(gpu->ctx) == 0 ? PS_REUSE_QUIET_RUN : 0,
                           memory_order_relaxed);
 }
 
@@ -273,8 +276,11 @@ int ps_reuse_family_barrier(ps_reuse_family_t *family, const ps_gpu_ops_t *gpu)
     if (status != PS_OK)
         return status;
     /* 6b: whether the next eager barriers may skip the percentage (a table
-     * that cannot tell counts as joining) */
-    atomic_store_explicit(&family->quiet, gpu->barrier_joined && gpu->barrier_joined(gpu->ctx) == 0,
+     * that cannot tell counts as joining): one more quiet barrier in a row,
+     * or none (racing barriers may lose a count: a heuristic, never safety) */
+    int quiet = gpu->barrier_joined && gpu->barrier_joined(gpu->ctx) == 0;
+    int run = atomic_load_explicit(&family->quiet, memory_order_relaxed);
+    atomic_store_explicit(&family->quiet, quiet ? (run < PS_REUSE_QUIET_RUN ? run + 1 : run) : 0,
                           memory_order_relaxed);
     uint64_t seen = atomic_load(&family->issued);
     while (seen < number && !atomic_compare_exchange_weak(&family->issued, &seen, number))

@@ -44,7 +44,8 @@ typedef void (*ps_reuse_release_fn)(void *owner, uint64_t item);
 typedef struct ps_reuse_family {
     _Atomic uint64_t started; /* barriers begun (a defer stamps its block with this) */
     _Atomic uint64_t issued;  /* highest barrier number issued successfully */
-    atomic_int quiet;         /* 1: the newest barrier joined no busy stream (gpu->barrier_joined 0) */
+    atomic_int quiet;         /* the newest barriers in a row that joined no busy stream (gpu->barrier_joined
+                                 0), at most PS_REUSE_QUIET_RUN; 0 after one that joined */
 } ps_reuse_family_t;
 
 /* The stamp of a block freed now: any barrier issued later covers it
@@ -226,12 +227,16 @@ static inline unsigned ps_reuse_eager_percent(const ps_reuse_t *r)
     return r->free_sync == PS_FREE_SYNC_BARRIER ? r->barrier_pending_percent : 0;
 }
 
-/* Whether the newest barrier of a reuse state's family joined no busy
- * stream (the family's barriers and the device table's: see
- * ps_reuse_family_barrier). */
+/* Quiet barriers in a row before the eager trigger drops the percentage: a
+ * stream busy now and then (DDP's NCCL stream between collectives) must not
+ * make one idle moment bring the next barriers, which would join it, sooner. */
+#define PS_REUSE_QUIET_RUN 8
+
+/* Whether the newest PS_REUSE_QUIET_RUN barriers of a reuse state's family
+ * (the family's barriers; see ps_reuse_family_barrier) joined no busy stream. */
 static inline int ps_reuse_quiet(const ps_reuse_t *r)
 {
-    return atomic_load_explicit(&r->family->quiet, memory_order_relaxed);
+    return atomic_load_explicit(&r->family->quiet, memory_order_relaxed) >= PS_REUSE_QUIET_RUN;
 }
 
 /* The eager trigger of a reuse state without floors (ps_reuse_barrier_worth

@@ -160,10 +160,11 @@ Test(reuse, eager_trigger_follows_the_pending_share_of_reserved)
     ps_fake_gpu_destroy(gpu);
 }
 
-/* While the newest barrier joined no busy stream (it cost an event record,
- * took no overlap), the eager trigger needs only the floor, not the share
- * of the reserve; a barrier that joined one brings the share back, and a
- * table that cannot tell (no barrier_joined) always counts as joining. */
+/* While the newest barriers joined no busy stream (each cost an event
+ * record, took no overlap), the eager trigger needs only the floor, not the
+ * share of the reserve; a barrier that joined one brings the share back
+ * until PS_REUSE_QUIET_RUN quiet ones in a row, and a table that cannot
+ * tell (no barrier_joined) always counts as joining. */
 Test(reuse, eager_trigger_skips_the_share_while_barriers_join_no_busy_stream)
 {
     ps_gpu_ops_t *gpu = lagging_gpu();
@@ -179,9 +180,14 @@ Test(reuse, eager_trigger_skips_the_share_while_barriers_join_no_busy_stream)
     cr_assert_eq(ps_reuse_defer(&r, 2, 2 * PS_MiB), PS_OK);
     cr_assert_eq(ps_reuse_wants_barrier(&r, 100 * PS_MiB), 0, "2 of 100 is not past 3%%");
     ps_fake_gpu_set_barrier_joins(gpu, 0);
+    for (int i = 1; i < PS_REUSE_QUIET_RUN; i++) {
+        cr_assert_eq(ps_reuse_barrier(&r), 1);
+        cr_assert_eq(ps_reuse_quiet(&r), 0, "%d quiet barriers in a row are not enough (a stream busy now and then)",
+                     i);
+    }
     cr_assert_eq(ps_reuse_barrier(&r), 1);
     cr_assert_eq(ps_reuse_defer(&r, 3, 2 * PS_MiB), PS_OK);
-    cr_assert_eq(ps_reuse_wants_barrier(&r, 100 * PS_MiB), 1, "quiet again");
+    cr_assert_eq(ps_reuse_wants_barrier(&r, 100 * PS_MiB), 1, "quiet again after PS_REUSE_QUIET_RUN in a row");
     cr_assert_eq(ps_reuse_defer(&r, 4, 256), PS_OK);
     ps_reuse_barrier(&r);
     cr_assert_eq(ps_reuse_defer(&r, 5, PS_REUSE_EAGER_FLOOR), PS_OK);
