@@ -302,10 +302,10 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
     replay_stats_t s;
     memset(&s, 0, sizeof s);
     s.device = device;
+    size_t events = 0;
+    for (size_t i = 0; i < log->count; i++)
+        events += log->events[i].device == device;
     if (options->call_times) {
-        size_t events = 0;
-        for (size_t i = 0; i < log->count; i++)
-            events += log->events[i].device == device;
         s.alloc_call_ns = malloc((events ? events : 1) * sizeof *s.alloc_call_ns);
         s.free_call_ns = malloc((events ? events : 1) * sizeof *s.free_call_ns);
         if (!s.alloc_call_ns || !s.free_call_ns) {
@@ -413,6 +413,9 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
             }
             if (info.peak_bytes_reserved > s.peak_reserved)
                 s.peak_reserved = info.peak_bytes_reserved;
+            /* the quarter this event falls in gets what the stack took since the last one */
+            size_t quarter = events ? (size_t)((s.events - 1) * 4 / events) : 0;
+            s.upstream_allocs_quarters[quarter < 4 ? quarter : 3] += info.upstream_allocs - s.upstream_allocs;
             s.upstream_allocs = info.upstream_allocs;
             s.barriers = info.barriers;
             s.remaps_idle = info.remaps_idle;
@@ -612,6 +615,9 @@ void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint6
                 (unsigned long long)r->largest_free_at_peak, r->fragmentation,
                 (unsigned long long)r->upstream_allocs, (unsigned long long)r->barriers, r->duration_s);
         cli_json_u64_or_null(f, r->has_recorded, r->recorded_peak_reserved);
+        fprintf(f, ", \"upstream_allocs_quarters\": [%llu, %llu, %llu, %llu]",
+                (unsigned long long)r->upstream_allocs_quarters[0], (unsigned long long)r->upstream_allocs_quarters[1],
+                (unsigned long long)r->upstream_allocs_quarters[2], (unsigned long long)r->upstream_allocs_quarters[3]);
         fprintf(f, ", \"device_syncs\": %llu", (unsigned long long)r->device_syncs);
         fprintf(f,
                 ", \"remaps_idle\": %llu, \"remap_waits\": %llu, \"remaps_lent\": %llu, \"remaps_slack\": %llu, "

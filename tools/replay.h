@@ -39,6 +39,9 @@ typedef struct replay_stats {
     uint64_t largest_free_at_peak;/* largest free block then */
     double fragmentation;         /* 1 - largest_free / free at the requested peak */
     uint64_t upstream_allocs;     /* upstream allocations the stack made */
+    uint64_t upstream_allocs_quarters[4]; /* ... during each quarter of the device's events: a loop that
+                                     settled makes none after its warm-up (an expandable pool's are
+                                     piece maps) */
     uint64_t barriers;            /* GPU barriers the stack issued (free_sync barrier) */
     uint64_t remaps_idle;         /* pool remaps that moved idle pieces without a device synchronize */
     uint64_t remap_waits;         /* pool remaps that waited for one barrier instead of the device */
