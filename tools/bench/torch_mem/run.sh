@@ -25,7 +25,9 @@
 #   POOLSHIM_VARIANTS  "name:VAR=VAL[,VAR=VAL...] ..." e.g.
 #                  "device:POOLSHIM_FREE_SYNC=device none:POOLSHIM_FREE_SYNC=none"
 #                  (a value may hold commas, as in POOLSHIM_OPTIONS=a.b=1,c.d=2: the
-#                  list is only cut at a comma followed by an upper-case VAR=)
+#                  list is only cut at a comma followed by an upper-case VAR=);
+#                  "before:LD_PRELOAD=/path/libpoolshim.so" runs another build of the
+#                  library in the same rounds (a variant's variables come last and win)
 #   STEPS          timed steps of every workload; else STEPS_mlp (300),
 #                  STEPS_transformer (150), STEPS_convnet (100), STEPS_ddp (300)
 #   WARMUP         untimed steps first (default 5; they count for the peaks)
