@@ -85,11 +85,13 @@ typedef struct ps_gpu_ops {
      * safety, and the caller treats pending blocks as still pending. */
     int (*barrier)(void *ctx);
 
-    /* How many busy streams the newest barrier of this table made the
-     * legacy stream wait for (may be NULL: not known, read as some). 0: it
-     * joined none, so it cost an event record and later work's waits, and
-     * took no overlap from any stream; core/reuse.c then issues its eager
-     * barriers without waiting for a share of the reserve (step 6b). */
+    /* How many busy streams the newest barrier of this table joined: those
+     * it made the legacy stream wait for, and busy blocking streams, which
+     * its event on the legacy stream joins by itself (may be NULL: not
+     * known, read as some). 0: it joined none, so it cost an event record
+     * and later work's waits, and took no overlap from any stream;
+     * core/reuse.c then issues its eager barriers without waiting for a
+     * share of the reserve (step 6b). */
     unsigned (*barrier_joined)(void *ctx);
 
     /* Barrier numbers (may be NULL, both or neither): barriers of this

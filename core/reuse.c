@@ -101,11 +101,14 @@ void ps_reuse_init(ps_reuse_t *r, const ps_gpu_ops_t *gpu, ps_free_sync_t free_s
     r->owner = owner;
     r->family = family ? family : &r->own_family;
     r->release_idle = PS_REUSE_IDLE_NEVER;
-    /* 6b: until its first barrier, what the table says of the newest one
-     * (nothing joined yet: quiet from the start) */
-    atomic_store_explicit(&r->family->quiet,
-                          gpu && gpu->barrier_joined && gpu->barrier_joined(gpu->ctx) == 0 ? PS_REUSE_QUIET_RUN : 0,
-                          memory_order_relaxed);
+    /* 6b: until the family's first barrier, what the table says of its
+     * newest one (nothing joined yet: quiet from the start); a state that
+     * joins a family later (the arena's per-thread ones) leaves the count
+     * its barriers made */
+    if (atomic_load(&r->family->started) == 0)
+        atomic_store_explicit(&r->family->quiet,
+                              gpu && gpu->barrier_joined && gpu->barrier_joined(gpu->ctx) == 0 ? PS_REUSE_QUIET_RUN : 0,
+                              memory_order_relaxed);
 }
 
 void ps_reuse_destroy(ps_reuse_t *r)

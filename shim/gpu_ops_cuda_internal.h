@@ -52,7 +52,8 @@ typedef struct device_ops {
     ps_ptr_map_t vm_sizes;     /* mapped address -> bytes mapped there, | HOST_PIECE for a host piece (9.) */
     ps_ptr_map_t vm_ranges;    /* reserved range -> its size (all, for release before a reset) */
     _Atomic uint64_t barriers; /* barriers issued = the newest barrier's number (written under streams_lock) */
-    atomic_uint barrier_joins; /* busy streams the newest barrier made the legacy stream wait for (4. b) */
+    atomic_uint barrier_joins; /* busy streams the newest barrier joined: non-blocking ones waited for, blocking
+                                  ones found busy (4. b) */
 } device_ops_t;
 
 static inline bool is_dead(void *vctx)

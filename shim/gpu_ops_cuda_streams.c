@@ -180,15 +180,13 @@ void ps_gpu_ops_cuda_stream_created(CUstream stream, unsigned int flags)
 {
     if (!stream || ps_real_load_driver() != PS_OK)
         return;
+    CUcontext ctx = context_of(stream);
+    pthread_mutex_lock(&ps_cuda_streams_lock);
     if (!(flags & CU_STREAM_NON_BLOCKING)) {
-        CUcontext ctx = context_of(stream);
-        pthread_mutex_lock(&ps_cuda_streams_lock);
         track_blocking_locked(stream, ctx);
         pthread_mutex_unlock(&ps_cuda_streams_lock);
         return;
     }
-    CUcontext ctx = context_of(stream);
-    pthread_mutex_lock(&ps_cuda_streams_lock);
     for (size_t i = 0; i < ps_cuda_stream_count; i++)
         if (ps_cuda_streams[i].stream == stream) { /* handle reused after a destroy we missed, or both doors */
             ps_cuda_streams[i].ctx = ctx;

@@ -624,8 +624,9 @@ void ps_stats_write(FILE *f, int json)
                     (unsigned long long)(info.expandable != 0), dev->resets,
                     (unsigned long long)dev->dropped_allocations, (unsigned long long)dev->dropped_bytes,
                     (unsigned long long)gone->bytes_reserved);
-            /* busy streams the newest barrier joined, 1 more once the program made a blocking
-             * stream (core/gpu_ops.h barrier_joined): 0 = quiet barriers, no percentage wait */
+            /* busy streams the newest barrier joined: non-blocking ones it made the legacy stream
+             * wait for, blocking ones it found busy (core/gpu_ops.h barrier_joined); 0 = a quiet
+             * barrier (core/reuse.c, 6b) */
             const ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
             if (gpu && gpu->barrier_joined)
                 fprintf(f, ", \"barrier_joins\": %u", gpu->barrier_joined(gpu->ctx));
