@@ -587,7 +587,7 @@ void ps_pool_options_default(ps_pool_options_t *opts)
         .expandable_piece = 2 * PS_MiB,
         .expandable_map_first = 1,
         .expandable_run_min = PS_GiB,
-        .expandable_setup_run_min = 32 * PS_MiB,
+        .expandable_setup_run_min = 16 * PS_MiB,
         .barrier_pending_percent = PS_REUSE_BARRIER_PENDING_PERCENT,
         .small_from_back = PS_MiB,
         .release_threshold = UINT64_MAX,

@@ -61,7 +61,7 @@ typedef struct ps_pool_options {
                                  (one create, map and access call); smaller ones piece by piece.
                                  A run goes back only whole. 0 = always piece by piece */
     size_t expandable_setup_run_min; /* until the pool's first free, a growth for a request of at least
-                                 this many bytes maps one run too (default 32 MiB; 0 = off): the
+                                 this many bytes maps one run too (default 16 MiB; 0 = off): the
                                  buffers a program makes at its start (weights, peer and
                                  communication buffers) then copy at native speed; mapped apart
                                  from free blocks (pool_expandable.c) */

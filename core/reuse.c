@@ -43,7 +43,8 @@
  *        none (gpu->barrier_joined 0; a table without the entry counts as
  *        joining), and once PS_REUSE_QUIET_RUN (8) did (quiet: an event
  *        record on the legacy stream, no overlap lost) pending_floor is the
- *        trigger, until a barrier joins a busy stream again. Held
+ *        trigger (half of it in a reserve above twice reserve_floor),
+ *        until a barrier joins a busy stream again. Held
  *        back, freed memory cannot be reused and the next blocks land
  *        elsewhere: the PyTorch transformer log maps 2,525 pieces instead of
  *        4,694 with twice the barriers (H200: 752 unmaps instead of 1,878,
@@ -325,7 +326,15 @@ ps_reuse_barrier_call_t ps_reuse_barrier_worth(const ps_reuse_barrier_case_t *c)
     /* 6b. the eager trigger: the percentage, then the floors */
     if (!ps_reuse_past_percent(c->pending, c->reserved, c->percent, c->quiet))
         return PS_REUSE_WAIT;
-    if (c->pending < c->pending_floor)
+    /* quiet, in a reserve above twice reserve_floor: half the pending floor
+     * (small pools, and so a free/take loop of 1 MiB blocks, keep it whole).
+     * H200, PyTorch transformer: 3,127 -> 2,451 piece maps for 13,347 ->
+     * 18,095 barriers (~1 us each), the same wall time and NVML peak
+     * (docs/design.md, "Quiet barriers") */
+    uint64_t pending_floor = c->pending_floor;
+    if (c->quiet && c->reserve_floor && c->reserved > 2 * c->reserve_floor)
+        pending_floor /= 2;
+    if (c->pending < pending_floor)
         return PS_REUSE_WAIT;
     if (c->reserve_floor && c->reserved <= 2 * c->reserve_floor && c->pending * 2 < c->reserve_floor)
         return PS_REUSE_WAIT;

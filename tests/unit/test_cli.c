@@ -1234,7 +1234,7 @@ Test(replay, remap_brings_the_transformer_log_below_expandable_segments)
     unlink(off);
     /* 1.043x before remap; 1.0257x since the eager barrier stopped waiting
      * for 3 % of the reserve when barriers join no busy stream */
-    cr_expect_gt(without, 1.02, "remap off: %.4fx (1.0257x since 2026-11-28)", without);
+    cr_expect_gt(without, 1.015, "remap off: %.4fx (1.0198x with the half quiet floor)", without);
 }
 
 /* One replay of `gz_name` with the GPU `gpu_lag` behind and `ini` (NULL:
@@ -1284,7 +1284,7 @@ Test(replay, the_pytorch_logs_map_few_pieces_after_their_first_quarter)
 {
     const char *logs[] = {"logs/h100_torch_transformer_uncached.csv.gz", "logs/h100_torch_convnet_uncached.csv.gz",
                           "logs/h100_torch_mlp_uncached.csv.gz"};
-    const uint64_t bound[] = {1000, 0, 2}; /* maps in quarters 2-4 */
+    const uint64_t bound[] = {400, 0, 2}; /* maps in quarters 2-4 (half quiet floor: 88 / 52 / 81) */
     for (int i = 0; i < 3; i++) {
         const char *args[] = {"replay", data_path(logs[i]), "--simulate", "80GiB", "--threads", "--json", NULL};
         cli_result_t r = run_cli(args, NULL);
@@ -1324,12 +1324,12 @@ Test(replay, remap_lends_instead_of_blocking_the_host_behind_a_lagging_gpu)
     cr_log_info("20 ms lag: lending %llu lends, %llu waits, %.1f MiB; waiting %llu waits (%.0f ms), %.1f MiB",
                 (unsigned long long)lend.lent, (unsigned long long)lend.waits, lend.peak_reserved / 1048576.0,
                 (unsigned long long)wait.waits, wait.wait_ns / 1e6, wait.peak_reserved / 1048576.0);
-    cr_expect_gt(wait.waits, 20, "remap_lend 0 waits (46 when written, 25 since 2026-11-28): %llu",
+    cr_expect_gt(wait.waits, 10, "remap_lend 0 waits (46 when written, 14 with the half quiet floor): %llu",
                  (unsigned long long)wait.waits);
-    cr_expect_gt(wait.wait_ns, 300000000ull, "and blocks the host");
+    cr_expect_gt(wait.wait_ns, 150000000ull, "and blocks the host");
     cr_expect_eq(lend.waits, 0, "lending waits no more: %llu", (unsigned long long)lend.waits);
     cr_expect_eq(lend.wait_ns, 0);
-    cr_expect_gt(lend.lent, 20, "it lends instead: %llu", (unsigned long long)lend.lent);
+    cr_expect_gt(lend.lent, 10, "it lends instead: %llu", (unsigned long long)lend.lent);
     cr_expect_leq((double)lend.peak_reserved, (double)wait.peak_reserved * 1.005, "at the same peak (within 0.5 %%)");
 }
 
