@@ -821,12 +821,17 @@ static int remap_for_growth_locked(pool_t *pool, growth_plan_t *plan, size_t nee
 
 /* Maps `plan` for a request of `need` bytes (run_wanted says whether in one
  * run) and cuts it out of its unmapped block as a ready free block (merged
- * with its free neighbours); *grown = that block. Needs two reserved
- * descriptors. */
+ * with its free neighbours); *grown = that block. Reserves the
+ * descriptors it and the caller's take need. */
 static int map_planned_locked(pool_t *pool, const growth_plan_t *plan, size_t need, uint32_t *grown)
 {
     const ps_pool_options_t *o = &pool->options;
     if (o->maximum_size && pool->bytes_reserved + plan->length > o->maximum_size)
+        return PS_ENOMEM;
+    /* two cuts here (a plan alone with a gap has a rest on both sides)
+     * and the caller's take of the grown block: three, before anything
+     * changes */
+    if (pool_reserve_descriptors_locked(pool, 3) != PS_OK)
         return PS_ENOMEM;
     ps_vm_range_t *range = pool->chunks[pool->blocks[plan->block].chunk].range;
     uint64_t maps = range->maps;
@@ -837,14 +842,15 @@ static int map_planned_locked(pool_t *pool, const growth_plan_t *plan, size_t ne
     pool_block_t *b = &pool->blocks[plan->block];
     uint32_t mapped = plan->block;
     unmapped_remove(pool, plan->block);
-    if (plan->length < b->size) {
-        if (plan->start == b->addr) { /* front: the unmapped rest is the back */
-            uint32_t rest = split_block(pool, plan->block, plan->start + plan->length);
-            unmapped_insert(pool, rest);
-        } else { /* back */
-            mapped = split_block(pool, plan->block, plan->start);
-            unmapped_insert(pool, plan->block);
-        }
+    /* the unmapped rests: above (a front plan, or the gap a plan alone
+     * keeps below a ready block), below (a back plan, or a plan alone), or
+     * both (a plan alone with a gap: taking only the rest below once gave
+     * the gap to the new block and so to the free block above it) */
+    if (plan->start + plan->length < b->addr + b->size)
+        unmapped_insert(pool, split_block(pool, plan->block, plan->start + plan->length));
+    if (plan->start > pool->blocks[plan->block].addr) {
+        mapped = split_block(pool, plan->block, plan->start);
+        unmapped_insert(pool, plan->block);
     }
     pool->bytes_reserved += plan->length;
     if (pool->bytes_reserved > pool->peak_bytes_reserved)
