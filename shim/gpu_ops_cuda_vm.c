@@ -469,10 +469,12 @@ void ps_gpu_ops_cuda_peer_access_enabled(CUcontext peer)
     ps_real.cuCtxPopCurrent_v2(&popped);
     if (r != CUDA_SUCCESS || owner < 0 || owner >= PS_MAX_DEVICES || owner == me)
         return;
-    device_ops_t *d = ps_gpu_ops_cuda_grant_peer(owner, me);
-    if (d && d->vm_granularity && !(atomic_load(&d->copy_peers) >> me & 1))
-        grant_mapped_to(d, me); /* (a device in copy_peers is named in every mapping already) */
+    device_ops_t *d = ps_gpu_ops_cuda_grant_peer(owner, me); /* (later mappings of owner name me) */
     ps_gpu_ops_cuda_device_in_use(me); /* a program with peer access uses both */
+    /* (after it: a device in use beside owner got owner's pieces there and
+     * is in copy_peers; granting them again cost an access call per piece) */
+    if (d && d->vm_granularity && !(atomic_load(&d->copy_peers) >> me & 1))
+        grant_mapped_to(d, me);
 }
 
 static int live_vm_unmap_keep(void *vctx, void *addr, size_t size, uint64_t handle)

@@ -241,20 +241,19 @@ void ps_route_pool_access(CUmemoryPool pool, const CUmemAccessDesc *map, size_t 
                      ps_real.cuDeviceGetDefaultMemPool(&fallback, d) == CUDA_SUCCESS && fallback == pool);
         if (!mine)
             continue;
+        int first_peer = -1;
         for (size_t i = 0; i < count; i++)
             if (map[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE && map[i].location.id != d && map[i].flags != 0) {
                 /* the blocks served before keep the stack's access: the device given access is in use */
                 ps_gpu_ops_cuda_device_in_use(d);
                 ps_gpu_ops_cuda_device_in_use(map[i].location.id);
+                if (first_peer < 0)
+                    first_peer = map[i].location.id;
             }
-        for (size_t i = 0; i < count; i++)
-            if (map[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE && map[i].location.id != d && map[i].flags != 0 &&
-                !(atomic_fetch_or(&pool_shared, 1ull << d) >> d & 1)) {
-                ps_info("device %d: its memory pool gives device %d access: its stream-ordered allocations go to "
-                        "CUDA's pool from now on, with that access",
-                        d, map[i].location.id);
-                break;
-            }
+        if (first_peer >= 0 && !(atomic_fetch_or(&pool_shared, 1ull << d) >> d & 1))
+            ps_info("device %d: its memory pool gives device %d access: its stream-ordered allocations go to "
+                    "CUDA's pool from now on, with that access",
+                    d, first_peer);
     }
 }
 
