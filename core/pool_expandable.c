@@ -398,25 +398,39 @@ static void lent_remove(pool_t *pool, uint32_t index)
     state_list_remove(pool, &pool->lent_head, &pool->bytes_lent, index);
 }
 
+/* Cuts [lo, lo + length) out of block `index` (taken out of its list by
+ * the caller): the rest on each side, if any, goes to `keep_rest` (its
+ * list); returns the block of the cut-out part (in no list, same state and
+ * idle generation; `index` itself when nothing lies below lo). Needs two
+ * reserved descriptors. */
+static uint32_t cut_span_locked(pool_t *pool, uint32_t index, uintptr_t lo, size_t length,
+                                void (*keep_rest)(pool_t *, uint32_t))
+{
+    const pool_block_t *b = &pool->blocks[index];
+    uintptr_t end = b->addr + b->size;
+    uint32_t span = index;
+    if (lo > b->addr) {
+        span = split_block(pool, index, lo);
+        keep_rest(pool, index);
+    }
+    if (lo + length < end)
+        keep_rest(pool, split_block(pool, span, lo + length));
+    return span;
+}
+
+static void ready_insert(pool_t *pool, uint32_t index)
+{
+    pool_list_insert(pool, OWNER_READY, index);
+}
+
 /* Cuts [lo, lo + length) out of ready free block `index` (in the ready
  * list): the free rest on both sides goes back to the ready list; returns
  * the block of the cut-out part (in no list, same idle generation). Needs
  * two reserved descriptors. */
 static uint32_t cut_out_locked(pool_t *pool, uint32_t index, uintptr_t lo, size_t length)
 {
-    pool_block_t *b = &pool->blocks[index];
-    uintptr_t end = b->addr + b->size;
     pool_list_remove(pool, index);
-    uint32_t hole = index;
-    if (lo > b->addr) {
-        hole = split_block(pool, index, lo);
-        pool_list_insert(pool, OWNER_READY, index);
-    }
-    if (lo + length < end) {
-        uint32_t tail = split_block(pool, hole, lo + length);
-        pool_list_insert(pool, OWNER_READY, tail);
-    }
-    return hole;
+    return cut_span_locked(pool, index, lo, length, ready_insert);
 }
 
 /* Unmaps the whole pieces of ready free block `index` (of expandable chunk
@@ -839,19 +853,12 @@ static int map_planned_locked(pool_t *pool, const growth_plan_t *plan, size_t ne
         ps_vm_range_map_kept(range, plan->start, plan->length, &pool->stash, run_wanted(pool, need, plan->length));
     if (status != PS_OK)
         return status;
-    pool_block_t *b = &pool->blocks[plan->block];
-    uint32_t mapped = plan->block;
     unmapped_remove(pool, plan->block);
-    /* the unmapped rests: above (a front plan, or the gap a plan alone
-     * keeps below a ready block), below (a back plan, or a plan alone), or
-     * both (a plan alone with a gap: taking only the rest below once gave
-     * the gap to the new block and so to the free block above it) */
-    if (plan->start + plan->length < b->addr + b->size)
-        unmapped_insert(pool, split_block(pool, plan->block, plan->start + plan->length));
-    if (plan->start > pool->blocks[plan->block].addr) {
-        mapped = split_block(pool, plan->block, plan->start);
-        unmapped_insert(pool, plan->block);
-    }
+    /* the unmapped rests stay unmapped: above (a front plan, or the gap a
+     * plan alone keeps below a ready block), below (a back plan, or a plan
+     * alone), or both (a plan alone with a gap: keeping only the rest below
+     * once gave the gap to the new block and so to the free block above) */
+    uint32_t mapped = cut_span_locked(pool, plan->block, plan->start, plan->length, unmapped_insert);
     pool->bytes_reserved += plan->length;
     if (pool->bytes_reserved > pool->peak_bytes_reserved)
         pool->peak_bytes_reserved = pool->bytes_reserved;
