@@ -24,7 +24,7 @@ static const ps_hook_t hooks[] = {
     HOOK(cuMemAllocAsync), HOOK(cuMemAllocAsync_ptsz), HOOK(cuMemFreeAsync), HOOK(cuMemFreeAsync_ptsz),
     HOOK(cuMemGetInfo_v2), HOOK(cuMemGetAddressRange_v2), HOOK(cuIpcGetMemHandle), HOOK(cuIpcOpenMemHandle),
     HOOK(cuIpcOpenMemHandle_v2), HOOK(cuIpcCloseMemHandle), HOOK(cuStreamCreate),
-    HOOK(cuStreamCreateWithPriority), HOOK(cuStreamDestroy_v2), HOOK(cuStreamBeginCapture),
+    HOOK(cuStreamCreateWithPriority), HOOK(cuStreamDestroy_v2), HOOK(cuStreamDestroy), HOOK(cuStreamBeginCapture),
     HOOK(cuStreamBeginCapture_ptsz), HOOK(cuStreamBeginCapture_v2), HOOK(cuStreamBeginCapture_v2_ptsz),
     HOOK(cuStreamBeginCaptureToGraph), HOOK(cuStreamBeginCaptureToGraph_ptsz), HOOK(cuCtxEnablePeerAccess), HOOK(cuMemPoolSetAccess),
     HOOK(cuPointerGetAttribute), HOOK(cuPointerGetAttributes), HOOK(cuMemRetainAllocationHandle),

@@ -485,6 +485,15 @@ PS_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
     PASS_REAL(cuStreamDestroy_v2, hStream);
 }
 
+/* The unversioned entry (what cuGetProcAddress gives below version 4000,
+ * and dlsym by that name): untracked, a destroyed stream stayed in the
+ * barrier's list, which then queried and waited on a dead handle. */
+PS_EXPORT CUresult cuStreamDestroy(CUstream hStream)
+{
+    ps_streams_destroyed(hStream);
+    PASS_REAL(cuStreamDestroy, hStream);
+}
+
 /* Stream capture begins: through the gate (see ps_streams_capture_gate);
  * a global-mode capture that began is remembered (ps_streams_capture_begun). */
 #define BEGIN_CAPTURE(name, stream_, mode_, ...)                                    \

@@ -56,6 +56,7 @@
     X(cuStreamCreate, CUresult, (CUstream *, unsigned int))                                \
     X(cuStreamCreateWithPriority, CUresult, (CUstream *, unsigned int, int))               \
     X(cuStreamDestroy_v2, CUresult, (CUstream))                                            \
+    X(cuStreamDestroy, CUresult, (CUstream)) /* v1: cuGetProcAddress below 4000, dlsym */     \
     X(cuStreamGetCtx, CUresult, (CUstream, CUcontext *))                                   \
     X(cuStreamIsCapturing, CUresult, (CUstream, CUstreamCaptureStatus *))                  \
     X(cuStreamIsCapturing_ptsz, CUresult, (CUstream, CUstreamCaptureStatus *))             \

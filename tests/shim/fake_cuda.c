@@ -95,7 +95,10 @@ struct CUevent_st { atomic_int pending; CUcontext ctx; unsigned gen; struct CUev
  * those of a destroyed context stay (the driver would have freed them; a
  * caller forgets them, and their handles must stay dead). Under `lock`. */
 static struct CUevent_st *undestroyed_events;
-struct CUstream_st { unsigned flags; CUcontext ctx; int capturing; unsigned gen; int destroyed; struct CUstream_st *next_live; };
+/* waits_on: the event its last cuStreamWaitEvent named; the stream reads
+ * busy (cuStreamQuery) while that event is pending, as a real stream whose
+ * wait is not done (cleared when the event is destroyed; under `lock`). */
+struct CUstream_st { unsigned flags; CUcontext ctx; int capturing; unsigned gen; int destroyed; struct CUstream_st *next_live; struct CUevent_st *waits_on; };
 /* Streams not destroyed by the program, kept reachable for leak checkers:
  * those of a destroyed context stay (their handles must stay dead). */
 static struct CUstream_st *undestroyed_streams;
@@ -1224,6 +1227,9 @@ EXPORT CUresult cuEventDestroy_v2(CUevent e)
         undestroyed_events = e->next_live;
     if (e->next_live)
         e->next_live->prev_live = e->prev_live;
+    for (struct CUstream_st *s = undestroyed_streams; s; s = s->next_live)
+        if (s->waits_on == e)
+            s->waits_on = NULL;
     pthread_mutex_unlock(&lock);
     free(e);
     return CUDA_SUCCESS;
@@ -1237,10 +1243,17 @@ EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int f)
         return dead();
     if ((uintptr_t)s > 2 && s->capturing)
         __atomic_fetch_add(&counters.wait_in_capture, 1, __ATOMIC_RELAXED);
+    if ((uintptr_t)s > 2) {
+        pthread_mutex_lock(&lock);
+        s->waits_on = e;
+        pthread_mutex_unlock(&lock);
+    }
     __atomic_fetch_add(&counters.stream_wait, 1, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
-/* FAKE_CUDA_STREAMS_BUSY=1: every non-blocking stream has work in flight. */
+/* FAKE_CUDA_STREAMS_BUSY=1: every non-blocking stream has work in flight;
+ * else a stream is busy while the event of its last wait is pending
+ * (FAKE_CUDA_EVENTS_PENDING; the query does not count down that event). */
 EXPORT CUresult cuStreamQuery(CUstream s)
 {
     ENTER();
@@ -1249,7 +1262,15 @@ EXPORT CUresult cuStreamQuery(CUstream s)
         return dead();
     __atomic_fetch_add(&counters.stream_query, 1, __ATOMIC_RELAXED);
     const char *busy = getenv("FAKE_CUDA_STREAMS_BUSY");
-    return busy && *busy == '1' ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+    if (busy && *busy == '1')
+        return CUDA_ERROR_NOT_READY;
+    int waiting = 0;
+    if ((uintptr_t)s > 2) {
+        pthread_mutex_lock(&lock);
+        waiting = s->waits_on && atomic_load(&s->waits_on->pending) > 0;
+        pthread_mutex_unlock(&lock);
+    }
+    return waiting ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int prio)
 {
@@ -1279,6 +1300,7 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream s)
     s->destroyed = 1;
     return CUDA_SUCCESS;
 }
+EXPORT CUresult cuStreamDestroy(CUstream s) { ENTER(); return cuStreamDestroy_v2(s); }
 EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext *c)
 {
     ENTER();
@@ -1561,6 +1583,8 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
         fn = ptds ? (void *)cuMemAllocAsync_ptsz : (void *)cuMemAllocAsync;
     else if (strcmp(symbol, "cuMemFreeAsync") == 0 && version >= 11020)
         fn = ptds ? (void *)cuMemFreeAsync_ptsz : (void *)cuMemFreeAsync;
+    else if (strcmp(symbol, "cuStreamDestroy") == 0 && version >= 2000)
+        fn = version >= 4000 ? (void *)cuStreamDestroy_v2 : (void *)cuStreamDestroy;
     else if (strcmp(symbol, "cuDevicePrimaryCtxRelease") == 0 && version >= 7000)
         fn = version >= 11000 ? (void *)cuDevicePrimaryCtxRelease_v2 : (void *)cuDevicePrimaryCtxRelease;
     else if (strcmp(symbol, "cuDevicePrimaryCtxReset") == 0 && version >= 7000)

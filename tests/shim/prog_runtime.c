@@ -1183,6 +1183,69 @@ static void barrier_streams(void)
         CHECK(cudaStreamDestroy(s[i]) == cudaSuccess, "stream destroy %d", i);
 }
 
+/* Barriers one after another over 4 non-blocking streams the program gives
+ * no work (shim/gpu_ops_cuda.c, 4. b): each pair of 64 MiB reuses the block
+ * freed before it, a barrier each (run with barrier_floor=0). Each barrier
+ * makes the streams wait for its E; while E stays pending
+ * (FAKE_CUDA_EVENTS_PENDING) they are busy, and the next barrier joins them.
+ * Prints the calls the barriers made. */
+static void barrier_lagging(void)
+{
+    cudaStream_t s[4];
+    for (int i = 0; i < 4; i++)
+        CHECK(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking) == cudaSuccess, "stream %d", i);
+    void *a;
+    CHECK(cudaMalloc(&a, 64u << 20) == cudaSuccess, "cudaMalloc");
+    unsigned long records = fake()->event_record, waits = fake()->stream_wait, queries = fake()->stream_query;
+    for (int round = 0; round < 6; round++) {
+        CHECK(cudaFree(a) == cudaSuccess, "cudaFree (%d)", round);
+        CHECK(cudaMalloc(&a, 64u << 20) == cudaSuccess, "cudaMalloc (%d)", round);
+    }
+    printf("barrier_lagging: records=%lu waits=%lu queries=%lu\n", fake()->event_record - records,
+           fake()->stream_wait - waits, fake()->stream_query - queries);
+    CHECK(cudaFree(a) == cudaSuccess, "cudaFree");
+    for (int i = 0; i < 4; i++)
+        CHECK(cudaStreamDestroy(s[i]) == cudaSuccess, "stream destroy %d", i);
+}
+
+/* A non-blocking stream destroyed through the driver's unversioned
+ * cuStreamDestroy, fetched by `door` (gpa: cuGetProcAddress at version
+ * 3020, as a binary built before CUDA 4.0 gets it; dlsym: by name from
+ * the libcuda handle), then barriers (run with barrier_floor=0): none may
+ * touch the dead stream (the fake counts calls on dead objects). */
+static void stream_destroy_v1(const char *door)
+{
+    cudaStream_t kept, gone;
+    CHECK(cudaStreamCreateWithFlags(&kept, cudaStreamNonBlocking) == cudaSuccess, "stream kept");
+    CHECK(cudaStreamCreateWithFlags(&gone, cudaStreamNonBlocking) == cudaSuccess, "stream destroyed");
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    CUresult (*destroy)(CUstream) = NULL;
+    if (h && !strcmp(door, "dlsym")) {
+        destroy = (CUresult(*)(CUstream))dlsym(h, "cuStreamDestroy");
+    } else if (h) {
+        gpa_fn gpa = (gpa_fn)dlsym(h, "cuGetProcAddress_v2");
+        CUdriverProcAddressQueryResult st;
+        if (gpa)
+            gpa("cuStreamDestroy", (void **)&destroy, 3020, 0, &st);
+    }
+    CHECK(destroy != NULL, "cuStreamDestroy by %s", door);
+    if (!destroy)
+        return;
+    CHECK(destroy((CUstream)gone) == CUDA_SUCCESS, "cuStreamDestroy (v1)");
+    unsigned long dead_before = fake()->dead_calls, barriers_before = fake()->event_record;
+    void *a;
+    CHECK(cudaMalloc(&a, 64u << 20) == cudaSuccess, "cudaMalloc");
+    for (int round = 0; round < 4; round++) {
+        CHECK(cudaFree(a) == cudaSuccess, "cudaFree (%d)", round);
+        CHECK(cudaMalloc(&a, 64u << 20) == cudaSuccess, "cudaMalloc (%d)", round);
+    }
+    CHECK(fake()->event_record > barriers_before, "no barrier was issued");
+    CHECK(fake()->dead_calls == dead_before, "%lu calls on the destroyed stream", fake()->dead_calls - dead_before);
+    CHECK(cudaFree(a) == cudaSuccess, "cudaFree");
+    CHECK(cudaStreamDestroy(kept) == cudaSuccess, "stream destroy");
+    printf("stream_destroy_v1 %s: ok\n", door);
+}
+
 /* The eager barrier's trigger (core/reuse.c, 6b): 256 MiB held, 128 MiB
  * made and freed (ready memory), then 16 pairs of 17 MiB (above the thread
  * caches' 16 MiB). `mode` none: the program uses the legacy stream alone,
@@ -1344,6 +1407,8 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "threads")) threads();
     else if (!strcmp(what, "stats_threads")) stats_threads();
     else if (!strcmp(what, "barrier_streams")) barrier_streams();
+    else if (!strcmp(what, "barrier_lagging")) barrier_lagging();
+    else if (!strcmp(what, "stream_destroy_v1")) stream_destroy_v1(argc > 2 ? argv[2] : "gpa");
     else if (!strcmp(what, "eager_quiet")) eager_quiet(argc > 2 ? argv[2] : "none");
     else if (!strcmp(what, "gate_stream")) gate_stream();
     else if (!strcmp(what, "oom")) oom();

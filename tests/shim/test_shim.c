@@ -2199,6 +2199,46 @@ Test(barrier, no_join_switch_leaves_busy_streams_out)
     expect_barrier_calls("FAKE_CUDA_STREAMS_BUSY=1 POOLSHIM_TEST_BARRIER_NO_JOIN=1", 0, 1, 4);
 }
 
+/* prog_runtime barrier_lagging: 4 streams without work of their own, a
+ * barrier per pair. Each barrier makes them wait for its E (4. d). With E
+ * done at once, every barrier finds each stream idle (4 queries, E's
+ * record, 4 waits). With E left pending (the host ahead of the GPU) that
+ * wait is work not yet done: from the second barrier on each stream reads
+ * busy and is joined (a record and a legacy-stream wait besides), and the
+ * barriers count as joining 4 streams (not quiet, core/reuse.c 6b), as on
+ * an H200 for the 32 streams PyTorch's conv-net process hardly uses. */
+static void expect_lagging_barriers(const char *env, int pending)
+{
+    char full[256];
+    snprintf(full, sizeof full, "%s POOLSHIM_STATS=json POOLSHIM_OPTIONS=resource.main.barrier_floor=0", env);
+    expect_pass(1, full, "prog_runtime barrier_lagging", "shim active");
+    unsigned long records = 0, waits = 0, queries = 0;
+    const char *line = strstr(output, "barrier_lagging: ");
+    cr_assert(line && sscanf(line, "barrier_lagging: records=%lu waits=%lu queries=%lu", &records, &waits, &queries) == 3,
+              "%s", output);
+    unsigned long n = (unsigned long)json_number(output, "barriers");
+    cr_assert_geq(n, 3, "a barrier per pair expected:\n%s", output);
+    cr_expect_eq(queries, 4 * n, "%s: stream queries %lu for %lu barriers", env, queries, n);
+    cr_expect_eq(records, pending ? 1 + 5 * (n - 1) : n, "%s: records %lu for %lu barriers", env, records, n);
+    cr_expect_eq(waits, pending ? 4 + 8 * (n - 1) : 4 * n, "%s: waits %lu for %lu barriers", env, waits, n);
+    cr_expect_eq(json_number(output, "barrier_joins"), pending ? 4 : 0, "%s: barrier_joins:\n%s", env, output);
+}
+Test(barrier, streams_waiting_for_a_pending_barrier_are_busy_and_joined)
+{
+    expect_lagging_barriers("FAKE_CUDA_EVENTS_PENDING=1000000", 1);
+}
+Test(barrier, streams_whose_barrier_wait_is_done_are_idle) { expect_lagging_barriers("", 0); }
+
+/* The unversioned cuStreamDestroy, by cuGetProcAddress below version 4000
+ * and by dlsym: the shim forgets the stream, so no barrier touches it. */
+Test(barrier, a_stream_destroyed_by_the_unversioned_entry_is_forgotten)
+{
+    expect_pass(1, "POOLSHIM_OPTIONS=resource.main.barrier_floor=0", "prog_runtime stream_destroy_v1 gpa",
+                "stream_destroy_v1 gpa: ok");
+    expect_pass(1, "POOLSHIM_OPTIONS=resource.main.barrier_floor=0", "prog_runtime stream_destroy_v1 dlsym",
+                "stream_destroy_v1 dlsym: ok");
+}
+
 /* ---- the eager barrier follows what barriers join (gpu_ops barrier_joined) ---- */
 /* prog_runtime eager_quiet: the same 16 pairs of 17 MiB issue a barrier per
  * ~2 pairs while barriers join no stream, and only once the share of the
