@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "../config/config.h"
+#include "../core/fake_gpu.h"
 #include "cli.h"
 #include "replay.h"
 #include "replay_gpu.h"
@@ -68,6 +69,11 @@ static const char replay_usage[] =
     "  -b, --breakdown      simulated: where the pool's reserved bytes were at the peak\n"
     "                       (in use, ready free, pending, free in whole pieces...) and\n"
     "                       barriers and device synchronizes per 1000 allocations\n"
+    "  -J, --busy-streams N simulated: every barrier joins N busy streams, as on a GPU where\n"
+    "                       the program's non-blocking streams have work in flight (the\n"
+    "                       PyTorch conv-net process: 32); its barriers then wait for the\n"
+    "                       share of the reserve (barrier_pending_percent) as there. Default\n"
+    "                       0: barriers join nothing (quiet)\n"
     "  -p, --plot FILE      also write memory over time as SVG (first stack)\n"
     "  -t, --title TEXT     title of the plot\n"
     "  -h, --help           this text\n";
@@ -148,6 +154,7 @@ int ps_cmd_replay(int argc, char **argv)
         {"title", required_argument, NULL, 't'},  {"gpu-lag", required_argument, NULL, 'g'},
         {"native", no_argument, NULL, 'n'},       {"help", no_argument, NULL, 'h'},
         {"breakdown", no_argument, NULL, 'b'},    {"threads", no_argument, NULL, 'T'},
+        {"busy-streams", required_argument, NULL, 'J'},
         {NULL, 0, NULL, 0},
     };
     const char *configs[REPLAY_MAX_CONFIGS];
@@ -156,12 +163,13 @@ int ps_cmd_replay(int argc, char **argv)
     uint64_t capacity = 0, gpu_lag_ns = 0;
     const char *why;
     int json = 0, simulate = 0, native = 0, breakdown = 0, threads = 0;
+    unsigned busy_streams = 0;
     const char *simulate_log = NULL; /* `--simulate LOG` (no size): the log, on REPLAY_DEFAULT_DEVICE */
 
     opterr = 0;
     optind = 1;
     int c;
-    while ((c = getopt_long(argc, argv, ":c:s:g:jp:t:nbTh", long_options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":c:s:g:jp:t:nbTJ:h", long_options, NULL)) != -1) {
         switch (c) {
         case 'c':
             if (config_count == REPLAY_MAX_CONFIGS)
@@ -189,6 +197,14 @@ int ps_cmd_replay(int argc, char **argv)
         case 'n': native = 1; break;
         case 'b': breakdown = 1; break;
         case 'T': threads = 1; break;
+        case 'J': {
+            char *end;
+            unsigned long n = strtoul(optarg, &end, 10);
+            if (*optarg == '-' || end == optarg || *end || n > 1024)
+                return cli_usage_error("replay", "--busy-streams wants a count from 0 to 1024, not '%s'", optarg);
+            busy_streams = (unsigned)n;
+            break;
+        }
         case 'p': plot_path = optarg; break;
         case 't': title = optarg; break;
         case 'h': fputs(replay_usage, stdout); return CLI_EXIT_OK;
@@ -203,6 +219,8 @@ int ps_cmd_replay(int argc, char **argv)
     log_path = simulate_log ? simulate_log : argv[optind];
     if (native && simulate)
         return cli_usage_error("replay", "--native replays on the GPU: leave out --simulate");
+    if (busy_streams && !simulate)
+        return cli_usage_error("replay", "--busy-streams is for the simulated device: add --simulate SIZE");
 
     memlog_t log;
     if (memlog_read(log_path, &log) != 0)
@@ -241,6 +259,9 @@ int ps_cmd_replay(int argc, char **argv)
                 exit_code = CLI_EXIT_FAILURE;
                 break;
             }
+            /* (set after the stack is built: a pool starts quiet, as on a GPU whose table
+             * has issued no barrier yet) */
+            ps_fake_gpu_set_barrier_joins(sim.gpu, busy_streams);
             replay_stats_t *r = &results[result_count];
             replay_options_t options = {.sim_gpu = sim.gpu, .breakdown = breakdown, .threads = threads};
             if (replay_run_with(&log, log.devices[d], sim.top, &options, r) != 0)

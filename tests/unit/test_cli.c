@@ -1379,6 +1379,52 @@ Test(replay, gpu_lag_is_named_in_the_text_output_and_the_plot)
     unlink(svg);
 }
 
+/* --busy-streams: the simulated barriers join that many busy streams, so the
+ * eager trigger waits for the share of the reserve (core/reuse.c, 6b), as on
+ * an H200 where PyTorch's conv-net process tracks 32 streams (2,568 barriers
+ * per run there, 2,309 in this replay with --threads; 5,228 quiet). */
+static json_t *replay_json(const char *log, const char *busy, const json_t **row)
+{
+    const char *args[] = {"replay", data_path(log), "--simulate", "80GiB", "--json", "--busy-streams", busy, NULL};
+    cli_result_t r = run_cli(args, NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    json_t *j;
+    char err[128];
+    cr_assert_eq(parse_json(r.out, &j, err, sizeof err), 0, "%s", err);
+    cli_result_free(&r);
+    *row = json_array_get(json_object_get(j, "results"), 0);
+    return j;
+}
+Test(replay, busy_streams_make_the_simulated_barriers_wait_for_the_share)
+{
+    const json_t *quiet_row, *busy_row;
+    json_t *quiet = replay_json("logs/h100_torch_convnet_uncached.csv.gz", "0", &quiet_row);
+    json_t *busy = replay_json("logs/h100_torch_convnet_uncached.csv.gz", "32", &busy_row);
+    uint64_t quiet_barriers = cli_json_u64(quiet_row, "barriers", 0), busy_barriers = cli_json_u64(busy_row, "barriers", 0);
+    double busy_ratio = (double)cli_json_u64(busy_row, "peak_reserved", 0) / cli_json_u64(busy_row, "peak_requested", 1);
+    cr_log_info("conv net log: %llu barriers quiet, %llu with 32 busy streams (peak %.4fx)",
+                (unsigned long long)quiet_barriers, (unsigned long long)busy_barriers, busy_ratio);
+    cr_expect_gt(quiet_barriers, 0);
+    cr_expect_lt(busy_barriers * 3, quiet_barriers * 2, "busy streams: %llu barriers against %llu quiet",
+                 (unsigned long long)busy_barriers, (unsigned long long)quiet_barriers);
+    cr_expect_lt(busy_ratio, 1.03, "peak %.4fx of requested", busy_ratio);
+    json_decref(quiet);
+    json_decref(busy);
+    const char *bad[][6] = {{"replay", "LOG", "--simulate", "1GiB", "--busy-streams", "x"},
+                            {"replay", "LOG", "--simulate", "1GiB", "--busy-streams", "-1"},
+                            {"replay", "LOG", "--busy-streams", "2", NULL, NULL}};
+    const char *why[] = {"wants a count", "wants a count", "is for the simulated device"};
+    for (int i = 0; i < 3; i++) {
+        const char *args[7] = {0};
+        for (int k = 0; k < 6; k++)
+            args[k] = bad[i][k] && !strcmp(bad[i][k], "LOG") ? data_path("logs/small.csv") : bad[i][k];
+        cli_result_t r = run_cli(args, NULL);
+        cr_expect_eq(r.exit_code, 2, "case %d exited %d", i, r.exit_code);
+        cr_expect(strstr(r.err, why[i]), "case %d: %s", i, r.err);
+        cli_result_free(&r);
+    }
+}
+
 Test(replay, bad_gpu_lag_is_a_usage_error_and_needs_a_time_column)
 {
     const char *bad[] = {"5", "abc", "-5ms", "5mss", "5.ms", "99999999999s"};
