@@ -5,7 +5,10 @@
 # then RMM's pool in psbench. Prints per process the medians of the 256 B,
 # 1 MiB and 16 MiB pairs and of the random workload (ns). Single-thread psbench
 # processes fall in two modes about 2x apart on the lent H100 hosts (2026-11-25):
-# compare rows of one round, and look at several rounds.
+# compare rows of one round, and look at several rounds. The last row of a round,
+# same_process, runs poolshim (static door) and RMM's pool in one process, batch
+# by batch in turn (psbench --beside): the ratio RMM / poolshim per case, with the
+# two medians in ns, free of the process's speed mode.
 #
 #   tools/bench/doors.sh [LIB]      (LIB default build/libpoolshim.so; ROUNDS, default 3)
 #
@@ -20,13 +23,25 @@ one() { # LABEL BINARY ALLOCATOR [PRELOAD]
     env ${4:+LD_PRELOAD=$4} timeout 60 "$2" --label "$1" --workloads pairs,random --allocator "$3" 2>&1 |
         sed -n 's/^JSON //p' | python3 -c '
 import sys, json
-keep = ("256B", "1MiB", "16MiB", "20k_steps_le_4MiB")
+keep = ("256B", "64KiB", "1MiB", "16MiB", "20k_steps_le_4MiB")
 rows = [json.loads(l) for l in sys.stdin]
 print("%-14s" % sys.argv[1], " ".join("%s=%.0f" % (r["case"], r["median"]) for r in rows if r["case"] in keep) or "no result")' "$1"
+}
+beside() { # one process: poolshim's static door beside RMM's pool
+    env LD_PRELOAD="$lib" timeout 120 .carry/bench/psbench --label same_process --workloads pairs,random \
+        --allocator cudaMalloc --beside rmm_pool 2>&1 | sed -n 's/^JSON //p' | python3 -c '
+import sys, json
+rows = [json.loads(l) for l in sys.stdin]
+mine = {r["case"]: r["median"] for r in rows if r["workload"] != "beside" and r["allocator"] == "cudaMalloc"}
+theirs = {r["case"]: r["median"] for r in rows if r["workload"] != "beside" and r["allocator"] == "rmm_pool"}
+ratio = {r["case"]: r["median"] for r in rows if r["workload"] == "beside"}
+print("%-14s" % "same_process", " ".join("%s=%.2fx(%.0f/%.0f)" % (c, ratio[c], theirs[c], mine[c]) for c in ratio)
+      or "no result")'
 }
 for round in $(seq 1 "${ROUNDS:-3}"); do
     echo "round $round"
     one static_shim .carry/bench/psbench cudaMalloc "$lib"
     one shared_shim .carry/bench/psbench_shared cudaMalloc "$lib"
     one rmm_pool .carry/bench/psbench rmm_pool
+    beside
 done

@@ -35,6 +35,14 @@
  *   streams     4 non-blocking streams; per step on each stream: allocate
  *               (stream-ordered where the allocator is), a kernel writes the
  *               block, free; ns per step including the final synchronize
+ * --beside NAME: a second allocator in the same process (e.g. --allocator
+ *   cudaMalloc --beside rmm_pool under LD_PRELOAD: poolshim and RMM's pool
+ *   on one host and one process, whose speed mode they share: the lent
+ *   hosts put a fresh process in one of two modes about 2x apart). Only
+ *   pairs and random, taking turns batch by batch (pairs) or run by run
+ *   (random); each allocator's lines as usual, then per case a line with
+ *   workload "beside" whose median is the ratio of the medians, NAME's over
+ *   the allocator's (above 1: the allocator is faster).
  * Output: one line per measurement, `JSON {...}` with label, allocator,
  * workload, case, unit, median, p10, p90, min, max, samples. Exit 0 on success. */
 #include <cuda_runtime.h>
@@ -296,6 +304,84 @@ struct live_block {
     void *ptr;   /* device address */
     size_t size; /* bytes requested */
 };
+
+/* --beside: the allocators of the process, the first one's name in allocator_name */
+static std::string beside_name;
+
+static double median_of(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+/* The same measurement of both allocators, reported as usual and as a ratio (--beside). */
+static void report_beside(const char *workload, const std::string &case_name, const char *unit,
+                          const std::vector<double> &mine, const std::vector<double> &theirs)
+{
+    report(workload, case_name, unit, mine);
+    std::string own = allocator_name;
+    allocator_name = beside_name;
+    report(workload, case_name, unit, theirs);
+    allocator_name = own;
+    char extra[160];
+    snprintf(extra, sizeof extra, ", \"of\": \"%s\", \"beside\": \"%s\", \"what\": \"%s\"", own.c_str(),
+             beside_name.c_str(), workload);
+    report("beside", case_name, "ratio", {median_of(theirs) / median_of(mine)}, extra);
+}
+
+/* Pairs of both allocators, a batch of each in turn (--beside). */
+static void workload_pairs_beside(allocator &a, allocator &b)
+{
+    const size_t sizes[] = {256, 64u << 10, 1u << 20, 16u << 20};
+    allocator *both[2] = {&a, &b};
+    for (size_t size : sizes) {
+        long batch[2];
+        for (int k = 0; k < 2; k++) {
+            for (int i = 0; i < 10; i++) { /* warm */
+                void *p = both[k]->allocate(size, 0);
+                if (!p) {
+                    fprintf(stderr, "psbench: pairs: allocation of %zu failed\n", size);
+                    exit(1);
+                }
+                both[k]->deallocate(p, size, 0);
+            }
+            double t0 = now_ns();
+            void *p = both[k]->allocate(size, 0);
+            both[k]->deallocate(p, size, 0);
+            double one = now_ns() - t0;
+            batch[k] = (long)(50e3 / (one > 1 ? one : 1));
+            batch[k] = batch[k] < 1 ? 1 : batch[k] > 1000 ? 1000 : batch[k];
+        }
+        std::vector<double> per_pair[2];
+        double start = now_ns(), budget = 0.5e9 * time_scale;
+        while ((per_pair[1].size() < 200 && now_ns() - start < budget) || per_pair[1].size() < 5)
+            for (int k = 0; k < 2; k++) {
+                double b0 = now_ns();
+                for (long i = 0; i < batch[k]; i++) {
+                    void *q = both[k]->allocate(size, 0);
+                    both[k]->deallocate(q, size, 0);
+                }
+                per_pair[k].push_back((now_ns() - b0) / batch[k]);
+            }
+        report_beside("pairs", size_name(size), "ns/pair", per_pair[0], per_pair[1]);
+    }
+}
+
+static double random_design_once(allocator &a);
+
+/* The random workload of both allocators, a run of each in turn (--beside). */
+static void workload_random_beside(allocator &a, allocator &b)
+{
+    std::vector<double> per_step[2];
+    random_design_once(a); /* warm-up: each pool reaches its working size */
+    random_design_once(b);
+    double start = now_ns();
+    while ((per_step[1].size() < 5 && now_ns() - start < 4e9 * time_scale) || per_step[1].size() < 2) {
+        per_step[0].push_back(random_design_once(a));
+        per_step[1].push_back(random_design_once(b));
+    }
+    report_beside("random", "20k_steps_le_4MiB", "ns/step", per_step[0], per_step[1]);
+}
 
 static double random_design_once(allocator &a)
 {
@@ -562,6 +648,8 @@ int main(int argc, char **argv)
             label = argv[++i];
         else if (arg == "--workloads" && i + 1 < argc)
             workloads = argv[++i];
+        else if (arg == "--beside" && i + 1 < argc)
+            beside_name = argv[++i];
         else if (arg == "--quick")
             time_scale = 0.3;
         else if (arg == "--has-rmm") {
@@ -571,7 +659,8 @@ int main(int argc, char **argv)
             return 1;
 #endif
         } else {
-            fprintf(stderr, "usage: psbench --allocator NAME [--label TEXT] [--workloads a,b] [--quick] | --has-rmm\n");
+            fprintf(stderr, "usage: psbench --allocator NAME [--beside NAME] [--label TEXT] [--workloads a,b] [--quick] "
+                            "| --has-rmm\n");
             return 1;
         }
     }
@@ -585,6 +674,16 @@ int main(int argc, char **argv)
     allocator *a = make_allocator(allocator_name);
     std::string list = "," + workloads + ",";
     auto wants = [&](const char *w) { return list.find("," + std::string(w) + ",") != std::string::npos; };
+    if (!beside_name.empty()) {
+        allocator *b = make_allocator(beside_name);
+        if (wants("pairs"))
+            workload_pairs_beside(*a, *b);
+        if (wants("random"))
+            workload_random_beside(*a, *b);
+        CK(cudaDeviceSynchronize());
+        fprintf(stderr, "psbench %s beside %s: done\n", label.c_str(), beside_name.c_str());
+        return 0;
+    }
     if (wants("pairs"))
         workload_pairs(*a);
     if (wants("random"))

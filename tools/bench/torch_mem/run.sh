@@ -36,6 +36,9 @@
 #                  CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=$GPU so that CUDA
 #                  uses the GPU that NVML samples
 #   PYTHON         default python3
+#   PIN            a CPU list (taskset -c PIN) every run is bound to, e.g. "4-7": the
+#                  lent hosts put a fresh process in one of two speed modes (see
+#                  tools/bench/doors.sh), which a host-bound loop (the conv net) shows
 #   TRACE_DIR      when set: the extra poolshim_trace run per workload (see above)
 #   DEVICE=cpu SMALL=1  a dry run without a GPU (selftest/run.sh, with a fake NVML)
 # Exit status: 0 when every run ended well and every loss matched nocache's, 1 otherwise.
@@ -108,6 +111,7 @@ run_one() {
     for item in "${envs[@]}"; do args+=(--env "$item"); done
     local -a cmd=("$PYTHON" "$here/workloads.py" "$workload" --steps "$(steps_of "$workload")"
         --warmup "$WARMUP" --device "$DEVICE" "${small[@]}")
+    [ -n "${PIN:-}" ] && cmd=(taskset -c "$PIN" "${cmd[@]}")
     local t0 rc
     t0=$(date +%s)
     # Whatever the caller's environment says about allocators is removed first.
@@ -159,7 +163,7 @@ for spec in $POOLSHIM_VARIANTS; do
 done
 
 # ------------------------------------------------------------------ runs
-note "torch_mem: workloads '$WORKLOADS', configurations '$CONFIGS${variant_names[*]:+ ${variant_names[*]}}', GPU $GPU, results in $OUT_DIR"
+note "torch_mem: workloads '$WORKLOADS', configurations '$CONFIGS${variant_names[*]:+ ${variant_names[*]}}', GPU $GPU${PIN:+, CPUs $PIN}, results in $OUT_DIR"
 for workload in $WORKLOADS; do
     for config in $CONFIGS; do
         if ! config_env "$config" >/dev/null; then
