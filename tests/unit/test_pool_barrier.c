@@ -430,6 +430,57 @@ Test(pool_barrier, size_stack_holds_every_block_a_floor_sized_barrier_releases)
     fixture_close(&f);
 }
 
+/* Above twice the floor (a held block), released blocks of at most
+ * small_from_back still join the size stack (a loop of small temporary
+ * blocks beside a loaded model: no merge and split per pair); bigger ones
+ * merge into the lists as before. */
+static void cycle_beside_a_held_block(size_t size, int expect_stack)
+{
+    pool_fixture_t f;
+    ps_pool_options_t o;
+    ps_pool_options_default(&o);
+    o.thread_cache = 0;
+    o.barrier_floor = 8 * PS_MiB;
+    open_pool(&f, &o, 1, 0);
+    void *held;
+    cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &held), PS_OK);
+    enum { N = 4 };
+    void *first[N], *again[N];
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(ps_allocate(f.pool, size, PS_STREAM_NONE, &first[i]), PS_OK);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(ps_deallocate(f.pool, first[i], size, PS_STREAM_NONE), PS_OK);
+    /* the free room taken, so that the next allocation misses and its barrier releases them */
+    void *filler = NULL;
+    size_t room = fixture_info(f.pool).largest_free_block;
+    if (room)
+        cr_assert_eq(ps_allocate(f.pool, room, PS_STREAM_NONE, &filler), PS_OK);
+    cr_assert_eq(fixture_info(f.pool).bytes_free, 0, "no free room left");
+    cr_assert_gt(fixture_info(f.pool).bytes_reserved, 2 * o.barrier_floor);
+    uint64_t barriers = ps_fake_gpu_barriers(f.gpu);
+    int reversed = 1;
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(ps_allocate(f.pool, size, PS_STREAM_NONE, &again[i]), PS_OK);
+        reversed &= again[i] == first[N - 1 - i];
+        cr_assert_eq(ps_pool_check(f.pool), PS_OK);
+    }
+    cr_expect_eq(ps_fake_gpu_barriers(f.gpu), barriers + 1, "one barrier released them");
+    cr_expect_eq(reversed, expect_stack, "%zu-byte blocks: %s", size,
+                 expect_stack ? "the newest released first (the stack)" : "merged, not stacked");
+    for (int i = 0; i < N; i++)
+        ps_deallocate(f.pool, again[i], size, PS_STREAM_NONE);
+    if (filler)
+        ps_deallocate(f.pool, filler, room, PS_STREAM_NONE);
+    ps_deallocate(f.pool, held, 64 * PS_MiB, PS_STREAM_NONE);
+    fixture_close(&f);
+}
+Test(pool_barrier, small_blocks_join_the_size_stack_in_a_pool_of_any_size)
+{
+    cycle_beside_a_held_block(64 * 1024, 1);
+    cycle_beside_a_held_block(PS_MiB, 1);
+    cycle_beside_a_held_block(2 * PS_MiB, 0);
+}
+
 Test(pool_barrier, released_blocks_of_one_size_come_back_from_the_size_stack_after_a_barrier_only)
 {
     pool_fixture_t f;
