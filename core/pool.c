@@ -47,11 +47,13 @@
  *     bytes off its back: small blocks gather at the ends of free runs and
  *     stop splitting the large ones); record address -> descriptor in a
  *     hash map of in-use blocks. Before the ready list, the *size stack*
- *     is tried (in a pool of at most twice barrier_floor: up to 1024 blocks
- *     of one size that barriers or fences released, kept unmerged and
- *     taken back newest first by a request of exactly their size; a request
- *     of another size merges them into the lists first; not in bigger
- *     pools, where newest first instead of good fit costs peak memory),
+ *     is tried (in a pool of at most twice barrier_floor, or for blocks of
+ *     at most small_from_back in a pool of any size: up to 1024 blocks of
+ *     one size that barriers or fences released, kept unmerged and taken
+ *     back newest first by a request of exactly their size; a request of
+ *     another size merges them into the lists first; not for bigger blocks
+ *     in bigger pools, where newest first instead of good fit costs peak
+ *     memory),
  *     then the *quick cache*: up to 32 recently freed ready blocks, one per
  *     size slot, taken back only by a request of exactly their size (the
  *     hot allocate/free cycle never touches the lists).
