@@ -93,6 +93,9 @@ typedef struct ps_gpu_ops {
      * core/reuse.c then issues its eager barriers without waiting for a
      * share of the reserve (step 6b). */
     unsigned (*barrier_joined)(void *ctx);
+    /* How many barriers of this table joined no busy stream, of all it
+     * issued (statistics only; may be NULL: not counted). */
+    uint64_t (*barriers_quiet)(void *ctx);
 
     /* Barrier numbers (may be NULL, both or neither): barriers of this
      * table are numbered 1, 2, 3... in the order they were issued (every

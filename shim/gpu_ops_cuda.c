@@ -500,6 +500,8 @@ static int live_barrier(void *vctx)
     if (status == PS_OK) {
         d->barrier_recorded = 1;
         atomic_store_explicit(&d->barrier_joins, joined, memory_order_relaxed);
+        if (!joined)
+            atomic_fetch_add_explicit(&d->barriers_quiet, 1, memory_order_relaxed);
         atomic_store_explicit(&d->barriers, number, memory_order_release);
     }
     if (check_captures && ps_real.cuThreadExchangeStreamCaptureMode)
@@ -544,6 +546,12 @@ static int live_barrier_wait(void *vctx, uint64_t generation)
 static unsigned ops_barrier_joined(void *vctx)
 {
     return atomic_load_explicit(&((device_ops_t *)vctx)->barrier_joins, memory_order_relaxed);
+}
+
+/* Barriers that joined no busy stream, of all issued (statistics). */
+static uint64_t ops_barriers_quiet(void *vctx)
+{
+    return atomic_load_explicit(&((device_ops_t *)vctx)->barriers_quiet, memory_order_relaxed);
 }
 
 /* Barrier numbers (4. above): the newest barrier issued. */
@@ -713,6 +721,7 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
         .barrier = ops_barrier,
         .barrier_generation = ops_barrier_generation,
         .barrier_joined = ops_barrier_joined,
+        .barriers_quiet = ops_barriers_quiet,
         .barrier_passed = ops_barrier_passed,
         .barrier_wait = ops_barrier_wait,
         .host_alloc = ops_host_alloc,

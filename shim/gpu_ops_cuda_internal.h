@@ -54,6 +54,7 @@ typedef struct device_ops {
     _Atomic uint64_t barriers; /* barriers issued = the newest barrier's number (written under streams_lock) */
     atomic_uint barrier_joins; /* busy streams the newest barrier joined: non-blocking ones waited for, blocking
                                   ones found busy (4. b) */
+    _Atomic uint64_t barriers_quiet; /* barriers that joined none (statistics) */
 } device_ops_t;
 
 static inline bool is_dead(void *vctx)

@@ -2222,6 +2222,10 @@ static void expect_lagging_barriers(const char *env, int pending)
     cr_expect_eq(records, pending ? 1 + 5 * (n - 1) : n, "%s: records %lu for %lu barriers", env, records, n);
     cr_expect_eq(waits, pending ? 4 + 8 * (n - 1) : 4 * n, "%s: waits %lu for %lu barriers", env, waits, n);
     cr_expect_eq(json_number(output, "barrier_joins"), pending ? 4 : 0, "%s: barrier_joins:\n%s", env, output);
+    /* every barrier the table issued, and the quiet ones: with E pending only the first */
+    double issued = json_number(output, "barriers_issued"), quiet = json_number(output, "barriers_quiet");
+    cr_expect_geq(issued, (double)n, "%s: barriers_issued:\n%s", env, output);
+    cr_expect_eq(quiet, pending ? 1 : issued, "%s: barriers_quiet %.0f of %.0f:\n%s", env, quiet, issued, output);
 }
 Test(barrier, streams_waiting_for_a_pending_barrier_are_busy_and_joined)
 {
