@@ -9,8 +9,8 @@ on "no slower than expandable_segments" needs the rounds side by side: per
 workload and configuration, the wall time of the timed steps in each round, the
 median, the median against expandable_segments' median, the NVML peak above the
 baseline (GiB, largest over the rounds), and for poolshim runs the seconds spent
-inside allocation calls, the remap waits, the pieces unmapped, the barriers and
-their host time in ms (medians)."""
+inside allocation calls, the remap waits, the pieces unmapped, the barriers, how
+many of them were quiet (joined no busy stream) and their host time in ms (medians)."""
 import json
 import statistics
 import sys
@@ -43,7 +43,7 @@ def main(paths):
         for r in rounds:
             for c in r.get("workloads", {}).get(w, {}).get("configs", []):
                 row = rows.setdefault(c["config"], {"wall": [], "peak": [], "alloc": [], "waits": [], "unmaps": [],
-                                                    "barriers": [], "bar_ms": []})
+                                                    "barriers": [], "quiet": [], "bar_ms": []})
                 if c.get("rc") == 0 and c.get("wall_s") is not None:
                     row["wall"].append(c["wall_s"])
                 if c.get("nvml_peak_above_baseline") is not None:
@@ -54,13 +54,15 @@ def main(paths):
                     row["waits"].append(d.get("remap_waits", 0))
                     row["unmaps"].append(d.get("upstream", {}).get("frees", 0))
                     row["barriers"].append(d.get("barriers", 0))
+                    if "barriers_quiet" in d:
+                        row["quiet"].append(d["barriers_quiet"])
                     row["bar_ms"].append(d.get("cuda_time", {}).get("barrier", {}).get("ns", 0) / 1e6)
         ref = rows.get("expandable", {}).get("wall")
         ref_median = statistics.median(ref) if ref else None
         print("== %s: wall_s of the timed steps per round (%d rounds)" % (w, len(rounds)))
-        print("%-12s %-34s %8s %8s %9s %8s %6s %7s %8s %7s" %
+        print("%-12s %-34s %8s %8s %9s %8s %6s %7s %8s %6s %7s" %
               ("config", "rounds", "median", "x_expand", "peak_GiB", "alloc_s", "waits", "unmaps", "barriers",
-               "bar_ms"))
+               "quiet", "bar_ms"))
         for name, row in rows.items():
             if not row["wall"]:
                 print("%-12s (no successful run)" % name)
@@ -69,11 +71,11 @@ def main(paths):
             ratio = "%.3f" % (median / ref_median) if ref_median else "-"
             def med(xs, fmt):
                 return (fmt % statistics.median(xs)) if xs else "-"
-            print("%-12s %-34s %8.3f %8s %9s %8s %6s %7s %8s %7s" % (
+            print("%-12s %-34s %8.3f %8s %9s %8s %6s %7s %8s %6s %7s" % (
                 name, " ".join("%.3f" % x for x in row["wall"]), median, ratio,
                 "%.3f" % max(row["peak"]) if row["peak"] else "-",
                 med(row["alloc"], "%.3f"), med(row["waits"], "%d"), med(row["unmaps"], "%d"),
-                med(row["barriers"], "%d"), med(row["bar_ms"], "%.1f")))
+                med(row["barriers"], "%d"), med(row["quiet"], "%d"), med(row["bar_ms"], "%.1f")))
         print()
     return 0
 
