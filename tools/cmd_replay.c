@@ -279,9 +279,9 @@ int ps_cmd_replay(int argc, char **argv)
     }
     if (exit_code == CLI_EXIT_OK) {
         if (json)
-            replay_print_json(stdout, log_path, &log, capacity, gpu_lag_ns, results, result_count);
+            replay_print_json(stdout, log_path, &log, capacity, gpu_lag_ns, busy_streams, results, result_count);
         else
-            replay_print_text(stdout, log_path, &log, capacity, gpu_lag_ns, results, result_count);
+            replay_print_text(stdout, log_path, &log, capacity, gpu_lag_ns, busy_streams, results, result_count);
         if (plot_path &&
             replay_plot(&log, log_path, config_count ? configs[0] : NULL, capacity, gpu_lag_ns,
                         have_recorded ? &recorded : NULL, title, plot_path) != 0)

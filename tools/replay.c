@@ -510,7 +510,7 @@ static void print_layout_text(FILE *f, const replay_stats_t *r)
 }
 
 void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
-                       uint64_t gpu_lag_ns, const replay_stats_t *results, size_t count)
+                       uint64_t gpu_lag_ns, unsigned busy_streams, const replay_stats_t *results, size_t count)
 {
     char a[32], b[32], c[32];
     uint64_t allocations = 0, frees = 0, failures = 0;
@@ -531,6 +531,10 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
     else if (capacity)
         fprintf(f, "simulated device: %s (unbacked, fences complete at once)\n",
                 cli_format_bytes(a, sizeof a, capacity));
+    if (capacity && busy_streams)
+        fprintf(f, "simulated barriers: each joins %u busy stream%s (the eager barrier waits for the share of "
+                   "the reserve)\n",
+                busy_streams, busy_streams == 1 ? "" : "s");
     int recorded = 0;
     for (size_t i = 0; i < count; i++)
         recorded |= results[i].has_recorded;
@@ -589,13 +593,13 @@ void replay_json_result_open(FILE *f, size_t index, int device, const char *stac
 }
 
 void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
-                       uint64_t gpu_lag_ns, const replay_stats_t *results, size_t count)
+                       uint64_t gpu_lag_ns, unsigned busy_streams, const replay_stats_t *results, size_t count)
 {
     fprintf(f, "{\"poolshim_replay\": 1, \"log\": ");
     cli_json_string(f, log_name);
     fprintf(f, ", \"events\": %zu, \"threads\": %zu, \"simulated_capacity\": %llu, \"gpu_lag_ns\": %llu, "
-               "\"results\": [",
-            log->count, log->threads, (unsigned long long)capacity, (unsigned long long)gpu_lag_ns);
+               "\"busy_streams\": %u, \"results\": [",
+            log->count, log->threads, (unsigned long long)capacity, (unsigned long long)gpu_lag_ns, busy_streams);
     for (size_t i = 0; i < count; i++) {
         const replay_stats_t *r = &results[i];
         replay_json_result_open(f, i, r->device, r->stack);

@@ -96,18 +96,19 @@ double replay_quantile_ns(uint32_t *values, size_t n, double q);
 void replay_stats_free(replay_stats_t *stats);
 
 /* Renders results (pure: output depends only on the arguments).
- * `gpu_lag_ns` is the simulated GPU's lag (0: fences complete at once).
+ * `gpu_lag_ns` is the simulated GPU's lag (0: fences complete at once),
+ * `busy_streams` the busy streams each simulated barrier joined (0: none).
  * When any result has_recorded, the table gains a "recorded peak" column
  * (what the program's GPU really held, beside the simulated peak) and the
  * JSON a "recorded_peak_reserved" (null where unknown). */
 void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
-                       uint64_t gpu_lag_ns, const replay_stats_t *results, size_t count);
+                       uint64_t gpu_lag_ns, unsigned busy_streams, const replay_stats_t *results, size_t count);
 /* Opens result `index` of a replay's JSON "results" list, as both replays
  * (this one and replay_gpu.h's) write it: a comma from the second on, then
  * `{"device": D, "stack": "S"`; the caller writes the rest and the '}'. */
 void replay_json_result_open(FILE *f, size_t index, int device, const char *stack);
 void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
-                       uint64_t gpu_lag_ns, const replay_stats_t *results, size_t count);
+                       uint64_t gpu_lag_ns, unsigned busy_streams, const replay_stats_t *results, size_t count);
 
 
 /* ---- tools/cmd_plot.c ---- */

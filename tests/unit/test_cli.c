@@ -1408,6 +1408,8 @@ Test(replay, busy_streams_make_the_simulated_barriers_wait_for_the_share)
     cr_expect_lt(busy_barriers * 3, quiet_barriers * 2, "busy streams: %llu barriers against %llu quiet",
                  (unsigned long long)busy_barriers, (unsigned long long)quiet_barriers);
     cr_expect_lt(busy_ratio, 1.03, "peak %.4fx of requested", busy_ratio);
+    cr_expect_eq(cli_json_u64(busy, "busy_streams", 0), 32, "the JSON names the condition");
+    cr_expect_eq(cli_json_u64(quiet, "busy_streams", 1), 0);
     json_decref(quiet);
     json_decref(busy);
     const char *bad[][6] = {{"replay", "LOG", "--simulate", "1GiB", "--busy-streams", "x"},
