@@ -1161,35 +1161,17 @@ static void remap_reset(void)
     use_fresh_memory(10, 77, "after reset");
 }
 
-/* A barrier with 4 live non-blocking streams: cudaFree(A), then a request
- * only A fits (with POOLSHIM_OPTIONS barrier_floor=0 the pool issues a
- * barrier rather than grow). Prints what reached the fake driver during it;
- * test_shim.c sets those beside the barriers counted in the statistics
- * (an idle stream gets no event record: shim/gpu_ops_cuda.c, 4. b). */
-static void barrier_streams(void)
-{
-    cudaStream_t s[4];
-    for (int i = 0; i < 4; i++)
-        CHECK(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking) == cudaSuccess, "stream %d", i);
-    void *a, *b;
-    CHECK(cudaMalloc(&a, 64u << 20) == cudaSuccess, "cudaMalloc A");
-    unsigned long records = fake()->event_record, waits = fake()->stream_wait, queries = fake()->stream_query;
-    CHECK(cudaFree(a) == cudaSuccess, "cudaFree A");
-    CHECK(cudaMalloc(&b, 64u << 20) == cudaSuccess, "cudaMalloc B");
-    printf("barrier_streams: records=%lu waits=%lu queries=%lu\n", fake()->event_record - records,
-           fake()->stream_wait - waits, fake()->stream_query - queries);
-    CHECK(cudaFree(b) == cudaSuccess, "cudaFree B");
-    for (int i = 0; i < 4; i++)
-        CHECK(cudaStreamDestroy(s[i]) == cudaSuccess, "stream destroy %d", i);
-}
-
-/* Barriers one after another over 4 non-blocking streams the program gives
- * no work (shim/gpu_ops_cuda.c, 4. b): each pair of 64 MiB reuses the block
- * freed before it, a barrier each (run with barrier_floor=0). Each barrier
- * makes the streams wait for its E; while E stays pending
- * (FAKE_CUDA_EVENTS_PENDING) they are busy, and the next barrier joins them.
- * Prints the calls the barriers made. */
-static void barrier_lagging(void)
+/* Barriers with 4 live non-blocking streams the program gives no work:
+ * `rounds` times cudaFree(A), then a request only A fits (with
+ * POOLSHIM_OPTIONS barrier_floor=0 the pool issues a barrier rather than
+ * grow). Prints what reached the fake driver meanwhile, as "NAME:
+ * records=.. waits=.. queries=.."; test_shim.c sets those beside the
+ * barriers counted in the statistics (shim/gpu_ops_cuda.c, 4. b: an idle
+ * stream gets no event record). barrier_streams: one round; barrier_lagging:
+ * 6, where each barrier makes the streams wait for its E, so that while E
+ * stays pending (FAKE_CUDA_EVENTS_PENDING) they are busy and the next
+ * barrier joins them. */
+static void barrier_rounds(const char *name, int rounds)
 {
     cudaStream_t s[4];
     for (int i = 0; i < 4; i++)
@@ -1197,11 +1179,11 @@ static void barrier_lagging(void)
     void *a;
     CHECK(cudaMalloc(&a, 64u << 20) == cudaSuccess, "cudaMalloc");
     unsigned long records = fake()->event_record, waits = fake()->stream_wait, queries = fake()->stream_query;
-    for (int round = 0; round < 6; round++) {
+    for (int round = 0; round < rounds; round++) {
         CHECK(cudaFree(a) == cudaSuccess, "cudaFree (%d)", round);
         CHECK(cudaMalloc(&a, 64u << 20) == cudaSuccess, "cudaMalloc (%d)", round);
     }
-    printf("barrier_lagging: records=%lu waits=%lu queries=%lu\n", fake()->event_record - records,
+    printf("%s: records=%lu waits=%lu queries=%lu\n", name, fake()->event_record - records,
            fake()->stream_wait - waits, fake()->stream_query - queries);
     CHECK(cudaFree(a) == cudaSuccess, "cudaFree");
     for (int i = 0; i < 4; i++)
@@ -1406,8 +1388,8 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "remap_reset")) remap_reset();
     else if (!strcmp(what, "threads")) threads();
     else if (!strcmp(what, "stats_threads")) stats_threads();
-    else if (!strcmp(what, "barrier_streams")) barrier_streams();
-    else if (!strcmp(what, "barrier_lagging")) barrier_lagging();
+    else if (!strcmp(what, "barrier_streams")) barrier_rounds("barrier_streams", 1);
+    else if (!strcmp(what, "barrier_lagging")) barrier_rounds("barrier_lagging", 6);
     else if (!strcmp(what, "stream_destroy_v1")) stream_destroy_v1(argc > 2 ? argv[2] : "gpa");
     else if (!strcmp(what, "eager_quiet")) eager_quiet(argc > 2 ? argv[2] : "none");
     else if (!strcmp(what, "gate_stream")) gate_stream();

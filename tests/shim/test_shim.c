@@ -2168,16 +2168,27 @@ Test(guard, clean_program_and_option_off_report_nothing)
  * each and get no event record: the barrier records only its own event and
  * makes each stream wait for it. Busy ones (FAKE_CUDA_STREAMS_BUSY=1) each
  * get a record and a legacy-stream wait besides. */
+/* Runs prog_runtime `what` (barrier_streams, barrier_lagging) under `env`
+ * with barrier_floor 0 and the statistics in JSON, and reads the calls it
+ * printed. */
+static void run_barrier_rounds(const char *env, const char *what, unsigned long *records, unsigned long *waits,
+                               unsigned long *queries)
+{
+    char full[256], prog[64], label[64];
+    snprintf(full, sizeof full, "%s POOLSHIM_STATS=json POOLSHIM_OPTIONS=resource.main.barrier_floor=0", env);
+    snprintf(prog, sizeof prog, "prog_runtime %s", what);
+    expect_pass(1, full, prog, "shim active");
+    snprintf(label, sizeof label, "%s: ", what);
+    const char *line = strstr(output, label);
+    cr_assert(line && sscanf(line + strlen(label), "records=%lu waits=%lu queries=%lu", records, waits, queries) == 3,
+              "%s", output);
+}
+
 static void expect_barrier_calls(const char *busy, unsigned long queries_per, unsigned long records_per,
                                  unsigned long waits_per)
 {
-    char env[256];
-    snprintf(env, sizeof env, "%s POOLSHIM_STATS=json POOLSHIM_OPTIONS=resource.main.barrier_floor=0", busy);
-    expect_pass(1, env, "prog_runtime barrier_streams", "shim active");
     unsigned long records = 0, waits = 0, queries = 0;
-    const char *line = strstr(output, "barrier_streams: ");
-    cr_assert(line && sscanf(line, "barrier_streams: records=%lu waits=%lu queries=%lu", &records, &waits, &queries) == 3,
-              "%s", output);
+    run_barrier_rounds(busy, "barrier_streams", &records, &waits, &queries);
     double barriers = json_number(output, "barriers");
     cr_assert_geq(barriers, 1, "the reuse of A must have issued a barrier:\n%s", output);
     unsigned long n = (unsigned long)barriers;
@@ -2209,13 +2220,8 @@ Test(barrier, no_join_switch_leaves_busy_streams_out)
  * an H200 for the 32 streams PyTorch's conv-net process hardly uses. */
 static void expect_lagging_barriers(const char *env, int pending)
 {
-    char full[256];
-    snprintf(full, sizeof full, "%s POOLSHIM_STATS=json POOLSHIM_OPTIONS=resource.main.barrier_floor=0", env);
-    expect_pass(1, full, "prog_runtime barrier_lagging", "shim active");
     unsigned long records = 0, waits = 0, queries = 0;
-    const char *line = strstr(output, "barrier_lagging: ");
-    cr_assert(line && sscanf(line, "barrier_lagging: records=%lu waits=%lu queries=%lu", &records, &waits, &queries) == 3,
-              "%s", output);
+    run_barrier_rounds(env, "barrier_lagging", &records, &waits, &queries);
     unsigned long n = (unsigned long)json_number(output, "barriers");
     cr_assert_geq(n, 3, "a barrier per pair expected:\n%s", output);
     cr_expect_eq(queries, 4 * n, "%s: stream queries %lu for %lu barriers", env, queries, n);

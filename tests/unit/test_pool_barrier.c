@@ -340,6 +340,16 @@ Test(pool_expandable, device_synchronize_gives_back_memory_above_the_release_thr
     }
 }
 
+/* A pool on the virtual-memory fake with the default options but no thread
+ * caches (the pool itself) and `barrier_floor`; *o gets its options. */
+static void open_pool_alone(pool_fixture_t *f, ps_pool_options_t *o, uint64_t barrier_floor)
+{
+    ps_pool_options_default(o);
+    o->thread_cache = 0;
+    o->barrier_floor = barrier_floor;
+    open_pool(f, o, 1, 0);
+}
+
 /* The barrier floor (options.barrier_floor): a small program that frees
  * and takes back 1 MiB blocks pays one barrier per many pairs (the pool
  * grows up to the floor instead of issuing one per pair or two), and no
@@ -348,10 +358,7 @@ static void floor_loop(uint64_t floor, int pairs, uint64_t *barriers, uint64_t *
 {
     pool_fixture_t f;
     ps_pool_options_t o;
-    ps_pool_options_default(&o);
-    o.thread_cache = 0; /* the pool itself */
-    o.barrier_floor = floor;
-    open_pool(&f, &o, 1, 0);
+    open_pool_alone(&f, &o, floor);
     enum { SEEN = 256 };
     uintptr_t freed_addr[SEEN] = {0};
     uint64_t freed_at[SEEN] = {0}; /* barriers issued when it was freed */
@@ -438,10 +445,7 @@ static void cycle_beside_a_held_block(size_t size, int expect_stack)
 {
     pool_fixture_t f;
     ps_pool_options_t o;
-    ps_pool_options_default(&o);
-    o.thread_cache = 0;
-    o.barrier_floor = 8 * PS_MiB;
-    open_pool(&f, &o, 1, 0);
+    open_pool_alone(&f, &o, 8 * PS_MiB);
     void *held;
     cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &held), PS_OK);
     enum { N = 4 };
@@ -485,10 +489,7 @@ Test(pool_barrier, released_blocks_of_one_size_come_back_from_the_size_stack_aft
 {
     pool_fixture_t f;
     ps_pool_options_t o;
-    ps_pool_options_default(&o);
-    o.thread_cache = 0;
-    o.barrier_floor = 8 * PS_MiB;
-    open_pool(&f, &o, 1, 0);
+    open_pool_alone(&f, &o, 8 * PS_MiB);
     enum { N = 8 };
     void *first[N], *again[N], *big;
     for (int i = 0; i < N; i++)
