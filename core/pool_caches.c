@@ -19,8 +19,9 @@
  *     linked newest first; an allocation of exactly that size pops one
  *     (a loop of small temporary blocks beside a loaded model: 64 KiB pair
  *     1,377 -> 921 instructions; newest first for big blocks in big pools
- *     cost the PyTorch replays 4-8 MiB of peak, small ones cost nothing). A released block or a request of another size first merges
- *     the stack into the lists: at most one size waits unmerged. Only
+ *     cost the PyTorch replays 4-8 MiB of peak, small ones cost nothing).
+ *     A released block or a request of another size first merges the
+ *     stack into the lists: at most one size waits unmerged. Only
  *     released blocks enter: the reuse rule is the ready list's.
  *  3. Every slow path, trim and check merges both into the lists first
  *     (pool_quick_flush_locked).

@@ -546,6 +546,18 @@ static int device_used(const thread_counters_t *sum, int d)
     return 0;
 }
 
+/* Every barrier the device's table issued (pools, arenas, thread caches)
+ * and how many of them joined no busy stream; 0 when the table does not
+ * count them. */
+static int barrier_totals(const ps_gpu_ops_t *gpu, uint64_t *issued, uint64_t *quiet)
+{
+    if (!gpu || !gpu->barrier_generation || !gpu->barriers_quiet)
+        return 0;
+    *issued = gpu->barrier_generation(gpu->ctx);
+    *quiet = gpu->barriers_quiet(gpu->ctx);
+    return 1;
+}
+
 void ps_stats_write(FILE *f, int json)
 {
     static thread_counters_t sum; /* large: not on the stack */
@@ -630,12 +642,10 @@ void ps_stats_write(FILE *f, int json)
             const ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
             if (gpu && gpu->barrier_joined)
                 fprintf(f, ", \"barrier_joins\": %u", gpu->barrier_joined(gpu->ctx));
-            /* every barrier the device's table issued (pools, arenas, thread caches) and how
-             * many of them joined no busy stream */
-            if (gpu && gpu->barrier_generation && gpu->barriers_quiet)
-                fprintf(f, ", \"barriers_issued\": %llu, \"barriers_quiet\": %llu",
-                        (unsigned long long)gpu->barrier_generation(gpu->ctx),
-                        (unsigned long long)gpu->barriers_quiet(gpu->ctx));
+            uint64_t issued, quiet;
+            if (barrier_totals(gpu, &issued, &quiet))
+                fprintf(f, ", \"barriers_issued\": %llu, \"barriers_quiet\": %llu", (unsigned long long)issued,
+                        (unsigned long long)quiet);
             fprintf(f, ", \"oom_retry\": {\"given_back\": %llu, \"succeeded\": %llu, \"failed\": %llu, "
                        "\"skipped_capture\": %llu}",
                     (unsigned long long)atomic_load(&oom_counts[d][PS_OOM_GIVEN_BACK]),
@@ -705,11 +715,10 @@ void ps_stats_write(FILE *f, int json)
                 fprintf(f, ", %llu growths within remap_slack_percent instead of a wait",
                         (unsigned long long)info.remaps_slack);
             fputc('\n', f);
-            const ps_gpu_ops_t *table = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
-            if (table && table->barrier_generation && table->barriers_quiet && table->barrier_generation(table->ctx))
+            uint64_t issued, quiet;
+            if (barrier_totals(__atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE), &issued, &quiet) && issued)
                 fprintf(f, "poolshim:   barriers   %llu issued on the device, %llu quiet (joined no busy stream)\n",
-                        (unsigned long long)table->barrier_generation(table->ctx),
-                        (unsigned long long)table->barriers_quiet(table->ctx));
+                        (unsigned long long)issued, (unsigned long long)quiet);
             fprintf(f, "poolshim:   memory     %s\n",
                     info.expandable ? "expandable (one virtual-memory range per pool, mapped as it grows)"
                                     : "chunks from cuMemAlloc");

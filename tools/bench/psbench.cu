@@ -266,24 +266,31 @@ static double time_scale = 1.0; /* --quick shortens every time budget */
 
 /* ------------------------------------------------------------------ workloads */
 
+/* Warms pairs of `size` (the pool has grown, the size is cached) and
+ * returns the pairs per timed batch: enough for a batch to last ~50 us. */
+static long warm_pairs(allocator &a, size_t size)
+{
+    for (int i = 0; i < 10; i++) {
+        void *p = a.allocate(size, 0);
+        if (!p) {
+            fprintf(stderr, "psbench: pairs: allocation of %zu failed\n", size);
+            exit(1);
+        }
+        a.deallocate(p, size, 0);
+    }
+    double t0 = now_ns();
+    void *p = a.allocate(size, 0);
+    a.deallocate(p, size, 0);
+    double one = now_ns() - t0;
+    long batch = (long)(50e3 / (one > 1 ? one : 1));
+    return batch < 1 ? 1 : batch > 1000 ? 1000 : batch;
+}
+
 static void workload_pairs(allocator &a)
 {
     const size_t sizes[] = {256, 64u << 10, 1u << 20, 16u << 20, 256u << 20, 2ull << 30};
     for (size_t size : sizes) {
-        for (int i = 0; i < 10; i++) { /* warm: the pool has grown, the size is cached */
-            void *p = a.allocate(size, 0);
-            if (!p) {
-                fprintf(stderr, "psbench: pairs: allocation of %zu failed\n", size);
-                exit(1);
-            }
-            a.deallocate(p, size, 0);
-        }
-        double t0 = now_ns();
-        void *p = a.allocate(size, 0);
-        a.deallocate(p, size, 0);
-        double one = now_ns() - t0;
-        long batch = (long)(50e3 / (one > 1 ? one : 1));
-        batch = batch < 1 ? 1 : batch > 1000 ? 1000 : batch;
+        long batch = warm_pairs(a, size);
         std::vector<double> per_pair;
         double start = now_ns(), budget = 0.25e9 * time_scale;
         while ((per_pair.size() < 200 && now_ns() - start < budget) || per_pair.size() < 5) {
@@ -335,23 +342,7 @@ static void workload_pairs_beside(allocator &a, allocator &b)
     const size_t sizes[] = {256, 64u << 10, 1u << 20, 16u << 20};
     allocator *both[2] = {&a, &b};
     for (size_t size : sizes) {
-        long batch[2];
-        for (int k = 0; k < 2; k++) {
-            for (int i = 0; i < 10; i++) { /* warm */
-                void *p = both[k]->allocate(size, 0);
-                if (!p) {
-                    fprintf(stderr, "psbench: pairs: allocation of %zu failed\n", size);
-                    exit(1);
-                }
-                both[k]->deallocate(p, size, 0);
-            }
-            double t0 = now_ns();
-            void *p = both[k]->allocate(size, 0);
-            both[k]->deallocate(p, size, 0);
-            double one = now_ns() - t0;
-            batch[k] = (long)(50e3 / (one > 1 ? one : 1));
-            batch[k] = batch[k] < 1 ? 1 : batch[k] > 1000 ? 1000 : batch[k];
-        }
+        long batch[2] = {warm_pairs(a, size), warm_pairs(b, size)};
         std::vector<double> per_pair[2];
         double start = now_ns(), budget = 0.5e9 * time_scale;
         while ((per_pair[1].size() < 200 && now_ns() - start < budget) || per_pair[1].size() < 5)
