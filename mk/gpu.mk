@@ -88,5 +88,6 @@ test-gpu-scripts:
 	python3 tests/gpu/test_check_stats.py -q
 	python3 tools/bench/torch_mem/selftest/report_test.py >/dev/null
 	python3 tools/bench/torch_mem/selftest/rounds_test.py >/dev/null
+	python3 tests/gpu/numba_suite.py selftest >/dev/null
 	@for s in $(GPU_SCRIPTS); do bash -n $$s || exit 1; done
 	@if command -v shellcheck >/dev/null; then shellcheck -S warning $(GPU_SCRIPTS); fi

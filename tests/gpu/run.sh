@@ -875,7 +875,7 @@ done
 shim context_reset_static_driver "doors.driver>0 resets.count>=2 passthrough>0" -- context_reset_static driver
 shim context_reset_shared_driver "doors.driver>0 resets.count>=2 passthrough>0" -- context_reset_shared driver
 
-# ---------------------------------------------------------------- 7. Python: PyTorch and CuPy
+# ---------------------------------------------------------------- 7. Python: PyTorch, CuPy, numba
 if "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
     native_loss="" shim_loss=""
     if wanted native/torch_train_uncached; then
@@ -926,6 +926,49 @@ if "$PYTHON" -c 'import cupy' >/dev/null 2>&1; then
     shim cupy_test "doors.runtime>0|doors.driver>0 calls.cudaMalloc>0|calls.cuMemAlloc>0 invalid_frees==0" -- "$PYTHON" "$src/cupy_test.py"
 else
     wanted cupy_test && record cupy_test SKIP "CuPy not available"
+fi
+
+# numba-cuda's own driver tests and its IPC tests (tests/gpu/numba_suite.py),
+# natively and under the shim: the same tests, and every test that passes
+# natively passes under the shim. numba allocates through the driver door
+# (cuMemAlloc, cuMemHostAlloc, IPC handles, a device reset). Its negative control
+# runs the shim behind a limit of 8 MiB (numba_cap.ini), which refuses memory the
+# device has: the comparison must see the difference.
+if "$PYTHON" -c 'import numba.cuda' >/dev/null 2>&1; then
+    numba_names="numba.cuda.tests.cudadrv numba.cuda.tests.cudapy.test_ipc"
+    if wanted native/numba_suite; then
+        # shellcheck disable=SC2086 # numba_names: two test package names
+        run_timed native_numba_suite env -u LD_PRELOAD "$PYTHON" "$src/numba_suite.py" run "$logs/numba_native.json" $numba_names
+        keep_log native_numba_suite
+        if [ $rc -eq 0 ]; then record native/numba_suite PASS "$(grep -E '^numba_suite: .* tests \(' "$logs/native_numba_suite.log" | tail -1)"
+        else record native/numba_suite FAIL "exit $rc, log native_numba_suite.log"; fi
+    fi
+    # shellcheck disable=SC2086
+    shim numba_suite "doors.driver>0 calls.cuMemAlloc>0 calls.cuMemHostAlloc>0 ipc.exported>0 invalid_frees==0" \
+        -- "$PYTHON" "$src/numba_suite.py" run "$logs/numba_shim.json" $numba_names
+    if wanted native/numba_suite && wanted shim/numba_suite; then
+        if "$PYTHON" "$src/numba_suite.py" compare "$logs/numba_native.json" "$logs/numba_shim.json" >"$logs/numba_compare.log" 2>&1; then
+            record shim/numba_suite_matches_native PASS "$(tail -1 "$logs/numba_compare.log")"
+        else
+            record shim/numba_suite_matches_native FAIL "$(tail -1 "$logs/numba_compare.log"), log numba_compare.log"
+        fi
+        keep_log numba_compare
+    fi
+    if wanted native/numba_suite && wanted shim/numba_suite_capped_expected_failure; then
+        # shellcheck disable=SC2086
+        run_timed shim_numba_capped env LD_PRELOAD="$lib" POOLSHIM_CONFIG="$src/numba_cap.ini" \
+            "$PYTHON" "$src/numba_suite.py" run "$logs/numba_capped.json" $numba_names
+        keep_log shim_numba_capped
+        if [ $rc -ne 0 ]; then
+            record shim/numba_suite_capped_expected_failure FAIL "the suite did not run (exit $rc, log shim_numba_capped.log)"
+        elif "$PYTHON" "$src/numba_suite.py" compare "$logs/numba_native.json" "$logs/numba_capped.json" >"$logs/numba_capped_compare.log" 2>&1; then
+            record shim/numba_suite_capped_expected_failure FAIL "a shim capped at 8 MiB matched the native run"
+        else
+            record shim/numba_suite_capped_expected_failure PASS "expected failure: $(tail -1 "$logs/numba_capped_compare.log")"
+        fi
+    fi
+else
+    wanted numba_suite && record numba_suite SKIP "numba-cuda not available"
 fi
 
 # ---------------------------------------------------------------- 7b. pinned host pool (cudaHostAlloc/cudaFreeHost)
