@@ -796,6 +796,35 @@ static void write_report_at_exit(void)
         fclose(f);
 }
 
+/* poolshim_stats_json (shim/poolshim.h): the report as the live page writes
+ * it (shim/live.c), into the caller's buffer: under the devices' report lock,
+ * since a context reset writes what the report reads. Memory only, no CUDA
+ * call (5. above). */
+PS_EXPORT long poolshim_stats_json(char *buf, size_t size)
+{
+    char *text = NULL;
+    size_t length = 0;
+    FILE *f = open_memstream(&text, &length);
+    if (!f)
+        return PS_ENOMEM;
+    ps_devices_report_begin();
+    ps_stats_write(f, 1);
+    ps_devices_report_end();
+    if (fclose(f) != 0 || !text) {
+        free(text);
+        return PS_ENOMEM;
+    }
+    if (length && text[length - 1] == '\n')
+        text[--length] = '\0'; /* one JSON object, no line end */
+    if (buf && size) {
+        size_t n = length < size - 1 ? length : size - 1;
+        memcpy(buf, text, n);
+        buf[n] = '\0';
+    }
+    free(text);
+    return (long)length;
+}
+
 void ps_stats_atfork_child(void)
 {
     forked_child = 1;

@@ -10,12 +10,14 @@ writes (``POOLSHIM_STATS=json``, ``poolshim run --stats=json`` or
     >>> poolshim.library_path()           # for LD_PRELOAD
     >>> poolshim.read_stats("stats_0.json")["devices"][0]["calls"]["cudaMalloc"]
     >>> poolshim.sum_stats(["stats_rank0.json", "stats_rank1.json"])["calls"]
+    >>> poolshim.stats_now()              # this process's figures, while it runs
 """
+import ctypes
 import json
 import numbers
 import os
 
-__all__ = ["library_path", "binary_path", "version", "read_stats", "sum_stats"]
+__all__ = ["library_path", "binary_path", "version", "read_stats", "sum_stats", "stats_now"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _LIB_DIR = os.path.join(_HERE, "_lib")
@@ -119,3 +121,30 @@ def sum_stats(reports):
             total["devices"] += 1
             _add(total, device, _DEVICE_LABELS)
     return total
+
+
+def stats_now():
+    """This process's statistics as of now, while it runs under the library.
+
+    The same document as the exit report (read_stats), from the loaded
+    library's ``poolshim_stats_json`` (shim/poolshim.h): call it between steps
+    to see what a phase of the program cost (calls, pieces mapped, barriers).
+    As there, "cuda_time", requested bytes and call times need statistics on
+    (POOLSHIM_STATS).
+    Returns None when libpoolshim.so is not loaded in this process (no
+    LD_PRELOAD). Raises MemoryError when the library could not write it."""
+    try:
+        get = ctypes.CDLL(None).poolshim_stats_json
+    except AttributeError:
+        return None
+    get.restype = ctypes.c_long
+    get.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    size = 1 << 16
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        length = get(buf, size)
+        if length < 0:
+            raise MemoryError("poolshim_stats_json returned %d" % length)
+        if length < size:
+            return json.loads(buf.value.decode("utf-8", "replace"))
+        size = length + 1 + 4096  # grown in between: room for a little more

@@ -142,6 +142,51 @@ class LibraryPath(unittest.TestCase):
         self.assertTrue(os.access(poolshim.binary_path(), os.X_OK))
 
 
+class StatsNow(unittest.TestCase):
+    """stats_now() reads the loaded library's poolshim_stats_json."""
+
+    def test_without_the_library(self):
+        if "libpoolshim" in os.environ.get("LD_PRELOAD", ""):
+            self.skipTest("this process runs under the library")
+        self.assertIsNone(poolshim.stats_now())
+
+    def test_under_the_library(self):
+        # the library (installed, else the source tree's build) over the fake CUDA
+        # runtime of the shim tests (tests/shim), which `make test` builds
+        library = poolshim.library_path() if INSTALLED else os.path.join(ROOT, "build", "libpoolshim.so")
+        fake = os.path.join(ROOT, "build", "fake")
+        if not os.path.isfile(library) or not os.path.isfile(os.path.join(fake, "libcudart.so.13")):
+            self.skipTest("needs %s and the fake CUDA runtime in %s (make test builds both)" % (library, fake))
+        program = (
+            "import ctypes, json, sys\n"
+            "sys.path.insert(0, sys.argv[1])\n"
+            "import poolshim\n"
+            "rt = ctypes.CDLL('libcudart.so.13')\n"
+            "p = ctypes.c_void_p()\n"
+            "held = []\n"
+            "for i in range(3):\n"
+            "    assert rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(1 << 20)) == 0\n"
+            "    held.append(p.value)\n"
+            "before = poolshim.stats_now()\n"
+            "for q in held:\n"
+            "    assert rt.cudaFree(ctypes.c_void_p(q)) == 0\n"
+            "print(json.dumps([before, poolshim.stats_now()]))\n")
+        env = dict(os.environ, LD_PRELOAD=library, POOLSHIM_STATS="json", POOLSHIM_STATS_FILE=os.devnull,
+                   LD_LIBRARY_PATH=fake)
+        module_dir = os.path.dirname(os.path.dirname(os.path.abspath(poolshim.__file__)))
+        out = subprocess.run([sys.executable, "-c", program, module_dir], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, universal_newlines=True, env=env)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        before, after = json.loads(out.stdout.strip().splitlines()[-1])
+        self.assertEqual(before["poolshim"], 1)
+        device = before["devices"][0]
+        self.assertEqual((device["calls"]["cudaMalloc"], device["calls"]["cudaFree"]), (3, 0))
+        self.assertEqual(device["bytes"]["requested_current"], 3 << 20)
+        device = after["devices"][0]
+        self.assertEqual((device["calls"]["cudaMalloc"], device["calls"]["cudaFree"]), (3, 3))
+        self.assertEqual(device["bytes"]["requested_current"], 0)
+
+
 class Version(unittest.TestCase):
     def test_matches_version_file(self):
         path = os.path.join(ROOT, "VERSION")

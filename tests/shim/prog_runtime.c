@@ -1356,6 +1356,44 @@ static void version(void)
     CHECK(cudaFree(p) == cudaSuccess, "cudaFree");
 }
 
+/* poolshim_stats_json() of the preloaded library (found with dlsym, as a
+ * Python loop finds it with ctypes): with three 1 MiB blocks held it prints
+ * "stats_json held: {...}", after their frees "stats_json freed: {...}";
+ * checks the snprintf rule (the length alone for a NULL buffer, a cut copy
+ * NUL-terminated, the length returned either way). Natively the symbol is
+ * absent: "stats_json: (absent)". */
+static void print_stats_json(long (*get)(char *, size_t), const char *label)
+{
+    long length = get(NULL, 0);
+    CHECK(length > 2, "poolshim_stats_json(NULL, 0) gives the length");
+    char *text = malloc((size_t)length + 1);
+    CHECK(text && get(text, (size_t)length + 1) == length, "the whole object in length + 1 bytes");
+    CHECK(strlen(text) == (size_t)length && text[0] == '{' && text[length - 1] == '}', "one JSON object");
+    char cut[16];
+    memset(cut, 'x', sizeof cut);
+    CHECK(get(cut, sizeof cut) == length, "a cut copy still returns the whole length");
+    CHECK(strlen(cut) == sizeof cut - 1 && !strncmp(cut, text, sizeof cut - 1), "the cut copy is its start");
+    printf("stats_json %s: %s\n", label, text);
+    free(text);
+}
+
+static void stats_json(void)
+{
+    long (*get)(char *, size_t) = (long (*)(char *, size_t))dlsym(RTLD_DEFAULT, "poolshim_stats_json");
+    CHECK(!get == !shim_active(), "poolshim_stats_json is exported exactly when the shim is loaded");
+    void *p[3] = {0};
+    for (int i = 0; i < 3; i++)
+        CHECK(cudaMalloc(&p[i], 1 << 20) == cudaSuccess, "cudaMalloc");
+    if (get)
+        print_stats_json(get, "held");
+    else
+        printf("stats_json: (absent)\n");
+    for (int i = 0; i < 3; i++)
+        CHECK(cudaFree(p[i]) == cudaSuccess, "cudaFree");
+    if (get)
+        print_stats_json(get, "freed");
+}
+
 /* A framework's CUDA library in the process: FAKE_FRAMEWORK_LIB, when set,
  * names a shared object to load (named as PyTorch's or CuPy's,
  * tests/shim/shim.mk), kept loaded until exit; then argv[2] (default 4)
@@ -1412,6 +1450,7 @@ int main(int argc, char **argv)
     else if (!strcmp(what, "nvtx_ranges")) nvtx_ranges(argc > 2 ? argv[2] : "on");
     else if (!strcmp(what, "guard")) guard(argc > 2 ? argv[2] : "clean");
     else if (!strcmp(what, "version")) version();
+    else if (!strcmp(what, "stats_json")) stats_json();
     else if (!strcmp(what, "context_first")) context_first();
     else if (!strcmp(what, "framework")) framework(argc > 2 ? argv[2] : "4");
     else { fprintf(stderr, "unknown scenario %s\n", what); return 2; }

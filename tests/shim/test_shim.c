@@ -2377,6 +2377,28 @@ Test(context, the_stack_is_built_where_the_context_is_made)
     cr_expect_null(strstr(ready + 1, "device 0: stack ready"), "built once:\n%s", output);
 }
 
+/* poolshim_stats_json (shim/poolshim.h): a program reads the exit report's
+ * JSON while it runs; with three 1 MiB blocks held it counts three
+ * cudaMallocs and 3 MiB requested, after the frees three cudaFrees and
+ * nothing requested (prog_runtime checks the buffer rules itself). */
+Test(stats_json, a_program_reads_its_statistics_while_it_runs)
+{
+    expect_pass(0, NULL, "prog_runtime stats_json", "shim inactive");
+    cr_expect(strstr(output, "stats_json: (absent)"), "natively there is no poolshim_stats_json:\n%s", output);
+    expect_pass(1, "POOLSHIM_STATS=json POOLSHIM_STATS_FILE=/dev/null", "prog_runtime stats_json", "shim active");
+    const char *held = strstr(output, "stats_json held: {\"poolshim\": 1, ");
+    const char *freed = strstr(output, "stats_json freed: {\"poolshim\": 1, ");
+    cr_assert(held && freed && held < freed, "two reports, held then freed:\n%s", output);
+    const char *held_end = strchr(held, '\n');
+    const char *calls = strstr(held, "\"cudaMalloc\": 3, \"cudaFree\": 0, ");
+    const char *bytes = strstr(held, "\"requested_current\": 3145728, ");
+    cr_expect(calls && calls < held_end && bytes && bytes < held_end, "held: 3 cudaMalloc, 0 cudaFree, 3 MiB:\n%s", output);
+    calls = strstr(freed, "\"cudaMalloc\": 3, \"cudaFree\": 3, ");
+    bytes = strstr(freed, "\"requested_current\": 0, ");
+    cr_expect(calls && bytes && calls < strchr(freed, '\n') && bytes < strchr(freed, '\n'),
+              "freed: 3 cudaFree, nothing requested:\n%s", output);
+}
+
 Test(version, poolshim_version_and_the_reports_carry_the_version_file)
 {
     const char *v = expected_version();
