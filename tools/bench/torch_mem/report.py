@@ -47,6 +47,21 @@ def parse_result(log_path):
     return fields
 
 
+def quarters(result):
+    """What the timed steps' quarters cost poolshim (workloads.py's shim_* fields):
+    {"warm_maps": M, "maps": [A, B, C, D], "unmaps": [...], "barriers": [...]}, or None
+    for a run without the library (or from before the fields)."""
+    if "shim_maps_q" not in result:
+        return None
+    try:
+        found = {"warm_maps": int(result.get("shim_warm_maps", "0"))}
+        for name in ("maps", "unmaps", "barriers"):
+            found[name] = [int(x) for x in result.get(f"shim_{name}_q", "").split("/")]
+    except ValueError:
+        return None
+    return found
+
+
 def load_json(path):
     if not path or not os.path.exists(path):
         return None
@@ -139,6 +154,7 @@ def main():
             "nvml_mean_interval_ms": nvml.get("mean_interval_ms"),
             "shim_requested_peak": req, "shim_reserved_peak": res,
             "shim_stats": stats, "log": row["log"], "result_line_found": bool(result),
+            "shim_quarters": quarters(result),
         }
         workloads.setdefault(row["workload"], []).append(entry)
 

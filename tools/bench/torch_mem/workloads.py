@@ -7,7 +7,12 @@ Each run prints one line (one per rank for ddp):
   RESULT name=NAME steps=N warmup=K wall_s=S final_loss=X peak_allocated=BYTES peak_reserved=BYTES
          max_tokens=... device=...
 wall_s covers the N timed steps after K warm-up steps (the warm-up steps run the same
-shape sequence and count for the memory peaks). peak_allocated and peak_reserved are
+shape sequence and count for the memory peaks). Under poolshim (LD_PRELOAD) the line also
+holds what each quarter of the timed steps cost it, read from the library while the loop
+runs (poolshim_stats_json, shim/poolshim.h; no synchronize at the marks):
+  shim_warm_maps=M shim_maps_q=A/B/C/D shim_unmaps_q=... shim_barriers_q=...
+piece maps (cuMemMap calls, remaps included) during the warm-up, then maps, unmaps and
+barriers per quarter: a loop in its steady state maps nothing in the last quarters. peak_allocated and peak_reserved are
 torch.cuda.max_memory_allocated()/max_memory_reserved(): only meaningful with PyTorch's
 own cache (with PYTORCH_NO_CUDA_MEMORY_CACHING=1 PyTorch does not count, and they read 0).
 
@@ -25,6 +30,8 @@ GPU peaks add gradients, optimizer state and workspaces. --small shrinks everyth
 dry run on the CPU.
 """
 import argparse
+import ctypes
+import json
 import os
 import random
 import sys
@@ -213,6 +220,41 @@ def bytes_stat(fn, device):
         return -1
 
 
+def shim_figures():
+    """(maps, unmaps, barriers) of the preloaded poolshim so far, summed over devices;
+    None without the library. Its statistics as of now (shim/poolshim.h)."""
+    try:
+        get = ctypes.CDLL(None).poolshim_stats_json
+    except AttributeError:
+        return None
+    get.restype, get.argtypes = ctypes.c_long, [ctypes.c_char_p, ctypes.c_size_t]
+    size = 1 << 16
+    buf = ctypes.create_string_buffer(size)
+    length = get(buf, size)
+    if length >= size:
+        buf = ctypes.create_string_buffer(length + 4096)
+        length = get(buf, length + 4096)
+    if length < 0:
+        return None
+    devices = json.loads(buf.value.decode("utf-8", "replace")).get("devices", [])
+    cuda_time = [d.get("cuda_time", {}) for d in devices]
+    return (sum(t.get("map", {}).get("calls", 0) for t in cuda_time),
+            sum(t.get("unmap", {}).get("calls", 0) for t in cuda_time),
+            sum(d.get("barriers_issued", d.get("barriers", 0)) for d in devices))
+
+
+def quarter_fields(marks):
+    """The RESULT fields of shim_figures() taken at the warm-up's start and end and
+    after each quarter of the timed steps (six marks); '' without the library."""
+    if any(m is None for m in marks):
+        return ""
+    delta = [[b - a for a, b in zip(marks[i], marks[i + 1])] for i in range(len(marks) - 1)]
+    quarters = delta[1:]
+    return (f" shim_warm_maps={delta[0][0]}" +
+            "".join(f" shim_{name}_q=" + "/".join(str(q[k]) for q in quarters)
+                    for k, name in enumerate(("maps", "unmaps", "barriers"))))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("name", choices=sorted(WORKLOADS))
@@ -265,11 +307,18 @@ def main(argv=None):
             optimizer.step()
         return loss
 
+    marks = [shim_figures()]
     loss = run(0, args.warmup)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    marks.append(shim_figures())
     start = time.perf_counter()
-    loss = run(args.warmup, args.steps)
+    # the timed steps in quarters, the library read between them (no synchronize)
+    bounds = [args.warmup + args.steps * k // 4 for k in range(5)]
+    for first, last in zip(bounds, bounds[1:]):
+        if last > first:
+            loss = run(first, last - first)
+        marks.append(shim_figures())
     final = loss.item() if loss is not None else float("nan")
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -280,7 +329,8 @@ def main(argv=None):
     rank_field = f" rank={rank} world={world}" if args.name.startswith("ddp") else ""
     print(f"RESULT name={args.name}{rank_field} steps={args.steps} warmup={args.warmup} wall_s={wall:.3f} "
           f"final_loss={final:.10e} peak_allocated={peak_alloc} peak_reserved={peak_res} "
-          f"max_tokens={workload.max_tokens} small={int(args.small)} device={name}", flush=True)
+          f"max_tokens={workload.max_tokens} small={int(args.small)} device={name}{quarter_fields(marks)}",
+          flush=True)
     if args.name.startswith("ddp"):
         import torch.distributed as dist
         dist.destroy_process_group()

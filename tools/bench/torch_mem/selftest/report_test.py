@@ -30,7 +30,9 @@ def main():
         with open(base + ".log", "w") as f:
             f.write("noise\n")
             if wall is not None:
-                f.write(f"RESULT name=w steps=10 warmup=1 wall_s={wall} final_loss={loss} peak_allocated=0\n")
+                quarters = " shim_warm_maps=7 shim_maps_q=12/3/0/0 shim_unmaps_q=1/0/0/0 shim_barriers_q=5/6/7/8" \
+                    if config == "poolshim" else ""
+                f.write(f"RESULT name=w steps=10 warmup=1 wall_s={wall} final_loss={loss} peak_allocated=0{quarters}\n")
         with open(base + ".nvml.json", "w") as f:
             json.dump({"baseline_used": GIB, "peak_used": GIB + int(peak * GIB),
                        "peak_above_baseline": int(peak * GIB), "rc": rc, "wall_s": 1.0, "samples": 5}, f)
@@ -78,6 +80,9 @@ def main():
           and any(p.startswith("w/crashed: rc 139, RESULT line missing") for p in data["problems"]))
     check("problems name the loss difference", any(p.startswith("w/bad: final_loss") for p in data["problems"]))
     check("meta kept", data["meta"] == {"k": "v"})
+    check("the shim's quarters read from RESULT", rows["poolshim"]["shim_quarters"] == {
+        "warm_maps": 7, "maps": [12, 3, 0, 0], "unmaps": [1, 0, 0, 0], "barriers": [5, 6, 7, 8]})
+    check("no quarters without the fields", rows["bad"]["shim_quarters"] is None)
     check("text file written", "x_nocache" in open(os.path.join(out, "torch_mem.txt")).read())
     print(f"{checks[0] - len(failures)} passed, {len(failures)} failed")
     return 1 if failures else 0
