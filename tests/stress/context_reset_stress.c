@@ -6,7 +6,10 @@
  *   - 1 thread allocates and frees on device 0 while the main thread resets
  *     device 0 again and again: that race is the program's, so errors are
  *     allowed there, but no crash, no data race in the shim, and never a
- *     call on an object of a destroyed context (the fake driver counts them).
+ *     call on an object of a destroyed context (the fake driver counts them);
+ *   - 1 thread reads the statistics (poolshim_stats_json, as a program's
+ *     loop would between steps) all the while: each read is one whole JSON
+ *     object, whatever the resets and allocations do meanwhile.
  * It runs twice, in children: over chunked pools, then over virtual memory
  * (FAKE_CUDA_VMM=1), which every reset unmaps and releases. */
 #include <pthread.h>
@@ -56,6 +59,23 @@ static void *same_device(void *arg)
     return NULL;
 }
 
+static atomic_int reports, bad_reports;
+
+static void *reporter(void *arg)
+{
+    (void)arg;
+    long (*get)(char *, size_t) = (long (*)(char *, size_t))dlsym(RTLD_DEFAULT, "poolshim_stats_json");
+    static char text[1 << 16];
+    while (!atomic_load(&stop)) {
+        long length = get ? get(text, sizeof text) : -1;
+        if (length <= 0 || (size_t)length >= sizeof text || strlen(text) != (size_t)length || text[0] != '{' ||
+            text[length - 1] != '}' || !strstr(text, "\"devices\": ["))
+            atomic_fetch_add(&bad_reports, 1);
+        atomic_fetch_add(&reports, 1);
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -89,10 +109,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "context_reset_stress: the shim is not active\n");
         return 1;
     }
-    pthread_t t[4];
+    pthread_t t[5];
     for (uintptr_t i = 0; i < 3; i++)
         pthread_create(&t[i], NULL, other_device, (void *)(i + 1));
     pthread_create(&t[3], NULL, same_device, NULL);
+    pthread_create(&t[4], NULL, reporter, NULL);
     cudaSetDevice(0);
     for (int round = 0; round < 300; round++) {
         void *p;
@@ -102,8 +123,10 @@ int main(int argc, char **argv)
             failures++;
     }
     atomic_store(&stop, 1);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         pthread_join(t[i], NULL);
+    CHECK(atomic_load(&reports) > 0 && atomic_load(&bad_reports) == 0, "%d of %d statistics reads were not one object",
+          atomic_load(&bad_reports), atomic_load(&reports));
     CHECK(atomic_load(&other_device_failures) == 0, "%d failures on device 1", atomic_load(&other_device_failures));
     CHECK(fake()->dead_calls == 0, "%lu calls on objects of a destroyed context", fake()->dead_calls);
     return finish("context_reset_stress");
