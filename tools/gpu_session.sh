@@ -341,7 +341,7 @@ PY
         # the GPU suite no longer fits one 10-minute call on an H100 (2026-11-25: cut at
         # 420 s in the context tests): suite1 is its CUDA-program half (alloc, hazard,
         # expandable, remap, IPC, misc, async, stacks, barrier per resource, contexts,
-        # several GPUs), suite2 the rest (PyTorch, CuPy, pinned, overhead, replay,
+        # several GPUs), suite2 the rest (PyTorch, CuPy, numba, pinned, overhead, replay,
         # sanitizer, guard, soak); each about 5-7 min. suite2_doors: suite2 and then both
         # doors beside RMM's pool (first run for the size stack's 1024 places and the
         # inlined lists, which had been timed on the CPU only)
