@@ -7,14 +7,15 @@ Each run prints one line (one per rank for ddp):
   RESULT name=NAME steps=N warmup=K wall_s=S final_loss=X peak_allocated=BYTES peak_reserved=BYTES
          max_tokens=... device=...
 wall_s covers the N timed steps after K warm-up steps (the warm-up steps run the same
-shape sequence and count for the memory peaks). Under poolshim (LD_PRELOAD) the line also
-holds what each quarter of the timed steps cost it, read from the library while the loop
-runs (poolshim_stats_json, shim/poolshim.h; no synchronize at the marks):
-  shim_warm_maps=M shim_maps_q=A/B/C/D shim_unmaps_q=... shim_barriers_q=...
-piece maps (cuMemMap calls, remaps included) during the warm-up, then maps, unmaps and
-barriers per quarter: a loop in its steady state maps nothing in the last quarters. peak_allocated and peak_reserved are
+shape sequence and count for the memory peaks). peak_allocated and peak_reserved are
 torch.cuda.max_memory_allocated()/max_memory_reserved(): only meaningful with PyTorch's
 own cache (with PYTORCH_NO_CUDA_MEMORY_CACHING=1 PyTorch does not count, and they read 0).
+Under poolshim (LD_PRELOAD) the line also holds what each quarter of the timed steps cost
+it, read from the library while the loop runs (poolshim_stats_json, shim/poolshim.h; no
+synchronize at the marks):
+  shim_warm_maps=M shim_maps_q=A/B/C/D shim_unmaps_q=... shim_barriers_q=...
+the map calls of the warm-up (remaps included), then map calls, unmap calls and barriers
+per quarter: a loop in its steady state maps nothing in the last quarters.
 
 The shapes of every step come from a seeded host RNG (random.Random), the data from a
 seeded torch.Generator on the device: every allocator configuration sees the same
@@ -222,7 +223,8 @@ def bytes_stat(fn, device):
 
 def shim_figures():
     """(maps, unmaps, barriers) of the preloaded poolshim so far, summed over devices;
-    None without the library. Its statistics as of now (shim/poolshim.h)."""
+    None without the library. Its statistics as of now (shim/poolshim.h; the call of
+    python/poolshim's stats_now, made here so that this script needs no package)."""
     try:
         get = ctypes.CDLL(None).poolshim_stats_json
     except AttributeError:
