@@ -47,9 +47,9 @@ static const char top_usage[] =
     "\n"
     "Shows every process of this user under the shim on this machine, per device: pid,\n"
     "rank, requested and reserved bytes now, their ratio, peak reserved, allocations per\n"
-    "second, time in allocation calls, barriers, bytes given back, command. Each process\n"
-    "publishes these every 500 ms (global.neighbour_release on; requested bytes and times\n"
-    "need global.stats). Reads files only: no GPU needed.\n"
+    "second, time in allocation calls, barriers, pieces mapped, bytes given back, command.\n"
+    "Each process publishes these every 500 ms (global.neighbour_release on; requested\n"
+    "bytes and times need global.stats). Reads files only: no GPU needed.\n"
     "\n"
     "In a terminal the view refreshes every second: q quits, s changes the sort column.\n"
     "\n"
@@ -82,6 +82,7 @@ typedef struct top_row {
     uint64_t failures;          /* allocations that failed */
     uint64_t time_ns;           /* time inside the allocation and free calls (stats on; estimated) */
     uint64_t barriers;          /* device-wide barriers */
+    uint64_t maps;              /* pieces mapped (chunks allocated) from CUDA since the start */
     uint64_t given_back;        /* bytes given back while running: decay and neighbours */
     double rate;                /* allocations per second since the last reading, <0: unknown */
 } top_row_t;
@@ -238,6 +239,7 @@ static void add_page(const char *text, int pid, unsigned long long start)
         r->failures = cli_json_u64(d, "failures", 0);
         r->time_ns = cli_json_u64(d, "time_ns.allocate", 0) + cli_json_u64(d, "time_ns.free", 0);
         r->barriers = cli_json_u64(d, "barriers", 0);
+        r->maps = cli_json_u64(d, "upstream.allocs", 0);
         r->given_back = cli_json_u64(d, "give_back.decay", 0) + cli_json_u64(d, "give_back.decay_host", 0) +
                         cli_json_u64(d, "give_back.to_neighbours", 0);
         r->rate = rate_of(r);
@@ -305,13 +307,13 @@ static int compare_rows(const void *pa, const void *pb)
 }
 
 /* ---- 4. output --------------------------------------------------------------- */
-static const char header_format[] = "%7s %4s %3s %10s %10s %7s %10s %9s %10s %8s %10s  %s";
+static const char header_format[] = "%7s %4s %3s %10s %10s %7s %10s %9s %10s %8s %7s %10s  %s";
 
 /* One row as a line of the table (no newline). */
 static void format_row(char *out, size_t size, const top_row_t *r)
 {
     char rank[24] = "-", requested[32], reserved[32], ratio[32] = "-", peak[32], rate[32] = "-", time_text[32],
-         barriers[32], given[32], pid[24], device[24];
+         barriers[32], maps[32], given[32], pid[24], device[24];
     if (r->rank >= 0)
         snprintf(rank, sizeof rank, "%ld", r->rank);
     if (r->requested)
@@ -324,14 +326,14 @@ static void format_row(char *out, size_t size, const top_row_t *r)
              cli_format_bytes(reserved, sizeof reserved, r->reserved), ratio,
              cli_format_bytes(peak, sizeof peak, r->reserved_peak), rate,
              cli_format_seconds(time_text, sizeof time_text, (double)r->time_ns / 1e9),
-             cli_format_count(barriers, sizeof barriers, r->barriers),
+             cli_format_count(barriers, sizeof barriers, r->barriers), cli_format_count(maps, sizeof maps, r->maps),
              cli_format_bytes(given, sizeof given, r->given_back), r->command);
 }
 
 static void format_header(char *out, size_t size)
 {
     snprintf(out, size, header_format, "PID", "RANK", "DEV", "REQUESTED", "RESERVED", "RES/REQ", "PEAK RES",
-             "ALLOC/S", "ALLOC TIME", "BARRIERS", "GIVEN BACK", "COMMAND");
+             "ALLOC/S", "ALLOC TIME", "BARRIERS", "MAPS", "GIVEN BACK", "COMMAND");
 }
 
 static int process_count(void)
@@ -388,9 +390,9 @@ static void print_json(FILE *f, const char *dir)
             fprintf(f, "%.1f", r->rate);
         else
             fprintf(f, "null");
-        fprintf(f, ", \"failures\": %llu, \"time_ns\": %llu, \"barriers\": %llu, \"given_back\": %llu}",
+        fprintf(f, ", \"failures\": %llu, \"time_ns\": %llu, \"barriers\": %llu, \"maps\": %llu, \"given_back\": %llu}",
                 (unsigned long long)r->failures, (unsigned long long)r->time_ns, (unsigned long long)r->barriers,
-                (unsigned long long)r->given_back);
+                (unsigned long long)r->maps, (unsigned long long)r->given_back);
     }
     fprintf(f, "%s]}\n", row_count ? "]}\n" : "");
 }
@@ -423,8 +425,10 @@ static void print_prometheus(FILE *f)
         {"poolshim_allocation_seconds_total", "counter",
          "Time inside the shim's allocation and free calls, estimated from sampled calls (needs global.stats).", 6},
         {"poolshim_barriers_total", "counter", "Device-wide barriers the pool recorded.", 7},
+        {"poolshim_maps_total", "counter",
+         "Pieces the stack mapped (chunks it allocated) from CUDA; rising in a steady loop means churn.", 8},
         {"poolshim_given_back_bytes_total", "counter",
-         "Bytes given back to the device while running (decay and neighbours).", 8},
+         "Bytes given back to the device while running (decay and neighbours).", 9},
     };
     for (size_t m = 0; m < sizeof metrics / sizeof metrics[0]; m++) {
         fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", metrics[m].name, metrics[m].help, metrics[m].name, metrics[m].type);
@@ -445,6 +449,7 @@ static void print_prometheus(FILE *f)
             case 5: fprintf(f, "%llu\n", (unsigned long long)r->failures); break;
             case 6: fprintf(f, "%.9f\n", (double)r->time_ns / 1e9); break;
             case 7: fprintf(f, "%llu\n", (unsigned long long)r->barriers); break;
+            case 8: fprintf(f, "%llu\n", (unsigned long long)r->maps); break;
             default: fprintf(f, "%llu\n", (unsigned long long)r->given_back); break;
             }
         }
