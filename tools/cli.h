@@ -68,6 +68,11 @@ char *cli_format_count(char *buf, size_t bufsize, uint64_t count);
  * too large (> ~584 years) value, with why a short reason. */
 int cli_parse_duration(const char *text, uint64_t *ns, const char **why);
 
+/* Whole numbers for options (--runs, --device, --busy-streams): decimal
+ * digits only, no sign, no spaces, within [lo, hi] (lo >= 0). Returns 0 and
+ * the value, or -1 (the caller names the option and its range). */
+int cli_parse_int(const char *text, long lo, long hi, long *value);
+
 /* Usage errors: prints "poolshim: error: CMD: MESSAGE" and a hint to
  * --help; returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -157,6 +157,19 @@ char *cli_format_count(char *buf, size_t bufsize, uint64_t count)
     return buf;
 }
 
+int cli_parse_int(const char *text, long lo, long hi, long *value)
+{
+    if (!text || !*text || strspn(text, "0123456789") != strlen(text))
+        return -1; /* (strtol alone takes spaces, a sign and an empty rest) */
+    errno = 0;
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return -1;
+    *value = v;
+    return 0;
+}
+
 int cli_parse_duration(const char *text, uint64_t *ns, const char **why)
 {
     static const struct {

@@ -251,13 +251,10 @@ int ps_cmd_ab(int argc, char **argv)
         if (no_value)
             return no_value;
         switch (c) {
-        case 'n': {
-            char *end;
-            runs = strtol(optarg, &end, 10);
-            if (*end || runs < 1 || runs > AB_MAX_RUNS)
+        case 'n':
+            if (cli_parse_int(optarg, 1, AB_MAX_RUNS, &runs) != 0)
                 return cli_usage_error("ab", "--runs wants 1..%d, not '%s'", AB_MAX_RUNS, optarg);
             break;
-        }
         case 'c':
             if (config_count == AB_MAX_VARIANTS - 1)
                 return cli_usage_error("ab", "at most %d --config", AB_MAX_VARIANTS - 1);

@@ -52,11 +52,10 @@ int ps_cmd_config(int argc, char **argv)
             in.options = argv[++i];
         } else if (strcmp(a, "--device") == 0 && i + 1 < argc) {
             const char *d = argv[++i];
-            char *end = NULL;
-            long n = strtol(d, &end, 10);
+            long n;
             if (strcmp(d, "*") == 0)
                 device = -1;
-            else if (*d && end && *end == '\0' && n >= 0 && n < 1024)
+            else if (cli_parse_int(d, 0, 1023, &n) == 0)
                 device = (int)n;
             else {
                 fprintf(stderr, "poolshim: error: --device `%s`: expected a device number or *\n", d);

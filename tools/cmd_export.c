@@ -479,10 +479,8 @@ int ps_cmd_export(int argc, char **argv)
         case 'm': memory_viz = optarg; break;
         case 'p': perfetto = optarg; break;
         case 'd': {
-            char *end;
-            errno = 0;
-            long v = strtol(optarg, &end, 10);
-            if (errno || end == optarg || *end || v < 0 || v > 1023)
+            long v;
+            if (cli_parse_int(optarg, 0, 1023, &v) != 0)
                 return cli_usage_error("export", "--device wants a device number such as 0, not '%s'", optarg);
             only_device = (int)v;
             break;

@@ -198,9 +198,8 @@ int ps_cmd_replay(int argc, char **argv)
         case 'b': breakdown = 1; break;
         case 'T': threads = 1; break;
         case 'J': {
-            char *end;
-            unsigned long n = strtoul(optarg, &end, 10);
-            if (*optarg == '-' || end == optarg || *end || n > 1024)
+            long n;
+            if (cli_parse_int(optarg, 0, 1024, &n) != 0)
                 return cli_usage_error("replay", "--busy-streams wants a count from 0 to 1024, not '%s'", optarg);
             busy_streams = (unsigned)n;
             break;

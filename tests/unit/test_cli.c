@@ -1469,6 +1469,23 @@ Test(cli, durations_parse_with_units)
     cr_expect_eq(cli_parse_duration("", &ns, NULL), -1);
 }
 
+/* Whole numbers of options (--runs, --device, --busy-streams): digits only,
+ * within the range; the value is left alone on a refusal. */
+Test(cli, whole_numbers_parse_within_their_range)
+{
+    long v = -7;
+    cr_expect(cli_parse_int("0", 0, 1024, &v) == 0 && v == 0);
+    cr_expect(cli_parse_int("1024", 0, 1024, &v) == 0 && v == 1024);
+    cr_expect(cli_parse_int("007", 0, 1024, &v) == 0 && v == 7);
+    v = -7;
+    const char *refused[] = {"", "1025", "-1", "+3", " 3", "3 ", "3x", "0x10", "1e3", "99999999999999999999999"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        cr_expect_eq(cli_parse_int(refused[i], 0, 1024, &v), -1, "'%s' accepted", refused[i]);
+    cr_expect_eq(cli_parse_int(NULL, 0, 1024, &v), -1);
+    cr_expect_eq(cli_parse_int("0", 1, 100, &v), -1, "below the range");
+    cr_expect_eq(v, -7, "a refusal leaves the value");
+}
+
 /* ---- stats: the reports of a job's processes, merged ----------------------------- */
 
 Test(stats, total_row_adds_up_the_processes_and_ranks_come_from_report_or_name)
