@@ -155,9 +155,7 @@ bool ps_live_publish(void)
     fprintf(f, "\"command\": \"%s\", \"time\": %lld.%03ld, \"monotonic_ns\": %llu, \"period_ms\": %d, \"report\": ",
             live.command, (long long)wall.tv_sec, wall.tv_nsec / 1000000,
             (unsigned long long)mono.tv_sec * 1000000000ull + (unsigned long long)mono.tv_nsec, PS_LIVE_PERIOD_MS);
-    ps_devices_report_begin(); /* (a context reset writes what the report reads) */
-    ps_stats_write(f, 1);      /* (ends with "\n") */
-    ps_devices_report_end();
+    ps_stats_write_now(f); /* (ends with "\n") */
     fprintf(f, "}\n");
     int failed = ferror(f);
     if (fclose(f) != 0 || failed || rename(live.temporary, live.page) != 0) {

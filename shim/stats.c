@@ -796,9 +796,15 @@ static void write_report_at_exit(void)
         fclose(f);
 }
 
+void ps_stats_write_now(FILE *f)
+{
+    ps_devices_report_begin(); /* (a context reset writes what the report reads) */
+    ps_stats_write(f, 1);
+    ps_devices_report_end();
+}
+
 /* poolshim_stats_json (shim/poolshim.h): the report as the live page writes
- * it (shim/live.c), into the caller's buffer: under the devices' report lock,
- * since a context reset writes what the report reads. Memory only, no CUDA
+ * it (ps_stats_write_now), into the caller's buffer. Memory only, no CUDA
  * call (5. above). */
 PS_EXPORT long poolshim_stats_json(char *buf, size_t size)
 {
@@ -807,9 +813,7 @@ PS_EXPORT long poolshim_stats_json(char *buf, size_t size)
     FILE *f = open_memstream(&text, &length);
     if (!f)
         return PS_ENOMEM;
-    ps_devices_report_begin();
-    ps_stats_write(f, 1);
-    ps_devices_report_end();
+    ps_stats_write_now(f);
     if (fclose(f) != 0 || !text) {
         free(text);
         return PS_ENOMEM;

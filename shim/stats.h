@@ -138,6 +138,10 @@ void ps_stats_snapshot(int device, ps_shim_stats_t *out);
 uint64_t ps_stats_passthrough_total(void);
 /* Writes the whole report (all devices) as text or JSON. */
 void ps_stats_write(FILE *f, int json);
+/* The JSON report while the program runs (the live page, poolshim_stats_json):
+ * ps_stats_write under the devices' report lock, since a context reset
+ * writes what the report reads. */
+void ps_stats_write_now(FILE *f);
 /* atexit: report, flush logs, leak report. Touches memory and files only. */
 void ps_stats_report_at_exit(void);
 void ps_stats_atfork_child(void);

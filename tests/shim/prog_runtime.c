@@ -1161,6 +1161,16 @@ static void remap_reset(void)
     use_fresh_memory(10, 77, "after reset");
 }
 
+/* `rounds` times cudaFree(*a), then a 64 MiB request only that block fits:
+ * with POOLSHIM_OPTIONS barrier_floor=0 each is a barrier, not a growth. */
+static void free_and_take_back(void **a, int rounds)
+{
+    for (int round = 0; round < rounds; round++) {
+        CHECK(cudaFree(*a) == cudaSuccess, "cudaFree (%d)", round);
+        CHECK(cudaMalloc(a, 64u << 20) == cudaSuccess, "cudaMalloc (%d)", round);
+    }
+}
+
 /* Barriers with 4 live non-blocking streams the program gives no work:
  * `rounds` times cudaFree(A), then a request only A fits (with
  * POOLSHIM_OPTIONS barrier_floor=0 the pool issues a barrier rather than
@@ -1179,10 +1189,7 @@ static void barrier_rounds(const char *name, int rounds)
     void *a;
     CHECK(cudaMalloc(&a, 64u << 20) == cudaSuccess, "cudaMalloc");
     unsigned long records = fake()->event_record, waits = fake()->stream_wait, queries = fake()->stream_query;
-    for (int round = 0; round < rounds; round++) {
-        CHECK(cudaFree(a) == cudaSuccess, "cudaFree (%d)", round);
-        CHECK(cudaMalloc(&a, 64u << 20) == cudaSuccess, "cudaMalloc (%d)", round);
-    }
+    free_and_take_back(&a, rounds);
     printf("%s: records=%lu waits=%lu queries=%lu\n", name, fake()->event_record - records,
            fake()->stream_wait - waits, fake()->stream_query - queries);
     CHECK(cudaFree(a) == cudaSuccess, "cudaFree");
@@ -1217,10 +1224,7 @@ static void stream_destroy_v1(const char *door)
     unsigned long dead_before = fake()->dead_calls, barriers_before = fake()->event_record;
     void *a;
     CHECK(cudaMalloc(&a, 64u << 20) == cudaSuccess, "cudaMalloc");
-    for (int round = 0; round < 4; round++) {
-        CHECK(cudaFree(a) == cudaSuccess, "cudaFree (%d)", round);
-        CHECK(cudaMalloc(&a, 64u << 20) == cudaSuccess, "cudaMalloc (%d)", round);
-    }
+    free_and_take_back(&a, 4);
     CHECK(fake()->event_record > barriers_before, "no barrier was issued");
     CHECK(fake()->dead_calls == dead_before, "%lu calls on the destroyed stream", fake()->dead_calls - dead_before);
     CHECK(cudaFree(a) == cudaSuccess, "cudaFree");
