@@ -80,7 +80,8 @@ bench-rmm:
 	./tools/bench/fetch_rmm.sh
 
 # The GPU suite's scripts, checked on the CPU: check_stats.py's own tests, the
-# PyTorch memory report's and its rounds table's (made-up runs), and the shell
+# PyTorch memory report's and its rounds table's, the benchmark set's summary (made-up
+# runs), and the shell
 # scripts parse (shellcheck too when it is installed).
 GPU_SCRIPTS := tests/gpu/run.sh tools/gpu_session.sh tools/bench/run.sh tools/bench/multigpu.sh tools/bench/scaling.sh tools/bench/fresh_threads.sh tools/bench/doors.sh tools/bench/fetch_samples.sh
 test: test-gpu-scripts
@@ -88,6 +89,7 @@ test-gpu-scripts:
 	python3 tests/gpu/test_check_stats.py -q
 	python3 tools/bench/torch_mem/selftest/report_test.py >/dev/null
 	python3 tools/bench/torch_mem/selftest/rounds_test.py >/dev/null
+	python3 tools/bench/torch_loops/selftest.py 2>/dev/null
 	python3 tests/gpu/numba_suite.py selftest >/dev/null
 	@for s in $(GPU_SCRIPTS); do bash -n $$s || exit 1; done
 	@if command -v shellcheck >/dev/null; then shellcheck -S warning $(GPU_SCRIPTS); fi
