@@ -5,7 +5,7 @@
 FAKE       := $(BUILD)/fake
 SHIMTEST   := $(BUILD)/shimtest
 PROG_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -pthread $(SANFLAGS)
-SHIM_PROGS := $(SHIMTEST)/prog_runtime $(SHIMTEST)/prog_ipc $(SHIMTEST)/prog_neighbours $(SHIMTEST)/prog_static $(SHIMTEST)/prog_static_old_dlsym \
+SHIM_PROGS := $(SHIMTEST)/prog_runtime $(SHIMTEST)/prog_torch $(SHIMTEST)/prog_ipc $(SHIMTEST)/prog_neighbours $(SHIMTEST)/prog_static $(SHIMTEST)/prog_static_old_dlsym \
               $(SHIMTEST)/prog_rtld_next $(SHIMTEST)/libwrapnext.so
 # the fake NVTX tool (debug.nvtx), when the NVTX headers are here
 ifeq ($(filter -DPS_NO_NVTX,$(NVTX_CFLAGS)),)
@@ -56,6 +56,10 @@ $(SHIMTEST)/prog_static: tests/shim/prog_static.c tests/shim/prog_common.h tests
 $(SHIMTEST)/prog_static_old_dlsym: tests/shim/prog_static.c tests/shim/prog_common.h tests/shim/fake_cuda.h
 	@mkdir -p $(SHIMTEST)
 	$(CC) $(PROG_FLAGS) -DOLD_DLSYM -o $@ $< -ldl
+
+$(SHIMTEST)/prog_torch: tests/shim/prog_torch.c tests/shim/prog_common.h tests/shim/fake_cuda.h $(FAKE)/libcudart.so.13 $(FAKE)/libcuda.so.1
+	@mkdir -p $(SHIMTEST)
+	$(CC) $(PROG_FLAGS) -o $@ $< -L$(FAKE) -lcudart -lcuda -ldl
 
 $(SHIMTEST)/prog_rtld_next: tests/shim/prog_rtld_next.c tests/shim/prog_common.h
 	@mkdir -p $(SHIMTEST)

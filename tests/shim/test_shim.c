@@ -2507,3 +2507,21 @@ Test(hints, verbose_0_disable_and_native_get_none)
     run_framework(0, "/fake/libc10_cuda.so", NULL, 4, "shim inactive");
     cr_expect_eq(occurrences(output, TORCH_HINT), 0, "natively: nothing:\n%s", output);
 }
+
+/* The torch door (shim/hooks_torch.c), loaded with dlopen as PyTorch's
+ * CUDAPluggableAllocator loads it, no LD_PRELOAD: a tensor freed on its stream
+ * comes back at once, with no CUDA call; a tensor recorded on another stream
+ * joins that stream into its own at the free (it fails when record_stream
+ * keeps nothing: tried); the statistics count the calls as cuMemAllocAsync. */
+static void expect_torch_door(const char *what)
+{
+    char args[1024];
+    snprintf(args, sizeof args, "prog_torch %s/libpoolshim.so %s", getenv("POOLSHIM_BUILD"), what);
+    char expect[64];
+    snprintf(expect, sizeof expect, "OK %s (door active)", what);
+    expect_pass(0, NULL, args, expect);
+}
+Test(torch_door, a_tensor_freed_on_its_stream_is_reused_at_once) { expect_torch_door("reuse"); }
+Test(torch_door, a_recorded_stream_is_joined_at_the_free) { expect_torch_door("recorded"); }
+Test(torch_door, the_statistics_count_the_door) { expect_torch_door("counts"); }
+Test(torch_door, a_thread_without_a_context_allocates) { expect_torch_door("thread"); }
