@@ -23,7 +23,8 @@
  * host waiting (events on each non-blocking stream joined on the legacy
  * stream, one event there, every non-blocking stream waits on it; streams
  * created later wait on it too). Afterwards every block freed before it
- * may be handed out at once. See docs/design.md, "The barrier".
+ * may be handed out at once (docs/design.md, "Reuse after cudaFree: the
+ * barrier").
  *
  * Virtual memory (vm_*): one reserved address range per expandable pool,
  * into which physical memory is mapped piece by piece (core/vm_range.c).
