@@ -6,13 +6,11 @@
  *   2. pick the root: the resource of [device.N], else of [device.*];
  *   3. if any resource reachable from the root sizes itself in percent,
  *      ask gpu->mem_get_info for the device's TOTAL memory once, resolve
- *      the percentages, and check limits against initial sizes again now
- *      that mixed units (bytes vs %) compare;
- *   4. create resources depth-first, upstream before the resources that
- *      use it (a binning's bins and fallback before the binning); a
- *      resource used by several parents is created once per device;
- *      implicit bins (bins = SIZE) become fixed_size resources over the
- *      binning's upstream;
+ *      the percentages, and check limits against initial sizes again;
+ *   4. create resources depth-first, upstream before its users (a binning's
+ *      bins and fallback before the binning); a resource used by several
+ *      parents is created once per device; implicit bins (bins = SIZE)
+ *      become fixed_size resources over the binning's upstream;
  *   5. put the global adaptors on top: stats when global.stats != off,
  *      then log when global.log_file is set;
  *   6. on any failure destroy what was created, in reverse order, print one
@@ -21,26 +19,22 @@
  * Guarantees: nothing leaks on failure; every created resource appears once
  * in stack->all, upstream first; the stack owns the names it gave them.
  *
- * The options of a pool, arena or fixed_size (ps_config_pool_options...):
- * the core's defaults, then every key whose row in config/keys.def lands in
+ * Options of a pool, arena or fixed_size (ps_config_pool_options...): the
+ * core's defaults, then every key whose row in config/keys.def lands in
  * them, its value or else the row's default (test_config_keys.c checks the
  * two defaults agree); unset free_sync is global.free_sync.
  *
  * The pinned host stack of a device (ps_config_build_host_stack), from
  * [host] alone:
- *   1. the upstream `pinned` (cuMemHostAlloc slabs with the caller's flags)
- *      and the pool `host` over it (ps_host_pool_options, or the caller's
- *      options); with host.expandable (default: auto) the pool works on one
- *      host range instead, through a GPU-ops table whose vm_* entries map
- *      host-located cuMemCreate pieces (core/host_vm.h; the stack owns
- *      it), where the device table offers them (ps_host_vm_supported: the
- *      driver's probe at table creation) and, when host.expandable is
- *      unset, debug.nvtx is off; else slabs (a warning only when
- *      host.expandable = 1 asked for the range);
- *   2. the adaptors [host] asks for, bottom to top: `host.limit` (limit),
- *      `host.track` (track), `host.stats` (when global.stats != off, as on
- *      device stacks), `host.log` (log_file; without %d, devices after 0 get
- *      ".N" appended, as global.log_file);
+ *   1. the upstream `pinned` (cuMemHostAlloc slabs) and the pool `host` over
+ *      it; with host.expandable (default: auto) the pool works on one host
+ *      range instead, through a GPU-ops table whose vm_* entries map
+ *      host-located cuMemCreate pieces (core/host_vm.h), where the device's
+ *      table offers them and, when host.expandable is unset, debug.nvtx is
+ *      off; else slabs (a warning only when host.expandable = 1 asked);
+ *   2. the adaptors [host] asks for, bottom to top: host.limit, host.track,
+ *      host.stats (when global.stats != off), host.log (without %d, devices
+ *      after 0 get ".N" appended, as global.log_file);
  *   3. on failure, as step 6 above.
  */
 #include <stdio.h>
@@ -108,7 +102,7 @@ void ps_config_pool_options(const ps_config_t *cfg, const ps_resource_def_t *def
     apply_keys(def, PS_TYPE_POOL, total_bytes, opts);
     if (!def->values[PS_KEY_EXPANDABLE].set && cfg->global.debug.nvtx)
         opts->expandable = 0; /* compute-sanitizer refuses NVTX heaps over cuMemMap'd pieces
-                                 ("nvtxMemHeapRegister failed: parameters invalid", H100, CUDA 13.0) */
+                                 ("nvtxMemHeapRegister failed: parameters invalid", CUDA 13.0) */
     if (!def->values[PS_KEY_FREE_SYNC].set)
         opts->free_sync = cfg->global.free_sync;
 }

@@ -109,7 +109,7 @@ typedef struct ps_global_config {
                                    cuMemAllocManaged...) that runs out of memory is retried once after the
                                    pool gave its free memory back (shim/oom.c, ps_route_oom_give_back) */
     uint64_t decay_ms;          /* free memory not needed for this long goes back to the device from a
-                                   thread of the shim's own (core/pool_decay.c, shim/decay.c); 0 = off */
+                                   thread of the shim's own (core/pool_decay.c, shim/give_back.c); 0 = off */
     int neighbour_release;      /* 1 (default): an allocation that runs out of memory asks the shimmed
                                    processes of this user on the same GPU to give back free memory
                                    (shim/neighbours.c), then is made once more */

@@ -76,10 +76,9 @@ unsigned long long ps_process_start(int pid);
  * compare-and-swap when free; a waiter spins briefly, then sleeps in the
  * kernel (a futex; the three-state mutex of Drepper's "Futexes Are
  * Tricky"), and an unlock wakes one sleeper only when there is one. Costs a
- * tenth of a pthread mutex lock+unlock when uncontended. The first version
- * yielded the CPU in a loop instead of sleeping: on 16 CPUs bench_core's
- * default pool spent 56 % of its time in sched_yield and 27 % spinning, and
- * 4 threads did 0.0x the work of one (H100 host, 2026-11-23). */
+ * tenth of a pthread mutex lock+unlock when uncontended. Waiters sleep
+ * rather than yield: threads that yield in a loop on a contended lock spend
+ * their time in sched_yield and make no progress (docs/benchmarks.md). */
 typedef struct ps_lock {
     int held; /* 0 free, 1 held, 2 held and a thread may sleep on it; __atomic builtins */
 } ps_lock_t;
@@ -108,9 +107,9 @@ static inline void ps_unlock(ps_lock_t *lock)
  * and other threads only rarely (a thread's cache, a thread's registry
  * table): unlocking is a plain release store, where ps_unlock needs an
  * atomic exchange to learn of sleepers, which costs as much as the lock
- * itself (one 256 B cudaMalloc+cudaFree pair took four such locks, about a
- * fifth of its time on an H100 host). A waiter spins, then yields: never
- * use it where threads meet often (see ps_lock's note on yielding). */
+ * itself (a 256 B cudaMalloc+cudaFree pair takes four such locks). A
+ * waiter spins, then yields: never use it where threads meet often (see
+ * ps_lock's note on yielding). */
 typedef struct ps_spin {
     int held; /* 0 free, 1 held; __atomic builtins */
 } ps_spin_t;

@@ -6,40 +6,35 @@
  *     with a bitmap of the blocks handed out (host memory only: device
  *     memory is never read or written, so there are no in-band links).
  *  2. Free blocks safe for every stream sit on a LIFO stack of addresses
- *     ("clean"): allocate pops, free pushes — O(1).
+ *     ("clean"): allocate pops, free pushes, O(1).
  *  3. A block freed on stream s (cudaFreeAsync) goes to s's own stack and is
  *     reused at once by allocations on s. Another stream t takes it only
- *     under memory pressure, after core/reuse.c's handoff from s to t
- *     (stream_wait_fence(t, fence recorded on s); a cudaMalloc host-waits).
- *     The per-thread default stream is one handle for a stream per thread:
- *     its blocks go as with PS_STREAM_NONE (4.; ps_reuse_list_stream).
+ *     under memory pressure, after core/reuse.c's handoff from s to t (t
+ *     waits for a fence recorded on s; a cudaMalloc host-waits). The
+ *     per-thread default stream is one handle for a stream per thread: its
+ *     blocks go as with PS_STREAM_NONE (ps_reuse_list_stream).
  *  4. A block freed with PS_STREAM_NONE (cudaFree) follows free_sync:
  *     NONE    pushed on the clean stack at once;
  *     DEVICE  device_synchronize, then the clean stack;
  *     BARRIER (default) and EVENT: deferred to core/reuse.c, which owns
- *             the rule (epochs, fences, the barrier and its fallback,
- *             pending bytes) and hands blocks back to the clean stack.
- *             When an allocation finds nothing on its stream's stack or
- *             the clean stack it reclaims (ps_reuse_reclaim): completed
- *             epochs first; then, while blocks are pending, one GPU
- *             barrier (BARRIER: every pending block is clean at once, no
- *             host wait) or, when the barrier is refused (a capture open)
- *             or under EVENT, the open epoch is closed with one
- *             fence_record(PS_STREAM_NONE) and polled. If nothing is clean
- *             it grows rather than waits; only when the upstream is out of
- *             memory does it host-wait the oldest fence.
- *  5. stream_destroyed(s): s's free list becomes a closed epoch (reuse's
- *     retire) under one fence recorded on s now, while the handle is valid
- *     (on failure: a device synchronize, then clean), and s's entry is
- *     removed, so no fence or stream wait ever names s again and the
- *     stream table holds only live streams however many streams come and go.
+ *             the rule and hands blocks back to the clean stack. An
+ *             allocation that finds nothing on its stream's stack or the
+ *             clean stack reclaims (ps_reuse_reclaim: completed epochs,
+ *             then one barrier, or a fence closed and polled when the
+ *             barrier is refused or under EVENT). Still nothing clean: it
+ *             grows; only when the upstream is out of memory does it
+ *             host-wait the oldest fence.
+ *  5. stream_destroyed(s): s's free list becomes a closed epoch under one
+ *     fence recorded on s while the handle is valid (on failure: a device
+ *     synchronize), and s's entry goes, so no fence or wait ever names s
+ *     again and the stream table holds only live streams.
  *  6. Out of memory: PS_ENOMEM with the state unchanged (besides epochs
  *     that completed, which only makes blocks reusable).
  * Guarantees: every pointer aligned to `alignment`; O(1) allocate and free
  * (O(log batches) to validate a free); no block freed under BARRIER or
  * EVENT is reused before a barrier issued after its free, or a fence
- * recorded after its free completed; bad and double frees
- * return PS_EINVAL and change nothing. One mutex: thread-safe.
+ * recorded after its free completed; bad and double frees return PS_EINVAL
+ * and change nothing. One mutex: thread-safe.
  */
 #include "fixed_size.h"
 

@@ -23,7 +23,8 @@
  * host waiting (events on each non-blocking stream joined on the legacy
  * stream, one event there, every non-blocking stream waits on it; streams
  * created later wait on it too). Afterwards every block freed before it
- * may be handed out at once. See docs/design.md, "The barrier".
+ * may be handed out at once (docs/design.md, "Reuse after cudaFree: the
+ * barrier").
  *
  * Virtual memory (vm_*): one reserved address range per expandable pool,
  * into which physical memory is mapped piece by piece (core/vm_range.c).
@@ -139,8 +140,7 @@ typedef struct ps_gpu_ops {
     int (*vm_unmap)(void *ctx, void *addr, size_t size, uint64_t handle);
     /* Moving physical memory (the pool's remap); all three NULL when not
      * offered, and then vm_unmap + vm_map do the same, paying a release
-     * and a create per piece (about 150 us per 2 MiB piece moved on an
-     * H100, with the map and unmap).
+     * and a create per piece moved.
      * vm_unmap_keep: as vm_unmap, but the physical memory stays allocated
      *   and `handle` stays valid for vm_map_handle or vm_drop.
      * vm_map_handle: maps such a kept handle at `addr` (as vm_map: inside a
@@ -152,12 +152,11 @@ typedef struct ps_gpu_ops {
     void (*vm_drop)(void *ctx, uint64_t handle);
     /* Access for many mappings at once; all three NULL when not offered
      * (then vm_map and vm_map_handle give access one mapping at a time).
-     * An access call costs about 100 us for one mapping (H200,
-     * tests/gpu/vmm_cost_probe.cu: 2 MiB 100 us, 1 GiB 139 us; a create
-     * 13-36 us, a map 1.4-5 us) and ~31 us more for every further mapping
-     * it covers (tests/gpu/vmm_alias_probe.cu: 64 pieces 2.0 ms), so a
-     * growth of many pieces maps them bare and gives access once: the
-     * fixed part is paid once.
+     * An access call has a fixed cost per call, larger than a create or a
+     * map, and a cost per mapping it covers (tests/gpu/vmm_cost_probe.cu,
+     * tests/gpu/vmm_alias_probe.cu; docs/benchmarks.md), so a growth of
+     * many pieces maps them bare and gives access once: the fixed part is
+     * paid once.
      * vm_map_bare, vm_map_handle_bare: as vm_map / vm_map_handle, but the
      *   memory is not accessible until vm_access covers it.
      * vm_access: makes [addr, addr + size) readable and writable by the

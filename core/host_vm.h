@@ -15,14 +15,14 @@
  * Every other entry the pool uses (fences, stream waits, device
  * synchronize, barrier, mem_get_info) is forwarded to the device's table.
  *
- * Measured on an H100 (CUDA 13.0, driver 580; tests/gpu/pinned_vmm_probe.cu):
- * such a range is pinned memory as one range: cudaMemcpyAsync of the whole
- * range and of a window across a piece boundary is correct and
- * asynchronous (54.6 GB/s, as cudaHostAlloc's 54.7), kernels read and
- * write it through the same address, cudaPointerGetAttributes says host
- * memory with devicePointer == hostPointer. (The mechanism before it,
- * mmap + cuMemHostRegister per piece, failed: a copy spanning two
- * registrations is cudaErrorInvalidValue; tests/gpu/pinned_probe.cu.)
+ * Such a range is pinned memory as one range (tests/gpu/pinned_vmm_probe.cu
+ * checks it): cudaMemcpyAsync of the whole range and of a window across a
+ * piece boundary is correct and asynchronous, at cudaHostAlloc's bandwidth;
+ * kernels read and write it through the same address;
+ * cudaPointerGetAttributes says host memory with devicePointer ==
+ * hostPointer. Pieces registered one by one (mmap + cuMemHostRegister) are
+ * not: a copy spanning two registrations is cudaErrorInvalidValue
+ * (tests/gpu/pinned_probe.cu).
  *
  * Return rule: PS_OK or a negative PS_E* (core/common.h).
  */

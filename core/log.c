@@ -5,32 +5,22 @@
  *   Thread,Time,Action,Pointer,Size,Stream
  *   12345,23:41:07.123456,allocate,0x7f3a40000000,1024,0x0
  *
- * Thread is the OS thread id, Time the wall clock (local time, as spdlog's
- * "%H:%M:%S.%f"), Action one of `allocate`, `free`, `allocate failure`
- * (pointer 0x0), Pointer and Stream in 0x hex, Size in bytes. A cudaMalloc/
- * cudaFree (PS_STREAM_NONE) is logged on stream 0x0, as RMM logs its
- * default stream.
+ * Thread is the OS thread id, Time the wall clock (local, spdlog's
+ * "%H:%M:%S.%f"), Action `allocate`, `free` or `allocate failure` (pointer
+ * 0x0), Pointer and Stream in 0x hex, Size in bytes; a cudaMalloc/cudaFree
+ * (PS_STREAM_NONE) is logged on stream 0x0, as RMM logs its default stream.
  *
- * Beside it, in the *companion file* PATH.reserved.csv, the log records
- * what the stack under it really holds from the device (its upstream
- * growth and release: chunk allocations, expandable-range maps and unmaps,
- * memory given back on trim or under pressure), so that `poolshim plot`
- * and `replay` can show the real reserved curve next to a simulated one:
+ * The *companion file* PATH.reserved.csv records what the stack under it
+ * really holds from the device (chunk allocations, expandable-range maps
+ * and unmaps, memory given back), for `poolshim plot` and `replay`:
  *
  *   Time,Action,Bytes,Reserved,Peak
- *   23:41:07.123400,start,0,0,0
  *   23:41:07.123456,grow,8388608,8388608,8388608
- *   23:41:09.500000,release,2097152,6291456,8388608
- *   23:41:10.000000,end,6291456,0,8388608
  *
- * Time as in the log (same clock and format); Action start (at creation),
- * grow, release, end (the stack is destroyed and gives everything back);
- * Bytes the change, Reserved the bytes held after it (the stack's
- * bytes_reserved), Peak its peak_bytes_reserved (a growth and release
- * inside one call, which the row's net change hides, still shows there).
- * A separate file, not extra rows in the log: RMM's log parser throws on
- * an action it does not know, so extra rows would break RMM's
- * REPLAY_BENCHMARK on our logs (docs/cli.md).
+ * Action start (creation), grow, release, end (destroyed); Bytes the
+ * change, Reserved the stack's bytes_reserved after it, Peak its
+ * peak_bytes_reserved (shows a growth and release inside one call). A
+ * separate file: RMM's parser throws on an action it does not know.
  *
  * Algorithm
  *  1. An event's line is formatted on the caller's stack, then appended to
@@ -38,11 +28,9 @@
  *     write per buffer) when it fills, at ps_log_flush and at destroy.
  *  2. After every allocate, free and trim the stack below is queried
  *     (ps_query, one lock of the pool) under the companion's mutex; when
- *     its reserved bytes changed since the last row, a grow or release
- *     row is buffered the same way (query and row under one mutex, so rows
- *     are in the order of the levels they report). Its cost: about 0.1 us
- *     per call (one query of a pool, measured on the CPU), against the
- *     1.3 us a logged call costs anyway.
+ *     its reserved bytes changed since the last row, a grow or release row
+ *     is buffered (query and row under one mutex, so rows come in the
+ *     order of the levels they report).
  * Guarantees: thread-safe; lines never interleave; the headers are written
  * at creation; the companion is best effort (a file that cannot be opened
  * is warned about once and the log goes on without it).

@@ -1,88 +1,41 @@
-/* reuse: deferred reuse after cudaFree, and the handoff of a block freed
- * on one stream to another (core/reuse.h), the one place that owns both
- * rules for the pool, the arena and fixed_size (binning composes them and
- * inherits them).
- *
+/* reuse: deferred reuse after cudaFree, and the handoff of a block freed on
+ * one stream to another (core/reuse.h), for the pool, arena and fixed_size.
  * Algorithm
- *  1. defer(item, bytes): the block joins the *open epoch* (an array in
- *     free order) and is stamped with the family's barrier count: a
- *     barrier that starts later covers it. No CUDA call.
- *  2. close: one fence_record(PS_STREAM_NONE) — the legacy stream plus
- *     every live non-blocking stream — covers every block freed before it;
- *     the open epoch moves to the ring of closed epochs, oldest first.
- *  3. poll: closed epochs whose fence completed are released oldest first
- *     (each block through the resource's release callback, in free order);
- *     so is every epoch, open or closed, whose stamp a barrier issued since
- *     (by this state or another of its family) already covers.
- *  4. barrier (free_sync barrier): number n = ++family.started, then
- *     gpu->barrier orders all later GPU work after all earlier work
- *     (gpu_ops.h). On success family.issued = max(issued, n) and every
- *     deferred block is released at once, no host wait. A block stamped s
- *     was deferred before barrier s + 1 began, so any issued n > s covers
- *     it (step 3 for the family's other states). Refused (PS_EBUSY: a
- *     capture is open that the barrier would join or invalidate) or failed:
- *     nothing is released and the caller goes on with epochs (steps 2-3),
- *     never with immediate reuse.
- *  5. reclaim, the rule before growing: poll; if anything is still
- *     pending, one barrier, or without one close and poll (never a host
- *     wait: the host running ahead of the GPU is the normal state).
- *  6. Whether a barrier is worth it (ps_reuse_barrier_worth, the one
- *     decision for every resource; the resource asks, this file answers):
- *     a. at a miss, grow instead while the resource is under a floor: its
- *        reserve plus the request fit in reserve_floor (the pool's
- *        barrier_floor), or its pending bytes are under grow_floor (the
- *        arena's thread_floor); else a barrier (step 5);
- *     b. the eager trigger, before an allocation that may still be
- *        served: a barrier once pending bytes pass
- *        PS_REUSE_BARRIER_PENDING_PERCENT (3 %, barrier_pending_percent)
- *        of reserved bytes and PS_REUSE_EAGER_FLOOR, unless they are under
- *        pending_floor or, in a reserve of at most twice reserve_floor,
- *        under half of it (one barrier then releases many blocks). The
- *        percentage applies only while barriers join busy streams: after
- *        each barrier the family counts the barriers in a row that joined
- *        none (gpu->barrier_joined 0; a table without the entry counts as
- *        joining), and once PS_REUSE_QUIET_RUN (8) did (quiet: an event
- *        record on the legacy stream, no overlap lost) pending_floor is the
- *        trigger (half of it in a reserve above twice reserve_floor),
- *        until a barrier joins a busy stream again. Held
- *        back, freed memory cannot be reused and the next blocks land
- *        elsewhere: the PyTorch transformer log maps 2,525 pieces instead of
- *        4,694 with twice the barriers (H200: 752 unmaps instead of 1,878,
- *        wall time 1.010x expandable_segments' instead of 1.026x).
- *  7. Memory pressure: close (or, without a fence, synchronize the device
- *     and release), then host-wait closed epochs oldest first.
- *  8. retire(list, stream): a destroyed stream's free blocks become a
- *     closed epoch under a fence on that stream, recorded while its handle
- *     is valid (device synchronize without one).
- *  9. Every release tells the callback (release_idle) when the released
- *     blocks are idle on the GPU, not only reusable by later work: at once
- *     after a completed fence or a device synchronize (0), after barrier g
- *     has passed when barrier g released them (gpu->barrier_generation,
- *     read after the barrier), unknown otherwise (UINT64_MAX). The pool's
- *     remap unmaps idle memory without synchronizing the device.
- * 10. handoff(from, to), the stream-ordered rule (cudaFreeAsync): a block
- *     freed on stream `from` sits in that stream's list of its resource
- *     (the pool's TLSF lists of an owner, fixed_size's stacks, the arena's
- *     stream arenas) and is reused at once on `from`. Another stream `to`
- *     takes it only after one fence recorded on `from` now (after the
- *     free), which `to` waits for on the GPU (stream_wait_fence); a
- *     cudaMalloc (`to` PS_STREAM_NONE) host-waits for it instead
- *     (fence_wait). The fence is released at once: a wait enqueued on the
- *     GPU keeps the point it was recorded at. A fence recorded earlier (a
- *     stream list's lazy fence, a fenced span, a destroyed stream's retire
- *     fence) is waited for the same way (fence_handoff). A wait refused
- *     (PS_EBUSY: a capture open that it would invalidate) or failed orders
- *     nothing: the block stays where it was, or the caller falls back (the
- *     arena defers a cross-stream free to its reuse state, steps 1-5).
- * Guarantees: a deferred block is released only after a barrier begun
- * after its free was issued, or after a fence recorded after its free
- * completed, or after a device synchronize; a block freed on one stream
- * reaches another only once that stream's later work is ordered after a
- * fence recorded after the free (handoff returned PS_OK), and a
- * cudaMalloc only once such a fence completed; bytes_pending is the sum of
- * every unreleased block. Not thread-safe by itself: the resource's lock
- * guards it (the family counters are atomic; the handoff keeps no state,
- * its counters are the caller's).
+ *  1. defer: the block joins the open epoch, stamped with the family's
+ *     barrier count (a barrier that starts later covers it). No CUDA call.
+ *  2. close: one fence_record(PS_STREAM_NONE) (legacy stream plus every live
+ *     non-blocking stream) closes the open epoch into the ring, oldest first.
+ *  3. poll: releases closed epochs whose fence completed, and every epoch
+ *     whose stamp a barrier of the family issued since covers.
+ *  4. barrier: n = ++family.started, gpu->barrier (gpu_ops.h), then issued =
+ *     max(issued, n): every deferred block is released, no host wait.
+ *     Refused (PS_EBUSY: a capture it would touch) or failed: nothing is
+ *     released; the caller goes on with epochs, never immediate reuse.
+ *  5. reclaim (before growing): poll; still pending: one barrier, or close
+ *     and poll. Never a host wait.
+ *  6. ps_reuse_barrier_worth, the one decision for every resource:
+ *     a. at a miss, grow instead while the reserve plus the request fit in
+ *        reserve_floor (barrier_floor) or pending is under grow_floor
+ *        (thread_floor); else a barrier;
+ *     b. eager: pending above barrier_pending_percent of the reserve, above
+ *        pending_floor and, in a reserve of at most twice reserve_floor,
+ *        above half of that floor; once PS_REUSE_QUIET_RUN barriers in a row joined no busy
+ *        stream, pending_floor alone (halved above twice reserve_floor).
+ *  7. pressure: close (or synchronize), then host-wait epochs oldest first.
+ *  8. retire: a destroyed stream's blocks become a closed epoch under a
+ *     fence recorded on it while its handle is valid.
+ *  9. release_idle tells the callback when released blocks are idle on the
+ *     GPU: 0 after a completed fence or synchronize, g after barrier g has
+ *     passed, UINT64_MAX unknown (the pool's remap unmaps idle memory).
+ * 10. handoff(from, to), cudaFreeAsync's rule: reused at once on `from`;
+ *     `to` takes it after a fence recorded on `from` after the free, waited
+ *     on the GPU (a cudaMalloc host-waits). A refused wait orders nothing.
+ * Guarantees: a deferred block is released only after a barrier begun after
+ * its free was issued, a fence recorded after its free completed, or a
+ * device synchronize; a block freed on one stream reaches another only once
+ * that stream's later work follows a fence recorded after the free.
+ * bytes_pending is the sum of every unreleased block. The resource's lock
+ * guards the state (the family counters are atomic).
  */
 #include "reuse.h"
 
@@ -327,10 +280,9 @@ ps_reuse_barrier_call_t ps_reuse_barrier_worth(const ps_reuse_barrier_case_t *c)
     if (!ps_reuse_past_percent(c->pending, c->reserved, c->percent, c->quiet))
         return PS_REUSE_WAIT;
     /* quiet, in a reserve above twice reserve_floor: half the pending floor
-     * (small pools, and so a free/take loop of 1 MiB blocks, keep it whole).
-     * H200, PyTorch transformer: 3,127 -> 2,451 piece maps for 13,347 ->
-     * 18,095 barriers (~1 us each), the same wall time and NVML peak
-     * (docs/design.md, "Quiet barriers") */
+     * (small pools, and so a free/take loop of 1 MiB blocks, keep it whole):
+     * fewer pieces move for more, cheap, barriers (docs/design.md,
+     * "Quiet barriers") */
     uint64_t pending_floor = c->pending_floor;
     if (c->quiet && c->reserve_floor && c->reserved > 2 * c->reserve_floor)
         pending_floor /= 2;

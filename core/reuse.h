@@ -163,8 +163,8 @@ int ps_reuse_reclaim(ps_reuse_t *r);
 
 /* The eager trigger's floor: fewer pending bytes never ask for an early
  * barrier (in a small pool, 3 % is one block: a 64 KiB cudaMalloc/cudaFree
- * pair in an empty pool paid a barrier every time, 1.2 us on an H100; a
- * barrier still comes before any growth). */
+ * pair in an empty pool would pay a barrier every time; a barrier still
+ * comes before any growth). */
 #define PS_REUSE_EAGER_FLOOR (1024 * 1024)
 
 /* The eager trigger's default percentage of the reserve (the pool's

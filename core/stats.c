@@ -4,42 +4,38 @@
  *  1. Every thread counts in its own slot of the adaptor (found through a
  *     thread index, see 5): plain loads and relaxed stores to a cache line
  *     only that thread writes, no atomic read-modify-write. Readers sum
- *     all slots with relaxed loads. Current and total of each counter, the
- *     frees and the failures are therefore exact sums.
- *  2. Peaks need one view of the current value across threads. Each slot
- *     keeps, per counter of PS_STATS_COUNTERS, how much of its current it
- *     has already added to the adaptor's shared current (`flushed`) and the
- *     highest current it reached since (`high`). When its unflushed part
- *     reaches FLUSH_BYTES (bytes counters) or FLUSH_COUNT (allocations) in
- *     either direction, the thread adds it to the shared current with one
- *     fetch_add and raises the shared peak to (shared current before the
- *     add) + (its highest unflushed part) with a CAS only when that is
- *     higher. A reader takes the larger of the shared peak and the shared
- *     current plus every slot's highest unflushed part. With one thread
- *     allocating the peak is exact. With n threads each may hold less than
- *     the threshold unflushed in either direction, so the peak can be off
- *     by less than (n + 1) thresholds (docs/design.md, "Statistics").
- *  3. Time in allocate/deallocate is sampled: each thread times one call in
- *     SAMPLE_EVERY of each kind (its first, then every SAMPLE_EVERY-th;
- *     allocate and deallocate count apart, so alternating calls are not
- *     biased). The totals are estimates: per slot, the mean of the timed
- *     calls times the number of calls. ps_stats_time_adaptors(0) turns the
- *     clock off here (the shim times each call once, in its router).
- *  4. bytes_requested counts sizes as asked; bytes_allocated counts them
- *     rounded to the 256-byte granule every resource hands out at least
- *     (the exact rounding and the reserved bytes come from the upstream's
- *     query, copied into ps_stats_t.upstream by ps_stats_get).
+ *     all slots with relaxed loads: current and total of each counter, the
+ *     frees and the failures are exact sums.
+ *  2. Peaks need one current across threads. Each slot keeps, per counter
+ *     of PS_STATS_COUNTERS, how much of its current it has added to the
+ *     shared current (`flushed`) and the highest current it reached since
+ *     (`high`). When its unflushed part reaches FLUSH_BYTES (bytes) or
+ *     FLUSH_COUNT (allocations) in either direction, the thread adds it with
+ *     one fetch_add and raises the shared peak to (shared current before the
+ *     add) + (its highest unflushed part), a CAS only when that is higher. A
+ *     reader takes the larger of the shared peak and the shared current plus
+ *     every slot's highest unflushed part. One thread allocating: exact;
+ *     n threads: off by less than (n + 1) thresholds (docs/design.md,
+ *     "Statistics: what they cost and how exact they are").
+ *  3. Time is sampled: each thread times one call in SAMPLE_EVERY of each
+ *     kind (its first, then every SAMPLE_EVERY-th; allocate and deallocate
+ *     count apart). Totals are estimates: per slot, the mean of the timed
+ *     calls times the calls. ps_stats_time_adaptors(0) turns the clock off
+ *     here (the shim times each call once, in its router).
+ *  4. bytes_requested counts sizes as asked; bytes_allocated rounded to the
+ *     256-byte granule every resource hands out at least (the exact
+ *     rounding and the reserved bytes come from the upstream's query,
+ *     copied into ps_stats_t.upstream by ps_stats_get).
  *  5. Thread index: each thread takes the smallest free index on its first
- *     counted call and gives it back when it exits; a later thread takes
- *     over the slot with its counts (sums need no folding). Slots come in
- *     chunks of 64, allocated when a thread of that range first counts.
- *     Past MAX_SLOTS threads at once (or out of host memory), a thread
- *     counts in one shared slot under a lock.
+ *     counted call and gives it back at exit; a later thread takes over the
+ *     slot with its counts. Slots come in chunks of 64, allocated when a
+ *     thread of that range first counts. Past MAX_SLOTS threads at once (or
+ *     out of host memory) a thread counts in one shared slot under a lock.
  *  6. ps_stats_write_text prints an aligned table with human units;
  *     ps_stats_write_json one JSON object per device. Both read memory only.
  * Guarantees: thread-safe; figures read after the counting threads stopped
- * are exact (peaks and times as said in 2 and 3); figures read while other
- * threads run are each a sum of recent values, not one atomic snapshot.
+ * are exact (peaks and times as in 2 and 3); figures read while threads run
+ * are each a sum of recent values, not one atomic snapshot.
  */
 #include "adaptors.h"
 

@@ -1,78 +1,41 @@
 /* Per-thread caches of freed blocks in front of a pool (core/thread_cache.h),
- * in the style of tcmalloc's and mimalloc's thread caches: the common
- * allocate/free of a thread touches only its own cache, so threads do not
- * serialize on the pool's lock.
- *
- * Algorithm
- *  1. A *set* belongs to one pool. Each thread that frees to (or refills
- *     from) the pool gets a *cache* in the set: BINS bins chosen by a hash
- *     of the block size; a bin holds blocks of exactly one size, a stack of
- *     up to READY_DEPTH ready ones and a list of freed ones (oldest first)
- *     whose entries come from the cache's table of ENTRIES; at most
- *     cap_bytes in all; blocks above cap_bytes / 4 are never cached. The
- *     cache has its own spinlock, taken by its thread on every operation
- *     (uncontended: other threads take it only to drain it, rarely), and
- *     the set keeps the list of its caches.
- *  2. Every freed block carries a *tag*: its pool's reuse family stamp
- *     (core/reuse.h) read at the free (ready blocks need none: refills
- *     from the pool's ready list, frees under free_sync none). A barrier
- *     numbered n > tag began after the free, so once the family says it
- *     was issued (issued >= n), all GPU work issued later runs after all
- *     work issued before the free (docs/design.md, "Reuse after cudaFree:
- *     the barrier"). The pool's own barriers and those the caches ask for
- *     count in the same family, so either kind releases cached blocks and
- *     the pool's pending epochs alike. A refused barrier (stream capture)
- *     is never published, so nothing depends on it. Tags never decrease
- *     along a bin's list.
- *  3. take(size, stream), in the bin of `size`: the newest freed block if
- *     it was freed by this thread on the same (stream-ordered) stream s
- *     (the RMM rule: reuse on s is ordered by s); else a ready block; else
- *     the oldest freed block if a barrier covers its tag. When the oldest
- *     freed block still waits, the cache asks the pool for a barrier
- *     (barrier_fn, which takes no pool lock: threads asking at once share
- *     one barrier) and takes the block, if
- *       - it holds BARRIER_AFTER blocks freed since the newest barrier it
- *         saw (BARRIER_AFTER_FULL when it is 3/4 full): one barrier serves
- *         hundreds of frees of every thread, so a thread's cudaMalloc /
- *         cudaFree cycle stays in its cache (a barrier costs 0.5-17 us on
- *         an H100, 1 ns per pair spread over 512 frees); or
- *       - the pool had fewer ready bytes than the request when it last
- *         unlocked (ps_tcache_note_owner_ready; below its barrier floor
- *         the pool reports no shortage: it would grow, not issue a
- *         barrier): the pool would need a barrier to serve it anyway, and issuing it here
- *         keeps it out of the pool's lock (16 threads: the pool's slow
- *         path issuing barriers under its lock made every thread wait).
- *     Miss: the pool serves it under its lock and may refill the bin with
- *     a few ready blocks of the same size taken at the same time (one lock
- *     for several allocations).
+ * as tcmalloc's and mimalloc's: a thread's common allocate/free touches only
+ * its own cache, so threads do not serialize on the pool's lock. Algorithm:
+ *  1. A *set* belongs to one pool; each thread that frees to (or refills
+ *     from) the pool gets a *cache* in it: BINS bins hashed by block size, a
+ *     bin holding one size (a stack of up to READY_DEPTH ready blocks and a
+ *     list of freed ones, oldest first, from a table of ENTRIES); at most
+ *     cap_bytes, blocks above cap_bytes / 4 never cached. Its spinlock is
+ *     taken by its thread on every call, by others only to drain it.
+ *  2. A freed block carries a *tag*: its pool's reuse family stamp at the
+ *     free (core/reuse.h). Once the family issued a barrier numbered above
+ *     the tag, all later GPU work runs after the free (docs/design.md,
+ *     "Reuse after cudaFree: the barrier"); the pool's barriers and the
+ *     caches' count alike. Tags never decrease along a bin's list.
+ *  3. take(size, stream): the newest freed block if this thread freed it on
+ *     the same stream (reuse on s is ordered by s); else a ready block; else
+ *     the oldest freed block if a barrier covers it. When that one still
+ *     waits, the cache asks for a barrier (barrier_fn, no pool lock: threads
+ *     asking at once share one) if it holds BARRIER_AFTER frees since the
+ *     newest barrier it saw (BARRIER_AFTER_FULL when 3/4 full), or the pool
+ *     had fewer ready bytes than the request at its last unlock
+ *     (ps_tcache_note_owner_ready; under its barrier floor the pool reports
+ *     no shortage: it would grow). Miss: the pool serves it under its lock
+ *     and may refill the bin with a few ready blocks of that size.
  *  4. put(ptr, size, stream): onto its bin's freed list (free_sync none: its
  *     stack). No free entry, a bin of another size, or the byte cap evicts
- *     the oldest blocks; they go back to the pool in one batch under its
- *     lock, after the cache lock is dropped (ready ones to the ready list,
- *     the others as the pool's own cudaFree or stream-ordered frees would,
- *     where they count in the pool's own barrier trigger).
- *  5. Stream-ordered frees are cached from the first thread on; cudaFree'd
- *     ones under the barrier up to PS_TCACHE_SMALL bytes too, bigger ones
- *     only once the pool saw its lock contended (ps_tcache_cache_cudafree:
- *     a cached block pins its place, which costs memory where nothing is
- *     gained). Refills happen only while two or
- *     more threads use the pool (one thread: the pool's quick cache does
- *     the same job).
- *  6. Before the pool would grow, when the calling thread's cache holds
- *     freed blocks of the size asked, the pool issues a barrier and that
- *     cache serves (ps_tcache_holds_freed, ps_tcache_take_owner_locked: a
- *     thread cycling blocks of one size through a small pool no longer
- *     empties its cache into the pool at every barrier, 0 hits of 20000);
- *     otherwise it drains every cache (under its lock) right before it would
- *     grow (so before OOM too), on trim and when a stream is destroyed; a
- *     thread's exit gives its caches back (pthread key destructor); a pool's
- *     destruction orphans the caches (their threads free them). A cache's
- *     memory is held by two references, its thread's and its set's.
- * Memory: a thread's cache holds at most cap_bytes (16 MiB by default), ready
- * or waiting for a barrier; the pool never grows while one of them could
- * serve (step 6).
- * Guarantees: see thread_cache.h. Cached bytes are exact in
- * ps_tcache_bytes_locked; ps_tcache_bytes_total is a lock-free snapshot.
+ *     the oldest blocks, given back in one batch under the pool's lock after
+ *     the cache lock is dropped, as the pool's own frees would place them.
+ *  5. Cached: stream-ordered frees always; cudaFree'd blocks up to
+ *     PS_TCACHE_SMALL, bigger ones once the pool saw its lock contended
+ *     (ps_tcache_cache_cudafree). Refills only while two or more threads
+ *     use the pool.
+ *  6. Before the pool would grow, a cache of the calling thread holding
+ *     freed blocks of the size asked serves after a barrier
+ *     (ps_tcache_holds_freed, ps_tcache_take_owner_locked); otherwise every
+ *     cache is drained (also on trim and when a stream is destroyed). A
+ *     thread's exit gives its caches back; a pool's destruction orphans them.
+ * Memory: at most cap_bytes per thread. Guarantees: thread_cache.h.
  */
 #include "thread_cache.h"
 

@@ -12,9 +12,8 @@
  *     one (the rule is the pool's: core/pool_expandable.c, run_wanted),
  *     else one run per piece. When the map is
  *     more than one run and the GPU offers it, every run is mapped bare
- *     and one vm_access covers them all (an access call costs ~100 us,
- *     plus ~31 us for every separate mapping it covers: a 2 MiB piece
- *     went from ~115 to ~45 us; tests/gpu/vmm_alias_probe.cu). On a
+ *     and one vm_access covers them all (an access call's fixed cost is
+ *     paid once; tests/gpu/vmm_alias_probe.cu, docs/benchmarks.md). On a
  *     failure, the runs this call mapped go back, back to front (kept ones
  *     to the stash, in their old order).
  *  3. unmap(addr, length): the span must be whole runs; vm_unmap each run
