@@ -33,7 +33,7 @@ extern cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *, void *);
 extern cudaError_t cudaIpcOpenMemHandle(void **, cudaIpcMemHandle_t, unsigned int);
 extern cudaError_t cudaIpcCloseMemHandle(void *);
 
-#define BIG ((size_t)5 << 20) + 4096 /* spans at least three 2 MiB pieces */
+#define BIG ((size_t)17 << 20) + 4096 /* spans at least three 8 MiB pieces (the default) */
 #define SMALL ((size_t)4096)
 
 static void to_hex(const cudaIpcMemHandle_t *h, char *out)

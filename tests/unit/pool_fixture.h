@@ -58,6 +58,8 @@ static inline ps_pool_options_t small_pool_options(void)
     o.thread_cache = 0;    /* the pool's own lists and checks; test_thread_cache.c covers the cache */
     o.barrier_floor = 0;   /* barriers where the tests expect them; test_pool_barrier.c covers the floor */
     o.expandable_map_first = 0; /* maps where the tests expect them; test_pool_runs.c covers it */
+    o.expandable_piece = 2 * PS_MiB;          /* the layouts the tests draw are in 2 MiB pieces */
+    o.expandable_setup_run_min = 16 * PS_MiB; /* and their setup runs from 16 MiB (test_pool_runs.c) */
     return o;
 }
 

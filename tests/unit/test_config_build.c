@@ -684,9 +684,10 @@ Test(config_build, expandable_run_min_reaches_the_pool_and_defaults_to_1_gib)
     cr_assert_eq(pool_options_with("expandable_run_min = 0\n").expandable_run_min, 0, "0: always piece by piece");
 }
 
-Test(config_build, expandable_setup_run_min_reaches_the_pool_and_defaults_to_16_mib)
+Test(config_build, expandable_setup_run_min_reaches_the_pool_and_is_off_by_default)
 {
-    cr_assert_eq(pool_options_with("").expandable_setup_run_min, 16 * PS_MiB, "the default: setup runs from 16 MiB");
+    cr_assert_eq(pool_options_with("").expandable_setup_run_min, 0, "the default: no setup runs");
+    cr_assert_eq(pool_options_with("").expandable_piece, 8 * PS_MiB, "the default piece: 8 MiB");
     cr_assert_eq(pool_options_with("expandable_setup_run_min = 256MiB\n").expandable_setup_run_min, 256 * PS_MiB);
     cr_assert_eq(pool_options_with("expandable_setup_run_min = 0\n").expandable_setup_run_min, 0, "0: off");
 }

@@ -341,12 +341,13 @@ Test(pool_expandable, device_synchronize_gives_back_memory_above_the_release_thr
 }
 
 /* A pool on the virtual-memory fake with the default options but no thread
- * caches (the pool itself) and `barrier_floor`; *o gets its options. */
+ * caches (the pool itself), 2 MiB pieces and `barrier_floor`; *o gets its options. */
 static void open_pool_alone(pool_fixture_t *f, ps_pool_options_t *o, uint64_t barrier_floor)
 {
     ps_pool_options_default(o);
     o->thread_cache = 0;
     o->barrier_floor = barrier_floor;
+    o->expandable_piece = 2 * PS_MiB; /* the sizes the tests check are counted in 2 MiB pieces */
     open_pool(f, o, 1, 0);
 }
 
