@@ -41,6 +41,7 @@
 
 #include "real.h"
 #include "router.h"
+#include "test_switches.h"
 
 /* ---- tensors recorded on other streams ----------------------------------- */
 /* An open-addressing set of (pointer, stream) pairs hashed by pointer, so
@@ -214,6 +215,12 @@ PS_EXPORT void poolshim_torch_record_stream(void *ptr, CUstream stream)
         return; /* not a pooled block: CUDA's own free orders it */
     if (a.stream == ps_stream_key(stream, false))
         return;
+    if (PS_UNLIKELY(ps_test.torch_no_join)) { /* the negative control of tests/gpu/torch_door.py */
+        static atomic_bool warned;
+        if (!atomic_exchange(&warned, true))
+            ps_warning("test switch: record_stream is ignored; memory another stream still uses may be reused");
+        return;
+    }
     if (!mark_add((uintptr_t)ptr, stream))
         atomic_store(&marks_lost, true);
 }

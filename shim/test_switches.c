@@ -27,6 +27,7 @@ __attribute__((constructor)) static void read_test_switches(void)
     ps_test.barrier_no_join = switch_on("POOLSHIM_TEST_BARRIER_NO_JOIN");
     ps_test.skip_peer_grant = switch_on("POOLSHIM_TEST_SKIP_PEER_GRANT");
     ps_test.skip_copy_order = switch_on("POOLSHIM_TEST_SKIP_COPY_ORDER");
+    ps_test.torch_no_join = switch_on("POOLSHIM_TEST_TORCH_NO_JOIN");
     /* (read by the parser of the configuration's booleans, as it always was; no report) */
     (void)ps_env_bool("POOLSHIM_TEST_NEIGHBOURS_ONE_ATTEMPT", 0, &ps_test.neighbours_one_attempt);
     const char *dir = getenv("POOLSHIM_TEST_NEIGHBOURS_DIR");

@@ -38,6 +38,9 @@ typedef struct ps_test_switches {
     int skip_copy_order; /* POOLSHIM_TEST_SKIP_COPY_ORDER: copies of pooled memory across devices are not ordered
                             (copy_order.c). Warns "copies of pooled memory across devices are not ordered" at the
                             first copy hook */
+    int torch_no_join;   /* POOLSHIM_TEST_TORCH_NO_JOIN: the torch door keeps no record_stream pairs, so a free
+                            joins no other stream (hooks_torch.c; tests/gpu/torch_door.py). Warns "record_stream
+                            is ignored; memory another stream still uses may be reused" at the first record */
     int neighbours_one_attempt; /* POOLSHIM_TEST_NEIGHBOURS_ONE_ATTEMPT: a neighbour's request gets one give-back
                                    (neighbours.c, 5.). Warns "a neighbour's request gets one give-back, memory
                                    behind a barrier the GPU has not passed yet stays" when the registry is joined */

@@ -900,6 +900,37 @@ if "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else
             record shim/torch_loss_matches_native FAIL "native '$native_loss', shim '$shim_loss'"
         fi
     fi
+    # poolshim.torch: PyTorch's allocator replaced by the torch door (no LD_PRELOAD).
+    # record: Tensor.record_stream honoured (the negative control, the door ignoring
+    # it, must be caught: exit 1); train: the loss of PyTorch's own allocator.
+    door_env=(env -u LD_PRELOAD -u PYTORCH_NO_CUDA_MEMORY_CACHING POOLSHIM_STATS=json)
+    if wanted shim/torch_door_record; then
+        run_timed shim_torch_door_record "${door_env[@]}" POOLSHIM_STATS_FILE="$stats/torch_door_record.json" \
+            "$PYTHON" "$src/torch_door.py" "$lib" record
+        keep_log shim_torch_door_record
+        if [ $rc -eq 0 ] && "$PYTHON" "$src/check_stats.py" "$stats/torch_door_record.json" \
+            "calls.cuMemAllocAsync>0 invalid_frees==0" >>"$logs/shim_torch_door_record.log" 2>&1; then
+            record shim/torch_door_record PASS "$(grep RESULT "$logs/shim_torch_door_record.log")"
+        else record shim/torch_door_record FAIL "exit $rc, log shim_torch_door_record.log"; fi
+    fi
+    if wanted shim/torch_door_record_ignored_expected_failure; then
+        run_timed shim_torch_door_no_join "${door_env[@]}" POOLSHIM_TEST_TORCH_NO_JOIN=1 \
+            "$PYTHON" "$src/torch_door.py" "$lib" record
+        keep_log shim_torch_door_no_join
+        if [ $rc -eq 1 ]; then record shim/torch_door_record_ignored_expected_failure PASS "caught: $(grep RESULT "$logs/shim_torch_door_no_join.log")"
+        else record shim/torch_door_record_ignored_expected_failure FAIL "exit $rc where the control must exit 1, log shim_torch_door_no_join.log"; fi
+    fi
+    if wanted shim/torch_door_train; then
+        run_timed native_torch_door_train env -u LD_PRELOAD "$PYTHON" "$src/torch_door.py" - train
+        a=$(sed -n 's/.*final_loss=\([^ ]*\).*/\1/p' "$logs/native_torch_door_train.log")
+        run_timed shim_torch_door_train "${door_env[@]}" "$PYTHON" "$src/torch_door.py" "$lib" train
+        b=$(sed -n 's/.*final_loss=\([^ ]*\).*/\1/p' "$logs/shim_torch_door_train.log")
+        keep_log shim_torch_door_train
+        if [ -n "$a" ] && [ -n "$b" ] &&
+            "$PYTHON" -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) <= 1e-5 * max(abs(a), abs(b)) else 1)' "$a" "$b"; then
+            record shim/torch_door_train PASS "own allocator $a, door $b"
+        else record shim/torch_door_train FAIL "own allocator '$a', door '$b', log shim_torch_door_train.log"; fi
+    fi
     # torch.multiprocessing shares a CUDA tensor (issue 14) with the caching
     # allocator on. With it off PyTorch itself cannot share CUDA tensors
     # (natively: "RuntimeError: invalid device pointer" in _share_cuda_, H100,

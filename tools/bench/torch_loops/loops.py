@@ -358,7 +358,10 @@ def run(name, steps, seed, device_name, small, torch_library=None):
                           "barriers": [s[2] for s in segments], "total_maps": figures[-1][0],
                           "total_unmaps": figures[-1][1], "total_barriers": figures[-1][2]}
     if device.type == "cuda":
-        result["torch_peak_reserved"] = torch.cuda.max_memory_reserved() if not torch_library else None
+        try:
+            result["torch_peak_reserved"] = torch.cuda.max_memory_reserved()
+        except RuntimeError as exc:  # an external allocator has no statistics of PyTorch's
+            result["torch_stats_error"] = str(exc).splitlines()[0][:200]
     return result
 
 
