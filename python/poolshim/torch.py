@@ -3,12 +3,12 @@
     import poolshim.torch
     poolshim.torch.enable()        # before the first CUDA tensor
 
-PyTorch's allocator is replaced by a ``torch.cuda.memory.CUDAPluggableAllocator``
-over libpoolshim.so's torch door (shim/hooks_torch.c): every tensor is a
-stream-ordered allocation on PyTorch's current stream, and a tensor freed on its
-stream is reused by later work on that stream with no barrier and no CUDA call.
-A tensor given to ``Tensor.record_stream`` is freed as by cudaFree instead, so no
-stream can still use its memory when it is reused. No LD_PRELOAD is needed; with the
+PyTorch's allocator is replaced by a ``torch.cuda.memory.CUDAPluggableAllocator`` over
+libpoolshim.so's torch door (shim/hooks_torch.c): every tensor is served by the device's
+pool as a cudaMalloc would be, and freed as by cudaFree, its reuse ordered by the pool's
+barrier after the work issued before the free on the legacy stream, the blocking streams
+and every stream PyTorch named to the door (allocated on, or given to
+``Tensor.record_stream``). No LD_PRELOAD is needed, nor PyTorch's cache off; with the
 library preloaded as well, the same stacks serve both.
 
 The library's configuration (POOLSHIM_CONFIG, POOLSHIM_OPTIONS, the INI stacks),

@@ -6,11 +6,13 @@
     python3 tests/gpu/torch_door.py - record       the same checks with PyTorch's own allocator
 
 record: a tensor x on the default stream is read on a side stream after a spin
-(torch.cuda._sleep), x.record_stream(side), del x; the next tensor of its size on the
-default stream must get x's memory (checked: else the test says it proved nothing) and is
-written at once. Without the join of the recorded stream the write lands before the side
-stream read x, and the side stream's result is wrong: POOLSHIM_TEST_TORCH_NO_JOIN=1 (the
-negative control) must make this test fail. Exit 0: the checks passed; 1: a check failed;
+(torch.cuda._sleep) into a tensor made on the default stream (so the door hears of the
+side stream only through record_stream), x.record_stream(side), del x; the next tensor of
+its size on the default stream must get x's memory (checked: else the test says it proved
+nothing) and is written at once. Unless the barrier that releases x waits for the side
+stream, the write lands before the side stream read x, and its result is wrong:
+POOLSHIM_TEST_TORCH_NO_JOIN=1 (the negative control: record_stream ignored) must make this
+test fail. Exit 0: the checks passed; 1: a check failed;
 3: the test could not show anything (no reuse).
 """
 import os
@@ -42,12 +44,14 @@ def record(torch):
     reused = 0
     for trial in range(5):
         x = torch.full((n,), 1.0, device="cuda")
+        y = torch.empty(n, device="cuda")
         address = x.data_ptr()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             torch.cuda._sleep(200_000_000)  # ~0.1 s of spinning before the read
-            y = x * 2
+            torch.mul(x, 2, out=y)
         x.record_stream(side)
+        y.record_stream(side)
         del x
         z = torch.full((n,), 7.0, device="cuda")  # the default stream, right away
         reused += z.data_ptr() == address

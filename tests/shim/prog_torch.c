@@ -1,11 +1,10 @@
 /* The torch door (shim/hooks_torch.c) as PyTorch's CUDAPluggableAllocator
  * uses it: the program loads libpoolshim.so with dlopen (no LD_PRELOAD),
  * starts the runtime as PyTorch does, and calls the three functions by name.
- *   prog_torch LIB reuse      a tensor freed on its stream is reused by the
- *                             next one of its size on that stream, with no
- *                             CUDA call in between
- *   prog_torch LIB recorded   a tensor recorded on another stream: its free
- *                             joins that stream into the tensor's first
+ *   prog_torch LIB reuse      a freed tensor's block comes back after a
+ *                             barrier (run with barrier_floor = 0)
+ *   prog_torch LIB streams    streams named by an allocation or by
+ *                             record_stream wait at the barrier; others not
  *   prog_torch LIB counts     the statistics count the door's calls
  *   prog_torch LIB thread     a thread the runtime never touched (autograd's)
  *                             allocates and frees
@@ -28,53 +27,45 @@ static free_fn door_free;
 static record_fn door_record;
 static void *lib;
 
-/* Every CUDA call of the fake driver that could order work or touch memory. */
-static unsigned long cuda_calls(void)
-{
-    fake_cuda_counters_t *c = fake();
-    return c->event_record + c->event_query + c->event_sync + c->stream_wait + c->stream_query + c->ctx_sync +
-           c->mem_alloc + c->vm_created;
-}
-
+/* The test runs a pool whose misses issue a barrier and that keeps no
+ * slack (barrier_floor 0, no thread cache, no piece mapped ahead): a block
+ * of one 8 MiB piece fills the pool, and a freed one comes back after one
+ * barrier. */
+#define PIECE ((ssize_t)8 << 20)
 static void reuse(cudaStream_t s)
 {
-    for (ssize_t size = 256; size <= (ssize_t)(8 << 20); size *= 16) {
+    for (ssize_t size = PIECE; size <= PIECE; size++) {
         void *a = door_alloc(size, 0, s);
         CHECK(a != NULL, "alloc %zd", size);
         fill(a, (size_t)size, 5);
         door_free(a, size, 0, s);
-        unsigned long before = cuda_calls();
+        unsigned long records = fake()->event_record;
         void *b = door_alloc(size, 0, s);
-        CHECK(b == a, "%zd bytes freed on the stream: reused at once (%p, then %p)", size, a, b);
-        CHECK(cuda_calls() == before, "%zd bytes: %lu CUDA calls for the reuse", size, cuda_calls() - before);
+        CHECK(b == a, "%zd bytes: the freed block comes back (%p, then %p)", size, a, b);
+        CHECK(fake()->event_record > records, "%zd bytes: after a barrier", size);
         door_free(b, size, 0, s);
     }
     CHECK(door_alloc(0, 0, s) == NULL, "size 0: NULL, as PyTorch's own allocator");
 }
 
-static void recorded(cudaStream_t s, cudaStream_t other)
+/* A stream the door was told of (an allocation on it, or record_stream)
+ * waits at the next barrier; one it was not told of is not touched. */
+static void streams(cudaStream_t side, cudaStream_t recorded, cudaStream_t unknown)
 {
-    size_t size = 1 << 20;
-    void *a = door_alloc((ssize_t)size, 0, s);
-    CHECK(a != NULL, "alloc");
-    fill(a, size, 7);
-    door_record(a, other);
-    door_record(a, other); /* twice: one pair */
-    unsigned long records = fake()->event_record, waits = fake()->stream_wait;
-    door_free(a, (ssize_t)size, 0, s);
-    CHECK(fake()->event_record == records + 1 && fake()->stream_wait == waits + 1,
-          "the free joins the recorded stream into the block's (%lu records, %lu waits)",
-          fake()->event_record - records, fake()->stream_wait - waits);
-    void *b = door_alloc((ssize_t)size, 0, s);
-    CHECK(b == a, "once joined, the block's stream reuses it at once");
-    /* a record on the block's own stream, or of a foreign pointer, changes nothing */
-    door_record(b, s);
-    int local;
-    door_record(&local, other);
-    records = fake()->event_record;
-    door_free(b, (ssize_t)size, 0, s);
-    CHECK(fake()->event_record == records, "recorded on its own stream: nothing to join");
-    CHECK(door_alloc((ssize_t)size, 0, s) == b, "and reused at once");
+    size_t size = (size_t)PIECE;
+    void *a = door_alloc((ssize_t)size, 0, NULL);
+    void *c = door_alloc((ssize_t)size, 0, side); /* side: told by an allocation */
+    CHECK(a && c, "alloc");
+    door_record(a, recorded);                    /* recorded: told by record_stream */
+    door_free(a, (ssize_t)size, 0, NULL);
+    unsigned long waits = fake()->stream_wait;
+    void *b = door_alloc((ssize_t)size, 0, NULL); /* a miss: one barrier */
+    unsigned long barrier_waits = fake()->stream_wait - waits;
+    CHECK(b == a, "the recorded block comes back after the barrier");
+    CHECK(barrier_waits == 2, "the barrier made the side and the recorded stream wait (%lu waits)", barrier_waits);
+    (void)unknown;
+    door_free(b, (ssize_t)size, 0, NULL);
+    door_free(c, (ssize_t)size, 0, side);
 }
 
 static void counts(cudaStream_t s)
@@ -136,9 +127,10 @@ int main(int argc, char **argv)
     if (!strcmp(argv[2], "reuse")) {
         reuse(s);
         reuse(NULL); /* PyTorch's default stream: the legacy one */
-    } else if (!strcmp(argv[2], "recorded")) {
-        recorded(s, other);
-        recorded(NULL, other);
+    } else if (!strcmp(argv[2], "streams")) {
+        cudaStream_t unknown;
+        CHECK(cudaStreamCreateWithFlags(&unknown, cudaStreamNonBlocking) == cudaSuccess, "third stream");
+        streams(s, other, unknown);
     } else if (!strcmp(argv[2], "counts")) {
         counts(s);
     } else if (!strcmp(argv[2], "thread")) {

@@ -2509,19 +2509,32 @@ Test(hints, verbose_0_disable_and_native_get_none)
 }
 
 /* The torch door (shim/hooks_torch.c), loaded with dlopen as PyTorch's
- * CUDAPluggableAllocator loads it, no LD_PRELOAD: a tensor freed on its stream
- * comes back at once, with no CUDA call; a tensor recorded on another stream
- * joins that stream into its own at the free (it fails when record_stream
- * keeps nothing: tried); the statistics count the calls as cuMemAllocAsync. */
-static void expect_torch_door(const char *what)
+ * CUDAPluggableAllocator loads it, no LD_PRELOAD: a freed tensor's block comes
+ * back after a barrier; the barrier makes the streams the door was told of
+ * wait (by an allocation on them, or by record_stream: it fails when
+ * record_stream is ignored, POOLSHIM_TEST_TORCH_NO_JOIN: tried) and no other;
+ * a thread with no current context allocates (fails without the context step:
+ * tried); the statistics count the calls as cuMemAllocAsync. */
+static void expect_torch_door(const char *env, const char *what)
 {
     char args[1024];
     snprintf(args, sizeof args, "prog_torch %s/libpoolshim.so %s", getenv("POOLSHIM_BUILD"), what);
     char expect[64];
     snprintf(expect, sizeof expect, "OK %s (door active)", what);
-    expect_pass(0, NULL, args, expect);
+    expect_pass(0, env, args, expect);
 }
-Test(torch_door, a_tensor_freed_on_its_stream_is_reused_at_once) { expect_torch_door("reuse"); }
-Test(torch_door, a_recorded_stream_is_joined_at_the_free) { expect_torch_door("recorded"); }
-Test(torch_door, the_statistics_count_the_door) { expect_torch_door("counts"); }
-Test(torch_door, a_thread_without_a_context_allocates) { expect_torch_door("thread"); }
+#define FLOOR_0                                                                                            \
+    "POOLSHIM_OPTIONS=resource.main.barrier_floor=0,resource.main.thread_cache=0,"                             \
+    "resource.main.expandable_map_first=0 FAKE_CUDA_VMM=1"
+Test(torch_door, a_freed_tensor_comes_back_after_a_barrier) { expect_torch_door(FLOOR_0, "reuse"); }
+Test(torch_door, the_barrier_waits_for_the_streams_the_door_was_told_of) { expect_torch_door(FLOOR_0, "streams"); }
+Test(torch_door, the_negative_control_ignoring_record_stream_is_caught)
+{
+    char args[1024];
+    snprintf(args, sizeof args, "prog_torch %s/libpoolshim.so streams", getenv("POOLSHIM_BUILD"));
+    int rc = run(0, FLOOR_0 " POOLSHIM_TEST_TORCH_NO_JOIN=1", args);
+    cr_expect_neq(rc, 0, "the streams scenario passed with record_stream ignored:\n%s", output);
+    cr_expect(strstr(output, "the barrier made the side and the recorded stream wait (1 waits)"), "%s", output);
+}
+Test(torch_door, the_statistics_count_the_door) { expect_torch_door(NULL, "counts"); }
+Test(torch_door, a_thread_without_a_context_allocates) { expect_torch_door(NULL, "thread"); }
