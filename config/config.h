@@ -212,10 +212,26 @@ int ps_parse_bool(const char *text, int *value);
  * "poolshim: error: NAME=VALUE: expected 1/0, true/false, yes/no or on/off". */
 int ps_env_bool(const char *name, int report, int *value);
 /* Expands %p (pid), %r (rank from RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID,
- * PMI_RANK, LOCAL_RANK; "0" if none), %d (device, when device >= 0), %% . */
+ * PMI_RANK, LOCAL_RANK; "0" if none), %j (Slurm job, "0" if none), %s
+ * (Slurm step, "0" if none), %h (ps_job_place's host), %d (device, when
+ * device >= 0), %% . */
 int ps_expand_path(const char *pattern, int device, char *out, size_t outsize);
 /* The process's rank as the launcher set it (the first non-empty of the
  * variables %r reads), or NULL when none is set. */
 const char *ps_env_rank(void);
+
+/* Where the process runs in its job, as the launchers' variables say; ""
+ * where none is set. Each is a safe word of a file name (letters, digits,
+ * '.', '_', '+', '-'; any other byte '_'). */
+typedef struct ps_job_place {
+    char rank[24];       /* %r: RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK, LOCAL_RANK */
+    char local_rank[24]; /* LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID */
+    char node[24];       /* the node's index in the job: GROUP_RANK (torchrun), SLURM_NODEID */
+    char job[64];        /* %j: SLURM_JOB_ID */
+    char step[32];       /* %s: SLURM_STEP_ID; "batch" in a Slurm job without one (its batch script) */
+    char host[64];       /* %h: SLURMD_NODENAME, else the host name up to its first dot (never "") */
+} ps_job_place_t;
+/* Fills `out` from the environment; no allocation. */
+void ps_job_place(ps_job_place_t *out);
 
 #endif

@@ -68,12 +68,14 @@ int ps_parse_size_ex(const char *text, int allow_percent, uint64_t *bytes, doubl
 int ps_parse_uint(const char *text, uint64_t max, uint64_t *value, char *why, size_t why_size);
 /* Index of `text` in the NULL-terminated `words`, case-insensitive, or -1. */
 int ps_parse_word(const char *text, const char *const *words);
-/* Checks a file-name pattern: only %p, %r, %d (when allow_device) and %%. */
+/* Checks a file-name pattern: only %p, %r, %j, %s, %h, %d (when allow_device) and %%. */
 int ps_check_path_pattern(const char *pattern, int allow_device, char *why, size_t why_size);
 /* ps_expand_path with the environment read through `lookup` (NULL = getenv). */
 typedef const char *(*ps_env_lookup_t)(void *ctx, const char *name);
 int ps_expand_path_env(const char *pattern, int device, ps_env_lookup_t lookup, void *ctx,
                        char *out, size_t outsize);
+/* ps_job_place with the environment read through `lookup` (NULL = getenv). */
+void ps_job_place_env(ps_env_lookup_t lookup, void *ctx, ps_job_place_t *out);
 
 /* Nearest word to `text` among `words` (NULL-terminated), or NULL when none
  * is close. Edit distance, where a prefix of a candidate also counts (so

@@ -268,7 +268,7 @@ int ps_check_path_pattern(const char *pattern, int allow_device, char *why, size
         if (*p != '%')
             continue;
         char c = p[1];
-        if (c == 'p' || c == 'r' || c == '%' || (c == 'd' && allow_device)) {
+        if ((c && strchr("prjsh%", c)) || (c == 'd' && allow_device)) {
             p++;
             continue;
         }
@@ -278,7 +278,7 @@ int ps_check_path_pattern(const char *pattern, int allow_device, char *why, size
         else if (c == '\0')
             snprintf(msg, sizeof msg, "a lone `%%` at the end (write %%%% for a percent sign)");
         else
-            snprintf(msg, sizeof msg, "unknown `%%%c` (expected %%p, %%r%s or %%%%)", c,
+            snprintf(msg, sizeof msg, "unknown `%%%c` (expected %%p, %%r, %%j, %%s, %%h%s or %%%%)", c,
                      allow_device ? ", %d" : "");
         set_why(why, why_size, msg);
         return PS_EINVAL;
@@ -292,20 +292,61 @@ static const char *process_env(void *ctx, const char *name)
     return getenv(name);
 }
 
-/* The rank variables of the launchers, in the order they are trusted. */
-static const char *rank_from(ps_env_lookup_t lookup, void *ctx)
+/* The launchers' variables, each list in the order it is trusted:
+ * torchrun's, then Open MPI's, then Slurm's, then MPICH's. */
+static const char *const rank_vars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK", "LOCAL_RANK",
+                                        NULL};
+static const char *const local_rank_vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+                                              "MPI_LOCALRANKID", NULL};
+static const char *const node_vars[] = {"GROUP_RANK", "SLURM_NODEID", NULL};
+
+static const char *first_set(ps_env_lookup_t lookup, void *ctx, const char *const *names)
 {
-    static const char *const rank_vars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
-                                            "PMI_RANK", "LOCAL_RANK", NULL};
-    for (int i = 0; rank_vars[i]; i++) {
-        const char *v = lookup(ctx, rank_vars[i]);
+    for (int i = 0; names[i]; i++) {
+        const char *v = lookup(ctx, names[i]);
         if (v && *v)
             return v;
     }
     return NULL;
 }
 
+static const char *rank_from(ps_env_lookup_t lookup, void *ctx) { return first_set(lookup, ctx, rank_vars); }
+
 const char *ps_env_rank(void) { return rank_from(process_env, NULL); }
+
+/* Copies `text` as one safe word of a file name or JSON string: letters,
+ * digits, '.', '_', '+' and '-' kept, any other byte '_'; "" for NULL. */
+static void copy_word(char *out, size_t size, const char *text)
+{
+    size_t n = 0;
+    for (; text && text[n] && n + 1 < size; n++) {
+        unsigned char c = (unsigned char)text[n];
+        out[n] = (char)(isalnum(c) || c == '.' || c == '_' || c == '+' || c == '-' ? c : '_');
+    }
+    out[n] = '\0';
+}
+
+void ps_job_place_env(ps_env_lookup_t lookup, void *ctx, ps_job_place_t *out)
+{
+    if (!lookup)
+        lookup = process_env;
+    copy_word(out->rank, sizeof out->rank, rank_from(lookup, ctx));
+    copy_word(out->local_rank, sizeof out->local_rank, first_set(lookup, ctx, local_rank_vars));
+    copy_word(out->node, sizeof out->node, first_set(lookup, ctx, node_vars));
+    copy_word(out->job, sizeof out->job, lookup(ctx, "SLURM_JOB_ID"));
+    const char *step = lookup(ctx, "SLURM_STEP_ID");
+    copy_word(out->step, sizeof out->step, step && *step ? step : out->job[0] ? "batch" : NULL);
+    const char *node_name = lookup(ctx, "SLURMD_NODENAME");
+    char host[256] = "";
+    if (!node_name || !*node_name) {
+        if (gethostname(host, sizeof host - 1) == 0)
+            host[strcspn(host, ".")] = '\0';
+        node_name = host;
+    }
+    copy_word(out->host, sizeof out->host, node_name);
+}
+
+void ps_job_place(ps_job_place_t *out) { ps_job_place_env(process_env, NULL, out); }
 
 int ps_expand_path_env(const char *pattern, int device, ps_env_lookup_t lookup, void *ctx,
                        char *out, size_t outsize)
@@ -314,6 +355,8 @@ int ps_expand_path_env(const char *pattern, int device, ps_env_lookup_t lookup, 
         return PS_EINVAL;
     if (!lookup)
         lookup = process_env;
+    ps_job_place_t place;
+    int placed = 0;
     size_t n = 0;
     for (const char *p = pattern; *p; p++) {
         char piece[32];
@@ -322,6 +365,10 @@ int ps_expand_path_env(const char *pattern, int device, ps_env_lookup_t lookup, 
             piece[0] = *p;
             piece[1] = '\0';
         } else {
+            if (p[1] && strchr("rjsh", p[1]) && !placed) {
+                ps_job_place_env(lookup, ctx, &place);
+                placed = 1;
+            }
             switch (p[1]) {
             case 'p': snprintf(piece, sizeof piece, "%ld", (long)getpid()); break;
             case 'd':
@@ -334,6 +381,9 @@ int ps_expand_path_env(const char *pattern, int device, ps_env_lookup_t lookup, 
                 if (!add)
                     add = "0";
                 break;
+            case 'j': add = place.job[0] ? place.job : "0"; break;
+            case 's': add = place.step[0] ? place.step : "0"; break;
+            case 'h': add = place.host[0] ? place.host : "localhost"; break;
             case '%': snprintf(piece, sizeof piece, "%%"); break;
             default: return PS_EINVAL;
             }

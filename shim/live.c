@@ -7,9 +7,10 @@
  *    nothing (the figures are the per-thread counters the statistics keep
  *    anyway, summed by the reader as the exit report sums them).
  * 2. What: one JSON document, {"poolshim_live": 1, "live": 1, "pid", "start"
- *    (field 22 of /proc/self/stat), "pidns", "rank" (the variables %r reads,
- *    or null), "command" (/proc/self/cmdline, arguments joined by spaces, at
- *    most COMMAND_MAX bytes), "time" (seconds since the epoch), "monotonic_ns"
+ *    (field 22 of /proc/self/stat), "pidns", the place in the job ("rank",
+ *    "local_rank", "node", "hostname", "job", "step": ps_stats_write_place;
+ *    absent when unknown), "command" (/proc/self/cmdline, arguments joined
+ *    by spaces, at most COMMAND_MAX bytes), "time" (seconds since the epoch), "monotonic_ns"
  *    (CLOCK_MONOTONIC, one clock for every process of the machine: rates
  *    between two pages), "period_ms", "report": the exit report's JSON as
  *    ps_stats_write writes it, so the figures are the same}.
@@ -145,13 +146,7 @@ bool ps_live_publish(void)
         sscanf(name, "p%*d-%llu-%llu", &start, &pidns);
     fprintf(f, "{\"poolshim_live\": 1, \"live\": 1, \"pid\": %d, \"start\": %llu, \"pidns\": %llu, ", (int)getpid(),
             start, pidns);
-    const char *rank = ps_env_rank();
-    char *end = NULL;
-    long rank_value = rank ? strtol(rank, &end, 10) : -1;
-    if (rank && end != rank && !*end && rank_value >= 0)
-        fprintf(f, "\"rank\": %ld, ", rank_value);
-    else
-        fprintf(f, "\"rank\": null, ");
+    ps_stats_write_place(f);
     fprintf(f, "\"command\": \"%s\", \"time\": %lld.%03ld, \"monotonic_ns\": %llu, \"period_ms\": %d, \"report\": ",
             live.command, (long long)wall.tv_sec, wall.tv_nsec / 1000000,
             (unsigned long long)mono.tv_sec * 1000000000ull + (unsigned long long)mono.tv_nsec, PS_LIVE_PERIOD_MS);

@@ -558,6 +558,29 @@ static int barrier_totals(const ps_gpu_ops_t *gpu, uint64_t *issued, uint64_t *q
     return 1;
 }
 
+/* A launcher's number as a JSON member "key": N, when it is a whole number. */
+static void write_number(FILE *f, const char *key, const char *text)
+{
+    char *end = NULL;
+    long value = *text ? strtol(text, &end, 10) : -1;
+    if (*text && end != text && !*end && value >= 0)
+        fprintf(f, "\"%s\": %ld, ", key, value);
+}
+
+void ps_stats_write_place(FILE *f)
+{
+    ps_job_place_t place;
+    ps_job_place(&place);
+    write_number(f, "rank", place.rank);
+    write_number(f, "local_rank", place.local_rank);
+    write_number(f, "node", place.node);
+    fprintf(f, "\"hostname\": \"%s\", ", place.host); /* (safe words: nothing to escape) */
+    if (place.job[0])
+        fprintf(f, "\"job\": \"%s\", ", place.job);
+    if (place.step[0])
+        fprintf(f, "\"step\": \"%s\", ", place.step);
+}
+
 void ps_stats_write(FILE *f, int json)
 {
     static thread_counters_t sum; /* large: not on the stack */
@@ -567,12 +590,7 @@ void ps_stats_write(FILE *f, int json)
     char b1[32], b2[32], b3[32];
     if (json) {
         fprintf(f, "{\"poolshim\": 1, \"pid\": %d, \"version\": \"%s\", ", (int)getpid(), poolshim_version());
-        /* the launcher's rank (as %r reads it), when one is set and numeric */
-        const char *rank = ps_env_rank();
-        char *end = NULL;
-        long rank_value = rank ? strtol(rank, &end, 10) : -1;
-        if (rank && end != rank && !*end && rank_value >= 0)
-            fprintf(f, "\"rank\": %ld, ", rank_value);
+        ps_stats_write_place(f);
         fprintf(f, "\"passthrough\": %llu, \"invalid_frees\": %llu, ", (unsigned long long)sum.passthrough,
                 (unsigned long long)sum.invalid);
         fprintf(f, "\"ipc\": {\"exported\": %llu, \"opened\": %llu, \"refused\": %llu}, \"devices\": [",

@@ -138,6 +138,11 @@ void ps_stats_snapshot(int device, ps_shim_stats_t *out);
 uint64_t ps_stats_passthrough_total(void);
 /* Writes the whole report (all devices) as text or JSON. */
 void ps_stats_write(FILE *f, int json);
+/* The process's place in its job as JSON members, each followed by ", ":
+ * "rank", "local_rank", "node" (whole numbers, when the launcher set them),
+ * "hostname", and "job", "step" (strings, under Slurm); config.h's
+ * ps_job_place says which variables. */
+void ps_stats_write_place(FILE *f);
 /* The JSON report while the program runs (the live page, poolshim_stats_json):
  * ps_stats_write under the devices' report lock, since a context reset
  * writes what the report reads. */

@@ -1756,6 +1756,25 @@ Test(life, stats_json_counts_each_door)
     cr_expect(strstr(json, "\"cuMemAlloc\": 100"), "100 cuMemAlloc calls in %s", json);
 }
 
+/* Under Slurm the statistics file is named by job, step, node and rank
+ * (%j, %s, %h, %r) and the report says where the process ran: rank, local
+ * rank, node index, host, job and step, from Slurm's variables. */
+Test(life, stats_file_and_report_name_the_slurm_job_step_node_and_rank)
+{
+    char env[512], path[160], json[8192];
+    snprintf(env, sizeof env,
+             "SLURM_JOB_ID=4242 SLURM_STEP_ID=3 SLURM_PROCID=5 SLURM_LOCALID=1 SLURM_NODEID=2 "
+             "SLURMD_NODENAME=gpu-node7 POOLSHIM_STATS=json POOLSHIM_STATS_FILE=/tmp/poolshim-%d_%%j.%%s_%%h_rank%%r.json",
+             getpid());
+    expect_pass(1, env, "prog_runtime basic", "shim active");
+    snprintf(path, sizeof path, "/tmp/poolshim-%d_4242.3_gpu-node7_rank5.json", getpid());
+    take_report(path, json, sizeof json);
+    cr_expect(strstr(json, "\"rank\": 5, \"local_rank\": 1, \"node\": 2, \"hostname\": \"gpu-node7\", \"job\": \"4242\", "
+                           "\"step\": \"3\", "),
+              "the place in the job, in %s", json);
+    cr_expect(strstr(json, "\"cudaMalloc\": 600"), "%s", json);
+}
+
 Test(life, bad_config_stops_before_the_first_allocation)
 {
     int rc = run(1, "POOLSHIM_OPTIONS=global.free_sync=sometimes", "prog_runtime basic");

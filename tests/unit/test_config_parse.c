@@ -194,6 +194,58 @@ Test(config_parse, path_patterns_expand_pid_rank_and_device)
     cr_assert_str_eq(out, want);
 }
 
+Test(config_parse, slurm_job_step_and_host_expand)
+{
+    char out[256], want[256], host[256] = "";
+    char *job[] = {"SLURM_JOB_ID=4242", "SLURM_STEP_ID=3", "SLURMD_NODENAME=gpu-node7", "SLURM_PROCID=5", NULL};
+    cr_assert_eq(ps_expand_path_env("s_%j.%s_%h_rank%r.json", -1, array_lookup, job, out, sizeof out), PS_OK);
+    cr_expect_str_eq(out, "s_4242.3_gpu-node7_rank5.json");
+    /* the batch script of a job has no step: "batch" */
+    char *batch[] = {"SLURM_JOB_ID=9", "SLURM_PROCID=0", "SLURMD_NODENAME=n1", NULL};
+    cr_assert_eq(ps_expand_path_env("%j.%s", -1, array_lookup, batch, out, sizeof out), PS_OK);
+    cr_expect_str_eq(out, "9.batch");
+    /* outside Slurm: 0, 0 and the host name up to its first dot */
+    char *none[] = {NULL};
+    cr_assert_eq(gethostname(host, sizeof host - 1), 0);
+    host[strcspn(host, ".")] = 0;
+    cr_assert_eq(ps_expand_path_env("%j.%s.%h", -1, array_lookup, none, out, sizeof out), PS_OK);
+    snprintf(want, sizeof want, "0.0.%s", host);
+    cr_expect_str_eq(out, want);
+    /* a value that would leave the directory is made one safe word */
+    char *odd[] = {"SLURMD_NODENAME=../a b", "SLURM_JOB_ID=1/2", NULL};
+    cr_assert_eq(ps_expand_path_env("%h-%j", -1, array_lookup, odd, out, sizeof out), PS_OK);
+    cr_expect_str_eq(out, ".._a_b-1_2");
+}
+
+Test(config_parse, job_place_reads_each_launchers_variables)
+{
+    ps_job_place_t p;
+    char *slurm[] = {"SLURM_PROCID=5", "SLURM_LOCALID=1", "SLURM_NODEID=2", "SLURM_JOB_ID=77", "SLURM_STEP_ID=0",
+                     "SLURMD_NODENAME=n2", NULL};
+    ps_job_place_env(array_lookup, slurm, &p);
+    cr_expect_str_eq(p.rank, "5");
+    cr_expect_str_eq(p.local_rank, "1");
+    cr_expect_str_eq(p.node, "2");
+    cr_expect_str_eq(p.job, "77");
+    cr_expect_str_eq(p.step, "0");
+    cr_expect_str_eq(p.host, "n2");
+    /* torchrun started by srun: torchrun's own variables come first */
+    char *torchrun[] = {"SLURM_PROCID=1", "SLURM_LOCALID=0", "SLURM_NODEID=1", "RANK=6", "LOCAL_RANK=2",
+                        "GROUP_RANK=1", NULL};
+    ps_job_place_env(array_lookup, torchrun, &p);
+    cr_expect_str_eq(p.rank, "6");
+    cr_expect_str_eq(p.local_rank, "2");
+    cr_expect_str_eq(p.node, "1");
+    char *mpi[] = {"OMPI_COMM_WORLD_RANK=3", "OMPI_COMM_WORLD_LOCAL_RANK=1", NULL};
+    ps_job_place_env(array_lookup, mpi, &p);
+    cr_expect_str_eq(p.rank, "3");
+    cr_expect_str_eq(p.local_rank, "1");
+    cr_expect_str_eq(p.node, "");
+    cr_expect_str_eq(p.job, "");
+    cr_expect_str_eq(p.step, "", "no job, no step");
+    cr_expect(p.host[0], "the host is always known");
+}
+
 Test(config_parse, path_expansion_fails_cleanly)
 {
     char out[8];
@@ -210,6 +262,7 @@ Test(config_parse, path_patterns_are_checked)
 {
     char why[128];
     cr_assert_eq(ps_check_path_pattern("a-%p-%r-%d-%%.csv", 1, why, sizeof why), PS_OK);
+    cr_assert_eq(ps_check_path_pattern("s_%j.%s_%h_rank%r.json", 0, why, sizeof why), PS_OK);
     cr_assert_eq(ps_check_path_pattern("a-%d", 0, why, sizeof why), PS_EINVAL);
     cr_assert(strstr(why, "%d") != NULL);
     cr_assert_eq(ps_check_path_pattern("a-%x", 1, why, sizeof why), PS_EINVAL);
