@@ -5,7 +5,8 @@
  *      shim's statistics; other JSON reports there are skipped) or a glob
  *      pattern the shell did not expand ('out/stats_*.json').
  *   2. Each file becomes one row (stats_table.c): its devices summed.
- *   3. Rows are ordered by rank, then pid; a total row follows; --json
+ *   3. Rows are ordered by node, rank, then pid; with several nodes each
+ *      node's total follows its rows; the job's total comes last; --json
  *      prints the same as JSON.
  * The first unreadable or malformed file stops with its name (and line,
  * column from jansson) and exit status 1.
@@ -25,9 +26,10 @@ static const char stats_usage[] =
     "Merges the shim's JSON statistics (POOLSHIM_STATS=json) of the processes of one job\n"
     "into one table: one row per file (its rank, from the report or the file name), then\n"
     "the total: allocation calls, time in them, peak requested and reserved bytes and their\n"
-    "ratio, barriers, and pinned host memory when used. A DIRECTORY stands for every *.json\n"
-    "in it that holds the shim's statistics. Write one file per process with\n"
-    "POOLSHIM_STATS_FILE=out/stats_%r.json (%r = rank, %p = pid).\n"
+    "ratio, barriers, and pinned host memory when used. Files of several nodes: a node\n"
+    "column and a total per node. A DIRECTORY stands for every *.json in it that holds the\n"
+    "shim's statistics. Write one file per process with POOLSHIM_STATS_FILE=out/stats_%r.json\n"
+    "(%r = rank, %p = pid; under Slurm %j, %s, %h = job, step, node).\n"
     "\n"
     "options:\n"
     "  -j, --json    print JSON instead of the table\n"

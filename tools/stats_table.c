@@ -4,10 +4,12 @@
  *    {"poolshim": 1, "pid": P, "rank": R (when a launcher set one),
  *    "devices": [...]}. Its devices are summed into one row.
  * 2. The rank comes from the report, else from the file name ("rank3");
- *    rows are ordered by rank, then pid, then file name, so the output does
- *    not depend on the order a directory lists its files.
- * 3. The total adds every row up. Peaks add up too: the sum is what the job
- *    held at most, exact only when the processes peaked together (true of
+ *    the node from the report's "hostname". Rows are ordered by node, then
+ *    rank, then pid, then file name, so the output does not depend on the
+ *    order a directory lists its files.
+ * 3. Each node's total (when there are several nodes) and the job's total
+ *    add their rows up. Peaks add up too: the sum is what the job held at
+ *    most, exact only when the processes peaked together (true of
  *    data-parallel ranks doing the same steps, not in general).
  * Guarantees: the output depends only on the job; missing figures print as
  * "-" (a ratio over nothing), never as 0.
@@ -51,6 +53,23 @@ static long integer_or_unknown(const json_t *object, const char *key)
     return json_is_integer(v) && json_integer_value(v) >= 0 ? (long)json_integer_value(v) : -1;
 }
 
+/* A string member, or "" (copied into out). */
+static void string_or_empty(const json_t *object, const char *key, char *out, size_t size)
+{
+    const json_t *v = json_object_get(object, key);
+    snprintf(out, size, "%s", json_is_string(v) ? json_string_value(v) : "");
+}
+
+/* Where the process ran: local rank, node, host, job, step. */
+static void read_place(const json_t *object, stats_process_t *p)
+{
+    p->local_rank = integer_or_unknown(object, "local_rank");
+    p->node = integer_or_unknown(object, "node");
+    string_or_empty(object, "hostname", p->hostname, sizeof p->hostname);
+    string_or_empty(object, "job", p->job, sizeof p->job);
+    string_or_empty(object, "step", p->step, sizeof p->step);
+}
+
 int stats_process_from_json(const json_t *stats, const char *file, stats_process_t *out)
 {
     const json_t *devices = json_object_get(stats, "devices");
@@ -61,6 +80,7 @@ int stats_process_from_json(const json_t *stats, const char *file, stats_process
     snprintf(p.file, sizeof p.file, "%s", file ? file : "");
     p.pid = integer_or_unknown(stats, "pid");
     p.rank = integer_or_unknown(stats, "rank");
+    read_place(stats, &p);
     if (p.rank < 0 && file)
         p.rank = stats_rank_from_file_name(file);
     p.devices = json_array_size(devices);
@@ -206,9 +226,20 @@ int stats_job_read_directory(stats_job_t *job, const char *directory, const char
     return status;
 }
 
+/* Hosts in natural order (strverscmp: "node9" before "node10"), unknown last. */
+static int compare_hosts(const char *a, const char *b)
+{
+    if (!*a != !*b)
+        return *a ? -1 : 1;
+    return strverscmp(a, b);
+}
+
 static int compare_processes(const void *a, const void *b)
 {
     const stats_process_t *x = a, *y = b;
+    int by_host = compare_hosts(x->hostname, y->hostname);
+    if (by_host)
+        return by_host;
     if ((x->rank < 0) != (y->rank < 0))
         return x->rank < 0 ? 1 : -1;
     if (x->rank != y->rank)
@@ -224,14 +255,35 @@ void stats_job_sort(stats_job_t *job)
         qsort(job->processes, job->count, sizeof *job->processes, compare_processes);
 }
 
+size_t stats_job_nodes(const stats_job_t *job)
+{
+    size_t nodes = 0;
+    for (size_t i = 0; i < job->count; i++) {
+        size_t j = 0;
+        while (j < i && strcmp(job->processes[j].hostname, job->processes[i].hostname))
+            j++;
+        nodes += j == i;
+    }
+    return nodes;
+}
+
 void stats_job_total(const stats_job_t *job, stats_process_t *total)
+{
+    stats_sum(job->processes, job->count, total);
+}
+
+void stats_sum(const stats_process_t *first, size_t count, stats_process_t *total)
 {
     stats_process_t t;
     memset(&t, 0, sizeof t);
-    t.rank = t.pid = -1;
-    t.have_cuda_time = job->count > 0;
-    for (size_t i = 0; i < job->count; i++) {
-        const stats_process_t *p = &job->processes[i];
+    t.rank = t.pid = t.local_rank = t.node = -1;
+    t.have_cuda_time = count > 0;
+    if (count)
+        snprintf(t.hostname, sizeof t.hostname, "%s", first->hostname);
+    for (size_t i = 0; i < count; i++) {
+        const stats_process_t *p = &first[i];
+        if (strcmp(t.hostname, p->hostname))
+            t.hostname[0] = 0;
         t.devices += p->devices;
         t.calls += p->calls;
         t.time_ns += p->time_ns;
@@ -271,10 +323,13 @@ static char *format_known_seconds(char *buf, size_t size, int known, uint64_t ns
     return buf;
 }
 
-static void print_row(FILE *f, const char *rank, const char *pid, const stats_process_t *p, int host,
-                      const char *file)
+/* One row; `node` is the node column's text (NULL: no node column, one node). */
+static void print_row(FILE *f, int node_width, const char *node, const char *rank, const char *pid,
+                      const stats_process_t *p, int host, const char *file)
 {
     char a[40], b[40], c[40], d[40], e[40], g[40], h[40], k[40], m[40], n[40], o[40];
+    if (node)
+        fprintf(f, "%-*s ", node_width, node);
     fprintf(f, "%-6s %8s %7zu %13s %11s %15s %15s %9s %9s %11s %11s", rank, pid, p->devices,
             cli_format_count(a, sizeof a, p->calls), cli_format_seconds(b, sizeof b, (double)p->time_ns / 1e9),
             cli_format_bytes(c, sizeof c, p->requested_peak), cli_format_bytes(d, sizeof d, p->reserved_peak),
@@ -289,26 +344,47 @@ static void print_row(FILE *f, const char *rank, const char *pid, const stats_pr
     fprintf(f, "%s%s\n", *file ? "  " : "", file);
 }
 
+/* A process's host as the node column shows it. */
+static const char *node_name(const stats_process_t *p) { return p->hostname[0] ? p->hostname : "-"; }
+
 void stats_print_table(FILE *f, const stats_job_t *job)
 {
     stats_process_t total;
     stats_job_total(job, &total);
     int host = total.have_host;
-    fprintf(f, "poolshim stats: %zu process%s\n\n", job->count, job->count == 1 ? "" : "es");
+    size_t nodes = stats_job_nodes(job);
+    int width = 5; /* ("total") */
+    for (size_t i = 0; nodes > 1 && i < job->count; i++)
+        if ((int)strlen(node_name(&job->processes[i])) > width)
+            width = (int)strlen(node_name(&job->processes[i]));
+    fprintf(f, "poolshim stats: %zu process%s", job->count, job->count == 1 ? "" : "es");
+    if (nodes > 1)
+        fprintf(f, " on %zu nodes", nodes);
+    fprintf(f, "\n\n");
+    if (nodes > 1)
+        fprintf(f, "%-*s ", width, "node");
     fprintf(f, "%-6s %8s %7s %13s %11s %15s %15s %9s %9s %11s %11s", "rank", "pid", "devices", "alloc calls",
             "in calls", "peak requested", "peak reserved", "res/req", "barriers", "in barriers", "in maps");
     if (host)
         fprintf(f, " %13s %15s %15s", "pinned calls", "pinned req.", "pinned res.");
     fprintf(f, "  file\n");
+    size_t node_first = 0;
     for (size_t i = 0; i < job->count; i++) {
         const stats_process_t *p = &job->processes[i];
         char rank[24], pid[24];
         snprintf(rank, sizeof rank, p->rank >= 0 ? "%ld" : "-", p->rank);
         snprintf(pid, sizeof pid, p->pid >= 0 ? "%ld" : "-", p->pid);
-        print_row(f, rank, pid, p, host, p->file);
+        print_row(f, width, nodes > 1 ? node_name(p) : NULL, rank, pid, p, host, p->file);
+        int node_ends = i + 1 == job->count || strcmp(p->hostname, job->processes[i + 1].hostname);
+        if (nodes > 1 && node_ends) {
+            stats_process_t node_total;
+            stats_sum(&job->processes[node_first], i + 1 - node_first, &node_total);
+            print_row(f, width, node_name(p), "total", "", &node_total, host, "");
+            node_first = i + 1;
+        }
     }
     if (job->count > 1) {
-        print_row(f, "total", "", &total, host, "");
+        print_row(f, width, nodes > 1 ? "total" : NULL, nodes > 1 ? "" : "total", "", &total, host, "");
         fprintf(f, "\n%s\n", STATS_SUMMED_PEAKS_NOTE);
     }
 }
@@ -340,12 +416,28 @@ static void print_counters_json(FILE *f, const stats_process_t *p)
         fprintf(f, "null");
 }
 
+/* ", "key": "text"" or ", "key": null" when text is "". */
+static void print_string_or_null(FILE *f, const char *key, const char *text)
+{
+    fprintf(f, ", \"%s\": ", key);
+    if (*text)
+        cli_json_string(f, text);
+    else
+        fprintf(f, "null");
+}
+
 void stats_print_process_json(FILE *f, const stats_process_t *p)
 {
     fprintf(f, "{\"file\": ");
     cli_json_string(f, p->file);
     fprintf(f, p->rank >= 0 ? ", \"rank\": %ld" : ", \"rank\": null", p->rank);
-    fprintf(f, p->pid >= 0 ? ", \"pid\": %ld, " : ", \"pid\": null, ", p->pid);
+    fprintf(f, p->pid >= 0 ? ", \"pid\": %ld" : ", \"pid\": null", p->pid);
+    fprintf(f, p->local_rank >= 0 ? ", \"local_rank\": %ld" : ", \"local_rank\": null", p->local_rank);
+    fprintf(f, p->node >= 0 ? ", \"node\": %ld" : ", \"node\": null", p->node);
+    print_string_or_null(f, "hostname", p->hostname);
+    print_string_or_null(f, "job", p->job);
+    print_string_or_null(f, "step", p->step);
+    fprintf(f, ", ");
     print_counters_json(f, p);
     fprintf(f, "}");
 }
@@ -359,6 +451,7 @@ int stats_process_from_row_json(const json_t *row, stats_process_t *out)
     snprintf(p.file, sizeof p.file, "%s", cli_json_str(row, "file", ""));
     p.rank = integer_or_unknown(row, "rank");
     p.pid = integer_or_unknown(row, "pid");
+    read_place(row, &p);
     p.devices = (size_t)cli_json_u64(row, "devices", 0);
     p.calls = cli_json_u64(row, "calls", 0);
     p.time_ns = cli_json_u64(row, "time_ns", 0);
@@ -388,6 +481,22 @@ void stats_print_json(FILE *f, const stats_job_t *job)
     for (size_t i = 0; i < job->count; i++) {
         fprintf(f, "%s\n  ", i ? "," : "");
         stats_print_process_json(f, &job->processes[i]);
+    }
+    fprintf(f, "\n ],\n \"nodes\": [");
+    for (size_t first = 0, i = 0; i < job->count; i++) {
+        if (i + 1 < job->count && !strcmp(job->processes[i].hostname, job->processes[i + 1].hostname))
+            continue;
+        stats_process_t node_total;
+        stats_sum(&job->processes[first], i + 1 - first, &node_total);
+        fprintf(f, "%s\n  {\"hostname\": ", first ? "," : "");
+        if (node_total.hostname[0])
+            cli_json_string(f, node_total.hostname);
+        else
+            fprintf(f, "null");
+        fprintf(f, ", \"processes\": %zu, ", i + 1 - first);
+        print_counters_json(f, &node_total);
+        fprintf(f, "}");
+        first = i + 1;
     }
     stats_process_t total;
     stats_job_total(job, &total);

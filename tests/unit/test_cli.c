@@ -1607,6 +1607,67 @@ Test(stats, json_output_has_every_process_and_the_total)
     cli_result_free(&r);
 }
 
+/* Reports of two nodes (tests/data/cli/nodes: ranks 0, 1 on n9, 2, 3 on n10,
+ * 100 x (rank + 1) cudaMalloc and as many cudaFree each): a node column,
+ * each node's rows then its total, the job's total last; n9 before n10
+ * (natural order, not strcmp's). JSON: the place of each process, a total
+ * per node. */
+Test(stats, several_nodes_give_rows_per_rank_a_total_per_node_and_the_jobs)
+{
+    cli_result_t r = run_cli((const char *[]){"stats", data_path("cli/nodes"), NULL}, NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cr_expect(strstr(r.out, "poolshim stats: 4 processes on 2 nodes\n"), "%s", r.out);
+    const char *rows[] = {"\nn9    0 ", "\nn9    1 ", "\nn9    total ", "\nn10   2 ", "\nn10   3 ", "\nn10   total ",
+                          "\ntotal  "};
+    const char *at[7];
+    for (int i = 0; i < 7; i++) {
+        at[i] = strstr(r.out, rows[i]);
+        cr_expect(at[i], "no row '%s' in:\n%s", rows[i] + 1, r.out);
+        if (i && at[i] && at[i - 1])
+            cr_expect(at[i - 1] < at[i], "'%s' before '%s':\n%s", rows[i - 1] + 1, rows[i] + 1, r.out);
+    }
+    char line[512];
+    const char *calls[] = {" 600 ", " 1,400 ", " 2,000 "};
+    for (int i = 0; i < 3; i++) {
+        const char *row = at[i == 0 ? 2 : i == 1 ? 5 : 6];
+        if (!row)
+            continue;
+        snprintf(line, sizeof line, "%.*s", (int)strcspn(row + 1, "\n"), row + 1);
+        cr_expect(strstr(line, calls[i]), "'%s' calls in: %s", calls[i], line);
+    }
+    cli_result_free(&r);
+
+    r = run_cli((const char *[]){"stats", "--json", data_path("cli/nodes"), NULL}, NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    json_t *doc;
+    char err[256];
+    cr_assert_eq(parse_json(r.out, &doc, err, sizeof err), 0, "%s in %s", err, r.out);
+    const json_t *nodes = json_object_get(doc, "nodes"), *processes = json_object_get(doc, "processes");
+    cr_assert_eq(json_array_size(nodes), 2, "%s", r.out);
+    cr_expect_str_eq(cli_json_str(json_array_get(nodes, 0), "hostname", ""), "n9");
+    cr_expect_eq(cli_json_u64(json_array_get(nodes, 0), "processes", 0), 2);
+    cr_expect_eq(cli_json_u64(json_array_get(nodes, 0), "calls", 0), 600);
+    cr_expect_str_eq(cli_json_str(json_array_get(nodes, 1), "hostname", ""), "n10");
+    cr_expect_eq(cli_json_u64(json_array_get(nodes, 1), "calls", 0), 1400);
+    cr_expect_eq(cli_json_u64(doc, "total.calls", 0), 2000);
+    const json_t *third = json_array_get(processes, 2);
+    cr_expect_eq(cli_json_u64(third, "rank", 99), 2);
+    cr_expect_eq(cli_json_u64(third, "local_rank", 99), 0);
+    cr_expect_eq(cli_json_u64(third, "node", 99), 1);
+    cr_expect_str_eq(cli_json_str(third, "hostname", ""), "n10");
+    cr_expect_str_eq(cli_json_str(third, "job", ""), "17");
+    cr_expect_str_eq(cli_json_str(third, "step", ""), "0");
+    json_decref(doc);
+    cli_result_free(&r);
+
+    /* one node: no node column, the table as before */
+    r = run_cli((const char *[]){"stats", data_path("cli/nodes/poolshim_17.0_n9_rank0.json"),
+                                 data_path("cli/nodes/poolshim_17.0_n9_rank1.json"), NULL}, NULL);
+    cr_expect(strstr(r.out, "poolshim stats: 2 processes\n") && strstr(r.out, "\nrank ") && strstr(r.out, "\ntotal "),
+              "%s", r.out);
+    cli_result_free(&r);
+}
+
 Test(stats, bad_files_stop_with_their_name_and_line)
 {
     cli_result_t r = run_cli((const char *[]){"stats", data_path("cli/stats_rank0.json"),
