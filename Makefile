@@ -4,7 +4,8 @@
 #   make deps          apt-get install what building and testing need (Debian, as root)
 #   make test          the CPU suite: unit tests (Criterion) and shim tests (fake CUDA)
 #   make test-all      test, then again under ASan+UBSan, then the threaded tests under TSan,
-#                      then test-long, then check-python (the pip package in a fresh venv; CI)
+#                      then test-long, then check-python (the pip package in a fresh venv; CI),
+#                      then test-cluster (real Slurm and Prometheus daemons, mk/slurm.mk)
 #   make test-long     the 10^7-operation pool model runs (about a minute; not in `make test`)
 #   make check-gpu     the GPU suite (on a machine with a GPU and nvcc)
 #   make bench-core    CPU micro-benchmark of the core allocators
@@ -133,6 +134,7 @@ test-all:
 	$(MAKE) test-stress SANITIZE=thread
 	$(MAKE) test-long
 	$(MAKE) check-python
+	$(MAKE) test-cluster
 
 # The GPU machine has no libinih: build here, carry build/, and these use it.
 check-gpu:

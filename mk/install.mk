@@ -9,6 +9,7 @@
 #   bin/poolshim                                  the CLI
 #   lib/libpoolshim.so                            the library (LD_PRELOAD it)
 #   lib/libpoolshim_cupti.so                      the CUPTI library, where it is built (mk/tools.mk)
+#   lib/poolshim/spank_poolshim.so                the Slurm SPANK plugin, where it is built (mk/slurm.mk)
 #   include/poolshim/poolshim.h                   the public API (#include <poolshim/poolshim.h>)
 #   lib/pkgconfig/poolshim.pc                     pkg-config: Version from VERSION, prefix = PREFIX
 #   share/man/man1/poolshim.1                     the CLI's manual (docs/man/poolshim.1)
@@ -17,7 +18,8 @@
 #   share/poolshim/examples/*.ini                 config/examples/
 
 INSTALL_EXAMPLES := $(sort $(wildcard config/examples/*.ini))
-INSTALLED_FILES   = bin/poolshim lib/libpoolshim.so lib/libpoolshim_cupti.so include/poolshim/poolshim.h \
+INSTALLED_FILES   = bin/poolshim lib/libpoolshim.so lib/libpoolshim_cupti.so lib/poolshim/spank_poolshim.so \
+                    include/poolshim/poolshim.h \
                     lib/pkgconfig/poolshim.pc share/man/man1/poolshim.1 share/man/man7/poolshim.7 \
                     share/bash-completion/completions/poolshim \
                     $(INSTALL_EXAMPLES:config/examples/%=share/poolshim/examples/%)
@@ -41,8 +43,9 @@ $(BUILD)/man/%: docs/man/% VERSION
 
 CHECK_INSTALL_DEST   := $(abspath $(BUILD))/check-install
 CHECK_INSTALL_PREFIX := /opt/poolshim
-# the CUPTI library is expected only where this build makes it
-CHECK_INSTALL_FILES   = $(filter-out $(if $(TOOLS_EXTRA),,lib/libpoolshim_cupti.so),$(INSTALLED_FILES))
+# the CUPTI library and the SPANK plugin are expected only where this build makes them
+CHECK_INSTALL_FILES   = $(filter-out $(if $(TOOLS_EXTRA),,lib/libpoolshim_cupti.so) \
+                                     $(if $(SPANK_PLUGIN),,lib/poolshim/spank_poolshim.so),$(INSTALLED_FILES))
 .PHONY: check-install
 test: check-install
 check-install: all

@@ -24,6 +24,7 @@ if [ "$mode" = uninstalled ]; then
     if [ -n "$left" ]; then fail "files left after make uninstall:"; echo "$left" >&2; else ok "uninstall left no file under $dest"; fi
     [ ! -e "$root/share/poolshim" ] || fail "uninstall left $root/share/poolshim"
     [ ! -e "$root/include/poolshim" ] || fail "uninstall left $root/include/poolshim"
+    [ ! -e "$root/lib/poolshim" ] || fail "uninstall left $root/lib/poolshim"
     [ "$failures" -eq 0 ]
     exit
 fi
@@ -47,6 +48,13 @@ out=$("$root/bin/poolshim" run --dry-run -- true 2>&1)
 echo "$out" | grep -qF "$root/lib/libpoolshim.so" && ok "installed poolshim run preloads the installed $prefix/lib/libpoolshim.so" \
     || fail "installed poolshim run does not preload the installed library: $out"
 [ -x "$root/lib/libpoolshim.so" ] || fail "$prefix/lib/libpoolshim.so is not executable"
+
+# the SPANK plugin finds the library and the CLI from where it lies (tools/slurm/spank_poolshim.c)
+if [ -f "$root/lib/poolshim/spank_poolshim.so" ]; then
+    [ -f "$root/lib/poolshim/../libpoolshim.so" ] && [ -x "$root/lib/poolshim/../../bin/poolshim" ] \
+        && ok "the SPANK plugin's ../libpoolshim.so and ../../bin/poolshim are installed" \
+        || fail "the SPANK plugin's ../libpoolshim.so or ../../bin/poolshim is missing"
+fi
 
 # man pages and completion
 for page in man1/poolshim.1 man7/poolshim.7; do
