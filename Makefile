@@ -5,7 +5,7 @@
 #   make test          the CPU suite: unit tests (Criterion) and shim tests (fake CUDA)
 #   make test-all      test, then again under ASan+UBSan, then the threaded tests under TSan,
 #                      then test-long, then check-python (the pip package in a fresh venv; CI),
-#                      then test-cluster (real Slurm and Prometheus daemons, mk/slurm.mk)
+#                      then test-cluster (real Slurm and Prometheus daemons, mk/cluster.mk)
 #   make test-long     the 10^7-operation pool model runs (about a minute; not in `make test`)
 #   make check-gpu     the GPU suite (on a machine with a GPU and nvcc)
 #   make bench-core    CPU micro-benchmark of the core allocators

@@ -9,20 +9,23 @@
 #   bin/poolshim                                  the CLI
 #   lib/libpoolshim.so                            the library (LD_PRELOAD it)
 #   lib/libpoolshim_cupti.so                      the CUPTI library, where it is built (mk/tools.mk)
-#   lib/poolshim/spank_poolshim.so                the Slurm SPANK plugin, where it is built (mk/slurm.mk)
+#   lib/poolshim/spank_poolshim.so                the Slurm SPANK plugin, where it is built (mk/cluster.mk)
 #   include/poolshim/poolshim.h                   the public API (#include <poolshim/poolshim.h>)
 #   lib/pkgconfig/poolshim.pc                     pkg-config: Version from VERSION, prefix = PREFIX
 #   share/man/man1/poolshim.1                     the CLI's manual (docs/man/poolshim.1)
 #   share/man/man7/poolshim.7                     the environment and configuration (docs/man/poolshim.7)
 #   share/bash-completion/completions/poolshim    bash completion (tools/completion/poolshim.bash)
 #   share/poolshim/examples/*.ini                 config/examples/
+#   share/poolshim/prometheus/poolshim.rules.yml  Prometheus rules, and their unit tests
+#   share/poolshim/prometheus/poolshim.rules.test.yml   (tools/prometheus/, mk/cluster.mk)
 
 INSTALL_EXAMPLES := $(sort $(wildcard config/examples/*.ini))
 INSTALLED_FILES   = bin/poolshim lib/libpoolshim.so lib/libpoolshim_cupti.so lib/poolshim/spank_poolshim.so \
                     include/poolshim/poolshim.h \
                     lib/pkgconfig/poolshim.pc share/man/man1/poolshim.1 share/man/man7/poolshim.7 \
                     share/bash-completion/completions/poolshim \
-                    $(INSTALL_EXAMPLES:config/examples/%=share/poolshim/examples/%)
+                    $(INSTALL_EXAMPLES:config/examples/%=share/poolshim/examples/%) \
+                    share/poolshim/prometheus/poolshim.rules.yml share/poolshim/prometheus/poolshim.rules.test.yml
 INSTALL_GEN      := $(BUILD)/poolshim.pc $(BUILD)/man/poolshim.1 $(BUILD)/man/poolshim.7
 
 # The .pc names the PREFIX of this install, which may differ from the last

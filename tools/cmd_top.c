@@ -19,7 +19,10 @@
  *   4. Shown as a table refreshed every second in the terminal (ANSI
  *      escapes, no curses; q quits, s changes the sort column; the terminal
  *      is restored at exit and on SIGINT/SIGTERM/SIGHUP), or once: a table
- *      (--once), JSON (--json) or Prometheus' text format (--prometheus).
+ *      (--once), JSON (--json) or Prometheus' text format (--prometheus);
+ *      or Prometheus' format into node_exporter's textfile directory every
+ *      --interval seconds (--textfile; prom_textfile.c), of this user or,
+ *      for root, of every user (--all-users).
  * It reads files only: no CUDA call, no GPU needed.
  */
 #include <dirent.h>
@@ -27,6 +30,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,9 +45,11 @@
 
 #include "../core/common.h"
 #include "cli.h"
+#include "prom_textfile.h"
 
 static const char top_usage[] =
     "usage: poolshim top [--once | --json | --prometheus] [--dir DIR]\n"
+    "       poolshim top --prometheus --textfile PATH [--interval N] [--once] [--all-users] [--dir DIR]\n"
     "\n"
     "Shows every process of this user under the shim on this machine, per device: pid,\n"
     "rank, requested and reserved bytes now, their ratio, peak reserved, allocations per\n"
@@ -57,6 +63,11 @@ static const char top_usage[] =
     "  --once        print the table once (no terminal escapes)\n"
     "  -j, --json    print one JSON document\n"
     "  --prometheus  print Prometheus' text exposition format (textfile collector)\n"
+    "  --textfile PATH  write it to node_exporter's textfile directory PATH (as\n"
+    "                poolshim.prom; or to PATH itself when it ends in .prom), atomically,\n"
+    "                every --interval seconds (default 15) until stopped, then remove it\n"
+    "  --all-users   (root) every user's processes: each user's registry in the\n"
+    "                directory --dir names (default /dev/shm), read as that user\n"
     "  --dir DIR     the registry directory (default /dev/shm/poolshim-<uid>)\n"
     "  -h, --help    this text\n"
     "\n"
@@ -71,6 +82,8 @@ typedef struct top_row {
     unsigned long long start;   /* its start time (field 22 of /proc/<pid>/stat) */
     long rank;                  /* the launcher's rank, -1 when none */
     char command[COMMAND_CHARS]; /* its command line */
+    char job[64];               /* its Slurm job ("job" of the page), "" when none */
+    char user[64];              /* its user's name (the registry's owner), or the uid */
     double time;                /* when the page was written (seconds since the epoch) */
     uint64_t monotonic_ns;      /* the same on CLOCK_MONOTONIC */
     int device;                 /* the device ordinal in that process */
@@ -84,6 +97,7 @@ typedef struct top_row {
     uint64_t barriers;          /* device-wide barriers */
     uint64_t maps;              /* pieces mapped (chunks allocated) from CUDA since the start */
     uint64_t given_back;        /* bytes given back while running: decay and neighbours */
+    uint64_t oom_retries;       /* allocations beside the pool retried after running out of memory */
     double rate;                /* allocations per second since the last reading, <0: unknown */
 } top_row_t;
 
@@ -227,6 +241,12 @@ static void add_page(const char *text, int pid, unsigned long long start)
         r->start = start;
         r->rank = json_is_integer(rank) ? (long)json_integer_value(rank) : -1;
         snprintf(r->command, sizeof r->command, "%s", cli_json_str(page, "command", "?"));
+        snprintf(r->job, sizeof r->job, "%s", cli_json_str(page, "job", ""));
+        const struct passwd *user = getpwuid(geteuid()); /* (--all-users reads each registry as its owner) */
+        if (user)
+            snprintf(r->user, sizeof r->user, "%s", user->pw_name);
+        else
+            snprintf(r->user, sizeof r->user, "%u", (unsigned)geteuid());
         r->time = cli_json_double(page, "time", 0);
         r->monotonic_ns = cli_json_u64(page, "monotonic_ns", 0);
         r->device = (int)cli_json_u64(d, "device", 0);
@@ -242,20 +262,26 @@ static void add_page(const char *text, int pid, unsigned long long start)
         r->maps = cli_json_u64(d, "upstream.allocs", 0);
         r->given_back = cli_json_u64(d, "give_back.decay", 0) + cli_json_u64(d, "give_back.decay_host", 0) +
                         cli_json_u64(d, "give_back.to_neighbours", 0);
+        r->oom_retries = cli_json_u64(d, "oom_retry.succeeded", 0) + cli_json_u64(d, "oom_retry.failed", 0);
         r->rate = rate_of(r);
     }
     json_decref(page);
 }
 
-/* Reads every live page of `dir` into rows[] (stale ones removed); keeps
- * the readings before for the rates. */
-static void read_pages(const char *dir)
+/* Starts a reading: the rows so far become the readings before (rates). */
+static void start_reading(void)
 {
     previous_count = 0;
     for (int i = 0; i < row_count; i++)
         previous[previous_count++] = (top_reading_t){rows[i].pid, rows[i].device, rows[i].start,
                                                      rows[i].allocations, rows[i].monotonic_ns};
     row_count = 0;
+}
+
+/* Adds every live page of `dir` to rows[] (stale ones removed). */
+static void add_pages(const char *dir, void *unused)
+{
+    (void)unused;
     DIR *d = opendir(dir);
     if (!d)
         return;
@@ -279,6 +305,13 @@ static void read_pages(const char *dir)
         free(text);
     }
     closedir(d);
+}
+
+/* Reads every live page of `dir` into rows[]; keeps the readings before. */
+static void read_pages(const char *dir)
+{
+    start_reading();
+    add_pages(dir, NULL);
 }
 
 /* ---- 3. order ---------------------------------------------------------------- */
@@ -429,6 +462,8 @@ static void print_prometheus(FILE *f)
          "Pieces the stack mapped (chunks it allocated) from CUDA; rising in a steady loop means churn.", 8},
         {"poolshim_given_back_bytes_total", "counter",
          "Bytes given back to the device while running (decay and neighbours).", 9},
+        {"poolshim_oom_retries_total", "counter",
+         "Allocations beside the pool that ran out of device memory and were retried after a give-back.", 10},
     };
     for (size_t m = 0; m < sizeof metrics / sizeof metrics[0]; m++) {
         fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", metrics[m].name, metrics[m].help, metrics[m].name, metrics[m].type);
@@ -437,6 +472,10 @@ static void print_prometheus(FILE *f)
             fprintf(f, "%s{pid=\"%d\",device=\"%d\",rank=\"", metrics[m].name, r->pid, r->device);
             if (r->rank >= 0)
                 fprintf(f, "%ld", r->rank);
+            fprintf(f, "\",jobid=\"");
+            prometheus_label(f, r->job);
+            fprintf(f, "\",user=\"");
+            prometheus_label(f, r->user);
             fprintf(f, "\",command=\"");
             prometheus_label(f, r->command);
             fprintf(f, "\"} ");
@@ -450,10 +489,34 @@ static void print_prometheus(FILE *f)
             case 6: fprintf(f, "%.9f\n", (double)r->time_ns / 1e9); break;
             case 7: fprintf(f, "%llu\n", (unsigned long long)r->barriers); break;
             case 8: fprintf(f, "%llu\n", (unsigned long long)r->maps); break;
+            case 10: fprintf(f, "%llu\n", (unsigned long long)r->oom_retries); break;
             default: fprintf(f, "%llu\n", (unsigned long long)r->given_back); break;
             }
         }
     }
+}
+
+/* ---- the textfile service (prom_textfile.c) ----------------------------------- */
+static int all_users;
+
+/* Adds the pages of a registry the directory rules (1.) accept. */
+static void add_checked_pages(const char *dir, void *unused)
+{
+    if (check_directory(dir) > 0)
+        add_pages(dir, unused);
+}
+
+/* One reading of this user's registry, or every user's, in Prometheus' format. */
+static void render_prometheus(FILE *f, void *dir)
+{
+    start_reading();
+    char err[4400];
+    if (!all_users)
+        add_checked_pages(dir, NULL);
+    else if (prom_each_user_directory(dir, add_checked_pages, NULL, err, sizeof err) != 0)
+        fprintf(stderr, "poolshim: warning: top: %s\n", err);
+    qsort(rows, (size_t)row_count, sizeof rows[0], compare_rows);
+    print_prometheus(f);
 }
 
 /* ---- the interactive view ---------------------------------------------------- */
@@ -561,14 +624,17 @@ static int interactive(const char *dir)
 
 int ps_cmd_top(int argc, char **argv)
 {
-    enum { OPT_ONCE = 1000, OPT_PROMETHEUS, OPT_DIR };
+    enum { OPT_ONCE = 1000, OPT_PROMETHEUS, OPT_DIR, OPT_TEXTFILE, OPT_INTERVAL, OPT_ALL_USERS };
     static const struct option options[] = {
         {"once", no_argument, NULL, OPT_ONCE},       {"json", no_argument, NULL, 'j'},
         {"prometheus", no_argument, NULL, OPT_PROMETHEUS}, {"dir", required_argument, NULL, OPT_DIR},
+        {"textfile", required_argument, NULL, OPT_TEXTFILE}, {"interval", required_argument, NULL, OPT_INTERVAL},
+        {"all-users", no_argument, NULL, OPT_ALL_USERS},
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     int once = 0, json = 0, prometheus = 0, c;
-    char dir[4096] = "";
+    char dir[4096] = "", textfile[4096] = "";
+    long interval = 15;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":jh", options, NULL)) != -1) {
@@ -581,6 +647,20 @@ int ps_cmd_top(int argc, char **argv)
                 return CLI_EXIT_USAGE;
             snprintf(dir, sizeof dir, "%s", optarg);
             break;
+        case OPT_TEXTFILE: {
+            char err[4200];
+            if (cli_value_is_double_dash("top", argc, argv, optarg))
+                return CLI_EXIT_USAGE;
+            if (prom_textfile_path(optarg, textfile, sizeof textfile, err, sizeof err) != 0)
+                return cli_usage_error("top", "--textfile %s", err);
+            break;
+        }
+        case OPT_INTERVAL:
+            if (cli_parse_int(optarg, 1, 86400, &interval) != 0)
+                return cli_usage_error("top", "--interval: '%s' is not a whole number of seconds from 1 to 86400",
+                                       optarg);
+            break;
+        case OPT_ALL_USERS: all_users = 1; break;
         case 'h': fputs(top_usage, stdout); return CLI_EXIT_OK;
         case ':': return cli_usage_error("top", "option '%s' needs a value", argv[optind - 1]);
         default: return cli_usage_error("top", "unknown option '%s'", argv[optind - 1]);
@@ -590,8 +670,21 @@ int ps_cmd_top(int argc, char **argv)
         return cli_usage_error("top", "unexpected argument '%s'", argv[optind]);
     if (json + prometheus > 1)
         return cli_usage_error("top", "--json and --prometheus exclude each other");
+    if ((textfile[0] || all_users) && !prometheus)
+        return cli_usage_error("top", "--textfile and --all-users go with --prometheus");
+    if (all_users && !dir[0]) {
+        default_directory(dir, sizeof dir);
+        *strrchr(dir, '/') = 0; /* (the directory holding every user's registry) */
+    }
     if (!dir[0])
         default_directory(dir, sizeof dir);
+    if (textfile[0])
+        return prom_textfile_serve(textfile, (unsigned)interval, once, render_prometheus, dir) == 0
+                   ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+    if (all_users) {
+        render_prometheus(stdout, dir);
+        return CLI_EXIT_OK;
+    }
     int usable = check_directory(dir);
     if (usable < 0)
         return CLI_EXIT_FAILURE;

@@ -56,6 +56,12 @@ if [ -f "$root/lib/poolshim/spank_poolshim.so" ]; then
         || fail "the SPANK plugin's ../libpoolshim.so or ../../bin/poolshim is missing"
 fi
 
+# the installed Prometheus rules pass their installed unit tests
+if command -v promtool >/dev/null; then
+    out=$(cd "$root/share/poolshim/prometheus" && promtool test rules poolshim.rules.test.yml 2>&1)
+    [ $? -eq 0 ] && ok "promtool test rules in $prefix/share/poolshim/prometheus" || fail "promtool test rules: $out"
+fi
+
 # man pages and completion
 for page in man1/poolshim.1 man7/poolshim.7; do
     f=$root/share/man/$page

@@ -3,6 +3,7 @@
  * each scenario passes and that the shim really interposed. */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -1261,7 +1262,8 @@ static void fabricate_page(pid_t pid, char *name, size_t size, unsigned long lon
     fprintf(f, "{\"poolshim_live\": 1, \"live\": 1, \"pid\": %d, \"start\": %llu, \"pidns\": %llu, \"rank\": null, "
                "\"command\": \"fabricated \\\"page\\\"\", \"time\": 1.0, \"monotonic_ns\": 1, \"period_ms\": 500, "
                "\"report\": {\"poolshim\": 1, \"pid\": %d, \"devices\": [{\"device\": 0, \"calls\": {\"cudaMalloc\": 7}, "
-               "\"bytes\": {\"requested_current\": 5, \"reserved_current\": %llu}}]}}\n",
+               "\"bytes\": {\"requested_current\": 5, \"reserved_current\": %llu}, "
+               "\"oom_retry\": {\"succeeded\": 2, \"failed\": 1}}]}}\n",
             (int)pid, own_start(), own_pid_namespace(), (int)pid, reserved);
     fclose(f);
     chmod(path, 0600);
@@ -1526,7 +1528,7 @@ Test(live, prometheus_output_is_well_formed, .timeout = 30)
     hood_init(1, NULL);
     char name[96], cmd[256];
     fabricate_page(getpid(), name, sizeof name, 99); /* (its command holds quotes: escaped) */
-    pid_t b = start_holder("b", 6, "RANK=2");
+    pid_t b = start_holder("b", 6, "RANK=2 SLURM_JOB_ID=4242");
     wait_for_fresh_page(b, wall_now());
     snprintf(cmd, sizeof cmd, "--prometheus --dir %s", hood.registry);
     int rc = run_top(cmd), samples = 0;
@@ -1538,13 +1540,19 @@ Test(live, prometheus_output_is_well_formed, .timeout = 30)
     const char *problem = prometheus_problem(text, &samples);
     cr_expect(!problem, "bad line: %s\nin:\n%s", problem, text);
     cr_expect_geq(samples, 10 * 2, "%s", text);
-    char sample[256];
-    snprintf(sample, sizeof sample, "poolshim_reserved_bytes{pid=\"%d\",device=\"0\",rank=\"2\",command=\"", (int)b);
+    char sample[512];
+    const struct passwd *me = getpwuid(geteuid());
+    snprintf(sample, sizeof sample,
+             "poolshim_reserved_bytes{pid=\"%d\",device=\"0\",rank=\"2\",jobid=\"4242\",user=\"%s\",command=\"", (int)b,
+             me ? me->pw_name : "?");
     const char *at = strstr(text, sample);
     cr_assert(at, "no %s in:\n%s", sample, text);
     long long reserved = strtoll(strchr(at, '}') + 2, NULL, 10);
     cr_expect_eq(reserved, json_after(report, "\"reserved_current\": "), "%s\n%s", text, report);
     cr_expect(strstr(text, "command=\"fabricated \\\"page\\\"\"} 99"), "%s", text);
+    snprintf(sample, sizeof sample, "poolshim_oom_retries_total{pid=\"%d\",", (int)getpid());
+    at = strstr(text, sample);
+    cr_expect(at && strstr(at, "\"} 3\n") == strchr(at, '}') - 1, "out-of-memory retries: 2 + 1:\n%s", text);
     /* the control: the checker finds what is wrong */
     int n;
     cr_expect(prometheus_problem("# HELP a x\n# TYPE a gauge\na{pid=\"1\"} \n", &n), "an empty value passed");
@@ -1553,6 +1561,81 @@ Test(live, prometheus_output_is_well_formed, .timeout = 30)
               "an unquoted label passed");
     cr_expect(prometheus_problem("# TYPE a gauge\na 1\n", &n), "TYPE without HELP passed");
     cr_expect(!prometheus_problem("# HELP a x\n# TYPE a gauge\na{b=\"\\\"\"} 1.5\n", &n), "a good one refused");
+    hood_cleanup();
+}
+
+/* Reads the file `path` into `into` (NUL-ended; "" when absent). */
+static void slurp_into(const char *path, char *into, size_t size)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(into, 1, size - 1, f) : 0;
+    into[n] = 0;
+    if (f)
+        fclose(f);
+}
+
+/* (d2) --textfile: the service writes node_exporter's file every second,
+ * whole (well-formed, mode 0644, no temporary file left beside it), with
+ * the holder's job; the holder's series go once it ends; SIGTERM ends the
+ * service, which removes its file. --once writes it and keeps it. */
+Test(live, textfile_service_writes_whole_files_and_removes_its_own, .timeout = 40)
+{
+    hood_init(1, NULL);
+    char textdir[160], file[200], cmd[1024], text[65536], sample[128];
+    snprintf(textdir, sizeof textdir, "%s/textfile", hood.dir);
+    cr_assert_eq(mkdir(textdir, 0755), 0);
+    snprintf(file, sizeof file, "%s/poolshim.prom", textdir);
+    pid_t b = start_holder("b", 6, "RANK=1 SLURM_JOB_ID=77");
+    wait_for_fresh_page(b, wall_now());
+    snprintf(cmd, sizeof cmd, "exec %s top --prometheus --textfile %s --interval 1 --dir %s", getenv("POOLSHIM_CLI"),
+             textdir, hood.registry);
+    pid_t service = fork();
+    cr_assert_geq(service, 0);
+    if (service == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    snprintf(sample, sizeof sample, "poolshim_reserved_bytes{pid=\"%d\",device=\"0\",rank=\"1\",jobid=\"77\",", (int)b);
+    bool seen = false;
+    for (int i = 0; i < 50 && !seen; i++) {
+        usleep(100 * 1000);
+        slurp_into(file, text, sizeof text);
+        seen = strstr(text, sample) != NULL;
+    }
+    cr_expect(seen, "no %s in %s:\n%s", sample, file, text);
+    int samples = 0;
+    const char *problem = prometheus_problem(text, &samples);
+    cr_expect(!problem, "bad line: %s\nin:\n%s", problem, text);
+    struct stat st;
+    cr_expect(stat(file, &st) == 0 && (st.st_mode & 0777) == 0644, "mode %o", (unsigned)(st.st_mode & 0777));
+    int entries = 0;
+    DIR *d = opendir(textdir);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            entries++;
+    if (d)
+        closedir(d);
+    cr_expect_eq(entries, 1, "only poolshim.prom in %s (no temporary file)", textdir);
+    static char report[65536];
+    end_holder("b", b, report, sizeof report);
+    bool gone = false;
+    for (int i = 0; i < 50 && !gone; i++) {
+        usleep(100 * 1000);
+        slurp_into(file, text, sizeof text);
+        gone = text[0] && !strstr(text, sample);
+    }
+    cr_expect(gone, "the ended holder is still in %s:\n%s", file, text);
+    cr_expect(strstr(text, "# TYPE poolshim_reserved_bytes gauge\n"), "HELP and TYPE stay:\n%s", text);
+    kill(service, SIGTERM);
+    int status = -1;
+    waitpid(service, &status, 0);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the service's status %d", status);
+    cr_expect(access(file, F_OK) != 0, "SIGTERM: the service removed %s", file);
+    snprintf(cmd, sizeof cmd, "--prometheus --once --textfile %s/once.prom --dir %s", textdir, hood.registry);
+    cr_expect_eq(run_top(cmd), 0, "%s", top_errors);
+    snprintf(file, sizeof file, "%s/once.prom", textdir);
+    slurp_into(file, text, sizeof text);
+    cr_expect(strstr(text, "# HELP poolshim_reserved_bytes "), "--once --textfile wrote %s:\n%s", file, text);
     hood_cleanup();
 }
 

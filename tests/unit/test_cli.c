@@ -1668,6 +1668,29 @@ Test(stats, several_nodes_give_rows_per_rank_a_total_per_node_and_the_jobs)
     cli_result_free(&r);
 }
 
+/* top's textfile service: usage errors (exit 2) and a directory that is
+ * not there (exit 1, the path named); nothing is written then. */
+Test(cli, top_textfile_refuses_bad_intervals_and_a_missing_directory)
+{
+    char registry[] = "/tmp/poolshim-test-registry-XXXXXX";
+    cr_assert(mkdtemp(registry));
+    cli_result_t r = run_cli((const char *[]){"top", "--prometheus", "--textfile", "/tmp", "--interval", "0", NULL},
+                             NULL);
+    cr_expect_eq(r.exit_code, 2, "--interval 0: %s", r.err);
+    cr_expect(strstr(r.err, "--interval: '0' is not a whole number of seconds from 1 to 86400"), "%s", r.err);
+    cli_result_free(&r);
+    r = run_cli((const char *[]){"top", "--textfile", "/tmp", NULL}, NULL);
+    cr_expect_eq(r.exit_code, 2, "--textfile without --prometheus: %s", r.err);
+    cli_result_free(&r);
+    r = run_cli((const char *[]){"top", "--prometheus", "--once", "--textfile", "/nonexistent-poolshim-dir", "--dir",
+                                 registry, NULL}, NULL);
+    cr_expect_eq(r.exit_code, 1);
+    cr_expect(strstr(r.err, "poolshim: error: top: /nonexistent-poolshim-dir/.poolshim.prom.") &&
+                  strstr(r.err, ": No such file or directory"), "%s", r.err);
+    cli_result_free(&r);
+    rmdir(registry);
+}
+
 Test(stats, bad_files_stop_with_their_name_and_line)
 {
     cli_result_t r = run_cli((const char *[]){"stats", data_path("cli/stats_rank0.json"),

@@ -96,9 +96,10 @@ _poolshim()
         ;;
     top)
         case $prev in
-        --dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+        --dir|--textfile) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+        --interval) return ;;
         esac
-        opts="--once --json --prometheus --dir --help"
+        opts="--once --json --prometheus --textfile --interval --all-users --dir --help"
         ;;
     config)
         case $prev in
