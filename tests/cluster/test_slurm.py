@@ -10,8 +10,9 @@ Checks:
      them; `poolshim stats DIR` merges the two.
   2. A job without the options: no shim, no poolshim variable, no preload.
   3. A bad CONFIG: srun and sbatch refuse it at submission with the
-     checker's messages; the job never exists (its command leaves no trace
-     and the next job's id follows the last good one).
+     checker's messages, whether plugstack.conf says required or optional;
+     the job never exists (its command leaves no trace and the next job's
+     id follows the last good one).
   4. `#SBATCH --poolshim --poolshim-stats=DIR`: the batch script and the
      srun inside it run under the shim (step "batch", then step 0).
   5. plugstack.conf's config= and stats= are what a bare --poolshim uses.
@@ -206,6 +207,11 @@ def main():
         r2 = run(["srun", "--poolshim=missing.ini", "touch", marker], env, work)
         check.expect(r2.returncode != 0 and "--poolshim=missing.ini: cannot read the configuration" in r2.stderr,
                      "srun --poolshim=missing.ini: refused, the file named", r2.stderr)
+        write(os.path.join(d.dir, "plugstack.conf"), f"optional {plugin}\n")
+        r2 = run(["srun", "--poolshim-stats=out", "--poolshim=bad.ini", "touch", marker], env, work)
+        check.expect(r2.returncode != 0 and "the configuration is invalid; the job is not submitted" in r2.stderr,
+                     "an optional plugin in plugstack.conf refuses it too", r2.stderr)
+        write(os.path.join(d.dir, "plugstack.conf"), f"required {plugin}\n")
         write(os.path.join(work, "bad.sh"), f"#!/bin/sh\n#SBATCH --poolshim=bad.ini\ntouch {marker}\n", 0o755)
         r3 = run(["sbatch", "bad.sh"], env, work)
         check.expect(r3.returncode != 0 and "the configuration is invalid; the job is not submitted" in r3.stderr

@@ -6,10 +6,12 @@
  *    --poolshim[=CONFIG] and --poolshim-stats=DIR (which implies --poolshim).
  * 2. At submission (srun, sbatch, salloc) the configuration the tasks will
  *    read is checked by running `poolshim config --check [CONFIG]` in the
- *    submitter's environment (so POOLSHIM_OPTIONS is checked too), once the
- *    options are read (init_post_opt); a refusal prints the checker's
- *    messages and the command ends before the job is submitted. A checker
- *    that cannot run is a warning.
+ *    submitter's environment (so POOLSHIM_OPTIONS is checked too): in
+ *    --poolshim's callback, whose failure ends the command before the job
+ *    is submitted (a plugin marked optional in plugstack.conf too); for
+ *    --poolshim-stats alone, once the options are read (init_post_opt,
+ *    whose failure counts only for a required plugin). A refusal prints the
+ *    checker's messages; a checker that cannot run is a warning.
  * 3. On the node (slurmstepd's user_init, as the user, in the job's working
  *    directory), for a job that asked and no other: LD_PRELOAD gets the
  *    library (first, once), POOLSHIM_CONFIG the absolute CONFIG (or the
@@ -52,6 +54,7 @@ extern char **environ;
 /* What this job asked for, and the site's defaults. */
 static struct {
     int asked;                  /* --poolshim or --poolshim-stats was given */
+    int config_option;          /* --poolshim was given (its callback checked the configuration) */
     char config[PATH_MAX];      /* --poolshim=CONFIG ("" when bare) */
     char stats[PATH_MAX];       /* --poolshim-stats=DIR ("" when none) */
     char site_config[PATH_MAX]; /* plugstack.conf config= */
@@ -216,8 +219,11 @@ static int option(int which, const char *value, int remote)
         }
         return set_path(job.stats, value, "--poolshim-stats");
     }
-    (void)remote;
-    return value ? set_path(job.config, value, "--poolshim's CONFIG") : 0;
+    if (value && set_path(job.config, value, "--poolshim's CONFIG") != 0)
+        return -1;
+    job.config_option = 1;
+    /* (a failed option stops srun and sbatch whether the plugin is required or optional) */
+    return remote ? 0 : check_at_submission();
 }
 
 static struct spank_option options[] = {
@@ -278,9 +284,9 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
     (void)ac;
     (void)av;
     spank_context_t where = spank_context();
-    if (!job.asked || (where != S_CTX_LOCAL && where != S_CTX_ALLOCATOR))
+    if (!job.asked || job.config_option || (where != S_CTX_LOCAL && where != S_CTX_ALLOCATOR))
         return 0;
-    return check_at_submission();
+    return check_at_submission(); /* (--poolshim-stats alone) */
 }
 
 /* ---- 3. the tasks' environment -------------------------------------------- */
