@@ -16,6 +16,7 @@ Checks:
   4. `#SBATCH --poolshim --poolshim-stats=DIR`: the batch script and the
      srun inside it run under the shim (step "batch", then step 0).
   5. plugstack.conf's config= and stats= are what a bare --poolshim uses.
+  6. A library= missing on the node: the tasks do not start, the reason is said.
 Skips with one line where Slurm or munge is absent or will not start.
 Usage: POOLSHIM_BUILD=build tests/cluster/test_slurm.py
 """
@@ -253,6 +254,13 @@ srun -n 2 {program} basic
         check.expect(r.returncode == 0 and "shim active" in r.stdout and stack == "sitewide",
                      "plugstack.conf config= and stats=: a bare --poolshim uses them",
                      f"{r.stdout}{r.stderr}files {files}, stack {stack}")
+
+        # 6. a library missing on the node: the tasks do not start, the reason is said
+        write(os.path.join(d.dir, "plugstack.conf"), f"required {plugin} library={d.dir}/absent/libpoolshim.so\n")
+        r = run(["srun", "-n", "1", "--poolshim", "sh", "-c", "echo ran"], env, work)
+        check.expect("ran" not in r.stdout and "the library " + d.dir + "/absent/libpoolshim.so cannot be read on "
+                     "this node" in r.stderr, "a library missing on the node: no task starts, the reason is said",
+                     r.stdout + r.stderr)
         check.finish()
     finally:
         d.stop_all()
