@@ -153,10 +153,15 @@ static int run_check(const char *file, char *out, size_t size)
     if (timed_out)
         kill(pid, SIGKILL);
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    pid_t waited;
+    while ((waited = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
     }
     while (used > 0 && out[used - 1] == '\n')
         out[--used] = 0;
+    if (waited != pid) { /* (reaped by the host program's own handler: no status to trust) */
+        snprintf(out, size, "the status of %s config --check was lost", job.cli);
+        return -1;
+    }
     if (timed_out) {
         snprintf(out, size, "%s config --check did not answer within %d s", job.cli, CHECK_SECONDS);
         return -1;
@@ -175,11 +180,13 @@ static int run_check(const char *file, char *out, size_t size)
  * site's config=. -1 (printed) refuses the option. */
 static int check_at_submission(void)
 {
-    const char *file = job.config[0] ? job.config : NULL;
-    if (!file && !getenv("POOLSHIM_CONFIG") && job.site_config[0])
+    const char *file = job.config[0] ? job.config : NULL, *named = "--poolshim=";
+    if (!file && !getenv("POOLSHIM_CONFIG") && job.site_config[0]) {
         file = job.site_config;
+        named = "plugstack.conf's config=";
+    }
     if (file && access(file, R_OK) != 0) {
-        slurm_error("poolshim: --poolshim=%s: cannot read the configuration: %s; the job is not submitted", file,
+        slurm_error("poolshim: %s%s: cannot read the configuration: %s; the job is not submitted", named, file,
                     strerror(errno));
         return -1;
     }
@@ -192,8 +199,8 @@ static int check_at_submission(void)
                    messages);
         return 0;
     }
-    slurm_error("poolshim: --poolshim%s%s: the configuration is invalid; the job is not submitted:\n%s",
-                file ? "=" : "", file ? file : "", messages);
+    slurm_error("poolshim: %s%s: the configuration is invalid; the job is not submitted:\n%s",
+                file ? named : "--poolshim", file ? file : "", messages);
     return -1;
 }
 
