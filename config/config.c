@@ -237,19 +237,10 @@ static void warn_unknown_variables(ps_config_t *cfg, env_source_t *src)
         snprintf(name, sizeof name, "%.*s", (int)(eq - v), v);
         if (is_one_of(name, known) || is_one_of(name, other_variables))
             continue;
-        char line[512];
-        snprintf(line, sizeof line, "%s: not a poolshim variable, ignored (did you mean %s?)", name,
-                 ps_closest_word(name, known));
-        char **n = realloc(cfg->warnings, (cfg->warning_count + 1) * sizeof *n);
-        char *copy = strdup(line);
-        if (n)
-            cfg->warnings = n;
-        if (!n || !copy) {
-            free(copy);
-            cfg->out_of_memory = 1;
+        ps_config_add_warning(cfg, "%s: not a poolshim variable, ignored (did you mean %s?)", name,
+                              ps_closest_word(name, known));
+        if (cfg->out_of_memory)
             return;
-        }
-        cfg->warnings[cfg->warning_count++] = copy;
     }
 }
 

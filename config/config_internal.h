@@ -318,7 +318,7 @@ struct ps_config {
     char **strings;                      /* interned strings (origins' sources) */
     size_t string_count, string_cap;     /* entries used / allocated */
     char *file_path;                     /* the user file read, or NULL */
-    char **warnings;                     /* "MESSAGE" (unknown POOLSHIM_* variables) */
+    char **warnings;                     /* "MESSAGE" (unknown POOLSHIM_* variables, a bad disable) */
     size_t warning_count;                /* entries used */
     int out_of_memory;                   /* 1: an allocation failed while loading */
 };
@@ -346,6 +346,8 @@ char *ps_config_strdup(ps_config_t *cfg, const char *s);
 /* Records an error "WHERE: MESSAGE" (WHERE from origin; NULL = no place). */
 void ps_config_add_error(ps_config_t *cfg, const ps_origin_t *origin, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Records a warning "MESSAGE" (printed as "poolshim: warning: MESSAGE"). */
+void ps_config_add_warning(ps_config_t *cfg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Keeps a copy of s for the life of the config. */
 const char *ps_config_intern(ps_config_t *cfg, const char *s);
 /* Sets one value in the store; a later layer replaces an earlier one. */

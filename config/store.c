@@ -109,6 +109,25 @@ void ps_config_add_error(ps_config_t *cfg, const ps_origin_t *origin, const char
     cfg->errors[cfg->error_count++] = line;
 }
 
+void ps_config_add_warning(ps_config_t *cfg, const char *fmt, ...)
+{
+    char message[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    char **n = realloc(cfg->warnings, (cfg->warning_count + 1) * sizeof *n);
+    char *copy = strdup(message);
+    if (n)
+        cfg->warnings = n;
+    if (!n || !copy) {
+        free(copy);
+        cfg->out_of_memory = 1;
+        return;
+    }
+    cfg->warnings[cfg->warning_count++] = copy;
+}
+
 /* ---- the store ----------------------------------------------------------------- */
 const ps_setting_t *ps_config_find(const ps_config_t *cfg, const char *section, const char *key)
 {

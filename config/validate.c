@@ -59,7 +59,7 @@ static void bad_value(ps_config_t *cfg, const ps_setting_t *s, const char *why, 
 }
 
 /* A boolean that is none of the spellings; a short-form variable
- * (POOLSHIM_DISABLE=maybe) is named with its value, as the shim's early
+ * (POOLSHIM_NVTX=maybe) is named with its value, as the shim's early
  * reads of booleans name theirs (ps_env_bool). */
 static void bad_bool(ps_config_t *cfg, const ps_setting_t *s)
 {
@@ -71,6 +71,25 @@ static void bad_bool(ps_config_t *cfg, const ps_setting_t *s)
         return;
     }
     bad_value(cfg, s, "not a boolean", PS_EXPECT_BOOL);
+}
+
+/* The off switch never stops a program: an empty value is no value (the
+ * shim stays on, as for `export POOLSHIM_DISABLE=$X` with X unset), and a
+ * value that is no boolean turns the shim off with one warning, since the
+ * user reached for the switch. Returns the value to store. */
+static int disable_not_boolean(ps_config_t *cfg, const ps_setting_t *s)
+{
+    if (strspn(s->value, " \t") == strlen(s->value))
+        return 0;
+    char where[PS_PATH_MAX + 64], place[PS_PATH_MAX + 64];
+    if (s->origin.kind == PS_ORIGIN_ENV && s->origin.line == 0 && s->origin.source)
+        snprintf(where, sizeof where, "%s=%s", s->origin.source, s->value);
+    else
+        snprintf(where, sizeof where, "%s: disable = %s", ps_origin_format(&s->origin, place, sizeof place),
+                 s->value);
+    ps_config_add_warning(cfg, "%s: not one of " PS_BOOL_EXPECTED "; taken as 1: every call passes through "
+                          "to CUDA (0 keeps the shim on)", where);
+    return 1;
 }
 
 /* One key of [global], [host] or [debug], read by the kind of its row in
@@ -103,7 +122,9 @@ static void validate_setting(ps_config_t *cfg, ps_section_t section, const ps_se
     switch (info->kind) {
     case PS_VALUE_BOOL:
     case PS_VALUE_BOOL_AUTO:
-        if (ps_parse_bool(s->value, &b) != PS_OK)
+        if (section == PS_SECTION_GLOBAL && key == PS_GKEY_DISABLE && ps_parse_bool(s->value, &b) != PS_OK)
+            b = disable_not_boolean(cfg, s);
+        else if (ps_parse_bool(s->value, &b) != PS_OK)
             return bad_bool(cfg, s);
         value = (uint64_t)b;
         break;

@@ -103,8 +103,9 @@ int ps_trace_lookups; /* POOLSHIM_TRACE_LOOKUPS=1: print every cu* name looked u
 
 __attribute__((constructor)) static void read_disable_flag(void)
 {
-    /* the parser the configuration uses; an invalid POOLSHIM_DISABLE is
-     * not a disable: ps_config_load reports it (once) and on_error applies */
+    /* the parser the configuration uses; a POOLSHIM_DISABLE that is no
+     * boolean is left to ps_config_load, which warns once and passes every
+     * call through (global.disable) */
     (void)ps_env_bool("POOLSHIM_DISABLE", 0, &ps_disabled_early);
     (void)ps_env_bool("POOLSHIM_TRACE_LOOKUPS", 1, &ps_trace_lookups);
 }

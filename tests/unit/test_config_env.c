@@ -515,3 +515,33 @@ Test(config_env, unknown_poolshim_variables_get_one_warning_with_the_closest_nam
     free(out);
     ps_config_free(cfg);
 }
+
+/* The off switch never makes the configuration invalid: an empty
+ * POOLSHIM_DISABLE is no value (the shim stays on, no message); one that is
+ * no boolean, in the environment or in a file, turns the shim off with one
+ * warning naming where it came from. */
+Test(config_env, disable_that_is_no_boolean_turns_the_shim_off_with_a_warning)
+{
+    char *empty[] = {"POOLSHIM_DISABLE=", NULL};
+    ps_config_t *cfg = load(NULL, NULL, empty, PS_OK);
+    cr_expect_eq(ps_config_global(cfg)->disable, 0, "empty: the shim stays on");
+    cr_expect_eq(ps_config_warning_count(cfg), 0);
+    ps_config_free(cfg);
+
+    char *maybe[] = {"POOLSHIM_DISABLE=maybe", NULL};
+    cfg = load(NULL, NULL, maybe, PS_OK);
+    cr_expect_eq(ps_config_global(cfg)->disable, 1, "not a boolean: the shim goes out of the way");
+    cr_assert_eq(ps_config_warning_count(cfg), 1);
+    cr_expect_str_eq(ps_config_warning(cfg, 0),
+                     "POOLSHIM_DISABLE=maybe: not one of 1/0, true/false, yes/no or on/off; taken as 1: every "
+                     "call passes through to CUDA (0 keeps the shim on)");
+    ps_config_free(cfg);
+
+    char *none[] = {NULL};
+    cfg = load("[global]\ndisable = perhaps\n", NULL, none, PS_OK);
+    cr_expect_eq(ps_config_global(cfg)->disable, 1);
+    cr_assert_eq(ps_config_warning_count(cfg), 1);
+    cr_expect(strstr(ps_config_warning(cfg, 0), "user.ini:2: disable = perhaps: not one of 1/0"), "%s",
+              ps_config_warning(cfg, 0));
+    ps_config_free(cfg);
+}
