@@ -5,13 +5,14 @@
  *   2. print the device's stack top first: the global adaptors (log, stats),
  *      then the device's resource, then, indented, its upstream (and a
  *      binning's bins and fallback), down to the leaves;
- *   3. every key of a resource's type is shown: a set one as written with
- *      file:line (or the environment variable), an unset one with the
- *      value the builder would use and "(default)". Percentages stay
- *      percentages: no device is asked.
+ *   3. every key of a resource's type is shown: a set one with file:line
+ *      (or the environment variable), an unset one with the value the
+ *      builder would use and "(default)". Sizes read as everywhere else
+ *      (2.00 MiB); percentages stay percentages: no device is asked.
  * A resource shared by two parents is printed in full once, then as
  * "(shown above)".
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,12 @@ char *ps_value_text(ps_value_kind_t kind, uint64_t value, const char *text, cons
     return buf;
 }
 
+static bool is_size(ps_value_kind_t kind)
+{
+    return kind == PS_VALUE_SIZE || kind == PS_VALUE_SIZE_PCT || kind == PS_VALUE_ALIGN ||
+           kind == PS_VALUE_THRESHOLD;
+}
+
 /* [global], [host] or [debug]: every key with its value and origin. */
 static void print_section(const ps_config_t *cfg, FILE *f, ps_section_t section)
 {
@@ -156,7 +163,11 @@ static void print_def(const ps_config_t *cfg, FILE *f, int index, int indent, ch
         if (k == PS_KEY_TYPE || k == PS_KEY_UPSTREAM || k == PS_KEY_FALLBACK || !(keys & PS_KEY_BIT(k)))
             continue;
         const ps_value_t *v = &def->values[k];
-        if (v->set) {
+        if (v->set && is_size(ps_key_info[k].kind) && !v->is_percent) {
+            char value[64];
+            ps_value_text(ps_key_info[k].kind, v->number, v->text, NULL, ps_key_info[k].shown, 0, value, sizeof value);
+            print_line(f, inner, ps_key_names[k], value, &v->origin, NULL);
+        } else if (v->set) {
             print_line(f, inner, ps_key_names[k], v->text, &v->origin,
                        v->is_percent ? "of device memory, " : NULL);
         } else if (k == PS_KEY_FREE_SYNC) {

@@ -51,6 +51,25 @@ static int valid_name(const char *name)
     return 1;
 }
 
+/* No device or host has 256 TiB of memory: a larger size is a typo (or
+ * 2^64 - 1 meaning "no cap", which is 0 in every key that has a cap), and
+ * refusing it keeps sums and products of sizes far from overflow. */
+#define CONFIG_SIZE_MAX ((uint64_t)256 << 40)
+
+/* ps_parse_size_ex for a configuration value, bounded by CONFIG_SIZE_MAX. */
+static int config_size(const char *text, int allow_percent, uint64_t *bytes, double *percent, int *is_percent,
+                       char *why, size_t why_size)
+{
+    int rc = ps_parse_size_ex(text, allow_percent, bytes, percent, is_percent, why, why_size);
+    if ((rc != PS_OK && why && strncmp(why, "too large", 9) == 0) ||
+        (rc == PS_OK && !*is_percent && *bytes > CONFIG_SIZE_MAX)) {
+        if (why)
+            snprintf(why, why_size, "too large (at most 256TiB)");
+        return PS_EINVAL;
+    }
+    return rc;
+}
+
 /* "bad value `x` for `key` in [section]: why (expected ...)" */
 static void bad_value(ps_config_t *cfg, const ps_setting_t *s, const char *why, const char *expect)
 {
@@ -142,7 +161,7 @@ static void validate_setting(ps_config_t *cfg, ps_section_t section, const ps_se
             return bad_value(cfg, s, info->why, info->expect);
         break;
     case PS_VALUE_SIZE:
-        if (ps_parse_size_ex(s->value, 0, &value, &pct, &is_pct, why, sizeof why) != PS_OK)
+        if (config_size(s->value, 0, &value, &pct, &is_pct, why, sizeof why) != PS_OK)
             return bad_value(cfg, s, why, info->expect);
         break;
     case PS_VALUE_NUMBER:
@@ -215,7 +234,7 @@ static void parse_bins(ps_config_t *cfg, ps_resource_def_t *def, const ps_settin
             snprintf(why, sizeof why, "bin %zu is empty", i + 1);
             bad_value(cfg, s, why, expect);
             ok = 0;
-        } else if (ps_parse_size_ex(size_text, 0, &bytes, &pct, &is_pct, reason, sizeof reason) != PS_OK) {
+        } else if (config_size(size_text, 0, &bytes, &pct, &is_pct, reason, sizeof reason) != PS_OK) {
             snprintf(why, sizeof why, "bin %zu `%s`: %s", i + 1, ps_trim_blanks((char *)size_text), reason);
             bad_value(cfg, s, why, expect);
             ok = 0;
@@ -321,9 +340,8 @@ static void validate_resource_key(ps_config_t *cfg, ps_resource_def_t *def, cons
             parsed.number = UINT64_MAX;
             break;
         }
-        if (ps_parse_size_ex(s->value, info->kind == PS_VALUE_SIZE_PCT || info->kind == PS_VALUE_THRESHOLD,
-                             &parsed.number, &parsed.percent, &parsed.is_percent, why,
-                             sizeof why) != PS_OK)
+        if (config_size(s->value, info->kind == PS_VALUE_SIZE_PCT || info->kind == PS_VALUE_THRESHOLD,
+                        &parsed.number, &parsed.percent, &parsed.is_percent, why, sizeof why) != PS_OK)
             return bad_value(cfg, s, why, info->expect);
         if (info->nonzero && (parsed.is_percent ? parsed.percent <= 0 : parsed.number == 0))
             return bad_value(cfg, s, "zero is not allowed", info->expect);

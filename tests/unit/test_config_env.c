@@ -384,7 +384,7 @@ Test(config_env, print_shows_the_stack_with_origins)
     cr_assert(strstr(out, "[resource.cap] type = limit  (user.ini:4)"), "%s", out);
     cr_assert(strstr(out, "(of device memory, user.ini:5)"), "%s", out);
     cr_assert(strstr(out, "[resource.main] type = pool  (default.ini:"), "%s", out);
-    cr_assert(strstr(out, "initial_size       = 1GiB") && strstr(out, "(POOLSHIM_OPTIONS item 1)"), "%s", out);
+    cr_assert(strstr(out, "initial_size       = 1.00 GiB") && strstr(out, "(POOLSHIM_OPTIONS item 1)"), "%s", out);
     cr_assert(strstr(out, "[resource.cuda] type = cuda  (built in)"), "%s", out);
     /* the log is above the stats, which is above the device's resource */
     cr_assert_lt(strstr(out, "log adaptor"), strstr(out, "stats adaptor"));
@@ -543,5 +543,49 @@ Test(config_env, disable_that_is_no_boolean_turns_the_shim_off_with_a_warning)
     cr_assert_eq(ps_config_warning_count(cfg), 1);
     cr_expect(strstr(ps_config_warning(cfg, 0), "user.ini:2: disable = perhaps: not one of 1/0"), "%s",
               ps_config_warning(cfg, 0));
+    ps_config_free(cfg);
+}
+
+/* A size a user set prints as every other size does (the defaults beside
+ * it, [global] and [host]): 1.00 GiB, 1000 B, 0 (no cap); a percentage
+ * stays one. */
+Test(config_env, print_shows_set_sizes_the_human_way)
+{
+    const char *file = "[resource.main]\ntype = pool\ninitial_size = 1000\nmaximum_size = 0\n"
+                       "min_chunk = 16777216\nthread_cache = 1.5MiB\n[resource.cap]\ntype = limit\n"
+                       "limit = 50%\nupstream = main\n[device.*]\nresource = cap\n";
+    char *env[] = {NULL};
+    ps_config_t *cfg = load(file, NULL, env, PS_OK);
+    char *out = NULL;
+    size_t size = 0;
+    FILE *m = open_memstream(&out, &size);
+    ps_config_print(cfg, m, 0);
+    fclose(m);
+    cr_expect(strstr(out, "initial_size       = 1000 B "), "%s", out);
+    cr_expect(strstr(out, "maximum_size       = 0 (no cap) "), "%s", out);
+    cr_expect(strstr(out, "min_chunk          = 16.0 MiB "), "%s", out);
+    cr_expect(strstr(out, "thread_cache       = 1.50 MiB "), "%s", out);
+    cr_expect(strstr(out, "limit              = 50% "), "%s", out);
+    free(out);
+    ps_config_free(cfg);
+}
+
+/* No device has 256 TiB: 2^64 - 1 (a "no cap" that is not the key's 0) and
+ * every size above 256 TiB is refused with the bound, in every section. */
+Test(config_env, sizes_above_256_tib_are_refused)
+{
+    char *env[] = {NULL};
+    ps_config_t *cfg = load("[resource.main]\ntype = pool\ninitial_size = 18446744073709551615\n"
+                            "maximum_size = 256TiB\n", NULL, env, PS_ECONFIG);
+    cr_expect_eq(ps_config_error_count(cfg), 1, "256TiB itself is allowed");
+    expect_error(cfg, "user.ini:3: bad value `18446744073709551615` for `initial_size` in [resource.main]: too "
+                      "large (at most 256TiB)");
+    ps_config_free(cfg);
+    cfg = load("[global]\ndirect_min_size = 257TiB\n[host]\nmaximum_size = 300TiB\n", NULL, env, PS_ECONFIG);
+    expect_error(cfg, "`direct_min_size` in [global]: too large (at most 256TiB)");
+    expect_error(cfg, "`maximum_size` in [host]: too large (at most 256TiB)");
+    ps_config_free(cfg);
+    cfg = load("[resource.b]\ntype = binning\nbins = 1KiB,300TiB\nfallback = main\n", NULL, env, PS_ECONFIG);
+    expect_error(cfg, "bin 2 `300TiB`: too large (at most 256TiB)");
     ps_config_free(cfg);
 }
