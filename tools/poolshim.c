@@ -39,7 +39,8 @@ static const char usage_text[] =
     "  export  a log for PyTorch memory_viz or Perfetto     poolshim export log.csv --perfetto t.json\n"
     "  version print the version (also --version)           poolshim --version\n"
     "\n"
-    "'poolshim <command> --help' describes each command. Documentation: docs/cli.md\n";
+    "'poolshim <command> --help' describes each command; 'man poolshim' all of them,\n"
+    "'man 7 poolshim' the environment and the configuration.\n";
 
 typedef struct subcommand {
     const char *name;                  /* as typed */

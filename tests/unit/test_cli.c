@@ -174,6 +174,23 @@ Test(cli, help_exits_zero_for_every_subcommand)
     cli_result_free(&r);
 }
 
+/* An installed copy has no docs/ folder: help points at the manual pages. */
+Test(cli, help_points_at_the_manual_not_at_the_source_tree)
+{
+    const char *commands[] = {"--help", "run", "ab", "replay", "plot", "stats", "config", "top", "export"};
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        cli_result_t r = i ? run_cli((const char *[]){commands[i], "--help", NULL}, NULL)
+                           : run_cli((const char *[]){"--help", NULL}, NULL);
+        cr_expect(!strstr(r.out, "docs/") && !strstr(r.err, "docs/"), "%s --help names docs/: %s%s", commands[i],
+                  r.out, r.err);
+        if (i == 0) {
+            size_t n = strlen(r.out);
+            cr_expect(n > 40 && strstr(r.out + n - 120, "'man poolshim'"), "ends pointing at the manual: %s", r.out);
+        }
+        cli_result_free(&r);
+    }
+}
+
 Test(cli, no_command_and_unknown_command_are_usage_errors)
 {
     cli_result_t r = run_cli((const char *[]){NULL}, NULL);
