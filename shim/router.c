@@ -74,6 +74,7 @@
  *    they gave any, or if another thread's give-back ended meanwhile. Asked
  *    from the failing thread, holding no lock of the shim; never inside it.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,8 +102,11 @@ static ps_global_config_t passthrough_global; /* used when the config failed */
 
 int ps_trace_lookups; /* POOLSHIM_TRACE_LOOKUPS=1: print every cu* name looked up */
 
+static pid_t loaded_in; /* the process the constructor ran in (not a forked child) */
+
 __attribute__((constructor)) static void read_disable_flag(void)
 {
+    loaded_in = getpid();
     /* the parser the configuration uses; a POOLSHIM_DISABLE that is no
      * boolean is left to ps_config_load, which warns once and passes every
      * call through (global.disable) */
@@ -163,6 +167,28 @@ static void init_once_body(void)
 }
 
 atomic_int ps_init_done; /* 1 once init_once_body has run (ps_shim_ensure_init's shortcut) */
+
+/* Statistics asked for on stderr, and the process never reached the shim
+ * (no CUDA allocation, no context): one line says so instead of silence.
+ * The configuration is read only when a variable could have turned the
+ * statistics on; a forked child stays quiet (its parent speaks). With a
+ * statistics file nothing is written (docs/config.md, global.stats_file). */
+__attribute__((destructor)) static void report_no_cuda_seen(void)
+{
+    if (atomic_load(&ps_init_done) || ps_disabled_early || getpid() != loaded_in)
+        return;
+    if (!getenv("POOLSHIM_STATS") && !getenv("POOLSHIM_OPTIONS") && !getenv("POOLSHIM_CONFIG"))
+        return;
+    ps_config_t *cfg = NULL;
+    if (ps_config_load(NULL, &cfg) == PS_OK) {
+        const ps_global_config_t *g = ps_config_global(cfg);
+        ps_verbosity = g->verbosity;
+        if (g->stats != PS_STATS_OFF && !g->stats_file[0] && !g->disable)
+            ps_warning("statistics: no CUDA allocation seen in %s (pid %d): nothing to report",
+                       program_invocation_short_name, (int)getpid());
+    }
+    ps_config_free(cfg);
+}
 
 /* ps_shim_ensure_init (router.h) before the first initialisation finished. */
 int ps_shim_init(void)

@@ -23,13 +23,15 @@
  *   on to it; SIGINT and SIGQUIT reach it from the terminal), and at its
  *   exit the files are read back and printed to stderr as one table, a row
  *   per process (rank) and a total (stats_table.c); one process with
- *   --stats=json gets its report as the shim wrote it. The exit status is
- *   still the command's.
+ *   --stats=json gets its report as the shim wrote it; no file at all from
+ *   a command that exited by itself (no process made a CUDA allocation)
+ *   gets one line saying so. The exit status is still the command's.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,8 +118,11 @@ static void forward_signal(int signal_number)
         kill((pid_t)child_pid, signal_number);
 }
 
-/* Prints what the processes wrote into `directory` (one stats_*.json each). */
-static void print_merged_stats(const char *directory, int json)
+/* Prints what the processes wrote into `directory` (one stats_*.json each).
+ * None written by a command that exited by itself (`exited`: not killed,
+ * not unable to start): no process of `command` reached the shim, and one
+ * line says so. */
+static void print_merged_stats(const char *directory, int json, const char *command, bool exited)
 {
     stats_job_t job = {0};
     char err[4400];
@@ -139,6 +144,9 @@ static void print_merged_stats(const char *directory, int json)
             stats_print_json(stderr, &job);
         else
             stats_print_table(stderr, &job);
+    } else if (!found && exited) {
+        fprintf(stderr, "poolshim: run: no CUDA allocation seen: no process of '%s' allocated GPU memory "
+                        "through CUDA, so there are no statistics\n", command);
     }
     stats_job_free(&job);
 }
@@ -334,7 +342,8 @@ int ps_cmd_run(int argc, char **argv)
     }
     if (merge) {
         int exit_code = run_and_wait(command);
-        print_merged_stats(directory, !strcmp(stats, "json"));
+        print_merged_stats(directory, !strcmp(stats, "json"), argv[optind],
+                           exit_code < CLI_EXIT_CANNOT_EXECUTE);
         cli_remove_directory(directory);
         free(sanitized);
         return exit_code;

@@ -46,7 +46,10 @@ static int read_argument(stats_job_t *job, const char *argument)
         glob_t matches;
         int rc = glob(argument, 0, NULL, &matches);
         if (rc == GLOB_NOMATCH) {
-            fprintf(stderr, "poolshim: error: stats: %s: no file matches\n", argument);
+            fprintf(stderr,
+                    "poolshim: error: stats: %s: no file matches (a process that made no CUDA allocation "
+                    "writes none)\n",
+                    argument);
             return -1;
         }
         for (size_t i = 0; rc == 0 && i < matches.gl_pathc; i++)
@@ -62,7 +65,10 @@ static int read_argument(stats_job_t *job, const char *argument)
             return -1;
         }
         if (!found) {
-            fprintf(stderr, "poolshim: error: stats: %s: no *.json file with the shim's statistics\n", argument);
+            fprintf(stderr,
+                    "poolshim: error: stats: %s: no *.json file with the shim's statistics (a process that "
+                    "made no CUDA allocation writes none)\n",
+                    argument);
             return -1;
         }
         return 0;

@@ -2022,6 +2022,57 @@ Test(launcher, run_stats_json_of_one_process_is_the_shims_own_report)
     cr_expect(!strstr(output, "poolshim_stats"), "no merged table for one process:\n%s", output);
 }
 
+/* Runs `env ENV /bin/true` under the shim of this build; keeps stdout and
+ * stderr in `output`. */
+static int run_true(const char *env)
+{
+    const char *build = getenv("POOLSHIM_BUILD"), *prefix = getenv("POOLSHIM_PRELOAD_PREFIX");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "env LD_PRELOAD=\"%s%s%s/libpoolshim.so\" %s /bin/true 2>&1", prefix ? prefix : "",
+             prefix && *prefix ? " " : "", build, env);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "cannot run %s", cmd);
+    size_t n = fread(output, 1, sizeof output - 1, p);
+    output[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Statistics asked for, and the program never allocated through CUDA: a
+ * line says so (poolshim run, or the shim itself when the report goes to
+ * stderr); with a statistics file nothing is written, and nothing said. */
+Test(launcher, no_cuda_allocation_seen_is_said_not_silent)
+{
+    int rc = run_cli("--stats -- /bin/true");
+    cr_expect_eq(rc, 0, "exit %d:\n%s", rc, output);
+    cr_expect(strstr(output, "poolshim: run: no CUDA allocation seen: no process of '/bin/true' allocated GPU "
+                             "memory through CUDA"), "run --stats says so:\n%s", output);
+    rc = run_cli("--stats=json -- /bin/sh -c 'exit 4'");
+    cr_expect_eq(rc, 4, "the command's status, got %d:\n%s", rc, output);
+    cr_expect(strstr(output, "no CUDA allocation seen: no process of '/bin/sh'"), "with json too:\n%s", output);
+
+    rc = run_true("POOLSHIM_STATS=text");
+    cr_expect_eq(rc, 0);
+    cr_expect(strstr(output, "poolshim: warning: statistics: no CUDA allocation seen in true (pid "),
+              "the shim says so on stderr:\n%s", output);
+    run_true("POOLSHIM_OPTIONS=global.stats=json");
+    cr_expect(strstr(output, "no CUDA allocation seen in true"), "stats set through POOLSHIM_OPTIONS:\n%s", output);
+    run_true("POOLSHIM_STATS=0");
+    cr_expect_eq(output[0], '\0', "statistics off: nothing:\n%s", output);
+    run_true("POOLSHIM_STATS=text POOLSHIM_VERBOSE=0");
+    cr_expect_eq(output[0], '\0', "verbosity 0: nothing:\n%s", output);
+    char path[256], env[512];
+    snprintf(path, sizeof path, "/tmp/poolshim_nothing_seen_%d.json", (int)getpid());
+    snprintf(env, sizeof env, "POOLSHIM_STATS=json POOLSHIM_STATS_FILE=%s", path);
+    run_true(env);
+    cr_expect_eq(output[0], '\0', "a statistics file: nothing said:\n%s", output);
+    cr_expect_neq(access(path, F_OK), 0, "and no file written");
+
+    rc = run(1, "POOLSHIM_STATS=text", "prog_runtime basic");
+    cr_expect_eq(rc, 0, "%s", output);
+    cr_expect(!strstr(output, "no CUDA allocation seen"), "a program that allocated gets its report:\n%s", output);
+}
+
 /* Runs `poolshim ab ARGS` like run_cli; keeps stdout (the table or JSON)
  * and stderr together in `output`. */
 static int run_ab(const char *args)

@@ -1748,14 +1748,20 @@ Test(stats, run_stats_passes_the_exit_status_through_when_no_process_reported)
     cr_expect_eq(r.exit_code, 3);
     cr_expect(strncmp(r.out, "json ", 5) == 0 && strstr(r.out, "/stats_%p.json\n"),
               "one JSON file per process: %s", r.out);
-    cr_expect_str_eq(r.err, "", "no process wrote statistics, nothing printed: %s", r.err);
+    cr_expect_str_eq(r.err,
+                     "poolshim: run: no CUDA allocation seen: no process of '/bin/sh' allocated GPU memory "
+                     "through CUDA, so there are no statistics\n",
+                     "no process wrote statistics: one line says why: %s", r.err);
     cli_result_free(&r);
+    /* killed, or not started: no report is no proof that nothing was allocated */
     r = run_cli((const char *[]){"run", "--stats", "--", "/bin/sh", "-c", "kill -TERM $$", NULL}, env);
     cr_expect_eq(r.exit_code, 128 + 15);
+    cr_expect(!strstr(r.err, "no CUDA allocation seen"), "%s", r.err);
     cli_result_free(&r);
     r = run_cli((const char *[]){"run", "--stats", "--", "/nonexistent/program", NULL}, env);
     cr_expect_eq(r.exit_code, 127);
     cr_expect(strstr(r.err, "/nonexistent/program"), "%s", r.err);
+    cr_expect(!strstr(r.err, "no CUDA allocation seen"), "%s", r.err);
     cli_result_free(&r);
 }
 
