@@ -15,7 +15,10 @@
  *      written is ignored.
  *   3. Each page's "report" is the exit report's JSON: one row per device.
  *      Allocations per second come from two readings of the same process
- *      and device (the previous one is kept), so the first view has none.
+ *      and device (the previous one is kept): --once and --json read the
+ *      pages, wait one page period (the longest `period_ms`, 500 ms, and a
+ *      margin) for the next pages, and read again; the terminal view has
+ *      rates from its second refresh on.
  *   4. Shown as a table refreshed every second in the terminal (ANSI
  *      escapes, no curses; q quits, s changes the sort column; the terminal
  *      is restored at exit and on SIGINT/SIGTERM/SIGHUP), or once: a table
@@ -60,8 +63,9 @@ static const char top_usage[] =
     "In a terminal the view refreshes every second: q quits, s changes the sort column.\n"
     "\n"
     "options:\n"
-    "  --once        print the table once (no terminal escapes)\n"
-    "  -j, --json    print one JSON document\n"
+    "  --once        print the table once (no terminal escapes), after reading every\n"
+    "                process's page twice, 0.65 s apart, for ALLOC/S\n"
+    "  -j, --json    print one JSON document (read as --once does)\n"
     "  --prometheus  print Prometheus' text exposition format (textfile collector)\n"
     "  --textfile PATH  write it to node_exporter's textfile directory PATH (as\n"
     "                poolshim.prom; or to PATH itself when it ends in .prom), atomically,\n"
@@ -75,6 +79,8 @@ static const char top_usage[] =
 
 #define COMMAND_CHARS 256
 #define ROWS_MAX 4096
+#define PAGE_PERIOD_MAX_MS 2000 /* the longest wait for a second reading */
+#define PAGE_MARGIN_MS 150      /* beyond a page's period: its writer's lateness */
 
 /* One process's figures on one device, as its page says. */
 typedef struct top_row {
@@ -86,6 +92,7 @@ typedef struct top_row {
     char user[64];              /* its user's name (the registry's owner), or the uid */
     double time;                /* when the page was written (seconds since the epoch) */
     uint64_t monotonic_ns;      /* the same on CLOCK_MONOTONIC */
+    int period_ms;              /* how often the process rewrites its page */
     int device;                 /* the device ordinal in that process */
     uint64_t requested;         /* bytes asked for and not freed (stats on) */
     uint64_t requested_peak;    /* the most of them */
@@ -249,6 +256,7 @@ static void add_page(const char *text, int pid, unsigned long long start)
             snprintf(r->user, sizeof r->user, "%u", (unsigned)geteuid());
         r->time = cli_json_double(page, "time", 0);
         r->monotonic_ns = cli_json_u64(page, "monotonic_ns", 0);
+        r->period_ms = (int)cli_json_u64(page, "period_ms", 0);
         r->device = (int)cli_json_u64(d, "device", 0);
         r->requested = cli_json_u64(d, "bytes.requested_current", 0);
         r->requested_peak = cli_json_u64(d, "bytes.requested_peak", 0);
@@ -314,6 +322,29 @@ static void read_pages(const char *dir)
     add_pages(dir, NULL);
 }
 
+/* The pages read twice, one page period apart, so that every process that
+ * still runs has a rate (--once, --json). */
+static void read_pages_for_rates(const char *dir)
+{
+    read_pages(dir);
+    int period_ms = 0;
+    for (int i = 0; i < row_count; i++)
+        if (rows[i].period_ms > period_ms)
+            period_ms = rows[i].period_ms;
+    if (!row_count)
+        return;
+    if (period_ms <= 0 || period_ms > PAGE_PERIOD_MAX_MS)
+        period_ms = PAGE_PERIOD_MAX_MS;
+    struct timespec wait = {0, (long)(period_ms + PAGE_MARGIN_MS) * 1000000L};
+    while (wait.tv_nsec >= 1000000000L) {
+        wait.tv_sec++;
+        wait.tv_nsec -= 1000000000L;
+    }
+    while (nanosleep(&wait, &wait) != 0 && errno == EINTR)
+        ;
+    read_pages(dir);
+}
+
 /* ---- 3. order ---------------------------------------------------------------- */
 enum { SORT_RESERVED, SORT_REQUESTED, SORT_PEAK, SORT_RATE, SORT_TIME, SORT_PID, SORT_COUNT };
 static const char *const sort_names[SORT_COUNT] = {"reserved", "requested", "peak reserved", "allocations/s",
@@ -340,6 +371,10 @@ static int compare_rows(const void *pa, const void *pb)
 }
 
 /* ---- 4. output --------------------------------------------------------------- */
+static const char no_process_text[] =
+    "no process under poolshim is running (a process shows here while it runs, with "
+    "global.neighbour_release on)";
+
 static const char header_format[] = "%7s %4s %3s %10s %10s %7s %10s %9s %10s %8s %7s %10s  %s";
 
 /* One row as a line of the table (no newline). */
@@ -562,7 +597,7 @@ static void draw(const char *dir)
         printf("%.*s\033[K\n", width, line);
     }
     if (!row_count)
-        printf("(no process under the shim publishes here: it needs global.neighbour_release on)\033[K\n");
+        printf("%s\033[K\n", no_process_text);
     fputs("\033[J", stdout);
     fflush(stdout);
 }
@@ -690,8 +725,10 @@ int ps_cmd_top(int argc, char **argv)
         return CLI_EXIT_FAILURE;
     if (!once && !json && !prometheus && isatty(STDOUT_FILENO) && isatty(STDIN_FILENO))
         return interactive(dir);
-    if (usable)
-        read_pages(dir);
+    if (usable && prometheus)
+        read_pages(dir); /* (counters: Prometheus' rate() makes the rates) */
+    else if (usable)
+        read_pages_for_rates(dir);
     if (json)
         sort_by = SORT_PID; /* (a process's devices together) */
     qsort(rows, (size_t)row_count, sizeof rows[0], compare_rows);
@@ -699,6 +736,8 @@ int ps_cmd_top(int argc, char **argv)
         print_json(stdout, dir);
     else if (prometheus)
         print_prometheus(stdout);
+    else if (!row_count)
+        printf("%s\n", no_process_text);
     else
         print_table(stdout);
     return CLI_EXIT_OK;

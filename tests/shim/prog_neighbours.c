@@ -176,6 +176,23 @@ static void hold(const char *dir, int n)
     CHECK(wait_for(dir, "release", 30), "hold: no release within 30 s");
 }
 
+/* A loop that allocates while `poolshim top` watches: a 4 KiB cudaMalloc
+ * and cudaFree every millisecond or so until DIR/release (at most 30 s). */
+static void churn(const char *dir)
+{
+    void *p = NULL;
+    CHECK(cudaMalloc(&p, 4096) == cudaSuccess && cudaFree(p) == cudaSuccess, "churn: the first pair");
+    wait_registered();
+    signal_file(dir, "ready");
+    long pairs = 1;
+    for (double began = now_ms(); !exists(dir, "release") && now_ms() - began < 30000; pairs++) {
+        CHECK(cudaMalloc(&p, 4096) == cudaSuccess, "churn: cudaMalloc %ld", pairs);
+        CHECK(cudaFree(p) == cudaSuccess, "churn: cudaFree %ld", pairs);
+        usleep(1000);
+    }
+    printf("churn: %ld pairs\n", pairs);
+}
+
 typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 
 static void create_handles(const char *dir)
@@ -286,10 +303,12 @@ int main(int argc, char **argv)
         create_big(argv[2]);
     else if (!strcmp(what, "hold") && argc > 3)
         hold(argv[2], atoi(argv[3]));
+    else if (!strcmp(what, "churn") && argc > 2)
+        churn(argv[2]);
     else if (!strcmp(what, "uuid"))
         uuid();
     else {
-        fprintf(stderr, "usage: prog_neighbours give|take DIR [DEVICE] | create DIR | hold DIR N | uuid\n");
+        fprintf(stderr, "usage: prog_neighbours give|take DIR [DEVICE] | create DIR | hold DIR N | churn DIR | uuid\n");
         return 2;
     }
     return finish(what);

@@ -1378,6 +1378,63 @@ Test(live, negative_control_without_the_registry_top_finds_no_process, .timeout 
     expect_top_matches_exit_reports("POOLSHIM_OPTIONS=global.neighbour_release=0", 0);
 }
 
+/* A program that allocates while top reads once: ALLOC/S has a rate (the
+ * one-shot views read every page twice, a page period apart), in the
+ * table, the JSON; with nothing running, one line says so. */
+Test(live, top_once_shows_the_allocation_rate_of_a_running_loop, .timeout = 30)
+{
+    hood_init(1, NULL);
+    char cmd[256], signals[160], out[200], ready[200], release[200];
+    snprintf(cmd, sizeof cmd, "--once --dir %s", hood.registry);
+    int rc = run_top(cmd);
+    cr_expect_eq(rc, 0, "%s%s", output, top_errors);
+    cr_expect_str_eq(output, "no process under poolshim is running (a process shows here while it runs, with "
+                             "global.neighbour_release on)\n", "nothing running: one line");
+
+    snprintf(signals, sizeof signals, "%s/churn", hood.dir);
+    cr_assert_eq(mkdir(signals, 0700), 0);
+    snprintf(out, sizeof out, "%s.txt", signals);
+    char args[256];
+    snprintf(args, sizeof args, "prog_neighbours churn %s", signals);
+    pid_t pid = start_background(1, hood.env, args, out);
+    snprintf(ready, sizeof ready, "%s/ready", signals);
+    cr_assert(wait_for_file(ready, pid, 10), "the loop did not get ready (see %s)", out);
+    wait_for_fresh_page(pid, wall_now());
+
+    static char table[65536];
+    rc = run_top(cmd);
+    snprintf(table, sizeof table, "%s", output);
+    snprintf(cmd, sizeof cmd, "--json --dir %s", hood.registry);
+    run_top(cmd);
+    snprintf(release, sizeof release, "%s/release", signals);
+    FILE *f = fopen(release, "w");
+    if (f)
+        fclose(f);
+    int status = -1;
+    waitpid(pid, &status, 0);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the loop ended badly");
+
+    const char *process = top_process(output, pid);
+    cr_assert(process, "the loop (%d) in:\n%s", (int)pid, output);
+    const char *rate = strstr(process, "\"allocations_per_second\": ");
+    cr_assert(rate, "%s", process);
+    double per_second = strtod(rate + 26, NULL);
+    cr_expect(strncmp(rate + 26, "null", 4) != 0 && per_second > 50 && per_second < 2000,
+              "a loop of a pair a millisecond: %.1f/s\n%s", per_second, process);
+
+    const char *header = strstr(table, "ALLOC/S");
+    char pid_text[24];
+    snprintf(pid_text, sizeof pid_text, "\n%7d ", (int)pid);
+    const char *row = strstr(table, pid_text);
+    cr_assert(header && row, "a header and the loop's row:\n%s", table);
+    size_t end = (size_t)(header - table) + 7; /* the column is right-aligned, 9 wide */
+    char cell[16];
+    snprintf(cell, sizeof cell, "%.9s", row + 1 + end - 9);
+    long shown = strtol(cell, NULL, 10);
+    cr_expect(shown > 50, "ALLOC/S shows a rate, got '%s':\n%s", cell, table);
+    hood_cleanup();
+}
+
 /* (b) the page of a pid that is gone, and a killed program's leftover, are
  * not listed and are removed; the control: the same page with a live pid
  * (this test's own) is listed. */
