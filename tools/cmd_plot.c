@@ -3,9 +3,10 @@
  * Algorithm:
  *   1. Read the log (FILE:LINE errors as for replay).
  *   2. Per device: replay its events over the stack (the default, or
- *      --config) on a simulated device (--simulate, default 1 TiB: large
- *      enough never to refuse), collecting requested and reserved bytes
- *      after every event. If the stack cannot be built (a build without
+ *      --config) on a simulated device (--simulate, default 1 TiB),
+ *      collecting requested and reserved bytes after every event. An
+ *      allocation the device refuses is not drawn (requested bytes are
+ *      what was served, tools/replay.c); the subtitle and a warning say so. If the stack cannot be built (a build without
  *      the pool), requested bytes alone are drawn and the subtitle says
  *      "reserved unknown".
  *   3. When the log has its companion LOG.reserved.csv (written by the
@@ -152,14 +153,26 @@ int replay_plot(const memlog_t *log, const char *log_name, const char *config, u
         if (gpu_lag_ns)
             snprintf(lag, sizeof lag, " (GPU lag %s)",
                      cli_format_seconds(lag_text, sizeof lag_text, (double)gpu_lag_ns / 1e9));
+        uint64_t refused = 0;
+        for (int d = 0; d < devices; d++)
+            refused += stats[d].failures;
+        char refused_text[128] = "", capacity_text[32];
+        if (refused) {
+            cli_format_bytes(capacity_text, sizeof capacity_text, capacity);
+            snprintf(refused_text, sizeof refused_text, "; %llu allocation%s refused on %s, not drawn",
+                     (unsigned long long)refused, refused == 1 ? "" : "s", capacity_text);
+            fprintf(stderr, "poolshim: warning: plot: %llu allocation%s of the log refused on the simulated device "
+                            "of %s: not drawn (replay shows where)\n",
+                    (unsigned long long)refused, refused == 1 ? "" : "s", capacity_text);
+        }
         char real[160] = "", peak_text[32];
         if (recorded && recorded->count)
             snprintf(real, sizeof real, "; recorded on the GPU: peak %s",
                      cli_format_bytes(peak_text, sizeof peak_text, recorded->peak));
         if (have_reserved)
             snprintf(subtitle, sizeof subtitle, "%s, %zu events; simulated = replay over stack '%s' on a "
-                                                "simulated device%s%s%s",
-                     base, log->count, stack_name, lag, real, omitted);
+                                                "simulated device%s%s%s%s",
+                     base, log->count, stack_name, lag, refused_text, real, omitted);
         else
             snprintf(subtitle, sizeof subtitle, "%s, %zu events; simulated reserved unknown (no stack to replay on)%s%s",
                      base, log->count, real, omitted);

@@ -8,6 +8,9 @@
  *      bytes, replay that device's events in log order on one thread
  *      (tools/replay.c), destroy the stack.
  *   3. Print a table (or --json), optionally a memory-over-time plot.
+ *   4. Exit 1 when a stack refused an allocation the log says was served:
+ *      the replay did not reproduce the program (a "FAILED:" line in the
+ *      table, "failures" in the JSON, one line on stderr).
  * --gpu-lag makes the simulated GPU lag the host: a fence completes that
  * long after it was recorded, in the log's time (the replay moves the
  * device's clock to each event's timestamp), so the cost of a free policy
@@ -78,6 +81,21 @@ static const char replay_usage[] =
     "  -t, --title TEXT     title of the plot\n"
     "  -h, --help           this text\n";
 
+/* Step 4: exit status 1 when a stack refused an allocation the log says was
+ * served (the table, or the JSON, says which and where first), with one line
+ * on stderr so that a script's log shows why. */
+static int refused(const replay_stats_t *results, size_t count)
+{
+    uint64_t failures = 0;
+    for (size_t i = 0; i < count; i++)
+        failures += results[i].failures;
+    if (!failures)
+        return CLI_EXIT_OK;
+    fprintf(stderr, "poolshim: replay: %llu allocation%s of the log failed in the replay (exit status 1)\n",
+            (unsigned long long)failures, failures == 1 ? "" : "s");
+    return CLI_EXIT_FAILURE;
+}
+
 /* The simulated peak reserved of one stack on a device of `capacity` bytes
  * (0 when it cannot be built). */
 static uint64_t simulated_peak(const memlog_t *log, const char *config, int device, uint64_t capacity,
@@ -136,6 +154,14 @@ static int replay_on_gpu(const memlog_t *log, const char *log_path, const char *
             replay_gpu_print_json(stdout, log_path, results, count);
         else
             replay_gpu_print_text(stdout, log_path, results, count);
+        uint64_t failures = 0;
+        for (size_t i = 0; i < count; i++)
+            failures += results[i].failures;
+        if (failures) {
+            fprintf(stderr, "poolshim: replay: %llu allocation%s of the log failed on the GPU (exit status 1)\n",
+                    (unsigned long long)failures, failures == 1 ? "" : "s");
+            exit_code = CLI_EXIT_FAILURE;
+        }
         if (plot_path && replay_plot(log, log_path, config_count ? configs[0] : NULL, (uint64_t)1 << 40, gpu_lag_ns,
                                      recorded, title, plot_path) != 0)
             exit_code = CLI_EXIT_FAILURE;
@@ -281,6 +307,7 @@ int ps_cmd_replay(int argc, char **argv)
             replay_print_json(stdout, log_path, &log, capacity, gpu_lag_ns, busy_streams, results, result_count);
         else
             replay_print_text(stdout, log_path, &log, capacity, gpu_lag_ns, busy_streams, results, result_count);
+        exit_code = refused(results, result_count);
         if (plot_path &&
             replay_plot(&log, log_path, config_count ? configs[0] : NULL, capacity, gpu_lag_ns,
                         have_recorded ? &recorded : NULL, title, plot_path) != 0)

@@ -6,13 +6,16 @@
  *      several threads concurrently would not reproduce it either).
  *   2. allocate: time ps_allocate(size, logged stream); remember
  *      logged pointer -> (replayed pointer, size, stream) in a hash map.
- *      A refusal is counted as a failure and its later free is skipped.
+ *      A refusal is counted as a failure (the first one's line and size
+ *      kept) and its later free is skipped.
  *   3. free: look the logged pointer up, time ps_deallocate with the
  *      allocation's size and stream. Frees of unknown pointers are
  *      skipped and counted (logs cut at the start have them).
- *   4. requested bytes follow the log itself (independent of the stack);
- *      each time they reach a new peak the stack is queried for free and
- *      largest-free bytes, giving fragmentation at the peak.
+ *   4. requested bytes are the log's allocations the stack served (all of
+ *      them without a stack): a refused one is not live, as in the program
+ *      whose call failed; each time they reach a new peak the stack is
+ *      queried for free and largest-free bytes, giving fragmentation at
+ *      the peak.
  *   5. At the end everything still live is freed (not timed).
  * With options->threads, each logged thread's calls run on a host thread
  * of its own (created at its first event): the walk hands one call at a
@@ -42,6 +45,7 @@ typedef struct live_entry {
     void *replayed;     /* pointer from the stack, NULL when the stack refused */
     uint64_t size;      /* bytes asked for */
     uint64_t stream;    /* stream it was allocated on */
+    int counted;        /* 1: its size is in the requested bytes (served, or no stack) */
 } live_entry_t;
 
 /* Open-addressing map from logged pointer to live_entry_t. */
@@ -352,10 +356,11 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
                 s.double_allocations++;
                 if (!s.first_problem_line)
                     s.first_problem_line = e->line;
-                requested -= old->size;
+                if (old->counted)
+                    requested -= old->size;
                 free_entry(top, old, &s, 0, NULL, 0);
             }
-            live_entry_t entry = {key_of(e->pointer), NULL, e->size, e->stream};
+            live_entry_t entry = {key_of(e->pointer), NULL, e->size, e->stream, 1};
             if (top) {
                 replay_call_t c = {0, top, (size_t)e->size, replay_stream(e->stream), NULL, 0, 0};
                 call_on(baton, e->thread, &c);
@@ -367,7 +372,11 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
                     s.alloc_call_ns[s.allocations] = saturate_ns(took);
                 if (rc != PS_OK) {
                     entry.replayed = NULL;
-                    s.failures++;
+                    entry.counted = 0;
+                    if (!s.failures++) {
+                        s.first_failure_line = e->line;
+                        s.first_failure_size = e->size;
+                    }
                 }
             }
             s.allocations++;
@@ -377,7 +386,8 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
                 status = -1;
                 break;
             }
-            requested += e->size;
+            if (entry.counted)
+                requested += e->size;
             if (requested > s.peak_requested) {
                 s.peak_requested = requested;
                 if (top) {
@@ -396,7 +406,8 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
                 if (!s.first_problem_line)
                     s.first_problem_line = e->line;
             } else {
-                requested -= entry->size;
+                if (entry->counted)
+                    requested -= entry->size;
                 free_entry(top, entry, &s, 1, baton, e->thread);
                 s.frees++;
             }
@@ -466,6 +477,24 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
 }
 
 /* ---- rendering ------------------------------------------------------ */
+
+size_t replay_print_failures(FILE *f, const replay_stats_t *results, size_t count)
+{
+    size_t failed = 0;
+    for (size_t i = 0; i < count; i++) {
+        const replay_stats_t *r = &results[i];
+        if (!r->failures)
+            continue;
+        char size[32];
+        fprintf(f, "FAILED: device %d, stack %s: %llu allocation%s refused, the first at line %u (%s); the "
+                   "program would have seen cudaErrorMemoryAllocation there, and the peaks count only what was "
+                   "served\n",
+                r->device, r->stack, (unsigned long long)r->failures, r->failures == 1 ? "" : "s",
+                r->first_failure_line, cli_format_bytes(size, sizeof size, r->first_failure_size));
+        failed++;
+    }
+    return failed;
+}
 
 static double per_op_ns(uint64_t ns, uint64_t ops) { return ops ? (double)ns / (double)ops : 0; }
 
@@ -541,7 +570,7 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
     fprintf(f, "\n%-6s  %-16s  %10s  %10s  %14s  %14s  %8s  %14s  %8s  %9s", "device", "stack",
             "alloc/op", "free/op", "peak requested", "peak reserved", "overhead", "fragmentation",
             "failures", "upstream");
-    fprintf(f, recorded ? "  %14s  %8s\n" : "\n", "recorded peak", "overhead");
+    fprintf(f, recorded ? "  %14s  %18s\n" : "\n", "recorded peak", "recorded/requested");
     for (size_t i = 0; i < count; i++) {
         const replay_stats_t *r = &results[i];
         char alloc_op[32], free_op[32], requested[32], reserved[32], overhead[32], frag[32];
@@ -562,9 +591,9 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
             if (r->peak_requested)
                 snprintf(real_overhead, sizeof real_overhead, "%.2fx",
                          (double)r->recorded_peak_reserved / (double)r->peak_requested);
-            fprintf(f, "  %14s  %8s", cli_format_bytes(real, sizeof real, r->recorded_peak_reserved), real_overhead);
+            fprintf(f, "  %14s  %18s", cli_format_bytes(real, sizeof real, r->recorded_peak_reserved), real_overhead);
         } else if (recorded) {
-            fprintf(f, "  %14s  %8s", "-", "-");
+            fprintf(f, "  %14s  %18s", "-", "-");
         }
         fputc('\n', f);
     }
@@ -576,6 +605,7 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
                     r->device, (unsigned long long)r->unknown_frees,
                     (unsigned long long)r->double_allocations, r->first_problem_line);
     }
+    replay_print_failures(f, results, count);
     for (size_t i = 0; i < count; i++)
         if (results[i].has_layout)
             print_layout_text(f, &results[i]);
@@ -583,7 +613,7 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
                "(reserved, not in use) outside the largest free block, at the requested peak\n");
     if (recorded)
         fprintf(f, "recorded peak = what the recorded program's GPU really held at most (the log's companion "
-                   "LOG.reserved.csv, written by the shim)\n");
+                   "LOG.reserved.csv, written by the shim); recorded/requested = recorded peak / peak requested\n");
 }
 
 void replay_json_result_open(FILE *f, size_t index, int device, const char *stack)
@@ -609,7 +639,7 @@ void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint6
                 "\"alloc_ns_per_op\": %.1f, \"free_ns_per_op\": %.1f, \"peak_requested\": %llu, "
                 "\"peak_reserved\": %llu, \"free_at_peak\": %llu, \"largest_free_at_peak\": %llu, "
                 "\"fragmentation\": %.4f, \"upstream_allocs\": %llu, \"barriers\": %llu, \"duration_s\": %.6f, "
-                "\"recorded_peak_reserved\": ",
+                "\"first_failure_line\": ",
                 (unsigned long long)r->events, (unsigned long long)r->allocations,
                 (unsigned long long)r->frees, (unsigned long long)r->failures,
                 (unsigned long long)r->logged_failures, (unsigned long long)r->unknown_frees,
@@ -618,6 +648,10 @@ void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint6
                 (unsigned long long)r->peak_reserved, (unsigned long long)r->free_at_peak,
                 (unsigned long long)r->largest_free_at_peak, r->fragmentation,
                 (unsigned long long)r->upstream_allocs, (unsigned long long)r->barriers, r->duration_s);
+        cli_json_u64_or_null(f, r->failures != 0, r->first_failure_line);
+        fprintf(f, ", \"first_failure_size\": ");
+        cli_json_u64_or_null(f, r->failures != 0, r->first_failure_size);
+        fprintf(f, ", \"recorded_peak_reserved\": ");
         cli_json_u64_or_null(f, r->has_recorded, r->recorded_peak_reserved);
         fprintf(f, ", \"upstream_allocs_quarters\": [%llu, %llu, %llu, %llu]",
                 (unsigned long long)r->upstream_allocs_quarters[0], (unsigned long long)r->upstream_allocs_quarters[1],

@@ -26,14 +26,16 @@ typedef struct replay_stats {
     uint64_t events;              /* events of this device in the log */
     uint64_t allocations;         /* allocate events replayed */
     uint64_t frees;               /* free events replayed */
-    uint64_t failures;            /* allocations the stack refused */
+    uint64_t failures;            /* allocations the stack refused (not in the requested bytes) */
+    unsigned first_failure_line;  /* the log line of the first of them */
+    uint64_t first_failure_size;  /* and its size */
     uint64_t logged_failures;     /* "allocate failure" lines (not replayed) */
     uint64_t unknown_frees;       /* frees of pointers not live in the log (skipped) */
     uint64_t double_allocations;  /* allocations of a pointer still live in the log */
     unsigned first_problem_line;  /* line of the first unknown free / double allocation */
     uint64_t alloc_ns;            /* time inside allocate calls */
     uint64_t free_ns;             /* time inside deallocate calls */
-    uint64_t peak_requested;      /* max bytes live per the log */
+    uint64_t peak_requested;      /* max bytes live: the log's allocations the stack served */
     uint64_t peak_reserved;       /* max bytes the stack reserved */
     uint64_t free_at_peak;        /* reserved - in use when requested peaked */
     uint64_t largest_free_at_peak;/* largest free block then */
@@ -103,6 +105,10 @@ void replay_stats_free(replay_stats_t *stats);
  * JSON a "recorded_peak_reserved" (null where unknown). */
 void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
                        uint64_t gpu_lag_ns, unsigned busy_streams, const replay_stats_t *results, size_t count);
+/* One "FAILED: device D, stack S: N allocations refused, the first at line
+ * L (SIZE); ..." line per result whose stack refused an allocation the log
+ * says was served; returns how many results had one. */
+size_t replay_print_failures(FILE *f, const replay_stats_t *results, size_t count);
 /* Opens result `index` of a replay's JSON "results" list, as both replays
  * (this one and replay_gpu.h's) write it: a comma from the second on, then
  * `{"device": D, "stack": "S"`; the caller writes the rest and the '}'. */

@@ -381,7 +381,8 @@ int replay_gpu_driver_main(int argc, char **argv)
                     "{\"allocations\": %llu, \"frees\": %llu, \"failures\": %llu, \"alloc_median_ns\": %.0f, "
                     "\"alloc_p99_ns\": %.0f, \"free_median_ns\": %.0f, \"free_p99_ns\": %.0f, "
                     "\"peak_requested\": %llu, \"device_used_peak\": %llu, \"device_total\": %llu, "
-                    "\"lag_kernels\": %llu, \"lag_waits\": %llu, \"gpu_work_s\": %.6f, \"wall_s\": %.6f}\n",
+                    "\"lag_kernels\": %llu, \"lag_waits\": %llu, \"gpu_work_s\": %.6f, \"wall_s\": %.6f, "
+                    "\"first_failure_line\": %u, \"first_failure_size\": %llu}\n",
                     (unsigned long long)stats.allocations, (unsigned long long)stats.frees,
                     (unsigned long long)stats.failures,
                     replay_quantile_ns(stats.alloc_call_ns, stats.allocations, 0.5),
@@ -391,7 +392,7 @@ int replay_gpu_driver_main(int argc, char **argv)
                     (unsigned long long)stats.peak_requested,
                     (unsigned long long)(d.used_peak > d.used_at_start ? d.used_peak - d.used_at_start : 0),
                     (unsigned long long)d.total, (unsigned long long)d.kernels, (unsigned long long)d.waits,
-                    d.gpu_work_s, wall_s);
+                    d.gpu_work_s, wall_s, stats.first_failure_line, (unsigned long long)stats.first_failure_size);
             if (fclose(f) != 0)
                 status = -1;
         }
@@ -508,6 +509,8 @@ int replay_gpu_run(const char *log_path, const char *config, int native, int dev
             out->allocations = cli_json_u64(doc, "allocations", 0);
             out->frees = cli_json_u64(doc, "frees", 0);
             out->failures = cli_json_u64(doc, "failures", 0);
+            out->first_failure_line = (unsigned)cli_json_u64(doc, "first_failure_line", 0);
+            out->first_failure_size = cli_json_u64(doc, "first_failure_size", 0);
             out->alloc_median_ns = cli_json_double(doc, "alloc_median_ns", 0);
             out->alloc_p99_ns = cli_json_double(doc, "alloc_p99_ns", 0);
             out->free_median_ns = cli_json_double(doc, "free_median_ns", 0);
@@ -579,6 +582,14 @@ void replay_gpu_print_text(FILE *f, const char *log_name, const replay_gpu_resul
                 bytes_or_dash(simulated, sizeof simulated, r->simulated_peak > 0, r->simulated_peak),
                 bytes_or_dash(recorded, sizeof recorded, r->have_recorded, r->recorded_peak),
                 (unsigned long long)r->failures, cli_format_seconds(wall, sizeof wall, r->wall_s));
+    }
+    for (size_t i = 0; i < count; i++) {
+        const replay_gpu_result_t *r = &results[i];
+        if (r->failures)
+            fprintf(f, "FAILED: device %d, stack %s: %llu allocation%s refused on the GPU, the first at line %u "
+                       "(%s); the peaks count only what was served\n",
+                    r->device, r->stack, (unsigned long long)r->failures, r->failures == 1 ? "" : "s",
+                    r->first_failure_line, cli_format_bytes(a, sizeof a, r->first_failure_size));
     }
     fprintf(f, "\nreserved = the shim's peak reserved bytes (its statistics); device used = peak of cuMemGetInfo's "
                "used bytes during the replay, less those used before it (sampled); simulated = the same stack "

@@ -22,11 +22,13 @@ typedef struct replay_gpu_result {
     uint64_t allocations;        /* allocate events replayed */
     uint64_t frees;              /* frees replayed */
     uint64_t failures;           /* allocations the device refused */
+    unsigned first_failure_line; /* the log line of the first of them */
+    uint64_t first_failure_size; /* and its size */
     double alloc_median_ns;      /* per-call times (the driver's clock around each call) */
     double alloc_p99_ns;
     double free_median_ns;
     double free_p99_ns;
-    uint64_t peak_requested;     /* from the log */
+    uint64_t peak_requested;     /* the log's allocations that were served */
     int have_shim_stats;         /* the shim wrote its statistics */
     uint64_t shim_reserved_peak; /* then: bytes.reserved_peak of the shim's stack */
     uint64_t device_used_peak;   /* peak of (total - free) from cuMemGetInfo, less what was used at start */

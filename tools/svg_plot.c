@@ -10,7 +10,9 @@
  *      bucket's maximum and last value, so peaks survive and the file stays
  *      small.
  *   4. Title, axis labels with units, grid, legend (the y axis leaves
- *      room above the data for it); text is XML-escaped.
+ *      room above the data for it); text is XML-escaped and kept inside
+ *      the picture: an x label that would pass its right edge ends at the
+ *      edge, a subtitle too long for the width is squeezed to it.
  */
 #include "svg_plot.h"
 
@@ -26,6 +28,11 @@
 #define MARGIN_BOTTOM 60
 #define MAX_POINTS 4000
 #define BUCKETS 2000
+/* The widest glyph of the 12-pixel tick labels (DejaVu Sans digits are
+ * 0.64 em) and the average of the 13-pixel subtitle, in pixels: what keeps
+ * text inside the picture. */
+#define TICK_CHAR_PX 7.7
+#define SUBTITLE_CHAR_PX 7.0
 
 static const char *const palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                       "#9467bd", "#8c564b", "#e377c2", "#17becf"};
@@ -126,8 +133,12 @@ int svg_plot_write(FILE *f, const plot_spec_t *spec)
     xml_text(f, spec->title ? spec->title : "memory over time");
     fprintf(f, "</text>\n");
     if (spec->subtitle) {
-        fprintf(f, "<text x=\"%d\" y=\"50\" font-size=\"13\" text-anchor=\"middle\" fill=\"#444\">",
-                PLOT_WIDTH / 2);
+        double width = SUBTITLE_CHAR_PX * (double)strlen(spec->subtitle);
+        char fit[96] = "";
+        if (width > PLOT_WIDTH - 20)
+            snprintf(fit, sizeof fit, " textLength=\"%d\" lengthAdjust=\"spacingAndGlyphs\"", PLOT_WIDTH - 20);
+        fprintf(f, "<text x=\"%d\" y=\"50\" font-size=\"13\" text-anchor=\"middle\" fill=\"#444\"%s>",
+                PLOT_WIDTH / 2, fit);
         xml_text(f, spec->subtitle);
         fprintf(f, "</text>\n");
     }
@@ -148,8 +159,13 @@ int svg_plot_write(FILE *f, const plot_spec_t *spec)
         fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", px, MARGIN_TOP,
                 px, MARGIN_TOP + plot_h);
         tick_label(label, sizeof label, v, x_step);
-        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", px,
-                MARGIN_TOP + plot_h + 18, label);
+        double half = TICK_CHAR_PX * (double)strlen(label) / 2;
+        if (px + half > PLOT_WIDTH - 2) /* (the last label of a long one: it ends at the edge) */
+            fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", PLOT_WIDTH - 2,
+                    MARGIN_TOP + plot_h + 18, label);
+        else
+            fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", px,
+                    MARGIN_TOP + plot_h + 18, label);
     }
     fprintf(f, "</g>\n");
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#333\"/>\n",

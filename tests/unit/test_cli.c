@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <link.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -712,7 +713,10 @@ Test(replay, frees_with_the_allocation_size_and_counts_refusals)
     cr_expect_eq(stats.failures, 1);
     cr_expect_eq(tight.bad_frees, 0);
     cr_expect_eq(tight.in_use, 0);
-    cr_expect_eq(stats.peak_requested, peak, "requested follows the log, not the stack");
+    cr_expect_lt(stats.peak_requested, peak, "the refused allocation is not live: requested is what was served");
+    cr_expect_leq(stats.peak_reserved, peak - 1);
+    cr_expect_gt(stats.first_failure_line, 1, "the line of the refused allocation");
+    cr_expect_gt(stats.first_failure_size, 0);
     replay_stats_free(&stats);
     memlog_free(&log);
 }
@@ -1879,6 +1883,94 @@ Test(plot, draws_the_recorded_reserved_curve_beside_the_simulated_one)
     cr_expect_eq(lines, 2);
     free(text);
     unlink(svg);
+}
+
+/* tests/data/logs/refused_100tb.csv asks for 100 TB beside 1 MiB: on an
+ * 80 GiB device the replay fails it, says where, exits 1, and its peaks
+ * are what was served (1 MiB requested, not 90.95 TiB). */
+Test(replay, a_refused_allocation_fails_the_replay_and_is_not_requested)
+{
+    cli_result_t r = run_cli((const char *[]){"replay", data_path("logs/refused_100tb.csv"), "--simulate", "80GiB",
+                                              NULL}, NULL);
+    cr_expect_eq(r.exit_code, 1, "a replay that did not reproduce the log fails");
+    const char *row = strstr(r.out, "\n0 ");
+    cr_assert(row, "the device's row:\n%s", r.out);
+    cr_expect(strstr(row, "1.00 MiB") && !strstr(r.out, "90.95 TiB  "), "peak requested is what was served:\n%s",
+              r.out);
+    cr_expect(strstr(r.out, "\nFAILED: device 0, stack default: 1 allocation refused, the first at line 3 "
+                            "(90.95 TiB)"), "one clear line:\n%s", r.out);
+    cr_expect(strstr(r.err, "poolshim: replay: 1 allocation of the log failed in the replay (exit status 1)"),
+              "stderr: %s", r.err);
+    cli_result_free(&r);
+
+    r = run_cli((const char *[]){"replay", data_path("logs/refused_100tb.csv"), "--simulate", "80GiB", "--json",
+                                 NULL}, NULL);
+    cr_expect_eq(r.exit_code, 1);
+    json_t *doc = cli_json_parse(r.out, NULL, 0);
+    cr_assert(doc, "%s", r.out);
+    json_t *result = json_array_get(cli_json_at(doc, "results"), 0);
+    cr_expect_eq(cli_json_u64(result, "failures", 0), 1);
+    cr_expect_eq(cli_json_u64(result, "first_failure_line", 0), 3);
+    cr_expect_eq(cli_json_u64(result, "first_failure_size", 0), 100000000000000ull);
+    cr_expect_eq(cli_json_u64(result, "peak_requested", 0), 1048576);
+    json_decref(doc);
+    cli_result_free(&r);
+
+    r = run_cli((const char *[]){"replay", data_path("logs/small.csv"), "--simulate", "80GiB", NULL}, NULL);
+    cr_expect_eq(r.exit_code, 0, "a log the stack serves: exit 0\n%s%s", r.out, r.err);
+    cr_expect(!strstr(r.out, "FAILED"), "%s", r.out);
+    cli_result_free(&r);
+}
+
+/* The plot of that log draws what was served (MiB, not a 91 TiB line),
+ * says what it left out, and keeps every x label (here 0.0000030 s at the
+ * right end) inside the picture. */
+Test(replay, plot_leaves_out_a_refused_allocation_and_keeps_its_labels_inside)
+{
+    char svg[] = "/tmp/poolshim_plot_refused_XXXXXX";
+    int fd = mkstemp(svg);
+    close(fd);
+    cli_result_t r = run_cli((const char *[]){"plot", data_path("logs/refused_100tb.csv"), "-o", svg, NULL}, NULL);
+    cr_expect_eq(r.exit_code, 0, "stderr: %s", r.err);
+    cr_expect(strstr(r.err, "1 allocation of the log refused on the simulated device of 1.00 TiB: not drawn"),
+              "stderr: %s", r.err);
+    cli_result_free(&r);
+    char *text = slurp(svg);
+    cr_expect(strstr(text, "memory (MiB)") && !strstr(text, "memory (TiB)"), "the axis of what was served");
+    cr_expect(strstr(text, "1 allocation refused on 1.00 TiB, not drawn"), "the subtitle says so");
+    size_t labels = 0;
+    for (const char *p = text; (p = strstr(p, "<text x=\"")); p++) {
+        double x = strtod(p + 9, NULL);
+        const char *close = strchr(p, '>'), *end = close ? strstr(close, "</text>") : NULL;
+        if (!close || !end || !strstr(p, "y=\"498.0\"") || strstr(p, "y=\"498.0\"") > close)
+            continue;
+        labels++;
+        double half = 7.7 * (double)(end - close - 1) / 2;
+        bool at_end = strstr(p, "text-anchor=\"end\"") && strstr(p, "text-anchor=\"end\"") < close;
+        cr_expect(at_end ? x <= 960 : x + half <= 960, "an x label past the right edge: %.*s", (int)(end - p), p);
+    }
+    cr_expect_geq(labels, 5, "x labels found: %zu", labels);
+    cr_expect(strstr(text, ">0.0000030</text>"), "the last label is there");
+    free(text);
+    unlink(svg);
+}
+
+/* The replay table's columns are named for what they hold: one `overhead`
+ * (simulated reserved / requested), and the recorded one apart. */
+Test(replay, no_two_columns_share_a_heading)
+{
+    cli_result_t r = run_cli((const char *[]){"replay", data_path("logs/recorded.csv"), "--simulate", "80GiB", NULL},
+                             NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr: %s", r.err);
+    const char *header = strstr(r.out, "\ndevice ");
+    cr_assert(header, "%s", r.out);
+    const char *header_end = strchr(header + 1, '\n');
+    const char *overhead = strstr(header, "overhead");
+    cr_expect(overhead && overhead < header_end, "%s", r.out);
+    const char *again = overhead ? strstr(overhead + 1, "overhead") : NULL;
+    cr_expect(!again || again > header_end, "two columns headed overhead:\n%.*s", (int)(header_end - header), header);
+    cr_expect(strstr(header, "recorded/requested") && strstr(header, "recorded/requested") < header_end, "%s", r.out);
+    cli_result_free(&r);
 }
 
 Test(replay, simulate_prints_the_recorded_peak_beside_the_simulated_one)
