@@ -4,12 +4,14 @@ project's own Makefile, bundled into the `poolshim` Python package.
 1. The version is the top-level VERSION file (mk/version.mk compiles the
    same file into the library and CLI), read now and written into the package
    (poolshim/_version.py). No VERSION, no build.
-2. build_py runs `make BUILD=<dir> <dir>/libpoolshim.so <dir>/poolshim` into a
-   private build directory (build-pip/, or $POOLSHIM_BUILD_DIR), never build/,
-   after checking that the static libraries the link needs (libinih, jansson,
-   zlib: `make deps` installs them) are there.
-3. It copies the library to poolshim/_lib/ and the CLI to poolshim/_bin/ in the
-   built package (in the source tree for an editable install).
+2. build_py runs `make BUILD=<dir> <dir>/libpoolshim.so <dir>/poolshim tools`
+   into a private build directory (build-pip/, or $POOLSHIM_BUILD_DIR), never
+   build/, after checking that the static libraries the link needs (libinih,
+   jansson, zlib: `make deps` installs them) are there. `tools` adds the CUPTI
+   library libpoolshim_cupti.so where the CUDA toolkit has CUPTI, as
+   `make install` does (`poolshim ab` times the baseline's calls with it).
+3. It copies the libraries to poolshim/_lib/ and the CLI to poolshim/_bin/ in
+   the built package (in the source tree for an editable install).
 4. The wheel is platform-specific (the distribution claims extension
    modules, so the files go to platlib) but needs no particular Python:
    py3-none-<platform>.
@@ -86,21 +88,22 @@ def build_native():
     cli = os.path.join(BUILD_DIR, "poolshim")
     jobs = str(os.cpu_count() or 1)
     # WERROR=0: a user's compiler may warn where the project's CI compiler does not.
-    command = ["make", "-C", ROOT, "-j" + jobs, "BUILD=" + BUILD_DIR, "SANITIZE=", "WERROR=0", lib, cli]
+    command = ["make", "-C", ROOT, "-j" + jobs, "BUILD=" + BUILD_DIR, "SANITIZE=", "WERROR=0", lib, cli, "tools"]
     print("poolshim: " + " ".join(command), flush=True)
     if subprocess.call(command, env=env) != 0:
         fail("building libpoolshim.so and the poolshim CLI failed (output above); "
              "if headers or libraries are missing, " + DEPS_HINT)
-    return lib, cli
+    cupti = os.path.join(BUILD_DIR, "libpoolshim_cupti.so")  # only where CUPTI is installed
+    return [(lib, "_lib"), (cli, "_bin")] + ([(cupti, "_lib")] if os.path.isfile(cupti) else [])
 
 
 class BuildPy(build_py):
     def run(self):
         super().run()
-        lib, cli = build_native()
+        built = build_native()
         package = (os.path.join(ROOT, "python", "poolshim") if getattr(self, "editable_mode", False)
                    else os.path.join(self.build_lib, "poolshim"))
-        for source, folder in ((lib, "_lib"), (cli, "_bin")):
+        for source, folder in built:
             os.makedirs(os.path.join(package, folder), exist_ok=True)
             target = os.path.join(package, folder, os.path.basename(source))
             shutil.copyfile(source, target)

@@ -13,6 +13,8 @@ TOOLS_EXTRA  := $(if $(wildcard $(CUDA_HOME)/include/cupti.h),$(if $(CUPTI_LIBDI
 .PHONY: tools
 tools: $(CLI) $(TOOLS_EXTRA)
 all: $(TOOLS_EXTRA)
+# ab's warning when it cannot find the CUPTI library says whether this build made one.
+$(BUILD)/tools/cmd_ab.o: CFLAGS += -DPS_CUPTI_BUILT=$(if $(TOOLS_EXTRA),1,0)
 
 $(CUPTI_LIB): $(CUPTI_SRC)
 	@mkdir -p $(dir $@)

@@ -226,6 +226,28 @@ static int render_saved(const char *path, int json)
     return CLI_EXIT_OK;
 }
 
+#ifndef PS_CUPTI_BUILT
+#define PS_CUPTI_BUILT 0 /* (mk/tools.mk: 1 when this build made libpoolshim_cupti.so) */
+#endif
+
+/* Why the CUPTI library is missing: a variable naming no file, a build that
+ * made one (it is not where this executable looks), or a build without it. */
+static void warn_no_cupti(void)
+{
+    const char *given = getenv("POOLSHIM_CUPTI_LIB");
+    char dir[PATH_MAX] = "?";
+    cli_self_dir(dir, sizeof dir);
+    if (given && *given)
+        fprintf(stderr, "poolshim: warning: ab: POOLSHIM_CUPTI_LIB=%s is not a file", given);
+    else if (PS_CUPTI_BUILT)
+        fprintf(stderr, "poolshim: warning: ab: libpoolshim_cupti.so, built with this poolshim, is neither in %s "
+                        "nor in %s/../lib (set POOLSHIM_CUPTI_LIB)", dir, dir);
+    else
+        fprintf(stderr, "poolshim: warning: ab: this poolshim was built without libpoolshim_cupti.so (the CUDA "
+                        "toolkit's CUPTI, cupti.h and libcupti.so, was not found when it was built)");
+    fprintf(stderr, ": the baseline gets wall time only\n");
+}
+
 int ps_cmd_ab(int argc, char **argv)
 {
     enum { OPT_NO_CUPTI = 1000, OPT_KEEP, OPT_RENDER };
@@ -296,8 +318,7 @@ int ps_cmd_ab(int argc, char **argv)
     }
     if (use_cupti && cli_find_library("libpoolshim_cupti.so", "POOLSHIM_CUPTI_LIB", session.cupti_library,
                                       sizeof session.cupti_library) != 0) {
-        fprintf(stderr, "poolshim: warning: ab: libpoolshim_cupti.so not found (built only where CUDA's "
-                        "CUPTI is installed): the baseline gets wall time only\n");
+        warn_no_cupti();
         session.cupti_library[0] = '\0';
     }
     const char *tmp = getenv("TMPDIR");

@@ -1,7 +1,8 @@
 """poolshim for Python environments.
 
-The wheel carries the library (``_lib/libpoolshim.so``) and the CLI
-(``_bin/poolshim``), both built from source with the project's Makefile
+The wheel carries the library (``_lib/libpoolshim.so``), the CUPTI library
+where CUPTI was installed (``_lib/libpoolshim_cupti.so``) and the CLI
+(``_bin/poolshim``), all built from source with the project's Makefile
 (setup.py). This module finds them and reads the statistics the library
 writes (``POOLSHIM_STATS=json``, ``poolshim run --stats=json`` or
 ``--stats-file``).
@@ -17,7 +18,7 @@ import json
 import numbers
 import os
 
-__all__ = ["library_path", "binary_path", "version", "read_stats", "sum_stats", "stats_now"]
+__all__ = ["library_path", "cupti_library_path", "binary_path", "version", "read_stats", "sum_stats", "stats_now"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _LIB_DIR = os.path.join(_HERE, "_lib")
@@ -39,6 +40,14 @@ def library_path():
     Raises FileNotFoundError when the package has no built library (the module
     imported from the source tree rather than installed)."""
     return _installed(_LIB_DIR, "libpoolshim.so", "libpoolshim.so")
+
+
+def cupti_library_path():
+    """The absolute path of the bundled libpoolshim_cupti.so, or None: the wheel
+    carries it where the CUDA toolkit's CUPTI was installed when it was built
+    (`poolshim ab` times the baseline's allocation calls with it)."""
+    path = os.path.join(_LIB_DIR, "libpoolshim_cupti.so")
+    return os.path.abspath(path) if os.path.isfile(path) else None
 
 
 def binary_path():

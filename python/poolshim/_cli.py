@@ -2,7 +2,7 @@
 import os
 import sys
 
-from . import binary_path, library_path
+from . import binary_path, cupti_library_path, library_path
 
 
 def main(argv=None):
@@ -19,6 +19,11 @@ def main(argv=None):
             os.environ["POOLSHIM_LIB"] = library_path()
         except FileNotFoundError:
             pass
+    # The same for the CUPTI library `poolshim ab` times the baseline with,
+    # which the wheel carries where CUPTI was installed when it was built.
+    cupti = cupti_library_path()
+    if cupti and not os.environ.get("POOLSHIM_CUPTI_LIB"):
+        os.environ["POOLSHIM_CUPTI_LIB"] = cupti
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(binary, ["poolshim"] + args)

@@ -25,6 +25,10 @@ except ImportError:
     import poolshim
 
 INSTALLED = os.path.isfile(os.path.join(poolshim._LIB_DIR, "libpoolshim.so"))
+# Where the wheel was built with CUPTI (mk/tools.mk's test: the toolkit's cupti.h and libcupti.so).
+CUDA_HOME = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+HAS_CUPTI = os.path.isfile(os.path.join(CUDA_HOME, "include", "cupti.h")) and any(
+    os.path.isfile(os.path.join(CUDA_HOME, d, "libcupti.so")) for d in ("lib64", "extras/CUPTI/lib64"))
 
 
 class ReadStats(unittest.TestCase):
@@ -122,6 +126,7 @@ class LibraryPath(unittest.TestCase):
             poolshim.library_path()
         with self.assertRaises(FileNotFoundError):
             poolshim.binary_path()
+        self.assertIsNone(poolshim.cupti_library_path())
 
     def test_present_is_absolute(self):
         open(os.path.join(self.tmp, "libpoolshim.so"), "w").close()
@@ -140,6 +145,14 @@ class LibraryPath(unittest.TestCase):
         with open(path, "rb") as f:
             self.assertEqual(f.read(4), b"\x7fELF")
         self.assertTrue(os.access(poolshim.binary_path(), os.X_OK))
+
+    @unittest.skipUnless(INSTALLED and HAS_CUPTI, "needs a wheel built where CUPTI is installed")
+    def test_installed_with_cupti(self):
+        path = poolshim.cupti_library_path()
+        self.assertIsNotNone(path, "the wheel lacks libpoolshim_cupti.so though %s has CUPTI" % CUDA_HOME)
+        self.assertEqual(os.path.dirname(path), os.path.dirname(poolshim.library_path()))
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(4), b"\x7fELF")
 
 
 class StatsNow(unittest.TestCase):
@@ -214,6 +227,15 @@ class Command(unittest.TestCase):
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("LD_PRELOAD=" + poolshim.library_path(), r.stdout)
+
+    @unittest.skipUnless(HAS_CUPTI, "needs a wheel built where CUPTI is installed")
+    def test_ab_finds_the_bundled_cupti_library(self):
+        env = dict(os.environ)
+        env.pop("POOLSHIM_CUPTI_LIB", None)
+        r = subprocess.run([sys.executable, "-m", "poolshim", "ab", "--runs", "1", "--", "true"], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("libpoolshim_cupti.so", r.stderr)
 
     def test_exit_status_is_the_clis(self):
         r = self.run_cli("no-such-command")

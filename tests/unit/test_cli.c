@@ -12,6 +12,7 @@
 #include <ctype.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <link.h>
 #include <math.h>
 #include <stdbool.h>
@@ -173,6 +174,45 @@ Test(cli, help_exits_zero_for_every_subcommand)
     cr_expect_eq(r.exit_code, 0);
     cr_expect(strstr(r.out, "replay"));
     cli_result_free(&r);
+}
+
+/* ab's warning without the CUPTI library names the reason: a variable that
+ * names no file; a copy of the CLI away from the library this build made
+ * (or, for a build without CUPTI, that it has none). */
+Test(cli, ab_says_why_the_cupti_library_is_missing)
+{
+    char lib_env[1100];
+    snprintf(lib_env, sizeof lib_env, "POOLSHIM_LIB=%s", harmless_library());
+    const char *env[] = {lib_env, "POOLSHIM_CUPTI_LIB=/nonexistent/libpoolshim_cupti.so", NULL};
+    cli_result_t r = run_cli((const char *[]){"ab", "--runs", "1", "--", "true", NULL}, env);
+    cr_expect_eq(r.exit_code, 0, "%s", r.err);
+    cr_expect(strstr(r.err, "poolshim: warning: ab: POOLSHIM_CUPTI_LIB=/nonexistent/libpoolshim_cupti.so is not a "
+                            "file: the baseline gets wall time only\n"), "%s", r.err);
+    cli_result_free(&r);
+
+    char dir[] = "/tmp/poolshim-cli-copy-XXXXXX", command[4096];
+    cr_assert(mkdtemp(dir));
+    char built[PATH_MAX];
+    snprintf(built, sizeof built, "%s", cli_path());
+    char *slash = strrchr(built, '/');
+    cr_assert(slash);
+    snprintf(slash + 1, sizeof built - (size_t)(slash + 1 - built), "libpoolshim_cupti.so");
+    bool with_cupti = access(built, F_OK) == 0;
+    snprintf(command, sizeof command,
+             "cp %s %s/poolshim && env -u POOLSHIM_CUPTI_LIB POOLSHIM_LIB=%s %s/poolshim ab --runs 1 -- true "
+             "2>%s/err >/dev/null", cli_path(), dir, harmless_library(), dir, dir);
+    cr_expect_eq(system(command), 0, "%s", command);
+    snprintf(command, sizeof command, "%s/err", dir);
+    char *err = slurp(command);
+    if (with_cupti)
+        cr_expect(strstr(err, "libpoolshim_cupti.so, built with this poolshim, is neither in ") &&
+                      strstr(err, "(set POOLSHIM_CUPTI_LIB): the baseline gets wall time only"),
+                  "%s", err);
+    else
+        cr_expect(strstr(err, "this poolshim was built without libpoolshim_cupti.so"), "%s", err);
+    free(err);
+    snprintf(command, sizeof command, "rm -rf %s", dir);
+    cr_expect_eq(system(command), 0);
 }
 
 /* An installed copy has no docs/ folder: help points at the manual pages. */
