@@ -203,11 +203,30 @@ clean:
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
-# The main job of the README: build an allocation-heavy CUDA program with
-# plain nvcc and run it natively, then under the shim with statistics.
-demo: all
+# The main job of the README. With an NVIDIA driver and a GPU
+# (tools/demo/gpu_probe.c asks the driver): build an allocation-heavy CUDA
+# program with plain nvcc and run it natively, then under the shim with
+# statistics. Without: one line says what is missing, and
+# tools/demo/no_gpu.sh shows a replay, a plot and an A/B table over the fake
+# CUDA of the shim tests instead, then names the GPU command.
+DEMO_PROBE := $(BUILD)/demo/gpu_probe
+DEMO_FAKE  := $(BUILD)/demo/alloc_churn_fake
+demo: all $(DEMO_PROBE)
+	@if why=$$($(DEMO_PROBE)); then $(MAKE) --no-print-directory demo-gpu; \
+	else $(MAKE) --no-print-directory demo-no-gpu DEMO_WHY="$$why"; fi
+demo-gpu: all
 	@mkdir -p $(BUILD)/demo
 	$(NVCC) -O2 -o $(BUILD)/demo/alloc_churn tools/demo/alloc_churn.cu
 	@echo "== native"; $(BUILD)/demo/alloc_churn
 	@echo "== under poolshim"; $(CLI) run -o global.stats=text -- $(BUILD)/demo/alloc_churn
-.PHONY: demo
+demo-no-gpu: all $(DEMO_FAKE) $(FAKE)/libcudart.so.13 $(FAKE)/libcuda.so.1
+	@./tools/demo/no_gpu.sh $(BUILD) "$(or $(DEMO_WHY),no GPU)"
+$(DEMO_PROBE): tools/demo/gpu_probe.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -Wall -Wextra -o $@ $< -ldl
+$(DEMO_FAKE): tools/demo/alloc_churn_fake.c $(FAKE)/libcudart.so.13
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -o $@ $< -L$(FAKE) -lcudart
+# (the shim tests run both, tests/shim/test_shim.c: demo/*)
+test-shim: $(DEMO_PROBE) $(DEMO_FAKE)
+.PHONY: demo demo-gpu demo-no-gpu

@@ -2016,6 +2016,70 @@ Test(context, stats_json_reports_resets_and_what_they_dropped)
               "one reset, 11 live allocations dropped (10 blocks + 1 async), in %s", json);
 }
 
+/* ---- make demo without a GPU (tools/demo) ------------------------------------- */
+
+/* The probe says in one line what is missing, and nothing when a driver
+ * with a device answers (here the fake one). */
+Test(demo, the_probe_names_a_missing_driver_and_passes_a_present_one)
+{
+    const char *build = getenv("POOLSHIM_BUILD");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/demo/gpu_probe libcuda_absent.so.1 2>&1", build);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(output, 1, sizeof output - 1, p);
+    output[n] = 0;
+    int st = pclose(p);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "%s", output);
+    cr_expect_str_eq(output, "no NVIDIA driver (libcuda_absent.so.1 cannot be loaded)\n");
+    snprintf(cmd, sizeof cmd, "env LD_LIBRARY_PATH=%s/fake %s/demo/gpu_probe 2>&1", build, build);
+    p = popen(cmd, "r");
+    n = fread(output, 1, sizeof output - 1, p);
+    output[n] = 0;
+    st = pclose(p);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the fake driver has devices:\n%s", output);
+    cr_expect_str_eq(output, "", "nothing said when there is a GPU");
+}
+
+/* What `make demo` shows without a GPU: the reason in one line, a replay
+ * of a shipped log against the default pool and no pool, a plot, an A/B
+ * table over the fake CUDA, and the command for a GPU machine; exit 0. */
+Test(demo, without_a_gpu_it_shows_a_replay_a_plot_and_an_ab_table, .timeout = 120)
+{
+    const char *build = getenv("POOLSHIM_BUILD"), *prefix = getenv("POOLSHIM_PRELOAD_PREFIX");
+    char cmd[2048], svg[512];
+    snprintf(svg, sizeof svg, "%s/demo/memory.svg", build);
+    remove(svg);
+    /* (an ASan-built shim is preloaded behind the ASan runtime, as run_cli does) */
+    snprintf(cmd, sizeof cmd, "env LD_PRELOAD=%s tools/demo/no_gpu.sh %s 'no NVIDIA driver (a test)' 2>&1",
+             prefix ? prefix : "", build);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    size_t n = fread(output, 1, sizeof output - 1, p);
+    output[n] = 0;
+    int st = pclose(p);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit %d:\n%s", st, output);
+    const char *first = "make demo: no NVIDIA driver (a test): showing poolshim on a recorded allocation log and "
+                        "on a fake GPU instead\n";
+    cr_expect(strncmp(output, first, strlen(first)) == 0, "the reason first, in one line:\n%s", output);
+    const char *pool = strstr(output, "\n0       default_pool "), *none = strstr(output, "\n0       no_pool ");
+    cr_expect(pool && none, "the replay's two rows:\n%s", output);
+    cr_expect(none && strstr(none, " 79696\n"), "no pool: every allocation reached CUDA:\n%s", output);
+    cr_expect(!strstr(output, "FAILED"), "%s", output);
+    char line[600];
+    snprintf(line, sizeof line, "plot: %s (requested by the program, reserved by the pool)", svg);
+    cr_expect(strstr(output, line), "%s", output);
+    FILE *f = fopen(svg, "r");
+    char head[6] = "";
+    cr_expect(f && fread(head, 1, 5, f) == 5 && !strcmp(head, "<?xml"), "an SVG at %s", svg);
+    if (f)
+        fclose(f);
+    const char *baseline = strstr(output, "\nbaseline "), *shim = strstr(output, "\ndefault ");
+    cr_expect(baseline && shim && strstr(shim, " 12,000 "), "the A/B table, 12,000 calls under the shim:\n%s",
+              output);
+    cr_expect(strstr(output, "the same 'make demo' builds\ntools/demo/alloc_churn.cu with nvcc"),
+              "the GPU command last:\n%s", output);
+}
+
 /* ---- several processes: `poolshim run` over a launcher ----------------------- */
 
 /* Runs `poolshim run ARGS` with the fake CUDA and the shim of this build;
