@@ -136,7 +136,7 @@ test-all:
 	$(MAKE) check-python
 	$(MAKE) test-cluster
 
-# The GPU machine has no libinih: build here, carry build/, and these use it.
+# For a GPU machine without libinih: build here, copy build/ there; these use it.
 check-gpu:
 	@test -f $(LIB) || $(MAKE) all
 	./tests/gpu/run.sh $(BUILD)
@@ -165,7 +165,7 @@ pair-loop: $(BUILD)/pair_loop $(LIB)
 $(BUILD)/pair_loop: tools/bench/pair_loop.c $(FAKE)/libcudart.so.13 $(FAKE)/libcuda.so.1
 	$(CC) $(CFLAGS) -o $@ $< -L$(FAKE) -lcudart $(LDFLAGS) $(LDLIBS)
 
-# A sampling profiler to LD_PRELOAD on the GPU machine, which has no perf
+# A sampling profiler to LD_PRELOAD on a GPU machine without perf
 # (tools/prof/sampler.c says how; tools/prof/resolve.py names the functions).
 $(BUILD)/sampler.so: tools/prof/sampler.c
 	$(CC) $(CFLAGS) -shared -o $@ $< -ldl -lrt

@@ -5,7 +5,7 @@
 #   make test-gpu-scripts   (part of `make test`) the unit tests of check_stats.py and a
 #                     syntax check (bash -n; shellcheck where installed) of the GPU scripts
 #   make bench-rmm    fetch RMM's headers and build psbench with the RMM peers into
-#                     .carry/ (git-ignored; the GPU machine gets it from there)
+#                     build/deps/ (DEPS_DIR; a GPU machine gets it with a copy of build/)
 # GPU_ARCH: the nvcc target (H100/H200: sm_90).
 GPU_ARCH  ?= sm_90
 GPU_BUILD := $(BUILD)/gpu

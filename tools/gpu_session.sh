@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One GPU run in one call: the GPU suite, the demo, `poolshim ab` on the
-# demo and on PyTorch, and the benchmarks. Used on the lent GPU machine with
-# build/ (and .carry/ for the RMM peer) carried from a machine with libinih:
+# GPU runs by name, one after another: the GPU suite, the demo, `poolshim ab`
+# on the demo and on PyTorch, the benchmarks and the probes below. It runs on a
+# GPU machine, from a copy of the repository with build/ built where libinih
+# is (make; make bench-rmm puts the RMM peer in build/deps) and copied there:
 #   OUT=/some/dir tools/gpu_session.sh [tests] [demo] [ab] [traces] [replay] [bench] [pinned] [torchmem]
 #                                      [ddp] [ddp_transformer] [multigpu] [soak]
 #                                      [benchcore] [scaling] [pinned_remap] [ddpt_twogpu] [pinnedpair]
@@ -9,7 +10,7 @@
 #                                      [suite1] [suite2] [suite2_doors] [floor] [idlequery] [growth] [live]
 #                                      [growthprof] [copybw] [samples]
 # pinned: the pinned host memory benchmarks alone (bench runs them too; ~3 min).
-# pinnedpair: issue 16 (host.grow_budget_min): the GPU suite's pinned tests (hazards
+# pinnedpair: host.grow_budget_min: the GPU suite's pinned tests (hazards
 # over the default stack and slabs, their negative controls, the probes, and
 # pinned_timing with its 1000x verdict on the mean 1 MiB pair), the timing again
 # with the floor off (the old behaviour, for the record), then the pinned
@@ -29,22 +30,22 @@
 # growth: tools/bench/growth.sh, the first cudaMalloc of 1, 8, 32 GiB and a 1 GiB fill,
 # natively and per stack in 4 alternated rounds (about 2 min).
 # torchmem: NVML memory of varied PyTorch loops per allocator (about 6 min on an
-# H100); ddp: DDP per free policy (needs two GPUs: nvidia-h200-x2); multigpu:
+# H100); ddp: DDP per free policy (needs two GPUs); multigpu:
 # the GPU suite's multi-GPU and multi-process tests, then mpirun and torchrun
 # jobs timed natively and under the shim, a table per rank (two GPUs, about 3 min);
 # soak: the randomized soak of tests/gpu/soak.cu on every stack, SOAK_TOTAL seconds
-# in all (default 540: 90 s for each of the 6 runs, inside one 10-minute device call;
-# SOAK_STACKS=pool SOAK_TOTAL=560 gives one stack the whole call).
+# in all (default 540: 90 s for each of the 6 runs, under 10 minutes in all;
+# SOAK_STACKS=pool SOAK_TOTAL=560 gives one stack the whole time).
 # pinned_remap: the pinned range, remap's barrier wait and the barrier hazards, then
 # the transformer's and conv net's memory and time beside expandable_segments (about
 # 6 min); ddpt_twogpu: DDP of the transformer per allocator and the two-GPU tests
-# (nvidia-h200-x2; about 8 min).
+# (two GPUs; about 8 min).
 # context_gate: the GPU tests the context gate touches (contexts, hazards, streams,
 # captures, IPC, remap, PyTorch; about 5 min; passed on an H100, 2026-11-25).
 # remap_lend: remap_lend's GPU tests, then the transformer and conv net in two rounds
 # beside expandable_segments (~8 min).
-# suite1, suite2: the GPU suite in two halves, one device call each (the whole no longer
-# fits one 10-minute call on an H100). suite2_doors: suite2, then doors (about 8 min).
+# suite1, suite2: the GPU suite in two halves, under 10 minutes each on an H100 (the
+# whole suite takes longer). suite2_doors: suite2, then doors (about 8 min).
 # floor: the static runtime's entry floor beside the interposed pairs (pair_cost.cu; ~1 min).
 # idlequery: a barrier's host time with 16 / 128 streams, GPU idle and busy, per library
 # of LIBS (tools/bench/idle_barrier.cu; ~1 min).
@@ -56,12 +57,12 @@
 # ...", default: the default stack, 4 and 16 MiB pieces, runs from 64 MiB), COPYBW_ROUNDS (4)
 # alternated rounds, medians and ratios to native (about 1 min).
 # samples: `poolshim ab -n SAMPLES_RUNS` (5) on each of NVIDIA's cuda-samples built by
-# tools/bench/fetch_samples.sh into .carry/samples (carry .carry): the time in allocation
+# tools/bench/fetch_samples.sh into build/deps/samples: the time in allocation
 # calls natively and under the default stack, one line per program (about 1 min);
 # SAMPLES_CONFIGS="a.ini b.ini": those configurations instead of the default one, a line
 # each (an empty file is the default stack).
 # Results land under $OUT: gpu/ and bench/ from the scripts, and everything
-# else in one archive, extra.tgz (the device tool returns at most 8 files).
+# else in one archive, extra.tgz (a few files to copy back).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/poolshim-session}
@@ -128,7 +129,7 @@ for step in $what; do
                 build/bench_core | tee "$OUT/bench_core.txt"
             python3 tools/prof/resolve.py "$OUT/bench_core.samples" build/bench_core | head -n 30 |
                 tee "$OUT/bench_core_profile.txt"
-        else echo "build/bench_core missing: make build/bench_core where libinih is, and carry build/"; fi ;;
+        else echo "build/bench_core missing: make build/bench_core where libinih is, and copy build/ here"; fi ;;
     freshthreads)
         echo "=== threads in a fresh process (tools/bench/fresh_threads.sh)"
         # shellcheck disable=SC2086 # (a list of label=lib words)
@@ -182,9 +183,10 @@ for f in sorted(glob.glob(sys.argv[1] + "/stats_*.json")):
 PY
         ;;
     samples)
-        echo "=== samples: poolshim ab on NVIDIA's cuda-samples ($(cat .carry/samples/COMMIT 2>/dev/null || echo 'none built'))"
+        samples=${DEPS_DIR:-build/deps}/samples
+        echo "=== samples: poolshim ab on NVIDIA's cuda-samples ($(cat "$samples/COMMIT" 2>/dev/null || echo 'none built'))"
         mkdir -p "$OUT/extra/samples"
-        for s in .carry/samples/*; do
+        for s in "$samples"/*; do
             [ -x "$s" ] && [ -f "$s" ] || continue
             sample_configs=()
             for c in ${SAMPLES_CONFIGS:-}; do sample_configs+=(-c "$c"); done
@@ -262,7 +264,7 @@ PY
         ROUNDS=${ROUNDS:-2} WORKLOADS="transformer convnet" CONFIGS="expandable poolshim" \
             POOLSHIM_VARIANTS="wait:POOLSHIM_OPTIONS=resource.main.remap_lend=0" OUT=$OUT "$PWD/tools/gpu_session.sh" walltime ;;
     floor)
-        # issue 18: the static runtime's own cost per call pair (tools/bench/pair_cost.cu's
+        # the static runtime's own cost per call pair (tools/bench/pair_cost.cu's
         # entry floor: cudaMalloc of 0 B + cudaFree(NULL), no interposer runs inside it)
         # beside the interposed 256 B and 1 MiB pairs, static and shared cudart, three
         # alternated rounds in fresh processes
@@ -314,17 +316,17 @@ PY
         done
         python3 tools/bench/torch_mem/rounds.py "$OUT"/walltime/round*.json | tee "$OUT/walltime/rounds.txt" ;;
     hotprof)
-        # where a static-cudart psbench spends its time on this host (the lent machines
-        # have no perf): the random workload and the 256 B pairs under build/sampler.so;
-        # the raw samples come back (resolve them here: tools/prof/resolve.py FILE
-        # build/libpoolshim.so .carry/bench/psbench); about 1 min
+        # where a static-cudart psbench spends its time on this host (for a GPU machine
+        # without perf): the random workload and the 256 B pairs under build/sampler.so;
+        # the raw samples come back (resolve them where the build was made:
+        # tools/prof/resolve.py FILE build/libpoolshim.so build/deps/bench/psbench); about 1 min
         echo "=== hotprof: psbench random and pairs under the sampler"
         mkdir -p "$OUT/hotprof"
         for w in random pairs; do
             # (env after timeout: the sampler in psbench, not in timeout, which writes the file last)
             timeout 120 env SAMPLER_OUT="$OUT/hotprof/$w.samples" \
                 LD_PRELOAD="$PWD/build/libpoolshim.so:$PWD/build/sampler.so" \
-                .carry/bench/psbench --label "$w" --workloads "$w" --allocator cudaMalloc 2>&1 |
+                "${DEPS_DIR:-build/deps}/bench/psbench" --label "$w" --workloads "$w" --allocator cudaMalloc 2>&1 |
                 sed -n 's/^JSON //p' | cut -c1-200
         done ;;
     pinnedpair)
@@ -356,7 +358,7 @@ PY
             tools/bench/doors.sh
         fi ;;
     ddpt_twogpu)
-        # two GPUs (nvidia-h200-x2): issue 11's DDP of the transformer per rank, and the
+        # two GPUs: DDP of the transformer per rank, and the
         # two-GPU tests after the peer-access mapping was refactored (about 8 min)
         echo "=== ddpt_twogpu: DDP of the transformer (nocache, torch, expandable, poolshim)"
         CONFIGS="nocache torch expandable poolshim" OUT_DIR=$OUT/ddpt_twogpu/ddpt WORKLOAD=ddp_transformer \

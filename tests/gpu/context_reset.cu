@@ -1,4 +1,5 @@
-/* context_reset — allocation across the death of a context (issue 13),
+/* context_reset — allocation across the death of a context (cudaDeviceReset,
+ * a primary context reset or its last release),
  * natively and under the shim.
  *
  * `context_reset runtime` (the runtime API):

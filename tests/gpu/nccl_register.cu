@@ -5,7 +5,7 @@
  * with ncclCommRegister, all-reduced (sum) in place and checked on the host
  * against the exact sum; the same again with the buffers not registered.
  * Built against the NCCL of the pip package nvidia-nccl-cu13 (run.sh finds
- * it); NCCL_NVLS_ENABLE=0 as the lent machines require.
+ * it); NCCL_NVLS_ENABLE=0 (NVLink SHARP off: not every GPU machine can set it up).
  *
  *   nccl_register [MiB]     (default 96)
  * Exit 0: the sums are right; 1: a CUDA or NCCL error; 3: a wrong sum. */

@@ -1,4 +1,4 @@
-/* neighbours — a second program gets the memory the first one freed (issue 33).
+/* neighbours — a second program gets the memory the first one freed (memory goes back).
  *
  *   neighbours give DIR           cudaMalloc 80% of the card (at most 95% of what
  *       is free at the start) in 64 MiB blocks, fill them, free them all; write

@@ -19,7 +19,7 @@ twice and compares:
   numba_suite.py selftest
       the comparison's own checks on made-up runs (make test-gpu-scripts).
 
-The lent machines lack `filecheck`, a test dependency numba-cuda imports at
+GPU machines without network access may lack `filecheck`, a test dependency numba-cuda imports at
 load time; without it not one test loads (2026-11-28, H200: "No module named
 'filecheck'"). `run` then puts tests/gpu/numba_stub on sys.path, whose names
 raise when used: the FileCheck tests fail alike in both runs.

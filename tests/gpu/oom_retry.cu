@@ -1,4 +1,4 @@
-/* oom_retry — memory freed to the pool serves allocations the shim leaves to CUDA (issue 33).
+/* oom_retry — memory freed to the pool serves allocations the shim leaves to CUDA.
  *
  * 1. cudaMalloc 80% of the device (at most 95% of what is free at the start) in
  *    64 MiB blocks, fill them, free them all: natively the memory is the

@@ -30,7 +30,7 @@
 #   MPIRUN        the MPI launcher for the multi-process tests (default mpirun on PATH)
 #   MPI_STEPS, DDP_STEPS   work per rank in the mpirun and torchrun tests (3000, 60)
 # Several GPUs (section 3c, multi_gpu.cu) and several processes (section 9,
-# mp_ranks.cu under mpirun, DDP under torchrun) need two GPUs (nvidia-h200-x2);
+# mp_ranks.cu under mpirun, DDP under torchrun) need two GPUs of one machine;
 # with one GPU they are recorded SKIP.
 set -u
 
@@ -80,7 +80,7 @@ record() {
 
 # wanted NAME: true when TESTS is empty or matches NAME.
 # TESTS: a regex of the tests to run (default all); SKIP_TESTS: a regex of tests
-# not to run (to split the suite over several device calls).
+# not to run (to split the suite over several runs).
 wanted() {
     # MEMCHECK=1: only the shim tests of CUDA programs (shim() runs them under memcheck)
     [ "${MEMCHECK:-0}" = 1 ] && [ "${FUNCNAME[1]}" != shim ] && return 1
@@ -406,7 +406,7 @@ shim release_threshold "doors.driver>0 upstream.frees>0" \
     POOLSHIM_OPTIONS=resource.main.release_threshold=0,global.meminfo=device -- release_threshold_static released
 shim release_threshold_off "doors.driver>0 upstream.frees==0" POOLSHIM_OPTIONS=global.meminfo=device \
     -- release_threshold_static kept
-# out of memory beside the pool (issue 33): 80% of the card cudaMalloc'd and freed, then the same
+# out of memory beside the pool (the retry after a give-back): 80% of the card cudaMalloc'd and freed, then the same
 # bytes through cuMemCreate (from libcuda, or from the runtime's entry point as NCCL and PyTorch get
 # it) and cudaMallocManaged: natively the memory is back at the free; under the shim the pool gives
 # it back on CUDA's first "out of memory" (global.oom_retry); with the retry off cuMemCreate must run
@@ -421,7 +421,7 @@ native oom_retry_shared oom_retry_shared entry
 shim oom_retry_shared "doors.runtime>0 oom_retry.succeeded>0 oom_retry.failed==0 oom_retry.given_back>0" \
     -- oom_retry_shared entry
 expect_out_of_memory oom_retry_shared_off_expected_failure POOLSHIM_OPTIONS=global.oom_retry=0 -- oom_retry_shared entry
-# the decay (issue 33): a program takes 80% of the card, frees it all and idles; what NVML says it
+# the decay (memory goes back while idle): a program takes 80% of the card, frees it all and idles; what NVML says it
 # holds must fall back to its baseline (the context) once the decay time has passed and the pieces
 # are unmapped (POOLSHIM_DECAY_MS; 112 GiB of 2 MiB pieces take 2.5 s to unmap on one H200, 6+ s
 # with a peer GPU mapping them: the default 5000 ms is waited for up to 10 s, 1000 ms up to 6 s),
@@ -447,7 +447,7 @@ native decay_idle decay_idle_static 3000
 shim decay_idle_default "give_back.decay>0" -- decay_idle_static 10000
 shim decay_idle_1s "give_back.decay>0" POOLSHIM_DECAY_MS=1000 -- decay_idle_static 6000
 expect_held decay_idle_off_expected_failure POOLSHIM_DECAY_MS=0 -- decay_idle_static 3000
-# neighbours (issue 33): A (`neighbours give`) cudaMallocs 80% of the card in 64 MiB blocks, frees it
+# neighbours (processes under the shim give each other memory): A (`neighbours give`) cudaMallocs 80% of the card in 64 MiB blocks, frees it
 # and sleeps; B (`neighbours take`), started once A freed it, cudaMallocs 80%. Natively B gets it at
 # once. Both under the shim (decay off, so only the neighbours can give): B asks A
 # (global.neighbour_release) and must have it within 1 s; A's stats show bytes given to neighbours,
@@ -546,7 +546,7 @@ neighbours_pair shim_off_expected_failure out_of_memory shim shim 0 "" "" "" \
     B:POOLSHIM_OPTIONS=global.neighbour_release=0,global.decay_ms=0
 neighbours_pair native_beside_shim_decay pass shim native 5 "give_back.decay>0 give_back.to_neighbours==0" "" \
     "came_after_free_ms>=700" A:POOLSHIM_DECAY_MS=1000
-# the target of issue 33: beside a shimmed program with the default decay (5 s),
+# the target for memory going back: beside a shimmed program with the default decay (5 s),
 # an unshimmed one gets the freed 80% of the card within the decay time
 neighbours_pair native_beside_shim_default_decay pass shim native 12 "give_back.decay>0 give_back.to_neighbours==0" "" \
     "came_after_free_ms<=5000"
@@ -827,7 +827,7 @@ for stack in arena binning fixed; do
         must_detect hazard_barrier_skipped_${stack}_${variant}_expected_failure "$stack_env" "${extra[@]}" POOLSHIM_TEST_SKIP_BARRIER=1 -- hazard_static $variant
     done
 done
-# capacity at large sizes (issue 18): 1 GiB blocks until the device is full,
+# capacity at large sizes: 1 GiB blocks until the device is full,
 # as many under the arena and the pool as natively (expandable.cu prints the
 # count; its exit 2, the chunked stacks' failed big block, is not judged here)
 if wanted fill_count; then
@@ -931,7 +931,7 @@ if "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else
             record shim/torch_door_train PASS "own allocator $a, door $b"
         else record shim/torch_door_train FAIL "own allocator '$a', door '$b', log shim_torch_door_train.log"; fi
     fi
-    # torch.multiprocessing shares a CUDA tensor (issue 14) with the caching
+    # torch.multiprocessing shares a CUDA tensor (IPC of pooled segments) with the caching
     # allocator on. With it off PyTorch itself cannot share CUDA tensors
     # (natively: "RuntimeError: invalid device pointer" in _share_cuda_, H100,
     # torch 2.11), so there is nothing to compare the shim with.
@@ -1028,7 +1028,7 @@ for kind in static shared; do
     expect_detect pinned_skip_wait_${kind}_slabs_expected_failure POOLSHIM_OPTIONS=host.expandable=0 \
         POOLSHIM_TEST_SKIP_HOST_WAIT=1 -- pinned_$kind hazard
 done
-# Timing (issue 16): a 1 MiB pair must be >= 1000x cheaper than natively, by
+# Timing (host.grow_budget_min): a 1 MiB pair must be >= 1000x cheaper than natively, by
 # the mean over PINNED_PAIRS pairs (default 2000), fences and waits included,
 # statistics off; the shim's host fences and reserved peak are printed from a
 # shorter run with statistics on (400 pairs; host.grow_budget_min:

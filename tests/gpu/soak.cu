@@ -1,5 +1,5 @@
 /* Soak: a randomized GPU workload for a fixed time, every block's content
- * checked (issue 15 item 4).
+ * checked.
  *
  *   soak SECONDS [THREADS=8] [MAX_BYTES=4MiB] [SEED=1]
  *

@@ -1,5 +1,5 @@
-"""torch.multiprocessing shares a CUDA tensor between processes (the
-symptom of issue 14): run natively and under the shim, with PyTorch's caching
+"""torch.multiprocessing shares a CUDA tensor between processes: run
+natively and under the shim, with PyTorch's caching
 allocator on (it cudaMallocs big segments, exports a segment with
 cudaIpcGetMemHandle and sends the tensor's offset in it). With the cache
 off (PYTORCH_NO_CUDA_MEMORY_CACHING=1) PyTorch refuses to share CUDA

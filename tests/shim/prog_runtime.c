@@ -201,7 +201,7 @@ static void oom(void)
         cudaFree(p[i]);
 }
 
-/* ---- process life (issue 15): fork, exit, signals ---- */
+/* ---- process life: fork, exit, signals ---- */
 static atomic_int stop_churn;
 
 /* Allocates and frees random sizes, checking its live blocks, until told
@@ -297,7 +297,7 @@ static void look_up_driver(void)
           "driver functions");
 }
 
-/* ---- the out-of-memory retry (issue 33) ----
+/* ---- the out-of-memory retry ----
  * Memory the program frees stays in the pool; a call the shim does not
  * serve must still get it, as natively: on CUDA's first "out of memory" the
  * shim gives the pool's free memory back and retries the call once. Run
@@ -692,7 +692,7 @@ static void devices(void)
     CHECK(cudaFree(a) == cudaSuccess, "free device 0");
 }
 
-/* ---- context lifecycle (issue 13) ---- */
+/* ---- context lifecycle ---- */
 /* Allocates n blocks, fills them and checks them: the pool after a reset
  * hands out memory of the new context. */
 static void use_fresh_memory(int n, unsigned seed, const char *when)

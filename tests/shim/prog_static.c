@@ -351,7 +351,7 @@ int main(int argc, char **argv)
     return finish("static");
 }
 
-/* ---- a global-mode capture is open (issue 11) ----
+/* ---- a global-mode capture is open ----
  * CUDA prohibits cuMemAlloc/cuMemFree (cudaMalloc/cudaFree) on a thread
  * whose capture mode is not relaxed while a global-mode capture is open:
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the block stays allocated. The
@@ -414,7 +414,7 @@ static int capture_global_scenario(gpa_fn gpa, CUresult (*alloc)(CUdeviceptr *, 
     return finish("capture_global");
 }
 
-/* ---- context lifecycle through the driver API (issue 13) ---- */
+/* ---- context lifecycle through the driver API ---- */
 static CUresult (*retain_fn)(CUcontext *, CUdevice);
 static CUresult (*release_fn)(CUdevice);
 static CUresult (*reset_fn)(CUdevice);

@@ -320,7 +320,7 @@ Test(driver_door, pinned_from_the_host_range) { expect_pass(1, "FAKE_CUDA_VMM=1"
 Test(runtime_door, threads_native) { expect_pass(0, NULL, "prog_runtime threads", "shim inactive"); }
 Test(runtime_door, threads_through_shim) { expect_pass(1, NULL, "prog_runtime threads", "shim active"); }
 
-/* ---- process life (issue 15): fork, exit, signals ------------------------------ */
+/* ---- process life: fork, exit, signals ---------------------------------------- */
 /* (No Criterion .timeout here: under load its timer leaks 48 bytes that
  * LeakSanitizer reports at the runner's exit. The programs stand watch
  * themselves: alarm() in each child and in exit_thread, a watchdog thread in
@@ -468,7 +468,7 @@ Test(runtime_door, out_of_memory_returns_error_and_pool_stays_usable)
     expect_pass(1, "FAKE_CUDA_MEMORY=268435456", "prog_runtime oom", "shim active");
 }
 
-/* ---- the out-of-memory retry (issue 33, shim/oom.c) ---------------------------
+/* ---- the out-of-memory retry (shim/oom.c) ---------------------------------------
  * prog_runtime oom_retry: 200 MiB of a 256 MiB device cudaMalloc'd and freed,
  * then the same bytes through cuMemCreate (NCCL's way, mapped and written)
  * and through cudaMallocManaged. Natively the freed memory is the device's
@@ -502,8 +502,8 @@ Test(oom_retry, managed_gets_the_free_chunks)
     cr_expect_geq(json_after(retry, "\"given_back\": "), 200LL << 20, "%s", retry);
     cr_expect_eq(json_after(retry, "\"succeeded\": "), 1, "%s", retry);
 }
-/* negative controls: with the retry off the same programs fail as a user saw
- * it on the H200 (issue 33's table), so the tests above can fail */
+/* negative controls: with the retry off the same programs fail as they do on
+ * a GPU without the retry, so the tests above can fail */
 Test(oom_retry, negative_control_off_cumemcreate_runs_out_of_memory)
 {
     int rc = run(1, OOM_RETRY_VMM " POOLSHIM_OPTIONS=global.oom_retry=0", "prog_runtime oom_retry");
@@ -571,7 +571,7 @@ Test(captures, negative_control_ignoring_captures_synchronizes_or_waits)
     cr_expect(rc != 0 && strstr(output, "the capturing stream was made to wait"), "rc %d:\n%s", rc, output);
 }
 
-/* ---- neighbours (issue 33, shim/neighbours.c) ----------------------------------
+/* ---- neighbours (shim/neighbours.c) -------------------------------------------
  * Two programs share one fake GPU of 256 MiB (FAKE_CUDA_SHARED_CAPACITY_FILE:
  * the allocations of both are charged to one file): A (`prog_neighbours
  * give`) cudaMallocs 80% in 8 MiB blocks, frees it all and idles; then B
@@ -831,7 +831,7 @@ Test(neighbours, a_shimmed_neighbour_gives_its_free_memory_within_a_second)
 
 /* negative controls: B that does not ask, and A that does not answer (with
  * neighbour_release off a process neither asks nor registers), run out of
- * memory as a user saw it on the H200 (issue 33's table) */
+ * memory as they do on a GPU without neighbours */
 Test(neighbours, negative_control_off_the_second_program_runs_out_of_memory)
 {
     hood_init(1, NULL);
@@ -1936,7 +1936,7 @@ Test(life, bad_config_stops_before_the_first_allocation)
     cr_expect(strstr(output, "shim inactive"), "%s", output);
 }
 
-/* ---- context lifecycle (issue 13) ------------------------------------------------ */
+/* ---- context lifecycle ---------------------------------------------------------- */
 /* Passes natively and under the shim, and the fake driver saw no call on an
  * object of a destroyed context (it says so at exit otherwise). */
 static void expect_clean(const char *env, const char *prog)

@@ -474,9 +474,9 @@ static void issue_from_another_thread(ps_resource_t *arena)
 }
 
 /* This thread freed X, another thread's barrier began and was issued, this
- * thread freed Y: X is reusable without a barrier of its own (issue 18:
- * each of 16 threads issued its own barriers, since the one open epoch
- * always held a free younger than any barrier), Y only after a barrier
+ * thread freed Y: X is reusable without a barrier of its own (otherwise
+ * each of 16 threads issues its own barriers, since the one open epoch
+ * always holds a free younger than any barrier), Y only after a barrier
  * issued after its free. */
 Test(arena, a_barrier_of_another_thread_releases_what_was_freed_before_it)
 {
@@ -534,10 +534,10 @@ Test(arena, a_refused_barrier_of_another_thread_releases_nothing)
     unmake(&f);
 }
 
-/* Issue 18: filled with 1 GiB blocks, the arena reached 127 on an H200
- * where the pool and native cudaMalloc reach 139. A simulated device of
- * the H200's size (139.5 GiB free): the arena must reach the pool's
- * count, and the device's. */
+/* Filled with 1 GiB blocks, the arena must hold as many as the pool and
+ * native cudaMalloc (139 on an H200). A simulated device of the H200's
+ * size (139.5 GiB free): the arena must reach the pool's count, and the
+ * device's. */
 static int fill_with_gib_blocks(ps_resource_t *r, void **blocks, int max)
 {
     int n = 0;

@@ -1336,7 +1336,7 @@ static remap_counts_t replayed_remaps(const char *gz_name, const char *ini, cons
     return c;
 }
 
-/* Piece maps after warm-up (issue 37: none once a loop settled), by
+/* Piece maps after warm-up (the target: none once a loop settled), by
  * quarter of each committed PyTorch log under the default stack, each
  * logged thread on a thread of its own (--threads: the H200 run of the same
  * loop mapped the same 3,127 pieces with the same 13,347 barriers). The conv

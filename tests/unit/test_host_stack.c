@@ -407,7 +407,7 @@ Test(host_stack, expandable_keys_parse_and_refuse_bad_values)
     ps_host_pool_options(h, &o);
     cr_assert_eq(o.expandable, 1);
     cr_assert_eq(o.grow_budget_percent, 110, "the budget applies to the host range");
-    cr_assert_eq(o.grow_budget_min, 16 * PS_MiB, "a floor of 16 MiB by default (issue 16)");
+    cr_assert_eq(o.grow_budget_min, 16 * PS_MiB, "a floor of 16 MiB by default (host.grow_budget_min)");
     ps_config_free(cfg);
     cfg = load(NULL, "host.grow_budget_min=0", PS_OK);
     ps_host_pool_options(&ps_config_global(cfg)->host, &o);

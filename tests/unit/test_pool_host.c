@@ -301,11 +301,11 @@ Test(pool_host, chunk_granule_rounds_slabs_to_host_pages_not_2mib)
 
 /* ---- the default pinned stack (one host range) under a free/alloc loop ----
  *
- * Issue 16: a program that frees a small pinned block and takes one back
- * (pinned.cu timing: 1 MiB cudaHostAlloc + cudaFreeHost) paid a fence per
- * pair or two, as the growth budget (110 % of what is in use) left no
- * memory to serve from while a fence was outstanding. With the budget's
- * floor (host.grow_budget_min) one fence covers a batch of frees. The fake
+ * A program that frees a small pinned block and takes one back (pinned.cu
+ * timing: 1 MiB cudaHostAlloc + cudaFreeHost) would pay a fence per pair
+ * or two if the growth budget (110 % of what is in use) left no memory to
+ * serve from while a fence is outstanding. With the budget's floor
+ * (host.grow_budget_min) one fence covers a batch of frees. The fake
  * GPU here passes each fence `gpu_lag` pairs after the pair that recorded
  * it (0: before the next pair), or stalls; the judge (ps_fake_gpu_passed_since) checks
  * every handed-out byte against the fences the pool saw pass. */

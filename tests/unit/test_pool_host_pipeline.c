@@ -5,7 +5,7 @@
  * that lags the host).
  *
  * What the model shows about the slab pool (host.expandable = 0, or a
- * driver that cannot map host pieces; the default before issue 16): 1.35x-1.74x
+ * driver that cannot map host pieces): 1.35x-1.74x
  * peak reserved over peak requested (the H100 run: 1.32x), with a host
  * wait on every second or third step. At the reserved peak little or
  * nothing is pending (0-4 MiB: the growth bound has just waited for it):
@@ -109,7 +109,7 @@ Test(pool_host_pipeline, default_pinned_stack_meets_the_target)
 }
 
 /* Without host-located pieces (a driver before CUDA 12.2, or no virtual
- * memory) the default stack is slabs, as before issue 16. */
+ * memory) the default stack is slabs. */
 Test(pool_host_pipeline, default_stack_without_host_pieces_is_slabs)
 {
     ps_config_t *cfg = pipeline_config("");

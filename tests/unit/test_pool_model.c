@@ -271,7 +271,7 @@ Test(pool_model, random_streams_with_auto_fences)
     run_model(&cfg);
 }
 
-/* 10^7 operations (issue 15 item 4): `make test-long` sets POOLSHIM_TEST_LONG=1;
+/* 10^7 operations: `make test-long` sets POOLSHIM_TEST_LONG=1;
  * elsewhere these are skipped (they take tens of seconds each). */
 static void long_model(const model_config_t *cfg)
 {

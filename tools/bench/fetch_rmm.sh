@@ -7,18 +7,19 @@
 # (<thrust/optional.h>, gone from CCCL 3) and defining
 # LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE. Nothing of RMM is committed:
 #   1. pip download --no-deps librmm-cu12==24.12.* into a temporary folder;
-#   2. extract include/{rmm,fmt,spdlog,nvtx3} into $CARRY_DIR/rmm/include
+#   2. extract include/{rmm,fmt,spdlog,nvtx3} into $DEPS_DIR/rmm/include
 #      (about 2 MiB; RMM is Apache-2.0, its LICENSE goes along), patch it;
-#   3. build $CARRY_DIR/bench/psbench with -DPS_WITH_RMM (static cudart, runs on
+#   3. build $DEPS_DIR/bench/psbench with -DPS_WITH_RMM (static cudart, runs on
 #      any machine with a driver), and record the source's checksum beside it so
 #      tools/bench/run.sh can tell whether the binary matches psbench.cu; then
-#      $CARRY_DIR/bench/psbench_shared, the same with -cudart shared (the runtime
+#      $DEPS_DIR/bench/psbench_shared, the same with -cudart shared (the runtime
 #      door; docs/benchmarks.md, "Both doors").
-# Environment: CARRY_DIR (default <repo>/.carry, git-ignored), NVCC, GPU_ARCH (sm_90),
-# RMM_VERSION (24.12.*), PYTHON (python3).
+# Environment: DEPS_DIR (default <repo>/build/deps: inside build/, so it goes to
+# the GPU machine with build/), NVCC, GPU_ARCH (sm_90), RMM_VERSION (24.12.*),
+# PYTHON (python3).
 set -eu
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-CARRY_DIR=${CARRY_DIR:-$repo/.carry}
+DEPS_DIR=${DEPS_DIR:-$repo/build/deps}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 NVCC=${NVCC:-$CUDA_HOME/bin/nvcc}
 GPU_ARCH=${GPU_ARCH:-sm_90}
@@ -28,34 +29,34 @@ PYTHON=${PYTHON:-python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
-if [ ! -f "$CARRY_DIR/rmm/include/rmm/mr/device/pool_memory_resource.hpp" ]; then
+if [ ! -f "$DEPS_DIR/rmm/include/rmm/mr/device/pool_memory_resource.hpp" ]; then
     echo "fetch_rmm: downloading librmm-cu12==$RMM_VERSION"
     "$PYTHON" -m pip download --quiet --no-deps --dest "$tmp" "librmm-cu12==$RMM_VERSION"
     wheel=$(find "$tmp" -maxdepth 1 -name 'librmm_cu12-*.whl' | head -1)
     mkdir -p "$tmp/x"
     (cd "$tmp/x" && unzip -q "$wheel" 'librmm/include/rmm/*' 'librmm/include/fmt/*' \
         'librmm/include/spdlog/*' 'librmm/include/nvtx3/*' 'librmm/VERSION' '*LICENSE*')
-    rm -rf "$CARRY_DIR/rmm"
-    mkdir -p "$CARRY_DIR/rmm"
-    mv "$tmp/x/librmm/include" "$CARRY_DIR/rmm/include"
-    cp "$tmp/x/librmm/VERSION" "$CARRY_DIR/rmm/VERSION"
-    find "$tmp/x" -name 'LICENSE*' -exec cp {} "$CARRY_DIR/rmm/" \; 2>/dev/null || true
+    rm -rf "$DEPS_DIR/rmm"
+    mkdir -p "$DEPS_DIR/rmm"
+    mv "$tmp/x/librmm/include" "$DEPS_DIR/rmm/include"
+    cp "$tmp/x/librmm/VERSION" "$DEPS_DIR/rmm/VERSION"
+    find "$tmp/x" -name 'LICENSE*' -exec cp {} "$DEPS_DIR/rmm/" \; 2>/dev/null || true
     # CCCL 3 (CUDA 13) has no thrust/optional.h; RMM 24.12 includes it without using it.
-    sed -i '/#include <thrust\/optional.h>/d' "$CARRY_DIR/rmm/include/rmm/mr/device/pool_memory_resource.hpp"
-    echo "fetch_rmm: headers of RMM $(cat "$CARRY_DIR/rmm/VERSION") in $CARRY_DIR/rmm/include"
+    sed -i '/#include <thrust\/optional.h>/d' "$DEPS_DIR/rmm/include/rmm/mr/device/pool_memory_resource.hpp"
+    echo "fetch_rmm: headers of RMM $(cat "$DEPS_DIR/rmm/VERSION") in $DEPS_DIR/rmm/include"
 fi
 
-mkdir -p "$CARRY_DIR/bench"
-echo "fetch_rmm: building $CARRY_DIR/bench/psbench with RMM (about a minute)"
-"$NVCC" -arch="$GPU_ARCH" -O2 -lineinfo -std=c++17 -DPS_WITH_RMM -I"$CARRY_DIR/rmm/include" \
+mkdir -p "$DEPS_DIR/bench"
+echo "fetch_rmm: building $DEPS_DIR/bench/psbench with RMM (about a minute)"
+"$NVCC" -arch="$GPU_ARCH" -O2 -lineinfo -std=c++17 -DPS_WITH_RMM -I"$DEPS_DIR/rmm/include" \
     -DLIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE -DSPDLOG_FMT_EXTERNAL -DFMT_HEADER_ONLY \
-    -o "$CARRY_DIR/bench/psbench.tmp" "$repo/tools/bench/psbench.cu"
-mv "$CARRY_DIR/bench/psbench.tmp" "$CARRY_DIR/bench/psbench"
+    -o "$DEPS_DIR/bench/psbench.tmp" "$repo/tools/bench/psbench.cu"
+mv "$DEPS_DIR/bench/psbench.tmp" "$DEPS_DIR/bench/psbench"
 # the same linked to the shared cudart: the runtime door (psbench above is static: the driver door)
-"$NVCC" -arch="$GPU_ARCH" -O2 -lineinfo -std=c++17 -DPS_WITH_RMM -I"$CARRY_DIR/rmm/include" \
+"$NVCC" -arch="$GPU_ARCH" -O2 -lineinfo -std=c++17 -DPS_WITH_RMM -I"$DEPS_DIR/rmm/include" \
     -DLIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE -DSPDLOG_FMT_EXTERNAL -DFMT_HEADER_ONLY -cudart shared \
-    -o "$CARRY_DIR/bench/psbench_shared.tmp" "$repo/tools/bench/psbench.cu" &&
-    mv "$CARRY_DIR/bench/psbench_shared.tmp" "$CARRY_DIR/bench/psbench_shared"
-(cd "$repo/tools/bench" && sha256sum psbench.cu) >"$CARRY_DIR/bench/psbench.cu.sha256"
-du -sh "$CARRY_DIR/rmm" "$CARRY_DIR/bench"
+    -o "$DEPS_DIR/bench/psbench_shared.tmp" "$repo/tools/bench/psbench.cu" &&
+    mv "$DEPS_DIR/bench/psbench_shared.tmp" "$DEPS_DIR/bench/psbench_shared"
+(cd "$repo/tools/bench" && sha256sum psbench.cu) >"$DEPS_DIR/bench/psbench.cu.sha256"
+du -sh "$DEPS_DIR/rmm" "$DEPS_DIR/bench"
 echo "fetch_rmm: done"

@@ -8,19 +8,20 @@
 #      Samples/0_Introduction; CATEGORY/NAME: from Samples/CATEGORY) into SAMPLES_DIR,
 #      with the checkout's commit in SAMPLES_DIR/COMMIT; the GPU machine needs only the
 #      binaries (static cudart).
-# Environment: CARRY_DIR (default <repo>/.carry, git-ignored), SAMPLES_DIR (default
-# $CARRY_DIR/samples, what `tools/gpu_session.sh samples` runs), NVCC, GPU_ARCH (sm_90),
+# Environment: DEPS_DIR (default <repo>/build/deps: inside build/, so it goes to
+# the GPU machine with build/), SAMPLES_DIR (default $DEPS_DIR/samples, what
+# `tools/gpu_session.sh samples` runs), NVCC, GPU_ARCH (sm_90),
 # SAMPLES ("vectorAdd matrixMul simpleStreams asyncAPI simpleMultiCopy"), SAMPLES_SRC,
 # SAMPLES_URL (https://github.com/NVIDIA/cuda-samples), SAMPLES_REF (master).
 # The multi-GPU samples of docs/benchmarks.md ("on two GPUs"), run natively and under the
 # shim, not under `poolshim ab`:
-#   SAMPLES_DIR=.carry/mgsamples SAMPLES="0_Introduction/simpleP2P 0_Introduction/simpleMultiGPU
+#   SAMPLES_DIR=build/deps/mgsamples SAMPLES="0_Introduction/simpleP2P 0_Introduction/simpleMultiGPU
 #   2_Concepts_and_Techniques/streamOrderedAllocation 2_Concepts_and_Techniques/streamOrderedAllocationP2P
 #   5_Domain_Specific/p2pBandwidthLatencyTest" tools/bench/fetch_samples.sh
 # Measured with them: docs/benchmarks.md, "NVIDIA samples under poolshim ab".
 set -eu
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-CARRY_DIR=${CARRY_DIR:-$repo/.carry}
+DEPS_DIR=${DEPS_DIR:-$repo/build/deps}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 NVCC=${NVCC:-$CUDA_HOME/bin/nvcc}
 GPU_ARCH=${GPU_ARCH:-sm_90}
@@ -37,7 +38,7 @@ if [ -z "$src" ]; then
     src=$tmp/cuda-samples
 fi
 [ -f "$src/Common/helper_cuda.h" ] || { echo "fetch_samples: $src is no cuda-samples tree (no Common/helper_cuda.h)"; exit 1; }
-SAMPLES_DIR=${SAMPLES_DIR:-$CARRY_DIR/samples}
+SAMPLES_DIR=${SAMPLES_DIR:-$DEPS_DIR/samples}
 mkdir -p "$SAMPLES_DIR"
 for s in $SAMPLES; do
     case $s in

@@ -7,11 +7,12 @@
 #
 #   tools/bench/fresh_threads.sh [label=lib[@POOLSHIM_OPTIONS] ...]
 #
-# (on the GPU machine, .carry/bench/psbench built by make bench-rmm; REPEATS, default 2)
+# (on a GPU machine, $DEPS_DIR/bench/psbench built by make bench-rmm, DEPS_DIR default
+# build/deps; REPEATS, default 2)
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-psbench=.carry/bench/psbench
-[ -x "$psbench" ] || { echo "fresh_threads: $psbench missing (make bench-rmm here and carry .carry)"; exit 1; }
+psbench=${DEPS_DIR:-build/deps}/bench/psbench
+[ -x "$psbench" ] || { echo "fresh_threads: $psbench missing (make bench-rmm where nvcc and pip work, then copy build/ here)"; exit 1; }
 specs=${*:-poolshim=build/libpoolshim.so}
 stats=$(mktemp)
 for rep in $(seq 1 "${REPEATS:-2}"); do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A short GPU probe used while developing (one device call): the 256 B
+# A short GPU probe used while developing (about a minute): the 256 B
 # cudaMalloc+cudaFree pair under the libraries in build/bisect/ (one per
 # commit), and psbench's thread workloads under the current shim with and
 # without the per-thread caches, with the shim's statistics of each run.
@@ -22,7 +22,7 @@ echo "== psbench threads workloads, poolshim pool"
 for v in default thread_cache=0; do
     opts=""; [ "$v" != default ] && opts=resource.main.$v
     POOLSHIM_OPTIONS=$opts POOLSHIM_STATS=json POOLSHIM_STATS_FILE=$OUT/stats_$v.json LD_PRELOAD=$PWD/build/libpoolshim.so \
-        timeout 120 .carry/bench/psbench --allocator cudaMalloc --label "$v" --workloads threads,threads_mixed --quick |
+        timeout 120 "${DEPS_DIR:-build/deps}/bench/psbench" --allocator cudaMalloc --label "$v" --workloads threads,threads_mixed --quick |
         python3 -c 'import json,sys
 for line in sys.stdin:
     if line.startswith("JSON "):

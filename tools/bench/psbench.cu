@@ -37,7 +37,7 @@
  *               block, free; ns per step including the final synchronize
  * --beside NAME: a second allocator in the same process (e.g. --allocator
  *   cudaMalloc --beside rmm_pool under LD_PRELOAD: poolshim and RMM's pool
- *   on one host and one process, whose speed mode they share: the lent
+ *   on one host and one process, whose speed mode they share: some
  *   hosts put a fresh process in one of two modes about 2x apart). Only
  *   pairs and random, taking turns batch by batch (pairs) or run by run
  *   (random); each allocator's lines as usual, then per case a line with

@@ -2,9 +2,9 @@
 # poolshim against its peers, in one run on one GPU: `make bench` runs
 # `./tools/bench/run.sh BUILD_DIR` (BUILD_DIR/libpoolshim.so is used as built).
 #
-#   1. Finds psbench: $CARRY_DIR/bench/psbench (built with RMM by fetch_rmm.sh)
+#   1. Finds psbench: $DEPS_DIR/bench/psbench (built with RMM by fetch_rmm.sh)
 #      when its recorded checksum matches tools/bench/psbench.cu; else builds it
-#      here with nvcc, with RMM when $CARRY_DIR/rmm/include exists (about a
+#      here with nvcc, with RMM when $DEPS_DIR/rmm/include exists (about a
 #      minute), without RMM otherwise (the RMM peers are then left out).
 #   2. Runs psbench once per allocator: cudaMalloc and cudaMallocAsync natively;
 #      the same unmodified program (calling cudaMalloc, or cudaMallocAsync)
@@ -31,7 +31,7 @@
 #   OUTDIR       results: latest.json, bench.txt (the tables), bench.log (all output);
 #                default tools/bench/results (latest.json only goes there then)
 #   WORKDIR      binaries, raw results, statistics (default /tmp/poolshim-bench-work)
-#   CARRY_DIR    RMM headers and the prebuilt psbench (default <repo>/.carry)
+#   DEPS_DIR     RMM headers and the prebuilt psbench (default <repo>/build/deps)
 #   BENCH_REPEATS   processes per allocator, run round-robin (default 3): one
 #                   process can be ~1.5x off another of the same allocator, so
 #                   the summary takes the median over processes and shows their range
@@ -48,7 +48,7 @@ here=$repo/tools/bench
 lib=$(realpath -m "$build_dir/libpoolshim.so")
 if [ -n "${OUTDIR:-}" ]; then results_dir=$OUTDIR; else results_dir=$here/results; fi
 WORKDIR=${WORKDIR:-/tmp/poolshim-bench-work}
-CARRY_DIR=${CARRY_DIR:-$repo/.carry}
+DEPS_DIR=${DEPS_DIR:-$repo/build/deps}
 BENCH_ONLY=${BENCH_ONLY:-}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-150}
 BENCH_REPEATS=${BENCH_REPEATS:-3}
@@ -75,19 +75,19 @@ wanted() { [ -z "$BENCH_ONLY" ] || printf '%s\n' "$1" | grep -Eq -- "$BENCH_ONLY
 
 # ---------------------------------------------------------------- 1. psbench
 psbench=""
-prebuilt=$CARRY_DIR/bench/psbench
+prebuilt=$DEPS_DIR/bench/psbench
 if [ -x "$prebuilt" ] && [ -f "$prebuilt.cu.sha256" ] &&
     (cd "$here" && sha256sum --quiet -c "$prebuilt.cu.sha256" >/dev/null 2>&1); then
     psbench=$prebuilt
     note "psbench: prebuilt $prebuilt (matches psbench.cu)"
 else
     flags=(-arch="$GPU_ARCH" -O2 -lineinfo -std=c++17)
-    if [ -f "$CARRY_DIR/rmm/include/rmm/mr/device/pool_memory_resource.hpp" ]; then
-        note "psbench: building with RMM from $CARRY_DIR/rmm/include"
-        flags+=(-DPS_WITH_RMM -I"$CARRY_DIR/rmm/include" -DLIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE
+    if [ -f "$DEPS_DIR/rmm/include/rmm/mr/device/pool_memory_resource.hpp" ]; then
+        note "psbench: building with RMM from $DEPS_DIR/rmm/include"
+        flags+=(-DPS_WITH_RMM -I"$DEPS_DIR/rmm/include" -DLIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE
             -DSPDLOG_FMT_EXTERNAL -DFMT_HEADER_ONLY)
     else
-        note "psbench: building without RMM (no $CARRY_DIR/rmm/include; run tools/bench/fetch_rmm.sh where pip works)"
+        note "psbench: building without RMM (no $DEPS_DIR/rmm/include; run tools/bench/fetch_rmm.sh where pip works)"
     fi
     if "$NVCC" "${flags[@]}" -o "$WORKDIR/psbench" "$here/psbench.cu" >"$WORKDIR/logs/build.log" 2>&1; then
         psbench=$WORKDIR/psbench
@@ -263,7 +263,7 @@ driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null
 cuda=$("$NVCC" --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')
 "$PYTHON" "$here/summarize.py" "$raw" "$results_dir/latest.json" --meta \
     "gpu=$gpu" "driver=$driver" "cuda=$cuda" "date=$(date -u '+%Y-%m-%dT%H:%M:%SZ')" \
-    "host=$(hostname)" "psbench=$psbench" "rmm=$(cat "$CARRY_DIR/rmm/VERSION" 2>/dev/null || echo none)" \
+    "host=$(hostname)" "psbench=$psbench" "rmm=$(cat "$DEPS_DIR/rmm/VERSION" 2>/dev/null || echo none)" \
     "quick=${BENCH_QUICK:-0}" "library=$lib" "wall_s=$(($(date +%s) - started))" \
     --stats "${stats_args[@]}" | tee "$WORKDIR/bench.txt" | tee -a "$log"
 if [ -s "$WORKDIR/replay/replay.txt" ]; then

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Thread scaling and pair cost, side by side in one run (issue 18): psbench's
+# Thread scaling and pair cost, side by side in one run: psbench's
 # pairs, random, threads and threads_mixed for poolshim's stacks and the peers
 # (cudaMallocAsync, RMM pool and arena), then the CPU models on this machine's
 # cores: bench_shim (the whole shim over the fake CUDA) and bench_core's
 # scaling rows (the core over the fake device).
 #
-#   tools/bench/scaling.sh [BUILD]          (on the GPU machine; BUILD default build)
+#   tools/bench/scaling.sh [BUILD]          (on a GPU machine; BUILD default build)
 #
 # Environment:
 #   LIBS         "label=path ..." shim libraries to compare (default poolshim=BUILD/libpoolshim.so);
@@ -31,8 +31,8 @@ PROFILE=${PROFILE:-0}
 LIBS=${LIBS:-poolshim=$build/libpoolshim.so}
 OPTS=${OPTS:-}
 mkdir -p "$OUT_DIR"
-psbench=.carry/bench/psbench
-[ -x "$psbench" ] || { echo "scaling: $psbench missing (make bench-rmm here and carry .carry)"; exit 1; }
+psbench=${DEPS_DIR:-build/deps}/bench/psbench
+[ -x "$psbench" ] || { echo "scaling: $psbench missing (make bench-rmm where nvcc and pip work, then copy build/ here)"; exit 1; }
 echo "=== $(nproc) CPUs: $(lscpu 2>/dev/null | grep -E '^(Model name|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\))' | tr -s ' ' | tr '\n' ';')"
 jsonl=$OUT_DIR/psbench.jsonl
 : >"$jsonl"

@@ -1,5 +1,5 @@
-/* sampler: a sampling profiler to LD_PRELOAD where perf is missing (the
- * lent GPU machines have no perf).
+/* sampler: a sampling profiler to LD_PRELOAD where perf is missing (a GPU
+ * machine in a container often has none).
  *
  *   LD_PRELOAD=build/libpoolshim.so:build/sampler.so SAMPLER_OUT=samples.txt PROGRAM ARGS
  *   python3 tools/prof/resolve.py samples.txt build/libpoolshim.so PROGRAM   # here, per function

@@ -1,5 +1,5 @@
 """A stand-in for the `filecheck` package (a test dependency of numba-cuda that
-the lent GPU machines lack and cannot install: no network there).
+GPU machines without network access lack and cannot install).
 
 numba-cuda's numba/cuda/testing.py imports it at module level, so without it
 not one of numba-cuda's tests loads. It is used only by the FileCheck
