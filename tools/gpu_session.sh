@@ -157,7 +157,7 @@ for step in $what; do
         OUT_DIR=$OUT/growth tools/bench/growth.sh build ;;
     growthprof)
         # where a fresh process's first big cudaMalloc spends its time under the default
-        # stack (issue: growth at native speed): GROWTHPROF_ROUNDS (default 4) alternated
+        # stack (the target: growth at native speed): GROWTHPROF_ROUNDS (default 4) alternated
         # rounds of tools/bench/first_malloc.cu for 1 and 8 GiB, natively and under the
         # shim with its NVTX ranges timed by the CPU tests' NVTX tool (build/fake/
         # libfake_nvtx.so, FAKE_NVTX_SUMMARY=1: each range with its time), the verbose

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The live views beside a real PyTorch loop on the GPU (issue: see it live).
+"""The live views beside a real PyTorch loop on the GPU (top, the live page, stats_now).
 
     live_views.py BUILD_DIR OUT_DIR
 

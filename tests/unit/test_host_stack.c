@@ -467,7 +467,7 @@ Test(host_stack, refused_host_pieces_fail_cleanly)
     ps_config_free(cfg);
 }
 
-/* The decay on the default pinned stack (issue: freed memory goes back):
+/* The decay on the default pinned stack (freed memory goes back):
  * host memory freed and not needed for the window is the system's again,
  * without any call from the program; a loop's working set stays. */
 Test(host_stack, the_decay_gives_idle_pinned_memory_back)

@@ -10,7 +10,7 @@
  * A kernel writes every byte of the first and last block and the sum is checked,
  * so a mapping that is not usable shows as an error, not as a fast number.
  * tools/bench/growth.sh runs it natively and under each stack in alternated
- * rounds and prints the ratios (issue: growth at native speed). */
+ * rounds and prints the ratios (the target: growth at native speed). */
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <cstdlib>
