@@ -2022,7 +2022,7 @@ Test(context, stats_json_reports_resets_and_what_they_dropped)
  * with a device answers (here the fake one). */
 Test(demo, the_probe_names_a_missing_driver_and_passes_a_present_one)
 {
-    const char *build = getenv("POOLSHIM_BUILD");
+    const char *build = getenv("POOLSHIM_BUILD"), *prefix = getenv("POOLSHIM_PRELOAD_PREFIX");
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s/demo/gpu_probe libcuda_absent.so.1 2>&1", build);
     FILE *p = popen(cmd, "r");
@@ -2031,7 +2031,9 @@ Test(demo, the_probe_names_a_missing_driver_and_passes_a_present_one)
     int st = pclose(p);
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "%s", output);
     cr_expect_str_eq(output, "no NVIDIA driver (libcuda_absent.so.1 cannot be loaded)\n");
-    snprintf(cmd, sizeof cmd, "env LD_LIBRARY_PATH=%s/fake %s/demo/gpu_probe 2>&1", build, build);
+    /* (an ASan-built fake driver loads behind the ASan runtime) */
+    snprintf(cmd, sizeof cmd, "env LD_PRELOAD=%s LD_LIBRARY_PATH=%s/fake %s/demo/gpu_probe 2>&1", prefix ? prefix : "",
+             build, build);
     p = popen(cmd, "r");
     n = fread(output, 1, sizeof output - 1, p);
     output[n] = 0;
