@@ -36,6 +36,7 @@
  * is warned about once and the log goes on without it).
  */
 #include "adaptors.h"
+#include "safe_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -225,19 +226,24 @@ int ps_log_reserved_path(const char *log_path, char *out, size_t outsize)
     return n > 0 && (size_t)n < outsize ? PS_OK : PS_EINVAL;
 }
 
-/* Opens `path` (truncated) with a buffer that starts with `header`. */
-static int file_open(log_file_t *file, const char *path, size_t capacity, const char *header)
+/* Opens a new file at `path` (core/safe_file.c: never through a link, a FIFO
+ * or another user's file; mode 0600) with a buffer that starts with
+ * `header`. PS_ECONFIG with why[] set when the file cannot be made. */
+static int file_open(log_file_t *file, const char *path, size_t capacity, const char *header, char *why,
+                     size_t why_size)
 {
     file->fd = -1;
     file->buffer = malloc(capacity);
     if (!file->buffer)
         return PS_ENOMEM;
-    file->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (file->fd < 0) {
+    ps_safe_file_t f;
+    if (ps_safe_file_create(&f, path, NULL, why, why_size) != PS_OK || ps_safe_file_commit(&f, why, why_size) != PS_OK) {
+        ps_safe_file_close(&f);
         free(file->buffer);
         file->buffer = NULL;
         return PS_ECONFIG;
     }
+    file->fd = f.fd; /* (committed: the descriptor is ours to keep) */
     file->capacity = capacity;
     pthread_mutex_init(&file->lock, NULL);
     file->used = strlen(header);
@@ -252,19 +258,20 @@ int ps_log_create(const char *name, ps_resource_t *upstream, const char *path, p
     log_adaptor_t *l = calloc(1, sizeof *l);
     if (!l)
         return PS_ENOMEM;
-    int rc = file_open(&l->events, path, LOG_BUFFER_BYTES, LOG_HEADER);
+    char why[128] = "the name is too long";
+    int rc = file_open(&l->events, path, LOG_BUFFER_BYTES, LOG_HEADER, why, sizeof why);
     if (rc != PS_OK) {
         if (rc == PS_ECONFIG)
-            ps_error("log: cannot open '%s': %s", path, strerror(errno));
+            ps_error("log: cannot open '%s': %s", path, why);
         free(l);
         return rc;
     }
     ps_resource_init(&l->base, &log_ops, name, upstream);
     char companion[PS_LOG_PATH_MAX];
     if (ps_log_reserved_path(path, companion, sizeof companion) != PS_OK ||
-        file_open(&l->reserved, companion, RESERVED_BUFFER_BYTES, RESERVED_HEADER) != PS_OK) {
+        file_open(&l->reserved, companion, RESERVED_BUFFER_BYTES, RESERVED_HEADER, why, sizeof why) != PS_OK) {
         ps_warning("log: cannot open '%s%s' (%s): the log is written without the stack's reserved bytes",
-                   path, PS_LOG_RESERVED_SUFFIX, strerror(errno));
+                   path, PS_LOG_RESERVED_SUFFIX, why);
         pthread_mutex_init(&l->reserved.lock, NULL); /* file_close destroys it */
         l->reserved.fd = -1;
     }

@@ -17,7 +17,9 @@
  * 3. Where: the neighbours' registry (shim/neighbours.c: one private
  *    directory per user, entries named p<pid>-<start>-<pidns>), as N.stats,
  *    written to N.stats.new and renamed: a reader sees a whole page or the
- *    one before. With neighbour_release off or a refused directory nothing
+ *    one before. Whatever is at N.stats.new is removed first and the page
+ *    made with O_EXCL (core/safe_file.c), so a FIFO or link there is never
+ *    opened. With neighbour_release off or a refused directory nothing
  *    is published (said once at info level).
  * 4. Gone: at exit (the thread's stop removes it); a process killed before
  *    leaves it, and readers (poolshim top, a neighbour's ask) remove the page
@@ -32,6 +34,7 @@
 #include <unistd.h>
 
 #include "../config/config.h"
+#include "../core/safe_file.h"
 #include "devices.h"
 #include "live.h"
 #include "neighbours.h"
@@ -46,6 +49,7 @@ static struct {
     char page[PS_PATH_MAX];        /* DIR/N.stats */
     char temporary[PS_PATH_MAX];   /* DIR/N.stats.new */
     char command[COMMAND_MAX * 6 + 1]; /* the command line as a JSON string's contents */
+    ps_safe_file_t file;           /* the page being written */
 } live;
 
 /* Appends byte string s (n bytes) to out as JSON string contents: valid
@@ -130,11 +134,12 @@ bool ps_live_publish(void)
         decide();
     if (!live.usable)
         return false;
-    int fd = open(live.temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    char why[128];
+    FILE *f = NULL;
+    if (ps_safe_file_create(&live.file, live.page, live.temporary, why, sizeof why) == PS_OK)
+        f = fdopen(live.file.fd, "w");
     if (!f) {
-        if (fd >= 0)
-            close(fd);
+        ps_safe_file_close(&live.file);
         return true; /* (the registry went away: try at the next period) */
     }
     struct timespec wall, mono;
@@ -152,11 +157,11 @@ bool ps_live_publish(void)
             (unsigned long long)mono.tv_sec * 1000000000ull + (unsigned long long)mono.tv_nsec, PS_LIVE_PERIOD_MS);
     ps_stats_write_now(f); /* (ends with "\n") */
     fprintf(f, "}\n");
-    int failed = ferror(f);
-    if (fclose(f) != 0 || failed || rename(live.temporary, live.page) != 0) {
-        unlink(live.temporary);
-        return true;
-    }
+    if (fflush(f) == 0 && !ferror(f))
+        ps_safe_file_commit(&live.file, why, sizeof why); /* (else removed by the close) */
+    fclose(f);
+    live.file.fd = -1; /* (closed with f) */
+    ps_safe_file_close(&live.file);
     return true;
 }
 

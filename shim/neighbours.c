@@ -3,9 +3,10 @@
  * allocation would fail for lack of memory asks the others, waits a
  * bounded time for their answers, and is made once more (router.c).
  *
- * The registry: one directory per user, /dev/shm/poolshim-<uid> (the
- * system's temporary directory when /dev/shm is missing;
- * POOLSHIM_TEST_NEIGHBOURS_DIR in tests). A process is named by its pid,
+ * The registry: one private directory per user (core/safe_file.c):
+ * $XDG_RUNTIME_DIR/poolshim where the system made a runtime directory for
+ * the user, else /dev/shm/poolshim-<uid> (the system's temporary directory
+ * when /dev/shm is missing; POOLSHIM_TEST_NEIGHBOURS_DIR in tests). A process is named by its pid,
  * its start time (field 22 of /proc/<pid>/stat: a reused pid has another)
  * and its pid namespace (st_ino of /proc/self/ns/pid), N = p<pid>-<start>-<ns>:
  *   N.sock  its request socket (Unix datagrams);
@@ -17,8 +18,10 @@
  *
  * Trust: nothing another user writes is believed. The directory must be a
  * directory (not a link) owned by this user with no group or other
- * permission; otherwise the process warns once and neither asks nor
- * answers. Entries must be this user's (a regular file without group or
+ * permission; otherwise the process warns once, in one line that says how
+ * to fix it, and neither asks nor answers. Files are written under a fixed
+ * temporary name that is removed first and made with O_EXCL, so nothing
+ * found there (a FIFO, a link) is ever opened. Entries must be this user's (a regular file without group or
  * other write permission, a socket), and every datagram must carry the
  * kernel's credentials (SO_PASSCRED) of this user. A message has one fixed
  * size, a magic number and a version.
@@ -76,6 +79,7 @@
 #include <unistd.h>
 
 #include "../core/gpu_ops.h"
+#include "../core/safe_file.h"
 #include "devices.h"
 #include "give_back.h"
 #include "neighbours.h"
@@ -153,8 +157,9 @@ static bool entry_path(char *path, size_t size, const char *name, const char *su
     return n > 0 && (size_t)n < size;
 }
 
-/* The directory: chosen, made if absent (0700), and trusted only when it
- * is a directory of this user with no group or other permission. */
+/* The directory: chosen (core/safe_file.c), made if absent (0700), and
+ * trusted only when it is a directory of this user with no group or other
+ * permission. */
 static void check_directory(void)
 {
     self.pid = getpid();
@@ -162,33 +167,23 @@ static void check_directory(void)
     self.ns = pid_namespace();
     snprintf(self.name, sizeof self.name, "p%d-%llu-%llu", self.pid, self.start, self.ns);
     const char *test_dir = ps_test.neighbours_dir;
-    struct stat st;
-    int n;
-    if (test_dir && *test_dir) {
-        n = snprintf(self.dir, sizeof self.dir, "%s", test_dir);
-    } else if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) {
-        n = snprintf(self.dir, sizeof self.dir, "/dev/shm/poolshim-%u", (unsigned)geteuid());
-    } else {
-        const char *tmp = getenv("TMPDIR");
-        n = snprintf(self.dir, sizeof self.dir, "%s/poolshim-%u", tmp && *tmp == '/' ? tmp : "/tmp",
-                     (unsigned)geteuid());
-    }
+    char home[PS_SAFE_PATH_MAX], other[PS_SAFE_PATH_MAX], why[512];
+    if (test_dir && *test_dir)
+        snprintf(home, sizeof home, "%s", test_dir);
+    else
+        ps_safe_dir_paths(home, sizeof home, other, sizeof other);
+    size_t n = strlen(home);
+    if (n < sizeof self.dir)
+        memcpy(self.dir, home, n + 1);
     char longest[NAME_MAX_CHARS]; /* our longest name: a reply socket of a thread with the largest tid */
     int longest_size = snprintf(longest, sizeof longest, "a%d-%llu-%llu-%d.sock", self.pid, self.start, self.ns, 4194304);
-    if (n <= 0 || (size_t)n + 1 + (size_t)longest_size >= sizeof self.dir || !self.start) {
+    if (!n || n + 1 + (size_t)longest_size >= sizeof self.dir || !self.start) {
         ps_warning("neighbours: no registry (%s): memory is neither asked of nor given to other processes",
                    self.start ? "its directory's name is too long for a socket address" : "no /proc/self/stat");
         return;
     }
-    if (mkdir(self.dir, 0700) != 0 && errno != EEXIST) {
-        ps_warning("neighbours: cannot make %s (%s): memory is neither asked of nor given to other processes",
-                   self.dir, strerror(errno));
-        return;
-    }
-    if (lstat(self.dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
-        ps_warning("neighbours: %s is not a private directory of this user (owner %u, mode %03o; wanted %u, "
-                   "700): memory is neither asked of nor given to other processes",
-                   self.dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
+    if (ps_safe_dir_check(self.dir, true, why, sizeof why) != PS_OK) {
+        ps_warning("neighbours: %s: memory is neither asked of nor given to other processes", why);
         return;
     }
     self.usable = 1;
@@ -322,14 +317,17 @@ int ps_neighbours_open(void)
                    strerror(errno));
         return PS_EUPSTREAM;
     }
-    int file = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    bool written = file >= 0 && write(file, text, used) == (ssize_t)used;
-    if (file >= 0)
-        close(file);
-    if (!written || rename(temporary, entry) != 0) {
-        ps_warning("neighbours: cannot write %s (%s): other processes cannot ask this one for memory", entry,
-                   strerror(errno));
-        unlink(temporary);
+    static ps_safe_file_t file; /* (8 KiB: not on the stack) */
+    char why[128] = "";
+    bool written = ps_safe_file_create(&file, entry, temporary, why, sizeof why) == PS_OK;
+    if (written && write(file.fd, text, used) != (ssize_t)used) {
+        snprintf(why, sizeof why, "%s", strerror(errno));
+        written = false;
+    }
+    written = written && ps_safe_file_commit(&file, why, sizeof why) == PS_OK;
+    ps_safe_file_close(&file);
+    if (!written) {
+        ps_warning("neighbours: cannot write %s (%s): other processes cannot ask this one for memory", entry, why);
         close(fd);
         unlink(sock);
         return PS_EUPSTREAM;

@@ -30,12 +30,14 @@
  * 5. The exit report reads memory only: no CUDA call after the runtime may
  *    have been torn down.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../core/adaptors.h"
+#include "../core/safe_file.h"
 #include "devices.h"
 #include "poolshim.h"
 #include "stats.h"
@@ -797,21 +799,36 @@ void ps_stats_report_at_exit(void)
         ps_hints_at_exit(); /* last, after the report */
 }
 
-/* The statistics report at exit, to stderr or global.stats_file. */
+/* The statistics report at exit, to stderr or global.stats_file: written
+ * to a new file of mode 0600 and renamed over the name, which must be
+ * absent, a regular file of this user or a character device
+ * (core/safe_file.c); else refused with a warning, and printed here. */
 static void write_report_at_exit(void)
 {
     FILE *f = stderr;
-    char path[PS_PATH_MAX];
+    char path[PS_PATH_MAX], why[128] = "";
+    static ps_safe_file_t file; /* (8 KiB: not on the stack of a thread at exit) */
+    bool to_file = false;
     if (ps_global->stats_file[0] && ps_expand_path(ps_global->stats_file, -1, path, sizeof path) == PS_OK) {
-        f = fopen(path, "w");
-        if (!f) {
-            ps_warning("cannot write statistics to %s: printing them here", path);
+        if (ps_safe_file_create(&file, path, NULL, why, sizeof why) == PS_OK && (f = fdopen(file.fd, "w")))
+            to_file = true;
+        else
+            ps_safe_file_close(&file);
+        if (!to_file) {
+            ps_warning("cannot write statistics to %s (%s): printing them here", path, why[0] ? why : strerror(errno));
             f = stderr;
         }
     }
     ps_stats_write(f, ps_global->stats == PS_STATS_JSON);
-    if (f != stderr)
-        fclose(f);
+    if (!to_file)
+        return;
+    if (fflush(f) != 0 || ferror(f))
+        ps_warning("cannot write statistics to %s (%s)", path, strerror(errno));
+    else if (ps_safe_file_commit(&file, why, sizeof why) != PS_OK)
+        ps_warning("cannot write statistics to %s (%s)", path, why);
+    fclose(f); /* (the descriptor goes with it) */
+    file.fd = -1;
+    ps_safe_file_close(&file); /* (removes the new file when it was not committed) */
 }
 
 void ps_stats_write_now(FILE *f)

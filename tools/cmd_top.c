@@ -2,8 +2,9 @@
  * requests and spends in allocation, now, per device.
  *
  * Algorithm:
- *   1. The registry directory (/dev/shm/poolshim-<uid>, the system's
- *      temporary directory without /dev/shm; --dir another) must be a
+ *   1. The registry directory ($XDG_RUNTIME_DIR/poolshim where the system
+ *      made a private runtime directory, else /dev/shm/poolshim-<uid>, as
+ *      the shim chooses it: core/safe_file.c; --dir another) must be a
  *      directory of this user with no group or other permission, as the
  *      shim requires (shim/neighbours.c); otherwise exit 1. A missing one
  *      means no process.
@@ -47,6 +48,7 @@
 #include <unistd.h>
 
 #include "../core/common.h"
+#include "../core/safe_file.h"
 #include "cli.h"
 #include "prom_textfile.h"
 
@@ -72,7 +74,8 @@ static const char top_usage[] =
     "                every --interval seconds (default 15) until stopped, then remove it\n"
     "  --all-users   (root) every user's processes: each user's registry in the\n"
     "                directory --dir names (default /dev/shm), read as that user\n"
-    "  --dir DIR     the registry directory (default /dev/shm/poolshim-<uid>)\n"
+    "  --dir DIR     the registry directory (default $XDG_RUNTIME_DIR/poolshim when the system\n"
+    "                made a private runtime directory, else /dev/shm/poolshim-<uid>)\n"
     "  -h, --help    this text\n"
     "\n"
     "exit status: 1 when the directory is not a private directory of this user.\n";
@@ -121,29 +124,25 @@ static top_reading_t previous[ROWS_MAX];
 static int previous_count;
 
 /* ---- 1. the directory ------------------------------------------------------ */
-static void default_directory(char *out, size_t size)
+/* The directory that holds every user's registry in the shared place,
+ * /dev/shm (--all-users). */
+static void shared_parent(char *out, size_t size)
 {
-    struct stat st;
-    if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(out, size, "/dev/shm/poolshim-%u", (unsigned)geteuid());
-    } else {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(out, size, "%s/poolshim-%u", tmp && *tmp == '/' ? tmp : "/tmp", (unsigned)geteuid());
-    }
+    char home[PS_SAFE_PATH_MAX], other[PS_SAFE_PATH_MAX];
+    ps_safe_dir_paths(home, sizeof home, other, sizeof other);
+    snprintf(out, size, "%s", other[0] ? other : home);
+    *strrchr(out, '/') = 0;
 }
 
 /* 1 usable, 0 absent (no process), -1 refused (printed). */
 static int check_directory(const char *dir)
 {
     struct stat st;
-    if (lstat(dir, &st) != 0)
-        return errno == ENOENT ? 0 : (fprintf(stderr, "poolshim: error: top: %s: %s\n", dir, strerror(errno)), -1);
-    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
-        fprintf(stderr,
-                "poolshim: error: top: %s is not a private directory of this user (%s, owner %u, mode %03o; wanted "
-                "a directory of %u, mode 700): its pages are not trusted\n",
-                dir, S_ISDIR(st.st_mode) ? "directory" : S_ISLNK(st.st_mode) ? "a link" : "not a directory",
-                (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
+    char why[512];
+    if (lstat(dir, &st) != 0 && errno == ENOENT)
+        return 0;
+    if (ps_safe_dir_check(dir, false, why, sizeof why) != PS_OK) {
+        fprintf(stderr, "poolshim: error: top: %s: its pages are not trusted\n", why);
         return -1;
     }
     return 1;
@@ -707,12 +706,11 @@ int ps_cmd_top(int argc, char **argv)
         return cli_usage_error("top", "--json and --prometheus exclude each other");
     if ((textfile[0] || all_users) && !prometheus)
         return cli_usage_error("top", "--textfile and --all-users go with --prometheus");
-    if (all_users && !dir[0]) {
-        default_directory(dir, sizeof dir);
-        *strrchr(dir, '/') = 0; /* (the directory holding every user's registry) */
-    }
+    char other[PS_SAFE_PATH_MAX];
+    if (all_users && !dir[0])
+        shared_parent(dir, sizeof dir);
     if (!dir[0])
-        default_directory(dir, sizeof dir);
+        ps_safe_dir_paths(dir, sizeof dir, other, sizeof other);
     if (textfile[0])
         return prom_textfile_serve(textfile, (unsigned)interval, once, render_prometheus, dir) == 0
                    ? CLI_EXIT_OK : CLI_EXIT_FAILURE;

@@ -72,9 +72,15 @@ $(SHIMTEST)/libwrapnext.so: tests/shim/libwrapnext.c
 $(BUILD)/test_shim: tests/shim/test_shim.c
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lcriterion
 
-test-shim: $(LIB) $(CLI) $(FAKE)/libcuda.so.1 $(SHIM_PROGS) $(BUILD)/test_shim
+# the attacks of another local user (tests/shim/test_security.c)
+$(BUILD)/test_security: tests/shim/test_security.c
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS) -lcriterion
+
+test-shim: $(LIB) $(CLI) $(FAKE)/libcuda.so.1 $(SHIM_PROGS) $(BUILD)/test_shim $(BUILD)/test_security
 	POOLSHIM_BUILD=$(BUILD) POOLSHIM_PRELOAD_PREFIX="$(SHIM_PRELOAD_PREFIX)" POOLSHIM_CLI=$(CURDIR)/$(CLI) \
 	    POOLSHIM_TEST_DATA=$(CURDIR)/tests/data $(BUILD)/test_shim -j2 --short-filename
+	POOLSHIM_BUILD=$(BUILD) POOLSHIM_PRELOAD_PREFIX="$(SHIM_PRELOAD_PREFIX)" POOLSHIM_CLI=$(CURDIR)/$(CLI) \
+	    $(BUILD)/test_security -j2 --short-filename
 
 # shim/cuda_abi.h against the real headers, when the toolkit is here
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)

@@ -1,0 +1,395 @@
+/* A shared machine: what another local user (or a careless one) can do to a
+ * program under the shim, and what it must not achieve (docs/security.md).
+ * Each attack is run against the shim over the fake CUDA:
+ *
+ *   files       statistics and log files: links, FIFOs, others' files, umask
+ *   registry    the private directory and the entries in it
+ *   neighbours  silent neighbours: the wait they cost, the holder still asked
+ *   top         pages with terminal escapes, a page with 5,000 devices
+ *   ipc         silent connections, a squatted socket name, a crafted handle
+ *   users       the same with two throw-away users (root only: made before the
+ *               tests and removed after; otherwise each test skips saying so)
+ *
+ * fs.protected_symlinks, protected_regular and protected_fifos (the kernel's
+ * own guards in sticky world-writable directories) would hide an attack
+ * planted there, so the tests that must fail without the shim's fix plant
+ * theirs in directories those guards do not cover; the sticky-directory
+ * tests stand beside them as the scene a user meets. */
+#include <criterion/criterion.h>
+#include <criterion/hooks.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char output[65536];
+
+/* ---- running the test programs -------------------------------------------------- */
+/* The shell command that runs `prog args` from the build's shimtest folder
+ * under the shim, with `env` prepended and `before` (shell words, such as
+ * "umask 000;") in front. */
+static void command(char *cmd, size_t size, const char *before, const char *env, const char *prog_and_args)
+{
+    const char *build = getenv("POOLSHIM_BUILD");
+    const char *prefix = getenv("POOLSHIM_PRELOAD_PREFIX");
+    cr_assert(build, "POOLSHIM_BUILD must name the build folder (make test-shim sets it)");
+    char abs_build[1024];
+    cr_assert(realpath(build, abs_build), "%s", build);
+    snprintf(cmd, size, "%s env -u XDG_RUNTIME_DIR LD_LIBRARY_PATH=%s/fake LD_PRELOAD=\"%s%s%s/libpoolshim.so\" %s %s/shimtest/%s",
+             before ? before : "", abs_build, prefix && *prefix ? prefix : "", prefix && *prefix ? " " : "", abs_build,
+             env ? env : "", abs_build, prog_and_args);
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Runs a shell command; its exit status, stdout+stderr in `output`. */
+static int shell(const char *cmd)
+{
+    char full[8192];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    cr_assert(p, "cannot run %s", full);
+    size_t n = fread(output, 1, sizeof output - 1, p);
+    output[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Runs `prog args` under the shim (command() above). */
+static int run(const char *before, const char *env, const char *prog_and_args)
+{
+    char cmd[4096];
+    command(cmd, sizeof cmd, before, env, prog_and_args);
+    return shell(cmd);
+}
+
+/* Starts a shell command in the background, its output in the file `out`;
+ * returns its pid (the program's own: sh execs it). */
+static pid_t start_background(const char *cmd, const char *out)
+{
+    char full[8192];
+    snprintf(full, sizeof full, "exec %s > %s 2>&1", cmd, out);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", full, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits up to `seconds` for `pid` to end; its status, or -1 (then killed). */
+static int wait_end(pid_t pid, double seconds)
+{
+    int status = 0;
+    for (double until = now_s() + seconds; now_s() < until;) {
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        usleep(5000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+static bool exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* Waits up to `seconds` for `path`; false also when `pid` ended first. */
+__attribute__((unused)) static bool wait_for_file(const char *path, pid_t pid, double seconds)
+{
+    for (double until = now_s() + seconds; now_s() < until;) {
+        if (exists(path))
+            return true;
+        if (pid > 0 && waitpid(pid, NULL, WNOHANG) == pid)
+            return false;
+        usleep(5000);
+    }
+    return false;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The file's first bytes (NUL-ended) into buf; "" when it cannot be read. */
+static const char *read_text(const char *path, char *buf, size_t size)
+{
+    buf[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return buf;
+    size_t n = fread(buf, 1, size - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+/* A temporary folder of the test (mode 0700 unless changed). */
+static char scene[64];
+static void scene_init(void)
+{
+    snprintf(scene, sizeof scene, "/tmp/ps_security_XXXXXX");
+    cr_assert_not_null(mkdtemp(scene));
+}
+static void scene_cleanup(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", scene);
+    cr_expect_eq(system(cmd), 0);
+}
+
+/* Field 22 of /proc/<pid>/stat (0: gone). */
+static unsigned long long start_of(pid_t pid)
+{
+    char path[64], buf[1024] = "";
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    read_text(path, buf, sizeof buf);
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return 0;
+    p += 2;
+    for (int field = 3; field < 22 && p; field++) {
+        p = strchr(p, ' ');
+        if (p)
+            p++;
+    }
+    return p ? strtoull(p, NULL, 10) : 0;
+}
+
+static unsigned long long own_pid_namespace(void)
+{
+    struct stat st;
+    cr_assert_eq(stat("/proc/self/ns/pid", &st), 0);
+    return (unsigned long long)st.st_ino;
+}
+
+/* ---- files: the statistics file and the logs -------------------------------------- */
+#define PRECIOUS "precious bytes of this user\n"
+
+/* A run whose statistics go to `stats_file` (refused): the target keeps its
+ * bytes, the refusal says why, and the report comes on stderr instead. */
+static void expect_statistics_refused(const char *stats_file, const char *precious, const char *why)
+{
+    char env[1024], buf[256];
+    snprintf(env, sizeof env, "POOLSHIM_STATS=json POOLSHIM_STATS_FILE=%s", stats_file);
+    int rc = run(NULL, env, "prog_runtime basic");
+    cr_expect_eq(rc, 0, "%s", output);
+    cr_expect_str_eq(read_text(precious, buf, sizeof buf), PRECIOUS, "the target was written");
+    cr_expect(strstr(output, "cannot write statistics to") && strstr(output, why), "%s", output);
+    cr_expect(strstr(output, "{\"poolshim\": 1"), "the report is printed instead:\n%s", output);
+}
+
+Test(files, a_statistics_file_that_is_a_link_is_refused_and_its_target_untouched)
+{
+    scene_init();
+    char precious[128], link_path[128];
+    snprintf(precious, sizeof precious, "%s/precious", scene);
+    snprintf(link_path, sizeof link_path, "%s/stats.json", scene);
+    write_text(precious, PRECIOUS);
+    cr_assert_eq(symlink(precious, link_path), 0);
+    expect_statistics_refused(link_path, precious, "symbolic link");
+    scene_cleanup();
+}
+
+/* The name carries the pid (%p): links planted for the next 2,000 pids. */
+Test(files, links_planted_for_the_next_pids_redirect_no_report)
+{
+    scene_init();
+    char precious[128], path[160], buf[64] = "";
+    snprintf(precious, sizeof precious, "%s/precious", scene);
+    write_text(precious, PRECIOUS);
+    long last = strtol(read_text("/proc/sys/kernel/ns_last_pid", buf, sizeof buf), NULL, 10);
+    long pid_max = strtol(read_text("/proc/sys/kernel/pid_max", buf, sizeof buf), NULL, 10);
+    cr_assert(last > 0 && pid_max > 0);
+    for (long i = 1; i <= 2000; i++) {
+        snprintf(path, sizeof path, "%s/stats_%ld.json", scene, (last + i) % pid_max);
+        cr_assert_eq(symlink(precious, path), 0, "%s", path);
+    }
+    snprintf(path, sizeof path, "%s/stats_%%p.json", scene);
+    expect_statistics_refused(path, precious, "symbolic link");
+    const char *pid = strstr(output, "\"pid\": ");
+    long got = pid ? strtol(pid + 7, NULL, 10) : -1;
+    cr_expect((got - last + pid_max) % pid_max >= 1 && (got - last + pid_max) % pid_max <= 2000,
+              "the program's pid %ld fell outside the planted links (after %ld)", got, last);
+    scene_cleanup();
+}
+
+Test(files, a_log_file_that_is_a_link_is_refused_and_its_target_untouched)
+{
+    scene_init();
+    char precious[128], env[512], buf[256];
+    snprintf(precious, sizeof precious, "%s/precious", scene);
+    write_text(precious, PRECIOUS);
+    char link_path[128];
+    snprintf(link_path, sizeof link_path, "%s/log.csv", scene);
+    cr_assert_eq(symlink(precious, link_path), 0);
+    snprintf(env, sizeof env, "POOLSHIM_LOG=%s", link_path);
+    int rc = run(NULL, env, "prog_runtime basic");
+    cr_expect_neq(rc, 0, "the stack cannot be built without its log:\n%s", output);
+    cr_expect(strstr(output, "log: cannot open") && strstr(output, "symbolic link"), "%s", output);
+    cr_expect_str_eq(read_text(precious, buf, sizeof buf), PRECIOUS, "the target was written");
+    /* the companion file (PATH.reserved.csv) a link: the log goes on without it */
+    snprintf(link_path, sizeof link_path, "%s/log2.csv.reserved.csv", scene);
+    cr_assert_eq(symlink(precious, link_path), 0);
+    snprintf(env, sizeof env, "POOLSHIM_LOG=%s/log2.csv", scene);
+    rc = run(NULL, env, "prog_runtime basic");
+    cr_expect_eq(rc, 0, "%s", output);
+    cr_expect(strstr(output, "log2.csv.reserved.csv") && strstr(output, "symbolic link"), "%s", output);
+    cr_expect_str_eq(read_text(precious, buf, sizeof buf), PRECIOUS, "the target was written");
+    scene_cleanup();
+}
+
+/* Under umask 000 the statistics file and the logs are still 0600. */
+Test(files, statistics_and_logs_are_0600_whatever_the_umask)
+{
+    scene_init();
+    char env[512], path[160];
+    snprintf(env, sizeof env, "POOLSHIM_STATS=json POOLSHIM_STATS_FILE=%s/stats.json POOLSHIM_LOG=%s/log.csv", scene,
+             scene);
+    int rc = run("umask 000;", env, "prog_runtime basic");
+    cr_expect_eq(rc, 0, "%s", output);
+    const char *names[] = {"stats.json", "log.csv", "log.csv.reserved.csv"};
+    for (int i = 0; i < 3; i++) {
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", scene, names[i]);
+        cr_expect(lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 07777) == 0600, "%s: mode %o", path,
+                  lstat(path, &st) == 0 ? st.st_mode & 07777 : 0);
+    }
+    cr_expect(!strstr(output, ".tmp"), "no temporary file named:\n%s", output);
+    DIR *d = opendir(scene);
+    int files = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        files += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    cr_expect_eq(files, 3, "no temporary file is left");
+    scene_cleanup();
+}
+
+/* A file of another user that anyone may write, in a directory anyone may
+ * write (no sticky bit, so the kernel's protected_regular does not apply). */
+Test(files, a_statistics_file_of_another_user_is_refused)
+{
+    if (geteuid() != 0)
+        cr_skip_test("only root can give a file to another user");
+    scene_init();
+    cr_assert_eq(chmod(scene, 0777), 0);
+    char theirs[128];
+    snprintf(theirs, sizeof theirs, "%s/stats.json", scene);
+    write_text(theirs, PRECIOUS);
+    cr_assert_eq(chown(theirs, 65534, 65534), 0);
+    cr_assert_eq(chmod(theirs, 0666), 0);
+    expect_statistics_refused(theirs, theirs, "another user (uid 65534)");
+    scene_cleanup();
+}
+
+/* A FIFO where the statistics file goes: refused at once, never opened. */
+Test(files, a_fifo_as_the_statistics_file_does_not_hang_the_exit, .timeout = 30)
+{
+    scene_init();
+    char fifo[128], cmd[4096], env[512], out[160];
+    snprintf(fifo, sizeof fifo, "%s/stats.json", scene);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    snprintf(env, sizeof env, "POOLSHIM_STATS=json POOLSHIM_STATS_FILE=%s", fifo);
+    command(cmd, sizeof cmd, NULL, env, "prog_runtime basic");
+    snprintf(out, sizeof out, "%s/out.txt", scene);
+    int rc = wait_end(start_background(cmd, out), 10);
+    cr_expect_eq(rc, 0, "the program did not end within 10 s (rc %d)", rc);
+    scene_cleanup();
+}
+
+/* ---- registry: the private directory and its entries ------------------------------- */
+/* A program started in the background, `prog_neighbours take SCENE` with
+ * SCENE/wait_ready: it waits for SCENE/ready before its first allocation,
+ * so the test may plant things under its registry name first. */
+static pid_t start_waiting_taker(const char *registry, const char *more_env, char *name, size_t name_size)
+{
+    char env[1024], cmd[4096], out[160], path[160], args[160];
+    snprintf(path, sizeof path, "%s/wait_ready", scene);
+    write_text(path, "");
+    snprintf(env, sizeof env, "POOLSHIM_TEST_NEIGHBOURS_DIR=%s POOLSHIM_DECAY_MS=0 %s", registry, more_env ? more_env : "");
+    snprintf(args, sizeof args, "prog_neighbours take %s", scene);
+    command(cmd, sizeof cmd, NULL, env, args);
+    snprintf(out, sizeof out, "%s/taker.txt", scene);
+    pid_t pid = start_background(cmd, out);
+    unsigned long long start = start_of(pid);
+    cr_assert(start, "the program did not start");
+    snprintf(name, name_size, "p%d-%llu-%llu", (int)pid, start, own_pid_namespace());
+    return pid;
+}
+
+/* FIFOs where the process writes its registry entry and its live page
+ * (under their temporary names): an open for writing would wait for a
+ * reader for ever, and the give-back thread with it, and the exit that
+ * joins that thread. The process must end at once, leaving nothing. */
+Test(registry, fifos_at_the_entries_temporary_names_do_not_hang_the_exit, .timeout = 40)
+{
+    scene_init();
+    char registry[128], name[128], path[256], buf[4096];
+    snprintf(registry, sizeof registry, "%s/registry", scene);
+    cr_assert_eq(mkdir(registry, 0700), 0);
+    pid_t pid = start_waiting_taker(registry, NULL, name, sizeof name);
+    const char *suffixes[] = {".new", ".stats.new"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s%s", registry, name, suffixes[i]);
+        cr_assert_eq(mkfifo(path, 0600), 0, "%s", path);
+    }
+    snprintf(path, sizeof path, "%s/ready", scene);
+    write_text(path, "");
+    int rc = wait_end(pid, 10);
+    snprintf(path, sizeof path, "%s/taker.txt", scene);
+    read_text(path, buf, sizeof buf);
+    cr_expect_eq(rc, 0, "the program did not end within 10 s (rc %d):\n%s", rc, buf);
+    cr_expect(strstr(buf, "take: "), "%s", buf);
+    DIR *d = opendir(registry);
+    for (struct dirent *e; d && (e = readdir(d));)
+        cr_expect(e->d_name[0] == '.', "%s/%s left", registry, e->d_name);
+    if (d)
+        closedir(d);
+    scene_cleanup();
+}
+
+/* $XDG_RUNTIME_DIR (made by the system for this user alone) holds the
+ * registry when it is private; one that others may enter is not used. */
+Test(registry, it_lives_in_xdg_runtime_dir_when_that_is_private)
+{
+    scene_init();
+    char env[512], expected[256];
+    snprintf(env, sizeof env, "XDG_RUNTIME_DIR=%s POOLSHIM_VERBOSE=3", scene);
+    cr_assert_eq(run(NULL, env, "prog_runtime basic"), 0, "%s", output);
+    snprintf(expected, sizeof expected, "GPU(s) as %s/poolshim/p", scene);
+    cr_expect(strstr(output, expected), "expected '%s' in:\n%s", expected, output);
+    struct stat st;
+    snprintf(expected, sizeof expected, "%s/poolshim", scene);
+    cr_expect(lstat(expected, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700, "%s", expected);
+    cr_assert_eq(chmod(scene, 0755), 0);
+    cr_assert_eq(run(NULL, env, "prog_runtime basic"), 0, "%s", output);
+    snprintf(expected, sizeof expected, "GPU(s) as /dev/shm/poolshim-%u/p", (unsigned)geteuid());
+    cr_expect(strstr(output, expected), "expected '%s' in:\n%s", expected, output);
+    scene_cleanup();
+}
