@@ -6,7 +6,10 @@
  * The registry: one private directory per user (core/safe_file.c):
  * $XDG_RUNTIME_DIR/poolshim where the system made a runtime directory for
  * the user, else /dev/shm/poolshim-<uid> (the system's temporary directory
- * when /dev/shm is missing; POOLSHIM_TEST_NEIGHBOURS_DIR in tests). A process is named by its pid,
+ * when /dev/shm is missing; POOLSHIM_TEST_NEIGHBOURS_DIR in tests). A
+ * process registers in the first; an asker also looks in the second when
+ * it is private too (processes started without XDG_RUNTIME_DIR, as batch
+ * jobs often are, register there). A process is named by its pid,
  * its start time (field 22 of /proc/<pid>/stat: a reused pid has another)
  * and its pid namespace (st_ino of /proc/self/ns/pid), N = p<pid>-<start>-<ns>:
  *   N.sock  its request socket (Unix datagrams);
@@ -34,7 +37,13 @@
  *    holding no lock of the shim): binds a reply socket of its own,
  *    a<pid>-<start>-<ns>-<tid>.sock, and sends a request {magic, version,
  *    pid, request number, GPU UUID, bytes wanted, its wait} to every other
- *    entry that lists the GPU. It then waits for answers {the number, bytes
+ *    entry that lists the GPU: first those that gave memory lately (the
+ *    latest first), then those not heard of, then those silent lately
+ *    (4. below). A datagram waits in its receiver's queue charged to the
+ *    sender's socket, so a few hundred neighbours that do not read fill it:
+ *    then a fresh reply socket, a<...>-<tid>.<k>.sock, carries the rest
+ *    (a silent neighbour whose own queue is full is passed over). It then
+ *    waits for answers {the number, bytes
  *    given} until every neighbour asked has answered, the bytes wanted were
  *    given, or global.neighbour_wait_ms passed, whichever comes first:
  *    never longer. Returns the bytes the neighbours said they gave.
@@ -45,7 +54,8 @@
  *    container sharing /dev/shm) are judged by their socket only.
  * 4. A neighbour that did not answer in time (stopped, busy) is still asked
  *    for the next 30 s, but not waited for: a program that keeps running out
- *    of memory does not pay the whole wait each time.
+ *    of memory does not pay the whole wait each time. Every neighbour asked
+ *    is remembered (silent until, last answer), however many there are.
  * 5. Serve (the give-back thread, on a readable socket; never once exit
  *    began): each request is checked, its GPU found among this process's
  *    devices by UUID, and ps_give_back_device(d, now, 0) gives every free
@@ -92,10 +102,10 @@
 enum { MESSAGE_REQUEST = 1, MESSAGE_ANSWER = 2 };
 #define ENTRY_HEADER "poolshim neighbours 1\n"
 #define SILENT_NS (30ull * 1000000000ull) /* 4. above */
-#define SILENT_MAX 16
-#define ASKED_MAX 256  /* neighbours waited for in one ask (more are asked, not waited for) */
+#define REMEMBERED_NS (600ull * 1000000000ull) /* how long a neighbour's last answer is remembered */
+#define REPLY_SOCKETS_MAX 16 /* reply sockets of one ask (2. above: each carries a few hundred requests) */
 #define SERVE_BUDGET_MAX_MS 2000
-#define NAME_MAX_CHARS 96 /* room for an entry's name (a<pid>-<start>-<ns>-<tid>.sock is the longest) */
+#define NAME_MAX_CHARS 96 /* room for an entry's name (a<pid>-<start>-<ns>-<tid>.<k>.sock is the longest) */
 
 /* One datagram, request or answer (fixed size: anything else is dropped). */
 typedef struct message {
@@ -115,6 +125,7 @@ static struct {
     pthread_once_t once;    /* the directory is checked once */
     int usable;             /* 1: the directory is ours and private (set once, under `once`) */
     char dir[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* the registry directory */
+    char other[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* the second one an asker looks in ("": none) */
     int pid;                /* getpid() when checked */
     unsigned long long start; /* our start time (field 22 of /proc/self/stat) */
     unsigned long long ns;  /* our pid namespace (st_ino of /proc/self/ns/pid; 0: unknown) */
@@ -127,13 +138,18 @@ static int served_count;           /* devices listed in our entry */
 static uint8_t served_uuid[PS_MAX_DEVICES][16]; /* their UUIDs, by ordinal */
 static bool served_known[PS_MAX_DEVICES];       /* whether that ordinal's UUID is known */
 
-/* 4. above: neighbours that did not answer in time. */
-static pthread_mutex_t silent_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    int pid;
-    unsigned long long start, ns;
-    uint64_t until_ns; /* not waited for before this */
-} silent[SILENT_MAX];
+/* 2. and 4. above: what the asks learnt of each neighbour asked. */
+typedef struct known {
+    int pid;                   /* the neighbour (in its pid namespace) */
+    unsigned long long start;  /* its start time */
+    unsigned long long ns;     /* its pid namespace */
+    uint64_t silent_until_ns;  /* not waited for before this (0: never silent) */
+    uint64_t gave_ns;          /* when it last answered with memory (0: never) */
+} known_t;
+static pthread_mutex_t known_lock = PTHREAD_MUTEX_INITIALIZER;
+static known_t *known;      /* one per neighbour asked lately (known_lock) */
+static size_t known_count;  /* entries used */
+static size_t known_capacity; /* entries allocated */
 
 static atomic_uint next_number = 1; /* request numbers */
 
@@ -150,11 +166,17 @@ static unsigned long long pid_namespace(void)
     return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
 }
 
-/* dir/name into *path (false: too long for a socket address). */
+/* dir/name+suffix into *path (false: too long for a socket address). */
+static bool path_in(char *path, size_t size, const char *dir, const char *name, const char *suffix)
+{
+    int n = snprintf(path, size, "%s/%s%s", dir, name, suffix);
+    return n > 0 && (size_t)n < size;
+}
+
+/* The same in this process's own registry directory. */
 static bool entry_path(char *path, size_t size, const char *name, const char *suffix)
 {
-    int n = snprintf(path, size, "%s/%s%s", self.dir, name, suffix);
-    return n > 0 && (size_t)n < size;
+    return path_in(path, size, self.dir, name, suffix);
 }
 
 /* The directory: chosen (core/safe_file.c), made if absent (0700), and
@@ -168,15 +190,18 @@ static void check_directory(void)
     snprintf(self.name, sizeof self.name, "p%d-%llu-%llu", self.pid, self.start, self.ns);
     const char *test_dir = ps_test.neighbours_dir;
     char home[PS_SAFE_PATH_MAX], other[PS_SAFE_PATH_MAX], why[512];
-    if (test_dir && *test_dir)
+    if (test_dir && *test_dir) {
         snprintf(home, sizeof home, "%s", test_dir);
-    else
+        other[0] = 0;
+    } else {
         ps_safe_dir_paths(home, sizeof home, other, sizeof other);
+    }
     size_t n = strlen(home);
     if (n < sizeof self.dir)
         memcpy(self.dir, home, n + 1);
     char longest[NAME_MAX_CHARS]; /* our longest name: a reply socket of a thread with the largest tid */
-    int longest_size = snprintf(longest, sizeof longest, "a%d-%llu-%llu-%d.sock", self.pid, self.start, self.ns, 4194304);
+    int longest_size = snprintf(longest, sizeof longest, "a%d-%llu-%llu-%d.%d.sock", self.pid, self.start, self.ns,
+                                4194304, REPLY_SOCKETS_MAX);
     if (!n || n + 1 + (size_t)longest_size >= sizeof self.dir || !self.start) {
         ps_warning("neighbours: no registry (%s): memory is neither asked of nor given to other processes",
                    self.start ? "its directory's name is too long for a socket address" : "no /proc/self/stat");
@@ -186,7 +211,16 @@ static void check_directory(void)
         ps_warning("neighbours: %s: memory is neither asked of nor given to other processes", why);
         return;
     }
+    if (other[0] && strlen(other) + 1 + (size_t)longest_size < sizeof self.other)
+        memcpy(self.other, other, strlen(other) + 1);
     self.usable = 1;
+}
+
+/* Whether a second registry directory may be read now (it is never made). */
+static bool registry_private(const char *dir)
+{
+    struct stat st;
+    return lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 077);
 }
 
 static bool registry_usable(void)
@@ -441,48 +475,97 @@ void ps_neighbours_serve(void)
 }
 
 /* ---- 2. ask ----------------------------------------------------------------------------- */
-/* One neighbour asked in this ask. */
+/* One neighbour to ask in this ask. */
 typedef struct asked {
     int pid;
     unsigned long long start, ns;
+    const char *dir; /* the registry directory of its entry (self.dir or self.other) */
+    char name[NAME_MAX_CHARS]; /* its entry, p<pid>-<start>-<ns> */
+    int rank;      /* the order it is asked in (2. above): 0 gave lately, 1 not heard of, 2 silent lately */
+    uint64_t gave_ns; /* when it last gave memory (rank 0: the latest first) */
+    bool sent;     /* the request went out */
     bool awaited;  /* its answer is waited for (4. above: not when it was silent lately) */
     bool answered; /* its answer came */
 } asked_t;
 
-static bool is_silent(const asked_t *a, uint64_t now)
+/* The slot of a neighbour in known[], or known_count. known_lock held. */
+static size_t known_find(int pid, unsigned long long start, unsigned long long ns)
 {
-    bool found = false;
-    pthread_mutex_lock(&silent_lock);
-    for (int i = 0; i < SILENT_MAX && !found; i++)
-        found = silent[i].pid == a->pid && silent[i].start == a->start && silent[i].ns == a->ns &&
-                silent[i].until_ns > now;
-    pthread_mutex_unlock(&silent_lock);
-    return found;
+    size_t i = 0;
+    while (i < known_count && !(known[i].pid == pid && known[i].start == start && known[i].ns == ns))
+        i++;
+    return i;
 }
 
-static void mark_silent(const asked_t *a, uint64_t until)
+/* The slot of a neighbour, made when absent (NULL: out of host memory).
+ * Entries neither silent nor heard of lately go first. known_lock held. */
+static known_t *known_slot(const asked_t *a, uint64_t now)
 {
-    pthread_mutex_lock(&silent_lock);
-    int slot = 0;
-    for (int i = 0; i < SILENT_MAX; i++)
-        if (silent[i].until_ns < silent[slot].until_ns)
-            slot = i; /* (the oldest one, or a free one) */
-    silent[slot].pid = a->pid;
-    silent[slot].start = a->start;
-    silent[slot].ns = a->ns;
-    silent[slot].until_ns = until;
-    pthread_mutex_unlock(&silent_lock);
+    size_t i = known_find(a->pid, a->start, a->ns);
+    if (i < known_count)
+        return &known[i];
+    for (size_t k = 0; k < known_count;) {
+        if (known[k].silent_until_ns <= now && known[k].gave_ns + REMEMBERED_NS <= now)
+            known[k] = known[--known_count];
+        else
+            k++;
+    }
+    if (known_count == known_capacity) {
+        size_t capacity = known_capacity ? known_capacity * 2 : 64;
+        known_t *bigger = realloc(known, capacity * sizeof *bigger);
+        if (!bigger)
+            return NULL;
+        known = bigger;
+        known_capacity = capacity;
+    }
+    known[known_count] = (known_t){.pid = a->pid, .start = a->start, .ns = a->ns};
+    return &known[known_count++];
 }
 
-/* Removes a dead process's entry (3. above). */
-static void remove_entry(const char *name_without_suffix)
+/* What the asks before learnt of `a`: its rank and whether it is awaited. */
+static void recall(asked_t *a, uint64_t now)
+{
+    pthread_mutex_lock(&known_lock);
+    size_t i = known_find(a->pid, a->start, a->ns);
+    const known_t *k = i < known_count ? &known[i] : NULL;
+    bool silent = k && k->silent_until_ns > now;
+    a->gave_ns = k ? k->gave_ns : 0;
+    a->rank = silent ? 2 : a->gave_ns && a->gave_ns + REMEMBERED_NS > now ? 0 : 1;
+    a->awaited = !silent;
+    pthread_mutex_unlock(&known_lock);
+}
+
+/* Remembers what this ask learnt of `a`: silent until `silent_until`
+ * (0: it answered), or that it gave memory now. */
+static void remember(const asked_t *a, uint64_t now, uint64_t silent_until, bool gave)
+{
+    pthread_mutex_lock(&known_lock);
+    known_t *k = known_slot(a, now);
+    if (k) {
+        k->silent_until_ns = silent_until;
+        if (gave)
+            k->gave_ns = now;
+    }
+    pthread_mutex_unlock(&known_lock);
+}
+
+static int compare_asked(const void *pa, const void *pb)
+{
+    const asked_t *a = pa, *b = pb;
+    if (a->rank != b->rank)
+        return a->rank < b->rank ? -1 : 1;
+    return a->gave_ns > b->gave_ns ? -1 : a->gave_ns < b->gave_ns; /* (the latest giver first) */
+}
+
+/* Removes a dead process's entry (3. above) from `dir`. */
+static void remove_entry(const char *dir, const char *name_without_suffix)
 {
     char path[sizeof self.dir];
-    if (entry_path(path, sizeof path, name_without_suffix, ".gpus"))
+    if (path_in(path, sizeof path, dir, name_without_suffix, ".gpus"))
         unlink(path);
-    if (entry_path(path, sizeof path, name_without_suffix, ".sock"))
+    if (path_in(path, sizeof path, dir, name_without_suffix, ".sock"))
         unlink(path);
-    if (entry_path(path, sizeof path, name_without_suffix, ".stats"))
+    if (path_in(path, sizeof path, dir, name_without_suffix, ".stats"))
         unlink(path); /* its live statistics (shim/live.c) */
     ps_debug("neighbours: removed the entry of a process that ended (%s)", name_without_suffix);
 }
@@ -535,25 +618,36 @@ static int socket_alive(const char *path)
     return alive;
 }
 
-/* Sends `request` to every live neighbour whose entry lists its GPU
- * (removing dead entries on the way), recording them in asked[]; returns
- * how many were sent a request. */
-static int send_requests(int fd, const message_t *request, asked_t *asked, int *asked_count, uint64_t now)
+/* Whether `name` is a reply socket of an ask, a<pid>-<start>-<ns>-<tid>.sock
+ * or a<pid>-<start>-<ns>-<tid>.<k>.sock; *pid its process. */
+static bool reply_socket_name(const char *name, int *pid)
 {
-    char uuid[41];
-    uuid_text(request->uuid, uuid);
-    DIR *dir = opendir(self.dir);
-    if (!dir)
-        return 0;
-    int sent = 0;
-    for (struct dirent *e; (e = readdir(dir));) {
-        int pid, tid, used = 0;
+    int tid, k, used = 0;
+    unsigned long long start, ns;
+    if (name[0] != 'a' || sscanf(name, "a%d-%llu-%llu-%d%n", pid, &start, &ns, &tid, &used) != 4)
+        return false;
+    const char *rest = name + used;
+    if (!strcmp(rest, ".sock"))
+        return true;
+    used = 0;
+    return sscanf(rest, ".%d.sock%n", &k, &used) == 1 && !rest[used];
+}
+
+/* Adds to *asked every live neighbour in `dir` whose entry lists `uuid`,
+ * removing dead entries on the way. */
+static void scan_directory(const char *dir, const char *uuid, asked_t **asked, size_t *count, size_t *capacity,
+                           uint64_t now)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));) {
+        int pid, used = 0;
         unsigned long long start, ns;
         char name[NAME_MAX_CHARS], path[sizeof self.dir];
-        if (e->d_name[0] == 'a' && sscanf(e->d_name, "a%d-%llu-%llu-%d.sock%n", &pid, &start, &ns, &tid, &used) == 4 &&
-            !e->d_name[used] && pid != self.pid && entry_path(path, sizeof path, e->d_name, "") &&
-            socket_alive(path) == 0) {
-            unlink(path); /* another asker's reply socket, left by a process that ended */
+        if (reply_socket_name(e->d_name, &pid)) {
+            if (pid != self.pid && path_in(path, sizeof path, dir, e->d_name, "") && socket_alive(path) == 0)
+                unlink(path); /* another asker's reply socket, left by a process that ended */
             continue;
         }
         if (e->d_name[0] != 'p' || sscanf(e->d_name, "p%d-%llu-%llu.gpus%n", &pid, &start, &ns, &used) != 3 ||
@@ -563,33 +657,81 @@ static int send_requests(int fd, const message_t *request, asked_t *asked, int *
         if (pid == self.pid && start == self.start && ns == self.ns)
             continue; /* ourselves */
         if (ns == self.ns && ps_process_start(pid) != start) {
-            remove_entry(name); /* gone, or the pid is another process's now */
+            remove_entry(dir, name); /* gone, or the pid is another process's now */
             continue;
         }
-        if (!entry_lists(dirfd(dir), e->d_name, uuid) || !entry_path(path, sizeof path, name, ".sock"))
+        if (!entry_lists(dirfd(d), e->d_name, uuid) || !path_in(path, sizeof path, dir, name, ".sock"))
             continue;
         int alive = socket_alive(path);
         if (alive == 0)
-            remove_entry(name);
+            remove_entry(dir, name);
         if (alive != 1)
             continue;
-        struct sockaddr_un to = {.sun_family = AF_UNIX};
-        snprintf(to.sun_path, sizeof to.sun_path, "%s", path);
-        if (sendto(fd, request, sizeof *request, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&to, sizeof to) !=
-            (ssize_t)sizeof *request) {
-            if (errno == ECONNREFUSED || errno == ENOENT)
-                remove_entry(name);
-            continue; /* (EAGAIN: its queue is full; not asked) */
+        if (*count == *capacity) {
+            size_t more = *capacity ? *capacity * 2 : 64;
+            asked_t *bigger = realloc(*asked, more * sizeof *bigger);
+            if (!bigger)
+                break;
+            *asked = bigger;
+            *capacity = more;
         }
-        sent++;
-        if (*asked_count < ASKED_MAX) {
-            asked_t *a = &asked[(*asked_count)++];
-            *a = (asked_t){.pid = pid, .start = start, .ns = ns};
-            a->awaited = !is_silent(a, now);
-        }
+        asked_t *a = &(*asked)[(*count)++];
+        *a = (asked_t){.pid = pid, .start = start, .ns = ns, .dir = dir};
+        memcpy(a->name, name, sizeof name);
+        recall(a, now);
     }
-    closedir(dir);
-    return sent;
+    closedir(d);
+}
+
+/* The reply sockets of one ask (2. above). */
+typedef struct replies {
+    int fd[REPLY_SOCKETS_MAX];                          /* bound sockets */
+    char path[REPLY_SOCKETS_MAX][sizeof self.dir];      /* where */
+    int count;                                          /* how many */
+} replies_t;
+
+/* Binds one more reply socket; false when none can be. */
+static bool add_reply_socket(replies_t *r, long tid)
+{
+    if (r->count == REPLY_SOCKETS_MAX)
+        return false;
+    char name[NAME_MAX_CHARS];
+    if (r->count == 0)
+        snprintf(name, sizeof name, "a%d-%llu-%llu-%ld.sock", self.pid, self.start, self.ns, tid);
+    else
+        snprintf(name, sizeof name, "a%d-%llu-%llu-%ld.%d.sock", self.pid, self.start, self.ns, tid, r->count);
+    if (!entry_path(r->path[r->count], sizeof r->path[r->count], name, ""))
+        return false;
+    int fd = bound_socket(r->path[r->count]);
+    if (fd < 0)
+        return false;
+    r->fd[r->count++] = fd;
+    return true;
+}
+
+/* Sends `request` to `a`; on a full queue of the last reply socket a fresh
+ * one takes the rest (not for a silent neighbour: its own queue is likely
+ * the full one). Returns whether it was sent; *dead when nobody is bound. */
+static bool send_request(replies_t *r, const message_t *request, const asked_t *a, long tid, bool *dead)
+{
+    struct sockaddr_un to = {.sun_family = AF_UNIX};
+    *dead = false;
+    if (!path_in(to.sun_path, sizeof to.sun_path, a->dir, a->name, ".sock"))
+        return false;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int fd = r->fd[r->count - 1];
+        if (sendto(fd, request, sizeof *request, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&to, sizeof to) ==
+            (ssize_t)sizeof *request)
+            return true;
+        if (errno == ECONNREFUSED || errno == ENOENT) {
+            *dead = true;
+            return false;
+        }
+        if ((errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) || a->rank == 2 || attempt ||
+            !add_reply_socket(r, tid))
+            return false;
+    }
+    return false;
 }
 
 uint64_t ps_neighbours_ask(int device, uint64_t wanted)
@@ -602,54 +744,73 @@ uint64_t ps_neighbours_ask(int device, uint64_t wanted)
                          .wait_ms = (uint32_t)ps_global->neighbour_wait_ms};
     if (!device_uuid(device, request.uuid))
         return 0;
-    char reply_name[NAME_MAX_CHARS], reply_path[sizeof self.dir];
-    snprintf(reply_name, sizeof reply_name, "a%d-%llu-%llu-%ld.sock", self.pid, self.start, self.ns,
-             (long)syscall(SYS_gettid));
-    if (!entry_path(reply_path, sizeof reply_path, reply_name, ""))
-        return 0;
-    int fd = bound_socket(reply_path);
-    if (fd < 0) {
-        ps_info("device %d: cannot ask the neighbours for memory (%s: %s)", device, reply_path, strerror(errno));
+    long tid = (long)syscall(SYS_gettid);
+    replies_t *r = calloc(1, sizeof *r);
+    if (!r || !add_reply_socket(r, tid)) {
+        ps_info("device %d: cannot ask the neighbours for memory (%s in %s)", device,
+                r ? strerror(errno) : "out of host memory", self.dir);
+        free(r);
         return 0;
     }
     uint64_t began = now_ns(), deadline = began + ps_global->neighbour_wait_ms * 1000000ull;
-    asked_t asked[ASKED_MAX];
-    int asked_count = 0, awaited = 0, answers = 0;
-    int sent = send_requests(fd, &request, asked, &asked_count, began);
-    for (int i = 0; i < asked_count; i++)
+    char uuid[41];
+    uuid_text(request.uuid, uuid);
+    asked_t *asked = NULL;
+    size_t asked_count = 0, capacity = 0;
+    scan_directory(self.dir, uuid, &asked, &asked_count, &capacity, began);
+    if (self.other[0] && registry_private(self.other))
+        scan_directory(self.other, uuid, &asked, &asked_count, &capacity, began);
+    if (asked_count > 1)
+        qsort(asked, asked_count, sizeof *asked, compare_asked);
+    int sent = 0, awaited = 0, answers = 0;
+    for (size_t i = 0; i < asked_count; i++) {
+        bool dead;
+        asked[i].sent = send_request(r, &request, &asked[i], tid, &dead);
+        if (dead)
+            remove_entry(asked[i].dir, asked[i].name);
+        asked[i].awaited = asked[i].awaited && asked[i].sent;
+        sent += asked[i].sent;
         awaited += asked[i].awaited;
+    }
     uint64_t given = 0;
+    struct pollfd p[REPLY_SOCKETS_MAX];
+    for (int k = 0; k < r->count; k++)
+        p[k] = (struct pollfd){r->fd[k], POLLIN, 0};
     while (awaited > 0 && !(wanted && given >= wanted)) {
         uint64_t now = now_ns();
         if (now >= deadline)
             break;
-        struct pollfd p = {fd, POLLIN, 0};
-        int ready = poll(&p, 1, (int)((deadline - now + 999999) / 1000000));
+        int ready = poll(p, (nfds_t)r->count, (int)((deadline - now + 999999) / 1000000));
         if (ready < 0 && errno != EINTR)
             break;
-        message_t m;
-        long uid;
-        ssize_t n;
-        while ((n = receive(fd, &m, NULL, NULL, &uid)) >= 0) {
-            if (!message_valid(&m, n, uid, MESSAGE_ANSWER) || m.number != request.number ||
-                memcmp(m.uuid, request.uuid, 16) != 0)
-                continue; /* another user's, or a late answer to an earlier ask */
-            answers++;
-            given += m.bytes;
-            for (int i = 0; i < asked_count; i++)
-                if (asked[i].pid == (int)m.pid && !asked[i].answered) {
-                    asked[i].answered = true;
-                    awaited -= asked[i].awaited;
-                    break;
-                }
+        for (int k = 0; k < r->count; k++) {
+            message_t m;
+            long uid;
+            ssize_t n;
+            while ((n = receive(r->fd[k], &m, NULL, NULL, &uid)) >= 0) {
+                if (!message_valid(&m, n, uid, MESSAGE_ANSWER) || m.number != request.number ||
+                    memcmp(m.uuid, request.uuid, 16) != 0)
+                    continue; /* another user's, or a late answer to an earlier ask */
+                answers++;
+                given += m.bytes;
+                for (size_t i = 0; i < asked_count; i++)
+                    if (asked[i].sent && asked[i].pid == (int)m.pid && !asked[i].answered) {
+                        asked[i].answered = true;
+                        awaited -= asked[i].awaited;
+                        remember(&asked[i], now_ns(), 0, m.bytes > 0);
+                        break;
+                    }
+            }
         }
     }
-    close(fd);
-    unlink(reply_path);
+    for (int k = 0; k < r->count; k++) {
+        close(r->fd[k]);
+        unlink(r->path[k]);
+    }
     int silent_now = 0;
-    for (int i = 0; i < asked_count; i++)
+    for (size_t i = 0; i < asked_count; i++)
         if (asked[i].awaited && !asked[i].answered && !(wanted && given >= wanted)) {
-            mark_silent(&asked[i], now_ns() + SILENT_NS);
+            remember(&asked[i], now_ns(), now_ns() + SILENT_NS, false);
             silent_now++;
         }
     if (sent) {
@@ -662,5 +823,10 @@ uint64_t ps_neighbours_ask(int device, uint64_t wanted)
                 ps_format_bytes(b, sizeof b, given),
                 silent_now ? " (the silent ones are not waited for in the next 30 s)" : "");
     }
+    if ((size_t)sent < asked_count)
+        ps_info("device %d: %zu neighbour process(es) could not be sent a request (their queues are full)", device,
+                asked_count - (size_t)sent);
+    free(asked);
+    free(r);
     return given;
 }

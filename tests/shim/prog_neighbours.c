@@ -22,6 +22,9 @@
  *       frees every other one, says so by creating DIR/ready, then idles until
  *       DIR/release exists and exits holding the rest (the live statistics'
  *       tests: the exit report counts them as requested now).
+ *   prog_neighbours fail DIR N          N cudaMallocs of twice the device, each
+ *       failing after the neighbours were asked; prints "fail: call I
+ *       returned E after T ms" for each (the silent neighbours' tests).
  *   prog_neighbours uuid [DEVICE]       prints the device's UUID as the
  *       registry writes it (tests fabricate entries with it).
  *
@@ -269,6 +272,22 @@ static void create_big(const char *dir)
     signal_file(dir, "release");
 }
 
+static void fail(int n)
+{
+    const char *m = getenv("FAKE_CUDA_MEMORY");
+    size_t too_big = (m ? (size_t)strtoull(m, NULL, 0) : (size_t)4 << 30) * 2;
+    for (int i = 0; i < n; i++) {
+        void *p = NULL;
+        double t = now_ms();
+        cudaError_t e = cudaMalloc(&p, too_big);
+        printf("fail: call %d returned %d after %.1f ms\n", i, e, now_ms() - t);
+        CHECK(e != cudaSuccess, "fail: twice the device was allocated");
+        if (e == cudaSuccess)
+            cudaFree(p);
+    }
+    fflush(stdout);
+}
+
 static void uuid(void)
 {
     CUresult (*init)(unsigned) = NULL;
@@ -291,7 +310,7 @@ int main(int argc, char **argv)
 {
     alarm(60); /* a hang becomes SIGALRM, not a stuck test */
     const char *what = argc > 1 ? argv[1] : "";
-    if (argc > 3 && strcmp(what, "uuid") != 0 && strcmp(what, "hold") != 0)
+    if (argc > 3 && strcmp(what, "uuid") != 0 && strcmp(what, "hold") != 0 && strcmp(what, "fail") != 0)
         CHECK(cudaSetDevice(atoi(argv[3])) == cudaSuccess, "cudaSetDevice(%s)", argv[3]);
     if (!strcmp(what, "give") && argc > 2)
         give(argv[2]);
@@ -305,10 +324,12 @@ int main(int argc, char **argv)
         hold(argv[2], atoi(argv[3]));
     else if (!strcmp(what, "churn") && argc > 2)
         churn(argv[2]);
+    else if (!strcmp(what, "fail") && argc > 3)
+        fail(atoi(argv[3]));
     else if (!strcmp(what, "uuid"))
         uuid();
     else {
-        fprintf(stderr, "usage: prog_neighbours give|take DIR [DEVICE] | create DIR | hold DIR N | churn DIR | uuid\n");
+        fprintf(stderr, "usage: prog_neighbours give|take DIR [DEVICE] | create DIR | hold DIR N | churn DIR | fail DIR N | uuid\n");
         return 2;
     }
     return finish(what);

@@ -116,7 +116,7 @@ static bool exists(const char *path)
 }
 
 /* Waits up to `seconds` for `path`; false also when `pid` ended first. */
-__attribute__((unused)) static bool wait_for_file(const char *path, pid_t pid, double seconds)
+static bool wait_for_file(const char *path, pid_t pid, double seconds)
 {
     for (double until = now_s() + seconds; now_s() < until;) {
         if (exists(path))
@@ -391,5 +391,201 @@ Test(registry, it_lives_in_xdg_runtime_dir_when_that_is_private)
     cr_assert_eq(run(NULL, env, "prog_runtime basic"), 0, "%s", output);
     snprintf(expected, sizeof expected, "GPU(s) as /dev/shm/poolshim-%u/p", (unsigned)geteuid());
     cr_expect(strstr(output, expected), "expected '%s' in:\n%s", expected, output);
+    scene_cleanup();
+}
+
+/* ---- neighbours: silent ones cost one wait, and the holder is still asked ---------- */
+/* Two programs share one fake GPU of 256 MiB (the capacity file charges
+ * both); the decay is off, so only a neighbour can give memory back. */
+#define HOOD_ENV "FAKE_CUDA_MEMORY=268435456 POOLSHIM_DECAY_MS=0 POOLSHIM_STATS=json POOLSHIM_VERBOSE=2 " \
+                 "POOLSHIM_OPTIONS=global.neighbour_wait_ms=500"
+static char registry[128]; /* the registry of the test (POOLSHIM_TEST_NEIGHBOURS_DIR) */
+static char hood_env[1024];
+
+/* The registry on tmpfs (/dev/shm) when there is one, else in the scene. */
+static void hood_init(void)
+{
+    scene_init();
+    struct stat st;
+    if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(registry, sizeof registry, "/dev/shm/ps_security_XXXXXX");
+        cr_assert_not_null(mkdtemp(registry));
+    } else {
+        snprintf(registry, sizeof registry, "%s/registry", scene);
+        cr_assert_eq(mkdir(registry, 0700), 0);
+    }
+    snprintf(hood_env, sizeof hood_env, HOOD_ENV " FAKE_CUDA_SHARED_CAPACITY_FILE=%s/capacity POOLSHIM_TEST_NEIGHBOURS_DIR=%s",
+             scene, registry);
+}
+
+static void hood_cleanup(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", registry);
+    cr_expect_eq(system(cmd), 0);
+    scene_cleanup();
+}
+
+/* The fake GPU's UUID as the registry writes it. */
+static void fake_uuid(char *out, size_t size)
+{
+    cr_assert_eq(run(NULL, hood_env, "prog_neighbours uuid"), 0, "%s", output);
+    const char *u = strstr(output, "GPU-");
+    cr_assert(u, "%s", output);
+    snprintf(out, size, "%.40s", u);
+}
+
+/* `count` live neighbours that never answer: entries of other pid
+ * namespaces (judged by their socket alone) whose sockets this test binds
+ * and never reads. Their fds go to fds[]. */
+static void fabricate_silent(int count, const char *uuid, int *fds)
+{
+    unsigned long long ns = own_pid_namespace();
+    for (int i = 0; i < count; i++) {
+        char name[128], path[300];
+        snprintf(name, sizeof name, "p%d-%llu-%llu", (int)getpid(), start_of(getpid()), ns + 1000 + (unsigned)i);
+        snprintf(path, sizeof path, "%s/%s.gpus", registry, name);
+        char text[128];
+        snprintf(text, sizeof text, "poolshim neighbours 1\n%s\n", uuid);
+        write_text(path, text);
+        cr_assert_eq(chmod(path, 0600), 0);
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        cr_assert_lt((size_t)snprintf(a.sun_path, sizeof a.sun_path, "%s/%s.sock", registry, name), sizeof a.sun_path);
+        fds[i] = socket(AF_UNIX, SOCK_DGRAM, 0);
+        cr_assert_geq(fds[i], 0);
+        cr_assert_eq(bind(fds[i], (struct sockaddr *)&a, sizeof a), 0, "%s", a.sun_path);
+    }
+}
+
+/* The milliseconds of `prog_neighbours fail`'s call i (-1: not printed). */
+static double fail_ms(int i)
+{
+    char marker[64];
+    snprintf(marker, sizeof marker, "fail: call %d returned ", i);
+    const char *at = strstr(output, marker);
+    at = at ? strstr(at, " after ") : NULL;
+    return at ? strtod(at + 7, NULL) : -1;
+}
+
+/* 20 silent neighbours: the first failing allocation waits for them (500 ms),
+ * the next ones do not (each is remembered as silent for 30 s, however many
+ * there are). */
+Test(neighbours, twenty_silent_neighbours_cost_only_the_first_out_of_memory_a_wait, .timeout = 60)
+{
+    hood_init();
+    char uuid[48], args[256];
+    fake_uuid(uuid, sizeof uuid);
+    int fds[20];
+    fabricate_silent(20, uuid, fds);
+    snprintf(args, sizeof args, "prog_neighbours fail %s 3", scene);
+    int rc = run(NULL, hood_env, args);
+    cr_expect_eq(rc, 0, "%s", output);
+    cr_expect(fail_ms(0) >= 450, "the first ask waits for the silent ones (%.1f ms):\n%s", fail_ms(0), output);
+    cr_expect(fail_ms(1) >= 0 && fail_ms(1) < 250, "the second waits %.1f ms:\n%s", fail_ms(1), output);
+    cr_expect(fail_ms(2) >= 0 && fail_ms(2) < 250, "the third waits %.1f ms:\n%s", fail_ms(2), output);
+    for (int i = 0; i < 20; i++)
+        close(fds[i]);
+    hood_cleanup();
+}
+
+/* Whether the registry's directory lists newer names first (tmpfs did, in
+ * some kernels; others list them in the order made). */
+static bool newest_listed_first(void)
+{
+    char first[300], second[300];
+    snprintf(first, sizeof first, "%s/probe-1", registry);
+    snprintf(second, sizeof second, "%s/probe-2", registry);
+    write_text(first, "");
+    write_text(second, "");
+    bool newest = false, seen = false;
+    DIR *d = opendir(registry);
+    for (struct dirent *e; d && !seen && (e = readdir(d));)
+        if (!strncmp(e->d_name, "probe-", 6)) {
+            newest = e->d_name[6] == '2';
+            seen = true;
+        }
+    if (d)
+        closedir(d);
+    unlink(first);
+    unlink(second);
+    return newest;
+}
+
+/* 300 neighbours that never read fill the asker's socket (each request
+ * waits in a receiver's queue, charged to the sender): the one that holds
+ * the memory is listed after them, and must still be asked. */
+Test(neighbours, three_hundred_silent_neighbours_and_the_holder_is_still_asked, .timeout = 60)
+{
+    hood_init();
+    char uuid[48], args[256], out[160], release[160];
+    fake_uuid(uuid, sizeof uuid);
+    static int fds[300];
+    bool newest_first = newest_listed_first();
+    if (!newest_first)
+        fabricate_silent(300, uuid, fds);
+    snprintf(args, sizeof args, "prog_neighbours give %s", scene);
+    char cmd[4096], ready[160];
+    command(cmd, sizeof cmd, NULL, hood_env, args);
+    snprintf(out, sizeof out, "%s/holder.txt", scene);
+    pid_t holder = start_background(cmd, out);
+    snprintf(ready, sizeof ready, "%s/ready", scene);
+    cr_assert(wait_for_file(ready, holder, 10), "the holder did not get ready");
+    if (newest_first)
+        fabricate_silent(300, uuid, fds);
+    snprintf(args, sizeof args, "prog_neighbours take %s", scene);
+    int rc = run(NULL, hood_env, args);
+    snprintf(release, sizeof release, "%s/release", scene);
+    write_text(release, "");
+    int holder_rc = wait_end(holder, 10);
+    char buf[65536];
+    cr_expect_eq(rc, 0, "the taker did not get the holder's memory:\n%s\nholder:\n%s", output,
+                 read_text(out, buf, sizeof buf));
+    cr_expect(strstr(output, "take: 25 of 25 blocks"), "%s", output);
+    cr_expect_eq(holder_rc, 0);
+    for (int i = 0; i < 300; i++)
+        close(fds[i]);
+    hood_cleanup();
+}
+
+/* A process started with XDG_RUNTIME_DIR registers there; one started
+ * without it (a batch job) in /dev/shm/poolshim-<uid>. The first still
+ * asks the second: an asker looks in both. */
+Test(neighbours, an_asker_in_xdg_runtime_dir_finds_a_neighbour_registered_without_it, .timeout = 60)
+{
+    scene_init();
+    char env[1024], args[256], cmd[4096], out[160], ready[160], release[160], shared[64], runtime[160];
+    snprintf(runtime, sizeof runtime, "%s/runtime", scene);
+    cr_assert_eq(mkdir(runtime, 0700), 0);
+    snprintf(shared, sizeof shared, "/dev/shm/poolshim-%u", (unsigned)geteuid());
+    snprintf(env, sizeof env, HOOD_ENV " FAKE_CUDA_SHARED_CAPACITY_FILE=%s/capacity", scene);
+    snprintf(args, sizeof args, "prog_neighbours give %s", scene);
+    command(cmd, sizeof cmd, NULL, env, args);
+    snprintf(out, sizeof out, "%s/holder.txt", scene);
+    pid_t holder = start_background(cmd, out);
+    snprintf(ready, sizeof ready, "%s/ready", scene);
+    cr_assert(wait_for_file(ready, holder, 10), "the holder did not get ready");
+    char entry[400] = "";
+    for (double until = now_s() + 5; !entry[0] && now_s() < until; usleep(5000)) {
+        DIR *d = opendir(shared);
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "p%d-", (int)holder);
+        for (struct dirent *e; d && (e = readdir(d));)
+            if (!strncmp(e->d_name, prefix, strlen(prefix)) && strstr(e->d_name, ".gpus"))
+                snprintf(entry, sizeof entry, "%s/%s", shared, e->d_name);
+        if (d)
+            closedir(d);
+    }
+    cr_assert(entry[0], "the holder registered nowhere in %s", shared);
+    snprintf(env, sizeof env, HOOD_ENV " FAKE_CUDA_SHARED_CAPACITY_FILE=%s/capacity XDG_RUNTIME_DIR=%s", scene, runtime);
+    snprintf(args, sizeof args, "prog_neighbours take %s", scene);
+    int rc = run(NULL, env, args);
+    snprintf(release, sizeof release, "%s/release", scene);
+    write_text(release, "");
+    cr_expect_eq(wait_end(holder, 10), 0);
+    cr_expect_eq(rc, 0, "%s", output);
+    cr_expect(strstr(output, "take: 25 of 25 blocks"), "%s", output);
+    snprintf(runtime, sizeof runtime, "%s/runtime/poolshim", scene);
+    struct stat st;
+    cr_expect(lstat(runtime, &st) == 0 && S_ISDIR(st.st_mode), "the taker's registry is %s", runtime);
     scene_cleanup();
 }
