@@ -21,7 +21,8 @@
  *   prog_neighbours hold DIR N          cudaMallocs N blocks of 1 MiB + 1000 bytes and
  *       frees every other one, says so by creating DIR/ready, then idles until
  *       DIR/release exists and exits holding the rest (the live statistics'
- *       tests: the exit report counts them as requested now).
+ *       tests: the exit report counts them as requested now). With
+ *       DIR/wait_go it first waits for DIR/go (a test plants files first).
  *   prog_neighbours fail DIR N          N cudaMallocs of twice the device, each
  *       failing after the neighbours were asked; prints "fail: call I
  *       returned E after T ms" for each (the silent neighbours' tests).
@@ -168,6 +169,8 @@ static void take(const char *dir)
 static void hold(const char *dir, int n)
 {
     static void *p[BLOCKS_MAX];
+    if (exists(dir, "wait_go"))
+        CHECK(wait_for(dir, "go", 10), "hold: no go within 10 s");
     for (int i = 0; i < n && i < BLOCKS_MAX; i++)
         CHECK(cudaMalloc(&p[i], (1 << 20) + 1000) == cudaSuccess, "hold: cudaMalloc %d of %d", i, n);
     for (int i = 0; i < n && i < BLOCKS_MAX; i += 2)

@@ -34,7 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static char output[65536];
+static char output[1 << 20];
 
 /* ---- running the test programs -------------------------------------------------- */
 /* The shell command that runs `prog args` from the build's shimtest folder
@@ -324,51 +324,46 @@ Test(files, a_fifo_as_the_statistics_file_does_not_hang_the_exit, .timeout = 30)
 }
 
 /* ---- registry: the private directory and its entries ------------------------------- */
-/* A program started in the background, `prog_neighbours take SCENE` with
- * SCENE/wait_ready: it waits for SCENE/ready before its first allocation,
- * so the test may plant things under its registry name first. */
-static pid_t start_waiting_taker(const char *registry, const char *more_env, char *name, size_t name_size)
+/* FIFOs where a process writes its registry entry and its live page (under
+ * their temporary names N.new and N.stats.new, planted before its first
+ * allocation: `prog_neighbours hold` waits for SCENE/go): an open for
+ * writing would wait for a reader for ever, and the give-back thread with
+ * it, and the exit that joins that thread. The process must register,
+ * publish, and end at once, leaving nothing. */
+Test(registry, fifos_at_the_entries_temporary_names_do_not_hang_the_exit, .timeout = 60)
 {
-    char env[1024], cmd[4096], out[160], path[160], args[160];
-    snprintf(path, sizeof path, "%s/wait_ready", scene);
+    scene_init();
+    char registry_dir[128], name[128], path[300], buf[8192], env[512], cmd[4096], args[256], out[160];
+    snprintf(registry_dir, sizeof registry_dir, "%s/registry", scene);
+    cr_assert_eq(mkdir(registry_dir, 0700), 0);
+    snprintf(path, sizeof path, "%s/wait_go", scene);
     write_text(path, "");
-    snprintf(env, sizeof env, "POOLSHIM_TEST_NEIGHBOURS_DIR=%s POOLSHIM_DECAY_MS=0 %s", registry, more_env ? more_env : "");
-    snprintf(args, sizeof args, "prog_neighbours take %s", scene);
+    snprintf(env, sizeof env, "POOLSHIM_TEST_NEIGHBOURS_DIR=%s POOLSHIM_DECAY_MS=0", registry_dir);
+    snprintf(args, sizeof args, "prog_neighbours hold %s 4", scene);
     command(cmd, sizeof cmd, NULL, env, args);
-    snprintf(out, sizeof out, "%s/taker.txt", scene);
+    snprintf(out, sizeof out, "%s/holder.txt", scene);
     pid_t pid = start_background(cmd, out);
     unsigned long long start = start_of(pid);
     cr_assert(start, "the program did not start");
-    snprintf(name, name_size, "p%d-%llu-%llu", (int)pid, start, own_pid_namespace());
-    return pid;
-}
-
-/* FIFOs where the process writes its registry entry and its live page
- * (under their temporary names): an open for writing would wait for a
- * reader for ever, and the give-back thread with it, and the exit that
- * joins that thread. The process must end at once, leaving nothing. */
-Test(registry, fifos_at_the_entries_temporary_names_do_not_hang_the_exit, .timeout = 40)
-{
-    scene_init();
-    char registry[128], name[128], path[256], buf[4096];
-    snprintf(registry, sizeof registry, "%s/registry", scene);
-    cr_assert_eq(mkdir(registry, 0700), 0);
-    pid_t pid = start_waiting_taker(registry, NULL, name, sizeof name);
+    snprintf(name, sizeof name, "p%d-%llu-%llu", (int)pid, start, own_pid_namespace());
     const char *suffixes[] = {".new", ".stats.new"};
     for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "%s/%s%s", registry, name, suffixes[i]);
+        snprintf(path, sizeof path, "%s/%s%s", registry_dir, name, suffixes[i]);
         cr_assert_eq(mkfifo(path, 0600), 0, "%s", path);
     }
-    snprintf(path, sizeof path, "%s/ready", scene);
+    snprintf(path, sizeof path, "%s/go", scene);
+    write_text(path, "");
+    snprintf(path, sizeof path, "%s/%s.stats", registry_dir, name);
+    bool published = wait_for_file(path, pid, 10);
+    snprintf(path, sizeof path, "%s/release", scene);
     write_text(path, "");
     int rc = wait_end(pid, 10);
-    snprintf(path, sizeof path, "%s/taker.txt", scene);
-    read_text(path, buf, sizeof buf);
-    cr_expect_eq(rc, 0, "the program did not end within 10 s (rc %d):\n%s", rc, buf);
-    cr_expect(strstr(buf, "take: "), "%s", buf);
-    DIR *d = opendir(registry);
+    read_text(out, buf, sizeof buf);
+    cr_expect(published, "no live page within 10 s:\n%s", buf);
+    cr_expect_eq(rc, 0, "the program did not end well within 10 s (rc %d):\n%s", rc, buf);
+    DIR *d = opendir(registry_dir);
     for (struct dirent *e; d && (e = readdir(d));)
-        cr_expect(e->d_name[0] == '.', "%s/%s left", registry, e->d_name);
+        cr_expect(e->d_name[0] == '.', "%s/%s left", registry_dir, e->d_name);
     if (d)
         closedir(d);
     scene_cleanup();
@@ -399,7 +394,7 @@ Test(registry, it_lives_in_xdg_runtime_dir_when_that_is_private)
  * both); the decay is off, so only a neighbour can give memory back. */
 #define HOOD_ENV "FAKE_CUDA_MEMORY=268435456 POOLSHIM_DECAY_MS=0 POOLSHIM_STATS=json POOLSHIM_VERBOSE=2 " \
                  "POOLSHIM_OPTIONS=global.neighbour_wait_ms=500"
-static char registry[128]; /* the registry of the test (POOLSHIM_TEST_NEIGHBOURS_DIR) */
+static char registry[200]; /* the registry of the test (POOLSHIM_TEST_NEIGHBOURS_DIR) */
 static char hood_env[1024];
 
 /* The registry on tmpfs (/dev/shm) when there is one, else in the scene. */
@@ -442,7 +437,7 @@ static void fabricate_silent(int count, const char *uuid, int *fds)
 {
     unsigned long long ns = own_pid_namespace();
     for (int i = 0; i < count; i++) {
-        char name[128], path[300];
+        char name[80], path[300];
         snprintf(name, sizeof name, "p%d-%llu-%llu", (int)getpid(), start_of(getpid()), ns + 1000 + (unsigned)i);
         snprintf(path, sizeof path, "%s/%s.gpus", registry, name);
         char text[128];
@@ -589,3 +584,4 @@ Test(neighbours, an_asker_in_xdg_runtime_dir_finds_a_neighbour_registered_withou
     cr_expect(lstat(runtime, &st) == 0 && S_ISDIR(st.st_mode), "the taker's registry is %s", runtime);
     scene_cleanup();
 }
+
