@@ -7,18 +7,23 @@
  *      the shim chooses it: core/safe_file.c; --dir another) must be a
  *      directory of this user with no group or other permission, as the
  *      shim requires (shim/neighbours.c); otherwise exit 1. A missing one
- *      means no process.
+ *      means no process. Without --dir the second candidate is read too
+ *      when it is private (processes started without XDG_RUNTIME_DIR).
  *   2. Every p<pid>-<start>-<pidns>.stats in it is a process's live page
  *      (shim/live.c, rewritten every 500 ms by rename). A page of a process
  *      that is gone, or whose pid now has another start time (the same
  *      rules as the neighbours'), is removed with the process's other
  *      registry entries and not shown; a page another user could have
  *      written is ignored.
- *   3. Each page's "report" is the exit report's JSON: one row per device.
- *      Allocations per second come from two readings of the same process
- *      and device (the previous one is kept): --once and --json read the
- *      pages, wait one page period (the longest `period_ms`, 500 ms, and a
- *      margin) for the next pages, and read again; the terminal view has
+ *   3. Each page's "report" is the exit report's JSON: one row per device,
+ *      at most DEVICES_PER_PAGE_MAX of one page (so a page cannot crowd out
+ *      the others). The command and the job are made printable: every
+ *      control character (C0, DEL, C1), bidirectional override and byte
+ *      that is not UTF-8 becomes '?', so no output carries a terminal
+ *      escape. Allocations per second come from two readings of the same
+ *      process and device (the previous one is kept): --once and --json read
+ *      the pages, wait one page period (the longest `period_ms`, 500 ms, and
+ *      a margin) for the next pages, and read again; the terminal view has
  *      rates from its second refresh on.
  *   4. Shown as a table refreshed every second in the terminal (ANSI
  *      escapes, no curses; q quits, s changes the sort column; the terminal
@@ -75,13 +80,14 @@ static const char top_usage[] =
     "  --all-users   (root) every user's processes: each user's registry in the\n"
     "                directory --dir names (default /dev/shm), read as that user\n"
     "  --dir DIR     the registry directory (default $XDG_RUNTIME_DIR/poolshim when the system\n"
-    "                made a private runtime directory, else /dev/shm/poolshim-<uid>)\n"
+    "                made a private runtime directory, and /dev/shm/poolshim-<uid>)\n"
     "  -h, --help    this text\n"
     "\n"
     "exit status: 1 when the directory is not a private directory of this user.\n";
 
 #define COMMAND_CHARS 256
-#define ROWS_MAX 4096
+#define DEVICES_PER_PAGE_MAX 64 /* rows of one page: the shim serves at most 64 devices (PS_MAX_DEVICES) */
+#define ROWS_MAX (1 << 20)      /* rows in all */
 #define PAGE_PERIOD_MAX_MS 2000 /* the longest wait for a second reading */
 #define PAGE_MARGIN_MS 150      /* beyond a page's period: its writer's lateness */
 
@@ -118,10 +124,12 @@ typedef struct top_reading {
     uint64_t allocations, monotonic_ns;
 } top_reading_t;
 
-static top_row_t rows[ROWS_MAX];
-static int row_count;
-static top_reading_t previous[ROWS_MAX];
-static int previous_count;
+static top_row_t *rows;          /* this reading's rows */
+static int row_count;            /* rows used */
+static int row_capacity;         /* rows allocated */
+static top_reading_t *previous;  /* the reading before (for rates) */
+static int previous_count;       /* readings used */
+static int previous_capacity;    /* readings allocated */
 
 /* ---- 1. the directory ------------------------------------------------------ */
 /* The directory that holds every user's registry in the shared place,
@@ -223,7 +231,56 @@ static double rate_of(const top_row_t *r)
     return -1;
 }
 
-/* A page's rows; skipped silently when it is not a live page. */
+/* `text` made printable into out[size] (3. above): '?' for every control
+ * character, bidirectional override or byte that is not UTF-8; a sequence
+ * is never cut. */
+static void printable(char *out, size_t size, const char *text)
+{
+    size_t used = 0;
+    for (const unsigned char *s = (const unsigned char *)text; *s && used + 1 < size;) {
+        size_t n = s[0] < 0x80 ? 1 : s[0] >= 0xC2 && s[0] <= 0xDF ? 2 : s[0] >= 0xE0 && s[0] <= 0xEF ? 3
+                                : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : 0;
+        for (size_t i = 1; i < n; i++)
+            if ((s[i] & 0xC0) != 0x80)
+                n = 0;
+        bool control = n == 1 && (s[0] < 0x20 || s[0] == 0x7f);
+        control |= n == 2 && s[0] == 0xC2 && s[1] < 0xA0;                                   /* C1: U+0080-U+009F */
+        control |= n == 3 && s[0] == 0xE2 && ((s[1] == 0x80 && s[2] >= 0xAA && s[2] <= 0xAE) || /* U+202A-U+202E */
+                                              (s[1] == 0x81 && s[2] >= 0xA6 && s[2] <= 0xA9));  /* U+2066-U+2069 */
+        if (n == 3 && ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] >= 0xA0)))
+            n = 0; /* (overlong, surrogate) */
+        if (n == 4 && ((s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90)))
+            n = 0; /* (overlong, above U+10FFFF) */
+        if (!n || control) {
+            out[used++] = '?';
+            s += n ? n : 1;
+        } else if (used + n < size) {
+            memcpy(out + used, s, n);
+            used += n;
+            s += n;
+        } else {
+            break;
+        }
+    }
+    out[used] = 0;
+}
+
+/* One more row (NULL when there is no room). */
+static top_row_t *new_row(void)
+{
+    if (row_count == row_capacity) {
+        int capacity = row_capacity ? row_capacity * 2 : 256;
+        top_row_t *bigger = capacity <= ROWS_MAX ? realloc(rows, (size_t)capacity * sizeof *bigger) : NULL;
+        if (!bigger)
+            return NULL;
+        rows = bigger;
+        row_capacity = capacity;
+    }
+    return &rows[row_count++];
+}
+
+/* A page's rows (at most DEVICES_PER_PAGE_MAX); skipped silently when it is
+ * not a live page. */
 static void add_page(const char *text, int pid, unsigned long long start)
 {
     char err[256];
@@ -239,15 +296,15 @@ static void add_page(const char *text, int pid, unsigned long long start)
     size_t i;
     json_t *d;
     json_array_foreach(devices, i, d) {
-        if (row_count >= ROWS_MAX)
+        top_row_t *r = i < DEVICES_PER_PAGE_MAX ? new_row() : NULL;
+        if (!r)
             break;
-        top_row_t *r = &rows[row_count++];
         memset(r, 0, sizeof *r);
         r->pid = pid;
         r->start = start;
         r->rank = json_is_integer(rank) ? (long)json_integer_value(rank) : -1;
-        snprintf(r->command, sizeof r->command, "%s", cli_json_str(page, "command", "?"));
-        snprintf(r->job, sizeof r->job, "%s", cli_json_str(page, "job", ""));
+        printable(r->command, sizeof r->command, cli_json_str(page, "command", "?"));
+        printable(r->job, sizeof r->job, cli_json_str(page, "job", ""));
         const struct passwd *user = getpwuid(geteuid()); /* (--all-users reads each registry as its owner) */
         if (user)
             snprintf(r->user, sizeof r->user, "%s", user->pw_name);
@@ -278,8 +335,15 @@ static void add_page(const char *text, int pid, unsigned long long start)
 /* Starts a reading: the rows so far become the readings before (rates). */
 static void start_reading(void)
 {
+    if (row_count > previous_capacity) {
+        top_reading_t *bigger = realloc(previous, (size_t)row_count * sizeof *bigger);
+        if (bigger) {
+            previous = bigger;
+            previous_capacity = row_count;
+        }
+    }
     previous_count = 0;
-    for (int i = 0; i < row_count; i++)
+    for (int i = 0; i < row_count && i < previous_capacity; i++)
         previous[previous_count++] = (top_reading_t){rows[i].pid, rows[i].device, rows[i].start,
                                                      rows[i].allocations, rows[i].monotonic_ns};
     row_count = 0;
@@ -314,11 +378,24 @@ static void add_pages(const char *dir, void *unused)
     closedir(d);
 }
 
-/* Reads every live page of `dir` into rows[]; keeps the readings before. */
+/* The second directory read (1. above; "" for none). */
+static char other_dir[PS_SAFE_PATH_MAX];
+
+/* Adds the pages of the second directory while it is private. */
+static void add_other_pages(void)
+{
+    char why[512];
+    if (other_dir[0] && ps_safe_dir_check(other_dir, false, why, sizeof why) == PS_OK)
+        add_pages(other_dir, NULL);
+}
+
+/* Reads every live page of `dir` (and of the second directory) into
+ * rows[]; keeps the readings before. */
 static void read_pages(const char *dir)
 {
     start_reading();
     add_pages(dir, NULL);
+    add_other_pages();
 }
 
 /* The pages read twice, one page period apart, so that every process that
@@ -351,6 +428,15 @@ static const char *const sort_names[SORT_COUNT] = {"reserved", "requested", "pea
 static int sort_by = SORT_RESERVED;
 
 static int compare_u64(uint64_t a, uint64_t b) { return a > b ? -1 : a < b; } /* (larger first) */
+
+static int compare_rows(const void *pa, const void *pb);
+
+/* Orders rows[] by sort_by (qsort must not be given a NULL array, even empty). */
+static void sort_rows(void)
+{
+    if (row_count > 1)
+        qsort(rows, (size_t)row_count, sizeof rows[0], compare_rows);
+}
 
 static int compare_rows(const void *pa, const void *pb)
 {
@@ -545,11 +631,12 @@ static void render_prometheus(FILE *f, void *dir)
 {
     start_reading();
     char err[4400];
-    if (!all_users)
+    if (!all_users) {
         add_checked_pages(dir, NULL);
-    else if (prom_each_user_directory(dir, add_checked_pages, NULL, err, sizeof err) != 0)
+        add_other_pages();
+    } else if (prom_each_user_directory(dir, add_checked_pages, NULL, err, sizeof err) != 0)
         fprintf(stderr, "poolshim: warning: top: %s\n", err);
-    qsort(rows, (size_t)row_count, sizeof rows[0], compare_rows);
+    sort_rows();
     print_prometheus(f);
 }
 
@@ -628,7 +715,7 @@ static int interactive(const char *dir)
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (now.tv_sec > next.tv_sec || (now.tv_sec == next.tv_sec && now.tv_nsec >= next.tv_nsec)) {
             read_pages(dir);
-            qsort(rows, (size_t)row_count, sizeof rows[0], compare_rows);
+            sort_rows();
             draw(dir);
             next = now;
             next.tv_sec += 1;
@@ -648,7 +735,7 @@ static int interactive(const char *dir)
             break;
         if (key == 's' || key == 'S') {
             sort_by = (sort_by + 1) % SORT_COUNT;
-            qsort(rows, (size_t)row_count, sizeof rows[0], compare_rows);
+            sort_rows();
             draw(dir);
         }
     }
@@ -706,11 +793,16 @@ int ps_cmd_top(int argc, char **argv)
         return cli_usage_error("top", "--json and --prometheus exclude each other");
     if ((textfile[0] || all_users) && !prometheus)
         return cli_usage_error("top", "--textfile and --all-users go with --prometheus");
-    char other[PS_SAFE_PATH_MAX];
     if (all_users && !dir[0])
         shared_parent(dir, sizeof dir);
     if (!dir[0])
-        ps_safe_dir_paths(dir, sizeof dir, other, sizeof other);
+        ps_safe_dir_paths(dir, sizeof dir, other_dir, sizeof other_dir);
+    struct stat st;
+    char why[512];
+    if (other_dir[0] && lstat(other_dir, &st) == 0 && ps_safe_dir_check(other_dir, false, why, sizeof why) != PS_OK) {
+        fprintf(stderr, "poolshim: warning: top: %s: its pages are not trusted\n", why);
+        other_dir[0] = 0;
+    }
     if (textfile[0])
         return prom_textfile_serve(textfile, (unsigned)interval, once, render_prometheus, dir) == 0
                    ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
@@ -723,13 +815,13 @@ int ps_cmd_top(int argc, char **argv)
         return CLI_EXIT_FAILURE;
     if (!once && !json && !prometheus && isatty(STDOUT_FILENO) && isatty(STDIN_FILENO))
         return interactive(dir);
-    if (usable && prometheus)
+    if (prometheus)
         read_pages(dir); /* (counters: Prometheus' rate() makes the rates) */
-    else if (usable)
+    else
         read_pages_for_rates(dir);
     if (json)
         sort_by = SORT_PID; /* (a process's devices together) */
-    qsort(rows, (size_t)row_count, sizeof rows[0], compare_rows);
+    sort_rows();
     if (json)
         print_json(stdout, dir);
     else if (prometheus)

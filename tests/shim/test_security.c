@@ -585,3 +585,144 @@ Test(neighbours, an_asker_in_xdg_runtime_dir_finds_a_neighbour_registered_withou
     scene_cleanup();
 }
 
+/* ---- top: what a page may carry --------------------------------------------------- */
+/* Runs `poolshim top ARGS`; stdout in `output`. */
+static int run_top(const char *args)
+{
+    const char *cli = getenv("POOLSHIM_CLI");
+    cr_assert(cli, "POOLSHIM_CLI must be set (make test-shim sets it)");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s top %s 2>/dev/null", cli, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "cannot run %s", cmd);
+    size_t n = fread(output, 1, sizeof output - 1, p);
+    output[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* A live page of process `pid` (alive: its start time is read) in the
+ * registry: `command` as JSON string contents, `devices` devices. */
+static void fabricate_page(pid_t pid, const char *command_json, int devices)
+{
+    char path[300];
+    unsigned long long start = start_of(pid), ns = own_pid_namespace();
+    snprintf(path, sizeof path, "%s/p%d-%llu-%llu.stats", registry, (int)pid, start, ns);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fprintf(f, "{\"poolshim_live\": 1, \"live\": 1, \"pid\": %d, \"start\": %llu, \"pidns\": %llu, \"rank\": null, "
+               "\"command\": \"%s\", \"time\": 1.0, \"monotonic_ns\": 1, \"period_ms\": 500, "
+               "\"report\": {\"poolshim\": 1, \"pid\": %d, \"devices\": [",
+            (int)pid, start, ns, command_json, (int)pid);
+    for (int d = 0; d < devices; d++)
+        fprintf(f, "%s{\"device\": %d, \"calls\": {\"cudaMalloc\": 7}, \"bytes\": {\"reserved_current\": %d}}",
+                d ? ", " : "", d, 4242 + (int)pid % 1000);
+    fprintf(f, "]}}\n");
+    fclose(f);
+    cr_assert_eq(chmod(path, 0600), 0);
+}
+
+/* The first terminal control in `text` (C0 but newline, DEL, C1 as UTF-8, a
+ * bidirectional override, or a JSON escape of one of them); NULL when none. */
+static const char *first_control(const char *text)
+{
+    for (const unsigned char *s = (const unsigned char *)text; *s; s++) {
+        if ((*s < 0x20 && *s != '\n') || *s == 0x7f || (s[0] == 0xC2 && s[1] >= 0x80 && s[1] < 0xA0) ||
+            (s[0] == 0xE2 && s[1] == 0x80 && s[2] >= 0xAA && s[2] <= 0xAE))
+            return (const char *)s;
+        if (s[0] == '\\' && s[1] == 'u' && (!strncmp((const char *)s + 2, "00", 2) || !strncmp((const char *)s + 2, "202", 3)))
+            return (const char *)s;
+    }
+    return NULL;
+}
+
+/* A command with an OSC title, a screen clear, C1's CSI, DEL, a carriage
+ * return and a right-to-left override: '?' in the table, the JSON and the
+ * Prometheus labels alike. */
+Test(top, no_control_character_reaches_any_output, .timeout = 30)
+{
+    hood_init();
+    fabricate_page(getpid(), "evil\\u001b]0;owned\\u0007\\u001b[2J\\u009b31m\\u007f\\r\\u202etxt.exe end", 1);
+    const char *modes[] = {"--once", "--json", "--prometheus"};
+    for (int i = 0; i < 3; i++) {
+        char args[256];
+        snprintf(args, sizeof args, "%s --dir %s", modes[i], registry);
+        cr_assert_eq(run_top(args), 0, "%s", output);
+        cr_expect(strstr(output, "evil?]0;owned??[2J?31m??") && strstr(output, "?txt.exe end"), "%s: %s", modes[i],
+                  output);
+        const char *control = first_control(output);
+        cr_expect(!control, "%s: a control character at offset %ld:\n%s", modes[i], control ? (long)(control - output) : 0,
+                  output);
+    }
+    hood_cleanup();
+}
+
+/* One page claims 5,000 devices: it gets at most 64 rows (the most devices
+ * the shim serves), and the other process is still listed. The big page is
+ * placed where the directory lists it first. */
+Test(top, a_page_with_5000_devices_hides_no_other_process, .timeout = 30)
+{
+    hood_init();
+    pid_t other = fork();
+    cr_assert_geq(other, 0);
+    if (other == 0) {
+        sleep(30);
+        _exit(0);
+    }
+    bool newest_first = newest_listed_first();
+    if (!newest_first)
+        fabricate_page(getpid(), "big", 5000);
+    fabricate_page(other, "small", 1);
+    if (newest_first)
+        fabricate_page(getpid(), "big", 5000);
+    char args[256];
+    snprintf(args, sizeof args, "--json --dir %s", registry);
+    int rc = run_top(args);
+    kill(other, SIGKILL);
+    waitpid(other, NULL, 0);
+    cr_assert_eq(rc, 0, "%s", output);
+    char pid_text[64];
+    snprintf(pid_text, sizeof pid_text, "{\"pid\": %d, ", (int)other);
+    cr_expect(strstr(output, pid_text), "the small page's process is not listed");
+    int rows = 0;
+    for (const char *at = output; (at = strstr(at, "{\"device\": ")); at++)
+        rows++;
+    cr_expect_eq(rows, 64 + 1, "rows listed: %d", rows);
+    hood_cleanup();
+}
+
+/* With XDG_RUNTIME_DIR, top lists the pages there and those of processes
+ * started without it (in /dev/shm/poolshim-<uid>). */
+Test(top, it_reads_xdg_runtime_dir_and_the_shared_directory, .timeout = 30)
+{
+    scene_init();
+    char runtime[128], shared[64], mine[300], theirs[300];
+    snprintf(runtime, sizeof runtime, "%s/runtime", scene);
+    cr_assert_eq(mkdir(runtime, 0700), 0);
+    snprintf(registry, sizeof registry, "%s/poolshim", runtime);
+    cr_assert_eq(mkdir(registry, 0700), 0);
+    pid_t other = fork();
+    cr_assert_geq(other, 0);
+    if (other == 0) {
+        sleep(30);
+        _exit(0);
+    }
+    fabricate_page(getpid(), "in the runtime directory", 1);
+    snprintf(mine, sizeof mine, "%s/p%d-%llu-%llu.stats", registry, (int)getpid(), start_of(getpid()), own_pid_namespace());
+    snprintf(shared, sizeof shared, "/dev/shm/poolshim-%u", (unsigned)geteuid());
+    mkdir(shared, 0700);
+    snprintf(registry, sizeof registry, "%s", shared);
+    fabricate_page(other, "in the shared directory", 1);
+    snprintf(theirs, sizeof theirs, "%s/p%d-%llu-%llu.stats", shared, (int)other, start_of(other), own_pid_namespace());
+    const char *cli = getenv("POOLSHIM_CLI");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "env XDG_RUNTIME_DIR=%s %s top --json", runtime, cli);
+    int rc = shell(cmd);
+    unlink(theirs);
+    kill(other, SIGKILL);
+    waitpid(other, NULL, 0);
+    cr_expect_eq(rc, 0, "%s", output);
+    cr_expect(strstr(output, "in the runtime directory") && strstr(output, "in the shared directory"), "%s", output);
+    cr_expect(exists(mine), "%s", mine);
+    scene_cleanup();
+}
