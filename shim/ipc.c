@@ -16,29 +16,43 @@
  *     exportable (else PS_EUNSUPPORTED: the router refuses as before), start
  *     the service thread on first use, and keep an export entry: a fresh id
  *     (never reused in this process), a random token, the block, its pieces.
- *     The handle: magic, our pid and uid, id, token, block size, offset of
- *     the block in its first piece, bytes and number of pieces, checksum.
- *     The same block exported again gives the same handle.
+ *     The handle (shim/ipc_wire.h): magic, our pid, id, token, block size,
+ *     offset of the block in its first piece, bytes and number of pieces,
+ *     the service socket's random name, checksum. The same block exported
+ *     again gives the same handle.
  *  2. Free: the router calls ps_ipc_forget for every free while an export
  *     is live; the entry goes, so a stale handle (block freed, perhaps
  *     reused) is refused by the exporter with a clear error.
- *  3. Service thread (exporter): an abstract Unix socket named after uid
- *     and pid, SOCK_SEQPACKET. Per connection, one request {id, token}: the
- *     peer must be the same user (SO_PEERCRED) and carry the token of a live
- *     entry; the pieces are exported now, sent 64 descriptors per message
- *     (SCM_RIGHTS, with their sizes) and closed here. Under exports_lock,
- *     so a free of that block waits until they are sent. SCM_RIGHTS works
+ *  3. Service thread (exporter): an abstract Unix socket, SOCK_SEQPACKET,
+ *     @poolshim-ipc.<pid>.<name>, the name 32 random bits (another is drawn
+ *     while the name is taken), so no one can bind it before us. It polls
+ *     the socket and every connection waiting for its request. A connection
+ *     of another user (SO_PEERCRED, read right after accept) is closed
+ *     before anything is read; one of this user has REQUEST_BUDGET_MS to
+ *     send its request and then waits for no one (at most PENDING_MAX wait,
+ *     the oldest goes first). Per connection one request {id, token} of a
+ *     live entry: the pieces are exported now, sent 64 descriptors per
+ *     message (SCM_RIGHTS, with their sizes; each send waits at most
+ *     SEND_TIMEOUT_MS) and closed here. Under exports_lock, so a free of
+ *     that block waits until they are sent. SCM_RIGHTS works
  *     whichever process is the parent; pidfd_getfd (PyTorch's way) needs
  *     ptrace rights, which Yama's ptrace_scope=1 gives a parent over its
  *     child but not a child over its parent.
  *  4. Open (cudaIpcOpenMemHandle/cuIpcOpenMemHandle with our magic, the
- *     router picks the current device's GPU-ops table): a handle already
- *     open here gains a reference and gives the same pointer. Else connect
- *     to the exporter, reserve `mapped` bytes (ipc_reserve), and map each
+ *     router picks the current device's GPU-ops table): the handle's fields
+ *     are checked first (shim/ipc_wire.c: in bounds, without overflow); a
+ *     handle already open here gains a reference and gives the same
+ *     pointer. Else connect to the exporter's socket and check who holds
+ *     it (SO_PEERCRED): this user, and the handle's pid where the exporter
+ *     is in our pid namespace; anyone else (a name taken after the exporter
+ *     ended) gets nothing, not even the request with its token. Then send
+ *     the request, reserve `mapped` bytes (ipc_reserve), and map each
  *     received descriptor after the previous one (ipc_map: import, map,
- *     access for this device), closing each descriptor once mapped; the
- *     pointer returned is reserve + offset: the exported block. On any
- *     failure everything mapped is unmapped and the range released.
+ *     access for this device), closing each descriptor once mapped; each
+ *     reply is checked against the handle before anything of it is mapped
+ *     (ps_ipc_reply_check); the pointer returned is reserve + offset: the
+ *     exported block. On any failure everything mapped is unmapped and the
+ *     range released.
  *  5. Close: the last reference synchronizes the device (kernels may still
  *     read the range), unmaps every piece and releases the range. The
  *     physical memory lives on while the exporter still maps it
@@ -50,37 +64,36 @@
  * imports (held across an import: opens are rare).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "../core/ptr_map.h"
 #include "ipc.h"
+#include "ipc_wire.h"
 #include "test_switches.h"
 
-#define MAGIC "PSHMIPC\x01"    /* 8 bytes: ours, format 1 */
-#define BATCH 64               /* descriptors per message */
-#define SOCKET_TIMEOUT_S 10    /* an importer waits this long for the exporter */
+#define BATCH PS_IPC_BATCH
+#define SOCKET_TIMEOUT_S 10      /* an importer waits this long for the exporter's replies */
+#define PENDING_MAX 32           /* connections of this user waiting for their request */
+#define REQUEST_BUDGET_MS 2000   /* how long such a connection may wait to send it */
+#define SEND_TIMEOUT_MS 2000     /* how long one reply may wait for the importer to read */
+#define NAME_ATTEMPTS 16         /* random names tried for the service socket */
 
-/* The handle inside the opaque 64 bytes. */
-typedef struct ipc_handle {
-    char magic[8];   /* MAGIC */
-    uint32_t pid;    /* exporter's pid (names its socket) */
-    uint32_t pieces; /* physical pieces behind the block */
-    uint64_t id;     /* export id: fresh per exported block, never reused by the exporter */
-    uint64_t token;  /* random secret the exporter asks for */
-    uint64_t size;   /* the block's bytes */
-    uint64_t offset; /* block start - start of its first piece */
-    uint64_t mapped; /* bytes of all its pieces */
-    uint32_t uid;    /* exporter's user id (names its socket) */
-    uint32_t check;  /* FNV-1a of the bytes before it: a damaged handle is refused */
-} ipc_handle_t;
-_Static_assert(sizeof(ipc_handle_t) == 64, "our handle fills cudaIpcMemHandle_t exactly");
+typedef ps_ipc_handle_t ipc_handle_t;
+typedef ps_ipc_request_t request_t;
+typedef ps_ipc_reply_t reply_t;
+enum { REPLY_OK = PS_IPC_REPLY_OK, REPLY_STALE = PS_IPC_REPLY_STALE, REPLY_BAD_TOKEN = PS_IPC_REPLY_BAD_TOKEN,
+       REPLY_EXPORT_FAILED = PS_IPC_REPLY_EXPORT_FAILED, REPLY_EXITING = PS_IPC_REPLY_EXITING };
 
 /* One exported block (exporter). */
 typedef struct export_entry {
@@ -93,6 +106,7 @@ typedef struct export_entry {
 /* One opened handle (importer). */
 typedef struct import_entry {
     uint32_t pid;             /* exporter */
+    uint32_t name;            /* its socket's name */
     uint64_t id;              /* its export id */
     uintptr_t base;           /* the reserved range */
     size_t mapped;            /* its bytes */
@@ -106,50 +120,22 @@ typedef struct import_entry {
     struct import_entry *next; /* list link */
 } import_entry_t;
 
-/* The request an importer sends, and each reply message. */
-typedef struct request {
-    char magic[8];  /* MAGIC */
-    uint64_t id;    /* export id */
-    uint64_t token; /* its token */
-} request_t;
-enum { REPLY_OK = 0, REPLY_STALE, REPLY_BAD_TOKEN, REPLY_EXPORT_FAILED, REPLY_DENIED, REPLY_EXITING };
-typedef struct reply {
-    int32_t status;        /* REPLY_* */
-    uint32_t first;        /* index of the first piece in this message */
-    uint32_t count;        /* descriptors attached */
-    uint32_t total;        /* pieces in all */
-    uint64_t sizes[BATCH]; /* bytes of each attached piece */
-} reply_t;
-
 atomic_int ps_ipc_exports;                       /* live export entries */
 static pthread_mutex_t exports_lock = PTHREAD_MUTEX_INITIALIZER;
 static export_entry_t *exports;                  /* live export entries */
 static ps_ptr_map_t exports_by_block;            /* block -> its entry (exports_lock) */
 static uint64_t next_id;                         /* last export id given (exports_lock) */
 static int listen_fd = -1;                       /* the service socket, once started (exports_lock) */
+static uint32_t service_name;                    /* its random name (exports_lock) */
 static pthread_mutex_t imports_lock = PTHREAD_MUTEX_INITIALIZER;
 static import_entry_t *imports;                  /* opened handles */
 
-static uint32_t checksum(const ipc_handle_t *h)
-{
-    const unsigned char *p = (const unsigned char *)h;
-    uint32_t x = 2166136261u;
-    for (size_t i = 0; i < offsetof(ipc_handle_t, check); i++)
-        x = (x ^ p[i]) * 16777619u;
-    return x;
-}
-
-bool ps_ipc_is_ours(const void *handle)
-{
-    return handle && memcmp(handle, MAGIC, 8) == 0;
-}
-
-/* The abstract socket address of the exporter (uid, pid). */
-static socklen_t socket_address(struct sockaddr_un *a, uint32_t uid, uint32_t pid)
+/* The abstract socket address of an exporter (pid, name). */
+static socklen_t socket_address(struct sockaddr_un *a, uint32_t pid, uint32_t name)
 {
     memset(a, 0, sizeof *a);
     a->sun_family = AF_UNIX;
-    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "poolshim-ipc.%u.%u", uid, pid);
+    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "poolshim-ipc.%u.%08x", pid, name);
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
@@ -212,20 +198,17 @@ static void send_pieces(int fd, const export_entry_t *e)
     }
 }
 
+/* Serves the request waiting on connection `fd` (of this user). */
 static void serve(int fd)
 {
-    struct timeval timeout = {SOCKET_TIMEOUT_S, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+    unsigned char bytes[sizeof(request_t) + 1]; /* (one more: a longer message is no request) */
     request_t q;
-    if (recv(fd, &q, sizeof q, 0) != (ssize_t)sizeof q || memcmp(q.magic, MAGIC, 8) != 0)
+    ssize_t got = recv(fd, bytes, sizeof bytes, MSG_DONTWAIT);
+    if (got < 0 || !ps_ipc_request_read(bytes, (size_t)got, &q))
         return;
-    struct ucred peer;
-    socklen_t len = sizeof peer;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || peer.uid != geteuid()) {
-        send_status(fd, REPLY_DENIED);
-        return;
-    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    struct timeval timeout = {SEND_TIMEOUT_MS / 1000, SEND_TIMEOUT_MS % 1000 * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
     if (atomic_load(&ps_exiting)) { /* no CUDA call once exit() began */
         send_status(fd, REPLY_EXITING);
         return;
@@ -243,22 +226,84 @@ static void serve(int fd)
     pthread_mutex_unlock(&exports_lock);
 }
 
-static void *service_main(void *arg)
+/* A connection of this user waiting for its request. */
+typedef struct pending {
+    int fd;          /* the connection */
+    uint64_t since;  /* when it was accepted (ps_now_ns) */
+} pending_t;
+
+/* Accepts every connection waiting: another user's is closed unread, one of
+ * this user joins pending[] (the oldest closed when it is full). */
+static void accept_all(int listener, pending_t *pending, int *count)
 {
-    int fd = (int)(intptr_t)arg;
     for (;;) {
-        int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+        int c = accept4(listener, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (c < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
-            if (errno == EBADF || errno == EINVAL)
-                return NULL; /* closed (a fork child never runs this thread) */
-            usleep(1000);
+            return; /* (EAGAIN: none left) */
+        }
+        struct ucred peer;
+        socklen_t len = sizeof peer;
+        if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || peer.uid != geteuid()) {
+            close(c); /* another user: nothing read, nothing answered */
             continue;
         }
-        serve(c);
-        close(c);
+        if (*count == PENDING_MAX) {
+            close(pending[0].fd);
+            memmove(pending, pending + 1, (size_t)(PENDING_MAX - 1) * sizeof *pending);
+            (*count)--;
+        }
+        pending[(*count)++] = (pending_t){c, ps_now_ns()};
     }
+}
+
+static void *service_main(void *arg)
+{
+    int listener = (int)(intptr_t)arg;
+    pending_t pending[PENDING_MAX];
+    int count = 0;
+    for (;;) {
+        struct pollfd p[PENDING_MAX + 1];
+        p[0] = (struct pollfd){listener, POLLIN, 0};
+        for (int i = 0; i < count; i++)
+            p[i + 1] = (struct pollfd){pending[i].fd, POLLIN, 0};
+        uint64_t now = ps_now_ns(), budget = (uint64_t)REQUEST_BUDGET_MS * 1000000u;
+        int wait_ms = -1;
+        if (count) /* until the oldest connection's budget is spent */
+            wait_ms = now - pending[0].since >= budget ? 0 : (int)((budget - (now - pending[0].since)) / 1000000u + 1);
+        int ready = poll(p, (nfds_t)count + 1, wait_ms);
+        if (ready < 0 && errno != EINTR)
+            usleep(1000);
+        if (p[0].revents & POLLNVAL)
+            return NULL; /* closed (a fork child never runs this thread) */
+        now = ps_now_ns();
+        int kept = 0;
+        for (int i = 0; i < count; i++) {
+            bool spoke = ready > 0 && p[i + 1].revents;
+            if (spoke)
+                serve(pending[i].fd);
+            if (spoke || now - pending[i].since >= budget)
+                close(pending[i].fd);
+            else
+                pending[kept++] = pending[i];
+        }
+        count = kept;
+        if (ready > 0 && (p[0].revents & POLLIN))
+            accept_all(listener, pending, &count);
+    }
+}
+
+/* The next name to try for the service socket: random (the test switch
+ * gives the first one). */
+static uint32_t draw_name(int attempt)
+{
+    uint32_t name = 0;
+    if (attempt == 0 && ps_test.ipc_name)
+        return (uint32_t)strtoul(ps_test.ipc_name, NULL, 16);
+    if (getrandom(&name, sizeof name, GRND_NONBLOCK) != (ssize_t)sizeof name)
+        name = (uint32_t)(ps_now_ns() * 0x9E3779B97F4A7C15ull >> 32) ^ (uint32_t)attempt;
+    return name;
 }
 
 /* Starts the service thread once. exports_lock held. */
@@ -266,12 +311,22 @@ static int start_service(void)
 {
     if (listen_fd >= 0)
         return PS_OK;
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return PS_EUPSTREAM;
     struct sockaddr_un a;
-    socklen_t len = socket_address(&a, (uint32_t)geteuid(), (uint32_t)getpid());
-    if (bind(fd, (struct sockaddr *)&a, len) != 0 || listen(fd, 16) != 0) {
+    uint32_t name = 0;
+    int rc = -1;
+    for (int attempt = 0; attempt < NAME_ATTEMPTS && rc != 0; attempt++) {
+        name = draw_name(attempt);
+        socklen_t len = socket_address(&a, (uint32_t)getpid(), name);
+        rc = bind(fd, (struct sockaddr *)&a, len);
+        if (rc != 0 && errno != EADDRINUSE)
+            break;
+        if (rc != 0)
+            ps_debug("IPC: the socket name @%s is taken: drawing another", a.sun_path + 1);
+    }
+    if (rc != 0 || listen(fd, 64) != 0) {
         ps_error("IPC: cannot open the service socket @%s: %s", a.sun_path + 1, strerror(errno));
         close(fd);
         return PS_EUPSTREAM;
@@ -280,13 +335,14 @@ static int start_service(void)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_t t;
-    int rc = pthread_create(&t, &attr, service_main, (void *)(intptr_t)fd);
+    rc = pthread_create(&t, &attr, service_main, (void *)(intptr_t)fd);
     pthread_attr_destroy(&attr);
     if (rc != 0) {
         close(fd);
         return PS_EUPSTREAM;
     }
     listen_fd = fd;
+    service_name = name;
     return PS_OK;
 }
 
@@ -330,9 +386,9 @@ int ps_ipc_export(const ps_gpu_ops_t *gpu, uintptr_t block, size_t size, void *o
         return PS_EUPSTREAM;
     }
     ipc_handle_t *h = &e->handle;
-    memcpy(h->magic, MAGIC, 8);
+    memcpy(h->magic, PS_IPC_MAGIC, 8);
     h->pid = (uint32_t)getpid();
-    h->uid = (uint32_t)geteuid();
+    h->name = service_name;
     h->pieces = pieces;
     h->id = ++next_id;
     if (getrandom(&h->token, sizeof h->token, 0) != (ssize_t)sizeof h->token)
@@ -340,7 +396,7 @@ int ps_ipc_export(const ps_gpu_ops_t *gpu, uintptr_t block, size_t size, void *o
     h->size = size;
     h->offset = block - start;
     h->mapped = at - start;
-    h->check = checksum(h);
+    h->check = ps_ipc_checksum(h);
     e->block = block;
     e->gpu = gpu;
     e->next = exports;
@@ -377,22 +433,9 @@ static bool exported_here(const ipc_handle_t *h)
     bool found = false;
     pthread_mutex_lock(&exports_lock);
     for (export_entry_t *e = exports; e && !found; e = e->next)
-        found = e->handle.id == h->id && e->handle.token == h->token;
+        found = e->handle.id == h->id && e->handle.token == h->token && e->handle.name == h->name;
     pthread_mutex_unlock(&exports_lock);
     return found;
-}
-
-static const char *reply_text(int status)
-{
-    switch (status) {
-    case REPLY_STALE: return "the exporter no longer has this block (it was freed since the handle was made, "
-                             "perhaps reused: a stale handle)";
-    case REPLY_BAD_TOKEN: return "the handle's token does not match the exporter's (a damaged or forged handle)";
-    case REPLY_EXPORT_FAILED: return "the exporter could not export the block's memory";
-    case REPLY_DENIED: return "the exporter refused: it runs as another user";
-    case REPLY_EXITING: return "the exporter is exiting";
-    default: return "the exporter answered something unexpected";
-    }
 }
 
 /* Unmaps the first `count` pieces of `e` and releases its range. */
@@ -410,7 +453,7 @@ static void unmap_import(import_entry_t *e, size_t count)
  * Returns PS_OK or an error with *why set. */
 static int receive_pieces(int fd, const ipc_handle_t *h, import_entry_t *e, const char **why)
 {
-    size_t cursor = 0;
+    ps_ipc_receive_t state = {.pieces = h->pieces, .mapped = e->mapped};
     /* test only (POOLSHIM_TEST_IPC_SKEW=1): piece i is mapped where piece
      * i + 1 belongs (pieces are of one size), so the bytes are wrong but in
      * range: the GPU test's negative control must see it */
@@ -424,45 +467,50 @@ static int receive_pieces(int fd, const ipc_handle_t *h, import_entry_t *e, cons
         struct iovec iov = {&r, sizeof r};
         struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
         ssize_t got = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
-        int fds[BATCH], nfds = 0;
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+        int received_errno = errno;
+        int fds[BATCH], nfds = 0, extra = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); got >= 0 && c; c = CMSG_NXTHDR(&m, c))
             if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
                 int n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-                if (n > BATCH - nfds)
-                    n = BATCH - nfds;
-                memcpy(fds + nfds, CMSG_DATA(c), (size_t)n * sizeof(int));
-                nfds += n;
+                for (int i = 0; i < n; i++) {
+                    int passed;
+                    memcpy(&passed, CMSG_DATA(c) + (size_t)i * sizeof(int), sizeof passed);
+                    if (nfds < BATCH)
+                        fds[nfds++] = passed;
+                    else {
+                        close(passed); /* (more than a reply may carry: refused below) */
+                        extra++;
+                    }
+                }
             }
-        int rc = PS_OK;
-        if (got != (ssize_t)sizeof r) {
-            *why = got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? "the exporter did not answer in time"
-                                                                         : "the exporter closed the connection";
+        int rc = PS_OK, status;
+        if (got < 0) {
+            *why = received_errno == EAGAIN || received_errno == EWOULDBLOCK ? "the exporter did not answer in time"
+                                                                             : "the exporter's connection failed";
             rc = PS_EUPSTREAM;
-        } else if (r.status != REPLY_OK) {
-            *why = reply_text(r.status);
-            rc = r.status == REPLY_EXPORT_FAILED || r.status == REPLY_EXITING ? PS_EUPSTREAM : PS_EINVAL;
-        } else if (r.first != e->count || r.total != h->pieces || (int)r.count != nfds || !nfds) {
+        } else if (got == 0) {
+            *why = "the exporter closed the connection";
+            rc = PS_EUPSTREAM;
+        } else if ((m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || extra) {
             *why = "the exporter's pieces do not match the handle";
+            rc = PS_EINVAL;
+        } else if ((*why = ps_ipc_reply_check(&state, &r, got, nfds, &status))) {
+            rc = status == REPLY_EXPORT_FAILED || status == REPLY_EXITING ? PS_EUPSTREAM : PS_EINVAL;
+        } else if (skew && (e->mapped % h->pieces || r.sizes[0] != e->mapped / h->pieces)) {
+            *why = "POOLSHIM_TEST_IPC_SKEW needs pieces of one size";
             rc = PS_EINVAL;
         }
         for (int i = 0; i < nfds; i++) {
-            if (rc == PS_OK && cursor + r.sizes[i] > e->mapped) {
-                *why = "the exporter's pieces are larger than the handle says";
-                rc = PS_EINVAL;
-            }
-            if (rc == PS_OK && skew && r.sizes[i] * h->pieces != e->mapped) {
-                *why = "POOLSHIM_TEST_IPC_SKEW needs pieces of one size";
-                rc = PS_EINVAL;
-            }
             if (rc == PS_OK) {
-                size_t at = skew ? (e->count + 1) % h->pieces * r.sizes[i] : cursor;
+                size_t at = skew ? (e->count + 1) % h->pieces * r.sizes[i] : state.cursor;
                 rc = e->gpu->ipc_map(e->gpu->ctx, (void *)(e->base + at), r.sizes[i], fds[i], &e->handles[e->count]);
                 if (rc != PS_OK)
                     *why = "importing or mapping a piece failed (cuMemImportFromShareableHandle, cuMemMap or "
                            "cuMemSetAccess)";
                 else {
                     e->sizes[e->count++] = r.sizes[i];
-                    cursor += r.sizes[i];
+                    state.cursor += r.sizes[i];
+                    state.have++;
                 }
             }
             close(fds[i]);
@@ -470,19 +518,52 @@ static int receive_pieces(int fd, const ipc_handle_t *h, import_entry_t *e, cons
         if (rc != PS_OK)
             return rc;
     }
-    if (cursor != e->mapped) {
-        *why = "the exporter's pieces do not add up to the handle's size";
-        return PS_EINVAL;
-    }
     return PS_OK;
+}
+
+/* Whether process `pid` (as this process sees it) is in our pid namespace:
+ * then the pid a handle names is the one the kernel reports. */
+static bool same_pid_namespace(pid_t pid)
+{
+    char path[64];
+    struct stat ours, theirs;
+    snprintf(path, sizeof path, "/proc/%d/ns/pid", (int)pid);
+    return pid > 0 && stat("/proc/self/ns/pid", &ours) == 0 && stat(path, &theirs) == 0 && ours.st_ino == theirs.st_ino &&
+           ours.st_dev == theirs.st_dev;
+}
+
+/* Whether the process at the other end of `fd` may be the exporter of `h`:
+ * this user, and the handle's pid when it is in our pid namespace. NULL
+ * when it may, else why not (in why_buf). */
+static const char *check_exporter(int fd, const ipc_handle_t *h, char *why_buf, size_t size)
+{
+    struct ucred peer;
+    socklen_t len = sizeof peer;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0)
+        return "the exporter's credentials cannot be read (SO_PEERCRED)";
+    if (peer.uid != geteuid()) {
+        snprintf(why_buf, size,
+                 "the exporter's socket is held by another user (uid %u): the exporter ended and its name was taken; "
+                 "nothing was sent to it",
+                 (unsigned)peer.uid);
+        return why_buf;
+    }
+    if ((uint32_t)peer.pid != h->pid && same_pid_namespace(peer.pid)) {
+        snprintf(why_buf, size,
+                 "the exporter's socket is held by process %d, not %u: the exporter ended and its name was taken; "
+                 "nothing was sent to it",
+                 (int)peer.pid, h->pid);
+        return why_buf;
+    }
+    return NULL;
 }
 
 int ps_ipc_open(const char *api, const ps_gpu_ops_t *gpu, const void *handle, void **out)
 {
     ipc_handle_t h;
-    memcpy(&h, handle, sizeof h);
-    if (h.check != checksum(&h) || !h.pieces || !h.size || h.offset + h.size > h.mapped) {
-        ps_error("%s: a poolshim IPC handle that is damaged (checksum or sizes do not match); refused", api);
+    const char *wrong = ps_ipc_handle_read(handle, &h);
+    if (wrong) {
+        ps_error("%s: a poolshim IPC handle that is damaged or forged (%s); refused", api, wrong);
         return PS_EINVAL;
     }
     if (h.pid == (uint32_t)getpid() && exported_here(&h)) {
@@ -493,7 +574,7 @@ int ps_ipc_open(const char *api, const ps_gpu_ops_t *gpu, const void *handle, vo
     }
     pthread_mutex_lock(&imports_lock);
     for (import_entry_t *e = imports; e; e = e->next)
-        if (e->pid == h.pid && e->id == h.id) {
+        if (e->pid == h.pid && e->name == h.name && e->id == h.id) {
             e->refs++;
             *out = (void *)e->block;
             pthread_mutex_unlock(&imports_lock);
@@ -508,6 +589,7 @@ int ps_ipc_open(const char *api, const ps_gpu_ops_t *gpu, const void *handle, vo
         return PS_EUNSUPPORTED;
     }
     const char *why = NULL;
+    char why_buf[256];
     int rc = PS_OK;
     import_entry_t *e = calloc(1, sizeof *e);
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -521,11 +603,13 @@ int ps_ipc_open(const char *api, const ps_gpu_ops_t *gpu, const void *handle, vo
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
         struct sockaddr_un a;
-        socklen_t len = socket_address(&a, h.uid, h.pid);
+        socklen_t len = socket_address(&a, h.pid, h.name);
         request_t q = {.id = h.id, .token = h.token};
-        memcpy(q.magic, MAGIC, 8);
+        memcpy(q.magic, PS_IPC_MAGIC, 8);
         if (connect(fd, (struct sockaddr *)&a, len) != 0) {
             why = "cannot reach the exporting process (it exited, or runs in another network namespace)";
+            rc = PS_EINVAL;
+        } else if ((why = check_exporter(fd, &h, why_buf, sizeof why_buf))) {
             rc = PS_EINVAL;
         } else if (send(fd, &q, sizeof q, MSG_NOSIGNAL) != (ssize_t)sizeof q) {
             why = "cannot send the request to the exporting process";
@@ -537,6 +621,7 @@ int ps_ipc_open(const char *api, const ps_gpu_ops_t *gpu, const void *handle, vo
         why = "cannot reserve address space (cuMemAddressReserve)";
     if (rc == PS_OK) {
         e->pid = h.pid;
+        e->name = h.name;
         e->id = h.id;
         e->base = (uintptr_t)base;
         e->mapped = h.mapped;

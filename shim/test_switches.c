@@ -30,6 +30,8 @@ __attribute__((constructor)) static void read_test_switches(void)
     ps_test.torch_no_join = switch_on("POOLSHIM_TEST_TORCH_NO_JOIN");
     /* (read by the parser of the configuration's booleans, as it always was; no report) */
     (void)ps_env_bool("POOLSHIM_TEST_NEIGHBOURS_ONE_ATTEMPT", 0, &ps_test.neighbours_one_attempt);
+    const char *name = getenv("POOLSHIM_TEST_IPC_NAME");
+    ps_test.ipc_name = name && *name ? name : NULL;
     const char *dir = getenv("POOLSHIM_TEST_NEIGHBOURS_DIR");
     ps_test.neighbours_dir = dir && *dir ? dir : NULL;
 }

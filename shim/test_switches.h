@@ -44,6 +44,9 @@ typedef struct ps_test_switches {
     int neighbours_one_attempt; /* POOLSHIM_TEST_NEIGHBOURS_ONE_ATTEMPT: a neighbour's request gets one give-back
                                    (neighbours.c, 5.). Warns "a neighbour's request gets one give-back, memory
                                    behind a barrier the GPU has not passed yet stays" when the registry is joined */
+    const char *ipc_name;       /* POOLSHIM_TEST_IPC_NAME: 8 hex digits, the first name the IPC service tries
+                                   for its socket, @poolshim-ipc.<pid>.<name> (ipc.c; a test binds it first and
+                                   the service must take another). NULL: unset. No warning */
     const char *neighbours_dir; /* POOLSHIM_TEST_NEIGHBOURS_DIR: the neighbours' registry directory instead of
                                    /dev/shm/poolshim-<uid> (neighbours.c; a private one per test). NULL: unset.
                                    No warning */

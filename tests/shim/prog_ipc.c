@@ -20,7 +20,14 @@
  *   refused  cudaIpcGetMemHandle of a pooled block is refused (chunked pool,
  *            global.ipc=0, a device without POSIX fd handles), and a
  *            direct allocation (global.direct_min_size) still exports natively.
+ *   export DIR   (tests/shim/test_security.c) with DIR/wait_go, waits for
+ *            DIR/go first; then exports a block of BIG bytes with the
+ *            exporter's pattern, writes its handle in hex to DIR/handle and
+ *            creates DIR/ready; idles until DIR/release (at most 30 s), then
+ *            checks the importers' pattern when DIR/written exists.
+ *   open_refused HEX SIZE   opening the handle must be refused (invalid value).
  */
+#include <sys/stat.h>
 #include <stdint.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -86,7 +93,7 @@ static void share(const char *self)
     /* 1. the handle */
     cudaIpcMemHandle_t h, again, inner, other;
     CHECK(cudaIpcGetMemHandle(&h, big) == cudaSuccess, "cudaIpcGetMemHandle of a pooled block");
-    CHECK(memcmp(h.reserved, "PSHMIPC\x01", 8) == 0, "our magic");
+    CHECK(memcmp(h.reserved, "PSHMIPC\x02", 8) == 0, "our magic");
     uint32_t pid;
     uint64_t id, other_id, size;
     memcpy(&pid, h.reserved + 8, 4);
@@ -150,7 +157,7 @@ static void open_role(const char *hex, size_t size, int stale)
     void *p = NULL;
     cudaError_t e = cudaIpcOpenMemHandle(&p, h, 1);
     if (stale) {
-        CHECK(e == cudaErrorInvalidValue, "a stale handle must be refused (got %d)", e);
+        CHECK(e == cudaErrorInvalidValue, "the handle must be refused (got %d)", e);
         return;
     }
     CHECK(e == cudaSuccess && p, "cudaIpcOpenMemHandle (%d)", e);
@@ -176,6 +183,58 @@ static void open_role(const char *hex, size_t size, int stale)
     CHECK(fake()->ipc_close_native == native + 1, "a pointer no longer ours passes through to the driver");
 }
 
+static int exists(const char *dir, const char *name)
+{
+    char path[512];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &st) == 0;
+}
+
+/* Waits up to `seconds` for dir/name; 1 when it came. */
+static int wait_for(const char *dir, const char *name, int seconds)
+{
+    for (int i = 0; i < seconds * 100; i++) {
+        if (exists(dir, name))
+            return 1;
+        usleep(10000);
+    }
+    return 0;
+}
+
+static void export_and_wait(const char *dir)
+{
+    if (exists(dir, "wait_go"))
+        CHECK(wait_for(dir, "go", 10), "export: no go within 10 s");
+    void *big = NULL;
+    cudaIpcMemHandle_t h;
+    CHECK(cudaMalloc(&big, BIG) == cudaSuccess, "cudaMalloc");
+    if (!big)
+        return;
+    fill(big, BIG, 1);
+    cudaError_t e = cudaIpcGetMemHandle(&h, big);
+    CHECK(e == cudaSuccess, "cudaIpcGetMemHandle (%d)", e);
+    char hex[129], path[512], temporary[512];
+    to_hex(&h, hex);
+    snprintf(path, sizeof path, "%s/handle", dir);
+    snprintf(temporary, sizeof temporary, "%s/handle.new", dir);
+    FILE *f = fopen(temporary, "w");
+    CHECK(f, "cannot write %s", temporary);
+    if (f) {
+        fprintf(f, "%s\n", hex);
+        fclose(f);
+        rename(temporary, path);
+    }
+    snprintf(path, sizeof path, "%s/ready", dir);
+    f = fopen(path, "w");
+    if (f)
+        fclose(f);
+    CHECK(wait_for(dir, "release", 30), "export: no release within 30 s");
+    if (exists(dir, "written"))
+        CHECK(intact(big, BIG, 2), "the importer's writes are in the exporter's block");
+    CHECK(cudaFree(big) == cudaSuccess, "free");
+}
+
 static void refused(void)
 {
     const char *options = getenv("POOLSHIM_OPTIONS");
@@ -199,6 +258,8 @@ int main(int argc, char **argv)
     if (!strcmp(what, "share")) share("/proc/self/exe");
     else if (!strcmp(what, "open") && argc == 4) open_role(argv[2], strtoull(argv[3], NULL, 0), 0);
     else if (!strcmp(what, "open_stale") && argc == 4) open_role(argv[2], strtoull(argv[3], NULL, 0), 1);
+    else if (!strcmp(what, "open_refused") && argc == 4) open_role(argv[2], strtoull(argv[3], NULL, 0), 1);
+    else if (!strcmp(what, "export") && argc == 3) export_and_wait(argv[2]);
     else if (!strcmp(what, "refused")) refused();
     else { fprintf(stderr, "unknown scenario %s\n", what); return 2; }
     return finish(what);

@@ -20,13 +20,17 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <grp.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -726,3 +730,291 @@ Test(top, it_reads_xdg_runtime_dir_and_the_shared_directory, .timeout = 30)
     cr_expect(exists(mine), "%s", mine);
     scene_cleanup();
 }
+
+/* ---- ipc: the exporter's socket and the handle ----------------------------------------- */
+/* The block's size a handle names (bytes 32-39, little-endian), in decimal. */
+static const char *handle_size(const char *hex, char *out, size_t size)
+{
+    unsigned long long bytes = 0;
+    for (int i = 7; i >= 0; i--) {
+        unsigned v = 0;
+        cr_assert_eq(sscanf(hex + 2 * (32 + i), "%2x", &v), 1);
+        bytes = bytes << 8 | v;
+    }
+    snprintf(out, size, "%llu", bytes);
+    return out;
+}
+
+/* `before` runs the victim's programs (a setpriv prefix, or "" for this user). */
+static const char *victim_prefix = "";
+
+/* Starts `prog_ipc export SCENE` in the background (SCENE/wait_go first
+ * when `wait_go`); returns its pid. */
+static pid_t start_exporter(bool wait_go)
+{
+    char env[512], args[256], cmd[4096], out[160], path[160];
+    if (wait_go) {
+        snprintf(path, sizeof path, "%s/wait_go", scene);
+        write_text(path, "");
+    }
+    snprintf(env, sizeof env, "FAKE_CUDA_VMM=1 POOLSHIM_TEST_NEIGHBOURS_DIR=%s/registry", scene);
+    snprintf(args, sizeof args, "prog_ipc export %s", scene);
+    command(cmd, sizeof cmd, victim_prefix, env, args);
+    snprintf(out, sizeof out, "%s/exporter.txt", scene);
+    return start_background(cmd, out);
+}
+
+/* Waits for the exporter's handle (hex, 128 digits) into hex[129]. */
+static void exporter_handle(pid_t exporter, char *hex)
+{
+    char path[160], buf[8192];
+    snprintf(path, sizeof path, "%s/ready", scene);
+    bool ready = wait_for_file(path, exporter, 10);
+    snprintf(path, sizeof path, "%s/exporter.txt", scene);
+    cr_assert(ready, "the exporter did not get ready:\n%s", read_text(path, buf, sizeof buf));
+    snprintf(path, sizeof path, "%s/handle", scene);
+    read_text(path, buf, sizeof buf);
+    cr_assert_geq(strlen(buf), 128, "%s", buf);
+    memcpy(hex, buf, 128);
+    hex[128] = 0;
+}
+
+/* Lets the exporter end; its exit status. */
+static int end_exporter(pid_t exporter, bool written)
+{
+    char path[160];
+    if (written) {
+        snprintf(path, sizeof path, "%s/written", scene);
+        write_text(path, "");
+    }
+    snprintf(path, sizeof path, "%s/release", scene);
+    write_text(path, "");
+    return wait_end(exporter, 10);
+}
+
+/* The abstract name (without its '@') of the listening socket whose name
+ * says it serves `pid`, found the way anyone on the machine can:
+ * /proc/net/unix lists every abstract socket's name. */
+static bool exporter_socket(pid_t pid, char *name, size_t size)
+{
+    char line[512], pid_text[32];
+    snprintf(pid_text, sizeof pid_text, ".%d", (int)pid);
+    FILE *f = fopen("/proc/net/unix", "r");
+    cr_assert_not_null(f);
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) {
+        char flags[32], path[256] = "";
+        if (sscanf(line, "%*s %*s %*s %31s %*s %*s %*s %255s", flags, path) != 2 || strcmp(flags, "00010000") ||
+            strncmp(path, "@poolshim-ipc.", 14))
+            continue;
+        char *at = strstr(path + 13, pid_text); /* ".<pid>" as a whole field */
+        if (at && (at[strlen(pid_text)] == '.' || !at[strlen(pid_text)]) && strlen(path) <= size) {
+            memcpy(name, path + 1, strlen(path));
+            found = true;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+static socklen_t abstract_address(struct sockaddr_un *a, const char *name)
+{
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    size_t n = strlen(name);
+    cr_assert_lt(n + 1, sizeof a->sun_path);
+    memcpy(a->sun_path + 1, name, n);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+/* Connects to the abstract socket `name` and sends nothing; the fd. */
+static int connect_silently(const char *name)
+{
+    struct sockaddr_un a;
+    socklen_t len = abstract_address(&a, name);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, len) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* Runs `prog_ipc ROLE HEX SIZE` as the victim; its exit status, and the
+ * seconds it took in *took. */
+static int open_handle(const char *role, const char *hex, double *took)
+{
+    char env[256], args[512];
+    snprintf(env, sizeof env, "FAKE_CUDA_VMM=1 POOLSHIM_TEST_NEIGHBOURS_DIR=%s/registry", scene);
+    char size[32];
+    snprintf(args, sizeof args, "prog_ipc %s %s %s", role, hex, handle_size(hex, size, sizeof size));
+    double t = now_s();
+    int rc = run(victim_prefix, env, args);
+    if (took)
+        *took = now_s() - t;
+    return rc;
+}
+
+/* Three connections to the exporter's socket that never send their request
+ * delay no one: the exporter waits for their requests while it serves
+ * others, and an open takes well under a second. */
+static void expect_silent_connections_delay_no_open(int (*connect_three)(const char *name))
+{
+    pid_t exporter = start_exporter(false);
+    char hex[129], name[128];
+    exporter_handle(exporter, hex);
+    cr_assert(exporter_socket(exporter, name, sizeof name), "no listening socket of %d in /proc/net/unix", (int)exporter);
+    int held = connect_three(name);
+    cr_assert_geq(held, 0, "cannot connect to @%s", name);
+    double took = 0;
+    int rc = open_handle("open", hex, &took);
+    cr_expect_eq(rc, 0, "the open failed:\n%s", output);
+    cr_expect_lt(took, 1.5, "the open took %.2f s:\n%s", took, output);
+    cr_expect_eq(end_exporter(exporter, true), 0, "the exporter did not end well");
+}
+
+static int silent_fds[3];
+static int connect_three_here(const char *name)
+{
+    for (int i = 0; i < 3; i++)
+        if ((silent_fds[i] = connect_silently(name)) < 0)
+            return -1;
+    return 0;
+}
+
+Test(ipc, silent_connections_of_this_user_delay_no_open, .timeout = 60)
+{
+    scene_init();
+    expect_silent_connections_delay_no_open(connect_three_here);
+    for (int i = 0; i < 3; i++)
+        close(silent_fds[i]);
+    scene_cleanup();
+}
+
+/* The exporter ended; another process of this user binds its socket's name
+ * and listens. The importer sees (SO_PEERCRED) that the socket is not the
+ * exporter's and sends nothing: the listener never receives the token. */
+static int squat(const char *name)
+{
+    struct sockaddr_un a;
+    socklen_t len = abstract_address(&a, name);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, len) != 0 || listen(fd, 8) != 0)
+        return -1;
+    return fd;
+}
+
+/* Accepts on `listener` for up to `seconds` and reads what comes within a
+ * second of each connection; the bytes received in all, -1: no connection. */
+static long listen_for_requests(int listener, double seconds)
+{
+    long bytes = -1;
+    for (double until = now_s() + seconds; now_s() < until;) {
+        struct pollfd p = {listener, POLLIN, 0};
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        int c = accept(listener, NULL, NULL);
+        if (c < 0)
+            continue;
+        bytes = bytes < 0 ? 0 : bytes;
+        struct timeval t = {1, 0};
+        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t);
+        char buf[256];
+        ssize_t n = recv(c, buf, sizeof buf, 0);
+        bytes += n > 0 ? n : 0;
+        close(c);
+    }
+    return bytes;
+}
+
+Test(ipc, a_name_taken_after_the_exporter_ended_gets_no_token, .timeout = 60)
+{
+    scene_init();
+    pid_t exporter = start_exporter(false);
+    char hex[129], name[128], cmd[4096], env[256], args[512], out[160], buf[8192];
+    exporter_handle(exporter, hex);
+    cr_assert(exporter_socket(exporter, name, sizeof name), "no listening socket of %d", (int)exporter);
+    cr_assert_eq(end_exporter(exporter, false), 0);
+    int listener = squat(name);
+    cr_assert_geq(listener, 0, "cannot bind @%s", name);
+    snprintf(env, sizeof env, "FAKE_CUDA_VMM=1 POOLSHIM_TEST_NEIGHBOURS_DIR=%s/registry", scene);
+    char size[32];
+    snprintf(args, sizeof args, "prog_ipc open_refused %s %s", hex, handle_size(hex, size, sizeof size));
+    command(cmd, sizeof cmd, victim_prefix, env, args);
+    snprintf(out, sizeof out, "%s/importer.txt", scene);
+    pid_t importer = start_background(cmd, out);
+    long bytes = listen_for_requests(listener, 2);
+    int rc = wait_end(importer, 15);
+    read_text(out, buf, sizeof buf);
+    cr_expect_eq(rc, 0, "the open was not refused:\n%s", buf);
+    cr_expect_leq(bytes, 0, "the squatter received %ld bytes (the request with its token)", bytes);
+    cr_expect(strstr(buf, "held by process") && strstr(buf, "nothing was sent"), "%s", buf);
+    close(listener);
+    scene_cleanup();
+}
+
+/* The name an exporter's socket gets is drawn at random, so no one can take
+ * it first: the first name tried (POOLSHIM_TEST_IPC_NAME) and the name
+ * format 1 used (@poolshim-ipc.<uid>.<pid>) are both bound before the
+ * export; the export and an open still work. */
+Test(ipc, names_bound_before_the_first_export_do_not_stop_it, .timeout = 60)
+{
+    scene_init();
+    setenv("POOLSHIM_TEST_IPC_NAME", "5eed5eed", 1);
+    pid_t exporter = start_exporter(true);
+    char first[128], old[128], hex[129], path[160];
+    snprintf(first, sizeof first, "poolshim-ipc.%d.5eed5eed", (int)exporter);
+    snprintf(old, sizeof old, "poolshim-ipc.%u.%d", (unsigned)geteuid(), (int)exporter);
+    int taken[2] = {squat(first), squat(old)};
+    cr_assert(taken[0] >= 0 && taken[1] >= 0, "cannot bind the names");
+    snprintf(path, sizeof path, "%s/go", scene);
+    write_text(path, "");
+    exporter_handle(exporter, hex);
+    double took;
+    int rc = open_handle("open", hex, &took);
+    cr_expect_eq(rc, 0, "%s", output);
+    cr_expect_eq(end_exporter(exporter, true), 0, "the exporter did not end well");
+    close(taken[0]);
+    close(taken[1]);
+    unsetenv("POOLSHIM_TEST_IPC_NAME");
+    scene_cleanup();
+}
+
+/* A handle whose offset + size wraps around 2^64 (a valid checksum): the
+ * sum passes a check written as offset + size <= mapped, and the open would
+ * return an address outside what it mapped. Refused; no crash. */
+static uint32_t fnv1a(const unsigned char *p, size_t n)
+{
+    uint32_t x = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        x = (x ^ p[i]) * 16777619u;
+    return x;
+}
+
+Test(ipc, a_handle_whose_offset_and_size_wrap_is_refused, .timeout = 60)
+{
+    scene_init();
+    pid_t exporter = start_exporter(false);
+    char hex[129], crafted[129];
+    exporter_handle(exporter, hex);
+    unsigned char h[64];
+    for (int i = 0; i < 64; i++) {
+        unsigned v;
+        cr_assert_eq(sscanf(hex + 2 * i, "%2x", &v), 1);
+        h[i] = (unsigned char)v;
+    }
+    uint64_t size, offset;
+    memcpy(&size, h + 32, 8);
+    offset = (uint64_t)0 - size; /* offset + size = 2^64: 0 */
+    memcpy(h + 40, &offset, 8);
+    uint32_t check = fnv1a(h, 60);
+    memcpy(h + 60, &check, 4);
+    for (int i = 0; i < 64; i++)
+        sprintf(crafted + 2 * i, "%02x", h[i]);
+    int rc = open_handle("open_refused", crafted, NULL);
+    cr_expect_eq(rc, 0, "the crafted handle was not refused:\n%s", output);
+    cr_expect(strstr(output, "damaged or forged"), "%s", output);
+    cr_expect_eq(end_exporter(exporter, false), 0);
+    scene_cleanup();
+}
+
