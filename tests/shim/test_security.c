@@ -1018,3 +1018,331 @@ Test(ipc, a_handle_whose_offset_and_size_wrap_is_refused, .timeout = 60)
     scene_cleanup();
 }
 
+/* ---- users: the same attacks from another user -------------------------------------- */
+/* Two throw-away users, made before the tests when run as root (useradd)
+ * and removed after (userdel); their names and ids reach the tests in
+ * POOLSHIM_TEST_VICTIM and POOLSHIM_TEST_ATTACKER ("name uid gid"). Users
+ * left by a run that was killed are removed first. */
+#define USER_PREFIX_VICTIM "ps-victim-"
+#define USER_PREFIX_ATTACKER "ps-attacker-"
+
+static void remove_user(const char *name)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "userdel -f %s >/dev/null 2>&1", name);
+    if (system(cmd) != 0)
+        fprintf(stderr, "test_security: could not remove the user %s\n", name);
+}
+
+static bool make_user(const char *prefix, const char *variable)
+{
+    char name[64], cmd[256], value[128];
+    snprintf(name, sizeof name, "%s%d", prefix, (int)getpid());
+    snprintf(cmd, sizeof cmd, "useradd --system --no-create-home --user-group --shell /usr/sbin/nologin %s >/dev/null 2>&1",
+             name);
+    struct passwd *pw = system(cmd) == 0 ? getpwnam(name) : NULL;
+    if (!pw)
+        return false;
+    snprintf(value, sizeof value, "%s %u %u", name, (unsigned)pw->pw_uid, (unsigned)pw->pw_gid);
+    setenv(variable, value, 1);
+    return true;
+}
+
+/* Users of the names above whose run (the pid in the name) is gone. */
+static void remove_stale_users(void)
+{
+    setpwent();
+    char stale[64][64];
+    int count = 0;
+    for (struct passwd *pw; count < 64 && (pw = getpwent());) {
+        const char *prefix = !strncmp(pw->pw_name, USER_PREFIX_VICTIM, strlen(USER_PREFIX_VICTIM)) ? USER_PREFIX_VICTIM
+                             : !strncmp(pw->pw_name, USER_PREFIX_ATTACKER, strlen(USER_PREFIX_ATTACKER)) ? USER_PREFIX_ATTACKER
+                                                                                                    : NULL;
+        if (prefix && kill(atoi(pw->pw_name + strlen(prefix)), 0) != 0 && errno == ESRCH)
+            snprintf(stale[count++], sizeof stale[0], "%s", pw->pw_name);
+    }
+    endpwent();
+    for (int i = 0; i < count; i++)
+        remove_user(stale[i]);
+}
+
+ReportHook(PRE_ALL)(struct criterion_test_set *set)
+{
+    (void)set;
+    unsetenv("POOLSHIM_TEST_VICTIM");
+    unsetenv("POOLSHIM_TEST_ATTACKER");
+    if (geteuid() != 0) {
+        fprintf(stderr, "test_security: the users tests are skipped: they need root to make two throw-away users\n");
+        return;
+    }
+    remove_stale_users();
+    if (!make_user(USER_PREFIX_VICTIM, "POOLSHIM_TEST_VICTIM") ||
+        !make_user(USER_PREFIX_ATTACKER, "POOLSHIM_TEST_ATTACKER"))
+        fprintf(stderr, "test_security: the users tests are skipped: useradd failed\n");
+}
+
+ReportHook(POST_ALL)(struct criterion_global_stats *stats)
+{
+    (void)stats;
+    const char *variables[] = {"POOLSHIM_TEST_VICTIM", "POOLSHIM_TEST_ATTACKER"};
+    for (int i = 0; i < 2; i++) {
+        char name[64];
+        const char *value = getenv(variables[i]);
+        if (value && sscanf(value, "%63s", name) == 1) {
+            char cmd[128];
+            unsigned uid = 0;
+            sscanf(value, "%*s %u", &uid);
+            snprintf(cmd, sizeof cmd, "rm -rf /dev/shm/poolshim-%u", uid);
+            if (uid && system(cmd) != 0)
+                fprintf(stderr, "test_security: could not remove /dev/shm/poolshim-%u\n", uid);
+            remove_user(name);
+        }
+    }
+}
+
+typedef struct user {
+    char name[64];
+    unsigned uid, gid;
+} user_t;
+
+/* The victim and the attacker, or the test is skipped (saying why once, above). */
+static void users(user_t *victim, user_t *attacker)
+{
+    const char *v = getenv("POOLSHIM_TEST_VICTIM"), *a = getenv("POOLSHIM_TEST_ATTACKER");
+    if (!v || !a || sscanf(v, "%63s %u %u", victim->name, &victim->uid, &victim->gid) != 3 ||
+        sscanf(a, "%63s %u %u", attacker->name, &attacker->uid, &attacker->gid) != 3)
+        cr_skip_test("needs root and useradd (two throw-away users)");
+}
+
+/* The scene, given to the victim; the victim's programs run through setpriv. */
+static char victim_prefix_buf[128];
+static void victim_scene(const user_t *victim)
+{
+    scene_init();
+    cr_assert_eq(chown(scene, victim->uid, victim->gid), 0);
+    snprintf(victim_prefix_buf, sizeof victim_prefix_buf, "setpriv --reuid=%u --regid=%u --clear-groups --",
+             victim->uid, victim->gid);
+    victim_prefix = victim_prefix_buf;
+}
+
+/* Becomes `u` (in a child process, which ends with the test's process). */
+static void become(const user_t *u)
+{
+    if (setgroups(0, NULL) != 0 || setresgid(u->gid, u->gid, u->gid) != 0 || setresuid(u->uid, u->uid, u->uid) != 0)
+        _exit(120);
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* (after the change of user, which clears it) */
+}
+
+/* Runs `attack(name)` as the attacker in a child process that stays until
+ * killed; its first result (an int) comes back through a pipe. */
+static pid_t attack_as(const user_t *attacker, int (*attack)(const char *), const char *name, int *result)
+{
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        close(p[0]);
+        become(attacker);
+        int r = attack(name);
+        if (write(p[1], &r, sizeof r) != (ssize_t)sizeof r)
+            _exit(121);
+        for (;;)
+            pause();
+    }
+    close(p[1]);
+    struct pollfd w = {p[0], POLLIN, 0};
+    *result = -999;
+    if (poll(&w, 1, 10000) == 1 && read(p[0], result, sizeof *result) != (ssize_t)sizeof *result)
+        *result = -998;
+    close(p[0]);
+    return pid;
+}
+
+static void end_attack(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* Another user's connections: three silent ones and one that sends a
+ * request. The exporter closes each at once (within a second) and nothing
+ * is read or answered: 0, else -1 (no connection), -2 (an answer came),
+ * -3 (still open after a second). */
+static int connect_as_stranger(const char *name)
+{
+    if (connect_three_here(name) != 0)
+        return -1;
+    int asking = connect_silently(name);
+    if (asking < 0)
+        return -1;
+    unsigned char request[24] = "PSHMIPC\x02";
+    request[8] = 1; /* (export id 1, token 0) */
+    send(asking, request, sizeof request, MSG_NOSIGNAL); /* (fails when the exporter already closed it) */
+    int fds[4] = {silent_fds[0], silent_fds[1], silent_fds[2], asking};
+    for (int i = 0; i < 4; i++) {
+        struct pollfd p = {fds[i], POLLIN, 0};
+        if (poll(&p, 1, 1000) != 1)
+            return -3;
+        char buf[64];
+        if (recv(fds[i], buf, sizeof buf, MSG_DONTWAIT) > 0)
+            return -2;
+    }
+    return 0;
+}
+
+static int attacker_pid_for_connections;
+static int connect_as_attacker(const char *name)
+{
+    static user_t victim, attacker;
+    users(&victim, &attacker);
+    int result;
+    attacker_pid_for_connections = attack_as(&attacker, connect_as_stranger, name, &result);
+    cr_expect_eq(result, 0, "the attacker's connections: %s",
+                 result == -2 ? "a request was answered" : result == -3 ? "still open after a second" : "failed");
+    return result == -1 ? -1 : 0;
+}
+
+Test(users, another_users_connections_are_closed_unread_and_delay_no_open, .timeout = 60)
+{
+    user_t victim, attacker;
+    users(&victim, &attacker);
+    victim_scene(&victim);
+    expect_silent_connections_delay_no_open(connect_as_attacker);
+    end_attack(attacker_pid_for_connections);
+    scene_cleanup();
+}
+
+/* The exporter ended; another user binds its name and listens: the
+ * victim's importer sends it nothing. */
+Test(users, a_name_taken_by_another_user_gets_no_token, .timeout = 60)
+{
+    user_t victim, attacker;
+    users(&victim, &attacker);
+    victim_scene(&victim);
+    pid_t exporter = start_exporter(false);
+    char hex[129], name[128], cmd[4096], env[256], args[512], out[160], buf[8192];
+    exporter_handle(exporter, hex);
+    cr_assert(exporter_socket(exporter, name, sizeof name), "no listening socket of %d", (int)exporter);
+    cr_assert_eq(end_exporter(exporter, false), 0);
+    snprintf(env, sizeof env, "FAKE_CUDA_VMM=1 POOLSHIM_TEST_NEIGHBOURS_DIR=%s/registry", scene);
+    char size[32];
+    snprintf(args, sizeof args, "prog_ipc open_refused %s %s", hex, handle_size(hex, size, sizeof size));
+    command(cmd, sizeof cmd, victim_prefix, env, args);
+    snprintf(out, sizeof out, "%s/importer.txt", scene);
+    /* the attacker binds first, then the importer comes within its 3 s of listening */
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t squatter = fork();
+    cr_assert_geq(squatter, 0);
+    if (squatter == 0) {
+        close(p[0]);
+        become(&attacker);
+        int listener = squat(name);
+        int ready = listener >= 0 ? 1 : -1;
+        if (write(p[1], &ready, sizeof ready) != (ssize_t)sizeof ready || listener < 0)
+            _exit(1);
+        int bytes = (int)listen_for_requests(listener, 3);
+        _exit(bytes < 0 ? 0 : bytes > 100 ? 100 : bytes);
+    }
+    close(p[1]);
+    int ready = 0;
+    cr_assert(read(p[0], &ready, sizeof ready) == (ssize_t)sizeof ready && ready == 1, "the attacker cannot bind @%s", name);
+    close(p[0]);
+    pid_t importer = start_background(cmd, out);
+    int rc = wait_end(importer, 15), status = 0;
+    waitpid(squatter, &status, 0);
+    read_text(out, buf, sizeof buf);
+    cr_expect_eq(rc, 0, "the open was not refused:\n%s", buf);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the attacker received %d bytes (the request with its token)",
+              WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    char why[64];
+    snprintf(why, sizeof why, "another user (uid %u)", attacker.uid);
+    cr_expect(strstr(buf, why) && strstr(buf, "nothing was sent"), "%s", buf);
+    scene_cleanup();
+}
+
+/* Links planted by another user for the victim's next pids in a sticky
+ * world-writable directory (as /tmp), pointing at the victim's own file.
+ * Where fs.protected_symlinks is 1 the kernel itself refuses to follow
+ * them; the shim refuses them either way (files/ above is the test that
+ * fails without its fix whatever the sysctl says). */
+static int plant_links(const char *arg)
+{
+    char sticky[128], target[256], buf[64] = "";
+    if (sscanf(arg, "%127s %255s", sticky, target) != 2)
+        return -1;
+    long last = strtol(read_text("/proc/sys/kernel/ns_last_pid", buf, sizeof buf), NULL, 10);
+    long pid_max = strtol(read_text("/proc/sys/kernel/pid_max", buf, sizeof buf), NULL, 10);
+    int planted = 0;
+    for (long i = 1; i <= 2000; i++) {
+        char path[300];
+        snprintf(path, sizeof path, "%s/stats_%ld.json", sticky, (last + i) % pid_max);
+        planted += symlink(target, path) == 0;
+    }
+    return planted;
+}
+
+Test(users, links_planted_by_another_user_in_a_sticky_directory, .timeout = 60)
+{
+    user_t victim, attacker;
+    users(&victim, &attacker);
+    victim_scene(&victim);
+    char sticky[128], precious[160], arg[300], env[300], buf[256];
+    snprintf(sticky, sizeof sticky, "%s/shared", scene);
+    cr_assert_eq(mkdir(sticky, 0777), 0);
+    cr_assert_eq(chmod(sticky, 01777), 0);
+    cr_assert_eq(chown(sticky, 0, 0), 0);
+    cr_assert_eq(chmod(scene, 0755), 0);
+    snprintf(precious, sizeof precious, "%s/precious", scene);
+    write_text(precious, PRECIOUS);
+    cr_assert_eq(chown(precious, victim.uid, victim.gid), 0);
+    snprintf(arg, sizeof arg, "%s %s", sticky, precious);
+    int planted;
+    pid_t planter = attack_as(&attacker, plant_links, arg, &planted);
+    end_attack(planter);
+    cr_assert_eq(planted, 2000);
+    snprintf(env, sizeof env, "POOLSHIM_STATS=json POOLSHIM_STATS_FILE=%s/stats_%%p.json", sticky);
+    int rc = run(victim_prefix, env, "prog_runtime basic");
+    cr_expect_eq(rc, 0, "%s", output);
+    cr_expect_str_eq(read_text(precious, buf, sizeof buf), PRECIOUS, "the victim's file was written");
+    cr_expect(strstr(output, "cannot write statistics to"), "%s", output);
+    scene_cleanup();
+}
+
+/* Another user takes /dev/shm/poolshim-<victim's uid> first. With a private
+ * XDG_RUNTIME_DIR the victim's registry is there and works; without one the
+ * victim is told in one line how to fix it. */
+static int take_directory(const char *dir)
+{
+    return mkdir(dir, 0700);
+}
+
+Test(users, a_registry_directory_taken_by_another_user, .timeout = 60)
+{
+    user_t victim, attacker;
+    users(&victim, &attacker);
+    victim_scene(&victim);
+    char taken[64], runtime[128], env[300], expected[256];
+    snprintf(taken, sizeof taken, "/dev/shm/poolshim-%u", victim.uid);
+    int made;
+    pid_t taker = attack_as(&attacker, take_directory, taken, &made);
+    end_attack(taker);
+    cr_assert_eq(made, 0, "the attacker could not make %s", taken);
+    snprintf(runtime, sizeof runtime, "%s/runtime", scene);
+    cr_assert_eq(mkdir(runtime, 0700), 0);
+    cr_assert_eq(chown(runtime, victim.uid, victim.gid), 0);
+    snprintf(env, sizeof env, "XDG_RUNTIME_DIR=%s POOLSHIM_VERBOSE=3", runtime);
+    int rc = run(victim_prefix, env, "prog_runtime basic");
+    cr_expect_eq(rc, 0, "%s", output);
+    snprintf(expected, sizeof expected, "GPU(s) as %s/poolshim/p", runtime);
+    cr_expect(strstr(output, expected) && !strstr(output, "not a private directory"), "%s", output);
+    rc = run(victim_prefix, "POOLSHIM_VERBOSE=2", "prog_runtime basic");
+    cr_expect_eq(rc, 0, "%s", output);
+    const char *line = strstr(output, "is not a private directory of this user");
+    cr_expect(line && strstr(line, "to fix it") && strstr(line, "XDG_RUNTIME_DIR") &&
+                  strchr(line, '\n') > strstr(line, "XDG_RUNTIME_DIR"),
+              "%s", output);
+    rmdir(taken);
+    scene_cleanup();
+}
