@@ -5,7 +5,8 @@
 #   make test          the CPU suite: unit tests (Criterion) and shim tests (fake CUDA)
 #   make test-all      test, then again under ASan+UBSan, then the threaded tests under TSan,
 #                      then test-long, then check-python (the pip package in a fresh venv; CI),
-#                      then test-cluster (real Slurm and Prometheus daemons, mk/cluster.mk)
+#                      then test-cluster (real Slurm and Prometheus daemons, mk/cluster.mk),
+#                      then test-fuzz (the IPC wire format's fuzz targets, 20 s each: mk/fuzz_ipc.mk)
 #   make test-long     the 10^7-operation pool model runs (about a minute; not in `make test`)
 #   make check-gpu     the GPU suite (on a machine with a GPU and nvcc)
 #   make bench-core    CPU micro-benchmark of the core allocators
@@ -135,6 +136,7 @@ test-all:
 	$(MAKE) test-long
 	$(MAKE) check-python
 	$(MAKE) test-cluster
+	$(MAKE) test-fuzz
 
 # For a GPU machine without libinih: build here, copy build/ there; these use it.
 check-gpu:
