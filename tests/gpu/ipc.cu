@@ -95,6 +95,7 @@ static int child(const char *hex, int stale)
     }
     CK(e);
     printf("ipc child: opened %zu bytes at %p in %.1f us\n", (size_t)BIG, p, (t1 - t0) / 1e3);
+    printf("RESULT ipc_child open_us=%.1f\n", (t1 - t0) / 1e3); /* the IPC round trip: connect, request, map */
     unsigned long long bad = mismatches(p, BIG, 11);
     CUdeviceptr base = 0;
     size_t size = 0;

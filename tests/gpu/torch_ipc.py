@@ -14,10 +14,13 @@ Steps:
      adds 1 in place, and answers.
   3. The parent checks that the child's additions are in its tensor, and
      does it again with a second tensor (a second export of other memory).
-Prints `torch_ipc: PASS ...` and exits 0, or `torch_ipc: FAIL ...` and 1.
+Prints `torch_ipc: PASS ...` and exits 0, or `torch_ipc: FAIL ...` and 1, and
+`RESULT torch_ipc round_ms=A,B`: each round from the put to the child's answer
+(the tensor's export, the child's open through the queue, its check).
 """
 import os
 import sys
+import time
 
 import torch
 import torch.multiprocessing as mp
@@ -53,13 +56,16 @@ def main():
     proc.start()
     ok = True
     keep = []
+    round_ms = []
     for round_, start in enumerate((1000.0, 5.0e6)):
         backing = torch.zeros(N + 4096, device="cuda", dtype=torch.float32)
         tensor = backing[4096:]  # a view at an offset inside the allocation
         tensor.copy_(torch.arange(start, start + N, device="cuda", dtype=torch.float32))
         torch.cuda.synchronize()
+        began = time.perf_counter()
         inbox.put((tensor, start))
         answer = outbox.get(timeout=120)
+        round_ms.append((time.perf_counter() - began) * 1e3)
         if answer != 0:
             print("torch_ipc: FAIL round %d: the child saw %s wrong values" % (round_, answer))
             ok = False
@@ -75,6 +81,7 @@ def main():
     if proc.exitcode not in (0, None) and ok:
         print("torch_ipc: FAIL the child exited %s" % proc.exitcode)
         ok = False
+    print("RESULT torch_ipc round_ms=%s" % ",".join("%.1f" % ms for ms in round_ms))
     if ok:
         print("torch_ipc: PASS a CUDA tensor shared both ways, 2 rounds (caching allocator %s, shim %s)"
               % ("on" if caching else "off", "preloaded" if "poolshim" in os.environ.get("LD_PRELOAD", "") else "off"))
