@@ -60,6 +60,9 @@
  *     block another process still uses.
  *  6. Handles not ours (another magic) pass through to CUDA; a process
  *     without the shim gets CUDA's own error for our handle, never bytes.
+ * Guarantees: nothing another user sends is read, and no token is sent to
+ * another user's socket; a silent connection delays no other; every field
+ * another process sends is bounded before it is used (docs/security.md).
  * Thread-safe: exports_lock guards the export entries, imports_lock the
  * imports (held across an import: opens are rare).
  */
@@ -241,7 +244,9 @@ static void accept_all(int listener, pending_t *pending, int *count)
         if (c < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
-            return; /* (EAGAIN: none left) */
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                usleep(1000); /* (out of descriptors: the connection waits, and poll would report it at once) */
+            return;
         }
         struct ucred peer;
         socklen_t len = sizeof peer;
