@@ -49,7 +49,7 @@ static void expect_text(const char *path, const char *text)
     cr_expect_str_eq(buf, text, "%s", path);
 }
 
-/* Writes `text` through the helper to `path`; the status of create, then commit. */
+/* Writes `text` to `path` through core/safe_file.c; the status of create, then commit. */
 static int safe_write(const char *path, const char *temporary, const char *text, char *why, size_t why_size)
 {
     ps_safe_file_t f;
