@@ -15,6 +15,7 @@
 #                 test's output), results.txt (the verdicts), logs.tar.gz (logs + stats)
 #   WORKDIR       binaries and per-test logs (default /tmp/poolshim-gpu-work)
 #   TESTS         only tests whose name matches this extended regex (default all)
+#   PREBUILT=1    keep the programs an earlier run left in WORKDIR/bin (another library, same sources)
 #   TEST_TIMEOUT  seconds per test (default 120)
 #   GPU_ARCH      nvcc -arch (default sm_90)
 #   SOAK_SECONDS  seconds per stack of the soak (section 11; default 20)
@@ -263,6 +264,7 @@ nvcc_flags=(-arch="$GPU_ARCH" -lineinfo -O2 -std=c++17 -I"$src")
 build() { # build NAME SOURCE [EXTRA FLAGS...]
     local name=$1 source=$2
     shift 2
+    [ "${PREBUILT:-0}" = 1 ] && [ -x "$bin/$name" ] && return 0 # built by an earlier run in this WORKDIR
     rm -f "$bin/$name"
     "$NVCC" "${nvcc_flags[@]}" "$@" -o "$bin/$name" "$src/$source" >"$logs/build_$name.log" 2>&1
 }

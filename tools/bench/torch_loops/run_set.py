@@ -301,7 +301,7 @@ def text_report(summary, meta):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lib", default=os.path.join(REPO, "build", "libpoolshim.so"))
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", help="working folder: runs, servers' logs, summary (required unless --summarize)")
     p.add_argument("--loops", default="convsmall,resnet,transformer,mlp,serve,autocast,compiled,loader")
     p.add_argument("--configs", default="nocache,torch,expandable,async,poolshim,poolshim_torch")
     p.add_argument("--variant", action="append", default=[],
@@ -319,12 +319,33 @@ def main(argv=None):
     p.add_argument("--device", default="cuda")
     p.add_argument("--small", action="store_true")
     p.add_argument("--label", default="", help="a name for this set, in the summary")
+    p.add_argument("--runs", metavar="PATH", help="where runs.jsonl goes (default OUT/runs.jsonl); written as "
+                   "the runs end, so a set cut short keeps what ran")
+    p.add_argument("--summarize", metavar="RUNS", help="print the summary of a runs.jsonl and exit (no GPU)")
     p.add_argument("--pin", help="a CPU list every run is bound to (taskset -c): a fresh process can land in one "
                    "of two speed modes on some hosts, which a host-bound loop shows")
     p.add_argument("--record", metavar="DIR", help="first run every loop once under poolshim with POOLSHIM_LOG "
                    "(DIR/LOOP.csv, gzipped) and its statistics (DIR/LOOP.stats.json); not timed")
     a = p.parse_args(argv)
+    if a.summarize:
+        with open(a.summarize) as f:
+            runs = [json.loads(line) for line in f if line.strip()]
+        configs = []
+        for r in runs:
+            if r["config"] not in configs:
+                configs.append(r["config"])
+        order = [c for c in BUILTIN if c in configs] + [c for c in configs if c not in BUILTIN]
+        summary = summarize(runs, order)
+        meta = {"runs": a.summarize, "rounds": len({r["round"] for r in runs})}
+        text = text_report(summary, meta)
+        sys.stdout.write(text)
+        if a.out:
+            with open(os.path.join(a.out, "summary.json"), "w") as f:
+                json.dump({"meta": meta, "summary": summary}, f, indent=1)
+        return 0
 
+    if not a.out:
+        p.error("--out is required")
     lib = os.path.abspath(a.lib)
     os.makedirs(a.out, exist_ok=True)
     loops = [x for x in a.loops.split(",") if x]
@@ -376,7 +397,7 @@ def main(argv=None):
     print("torch_loops: %d loops x %d configurations, %d rounds, GPU %s, servers ready in %.1f s" % (
         len(loops), len(configs), a.rounds, sampler.name, time.time() - t_start), flush=True)
     runs = []
-    runs_path = os.path.join(a.out, "runs.jsonl")
+    runs_path = a.runs or os.path.join(a.out, "runs.jsonl")
     with open(runs_path, "w") as runs_file:
         for rnd in range(a.rounds):
             if rnd > 0 and a.budget and time.time() - t_start > a.budget:
