@@ -82,23 +82,6 @@ void ps_arena_options_default(ps_arena_options_t *opts)
 
 /* ---- defragmentation ------------------------------------------------- */
 
-/* Defragmentation's reclaim of one reuse state: what a barrier of the
- * family already covers; then one barrier (free_sync barrier; the other
- * states find it covered); refused or under EVENT, close the open epoch
- * and poll, or with `wait` host-wait, every closed epoch. */
-static void reclaim_for_defragment(ps_reuse_t *r, int wait)
-{
-    ps_reuse_poll(r);
-    if (!r->bytes_pending || ps_reuse_barrier(r))
-        return;
-    if (r->open.count)
-        ps_reuse_close(r);
-    if (wait)
-        while (ps_reuse_wait_oldest(r))
-            ;
-    ps_reuse_poll(r);
-}
-
 /* Every arena closes its open epoch, reclaims completed ones and gives
  * back its empty superblocks; with `wait`, epochs and fences are waited
  * for first (memory pressure). Then free chunks go back
@@ -108,15 +91,15 @@ static void defragment(arena_resource_t *a, int wait)
     pthread_rwlock_rdlock(&a->arenas_lock);
     for (arena_t *ar = a->arenas; ar; ar = ar->next) {
         pthread_mutex_lock(&ar->lock);
-        reclaim_for_defragment(&ar->reuse[0], wait);
-        reclaim_for_defragment(&ar->reuse[1], wait);
+        ps_reuse_reclaim_pressure(&ar->reuse[0], wait);
+        ps_reuse_reclaim_pressure(&ar->reuse[1], wait);
         if (arena_retire_fence_done(ar, wait))
             arena_release_empty(ar, 0);
         pthread_mutex_unlock(&ar->lock);
     }
     pthread_rwlock_unlock(&a->arenas_lock);
     pthread_mutex_lock(&a->global_lock);
-    reclaim_for_defragment(&a->large_reuse, wait);
+    ps_reuse_reclaim_pressure(&a->large_reuse, wait);
     for (span_t *s = a->free_spans; s;) {
         if (s->fence && (wait || a->gpu->fence_query(a->gpu->ctx, s->fence) == PS_OK)) {
             if (wait) {

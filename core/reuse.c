@@ -305,6 +305,19 @@ int ps_reuse_reclaim(ps_reuse_t *r)
     return released + ps_reuse_poll(r) > 0;
 }
 
+void ps_reuse_reclaim_pressure(ps_reuse_t *r, bool host_wait)
+{
+    ps_reuse_poll(r);
+    if (!r->bytes_pending || ps_reuse_barrier(r))
+        return;
+    if (r->open.count)
+        ps_reuse_close(r);
+    if (host_wait)
+        while (ps_reuse_wait_oldest(r))
+            ;
+    ps_reuse_poll(r);
+}
+
 int ps_reuse_wait_oldest(ps_reuse_t *r)
 {
     if (!r->closed_count)

@@ -22,6 +22,7 @@
 #include "gpu_ops.h"
 
 #include <stdatomic.h>
+#include <stdbool.h>
 
 /* What a cudaFree (a free with PS_STREAM_NONE) waits for before its block
  * can be handed out again. */
@@ -160,6 +161,10 @@ int ps_reuse_barrier(ps_reuse_t *r);
  * barrier (free_sync barrier) or, without one, close the open epoch and
  * poll it (never a host wait). Returns 1 when anything was released. */
 int ps_reuse_reclaim(ps_reuse_t *r);
+/* The same rule under memory pressure (the arena's defragmentation): when
+ * the barrier is refused or under EVENT, the open epoch is closed and, with
+ * `host_wait`, every closed epoch host-waited for before the last poll. */
+void ps_reuse_reclaim_pressure(ps_reuse_t *r, bool host_wait);
 
 /* The eager trigger's floor: fewer pending bytes never ask for an early
  * barrier (in a small pool, 3 % is one block: a 64 KiB cudaMalloc/cudaFree
