@@ -1,12 +1,12 @@
-/* arena_global: the arena's global arena (core/arena.c steps 1, 2 and the
- * large blocks' runs of step 4; types in core/arena_internal.h).
+/* arena_global: the arena's global arena (core/arena_global.h), the layer
+ * below the local arenas and the large blocks.
  *
  * Algorithm:
  *  1. Memory comes from the upstream in chunks: at least 8 superblocks or
  *     1/8 of what is reserved, rounded down to a power of two (a power of
  *     two is a whole number of every power-of-two request up to its size),
- *     at most 128 superblocks, or the request alone when it is bigger or
- *     that fails. A chunk is cut into superblocks aligned to their size.
+ *     at most CHUNK_MAX_SUPERBLOCKS, or the request alone when it is bigger
+ *     or that fails. A chunk is cut into superblocks aligned to their size.
  *  2. Free runs of superblocks ("spans") are kept on one list; neighbours
  *     of one chunk coalesce, runs never merge across chunks (each chunk
  *     goes back to the upstream whole). A span may carry a fence (it left a
@@ -18,52 +18,94 @@
  *     from its back. When nothing fits, wholly free chunks (each smaller
  *     than the request, or it would have fitted) go back to the upstream
  *     first, then one chunk is taken.
- *  4. A page table (two levels: leaves of 2^LEAF_BITS slots made once per
- *     chunk, read without a lock) maps address >> log2(superblock_size) to
- *     the span holding it, so a free finds its superblock in O(1) from any
- *     thread.
- * Everything here runs under the resource's global lock.
+ *  4. A page table (two levels: leaves of 2^ARENA_LEAF_BITS slots made once
+ *     per chunk, read without a lock) maps address >> log2(superblock_size)
+ *     to the span holding it, so a free finds its superblock in O(1) from
+ *     any thread.
+ * Guarantees: a span is on the free list or held by exactly one taker; a
+ * fenced span is handed out only after its fence completed or the taker's
+ * stream waits for it; every chunk goes back to the upstream whole, at
+ * destroy at the latest; reserved never passes maximum_size.
  */
-#include "arena_internal.h"
+#include "arena_global.h"
 
-/* ---- page table (lookup() is in core/arena_internal.h) ---------------- */
+#include "reuse.h"
 
-/* Points pages [base, base + pages) at `span`. Global lock held; the
- * leaves exist (made by map_chunk). */
-static void set_pages(arena_resource_t *a, uintptr_t base, size_t pages, span_t *span)
+/* One upstream allocation. */
+typedef struct chunk {
+    void *memory;         /* as the upstream returned it */
+    size_t bytes;         /* as asked of the upstream */
+    uintptr_t first;      /* first superblock-aligned address */
+    size_t pages;         /* superblocks in it */
+    struct chunk *next;   /* all chunks */
+} chunk_t;
+
+/* The largest growth step, in superblocks, unless the request is larger
+ * (256 MiB with 2 MiB superblocks): a chunk of 1/8 of a large reserve kept
+ * a hole beside the few large blocks it held that no run of another chunk
+ * could join. */
+#define CHUNK_MAX_SUPERBLOCKS 128
+
+/* Which neighbour of a span free_neighbour looks at. */
+typedef enum side { SIDE_BEFORE = 0, SIDE_AFTER } side_t;
+
+int arena_global_init(arena_global_t *g, ps_resource_t *upstream, const ps_gpu_ops_t *gpu,
+                      size_t superblock_size, size_t maximum_size)
 {
-    size_t page = base >> a->shift;
+    g->upstream = upstream;
+    g->gpu = gpu;
+    g->superblock_size = superblock_size;
+    g->maximum_size = maximum_size;
+    g->shift = arena_log2_floor(superblock_size);
+    g->leaf_count = (size_t)1 << (ARENA_ADDRESS_BITS - g->shift - ARENA_LEAF_BITS);
+    g->page_table = calloc(g->leaf_count, sizeof *g->page_table);
+    if (!g->page_table)
+        return PS_ENOMEM;
+    pthread_mutex_init(&g->lock, NULL);
+    return PS_OK;
+}
+
+/* ---- page table (arena_global_lookup is in core/arena_global.h) ------- */
+
+/* Points pages [base, base + pages) at `span`. Lock held; the leaves
+ * exist (made by map_chunk). */
+static void set_pages(arena_global_t *g, uintptr_t base, size_t pages, span_t *span)
+{
+    size_t page = base >> g->shift;
     for (size_t i = 0; i < pages; i++, page++) {
-        span_slot_t *slots = atomic_load_explicit(&a->page_table[page >> LEAF_BITS], memory_order_relaxed);
-        atomic_store_explicit(&slots[page & ((1u << LEAF_BITS) - 1)], span, memory_order_release);
+        span_slot_t *slots =
+            atomic_load_explicit(&g->page_table[page >> ARENA_LEAF_BITS], memory_order_relaxed);
+        atomic_store_explicit(&slots[page & ((1u << ARENA_LEAF_BITS) - 1)], span, memory_order_release);
     }
 }
 
-/* Makes the leaves for a chunk. Global lock held. */
-static int map_chunk(arena_resource_t *a, uintptr_t first, size_t pages)
+/* Makes the leaves for a chunk. Lock held. */
+static int map_chunk(arena_global_t *g, uintptr_t first, size_t pages)
 {
-    size_t first_leaf = (first >> a->shift) >> LEAF_BITS;
-    size_t last_leaf = (((first >> a->shift) + pages - 1) >> LEAF_BITS);
-    if (last_leaf >= a->leaf_count)
+    size_t first_leaf = (first >> g->shift) >> ARENA_LEAF_BITS;
+    size_t last_leaf = (((first >> g->shift) + pages - 1) >> ARENA_LEAF_BITS);
+    if (last_leaf >= g->leaf_count)
         return PS_EUPSTREAM;
     for (size_t l = first_leaf; l <= last_leaf; l++) {
-        if (atomic_load_explicit(&a->page_table[l], memory_order_relaxed))
+        if (atomic_load_explicit(&g->page_table[l], memory_order_relaxed))
             continue;
-        span_slot_t *slots = calloc((size_t)1 << LEAF_BITS, sizeof *slots);
+        span_slot_t *slots = calloc((size_t)1 << ARENA_LEAF_BITS, sizeof *slots);
         if (!slots)
             return PS_ENOMEM;
-        atomic_store_explicit(&a->page_table[l], slots, memory_order_release);
+        atomic_store_explicit(&g->page_table[l], slots, memory_order_release);
     }
     return PS_OK;
 }
 
-/* ---- spans (global lock held) ---------------------------------------- */
+/* ---- spans (lock held) ------------------------------------------------ */
 
-static span_t *span_new(arena_resource_t *a)
+/* A zeroed span struct, from the spares when there is one (its block
+ * arrays kept for the next small owner). NULL: no host memory. */
+static span_t *span_new(arena_global_t *g)
 {
-    span_t *s = a->spare_spans;
+    span_t *s = g->spare_spans;
     if (s) {
-        a->spare_spans = s->next;
+        g->spare_spans = s->next;
         uint32_t *stack = s->free_stack;
         uint32_t cap = s->stack_capacity;
         uint64_t *bits = s->in_use;
@@ -75,243 +117,294 @@ static span_t *span_new(arena_resource_t *a)
         s->all_next = all_next;
         return s;
     }
-    s = line_calloc(sizeof *s);
+    s = arena_line_calloc(sizeof *s);
     if (!s)
         return NULL;
-    s->all_next = a->all_spans;
-    a->all_spans = s;
+    s->all_next = g->all_spans;
+    g->all_spans = s;
     return s;
 }
 
-static void span_retire(arena_resource_t *a, span_t *s)
+static void span_retire(arena_global_t *g, span_t *s)
 {
-    s->next = a->spare_spans;
-    a->spare_spans = s;
+    s->next = g->spare_spans;
+    g->spare_spans = s;
 }
 
-static void free_list_unlink(arena_resource_t *a, span_t *s)
+static void free_list_unlink(arena_global_t *g, span_t *s)
 {
     if (s->prev)
         s->prev->next = s->next;
     else
-        a->free_spans = s->next;
+        g->free_spans = s->next;
     if (s->next)
         s->next->prev = s->prev;
     s->prev = s->next = NULL;
 }
 
-static void free_list_push(arena_resource_t *a, span_t *s)
+static void free_list_push(arena_global_t *g, span_t *s)
 {
     s->prev = NULL;
-    s->next = a->free_spans;
-    if (a->free_spans)
-        a->free_spans->prev = s;
-    a->free_spans = s;
+    s->next = g->free_spans;
+    if (g->free_spans)
+        g->free_spans->prev = s;
+    g->free_spans = s;
 }
 
 /* A free, unfenced neighbour of `s` in the same chunk, or NULL. */
-static span_t *free_neighbour(arena_resource_t *a, span_t *s, int after)
+static span_t *free_neighbour(arena_global_t *g, span_t *s, side_t side)
 {
-    uintptr_t at = after ? s->base + (s->pages << a->shift) : s->base - 1;
-    if (!after && s->base == s->chunk->first)
+    uintptr_t at = side == SIDE_AFTER ? s->base + (s->pages << g->shift) : s->base - 1;
+    if (side == SIDE_BEFORE && s->base == s->chunk->first)
         return NULL;
-    if (after && at >= s->chunk->first + (s->chunk->pages << a->shift))
+    if (side == SIDE_AFTER && at >= s->chunk->first + (s->chunk->pages << g->shift))
         return NULL;
-    span_t *n = lookup(a, at);
+    span_t *n = arena_global_lookup(g, at);
     return n && n->kind == SPAN_FREE && !n->fence && n->chunk == s->chunk ? n : NULL;
 }
 
 /* Joins `later` into `earlier`, the free span just before it in the same
  * chunk; `later` is retired. Returns `earlier`. */
-static span_t *join_spans(arena_resource_t *a, span_t *earlier, span_t *later)
+static span_t *join_spans(arena_global_t *g, span_t *earlier, span_t *later)
 {
-    set_pages(a, later->base, later->pages, earlier);
+    set_pages(g, later->base, later->pages, earlier);
     earlier->pages += later->pages;
-    span_retire(a, later);
+    span_retire(g, later);
     return earlier;
 }
 
-/* Returns a span to the global free list, coalescing unfenced neighbours. */
-void arena_global_put(arena_resource_t *a, span_t *s, ps_fence_t *fence, ps_stream_t fence_stream)
+void arena_global_put_locked(arena_global_t *g, span_t *s, ps_fence_t *fence, ps_stream_t fence_stream)
 {
     s->kind = SPAN_FREE;
     atomic_store_explicit(&s->owner, NULL, memory_order_release);
     s->fence = fence;
     s->fence_stream = fence_stream;
-    s->linked = 0;
+    s->linked = false;
     if (!fence) {
-        span_t *left = free_neighbour(a, s, 0);
+        span_t *left = free_neighbour(g, s, SIDE_BEFORE);
         if (left) {
-            free_list_unlink(a, left);
-            s = join_spans(a, left, s);
+            free_list_unlink(g, left);
+            s = join_spans(g, left, s);
         }
-        span_t *right = free_neighbour(a, s, 1);
+        span_t *right = free_neighbour(g, s, SIDE_AFTER);
         if (right) {
-            free_list_unlink(a, right);
-            join_spans(a, s, right);
+            free_list_unlink(g, right);
+            join_spans(g, s, right);
         }
     }
-    free_list_push(a, s);
+    free_list_push(g, s);
 }
 
-/* Clears the fence of a free span and coalesces it. */
-void arena_unfence(arena_resource_t *a, span_t *s)
+/* Clears the fence of a free span and coalesces it. Lock held. */
+static void unfence(arena_global_t *g, span_t *s)
 {
-    a->gpu->fence_release(a->gpu->ctx, s->fence);
+    g->gpu->fence_release(g->gpu->ctx, s->fence);
     s->fence = NULL;
-    free_list_unlink(a, s);
-    arena_global_put(a, s, NULL, 0);
+    free_list_unlink(g, s);
+    arena_global_put_locked(g, s, NULL, 0);
 }
 
-/* The largest growth step, in superblocks, unless the request is larger
- * (256 MiB with 2 MiB superblocks). */
-#define CHUNK_MAX_SUPERBLOCKS 128
+/* ---- growth and giving chunks back (lock held) ------------------------ */
 
-/* Takes one chunk from the upstream big enough for `pages` superblocks. */
-int arena_grow(arena_resource_t *a, size_t pages)
+/* The size of the next chunk for a request of `pages` superblocks (rule 1),
+ * within maximum_size; 0: no room for the request. */
+static size_t chunk_step(const arena_global_t *g, size_t pages)
 {
-    size_t sb = a->opts.superblock_size;
+    size_t sb = g->superblock_size;
     size_t need = pages * sb;
-    size_t step = a->reserved / 8 > 8 * sb ? ps_align_up(a->reserved / 8, sb) : 8 * sb;
-    /* a power of two: spans never merge across chunks, so a chunk that is
-     * not a whole number of the requests that fill it keeps a hole each
-     * (1 GiB blocks reached 127 of the 139 an H200 holds); a power of two
-     * is a whole number of every power-of-two request up to its size */
-    step = (size_t)1 << log2_floor(step);
-    /* at most CHUNK_MAX_SUPERBLOCKS: a chunk of 1/8 of a large reserve
-     * (512 MiB - 1 GiB) kept a hole beside the few large blocks it held
-     * that no run of another chunk could join (replay of the transformer
-     * log, with best fit, the eager barrier and free chunks given back
-     * before growth: 5.04 -> 4.65 GiB reserved for 4.00 GiB requested) */
+    size_t step = g->reserved / 8 > 8 * sb ? ps_align_up(g->reserved / 8, sb) : 8 * sb;
+    step = (size_t)1 << arena_log2_floor(step);
     if (step > (size_t)CHUNK_MAX_SUPERBLOCKS * sb)
         step = (size_t)CHUNK_MAX_SUPERBLOCKS * sb;
     if (step < need)
         step = need;
-    if (a->opts.maximum_size) {
-        size_t room = a->opts.maximum_size > a->reserved ? a->opts.maximum_size - a->reserved : 0;
+    if (g->maximum_size) {
+        size_t room = g->maximum_size > g->reserved ? g->maximum_size - g->reserved : 0;
         if (step > room)
             step = room - room % sb;
         if (step < need)
-            return PS_ENOMEM;
+            return 0;
     }
+    return step;
+}
+
+/* Registers the `bytes` at `mem` from the upstream as a chunk whose
+ * superblocks form one free span. PS_ENOMEM (nothing changed, the memory
+ * still the caller's): fewer than `pages` superblocks in it, or no host
+ * memory. */
+static int add_chunk(arena_global_t *g, void *mem, size_t bytes, size_t pages)
+{
+    size_t sb = g->superblock_size;
+    uintptr_t first = ps_align_up((uintptr_t)mem, sb);
+    size_t usable = first - (uintptr_t)mem < bytes ? ((uintptr_t)mem + bytes - first) / sb : 0;
+    chunk_t *c = usable >= pages ? calloc(1, sizeof *c) : NULL;
+    span_t *s = c ? span_new(g) : NULL;
+    if (!s || map_chunk(g, first, usable) != PS_OK) {
+        if (s)
+            span_retire(g, s);
+        free(c);
+        return PS_ENOMEM;
+    }
+    *c = (chunk_t){.memory = mem, .bytes = bytes, .first = first, .pages = usable, .next = g->chunks};
+    g->chunks = c;
+    s->base = first;
+    s->pages = usable;
+    s->chunk = c;
+    set_pages(g, first, usable, s);
+    arena_global_put_locked(g, s, NULL, 0);
+    g->reserved += bytes;
+    if (g->reserved > g->peak_reserved)
+        g->peak_reserved = g->reserved;
+    g->upstream_allocs++;
+    return PS_OK;
+}
+
+/* Takes one chunk from the upstream big enough for `pages` superblocks:
+ * the step of rule 1, else the request alone, else the request and one
+ * superblock more (room to align). */
+static int grow(arena_global_t *g, size_t pages)
+{
+    size_t sb = g->superblock_size;
+    size_t need = pages * sb;
+    size_t step = chunk_step(g, pages);
+    if (!step)
+        return PS_ENOMEM;
     size_t tries[3] = {step, need, need + sb};
     int status = PS_ENOMEM;
     for (int t = 0; t < 3; t++) {
         if (t > 0 && tries[t] == tries[t - 1])
             continue;
-        if (t == 2 && a->opts.maximum_size && a->reserved + tries[t] > a->opts.maximum_size)
+        if (t == 2 && g->maximum_size && g->reserved + tries[t] > g->maximum_size)
             break;
         void *mem;
-        status = ps_allocate(a->base.upstream, tries[t], PS_STREAM_NONE, &mem);
+        status = ps_allocate(g->upstream, tries[t], PS_STREAM_NONE, &mem);
         if (status == PS_ENOMEM)
             continue;
         if (status != PS_OK)
             return status;
-        uintptr_t first = ps_align_up((uintptr_t)mem, sb);
-        size_t usable = first - (uintptr_t)mem < tries[t] ? ((uintptr_t)mem + tries[t] - first) / sb : 0;
-        chunk_t *c = usable >= pages ? calloc(1, sizeof *c) : NULL;
-        span_t *s = c ? span_new(a) : NULL;
-        if (!s || map_chunk(a, first, usable) != PS_OK) {
-            if (s)
-                span_retire(a, s);
-            free(c);
-            ps_deallocate(a->base.upstream, mem, tries[t], PS_STREAM_NONE);
-            status = PS_ENOMEM;
-            continue;
-        }
-        *c = (chunk_t){.memory = mem, .bytes = tries[t], .first = first, .pages = usable, .next = a->chunks};
-        a->chunks = c;
-        s->base = first;
-        s->pages = usable;
-        s->chunk = c;
-        set_pages(a, first, usable, s);
-        arena_global_put(a, s, NULL, 0);
-        a->reserved += tries[t];
-        if (a->reserved > a->peak_reserved)
-            a->peak_reserved = a->reserved;
-        a->upstream_allocs++;
-        return PS_OK;
+        status = add_chunk(g, mem, tries[t], pages);
+        if (status == PS_OK)
+            return PS_OK;
+        ps_deallocate(g->upstream, mem, tries[t], PS_STREAM_NONE);
     }
     return status;
 }
 
+int arena_global_reserve(arena_global_t *g, size_t bytes)
+{
+    size_t pages = ps_align_up(bytes, g->superblock_size) >> g->shift;
+    arena_global_lock(g);
+    int status = pages ? grow(g, pages) : PS_ENOMEM;
+    arena_global_unlock(g);
+    return status;
+}
+
+/* Gives wholly free, unfenced chunks back to the upstream. */
+static void release_free_chunks(arena_global_t *g)
+{
+    chunk_t **link = &g->chunks;
+    while (*link) {
+        chunk_t *c = *link;
+        span_t *s = arena_global_lookup(g, c->first);
+        if (s && s->kind == SPAN_FREE && !s->fence && s->base == c->first && s->pages == c->pages &&
+            ps_deallocate(g->upstream, c->memory, c->bytes, PS_STREAM_NONE) == PS_OK) {
+            free_list_unlink(g, s);
+            set_pages(g, c->first, c->pages, NULL);
+            span_retire(g, s);
+            g->reserved -= c->bytes;
+            g->upstream_frees++;
+            *link = c->next;
+            free(c);
+            continue;
+        }
+        link = &c->next;
+    }
+}
+
+/* ---- taking spans ----------------------------------------------------- */
+
 /* Cuts `pages` superblocks off the back of free span `s` (more pages than
  * that) and returns them as a span of their own (NULL: no host memory). */
-static span_t *split_tail(arena_resource_t *a, span_t *s, size_t pages)
+static span_t *split_tail(arena_global_t *g, span_t *s, size_t pages)
 {
-    span_t *tail = span_new(a);
+    span_t *tail = span_new(g);
     if (!tail)
         return NULL;
     s->pages -= pages;
-    tail->base = s->base + (s->pages << a->shift);
+    tail->base = s->base + (s->pages << g->shift);
     tail->pages = pages;
     tail->chunk = s->chunk;
-    set_pages(a, tail->base, pages, tail);
+    set_pages(g, tail->base, pages, tail);
     return tail;
 }
 
-/* Takes `pages` superblocks for `taker` (a stream, or PS_STREAM_NONE),
- * growing when nothing fits and `may_grow`. Best fit: an exact run at
- * once, else the smallest free run that holds them (lowest address on a
- * tie). The first fit it replaced took whatever run the list (last freed
- * first) offered, so large requests cut the runs that the next larger one
- * needed, and every such miss grew a new chunk (runs never merge across
- * chunks): replay of a PyTorch transformer log 9.10 GiB reserved for
- * 4.00 GiB requested, 5.66 GiB with best fit. Global lock held. */
-int arena_global_take(arena_resource_t *a, size_t pages, ps_stream_t taker, int may_grow, span_t **out)
+/* Rule 3 over the free list as it is: an exact run off the list in *out,
+ * else the best fit in *best (left on the list; NULL: none). A completed
+ * fence is dropped on the way (the span may merge: the scan starts over). */
+static void find_fit(arena_global_t *g, size_t pages, ps_stream_t taker, span_t **out, span_t **best)
 {
-    for (int attempt = 0; attempt < 2; attempt++) {
-        span_t *best = NULL;
-        span_t *s = a->free_spans;
-        while (s) {
-            span_t *next = s->next;
-            if (s->fence) {
-                if (a->gpu->fence_query(a->gpu->ctx, s->fence) == PS_OK) {
-                    arena_unfence(a, s); /* may merge; rescan from the head */
-                    best = NULL;
-                    s = a->free_spans;
-                    continue;
-                } else if (taker != PS_STREAM_NONE && s->pages == pages) {
-                    if (taker != s->fence_stream &&
-                        ps_reuse_fence_handoff(a->gpu, s->fence, taker, NULL) != PS_OK) {
-                        s = next;
-                        continue;
-                    }
-                    a->gpu->fence_release(a->gpu->ctx, s->fence);
-                    s->fence = NULL;
-                } else {
+    *out = *best = NULL;
+    span_t *s = g->free_spans;
+    while (s) {
+        span_t *next = s->next;
+        if (s->fence) {
+            if (g->gpu->fence_query(g->gpu->ctx, s->fence) == PS_OK) {
+                unfence(g, s); /* may merge; rescan from the head */
+                *best = NULL;
+                s = g->free_spans;
+                continue;
+            } else if (taker != PS_STREAM_NONE && s->pages == pages) {
+                if (taker != s->fence_stream &&
+                    ps_reuse_fence_handoff(g->gpu, s->fence, taker, NULL) != PS_OK) {
                     s = next;
                     continue;
                 }
+                g->gpu->fence_release(g->gpu->ctx, s->fence);
+                s->fence = NULL;
+            } else {
+                s = next;
+                continue;
             }
-            if (s->pages == pages) {
-                free_list_unlink(a, s);
-                *out = s;
-                return PS_OK;
-            }
-            if (s->pages > pages &&
-                (!best || s->pages < best->pages || (s->pages == best->pages && s->base < best->base)))
-                best = s;
-            s = next;
+        }
+        if (s->pages == pages) {
+            free_list_unlink(g, s);
+            *out = s;
+            return;
+        }
+        if (s->pages > pages &&
+            (!*best || s->pages < (*best)->pages || (s->pages == (*best)->pages && s->base < (*best)->base)))
+            *best = s;
+        s = next;
+    }
+}
+
+int arena_global_take_locked(arena_global_t *g, size_t pages, ps_stream_t taker, arena_growth_t growth,
+                             span_t **out)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        span_t *exact, *best;
+        find_fit(g, pages, taker, &exact, &best);
+        if (exact) {
+            *out = exact;
+            return PS_OK;
         }
         if (best) {
-            span_t *tail = split_tail(a, best, pages);
+            span_t *tail = split_tail(g, best, pages);
             if (!tail)
                 return PS_ENOMEM;
             *out = tail;
             return PS_OK;
         }
         if (attempt == 0) {
-            if (!may_grow)
+            if (growth == ARENA_NO_GROWTH)
                 return PS_ENOMEM;
             /* every wholly free chunk is smaller than the request (or it
              * would have served it), and runs never merge across chunks:
-             * kept, they strand memory beside the new chunk (replays with
-             * best fit and the eager barrier: transformer 5.78 -> 5.04
-             * GiB, conv net 4.32 -> 3.50). Like trim, no wait: a chunk is
-             * wholly free only once every block in it was released */
-            arena_release_free_chunks(a);
-            int status = arena_grow(a, pages);
+             * kept, they strand memory beside the new chunk. Like trim, no
+             * wait: a chunk is wholly free only once every block in it was
+             * released */
+            release_free_chunks(g);
+            int status = grow(g, pages);
             if (status != PS_OK)
                 return status;
         }
@@ -319,26 +412,70 @@ int arena_global_take(arena_resource_t *a, size_t pages, ps_stream_t taker, int 
     return PS_ENOMEM;
 }
 
-/* ---- giving chunks back --------------------------------------------- */
+/* ---- defragmentation, streams, figures, destroy ----------------------- */
 
-/* Gives wholly free, unfenced chunks back to the upstream. Global lock held. */
-void arena_release_free_chunks(arena_resource_t *a)
+void arena_global_reclaim(arena_global_t *g, arena_wait_t wait)
 {
-    chunk_t **link = &a->chunks;
-    while (*link) {
-        chunk_t *c = *link;
-        span_t *s = lookup(a, c->first);
-        if (s && s->kind == SPAN_FREE && !s->fence && s->base == c->first && s->pages == c->pages &&
-            ps_deallocate(a->base.upstream, c->memory, c->bytes, PS_STREAM_NONE) == PS_OK) {
-            free_list_unlink(a, s);
-            set_pages(a, c->first, c->pages, NULL);
-            span_retire(a, s);
-            a->reserved -= c->bytes;
-            a->upstream_frees++;
-            *link = c->next;
-            free(c);
+    arena_global_lock(g);
+    for (span_t *s = g->free_spans; s;) {
+        if (s->fence && (wait == ARENA_HOST_WAIT || g->gpu->fence_query(g->gpu->ctx, s->fence) == PS_OK)) {
+            if (wait == ARENA_HOST_WAIT) {
+                g->gpu->fence_wait(g->gpu->ctx, s->fence);
+                g->fence_waits++;
+            }
+            unfence(g, s);
+            s = g->free_spans; /* the list changed: rescan */
             continue;
         }
-        link = &c->next;
+        s = s->next;
     }
+    release_free_chunks(g);
+    arena_global_unlock(g);
+}
+
+void arena_global_stream_destroyed(arena_global_t *g, ps_stream_t stream)
+{
+    arena_global_lock(g);
+    for (span_t *s = g->free_spans; s; s = s->next)
+        if (s->fence && s->fence_stream == stream)
+            s->fence_stream = PS_STREAM_NONE;
+    arena_global_unlock(g);
+}
+
+arena_global_figures_t arena_global_figures(arena_global_t *g)
+{
+    arena_global_lock(g);
+    arena_global_figures_t f = {.reserved = g->reserved,
+                                .peak_reserved = g->peak_reserved,
+                                .upstream_allocs = g->upstream_allocs,
+                                .upstream_frees = g->upstream_frees,
+                                .fence_waits = g->fence_waits};
+    for (span_t *s = g->free_spans; s; s = s->next)
+        if (!s->fence && (s->pages << g->shift) > f.largest_free)
+            f.largest_free = s->pages << g->shift;
+    arena_global_unlock(g);
+    return f;
+}
+
+void arena_global_destroy(arena_global_t *g)
+{
+    for (chunk_t *c = g->chunks; c;) {
+        chunk_t *next = c->next;
+        ps_deallocate(g->upstream, c->memory, c->bytes, PS_STREAM_NONE);
+        free(c);
+        c = next;
+    }
+    for (span_t *s = g->all_spans; s;) {
+        span_t *next = s->all_next;
+        if (s->fence && s->kind == SPAN_FREE)
+            g->gpu->fence_release(g->gpu->ctx, s->fence);
+        free(s->free_stack);
+        free(s->in_use);
+        free(s);
+        s = next;
+    }
+    for (size_t l = 0; l < g->leaf_count; l++)
+        free(atomic_load(&g->page_table[l]));
+    free(g->page_table);
+    pthread_mutex_destroy(&g->lock);
 }

@@ -224,6 +224,44 @@ Test(arena, refuses_pointers_it_did_not_hand_out)
     unmake(&f);
 }
 
+/* The free path's checks, for each kind of span an address may lie in: a
+ * large block (only its first byte is a block), a free run, a small
+ * superblock (block starts handed out), and a superblock that went back to
+ * the global arena and was taken again for another class. */
+Test(arena, refuses_frees_that_name_no_block_handed_out)
+{
+    arena_fixture_t f;
+    make_with(&f, 0, 1, PS_FREE_SYNC_NONE);
+    void *big;
+    cr_assert_eq(ps_allocate(f.arena, 3 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, (char *)big + 256, 3 * PS_MiB, PS_STREAM_NONE), PS_EINVAL,
+                 "inside a large block's first superblock");
+    cr_assert_eq(ps_deallocate(f.arena, (char *)big + 2 * PS_MiB, 3 * PS_MiB, PS_STREAM_NONE), PS_EINVAL,
+                 "a large block's second superblock");
+    cr_assert_eq(ps_deallocate(f.arena, big, 3 * PS_MiB, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, big, 3 * PS_MiB, PS_STREAM_NONE), PS_EINVAL, "now in a free run");
+    /* two superblocks of 512 KiB blocks (four each); the second, emptied, goes back */
+    void *blocks[6], *other;
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(ps_allocate(f.arena, 512 * PS_KiB, PS_STREAM_NONE, &blocks[i]), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, blocks[0], 512 * PS_KiB, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, blocks[0], 512 * PS_KiB, PS_STREAM_NONE), PS_EINVAL, "double free");
+    cr_assert_eq(ps_deallocate(f.arena, blocks[4], 512 * PS_KiB, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(ps_deallocate(f.arena, blocks[5], 512 * PS_KiB, PS_STREAM_NONE), PS_OK);
+    /* taken again for 1 KiB blocks: blocks[5]'s address is a block start of that class too,
+     * not handed out */
+    cr_assert_eq(ps_allocate(f.arena, 1000, PS_STREAM_NONE, &other), PS_OK);
+    cr_assert_eq(other, blocks[4], "the emptied superblock was taken again, lowest block first");
+    cr_assert_eq(ps_deallocate(f.arena, blocks[5], 512 * PS_KiB, PS_STREAM_NONE), PS_EINVAL,
+                 "a block of the old class in a superblock taken again");
+    cr_assert_eq(arena_info(f.arena).bytes_in_use, 3 * 512 * PS_KiB + 1024, "state unchanged");
+    cr_assert_eq(ps_deallocate(f.arena, other, 1000, PS_STREAM_NONE), PS_OK);
+    for (int i = 1; i < 4; i++)
+        cr_assert_eq(ps_deallocate(f.arena, blocks[i], 512 * PS_KiB, PS_STREAM_NONE), PS_OK);
+    cr_assert_eq(arena_info(f.arena).bytes_in_use, 0);
+    unmake(&f);
+}
+
 Test(arena, trim_gives_free_chunks_back)
 {
     arena_fixture_t f;
