@@ -15,6 +15,8 @@ tools: $(CLI) $(TOOLS_EXTRA)
 all: $(TOOLS_EXTRA)
 # ab's warning when it cannot find the CUPTI library says whether this build made one.
 $(BUILD)/tools/cmd_ab.o: CFLAGS += -DPS_CUPTI_BUILT=$(if $(TOOLS_EXTRA),1,0)
+# The unit tests check that warning against the library this build makes.
+test-unit: $(TOOLS_EXTRA)
 
 $(CUPTI_LIB): $(CUPTI_SRC)
 	@mkdir -p $(dir $@)
