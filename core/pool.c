@@ -166,15 +166,15 @@ int pool_try_ready_locked(pool_t *pool, size_t need, void **out)
 {
     if (pool->stack_head != NIL) { /* a barrier just released them */
         if (pool->stack_size == need) {
-            *out = (void *)pool->blocks[pool_stack_take(pool)].addr;
+            *out = (void *)pool->lists.blocks[pool_stack_take(pool)].addr;
             return PS_OK;
         }
         pool_stack_flush_locked(pool);
     }
-    uint32_t index = pool_list_find(pool, pool->owners[OWNER_READY], need);
+    uint32_t index = pool_lists_find_ready(&pool->lists, need);
     if (index == NIL)
         return PS_ENOMEM;
-    *out = (void *)pool->blocks[pool_take_block(pool, index, need)].addr;
+    *out = (void *)pool->lists.blocks[pool_lists_take(&pool->lists, index, need)].addr;
     return PS_OK;
 }
 
@@ -183,9 +183,9 @@ int pool_try_ready_locked(pool_t *pool, size_t need, void **out)
  * skip a fitting block of the request's own class). */
 static inline int take_grown_locked(pool_t *pool, uint32_t grown, size_t need, void **out)
 {
-    if (pool->blocks[grown].size < need)
+    if (pool->lists.blocks[grown].size < need)
         return pool_try_ready_locked(pool, need, out);
-    *out = (void *)pool->blocks[pool_take_block(pool, grown, need)].addr;
+    *out = (void *)pool->lists.blocks[pool_lists_take(&pool->lists, grown, need)].addr;
     return PS_OK;
 }
 
@@ -196,7 +196,7 @@ static inline int take_grown_locked(pool_t *pool, uint32_t grown, size_t need, v
  * reused after a device synchronize instead. */
 int pool_defer_block(pool_t *pool, uint32_t index)
 {
-    pool_block_t *b = &pool->blocks[index];
+    pool_block_t *b = &pool->lists.blocks[index];
     b->state = BLOCK_PENDING;
     if (ps_reuse_defer(&pool->reuse, index, b->size) == PS_OK)
         return PS_OK;
@@ -205,7 +205,7 @@ int pool_defer_block(pool_t *pool, uint32_t index)
         b->state = BLOCK_USED;
         return status;
     }
-    pool_release_block(pool, index, OWNER_READY, 0, IDLE_NOW);
+    pool_lists_release(&pool->lists, index, OWNER_READY, 0, IDLE_NOW);
     return PS_OK;
 }
 
@@ -242,7 +242,7 @@ static inline ps_reuse_barrier_call_t barrier_call_locked(const pool_t *pool, in
 {
     ps_reuse_barrier_case_t c = {
         .miss = miss,
-        .reserved = pool->bytes_reserved,
+        .reserved = pool->lists.bytes_reserved,
         .pending = pool->reuse.bytes_pending,
         .request = request,
         .percent = ps_reuse_eager_percent(&pool->reuse),
@@ -269,7 +269,7 @@ static inline uint64_t owner_ready_hint_locked(const pool_t *pool)
 {
     if (pool->options.free_sync == PS_FREE_SYNC_BARRIER && below_barrier_floor_locked(pool, pool->tcache_max_block))
         return UINT64_MAX;
-    return pool->owners[OWNER_READY]->free_bytes;
+    return pool->lists.owners[OWNER_READY]->free_bytes;
 }
 
 /* ---- allocate / deallocate --------------------------------------------- */
@@ -361,16 +361,16 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         return PS_OK;
     pool_lock(pool);
     /* (the percentage inline first; the floors only once it passed) */
-    if (__builtin_expect(pool->eager_barrier, 0) && ps_reuse_wants_barrier(&pool->reuse, pool->bytes_reserved) &&
+    if (__builtin_expect(pool->eager_barrier, 0) && ps_reuse_wants_barrier(&pool->reuse, pool->lists.bytes_reserved) &&
         barrier_call_locked(pool, 0, 0) == PS_REUSE_BARRIER &&
-        (!ps_reuse_poll(&pool->reuse) || ps_reuse_wants_barrier(&pool->reuse, pool->bytes_reserved))) {
+        (!ps_reuse_poll(&pool->reuse) || ps_reuse_wants_barrier(&pool->reuse, pool->lists.bytes_reserved))) {
         /* (a thread cache's barrier may have covered them: the poll releases those) */
         pool_quick_flush_locked(pool);
         pool_barrier_release_locked(pool); /* 0. (free_sync barrier) pending memory is piling up */
     }
-    int status = pool_reserve_descriptors_locked(pool, 2);
+    int status = pool_lists_reserve_descriptors(&pool->lists, 2);
     if (status == PS_OK)
-        status = ps_ptr_map_reserve(&pool->in_use, 1);
+        status = ps_ptr_map_reserve(&pool->lists.in_use, 1);
     uint32_t owner = OWNER_READY;
     if (status == PS_OK && stream_ordered && pool_owner_of_stream_locked(pool, stream, &owner) != PS_OK)
         owner = OWNER_READY; /* no list for this stream: serve it as a cudaMalloc would be */
@@ -380,7 +380,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     }
     uint32_t index = NIL;
     if (owner != OWNER_READY)
-        index = pool_list_find(pool, pool->owners[owner], need);
+        index = pool_lists_find(&pool->lists, pool->lists.owners[owner], need);
     if (index == NIL) {
         uint32_t parked = NIL;
         if (pool->stack_head != NIL) {
@@ -392,18 +392,19 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         if (parked == NIL)
             parked = pool_quick_take(pool, need);
         if (parked != NIL) {
-            *out = (void *)pool->blocks[parked].addr;
+            *out = (void *)pool->lists.blocks[parked].addr;
             if (need <= pool->tcache_max_block)
                 pool_tcache_refill_locked(pool, need);
+            pool_note_allocation(pool);
             ps_unlock(&pool->lock);
             return PS_OK;
         }
-        index = pool_list_find(pool, pool->owners[OWNER_READY], need);
+        index = pool_lists_find_ready(&pool->lists, need);
     }
     if (index == NIL && owner != OWNER_READY && pool_steal_stream_list_locked(pool, owner, need))
-        index = pool_list_find(pool, pool->owners[owner], need);
+        index = pool_lists_find(&pool->lists, pool->lists.owners[owner], need);
     if (index != NIL) {
-        *out = (void *)pool->blocks[pool_take_block(pool, index, need)].addr;
+        *out = (void *)pool->lists.blocks[pool_lists_take(&pool->lists, index, need)].addr;
     } else {
         status = allocate_slow_locked(pool, need, owner != OWNER_READY, out);
     }
@@ -411,6 +412,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         pool_tcache_refill_locked(pool, need);
     if (pool->tcache)
         ps_tcache_note_owner_ready(pool->tcache, owner_ready_hint_locked(pool));
+    pool_note_allocation(pool);
     ps_unlock(&pool->lock);
     return status;
 }
@@ -438,28 +440,24 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
             return status;
     }
     pool_lock(pool);
-    uint64_t found;
-    if (!ps_ptr_map_remove(&pool->in_use, (uintptr_t)ptr, &found)) {
+    uint32_t index;
+    if (!pool_lists_unuse(&pool->lists, (uintptr_t)ptr, &index)) {
         ps_unlock(&pool->lock);
         return PS_EINVAL;
     }
-    uint32_t index = (uint32_t)found;
-    pool->bytes_in_use -= pool->blocks[index].size;
     uint32_t owner;
     int status = PS_OK;
     if (stream_ordered && pool_owner_of_stream_locked(pool, stream, &owner) == PS_OK)
-        pool_release_block(pool, index, owner, ++pool->free_counter, IDLE_NEVER);
+        pool_lists_release(&pool->lists, index, owner, ++pool->free_counter, IDLE_NEVER);
     else if (defer) { /* no list for the stream: the safe path */
-        size_t freed = pool->blocks[index].size;
+        size_t freed = pool->lists.blocks[index].size;
         status = pool_defer_block(pool, index);
         if (status == PS_OK && pool->options.grow_budget_min)
             pool_fence_batch_locked(pool, freed); /* core/pool_growth.c, step 4c */
     } else
         pool_quick_park(pool, index);
-    if (status != PS_OK) { /* nothing changed: the block is still in use */
-        ps_ptr_map_put(&pool->in_use, (uintptr_t)ptr, index);
-        pool->bytes_in_use += pool->blocks[index].size;
-    }
+    if (status != PS_OK) /* nothing changed: the block is still in use */
+        pool_lists_reuse(&pool->lists, (uintptr_t)ptr, index);
     ps_unlock(&pool->lock);
     return status;
 }
@@ -474,7 +472,7 @@ static void pool_device_synchronized(ps_resource_t *r)
     if (pool->options.release_threshold == UINT64_MAX)
         return;
     ps_lock(&pool->lock);
-    if (pool->bytes_reserved > pool->options.release_threshold) {
+    if (pool->lists.bytes_reserved > pool->options.release_threshold) {
         pool_flush_all_locked(pool);
         pool_release_free_chunks_locked(pool, pool->options.release_threshold);
     }
@@ -502,16 +500,16 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
     uint64_t cached_ready = 0, cached_pending = 0; /* cached blocks are used in the metadata, free to the program */
     if (pool->tcache)
         ps_tcache_bytes_locked(pool->tcache, &cached_ready, &cached_pending);
-    info->bytes_in_use += pool->bytes_in_use - cached_ready - cached_pending;
-    info->bytes_reserved += pool->bytes_reserved;
-    info->peak_bytes_reserved += pool->peak_bytes_reserved;
-    info->bytes_free += pool->bytes_free + cached_ready;
+    info->bytes_in_use += pool->lists.bytes_in_use - cached_ready - cached_pending;
+    info->bytes_reserved += pool->lists.bytes_reserved;
+    info->peak_bytes_reserved += pool->lists.peak_bytes_reserved;
+    info->bytes_free += pool->lists.bytes_free + cached_ready;
     info->bytes_pending += pool->reuse.bytes_pending + cached_pending;
     uint64_t largest = pool_largest_free_locked(pool);
     if (largest > info->largest_free_block)
         info->largest_free_block = largest;
-    info->upstream_allocs += pool->upstream_allocs;
-    info->upstream_frees += pool->upstream_frees;
+    info->upstream_allocs += pool->lists.upstream_allocs;
+    info->upstream_frees += pool->lists.upstream_frees;
     info->fences_recorded += pool->fences_recorded + pool->reuse.fences_recorded;
     info->fence_waits += pool->fence_waits + pool->reuse.fence_waits;
     info->barriers += pool->reuse.barriers + atomic_load_explicit(&pool->cache_barriers, memory_order_relaxed);
@@ -532,23 +530,19 @@ static void pool_destroy(ps_resource_t *r)
     ps_tcache_destroy(pool->tcache); /* its blocks die with the chunks below */
     ps_vm_stash_free(&pool->stash);  /* (empty: every growth drops what it kept) */
     if (pool->gpu) {
-        for (uint32_t o = 0; o < pool->owners_count; o++)
-            if (pool->owners[o]->fence)
-                pool->gpu->fence_release(pool->gpu->ctx, pool->owners[o]->fence);
+        for (uint32_t o = 0; o < pool->lists.owners_count; o++)
+            if (pool->stream_side[o].fence)
+                pool->gpu->fence_release(pool->gpu->ctx, pool->stream_side[o].fence);
     }
-    for (uint32_t slot = 0; slot < pool->chunks_count; slot++)
-        if (pool->chunks[slot].range)
-            ps_vm_range_destroy(pool->chunks[slot].range);
-        else if (pool->chunks[slot].base)
-            ps_deallocate(pool->base.upstream, pool->chunks[slot].base, pool->chunks[slot].base_size,
+    for (uint32_t slot = 0; slot < pool->lists.chunks_count; slot++)
+        if (pool->lists.chunks[slot].range)
+            ps_vm_range_destroy(pool->lists.chunks[slot].range);
+        else if (pool->lists.chunks[slot].base)
+            ps_deallocate(pool->base.upstream, pool->lists.chunks[slot].base, pool->lists.chunks[slot].base_size,
                           PS_STREAM_NONE);
-    for (uint32_t o = 0; o < pool->owners_count; o++)
-        free(pool->owners[o]);
-    free(pool->owners);
+    pool_lists_destroy(&pool->lists);
+    free(pool->stream_side);
     free(pool->dead_owners);
-    free(pool->chunks);
-    free(pool->blocks);
-    ps_ptr_map_free(&pool->in_use);
     ps_ptr_map_free(&pool->stream_owners);
     free(pool);
 }
@@ -635,7 +629,6 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     ps_resource_init(&pool->base, &pool_ops, name, upstream);
     pool->options = o;
     pool->gpu = gpu;
-    pool->recycled_head = NIL;
     for (uint32_t slot = 0; slot < QUICK_SLOTS; slot++)
         pool->quick[slot] = NIL;
     pool->stack_head = NIL;
@@ -647,19 +640,17 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     pool->remap_credit = (uint64_t)REMAP_BURST * REMAP_CREDIT_UNIT;
     pool->eager_barrier = o.free_sync == PS_FREE_SYNC_BARRIER && o.barrier_pending_percent && gpu && gpu->barrier;
     pool->expandable = o.expandable && gpu && gpu->vm_reserve && gpu->vm_map && gpu->vm_unmap && gpu->vm_granularity;
-    pool->owners_capacity = 8;
-    pool->owners = calloc(pool->owners_capacity, sizeof *pool->owners);
-    int status = pool->owners ? PS_OK : PS_ENOMEM;
-    if (status == PS_OK && !(pool->owners[0] = pool_owner_new(PS_STREAM_NONE)))
+    int status = pool_lists_init(&pool->lists, o.alignment, o.small_from_back);
+    pool->stream_side_capacity = 8;
+    pool->stream_side = calloc(pool->stream_side_capacity, sizeof *pool->stream_side);
+    if (status == PS_OK && !pool->stream_side)
         status = PS_ENOMEM;
-    if (status == PS_OK) {
-        pool->owners_count = 1;
-        status = ps_ptr_map_init(&pool->in_use, 1024);
-    }
+    if (status == PS_OK)
+        pool->stream_side[OWNER_READY].stream = PS_STREAM_NONE;
     if (status == PS_OK)
         status = ps_ptr_map_init(&pool->stream_owners, 16);
     if (status == PS_OK)
-        status = pool_reserve_descriptors_locked(pool, 2);
+        status = pool_lists_reserve_descriptors(&pool->lists, 2);
     pool->lock = (ps_lock_t)PS_LOCK_INIT;
     pool->barrier_lock = (ps_lock_t)PS_LOCK_INIT;
     if (status == PS_OK && o.thread_cache && gpu &&
@@ -679,8 +670,6 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
         status = initial ? grow_or_add_initial_locked(pool, initial, &grown) : PS_ENOMEM;
     }
     if (status != PS_OK) {
-        if (!pool->in_use.slots)
-            ps_ptr_map_init(&pool->in_use, 16); /* so destroy has something to free */
         pool_destroy(&pool->base);
         return status;
     }

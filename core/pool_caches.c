@@ -67,16 +67,11 @@
  * stack (the caller emptied a stack of another size). */
 static inline void stack_push(pool_t *pool, uint32_t index, uint64_t idle)
 {
-    pool_block_t *b = &pool->blocks[index];
-    b->state = BLOCK_CACHED;
-    b->owner = OWNER_READY;
-    b->free_stamp = 0;
-    b->idle_gen = idle;
-    b->next_free = pool->stack_head;
+    pool_lists_park(&pool->lists, index, idle);
+    pool->lists.blocks[index].next_free = pool->stack_head;
     pool->stack_head = index;
     pool->stack_count++;
-    pool->stack_size = b->size;
-    pool->bytes_free += b->size;
+    pool->stack_size = pool->lists.blocks[index].size;
 }
 
 /* Merges the size stack into the ready list. */
@@ -84,9 +79,8 @@ void pool_stack_flush_locked(pool_t *pool)
 {
     while (pool->stack_head != NIL) {
         uint32_t index = pool->stack_head;
-        pool->stack_head = pool->blocks[index].next_free;
-        pool->bytes_free -= pool->blocks[index].size;
-        pool_release_block(pool, index, OWNER_READY, 0, pool->blocks[index].idle_gen);
+        pool->stack_head = pool->lists.blocks[index].next_free;
+        pool_lists_unpark(&pool->lists, index);
     }
     pool->stack_count = 0;
 }
@@ -101,9 +95,31 @@ void pool_quick_flush_locked(pool_t *pool)
         uint32_t index = pool->quick[slot];
         pool->quick_mask &= pool->quick_mask - 1;
         pool->quick[slot] = NIL;
-        pool->bytes_free -= pool->blocks[index].size;
-        pool_release_block(pool, index, OWNER_READY, 0, pool->blocks[index].idle_gen);
+        pool_lists_unpark(&pool->lists, index);
     }
+}
+
+/* The largest block an allocation could get without growing: the biggest
+ * listed block, or the run a parked block would form with its ready and
+ * parked neighbours once parked blocks are merged. */
+uint64_t pool_largest_free_locked(const pool_t *pool)
+{
+    const pool_lists_t *lists = &pool->lists;
+    uint64_t largest = pool_lists_largest_listed(lists);
+    for (uint32_t parked = pool->stack_head; parked != NIL; parked = lists->blocks[parked].next_free) {
+        uint32_t below = lists->blocks[parked].prev_phys;
+        if (below != NIL && lists->blocks[below].state == BLOCK_CACHED)
+            continue; /* its run is counted from a parked block before it */
+        uint64_t run = pool_lists_ready_run(lists, parked);
+        if (run > largest)
+            largest = run;
+    }
+    for (uint32_t mask = pool->quick_mask; mask; mask &= mask - 1) {
+        uint64_t run = pool_lists_ready_run(lists, pool->quick[__builtin_ctz(mask)]);
+        if (run > largest)
+            largest = run;
+    }
+    return largest;
 }
 
 /* The reuse state's release callback: a barrier or fence covers the
@@ -113,14 +129,14 @@ void pool_release_pending(void *owner, uint64_t item)
 {
     pool_t *pool = owner;
     uint32_t index = (uint32_t)item;
-    size_t size = pool->blocks[index].size;
+    size_t size = pool->lists.blocks[index].size;
     if (pool->stack_count && size != pool->stack_size)
         pool_stack_flush_locked(pool); /* one size at a time */
     if (pool->stack_count < STACK_MAX &&
-        (size <= pool->options.small_from_back || pool->bytes_reserved <= 2 * (uint64_t)pool->options.barrier_floor))
+        (size <= pool->options.small_from_back || pool->lists.bytes_reserved <= 2 * (uint64_t)pool->options.barrier_floor))
         stack_push(pool, index, pool->reuse.release_idle);
     else
-        pool_release_block(pool, index, OWNER_READY, 0, pool->reuse.release_idle);
+        pool_lists_release(&pool->lists, index, OWNER_READY, 0, pool->reuse.release_idle);
 }
 
 /* ---- thread caches (core/thread_cache.c) ------------------------------- */
@@ -141,20 +157,17 @@ void pool_tcache_give_back_locked(void *owner, const ps_tcache_block_t *blocks, 
     if (pool->options.free_sync == PS_FREE_SYNC_BARRIER && gpu && gpu->barrier_generation && gpu->barrier_passed)
         newest = gpu->barrier_generation(gpu->ctx);
     for (size_t i = 0; i < count; i++) {
-        uint64_t found;
-        if (!ps_ptr_map_remove(&pool->in_use, blocks[i].addr, &found))
+        uint32_t index, stream_owner;
+        if (!pool_lists_unuse(&pool->lists, blocks[i].addr, &index))
             continue; /* cannot happen: cached blocks stay in the in-use map */
-        uint32_t index = (uint32_t)found, stream_owner;
-        pool->bytes_in_use -= pool->blocks[index].size;
         if (blocks[i].ready)
-            pool_release_block(pool, index, OWNER_READY, 0,
-                          pool->blocks[index].idle_gen > newest ? pool->blocks[index].idle_gen : newest);
+            pool_lists_release(&pool->lists, index, OWNER_READY, 0,
+                          pool->lists.blocks[index].idle_gen > newest ? pool->lists.blocks[index].idle_gen : newest);
         else if (ps_reuse_stream_ordered(blocks[i].stream) &&
                  pool_owner_of_stream_locked(pool, blocks[i].stream, &stream_owner) == PS_OK)
-            pool_release_block(pool, index, stream_owner, ++pool->free_counter, IDLE_NEVER);
+            pool_lists_release(&pool->lists, index, stream_owner, ++pool->free_counter, IDLE_NEVER);
         else if (pool_defer_block(pool, index) != PS_OK) { /* cannot happen short of host OOM and a dead device */
-            ps_ptr_map_put(&pool->in_use, blocks[i].addr, index);
-            pool->bytes_in_use += pool->blocks[index].size;
+            pool_lists_reuse(&pool->lists, blocks[i].addr, index);
         }
     }
 }
@@ -168,14 +181,14 @@ void pool_tcache_refill_room_locked(pool_t *pool, size_t need, size_t room)
     size_t count = 0;
     if (room > 8)
         room = 8;
-    if (pool_reserve_descriptors_locked(pool, (uint32_t)room + 1) != PS_OK ||
-        ps_ptr_map_reserve(&pool->in_use, room) != PS_OK)
+    if (pool_lists_reserve_descriptors(&pool->lists, (uint32_t)room + 1) != PS_OK ||
+        ps_ptr_map_reserve(&pool->lists.in_use, room) != PS_OK)
         return;
     while (count < room) {
-        uint32_t index = pool_list_find(pool, pool->owners[OWNER_READY], need);
+        uint32_t index = pool_lists_find_ready(&pool->lists, need);
         if (index == NIL)
             break;
-        addrs[count++] = pool->blocks[pool_take_block(pool, index, need)].addr;
+        addrs[count++] = pool->lists.blocks[pool_lists_take(&pool->lists, index, need)].addr;
     }
     if (count)
         ps_tcache_refill_locked(pool->tcache, need, addrs, count);
@@ -233,7 +246,7 @@ int pool_tcache_drain_locked(pool_t *pool, size_t need, int stream_allocation, i
          * pool ran dry cut what the caches served (docs/benchmarks.md,
          * "The pool's design choices"). Without contention they are
          * drained. At OOM (step e) they come back whatever they hold. */
-        if (ps_tcache_bytes_total(pool->tcache) * 4 <= pool->bytes_reserved)
+        if (ps_tcache_bytes_total(pool->tcache) * 4 <= pool->lists.bytes_reserved)
             return PS_ENOMEM;
     }
     if (!ps_tcache_drain_all_locked(pool->tcache))

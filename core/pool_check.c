@@ -25,8 +25,8 @@ static void layout_range_locked(const pool_t *pool, const pool_chunk_t *chunk, p
     uintptr_t ready_start = 0, idle_start = 0;
     int in_ready = 0, in_idle = 0;
     uint64_t unmapped_below = 0;
-    for (uint32_t index = chunk->first_block; index != NIL; index = pool->blocks[index].next_phys) {
-        const pool_block_t *b = &pool->blocks[index];
+    for (uint32_t index = chunk->first_block; index != NIL; index = pool->lists.blocks[index].next_phys) {
+        const pool_block_t *b = &pool->lists.blocks[index];
         int ready = ready_or_parked(b), idle = b->state == BLOCK_FREE || b->state == BLOCK_CACHED ||
                                                 b->state == BLOCK_PENDING;
         if (in_ready && !ready)
@@ -60,24 +60,24 @@ int ps_pool_layout(ps_resource_t *r, ps_pool_layout_t *out)
     pool_t *pool = (pool_t *)r;
     memset(out, 0, sizeof *out);
     ps_lock(&pool->lock);
-    out->reserved = pool->bytes_reserved;
-    out->in_use = pool->bytes_in_use;
-    out->ready_free = pool->owners[OWNER_READY]->free_bytes;
+    out->reserved = pool->lists.bytes_reserved;
+    out->in_use = pool->lists.bytes_in_use;
+    out->ready_free = pool->lists.owners[OWNER_READY]->free_bytes;
     for (uint32_t mask = pool->quick_mask; mask; mask &= mask - 1)
-        out->ready_free += pool->blocks[pool->quick[__builtin_ctz(mask)]].size;
+        out->ready_free += pool->lists.blocks[pool->quick[__builtin_ctz(mask)]].size;
     out->ready_free += (uint64_t)pool->stack_count * pool->stack_size;
     out->pending = pool->reuse.bytes_pending;
-    out->stream_free = pool->bytes_free - out->ready_free;
+    out->stream_free = pool->lists.bytes_free - out->ready_free;
     out->largest_ready = pool_largest_free_locked(pool);
-    for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
-        const pool_chunk_t *chunk = &pool->chunks[slot];
+    for (uint32_t slot = 0; slot < pool->lists.chunks_count; slot++) {
+        const pool_chunk_t *chunk = &pool->lists.chunks[slot];
         if (!chunk->base)
             continue;
         if (chunk->range)
             layout_range_locked(pool, chunk, out);
-        for (uint32_t index = chunk->first_block; index != NIL; index = pool->blocks[index].next_phys)
-            if (pool->blocks[index].state == BLOCK_USED && pool->blocks[index].size <= pool->options.small_from_back)
-                out->small_in_use += pool->blocks[index].size;
+        for (uint32_t index = chunk->first_block; index != NIL; index = pool->lists.blocks[index].next_phys)
+            if (pool->lists.blocks[index].state == BLOCK_USED && pool->lists.blocks[index].size <= pool->options.small_from_back)
+                out->small_in_use += pool->lists.blocks[index].size;
     }
     ps_unlock(&pool->lock);
     return PS_OK;
@@ -104,7 +104,7 @@ typedef struct epoch_visit {
 static void epoch_visit(void *ctx, uint64_t item)
 {
     epoch_visit_t *v = ctx;
-    const pool_block_t *b = &v->pool->blocks[item];
+    const pool_block_t *b = &v->pool->lists.blocks[item];
     v->blocks++;
     v->bytes += b->size;
     v->not_pending += b->state != BLOCK_PENDING;
@@ -115,8 +115,8 @@ static int check_state_list(const pool_t *pool, uint32_t head, uint8_t state, ui
 {
     const char *n = pool->base.name;
     uint64_t linked = 0;
-    for (uint32_t index = head; index != NIL; index = pool->blocks[index].next_free) {
-        CHECK(pool->blocks[index].state == state, n, "%s list: block %u is not %s", what, index, what);
+    for (uint32_t index = head; index != NIL; index = pool->lists.blocks[index].next_free) {
+        CHECK(pool->lists.blocks[index].state == state, n, "%s list: block %u is not %s", what, index, what);
         CHECK(++linked <= count, n, "the %s list loops or holds strangers", what);
     }
     CHECK(linked == count, n, "%llu %s blocks, %llu in the list", (unsigned long long)count, what,
@@ -130,16 +130,16 @@ static int check_locked(pool_t *pool)
     uint64_t used = 0, freeb = 0, pending = 0, reserved = 0, used_blocks = 0, free_blocks = 0,
              pending_blocks = 0, cached_blocks = 0, unmapped = 0, unmapped_blocks = 0, lent = 0, lent_blocks = 0;
     const char *n = pool->base.name;
-    for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
-        pool_chunk_t *chunk = &pool->chunks[slot];
+    for (uint32_t slot = 0; slot < pool->lists.chunks_count; slot++) {
+        pool_chunk_t *chunk = &pool->lists.chunks[slot];
         if (!chunk->base)
             continue;
         reserved += chunk->range ? chunk->range->mapped_bytes : chunk->size;
         uintptr_t expect = chunk->addr;
         uint32_t prev = NIL;
-        for (uint32_t index = chunk->first_block; index != NIL; index = pool->blocks[index].next_phys) {
-            CHECK(index < pool->blocks_used, n, "chunk %u: block index %u out of range", slot, index);
-            pool_block_t *b = &pool->blocks[index];
+        for (uint32_t index = chunk->first_block; index != NIL; index = pool->lists.blocks[index].next_phys) {
+            CHECK(index < pool->lists.blocks_used, n, "chunk %u: block index %u out of range", slot, index);
+            pool_block_t *b = &pool->lists.blocks[index];
             CHECK(b->addr == expect, n, "chunk %u: block %u at %#lx, expected %#lx", slot, index,
                   (unsigned long)b->addr, (unsigned long)expect);
             CHECK(b->prev_phys == prev, n, "block %u: prev_phys %u, expected %u", index, b->prev_phys, prev);
@@ -159,16 +159,16 @@ static int check_locked(pool_t *pool)
             case BLOCK_FREE:
                 freeb += b->size;
                 free_blocks++;
-                CHECK(b->owner < pool->owners_count, n, "block %u: bad owner %u", index, b->owner);
+                CHECK(b->owner < pool->lists.owners_count, n, "block %u: bad owner %u", index, b->owner);
                 if (prev != NIL)
-                    CHECK(!(pool->blocks[prev].state == BLOCK_FREE && pool->blocks[prev].owner == b->owner), n,
+                    CHECK(!(pool->lists.blocks[prev].state == BLOCK_FREE && pool->lists.blocks[prev].owner == b->owner), n,
                           "blocks %u and %u: adjacent free blocks of one owner not coalesced", prev, index);
                 break;
             case BLOCK_USED: {
                 used += b->size;
                 used_blocks++;
                 uint64_t mapped;
-                CHECK(ps_ptr_map_get(&pool->in_use, b->addr, &mapped) && mapped == index, n,
+                CHECK(ps_ptr_map_get(&pool->lists.in_use, b->addr, &mapped) && mapped == index, n,
                       "used block %u not in the in-use map", index);
                 break;
             }
@@ -189,7 +189,7 @@ static int check_locked(pool_t *pool)
                 CHECK(ps_vm_range_boundary_down(chunk->range, b->addr) == b->addr &&
                           ps_vm_range_boundary_down(chunk->range, b->addr + b->size) == b->addr + b->size,
                       n, "unmapped block %u cuts a run", index);
-                CHECK(prev == NIL || pool->blocks[prev].state != BLOCK_UNMAPPED, n,
+                CHECK(prev == NIL || pool->lists.blocks[prev].state != BLOCK_UNMAPPED, n,
                       "unmapped blocks %u and %u not merged", prev, index);
                 unmapped += b->size;
                 unmapped_blocks++;
@@ -212,11 +212,11 @@ static int check_locked(pool_t *pool)
         CHECK(expect == chunk->addr + chunk->size, n, "chunk %u: blocks end at %#lx, chunk at %#lx", slot,
               (unsigned long)expect, (unsigned long)(chunk->addr + chunk->size));
     }
-    CHECK(reserved == pool->bytes_reserved, n, "reserved %llu, chunks sum %llu",
-          (unsigned long long)pool->bytes_reserved, (unsigned long long)reserved);
-    CHECK(used == pool->bytes_in_use, n, "in use %llu, blocks sum %llu", (unsigned long long)pool->bytes_in_use,
+    CHECK(reserved == pool->lists.bytes_reserved, n, "reserved %llu, chunks sum %llu",
+          (unsigned long long)pool->lists.bytes_reserved, (unsigned long long)reserved);
+    CHECK(used == pool->lists.bytes_in_use, n, "in use %llu, blocks sum %llu", (unsigned long long)pool->lists.bytes_in_use,
           (unsigned long long)used);
-    CHECK(freeb == pool->bytes_free, n, "free %llu, blocks sum %llu", (unsigned long long)pool->bytes_free,
+    CHECK(freeb == pool->lists.bytes_free, n, "free %llu, blocks sum %llu", (unsigned long long)pool->lists.bytes_free,
           (unsigned long long)freeb);
     CHECK(pending == pool->reuse.bytes_pending, n, "pending %llu, blocks sum %llu",
           (unsigned long long)pool->reuse.bytes_pending, (unsigned long long)pending);
@@ -228,12 +228,12 @@ static int check_locked(pool_t *pool)
     if (check_state_list(pool, pool->lent_head, BLOCK_LENT, lent_blocks, "lent") != PS_OK ||
         check_state_list(pool, pool->unmapped_head, BLOCK_UNMAPPED, unmapped_blocks, "unmapped") != PS_OK)
         return PS_EINVAL;
-    CHECK(used_blocks == pool->in_use.count, n, "%llu used blocks, %zu in the map",
-          (unsigned long long)used_blocks, pool->in_use.count);
+    CHECK(used_blocks == pool->lists.in_use.count, n, "%llu used blocks, %zu in the map",
+          (unsigned long long)used_blocks, pool->lists.in_use.count);
     /* free lists */
     uint64_t listed = 0;
-    for (uint32_t o = 0; o < pool->owners_count; o++) {
-        pool_owner_t *owner = pool->owners[o];
+    for (uint32_t o = 0; o < pool->lists.owners_count; o++) {
+        pool_owner_t *owner = pool->lists.owners[o];
         uint64_t owner_bytes = 0, owner_blocks = 0;
         for (unsigned fl = 0; fl < FL_COUNT; fl++) {
             CHECK(!!(owner->fl_bitmap & (1ull << fl)) == !!owner->sl_bitmap[fl], n,
@@ -243,8 +243,8 @@ static int check_locked(pool_t *pool)
                 CHECK(!!(owner->sl_bitmap[fl] & (1u << sl)) == (head != NIL), n,
                       "owner %u: bitmap bit (%u,%u) disagrees with its list", o, fl, sl);
                 uint32_t prev = NIL;
-                for (uint32_t index = head; index != NIL; index = pool->blocks[index].next_free) {
-                    pool_block_t *b = &pool->blocks[index];
+                for (uint32_t index = head; index != NIL; index = pool->lists.blocks[index].next_free) {
+                    pool_block_t *b = &pool->lists.blocks[index];
                     unsigned bf, bs;
                     CHECK(b->state == BLOCK_FREE && b->owner == o, n, "owner %u list: block %u not free/its own", o,
                           index);
@@ -265,10 +265,10 @@ static int check_locked(pool_t *pool)
     for (uint32_t slot = 0; slot < QUICK_SLOTS; slot++)
         parked += pool->quick[slot] != NIL;
     uint64_t stacked = 0;
-    for (uint32_t index = pool->stack_head; index != NIL && stacked <= STACK_MAX; index = pool->blocks[index].next_free) {
-        CHECK(pool->blocks[index].state == BLOCK_CACHED && pool->blocks[index].size == pool->stack_size, n,
-              "stacked block %u: state %d, size %llu of %llu", index, (int)pool->blocks[index].state,
-              (unsigned long long)pool->blocks[index].size, (unsigned long long)pool->stack_size);
+    for (uint32_t index = pool->stack_head; index != NIL && stacked <= STACK_MAX; index = pool->lists.blocks[index].next_free) {
+        CHECK(pool->lists.blocks[index].state == BLOCK_CACHED && pool->lists.blocks[index].size == pool->stack_size, n,
+              "stacked block %u: state %d, size %llu of %llu", index, (int)pool->lists.blocks[index].state,
+              (unsigned long long)pool->lists.blocks[index].size, (unsigned long long)pool->stack_size);
         stacked++;
     }
     CHECK(stacked == pool->stack_count, n, "%llu stacked blocks, count %u", (unsigned long long)stacked,

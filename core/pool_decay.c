@@ -103,11 +103,11 @@ uint64_t ps_pool_decay_release_rate_default(void) { return RELEASE_NS_PER_RUN_ST
 static uint64_t early_start_ns(const pool_t *pool, uint64_t window_ns)
 {
     uint64_t rate = atomic_load_explicit(&release_ns_per_run, memory_order_relaxed);
-    uint64_t free_bytes = pool->bytes_reserved > pool->bytes_in_use ? pool->bytes_reserved - pool->bytes_in_use : 0;
-    uint64_t mapped = pool->upstream_allocs > pool->upstream_frees ? pool->upstream_allocs - pool->upstream_frees : 0;
+    uint64_t free_bytes = pool->lists.bytes_reserved > pool->lists.bytes_in_use ? pool->lists.bytes_reserved - pool->lists.bytes_in_use : 0;
+    uint64_t mapped = pool->lists.upstream_allocs > pool->lists.upstream_frees ? pool->lists.upstream_allocs - pool->lists.upstream_frees : 0;
     if (!rate || !free_bytes || !mapped)
         return 0; /* (rate 0: the tests' switch) */
-    uint64_t mean_run = pool->bytes_reserved / mapped ? pool->bytes_reserved / mapped : 1;
+    uint64_t mean_run = pool->lists.bytes_reserved / mapped ? pool->lists.bytes_reserved / mapped : 1;
     uint64_t runs = (free_bytes + mean_run - 1) / mean_run;
     uint64_t lead = runs > UINT64_MAX / rate ? UINT64_MAX : runs * rate + free_bytes / 1000 * RELEASE_PS_PER_BYTE;
     uint64_t cap = window_ns / 4 * 3;
@@ -128,7 +128,7 @@ static void measure_release(uint64_t runs, uint64_t bytes, uint64_t ns)
 /* 3. above: keep and idleness over the window ending at `now_ns`. */
 static uint64_t window_keep_locked(const pool_t *pool, uint64_t now_ns, uint64_t decay_ns, int *idle)
 {
-    uint64_t keep = pool->bytes_in_use;
+    uint64_t keep = pool->lists.bytes_in_use;
     uint64_t start = now_ns > decay_ns ? now_ns - decay_ns : 0;
     uint64_t before_at = 0, before_allocs = 0; /* the newest tick at or before the window's start */
     int seen_before = 0;
@@ -145,7 +145,7 @@ static uint64_t window_keep_locked(const pool_t *pool, uint64_t now_ns, uint64_t
             seen_before = 1;
         }
     }
-    *idle = seen_before && before_allocs == pool->decay_allocs;
+    *idle = seen_before && before_allocs == pool->lists.blocks_taken;
     return keep;
 }
 
@@ -167,18 +167,18 @@ uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64
     pool_t *pool = (pool_t *)r;
     if (!pool->gpu || !ps_lock_try(&pool->lock))
         return 0;
-    uint64_t keep = pool->bytes_in_use, slack = 0;
+    uint64_t keep = pool->lists.bytes_in_use, slack = 0;
     int idle = 1;
     if (decay_ns) {
         /* quiet since the last tick: make pending memory ready now, so its
          * barrier has passed by the time the window ends (5. above) */
         const pool_decay_tick_t *last = &pool->decay_ring[(pool->decay_next + DECAY_TICKS - 1) % DECAY_TICKS];
-        if (last->at_ns && last->allocs == pool->decay_allocs && pool->reuse.bytes_pending)
+        if (last->at_ns && last->allocs == pool->lists.blocks_taken && pool->reuse.bytes_pending)
             ready_pending_locked(pool);
         pool_decay_tick_t *t = &pool->decay_ring[pool->decay_next];
-        *t = (pool_decay_tick_t){now_ns ? now_ns : 1, pool->decay_high, pool->decay_allocs};
+        *t = (pool_decay_tick_t){now_ns ? now_ns : 1, pool->decay_high, pool->lists.blocks_taken};
         pool->decay_next = (pool->decay_next + 1) % DECAY_TICKS;
-        pool->decay_high = pool->bytes_in_use;
+        pool->decay_high = pool->lists.bytes_in_use;
         keep = window_keep_locked(pool, now_ns, decay_ns, &idle);
         uint64_t lead = idle ? 0 : early_start_ns(pool, decay_ns);
         if (lead) { /* 8. above: idle over the window less the give-back's expected time? */
@@ -193,21 +193,21 @@ uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64
             slack = keep / 4 + DECAY_SLACK_MIN;
     }
     uint64_t given = 0, target = keep + slack;
-    if (want && pool->bytes_reserved > want && pool->bytes_reserved - want > target)
-        target = pool->bytes_reserved - want;
-    if (pool->bytes_reserved > target) {
+    if (want && pool->lists.bytes_reserved > want && pool->lists.bytes_reserved - want > target)
+        target = pool->lists.bytes_reserved - want;
+    if (pool->lists.bytes_reserved > target) {
         ready_pending_locked(pool);
         pool_quick_flush_locked(pool);
         if (idle && pool->tcache)
             ps_tcache_drain_all_locked(pool->tcache);
         uint64_t passed = pool_newest_passed_locked(pool);
         for (;;) { /* DECAY_STEP at a time, the lock let go in between (7. above) */
-            uint64_t step = pool->bytes_reserved > target + DECAY_STEP ? pool->bytes_reserved - DECAY_STEP : target;
-            uint64_t started = ps_now_ns(), frees = pool->upstream_frees;
+            uint64_t step = pool->lists.bytes_reserved > target + DECAY_STEP ? pool->lists.bytes_reserved - DECAY_STEP : target;
+            uint64_t started = ps_now_ns(), frees = pool->lists.upstream_frees;
             uint64_t g = pool_release_idle_locked(pool, step, passed);
-            measure_release(pool->upstream_frees - frees, g, ps_now_ns() - started);
+            measure_release(pool->lists.upstream_frees - frees, g, ps_now_ns() - started);
             given += g;
-            if (!g || pool->bytes_reserved <= target)
+            if (!g || pool->lists.bytes_reserved <= target)
                 break;
             ps_unlock(&pool->lock);
             if (!ps_lock_try(&pool->lock))

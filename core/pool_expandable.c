@@ -112,7 +112,7 @@ void ps_pool_test_return_lent_at_once(int on)
  * path only. */
 void pool_remap_earn_locked(pool_t *pool, uint64_t released)
 {
-    uint64_t per_remap = pool->bytes_reserved / 100 * pool->options.remap_turnover_percent;
+    uint64_t per_remap = pool->lists.bytes_reserved / 100 * pool->options.remap_turnover_percent;
     uint64_t cap = (uint64_t)REMAP_BURST * REMAP_CREDIT_UNIT;
     if (!per_remap || pool->remap_credit >= cap) {
         pool->remap_credit = cap;
@@ -129,25 +129,25 @@ void pool_remap_earn_locked(pool_t *pool, uint64_t released)
  * prev_free/next_free from *head, their sizes summed in *bytes. */
 static void state_list_insert(pool_t *pool, uint32_t *head, uint64_t *bytes, uint8_t state, uint32_t index)
 {
-    pool_block_t *b = &pool->blocks[index];
+    pool_block_t *b = &pool->lists.blocks[index];
     b->state = state;
     b->prev_free = NIL;
     b->next_free = *head;
     if (*head != NIL)
-        pool->blocks[*head].prev_free = index;
+        pool->lists.blocks[*head].prev_free = index;
     *head = index;
     *bytes += b->size;
 }
 
 static void state_list_remove(pool_t *pool, uint32_t *head, uint64_t *bytes, uint32_t index)
 {
-    pool_block_t *b = &pool->blocks[index];
+    pool_block_t *b = &pool->lists.blocks[index];
     if (b->prev_free != NIL)
-        pool->blocks[b->prev_free].next_free = b->next_free;
+        pool->lists.blocks[b->prev_free].next_free = b->next_free;
     else
         *head = b->next_free;
     if (b->next_free != NIL)
-        pool->blocks[b->next_free].prev_free = b->prev_free;
+        pool->lists.blocks[b->next_free].prev_free = b->prev_free;
     *bytes -= b->size;
 }
 
@@ -161,51 +161,33 @@ static void unmapped_remove(pool_t *pool, uint32_t index)
     state_list_remove(pool, &pool->unmapped_head, &pool->bytes_unmapped, index);
 }
 
-/* Cuts block `index` (in no list) at address `at` (inside it): `index`
- * keeps the front, the returned new block the back (same state, chunk and
- * owner). Needs one reserved descriptor. */
-static uint32_t split_block(pool_t *pool, uint32_t index, uintptr_t at)
-{
-    uint32_t back = pool_take_descriptor(pool);
-    pool_block_t *b = &pool->blocks[index], *n = &pool->blocks[back];
-    *n = *b;
-    n->addr = at;
-    n->size = b->addr + b->size - at;
-    n->prev_phys = index;
-    if (b->next_phys != NIL)
-        pool->blocks[b->next_phys].prev_phys = back;
-    b->next_phys = back;
-    b->size = at - b->addr;
-    return back;
-}
-
 /* Unmapped block `index` absorbs unmapped physical neighbours (or is
  * absorbed by the one below); returns the block that remains. */
 static uint32_t unmapped_merge(pool_t *pool, uint32_t index)
 {
-    uint32_t prev = pool->blocks[index].prev_phys;
-    if (prev != NIL && pool->blocks[prev].state == BLOCK_UNMAPPED) {
+    uint32_t prev = pool->lists.blocks[index].prev_phys;
+    if (prev != NIL && pool->lists.blocks[prev].state == BLOCK_UNMAPPED) {
         unmapped_remove(pool, index);
         unmapped_remove(pool, prev);
-        pool_block_t *p = &pool->blocks[prev], *b = &pool->blocks[index];
+        pool_block_t *p = &pool->lists.blocks[prev], *b = &pool->lists.blocks[index];
         p->size += b->size;
         p->next_phys = b->next_phys;
         if (b->next_phys != NIL)
-            pool->blocks[b->next_phys].prev_phys = prev;
-        pool_recycle_descriptor(pool, index);
+            pool->lists.blocks[b->next_phys].prev_phys = prev;
+        pool_lists_recycle_descriptor(&pool->lists, index);
         unmapped_insert(pool, prev);
         index = prev;
     }
-    uint32_t next = pool->blocks[index].next_phys;
-    if (next != NIL && pool->blocks[next].state == BLOCK_UNMAPPED) {
+    uint32_t next = pool->lists.blocks[index].next_phys;
+    if (next != NIL && pool->lists.blocks[next].state == BLOCK_UNMAPPED) {
         unmapped_remove(pool, index);
         unmapped_remove(pool, next);
-        pool_block_t *b = &pool->blocks[index], *n = &pool->blocks[next];
+        pool_block_t *b = &pool->lists.blocks[index], *n = &pool->lists.blocks[next];
         b->size += n->size;
         b->next_phys = n->next_phys;
         if (n->next_phys != NIL)
-            pool->blocks[n->next_phys].prev_phys = index;
-        pool_recycle_descriptor(pool, next);
+            pool->lists.blocks[n->next_phys].prev_phys = index;
+        pool_lists_recycle_descriptor(&pool->lists, next);
         unmapped_insert(pool, index);
     }
     return index;
@@ -226,31 +208,21 @@ static int add_range_locked(pool_t *pool, size_t need)
     if (size < need)
         size = need;
     uint32_t slot;
-    if (pool_chunk_slot_locked(pool, &slot) != PS_OK)
+    if (pool_lists_chunk_slot(&pool->lists, &slot) != PS_OK)
         return PS_ENOMEM;
     ps_vm_range_t *range;
     int status = ps_vm_range_create(pool->gpu, size, o->expandable_piece, &range);
     if (status != PS_OK)
         return status;
-    uint32_t index = pool_take_descriptor(pool);
-    pool_block_t *b = &pool->blocks[index];
-    b->addr = range->base;
-    b->size = range->size;
-    b->free_stamp = 0;
-    b->idle_gen = IDLE_NOW; /* unmapped: nothing behind it */
-    b->prev_phys = b->next_phys = NIL;
-    b->chunk = slot;
-    b->owner = OWNER_READY;
-    pool->chunks[slot] = (pool_chunk_t){(void *)range->base, range->size, range->base, range->size, index, range};
-    if (slot == pool->chunks_count)
-        pool->chunks_count++;
-    unmapped_insert(pool, index);
+    uint32_t index = pool_lists_add_chunk(
+        &pool->lists, slot, &(pool_chunk_t){(void *)range->base, range->size, range->base, range->size, NIL, range});
+    unmapped_insert(pool, index); /* nothing behind it */
     return PS_OK;
 }
 
 void pool_reserve_first_range_locked(pool_t *pool)
 {
-    if (pool->expandable && !pool->chunks_count)
+    if (pool->expandable && !pool->lists.chunks_count)
         (void)add_range_locked(pool, 0);
 }
 
@@ -264,9 +236,9 @@ void pool_reserve_first_range_locked(pool_t *pool)
 void pool_map_first_piece_locked(pool_t *pool)
 {
     uint32_t grown;
-    if (pool->expandable && pool->chunks_count && !pool->bytes_reserved &&
-        pool_reserve_descriptors_locked(pool, 2) == PS_OK)
-        (void)pool_grow_expandable_locked(pool, pool->chunks[0].range->piece, &grown);
+    if (pool->expandable && pool->lists.chunks_count && !pool->lists.bytes_reserved &&
+        pool_lists_reserve_descriptors(&pool->lists, 2) == PS_OK)
+        (void)pool_grow_expandable_locked(pool, pool->lists.chunks[0].range->piece, &grown);
 }
 
 /* The size of block `index` if it is free in the ready list, else 0. */
@@ -274,7 +246,7 @@ static inline size_t ready_size(const pool_t *pool, uint32_t index)
 {
     if (index == NIL)
         return 0;
-    const pool_block_t *b = &pool->blocks[index];
+    const pool_block_t *b = &pool->lists.blocks[index];
     return b->state == BLOCK_FREE && b->owner == OWNER_READY ? b->size : 0;
 }
 
@@ -299,16 +271,16 @@ typedef struct growth_plan {
 static growth_plan_t plan_alone_locked(const pool_t *pool, size_t need)
 {
     growth_plan_t best = {NIL, 0, SIZE_MAX};
-    for (uint32_t u = pool->unmapped_head; u != NIL; u = pool->blocks[u].next_free) {
-        const pool_block_t *b = &pool->blocks[u];
-        size_t piece = pool->chunks[b->chunk].range->piece, length = ps_align_up(need, piece);
+    for (uint32_t u = pool->unmapped_head; u != NIL; u = pool->lists.blocks[u].next_free) {
+        const pool_block_t *b = &pool->lists.blocks[u];
+        size_t piece = pool->lists.chunks[b->chunk].range->piece, length = ps_align_up(need, piece);
         size_t gap = ready_size(pool, b->next_phys) ? piece : 0; /* (unmapped, between the two) */
         if (b->size < length + gap)
             continue;
         uintptr_t start = b->addr + b->size - gap - length;
         if (start == b->addr && ready_size(pool, b->prev_phys))
             continue; /* it would join the ready block below */
-        if (best.block == NIL || b->addr < pool->blocks[best.block].addr)
+        if (best.block == NIL || b->addr < pool->lists.blocks[best.block].addr)
             best = (growth_plan_t){u, start, length, 1};
     }
     return best;
@@ -320,9 +292,9 @@ static growth_plan_t plan_alone_locked(const pool_t *pool, size_t need)
 static growth_plan_t plan_joined_locked(const pool_t *pool, size_t need)
 {
     growth_plan_t best = {NIL, 0, SIZE_MAX};
-    for (uint32_t u = pool->unmapped_head; u != NIL; u = pool->blocks[u].next_free) {
-        const pool_block_t *b = &pool->blocks[u];
-        size_t piece = pool->chunks[b->chunk].range->piece;
+    for (uint32_t u = pool->unmapped_head; u != NIL; u = pool->lists.blocks[u].next_free) {
+        const pool_block_t *b = &pool->lists.blocks[u];
+        size_t piece = pool->lists.chunks[b->chunk].range->piece;
         size_t below = ready_size(pool, b->prev_phys), above = ready_size(pool, b->next_phys);
         if (below + b->size + above < need)
             continue;
@@ -334,7 +306,7 @@ static growth_plan_t plan_joined_locked(const pool_t *pool, size_t need)
         else if (back && back <= b->size)
             plan = (growth_plan_t){u, b->addr + b->size - back, back};
         if (plan.length < best.length ||
-            (plan.length == best.length && b->addr < pool->blocks[best.block].addr))
+            (plan.length == best.length && b->addr < pool->lists.blocks[best.block].addr))
             best = plan;
     }
     return best;
@@ -406,21 +378,21 @@ static void lent_remove(pool_t *pool, uint32_t index)
 static uint32_t cut_span_locked(pool_t *pool, uint32_t index, uintptr_t lo, size_t length,
                                 void (*keep_rest)(pool_t *, uint32_t))
 {
-    const pool_block_t *b = &pool->blocks[index];
+    const pool_block_t *b = &pool->lists.blocks[index];
     uintptr_t end = b->addr + b->size;
     uint32_t span = index;
     if (lo > b->addr) {
-        span = split_block(pool, index, lo);
+        span = pool_lists_split(&pool->lists, index, lo);
         keep_rest(pool, index);
     }
     if (lo + length < end)
-        keep_rest(pool, split_block(pool, span, lo + length));
+        keep_rest(pool, pool_lists_split(&pool->lists, span, lo + length));
     return span;
 }
 
 static void ready_insert(pool_t *pool, uint32_t index)
 {
-    pool_list_insert(pool, OWNER_READY, index);
+    pool_lists_insert(&pool->lists, OWNER_READY, index);
 }
 
 /* Cuts [lo, lo + length) out of ready free block `index` (in the ready
@@ -429,7 +401,7 @@ static void ready_insert(pool_t *pool, uint32_t index)
  * two reserved descriptors. */
 static uint32_t cut_out_locked(pool_t *pool, uint32_t index, uintptr_t lo, size_t length)
 {
-    pool_list_remove(pool, index);
+    pool_lists_remove(&pool->lists, index);
     return cut_span_locked(pool, index, lo, length, ready_insert);
 }
 
@@ -442,8 +414,8 @@ static uint32_t cut_out_locked(pool_t *pool, uint32_t index, uintptr_t lo, size_
 size_t pool_unmap_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t index, uintptr_t lo, uintptr_t hi,
                                         ps_vm_stash_t *stash, uint32_t *after)
 {
-    *after = pool->blocks[index].next_phys;
-    ps_vm_range_t *range = pool->chunks[slot].range;
+    *after = pool->lists.blocks[index].next_phys;
+    ps_vm_range_t *range = pool->lists.chunks[slot].range;
     size_t done = 0;
     uint64_t unmaps = range->unmaps;
     if (stash)
@@ -454,9 +426,8 @@ size_t pool_unmap_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t inde
         return 0;
     uint32_t hole = cut_out_locked(pool, index, lo, done);
     unmapped_insert(pool, hole);
-    *after = pool->blocks[unmapped_merge(pool, hole)].next_phys;
-    pool->bytes_reserved -= done;
-    pool->upstream_frees += range->unmaps - unmaps;
+    *after = pool->lists.blocks[unmapped_merge(pool, hole)].next_phys;
+    pool_lists_count_return(&pool->lists, done, range->unmaps - unmaps);
     return done;
 }
 
@@ -466,10 +437,10 @@ size_t pool_unmap_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t inde
  * Returns the bytes lent (0 when the stash could not grow). */
 static size_t lend_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t index, uintptr_t lo, uintptr_t hi)
 {
-    if (ps_vm_range_lend(pool->chunks[slot].range, lo, hi - lo, &pool->stash) != PS_OK)
+    if (ps_vm_range_lend(pool->lists.chunks[slot].range, lo, hi - lo, &pool->stash) != PS_OK)
         return 0;
     lent_insert(pool, cut_out_locked(pool, index, lo, hi - lo));
-    pool->bytes_reserved -= hi - lo; /* counted where the memory serves next */
+    pool_lists_count_return(&pool->lists, hi - lo, 0); /* counted where the memory serves next */
     return hi - lo;
 }
 
@@ -488,14 +459,14 @@ int pool_return_lent_locked(pool_t *pool, uint64_t passed)
 {
     int left = 0;
     for (uint32_t index = pool->lent_head, next; index != NIL; index = next) {
-        next = pool->blocks[index].next_free;
-        pool_block_t *b = &pool->blocks[index];
+        next = pool->lists.blocks[index].next_free;
+        pool_block_t *b = &pool->lists.blocks[index];
         if (passed != IDLE_NEVER && b->idle_gen > passed &&
             !atomic_load_explicit(&pool_test_skip_idle_check, memory_order_relaxed))
             continue;
-        ps_vm_range_t *range = pool->chunks[b->chunk].range;
+        ps_vm_range_t *range = pool->lists.chunks[b->chunk].range;
         size_t done = 0;
-        if (pool_reserve_descriptors_locked(pool, 2) != PS_OK)
+        if (pool_lists_reserve_descriptors(&pool->lists, 2) != PS_OK)
             return 0;
         uint64_t unmaps = range->unmaps;
         ps_vm_range_unlend(range, b->addr, b->size, &done);
@@ -504,12 +475,12 @@ int pool_return_lent_locked(pool_t *pool, uint64_t passed)
             continue;
         lent_remove(pool, index);
         if (done < b->size) { /* the front went: it becomes unmapped, the rest stays lent */
-            uint32_t rest = split_block(pool, index, b->addr + done);
+            uint32_t rest = pool_lists_split(&pool->lists, index, b->addr + done);
             lent_insert(pool, rest);
         }
         unmapped_insert(pool, index);
         unmapped_merge(pool, index);
-        pool->upstream_frees += range->unmaps - unmaps;
+        pool_lists_count_return(&pool->lists, 0, range->unmaps - unmaps); /* (lent addresses hold no memory) */
     }
     return !left;
 }
@@ -519,7 +490,7 @@ int pool_return_lent_locked(pool_t *pool, uint64_t passed)
 int pool_whole_pieces_of(const pool_t *pool, const ps_vm_range_t *range, uint32_t index, uintptr_t *lo,
                            uintptr_t *hi)
 {
-    const pool_block_t *b = &pool->blocks[index];
+    const pool_block_t *b = &pool->lists.blocks[index];
     if (b->state != BLOCK_FREE || b->owner != OWNER_READY)
         return 0;
     *lo = b->addr;
@@ -556,9 +527,9 @@ static int remap_wanted_locked(const pool_t *pool)
 /* The last block of chunk `slot` (in address order). */
 static uint32_t last_block_locked(const pool_t *pool, uint32_t slot)
 {
-    uint32_t index = pool->chunks[slot].first_block;
-    while (pool->blocks[index].next_phys != NIL)
-        index = pool->blocks[index].next_phys;
+    uint32_t index = pool->lists.chunks[slot].first_block;
+    while (pool->lists.blocks[index].next_phys != NIL)
+        index = pool->lists.blocks[index].next_phys;
     return index;
 }
 
@@ -570,11 +541,11 @@ static uint32_t last_block_locked(const pool_t *pool, uint32_t slot)
 static int spare_pieces_of(const pool_t *pool, const growth_plan_t *plan, uint32_t slot, uint32_t index,
                            uint64_t passed, uintptr_t *lo, uintptr_t *hi)
 {
-    const pool_block_t *planned = &pool->blocks[plan->block];
+    const pool_block_t *planned = &pool->lists.blocks[plan->block];
     return index != planned->prev_phys && index != planned->next_phys &&
-           (passed == IDLE_NEVER || pool->blocks[index].idle_gen <= passed ||
+           (passed == IDLE_NEVER || pool->lists.blocks[index].idle_gen <= passed ||
             atomic_load_explicit(&pool_test_skip_idle_check, memory_order_relaxed)) &&
-           pool_whole_pieces_of(pool, pool->chunks[slot].range, index, lo, hi);
+           pool_whole_pieces_of(pool, pool->lists.chunks[slot].range, index, lo, hi);
 }
 
 /* The newest barrier the GPU has passed (IDLE_NOW: none known): a ready
@@ -602,19 +573,19 @@ static uint64_t choice_idle_generation_locked(const pool_t *pool, const growth_p
 {
     size_t taken = 0;
     uint64_t newest = IDLE_NOW;
-    for (uint32_t slot = pool->chunks_count; slot-- > 0 && taken < plan->length;) {
-        if (!pool->chunks[slot].base || !pool->chunks[slot].range)
+    for (uint32_t slot = pool->lists.chunks_count; slot-- > 0 && taken < plan->length;) {
+        if (!pool->lists.chunks[slot].base || !pool->lists.chunks[slot].range)
             continue;
         for (uint32_t index = last_block_locked(pool, slot); index != NIL && taken < plan->length;
-             index = pool->blocks[index].prev_phys) {
+             index = pool->lists.blocks[index].prev_phys) {
             uintptr_t lo, hi;
             if (!spare_pieces_of(pool, plan, slot, index, IDLE_NEVER, &lo, &hi))
                 continue;
             if (hi - lo > plan->length - taken && /* as unmap_for_growth_locked cuts it */
-                (lo = ps_vm_range_boundary_up(pool->chunks[slot].range, hi - (plan->length - taken))) >= hi)
+                (lo = ps_vm_range_boundary_up(pool->lists.chunks[slot].range, hi - (plan->length - taken))) >= hi)
                 continue;
-            if (pool->blocks[index].idle_gen > newest)
-                newest = pool->blocks[index].idle_gen;
+            if (pool->lists.blocks[index].idle_gen > newest)
+                newest = pool->lists.blocks[index].idle_gen;
             taken += hi - lo;
         }
     }
@@ -635,10 +606,10 @@ static int choice_is_idle_locked(const pool_t *pool, const growth_plan_t *plan, 
  * in spare_pieces_of. */
 static int has_spare_pieces_locked(const pool_t *pool, const growth_plan_t *plan, uint64_t passed)
 {
-    for (uint32_t slot = 0; slot < pool->chunks_count; slot++) {
-        if (!pool->chunks[slot].base || !pool->chunks[slot].range)
+    for (uint32_t slot = 0; slot < pool->lists.chunks_count; slot++) {
+        if (!pool->lists.chunks[slot].base || !pool->lists.chunks[slot].range)
             continue;
-        for (uint32_t index = pool->chunks[slot].first_block; index != NIL; index = pool->blocks[index].next_phys) {
+        for (uint32_t index = pool->lists.chunks[slot].first_block; index != NIL; index = pool->lists.blocks[index].next_phys) {
             uintptr_t lo, hi;
             if (spare_pieces_of(pool, plan, slot, index, passed, &lo, &hi))
                 return 1;
@@ -662,20 +633,20 @@ static int has_spare_pieces_locked(const pool_t *pool, const growth_plan_t *plan
 static size_t unmap_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
 {
     size_t unmapped = 0;
-    for (uint32_t slot = pool->chunks_count; slot-- > 0 && unmapped < plan->length;) {
-        ps_vm_range_t *range = pool->chunks[slot].range;
-        if (!pool->chunks[slot].base || !range)
+    for (uint32_t slot = pool->lists.chunks_count; slot-- > 0 && unmapped < plan->length;) {
+        ps_vm_range_t *range = pool->lists.chunks[slot].range;
+        if (!pool->lists.chunks[slot].base || !range)
             continue;
         for (uint32_t index = last_block_locked(pool, slot), prev; index != NIL && unmapped < plan->length;
              index = prev) {
-            prev = pool->blocks[index].prev_phys; /* stays valid: the hole merges into it, never it away */
+            prev = pool->lists.blocks[index].prev_phys; /* stays valid: the hole merges into it, never it away */
             uintptr_t lo, hi;
             if (!spare_pieces_of(pool, plan, slot, index, IDLE_NEVER, &lo, &hi))
                 continue;
             if (hi - lo > plan->length - unmapped && /* the top runs, no more than the growth maps */
                 (lo = ps_vm_range_boundary_up(range, hi - (plan->length - unmapped))) >= hi)
                 continue;
-            if (pool_reserve_descriptors_locked(pool, 4) != PS_OK)
+            if (pool_lists_reserve_descriptors(&pool->lists, 4) != PS_OK)
                 return unmapped;
             uint32_t after;
             size_t done = pool_unmap_block_pieces_locked(pool, slot, index, lo, hi, &pool->stash, &after);
@@ -695,13 +666,13 @@ static void take_back_lent_locked(pool_t *pool, uint32_t lent_before)
 {
     while (pool->lent_head != lent_before && pool->lent_head != NIL) {
         uint32_t index = pool->lent_head;
-        pool_block_t *b = &pool->blocks[index];
-        ps_vm_range_t *range = pool->chunks[b->chunk].range;
+        pool_block_t *b = &pool->lists.blocks[index];
+        ps_vm_range_t *range = pool->lists.chunks[b->chunk].range;
         size_t runs = ps_vm_range_take_back(range, b->addr, b->size);
         pool->stash.count = pool->stash.count > runs ? pool->stash.count - runs : 0;
         lent_remove(pool, index);
-        pool->bytes_reserved += b->size;
-        pool_release_block(pool, index, OWNER_READY, 0, b->idle_gen);
+        pool_lists_count_growth(&pool->lists, b->size, 0); /* (below the peak: it was counted before) */
+        pool_lists_release(&pool->lists, index, OWNER_READY, 0, b->idle_gen);
     }
 }
 
@@ -717,20 +688,20 @@ static void take_back_lent_locked(pool_t *pool, uint32_t lent_before)
 static size_t lend_for_growth_locked(pool_t *pool, const growth_plan_t *plan)
 {
     size_t lent = 0;
-    for (uint32_t slot = pool->chunks_count; slot-- > 0 && lent < plan->length;) {
-        ps_vm_range_t *range = pool->chunks[slot].range;
-        if (!pool->chunks[slot].base || !range)
+    for (uint32_t slot = pool->lists.chunks_count; slot-- > 0 && lent < plan->length;) {
+        ps_vm_range_t *range = pool->lists.chunks[slot].range;
+        if (!pool->lists.chunks[slot].base || !range)
             continue;
         for (uint32_t index = last_block_locked(pool, slot), prev; index != NIL && lent < plan->length;
              index = prev) {
-            prev = pool->blocks[index].prev_phys; /* stays valid: a lent block never merges */
+            prev = pool->lists.blocks[index].prev_phys; /* stays valid: a lent block never merges */
             uintptr_t lo, hi;
             if (!spare_pieces_of(pool, plan, slot, index, IDLE_NEVER - 1, &lo, &hi))
                 continue;
             if (hi - lo > plan->length - lent && /* the top runs, no more than the growth maps */
                 (lo = ps_vm_range_boundary_up(range, hi - (plan->length - lent))) >= hi)
                 continue;
-            if (pool_reserve_descriptors_locked(pool, 4) != PS_OK)
+            if (pool_lists_reserve_descriptors(&pool->lists, 4) != PS_OK)
                 return lent;
             size_t done = lend_block_pieces_locked(pool, slot, index, lo, hi);
             if (!done)
@@ -771,7 +742,7 @@ static int settle_lent_locked(pool_t *pool, uint64_t passed, growth_plan_t *plan
 static int within_slack_locked(const pool_t *pool, const growth_plan_t *plan)
 {
     unsigned slack = pool->options.remap_slack_percent;
-    return slack && pool->bytes_reserved + plan->length <=
+    return slack && pool->lists.bytes_reserved + plan->length <=
                         pool->peak_need_in_use + pool->peak_need_in_use / 100 * slack;
 }
 
@@ -840,14 +811,14 @@ static int remap_for_growth_locked(pool_t *pool, growth_plan_t *plan, size_t nee
 static int map_planned_locked(pool_t *pool, const growth_plan_t *plan, size_t need, uint32_t *grown)
 {
     const ps_pool_options_t *o = &pool->options;
-    if (o->maximum_size && pool->bytes_reserved + plan->length > o->maximum_size)
+    if (o->maximum_size && pool->lists.bytes_reserved + plan->length > o->maximum_size)
         return PS_ENOMEM;
     /* two cuts here (a plan alone with a gap has a rest on both sides)
      * and the caller's take of the grown block: three, before anything
      * changes */
-    if (pool_reserve_descriptors_locked(pool, 3) != PS_OK)
+    if (pool_lists_reserve_descriptors(&pool->lists, 3) != PS_OK)
         return PS_ENOMEM;
-    ps_vm_range_t *range = pool->chunks[pool->blocks[plan->block].chunk].range;
+    ps_vm_range_t *range = pool->lists.chunks[pool->lists.blocks[plan->block].chunk].range;
     uint64_t maps = range->maps;
     int status =
         ps_vm_range_map_kept(range, plan->start, plan->length, &pool->stash, run_wanted(pool, need, plan->length));
@@ -859,11 +830,8 @@ static int map_planned_locked(pool_t *pool, const growth_plan_t *plan, size_t ne
      * alone), or both (a plan alone with a gap: keeping only the rest below
      * once gave the gap to the new block and so to the free block above) */
     uint32_t mapped = cut_span_locked(pool, plan->block, plan->start, plan->length, unmapped_insert);
-    pool->bytes_reserved += plan->length;
-    if (pool->bytes_reserved > pool->peak_bytes_reserved)
-        pool->peak_bytes_reserved = pool->bytes_reserved;
-    pool->upstream_allocs += range->maps - maps;
-    *grown = pool_release_block(pool, mapped, OWNER_READY, 0, IDLE_NOW); /* fresh memory; a neighbour's generation wins */
+    pool_lists_count_growth(&pool->lists, plan->length, range->maps - maps);
+    *grown = pool_lists_release(&pool->lists, mapped, OWNER_READY, 0, IDLE_NOW); /* fresh memory; a neighbour's generation wins */
     return PS_OK;
 }
 
@@ -899,8 +867,8 @@ int pool_grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown)
 static int grow_expandable_once_locked(pool_t *pool, size_t need, uint32_t *grown, int *lent)
 {
     *lent = 0;
-    if (pool->bytes_in_use + need > pool->peak_need_in_use)
-        pool->peak_need_in_use = pool->bytes_in_use + need;
+    if (pool->lists.bytes_in_use + need > pool->peak_need_in_use)
+        pool->peak_need_in_use = pool->lists.bytes_in_use + need;
     uint64_t passed = PASSED_UNKNOWN;
     if (pool->lent_head != NIL) { /* lent addresses whose barrier passed may serve this growth */
         passed = pool_newest_passed_locked(pool);
@@ -960,23 +928,23 @@ void pool_unmap_free_pieces_locked(pool_t *pool, uint64_t keep)
             return;
         synchronized = 1;
     }
-    for (uint32_t slot = 0; slot < pool->chunks_count && pool->bytes_reserved > keep; slot++) {
-        ps_vm_range_t *range = pool->chunks[slot].range;
-        if (!pool->chunks[slot].base || !range)
+    for (uint32_t slot = 0; slot < pool->lists.chunks_count && pool->lists.bytes_reserved > keep; slot++) {
+        ps_vm_range_t *range = pool->lists.chunks[slot].range;
+        if (!pool->lists.chunks[slot].base || !range)
             continue;
-        for (uint32_t index = pool->chunks[slot].first_block, next; index != NIL && pool->bytes_reserved > keep;
+        for (uint32_t index = pool->lists.chunks[slot].first_block, next; index != NIL && pool->lists.bytes_reserved > keep;
              index = next) {
-            next = pool->blocks[index].next_phys;
+            next = pool->lists.blocks[index].next_phys;
             uintptr_t lo, hi;
             if (!pool_whole_pieces_of(pool, range, index, &lo, &hi))
                 continue;
-            hi = pool_runs_for(range, lo, hi, pool->bytes_reserved - keep); /* no more than needed */
-            if (pool_reserve_descriptors_locked(pool, 2) != PS_OK)
+            hi = pool_runs_for(range, lo, hi, pool->lists.bytes_reserved - keep); /* no more than needed */
+            if (pool_lists_reserve_descriptors(&pool->lists, 2) != PS_OK)
                 continue;
             /* a block released by a failed host wait (idle unknown) needs
              * the synchronize even there */
             int fenced = pool->options.free_sync == PS_FREE_SYNC_EVENT && pool->options.grow_budget_percent &&
-                         pool->blocks[index].idle_gen == IDLE_NOW;
+                         pool->lists.blocks[index].idle_gen == IDLE_NOW;
             if (!synchronized && !fenced) {
                 if (pool->gpu->device_synchronize(pool->gpu->ctx) != PS_OK)
                     return;

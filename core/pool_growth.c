@@ -63,30 +63,12 @@
 
 /* ---- chunks ------------------------------------------------------------ */
 
-/* A free slot of the chunk table (grown when full), in *slot. */
-int pool_chunk_slot_locked(pool_t *pool, uint32_t *slot)
-{
-    uint32_t s = 0;
-    while (s < pool->chunks_count && pool->chunks[s].base)
-        s++;
-    if (s == pool->chunks_capacity) {
-        uint32_t capacity = pool->chunks_capacity ? pool->chunks_capacity * 2 : 16;
-        pool_chunk_t *bigger = realloc(pool->chunks, capacity * sizeof *bigger);
-        if (!bigger)
-            return PS_ENOMEM;
-        pool->chunks = bigger;
-        pool->chunks_capacity = capacity;
-    }
-    *slot = s;
-    return PS_OK;
-}
-
 /* Takes one chunk of `chunk_size` bytes from the upstream into the ready
  * list; *grown = its block. Needs one reserved descriptor. */
 int pool_add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32_t *grown)
 {
     uint32_t slot;
-    if (pool_chunk_slot_locked(pool, &slot) != PS_OK)
+    if (pool_lists_chunk_slot(&pool->lists, &slot) != PS_OK)
         return PS_ENOMEM;
     void *base;
     int status = ps_allocate(pool->base.upstream, chunk_size, PS_STREAM_NONE, &base);
@@ -99,22 +81,9 @@ int pool_add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32_t
         ps_deallocate(pool->base.upstream, base, chunk_size, PS_STREAM_NONE);
         return PS_ENOMEM; /* the upstream's alignment is too small for this request */
     }
-    uint32_t index = pool_take_descriptor(pool);
-    pool_block_t *b = &pool->blocks[index];
-    b->addr = addr;
-    b->size = usable;
-    b->free_stamp = 0;
-    b->idle_gen = IDLE_NOW; /* fresh memory */
-    b->prev_phys = b->next_phys = NIL;
-    b->chunk = slot;
-    pool->chunks[slot] = (pool_chunk_t){base, chunk_size, addr, usable, index, NULL};
-    if (slot == pool->chunks_count)
-        pool->chunks_count++;
-    pool_list_insert(pool, OWNER_READY, index);
-    pool->bytes_reserved += usable;
-    if (pool->bytes_reserved > pool->peak_bytes_reserved)
-        pool->peak_bytes_reserved = pool->bytes_reserved;
-    pool->upstream_allocs++;
+    uint32_t index = pool_lists_add_chunk(&pool->lists, slot, &(pool_chunk_t){base, chunk_size, addr, usable, NIL, NULL});
+    pool_lists_insert(&pool->lists, OWNER_READY, index); /* fresh memory */
+    pool_lists_count_growth(&pool->lists, usable, 1);
     *grown = index;
     return PS_OK;
 }
@@ -126,8 +95,8 @@ int pool_grow_locked(pool_t *pool, size_t need, uint32_t *grown)
     if (pool->expandable)
         return pool_grow_expandable_locked(pool, need, grown);
     const ps_pool_options_t *o = &pool->options;
-    size_t step = (size_t)(pool->bytes_reserved / 100 * o->growth_percent +
-                           pool->bytes_reserved % 100 * o->growth_percent / 100);
+    size_t step = (size_t)(pool->lists.bytes_reserved / 100 * o->growth_percent +
+                           pool->lists.bytes_reserved % 100 * o->growth_percent / 100);
     if (step < o->min_chunk)
         step = o->min_chunk;
     if (step > o->max_chunk)
@@ -139,7 +108,7 @@ int pool_grow_locked(pool_t *pool, size_t need, uint32_t *grown)
         chunk_size = step;
     chunk_size = ps_align_up(chunk_size, o->alignment);
     if (o->maximum_size) {
-        size_t room = pool->bytes_reserved >= o->maximum_size ? 0 : o->maximum_size - pool->bytes_reserved;
+        size_t room = pool->lists.bytes_reserved >= o->maximum_size ? 0 : o->maximum_size - pool->lists.bytes_reserved;
         room &= ~(o->alignment - 1);
         if (room < need)
             return PS_ENOMEM;
@@ -160,7 +129,7 @@ int pool_grow_locked(pool_t *pool, size_t need, uint32_t *grown)
 /* The growth bound allowed now: max(pending_wait_bytes, pending_wait_percent % of reserved). */
 static uint64_t pending_bound_locked(const pool_t *pool)
 {
-    uint64_t share = pool->bytes_reserved / 100 * pool->options.pending_wait_percent;
+    uint64_t share = pool->lists.bytes_reserved / 100 * pool->options.pending_wait_percent;
     return share > pool->options.pending_wait_bytes ? share : pool->options.pending_wait_bytes;
 }
 
@@ -194,7 +163,7 @@ int pool_wait_pending_over_bound_locked(pool_t *pool, size_t need, void **out)
  * PS_ENOMEM: go on and grow. */
 int pool_fit_budget_locked(pool_t *pool, size_t need, void **out)
 {
-    uint64_t high = pool->bytes_in_use + need;
+    uint64_t high = pool->lists.bytes_in_use + need;
     if (high > pool->in_use_high)
         pool->in_use_high = high;
     uint64_t budget = pool->in_use_high / 100 * pool->options.grow_budget_percent +
@@ -202,7 +171,7 @@ int pool_fit_budget_locked(pool_t *pool, size_t need, void **out)
     if (budget < pool->options.grow_budget_min) /* the floor (step 4) */
         budget = pool->options.grow_budget_min;
     uint64_t keep = budget > need ? budget - need : 0;
-    if (pool->bytes_reserved <= keep)
+    if (pool->lists.bytes_reserved <= keep)
         return PS_ENOMEM;
     if (pool->gpu && pool->reuse.bytes_pending) {
         ps_reuse_close_or_sync(&pool->reuse);
@@ -227,13 +196,13 @@ static int pool_at_budget_min_locked(const pool_t *pool)
 {
     return pool->options.grow_budget_min && pool->expandable && pool->options.grow_budget_percent &&
            pool->options.free_sync == PS_FREE_SYNC_EVENT && pool->gpu &&
-           pool->bytes_reserved <= pool->options.grow_budget_min;
+           pool->lists.bytes_reserved <= pool->options.grow_budget_min;
 }
 
 /* Step 4: ... and reserved + `need` fit in it. */
 int pool_under_budget_min_locked(const pool_t *pool, size_t need)
 {
-    return pool_at_budget_min_locked(pool) && need <= pool->options.grow_budget_min - pool->bytes_reserved;
+    return pool_at_budget_min_locked(pool) && need <= pool->options.grow_budget_min - pool->lists.bytes_reserved;
 }
 
 /* Step b of core/pool.c (close the open epoch and poll its fence for up to
@@ -274,7 +243,7 @@ void pool_fence_batch_locked(pool_t *pool, size_t freed)
     ps_reuse_t *r = &pool->reuse;
     if (!pool_at_budget_min_locked(pool) || pool_under_budget_min_locked(pool, freed))
         return;
-    if (r->open.bytes * 2 >= pool->bytes_reserved - pool->bytes_in_use)
+    if (r->open.bytes * 2 >= pool->lists.bytes_reserved - pool->lists.bytes_in_use)
         ps_reuse_close(r); /* no fence: the next exhaustion closes it as before */
 }
 
@@ -285,9 +254,9 @@ void pool_fence_batch_locked(pool_t *pool, size_t freed)
  * synchronized); a refusal keeps it, said with a warning when `warn`. */
 static void give_chunk_back_locked(pool_t *pool, uint32_t slot, uint64_t passed, int warn)
 {
-    pool_chunk_t *chunk = &pool->chunks[slot];
+    pool_chunk_t *chunk = &pool->lists.chunks[slot];
     uint32_t index = chunk->first_block;
-    pool_block_t *b = &pool->blocks[index];
+    pool_block_t *b = &pool->lists.blocks[index];
     if (b->state != BLOCK_FREE || b->owner != OWNER_READY || b->next_phys != NIL ||
         (passed != IDLE_NEVER && b->idle_gen > passed))
         return;
@@ -296,11 +265,7 @@ static void give_chunk_back_locked(pool_t *pool, uint32_t slot, uint64_t passed,
             ps_warning("pool '%s': the upstream refused a chunk back; keeping it", pool->base.name);
         return;
     }
-    pool_list_remove(pool, index);
-    pool_recycle_descriptor(pool, index);
-    pool->bytes_reserved -= chunk->size;
-    pool->upstream_frees++;
-    chunk->base = NULL;
+    pool_lists_drop_chunk(&pool->lists, slot);
 }
 
 /* Gives wholly free chunks of the ready list back to the upstream (and,
@@ -308,11 +273,10 @@ static void give_chunk_back_locked(pool_t *pool, uint32_t slot, uint64_t passed,
 void pool_release_free_chunks_locked(pool_t *pool, uint64_t keep)
 {
     pool_quick_flush_locked(pool);
-    for (uint32_t slot = 0; slot < pool->chunks_count && pool->bytes_reserved > keep; slot++)
-        if (pool->chunks[slot].base && !pool->chunks[slot].range)
+    for (uint32_t slot = 0; slot < pool->lists.chunks_count && pool->lists.bytes_reserved > keep; slot++)
+        if (pool->lists.chunks[slot].base && !pool->lists.chunks[slot].range)
             give_chunk_back_locked(pool, slot, IDLE_NEVER, 1);
-    while (pool->chunks_count && !pool->chunks[pool->chunks_count - 1].base)
-        pool->chunks_count--;
+    pool_lists_trim_chunks(&pool->lists);
     if (pool->expandable)
         pool_unmap_free_pieces_locked(pool, keep);
 }
@@ -327,29 +291,28 @@ void pool_release_free_chunks_locked(pool_t *pool, uint64_t keep)
  * given back. */
 uint64_t pool_release_idle_locked(pool_t *pool, uint64_t keep, uint64_t passed)
 {
-    uint64_t before = pool->bytes_reserved;
+    uint64_t before = pool->lists.bytes_reserved;
     if (pool->lent_head != NIL && !pool_return_lent_locked(pool, passed))
         passed = IDLE_NOW; /* a twin stayed mapped: only memory idle now (never lent) may go */
-    for (uint32_t slot = 0; slot < pool->chunks_count && pool->bytes_reserved > keep; slot++) {
-        pool_chunk_t *chunk = &pool->chunks[slot];
+    for (uint32_t slot = 0; slot < pool->lists.chunks_count && pool->lists.bytes_reserved > keep; slot++) {
+        pool_chunk_t *chunk = &pool->lists.chunks[slot];
         if (!chunk->base)
             continue;
         if (!chunk->range) { /* a chunk goes back whole, when wholly free and idle */
             give_chunk_back_locked(pool, slot, passed, 0);
             continue;
         }
-        for (uint32_t index = chunk->first_block, next; index != NIL && pool->bytes_reserved > keep; index = next) {
-            next = pool->blocks[index].next_phys;
+        for (uint32_t index = chunk->first_block, next; index != NIL && pool->lists.bytes_reserved > keep; index = next) {
+            next = pool->lists.blocks[index].next_phys;
             uintptr_t lo, hi;
-            if (pool->blocks[index].idle_gen > passed || !pool_whole_pieces_of(pool, chunk->range, index, &lo, &hi))
+            if (pool->lists.blocks[index].idle_gen > passed || !pool_whole_pieces_of(pool, chunk->range, index, &lo, &hi))
                 continue;
-            hi = pool_runs_for(chunk->range, lo, hi, pool->bytes_reserved - keep); /* no more than needed */
-            if (pool_reserve_descriptors_locked(pool, 2) != PS_OK)
+            hi = pool_runs_for(chunk->range, lo, hi, pool->lists.bytes_reserved - keep); /* no more than needed */
+            if (pool_lists_reserve_descriptors(&pool->lists, 2) != PS_OK)
                 break;
             pool_unmap_block_pieces_locked(pool, slot, index, lo, hi, NULL, &next);
         }
     }
-    while (pool->chunks_count && !pool->chunks[pool->chunks_count - 1].base)
-        pool->chunks_count--;
-    return before - pool->bytes_reserved;
+    pool_lists_trim_chunks(&pool->lists);
+    return before - pool->lists.bytes_reserved;
 }

@@ -5,7 +5,7 @@
  *
  * Algorithm
  *  1. A stream used by cudaMallocAsync/cudaFreeAsync gets an owner on first
- *     use: an index into pool->owners, found through a stream -> owner map
+ *     use: an owner of the lists (core/pool_lists.h), found through a stream -> owner map
  *     behind a one-entry cache; owners of destroyed streams are reused. The
  *     legacy default stream's two handles share one owner. The per-thread
  *     default stream (PS_STREAM_PER_THREAD) gets none: one handle names
@@ -45,18 +45,6 @@
 
 /* ---- owners ------------------------------------------------------------ */
 
-/* An empty owner of `stream`, or NULL (host out of memory). */
-pool_owner_t *pool_owner_new(ps_stream_t stream)
-{
-    pool_owner_t *owner = malloc(sizeof *owner);
-    if (!owner)
-        return NULL;
-    memset(owner, 0, sizeof *owner);
-    memset(owner->heads, 0xff, sizeof owner->heads); /* NIL */
-    owner->stream = stream;
-    return owner;
-}
-
 /* The owner index of `stream`, created on first use. */
 int pool_owner_of_stream_locked(pool_t *pool, ps_stream_t stream, uint32_t *out)
 {
@@ -68,28 +56,27 @@ int pool_owner_of_stream_locked(pool_t *pool, ps_stream_t stream, uint32_t *out)
     }
     uint64_t found;
     if (!ps_ptr_map_get(&pool->stream_owners, stream, &found)) {
-        if (pool->owners_count >= MAX_OWNERS)
+        if (pool->lists.owners_count >= MAX_OWNERS)
             return PS_ENOMEM;
-        if (pool->owners_count == pool->owners_capacity) {
-            uint32_t capacity = pool->owners_capacity * 2;
-            pool_owner_t **bigger = realloc(pool->owners, capacity * sizeof *bigger);
+        if (pool->lists.owners_count == pool->stream_side_capacity) {
+            uint32_t capacity = pool->stream_side_capacity * 2;
+            pool_stream_owner_t *bigger = realloc(pool->stream_side, capacity * sizeof *bigger);
             if (!bigger)
                 return PS_ENOMEM;
-            pool->owners = bigger;
-            pool->owners_capacity = capacity;
+            pool->stream_side = bigger;
+            pool->stream_side_capacity = capacity;
         }
         if (ps_ptr_map_reserve(&pool->stream_owners, 1) != PS_OK)
             return PS_ENOMEM;
         if (pool->dead_count) { /* an owner of a destroyed stream: empty, no fence */
             found = pool->dead_owners[--pool->dead_count];
-            pool->owners[found]->stream = stream;
         } else {
-            pool_owner_t *owner = pool_owner_new(stream);
-            if (!owner)
+            uint32_t index;
+            if (pool_lists_add_owner(&pool->lists, &index) != PS_OK)
                 return PS_ENOMEM;
-            found = pool->owners_count++;
-            pool->owners[found] = owner;
+            found = index;
         }
+        pool->stream_side[found] = (pool_stream_owner_t){stream, NULL, 0};
         ps_ptr_map_put(&pool->stream_owners, stream, found);
     }
     pool->last_stream = stream;
@@ -103,7 +90,7 @@ int pool_owner_of_stream_locked(pool_t *pool, ps_stream_t stream, uint32_t *out)
 static void owner_move_blocks(pool_t *pool, uint32_t from, uint32_t to, uint64_t max_stamp,
                               uint64_t new_stamp, uint64_t idle)
 {
-    pool_owner_t *owner = pool->owners[from];
+    pool_owner_t *owner = pool->lists.owners[from];
     uint64_t fl_map = owner->fl_bitmap;
     while (fl_map) {
         unsigned fl = (unsigned)__builtin_ctzll(fl_map);
@@ -113,11 +100,11 @@ static void owner_move_blocks(pool_t *pool, uint32_t from, uint32_t to, uint64_t
             unsigned sl = (unsigned)__builtin_ctz(sl_map);
             sl_map &= sl_map - 1;
             for (uint32_t index = owner->heads[fl][sl], next; index != NIL; index = next) {
-                next = pool->blocks[index].next_free;
-                if (pool->blocks[index].free_stamp > max_stamp)
+                next = pool->lists.blocks[index].next_free;
+                if (pool->lists.blocks[index].free_stamp > max_stamp)
                     continue;
-                pool_list_remove(pool, index);
-                pool_release_block(pool, index, to, new_stamp, idle);
+                pool_lists_remove(&pool->lists, index);
+                pool_lists_release(&pool->lists, index, to, new_stamp, idle);
             }
         }
     }
@@ -131,23 +118,23 @@ static void owner_move_blocks(pool_t *pool, uint32_t from, uint32_t to, uint64_t
 int pool_poll_stream_lists_locked(pool_t *pool, int record, int wait)
 {
     int moved = 0;
-    for (uint32_t o = 1; o < pool->owners_count; o++) {
-        pool_owner_t *owner = pool->owners[o];
-        if (!owner->free_blocks)
+    for (uint32_t o = 1; o < pool->lists.owners_count; o++) {
+        pool_stream_owner_t *side = &pool->stream_side[o];
+        if (!pool->lists.owners[o]->free_blocks)
             continue;
-        if (!owner->fence) {
-            if (!record || pool->gpu->fence_record(pool->gpu->ctx, owner->stream, &owner->fence) != PS_OK)
+        if (!side->fence) {
+            if (!record || pool->gpu->fence_record(pool->gpu->ctx, side->stream, &side->fence) != PS_OK)
                 continue;
             pool->fences_recorded++;
-            owner->fence_stamp = pool->free_counter;
+            side->fence_stamp = pool->free_counter;
         }
-        int status = wait ? ps_reuse_fence_handoff(pool->gpu, owner->fence, PS_STREAM_NONE, &pool->fence_waits)
-                          : pool->gpu->fence_query(pool->gpu->ctx, owner->fence);
+        int status = wait ? ps_reuse_fence_handoff(pool->gpu, side->fence, PS_STREAM_NONE, &pool->fence_waits)
+                          : pool->gpu->fence_query(pool->gpu->ctx, side->fence);
         if (status != PS_OK)
             continue;
-        owner_move_blocks(pool, o, OWNER_READY, owner->fence_stamp, 0, IDLE_NOW); /* the fence completed */
-        pool->gpu->fence_release(pool->gpu->ctx, owner->fence);
-        owner->fence = NULL;
+        owner_move_blocks(pool, o, OWNER_READY, side->fence_stamp, 0, IDLE_NOW); /* the fence completed */
+        pool->gpu->fence_release(pool->gpu->ctx, side->fence);
+        side->fence = NULL;
         moved++;
     }
     return moved;
@@ -159,10 +146,10 @@ int pool_poll_stream_lists_locked(pool_t *pool, int record, int wait)
  * tried). Returns 1 if blocks moved. */
 int pool_steal_stream_list_locked(pool_t *pool, uint32_t to, size_t size)
 {
-    for (uint32_t o = 1; o < pool->owners_count; o++) {
-        if (o == to || pool_list_find(pool, pool->owners[o], size) == NIL)
+    for (uint32_t o = 1; o < pool->lists.owners_count; o++) {
+        if (o == to || pool_lists_find(&pool->lists, pool->lists.owners[o], size) == NIL)
             continue;
-        if (ps_reuse_stream_handoff(pool->gpu, pool->owners[o]->stream, pool->owners[to]->stream,
+        if (ps_reuse_stream_handoff(pool->gpu, pool->stream_side[o].stream, pool->stream_side[to].stream,
                                     &pool->fences_recorded, NULL) != PS_OK)
             continue;
         owner_move_blocks(pool, o, to, UINT64_MAX, ++pool->free_counter, IDLE_NEVER);
@@ -183,8 +170,8 @@ int pool_anything_pending_locked(const pool_t *pool)
 {
     if (pool->reuse.bytes_pending)
         return 1;
-    for (uint32_t o = 1; o < pool->owners_count; o++)
-        if (pool->owners[o]->free_bytes)
+    for (uint32_t o = 1; o < pool->lists.owners_count; o++)
+        if (pool->lists.owners[o]->free_bytes)
             return 1;
     return 0;
 }
@@ -200,13 +187,13 @@ int pool_barrier_release_locked(pool_t *pool)
     if (!ps_reuse_barrier(&pool->reuse)) /* refused: epochs stay, the caller goes on with them */
         return 0;
     pool_remap_earn_locked(pool, pending);
-    for (uint32_t o = 1; o < pool->owners_count; o++) {
-        pool_owner_t *owner = pool->owners[o];
-        if (owner->free_blocks) /* idle once this barrier passed */
+    for (uint32_t o = 1; o < pool->lists.owners_count; o++) {
+        if (pool->lists.owners[o]->free_blocks) /* idle once this barrier passed */
             owner_move_blocks(pool, o, OWNER_READY, UINT64_MAX, 0, pool->reuse.release_idle);
-        if (owner->fence) {
-            gpu->fence_release(gpu->ctx, owner->fence);
-            owner->fence = NULL;
+        pool_stream_owner_t *side = &pool->stream_side[o];
+        if (side->fence) {
+            gpu->fence_release(gpu->ctx, side->fence);
+            side->fence = NULL;
         }
     }
     return 1;
@@ -247,7 +234,8 @@ void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
     if (pool->last_stream == stream)
         pool->last_stream = PS_STREAM_NONE;
     uint32_t o = (uint32_t)found;
-    pool_owner_t *owner = pool->owners[o];
+    pool_owner_t *owner = pool->lists.owners[o];
+    pool_stream_owner_t *side = &pool->stream_side[o];
     if (owner->free_blocks) {
         /* gather the stream's blocks as pending, in a side list */
         ps_reuse_list_t retired = {0};
@@ -256,12 +244,12 @@ void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
             unsigned fl = (unsigned)__builtin_ctzll(owner->fl_bitmap);
             unsigned sl = (unsigned)__builtin_ctz(owner->sl_bitmap[fl]);
             uint32_t index = owner->heads[fl][sl];
-            pool_list_remove(pool, index);
-            pool->blocks[index].state = BLOCK_PENDING;
-            if (ps_reuse_list_push(&retired, index, pool->blocks[index].size) != PS_OK) {
+            pool_lists_remove(&pool->lists, index);
+            pool->lists.blocks[index].state = BLOCK_PENDING;
+            if (ps_reuse_list_push(&retired, index, pool->lists.blocks[index].size) != PS_OK) {
                 /* no host memory for the list: this block is safe after a device sync */
                 synced = synced || pool->gpu->device_synchronize(pool->gpu->ctx) == PS_OK;
-                pool_release_block(pool, index, OWNER_READY, 0, synced ? IDLE_NOW : IDLE_NEVER);
+                pool_lists_release(&pool->lists, index, OWNER_READY, 0, synced ? IDLE_NOW : IDLE_NEVER);
             }
         }
         /* one fence on every stream, this one included (it is still
@@ -269,11 +257,11 @@ void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
          * one, a device synchronize */
         ps_reuse_retire(&pool->reuse, &retired, PS_STREAM_NONE);
     }
-    if (owner->fence) {
-        pool->gpu->fence_release(pool->gpu->ctx, owner->fence);
-        owner->fence = NULL;
+    if (side->fence) {
+        pool->gpu->fence_release(pool->gpu->ctx, side->fence);
+        side->fence = NULL;
     }
-    owner->stream = PS_STREAM_NONE;
+    side->stream = PS_STREAM_NONE;
     uint32_t *grown = realloc(pool->dead_owners, (pool->dead_count + 1) * sizeof *grown);
     if (grown) { /* without room the owner is simply never reused */
         pool->dead_owners = grown;
