@@ -272,6 +272,64 @@ static inline uint64_t owner_ready_hint_locked(const pool_t *pool)
     return pool->lists.owners[OWNER_READY]->free_bytes;
 }
 
+/* ---- growth ------------------------------------------------------------ */
+
+/* One growth of the range: the remap it may begin with wants a barrier,
+ * which the front issues; *lent: it lent pieces and failed. */
+static int grow_range_once_locked(pool_t *pool, size_t need, uint32_t *grown, bool *lent)
+{
+    pool_range_growth_t g;
+    *lent = false;
+    int status = pool_expandable_begin(&pool->range, &pool->lists, need, &g);
+    if (status != PS_OK)
+        return status;
+    bool barrier = g.wants_barrier && pool_barrier_release_locked(pool);
+    return pool_expandable_finish(&pool->range, &pool->lists, &g, barrier, grown, lent);
+}
+
+/* Maps the fewest new pieces that give a ready block of at least `need`
+ * bytes, *grown = the block. A growth that lent pieces and failed (its
+ * lent blocks taken back) is tried once more without lending; when the
+ * failure was not for lack of memory, the driver would not map memory
+ * twice: the pool stops lending (it waits, as with remap_lend 0) and says
+ * so once. Needs two reserved descriptors. */
+static int grow_range_locked(pool_t *pool, size_t need, uint32_t *grown)
+{
+    bool lent;
+    int status = grow_range_once_locked(pool, need, grown, &lent);
+    if (status == PS_OK || !lent)
+        return status;
+    bool refused = status != PS_ENOMEM;
+    pool_expandable_refuse_lending(&pool->range, true); /* for the second try */
+    status = grow_range_once_locked(pool, need, grown, &lent);
+    pool_expandable_refuse_lending(&pool->range, refused);
+    if (refused)
+        ps_warning("pool '%s': mapping memory at a second address failed; remap waits for the GPU from now on "
+                   "(as with remap_lend = 0)",
+                   pool->base.name);
+    return status;
+}
+
+/* Grows for `need` bytes: the range, or one chunk; *grown = the ready
+ * block that now fits. */
+static int grow_locked(pool_t *pool, size_t need, uint32_t *grown)
+{
+    if (pool->range.on)
+        return grow_range_locked(pool, need, grown);
+    return pool_grow_chunks_locked(pool, need, grown);
+}
+
+/* expandable_map_first: the range's first piece is mapped when the pool
+ * is made, a free ready block, so that a program's first small cudaMalloc
+ * maps nothing. Best effort: a failure leaves it to the first growth. */
+static void map_first_piece_locked(pool_t *pool)
+{
+    uint32_t grown;
+    size_t piece = pool_expandable_first_piece(&pool->range, &pool->lists);
+    if (piece)
+        (void)grow_range_locked(pool, piece, &grown);
+}
+
 /* ---- allocate / deallocate --------------------------------------------- */
 
 /* Steps a-f of the file header; `stream_allocation`: the request is
@@ -314,11 +372,11 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
         !pool_under_budget_min_locked(pool, need) && pool_wait_pending_over_bound_locked(pool, need, out) == PS_OK)
         return PS_OK;
     uint32_t grown;
-    if (pool->options.release_before_grow && !pool->expandable)
+    if (pool->options.release_before_grow && !pool->range.on)
         pool_release_free_chunks_locked(pool, 0);
-    else if (pool->options.grow_budget_percent && pool->expandable && pool_fit_budget_locked(pool, need, out) == PS_OK)
+    else if (pool->options.grow_budget_percent && pool->range.on && pool_fit_budget_locked(pool, need, out) == PS_OK)
         return PS_OK;
-    if (pool_grow_locked(pool, need, &grown) == PS_OK)
+    if (grow_locked(pool, need, &grown) == PS_OK)
         return take_grown_locked(pool, grown, need, out);
     if (gpu) {
         /* d. memory pressure: a barrier (one refused at step B, while a
@@ -342,7 +400,7 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
     if (pool_tcache_drain_locked(pool, need, stream_allocation, 1, out) == PS_OK)
         return PS_OK;
     pool_release_free_chunks_locked(pool, 0);
-    if (pool_grow_locked(pool, need, &grown) == PS_OK)
+    if (grow_locked(pool, need, &grown) == PS_OK)
         return take_grown_locked(pool, grown, need, out);
     return PS_ENOMEM; /* f. */
 }
@@ -420,8 +478,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
 static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t stream)
 {
     pool_t *pool = (pool_t *)r;
-    if (__builtin_expect(!atomic_load_explicit(&pool->freed, memory_order_relaxed), 0))
-        atomic_store_explicit(&pool->freed, 1, memory_order_relaxed); /* (setup runs end here) */
+    pool_expandable_note_free(&pool->range); /* (setup runs end here) */
     int stream_ordered = ps_reuse_stream_ordered(stream);
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
@@ -514,12 +571,12 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
     info->fence_waits += pool->fence_waits + pool->reuse.fence_waits;
     info->barriers += pool->reuse.barriers + atomic_load_explicit(&pool->cache_barriers, memory_order_relaxed);
     info->pending_waits += pool->pending_waits;
-    info->remap_syncs += pool->remap_syncs;
-    info->remaps_idle += pool->remaps_idle;
-    info->remap_waits += pool->remap_waits;
-    info->remaps_slack += pool->remaps_slack;
-    info->remaps_lent += pool->remaps_lent;
-    info->expandable += (uint64_t)pool->expandable;
+    info->remap_syncs += pool->range.remap_syncs;
+    info->remaps_idle += pool->range.remaps_idle;
+    info->remap_waits += pool->range.remap_waits;
+    info->remaps_slack += pool->range.remaps_slack;
+    info->remaps_lent += pool->range.remaps_lent;
+    info->expandable += (uint64_t)pool->range.on;
     ps_unlock(&pool->lock);
 }
 
@@ -528,7 +585,7 @@ static void pool_destroy(ps_resource_t *r)
     pool_t *pool = (pool_t *)r;
     ps_reuse_destroy(&pool->reuse);
     ps_tcache_destroy(pool->tcache); /* its blocks die with the chunks below */
-    ps_vm_stash_free(&pool->stash);  /* (empty: every growth drops what it kept) */
+    pool_expandable_destroy(&pool->range);
     if (pool->gpu) {
         for (uint32_t o = 0; o < pool->lists.owners_count; o++)
             if (pool->stream_side[o].fence)
@@ -557,14 +614,14 @@ const ps_resource_ops_t pool_ops = {"pool", pool_allocate, pool_deallocate, pool
  * that much mapped at the start of the range. */
 static int grow_or_add_initial_locked(pool_t *pool, size_t initial, uint32_t *grown)
 {
-    if (pool->expandable)
-        return pool_grow_expandable_locked(pool, initial, grown);
+    if (pool->range.on)
+        return grow_range_locked(pool, initial, grown);
     return pool_add_chunk_locked(pool, initial, initial, grown);
 }
 
 int ps_pool_is_expandable(ps_resource_t *r)
 {
-    return r && r->ops == &pool_ops && ((pool_t *)r)->expandable;
+    return r && r->ops == &pool_ops && ((pool_t *)r)->range.on;
 }
 
 void ps_pool_options_default(ps_pool_options_t *opts)
@@ -635,11 +692,8 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     pool->alignment_log2 = (unsigned)__builtin_ctzll(o.alignment);
     ps_reuse_init(&pool->reuse, gpu, o.free_sync, o.barrier_pending_percent, &pool->family, pool_release_pending, pool);
     pool->last_stream = PS_STREAM_NONE;
-    pool->unmapped_head = NIL;
-    pool->lent_head = NIL;
-    pool->remap_credit = (uint64_t)REMAP_BURST * REMAP_CREDIT_UNIT;
     pool->eager_barrier = o.free_sync == PS_FREE_SYNC_BARRIER && o.barrier_pending_percent && gpu && gpu->barrier;
-    pool->expandable = o.expandable && gpu && gpu->vm_reserve && gpu->vm_map && gpu->vm_unmap && gpu->vm_granularity;
+    pool_expandable_init(&pool->range, &pool->options, gpu, pool->base.name);
     int status = pool_lists_init(&pool->lists, o.alignment, o.small_from_back);
     pool->stream_side_capacity = 8;
     pool->stream_side = calloc(pool->stream_side_capacity, sizeof *pool->stream_side);
@@ -661,9 +715,9 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
         pool->tcache_max_block = ps_tcache_max_block(pool->tcache);
     }
     if (status == PS_OK)
-        pool_reserve_first_range_locked(pool); /* (no lock yet: the pool is not shared) */
+        pool_expandable_reserve_first_range(&pool->range, &pool->lists); /* (no lock yet: the pool is not shared) */
     if (status == PS_OK && o.expandable_map_first && !o.initial_size)
-        pool_map_first_piece_locked(pool);
+        map_first_piece_locked(pool);
     if (status == PS_OK && o.initial_size) {
         size_t initial = ps_align_up(o.initial_size, o.alignment);
         uint32_t grown;
@@ -675,4 +729,14 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     }
     *out = &pool->base;
     return PS_OK;
+}
+
+void ps_pool_test_skip_idle_check(int on)
+{
+    pool_expandable_test_skip_idle_check(on);
+}
+
+void ps_pool_test_return_lent_at_once(int on)
+{
+    pool_expandable_test_return_lent_at_once(on);
 }

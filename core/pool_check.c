@@ -221,12 +221,12 @@ static int check_locked(pool_t *pool)
     CHECK(pending == pool->reuse.bytes_pending, n, "pending %llu, blocks sum %llu",
           (unsigned long long)pool->reuse.bytes_pending, (unsigned long long)pending);
     CHECK(reserved == used + freeb + pending, n, "reserved != in use + free + pending");
-    CHECK(unmapped == pool->bytes_unmapped, n, "unmapped %llu, blocks sum %llu",
-          (unsigned long long)pool->bytes_unmapped, (unsigned long long)unmapped);
-    CHECK(lent == pool->bytes_lent, n, "lent %llu, blocks sum %llu", (unsigned long long)pool->bytes_lent,
+    CHECK(unmapped == pool->range.bytes_unmapped, n, "unmapped %llu, blocks sum %llu",
+          (unsigned long long)pool->range.bytes_unmapped, (unsigned long long)unmapped);
+    CHECK(lent == pool->range.bytes_lent, n, "lent %llu, blocks sum %llu", (unsigned long long)pool->range.bytes_lent,
           (unsigned long long)lent);
-    if (check_state_list(pool, pool->lent_head, BLOCK_LENT, lent_blocks, "lent") != PS_OK ||
-        check_state_list(pool, pool->unmapped_head, BLOCK_UNMAPPED, unmapped_blocks, "unmapped") != PS_OK)
+    if (check_state_list(pool, pool->range.lent_head, BLOCK_LENT, lent_blocks, "lent") != PS_OK ||
+        check_state_list(pool, pool->range.unmapped_head, BLOCK_UNMAPPED, unmapped_blocks, "unmapped") != PS_OK)
         return PS_EINVAL;
     CHECK(used_blocks == pool->lists.in_use.count, n, "%llu used blocks, %zu in the map",
           (unsigned long long)used_blocks, pool->lists.in_use.count);

@@ -200,7 +200,7 @@ uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64
         pool_quick_flush_locked(pool);
         if (idle && pool->tcache)
             ps_tcache_drain_all_locked(pool->tcache);
-        uint64_t passed = pool_newest_passed_locked(pool);
+        uint64_t passed = pool_newest_passed(pool->gpu);
         for (;;) { /* DECAY_STEP at a time, the lock let go in between (7. above) */
             uint64_t step = pool->lists.bytes_reserved > target + DECAY_STEP ? pool->lists.bytes_reserved - DECAY_STEP : target;
             uint64_t started = ps_now_ns(), frees = pool->lists.upstream_frees;

@@ -90,10 +90,8 @@ int pool_add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32_t
 
 /* Step c: grows by one chunk big enough for `need` bytes, or (expandable)
  * maps what is missing; *grown = the ready block that now fits. */
-int pool_grow_locked(pool_t *pool, size_t need, uint32_t *grown)
+int pool_grow_chunks_locked(pool_t *pool, size_t need, uint32_t *grown)
 {
-    if (pool->expandable)
-        return pool_grow_expandable_locked(pool, need, grown);
     const ps_pool_options_t *o = &pool->options;
     size_t step = (size_t)(pool->lists.bytes_reserved / 100 * o->growth_percent +
                            pool->lists.bytes_reserved % 100 * o->growth_percent / 100);
@@ -194,7 +192,7 @@ int pool_fit_budget_locked(pool_t *pool, size_t need, void **out)
  * range whose blocks wait for fences) and no more than it is reserved. */
 static int pool_at_budget_min_locked(const pool_t *pool)
 {
-    return pool->options.grow_budget_min && pool->expandable && pool->options.grow_budget_percent &&
+    return pool->options.grow_budget_min && pool->range.on && pool->options.grow_budget_percent &&
            pool->options.free_sync == PS_FREE_SYNC_EVENT && pool->gpu &&
            pool->lists.bytes_reserved <= pool->options.grow_budget_min;
 }
@@ -277,8 +275,8 @@ void pool_release_free_chunks_locked(pool_t *pool, uint64_t keep)
         if (pool->lists.chunks[slot].base && !pool->lists.chunks[slot].range)
             give_chunk_back_locked(pool, slot, IDLE_NEVER, 1);
     pool_lists_trim_chunks(&pool->lists);
-    if (pool->expandable)
-        pool_unmap_free_pieces_locked(pool, keep);
+    if (pool->range.on)
+        pool_expandable_unmap_free_pieces(&pool->range, &pool->lists, keep);
 }
 
 /* The decay's give-back (core/pool_decay.c): like
@@ -292,7 +290,7 @@ void pool_release_free_chunks_locked(pool_t *pool, uint64_t keep)
 uint64_t pool_release_idle_locked(pool_t *pool, uint64_t keep, uint64_t passed)
 {
     uint64_t before = pool->lists.bytes_reserved;
-    if (pool->lent_head != NIL && !pool_return_lent_locked(pool, passed))
+    if (pool->range.lent_head != NIL && !pool_expandable_return_lent(&pool->range, &pool->lists, passed))
         passed = IDLE_NOW; /* a twin stayed mapped: only memory idle now (never lent) may go */
     for (uint32_t slot = 0; slot < pool->lists.chunks_count && pool->lists.bytes_reserved > keep; slot++) {
         pool_chunk_t *chunk = &pool->lists.chunks[slot];
@@ -305,12 +303,12 @@ uint64_t pool_release_idle_locked(pool_t *pool, uint64_t keep, uint64_t passed)
         for (uint32_t index = chunk->first_block, next; index != NIL && pool->lists.bytes_reserved > keep; index = next) {
             next = pool->lists.blocks[index].next_phys;
             uintptr_t lo, hi;
-            if (pool->lists.blocks[index].idle_gen > passed || !pool_whole_pieces_of(pool, chunk->range, index, &lo, &hi))
+            if (pool->lists.blocks[index].idle_gen > passed || !pool_expandable_whole_pieces(&pool->lists, chunk->range, index, &lo, &hi))
                 continue;
-            hi = pool_runs_for(chunk->range, lo, hi, pool->lists.bytes_reserved - keep); /* no more than needed */
+            hi = pool_expandable_runs_for(chunk->range, lo, hi, pool->lists.bytes_reserved - keep); /* no more than needed */
             if (pool_lists_reserve_descriptors(&pool->lists, 2) != PS_OK)
                 break;
-            pool_unmap_block_pieces_locked(pool, slot, index, lo, hi, NULL, &next);
+            pool_expandable_unmap_block_pieces(&pool->range, &pool->lists, slot, index, lo, hi, NULL, &next);
         }
     }
     pool_lists_trim_chunks(&pool->lists);

@@ -9,6 +9,7 @@
 #define POOLSHIM_POOL_INTERNAL_H
 
 #include "pool.h"
+#include "pool_expandable.h"
 #include "pool_lists.h"
 #include "ptr_map.h"
 #include "thread_cache.h"
@@ -52,6 +53,7 @@ typedef struct pool {
     _Alignas(64) ps_lock_t lock; /* guards everything below but the family (a spinlock: sections are short) */
 
     pool_lists_t lists;         /* blocks, chunks, free lists (core/pool_lists.h) */
+    pool_expandable_t range;    /* the expandable range (core/pool_expandable.h) */
     pool_stream_owner_t *stream_side; /* per owner of the lists: its stream and fence */
     uint32_t stream_side_capacity; /* length of stream_side[] */
     ps_ptr_map_t stream_owners; /* stream -> owner index */
@@ -74,39 +76,17 @@ typedef struct pool {
     uint64_t fences_recorded;   /* fences this pool recorded for stream lists (epochs: reuse's) */
     uint64_t fence_waits;       /* host waits on stream lists (epochs: reuse's) */
     uint64_t pending_waits;     /* host waits because pending bytes passed the growth bound */
-    uint64_t remap_syncs;       /* device synchronizes before moving free pieces to a growth (remap) */
-    ps_vm_stash_t stash;        /* remap: pieces unmapped with their memory kept for the growth (empty between calls) */
-    uint64_t remaps_idle;       /* remaps that moved idle pieces without a device synchronize */
-    uint64_t remap_waits;       /* remaps that waited for the barrier that released the pieces, not the device */
-    uint64_t remaps_slack;      /* remaps left out for a growth within remap_slack_percent instead of a wait */
-    uint64_t remaps_lent;       /* remaps that lent busy pieces' memory instead of a wait (remap_lend) */
-    int lend_refused;           /* 1: mapping lent memory a second time failed (not for lack of memory):
-                                   this pool no longer lends */
-    uint64_t peak_need_in_use;  /* most bytes in use + the need at an expandable growth (remap_slack_percent) */
-    uint64_t remap_credit;      /* remaps allowed now, in 1/REMAP_CREDIT_UNIT (earned by turnover) */
     uint64_t in_use_high;       /* most of in use + need seen at a growth (grow_budget_percent) */
     uint64_t decay_high;        /* decay: most bytes in use since the last tick (core/pool_decay.c) */
     pool_decay_tick_t decay_ring[DECAY_TICKS]; /* decay: the last ticks, oldest overwritten */
     unsigned decay_next;        /* decay: the ring's next slot */
 
-    atomic_int freed;           /* 1 once a block was freed to the pool (expandable_setup_run_min);
-                                   written before any lock, read under the pool's lock */
     int eager_barrier;          /* 1: free_sync barrier with barrier_pending_percent > 0 */
-    int expandable;             /* 1: growth maps pieces of virtual-memory ranges, not chunks */
-    uint32_t unmapped_head;     /* UNMAPPED blocks, linked by prev_free/next_free */
-    uint64_t bytes_unmapped;    /* sum of their sizes */
-    uint32_t lent_head;         /* LENT blocks, linked by prev_free/next_free */
-    uint64_t bytes_lent;        /* sum of their sizes (their memory counts where it serves now) */
     /* read by every cache operation, written only by barriers: a line of its own */
     _Alignas(64) ps_reuse_family_t family; /* barrier numbers of the reuse state and the thread caches (lock-free) */
     _Alignas(64) ps_lock_t barrier_lock; /* one thread cache's barrier at a time (the others wait and share it) */
     _Atomic uint64_t cache_barriers; /* barriers issued for thread caches (pool_tcache_barrier) */
 } pool_t;
-
-/* Remap's credit (pool_remap_earn_locked): a burst of REMAP_BURST remaps,
- * counted in 1/REMAP_CREDIT_UNIT. */
-#define REMAP_CREDIT_UNIT 1000u
-#define REMAP_BURST 16u
 
 /* ---- pool_decay.c: free memory not needed for a while goes back -------- */
 uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64_t want);
@@ -213,7 +193,7 @@ void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream);
 
 /* ---- pool_growth.c: chunks, growth and its bounds, giving memory back ---- */
 int pool_add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32_t *grown);
-int pool_grow_locked(pool_t *pool, size_t need, uint32_t *grown);
+int pool_grow_chunks_locked(pool_t *pool, size_t need, uint32_t *grown);
 int pool_wait_pending_over_bound_locked(pool_t *pool, size_t need, void **out);
 int pool_fit_budget_locked(pool_t *pool, size_t need, void **out);
 int pool_under_budget_min_locked(const pool_t *pool, size_t need);
@@ -221,25 +201,6 @@ int pool_close_and_poll_locked(pool_t *pool, size_t need);
 void pool_fence_batch_locked(pool_t *pool, size_t freed);
 void pool_release_free_chunks_locked(pool_t *pool, uint64_t keep);
 uint64_t pool_release_idle_locked(pool_t *pool, uint64_t keep, uint64_t passed);
-void pool_map_first_piece_locked(pool_t *pool);
-
-/* ---- pool_expandable.c: the expandable range, remap, lending ----------- */
-int pool_grow_expandable_locked(pool_t *pool, size_t need, uint32_t *grown);
-/* Reserves an expandable pool's first range at its creation (nothing
- * mapped), so its first growth does not pay for it; a failure is left to
- * that growth, which tries again. */
-void pool_reserve_first_range_locked(pool_t *pool);
-void pool_unmap_free_pieces_locked(pool_t *pool, uint64_t keep);
-int pool_return_lent_locked(pool_t *pool, uint64_t passed);
-int pool_whole_pieces_of(const pool_t *pool, const ps_vm_range_t *range, uint32_t index, uintptr_t *lo,
-                         uintptr_t *hi);
-uintptr_t pool_runs_for(const ps_vm_range_t *range, uintptr_t lo, uintptr_t hi, uint64_t want);
-size_t pool_unmap_block_pieces_locked(pool_t *pool, uint32_t slot, uint32_t index, uintptr_t lo, uintptr_t hi,
-                                      ps_vm_stash_t *stash, uint32_t *after);
-/* The newest barrier the GPU has passed (IDLE_NOW: none known): a ready
- * block with idle_gen <= it is idle. */
-uint64_t pool_newest_passed_locked(const pool_t *pool);
-void pool_remap_earn_locked(pool_t *pool, uint64_t released);
 
 /* ---- pool.c: the recipe ------------------------------------------------ */
 extern const ps_resource_ops_t pool_ops; /* (a resource is a pool when its ops are these) */

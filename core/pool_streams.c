@@ -186,7 +186,7 @@ int pool_barrier_release_locked(pool_t *pool)
     /* (numbered in pool->family: cached blocks freed before it are ready too) */
     if (!ps_reuse_barrier(&pool->reuse)) /* refused: epochs stay, the caller goes on with them */
         return 0;
-    pool_remap_earn_locked(pool, pending);
+    pool_expandable_earn(&pool->range, &pool->lists, pending);
     for (uint32_t o = 1; o < pool->lists.owners_count; o++) {
         if (pool->lists.owners[o]->free_blocks) /* idle once this barrier passed */
             owner_move_blocks(pool, o, OWNER_READY, UINT64_MAX, 0, pool->reuse.release_idle);
