@@ -272,6 +272,68 @@ static inline uint64_t owner_ready_hint_locked(const pool_t *pool)
     return pool->lists.owners[OWNER_READY]->free_bytes;
 }
 
+/* ---- growth's bounds ---------------------------------------------------- */
+
+/* Where reserved + `need` stand against the budget floor (grow_budget_min). */
+static inline pool_budget_floor_t floor_locked(const pool_t *pool, size_t need)
+{
+    return pool_growth_floor(&pool->growth, &pool->range, &pool->lists, need);
+}
+
+/* Merges the parked blocks and gives free memory back until at most
+ * `keep` bytes are reserved (core/pool_growth.c). */
+static void release_free_locked(pool_t *pool, uint64_t keep)
+{
+    pool_quick_flush_locked(pool);
+    pool_growth_release_free(&pool->growth, &pool->range, &pool->lists, keep);
+}
+
+/* Host-waits the oldest epochs one by one, after closing the open one,
+ * trying the ready list after each; with `bounded`, only while more bytes
+ * are pending than the growth bound allows. Each wait is counted in
+ * pending_waits. PS_OK: served. */
+static int wait_epochs_locked(pool_t *pool, size_t need, bool bounded, void **out)
+{
+    ps_reuse_close_or_sync(&pool->reuse);
+    if (pool_try_ready_locked(pool, need, out) == PS_OK) /* the fallback may have freed blocks */
+        return PS_OK;
+    while (pool->reuse.closed_count &&
+           (!bounded || pool->reuse.bytes_pending > pool_growth_pending_bound(&pool->growth, &pool->lists))) {
+        ps_reuse_wait_oldest(&pool->reuse);
+        pool->pending_waits++;
+        if (pool_try_ready_locked(pool, need, out) == PS_OK)
+            return PS_OK;
+    }
+    return PS_ENOMEM;
+}
+
+/* The growth bound: while more bytes are pending than it allows, host-wait
+ * the oldest epoch and retry. PS_OK: served from released blocks;
+ * PS_ENOMEM: go on and grow. */
+static int wait_over_bound_locked(pool_t *pool, size_t need, void **out)
+{
+    if (pool->reuse.bytes_pending <= pool_growth_pending_bound(&pool->growth, &pool->lists))
+        return PS_ENOMEM;
+    return wait_epochs_locked(pool, need, true, out);
+}
+
+/* The growth budget (grow_budget_percent): over it, first host-wait
+ * pending blocks, oldest epoch first, retrying after each (a freed block
+ * that serves is cheaper than pieces given back and mapped again); then
+ * give free pieces back, holes between live blocks before the rest, until
+ * reserved + need fits. PS_OK: served from released blocks; PS_ENOMEM: go
+ * on and grow. */
+static int fit_budget_locked(pool_t *pool, size_t need, void **out)
+{
+    uint64_t keep;
+    if (!pool_growth_over_budget(&pool->growth, &pool->lists, need, &keep))
+        return PS_ENOMEM;
+    if (pool->gpu && pool->reuse.bytes_pending && wait_epochs_locked(pool, need, false, out) == PS_OK)
+        return PS_OK;
+    release_free_locked(pool, keep);
+    return PS_ENOMEM;
+}
+
 /* ---- growth ------------------------------------------------------------ */
 
 /* One growth of the range: the remap it may begin with wants a barrier,
@@ -316,7 +378,7 @@ static int grow_locked(pool_t *pool, size_t need, uint32_t *grown)
 {
     if (pool->range.on)
         return grow_range_locked(pool, need, grown);
-    return pool_grow_chunks_locked(pool, need, grown);
+    return pool_growth_add_chunk_for(&pool->growth, &pool->lists, need, grown);
 }
 
 /* expandable_map_first: the range's first piece is mapped when the pool
@@ -356,7 +418,7 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
         } else if (barrier && pool_anything_pending_locked(pool) && pool_barrier_release_locked(pool)) {
             if (pool_try_ready_locked(pool, need, out) == PS_OK)
                 return PS_OK;
-        } else if (pool_close_and_poll_locked(pool, need) &&
+        } else if (pool_close_and_poll_locked(pool, floor_locked(pool, need)) &&
                    pool_try_ready_locked(pool, need, out) == PS_OK) {
             return PS_OK; /* b. close the open epoch and poll it briefly */
         }
@@ -369,12 +431,12 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
         return PS_OK;
     /* c. grow rather than wait, within the growth bound */
     if (gpu && (pool->options.pending_wait_bytes || pool->options.pending_wait_percent) &&
-        !pool_under_budget_min_locked(pool, need) && pool_wait_pending_over_bound_locked(pool, need, out) == PS_OK)
+        floor_locked(pool, need) != POOL_FLOOR_UNDER && wait_over_bound_locked(pool, need, out) == PS_OK)
         return PS_OK;
     uint32_t grown;
     if (pool->options.release_before_grow && !pool->range.on)
-        pool_release_free_chunks_locked(pool, 0);
-    else if (pool->options.grow_budget_percent && pool->range.on && pool_fit_budget_locked(pool, need, out) == PS_OK)
+        release_free_locked(pool, 0);
+    else if (pool->options.grow_budget_percent && pool->range.on && fit_budget_locked(pool, need, out) == PS_OK)
         return PS_OK;
     if (grow_locked(pool, need, &grown) == PS_OK)
         return take_grown_locked(pool, grown, need, out);
@@ -399,7 +461,7 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
     /* e. every thread's cache comes back; give free memory back and grow once more */
     if (pool_tcache_drain_locked(pool, need, stream_allocation, 1, out) == PS_OK)
         return PS_OK;
-    pool_release_free_chunks_locked(pool, 0);
+    release_free_locked(pool, 0);
     if (grow_locked(pool, need, &grown) == PS_OK)
         return take_grown_locked(pool, grown, need, out);
     return PS_ENOMEM; /* f. */
@@ -510,7 +572,7 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
         size_t freed = pool->lists.blocks[index].size;
         status = pool_defer_block(pool, index);
         if (status == PS_OK && pool->options.grow_budget_min)
-            pool_fence_batch_locked(pool, freed); /* core/pool_growth.c, step 4c */
+            pool_fence_batch_locked(pool, floor_locked(pool, freed)); /* the budget floor's batches */
     } else
         pool_quick_park(pool, index);
     if (status != PS_OK) /* nothing changed: the block is still in use */
@@ -531,7 +593,7 @@ static void pool_device_synchronized(ps_resource_t *r)
     ps_lock(&pool->lock);
     if (pool->lists.bytes_reserved > pool->options.release_threshold) {
         pool_flush_all_locked(pool);
-        pool_release_free_chunks_locked(pool, pool->options.release_threshold);
+        release_free_locked(pool, pool->options.release_threshold);
     }
     ps_unlock(&pool->lock);
 }
@@ -543,7 +605,7 @@ static int pool_trim(ps_resource_t *r)
     if (pool->tcache)
         ps_tcache_drain_all_locked(pool->tcache);
     pool_flush_all_locked(pool);
-    pool_release_free_chunks_locked(pool, 0);
+    release_free_locked(pool, 0);
     ps_unlock(&pool->lock);
     return PS_OK;
 }
@@ -591,12 +653,7 @@ static void pool_destroy(ps_resource_t *r)
             if (pool->stream_side[o].fence)
                 pool->gpu->fence_release(pool->gpu->ctx, pool->stream_side[o].fence);
     }
-    for (uint32_t slot = 0; slot < pool->lists.chunks_count; slot++)
-        if (pool->lists.chunks[slot].range)
-            ps_vm_range_destroy(pool->lists.chunks[slot].range);
-        else if (pool->lists.chunks[slot].base)
-            ps_deallocate(pool->base.upstream, pool->lists.chunks[slot].base, pool->lists.chunks[slot].base_size,
-                          PS_STREAM_NONE);
+    pool_growth_destroy(&pool->growth, &pool->lists);
     pool_lists_destroy(&pool->lists);
     free(pool->stream_side);
     free(pool->dead_owners);
@@ -616,7 +673,7 @@ static int grow_or_add_initial_locked(pool_t *pool, size_t initial, uint32_t *gr
 {
     if (pool->range.on)
         return grow_range_locked(pool, initial, grown);
-    return pool_add_chunk_locked(pool, initial, initial, grown);
+    return pool_growth_add_chunk(&pool->growth, &pool->lists, initial, initial, grown);
 }
 
 int ps_pool_is_expandable(ps_resource_t *r)
@@ -694,6 +751,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     pool->last_stream = PS_STREAM_NONE;
     pool->eager_barrier = o.free_sync == PS_FREE_SYNC_BARRIER && o.barrier_pending_percent && gpu && gpu->barrier;
     pool_expandable_init(&pool->range, &pool->options, gpu, pool->base.name);
+    pool_growth_init(&pool->growth, &pool->options, gpu, upstream, pool->base.name);
     int status = pool_lists_init(&pool->lists, o.alignment, o.small_from_back);
     pool->stream_side_capacity = 8;
     pool->stream_side = calloc(pool->stream_side_capacity, sizeof *pool->stream_side);

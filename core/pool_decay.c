@@ -204,7 +204,7 @@ uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64
         for (;;) { /* DECAY_STEP at a time, the lock let go in between (7. above) */
             uint64_t step = pool->lists.bytes_reserved > target + DECAY_STEP ? pool->lists.bytes_reserved - DECAY_STEP : target;
             uint64_t started = ps_now_ns(), frees = pool->lists.upstream_frees;
-            uint64_t g = pool_release_idle_locked(pool, step, passed);
+            uint64_t g = pool_growth_release_idle(&pool->growth, &pool->range, &pool->lists, step, passed);
             measure_release(pool->lists.upstream_frees - frees, g, ps_now_ns() - started);
             given += g;
             if (!g || pool->lists.bytes_reserved <= target)

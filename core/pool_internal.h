@@ -10,6 +10,7 @@
 
 #include "pool.h"
 #include "pool_expandable.h"
+#include "pool_growth.h"
 #include "pool_lists.h"
 #include "ptr_map.h"
 #include "thread_cache.h"
@@ -18,7 +19,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#define GROWTH_GRANULE (2 * PS_MiB)    /* growth requests are rounded up to this */
 #define MIN_ALIGNMENT 256              /* cudaMalloc's documented alignment */
 #define QUICK_SLOTS 32                 /* quick cache: recently freed blocks by exact size */
 #define STACK_MAX 1024                   /* size stack: released blocks of one size kept unmerged */
@@ -54,6 +54,7 @@ typedef struct pool {
 
     pool_lists_t lists;         /* blocks, chunks, free lists (core/pool_lists.h) */
     pool_expandable_t range;    /* the expandable range (core/pool_expandable.h) */
+    pool_growth_t growth;       /* chunks, growth bounds, giving back (core/pool_growth.h) */
     pool_stream_owner_t *stream_side; /* per owner of the lists: its stream and fence */
     uint32_t stream_side_capacity; /* length of stream_side[] */
     ps_ptr_map_t stream_owners; /* stream -> owner index */
@@ -76,7 +77,6 @@ typedef struct pool {
     uint64_t fences_recorded;   /* fences this pool recorded for stream lists (epochs: reuse's) */
     uint64_t fence_waits;       /* host waits on stream lists (epochs: reuse's) */
     uint64_t pending_waits;     /* host waits because pending bytes passed the growth bound */
-    uint64_t in_use_high;       /* most of in use + need seen at a growth (grow_budget_percent) */
     uint64_t decay_high;        /* decay: most bytes in use since the last tick (core/pool_decay.c) */
     pool_decay_tick_t decay_ring[DECAY_TICKS]; /* decay: the last ticks, oldest overwritten */
     unsigned decay_next;        /* decay: the ring's next slot */
@@ -188,19 +188,10 @@ int pool_steal_stream_list_locked(pool_t *pool, uint32_t to, size_t size);
 int pool_anything_pending_locked(const pool_t *pool);
 int pool_barrier_release_locked(pool_t *pool);
 void pool_flush_all_locked(pool_t *pool);
+int pool_close_and_poll_locked(pool_t *pool, pool_budget_floor_t floor);
+void pool_fence_batch_locked(pool_t *pool, pool_budget_floor_t floor);
 /* The resource's stream_destroyed entry (takes the lock). */
 void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream);
-
-/* ---- pool_growth.c: chunks, growth and its bounds, giving memory back ---- */
-int pool_add_chunk_locked(pool_t *pool, size_t chunk_size, size_t need, uint32_t *grown);
-int pool_grow_chunks_locked(pool_t *pool, size_t need, uint32_t *grown);
-int pool_wait_pending_over_bound_locked(pool_t *pool, size_t need, void **out);
-int pool_fit_budget_locked(pool_t *pool, size_t need, void **out);
-int pool_under_budget_min_locked(const pool_t *pool, size_t need);
-int pool_close_and_poll_locked(pool_t *pool, size_t need);
-void pool_fence_batch_locked(pool_t *pool, size_t freed);
-void pool_release_free_chunks_locked(pool_t *pool, uint64_t keep);
-uint64_t pool_release_idle_locked(pool_t *pool, uint64_t keep, uint64_t passed);
 
 /* ---- pool.c: the recipe ------------------------------------------------ */
 extern const ps_resource_ops_t pool_ops; /* (a resource is a pool when its ops are these) */

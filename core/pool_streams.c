@@ -199,6 +199,52 @@ int pool_barrier_release_locked(pool_t *pool)
     return 1;
 }
 
+/* ---- epochs near the budget floor -------------------------------------- */
+
+/* Closes the open epoch and polls its fence for up to epoch_wait_ns, with
+ * the budget floor's amortization (core/pool_growth.c): under the floor
+ * (`floor`, for the request) a new fence is recorded only when none is
+ * outstanding, and not polled (the pool grows meanwhile); at the floor
+ * with a fence outstanding, that older fence is polled rather than a newer
+ * one recorded. Returns how many epochs were released. */
+int pool_close_and_poll_locked(pool_t *pool, pool_budget_floor_t floor)
+{
+    ps_reuse_t *r = &pool->reuse;
+    if (floor == POOL_FLOOR_NONE)
+        return ps_reuse_close_and_poll(r, pool->options.epoch_wait_ns);
+    if (floor == POOL_FLOOR_UNDER) {
+        if (!r->closed_count && r->open.count)
+            ps_reuse_close(r); /* runs on the GPU while the pool grows */
+        return 0;
+    }
+    if (!r->closed_count)
+        return ps_reuse_close_and_poll(r, pool->options.epoch_wait_ns);
+    const ps_gpu_ops_t *gpu = pool->gpu;
+    ps_fence_t *oldest = r->closed[r->closed_head].fence;
+    if (gpu->fence_query(gpu->ctx, oldest) != PS_OK && pool->options.epoch_wait_ns) {
+        uint64_t deadline = ps_now_ns() + pool->options.epoch_wait_ns;
+        while (gpu->fence_query(gpu->ctx, oldest) != PS_OK && ps_now_ns() < deadline)
+            ;
+    }
+    return ps_reuse_poll(r);
+}
+
+/* After a block joined the open epoch, `floor` standing for its size: at
+ * the floor (another such block could not grow the pool), once the open
+ * epoch holds half of the memory not in use, close it: its fence passes
+ * on the GPU while the other half serves, so the next exhaustion usually
+ * finds it passed, and batches settle at half the floor. (A closed epoch
+ * may still be listed: its fence has often passed, but nobody polls on
+ * the free path.) */
+void pool_fence_batch_locked(pool_t *pool, pool_budget_floor_t floor)
+{
+    ps_reuse_t *r = &pool->reuse;
+    if (floor != POOL_FLOOR_AT)
+        return;
+    if (r->open.bytes * 2 >= pool->lists.bytes_reserved - pool->lists.bytes_in_use)
+        ps_reuse_close(r); /* no fence: the next exhaustion closes it as before */
+}
+
 /* ---- flush and destroyed streams --------------------------------------- */
 
 /* Closes and host-waits every epoch and every stream list; afterwards all
