@@ -189,24 +189,18 @@ static inline int take_grown_locked(pool_t *pool, uint32_t grown, size_t need, v
     return PS_OK;
 }
 
-/* ---- epochs (core/reuse.c owns them) ----------------------------------- */
+/* ---- the barrier -------------------------------------------------------- */
 
-/* A cudaFree'd block waits in the reuse state (state pending: it neither
- * coalesces nor is handed out). On host OOM for the epoch list it is
- * reused after a device synchronize instead. */
-int pool_defer_block(pool_t *pool, uint32_t index)
+/* One device-wide barrier (core/pool_streams.c): every pending block joins
+ * the ready list, and the bytes it released earn remap credit. false: refused
+ * (a capture is open), nothing changed. */
+bool pool_barrier_locked(pool_t *pool)
 {
-    pool_block_t *b = &pool->lists.blocks[index];
-    b->state = BLOCK_PENDING;
-    if (ps_reuse_defer(&pool->reuse, index, b->size) == PS_OK)
-        return PS_OK;
-    int status = pool->gpu->device_synchronize(pool->gpu->ctx);
-    if (status != PS_OK) {
-        b->state = BLOCK_USED;
-        return status;
-    }
-    pool_lists_release(&pool->lists, index, OWNER_READY, 0, IDLE_NOW);
-    return PS_OK;
+    uint64_t released;
+    if (!pool_streams_barrier(&pool->streams, &pool->lists, &released))
+        return false;
+    pool_expandable_earn(&pool->range, &pool->lists, released);
+    return true;
 }
 
 /* ---- the barrier floor (free_sync barrier) ----------------------------- */
@@ -238,26 +232,17 @@ static inline uint64_t barrier_floor_locked(const pool_t *pool)
  * 1 MiB free/take loop: one barrier per 32 pairs); with threads (the floor
  * grown by their caches) a pool of at most twice that floor waits for half
  * of it. */
-static inline ps_reuse_barrier_call_t barrier_call_locked(const pool_t *pool, int miss, uint64_t request)
+static inline ps_reuse_barrier_call_t barrier_call_locked(const pool_t *pool, bool miss, uint64_t request)
 {
-    ps_reuse_barrier_case_t c = {
-        .miss = miss,
-        .reserved = pool->lists.bytes_reserved,
-        .pending = pool->reuse.bytes_pending,
-        .request = request,
-        .percent = ps_reuse_eager_percent(&pool->reuse),
-        .quiet = ps_reuse_quiet(&pool->reuse),
-        .reserve_floor = barrier_floor_locked(pool),
-        .pending_floor = pool->options.barrier_floor,
-    };
-    return ps_reuse_barrier_worth(&c);
+    return pool_streams_barrier_call(&pool->streams, miss, request, pool->lists.bytes_reserved,
+                                     barrier_floor_locked(pool));
 }
 
 /* Step B: below the barrier floor a miss for `need` bytes grows instead
  * of issuing a barrier. */
 static inline int below_barrier_floor_locked(const pool_t *pool, size_t need)
 {
-    return barrier_call_locked(pool, 1, need) == PS_REUSE_GROW;
+    return barrier_call_locked(pool, true, need) == PS_REUSE_GROW;
 }
 
 /* What the caches are told the pool can serve without a barrier
@@ -294,12 +279,12 @@ static void release_free_locked(pool_t *pool, uint64_t keep)
  * pending_waits. PS_OK: served. */
 static int wait_epochs_locked(pool_t *pool, size_t need, bool bounded, void **out)
 {
-    ps_reuse_close_or_sync(&pool->reuse);
+    pool_streams_close_or_sync(&pool->streams);
     if (pool_try_ready_locked(pool, need, out) == PS_OK) /* the fallback may have freed blocks */
         return PS_OK;
-    while (pool->reuse.closed_count &&
-           (!bounded || pool->reuse.bytes_pending > pool_growth_pending_bound(&pool->growth, &pool->lists))) {
-        ps_reuse_wait_oldest(&pool->reuse);
+    while (pool_streams_closed(&pool->streams) &&
+           (!bounded || pool_streams_pending(&pool->streams) > pool_growth_pending_bound(&pool->growth, &pool->lists))) {
+        pool_streams_wait_oldest(&pool->streams);
         pool->pending_waits++;
         if (pool_try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
@@ -312,7 +297,7 @@ static int wait_epochs_locked(pool_t *pool, size_t need, bool bounded, void **ou
  * PS_ENOMEM: go on and grow. */
 static int wait_over_bound_locked(pool_t *pool, size_t need, void **out)
 {
-    if (pool->reuse.bytes_pending <= pool_growth_pending_bound(&pool->growth, &pool->lists))
+    if (pool_streams_pending(&pool->streams) <= pool_growth_pending_bound(&pool->growth, &pool->lists))
         return PS_ENOMEM;
     return wait_epochs_locked(pool, need, true, out);
 }
@@ -328,7 +313,7 @@ static int fit_budget_locked(pool_t *pool, size_t need, void **out)
     uint64_t keep;
     if (!pool_growth_over_budget(&pool->growth, &pool->lists, need, &keep))
         return PS_ENOMEM;
-    if (pool->gpu && pool->reuse.bytes_pending && wait_epochs_locked(pool, need, false, out) == PS_OK)
+    if (pool->gpu && pool_streams_pending(&pool->streams) && wait_epochs_locked(pool, need, false, out) == PS_OK)
         return PS_OK;
     release_free_locked(pool, keep);
     return PS_ENOMEM;
@@ -345,7 +330,7 @@ static int grow_range_once_locked(pool_t *pool, size_t need, uint32_t *grown, bo
     int status = pool_expandable_begin(&pool->range, &pool->lists, need, &g);
     if (status != PS_OK)
         return status;
-    bool barrier = g.wants_barrier && pool_barrier_release_locked(pool);
+    bool barrier = g.wants_barrier && pool_barrier_locked(pool);
     return pool_expandable_finish(&pool->range, &pool->lists, &g, barrier, grown, lent);
 }
 
@@ -405,9 +390,9 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
         return PS_OK;
     if (gpu) {
         /* a. closed epochs (and, for a cudaMalloc, stream lists already fenced) */
-        int released = ps_reuse_poll(&pool->reuse);
+        int released = pool_streams_poll_epochs(&pool->streams);
         if (!stream_allocation)
-            released += pool_poll_stream_lists_locked(pool, 0, 0);
+            released += pool_streams_poll(&pool->streams, &pool->lists, POOL_POLL_QUERY);
         if (released && pool_try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
         /* B. one barrier releases everything pending (below the barrier
@@ -415,14 +400,14 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
         int barrier = pool->options.free_sync == PS_FREE_SYNC_BARRIER;
         if (barrier && below_barrier_floor_locked(pool, need)) {
             grow_first = 1; /* (nothing here, and the caches stay: growth below) */
-        } else if (barrier && pool_anything_pending_locked(pool) && pool_barrier_release_locked(pool)) {
+        } else if (barrier && pool_streams_anything_pending(&pool->streams, &pool->lists) && pool_barrier_locked(pool)) {
             if (pool_try_ready_locked(pool, need, out) == PS_OK)
                 return PS_OK;
-        } else if (pool_close_and_poll_locked(pool, floor_locked(pool, need)) &&
+        } else if (pool_streams_close_and_poll(&pool->streams, floor_locked(pool, need)) &&
                    pool_try_ready_locked(pool, need, out) == PS_OK) {
             return PS_OK; /* b. close the open epoch and poll it briefly */
         }
-        if (!stream_allocation && pool_poll_stream_lists_locked(pool, 1, 0) &&
+        if (!stream_allocation && pool_streams_poll(&pool->streams, &pool->lists, POOL_POLL_RECORD) &&
             pool_try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
     }
@@ -444,17 +429,18 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
         /* d. memory pressure: a barrier (one refused at step B, while a
          * capture was open, may be possible now), then wait the oldest
          * epochs one by one */
-        if (pool->options.free_sync == PS_FREE_SYNC_BARRIER && pool_anything_pending_locked(pool) &&
-            pool_barrier_release_locked(pool) && pool_try_ready_locked(pool, need, out) == PS_OK)
+        if (pool->options.free_sync == PS_FREE_SYNC_BARRIER && pool_streams_anything_pending(&pool->streams, &pool->lists) &&
+            pool_barrier_locked(pool) && pool_try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
-        ps_reuse_close_or_sync(&pool->reuse);
+        pool_streams_close_or_sync(&pool->streams);
         if (pool_try_ready_locked(pool, need, out) == PS_OK) /* the fallback may have freed blocks */
             return PS_OK;
-        while (ps_reuse_wait_oldest(&pool->reuse))
+        while (pool_streams_wait_oldest(&pool->streams))
             if (pool_try_ready_locked(pool, need, out) == PS_OK)
                 return PS_OK;
         /* ... then merge every stream list into the ready list */
-        if (pool_poll_stream_lists_locked(pool, 1, 1) + pool_poll_stream_lists_locked(pool, 1, 1) &&
+        if (pool_streams_poll(&pool->streams, &pool->lists, POOL_POLL_WAIT) +
+                pool_streams_poll(&pool->streams, &pool->lists, POOL_POLL_WAIT) &&
             pool_try_ready_locked(pool, need, out) == PS_OK)
             return PS_OK;
     }
@@ -481,18 +467,19 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         return PS_OK;
     pool_lock(pool);
     /* (the percentage inline first; the floors only once it passed) */
-    if (__builtin_expect(pool->eager_barrier, 0) && ps_reuse_wants_barrier(&pool->reuse, pool->lists.bytes_reserved) &&
-        barrier_call_locked(pool, 0, 0) == PS_REUSE_BARRIER &&
-        (!ps_reuse_poll(&pool->reuse) || ps_reuse_wants_barrier(&pool->reuse, pool->lists.bytes_reserved))) {
+    if (__builtin_expect(pool->eager_barrier, 0) && pool_streams_pending_piles_up(&pool->streams, pool->lists.bytes_reserved) &&
+        barrier_call_locked(pool, false, 0) == PS_REUSE_BARRIER &&
+        (!pool_streams_poll_epochs(&pool->streams) ||
+         pool_streams_pending_piles_up(&pool->streams, pool->lists.bytes_reserved))) {
         /* (a thread cache's barrier may have covered them: the poll releases those) */
         pool_quick_flush_locked(pool);
-        pool_barrier_release_locked(pool); /* 0. (free_sync barrier) pending memory is piling up */
+        pool_barrier_locked(pool); /* 0. (free_sync barrier) pending memory is piling up */
     }
     int status = pool_lists_reserve_descriptors(&pool->lists, 2);
     if (status == PS_OK)
         status = ps_ptr_map_reserve(&pool->lists.in_use, 1);
     uint32_t owner = OWNER_READY;
-    if (status == PS_OK && stream_ordered && pool_owner_of_stream_locked(pool, stream, &owner) != PS_OK)
+    if (status == PS_OK && stream_ordered && pool_streams_owner_of(&pool->streams, &pool->lists, stream, &owner) != PS_OK)
         owner = OWNER_READY; /* no list for this stream: serve it as a cudaMalloc would be */
     if (status != PS_OK) {
         ps_unlock(&pool->lock);
@@ -521,7 +508,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         }
         index = pool_lists_find_ready(&pool->lists, need);
     }
-    if (index == NIL && owner != OWNER_READY && pool_steal_stream_list_locked(pool, owner, need))
+    if (index == NIL && owner != OWNER_READY && pool_streams_steal(&pool->streams, &pool->lists, owner, need))
         index = pool_lists_find(&pool->lists, pool->lists.owners[owner], need);
     if (index != NIL) {
         *out = (void *)pool->lists.blocks[pool_lists_take(&pool->lists, index, need)].addr;
@@ -550,7 +537,7 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
         if (cached != PS_TCACHE_DECLINED)
             return cached;
     }
-    int defer = ps_reuse_defers(&pool->reuse) || stream_ordered;
+    int defer = pool_streams_defers(&pool->streams) || stream_ordered;
     if (!stream_ordered && pool->options.free_sync == PS_FREE_SYNC_DEVICE) {
         int status = pool->gpu->device_synchronize(pool->gpu->ctx);
         if (status == PS_EBUSY)
@@ -566,13 +553,13 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
     }
     uint32_t owner;
     int status = PS_OK;
-    if (stream_ordered && pool_owner_of_stream_locked(pool, stream, &owner) == PS_OK)
-        pool_lists_release(&pool->lists, index, owner, ++pool->free_counter, IDLE_NEVER);
+    if (stream_ordered && pool_streams_owner_of(&pool->streams, &pool->lists, stream, &owner) == PS_OK)
+        pool_streams_free_on(&pool->streams, &pool->lists, index, owner);
     else if (defer) { /* no list for the stream: the safe path */
         size_t freed = pool->lists.blocks[index].size;
-        status = pool_defer_block(pool, index);
+        status = pool_streams_defer(&pool->streams, &pool->lists, index);
         if (status == PS_OK && pool->options.grow_budget_min)
-            pool_fence_batch_locked(pool, floor_locked(pool, freed)); /* the budget floor's batches */
+            pool_streams_fence_batch(&pool->streams, &pool->lists, floor_locked(pool, freed)); /* the budget floor's batches */
     } else
         pool_quick_park(pool, index);
     if (status != PS_OK) /* nothing changed: the block is still in use */
@@ -592,7 +579,7 @@ static void pool_device_synchronized(ps_resource_t *r)
         return;
     ps_lock(&pool->lock);
     if (pool->lists.bytes_reserved > pool->options.release_threshold) {
-        pool_flush_all_locked(pool);
+        pool_streams_flush(&pool->streams, &pool->lists);
         release_free_locked(pool, pool->options.release_threshold);
     }
     ps_unlock(&pool->lock);
@@ -604,7 +591,7 @@ static int pool_trim(ps_resource_t *r)
     ps_lock(&pool->lock);
     if (pool->tcache)
         ps_tcache_drain_all_locked(pool->tcache);
-    pool_flush_all_locked(pool);
+    pool_streams_flush(&pool->streams, &pool->lists);
     release_free_locked(pool, 0);
     ps_unlock(&pool->lock);
     return PS_OK;
@@ -623,15 +610,13 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
     info->bytes_reserved += pool->lists.bytes_reserved;
     info->peak_bytes_reserved += pool->lists.peak_bytes_reserved;
     info->bytes_free += pool->lists.bytes_free + cached_ready;
-    info->bytes_pending += pool->reuse.bytes_pending + cached_pending;
+    info->bytes_pending += cached_pending;
     uint64_t largest = pool_largest_free_locked(pool);
     if (largest > info->largest_free_block)
         info->largest_free_block = largest;
     info->upstream_allocs += pool->lists.upstream_allocs;
     info->upstream_frees += pool->lists.upstream_frees;
-    info->fences_recorded += pool->fences_recorded + pool->reuse.fences_recorded;
-    info->fence_waits += pool->fence_waits + pool->reuse.fence_waits;
-    info->barriers += pool->reuse.barriers + atomic_load_explicit(&pool->cache_barriers, memory_order_relaxed);
+    pool_streams_add_counters(&pool->streams, info);
     info->pending_waits += pool->pending_waits;
     info->remap_syncs += pool->range.remap_syncs;
     info->remaps_idle += pool->range.remaps_idle;
@@ -642,22 +627,29 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
     ps_unlock(&pool->lock);
 }
 
+/* The program is destroying `stream`: the threads' caches come back
+ * first (blocks cached on it join its list), then its list is retired
+ * (core/pool_streams.c). */
+static void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream)
+{
+    pool_t *pool = (pool_t *)r;
+    if (!ps_reuse_stream_ordered(stream) || stream == PS_STREAM_LEGACY || stream == 0)
+        return;
+    ps_lock(&pool->lock);
+    if (pool->tcache)
+        ps_tcache_drain_all_locked(pool->tcache);
+    pool_streams_destroyed(&pool->streams, &pool->lists, stream);
+    ps_unlock(&pool->lock);
+}
+
 static void pool_destroy(ps_resource_t *r)
 {
     pool_t *pool = (pool_t *)r;
-    ps_reuse_destroy(&pool->reuse);
+    pool_streams_destroy(&pool->streams, pool->lists.owners_count);
     ps_tcache_destroy(pool->tcache); /* its blocks die with the chunks below */
     pool_expandable_destroy(&pool->range);
-    if (pool->gpu) {
-        for (uint32_t o = 0; o < pool->lists.owners_count; o++)
-            if (pool->stream_side[o].fence)
-                pool->gpu->fence_release(pool->gpu->ctx, pool->stream_side[o].fence);
-    }
     pool_growth_destroy(&pool->growth, &pool->lists);
     pool_lists_destroy(&pool->lists);
-    free(pool->stream_side);
-    free(pool->dead_owners);
-    ps_ptr_map_free(&pool->stream_owners);
     free(pool);
 }
 
@@ -747,27 +739,19 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
         pool->quick[slot] = NIL;
     pool->stack_head = NIL;
     pool->alignment_log2 = (unsigned)__builtin_ctzll(o.alignment);
-    ps_reuse_init(&pool->reuse, gpu, o.free_sync, o.barrier_pending_percent, &pool->family, pool_release_pending, pool);
-    pool->last_stream = PS_STREAM_NONE;
     pool->eager_barrier = o.free_sync == PS_FREE_SYNC_BARRIER && o.barrier_pending_percent && gpu && gpu->barrier;
     pool_expandable_init(&pool->range, &pool->options, gpu, pool->base.name);
     pool_growth_init(&pool->growth, &pool->options, gpu, upstream, pool->base.name);
-    int status = pool_lists_init(&pool->lists, o.alignment, o.small_from_back);
-    pool->stream_side_capacity = 8;
-    pool->stream_side = calloc(pool->stream_side_capacity, sizeof *pool->stream_side);
-    if (status == PS_OK && !pool->stream_side)
-        status = PS_ENOMEM;
+    int status = pool_streams_init(&pool->streams, &pool->options, gpu, pool_release_pending, pool);
+    int lists_status = pool_lists_init(&pool->lists, o.alignment, o.small_from_back); /* (destroy needs it made) */
     if (status == PS_OK)
-        pool->stream_side[OWNER_READY].stream = PS_STREAM_NONE;
-    if (status == PS_OK)
-        status = ps_ptr_map_init(&pool->stream_owners, 16);
+        status = lists_status;
     if (status == PS_OK)
         status = pool_lists_reserve_descriptors(&pool->lists, 2);
     pool->lock = (ps_lock_t)PS_LOCK_INIT;
-    pool->barrier_lock = (ps_lock_t)PS_LOCK_INIT;
     if (status == PS_OK && o.thread_cache && gpu &&
         (o.free_sync == PS_FREE_SYNC_BARRIER || o.free_sync == PS_FREE_SYNC_NONE))
-        status = ps_tcache_create(o.thread_cache, o.free_sync == PS_FREE_SYNC_NONE, &pool->family, &pool->lock,
+        status = ps_tcache_create(o.thread_cache, o.free_sync == PS_FREE_SYNC_NONE, &pool->streams.family, &pool->lock,
                                   pool_tcache_give_back_locked, pool_tcache_barrier, pool, &pool->tcache);
     if (pool->tcache) {
         pool->tcache_max_block = ps_tcache_max_block(pool->tcache);

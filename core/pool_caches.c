@@ -134,9 +134,9 @@ void pool_release_pending(void *owner, uint64_t item)
         pool_stack_flush_locked(pool); /* one size at a time */
     if (pool->stack_count < STACK_MAX &&
         (size <= pool->options.small_from_back || pool->lists.bytes_reserved <= 2 * (uint64_t)pool->options.barrier_floor))
-        stack_push(pool, index, pool->reuse.release_idle);
+        stack_push(pool, index, pool_streams_release_idle(&pool->streams));
     else
-        pool_lists_release(&pool->lists, index, OWNER_READY, 0, pool->reuse.release_idle);
+        pool_lists_release(&pool->lists, index, OWNER_READY, 0, pool_streams_release_idle(&pool->streams));
 }
 
 /* ---- thread caches (core/thread_cache.c) ------------------------------- */
@@ -164,9 +164,9 @@ void pool_tcache_give_back_locked(void *owner, const ps_tcache_block_t *blocks, 
             pool_lists_release(&pool->lists, index, OWNER_READY, 0,
                           pool->lists.blocks[index].idle_gen > newest ? pool->lists.blocks[index].idle_gen : newest);
         else if (ps_reuse_stream_ordered(blocks[i].stream) &&
-                 pool_owner_of_stream_locked(pool, blocks[i].stream, &stream_owner) == PS_OK)
-            pool_lists_release(&pool->lists, index, stream_owner, ++pool->free_counter, IDLE_NEVER);
-        else if (pool_defer_block(pool, index) != PS_OK) { /* cannot happen short of host OOM and a dead device */
+                 pool_streams_owner_of(&pool->streams, &pool->lists, blocks[i].stream, &stream_owner) == PS_OK)
+            pool_streams_free_on(&pool->streams, &pool->lists, index, stream_owner);
+        else if (pool_streams_defer(&pool->streams, &pool->lists, index) != PS_OK) { /* cannot happen short of host OOM and a dead device */
             pool_lists_reuse(&pool->lists, blocks[i].addr, index);
         }
     }
@@ -205,18 +205,7 @@ void pool_tcache_refill_room_locked(pool_t *pool, size_t need, size_t room)
 int pool_tcache_barrier(void *owner, uint64_t tag)
 {
     pool_t *pool = owner;
-    if (ps_reuse_family_covers(&pool->family, tag))
-        return 1;
-    if (!pool->gpu || pool->options.free_sync != PS_FREE_SYNC_BARRIER)
-        return 0;
-    ps_lock(&pool->barrier_lock);
-    int released = ps_reuse_family_covers(&pool->family, tag);
-    if (!released && ps_reuse_family_barrier(&pool->family, pool->gpu) == PS_OK) {
-        atomic_fetch_add_explicit(&pool->cache_barriers, 1, memory_order_relaxed);
-        released = 1;
-    }
-    ps_unlock(&pool->barrier_lock);
-    return released;
+    return pool_streams_cache_barrier(&pool->streams, tag);
 }
 
 /* Before the pool grows: every thread's cached blocks come back (drained
@@ -234,7 +223,7 @@ int pool_tcache_drain_locked(pool_t *pool, size_t need, int stream_allocation, i
      * cycling one size through a small pool otherwise emptied its cache at
      * every barrier) */
     if (!stream_allocation && pool->gpu && pool->options.free_sync == PS_FREE_SYNC_BARRIER &&
-        ps_tcache_holds_freed(pool->tcache, need) && pool_barrier_release_locked(pool) &&
+        ps_tcache_holds_freed(pool->tcache, need) && pool_barrier_locked(pool) &&
         ps_tcache_take_owner_locked(pool->tcache, need, PS_STREAM_NONE, out))
         return PS_OK;
     if (!force && ps_tcache_caches_cudafree(pool->tcache, SIZE_MAX)) {
@@ -253,8 +242,8 @@ int pool_tcache_drain_locked(pool_t *pool, size_t need, int stream_allocation, i
         return PS_ENOMEM;
     if (pool_try_ready_locked(pool, need, out) == PS_OK)
         return PS_OK;
-    if (pool->gpu && pool->options.free_sync == PS_FREE_SYNC_BARRIER && pool_anything_pending_locked(pool) &&
-        pool_barrier_release_locked(pool) && pool_try_ready_locked(pool, need, out) == PS_OK)
+    if (pool->gpu && pool->options.free_sync == PS_FREE_SYNC_BARRIER && pool_streams_anything_pending(&pool->streams, &pool->lists) &&
+        pool_barrier_locked(pool) && pool_try_ready_locked(pool, need, out) == PS_OK)
         return PS_OK;
     return PS_ENOMEM;
 }

@@ -66,7 +66,7 @@ int ps_pool_layout(ps_resource_t *r, ps_pool_layout_t *out)
     for (uint32_t mask = pool->quick_mask; mask; mask &= mask - 1)
         out->ready_free += pool->lists.blocks[pool->quick[__builtin_ctz(mask)]].size;
     out->ready_free += (uint64_t)pool->stack_count * pool->stack_size;
-    out->pending = pool->reuse.bytes_pending;
+    out->pending = pool->streams.reuse.bytes_pending;
     out->stream_free = pool->lists.bytes_free - out->ready_free;
     out->largest_ready = pool_largest_free_locked(pool);
     for (uint32_t slot = 0; slot < pool->lists.chunks_count; slot++) {
@@ -218,8 +218,8 @@ static int check_locked(pool_t *pool)
           (unsigned long long)used);
     CHECK(freeb == pool->lists.bytes_free, n, "free %llu, blocks sum %llu", (unsigned long long)pool->lists.bytes_free,
           (unsigned long long)freeb);
-    CHECK(pending == pool->reuse.bytes_pending, n, "pending %llu, blocks sum %llu",
-          (unsigned long long)pool->reuse.bytes_pending, (unsigned long long)pending);
+    CHECK(pending == pool->streams.reuse.bytes_pending, n, "pending %llu, blocks sum %llu",
+          (unsigned long long)pool->streams.reuse.bytes_pending, (unsigned long long)pending);
     CHECK(reserved == used + freeb + pending, n, "reserved != in use + free + pending");
     CHECK(unmapped == pool->range.bytes_unmapped, n, "unmapped %llu, blocks sum %llu",
           (unsigned long long)pool->range.bytes_unmapped, (unsigned long long)unmapped);
@@ -280,7 +280,7 @@ static int check_locked(pool_t *pool)
           (unsigned long long)listed);
     /* epochs (core/reuse.c): every listed block pending, listed once */
     epoch_visit_t visit = {pool, 0, 0, 0};
-    CHECK(ps_reuse_visit(&pool->reuse, epoch_visit, &visit) == PS_OK, n, "epoch bytes disagree with pending");
+    CHECK(ps_reuse_visit(&pool->streams.reuse, epoch_visit, &visit) == PS_OK, n, "epoch bytes disagree with pending");
     CHECK(!visit.not_pending, n, "%llu epoch blocks not pending", (unsigned long long)visit.not_pending);
     CHECK(visit.bytes == pending, n, "epochs hold %llu bytes, pending blocks %llu",
           (unsigned long long)visit.bytes, (unsigned long long)pending);

@@ -153,12 +153,10 @@ static uint64_t window_keep_locked(const pool_t *pool, uint64_t now_ns, uint64_t
 static void ready_pending_locked(pool_t *pool)
 {
     if (pool->options.free_sync == PS_FREE_SYNC_BARRIER) {
-        if (pool->reuse.bytes_pending)
-            pool_barrier_release_locked(pool);
+        if (pool_streams_pending(&pool->streams))
+            pool_barrier_locked(pool);
     } else if (pool->options.free_sync == PS_FREE_SYNC_EVENT) {
-        if (pool->reuse.open.count)
-            ps_reuse_close(&pool->reuse);
-        ps_reuse_poll(&pool->reuse);
+        pool_streams_close_open_and_poll(&pool->streams);
     }
 }
 
@@ -173,7 +171,7 @@ uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64
         /* quiet since the last tick: make pending memory ready now, so its
          * barrier has passed by the time the window ends (5. above) */
         const pool_decay_tick_t *last = &pool->decay_ring[(pool->decay_next + DECAY_TICKS - 1) % DECAY_TICKS];
-        if (last->at_ns && last->allocs == pool->lists.blocks_taken && pool->reuse.bytes_pending)
+        if (last->at_ns && last->allocs == pool->lists.blocks_taken && pool_streams_pending(&pool->streams))
             ready_pending_locked(pool);
         pool_decay_tick_t *t = &pool->decay_ring[pool->decay_next];
         *t = (pool_decay_tick_t){now_ns ? now_ns : 1, pool->decay_high, pool->lists.blocks_taken};

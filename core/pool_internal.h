@@ -12,6 +12,7 @@
 #include "pool_expandable.h"
 #include "pool_growth.h"
 #include "pool_lists.h"
+#include "pool_streams.h"
 #include "ptr_map.h"
 #include "thread_cache.h"
 #include "vm_range.h"
@@ -22,13 +23,6 @@
 #define MIN_ALIGNMENT 256              /* cudaMalloc's documented alignment */
 #define QUICK_SLOTS 32                 /* quick cache: recently freed blocks by exact size */
 #define STACK_MAX 1024                   /* size stack: released blocks of one size kept unmerged */
-
-/* The stream side of an owner of the lists (core/pool_streams.c). */
-typedef struct pool_stream_owner {
-    ps_stream_t stream;   /* the stream (PS_STREAM_NONE for the ready list) */
-    ps_fence_t *fence;    /* lazily recorded fence on `stream` (for cudaMalloc), or NULL */
-    uint64_t fence_stamp; /* it covers blocks with free_stamp <= this */
-} pool_stream_owner_t;
 
 /* One tick of the decay (core/pool_decay.c). DECAY_TICKS covers a window
  * of four ticks with room for late ones. */
@@ -55,13 +49,6 @@ typedef struct pool {
     pool_lists_t lists;         /* blocks, chunks, free lists (core/pool_lists.h) */
     pool_expandable_t range;    /* the expandable range (core/pool_expandable.h) */
     pool_growth_t growth;       /* chunks, growth bounds, giving back (core/pool_growth.h) */
-    pool_stream_owner_t *stream_side; /* per owner of the lists: its stream and fence */
-    uint32_t stream_side_capacity; /* length of stream_side[] */
-    ps_ptr_map_t stream_owners; /* stream -> owner index */
-    uint32_t *dead_owners;      /* owner indices of destroyed streams, reusable */
-    uint32_t dead_count;        /* entries in dead_owners */
-    ps_stream_t last_stream;    /* one-entry cache of the stream map ... */
-    uint32_t last_owner;        /* ... and its owner */
 
     uint32_t quick[QUICK_SLOTS]; /* quick cache: a parked ready block per size slot, or NIL */
     uint32_t quick_mask;        /* bit s: quick[s] holds a block */
@@ -69,23 +56,17 @@ typedef struct pool {
     uint32_t stack_count;       /* blocks in it (at most STACK_MAX), linked newest first by next_free */
     size_t stack_size;          /* the size of every block in it */
     unsigned alignment_log2;    /* log2(alignment), for the quick cache's slot */
-    ps_reuse_t reuse;           /* cudaFree'd blocks (state PENDING) until a barrier or fence (core/reuse.c) */
-    uint64_t free_counter;      /* stamps stream-list frees */
     uint32_t locks_taken;       /* hot-path lock acquisitions in the current window (pool_lock) */
     uint32_t locks_contended;   /* those that found the lock held */
 
-    uint64_t fences_recorded;   /* fences this pool recorded for stream lists (epochs: reuse's) */
-    uint64_t fence_waits;       /* host waits on stream lists (epochs: reuse's) */
     uint64_t pending_waits;     /* host waits because pending bytes passed the growth bound */
     uint64_t decay_high;        /* decay: most bytes in use since the last tick (core/pool_decay.c) */
     pool_decay_tick_t decay_ring[DECAY_TICKS]; /* decay: the last ticks, oldest overwritten */
     unsigned decay_next;        /* decay: the ring's next slot */
 
     int eager_barrier;          /* 1: free_sync barrier with barrier_pending_percent > 0 */
-    /* read by every cache operation, written only by barriers: a line of its own */
-    _Alignas(64) ps_reuse_family_t family; /* barrier numbers of the reuse state and the thread caches (lock-free) */
-    _Alignas(64) ps_lock_t barrier_lock; /* one thread cache's barrier at a time (the others wait and share it) */
-    _Atomic uint64_t cache_barriers; /* barriers issued for thread caches (pool_tcache_barrier) */
+    pool_streams_t streams;     /* epochs, stream lists, barriers (core/pool_streams.h); last: its
+                                   barrier family keeps a cache line of its own */
 } pool_t;
 
 /* ---- pool_decay.c: free memory not needed for a while goes back -------- */
@@ -181,21 +162,9 @@ static inline __attribute__((always_inline)) void pool_tcache_refill_locked(pool
         pool_tcache_refill_room_locked(pool, need, room);
 }
 
-/* ---- pool_streams.c: stream owners, stealing, fences, the barrier ------ */
-int pool_owner_of_stream_locked(pool_t *pool, ps_stream_t stream, uint32_t *out);
-int pool_poll_stream_lists_locked(pool_t *pool, int record, int wait);
-int pool_steal_stream_list_locked(pool_t *pool, uint32_t to, size_t size);
-int pool_anything_pending_locked(const pool_t *pool);
-int pool_barrier_release_locked(pool_t *pool);
-void pool_flush_all_locked(pool_t *pool);
-int pool_close_and_poll_locked(pool_t *pool, pool_budget_floor_t floor);
-void pool_fence_batch_locked(pool_t *pool, pool_budget_floor_t floor);
-/* The resource's stream_destroyed entry (takes the lock). */
-void pool_stream_destroyed(ps_resource_t *r, ps_stream_t stream);
-
 /* ---- pool.c: the recipe ------------------------------------------------ */
 extern const ps_resource_ops_t pool_ops; /* (a resource is a pool when its ops are these) */
 int pool_try_ready_locked(pool_t *pool, size_t need, void **out);
-int pool_defer_block(pool_t *pool, uint32_t index);
+bool pool_barrier_locked(pool_t *pool);
 
 #endif
