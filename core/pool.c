@@ -159,19 +159,80 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- the lock and the threads' caches ---------------------------------- */
+
+/* Lock held: `count` more acquisitions found the lock held. Once threads
+ * met on it in 1 of LOCK_WINDOW / LOCK_CONTENDED_SHARE acquisitions of a
+ * window, the threads' caches keep cudaFree'd blocks of every size too
+ * (core/thread_cache.h). */
+#define LOCK_WINDOW 4096
+#define LOCK_CONTENDED_SHARE 16
+static void note_contention_locked(pool_t *pool, uint32_t count)
+{
+    pool->locks_contended += count;
+    if (pool->tcache && pool->locks_contended * LOCK_CONTENDED_SHARE >= LOCK_WINDOW &&
+        !ps_tcache_caches_cudafree(pool->tcache, SIZE_MAX)) {
+        ps_tcache_cache_cudafree(pool->tcache);
+        ps_debug("pool '%s': threads meet on its lock; their caches keep cudaFree'd blocks from now on",
+                 pool->base.name);
+    }
+}
+
+/* The hot paths take the lock here: while the threads' caches keep no
+ * cudaFree'd blocks, it counts how often the lock was found held. */
+static inline void pool_lock(pool_t *pool)
+{
+    if (__builtin_expect(ps_lock_try(&pool->lock), 1)) {
+        if (pool->tcache && ++pool->locks_taken == LOCK_WINDOW)
+            pool->locks_taken = pool->locks_contended = 0;
+        return;
+    }
+    ps_lock_slow(&pool->lock);
+    note_contention_locked(pool, 1);
+}
+
+/* After a locked allocation of `need` (<= tcache_max_block) bytes: a few
+ * more blocks of that size go to the calling thread's cache. */
+static inline __attribute__((always_inline)) void tcache_refill_locked(pool_t *pool, size_t need)
+{
+    size_t room = ps_tcache_refill_room_locked(pool->tcache, need);
+    if (room)
+        pool_caches_refill(&pool->lists, pool->tcache, need, room);
+}
+
+/* The epochs' release callback (core/reuse.h): a barrier or fence covers
+ * block `item`, which joins the size stack or the ready list. */
+static void release_pending(void *owner, uint64_t item)
+{
+    pool_t *pool = owner;
+    pool_caches_release(&pool->caches, &pool->lists, (uint32_t)item, pool_streams_release_idle(&pool->streams));
+}
+
+/* The threads' caches' callbacks (core/thread_cache.h): blocks come back;
+ * a thread asks for a barrier (without the pool's lock). */
+static void tcache_give_back_locked(void *owner, const ps_tcache_block_t *blocks, size_t count)
+{
+    pool_t *pool = owner;
+    pool_caches_give_back(&pool->caches, &pool->streams, &pool->lists, blocks, count);
+}
+
+static int tcache_barrier(void *owner, uint64_t tag)
+{
+    pool_t *pool = owner;
+    return pool_streams_cache_barrier(&pool->streams, tag);
+}
+
 /* ---- the ready list ---------------------------------------------------- */
 
 /* Takes a block of `need` bytes from the ready list. */
 int pool_try_ready_locked(pool_t *pool, size_t need, void **out)
 {
-    if (pool->stack_head != NIL) { /* a barrier just released them */
-        if (pool->stack_size == need) {
-            *out = (void *)pool->lists.blocks[pool_stack_take(pool)].addr;
-            return PS_OK;
-        }
-        pool_stack_flush_locked(pool);
+    uint32_t index = pool_caches_take_stacked(&pool->caches, &pool->lists, need); /* a barrier just released them */
+    if (index != NIL) {
+        *out = (void *)pool->lists.blocks[index].addr;
+        return PS_OK;
     }
-    uint32_t index = pool_lists_find_ready(&pool->lists, need);
+    index = pool_lists_find_ready(&pool->lists, need);
     if (index == NIL)
         return PS_ENOMEM;
     *out = (void *)pool->lists.blocks[pool_lists_take(&pool->lists, index, need)].addr;
@@ -269,7 +330,7 @@ static inline pool_budget_floor_t floor_locked(const pool_t *pool, size_t need)
  * `keep` bytes are reserved (core/pool_growth.c). */
 static void release_free_locked(pool_t *pool, uint64_t keep)
 {
-    pool_quick_flush_locked(pool);
+    pool_caches_flush(&pool->caches, &pool->lists);
     pool_growth_release_free(&pool->growth, &pool->range, &pool->lists, keep);
 }
 
@@ -316,6 +377,48 @@ static int fit_budget_locked(pool_t *pool, size_t need, void **out)
     if (pool->gpu && pool_streams_pending(&pool->streams) && wait_epochs_locked(pool, need, false, out) == PS_OK)
         return PS_OK;
     release_free_locked(pool, keep);
+    return PS_ENOMEM;
+}
+
+/* ---- the threads' caches come back ------------------------------------- */
+
+/* How much of the threads' caches comes back before the pool grows. */
+typedef enum drain {
+    DRAIN_UNLESS_CONTENDED, /* while threads contend, caches holding at most a quarter of reserved stay */
+    DRAIN_ALL               /* every cache, whatever it holds (out of memory) */
+} drain_t;
+
+/* Before the pool grows: every thread's cached blocks come back (drained
+ * cudaFree'd ones may need a barrier); PS_OK when the request could then
+ * be served. Not earlier in the slow path: with many threads the slow path
+ * is common (nothing ready until the next barrier), and emptying every
+ * cache there undid the caches. */
+static int drain_caches_locked(pool_t *pool, size_t need, bool stream_allocation, drain_t how, void **out)
+{
+    if (!pool->tcache)
+        return PS_ENOMEM;
+    bool barriers = pool->gpu && pool->options.free_sync == PS_FREE_SYNC_BARRIER;
+    /* the calling thread cached freed blocks of this size: a barrier lets
+     * its own cache serve, and the caches keep what they hold (a thread
+     * cycling one size through a small pool otherwise emptied its cache at
+     * every barrier) */
+    if (!stream_allocation && barriers && ps_tcache_holds_freed(pool->tcache, need) && pool_barrier_locked(pool) &&
+        ps_tcache_take_owner_locked(pool->tcache, need, PS_STREAM_NONE, out))
+        return PS_OK;
+    /* threads contend for the lock (the caches keep every size): caches
+     * holding at most a quarter of what the pool reserved stay where they
+     * are, the pool grows instead (by at most what they hold), and the
+     * other threads keep serving from them */
+    if (how == DRAIN_UNLESS_CONTENDED && ps_tcache_caches_cudafree(pool->tcache, SIZE_MAX) &&
+        ps_tcache_bytes_total(pool->tcache) * 4 <= pool->lists.bytes_reserved)
+        return PS_ENOMEM;
+    if (!ps_tcache_drain_all_locked(pool->tcache))
+        return PS_ENOMEM;
+    if (pool_try_ready_locked(pool, need, out) == PS_OK)
+        return PS_OK;
+    if (barriers && pool_streams_anything_pending(&pool->streams, &pool->lists) && pool_barrier_locked(pool) &&
+        pool_try_ready_locked(pool, need, out) == PS_OK)
+        return PS_OK;
     return PS_ENOMEM;
 }
 
@@ -385,7 +488,7 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
 {
     const ps_gpu_ops_t *gpu = pool->gpu;
     int grow_first = 0; /* below the barrier floor: grow, no barrier, caches stay */
-    pool_quick_flush_locked(pool); /* parked blocks may coalesce into a fit */
+    pool_caches_flush(&pool->caches, &pool->lists); /* parked blocks may coalesce into a fit */
     if (pool_try_ready_locked(pool, need, out) == PS_OK)
         return PS_OK;
     if (gpu) {
@@ -412,7 +515,7 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
             return PS_OK;
     }
     /* the threads' caches come back before the pool grows (or fails) */
-    if (!grow_first && pool_tcache_drain_locked(pool, need, stream_allocation, 0, out) == PS_OK)
+    if (!grow_first && drain_caches_locked(pool, need, stream_allocation, DRAIN_UNLESS_CONTENDED, out) == PS_OK)
         return PS_OK;
     /* c. grow rather than wait, within the growth bound */
     if (gpu && (pool->options.pending_wait_bytes || pool->options.pending_wait_percent) &&
@@ -445,7 +548,7 @@ static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation
             return PS_OK;
     }
     /* e. every thread's cache comes back; give free memory back and grow once more */
-    if (pool_tcache_drain_locked(pool, need, stream_allocation, 1, out) == PS_OK)
+    if (drain_caches_locked(pool, need, stream_allocation, DRAIN_ALL, out) == PS_OK)
         return PS_OK;
     release_free_locked(pool, 0);
     if (grow_locked(pool, need, &grown) == PS_OK)
@@ -472,7 +575,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         (!pool_streams_poll_epochs(&pool->streams) ||
          pool_streams_pending_piles_up(&pool->streams, pool->lists.bytes_reserved))) {
         /* (a thread cache's barrier may have covered them: the poll releases those) */
-        pool_quick_flush_locked(pool);
+        pool_caches_flush(&pool->caches, &pool->lists);
         pool_barrier_locked(pool); /* 0. (free_sync barrier) pending memory is piling up */
     }
     int status = pool_lists_reserve_descriptors(&pool->lists, 2);
@@ -489,19 +592,13 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     if (owner != OWNER_READY)
         index = pool_lists_find(&pool->lists, pool->lists.owners[owner], need);
     if (index == NIL) {
-        uint32_t parked = NIL;
-        if (pool->stack_head != NIL) {
-            if (pool->stack_size == need)
-                parked = pool_stack_take(pool);
-            else
-                pool_stack_flush_locked(pool); /* another size: it sees every ready block merged */
-        }
+        uint32_t parked = pool_caches_take_stacked(&pool->caches, &pool->lists, need);
         if (parked == NIL)
-            parked = pool_quick_take(pool, need);
+            parked = pool_caches_take_quick(&pool->caches, &pool->lists, need);
         if (parked != NIL) {
             *out = (void *)pool->lists.blocks[parked].addr;
             if (need <= pool->tcache_max_block)
-                pool_tcache_refill_locked(pool, need);
+                tcache_refill_locked(pool, need);
             pool_note_allocation(pool);
             ps_unlock(&pool->lock);
             return PS_OK;
@@ -516,7 +613,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         status = allocate_slow_locked(pool, need, owner != OWNER_READY, out);
     }
     if (status == PS_OK && need <= pool->tcache_max_block)
-        pool_tcache_refill_locked(pool, need);
+        tcache_refill_locked(pool, need);
     if (pool->tcache)
         ps_tcache_note_owner_ready(pool->tcache, owner_ready_hint_locked(pool));
     pool_note_allocation(pool);
@@ -561,7 +658,7 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
         if (status == PS_OK && pool->options.grow_budget_min)
             pool_streams_fence_batch(&pool->streams, &pool->lists, floor_locked(pool, freed)); /* the budget floor's batches */
     } else
-        pool_quick_park(pool, index);
+        pool_caches_park_quick(&pool->caches, &pool->lists, index);
     if (status != PS_OK) /* nothing changed: the block is still in use */
         pool_lists_reuse(&pool->lists, (uintptr_t)ptr, index);
     ps_unlock(&pool->lock);
@@ -611,7 +708,9 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
     info->peak_bytes_reserved += pool->lists.peak_bytes_reserved;
     info->bytes_free += pool->lists.bytes_free + cached_ready;
     info->bytes_pending += cached_pending;
-    uint64_t largest = pool_largest_free_locked(pool);
+    uint64_t largest = pool_lists_largest_listed(&pool->lists), parked = pool_caches_largest_parked(&pool->caches, &pool->lists);
+    if (parked > largest)
+        largest = parked;
     if (largest > info->largest_free_block)
         info->largest_free_block = largest;
     info->upstream_allocs += pool->lists.upstream_allocs;
@@ -735,14 +834,11 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     ps_resource_init(&pool->base, &pool_ops, name, upstream);
     pool->options = o;
     pool->gpu = gpu;
-    for (uint32_t slot = 0; slot < QUICK_SLOTS; slot++)
-        pool->quick[slot] = NIL;
-    pool->stack_head = NIL;
-    pool->alignment_log2 = (unsigned)__builtin_ctzll(o.alignment);
+    pool_caches_init(&pool->caches, &pool->options, gpu);
     pool->eager_barrier = o.free_sync == PS_FREE_SYNC_BARRIER && o.barrier_pending_percent && gpu && gpu->barrier;
     pool_expandable_init(&pool->range, &pool->options, gpu, pool->base.name);
     pool_growth_init(&pool->growth, &pool->options, gpu, upstream, pool->base.name);
-    int status = pool_streams_init(&pool->streams, &pool->options, gpu, pool_release_pending, pool);
+    int status = pool_streams_init(&pool->streams, &pool->options, gpu, release_pending, pool);
     int lists_status = pool_lists_init(&pool->lists, o.alignment, o.small_from_back); /* (destroy needs it made) */
     if (status == PS_OK)
         status = lists_status;
@@ -752,7 +848,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     if (status == PS_OK && o.thread_cache && gpu &&
         (o.free_sync == PS_FREE_SYNC_BARRIER || o.free_sync == PS_FREE_SYNC_NONE))
         status = ps_tcache_create(o.thread_cache, o.free_sync == PS_FREE_SYNC_NONE, &pool->streams.family, &pool->lock,
-                                  pool_tcache_give_back_locked, pool_tcache_barrier, pool, &pool->tcache);
+                                  tcache_give_back_locked, tcache_barrier, pool, &pool->tcache);
     if (pool->tcache) {
         pool->tcache_max_block = ps_tcache_max_block(pool->tcache);
     }
@@ -781,4 +877,46 @@ void ps_pool_test_skip_idle_check(int on)
 void ps_pool_test_return_lent_at_once(int on)
 {
     pool_expandable_test_return_lent_at_once(on);
+}
+
+/* ---- the threads' caches, for tests ------------------------------------ */
+
+uint64_t ps_pool_thread_cache_bytes(ps_resource_t *r)
+{
+    pool_t *pool = (pool_t *)r;
+    uint64_t ready = 0, pending = 0;
+    if (r->ops != &pool_ops || !pool->tcache)
+        return 0;
+    ps_lock(&pool->lock);
+    ps_tcache_bytes_locked(pool->tcache, &ready, &pending);
+    ps_unlock(&pool->lock);
+    return ready + pending;
+}
+
+int ps_pool_thread_cache_counters(ps_resource_t *r, uint64_t *hits, uint64_t *misses, uint64_t *barriers_asked)
+{
+    pool_t *pool = (pool_t *)r;
+    ps_tcache_counters_t c = {0};
+    if (r->ops == &pool_ops && pool->tcache)
+        ps_tcache_counters(pool->tcache, &c);
+    *hits = c.hits;
+    *misses = c.misses;
+    *barriers_asked = c.barriers_asked;
+    return r->ops == &pool_ops && pool->tcache && ps_tcache_caches_cudafree(pool->tcache, SIZE_MAX);
+}
+
+void ps_pool_note_lock_contention(ps_resource_t *r, uint32_t count)
+{
+    pool_t *pool = (pool_t *)r;
+    if (r->ops != &pool_ops)
+        return;
+    ps_lock(&pool->lock);
+    note_contention_locked(pool, count);
+    ps_unlock(&pool->lock);
+}
+
+void ps_pool_thread_cache_always_engage(ps_resource_t *r)
+{
+    if (r->ops == &pool_ops && ((pool_t *)r)->tcache)
+        ps_tcache_always_engage(((pool_t *)r)->tcache);
 }

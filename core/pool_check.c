@@ -63,12 +63,14 @@ int ps_pool_layout(ps_resource_t *r, ps_pool_layout_t *out)
     out->reserved = pool->lists.bytes_reserved;
     out->in_use = pool->lists.bytes_in_use;
     out->ready_free = pool->lists.owners[OWNER_READY]->free_bytes;
-    for (uint32_t mask = pool->quick_mask; mask; mask &= mask - 1)
-        out->ready_free += pool->lists.blocks[pool->quick[__builtin_ctz(mask)]].size;
-    out->ready_free += (uint64_t)pool->stack_count * pool->stack_size;
+    const pool_caches_t *caches = &pool->caches;
+    for (uint32_t mask = caches->quick_mask; mask; mask &= mask - 1)
+        out->ready_free += pool->lists.blocks[caches->quick[__builtin_ctz(mask)]].size;
+    out->ready_free += (uint64_t)caches->stack_count * caches->stack_size;
     out->pending = pool->streams.reuse.bytes_pending;
     out->stream_free = pool->lists.bytes_free - out->ready_free;
-    out->largest_ready = pool_largest_free_locked(pool);
+    uint64_t listed = pool_lists_largest_listed(&pool->lists), parked = pool_caches_largest_parked(caches, &pool->lists);
+    out->largest_ready = listed > parked ? listed : parked;
     for (uint32_t slot = 0; slot < pool->lists.chunks_count; slot++) {
         const pool_chunk_t *chunk = &pool->lists.chunks[slot];
         if (!chunk->base)
@@ -179,7 +181,7 @@ static int check_locked(pool_t *pool)
             case BLOCK_CACHED:
                 freeb += b->size;
                 cached_blocks++;
-                CHECK(pool->quick[quick_slot(pool, b->size)] == index || (pool->stack_count && b->size == pool->stack_size),
+                CHECK(pool->caches.quick[pool_caches_quick_slot(&pool->caches, b->size)] == index || (pool->caches.stack_count && b->size == pool->caches.stack_size),
                       n, "cached block %u not in its slot nor of the stack's size", index);
                 break;
             case BLOCK_UNMAPPED:
@@ -263,16 +265,16 @@ static int check_locked(pool_t *pool)
     }
     uint64_t parked = 0;
     for (uint32_t slot = 0; slot < QUICK_SLOTS; slot++)
-        parked += pool->quick[slot] != NIL;
+        parked += pool->caches.quick[slot] != NIL;
     uint64_t stacked = 0;
-    for (uint32_t index = pool->stack_head; index != NIL && stacked <= STACK_MAX; index = pool->lists.blocks[index].next_free) {
-        CHECK(pool->lists.blocks[index].state == BLOCK_CACHED && pool->lists.blocks[index].size == pool->stack_size, n,
+    for (uint32_t index = pool->caches.stack_head; index != NIL && stacked <= STACK_MAX; index = pool->lists.blocks[index].next_free) {
+        CHECK(pool->lists.blocks[index].state == BLOCK_CACHED && pool->lists.blocks[index].size == pool->caches.stack_size, n,
               "stacked block %u: state %d, size %llu of %llu", index, (int)pool->lists.blocks[index].state,
-              (unsigned long long)pool->lists.blocks[index].size, (unsigned long long)pool->stack_size);
+              (unsigned long long)pool->lists.blocks[index].size, (unsigned long long)pool->caches.stack_size);
         stacked++;
     }
-    CHECK(stacked == pool->stack_count, n, "%llu stacked blocks, count %u", (unsigned long long)stacked,
-          pool->stack_count);
+    CHECK(stacked == pool->caches.stack_count, n, "%llu stacked blocks, count %u", (unsigned long long)stacked,
+          pool->caches.stack_count);
     parked += stacked;
     CHECK(parked == cached_blocks, n, "%llu parked blocks, %llu cached in chunks", (unsigned long long)parked,
           (unsigned long long)cached_blocks);

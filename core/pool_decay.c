@@ -195,7 +195,7 @@ uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64
         target = pool->lists.bytes_reserved - want;
     if (pool->lists.bytes_reserved > target) {
         ready_pending_locked(pool);
-        pool_quick_flush_locked(pool);
+        pool_caches_flush(&pool->caches, &pool->lists);
         if (idle && pool->tcache)
             ps_tcache_drain_all_locked(pool->tcache);
         uint64_t passed = pool_newest_passed(pool->gpu);

@@ -9,6 +9,7 @@
 #define POOLSHIM_POOL_INTERNAL_H
 
 #include "pool.h"
+#include "pool_caches.h"
 #include "pool_expandable.h"
 #include "pool_growth.h"
 #include "pool_lists.h"
@@ -21,8 +22,6 @@
 #include <stdint.h>
 
 #define MIN_ALIGNMENT 256              /* cudaMalloc's documented alignment */
-#define QUICK_SLOTS 32                 /* quick cache: recently freed blocks by exact size */
-#define STACK_MAX 1024                   /* size stack: released blocks of one size kept unmerged */
 
 /* One tick of the decay (core/pool_decay.c). DECAY_TICKS covers a window
  * of four ticks with room for late ones. */
@@ -50,12 +49,7 @@ typedef struct pool {
     pool_expandable_t range;    /* the expandable range (core/pool_expandable.h) */
     pool_growth_t growth;       /* chunks, growth bounds, giving back (core/pool_growth.h) */
 
-    uint32_t quick[QUICK_SLOTS]; /* quick cache: a parked ready block per size slot, or NIL */
-    uint32_t quick_mask;        /* bit s: quick[s] holds a block */
-    uint32_t stack_head;        /* size stack: the newest parked block a barrier (or fence) released, or NIL */
-    uint32_t stack_count;       /* blocks in it (at most STACK_MAX), linked newest first by next_free */
-    size_t stack_size;          /* the size of every block in it */
-    unsigned alignment_log2;    /* log2(alignment), for the quick cache's slot */
+    pool_caches_t caches;       /* the quick cache and the size stack (core/pool_caches.h) */
     uint32_t locks_taken;       /* hot-path lock acquisitions in the current window (pool_lock) */
     uint32_t locks_contended;   /* those that found the lock held */
 
@@ -78,88 +72,6 @@ static inline void pool_note_allocation(pool_t *pool)
 {
     if (pool->lists.bytes_in_use > pool->decay_high)
         pool->decay_high = pool->lists.bytes_in_use;
-}
-
-/* ---- pool_caches.c: quick cache, size stack, thread caches, contention ---- */
-void pool_stack_flush_locked(pool_t *pool);
-void pool_quick_flush_locked(pool_t *pool);
-uint64_t pool_largest_free_locked(const pool_t *pool);
-/* The reuse state's release callback (core/reuse.h): `item` is a descriptor index. */
-void pool_release_pending(void *owner, uint64_t item);
-/* The thread caches' callbacks (core/thread_cache.h); the barrier runs without the pool's lock. */
-void pool_tcache_give_back_locked(void *owner, const ps_tcache_block_t *blocks, size_t count);
-int pool_tcache_barrier(void *owner, uint64_t tag);
-void pool_tcache_refill_room_locked(pool_t *pool, size_t need, size_t room);
-int pool_tcache_drain_locked(pool_t *pool, size_t need, int stream_allocation, int force, void **out);
-void pool_note_contention_locked(pool_t *pool, uint32_t count);
-
-/* The quick cache's slot for a block of `size` bytes. */
-static inline uint32_t quick_slot(const pool_t *pool, size_t size)
-{
-    return (uint32_t)(size >> pool->alignment_log2) & (QUICK_SLOTS - 1);
-}
-
-/* A parked block of exactly `size` bytes, taken as used, or NIL. Needs a
- * reserved in-use map slot. */
-static inline uint32_t pool_quick_take(pool_t *pool, size_t size)
-{
-    uint32_t slot = quick_slot(pool, size);
-    uint32_t index = pool->quick[slot];
-    if (index == NIL || pool->lists.blocks[index].size != size)
-        return NIL;
-    pool->quick[slot] = NIL;
-    pool->quick_mask &= ~(1u << slot);
-    pool_lists_take_parked(&pool->lists, index);
-    return index;
-}
-
-/* Parks ready block `index` (a cudaFree under free_sync none) in the quick
- * cache; the block parked in its slot before is merged into the lists. */
-static inline void pool_quick_park(pool_t *pool, uint32_t index)
-{
-    uint32_t slot = quick_slot(pool, pool->lists.blocks[index].size);
-    uint32_t evicted = pool->quick[slot];
-    pool->quick[slot] = index;
-    pool->quick_mask |= 1u << slot;
-    pool_lists_park(&pool->lists, index, IDLE_NEVER); /* a cudaFree under free_sync none: a kernel may still use it */
-    if (evicted != NIL)
-        pool_lists_unpark(&pool->lists, evicted);
-}
-
-/* A parked block of the stack, taken as used (the caller checked its size).
- * Needs a reserved in-use map slot. */
-static inline uint32_t pool_stack_take(pool_t *pool)
-{
-    uint32_t index = pool->stack_head;
-    pool->stack_head = pool->lists.blocks[index].next_free;
-    pool->stack_count--;
-    pool_lists_take_parked(&pool->lists, index);
-    return index;
-}
-
-/* The hot paths take the lock here: while thread caches keep no cudaFree'd
- * blocks, it counts how often the lock was found held, and when threads
- * met on it in 1 of LOCK_WINDOW / LOCK_CONTENDED_SHARE acquisitions of a
- * window, the caches start keeping them (core/thread_cache.h). */
-#define LOCK_WINDOW 4096
-#define LOCK_CONTENDED_SHARE 16
-static inline void pool_lock(pool_t *pool)
-{
-    if (__builtin_expect(ps_lock_try(&pool->lock), 1)) {
-        if (pool->tcache && ++pool->locks_taken == LOCK_WINDOW)
-            pool->locks_taken = pool->locks_contended = 0;
-        return;
-    }
-    ps_lock_slow(&pool->lock);
-    pool_note_contention_locked(pool, 1);
-}
-
-/* After a locked allocation of `need` (<= tcache_max_block) bytes. */
-static inline __attribute__((always_inline)) void pool_tcache_refill_locked(pool_t *pool, size_t need)
-{
-    size_t room = ps_tcache_refill_room_locked(pool->tcache, need);
-    if (room)
-        pool_tcache_refill_room_locked(pool, need, room);
 }
 
 /* ---- pool.c: the recipe ------------------------------------------------ */
