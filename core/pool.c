@@ -599,7 +599,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
             *out = (void *)pool->lists.blocks[parked].addr;
             if (need <= pool->tcache_max_block)
                 tcache_refill_locked(pool, need);
-            pool_note_allocation(pool);
+            pool_decay_note(&pool->decay, pool->lists.bytes_in_use);
             ps_unlock(&pool->lock);
             return PS_OK;
         }
@@ -616,7 +616,7 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
         tcache_refill_locked(pool, need);
     if (pool->tcache)
         ps_tcache_note_owner_ready(pool->tcache, owner_ready_hint_locked(pool));
-    pool_note_allocation(pool);
+    pool_decay_note(&pool->decay, pool->lists.bytes_in_use);
     ps_unlock(&pool->lock);
     return status;
 }
@@ -726,6 +726,80 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
     ps_unlock(&pool->lock);
 }
 
+/* ---- the decay --------------------------------------------------------- */
+
+/* The most one step of the decay gives back before the lock is let go
+ * (~1000 pieces of unmapping): a whole card's give-back in one go would
+ * hold the pool for seconds. */
+#define DECAY_STEP (2 * PS_GiB)
+
+/* Pending memory made ready without a wait: a barrier (refused while a
+ * capture is open), or (free_sync event) the open epoch closed and
+ * completed fences polled. */
+static void ready_pending_locked(pool_t *pool)
+{
+    if (pool->options.free_sync == PS_FREE_SYNC_BARRIER) {
+        if (pool_streams_pending(&pool->streams))
+            pool_barrier_locked(pool);
+    } else if (pool->options.free_sync == PS_FREE_SYNC_EVENT) {
+        pool_streams_close_open_and_poll(&pool->streams);
+    }
+}
+
+/* Gives free memory back down to `target` reserved bytes, DECAY_STEP at a
+ * time: only what the newest passed barrier proved idle, no synchronize
+ * and no wait (core/pool_growth.c); parked blocks merged first, and (an
+ * idle pool) the threads' caches drained. The lock is let go between
+ * steps; if an allocating thread took it meanwhile, the rest waits for a
+ * later tick. Returns the bytes given back, the lock let go. */
+static uint64_t give_back_idle_locked(pool_t *pool, uint64_t target, bool idle)
+{
+    uint64_t given = 0;
+    ready_pending_locked(pool);
+    pool_caches_flush(&pool->caches, &pool->lists);
+    if (idle && pool->tcache)
+        ps_tcache_drain_all_locked(pool->tcache);
+    uint64_t passed = pool_newest_passed(pool->gpu);
+    for (;;) {
+        pool_lists_t *lists = &pool->lists;
+        uint64_t step = lists->bytes_reserved > target + DECAY_STEP ? lists->bytes_reserved - DECAY_STEP : target;
+        uint64_t started = ps_now_ns(), frees = lists->upstream_frees;
+        uint64_t g = pool_growth_release_idle(&pool->growth, &pool->range, lists, step, passed);
+        pool_decay_measure(lists->upstream_frees - frees, g, ps_now_ns() - started);
+        given += g;
+        if (!g || lists->bytes_reserved <= target)
+            break;
+        ps_unlock(&pool->lock);
+        if (!ps_lock_try(&pool->lock))
+            return given; /* an allocating thread came: the rest at a later tick */
+    }
+    ps_unlock(&pool->lock);
+    return given;
+}
+
+/* The resource's decay entry (core/resource.h): a tick of the give-back
+ * thread (decay_ns > 0), or a neighbour asking for about `want` bytes
+ * (decay_ns 0). The lock is only tried: a busy pool skips the tick. */
+static uint64_t pool_give_back_unneeded(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64_t want)
+{
+    pool_t *pool = (pool_t *)r;
+    if (!pool->gpu || !ps_lock_try(&pool->lock))
+        return 0;
+    const pool_lists_t *lists = &pool->lists;
+    if (decay_ns && pool_decay_quiet(&pool->decay, lists->blocks_taken) && pool_streams_pending(&pool->streams))
+        ready_pending_locked(pool); /* its barrier will have passed when the window ends */
+    pool_decay_view_t view = {lists->bytes_in_use, lists->bytes_reserved, lists->blocks_taken,
+                              lists->upstream_allocs > lists->upstream_frees
+                                  ? lists->upstream_allocs - lists->upstream_frees : 0};
+    bool idle;
+    uint64_t target = pool_decay_tick(&pool->decay, now_ns, decay_ns, &view, want, &idle);
+    if (lists->bytes_reserved <= target) {
+        ps_unlock(&pool->lock);
+        return 0;
+    }
+    return give_back_idle_locked(pool, target, idle);
+}
+
 /* The program is destroying `stream`: the threads' caches come back
  * first (blocks cached on it join its list), then its list is retired
  * (core/pool_streams.c). */
@@ -754,7 +828,7 @@ static void pool_destroy(ps_resource_t *r)
 
 const ps_resource_ops_t pool_ops = {"pool", pool_allocate, pool_deallocate, pool_trim,
                                            pool_query, pool_destroy, pool_stream_destroyed,
-                                           pool_device_synchronized, pool_decay};
+                                           pool_device_synchronized, pool_give_back_unneeded};
 
 /* ---- creation ---------------------------------------------------------- */
 
@@ -919,4 +993,14 @@ void ps_pool_thread_cache_always_engage(ps_resource_t *r)
 {
     if (r->ops == &pool_ops && ((pool_t *)r)->tcache)
         ps_tcache_always_engage(((pool_t *)r)->tcache);
+}
+
+void ps_pool_decay_set_release_rate(uint64_t ns_per_run)
+{
+    pool_decay_set_rate(ns_per_run);
+}
+
+uint64_t ps_pool_decay_release_rate_default(void)
+{
+    return pool_decay_rate_default();
 }

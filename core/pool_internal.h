@@ -10,6 +10,7 @@
 
 #include "pool.h"
 #include "pool_caches.h"
+#include "pool_decay.h"
 #include "pool_expandable.h"
 #include "pool_growth.h"
 #include "pool_lists.h"
@@ -22,15 +23,6 @@
 #include <stdint.h>
 
 #define MIN_ALIGNMENT 256              /* cudaMalloc's documented alignment */
-
-/* One tick of the decay (core/pool_decay.c). DECAY_TICKS covers a window
- * of four ticks with room for late ones. */
-#define DECAY_TICKS 8
-typedef struct pool_decay_tick {
-    uint64_t at_ns;  /* when (0: unused) */
-    uint64_t high;   /* most bytes in use between the tick before and this one */
-    uint64_t allocs; /* the allocation count then */
-} pool_decay_tick_t;
 
 typedef struct pool {
     ps_resource_t base;         /* the resource (first member) */
@@ -54,25 +46,12 @@ typedef struct pool {
     uint32_t locks_contended;   /* those that found the lock held */
 
     uint64_t pending_waits;     /* host waits because pending bytes passed the growth bound */
-    uint64_t decay_high;        /* decay: most bytes in use since the last tick (core/pool_decay.c) */
-    pool_decay_tick_t decay_ring[DECAY_TICKS]; /* decay: the last ticks, oldest overwritten */
-    unsigned decay_next;        /* decay: the ring's next slot */
+    pool_decay_t decay;         /* the decay's view of the working set (core/pool_decay.h) */
 
     int eager_barrier;          /* 1: free_sync barrier with barrier_pending_percent > 0 */
     pool_streams_t streams;     /* epochs, stream lists, barriers (core/pool_streams.h); last: its
                                    barrier family keeps a cache line of its own */
 } pool_t;
-
-/* ---- pool_decay.c: free memory not needed for a while goes back -------- */
-uint64_t pool_decay(ps_resource_t *r, uint64_t now_ns, uint64_t decay_ns, uint64_t want);
-
-/* After a locked allocation, pool lock held: the decay's view of the
- * working set (its count of allocations is lists.blocks_taken). */
-static inline void pool_note_allocation(pool_t *pool)
-{
-    if (pool->lists.bytes_in_use > pool->decay_high)
-        pool->decay_high = pool->lists.bytes_in_use;
-}
 
 /* ---- pool.c: the recipe ------------------------------------------------ */
 extern const ps_resource_ops_t pool_ops; /* (a resource is a pool when its ops are these) */
