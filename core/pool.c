@@ -1,158 +1,42 @@
 /* The coalescing pool (core/pool.h): a TLSF suballocator with host-side
  * block descriptors, cudaFree epochs, per-stream free lists, and either
- * chunks from an upstream or one expandable virtual-memory range.
- *
- * This file is the recipe: allocate, free, trim, query, create, and the
- * slow path (steps a-f). Each ingredient has a file of its own, opening
- * with its algorithm; core/pool_internal.h holds the data structures and
- * the helpers the files share:
- *   core/pool_lists.c       descriptors, blocks, TLSF free lists (steps 1-2)
- *   core/pool_caches.c      parked blocks: quick cache, size stack, the
- *                           thread caches' side, lock contention (3, 6)
- *   core/pool_streams.c     stream owners, stealing, fences, the barrier,
- *                           destroyed streams (3, B, 4)
- *   core/pool_growth.c      chunks, growth and its bounds, giving memory
- *                           back (c, e, 5)
- *   core/pool_expandable.c  the expandable range: growth in place, remap,
- *                           lending
- *   core/pool_decay.c       free memory not needed for a while goes back
- *   core/pool_check.c       the invariants and the layout report
- * Delegated: the cudaFree reuse rule — open and closed epochs, fences,
- * polling and waiting, the barrier and its fallback to epochs when it is
- * refused, pending-bytes accounting and the barrier_pending_percent
- * trigger — lives in core/reuse.c (shared with arena and fixed_size); the
- * pool decides *when* to call it (steps 3a-d, 4 and 5) and releases the
- * blocks it hands back into the ready list.
+ * chunks from an upstream or an expandable virtual-memory range. This file
+ * is its front: allocate, free, trim, query, create, and the slow path's
+ * ladder. It holds one of each layer (core/pool_internal.h); each layer
+ * owns its state in its own file, and calls go one way, down:
+ *   pool_caches.c      parked blocks (quick cache, size stack) and the
+ *                      blocks the threads' caches take and give back
+ *   pool_streams.c     cudaFree epochs, stream lists, fences, barriers
+ *   pool_growth.c      chunks, the growth bound and budget, giving back
+ *   pool_expandable.c  the range: growth in place, remap, lending
+ *   pool_lists.c       descriptors, chunks, TLSF lists, split and merge
+ *   pool_decay.c       the decay's policy, which the front informs and asks
+ * What flows back up is a returned value; callbacks that core/reuse.c and
+ * core/thread_cache.c make are the front's and forward down.
  *
  * Algorithm
- *  1. Memory comes from the upstream in *chunks*. Each chunk is cut into
- *     *blocks* that tile it exactly; a block is a host-side descriptor
- *     (address, size, physical neighbours, list links, state, owner,
- *     chunk), kept in one array by 32-bit index: no in-band headers, no
- *     malloc per operation.
- *  2. Free blocks sit in TLSF lists (two-level segregated fit) of an
- *     *owner*: owner 0 is the *ready* list (safe for every stream); each
- *     stream used by cudaMallocAsync/cudaFreeAsync gets an owner of its
- *     own. Search is good fit in O(1).
- *  3. allocate(size): (free_sync barrier) when the pending bytes exceed
- *     barrier_pending_percent of the reserved bytes (and 1 MiB,
- *     PS_REUSE_EAGER_FLOOR, and barrier_floor: step B), one barrier first
- *     releases them all (step B below, done early: blocks freed since the
- *     last barrier cannot be reused, so new allocations would scatter into
- *     other holes). Then round up to the alignment (size 0 -> one alignment
- *     unit); take a block (stream s: s's list, then the ready list, then a
- *     steal from another stream t: record a fence on t, make s wait for it,
- *     move t's blocks to s); cut the request off the block's front if at
- *     least one alignment unit is left (requests of at most small_from_back
- *     bytes off its back: small blocks gather at the ends of free runs and
- *     stop splitting the large ones); record address -> descriptor in a
- *     hash map of in-use blocks. Before the ready list, the *size stack*
- *     is tried (in a pool of at most twice barrier_floor, or for blocks of
- *     at most small_from_back in a pool of any size: up to 1024 blocks of
- *     one size that barriers or fences released, kept unmerged and taken
- *     back newest first by a request of exactly their size; a request of
- *     another size merges them into the lists first; not for bigger blocks
- *     in bigger pools, where newest first instead of good fit costs peak
- *     memory),
- *     then the *quick cache*: up to 32 recently freed ready blocks, one per
- *     size slot, taken back only by a request of exactly their size (the
- *     hot allocate/free cycle never touches the lists).
- *     When nothing fits (the stack and the quick cache are flushed into
- *     the lists first):
- *       a. poll closed cudaFree epochs, oldest first (fence_query); every
- *          completed epoch's blocks become free in the ready list; retry;
- *       B. free_sync barrier, when pending blocks (epochs and other streams'
- *          lists) together with ready memory could serve the request: one
- *          device-wide GPU barrier (gpu_ops.h) orders all later GPU work
- *          after all earlier work, so every pending block joins the ready
- *          list at once, with no host wait; retry. Below the barrier floor
- *          (options.barrier_floor: reserved + request fit in it) there is
- *          no barrier here: the pool grows (step c), and the eager
- *          barrier (step 3) waits until the floor's bytes are pending (in
- *          a pool of any size; with threads' caches, a pool of at most
- *          twice the grown floor waits for half of it), so a program pays
- *          one barrier per many frees. If no barrier can be had (a stream
- *          capture is open), go on as free_sync event:
- *       b. close the open epoch (one fence on every stream covers each block
- *          freed before it) and poll it for up to epoch_wait_ns; for a
- *          cudaMalloc also record (lazily) a fence on each stream with free
- *          blocks and poll it: blocks freed on t before that fence move to
- *          the ready list once it completes; retry;
- *       c. growth bound (pending_wait_bytes/percent, off by default; the
- *          pinned host pool): while the pending bytes exceed the bound,
- *          host-wait the oldest epoch, retrying after each; then grow,
- *          never past maximum_size (core/pool_growth.c):
- *          - chunks: with release_before_grow (the pinned host pool),
- *            first give every wholly free ready chunk back (none of them
- *            fits the request, or step 3 would have taken it: kept, they
- *            would only strand memory, as chunks never merge); then a chunk
- *            of max(request, a share of reserved) bytes; on upstream
- *            failure halve down to the request;
- *          - expandable: map more of the range in place, moving free
- *            pieces there first when it can (remap), within the growth
- *            budget (core/pool_expandable.c);
- *       d. memory pressure: host-wait (fence_wait) the oldest epochs one by
- *          one, retrying after each; then wait a fence on every stream list
- *          and merge all of them into the ready list; retry;
- *       e. give wholly free chunks back to the upstream (expandable:
- *          synchronize the device, then unmap every whole piece inside a
- *          ready free block, leaving an UNMAPPED block there) and grow once
- *          more;
- *       f. PS_ENOMEM.
- *  4. free(ptr): find the descriptor in the in-use map (absent -> PS_EINVAL,
- *     nothing changes: foreign pointer, interior pointer or double free).
- *       - stream-ordered free on s: the block joins s's list at once,
- *         coalescing with free physical neighbours of the same owner;
- *       - cudaFree, free_sync none: joins the ready list at once (parked in
- *         the quick cache; the block it evicts is merged into the lists);
- *       - cudaFree, free_sync device: device_synchronize, then as none;
- *       - cudaFree, free_sync event or barrier: the block joins the open
- *         epoch (state pending: it neither coalesces nor is handed out) —
- *         no CUDA call (grow_budget_min at its floor: a batch's fence,
- *         core/pool_growth.c, step 4c).
- *  5. trim(): close and wait every epoch and stream list, merge everything
- *     into the ready list, and give memory back as in step e. When the
- *     program synchronizes the device and more than release_threshold
- *     bytes are reserved, the same, stopping once at most that many are.
- *  6. thread caches (options.thread_cache, free_sync barrier or none;
- *     core/thread_cache.c, core/pool_caches.c): before taking the lock,
- *     allocate tries the calling thread's cache and free parks the block
- *     there; cached blocks stay used here (the in-use map keeps them) and
- *     count as free/pending in query. Their barriers and the pool's are
- *     numbered in one reuse family; a locked allocation refills the
- *     thread's bin and tells the caches how many bytes are ready; every
- *     cache is drained right before step c (so before any growth and
- *     before OOM), on trim and on stream_destroyed.
- *  The per-thread default stream (PS_STREAM_PER_THREAD) is one handle that
- *  names a different stream on every thread, so a per-handle free list
- *  would hand one thread's freed block to another thread's stream with no
- *  ordering between them. Its allocations and frees therefore take the
- *  cudaFree path (epochs): per-thread streams are blocking streams, which
- *  the epoch fence (recorded on the legacy stream) covers.
- *
- * Guarantees
- *  - every address and size is a multiple of `alignment`; blocks never
- *    merge across chunks (an expandable range is one chunk that grows);
- *    every free, used or pending block has memory mapped behind it;
- *    allocate and free are O(1) in the number of free blocks (moving a
- *    stream's list is O(its blocks), off the hot path);
- *  - free_sync event: a block freed with PS_STREAM_NONE is never handed out
- *    while any fence covering its free is incomplete; a block freed on
- *    stream s is handed to another stream only after a stream wait on a
- *    fence recorded on s after the free, and to a cudaMalloc only after
- *    such a fence completed (conservative: when a stream-list block freed
- *    before a fence merges with one freed after it, the merged block waits
- *    for a later fence);
- *  - errors change nothing; OOM is reported only after steps a-e.
- *  - thread-safe: one spinlock per pool; fence waits (memory pressure only)
- *    and the bounded epoch poll of step b happen under it. With thread
- *    caches most calls of a thread take only its own cache's lock.
- * Accounting: bytes_reserved (usable chunk bytes) == in use + free + pending
- * (free includes parked blocks); largest_free_block counts the runs parked
- * blocks form with their free neighbours, so it is exact without a flush.
- * The measurements behind the pool's choices: docs/benchmarks.md, "The
- * pool's design choices".
- */
+ *  1. allocate(size), rounded up to the alignment: the calling thread's
+ *     cache first, without the lock. Under it: an eager barrier once
+ *     pending bytes pile up; then the stream's own lists (stream-ordered),
+ *     the size stack and the quick cache (exact size), the ready list
+ *     (good fit), a steal from another stream; the thread's cache refilled.
+ *  2. Nothing fits: the ladder, each rung retrying the ready list. Merge
+ *     the parked blocks; reclaim without a wait (completed epochs, one
+ *     barrier, or below the barrier floor none: grow); the threads' caches
+ *     back; the growth bound and budget; grow; reclaim with waits (host
+ *     waits on the oldest epochs, every stream list); every cache back,
+ *     free memory given back, grow once more; else PS_ENOMEM.
+ *  3. free(ptr): the in-use map finds the block (absent: PS_EINVAL). On a
+ *     stream: its stream's lists at once. cudaFree: the thread's cache, or
+ *     the open epoch (event, barrier), the quick cache (none), or after a
+ *     device synchronize (device). No CUDA call under event and barrier.
+ *  4. trim, and a device synchronize above release_threshold: every epoch
+ *     and stream list waited, free memory given back. The decay's tick
+ *     gives back what its policy does not keep, idle memory only.
+ * Guarantees: every address and size is a multiple of the alignment; a
+ * freed block is handed out again only as its layer's reuse rule allows;
+ * errors change nothing; out of memory comes only after every rung; one
+ * lock per pool (most calls of a thread with a cache take only its own). */
 #include "pool_internal.h"
 
 #include <stdatomic.h>
@@ -225,7 +109,7 @@ static int tcache_barrier(void *owner, uint64_t tag)
 /* ---- the ready list ---------------------------------------------------- */
 
 /* Takes a block of `need` bytes from the ready list. */
-int pool_try_ready_locked(pool_t *pool, size_t need, void **out)
+static int pool_try_ready_locked(pool_t *pool, size_t need, void **out)
 {
     uint32_t index = pool_caches_take_stacked(&pool->caches, &pool->lists, need); /* a barrier just released them */
     if (index != NIL) {
@@ -255,7 +139,7 @@ static inline int take_grown_locked(pool_t *pool, uint32_t grown, size_t need, v
 /* One device-wide barrier (core/pool_streams.c): every pending block joins
  * the ready list, and the bytes it released earn remap credit. false: refused
  * (a capture is open), nothing changed. */
-bool pool_barrier_locked(pool_t *pool)
+static bool pool_barrier_locked(pool_t *pool)
 {
     uint64_t released;
     if (!pool_streams_barrier(&pool->streams, &pool->lists, &released))
@@ -267,9 +151,9 @@ bool pool_barrier_locked(pool_t *pool)
 /* ---- the barrier floor (free_sync barrier) ----------------------------- */
 
 /* The barrier floor (options.barrier_floor, free_sync barrier): while
- * reserved + `need` fit in it, step B grows instead of issuing a barrier
- * (a barrier per pair or two made a 1 MiB cudaMalloc/cudaFree pair cost
- * four times a small one: docs/benchmarks.md, "The pool's design
+ * reserved + a request fit in it, a miss grows instead of issuing a
+ * barrier (a barrier per pair or two made a 1 MiB cudaMalloc/cudaFree pair
+ * cost four times a small one: docs/benchmarks.md, "The pool's design
  * choices"). */
 static inline uint64_t barrier_floor_locked(const pool_t *pool)
 {
@@ -285,25 +169,26 @@ static inline uint64_t barrier_floor_locked(const pool_t *pool)
 }
 
 /* The pool's question to core/reuse.c's barrier decision
- * (ps_reuse_barrier_worth): at a miss for `request` bytes (miss 1), grow
- * while reserved + request fit in the floor; the eager trigger (miss 0),
+ * (ps_reuse_barrier_worth): at a miss for `request` bytes, grow while
+ * reserved + request fit in the floor; the eager trigger,
  * once pending bytes pass barrier_pending_percent of reserved (and
  * PS_REUSE_EAGER_FLOOR), waits until the floor (options.barrier_floor) is
  * pending, in a pool of any size, so one barrier releases many blocks (a
  * 1 MiB free/take loop: one barrier per 32 pairs); with threads (the floor
  * grown by their caches) a pool of at most twice that floor waits for half
  * of it. */
-static inline ps_reuse_barrier_call_t barrier_call_locked(const pool_t *pool, bool miss, uint64_t request)
+static inline ps_reuse_barrier_call_t barrier_call_locked(const pool_t *pool, pool_barrier_ask_t ask,
+                                                          uint64_t request)
 {
-    return pool_streams_barrier_call(&pool->streams, miss, request, pool->lists.bytes_reserved,
+    return pool_streams_barrier_call(&pool->streams, ask, request, pool->lists.bytes_reserved,
                                      barrier_floor_locked(pool));
 }
 
-/* Step B: below the barrier floor a miss for `need` bytes grows instead
- * of issuing a barrier. */
-static inline int below_barrier_floor_locked(const pool_t *pool, size_t need)
+/* Below the barrier floor a miss for `need` bytes grows instead of
+ * issuing a barrier. */
+static inline bool below_barrier_floor_locked(const pool_t *pool, size_t need)
 {
-    return barrier_call_locked(pool, true, need) == PS_REUSE_GROW;
+    return barrier_call_locked(pool, POOL_BARRIER_AT_MISS, need) == PS_REUSE_GROW;
 }
 
 /* What the caches are told the pool can serve without a barrier
@@ -482,78 +367,123 @@ static void map_first_piece_locked(pool_t *pool)
 
 /* ---- allocate / deallocate --------------------------------------------- */
 
-/* Steps a-f of the file header; `stream_allocation`: the request is
- * stream-ordered (its own and stolen lists were tried already). */
-static int allocate_slow_locked(pool_t *pool, size_t need, int stream_allocation, void **out)
+/* Reclaims without a host wait: completed epochs and (a cudaMalloc)
+ * stream lists fenced already; then one barrier when anything is pending
+ * (below the barrier floor none: *grow_first, the pool grows and the
+ * threads' caches stay), or, when none can be had (a capture is open, or
+ * free_sync event), the open epoch closed and polled briefly; then (a
+ * cudaMalloc) a fence recorded on each stream list. Each retries the
+ * ready list. PS_OK: served. */
+static int reclaim_without_wait_locked(pool_t *pool, size_t need, bool stream_allocation, bool *grow_first,
+                                       void **out)
 {
-    const ps_gpu_ops_t *gpu = pool->gpu;
-    int grow_first = 0; /* below the barrier floor: grow, no barrier, caches stay */
+    int released = pool_streams_poll_epochs(&pool->streams);
+    if (!stream_allocation)
+        released += pool_streams_poll(&pool->streams, &pool->lists, POOL_POLL_QUERY);
+    if (released && pool_try_ready_locked(pool, need, out) == PS_OK)
+        return PS_OK;
+    bool barrier = pool->options.free_sync == PS_FREE_SYNC_BARRIER;
+    if (barrier && below_barrier_floor_locked(pool, need)) {
+        *grow_first = true;
+    } else if (barrier && pool_streams_anything_pending(&pool->streams, &pool->lists) && pool_barrier_locked(pool)) {
+        if (pool_try_ready_locked(pool, need, out) == PS_OK)
+            return PS_OK;
+    } else if (pool_streams_close_and_poll(&pool->streams, floor_locked(pool, need)) &&
+               pool_try_ready_locked(pool, need, out) == PS_OK) {
+        return PS_OK;
+    }
+    if (!stream_allocation && pool_streams_poll(&pool->streams, &pool->lists, POOL_POLL_RECORD) &&
+        pool_try_ready_locked(pool, need, out) == PS_OK)
+        return PS_OK;
+    return PS_ENOMEM;
+}
+
+/* Before a growth: the growth bound (host-wait epochs while too much is
+ * pending), then, for chunks, release_before_grow (every wholly free ready
+ * chunk goes back: kept, they would only strand memory, as chunks never
+ * merge), or, for the range, the growth budget. PS_OK: waiting served. */
+static int within_growth_bounds_locked(pool_t *pool, size_t need, void **out)
+{
+    const ps_pool_options_t *o = &pool->options;
+    if (pool->gpu && (o->pending_wait_bytes || o->pending_wait_percent) &&
+        floor_locked(pool, need) != POOL_FLOOR_UNDER && wait_over_bound_locked(pool, need, out) == PS_OK)
+        return PS_OK;
+    if (o->release_before_grow && !pool->range.on)
+        release_free_locked(pool, 0);
+    else if (o->grow_budget_percent && pool->range.on && fit_budget_locked(pool, need, out) == PS_OK)
+        return PS_OK;
+    return PS_ENOMEM;
+}
+
+/* Memory pressure, the growth failed: a barrier (one refused earlier,
+ * while a capture was open, may be possible now), then host waits for the
+ * oldest epochs one by one, then every stream list waited and merged into
+ * the ready list. Each retries the ready list. PS_OK: served. */
+static int reclaim_waiting_locked(pool_t *pool, size_t need, void **out)
+{
+    if (pool->options.free_sync == PS_FREE_SYNC_BARRIER && pool_streams_anything_pending(&pool->streams, &pool->lists) &&
+        pool_barrier_locked(pool) && pool_try_ready_locked(pool, need, out) == PS_OK)
+        return PS_OK;
+    pool_streams_close_or_sync(&pool->streams);
+    if (pool_try_ready_locked(pool, need, out) == PS_OK) /* the fallback may have freed blocks */
+        return PS_OK;
+    while (pool_streams_wait_oldest(&pool->streams))
+        if (pool_try_ready_locked(pool, need, out) == PS_OK)
+            return PS_OK;
+    if (pool_streams_poll(&pool->streams, &pool->lists, POOL_POLL_WAIT) +
+            pool_streams_poll(&pool->streams, &pool->lists, POOL_POLL_WAIT) &&
+        pool_try_ready_locked(pool, need, out) == PS_OK)
+        return PS_OK;
+    return PS_ENOMEM;
+}
+
+/* The slow path's ladder, when nothing ready fits `need` bytes
+ * (`stream_allocation`: a stream-ordered request, whose own and stolen
+ * lists were tried already): parked blocks merged; reclaiming without a
+ * wait; the threads' caches back; the growth's bounds; a growth; reclaiming
+ * with waits; every cache back, free memory given back, one more growth;
+ * else out of memory. */
+static int allocate_slow_locked(pool_t *pool, size_t need, bool stream_allocation, void **out)
+{
+    bool grow_first = false; /* below the barrier floor: grow, no barrier, the caches stay */
+    uint32_t grown;
     pool_caches_flush(&pool->caches, &pool->lists); /* parked blocks may coalesce into a fit */
     if (pool_try_ready_locked(pool, need, out) == PS_OK)
         return PS_OK;
-    if (gpu) {
-        /* a. closed epochs (and, for a cudaMalloc, stream lists already fenced) */
-        int released = pool_streams_poll_epochs(&pool->streams);
-        if (!stream_allocation)
-            released += pool_streams_poll(&pool->streams, &pool->lists, POOL_POLL_QUERY);
-        if (released && pool_try_ready_locked(pool, need, out) == PS_OK)
-            return PS_OK;
-        /* B. one barrier releases everything pending (below the barrier
-         * floor: none, the pool grows) */
-        int barrier = pool->options.free_sync == PS_FREE_SYNC_BARRIER;
-        if (barrier && below_barrier_floor_locked(pool, need)) {
-            grow_first = 1; /* (nothing here, and the caches stay: growth below) */
-        } else if (barrier && pool_streams_anything_pending(&pool->streams, &pool->lists) && pool_barrier_locked(pool)) {
-            if (pool_try_ready_locked(pool, need, out) == PS_OK)
-                return PS_OK;
-        } else if (pool_streams_close_and_poll(&pool->streams, floor_locked(pool, need)) &&
-                   pool_try_ready_locked(pool, need, out) == PS_OK) {
-            return PS_OK; /* b. close the open epoch and poll it briefly */
-        }
-        if (!stream_allocation && pool_streams_poll(&pool->streams, &pool->lists, POOL_POLL_RECORD) &&
-            pool_try_ready_locked(pool, need, out) == PS_OK)
-            return PS_OK;
-    }
-    /* the threads' caches come back before the pool grows (or fails) */
+    if (pool->gpu && reclaim_without_wait_locked(pool, need, stream_allocation, &grow_first, out) == PS_OK)
+        return PS_OK;
     if (!grow_first && drain_caches_locked(pool, need, stream_allocation, DRAIN_UNLESS_CONTENDED, out) == PS_OK)
         return PS_OK;
-    /* c. grow rather than wait, within the growth bound */
-    if (gpu && (pool->options.pending_wait_bytes || pool->options.pending_wait_percent) &&
-        floor_locked(pool, need) != POOL_FLOOR_UNDER && wait_over_bound_locked(pool, need, out) == PS_OK)
-        return PS_OK;
-    uint32_t grown;
-    if (pool->options.release_before_grow && !pool->range.on)
-        release_free_locked(pool, 0);
-    else if (pool->options.grow_budget_percent && pool->range.on && fit_budget_locked(pool, need, out) == PS_OK)
+    if (within_growth_bounds_locked(pool, need, out) == PS_OK)
         return PS_OK;
     if (grow_locked(pool, need, &grown) == PS_OK)
         return take_grown_locked(pool, grown, need, out);
-    if (gpu) {
-        /* d. memory pressure: a barrier (one refused at step B, while a
-         * capture was open, may be possible now), then wait the oldest
-         * epochs one by one */
-        if (pool->options.free_sync == PS_FREE_SYNC_BARRIER && pool_streams_anything_pending(&pool->streams, &pool->lists) &&
-            pool_barrier_locked(pool) && pool_try_ready_locked(pool, need, out) == PS_OK)
-            return PS_OK;
-        pool_streams_close_or_sync(&pool->streams);
-        if (pool_try_ready_locked(pool, need, out) == PS_OK) /* the fallback may have freed blocks */
-            return PS_OK;
-        while (pool_streams_wait_oldest(&pool->streams))
-            if (pool_try_ready_locked(pool, need, out) == PS_OK)
-                return PS_OK;
-        /* ... then merge every stream list into the ready list */
-        if (pool_streams_poll(&pool->streams, &pool->lists, POOL_POLL_WAIT) +
-                pool_streams_poll(&pool->streams, &pool->lists, POOL_POLL_WAIT) &&
-            pool_try_ready_locked(pool, need, out) == PS_OK)
-            return PS_OK;
-    }
-    /* e. every thread's cache comes back; give free memory back and grow once more */
+    if (pool->gpu && reclaim_waiting_locked(pool, need, out) == PS_OK)
+        return PS_OK;
     if (drain_caches_locked(pool, need, stream_allocation, DRAIN_ALL, out) == PS_OK)
         return PS_OK;
     release_free_locked(pool, 0);
     if (grow_locked(pool, need, &grown) == PS_OK)
         return take_grown_locked(pool, grown, need, out);
-    return PS_ENOMEM; /* f. */
+    return PS_ENOMEM;
+}
+
+/* free_sync barrier: once pending bytes pile up past
+ * barrier_pending_percent of reserved (and the floors), one barrier
+ * releases them before the allocation: blocks freed since the last
+ * barrier cannot be reused, so new allocations would scatter into other
+ * holes. The percentage is asked inline first, the floors only once it
+ * passed; a thread cache's barrier may have covered them already, and the
+ * poll releases those. */
+static inline void eager_barrier_locked(pool_t *pool)
+{
+    uint64_t reserved = pool->lists.bytes_reserved;
+    if (__builtin_expect(pool->eager_barrier, 0) && pool_streams_pending_piles_up(&pool->streams, reserved) &&
+        barrier_call_locked(pool, POOL_BARRIER_EAGER, 0) == PS_REUSE_BARRIER &&
+        (!pool_streams_poll_epochs(&pool->streams) || pool_streams_pending_piles_up(&pool->streams, reserved))) {
+        pool_caches_flush(&pool->caches, &pool->lists);
+        pool_barrier_locked(pool);
+    }
 }
 
 static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void **out)
@@ -562,22 +492,14 @@ static int pool_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void
     size_t need = size ? ps_align_up(size, pool->options.alignment) : pool->options.alignment;
     if (!need)
         return PS_ENOMEM;
-    int stream_ordered = ps_reuse_stream_ordered(stream);
+    bool stream_ordered = ps_reuse_stream_ordered(stream);
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
     if (need <= pool->tcache_max_block && (stream_ordered || ps_tcache_caches_cudafree(pool->tcache, need)) &&
         ps_tcache_take(pool->tcache, need, stream, out))
         return PS_OK;
     pool_lock(pool);
-    /* (the percentage inline first; the floors only once it passed) */
-    if (__builtin_expect(pool->eager_barrier, 0) && pool_streams_pending_piles_up(&pool->streams, pool->lists.bytes_reserved) &&
-        barrier_call_locked(pool, false, 0) == PS_REUSE_BARRIER &&
-        (!pool_streams_poll_epochs(&pool->streams) ||
-         pool_streams_pending_piles_up(&pool->streams, pool->lists.bytes_reserved))) {
-        /* (a thread cache's barrier may have covered them: the poll releases those) */
-        pool_caches_flush(&pool->caches, &pool->lists);
-        pool_barrier_locked(pool); /* 0. (free_sync barrier) pending memory is piling up */
-    }
+    eager_barrier_locked(pool);
     int status = pool_lists_reserve_descriptors(&pool->lists, 2);
     if (status == PS_OK)
         status = ps_ptr_map_reserve(&pool->lists.in_use, 1);
@@ -625,7 +547,7 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
 {
     pool_t *pool = (pool_t *)r;
     pool_expandable_note_free(&pool->range); /* (setup runs end here) */
-    int stream_ordered = ps_reuse_stream_ordered(stream);
+    bool stream_ordered = ps_reuse_stream_ordered(stream);
     if (stream_ordered && !pool->gpu)
         return PS_EUNSUPPORTED;
     size_t need = size ? ps_align_up(size, pool->options.alignment) : pool->options.alignment;
@@ -634,11 +556,11 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
         if (cached != PS_TCACHE_DECLINED)
             return cached;
     }
-    int defer = pool_streams_defers(&pool->streams) || stream_ordered;
+    bool defer = pool_streams_defers(&pool->streams) || stream_ordered;
     if (!stream_ordered && pool->options.free_sync == PS_FREE_SYNC_DEVICE) {
         int status = pool->gpu->device_synchronize(pool->gpu->ctx);
         if (status == PS_EBUSY)
-            defer = 1; /* a stream capture is open: the block waits for a fence instead */
+            defer = true; /* a stream capture is open: the block waits for a fence instead */
         else if (status != PS_OK)
             return status;
     }
@@ -656,7 +578,7 @@ static int pool_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t
         size_t freed = pool->lists.blocks[index].size;
         status = pool_streams_defer(&pool->streams, &pool->lists, index);
         if (status == PS_OK && pool->options.grow_budget_min)
-            pool_streams_fence_batch(&pool->streams, &pool->lists, floor_locked(pool, freed)); /* the budget floor's batches */
+            pool_streams_fence_batch(&pool->streams, &pool->lists, floor_locked(pool, freed));
     } else
         pool_caches_park_quick(&pool->caches, &pool->lists, index);
     if (status != PS_OK) /* nothing changed: the block is still in use */
@@ -717,12 +639,7 @@ static void pool_query(ps_resource_t *r, ps_resource_info_t *info)
     info->upstream_frees += pool->lists.upstream_frees;
     pool_streams_add_counters(&pool->streams, info);
     info->pending_waits += pool->pending_waits;
-    info->remap_syncs += pool->range.remap_syncs;
-    info->remaps_idle += pool->range.remaps_idle;
-    info->remap_waits += pool->range.remap_waits;
-    info->remaps_slack += pool->range.remaps_slack;
-    info->remaps_lent += pool->range.remaps_lent;
-    info->expandable += (uint64_t)pool->range.on;
+    pool_expandable_add_counters(&pool->range, info);
     ps_unlock(&pool->lock);
 }
 
@@ -874,6 +791,29 @@ void ps_pool_options_default(ps_pool_options_t *opts)
     };
 }
 
+/* PS_EINVAL, said for all but a bad chunk_granule, when options `o` of
+ * pool `name` cannot make a pool over `gpu`. */
+static int check_options(const char *name, const ps_pool_options_t *o, const ps_gpu_ops_t *gpu)
+{
+    if (o->chunk_granule && !ps_is_pow2(o->chunk_granule))
+        return PS_EINVAL;
+    if (!ps_is_pow2(o->alignment) || o->alignment < MIN_ALIGNMENT) {
+        ps_error("pool '%s': alignment %zu is not a power of two >= %d", name, o->alignment, MIN_ALIGNMENT);
+        return PS_EINVAL;
+    }
+    if (o->min_chunk > o->max_chunk || o->free_sync > PS_FREE_SYNC_BARRIER ||
+        (o->maximum_size && o->initial_size > o->maximum_size)) {
+        ps_error("pool '%s': bad options (min_chunk > max_chunk, initial_size > maximum_size, or "
+                 "unknown free_sync)", name);
+        return PS_EINVAL;
+    }
+    if (!gpu && o->free_sync != PS_FREE_SYNC_NONE) {
+        ps_error("pool '%s': free_sync event/device needs the GPU-ops table", name);
+        return PS_EINVAL;
+    }
+    return PS_OK;
+}
+
 int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu,
                    const ps_pool_options_t *opts, ps_resource_t **out)
 {
@@ -884,23 +824,9 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
         ps_pool_options_default(&o);
     if (!upstream || !out)
         return PS_EINVAL;
-    if (o.chunk_granule && !ps_is_pow2(o.chunk_granule))
-        return PS_EINVAL;
-    if (!ps_is_pow2(o.alignment) || o.alignment < MIN_ALIGNMENT) {
-        ps_error("pool '%s': alignment %zu is not a power of two >= %d", name ? name : "pool",
-                 o.alignment, MIN_ALIGNMENT);
-        return PS_EINVAL;
-    }
-    if (o.min_chunk > o.max_chunk || o.free_sync > PS_FREE_SYNC_BARRIER ||
-        (o.maximum_size && o.initial_size > o.maximum_size)) {
-        ps_error("pool '%s': bad options (min_chunk > max_chunk, initial_size > maximum_size, or "
-                 "unknown free_sync)", name ? name : "pool");
-        return PS_EINVAL;
-    }
-    if (!gpu && o.free_sync != PS_FREE_SYNC_NONE) {
-        ps_error("pool '%s': free_sync event/device needs the GPU-ops table", name ? name : "pool");
-        return PS_EINVAL;
-    }
+    int status = check_options(name ? name : "pool", &o, gpu);
+    if (status != PS_OK)
+        return status;
     pool_t *pool = aligned_alloc(_Alignof(pool_t), ps_align_up(sizeof *pool, _Alignof(pool_t))); /* (cache-line fields) */
     if (!pool)
         return PS_ENOMEM;
@@ -912,7 +838,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     pool->eager_barrier = o.free_sync == PS_FREE_SYNC_BARRIER && o.barrier_pending_percent && gpu && gpu->barrier;
     pool_expandable_init(&pool->range, &pool->options, gpu, pool->base.name);
     pool_growth_init(&pool->growth, &pool->options, gpu, upstream, pool->base.name);
-    int status = pool_streams_init(&pool->streams, &pool->options, gpu, release_pending, pool);
+    status = pool_streams_init(&pool->streams, &pool->options, gpu, release_pending, pool);
     int lists_status = pool_lists_init(&pool->lists, o.alignment, o.small_from_back); /* (destroy needs it made) */
     if (status == PS_OK)
         status = lists_status;
@@ -923,9 +849,8 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
         (o.free_sync == PS_FREE_SYNC_BARRIER || o.free_sync == PS_FREE_SYNC_NONE))
         status = ps_tcache_create(o.thread_cache, o.free_sync == PS_FREE_SYNC_NONE, &pool->streams.family, &pool->lock,
                                   tcache_give_back_locked, tcache_barrier, pool, &pool->tcache);
-    if (pool->tcache) {
+    if (pool->tcache)
         pool->tcache_max_block = ps_tcache_max_block(pool->tcache);
-    }
     if (status == PS_OK)
         pool_expandable_reserve_first_range(&pool->range, &pool->lists); /* (no lock yet: the pool is not shared) */
     if (status == PS_OK && o.expandable_map_first && !o.initial_size)
@@ -943,6 +868,8 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     return PS_OK;
 }
 
+/* ---- test hooks (core/pool.h) ------------------------------------------ */
+
 void ps_pool_test_skip_idle_check(int on)
 {
     pool_expandable_test_skip_idle_check(on);
@@ -952,8 +879,6 @@ void ps_pool_test_return_lent_at_once(int on)
 {
     pool_expandable_test_return_lent_at_once(on);
 }
-
-/* ---- the threads' caches, for tests ------------------------------------ */
 
 uint64_t ps_pool_thread_cache_bytes(ps_resource_t *r)
 {

@@ -1,9 +1,9 @@
 /* The coalescing pool: a general-purpose suballocator over an upstream
- * resource. core/pool.c opens with its algorithm and names the files that
- * hold each of its concepts (pool_lists.c, pool_caches.c, pool_streams.c,
- * pool_growth.c, pool_expandable.c, pool_decay.c, pool_check.c;
- * core/pool_internal.h declares what they share); this header is its
- * contract.
+ * resource. core/pool.c, its front, opens with its algorithm and the map
+ * of its layers, each a file with its own state (pool_caches, pool_streams,
+ * pool_growth, pool_expandable, pool_lists; the decay's policy in
+ * pool_decay; the checker in pool_check); this header is its contract and
+ * core/pool_options.h its options.
  *
  * Guarantees:
  *  - every pointer is aligned to `alignment` (>= 256, a power of two);
@@ -56,7 +56,7 @@ int ps_pool_is_expandable(ps_resource_t *pool);
 uint64_t ps_pool_thread_cache_bytes(ps_resource_t *pool);
 
 /* Test hook: the thread caches keep cudaFree'd blocks and refill misses
- * even while one thread uses the pool (core/thread_cache.c, step 5). */
+ * even while one thread uses the pool (core/thread_cache.c). */
 void ps_pool_thread_cache_always_engage(ps_resource_t *pool);
 
 /* Test hook: `count` acquisitions of the pool's lock found it held, as
@@ -105,7 +105,7 @@ void ps_pool_test_skip_idle_check(int on);
 void ps_pool_test_return_lent_at_once(int on);
 
 /* The decay's estimate of how long giving memory back takes, in
- * nanoseconds per run or chunk (core/pool_decay.c, 8.): the tests set it;
+ * nanoseconds per run or chunk (core/pool_decay.c, the early start): the tests set it;
  * 0 turns the early start off. The default is where every process starts. */
 void ps_pool_decay_set_release_rate(uint64_t ns_per_run);
 uint64_t ps_pool_decay_release_rate_default(void);

@@ -126,116 +126,171 @@ static int check_state_list(const pool_t *pool, uint32_t head, uint8_t state, ui
     return PS_OK;
 }
 
-static int check_locked(pool_t *pool)
+/* What the blocks of every chunk add up to (check_chunks). */
+typedef struct tally {
+    uint64_t used, free, pending, reserved, unmapped, lent;                   /* bytes */
+    uint64_t used_blocks, free_blocks, pending_blocks, cached_blocks, unmapped_blocks, lent_blocks;
+} tally_t;
+
+/* Block `index` of range chunk `chunk` is mapped as its state says: a lent
+ * block wholly lent, any other but an unmapped one wholly mapped and not
+ * lent. */
+static int check_mapping(const pool_t *pool, const pool_chunk_t *chunk, uint32_t index)
+{
+    const pool_block_t *b = &pool->lists.blocks[index];
+    const ps_vm_range_t *range = chunk->range;
+    const char *n = pool->base.name;
+    if (b->state == BLOCK_LENT) {
+        CHECK(ps_vm_range_is_lent(range, b->addr, b->size), n, "lent block %u is not wholly lent", index);
+    } else if (b->state != BLOCK_UNMAPPED) {
+        uintptr_t first = b->addr - (b->addr - range->base) % range->piece;
+        size_t span = ps_align_up(b->addr + b->size - range->base, range->piece) -
+                      (b->addr - range->base) / range->piece * range->piece;
+        CHECK(!ps_vm_range_is_lent(range, first, range->piece) && ps_vm_range_is_mapped(range, first, span), n,
+              "block %u (state %u) is not wholly mapped", index, b->state);
+    }
+    return PS_OK;
+}
+
+/* An unmapped or lent block (`what`) of range chunk `chunk`: whole pieces,
+ * cutting no run. */
+static int check_pieces(const pool_t *pool, const pool_chunk_t *chunk, uint32_t index, const char *what)
+{
+    const pool_block_t *b = &pool->lists.blocks[index];
+    const char *n = pool->base.name;
+    CHECK(chunk->range, n, "block %u: %s outside an expandable range", index, what);
+    CHECK((b->addr - chunk->range->base) % chunk->range->piece == 0 && b->size % chunk->range->piece == 0, n,
+          "%s block %u is not made of whole pieces", what, index);
+    CHECK(ps_vm_range_boundary_down(chunk->range, b->addr) == b->addr &&
+              ps_vm_range_boundary_down(chunk->range, b->addr + b->size) == b->addr + b->size,
+          n, "%s block %u cuts a run", what, index);
+    return PS_OK;
+}
+
+/* Block `index` (after `prev`, NIL: first) of chunk `chunk`, by its state,
+ * added to *t. */
+static int check_block(const pool_t *pool, const pool_chunk_t *chunk, uint32_t index, uint32_t prev, tally_t *t)
+{
+    const pool_block_t *b = &pool->lists.blocks[index];
+    const pool_caches_t *caches = &pool->caches;
+    const char *n = pool->base.name;
+    switch (b->state) {
+    case BLOCK_FREE:
+        t->free += b->size;
+        t->free_blocks++;
+        CHECK(b->owner < pool->lists.owners_count, n, "block %u: bad owner %u", index, b->owner);
+        if (prev != NIL)
+            CHECK(!(pool->lists.blocks[prev].state == BLOCK_FREE && pool->lists.blocks[prev].owner == b->owner), n,
+                  "blocks %u and %u: adjacent free blocks of one owner not coalesced", prev, index);
+        break;
+    case BLOCK_USED: {
+        t->used += b->size;
+        t->used_blocks++;
+        uint64_t mapped;
+        CHECK(ps_ptr_map_get(&pool->lists.in_use, b->addr, &mapped) && mapped == index, n,
+              "used block %u not in the in-use map", index);
+        break;
+    }
+    case BLOCK_PENDING:
+        t->pending += b->size;
+        t->pending_blocks++;
+        break;
+    case BLOCK_CACHED:
+        t->free += b->size;
+        t->cached_blocks++;
+        CHECK(caches->quick[pool_caches_quick_slot(caches, b->size)] == index ||
+                  (caches->stack_count && b->size == caches->stack_size),
+              n, "cached block %u not in its slot nor of the stack's size", index);
+        break;
+    case BLOCK_UNMAPPED:
+        if (check_pieces(pool, chunk, index, "unmapped") != PS_OK)
+            return PS_EINVAL;
+        CHECK(prev == NIL || pool->lists.blocks[prev].state != BLOCK_UNMAPPED, n,
+              "unmapped blocks %u and %u not merged", prev, index);
+        t->unmapped += b->size;
+        t->unmapped_blocks++;
+        break;
+    case BLOCK_LENT:
+        if (check_pieces(pool, chunk, index, "lent") != PS_OK)
+            return PS_EINVAL;
+        t->lent += b->size;
+        t->lent_blocks++;
+        break;
+    default: CHECK(0, n, "block %u: state %u in a chunk", index, b->state);
+    }
+    return PS_OK;
+}
+
+/* Every chunk is tiled exactly by its blocks, each consistent with its
+ * state; *t = what they add up to. */
+static int check_chunks(const pool_t *pool, tally_t *t)
 {
     size_t alignment = pool->options.alignment;
-    uint64_t used = 0, freeb = 0, pending = 0, reserved = 0, used_blocks = 0, free_blocks = 0,
-             pending_blocks = 0, cached_blocks = 0, unmapped = 0, unmapped_blocks = 0, lent = 0, lent_blocks = 0;
     const char *n = pool->base.name;
     for (uint32_t slot = 0; slot < pool->lists.chunks_count; slot++) {
-        pool_chunk_t *chunk = &pool->lists.chunks[slot];
+        const pool_chunk_t *chunk = &pool->lists.chunks[slot];
         if (!chunk->base)
             continue;
-        reserved += chunk->range ? chunk->range->mapped_bytes : chunk->size;
+        t->reserved += chunk->range ? chunk->range->mapped_bytes : chunk->size;
         uintptr_t expect = chunk->addr;
         uint32_t prev = NIL;
         for (uint32_t index = chunk->first_block; index != NIL; index = pool->lists.blocks[index].next_phys) {
             CHECK(index < pool->lists.blocks_used, n, "chunk %u: block index %u out of range", slot, index);
-            pool_block_t *b = &pool->lists.blocks[index];
+            const pool_block_t *b = &pool->lists.blocks[index];
             CHECK(b->addr == expect, n, "chunk %u: block %u at %#lx, expected %#lx", slot, index,
                   (unsigned long)b->addr, (unsigned long)expect);
             CHECK(b->prev_phys == prev, n, "block %u: prev_phys %u, expected %u", index, b->prev_phys, prev);
             CHECK(b->chunk == slot, n, "block %u: chunk %u, expected %u", index, b->chunk, slot);
             CHECK(b->size && b->size % alignment == 0 && b->addr % alignment == 0, n,
                   "block %u: size %zu / address not aligned to %zu", index, b->size, alignment);
-            if (chunk->range && b->state == BLOCK_LENT)
-                CHECK(ps_vm_range_is_lent(chunk->range, b->addr, b->size), n, "lent block %u is not wholly lent", index);
-            else if (chunk->range && b->state != BLOCK_UNMAPPED)
-                CHECK(!ps_vm_range_is_lent(chunk->range, b->addr - (b->addr - chunk->range->base) % chunk->range->piece,
-                                           chunk->range->piece) &&
-                          ps_vm_range_is_mapped(chunk->range, b->addr - (b->addr - chunk->range->base) % chunk->range->piece,
-                                            ps_align_up(b->addr + b->size - chunk->range->base, chunk->range->piece) -
-                                                (b->addr - chunk->range->base) / chunk->range->piece * chunk->range->piece),
-                      n, "block %u (state %u) is not wholly mapped", index, b->state);
-            switch (b->state) {
-            case BLOCK_FREE:
-                freeb += b->size;
-                free_blocks++;
-                CHECK(b->owner < pool->lists.owners_count, n, "block %u: bad owner %u", index, b->owner);
-                if (prev != NIL)
-                    CHECK(!(pool->lists.blocks[prev].state == BLOCK_FREE && pool->lists.blocks[prev].owner == b->owner), n,
-                          "blocks %u and %u: adjacent free blocks of one owner not coalesced", prev, index);
-                break;
-            case BLOCK_USED: {
-                used += b->size;
-                used_blocks++;
-                uint64_t mapped;
-                CHECK(ps_ptr_map_get(&pool->lists.in_use, b->addr, &mapped) && mapped == index, n,
-                      "used block %u not in the in-use map", index);
-                break;
-            }
-            case BLOCK_PENDING:
-                pending += b->size;
-                pending_blocks++;
-                break;
-            case BLOCK_CACHED:
-                freeb += b->size;
-                cached_blocks++;
-                CHECK(pool->caches.quick[pool_caches_quick_slot(&pool->caches, b->size)] == index || (pool->caches.stack_count && b->size == pool->caches.stack_size),
-                      n, "cached block %u not in its slot nor of the stack's size", index);
-                break;
-            case BLOCK_UNMAPPED:
-                CHECK(chunk->range, n, "block %u: unmapped outside an expandable range", index);
-                CHECK((b->addr - chunk->range->base) % chunk->range->piece == 0 && b->size % chunk->range->piece == 0,
-                      n, "unmapped block %u is not made of whole pieces", index);
-                CHECK(ps_vm_range_boundary_down(chunk->range, b->addr) == b->addr &&
-                          ps_vm_range_boundary_down(chunk->range, b->addr + b->size) == b->addr + b->size,
-                      n, "unmapped block %u cuts a run", index);
-                CHECK(prev == NIL || pool->lists.blocks[prev].state != BLOCK_UNMAPPED, n,
-                      "unmapped blocks %u and %u not merged", prev, index);
-                unmapped += b->size;
-                unmapped_blocks++;
-                break;
-            case BLOCK_LENT:
-                CHECK(chunk->range, n, "block %u: lent outside an expandable range", index);
-                CHECK((b->addr - chunk->range->base) % chunk->range->piece == 0 && b->size % chunk->range->piece == 0,
-                      n, "lent block %u is not made of whole pieces", index);
-                CHECK(ps_vm_range_boundary_down(chunk->range, b->addr) == b->addr &&
-                          ps_vm_range_boundary_down(chunk->range, b->addr + b->size) == b->addr + b->size,
-                      n, "lent block %u cuts a run", index);
-                lent += b->size;
-                lent_blocks++;
-                break;
-            default: CHECK(0, n, "block %u: state %u in a chunk", index, b->state);
-            }
+            if ((chunk->range && check_mapping(pool, chunk, index) != PS_OK) ||
+                check_block(pool, chunk, index, prev, t) != PS_OK)
+                return PS_EINVAL;
             expect = b->addr + b->size;
             prev = index;
         }
         CHECK(expect == chunk->addr + chunk->size, n, "chunk %u: blocks end at %#lx, chunk at %#lx", slot,
               (unsigned long)expect, (unsigned long)(chunk->addr + chunk->size));
     }
-    CHECK(reserved == pool->lists.bytes_reserved, n, "reserved %llu, chunks sum %llu",
-          (unsigned long long)pool->lists.bytes_reserved, (unsigned long long)reserved);
-    CHECK(used == pool->lists.bytes_in_use, n, "in use %llu, blocks sum %llu", (unsigned long long)pool->lists.bytes_in_use,
-          (unsigned long long)used);
-    CHECK(freeb == pool->lists.bytes_free, n, "free %llu, blocks sum %llu", (unsigned long long)pool->lists.bytes_free,
-          (unsigned long long)freeb);
-    CHECK(pending == pool->streams.reuse.bytes_pending, n, "pending %llu, blocks sum %llu",
-          (unsigned long long)pool->streams.reuse.bytes_pending, (unsigned long long)pending);
-    CHECK(reserved == used + freeb + pending, n, "reserved != in use + free + pending");
-    CHECK(unmapped == pool->range.bytes_unmapped, n, "unmapped %llu, blocks sum %llu",
-          (unsigned long long)pool->range.bytes_unmapped, (unsigned long long)unmapped);
-    CHECK(lent == pool->range.bytes_lent, n, "lent %llu, blocks sum %llu", (unsigned long long)pool->range.bytes_lent,
-          (unsigned long long)lent);
-    if (check_state_list(pool, pool->range.lent_head, BLOCK_LENT, lent_blocks, "lent") != PS_OK ||
-        check_state_list(pool, pool->range.unmapped_head, BLOCK_UNMAPPED, unmapped_blocks, "unmapped") != PS_OK)
+    return PS_OK;
+}
+
+/* The layers' counts agree with what the blocks add up to. */
+static int check_counts(const pool_t *pool, const tally_t *t)
+{
+    const pool_lists_t *lists = &pool->lists;
+    const char *n = pool->base.name;
+    uint64_t pending = pool->streams.reuse.bytes_pending;
+    CHECK(t->reserved == lists->bytes_reserved, n, "reserved %llu, chunks sum %llu",
+          (unsigned long long)lists->bytes_reserved, (unsigned long long)t->reserved);
+    CHECK(t->used == lists->bytes_in_use, n, "in use %llu, blocks sum %llu", (unsigned long long)lists->bytes_in_use,
+          (unsigned long long)t->used);
+    CHECK(t->free == lists->bytes_free, n, "free %llu, blocks sum %llu", (unsigned long long)lists->bytes_free,
+          (unsigned long long)t->free);
+    CHECK(t->pending == pending, n, "pending %llu, blocks sum %llu", (unsigned long long)pending,
+          (unsigned long long)t->pending);
+    CHECK(t->reserved == t->used + t->free + t->pending, n, "reserved != in use + free + pending");
+    CHECK(t->unmapped == pool->range.bytes_unmapped, n, "unmapped %llu, blocks sum %llu",
+          (unsigned long long)pool->range.bytes_unmapped, (unsigned long long)t->unmapped);
+    CHECK(t->lent == pool->range.bytes_lent, n, "lent %llu, blocks sum %llu", (unsigned long long)pool->range.bytes_lent,
+          (unsigned long long)t->lent);
+    if (check_state_list(pool, pool->range.lent_head, BLOCK_LENT, t->lent_blocks, "lent") != PS_OK ||
+        check_state_list(pool, pool->range.unmapped_head, BLOCK_UNMAPPED, t->unmapped_blocks, "unmapped") != PS_OK)
         return PS_EINVAL;
-    CHECK(used_blocks == pool->lists.in_use.count, n, "%llu used blocks, %zu in the map",
-          (unsigned long long)used_blocks, pool->lists.in_use.count);
-    /* free lists */
+    CHECK(t->used_blocks == lists->in_use.count, n, "%llu used blocks, %zu in the map",
+          (unsigned long long)t->used_blocks, lists->in_use.count);
+    return PS_OK;
+}
+
+/* Every owner's TLSF lists: bitmaps, classes, links and counters; they
+ * hold exactly the free blocks of the chunks. */
+static int check_free_lists(const pool_t *pool, const tally_t *t)
+{
+    const pool_lists_t *lists = &pool->lists;
+    const char *n = pool->base.name;
     uint64_t listed = 0;
-    for (uint32_t o = 0; o < pool->lists.owners_count; o++) {
-        pool_owner_t *owner = pool->lists.owners[o];
+    for (uint32_t o = 0; o < lists->owners_count; o++) {
+        const pool_owner_t *owner = lists->owners[o];
         uint64_t owner_bytes = 0, owner_blocks = 0;
         for (unsigned fl = 0; fl < FL_COUNT; fl++) {
             CHECK(!!(owner->fl_bitmap & (1ull << fl)) == !!owner->sl_bitmap[fl], n,
@@ -245,15 +300,15 @@ static int check_locked(pool_t *pool)
                 CHECK(!!(owner->sl_bitmap[fl] & (1u << sl)) == (head != NIL), n,
                       "owner %u: bitmap bit (%u,%u) disagrees with its list", o, fl, sl);
                 uint32_t prev = NIL;
-                for (uint32_t index = head; index != NIL; index = pool->lists.blocks[index].next_free) {
-                    pool_block_t *b = &pool->lists.blocks[index];
+                for (uint32_t index = head; index != NIL; index = lists->blocks[index].next_free) {
+                    const pool_block_t *b = &lists->blocks[index];
                     unsigned bf, bs;
                     CHECK(b->state == BLOCK_FREE && b->owner == o, n, "owner %u list: block %u not free/its own", o,
                           index);
                     size_class(b->size, &bf, &bs);
                     CHECK(bf == fl && bs == sl, n, "block %u of size %zu in the wrong class", index, b->size);
                     CHECK(b->prev_free == prev, n, "block %u: prev_free broken", index);
-                    CHECK(++owner_blocks <= free_blocks, n, "owner %u: a free list loops", o);
+                    CHECK(++owner_blocks <= t->free_blocks, n, "owner %u: a free list loops", o);
                     owner_bytes += b->size;
                     prev = index;
                 }
@@ -263,31 +318,54 @@ static int check_locked(pool_t *pool)
               "owner %u: counters disagree with its lists", o);
         listed += owner_blocks;
     }
-    uint64_t parked = 0;
+    CHECK(listed == t->free_blocks, n, "%llu free blocks in chunks, %llu in lists",
+          (unsigned long long)t->free_blocks, (unsigned long long)listed);
+    return PS_OK;
+}
+
+/* The quick cache and the size stack hold exactly the cached blocks. */
+static int check_parked(const pool_t *pool, const tally_t *t)
+{
+    const pool_caches_t *caches = &pool->caches;
+    const pool_block_t *blocks = pool->lists.blocks;
+    const char *n = pool->base.name;
+    uint64_t parked = 0, stacked = 0;
     for (uint32_t slot = 0; slot < QUICK_SLOTS; slot++)
-        parked += pool->caches.quick[slot] != NIL;
-    uint64_t stacked = 0;
-    for (uint32_t index = pool->caches.stack_head; index != NIL && stacked <= STACK_MAX; index = pool->lists.blocks[index].next_free) {
-        CHECK(pool->lists.blocks[index].state == BLOCK_CACHED && pool->lists.blocks[index].size == pool->caches.stack_size, n,
-              "stacked block %u: state %d, size %llu of %llu", index, (int)pool->lists.blocks[index].state,
-              (unsigned long long)pool->lists.blocks[index].size, (unsigned long long)pool->caches.stack_size);
+        parked += caches->quick[slot] != NIL;
+    for (uint32_t index = caches->stack_head; index != NIL && stacked <= STACK_MAX; index = blocks[index].next_free) {
+        CHECK(blocks[index].state == BLOCK_CACHED && blocks[index].size == caches->stack_size, n,
+              "stacked block %u: state %d, size %llu of %llu", index, (int)blocks[index].state,
+              (unsigned long long)blocks[index].size, (unsigned long long)caches->stack_size);
         stacked++;
     }
-    CHECK(stacked == pool->caches.stack_count, n, "%llu stacked blocks, count %u", (unsigned long long)stacked,
-          pool->caches.stack_count);
+    CHECK(stacked == caches->stack_count, n, "%llu stacked blocks, count %u", (unsigned long long)stacked,
+          caches->stack_count);
     parked += stacked;
-    CHECK(parked == cached_blocks, n, "%llu parked blocks, %llu cached in chunks", (unsigned long long)parked,
-          (unsigned long long)cached_blocks);
-    CHECK(listed == free_blocks, n, "%llu free blocks in chunks, %llu in lists", (unsigned long long)free_blocks,
-          (unsigned long long)listed);
-    /* epochs (core/reuse.c): every listed block pending, listed once */
+    CHECK(parked == t->cached_blocks, n, "%llu parked blocks, %llu cached in chunks", (unsigned long long)parked,
+          (unsigned long long)t->cached_blocks);
+    return PS_OK;
+}
+
+/* The epochs (core/reuse.c) list every pending block, once. */
+static int check_epochs(const pool_t *pool, const tally_t *t)
+{
+    const char *n = pool->base.name;
     epoch_visit_t visit = {pool, 0, 0, 0};
     CHECK(ps_reuse_visit(&pool->streams.reuse, epoch_visit, &visit) == PS_OK, n, "epoch bytes disagree with pending");
     CHECK(!visit.not_pending, n, "%llu epoch blocks not pending", (unsigned long long)visit.not_pending);
-    CHECK(visit.bytes == pending, n, "epochs hold %llu bytes, pending blocks %llu",
-          (unsigned long long)visit.bytes, (unsigned long long)pending);
-    CHECK(visit.blocks == pending_blocks, n, "%llu pending blocks, %llu in epochs", (unsigned long long)pending_blocks,
-          (unsigned long long)visit.blocks);
+    CHECK(visit.bytes == t->pending, n, "epochs hold %llu bytes, pending blocks %llu", (unsigned long long)visit.bytes,
+          (unsigned long long)t->pending);
+    CHECK(visit.blocks == t->pending_blocks, n, "%llu pending blocks, %llu in epochs",
+          (unsigned long long)t->pending_blocks, (unsigned long long)visit.blocks);
+    return PS_OK;
+}
+
+static int check_locked(const pool_t *pool)
+{
+    tally_t t = {0};
+    if (check_chunks(pool, &t) != PS_OK || check_counts(pool, &t) != PS_OK || check_free_lists(pool, &t) != PS_OK ||
+        check_parked(pool, &t) != PS_OK || check_epochs(pool, &t) != PS_OK)
+        return PS_EINVAL;
     return PS_OK;
 }
 

@@ -44,10 +44,10 @@
 
 #include <stdatomic.h>
 
-/* The least slack of a busy pool (4. above). */
+/* The least slack of a busy pool (the slack, above). */
 #define DECAY_SLACK_MIN (2 * PS_MiB)
 
-/* 5. above: nanoseconds one run (or chunk) given back takes, a moving
+/* The early start: nanoseconds one run (or chunk) given back takes, a moving
  * average over every pool's give-backs of at least RATE_SAMPLE_RUNS.
  * Read and written without a lock: a lost update only delays the average
  * by one sample. */
@@ -66,7 +66,7 @@ uint64_t pool_decay_rate_default(void)
     return RELEASE_NS_PER_RUN_START;
 }
 
-/* How much earlier than the window an idle pool starts to give back (5.). */
+/* How much earlier than the window an idle pool starts to give back. */
 static uint64_t early_start_ns(const pool_decay_view_t *view, uint64_t window_ns)
 {
     uint64_t rate = atomic_load_explicit(&release_ns_per_run, memory_order_relaxed);
@@ -90,7 +90,7 @@ void pool_decay_measure(uint64_t runs, uint64_t bytes, uint64_t ns)
     atomic_store_explicit(&release_ns_per_run, (3 * old + sample) / 4, memory_order_relaxed);
 }
 
-/* 3. above: keep and idleness over the window of `decay_ns` ending at `now_ns`. */
+/* Keep and idleness over the window of `decay_ns` ending at `now_ns`. */
 static uint64_t window_keep(const pool_decay_t *decay, const pool_decay_view_t *view, uint64_t now_ns,
                             uint64_t decay_ns, bool *idle)
 {
@@ -132,7 +132,7 @@ uint64_t pool_decay_tick(pool_decay_t *decay, uint64_t now_ns, uint64_t decay_ns
         decay->high = view->in_use;
         keep = window_keep(decay, view, now_ns, decay_ns, idle);
         uint64_t lead = *idle ? 0 : early_start_ns(view, decay_ns);
-        if (lead) { /* 5. above: idle over the window less the give-back's expected time? */
+        if (lead) { /* idle over the window less the give-back's expected time? */
             bool idle_early;
             uint64_t keep_early = window_keep(decay, view, now_ns, decay_ns - lead, &idle_early);
             if (idle_early) {

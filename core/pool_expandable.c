@@ -84,6 +84,16 @@ void pool_expandable_destroy(pool_expandable_t *vm)
     ps_vm_stash_free(&vm->stash); /* (empty: every growth drops what it kept) */
 }
 
+void pool_expandable_add_counters(const pool_expandable_t *vm, ps_resource_info_t *info)
+{
+    info->remap_syncs += vm->remap_syncs;
+    info->remaps_idle += vm->remaps_idle;
+    info->remap_waits += vm->remap_waits;
+    info->remaps_slack += vm->remaps_slack;
+    info->remaps_lent += vm->remaps_lent;
+    info->expandable += (uint64_t)vm->on;
+}
+
 /* Remap's credit: it starts at REMAP_BURST remaps; `released` bytes of
  * cudaFree'd memory that a barrier released earn released /
  * (remap_turnover_percent % of reserved) more, up to REMAP_BURST

@@ -12,6 +12,7 @@
 #include "gpu_ops.h"
 #include "pool_lists.h"
 #include "pool_options.h"
+#include "resource.h"
 #include "vm_range.h"
 
 #include <stdatomic.h>
@@ -121,6 +122,8 @@ uintptr_t pool_expandable_runs_for(const ps_vm_range_t *range, uintptr_t lo, uin
 size_t pool_expandable_unmap_block_pieces(pool_expandable_t *vm, pool_lists_t *lists, uint32_t slot,
                                           uint32_t index, uintptr_t lo, uintptr_t hi, ps_vm_stash_t *stash,
                                           uint32_t *after);
+/* Adds the remap counters and the expandable flag to *info. */
+void pool_expandable_add_counters(const pool_expandable_t *vm, ps_resource_info_t *info);
 /* The newest barrier the GPU has passed (IDLE_NOW: none known): a ready
  * block with idle_gen <= it is idle. */
 uint64_t pool_newest_passed(const ps_gpu_ops_t *gpu);

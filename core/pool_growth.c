@@ -147,10 +147,17 @@ pool_budget_floor_t pool_growth_floor(const pool_growth_t *growth, const pool_ex
 
 /* ---- giving memory back ------------------------------------------------ */
 
+/* What a chunk the upstream refuses back makes said (give_chunk_back). */
+typedef enum refusal {
+    REFUSAL_WARNS, /* a warning (the chunk is kept) */
+    REFUSAL_QUIET  /* nothing: a later tick tries again */
+} refusal_t;
+
 /* Gives chunk `slot` (not a range) back to the upstream when it is one
  * ready free block idle at `passed` (IDLE_NEVER: the device was
- * synchronized); a refusal keeps it, said with a warning when `warn`. */
-static void give_chunk_back(pool_growth_t *growth, pool_lists_t *lists, uint32_t slot, uint64_t passed, bool warn)
+ * synchronized); a refusal keeps it. */
+static void give_chunk_back(pool_growth_t *growth, pool_lists_t *lists, uint32_t slot, uint64_t passed,
+                            refusal_t refusal)
 {
     pool_chunk_t *chunk = &lists->chunks[slot];
     const pool_block_t *b = &lists->blocks[chunk->first_block];
@@ -158,7 +165,7 @@ static void give_chunk_back(pool_growth_t *growth, pool_lists_t *lists, uint32_t
         (passed != IDLE_NEVER && b->idle_gen > passed))
         return;
     if (ps_deallocate(growth->upstream, chunk->base, chunk->base_size, PS_STREAM_NONE) != PS_OK) {
-        if (warn)
+        if (refusal == REFUSAL_WARNS)
             ps_warning("pool '%s': the upstream refused a chunk back; keeping it", growth->name);
         return;
     }
@@ -169,7 +176,7 @@ void pool_growth_release_free(pool_growth_t *growth, pool_expandable_t *vm, pool
 {
     for (uint32_t slot = 0; slot < lists->chunks_count && lists->bytes_reserved > keep; slot++)
         if (lists->chunks[slot].base && !lists->chunks[slot].range)
-            give_chunk_back(growth, lists, slot, IDLE_NEVER, true);
+            give_chunk_back(growth, lists, slot, IDLE_NEVER, REFUSAL_WARNS);
     pool_lists_trim_chunks(lists);
     if (vm->on)
         pool_expandable_unmap_free_pieces(vm, lists, keep);
@@ -189,7 +196,7 @@ uint64_t pool_growth_release_idle(pool_growth_t *growth, pool_expandable_t *vm, 
         if (!chunk->base)
             continue;
         if (!chunk->range) { /* a chunk goes back whole, when wholly free and idle */
-            give_chunk_back(growth, lists, slot, passed, false);
+            give_chunk_back(growth, lists, slot, passed, REFUSAL_QUIET);
             continue;
         }
         for (uint32_t index = chunk->first_block, next; index != NIL && lists->bytes_reserved > keep; index = next) {

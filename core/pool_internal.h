@@ -1,10 +1,7 @@
-/* The pool's insides: its data structures and the functions its files
- * share, declared under the file that defines them (core/pool.c opens
- * with the pool's algorithm and the map of its files). Nothing here is
- * API: core/pool.h is. Every function below expects the pool's lock held
- * unless its name or comment says otherwise. What every allocation and
- * free runs is inline here, under its file's heading (docs/benchmarks.md,
- * "The pool's design choices", says why). */
+/* The pool's front (core/pool.c): its struct, which holds one of each
+ * layer, and what core/pool_check.c, above it, reads. Nothing here is API:
+ * core/pool.h is. Each layer's struct and functions are in its own header;
+ * the front and the checker are the only files that see them all. */
 #ifndef POOLSHIM_POOL_INTERNAL_H
 #define POOLSHIM_POOL_INTERNAL_H
 
@@ -37,25 +34,21 @@ typedef struct pool {
      * (16 threads: they did). */
     _Alignas(64) ps_lock_t lock; /* guards everything below but the family (a spinlock: sections are short) */
 
+    /* what every allocation and free reads first, then the rest */
     pool_lists_t lists;         /* blocks, chunks, free lists (core/pool_lists.h) */
-    pool_expandable_t range;    /* the expandable range (core/pool_expandable.h) */
-    pool_growth_t growth;       /* chunks, growth bounds, giving back (core/pool_growth.h) */
-
     pool_caches_t caches;       /* the quick cache and the size stack (core/pool_caches.h) */
+    pool_decay_t decay;         /* the decay's view of the working set (core/pool_decay.h) */
     uint32_t locks_taken;       /* hot-path lock acquisitions in the current window (pool_lock) */
     uint32_t locks_contended;   /* those that found the lock held */
-
     uint64_t pending_waits;     /* host waits because pending bytes passed the growth bound */
-    pool_decay_t decay;         /* the decay's view of the working set (core/pool_decay.h) */
-
-    int eager_barrier;          /* 1: free_sync barrier with barrier_pending_percent > 0 */
-    pool_streams_t streams;     /* epochs, stream lists, barriers (core/pool_streams.h); last: its
+    bool eager_barrier;         /* free_sync barrier with barrier_pending_percent > 0 */
+    pool_streams_t streams;     /* epochs, stream lists, barriers (core/pool_streams.h); its
                                    barrier family keeps a cache line of its own */
+    pool_expandable_t range;    /* the expandable range (core/pool_expandable.h) */
+    pool_growth_t growth;       /* chunks, growth bounds, giving back (core/pool_growth.h) */
 } pool_t;
 
-/* ---- pool.c: the recipe ------------------------------------------------ */
-extern const ps_resource_ops_t pool_ops; /* (a resource is a pool when its ops are these) */
-int pool_try_ready_locked(pool_t *pool, size_t need, void **out);
-bool pool_barrier_locked(pool_t *pool);
+/* A resource is a pool when its ops are these (core/pool.c). */
+extern const ps_resource_ops_t pool_ops;
 
 #endif

@@ -24,7 +24,7 @@ typedef struct ps_pool_options {
                                  (blocks merge across growth; free pieces can be unmapped from the
                                  middle); 0: chunks from the upstream */
     size_t expandable_reserve; /* address space reserved per range; 0 (default) = twice the device */
-    size_t expandable_piece;  /* bytes per piece (default 2 MiB, rounded up to the device's
+    size_t expandable_piece;  /* bytes per piece (default 8 MiB, rounded up to the device's
                                  granularity): the unit of addresses and accounting */
     int expandable_map_first; /* 1 (default): the range's first piece is mapped when the pool is
                                  made (the shim makes it at the context's creation), so a
@@ -34,7 +34,7 @@ typedef struct ps_pool_options {
                                  (one create, map and access call); smaller ones piece by piece.
                                  A run goes back only whole. 0 = always piece by piece */
     size_t expandable_setup_run_min; /* until the pool's first free, a growth for a request of at least
-                                 this many bytes maps one run too (default 16 MiB; 0 = off): the
+                                 this many bytes maps one run too (default 0 = off): the
                                  buffers a program makes at its start (weights, peer and
                                  communication buffers) then copy at native speed; mapped apart
                                  from free blocks (pool_expandable.c) */
@@ -86,7 +86,7 @@ typedef struct ps_pool_options {
                                  only when none is outstanding; at it, a free records the open
                                  batch's fence once it holds half the memory not in use: a program
                                  that frees and takes back small blocks pays one fence per several
-                                 pairs instead of one per pair or two (core/pool_growth.c, step 4) */
+                                 pairs instead of one per pair or two (core/pool_growth.c, the budget floor) */
     size_t chunk_granule;     /* chunks are multiples of this (0 = 2 MiB, cuMemAlloc's granularity;
                                  the pinned pool: 64 KiB, host pages are small) */
     size_t barrier_floor;     /* free_sync barrier (default 32 MiB; 0 = off): while reserved + a
@@ -94,7 +94,7 @@ typedef struct ps_pool_options {
                                  and near it (reserved <= 2x) the eager barrier waits until half
                                  of it is pending: a small program that frees and takes back
                                  blocks pays one barrier per many pairs instead of one per pair
-                                 or two, for at most this many bytes (core/pool.c, step B) */
+                                 or two, for at most this many bytes (core/pool.c) */
     size_t thread_cache;      /* bytes of freed blocks each thread may keep in its own cache in
                                  front of the pool (core/thread_cache.c; blocks up to a quarter of
                                  it); default 16 MiB; 0 = off. Used with free_sync barrier and none

@@ -1,7 +1,6 @@
-/* Stream lists and barriers (core/pool_streams.h): the cudaFree epochs,
- * the cudaFreeAsync model of an owner per stream, and what moves blocks
- * from one owner to another. (The cudaFree rule itself, epochs, fences
- * and the barrier, is core/reuse.c's; this layer decides what they cover.)
+/* Stream lists and barriers (core/pool_streams.h): the cudaFree epochs
+ * (core/reuse.c's rule), the cudaFreeAsync model of an owner per stream,
+ * and what moves blocks from one owner to another.
  *
  * Algorithm
  *  1. A stream used by cudaMallocAsync/cudaFreeAsync gets an owner of the
@@ -24,23 +23,20 @@
  *     list.
  *  5. Barrier (free_sync barrier): one device-wide barrier releases every
  *     epoch and moves every stream's blocks to the ready list, idle once
- *     it has passed; the lazy fences are released. A thread cache's
- *     barrier is numbered in the same family, issued without the pool's
- *     lock, one thread at a time.
+ *     it has passed. A thread cache's barrier is numbered in the same
+ *     family, issued without the pool's lock, one thread at a time.
  *  6. Near the budget floor (core/pool_growth.c) the epochs' fences are
- *     amortized: under it a fence is recorded only when none is
- *     outstanding; at it the older fence is polled rather than a newer one
- *     recorded, and a free closes the open epoch once it holds half of
- *     what is not in use.
- *  7. A destroyed stream: while its handle is still valid, its blocks are
- *     retired as a closed epoch under a fence recorded on every stream;
- *     its owner is then reused, and the dead handle never reaches a fence.
+ *     amortized: under it one is recorded only when none is outstanding;
+ *     at it the older one is polled, and a free closes the open epoch once
+ *     it holds half of what is not in use.
+ *  7. A destroyed stream's blocks are retired as a closed epoch under a
+ *     fence recorded while its handle is still valid; its owner is reused.
  * Guarantees: a block freed on stream s goes to another stream only after
  * that stream waits on a fence recorded on s after the free, and to a
- * cudaMalloc only after such a fence completed (a block freed before a
- * fence that merges with one freed after it waits for a later fence); a
- * cudaFree'd block is handed out only after a barrier or a completed fence
- * covers its free; moving a stream's blocks is O(its blocks).
+ * cudaMalloc only after such a fence completed (a block merged with one
+ * freed after that fence waits for a later one); a cudaFree'd block is
+ * handed out only after a barrier or a completed fence covers its free;
+ * moving a stream's blocks is O(its blocks).
  */
 #include "pool_streams.h"
 

@@ -132,14 +132,21 @@ static inline bool pool_streams_pending_piles_up(const pool_streams_t *streams, 
     return ps_reuse_wants_barrier(&streams->reuse, reserved);
 }
 
-/* The barrier decision (core/reuse.h) for this pool: at a miss for
- * `request` bytes (`miss`), or the eager trigger. */
-static inline ps_reuse_barrier_call_t pool_streams_barrier_call(const pool_streams_t *streams, bool miss,
-                                                                uint64_t request, uint64_t reserved,
-                                                                uint64_t reserve_floor)
+/* When a barrier is asked about (pool_streams_barrier_call). */
+typedef enum pool_barrier_ask {
+    POOL_BARRIER_EAGER,  /* an allocation that may still be served: pending memory piles up */
+    POOL_BARRIER_AT_MISS /* nothing free fits the request: grow or a barrier */
+} pool_barrier_ask_t;
+
+/* The barrier decision (core/reuse.h) for this pool holding `reserved`
+ * bytes, its floor `reserve_floor`: at a miss for `request` bytes, or the
+ * eager trigger. */
+static inline ps_reuse_barrier_call_t pool_streams_barrier_call(const pool_streams_t *streams,
+                                                                pool_barrier_ask_t ask, uint64_t request,
+                                                                uint64_t reserved, uint64_t reserve_floor)
 {
     ps_reuse_barrier_case_t c = {
-        .miss = miss,
+        .miss = ask == POOL_BARRIER_AT_MISS,
         .reserved = reserved,
         .pending = streams->reuse.bytes_pending,
         .request = request,
