@@ -135,7 +135,7 @@ static void *give_back_main(void *arg)
         tick_ms = 10; /* (no upper bound: the pool's ring holds 8 ticks, two windows) */
     /* the window the pool looks back over: one tick less than the decay, so
      * that the tick that finds the pool idle comes at most decay_ms after
-     * its last allocation (core/pool_decay.c, 3. and 5.) */
+     * its last allocation (core/pool_decay.c: keep and idleness over the window) */
     uint64_t window_ns = decay_ns > (uint64_t)tick_ms * 1000000ull ? decay_ns - (uint64_t)tick_ms * 1000000ull
                                                                   : decay_ns;
     uint64_t next_tick = now_ns() + (uint64_t)tick_ms * 1000000ull;

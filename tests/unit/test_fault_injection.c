@@ -42,7 +42,7 @@
  *   host_vm.c   host_vm_map (the pinned pool's host range: its pieces; the
  *               range's vm_reserve and vm_unmap are the device's, counted
  *               as above), under the pool's expandable mode with event
- *               free_sync and grow_budget_percent (pool_fit_budget_locked, pool_growth.c)
+ *               free_sync and grow_budget_percent (fit_budget_locked, core/pool.c)
  *   arena.c     fence_record/query/wait, stream_wait_fence, device_synchronize
  *   fixed_size.c fence_record/query/wait, stream_wait_fence, device_synchronize
  * Best effort (a failure is absorbed, never reported; the workload goes

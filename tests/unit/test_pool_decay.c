@@ -108,7 +108,7 @@ Test(pool_decay, a_busy_pool_gives_back_what_it_no_longer_needs)
     fixture_close(&f);
 }
 
-/* 8. of core/pool_decay.c: an idle pool whose give-back is expected to take
+/* The early start of core/pool_decay.c: an idle pool whose give-back is expected to take
  * long starts early, by that time (at most 3/4 of the window), so the memory
  * is back about decay_ms after the last allocation; with the estimate at 0
  * it starts when the whole window was idle. The time is counted in runs:
