@@ -84,14 +84,6 @@ static inline __attribute__((always_inline)) void tcache_refill_locked(pool_t *p
         pool_caches_refill(&pool->lists, pool->tcache, need, room);
 }
 
-/* The epochs' release callback (core/reuse.h): a barrier or fence covers
- * block `item`, which joins the size stack or the ready list. */
-static void release_pending(void *owner, uint64_t item)
-{
-    pool_t *pool = owner;
-    pool_caches_release(&pool->caches, &pool->lists, (uint32_t)item, pool_streams_release_idle(&pool->streams));
-}
-
 /* The threads' caches' callbacks (core/thread_cache.h): blocks come back;
  * a thread asks for a barrier (without the pool's lock). */
 static void tcache_give_back_locked(void *owner, const ps_tcache_block_t *blocks, size_t count)
@@ -834,11 +826,12 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
     ps_resource_init(&pool->base, &pool_ops, name, upstream);
     pool->options = o;
     pool->gpu = gpu;
-    pool_caches_init(&pool->caches, &pool->options, gpu);
+    pool_caches_init(&pool->caches, &pool->options, gpu, &pool->lists, &pool->streams);
     pool->eager_barrier = o.free_sync == PS_FREE_SYNC_BARRIER && o.barrier_pending_percent && gpu && gpu->barrier;
     pool_expandable_init(&pool->range, &pool->options, gpu, pool->base.name);
     pool_growth_init(&pool->growth, &pool->options, gpu, upstream, pool->base.name);
-    status = pool_streams_init(&pool->streams, &pool->options, gpu, release_pending, pool);
+    /* (what the epochs release goes to the caches: the size stack or the ready list) */
+    status = pool_streams_init(&pool->streams, &pool->options, gpu, pool_caches_release_pending, &pool->caches);
     int lists_status = pool_lists_init(&pool->lists, o.alignment, o.small_from_back); /* (destroy needs it made) */
     if (status == PS_OK)
         status = lists_status;

@@ -29,10 +29,15 @@
  */
 #include "pool_caches.h"
 
-void pool_caches_init(pool_caches_t *caches, const ps_pool_options_t *options, const ps_gpu_ops_t *gpu)
+void pool_caches_init(pool_caches_t *caches, const ps_pool_options_t *options, const ps_gpu_ops_t *gpu,
+                      pool_lists_t *lists, const pool_streams_t *streams)
 {
     caches->options = options;
     caches->gpu = gpu;
+    caches->lists = lists;
+    caches->streams = streams;
+    caches->stack_small = options->small_from_back;
+    caches->stack_reserved = 2 * (uint64_t)options->barrier_floor;
     for (uint32_t slot = 0; slot < QUICK_SLOTS; slot++)
         caches->quick[slot] = NIL;
     caches->quick_mask = 0;
@@ -77,14 +82,16 @@ void pool_caches_flush(pool_caches_t *caches, pool_lists_t *lists)
     }
 }
 
-void pool_caches_release(pool_caches_t *caches, pool_lists_t *lists, uint32_t index, uint64_t idle)
+void pool_caches_release_pending(void *owner, uint64_t item)
 {
-    const ps_pool_options_t *o = caches->options;
+    pool_caches_t *caches = owner;
+    pool_lists_t *lists = caches->lists;
+    uint32_t index = (uint32_t)item;
+    uint64_t idle = pool_streams_release_idle(caches->streams);
     size_t size = lists->blocks[index].size;
     if (caches->stack_count && size != caches->stack_size)
         pool_caches_flush_stack(caches, lists); /* one size at a time */
-    if (caches->stack_count < STACK_MAX &&
-        (size <= o->small_from_back || lists->bytes_reserved <= 2 * (uint64_t)o->barrier_floor))
+    if (caches->stack_count < STACK_MAX && (size <= caches->stack_small || lists->bytes_reserved <= caches->stack_reserved))
         stack_push(caches, lists, index, idle);
     else
         pool_lists_release(lists, index, OWNER_READY, 0, idle);

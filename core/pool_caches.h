@@ -22,6 +22,10 @@
 typedef struct pool_caches {
     const ps_pool_options_t *options; /* the pool's */
     const ps_gpu_ops_t *gpu;          /* the newest barrier, for blocks the thread caches give back */
+    pool_lists_t *lists;              /* the pool's lists, and its epochs, for the epochs' release */
+    const pool_streams_t *streams;    /*   callback, which gets only this struct */
+    size_t stack_small;               /* options.small_from_back: such blocks are stacked in any pool */
+    uint64_t stack_reserved;          /* twice options.barrier_floor: a pool of at most this stacks any block */
     uint32_t quick[QUICK_SLOTS];      /* quick cache: a parked ready block per size slot, or NIL */
     uint32_t quick_mask;              /* bit s: quick[s] holds a block */
     uint32_t stack_head;              /* size stack: the newest parked block a barrier (or fence) released, or NIL */
@@ -30,16 +34,19 @@ typedef struct pool_caches {
     unsigned alignment_log2;          /* log2(alignment), for the quick cache's slot */
 } pool_caches_t;
 
-/* Empty caches. */
-void pool_caches_init(pool_caches_t *caches, const ps_pool_options_t *options, const ps_gpu_ops_t *gpu);
+/* Empty caches in front of `lists`, taking the blocks the epochs of
+ * `streams` release. */
+void pool_caches_init(pool_caches_t *caches, const ps_pool_options_t *options, const ps_gpu_ops_t *gpu,
+                      pool_lists_t *lists, const pool_streams_t *streams);
 /* Merges the size stack into the ready list. */
 void pool_caches_flush_stack(pool_caches_t *caches, pool_lists_t *lists);
 /* Merges every parked block, the size stack's and the quick cache's, into
  * the ready list. */
 void pool_caches_flush(pool_caches_t *caches, pool_lists_t *lists);
-/* A pending block a barrier or fence released (idle at `idle`): it joins
- * the size stack, or the ready list. */
-void pool_caches_release(pool_caches_t *caches, pool_lists_t *lists, uint32_t index, uint64_t idle);
+/* The epochs' release callback (core/reuse.h; `caches` its owner): a
+ * barrier or fence covers pending block `item`, which joins the size stack
+ * or the ready list, idle as the epochs say. */
+void pool_caches_release_pending(void *caches, uint64_t item);
 /* The largest run a parked block would form with its ready and parked
  * neighbours once merged. */
 uint64_t pool_caches_largest_parked(const pool_caches_t *caches, const pool_lists_t *lists);

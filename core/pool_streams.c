@@ -149,15 +149,11 @@ static void owner_move_blocks(pool_lists_t *lists, uint32_t from, uint32_t to, u
 
 /* ---- epochs ------------------------------------------------------------ */
 
-int pool_streams_defer(pool_streams_t *streams, pool_lists_t *lists, uint32_t index)
+int pool_streams_defer_synced(pool_streams_t *streams, pool_lists_t *lists, uint32_t index)
 {
-    pool_block_t *b = &lists->blocks[index];
-    b->state = BLOCK_PENDING;
-    if (ps_reuse_defer(&streams->reuse, index, b->size) == PS_OK)
-        return PS_OK;
     int status = streams->gpu->device_synchronize(streams->gpu->ctx);
     if (status != PS_OK) {
-        b->state = BLOCK_USED;
+        lists->blocks[index].state = BLOCK_USED;
         return status;
     }
     pool_lists_release(lists, index, OWNER_READY, 0, IDLE_NOW);

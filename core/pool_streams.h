@@ -67,10 +67,20 @@ static inline void pool_streams_free_on(pool_streams_t *streams, pool_lists_t *l
 {
     pool_lists_release(lists, index, owner, ++streams->free_counter, IDLE_NEVER);
 }
+/* pool_streams_defer's way when the epoch list has no room: block `index`
+ * is reused after a device synchronize. */
+int pool_streams_defer_synced(pool_streams_t *streams, pool_lists_t *lists, uint32_t index);
 /* Used block `index`, freed by cudaFree, waits in the open epoch (state
  * pending: it neither merges nor is handed out). On host OOM for the
  * epoch list it is reused after a device synchronize instead. */
-int pool_streams_defer(pool_streams_t *streams, pool_lists_t *lists, uint32_t index);
+static inline int pool_streams_defer(pool_streams_t *streams, pool_lists_t *lists, uint32_t index)
+{
+    pool_block_t *b = &lists->blocks[index];
+    b->state = BLOCK_PENDING;
+    if (ps_reuse_defer(&streams->reuse, index, b->size) == PS_OK)
+        return PS_OK;
+    return pool_streams_defer_synced(streams, lists, index);
+}
 /* For a cudaMalloc: stream lists whose fence completed move to the ready
  * list. Returns how many lists moved. */
 int pool_streams_poll(pool_streams_t *streams, pool_lists_t *lists, pool_poll_t how);
