@@ -10,7 +10,9 @@ Checks:
   2. While a program under the shim (the fake GPU) holds memory, a query
      through Prometheus' HTTP API returns every poolshim_* series of it,
      with labels pid, device, rank, jobid, user and command (a command
-     with quotes, a backslash, a newline and UTF-8, unchanged), and the
+     with quotes, a backslash, a newline and UTF-8: the newline shown as
+     '?', as poolshim top shows every control character, the rest
+     unchanged), and the
      reserved bytes its exit report gives; once it has exited, none.
   3. The service removes its file when stopped.
   4. As root, --all-users: the processes of two users, each with its user.
@@ -85,6 +87,11 @@ scrape_configs:
         which = "node_exporter" if not d.alive("node_exporter") else "prometheus"
         raise Skip(f"{which} did not come up in 40 s: " + tail(d.log_of(which), 2).replace("\n", " | "))
     return url
+
+
+def printable(text):
+    """A command as poolshim top shows it: '?' for each C0 control character or DEL."""
+    return "".join("?" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in text)
 
 
 def query(url, promql):
@@ -170,7 +177,7 @@ def main():
         labels = found[0]["metric"] if found else {}
         me = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
         want = {"__name__": "poolshim_reserved_bytes", "pid": str(holder.process.pid), "device": "0", "rank": "3",
-                "jobid": "31337", "user": me, "command": holder.command, "job": "node"}
+                "jobid": "31337", "user": me, "command": printable(holder.command), "job": "node"}
         check.expect(len(found) == 1 and {k: labels.get(k) for k in want} == want,
                      "Prometheus returns the program's series with pid, device, rank, jobid, user and command",
                      f"{found}\nwanted {want}")
