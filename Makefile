@@ -66,14 +66,18 @@ NVTX_CFLAGS := $(if $(wildcard $(NVTX_INC)/nvtx3/nvToolsExtMem.h),-isystem $(NVT
 CORE_SRC  := $(sort $(wildcard core/*.c config/*.c))
 SHIM_SRC  := $(sort $(wildcard shim/*.c))
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
+# The fake GPU (a GPU-ops table over host memory): the tests' device and replay's simulated one.
+SIM_SRC   := $(sort $(wildcard tools/sim/*.c))
 UNIT_SRC  := $(sort $(wildcard tests/unit/*.c))
 CORE_OBJ  := $(CORE_SRC:%.c=$(BUILD)/%.o)
 SHIM_OBJ  := $(SHIM_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
+SIM_OBJ   := $(SIM_SRC:%.c=$(BUILD)/%.o)
 UNIT_OBJ  := $(UNIT_SRC:%.c=$(BUILD)/%.o)
 
 LIB       := $(BUILD)/libpoolshim.so
 CORE_LIB  := $(BUILD)/libpoolshim_core.a
+SIM_LIB   := $(BUILD)/libpoolshim_sim.a
 CLI       := $(BUILD)/poolshim
 UNIT      := $(BUILD)/test_unit
 
@@ -97,16 +101,18 @@ $(BUILD)/shim/nvtx.o: CFLAGS += $(NVTX_CFLAGS)
 
 $(CORE_LIB): $(CORE_OBJ)
 	rm -f $@ && ar rcs $@ $^
+$(SIM_LIB): $(SIM_OBJ)
+	rm -f $@ && ar rcs $@ $^
 
 $(LIB): $(SHIM_OBJ) $(CORE_LIB) shim/exports.map
 	$(CC) -shared -o $@ $(SHIM_OBJ) $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) \
 	    -Wl,--version-script=shim/exports.map -Wl,-z,now $(LDLIBS)
 
-$(CLI): $(TOOL_OBJ) $(CORE_LIB)
-	$(CC) -o $@ $(TOOL_OBJ) $(CORE_LIB) $(INIH_LIB) $(JANSSON_LIB) $(ZLIB_LIB) $(LDFLAGS) $(LDLIBS) -lm
+$(CLI): $(TOOL_OBJ) $(SIM_LIB) $(CORE_LIB)
+	$(CC) -o $@ $(TOOL_OBJ) $(SIM_LIB) $(CORE_LIB) $(INIH_LIB) $(JANSSON_LIB) $(ZLIB_LIB) $(LDFLAGS) $(LDLIBS) -lm
 
-$(UNIT): $(UNIT_OBJ) $(CORE_LIB)
-	$(CC) -o $@ $(UNIT_OBJ) $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) -lcriterion $(LDLIBS) -lm
+$(UNIT): $(UNIT_OBJ) $(SIM_LIB) $(CORE_LIB)
+	$(CC) -o $@ $(UNIT_OBJ) $(SIM_LIB) $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) -lcriterion $(LDLIBS) -lm
 
 test: test-unit test-shim
 
@@ -122,9 +128,9 @@ include tests/shim/shim.mk
 # programs in tests/stress/, each exiting non-zero on failure.
 STRESS_SRC := $(sort $(wildcard tests/stress/*.c))
 STRESS_BIN := $(STRESS_SRC:tests/stress/%.c=$(BUILD)/stress/%)
-$(BUILD)/stress/%: tests/stress/%.c $(CORE_LIB)
+$(BUILD)/stress/%: tests/stress/%.c $(SIM_LIB) $(CORE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -o $@ $< $(CORE_LIB) $(LDFLAGS) $(LDLIBS) -lm
+	$(CC) $(CFLAGS) -MMD -MP -o $@ $< $(SIM_LIB) $(CORE_LIB) $(LDFLAGS) $(LDLIBS) -lm
 test-stress: $(STRESS_BIN)
 	@for t in $(STRESS_BIN); do echo "== $$t"; TSAN_OPTIONS=halt_on_error=1 $$t || exit 1; done
 
@@ -148,15 +154,15 @@ check-gpu:
 
 bench-core: $(BUILD)/bench_core
 	$(BUILD)/bench_core
-$(BUILD)/bench_core: tools/bench/bench_core.c $(CORE_LIB)
-	$(CC) $(CFLAGS) -o $@ $< $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) $(LDLIBS) -lm
+$(BUILD)/bench_core: tools/bench/bench_core.c $(SIM_LIB) $(CORE_LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(SIM_LIB) $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) $(LDLIBS) -lm
 
 # A pinned alloc/free pair in the default [host] stack over the fake device's
 # real-time event model (tools/bench/pinned_pairs.c): fences per pair, ns per pair.
 bench-pinned-pairs: $(BUILD)/pinned_pairs
 	$(BUILD)/pinned_pairs
-$(BUILD)/pinned_pairs: tools/bench/pinned_pairs.c $(CORE_LIB)
-	$(CC) $(CFLAGS) -o $@ $< $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) $(LDLIBS) -lm
+$(BUILD)/pinned_pairs: tools/bench/pinned_pairs.c $(SIM_LIB) $(CORE_LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(SIM_LIB) $(CORE_LIB) $(INIH_LIB) $(LDFLAGS) $(LDLIBS) -lm
 
 # The whole shim over the fake CUDA of tests/shim (no GPU): psbench's pairs,
 # random and thread workloads through the runtime door (tools/bench/bench_shim.c).

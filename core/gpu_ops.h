@@ -4,7 +4,7 @@
  * one table per device. The shim fills it with the real driver functions
  * (shim/gpu_ops_cuda.c); the CPU tests and `poolshim replay --simulate` fill
  * it with host memory or simulated addresses and fake fences whose
- * completion the test controls (core/fake_gpu.c).
+ * completion the test controls (tools/sim/fake_gpu.c).
  *
  * A *fence* is a point in GPU time: "everything enqueued so far on these
  * streams". It is how the free policies know that a freed block can no

@@ -5,7 +5,7 @@
  *   managed  mem_alloc_managed / mem_free  (cuMemAllocManaged)
  *   host     host_alloc / host_free        (cuMemHostAlloc: pinned host memory)
  * They cache nothing: every allocate is one upstream call. The `cuda`
- * upstream over core/fake_gpu.c is the host-memory upstream of the tests.
+ * upstream over tools/sim/fake_gpu.c is the host-memory upstream of the tests.
  */
 #ifndef PS_UPSTREAM_H
 #define PS_UPSTREAM_H

@@ -31,7 +31,7 @@ TOOLS_ARCHIVE_OBJ := $(filter-out $(BUILD)/tools/poolshim.o,$(TOOL_OBJ))
 $(TOOLS_ARCHIVE): $(TOOLS_ARCHIVE_OBJ)
 	rm -f $@ && ar rcs $@ $^
 $(UNIT): $(TOOLS_ARCHIVE)
-$(UNIT): LDFLAGS += $(TOOLS_ARCHIVE) $(CORE_LIB) $(JANSSON_LIB) $(ZLIB_LIB)
+$(UNIT): LDFLAGS += $(TOOLS_ARCHIVE) $(SIM_LIB) $(CORE_LIB) $(JANSSON_LIB) $(ZLIB_LIB)
 
 # `make install` also installs the CUPTI library beside libpoolshim.so, where
 # `poolshim ab` looks for it (PREFIX/lib, ../lib from PREFIX/bin).

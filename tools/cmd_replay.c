@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "../config/config.h"
-#include "../core/fake_gpu.h"
+#include "sim/fake_gpu.h"
 #include "cli.h"
 #include "replay.h"
 #include "replay_gpu.h"

@@ -17,7 +17,7 @@
 # benchmarks' memory verdicts (<= 1.15x); about 6 min.
 # replay: the committed PyTorch logs replayed on this GPU (tools/bench/replay_logs.sh,
 # also part of bench); traces also plots its log with the recorded reserved curve.
-# benchcore: build/bench_core (CPU only, host ops) on this machine's cores: the
+# benchcore: build/bench_core (CPU only, over the fake GPU) on this machine's cores: the
 # thread-scaling lines of the default stack (the CI machine has 2 CPUs).
 # scaling: tools/bench/scaling.sh: psbench pairs/random/threads/threads_mixed for
 # poolshim's stacks beside cudaMallocAsync and RMM, then bench_shim and bench_core on

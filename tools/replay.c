@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/fake_gpu.h"
+#include "sim/fake_gpu.h"
 #include "cli.h"
 
 /* One live allocation of the replay. */

@@ -83,7 +83,7 @@ typedef struct replay_options {
 /* Replays the events of `device` in log order on one thread, mapping
  * logged pointers to replayed ones. `top` may be NULL: then only the
  * log's own figures (requested) are computed. `sim_gpu`, when not NULL,
- * is the simulated device (core/fake_gpu.h) under `top`: before each event
+ * is the simulated device (tools/sim/fake_gpu.h) under `top`: before each event
  * its clock is moved to the event's log time (ns since the first event),
  * so a lagging simulated GPU completes fences in the log's time. */
 int replay_run(const memlog_t *log, int device, ps_resource_t *top, ps_gpu_ops_t *sim_gpu,

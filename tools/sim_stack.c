@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../core/fake_gpu.h"
+#include "sim/fake_gpu.h"
 
 void sim_stack_name(const char *config_path, char *out, size_t outsize)
 {

@@ -1,4 +1,4 @@
-/* A resource stack over the simulated device (core/fake_gpu.h: unbacked
+/* A resource stack over the simulated device (tools/sim/fake_gpu.h: unbacked
  * addresses, bounded by a capacity, fences that complete at once, or a
  * given lag after they were recorded on a clock the replay advances), used by
  * `replay --simulate` and by `plot` to learn what a stack would reserve.

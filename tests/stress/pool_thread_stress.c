@@ -4,7 +4,7 @@
  * full trim. A plain program, not a Criterion test, because Criterion
  * cannot start under ThreadSanitizer (Snaipe/Criterion#274): run it with
  * `make pool-thread-stress` (builds with SANITIZE=thread). Exit 0 = clean. */
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 

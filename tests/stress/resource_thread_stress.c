@@ -22,7 +22,7 @@
 #include "../../core/arena.h"
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 

@@ -9,7 +9,7 @@
  * Afterwards ps_pool_check, a full trim, nothing outstanding.
  * A plain program (Criterion cannot start under ThreadSanitizer): run it
  * with `make test-stress SANITIZE=thread` (part of make test-all). Exit 0 = clean. */
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 

@@ -1,10 +1,10 @@
-/* Shared set-up of the arena tests: a fake device (core/fake_gpu.c), the
+/* Shared set-up of the arena tests: a fake device (tools/sim/fake_gpu.c), the
  * `cuda` upstream over it, and an arena over that. */
 #ifndef PS_TEST_ARENA_FIXTURE_H
 #define PS_TEST_ARENA_FIXTURE_H
 
 #include "../../core/arena.h"
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 #include "../../core/upstream.h"
 
 #include <criterion/criterion.h>

@@ -1,6 +1,6 @@
 /* A CPU model of tools/bench/pinned/cupy_pipeline.py over the pinned host
  * stack the shim builds by default (ps_config_build_host_stack with the
- * default [host]), on the fake device in queue mode (core/fake_gpu.h): the
+ * default [host]), on the fake device in queue mode (tools/sim/fake_gpu.h): the
  * fake GPU runs the work the model queues, and a fence the pool records
  * completes when the GPU has finished everything queued before it, as a
  * CUDA event recorded on every stream does.
@@ -31,7 +31,7 @@
 #define PS_TEST_HOST_PIPELINE_MODEL_H
 
 #include "../../config/config.h"
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 #include "../../core/pool.h"
 
 #include <criterion/criterion.h>

@@ -1,9 +1,9 @@
-/* Shared set-up of the pool tests: a fake device (core/fake_gpu.c), the
+/* Shared set-up of the pool tests: a fake device (tools/sim/fake_gpu.c), the
  * `cuda` upstream over it, and a pool over that. */
 #ifndef PS_TEST_POOL_FIXTURE_H
 #define PS_TEST_POOL_FIXTURE_H
 
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 

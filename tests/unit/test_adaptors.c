@@ -8,7 +8,7 @@
 
 #include "../../core/adaptors.h"
 #include "../../core/arena.h"
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 #include "../../core/upstream.h"
 
 typedef struct stack {

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 
 #include "../../core/arena.h"
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 #include "../../core/upstream.h"
 
 typedef struct workload {

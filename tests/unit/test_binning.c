@@ -4,7 +4,7 @@
 
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 #include "../../core/upstream.h"
 
 /* ---- a resource that counts what reaches it ---- */

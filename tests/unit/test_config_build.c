@@ -1,7 +1,7 @@
 /* Building stacks from the configuration. Most tests give the builder fake
  * constructors that record what they were asked to create (order, options,
  * upstreams), so the builder's logic is checked on its own. The example-file
- * test uses the real core constructors over the CPU device (core/fake_gpu):
+ * test uses the real core constructors over the CPU device (tools/sim/fake_gpu):
  * every example must build and serve an allocation. */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "../../config/config_internal.h"
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 
 /* ---- fake resources ------------------------------------------------------- */
 typedef struct fake {

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "../../config/config_internal.h"
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 
 /* Loads `text` as the user file with the given options and environment;
  * asserts the expected status. */

@@ -2,7 +2,7 @@
  * in FACTORIES (adding a stack is one row). Every test runs for every row;
  * a test that cannot apply to a row must skip it with cr_skip_test and the
  * reason (none does today). Each test creates its stack over the `cuda`
- * upstream (core/upstream.h) on the fake device (core/fake_gpu.h), or over
+ * upstream (core/upstream.h) on the fake device (tools/sim/fake_gpu.h), or over
  * `async` or `managed`, or builds the pinned host stack from the defaults
  * of [host] (config/config.h), where the row says so. */
 #include <criterion/criterion.h>
@@ -19,7 +19,7 @@
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
 #include "../../core/pool.h"
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 #include "../../core/upstream.h"
 
 #define MAX_OWNED 8

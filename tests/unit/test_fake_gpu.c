@@ -1,5 +1,5 @@
 /* The fake device: memory, capacity, failure injection, fences, counters. */
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 #include "../../core/upstream.h"
 
 #include <criterion/criterion.h>
@@ -177,11 +177,11 @@ Test(upstream, async_cudafree_without_a_fence_is_deferred_not_synchronized)
     cr_assert_eq(ps_allocate(async, 1000, PS_STREAM_NONE, &a), PS_OK);
     uint64_t held = ps_fake_gpu_bytes_outstanding(gpu);
     cr_assert_gt(held, 0);
-    uint64_t records = ps_fake_gpu_calls(gpu, PS_HOST_OP_FENCE_RECORD);
-    uint64_t syncs = ps_fake_gpu_calls(gpu, PS_HOST_OP_DEVICE_SYNCHRONIZE);
-    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_HOST_OP_FENCE_RECORD, records + 1, PS_EUPSTREAM), PS_OK);
+    uint64_t records = ps_fake_gpu_calls(gpu, PS_FAKE_OP_FENCE_RECORD);
+    uint64_t syncs = ps_fake_gpu_calls(gpu, PS_FAKE_OP_DEVICE_SYNCHRONIZE);
+    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_FAKE_OP_FENCE_RECORD, records + 1, PS_EUPSTREAM), PS_OK);
     cr_assert_eq(ps_deallocate(async, a, 1000, PS_STREAM_NONE), PS_OK, "the program's free succeeds");
-    cr_assert_eq(ps_fake_gpu_calls(gpu, PS_HOST_OP_DEVICE_SYNCHRONIZE), syncs, "no device synchronize");
+    cr_assert_eq(ps_fake_gpu_calls(gpu, PS_FAKE_OP_DEVICE_SYNCHRONIZE), syncs, "no device synchronize");
     cr_assert_eq(ps_fake_gpu_bytes_outstanding(gpu), held, "deferred, not freed yet");
     ps_resource_info_t info = {0};
     ps_query(async, &info);
@@ -320,8 +320,8 @@ Test(fake_gpu, barriers_are_numbered_and_pass_like_fences)
     ps_fake_gpu_assume_barriers_passed(gpu, 1);
     cr_assert_eq(gpu->barrier_passed(gpu->ctx, 4), PS_OK, "the test hook lies");
     ps_fake_gpu_assume_barriers_passed(gpu, 0);
-    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_HOST_OP_BARRIER_PASSED,
-                                       ps_fake_gpu_calls(gpu, PS_HOST_OP_BARRIER_PASSED) + 1, 0), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_FAKE_OP_BARRIER_PASSED,
+                                       ps_fake_gpu_calls(gpu, PS_FAKE_OP_BARRIER_PASSED) + 1, 0), PS_OK);
     cr_assert_eq(gpu->barrier_passed(gpu->ctx, 0), PS_EUPSTREAM, "a failed query");
     ps_fake_gpu_set_auto_complete(gpu, 1);
     cr_assert_eq(gpu->barrier(gpu->ctx), PS_OK);

@@ -2,7 +2,7 @@
  * piece exported from one table and mapped by another holds the same
  * bytes; a pooled block of the expandable pool is covered by pieces that
  * follow each other; failures leave nothing mapped. */
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 
@@ -94,14 +94,14 @@ Test(fake_gpu_ipc, failures_are_planned_and_leave_nothing_mapped)
     uintptr_t start;
     size_t size;
     int fd = -1;
-    cr_assert_eq(ps_fake_gpu_fail_call(a, PS_HOST_OP_IPC_EXPORT, 1, 0), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(a, PS_FAKE_OP_IPC_EXPORT, 1, 0), PS_OK);
     cr_expect_eq(a->ipc_export(a->ctx, (uintptr_t)range, &start, &size, &fd), PS_EUPSTREAM);
     cr_expect_eq(fd, -1, "a failed export gives no descriptor");
     cr_assert_eq(a->ipc_export(a->ctx, (uintptr_t)range, &start, &size, &fd), PS_OK);
-    cr_expect_eq(ps_fake_gpu_calls(a, PS_HOST_OP_IPC_EXPORT), 2);
+    cr_expect_eq(ps_fake_gpu_calls(a, PS_FAKE_OP_IPC_EXPORT), 2);
 
     cr_assert_eq(b->ipc_reserve(b->ctx, PIECE, &other), PS_OK);
-    cr_assert_eq(ps_fake_gpu_fail_call(b, PS_HOST_OP_IPC_MAP, 1, 0), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(b, PS_FAKE_OP_IPC_MAP, 1, 0), PS_OK);
     cr_expect_eq(b->ipc_map(b->ctx, other, PIECE, fd, &handle), PS_EUPSTREAM);
     cr_expect_eq(ps_fake_gpu_ipc_mapped(b), 0, "nothing mapped after a failure");
     cr_expect_eq(b->ipc_map(b->ctx, other, 2 * PIECE, fd, &handle), PS_EINVAL, "larger than the exported piece");

@@ -2,7 +2,7 @@
  * destroyed-stream tests rely on. */
 #include <criterion/criterion.h>
 
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 
 Test(fake_gpu, counts_fences_and_waits_per_stream)
 {

@@ -2,7 +2,7 @@
  * workload runs clean and counts its GPU-op calls (N, stack creation
  * included, destruction not); then it runs again once for each call number
  * n in 1..N (or an even sample of SAMPLE of them), with call n failing
- * (host ops' fault plan, core/fake_gpu.h). After every step:
+ * (the fake GPU's fault plan, tools/sim/fake_gpu.h). After every step:
  *   a. a step that returned an error had the injected failure fire during
  *      it, and the error is the injected one or PS_ENOMEM (a failed growth);
  *      a failure that no caller reports is a best-effort site (listed below);
@@ -66,7 +66,7 @@
 #include "../../core/arena.h"
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 #include "../../core/host_vm.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
@@ -313,7 +313,7 @@ typedef struct run {
 static const char *where(const run_t *r, int step)
 {
     static char text[160];
-    ps_host_op_t op = PS_HOST_OP_ANY;
+    ps_fake_op_t op = PS_FAKE_OP_ANY;
     uint64_t call = 0;
     uint64_t fired = ps_fake_gpu_faults_fired(r->s.gpu, &op, &call);
     snprintf(text, sizeof text, "%s, call %llu failing (%s #%llu, fired %llu), step %d", r->kind->name,
@@ -416,8 +416,8 @@ static void step(run_t *r, int number, const action_t *a)
     int status = perform(r, a);
     if (check_status(r, number, status, before))
         return; /* the device is full: the script goes on without this block */
-    ps_host_op_t op;
-    if (ps_fake_gpu_faults_fired(r->s.gpu, &op, NULL) != before && (op == PS_HOST_OP_VM_MAP || op == PS_HOST_OP_HOST_VM_MAP))
+    ps_fake_op_t op;
+    if (ps_fake_gpu_faults_fired(r->s.gpu, &op, NULL) != before && (op == PS_FAKE_OP_VM_MAP || op == PS_FAKE_OP_HOST_VM_MAP))
         /* a failed vm_map undoes the pieces its ps_vm_range_map_kept mapped, which
          * no kernel has seen: the fake device counts those unmaps as unsafe
          * (a fence is incomplete), but they are not */
@@ -488,7 +488,7 @@ static uint64_t runs_with_errors; /* faulted runs where a step reported the fail
 /* One run: build (within the counted calls), work, destroy, check leaks;
  * call `fail_at` of `fail_op` fails with `fail_status` (fail_at 0: a clean
  * run). Returns the calls made before destruction. */
-static uint64_t one_run(const stack_kind_t *kind, ps_host_op_t fail_op, uint64_t fail_at, int fail_status)
+static uint64_t one_run(const stack_kind_t *kind, ps_fake_op_t fail_op, uint64_t fail_at, int fail_status)
 {
     run_t *r = calloc(1, sizeof *r);
     r->kind = kind;
@@ -510,12 +510,12 @@ static uint64_t one_run(const stack_kind_t *kind, ps_host_op_t fail_op, uint64_t
     }
     check_consistent(r, -1);
     workload(r);
-    uint64_t calls = ps_fake_gpu_calls(r->s.gpu, PS_HOST_OP_ANY);
+    uint64_t calls = ps_fake_gpu_calls(r->s.gpu, PS_FAKE_OP_ANY);
     if (!fail_at)
-        clean_barrier_calls = ps_fake_gpu_calls(r->s.gpu, PS_HOST_OP_BARRIER);
+        clean_barrier_calls = ps_fake_gpu_calls(r->s.gpu, PS_FAKE_OP_BARRIER);
     if (!fail_at && getenv("POOLSHIM_FAULTS_VERBOSE")) {
         fprintf(stderr, "%s: %llu calls:", kind->name, (unsigned long long)calls);
-        for (int op = 0; op < PS_HOST_OP_COUNT; op++)
+        for (int op = 0; op < PS_FAKE_OP_COUNT; op++)
             if (ps_fake_gpu_calls(r->s.gpu, op))
                 fprintf(stderr, " %s %llu", ps_fake_gpu_op_name(op), (unsigned long long)ps_fake_gpu_calls(r->s.gpu, op));
         fprintf(stderr, "\n");
@@ -541,15 +541,15 @@ static uint64_t one_run(const stack_kind_t *kind, ps_host_op_t fail_op, uint64_t
 static void fail_every_call(const stack_kind_t *kind)
 {
     ps_verbosity = PS_MSG_ERROR - 1; /* failures are expected: no messages */
-    uint64_t calls = one_run(kind, PS_HOST_OP_ANY, 0, 0);
+    uint64_t calls = one_run(kind, PS_FAKE_OP_ANY, 0, 0);
     cr_assert_gt(calls, 0, "%s made no GPU call", kind->name);
     uint64_t runs = calls <= SAMPLE || getenv("POOLSHIM_FAULTS_ALL") ? calls : SAMPLE;
     for (uint64_t i = 0; i < runs; i++)
-        one_run(kind, PS_HOST_OP_ANY, 1 + i * calls / runs, 0);
+        one_run(kind, PS_FAKE_OP_ANY, 1 + i * calls / runs, 0);
     /* a barrier that cannot be issued now (a stream capture is open) */
     uint64_t barriers = clean_barrier_calls;
     for (uint64_t n = 1; n <= barriers && n <= SAMPLE / 4; n++)
-        one_run(kind, PS_HOST_OP_BARRIER, n, PS_EBUSY);
+        one_run(kind, PS_FAKE_OP_BARRIER, n, PS_EBUSY);
     if (getenv("POOLSHIM_FAULTS_VERBOSE"))
         fprintf(stderr, "%s: %llu of %llu calls failed in turn, %llu runs saw an error\n", kind->name,
                 (unsigned long long)runs, (unsigned long long)calls, (unsigned long long)runs_with_errors);

@@ -8,7 +8,7 @@
 
 #include "../../config/config_internal.h"
 #include "../../core/adaptors.h"
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 
@@ -209,7 +209,7 @@ Test(guard, a_fill_that_fails_fails_the_allocation_and_keeps_nothing)
     open_fixture(&f);
     ps_resource_t *g;
     cr_assert_eq(ps_guard_create("guard", f.pool, f.gpu, 64, NULL, &g), PS_OK);
-    ps_fake_gpu_fail_call(f.gpu, PS_HOST_OP_MEMSET_D8, 1, PS_EUPSTREAM);
+    ps_fake_gpu_fail_call(f.gpu, PS_FAKE_OP_MEMSET_D8, 1, PS_EUPSTREAM);
     void *p = NULL;
     cr_assert_eq(ps_allocate(g, 1000, PS_STREAM_NONE, &p), PS_EUPSTREAM, "the CUDA error reaches the caller");
     ps_resource_info_t info = {0};
@@ -217,7 +217,7 @@ Test(guard, a_fill_that_fails_fails_the_allocation_and_keeps_nothing)
     cr_assert_eq(info.bytes_in_use, 0, "the block went back to the pool");
     cr_assert_eq(ps_allocate(g, 1000, PS_STREAM_NONE, &p), PS_OK, "the next allocation works");
     /* a read-back that fails: the block is freed, counted unchecked, nothing reported */
-    ps_fake_gpu_fail_call(f.gpu, PS_HOST_OP_COPY_TO_HOST, 1, PS_EUPSTREAM);
+    ps_fake_gpu_fail_call(f.gpu, PS_FAKE_OP_COPY_TO_HOST, 1, PS_EUPSTREAM);
     ((unsigned char *)p)[1000] = 0;
     cr_assert_eq(free_capturing(g, p, 1000, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(messages[0], 0, "%s", messages);

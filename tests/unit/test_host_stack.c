@@ -2,7 +2,7 @@
  * over pinned slabs, and the adaptors device stacks have, where [host]
  * asks for them: limit (`limit`), track (`track`, `stack_depth`), stats
  * (with global.stats), log (`log_file`). Built over the fake device
- * (core/fake_gpu, backed: the pinned memory is real host memory). */
+ * (tools/sim/fake_gpu, backed: the pinned memory is real host memory). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "../../config/config_internal.h"
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 
 #define FLAGS (PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED)
 
@@ -303,7 +303,7 @@ Test(host_stack, default_pool_maps_host_pieces_of_one_range)
     cr_assert_eq(ps_fake_gpu_host_vm_maps(gpu), 5, "1.5 + 3 MiB in host pieces of 1 MiB");
     cr_assert_eq(ps_fake_gpu_vm_maps(gpu), 5, "no device piece");
     cr_assert_eq(ps_fake_gpu_upstream_allocs(gpu), 0, "no cuMemHostAlloc slab");
-    cr_assert_eq(ps_fake_gpu_calls(gpu, PS_HOST_OP_HOST_ALLOC), 0, "no cuMemHostAlloc slab");
+    cr_assert_eq(ps_fake_gpu_calls(gpu, PS_FAKE_OP_HOST_ALLOC), 0, "no cuMemHostAlloc slab");
     cr_assert_eq(ps_fake_gpu_live_vm_ranges(gpu), 1, "one reserved range");
     cr_assert_eq(ps_deallocate(s->top, a, 1536 * 1024, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_deallocate(s->top, b, 3 * PS_MiB, PS_STREAM_NONE), PS_OK);
@@ -439,7 +439,7 @@ Test(host_stack, refused_host_pieces_fail_cleanly)
     ps_gpu_ops_t *gpu = vmm_device();
     ps_stack_t *s = NULL;
     cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_OK);
-    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_HOST_OP_HOST_VM_MAP, 1, 0), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_FAKE_OP_HOST_VM_MAP, 1, 0), PS_OK);
     void *p = NULL;
     cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_OK, "the retry maps");
     cr_assert_eq(ps_deallocate(s->top, p, 1000, PS_STREAM_NONE), PS_OK);
@@ -448,8 +448,8 @@ Test(host_stack, refused_host_pieces_fail_cleanly)
     cr_assert_eq(ps_fake_gpu_host_vm_unmaps(gpu), 1);
     cr_assert_eq(ps_fake_gpu_live_vm_ranges(gpu), 0);
     cr_assert_eq(ps_config_build_host_stack(cfg, 0, gpu, FLAGS, NULL, &s), PS_OK);
-    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_HOST_OP_HOST_VM_MAP, 3, 0), PS_OK);
-    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_HOST_OP_HOST_VM_MAP, 4, 0), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_FAKE_OP_HOST_VM_MAP, 3, 0), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_FAKE_OP_HOST_VM_MAP, 4, 0), PS_OK);
     cr_assert_eq(ps_allocate(s->top, 1000, PS_STREAM_NONE, &p), PS_ENOMEM);
     cr_assert_eq(ps_fake_gpu_host_vm_maps(gpu), 1);
     ps_resource_info_t info = {0};

@@ -14,7 +14,7 @@
 
 #include "../../core/arena.h"
 #include "../../core/fixed_size.h"
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 

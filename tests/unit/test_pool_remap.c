@@ -155,7 +155,7 @@ static int drop_barrier_wait;
  * allocation is served or PS_ENOMEM (then served on retry), and the device
  * holds exactly what the pool says it reserved. idle: the barrier that
  * released the holes has passed (the remap needs no synchronize). */
-static void fail_in_growth_of(ps_host_op_t op, int idle)
+static void fail_in_growth_of(ps_fake_op_t op, int idle)
 {
     pool_fixture_t f;
     open_remap_pool(&f, 1);
@@ -185,26 +185,26 @@ static void fail_in_growth_of(ps_host_op_t op, int idle)
     fixture_close(&f);
 }
 
-static void fail_in_growth(ps_host_op_t op) { fail_in_growth_of(op, 0); }
+static void fail_in_growth(ps_fake_op_t op) { fail_in_growth_of(op, 0); }
 
-Test(pool_remap, a_failed_unmap_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_VM_UNMAP); }
-Test(pool_remap, a_failed_map_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_VM_MAP); }
-Test(pool_remap, a_failed_barrier_wait_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_BARRIER_WAIT); }
+Test(pool_remap, a_failed_unmap_leaves_the_pool_consistent) { fail_in_growth(PS_FAKE_OP_VM_UNMAP); }
+Test(pool_remap, a_failed_map_leaves_the_pool_consistent) { fail_in_growth(PS_FAKE_OP_VM_MAP); }
+Test(pool_remap, a_failed_barrier_wait_leaves_the_pool_consistent) { fail_in_growth(PS_FAKE_OP_BARRIER_WAIT); }
 Test(pool_remap, a_failed_synchronize_leaves_the_pool_consistent)
 {
     drop_barrier_wait = 1; /* the synchronize comes only where no barrier wait can be had */
-    fail_in_growth(PS_HOST_OP_DEVICE_SYNCHRONIZE);
+    fail_in_growth(PS_FAKE_OP_DEVICE_SYNCHRONIZE);
     drop_barrier_wait = 0;
 }
-Test(pool_remap, a_failed_barrier_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_BARRIER); }
-Test(pool_remap, a_failed_barrier_query_leaves_the_pool_consistent) { fail_in_growth(PS_HOST_OP_BARRIER_PASSED); }
+Test(pool_remap, a_failed_barrier_leaves_the_pool_consistent) { fail_in_growth(PS_FAKE_OP_BARRIER); }
+Test(pool_remap, a_failed_barrier_query_leaves_the_pool_consistent) { fail_in_growth(PS_FAKE_OP_BARRIER_PASSED); }
 Test(pool_remap, idle_a_failed_barrier_query_leaves_the_pool_consistent)
 {
-    fail_in_growth_of(PS_HOST_OP_BARRIER_PASSED, 1);
+    fail_in_growth_of(PS_FAKE_OP_BARRIER_PASSED, 1);
 }
-Test(pool_remap, idle_a_failed_unmap_leaves_the_pool_consistent) { fail_in_growth_of(PS_HOST_OP_VM_UNMAP, 1); }
-Test(pool_remap, idle_a_failed_map_leaves_the_pool_consistent) { fail_in_growth_of(PS_HOST_OP_VM_MAP, 1); }
-Test(pool_remap, idle_a_failed_barrier_leaves_the_pool_consistent) { fail_in_growth_of(PS_HOST_OP_BARRIER, 1); }
+Test(pool_remap, idle_a_failed_unmap_leaves_the_pool_consistent) { fail_in_growth_of(PS_FAKE_OP_VM_UNMAP, 1); }
+Test(pool_remap, idle_a_failed_map_leaves_the_pool_consistent) { fail_in_growth_of(PS_FAKE_OP_VM_MAP, 1); }
+Test(pool_remap, idle_a_failed_barrier_leaves_the_pool_consistent) { fail_in_growth_of(PS_FAKE_OP_BARRIER, 1); }
 
 /* ---- idle pieces: no device synchronize ------------------------------- */
 
@@ -231,7 +231,7 @@ Test(pool_remap, pieces_a_passed_barrier_released_move_without_a_synchronize)
     cr_assert_eq(info.remaps_idle, 1);
     cr_assert_eq(info.remap_syncs, 0);
     cr_assert_eq(ps_fake_gpu_device_syncs(f.gpu), 0, "the GPU had passed the barrier that released them");
-    cr_assert_gt(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_BARRIER_PASSED), 0);
+    cr_assert_gt(ps_fake_gpu_calls(f.gpu, PS_FAKE_OP_BARRIER_PASSED), 0);
     cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     free_layout(&f, blocks, s, t, big);
     fixture_close(&f);
@@ -597,16 +597,16 @@ Test(pool_remap, busy_pieces_lend_their_memory_to_the_growth_without_a_wait)
     cr_assert_eq(ps_fake_gpu_vm_aliases(f.gpu), 16 * PS_MiB / (2 * PS_MiB), "each 2 MiB piece mapped a second time");
     cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0, "b and d still mapped");
     /* their old addresses stay mapped while the barrier has not passed */
-    uint64_t unmaps = ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_UNMAP);
+    uint64_t unmaps = ps_fake_gpu_calls(f.gpu, PS_FAKE_OP_VM_UNMAP);
     void *more;
     cr_assert_eq(ps_allocate(f.pool, 24 * PS_MiB, PS_STREAM_NONE, &more), PS_OK);
-    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_UNMAP), unmaps, "not unmapped before their barrier passed");
+    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_FAKE_OP_VM_UNMAP), unmaps, "not unmapped before their barrier passed");
     cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     cr_assert_eq(ps_deallocate(f.pool, more, 0, PS_STREAM_NONE), PS_OK);
     /* once it passed, the next growth unmaps them (the memory stays where it serves) */
     ps_fake_gpu_complete_barriers_upto(f.gpu, ps_fake_gpu_barriers(f.gpu));
     cr_assert_eq(ps_allocate(f.pool, 40 * PS_MiB, PS_STREAM_NONE, &more), PS_OK);
-    cr_assert_gt(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_UNMAP), unmaps, "the old addresses went");
+    cr_assert_gt(ps_fake_gpu_calls(f.gpu, PS_FAKE_OP_VM_UNMAP), unmaps, "the old addresses went");
     cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, ps_fake_gpu_bytes_outstanding(f.gpu));
@@ -652,7 +652,7 @@ Test(pool_remap, a_trim_synchronizes_and_unmaps_lent_addresses)
 
 /* One call of `op` fails in a lending growth (or in the growth after it,
  * which unmaps the lent addresses): as fail_in_growth_of. */
-static void fail_in_lending_growth(ps_host_op_t op, int later)
+static void fail_in_lending_growth(ps_fake_op_t op, int later)
 {
     pool_fixture_t f;
     lend_in_tests = 1;
@@ -688,14 +688,14 @@ static void fail_in_lending_growth(ps_host_op_t op, int later)
     fixture_close(&f);
 }
 
-Test(pool_remap, lend_a_failed_map_leaves_the_pool_consistent) { fail_in_lending_growth(PS_HOST_OP_VM_MAP, 0); }
+Test(pool_remap, lend_a_failed_map_leaves_the_pool_consistent) { fail_in_lending_growth(PS_FAKE_OP_VM_MAP, 0); }
 Test(pool_remap, lend_a_failed_barrier_query_leaves_the_pool_consistent)
 {
-    fail_in_lending_growth(PS_HOST_OP_BARRIER_PASSED, 0);
+    fail_in_lending_growth(PS_FAKE_OP_BARRIER_PASSED, 0);
 }
 Test(pool_remap, lend_a_failed_unmap_of_a_lent_address_leaves_the_pool_consistent)
 {
-    fail_in_lending_growth(PS_HOST_OP_VM_UNMAP, 1);
+    fail_in_lending_growth(PS_FAKE_OP_VM_UNMAP, 1);
 }
 
 Test(pool_remap, a_driver_that_will_not_map_memory_twice_makes_the_pool_wait_instead)
@@ -722,12 +722,12 @@ Test(pool_remap, a_driver_that_will_not_map_memory_twice_makes_the_pool_wait_ins
     cr_assert_eq(ps_deallocate(f.pool, big, 0, PS_STREAM_NONE), PS_OK);
     cr_assert_eq(ps_fake_gpu_note_free(f.gpu, blocks[2], 8 * PS_MiB), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, blocks[2], 0, PS_STREAM_NONE), PS_OK);
-    uint64_t map_calls = ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_MAP);
+    uint64_t map_calls = ps_fake_gpu_calls(f.gpu, PS_FAKE_OP_VM_MAP);
     cr_assert_eq(ps_allocate(f.pool, 40 * PS_MiB, PS_STREAM_NONE, &big), PS_OK);
     info = fixture_info(f.pool);
     cr_assert_eq(info.remaps_lent, 0);
     cr_assert_eq(ps_fake_gpu_faults_fired(f.gpu, NULL, NULL), 0);
-    cr_assert_gt(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_MAP), map_calls);
+    cr_assert_gt(ps_fake_gpu_calls(f.gpu, PS_FAKE_OP_VM_MAP), map_calls);
     cr_assert_eq(ps_fake_gpu_unsafe_unmaps(f.gpu), 0);
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, big, 0, PS_STREAM_NONE), PS_OK);

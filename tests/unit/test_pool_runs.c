@@ -3,7 +3,7 @@
  * the pool's first free one for a request of at least setup_run_min, maps
  * one physical allocation instead of one per piece; a
  * run goes back only whole, and remap and trim never cut one. The fake
- * device (core/fake_gpu.c) refuses an unmap whose size is not that of the
+ * device (tools/sim/fake_gpu.c) refuses an unmap whose size is not that of the
  * mapping, as CUDA refuses a cuMemUnmap of part of a mapping. */
 #include "pool_fixture.h"
 
@@ -151,7 +151,7 @@ Test(pool_runs, a_first_piece_that_cannot_be_mapped_is_left_to_the_first_growth)
     ps_pool_options_t o = small_pool_options();
     o.expandable_map_first = 1;
     cr_assert_eq(ps_fake_gpu_create(&(ps_fake_gpu_options_t){.virtual_memory = 1}, &f.gpu), PS_OK);
-    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_HOST_OP_VM_MAP, 1, PS_ENOMEM), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_FAKE_OP_VM_MAP, 1, PS_ENOMEM), PS_OK);
     cr_assert_eq(ps_cuda_resource_create("cuda", f.gpu, &f.upstream), PS_OK);
     cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK, "the pool is made all the same");
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0);
@@ -207,20 +207,20 @@ Test(pool_runs, the_range_is_reserved_with_the_pool_and_a_failed_reservation_wai
     pool_fixture_t f;
     ps_pool_options_t o = small_pool_options();
     fixture_open_on(&f, (ps_fake_gpu_options_t){.virtual_memory = 1}, &o);
-    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_RESERVE), 1, "reserved with the pool");
-    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_MAP), 0, "nothing mapped");
+    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_FAKE_OP_VM_RESERVE), 1, "reserved with the pool");
+    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_FAKE_OP_VM_MAP), 0, "nothing mapped");
     void *p;
     cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &p), PS_OK);
-    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_RESERVE), 1, "the first growth reserved nothing more");
+    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_FAKE_OP_VM_RESERVE), 1, "the first growth reserved nothing more");
     cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
     ps_destroy(f.pool);
 
     /* the reservation at creation fails: the first growth reserves */
-    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_HOST_OP_VM_RESERVE, 2, PS_ENOMEM), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_FAKE_OP_VM_RESERVE, 2, PS_ENOMEM), PS_OK);
     cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
     cr_assert(ps_pool_is_expandable(f.pool));
     cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &p), PS_OK);
-    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_RESERVE), 3, "reserved by the first growth");
+    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_FAKE_OP_VM_RESERVE), 3, "reserved by the first growth");
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
     ps_destroy(f.pool);
@@ -228,14 +228,14 @@ Test(pool_runs, the_range_is_reserved_with_the_pool_and_a_failed_reservation_wai
     /* every reservation fails (the one at creation, the growth's and the
      * pool's retry after out of memory): out of memory, nothing reserved
      * or mapped, and the next try works */
-    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_HOST_OP_VM_RESERVE, 4, PS_ENOMEM), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_FAKE_OP_VM_RESERVE, 4, PS_ENOMEM), PS_OK);
     cr_assert_eq(ps_pool_create("test", f.upstream, f.gpu, &o, &f.pool), PS_OK);
-    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_HOST_OP_VM_RESERVE, 5, PS_ENOMEM), PS_OK);
-    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_HOST_OP_VM_RESERVE, 6, PS_ENOMEM), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_FAKE_OP_VM_RESERVE, 5, PS_ENOMEM), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_FAKE_OP_VM_RESERVE, 6, PS_ENOMEM), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &p), PS_ENOMEM);
-    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_RESERVE), 6);
+    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_FAKE_OP_VM_RESERVE), 6);
     cr_assert_eq(fixture_info(f.pool).bytes_reserved, 0);
-    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_MAP), 2, "no map since the first pool's");
+    cr_assert_eq(ps_fake_gpu_calls(f.gpu, PS_FAKE_OP_VM_MAP), 2, "no map since the first pool's");
     cr_assert_eq(ps_pool_check(f.pool), PS_OK);
     cr_assert_eq(ps_allocate(f.pool, PS_MiB, PS_STREAM_NONE, &p), PS_OK);
     cr_assert_eq(ps_deallocate(f.pool, p, 0, PS_STREAM_NONE), PS_OK);
@@ -456,8 +456,8 @@ Test(pool_runs, a_failed_access_call_leaves_nothing_mapped)
     ps_pool_options_t o = small_pool_options();
     o.expandable_setup_run_min = 0; /* (pieces, as after the first free) */
     fixture_open_on(&f, (ps_fake_gpu_options_t){.virtual_memory = 1, .backed = 1, .capacity = 512 * PS_MiB}, &o);
-    uint64_t before = ps_fake_gpu_calls(f.gpu, PS_HOST_OP_VM_MAP), unmaps = ps_fake_gpu_vm_unmaps(f.gpu);
-    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_HOST_OP_VM_MAP, before + 33, PS_EUPSTREAM), PS_OK);
+    uint64_t before = ps_fake_gpu_calls(f.gpu, PS_FAKE_OP_VM_MAP), unmaps = ps_fake_gpu_vm_unmaps(f.gpu);
+    cr_assert_eq(ps_fake_gpu_fail_call(f.gpu, PS_FAKE_OP_VM_MAP, before + 33, PS_EUPSTREAM), PS_OK);
     void *p;
     cr_assert_eq(ps_allocate(f.pool, 64 * PS_MiB, PS_STREAM_NONE, &p), PS_OK);
     cr_assert_eq(ps_fake_gpu_faults_fired(f.gpu, NULL, NULL), 1, "the access call failed once");

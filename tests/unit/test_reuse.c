@@ -12,7 +12,7 @@
 #include "../../core/arena.h"
 #include "../../core/binning.h"
 #include "../../core/fixed_size.h"
-#include "../../core/fake_gpu.h"
+#include "../../tools/sim/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/reuse.h"
 #include "../../core/upstream.h"
@@ -600,7 +600,7 @@ Test(reuse, retire_without_a_fence_synchronizes_then_releases)
     cr_assert_eq(r.closed_count, 1, "a closed epoch under a fence on the stream");
     cr_assert_eq(ps_fake_gpu_fences_on_stream(gpu, 0x1000), 1);
     cr_assert_eq(r.bytes_pending, 512);
-    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_HOST_OP_FENCE_RECORD, ps_fake_gpu_calls(gpu, PS_HOST_OP_FENCE_RECORD) + 1, 0),
+    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_FAKE_OP_FENCE_RECORD, ps_fake_gpu_calls(gpu, PS_FAKE_OP_FENCE_RECORD) + 1, 0),
                  PS_OK);
     cr_assert_eq(ps_reuse_list_push(&list, 6, 512), PS_OK);
     ps_reuse_retire(&r, &list, 0x2000);
@@ -657,12 +657,12 @@ Test(reuse, a_refused_or_failed_handoff_orders_nothing_and_keeps_no_fence)
     ps_gpu_ops_t *gpu = lagging_gpu();
     uint64_t fences = 0, waits = 0;
     /* the taking stream is being captured: its wait is refused */
-    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_HOST_OP_STREAM_WAIT_FENCE, 1, PS_EBUSY), PS_OK);
+    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_FAKE_OP_STREAM_WAIT_FENCE, 1, PS_EBUSY), PS_OK);
     cr_assert_eq(ps_reuse_stream_handoff(gpu, FREEING_STREAM, TAKING_STREAM, &fences, &waits), PS_EBUSY);
     cr_assert_eq(fences, 1, "the fence was recorded, and counted");
     cr_assert_eq(ps_fake_gpu_live_fences(gpu), 0, "and given back");
     /* no fence at all */
-    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_HOST_OP_FENCE_RECORD, ps_fake_gpu_calls(gpu, PS_HOST_OP_FENCE_RECORD) + 1, 0),
+    cr_assert_eq(ps_fake_gpu_fail_call(gpu, PS_FAKE_OP_FENCE_RECORD, ps_fake_gpu_calls(gpu, PS_FAKE_OP_FENCE_RECORD) + 1, 0),
                  PS_OK);
     cr_assert_eq(ps_reuse_stream_handoff(gpu, FREEING_STREAM, PS_STREAM_NONE, &fences, &waits), PS_EUPSTREAM);
     cr_assert_eq(fences, 1, "no fence: nothing counted");

@@ -17,14 +17,13 @@
 #include <string.h>
 
 #include "../../core/arena.h"
-#include "../../core/fake_gpu.h"
 #include "../../core/upstream.h"
 
 #define LIVE 16      /* blocks each thread keeps live */
 #define MAILBOX 64   /* cross-thread hand-over slots per thread */
 
 /* A minimal `cuda` upstream over a simulated address space, so the bench
- * does not depend on core/fake_gpu.c being present. */
+ * needs nothing beside the core library. */
 typedef struct sim_upstream {
     ps_resource_t base;        /* vtable first */
     pthread_mutex_t lock;      /* guards next */

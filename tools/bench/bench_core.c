@@ -23,7 +23,7 @@
  * BENCH_CORE_ROWS (a substring of a scaling row's name) and
  * BENCH_CORE_REPEATS (fewer runs per thread count) shorten the scaling part.
  */
-#include "../../core/fake_gpu.h"
+#include "../sim/fake_gpu.h"
 #include "../../core/pool.h"
 #include "../../core/upstream.h"
 

@@ -1,6 +1,6 @@
 /* pinned_pairs: the cost of a pinned alloc/free pair (cudaHostAlloc +
  * cudaFreeHost, tests/gpu/pinned.cu timing) in the default [host] stack,
- * on the CPU: the fake device's real-time event model (core/fake_gpu.h,
+ * on the CPU: the fake device's real-time event model (tools/sim/fake_gpu.h,
  * event_latency_ns) charges what an H100 charges for a fence (event record
  * ~550 ns, query ~300 ns, docs/benchmarks.md) and completes it a latency
  * after recording. A latency of 2-3 us reproduces the 1.6 us per 1 MiB
@@ -13,7 +13,7 @@
  * own ~0.2 us per call pair come on top on a GPU), fences, queries and
  * host waits per pair, and the reserved peak. */
 #include "../../config/config_internal.h"
-#include "../../core/fake_gpu.h"
+#include "../sim/fake_gpu.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +47,7 @@ static int run(size_t size, const char *options, uint64_t latency_ns, int pairs,
     for (int i = 0; i < warmup + pairs; i++) {
         if (i == warmup) {
             f0 = ps_fake_gpu_fences_recorded(gpu);
-            q0 = ps_fake_gpu_calls(gpu, PS_HOST_OP_FENCE_QUERY);
+            q0 = ps_fake_gpu_calls(gpu, PS_FAKE_OP_FENCE_QUERY);
             w0 = ps_fake_gpu_fence_waits(gpu);
             t0 = ps_now_ns();
         }
@@ -62,7 +62,7 @@ static int run(size_t size, const char *options, uint64_t latency_ns, int pairs,
     ps_query(s->top, &info);
     out->ns_per_pair = (double)(t1 - t0) / pairs;
     out->fences = (double)(ps_fake_gpu_fences_recorded(gpu) - f0) / pairs;
-    out->queries = (double)(ps_fake_gpu_calls(gpu, PS_HOST_OP_FENCE_QUERY) - q0) / pairs;
+    out->queries = (double)(ps_fake_gpu_calls(gpu, PS_FAKE_OP_FENCE_QUERY) - q0) / pairs;
     out->waits = (double)(ps_fake_gpu_fence_waits(gpu) - w0) / pairs;
     out->reserved_peak = info.peak_bytes_reserved;
     ps_stack_destroy(s);

@@ -81,7 +81,7 @@
  */
 #include "fake_gpu.h"
 
-#include "ptr_map.h"
+#include "../../core/ptr_map.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -108,24 +108,24 @@ struct ps_fence {
 };
 
 /* One entry of the fault plan (ps_fake_gpu_fail_call). */
-typedef struct host_fault {
-    ps_host_op_t op; /* the entry, or PS_HOST_OP_ANY */
+typedef struct fake_fault {
+    ps_fake_op_t op; /* the entry, or PS_FAKE_OP_ANY */
     uint64_t nth;    /* the call number that fails (0: slot unused) */
     int status;      /* what it returns */
-} host_fault_t;
+} fake_fault_t;
 
-/* The fault plan and what it has done; lives in host_device_t. */
-typedef struct host_faults {
-    uint64_t calls[PS_HOST_OP_COUNT + 1];     /* calls per entry; [PS_HOST_OP_ANY]: all */
-    host_fault_t plan[PS_HOST_FAULTS_MAX];    /* pending entries */
+/* The fault plan and what it has done; lives in fake_device_t. */
+typedef struct fake_faults {
+    uint64_t calls[PS_FAKE_OP_COUNT + 1];     /* calls per entry; [PS_FAKE_OP_ANY]: all */
+    fake_fault_t plan[PS_FAKE_FAULTS_MAX];    /* pending entries */
     uint64_t fired;                           /* calls failed by the plan */
-    ps_host_op_t last_op;                     /* the last failed call's entry */
+    ps_fake_op_t last_op;                     /* the last failed call's entry */
     uint64_t last_call;                       /* its number among that entry's calls */
     uint64_t live_fences;                     /* fence_record successes - fence_release calls */
     uint64_t live_vm_ranges;                  /* vm_reserve successes - vm_release calls */
-} host_faults_t;
+} fake_faults_t;
 
-typedef struct host_device {
+typedef struct fake_device {
     ps_gpu_ops_t ops;              /* the table handed out (ops.ctx points here) */
     pthread_mutex_t lock;          /* guards every field below */
     ps_fake_gpu_options_t options; /* as given at create, defaults filled in */
@@ -192,8 +192,8 @@ typedef struct host_device {
     uint64_t vm_aliases;           /* vm_map_handle of a handle mapped elsewhere (a second mapping) */
     ps_ptr_map_t vm_fds;           /* shareable: address -> memfd of each live vm_map */
     ps_ptr_map_t ipc_mapped;       /* address -> size of each live ipc_map */
-    host_faults_t faults;          /* the fault plan and the per-entry call counters */
-} host_device_t;
+    fake_faults_t faults;          /* the fault plan and the per-entry call counters */
+} fake_device_t;
 
 /* vm_handles' values: the size, the mappings now, and whether the owner
  * released the handle (its memory is freed once no mapping is left). */
@@ -225,7 +225,7 @@ static uint64_t count_of_stream(const ps_ptr_map_t *map, ps_stream_t stream)
     return value;
 }
 
-static int fence_is_complete_locked(host_device_t *dev, const struct ps_fence *fence)
+static int fence_is_complete_locked(fake_device_t *dev, const struct ps_fence *fence)
 {
     return fence->waited || fence->sequence <= dev->completed_upto || (dev->timed && dev->clock_ns >= fence->due_ns) ||
            (dev->options.event_latency_ns && ps_now_ns() >= fence->real_due_ns);
@@ -242,12 +242,12 @@ static void spin_ns(uint64_t ns)
 }
 
 /* Is every fence recorded so far complete (waited fences aside)? Lock held. */
-static int all_fences_complete_locked(const host_device_t *dev)
+static int all_fences_complete_locked(const fake_device_t *dev)
 {
     return dev->completed_upto >= dev->fences_recorded || (dev->timed && dev->clock_ns >= dev->last_due_ns);
 }
 
-static const char *const OP_NAMES[PS_HOST_OP_COUNT + 1] = {
+static const char *const OP_NAMES[PS_FAKE_OP_COUNT + 1] = {
     "mem_alloc", "mem_free", "mem_alloc_async", "mem_free_async", "mem_alloc_managed", "mem_get_info",
     "fence_record", "fence_query", "fence_wait", "stream_wait_fence", "device_synchronize", "barrier",
     "vm_reserve", "vm_map", "vm_unmap", "host_alloc", "memset_d8", "copy_to_host", "ipc_export", "ipc_map",
@@ -257,15 +257,15 @@ static const char *const OP_NAMES[PS_HOST_OP_COUNT + 1] = {
 /* Counts one call of `op` and answers whether the fault plan fails it:
  * PS_OK, or the planned error (the call must then do nothing else).
  * Takes the lock itself. */
-static int host_fault(host_device_t *dev, ps_host_op_t op)
+static int count_call(fake_device_t *dev, ps_fake_op_t op)
 {
     pthread_mutex_lock(&dev->lock);
-    host_faults_t *f = &dev->faults;
-    uint64_t mine = ++f->calls[op], any = ++f->calls[PS_HOST_OP_ANY];
+    fake_faults_t *f = &dev->faults;
+    uint64_t mine = ++f->calls[op], any = ++f->calls[PS_FAKE_OP_ANY];
     int status = PS_OK;
-    for (int i = 0; i < PS_HOST_FAULTS_MAX && status == PS_OK; i++) {
-        host_fault_t *entry = &f->plan[i];
-        if (entry->nth && ((entry->op == op && entry->nth == mine) || (entry->op == PS_HOST_OP_ANY && entry->nth == any))) {
+    for (int i = 0; i < PS_FAKE_FAULTS_MAX && status == PS_OK; i++) {
+        fake_fault_t *entry = &f->plan[i];
+        if (entry->nth && ((entry->op == op && entry->nth == mine) || (entry->op == PS_FAKE_OP_ANY && entry->nth == any))) {
             status = entry->status;
             entry->nth = 0;
             f->fired++;
@@ -279,7 +279,7 @@ static int host_fault(host_device_t *dev, ps_host_op_t op)
 
 /* The failure plan and the capacity: may `rounded` more bytes be taken?
  * Lock held. */
-static int admit_locked(host_device_t *dev, size_t rounded)
+static int admit_locked(fake_device_t *dev, size_t rounded)
 {
     if (dev->fail_count) {
         if (dev->fail_after)
@@ -294,9 +294,9 @@ static int admit_locked(host_device_t *dev, size_t rounded)
     return PS_OK;
 }
 
-static int host_alloc(host_device_t *dev, ps_host_op_t op, size_t size, void **out)
+static int fake_alloc(fake_device_t *dev, ps_fake_op_t op, size_t size, void **out)
 {
-    int fault = host_fault(dev, op);
+    int fault = count_call(dev, op);
     if (fault != PS_OK)
         return fault;
     size_t rounded = ps_align_up(size ? size : 1, dev->options.upstream_alignment);
@@ -329,13 +329,13 @@ static int host_alloc(host_device_t *dev, ps_host_op_t op, size_t size, void **o
     return status;
 }
 
-static int host_mem_alloc(void *ctx, size_t size, void **out)
+static int fake_mem_alloc(void *ctx, size_t size, void **out)
 {
-    return host_alloc(ctx, PS_HOST_OP_MEM_ALLOC, size, out);
+    return fake_alloc(ctx, PS_FAKE_OP_MEM_ALLOC, size, out);
 }
 
 /* mem_free and mem_free_async, once the call is counted. */
-static int host_free(host_device_t *dev, void *ptr)
+static int fake_free(fake_device_t *dev, void *ptr)
 {
     uint64_t rounded;
     pthread_mutex_lock(&dev->lock);
@@ -352,32 +352,32 @@ static int host_free(host_device_t *dev, void *ptr)
     return PS_OK;
 }
 
-static int host_mem_free(void *ctx, void *ptr, size_t size)
+static int fake_mem_free(void *ctx, void *ptr, size_t size)
 {
-    int fault = host_fault(ctx, PS_HOST_OP_MEM_FREE);
-    return fault != PS_OK ? fault : host_free(ctx, ptr);
+    int fault = count_call(ctx, PS_FAKE_OP_MEM_FREE);
+    return fault != PS_OK ? fault : fake_free(ctx, ptr);
 }
 
-static int host_mem_alloc_async(void *ctx, size_t size, ps_stream_t stream, void **out)
+static int fake_mem_alloc_async(void *ctx, size_t size, ps_stream_t stream, void **out)
 {
-    return host_alloc(ctx, PS_HOST_OP_MEM_ALLOC_ASYNC, size, out);
+    return fake_alloc(ctx, PS_FAKE_OP_MEM_ALLOC_ASYNC, size, out);
 }
 
-static int host_mem_free_async(void *ctx, void *ptr, ps_stream_t stream)
+static int fake_mem_free_async(void *ctx, void *ptr, ps_stream_t stream)
 {
-    int fault = host_fault(ctx, PS_HOST_OP_MEM_FREE_ASYNC);
-    return fault != PS_OK ? fault : host_free(ctx, ptr);
+    int fault = count_call(ctx, PS_FAKE_OP_MEM_FREE_ASYNC);
+    return fault != PS_OK ? fault : fake_free(ctx, ptr);
 }
 
-static int host_mem_alloc_managed(void *ctx, size_t size, void **out)
+static int fake_mem_alloc_managed(void *ctx, size_t size, void **out)
 {
-    return host_alloc(ctx, PS_HOST_OP_MEM_ALLOC_MANAGED, size, out);
+    return fake_alloc(ctx, PS_FAKE_OP_MEM_ALLOC_MANAGED, size, out);
 }
 
 /* With waits_move_clock: pinning `size` bytes costs pin_ns + pin_ns_per_mib
  * per MiB of clock; unpinning (`unpin`) first waits until the GPU is idle
  * when unpin_synchronizes is set. */
-static void charge_pinning(host_device_t *dev, size_t size, int unpin)
+static void charge_pinning(fake_device_t *dev, size_t size, int unpin)
 {
     pthread_mutex_lock(&dev->lock);
     if (dev->timed && dev->options.waits_move_clock) {
@@ -397,27 +397,27 @@ static void charge_pinning(host_device_t *dev, size_t size, int unpin)
 /* Pinned host memory: the fake has no pinning, so it is the same host
  * memory (or simulated addresses) as mem_alloc, under the same capacity;
  * the flags are not checked. */
-static int host_host_alloc(void *ctx, size_t size, unsigned flags, void **out)
+static int fake_host_alloc(void *ctx, size_t size, unsigned flags, void **out)
 {
     (void)flags;
-    int status = host_alloc(ctx, PS_HOST_OP_HOST_ALLOC, size, out);
+    int status = fake_alloc(ctx, PS_FAKE_OP_HOST_ALLOC, size, out);
     if (status == PS_OK)
         charge_pinning(ctx, size, 0);
     return status;
 }
 
-static int host_host_free(void *ctx, void *ptr, size_t size)
+static int fake_host_free(void *ctx, void *ptr, size_t size)
 {
-    int status = host_mem_free(ctx, ptr, size);
+    int status = fake_mem_free(ctx, ptr, size);
     if (status == PS_OK)
         charge_pinning(ctx, 0, 1);
     return status;
 }
 
-static int host_mem_get_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
+static int fake_mem_get_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 {
-    host_device_t *dev = ctx;
-    int fault = host_fault(dev, PS_HOST_OP_MEM_GET_INFO);
+    fake_device_t *dev = ctx;
+    int fault = count_call(dev, PS_FAKE_OP_MEM_GET_INFO);
     if (fault != PS_OK)
         return fault;
     pthread_mutex_lock(&dev->lock);
@@ -428,10 +428,10 @@ static int host_mem_get_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
     return PS_OK;
 }
 
-static int host_fence_record(void *ctx, ps_stream_t stream, ps_fence_t **out)
+static int fake_fence_record(void *ctx, ps_stream_t stream, ps_fence_t **out)
 {
-    host_device_t *dev = ctx;
-    int fault = host_fault(dev, PS_HOST_OP_FENCE_RECORD);
+    fake_device_t *dev = ctx;
+    int fault = count_call(dev, PS_FAKE_OP_FENCE_RECORD);
     if (fault != PS_OK)
         return fault;
     pthread_mutex_lock(&dev->lock);
@@ -469,10 +469,10 @@ static int host_fence_record(void *ctx, ps_stream_t stream, ps_fence_t **out)
     return PS_OK;
 }
 
-static int host_fence_query(void *ctx, ps_fence_t *fence)
+static int fake_fence_query(void *ctx, ps_fence_t *fence)
 {
-    host_device_t *dev = ctx;
-    int fault = host_fault(dev, PS_HOST_OP_FENCE_QUERY);
+    fake_device_t *dev = ctx;
+    int fault = count_call(dev, PS_FAKE_OP_FENCE_QUERY);
     if (fault != PS_OK)
         return fault;
     spin_ns(dev->options.event_query_ns);
@@ -484,10 +484,10 @@ static int host_fence_query(void *ctx, ps_fence_t *fence)
     return done ? PS_OK : PS_ENOTREADY;
 }
 
-static int host_fence_wait(void *ctx, ps_fence_t *fence)
+static int fake_fence_wait(void *ctx, ps_fence_t *fence)
 {
-    host_device_t *dev = ctx;
-    int fault = host_fault(dev, PS_HOST_OP_FENCE_WAIT);
+    fake_device_t *dev = ctx;
+    int fault = count_call(dev, PS_FAKE_OP_FENCE_WAIT);
     if (fault != PS_OK)
         return fault;
     int spun = 0;
@@ -511,9 +511,9 @@ static int host_fence_wait(void *ctx, ps_fence_t *fence)
     return PS_OK;
 }
 
-static void host_fence_release(void *ctx, ps_fence_t *fence)
+static void fake_fence_release(void *ctx, ps_fence_t *fence)
 {
-    host_device_t *dev = ctx;
+    fake_device_t *dev = ctx;
     if (!fence)
         return;
     pthread_mutex_lock(&dev->lock);
@@ -523,10 +523,10 @@ static void host_fence_release(void *ctx, ps_fence_t *fence)
     pthread_mutex_unlock(&dev->lock);
 }
 
-static int host_stream_wait_fence(void *ctx, ps_stream_t stream, ps_fence_t *fence)
+static int fake_stream_wait_fence(void *ctx, ps_stream_t stream, ps_fence_t *fence)
 {
-    host_device_t *dev = ctx;
-    int fault = host_fault(dev, PS_HOST_OP_STREAM_WAIT_FENCE);
+    fake_device_t *dev = ctx;
+    int fault = count_call(dev, PS_FAKE_OP_STREAM_WAIT_FENCE);
     if (fault != PS_OK)
         return fault;
     pthread_mutex_lock(&dev->lock);
@@ -538,18 +538,18 @@ static int host_stream_wait_fence(void *ctx, ps_stream_t stream, ps_fence_t *fen
 
 /* Guard mode over real host memory (backed only): the "device" bytes are
  * host bytes, and nothing runs behind the host's back. */
-static int host_memset_d8(void *ctx, void *ptr, uint8_t value, size_t bytes, ps_stream_t stream)
+static int fake_memset_d8(void *ctx, void *ptr, uint8_t value, size_t bytes, ps_stream_t stream)
 {
-    int fault = host_fault(ctx, PS_HOST_OP_MEMSET_D8);
+    int fault = count_call(ctx, PS_FAKE_OP_MEMSET_D8);
     if (fault != PS_OK)
         return fault;
     memset(ptr, value, bytes);
     return PS_OK;
 }
 
-static int host_copy_to_host(void *ctx, void *dst, const void *src, size_t bytes, ps_stream_t stream)
+static int fake_copy_to_host(void *ctx, void *dst, const void *src, size_t bytes, ps_stream_t stream)
 {
-    int fault = host_fault(ctx, PS_HOST_OP_COPY_TO_HOST);
+    int fault = count_call(ctx, PS_FAKE_OP_COPY_TO_HOST);
     if (fault != PS_OK)
         return fault;
     memcpy(dst, src, bytes);
@@ -557,16 +557,16 @@ static int host_copy_to_host(void *ctx, void *dst, const void *src, size_t bytes
 }
 
 /* Timed: when the GPU has finished everything issued so far. Lock held. */
-static uint64_t idle_at_locked(const host_device_t *dev)
+static uint64_t idle_at_locked(const fake_device_t *dev)
 {
     uint64_t idle = dev->gpu_busy_until_ns > dev->last_due_ns ? dev->gpu_busy_until_ns : dev->last_due_ns;
     return dev->barrier_last_due_ns > idle ? dev->barrier_last_due_ns : idle;
 }
 
-static int host_device_synchronize(void *ctx)
+static int fake_device_synchronize(void *ctx)
 {
-    host_device_t *dev = ctx;
-    int fault = host_fault(dev, PS_HOST_OP_DEVICE_SYNCHRONIZE);
+    fake_device_t *dev = ctx;
+    int fault = count_call(dev, PS_FAKE_OP_DEVICE_SYNCHRONIZE);
     if (fault != PS_OK)
         return fault;
     pthread_mutex_lock(&dev->lock);
@@ -585,10 +585,10 @@ static int host_device_synchronize(void *ctx)
     return PS_OK;
 }
 
-static int host_barrier(void *ctx)
+static int fake_barrier(void *ctx)
 {
-    host_device_t *dev = ctx;
-    int fault = host_fault(dev, PS_HOST_OP_BARRIER);
+    fake_device_t *dev = ctx;
+    int fault = count_call(dev, PS_FAKE_OP_BARRIER);
     if (fault != PS_OK)
         return fault;
     pthread_mutex_lock(&dev->lock);
@@ -608,18 +608,18 @@ static int host_barrier(void *ctx)
     return status;
 }
 
-static unsigned host_barrier_joined(void *ctx)
+static unsigned fake_barrier_joined(void *ctx)
 {
-    host_device_t *dev = ctx;
+    fake_device_t *dev = ctx;
     pthread_mutex_lock(&dev->lock);
     unsigned joins = dev->barrier_joins;
     pthread_mutex_unlock(&dev->lock);
     return joins;
 }
 
-static uint64_t host_barrier_generation(void *ctx)
+static uint64_t fake_barrier_generation(void *ctx)
 {
-    host_device_t *dev = ctx;
+    fake_device_t *dev = ctx;
     pthread_mutex_lock(&dev->lock);
     uint64_t newest = dev->barriers;
     pthread_mutex_unlock(&dev->lock);
@@ -629,10 +629,10 @@ static uint64_t host_barrier_generation(void *ctx)
 /* Barrier `generation` has passed (4.): by the completed mark, by the
  * clock (timed), or by the test's say-so; older than the ring: when the
  * oldest remembered one has, as on the GPU. */
-static int host_barrier_passed(void *ctx, uint64_t generation)
+static int fake_barrier_passed(void *ctx, uint64_t generation)
 {
-    host_device_t *dev = ctx;
-    int fault = host_fault(dev, PS_HOST_OP_BARRIER_PASSED);
+    fake_device_t *dev = ctx;
+    int fault = count_call(dev, PS_FAKE_OP_BARRIER_PASSED);
     if (fault != PS_OK)
         return fault;
     pthread_mutex_lock(&dev->lock);
@@ -653,10 +653,10 @@ static int host_barrier_passed(void *ctx, uint64_t generation)
 /* Barrier `generation` and every earlier one have passed once this
  * returns (4.): the completed mark moves; timed, the clock moves to the
  * time the barrier passes. */
-static int host_barrier_wait(void *ctx, uint64_t generation)
+static int fake_barrier_wait(void *ctx, uint64_t generation)
 {
-    host_device_t *dev = ctx;
-    int fault = host_fault(dev, PS_HOST_OP_BARRIER_WAIT);
+    fake_device_t *dev = ctx;
+    int fault = count_call(dev, PS_FAKE_OP_BARRIER_WAIT);
     if (fault != PS_OK)
         return fault;
     pthread_mutex_lock(&dev->lock);
@@ -684,16 +684,16 @@ static int host_barrier_wait(void *ctx, uint64_t generation)
 
 /* ---- virtual memory ---------------------------------------------------- */
 
-static size_t host_vm_granularity(void *ctx)
+static size_t fake_vm_granularity(void *ctx)
 {
-    return ((host_device_t *)ctx)->options.vm_granularity;
+    return ((fake_device_t *)ctx)->options.vm_granularity;
 }
 
-static int host_vm_reserve(void *ctx, size_t size, void **out)
+static int fake_vm_reserve(void *ctx, size_t size, void **out)
 {
-    host_device_t *dev = ctx;
+    fake_device_t *dev = ctx;
     size_t g = dev->options.vm_granularity;
-    int fault = host_fault(dev, PS_HOST_OP_VM_RESERVE);
+    int fault = count_call(dev, PS_FAKE_OP_VM_RESERVE);
     if (fault != PS_OK)
         return fault;
     if (!size || size % g)
@@ -724,9 +724,9 @@ static int host_vm_reserve(void *ctx, size_t size, void **out)
     return status;
 }
 
-static void host_vm_release(void *ctx, void *addr, size_t size)
+static void fake_vm_release(void *ctx, void *addr, size_t size)
 {
-    host_device_t *dev = ctx;
+    fake_device_t *dev = ctx;
     pthread_mutex_lock(&dev->lock);
     dev->faults.live_vm_ranges--;
     pthread_mutex_unlock(&dev->lock);
@@ -736,7 +736,7 @@ static void host_vm_release(void *ctx, void *addr, size_t size)
 }
 
 /* Makes [addr, addr + size) usable (backed or shareable); lock held. */
-static int place_locked(host_device_t *dev, void *addr, size_t size)
+static int place_locked(fake_device_t *dev, void *addr, size_t size)
 {
     int status = ps_ptr_map_reserve(&dev->vm_mapped, 1);
     if (status == PS_OK && dev->options.shareable)
@@ -760,10 +760,10 @@ static int place_locked(host_device_t *dev, void *addr, size_t size)
     return status;
 }
 
-static int host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
+static int fake_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
 {
-    host_device_t *dev = ctx;
-    int fault = host_fault(dev, PS_HOST_OP_VM_MAP);
+    fake_device_t *dev = ctx;
+    int fault = count_call(dev, PS_FAKE_OP_VM_MAP);
     if (fault != PS_OK)
         return fault;
     if (!size || size % dev->options.vm_granularity || (uintptr_t)addr % dev->options.vm_granularity)
@@ -784,18 +784,18 @@ static int host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
     return status;
 }
 
-static size_t host_host_vm_granularity(void *ctx)
+static size_t fake_host_vm_granularity(void *ctx)
 {
-    return ((host_device_t *)ctx)->options.host_vm_granularity;
+    return ((fake_device_t *)ctx)->options.host_vm_granularity;
 }
 
 /* host_vm_map: a piece of "page-locked host memory" mapped into a reserved
  * range. The fake has one kind of memory: like vm_map (same capacity,
  * same placing), but counted as a host piece, and pinning costs clock. */
-static int host_host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
+static int fake_host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
 {
-    host_device_t *dev = ctx;
-    int fault = host_fault(dev, PS_HOST_OP_HOST_VM_MAP);
+    fake_device_t *dev = ctx;
+    int fault = count_call(dev, PS_FAKE_OP_HOST_VM_MAP);
     if (fault != PS_OK)
         return fault;
     size_t g = dev->options.host_vm_granularity;
@@ -826,10 +826,10 @@ static int host_host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle
 /* vm_map_handle: the kept physical memory is placed again, or memory
  * still mapped elsewhere gets a second mapping (an alias: the pool's remap
  * lends it); no admission (it is still counted). Faults as vm_map. */
-static int host_vm_map_handle(void *ctx, void *addr, size_t size, uint64_t handle)
+static int fake_vm_map_handle(void *ctx, void *addr, size_t size, uint64_t handle)
 {
-    host_device_t *dev = ctx;
-    int fault = host_fault(dev, PS_HOST_OP_VM_MAP);
+    fake_device_t *dev = ctx;
+    int fault = count_call(dev, PS_FAKE_OP_VM_MAP);
     if (fault != PS_OK)
         return fault;
     if (!size || size % dev->options.vm_granularity || (uintptr_t)addr % dev->options.vm_granularity)
@@ -863,12 +863,12 @@ static int host_vm_map_handle(void *ctx, void *addr, size_t size, uint64_t handl
     return status;
 }
 
-static int host_vm_unmap(void *ctx, void *addr, size_t size, uint64_t handle);
-static int host_vm_unmap_keep(void *ctx, void *addr, size_t size, uint64_t handle);
+static int fake_vm_unmap(void *ctx, void *addr, size_t size, uint64_t handle);
+static int fake_vm_unmap_keep(void *ctx, void *addr, size_t size, uint64_t handle);
 
 /* vm_map_bare / vm_map_handle_bare: mapped as vm_map / vm_map_handle, but
  * not accessible (backed memory is PROT_NONE) until vm_access covers it. */
-static int note_bare(host_device_t *dev, void *addr, size_t size)
+static int note_bare(fake_device_t *dev, void *addr, size_t size)
 {
     pthread_mutex_lock(&dev->lock);
     int status = ps_ptr_map_reserve(&dev->vm_bare, 1);
@@ -882,21 +882,21 @@ static int note_bare(host_device_t *dev, void *addr, size_t size)
     return status;
 }
 
-static int host_vm_map_bare(void *ctx, void *addr, size_t size, uint64_t *handle)
+static int fake_vm_map_bare(void *ctx, void *addr, size_t size, uint64_t *handle)
 {
-    int status = host_vm_map(ctx, addr, size, handle);
+    int status = fake_vm_map(ctx, addr, size, handle);
     if (status == PS_OK && note_bare(ctx, addr, size) != PS_OK) {
-        host_vm_unmap(ctx, addr, size, *handle);
+        fake_vm_unmap(ctx, addr, size, *handle);
         status = PS_ENOMEM;
     }
     return status;
 }
 
-static int host_vm_map_handle_bare(void *ctx, void *addr, size_t size, uint64_t handle)
+static int fake_vm_map_handle_bare(void *ctx, void *addr, size_t size, uint64_t handle)
 {
-    int status = host_vm_map_handle(ctx, addr, size, handle);
+    int status = fake_vm_map_handle(ctx, addr, size, handle);
     if (status == PS_OK && note_bare(ctx, addr, size) != PS_OK) {
-        host_vm_unmap_keep(ctx, addr, size, handle);
+        fake_vm_unmap_keep(ctx, addr, size, handle);
         status = PS_ENOMEM;
     }
     return status;
@@ -904,10 +904,10 @@ static int host_vm_map_handle_bare(void *ctx, void *addr, size_t size, uint64_t 
 
 /* vm_access: the span must be whole mappings, end to end (as
  * cuMemSetAccess wants a fully mapped range). */
-static int host_vm_access(void *ctx, void *addr, size_t size)
+static int fake_vm_access(void *ctx, void *addr, size_t size)
 {
-    host_device_t *dev = ctx;
-    int fault = host_fault(dev, PS_HOST_OP_VM_MAP);
+    fake_device_t *dev = ctx;
+    int fault = count_call(dev, PS_FAKE_OP_VM_MAP);
     if (fault != PS_OK)
         return fault;
     pthread_mutex_lock(&dev->lock);
@@ -932,9 +932,9 @@ static int host_vm_access(void *ctx, void *addr, size_t size)
     return PS_OK;
 }
 
-static void host_vm_drop(void *ctx, uint64_t handle)
+static void fake_vm_drop(void *ctx, uint64_t handle)
 {
-    host_device_t *dev = ctx;
+    fake_device_t *dev = ctx;
     pthread_mutex_lock(&dev->lock);
     uint64_t kept, value;
     if (ps_ptr_map_remove(&dev->vm_kept, handle, &kept)) {
@@ -955,7 +955,7 @@ static void host_vm_drop(void *ctx, uint64_t handle)
  * all-streams fence, a device synchronize, or the clock; never the
  * assume_barriers_passed hook), or nothing was noted there. Removes the
  * granules' notes. Lock held. */
-static int unmap_is_safe_locked(host_device_t *dev, uintptr_t addr, size_t size)
+static int unmap_is_safe_locked(fake_device_t *dev, uintptr_t addr, size_t size)
 {
     if (!dev->noting_frees)
         return all_fences_complete_locked(dev);
@@ -979,9 +979,9 @@ static int unmap_is_safe_locked(host_device_t *dev, uintptr_t addr, size_t size)
  * under `handle` (vm_unmap_keep). Memory that is still mapped elsewhere
  * (an alias) stays counted either way: it is freed with its last mapping
  * once released (vm_unmap or vm_drop), as the driver does. */
-static int vm_unmap_as(host_device_t *dev, void *addr, size_t size, uint64_t handle, int keep)
+static int vm_unmap_as(fake_device_t *dev, void *addr, size_t size, uint64_t handle, int keep)
 {
-    int fault = host_fault(dev, PS_HOST_OP_VM_UNMAP);
+    int fault = count_call(dev, PS_FAKE_OP_VM_UNMAP);
     if (fault != PS_OK)
         return fault;
     pthread_mutex_lock(&dev->lock);
@@ -1032,22 +1032,22 @@ static int vm_unmap_as(host_device_t *dev, void *addr, size_t size, uint64_t han
     return PS_OK;
 }
 
-static int host_vm_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
+static int fake_vm_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
 {
     return vm_unmap_as(ctx, addr, size, handle, 0);
 }
 
-static int host_vm_unmap_keep(void *ctx, void *addr, size_t size, uint64_t handle)
+static int fake_vm_unmap_keep(void *ctx, void *addr, size_t size, uint64_t handle)
 {
     return vm_unmap_as(ctx, addr, size, handle, 1);
 }
 
 /* ---- sharing (shareable) ---------------------------------------------- */
 
-static int host_ipc_export(void *ctx, uintptr_t addr, uintptr_t *start, size_t *size, int *fd)
+static int fake_ipc_export(void *ctx, uintptr_t addr, uintptr_t *start, size_t *size, int *fd)
 {
-    host_device_t *dev = ctx;
-    int fault = host_fault(dev, PS_HOST_OP_IPC_EXPORT);
+    fake_device_t *dev = ctx;
+    int fault = count_call(dev, PS_FAKE_OP_IPC_EXPORT);
     if (fault != PS_OK)
         return fault;
     pthread_mutex_lock(&dev->lock);
@@ -1074,10 +1074,10 @@ static int host_ipc_export(void *ctx, uintptr_t addr, uintptr_t *start, size_t *
     return status;
 }
 
-static int host_ipc_map(void *ctx, void *addr, size_t size, int fd, uint64_t *handle)
+static int fake_ipc_map(void *ctx, void *addr, size_t size, int fd, uint64_t *handle)
 {
-    host_device_t *dev = ctx;
-    int fault = host_fault(dev, PS_HOST_OP_IPC_MAP);
+    fake_device_t *dev = ctx;
+    int fault = count_call(dev, PS_FAKE_OP_IPC_MAP);
     if (fault != PS_OK)
         return fault;
     struct stat st;
@@ -1095,9 +1095,9 @@ static int host_ipc_map(void *ctx, void *addr, size_t size, int fd, uint64_t *ha
     return status;
 }
 
-static int host_ipc_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
+static int fake_ipc_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
 {
-    host_device_t *dev = ctx;
+    fake_device_t *dev = ctx;
     pthread_mutex_lock(&dev->lock);
     uint64_t mapped;
     int status = ps_ptr_map_get(&dev->ipc_mapped, (uintptr_t)addr, &mapped) && mapped == size ? PS_OK : PS_EINVAL;
@@ -1111,7 +1111,7 @@ static int host_ipc_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
 
 uint64_t ps_fake_gpu_ipc_mapped(ps_gpu_ops_t *ops)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     uint64_t n = dev->ipc_mapped.count;
     pthread_mutex_unlock(&dev->lock);
@@ -1130,15 +1130,15 @@ int ps_fake_gpu_create(const ps_fake_gpu_options_t *opts, ps_gpu_ops_t **out)
     if (!options.host_vm_granularity)
         options.host_vm_granularity = options.vm_granularity;
     if (!ps_is_pow2(options.vm_granularity) || options.vm_granularity < 4096) {
-        ps_error("host ops: vm_granularity %zu is not a power of two >= 4096", options.vm_granularity);
+        ps_error("fake GPU: vm_granularity %zu is not a power of two >= 4096", options.vm_granularity);
         return PS_EINVAL;
     }
     if (!ps_is_pow2(options.upstream_alignment) || options.upstream_alignment < 256) {
-        ps_error("host ops: upstream_alignment %zu is not a power of two >= 256",
+        ps_error("fake GPU: upstream_alignment %zu is not a power of two >= 256",
                  options.upstream_alignment);
         return PS_EINVAL;
     }
-    host_device_t *dev = calloc(1, sizeof *dev);
+    fake_device_t *dev = calloc(1, sizeof *dev);
     if (!dev)
         return PS_ENOMEM;
     if (ps_ptr_map_init(&dev->live, 64) != PS_OK) {
@@ -1176,57 +1176,57 @@ int ps_fake_gpu_create(const ps_fake_gpu_options_t *opts, ps_gpu_ops_t **out)
     dev->ops = (ps_gpu_ops_t){
         .ctx = dev,
         .device = -1,
-        .mem_alloc = host_mem_alloc,
-        .mem_free = host_mem_free,
-        .mem_alloc_async = host_mem_alloc_async,
-        .mem_free_async = host_mem_free_async,
-        .mem_alloc_managed = host_mem_alloc_managed,
-        .mem_get_info = host_mem_get_info,
-        .fence_record = host_fence_record,
-        .fence_query = host_fence_query,
-        .fence_wait = host_fence_wait,
-        .fence_release = host_fence_release,
-        .stream_wait_fence = host_stream_wait_fence,
-        .device_synchronize = host_device_synchronize,
-        .barrier = host_barrier,
-        .barrier_generation = host_barrier_generation,
-        .barrier_passed = host_barrier_passed,
-        .barrier_wait = host_barrier_wait,
-        .barrier_joined = host_barrier_joined,
-        .host_alloc = host_host_alloc,
-        .host_free = host_host_free,
+        .mem_alloc = fake_mem_alloc,
+        .mem_free = fake_mem_free,
+        .mem_alloc_async = fake_mem_alloc_async,
+        .mem_free_async = fake_mem_free_async,
+        .mem_alloc_managed = fake_mem_alloc_managed,
+        .mem_get_info = fake_mem_get_info,
+        .fence_record = fake_fence_record,
+        .fence_query = fake_fence_query,
+        .fence_wait = fake_fence_wait,
+        .fence_release = fake_fence_release,
+        .stream_wait_fence = fake_stream_wait_fence,
+        .device_synchronize = fake_device_synchronize,
+        .barrier = fake_barrier,
+        .barrier_generation = fake_barrier_generation,
+        .barrier_passed = fake_barrier_passed,
+        .barrier_wait = fake_barrier_wait,
+        .barrier_joined = fake_barrier_joined,
+        .host_alloc = fake_host_alloc,
+        .host_free = fake_host_free,
     };
     if (options.backed) {
-        dev->ops.memset_d8 = host_memset_d8;
-        dev->ops.copy_to_host = host_copy_to_host;
+        dev->ops.memset_d8 = fake_memset_d8;
+        dev->ops.copy_to_host = fake_copy_to_host;
     }
     if (options.virtual_memory) {
-        dev->ops.vm_granularity = host_vm_granularity;
-        dev->ops.vm_reserve = host_vm_reserve;
-        dev->ops.vm_release = host_vm_release;
-        dev->ops.vm_map = host_vm_map;
-        dev->ops.vm_unmap = host_vm_unmap;
+        dev->ops.vm_granularity = fake_vm_granularity;
+        dev->ops.vm_reserve = fake_vm_reserve;
+        dev->ops.vm_release = fake_vm_release;
+        dev->ops.vm_map = fake_vm_map;
+        dev->ops.vm_unmap = fake_vm_unmap;
         if (!options.no_vm_keep) {
-            dev->ops.vm_unmap_keep = host_vm_unmap_keep;
-            dev->ops.vm_map_handle = host_vm_map_handle;
-            dev->ops.vm_drop = host_vm_drop;
+            dev->ops.vm_unmap_keep = fake_vm_unmap_keep;
+            dev->ops.vm_map_handle = fake_vm_map_handle;
+            dev->ops.vm_drop = fake_vm_drop;
         }
         if (!options.no_vm_access && !options.no_vm_keep) {
-            dev->ops.vm_map_bare = host_vm_map_bare;
-            dev->ops.vm_map_handle_bare = host_vm_map_handle_bare;
-            dev->ops.vm_access = host_vm_access;
+            dev->ops.vm_map_bare = fake_vm_map_bare;
+            dev->ops.vm_map_handle_bare = fake_vm_map_handle_bare;
+            dev->ops.vm_access = fake_vm_access;
         }
         if (!options.no_host_vm) {
-            dev->ops.host_vm_granularity = host_host_vm_granularity;
-            dev->ops.host_vm_map = host_host_vm_map;
+            dev->ops.host_vm_granularity = fake_host_vm_granularity;
+            dev->ops.host_vm_map = fake_host_vm_map;
         }
     }
     if (options.virtual_memory && options.backed && options.shareable) {
-        dev->ops.ipc_export = host_ipc_export;
-        dev->ops.ipc_reserve = host_vm_reserve;
-        dev->ops.ipc_release = host_vm_release;
-        dev->ops.ipc_map = host_ipc_map;
-        dev->ops.ipc_unmap = host_ipc_unmap;
+        dev->ops.ipc_export = fake_ipc_export;
+        dev->ops.ipc_reserve = fake_vm_reserve;
+        dev->ops.ipc_release = fake_vm_release;
+        dev->ops.ipc_map = fake_ipc_map;
+        dev->ops.ipc_unmap = fake_ipc_unmap;
     }
     *out = &dev->ops;
     return PS_OK;
@@ -1236,7 +1236,7 @@ void ps_fake_gpu_destroy(ps_gpu_ops_t *ops)
 {
     if (!ops)
         return;
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     if (dev->options.backed)
         for (size_t i = 0; i < dev->live.capacity; i++)
             if (dev->live.slots[i].key != PS_PTR_MAP_EMPTY)
@@ -1266,23 +1266,23 @@ void ps_fake_gpu_destroy(ps_gpu_ops_t *ops)
 }
 
 /* Reads one counter under the lock. */
-#define HOST_READ(ops, field)                                    \
+#define FAKE_READ(ops, field)                                    \
     do {                                                         \
-        host_device_t *dev_ = (ops)->ctx;                        \
+        fake_device_t *dev_ = (ops)->ctx;                        \
         pthread_mutex_lock(&dev_->lock);                         \
         uint64_t value_ = dev_->field;                           \
         pthread_mutex_unlock(&dev_->lock);                       \
         return value_;                                           \
     } while (0)
 
-uint64_t ps_fake_gpu_fences_recorded(ps_gpu_ops_t *ops) { HOST_READ(ops, fences_recorded); }
-uint64_t ps_fake_gpu_stream_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, stream_waits); }
-uint64_t ps_fake_gpu_fence_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, fence_waits); }
-uint64_t ps_fake_gpu_device_syncs(ps_gpu_ops_t *ops) { HOST_READ(ops, device_syncs); }
+uint64_t ps_fake_gpu_fences_recorded(ps_gpu_ops_t *ops) { FAKE_READ(ops, fences_recorded); }
+uint64_t ps_fake_gpu_stream_waits(ps_gpu_ops_t *ops) { FAKE_READ(ops, stream_waits); }
+uint64_t ps_fake_gpu_fence_waits(ps_gpu_ops_t *ops) { FAKE_READ(ops, fence_waits); }
+uint64_t ps_fake_gpu_device_syncs(ps_gpu_ops_t *ops) { FAKE_READ(ops, device_syncs); }
 
 ps_fake_gpu_mark_t ps_fake_gpu_mark(ps_gpu_ops_t *ops)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     ps_fake_gpu_mark_t mark = {dev->fences_recorded, dev->device_syncs};
     pthread_mutex_unlock(&dev->lock);
@@ -1291,31 +1291,31 @@ ps_fake_gpu_mark_t ps_fake_gpu_mark(ps_gpu_ops_t *ops)
 
 int ps_fake_gpu_passed_since(ps_gpu_ops_t *ops, ps_fake_gpu_mark_t mark)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     int passed = dev->newest_answered > mark.fences || dev->device_syncs > mark.syncs;
     pthread_mutex_unlock(&dev->lock);
     return passed;
 }
-uint64_t ps_fake_gpu_bytes_outstanding(ps_gpu_ops_t *ops) { HOST_READ(ops, bytes_outstanding); }
-uint64_t ps_fake_gpu_upstream_allocs(ps_gpu_ops_t *ops) { HOST_READ(ops, upstream_allocs); }
-uint64_t ps_fake_gpu_barriers(ps_gpu_ops_t *ops) { HOST_READ(ops, barriers); }
-uint64_t ps_fake_gpu_vm_maps(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_maps); }
-uint64_t ps_fake_gpu_vm_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_unmaps); }
-uint64_t ps_fake_gpu_vm_maps_kept(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_maps_kept); }
-uint64_t ps_fake_gpu_vm_kept_now(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_kept.count); }
-uint64_t ps_fake_gpu_vm_aliases(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_aliases); }
-uint64_t ps_fake_gpu_vm_bare_bytes(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_bare_bytes); }
-uint64_t ps_fake_gpu_vm_access_calls(ps_gpu_ops_t *ops) { HOST_READ(ops, vm_access_calls); }
-uint64_t ps_fake_gpu_unsafe_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, unsafe_unmaps); }
-uint64_t ps_fake_gpu_barrier_waits(ps_gpu_ops_t *ops) { HOST_READ(ops, barrier_waits); }
-uint64_t ps_fake_gpu_barrier_wait_ns(ps_gpu_ops_t *ops) { HOST_READ(ops, barrier_wait_ns); }
-uint64_t ps_fake_gpu_wait_instead_sync_ns(ps_gpu_ops_t *ops) { HOST_READ(ops, wait_instead_sync_ns); }
-uint64_t ps_fake_gpu_device_sync_ns(ps_gpu_ops_t *ops) { HOST_READ(ops, device_sync_ns); }
+uint64_t ps_fake_gpu_bytes_outstanding(ps_gpu_ops_t *ops) { FAKE_READ(ops, bytes_outstanding); }
+uint64_t ps_fake_gpu_upstream_allocs(ps_gpu_ops_t *ops) { FAKE_READ(ops, upstream_allocs); }
+uint64_t ps_fake_gpu_barriers(ps_gpu_ops_t *ops) { FAKE_READ(ops, barriers); }
+uint64_t ps_fake_gpu_vm_maps(ps_gpu_ops_t *ops) { FAKE_READ(ops, vm_maps); }
+uint64_t ps_fake_gpu_vm_unmaps(ps_gpu_ops_t *ops) { FAKE_READ(ops, vm_unmaps); }
+uint64_t ps_fake_gpu_vm_maps_kept(ps_gpu_ops_t *ops) { FAKE_READ(ops, vm_maps_kept); }
+uint64_t ps_fake_gpu_vm_kept_now(ps_gpu_ops_t *ops) { FAKE_READ(ops, vm_kept.count); }
+uint64_t ps_fake_gpu_vm_aliases(ps_gpu_ops_t *ops) { FAKE_READ(ops, vm_aliases); }
+uint64_t ps_fake_gpu_vm_bare_bytes(ps_gpu_ops_t *ops) { FAKE_READ(ops, vm_bare_bytes); }
+uint64_t ps_fake_gpu_vm_access_calls(ps_gpu_ops_t *ops) { FAKE_READ(ops, vm_access_calls); }
+uint64_t ps_fake_gpu_unsafe_unmaps(ps_gpu_ops_t *ops) { FAKE_READ(ops, unsafe_unmaps); }
+uint64_t ps_fake_gpu_barrier_waits(ps_gpu_ops_t *ops) { FAKE_READ(ops, barrier_waits); }
+uint64_t ps_fake_gpu_barrier_wait_ns(ps_gpu_ops_t *ops) { FAKE_READ(ops, barrier_wait_ns); }
+uint64_t ps_fake_gpu_wait_instead_sync_ns(ps_gpu_ops_t *ops) { FAKE_READ(ops, wait_instead_sync_ns); }
+uint64_t ps_fake_gpu_device_sync_ns(ps_gpu_ops_t *ops) { FAKE_READ(ops, device_sync_ns); }
 
 void ps_fake_gpu_block_barriers(ps_gpu_ops_t *ops, int blocked)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     dev->barriers_blocked = blocked;
     pthread_mutex_unlock(&dev->lock);
@@ -1323,7 +1323,7 @@ void ps_fake_gpu_block_barriers(ps_gpu_ops_t *ops, int blocked)
 
 void ps_fake_gpu_set_barrier_joins(ps_gpu_ops_t *ops, unsigned joins)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     dev->barrier_joins = joins;
     pthread_mutex_unlock(&dev->lock);
@@ -1331,7 +1331,7 @@ void ps_fake_gpu_set_barrier_joins(ps_gpu_ops_t *ops, unsigned joins)
 
 uint64_t ps_fake_gpu_fences_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     uint64_t value = count_of_stream(&dev->fences_by_stream, stream);
     pthread_mutex_unlock(&dev->lock);
@@ -1340,7 +1340,7 @@ uint64_t ps_fake_gpu_fences_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream)
 
 uint64_t ps_fake_gpu_waits_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     uint64_t value = count_of_stream(&dev->waits_by_stream, stream);
     pthread_mutex_unlock(&dev->lock);
@@ -1349,7 +1349,7 @@ uint64_t ps_fake_gpu_waits_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream)
 
 void ps_fake_gpu_complete_upto(ps_gpu_ops_t *ops, uint64_t seq)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     if (seq > dev->fences_recorded)
         seq = dev->fences_recorded;
@@ -1360,7 +1360,7 @@ void ps_fake_gpu_complete_upto(ps_gpu_ops_t *ops, uint64_t seq)
 
 void ps_fake_gpu_complete_all(ps_gpu_ops_t *ops)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     dev->completed_upto = dev->fences_recorded;
     dev->barriers_completed_upto = dev->barriers;
@@ -1369,7 +1369,7 @@ void ps_fake_gpu_complete_all(ps_gpu_ops_t *ops)
 
 void ps_fake_gpu_complete_barriers_upto(ps_gpu_ops_t *ops, uint64_t generation)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     if (generation > dev->barriers)
         generation = dev->barriers;
@@ -1380,7 +1380,7 @@ void ps_fake_gpu_complete_barriers_upto(ps_gpu_ops_t *ops, uint64_t generation)
 
 int ps_fake_gpu_note_free(ps_gpu_ops_t *ops, const void *ptr, size_t size)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     size_t granule = dev->options.vm_granularity;
     if (!granule || !size)
         return PS_OK;
@@ -1416,7 +1416,7 @@ int ps_fake_gpu_note_free(ps_gpu_ops_t *ops, const void *ptr, size_t size)
 
 void ps_fake_gpu_assume_barriers_passed(ps_gpu_ops_t *ops, int on)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     dev->barriers_assume_passed = on;
     pthread_mutex_unlock(&dev->lock);
@@ -1424,7 +1424,7 @@ void ps_fake_gpu_assume_barriers_passed(ps_gpu_ops_t *ops, int on)
 
 void ps_fake_gpu_set_auto_complete(ps_gpu_ops_t *ops, int on)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     dev->auto_complete = on;
     if (on) {
@@ -1436,7 +1436,7 @@ void ps_fake_gpu_set_auto_complete(ps_gpu_ops_t *ops, int on)
 
 void ps_fake_gpu_set_clock(ps_gpu_ops_t *ops, uint64_t now_ns)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     if (now_ns > dev->clock_ns)
         dev->clock_ns = now_ns;
@@ -1445,22 +1445,22 @@ void ps_fake_gpu_set_clock(ps_gpu_ops_t *ops, uint64_t now_ns)
 
 void ps_fake_gpu_set_gpu_busy_until(ps_gpu_ops_t *ops, uint64_t busy_until_ns)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     dev->timed = 1;
     dev->gpu_busy_until_ns = busy_until_ns;
     pthread_mutex_unlock(&dev->lock);
 }
 
-uint64_t ps_fake_gpu_host_vm_maps(ps_gpu_ops_t *ops) { HOST_READ(ops, host_vm_maps); }
+uint64_t ps_fake_gpu_host_vm_maps(ps_gpu_ops_t *ops) { FAKE_READ(ops, host_vm_maps); }
 
-uint64_t ps_fake_gpu_host_vm_unmaps(ps_gpu_ops_t *ops) { HOST_READ(ops, host_vm_unmaps); }
+uint64_t ps_fake_gpu_host_vm_unmaps(ps_gpu_ops_t *ops) { FAKE_READ(ops, host_vm_unmaps); }
 
-uint64_t ps_fake_gpu_clock(ps_gpu_ops_t *ops) { HOST_READ(ops, clock_ns); }
+uint64_t ps_fake_gpu_clock(ps_gpu_ops_t *ops) { FAKE_READ(ops, clock_ns); }
 
 void ps_fake_gpu_inject_failure(ps_gpu_ops_t *ops, uint64_t fail_after, uint64_t fail_count)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     dev->fail_after = fail_after;
     dev->fail_count = fail_count;
@@ -1469,43 +1469,43 @@ void ps_fake_gpu_inject_failure(ps_gpu_ops_t *ops, uint64_t fail_after, uint64_t
 
 /* ---- fault plan ---------------------------------------------------------- */
 
-const char *ps_fake_gpu_op_name(ps_host_op_t op)
+const char *ps_fake_gpu_op_name(ps_fake_op_t op)
 {
-    return (unsigned)op <= PS_HOST_OP_ANY ? OP_NAMES[op] : "?";
+    return (unsigned)op <= PS_FAKE_OP_ANY ? OP_NAMES[op] : "?";
 }
 
 /* The natural error of a failing `op`. */
-static int natural_error(ps_host_op_t op)
+static int natural_error(ps_fake_op_t op)
 {
     switch (op) {
-    case PS_HOST_OP_MEM_ALLOC:
-    case PS_HOST_OP_MEM_ALLOC_ASYNC:
-    case PS_HOST_OP_MEM_ALLOC_MANAGED:
-    case PS_HOST_OP_VM_RESERVE:
-    case PS_HOST_OP_VM_MAP:
-    case PS_HOST_OP_HOST_VM_MAP:
-    case PS_HOST_OP_HOST_ALLOC: return PS_ENOMEM;
+    case PS_FAKE_OP_MEM_ALLOC:
+    case PS_FAKE_OP_MEM_ALLOC_ASYNC:
+    case PS_FAKE_OP_MEM_ALLOC_MANAGED:
+    case PS_FAKE_OP_VM_RESERVE:
+    case PS_FAKE_OP_VM_MAP:
+    case PS_FAKE_OP_HOST_VM_MAP:
+    case PS_FAKE_OP_HOST_ALLOC: return PS_ENOMEM;
     default: return PS_EUPSTREAM;
     }
 }
 
-uint64_t ps_fake_gpu_calls(ps_gpu_ops_t *ops, ps_host_op_t op)
+uint64_t ps_fake_gpu_calls(ps_gpu_ops_t *ops, ps_fake_op_t op)
 {
-    if ((unsigned)op > PS_HOST_OP_ANY)
+    if ((unsigned)op > PS_FAKE_OP_ANY)
         return 0;
-    HOST_READ(ops, faults.calls[op]);
+    FAKE_READ(ops, faults.calls[op]);
 }
 
-int ps_fake_gpu_fail_call(ps_gpu_ops_t *ops, ps_host_op_t op, uint64_t nth, int status)
+int ps_fake_gpu_fail_call(ps_gpu_ops_t *ops, ps_fake_op_t op, uint64_t nth, int status)
 {
-    if ((unsigned)op > PS_HOST_OP_ANY || !nth || status > 0 || status == PS_ENOTREADY)
+    if ((unsigned)op > PS_FAKE_OP_ANY || !nth || status > 0 || status == PS_ENOTREADY)
         return PS_EINVAL;
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     int result = PS_ENOMEM;
-    for (int i = 0; i < PS_HOST_FAULTS_MAX; i++)
+    for (int i = 0; i < PS_FAKE_FAULTS_MAX; i++)
         if (!dev->faults.plan[i].nth) {
-            dev->faults.plan[i] = (host_fault_t){op, nth, status ? status : natural_error(op)};
+            dev->faults.plan[i] = (fake_fault_t){op, nth, status ? status : natural_error(op)};
             result = PS_OK;
             break;
         }
@@ -1515,15 +1515,15 @@ int ps_fake_gpu_fail_call(ps_gpu_ops_t *ops, ps_host_op_t op, uint64_t nth, int 
 
 void ps_fake_gpu_clear_faults(ps_gpu_ops_t *ops)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     memset(dev->faults.plan, 0, sizeof dev->faults.plan);
     pthread_mutex_unlock(&dev->lock);
 }
 
-uint64_t ps_fake_gpu_faults_fired(ps_gpu_ops_t *ops, ps_host_op_t *op, uint64_t *call)
+uint64_t ps_fake_gpu_faults_fired(ps_gpu_ops_t *ops, ps_fake_op_t *op, uint64_t *call)
 {
-    host_device_t *dev = ops->ctx;
+    fake_device_t *dev = ops->ctx;
     pthread_mutex_lock(&dev->lock);
     uint64_t fired = dev->faults.fired;
     if (op)
@@ -1534,5 +1534,5 @@ uint64_t ps_fake_gpu_faults_fired(ps_gpu_ops_t *ops, ps_host_op_t *op, uint64_t 
     return fired;
 }
 
-uint64_t ps_fake_gpu_live_fences(ps_gpu_ops_t *ops) { HOST_READ(ops, faults.live_fences); }
-uint64_t ps_fake_gpu_live_vm_ranges(ps_gpu_ops_t *ops) { HOST_READ(ops, faults.live_vm_ranges); }
+uint64_t ps_fake_gpu_live_fences(ps_gpu_ops_t *ops) { FAKE_READ(ops, faults.live_fences); }
+uint64_t ps_fake_gpu_live_vm_ranges(ps_gpu_ops_t *ops) { FAKE_READ(ops, faults.live_vm_ranges); }

@@ -16,7 +16,7 @@
 #ifndef PS_FAKE_GPU_H
 #define PS_FAKE_GPU_H
 
-#include "gpu_ops.h"
+#include "../../core/gpu_ops.h"
 
 typedef struct ps_fake_gpu_options {
     size_t capacity;           /* device size in bytes (0 = unlimited) */
@@ -171,9 +171,9 @@ void ps_fake_gpu_inject_failure(ps_gpu_ops_t *ops, uint64_t fail_after, uint64_t
  *
  * Every entry of the table that can fail is counted (calls that fail
  * included, from ps_fake_gpu_create on) and can be made to fail:
- *   ps_fake_gpu_fail_call(ops, PS_HOST_OP_FENCE_QUERY, 3, 0)
+ *   ps_fake_gpu_fail_call(ops, PS_FAKE_OP_FENCE_QUERY, 3, 0)
  *       the 3rd fence_query call since create fails;
- *   ps_fake_gpu_fail_call(ops, PS_HOST_OP_ANY, 40, 0)
+ *   ps_fake_gpu_fail_call(ops, PS_FAKE_OP_ANY, 40, 0)
  *       the 40th call of any counted entry fails, whichever it is.
  * `nth` counts from create (1 = the first call), as ps_fake_gpu_calls
  * reports, so "count the calls of a clean run, then fail each one in
@@ -183,51 +183,51 @@ void ps_fake_gpu_inject_failure(ps_gpu_ops_t *ops, uint64_t fail_after, uint64_t
  * answers it, never PS_ENOTREADY; give PS_EBUSY for a barrier that cannot
  * be issued). A failing call does nothing else: no memory is taken or
  * given back, no fence is recorded or completed, nothing is mapped or
- * unmapped, no barrier is counted. Up to PS_HOST_FAULTS_MAX entries at
+ * unmapped, no barrier is counted. Up to PS_FAKE_FAULTS_MAX entries at
  * once; each fires once. The plan is independent of
  * ps_fake_gpu_inject_failure (both may fail a mem_alloc). */
-typedef enum ps_host_op {
-    PS_HOST_OP_MEM_ALLOC,          /* mem_alloc */
-    PS_HOST_OP_MEM_FREE,           /* mem_free */
-    PS_HOST_OP_MEM_ALLOC_ASYNC,    /* mem_alloc_async */
-    PS_HOST_OP_MEM_FREE_ASYNC,     /* mem_free_async */
-    PS_HOST_OP_MEM_ALLOC_MANAGED,  /* mem_alloc_managed */
-    PS_HOST_OP_MEM_GET_INFO,       /* mem_get_info */
-    PS_HOST_OP_FENCE_RECORD,       /* fence_record */
-    PS_HOST_OP_FENCE_QUERY,        /* fence_query */
-    PS_HOST_OP_FENCE_WAIT,         /* fence_wait */
-    PS_HOST_OP_STREAM_WAIT_FENCE,  /* stream_wait_fence */
-    PS_HOST_OP_DEVICE_SYNCHRONIZE, /* device_synchronize */
-    PS_HOST_OP_BARRIER,            /* barrier */
-    PS_HOST_OP_VM_RESERVE,         /* vm_reserve */
-    PS_HOST_OP_VM_MAP,             /* vm_map */
-    PS_HOST_OP_VM_UNMAP,           /* vm_unmap */
-    PS_HOST_OP_HOST_ALLOC,         /* host_alloc (pinned host memory) */
-    PS_HOST_OP_MEMSET_D8,          /* memset_d8 (guard mode) */
-    PS_HOST_OP_COPY_TO_HOST,       /* copy_to_host (guard mode) */
-    PS_HOST_OP_IPC_EXPORT,         /* ipc_export (ipc_reserve counts as vm_reserve) */
-    PS_HOST_OP_IPC_MAP,            /* ipc_map */
-    PS_HOST_OP_HOST_VM_MAP,        /* host_vm_map (pinned host pieces; fails with PS_ENOMEM) */
-    PS_HOST_OP_BARRIER_PASSED,     /* barrier_passed (fails with PS_EUPSTREAM: "unknown") */
-    PS_HOST_OP_BARRIER_WAIT,       /* barrier_wait (fails with PS_EUPSTREAM) */
-    PS_HOST_OP_COUNT,              /* number of counted entries */
-    PS_HOST_OP_ANY = PS_HOST_OP_COUNT /* every counted entry together */
-} ps_host_op_t;
-#define PS_HOST_FAULTS_MAX 8 /* plan entries pending at once */
+typedef enum ps_fake_op {
+    PS_FAKE_OP_MEM_ALLOC,          /* mem_alloc */
+    PS_FAKE_OP_MEM_FREE,           /* mem_free */
+    PS_FAKE_OP_MEM_ALLOC_ASYNC,    /* mem_alloc_async */
+    PS_FAKE_OP_MEM_FREE_ASYNC,     /* mem_free_async */
+    PS_FAKE_OP_MEM_ALLOC_MANAGED,  /* mem_alloc_managed */
+    PS_FAKE_OP_MEM_GET_INFO,       /* mem_get_info */
+    PS_FAKE_OP_FENCE_RECORD,       /* fence_record */
+    PS_FAKE_OP_FENCE_QUERY,        /* fence_query */
+    PS_FAKE_OP_FENCE_WAIT,         /* fence_wait */
+    PS_FAKE_OP_STREAM_WAIT_FENCE,  /* stream_wait_fence */
+    PS_FAKE_OP_DEVICE_SYNCHRONIZE, /* device_synchronize */
+    PS_FAKE_OP_BARRIER,            /* barrier */
+    PS_FAKE_OP_VM_RESERVE,         /* vm_reserve */
+    PS_FAKE_OP_VM_MAP,             /* vm_map */
+    PS_FAKE_OP_VM_UNMAP,           /* vm_unmap */
+    PS_FAKE_OP_HOST_ALLOC,         /* host_alloc (pinned host memory) */
+    PS_FAKE_OP_MEMSET_D8,          /* memset_d8 (guard mode) */
+    PS_FAKE_OP_COPY_TO_HOST,       /* copy_to_host (guard mode) */
+    PS_FAKE_OP_IPC_EXPORT,         /* ipc_export (ipc_reserve counts as vm_reserve) */
+    PS_FAKE_OP_IPC_MAP,            /* ipc_map */
+    PS_FAKE_OP_HOST_VM_MAP,        /* host_vm_map (pinned host pieces; fails with PS_ENOMEM) */
+    PS_FAKE_OP_BARRIER_PASSED,     /* barrier_passed (fails with PS_EUPSTREAM: "unknown") */
+    PS_FAKE_OP_BARRIER_WAIT,       /* barrier_wait (fails with PS_EUPSTREAM) */
+    PS_FAKE_OP_COUNT,              /* number of counted entries */
+    PS_FAKE_OP_ANY = PS_FAKE_OP_COUNT /* every counted entry together */
+} ps_fake_op_t;
+#define PS_FAKE_FAULTS_MAX 8 /* plan entries pending at once */
 
 /* The entry's name as in the table ("fence_query"; "any"). */
-const char *ps_fake_gpu_op_name(ps_host_op_t op);
-/* Calls of `op` since create, failed ones included (PS_HOST_OP_ANY: of all). */
-uint64_t ps_fake_gpu_calls(ps_gpu_ops_t *ops, ps_host_op_t op);
+const char *ps_fake_gpu_op_name(ps_fake_op_t op);
+/* Calls of `op` since create, failed ones included (PS_FAKE_OP_ANY: of all). */
+uint64_t ps_fake_gpu_calls(ps_gpu_ops_t *ops, ps_fake_op_t op);
 /* Adds "call number `nth` of `op` fails with `status`" (0: the natural
  * error) to the plan. PS_OK; PS_EINVAL for a bad op, nth 0 or a status
- * that is not an error; PS_ENOMEM when PS_HOST_FAULTS_MAX are pending. */
-int ps_fake_gpu_fail_call(ps_gpu_ops_t *ops, ps_host_op_t op, uint64_t nth, int status);
+ * that is not an error; PS_ENOMEM when PS_FAKE_FAULTS_MAX are pending. */
+int ps_fake_gpu_fail_call(ps_gpu_ops_t *ops, ps_fake_op_t op, uint64_t nth, int status);
 /* Forgets the pending plan entries (not the counters). */
 void ps_fake_gpu_clear_faults(ps_gpu_ops_t *ops);
 /* How many calls the plan failed so far; *op and *call (may be NULL) get
  * the last one's entry and its number among that entry's calls. */
-uint64_t ps_fake_gpu_faults_fired(ps_gpu_ops_t *ops, ps_host_op_t *op, uint64_t *call);
+uint64_t ps_fake_gpu_faults_fired(ps_gpu_ops_t *ops, ps_fake_op_t *op, uint64_t *call);
 
 /* Leak accounting: fences recorded and not yet released, address ranges
  * reserved (vm_reserve) and not yet released (vm_release). */
