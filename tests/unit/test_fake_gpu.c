@@ -407,3 +407,31 @@ Test(fake_gpu, the_reuse_judge_needs_a_fence_after_the_mark_answered_passed)
     gpu->fence_release(gpu->ctx, later);
     ps_fake_gpu_destroy(gpu);
 }
+
+Test(fake_gpu, maps_take_whole_granules_and_a_kept_handle_of_its_size)
+{
+    ps_gpu_ops_t *gpu;
+    ps_fake_gpu_options_t o = {.virtual_memory = 1, .host_vm_granularity = 4 * PS_MiB};
+    cr_assert_eq(ps_fake_gpu_create(&o, &gpu), PS_OK);
+    void *range;
+    uint64_t handle = 0;
+    char *at;
+    cr_assert_eq(gpu->vm_reserve(gpu->ctx, 16 * PS_MiB, &range), PS_OK);
+    at = range;
+    cr_expect_eq(gpu->vm_map(gpu->ctx, at, PS_MiB, &handle), PS_EINVAL, "half a granule");
+    cr_expect_eq(gpu->vm_map(gpu->ctx, at + PS_MiB, 2 * PS_MiB, &handle), PS_EINVAL, "off a granule");
+    cr_expect_eq(gpu->host_vm_map(gpu->ctx, at, 2 * PS_MiB, &handle), PS_EINVAL, "half a host granule");
+    cr_expect_eq(ps_fake_gpu_vm_maps(gpu), 0);
+    cr_expect_eq(ps_fake_gpu_bytes_outstanding(gpu), 0, "a refused map takes no capacity");
+    cr_assert_eq(gpu->host_vm_map(gpu->ctx, at + 4 * PS_MiB, 4 * PS_MiB, &handle), PS_OK);
+    cr_expect_eq(ps_fake_gpu_host_vm_maps(gpu), 1);
+    cr_assert_eq(gpu->vm_map(gpu->ctx, at, 2 * PS_MiB, &handle), PS_OK);
+    cr_assert_eq(gpu->vm_unmap_keep(gpu->ctx, at, 2 * PS_MiB, handle), PS_OK);
+    cr_expect_eq(gpu->vm_map_handle(gpu->ctx, at + 8 * PS_MiB, 4 * PS_MiB, handle), PS_EINVAL, "not its size");
+    cr_expect_eq(gpu->vm_map_handle(gpu->ctx, at + 9 * PS_MiB, 2 * PS_MiB, handle), PS_EINVAL, "off a granule");
+    cr_expect_eq(gpu->vm_map_handle(gpu->ctx, at + 8 * PS_MiB, 2 * PS_MiB, handle), PS_OK);
+    cr_expect_eq(ps_fake_gpu_vm_maps_kept(gpu), 1);
+    cr_expect_eq(ps_fake_gpu_calls(gpu, PS_FAKE_OP_VM_MAP), 6, "refused calls are counted too");
+    cr_expect_eq(ps_fake_gpu_bytes_outstanding(gpu), 6 * PS_MiB);
+    ps_fake_gpu_destroy(gpu);
+}

@@ -84,6 +84,7 @@
 #include "../../core/ptr_map.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
@@ -254,10 +255,10 @@ static const char *const OP_NAMES[PS_FAKE_OP_COUNT + 1] = {
     "host_vm_map", "barrier_passed", "barrier_wait", "any",
 };
 
-/* Counts one call of `op` and answers whether the fault plan fails it:
- * PS_OK, or the planned error (the call must then do nothing else).
- * Takes the lock itself. */
-static int count_call(fake_device_t *dev, ps_fake_op_t op)
+/* Counts one call of `op` and asks the fault plan: PS_OK with the lock
+ * held, or the planned error with it released (the call must then do
+ * nothing else). Every entry that can fail starts here. */
+static int enter(fake_device_t *dev, ps_fake_op_t op)
 {
     pthread_mutex_lock(&dev->lock);
     fake_faults_t *f = &dev->faults;
@@ -273,7 +274,17 @@ static int count_call(fake_device_t *dev, ps_fake_op_t op)
             f->last_call = mine;
         }
     }
-    pthread_mutex_unlock(&dev->lock);
+    if (status != PS_OK)
+        pthread_mutex_unlock(&dev->lock);
+    return status;
+}
+
+/* count_call: as enter, for entries that do their work outside the lock. */
+static int count_call(fake_device_t *dev, ps_fake_op_t op)
+{
+    int status = enter(dev, op);
+    if (status == PS_OK)
+        pthread_mutex_unlock(&dev->lock);
     return status;
 }
 
@@ -417,10 +428,9 @@ static int fake_host_free(void *ctx, void *ptr, size_t size)
 static int fake_mem_get_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 {
     fake_device_t *dev = ctx;
-    int fault = count_call(dev, PS_FAKE_OP_MEM_GET_INFO);
+    int fault = enter(dev, PS_FAKE_OP_MEM_GET_INFO);
     if (fault != PS_OK)
         return fault;
-    pthread_mutex_lock(&dev->lock);
     size_t total = dev->options.capacity ? dev->options.capacity : (size_t)(SIMULATED_END - SIMULATED_BASE);
     *free_bytes = total - (size_t)dev->bytes_outstanding;
     *total_bytes = total;
@@ -431,10 +441,9 @@ static int fake_mem_get_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 static int fake_fence_record(void *ctx, ps_stream_t stream, ps_fence_t **out)
 {
     fake_device_t *dev = ctx;
-    int fault = count_call(dev, PS_FAKE_OP_FENCE_RECORD);
+    int fault = enter(dev, PS_FAKE_OP_FENCE_RECORD);
     if (fault != PS_OK)
         return fault;
-    pthread_mutex_lock(&dev->lock);
     struct ps_fence *fence = dev->recycled;
     if (fence) {
         dev->recycled = fence->next;
@@ -526,10 +535,9 @@ static void fake_fence_release(void *ctx, ps_fence_t *fence)
 static int fake_stream_wait_fence(void *ctx, ps_stream_t stream, ps_fence_t *fence)
 {
     fake_device_t *dev = ctx;
-    int fault = count_call(dev, PS_FAKE_OP_STREAM_WAIT_FENCE);
+    int fault = enter(dev, PS_FAKE_OP_STREAM_WAIT_FENCE);
     if (fault != PS_OK)
         return fault;
-    pthread_mutex_lock(&dev->lock);
     dev->stream_waits++;
     count_on_stream(&dev->waits_by_stream, stream);
     pthread_mutex_unlock(&dev->lock);
@@ -566,10 +574,9 @@ static uint64_t idle_at_locked(const fake_device_t *dev)
 static int fake_device_synchronize(void *ctx)
 {
     fake_device_t *dev = ctx;
-    int fault = count_call(dev, PS_FAKE_OP_DEVICE_SYNCHRONIZE);
+    int fault = enter(dev, PS_FAKE_OP_DEVICE_SYNCHRONIZE);
     if (fault != PS_OK)
         return fault;
-    pthread_mutex_lock(&dev->lock);
     dev->device_syncs++;
     dev->completed_upto = dev->fences_recorded;
     dev->barriers_completed_upto = dev->barriers;
@@ -588,10 +595,9 @@ static int fake_device_synchronize(void *ctx)
 static int fake_barrier(void *ctx)
 {
     fake_device_t *dev = ctx;
-    int fault = count_call(dev, PS_FAKE_OP_BARRIER);
+    int fault = enter(dev, PS_FAKE_OP_BARRIER);
     if (fault != PS_OK)
         return fault;
-    pthread_mutex_lock(&dev->lock);
     int status = dev->barriers_blocked ? PS_EBUSY : PS_OK;
     if (status == PS_OK) {
         uint64_t number = ++dev->barriers;
@@ -632,10 +638,9 @@ static uint64_t fake_barrier_generation(void *ctx)
 static int fake_barrier_passed(void *ctx, uint64_t generation)
 {
     fake_device_t *dev = ctx;
-    int fault = count_call(dev, PS_FAKE_OP_BARRIER_PASSED);
+    int fault = enter(dev, PS_FAKE_OP_BARRIER_PASSED);
     if (fault != PS_OK)
         return fault;
-    pthread_mutex_lock(&dev->lock);
     int status = PS_ENOTREADY;
     if (generation > dev->barriers)
         status = PS_EINVAL; /* never issued */
@@ -656,10 +661,9 @@ static int fake_barrier_passed(void *ctx, uint64_t generation)
 static int fake_barrier_wait(void *ctx, uint64_t generation)
 {
     fake_device_t *dev = ctx;
-    int fault = count_call(dev, PS_FAKE_OP_BARRIER_WAIT);
+    int fault = enter(dev, PS_FAKE_OP_BARRIER_WAIT);
     if (fault != PS_OK)
         return fault;
-    pthread_mutex_lock(&dev->lock);
     int status = PS_OK;
     if (generation > dev->barriers) {
         status = PS_EINVAL; /* never issued */
@@ -760,28 +764,48 @@ static int place_locked(fake_device_t *dev, void *addr, size_t size)
     return status;
 }
 
-static int fake_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
+/* Whether [addr, addr + size) is whole granules. */
+static bool whole_granules(const void *addr, size_t size, size_t granule)
 {
-    fake_device_t *dev = ctx;
-    int fault = count_call(dev, PS_FAKE_OP_VM_MAP);
-    if (fault != PS_OK)
-        return fault;
-    if (!size || size % dev->options.vm_granularity || (uintptr_t)addr % dev->options.vm_granularity)
-        return PS_EINVAL;
-    pthread_mutex_lock(&dev->lock);
-    int status = admit_locked(dev, size);
+    return size && size % granule == 0 && (uintptr_t)addr % granule == 0;
+}
+
+/* vm_map and host_vm_map: new memory, admitted like mem_alloc's, placed at
+ * `addr`. A host piece (PS_FAKE_OP_HOST_VM_MAP) is also kept in
+ * host_mapped, and pinning it costs clock. */
+static int map_new(fake_device_t *dev, ps_fake_op_t op, void *addr, size_t size, uint64_t *handle)
+{
+    bool host = op == PS_FAKE_OP_HOST_VM_MAP;
+    int status = enter(dev, op);
+    if (status != PS_OK)
+        return status;
+    size_t granule = host ? dev->options.host_vm_granularity : dev->options.vm_granularity;
+    status = whole_granules(addr, size, granule) ? admit_locked(dev, size) : PS_EINVAL;
+    if (status == PS_OK && host)
+        status = ps_ptr_map_reserve(&dev->host_mapped, 1);
     if (status == PS_OK)
         status = ps_ptr_map_reserve(&dev->vm_handles, 1);
     if (status == PS_OK)
         status = place_locked(dev, addr, size);
     if (status == PS_OK) {
+        if (host) {
+            ps_ptr_map_put(&dev->host_mapped, (uintptr_t)addr, size);
+            dev->host_vm_maps++;
+        }
         dev->bytes_outstanding += size;
         dev->vm_maps++;
         *handle = ++dev->next_handle;
         ps_ptr_map_put(&dev->vm_handles, *handle, HANDLE_VALUE(size, 1, 0));
     }
     pthread_mutex_unlock(&dev->lock);
+    if (status == PS_OK && host)
+        charge_pinning(dev, size, 0);
     return status;
+}
+
+static int fake_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
+{
+    return map_new(ctx, PS_FAKE_OP_VM_MAP, addr, size, handle);
 }
 
 static size_t fake_host_vm_granularity(void *ctx)
@@ -794,33 +818,7 @@ static size_t fake_host_vm_granularity(void *ctx)
  * same placing), but counted as a host piece, and pinning costs clock. */
 static int fake_host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle)
 {
-    fake_device_t *dev = ctx;
-    int fault = count_call(dev, PS_FAKE_OP_HOST_VM_MAP);
-    if (fault != PS_OK)
-        return fault;
-    size_t g = dev->options.host_vm_granularity;
-    if (!size || size % g || (uintptr_t)addr % g)
-        return PS_EINVAL;
-    pthread_mutex_lock(&dev->lock);
-    int status = admit_locked(dev, size);
-    if (status == PS_OK)
-        status = ps_ptr_map_reserve(&dev->host_mapped, 1);
-    if (status == PS_OK)
-        status = ps_ptr_map_reserve(&dev->vm_handles, 1);
-    if (status == PS_OK)
-        status = place_locked(dev, addr, size);
-    if (status == PS_OK) {
-        ps_ptr_map_put(&dev->host_mapped, (uintptr_t)addr, size);
-        dev->bytes_outstanding += size;
-        dev->vm_maps++;
-        dev->host_vm_maps++;
-        *handle = ++dev->next_handle;
-        ps_ptr_map_put(&dev->vm_handles, *handle, HANDLE_VALUE(size, 1, 0));
-    }
-    pthread_mutex_unlock(&dev->lock);
-    if (status == PS_OK)
-        charge_pinning(dev, size, 0);
-    return status;
+    return map_new(ctx, PS_FAKE_OP_HOST_VM_MAP, addr, size, handle);
 }
 
 /* vm_map_handle: the kept physical memory is placed again, or memory
@@ -829,23 +827,19 @@ static int fake_host_vm_map(void *ctx, void *addr, size_t size, uint64_t *handle
 static int fake_vm_map_handle(void *ctx, void *addr, size_t size, uint64_t handle)
 {
     fake_device_t *dev = ctx;
-    int fault = count_call(dev, PS_FAKE_OP_VM_MAP);
-    if (fault != PS_OK)
-        return fault;
-    if (!size || size % dev->options.vm_granularity || (uintptr_t)addr % dev->options.vm_granularity)
-        return PS_EINVAL;
-    pthread_mutex_lock(&dev->lock);
+    int status = enter(dev, PS_FAKE_OP_VM_MAP);
+    if (status != PS_OK)
+        return status;
     uint64_t kept, value = 0;
     int known = ps_ptr_map_get(&dev->vm_handles, handle, &value);
     int alias = known && HANDLE_MAPPINGS(value) > 0;
-    if (alias && dev->options.no_vm_alias) {
-        pthread_mutex_unlock(&dev->lock);
-        return PS_EUPSTREAM;
-    }
-    int status = (alias ? HANDLE_SIZE(value) == size && !(value & HANDLE_RELEASED)
-                        : ps_ptr_map_get(&dev->vm_kept, handle, &kept) && kept == size)
-                     ? PS_OK
-                     : PS_EINVAL;
+    if (!whole_granules(addr, size, dev->options.vm_granularity))
+        status = PS_EINVAL;
+    else if (alias && dev->options.no_vm_alias)
+        status = PS_EUPSTREAM;
+    else if (alias ? HANDLE_SIZE(value) != size || (value & HANDLE_RELEASED)
+                   : !ps_ptr_map_get(&dev->vm_kept, handle, &kept) || kept != size)
+        status = PS_EINVAL;
     if (status == PS_OK)
         status = place_locked(dev, addr, size);
     if (status == PS_OK) {
@@ -907,10 +901,9 @@ static int fake_vm_map_handle_bare(void *ctx, void *addr, size_t size, uint64_t 
 static int fake_vm_access(void *ctx, void *addr, size_t size)
 {
     fake_device_t *dev = ctx;
-    int fault = count_call(dev, PS_FAKE_OP_VM_MAP);
+    int fault = enter(dev, PS_FAKE_OP_VM_MAP);
     if (fault != PS_OK)
         return fault;
-    pthread_mutex_lock(&dev->lock);
     uintptr_t at = (uintptr_t)addr, end = at + size;
     uint64_t mapped = 0;
     while (at < end && ps_ptr_map_get(&dev->vm_mapped, at, &mapped) && mapped)
@@ -981,10 +974,9 @@ static int unmap_is_safe_locked(fake_device_t *dev, uintptr_t addr, size_t size)
  * once released (vm_unmap or vm_drop), as the driver does. */
 static int vm_unmap_as(fake_device_t *dev, void *addr, size_t size, uint64_t handle, int keep)
 {
-    int fault = count_call(dev, PS_FAKE_OP_VM_UNMAP);
+    int fault = enter(dev, PS_FAKE_OP_VM_UNMAP);
     if (fault != PS_OK)
         return fault;
-    pthread_mutex_lock(&dev->lock);
     uint64_t mapped;
     if (!ps_ptr_map_get(&dev->vm_mapped, (uintptr_t)addr, &mapped) || mapped != size ||
         (keep && ps_ptr_map_reserve(&dev->vm_kept, 1) != PS_OK)) {
@@ -1047,10 +1039,9 @@ static int fake_vm_unmap_keep(void *ctx, void *addr, size_t size, uint64_t handl
 static int fake_ipc_export(void *ctx, uintptr_t addr, uintptr_t *start, size_t *size, int *fd)
 {
     fake_device_t *dev = ctx;
-    int fault = count_call(dev, PS_FAKE_OP_IPC_EXPORT);
+    int fault = enter(dev, PS_FAKE_OP_IPC_EXPORT);
     if (fault != PS_OK)
         return fault;
-    pthread_mutex_lock(&dev->lock);
     uintptr_t piece = 0;
     uint64_t piece_size = 0, memfd = 0;
     if (ps_ptr_map_get(&dev->vm_mapped, addr, &piece_size))
@@ -1077,14 +1068,14 @@ static int fake_ipc_export(void *ctx, uintptr_t addr, uintptr_t *start, size_t *
 static int fake_ipc_map(void *ctx, void *addr, size_t size, int fd, uint64_t *handle)
 {
     fake_device_t *dev = ctx;
-    int fault = count_call(dev, PS_FAKE_OP_IPC_MAP);
-    if (fault != PS_OK)
-        return fault;
+    int status = enter(dev, PS_FAKE_OP_IPC_MAP);
+    if (status != PS_OK)
+        return status;
     struct stat st;
     if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < size || (uintptr_t)addr % dev->options.vm_granularity)
-        return PS_EINVAL;
-    pthread_mutex_lock(&dev->lock);
-    int status = ps_ptr_map_reserve(&dev->ipc_mapped, 1);
+        status = PS_EINVAL;
+    if (status == PS_OK)
+        status = ps_ptr_map_reserve(&dev->ipc_mapped, 1);
     if (status == PS_OK && mmap(addr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
         status = PS_EUPSTREAM;
     if (status == PS_OK) {
@@ -1107,15 +1098,6 @@ static int fake_ipc_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
     }
     pthread_mutex_unlock(&dev->lock);
     return status;
-}
-
-uint64_t ps_fake_gpu_ipc_mapped(ps_gpu_ops_t *ops)
-{
-    fake_device_t *dev = ops->ctx;
-    pthread_mutex_lock(&dev->lock);
-    uint64_t n = dev->ipc_mapped.count;
-    pthread_mutex_unlock(&dev->lock);
-    return n;
 }
 
 int ps_fake_gpu_create(const ps_fake_gpu_options_t *opts, ps_gpu_ops_t **out)
@@ -1275,10 +1257,10 @@ void ps_fake_gpu_destroy(ps_gpu_ops_t *ops)
         return value_;                                           \
     } while (0)
 
-uint64_t ps_fake_gpu_fences_recorded(ps_gpu_ops_t *ops) { FAKE_READ(ops, fences_recorded); }
-uint64_t ps_fake_gpu_stream_waits(ps_gpu_ops_t *ops) { FAKE_READ(ops, stream_waits); }
-uint64_t ps_fake_gpu_fence_waits(ps_gpu_ops_t *ops) { FAKE_READ(ops, fence_waits); }
-uint64_t ps_fake_gpu_device_syncs(ps_gpu_ops_t *ops) { FAKE_READ(ops, device_syncs); }
+#define FAKE_READER(name, field) \
+    uint64_t ps_fake_gpu_##name(ps_gpu_ops_t *ops) { FAKE_READ(ops, field); }
+PS_FAKE_GPU_COUNTERS(FAKE_READER)
+#undef FAKE_READER
 
 ps_fake_gpu_mark_t ps_fake_gpu_mark(ps_gpu_ops_t *ops)
 {
@@ -1297,22 +1279,6 @@ int ps_fake_gpu_passed_since(ps_gpu_ops_t *ops, ps_fake_gpu_mark_t mark)
     pthread_mutex_unlock(&dev->lock);
     return passed;
 }
-uint64_t ps_fake_gpu_bytes_outstanding(ps_gpu_ops_t *ops) { FAKE_READ(ops, bytes_outstanding); }
-uint64_t ps_fake_gpu_upstream_allocs(ps_gpu_ops_t *ops) { FAKE_READ(ops, upstream_allocs); }
-uint64_t ps_fake_gpu_barriers(ps_gpu_ops_t *ops) { FAKE_READ(ops, barriers); }
-uint64_t ps_fake_gpu_vm_maps(ps_gpu_ops_t *ops) { FAKE_READ(ops, vm_maps); }
-uint64_t ps_fake_gpu_vm_unmaps(ps_gpu_ops_t *ops) { FAKE_READ(ops, vm_unmaps); }
-uint64_t ps_fake_gpu_vm_maps_kept(ps_gpu_ops_t *ops) { FAKE_READ(ops, vm_maps_kept); }
-uint64_t ps_fake_gpu_vm_kept_now(ps_gpu_ops_t *ops) { FAKE_READ(ops, vm_kept.count); }
-uint64_t ps_fake_gpu_vm_aliases(ps_gpu_ops_t *ops) { FAKE_READ(ops, vm_aliases); }
-uint64_t ps_fake_gpu_vm_bare_bytes(ps_gpu_ops_t *ops) { FAKE_READ(ops, vm_bare_bytes); }
-uint64_t ps_fake_gpu_vm_access_calls(ps_gpu_ops_t *ops) { FAKE_READ(ops, vm_access_calls); }
-uint64_t ps_fake_gpu_unsafe_unmaps(ps_gpu_ops_t *ops) { FAKE_READ(ops, unsafe_unmaps); }
-uint64_t ps_fake_gpu_barrier_waits(ps_gpu_ops_t *ops) { FAKE_READ(ops, barrier_waits); }
-uint64_t ps_fake_gpu_barrier_wait_ns(ps_gpu_ops_t *ops) { FAKE_READ(ops, barrier_wait_ns); }
-uint64_t ps_fake_gpu_wait_instead_sync_ns(ps_gpu_ops_t *ops) { FAKE_READ(ops, wait_instead_sync_ns); }
-uint64_t ps_fake_gpu_device_sync_ns(ps_gpu_ops_t *ops) { FAKE_READ(ops, device_sync_ns); }
-
 void ps_fake_gpu_block_barriers(ps_gpu_ops_t *ops, int blocked)
 {
     fake_device_t *dev = ops->ctx;
@@ -1452,12 +1418,6 @@ void ps_fake_gpu_set_gpu_busy_until(ps_gpu_ops_t *ops, uint64_t busy_until_ns)
     pthread_mutex_unlock(&dev->lock);
 }
 
-uint64_t ps_fake_gpu_host_vm_maps(ps_gpu_ops_t *ops) { FAKE_READ(ops, host_vm_maps); }
-
-uint64_t ps_fake_gpu_host_vm_unmaps(ps_gpu_ops_t *ops) { FAKE_READ(ops, host_vm_unmaps); }
-
-uint64_t ps_fake_gpu_clock(ps_gpu_ops_t *ops) { FAKE_READ(ops, clock_ns); }
-
 void ps_fake_gpu_inject_failure(ps_gpu_ops_t *ops, uint64_t fail_after, uint64_t fail_count)
 {
     fake_device_t *dev = ops->ctx;
@@ -1534,5 +1494,3 @@ uint64_t ps_fake_gpu_faults_fired(ps_gpu_ops_t *ops, ps_fake_op_t *op, uint64_t 
     return fired;
 }
 
-uint64_t ps_fake_gpu_live_fences(ps_gpu_ops_t *ops) { FAKE_READ(ops, faults.live_fences); }
-uint64_t ps_fake_gpu_live_vm_ranges(ps_gpu_ops_t *ops) { FAKE_READ(ops, faults.live_vm_ranges); }

@@ -63,7 +63,6 @@ int ps_fake_gpu_create(const ps_fake_gpu_options_t *opts, ps_gpu_ops_t **out);
 void ps_fake_gpu_destroy(ps_gpu_ops_t *ops);
 
 /* Fence control. Fences are numbered 1, 2, 3... in recording order. */
-uint64_t ps_fake_gpu_fences_recorded(ps_gpu_ops_t *ops);        /* how many so far */
 void ps_fake_gpu_complete_upto(ps_gpu_ops_t *ops, uint64_t seq); /* fences 1..seq are done */
 void ps_fake_gpu_complete_all(ps_gpu_ops_t *ops);
 void ps_fake_gpu_set_auto_complete(ps_gpu_ops_t *ops, int on);
@@ -79,8 +78,6 @@ void ps_fake_gpu_set_clock(ps_gpu_ops_t *ops, uint64_t now_ns);
  * max(its recording time + lag_ns, busy_until_ns), like a CUDA event
  * recorded behind all queued work. */
 void ps_fake_gpu_set_gpu_busy_until(ps_gpu_ops_t *ops, uint64_t busy_until_ns);
-/* The simulated clock now (it moves on its own only with waits_move_clock). */
-uint64_t ps_fake_gpu_clock(ps_gpu_ops_t *ops);
 /* The judge of the pinned pool's reuse rule: take a mark when a block is
  * freed; passed_since says whether the table has since told its user that
  * the GPU passed a fence recorded after the mark (fence_query answered
@@ -93,22 +90,14 @@ typedef struct ps_fake_gpu_mark {
 } ps_fake_gpu_mark_t;
 ps_fake_gpu_mark_t ps_fake_gpu_mark(ps_gpu_ops_t *ops);
 int ps_fake_gpu_passed_since(ps_gpu_ops_t *ops, ps_fake_gpu_mark_t mark);
-uint64_t ps_fake_gpu_stream_waits(ps_gpu_ops_t *ops);            /* stream_wait_fence calls */
-uint64_t ps_fake_gpu_fence_waits(ps_gpu_ops_t *ops);             /* host fence_wait calls */
-uint64_t ps_fake_gpu_device_syncs(ps_gpu_ops_t *ops);            /* device_synchronize calls */
-/* host_vm_map calls that succeeded, and vm_unmap calls that unmapped a
- * piece host_vm_map had mapped. */
-uint64_t ps_fake_gpu_host_vm_maps(ps_gpu_ops_t *ops);
-uint64_t ps_fake_gpu_host_vm_unmaps(ps_gpu_ops_t *ops);
 /* Fences recorded on `stream` (PS_STREAM_NONE counts the all-streams
  * fences), and stream_wait_fence calls that made `stream` wait. */
 uint64_t ps_fake_gpu_fences_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream);
 uint64_t ps_fake_gpu_waits_on_stream(ps_gpu_ops_t *ops, ps_stream_t stream);
 
-/* Barriers: how many were issued; while blocked, barrier returns PS_EBUSY
- * (as when a stream capture is open). A barrier completes no fence: the
+/* Barriers: while blocked, barrier returns PS_EBUSY (as when a stream
+ * capture is open). A barrier completes no fence: the
  * fake GPU keeps lagging, which is the point. */
-uint64_t ps_fake_gpu_barriers(ps_gpu_ops_t *ops);
 void ps_fake_gpu_block_barriers(ps_gpu_ops_t *ops, int blocked);
 /* What barrier_joined answers from now on: the busy streams the newest
  * barrier joined (0 by default, as a program on the legacy stream alone). */
@@ -123,32 +112,6 @@ void ps_fake_gpu_set_barrier_joins(ps_gpu_ops_t *ops, unsigned joins);
 void ps_fake_gpu_complete_barriers_upto(ps_gpu_ops_t *ops, uint64_t generation);
 void ps_fake_gpu_assume_barriers_passed(ps_gpu_ops_t *ops, int on);
 
-/* Virtual memory: calls, and unmaps made while some fence was still
- * incomplete (the GPU might still touch the range: must stay 0). */
-uint64_t ps_fake_gpu_vm_maps(ps_gpu_ops_t *ops);
-uint64_t ps_fake_gpu_vm_unmaps(ps_gpu_ops_t *ops);
-/* vm_map_handle calls that succeeded (kept memory mapped again), and
- * handles kept now (unmapped, neither mapped again nor dropped). */
-uint64_t ps_fake_gpu_vm_maps_kept(ps_gpu_ops_t *ops);
-uint64_t ps_fake_gpu_vm_kept_now(ps_gpu_ops_t *ops);
-/* vm_map_handle calls that mapped memory still mapped elsewhere (a second mapping: remap's lending). */
-uint64_t ps_fake_gpu_vm_aliases(ps_gpu_ops_t *ops);
-/* Bytes mapped bare and not yet made accessible (vm_access): 0 between
- * calls of a correct user; and vm_access calls that succeeded. */
-uint64_t ps_fake_gpu_vm_bare_bytes(ps_gpu_ops_t *ops);
-uint64_t ps_fake_gpu_vm_access_calls(ps_gpu_ops_t *ops);
-/* Pieces mapped by ipc_map and not yet unmapped by ipc_unmap (shareable). */
-uint64_t ps_fake_gpu_ipc_mapped(ps_gpu_ops_t *ops);
-uint64_t ps_fake_gpu_unsafe_unmaps(ps_gpu_ops_t *ops);
-/* barrier_wait calls that waited. */
-uint64_t ps_fake_gpu_barrier_waits(ps_gpu_ops_t *ops);
-/* Timed devices: simulated host time spent in barrier_wait; what a device
- * synchronize at each of those waits would have spent instead; spent in
- * device_synchronize (each from the clock then to when the GPU is done,
- * whether or not waits_move_clock moves the clock). */
-uint64_t ps_fake_gpu_barrier_wait_ns(ps_gpu_ops_t *ops);
-uint64_t ps_fake_gpu_wait_instead_sync_ns(ps_gpu_ops_t *ops);
-uint64_t ps_fake_gpu_device_sync_ns(ps_gpu_ops_t *ops);
 /* A precise judge of unsafe unmaps, for tests that know when blocks were
  * freed: `size` bytes at `ptr` were freed by the program now (after the
  * GPU work that used them was issued). Once a device has noted a free, an
@@ -159,11 +122,8 @@ uint64_t ps_fake_gpu_device_sync_ns(ps_gpu_ops_t *ops);
  * unsafe while any fence is incomplete. PS_ENOMEM: not noted. */
 int ps_fake_gpu_note_free(ps_gpu_ops_t *ops, const void *ptr, size_t size);
 
-/* Upstream accounting and fault injection (vm_map counts as an allocation:
- * it uses the device's capacity and the same failure plan). */
-uint64_t ps_fake_gpu_bytes_outstanding(ps_gpu_ops_t *ops);
-uint64_t ps_fake_gpu_upstream_allocs(ps_gpu_ops_t *ops);  /* successful mem_alloc calls */
-/* The next mem_alloc calls fail with PS_ENOMEM: fail_after = how many succeed first,
+/* Injected failures (vm_map counts as an allocation: it uses the device's
+ * capacity and the same failure plan). The next mem_alloc calls fail with PS_ENOMEM: fail_after = how many succeed first,
  * fail_count = how many then fail (0 = stop injecting). */
 void ps_fake_gpu_inject_failure(ps_gpu_ops_t *ops, uint64_t fail_after, uint64_t fail_count);
 
@@ -200,8 +160,8 @@ typedef enum ps_fake_op {
     PS_FAKE_OP_DEVICE_SYNCHRONIZE, /* device_synchronize */
     PS_FAKE_OP_BARRIER,            /* barrier */
     PS_FAKE_OP_VM_RESERVE,         /* vm_reserve */
-    PS_FAKE_OP_VM_MAP,             /* vm_map */
-    PS_FAKE_OP_VM_UNMAP,           /* vm_unmap */
+    PS_FAKE_OP_VM_MAP,             /* vm_map (also vm_map_handle and vm_access) */
+    PS_FAKE_OP_VM_UNMAP,           /* vm_unmap (also vm_unmap_keep) */
     PS_FAKE_OP_HOST_ALLOC,         /* host_alloc (pinned host memory) */
     PS_FAKE_OP_MEMSET_D8,          /* memset_d8 (guard mode) */
     PS_FAKE_OP_COPY_TO_HOST,       /* copy_to_host (guard mode) */
@@ -229,9 +189,37 @@ void ps_fake_gpu_clear_faults(ps_gpu_ops_t *ops);
  * the last one's entry and its number among that entry's calls. */
 uint64_t ps_fake_gpu_faults_fired(ps_gpu_ops_t *ops, ps_fake_op_t *op, uint64_t *call);
 
-/* Leak accounting: fences recorded and not yet released, address ranges
- * reserved (vm_reserve) and not yet released (vm_release). */
-uint64_t ps_fake_gpu_live_fences(ps_gpu_ops_t *ops);
-uint64_t ps_fake_gpu_live_vm_ranges(ps_gpu_ops_t *ops);
+/* ---- Counters: uint64_t ps_fake_gpu_NAME(ops), read under the lock ----
+ * X(NAME, FIELD): the reader and the device's field it reads. */
+#define PS_FAKE_GPU_COUNTERS(X)                                                                                  \
+    X(fences_recorded, fences_recorded)     /* fences recorded so far (the newest one's number) */               \
+    X(stream_waits, stream_waits)           /* stream_wait_fence calls */                                        \
+    X(fence_waits, fence_waits)             /* host fence_wait calls that waited */                              \
+    X(device_syncs, device_syncs)           /* device_synchronize calls */                                       \
+    X(barriers, barriers)                   /* barriers issued (the newest one's number) */                      \
+    X(barrier_waits, barrier_waits)         /* barrier_wait calls that waited */                                 \
+    X(vm_maps, vm_maps)                     /* vm_map (and vm_map_handle, host_vm_map) calls that succeeded */   \
+    X(vm_unmaps, vm_unmaps)                 /* vm_unmap and vm_unmap_keep calls that succeeded */                \
+    X(unsafe_unmaps, unsafe_unmaps)         /* unmaps the GPU might still touch (see note_free): must be 0 */    \
+    X(vm_maps_kept, vm_maps_kept)           /* vm_map_handle calls that mapped kept memory again */              \
+    X(vm_kept_now, vm_kept.count)           /* handles unmapped and kept now (neither mapped nor dropped) */     \
+    X(vm_aliases, vm_aliases)               /* vm_map_handle of memory still mapped elsewhere (lending) */       \
+    X(vm_bare_bytes, vm_bare_bytes)         /* bytes mapped bare, not yet accessible: 0 between calls */         \
+    X(vm_access_calls, vm_access_calls)     /* vm_access calls that succeeded */                                 \
+    X(host_vm_maps, host_vm_maps)           /* host_vm_map calls that succeeded */                               \
+    X(host_vm_unmaps, host_vm_unmaps)       /* vm_unmap calls that unmapped a host_vm_map piece */               \
+    X(ipc_mapped, ipc_mapped.count)         /* pieces ipc_map mapped and ipc_unmap did not yet unmap */          \
+    X(bytes_outstanding, bytes_outstanding) /* bytes taken from the capacity now */                              \
+    X(upstream_allocs, upstream_allocs)     /* allocations that succeeded (mem_alloc* and host_alloc) */         \
+    X(clock, clock_ns)                      /* the simulated clock (moves alone only with waits_move_clock) */   \
+    X(barrier_wait_ns, barrier_wait_ns)     /* timed: simulated host time spent in barrier_wait */               \
+    X(wait_instead_sync_ns, wait_instead_sync_ns) /* timed: what a device synchronize at each would spend */     \
+    X(device_sync_ns, device_sync_ns)       /* timed: spent in device_synchronize (GPU done - clock) */          \
+    X(live_fences, faults.live_fences)      /* fences recorded and not yet released */                           \
+    X(live_vm_ranges, faults.live_vm_ranges) /* ranges reserved (vm_reserve) and not yet released */
+
+#define PS_FAKE_GPU_COUNTER_READER(name, field) uint64_t ps_fake_gpu_##name(ps_gpu_ops_t *ops);
+PS_FAKE_GPU_COUNTERS(PS_FAKE_GPU_COUNTER_READER)
+#undef PS_FAKE_GPU_COUNTER_READER
 
 #endif
