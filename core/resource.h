@@ -20,30 +20,96 @@
 
 #include "common.h"
 
+#include <stdbool.h>
+#include <stddef.h>
+
 typedef struct ps_resource ps_resource_t;
 
-/* What a resource can say about itself; every field in bytes or counts.
- * Adaptors add what they know and forward the rest from their upstream. */
+/* What a resource can say about itself: its counters, one row each, from
+ * which ps_resource_info_t, the statistics reports (shim/stats.c, the stats
+ * adaptor's core/stats.c), replay's JSON (tools/replay.c) and `poolshim top
+ * --prometheus` are made. Adaptors add what they know and forward the rest
+ * from their upstream.
+ *   X(FIELD, UNIT, JSON, TEXT, SHOWN, PROMETHEUS, DOC)
+ *   FIELD       the member of ps_resource_info_t, and its key where a report names counters by
+ *               field (replay's JSON, the stats adaptor's)
+ *   UNIT        BYTES (held now, or a peak), COUNT (events since the resource was made) or
+ *               FLAG (a count reported as 0 or 1)
+ *   JSON        its key in a device of the statistics report; "group.key" is key inside the
+ *               object group; NULL: not there
+ *   TEXT        the words after its number on the text report's counts line; NULL: not there
+ *   SHOWN       ALWAYS on that line, or NONZERO: only when it is not 0
+ *   PROMETHEUS  its metric in `poolshim top --prometheus` (a COUNT's ends in _total); NULL: none
+ *   DOC         what it holds (the metric's help) */
+#define PS_RESOURCE_COUNTERS(X)                                                                              \
+    X(bytes_reserved, BYTES, "bytes.reserved_current", NULL, ALWAYS, "poolshim_reserved_bytes",              \
+      "Bytes the stack holds from CUDA: taken from the upstream and not yet given back.")                    \
+    X(peak_bytes_reserved, BYTES, "bytes.reserved_peak", NULL, ALWAYS, "poolshim_reserved_peak_bytes",       \
+      "The most bytes the stack held from CUDA.")                                                             \
+    X(bytes_in_use, BYTES, "bytes.in_use", NULL, ALWAYS, NULL,                                                \
+      "Bytes handed out and not yet freed, as rounded by the resource.")                                     \
+    X(bytes_pending, BYTES, "bytes.pending", NULL, ALWAYS, NULL,                                              \
+      "Bytes freed and waiting for a fence before reuse.")                                                    \
+    X(bytes_free, BYTES, NULL, NULL, ALWAYS, NULL, "Bytes reserved, free and reusable now.")                 \
+    X(largest_free_block, BYTES, NULL, NULL, ALWAYS, NULL, "The largest block allocatable without growing.") \
+    X(upstream_allocs, COUNT, "upstream.allocs", NULL, ALWAYS, "poolshim_maps_total",                         \
+      "Calls that took memory from the upstream: pieces mapped or chunks allocated from CUDA; "              \
+      "rising in a steady loop means churn.")                                                                 \
+    X(upstream_frees, COUNT, "upstream.frees", NULL, ALWAYS, NULL,                                            \
+      "Calls that gave memory back to the upstream.")                                                         \
+    X(fences_recorded, COUNT, "fences.recorded", "recorded", ALWAYS, NULL,                                    \
+      "Fences recorded by the free policies.")                                                                \
+    X(fence_waits, COUNT, "fences.waits", "host waits", ALWAYS, NULL,                                         \
+      "Host waits on a fence (memory pressure).")                                                             \
+    X(barriers, COUNT, "barriers", "barriers", ALWAYS, "poolshim_barriers_total",                             \
+      "Device-wide GPU barriers that released pending blocks.")                                               \
+    X(remap_syncs, COUNT, "remap_syncs", "device synchronizes to move free pieces (remap)", NONZERO, NULL,    \
+      "Device synchronizes before moving free memory to a growth (pool remap).")                              \
+    X(remaps_idle, COUNT, "remaps_idle", "remaps of idle pieces without one", NONZERO, NULL,                  \
+      "Remaps that moved idle free memory without a device synchronize.")                                     \
+    X(remap_waits, COUNT, "remap_waits", "remaps that waited for one barrier instead", NONZERO, NULL,         \
+      "Remaps that waited (host) for the one barrier that released the pieces.")                              \
+    X(remaps_lent, COUNT, "remaps_lent", "remaps that lent busy pieces instead of a wait", NONZERO, NULL,     \
+      "Remaps that lent busy pieces' memory to the growth instead of a wait (remap_lend).")                   \
+    X(remaps_slack, COUNT, "remaps_slack", "growths within remap_slack_percent instead of a wait", NONZERO,   \
+      NULL, "Remaps left out, the pool grown within remap_slack_percent instead of a wait.")                  \
+    X(expandable, FLAG, "expandable", NULL, ALWAYS, NULL,                                                     \
+      "Resources backed by an expandable (virtual memory) range.")                                            \
+    X(pending_waits, COUNT, "bound_waits", NULL, ALWAYS, NULL,                                                \
+      "Host waits because pending bytes passed the growth bound.")
+
 typedef struct ps_resource_info {
-    uint64_t bytes_in_use;        /* handed out and not yet freed (as rounded by the resource) */
-    uint64_t bytes_reserved;      /* taken from the upstream and not yet given back */
-    uint64_t peak_bytes_reserved; /* maximum of bytes_reserved */
-    uint64_t bytes_free;          /* reserved, free and reusable now */
-    uint64_t bytes_pending;       /* freed, waiting for a fence before reuse */
-    uint64_t largest_free_block;  /* largest block allocatable without growing */
-    uint64_t upstream_allocs;     /* calls that took memory from the upstream */
-    uint64_t upstream_frees;      /* calls that gave memory back to the upstream */
-    uint64_t fences_recorded;     /* fences recorded by the free policies */
-    uint64_t fence_waits;         /* host waits on a fence (memory pressure) */
-    uint64_t barriers;            /* device-wide GPU barriers that released pending blocks */
-    uint64_t expandable;          /* resources backed by an expandable (virtual memory) range */
-    uint64_t pending_waits;       /* host waits because pending bytes passed the growth bound */
-    uint64_t remap_syncs;         /* device synchronizes before moving free memory to a growth (pool remap) */
-    uint64_t remaps_idle;         /* remaps that moved idle free memory without a device synchronize */
-    uint64_t remap_waits;         /* remaps that waited (host) for the one barrier that released the pieces */
-    uint64_t remaps_slack;        /* remaps left out, the pool grown within remap_slack_percent instead of a wait */
-    uint64_t remaps_lent;         /* remaps that lent busy pieces' memory to the growth instead of a wait */
+#define PS_COUNTER_FIELD(field, ...) uint64_t field;
+    PS_RESOURCE_COUNTERS(PS_COUNTER_FIELD)
+#undef PS_COUNTER_FIELD
 } ps_resource_info_t;
+
+/* The counters' indices: PS_COUNTER_bytes_reserved, ... */
+typedef enum ps_counter_id {
+#define PS_COUNTER_ID(field, ...) PS_COUNTER_##field,
+    PS_RESOURCE_COUNTERS(PS_COUNTER_ID)
+#undef PS_COUNTER_ID
+    PS_COUNTER_COUNT
+} ps_counter_id_t;
+
+/* One row of the table, for the code that walks it (core/resource.c). */
+typedef struct ps_resource_counter {
+    const char *field;      /* FIELD, as a string */
+    enum { PS_UNIT_BYTES, PS_UNIT_COUNT, PS_UNIT_FLAG } unit; /* UNIT */
+    const char *json;       /* JSON, or NULL */
+    const char *text;       /* TEXT, or NULL */
+    bool shown_always;      /* SHOWN is ALWAYS */
+    const char *prometheus; /* PROMETHEUS, or NULL */
+    const char *doc;        /* DOC */
+    size_t offset;          /* offsetof(ps_resource_info_t, FIELD) */
+} ps_resource_counter_t;
+extern const ps_resource_counter_t ps_resource_counters[PS_COUNTER_COUNT];
+
+/* The value of counter `c` in `info`. */
+static inline uint64_t ps_resource_counter_value(const ps_resource_info_t *info, const ps_resource_counter_t *c)
+{
+    return *(const uint64_t *)((const char *)info + c->offset);
+}
 
 typedef struct ps_resource_ops {
     const char *type_name; /* "pool", "arena", "limit", ... */

@@ -428,13 +428,9 @@ void ps_stats_write_json(FILE *f, int device, const ps_stats_t *s)
     fprintf(f, ", \"frees\": %" PRIu64 ", \"failures\": %" PRIu64 ", \"alloc_ns\": %" PRIu64
                ", \"free_ns\": %" PRIu64,
             s->frees, s->failures, s->alloc_ns, s->free_ns);
-    const ps_resource_info_t *u = &s->upstream;
-    fprintf(f, ", \"upstream\": {\"bytes_in_use\": %" PRIu64 ", \"bytes_reserved\": %" PRIu64
-               ", \"peak_bytes_reserved\": %" PRIu64 ", \"bytes_free\": %" PRIu64
-               ", \"bytes_pending\": %" PRIu64 ", \"largest_free_block\": %" PRIu64
-               ", \"upstream_allocs\": %" PRIu64 ", \"upstream_frees\": %" PRIu64
-               ", \"fences_recorded\": %" PRIu64 ", \"fence_waits\": %" PRIu64 "}}\n",
-            u->bytes_in_use, u->bytes_reserved, u->peak_bytes_reserved, u->bytes_free,
-            u->bytes_pending, u->largest_free_block, u->upstream_allocs, u->upstream_frees,
-            u->fences_recorded, u->fence_waits);
+    fprintf(f, ", \"upstream\": {");
+    for (int c = 0; c < PS_COUNTER_COUNT; c++)
+        fprintf(f, "%s\"%s\": %" PRIu64, c ? ", " : "", ps_resource_counters[c].field,
+                ps_resource_counter_value(&s->upstream, &ps_resource_counters[c]));
+    fprintf(f, "}}\n");
 }

@@ -32,6 +32,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -419,13 +420,100 @@ static void cuda_times(int device, uint64_t ns[PS_OP_TIME_KINDS], uint64_t calls
     }
 }
 
-/* The pinned host pool of device d, now and dropped with earlier contexts. */
-static void host_pool_info(const ps_device_state_t *dev, ps_resource_info_t *info)
+/* ---- the exit report (ps_stats_write) ---------------------------------- */
+
+/* Writes the members of one JSON object; a member "group.key" goes into the
+ * object "group", opened at its first member and closed at the first
+ * member outside it (or by json_end). */
+typedef struct json_writer {
+    FILE *f;
+    bool started;   /* a member was written at the top */
+    char group[24]; /* the open group, "" for none */
+    bool in_group;  /* a member was written in it */
+} json_writer_t;
+
+static void json_end(json_writer_t *j)
 {
-    ps_resource_t *pool = __atomic_load_n(&dev->host_pool, __ATOMIC_ACQUIRE);
-    if (atomic_load(&dev->state) == PS_DEVICE_READY && pool)
-        ps_query(pool, info);
-    const ps_resource_info_t *gone = &dev->dropped_host;
+    if (j->group[0])
+        fputc('}', j->f);
+    j->group[0] = '\0';
+}
+
+/* Writes the separator, the group when it opens and the key of `path`: the
+ * value comes next. */
+static void json_key(json_writer_t *j, const char *path)
+{
+    const char *dot = strchr(path, '.');
+    int group_length = dot ? (int)(dot - path) : 0;
+    if (j->group[0] && (!dot || strncmp(j->group, path, (size_t)group_length) || j->group[group_length]))
+        json_end(j);
+    if (dot && !j->group[0]) {
+        fprintf(j->f, "%s\"%.*s\": {", j->started ? ", " : "", group_length, path);
+        snprintf(j->group, sizeof j->group, "%.*s", group_length, path);
+        j->started = true;
+        j->in_group = false;
+    }
+    bool *written = dot ? &j->in_group : &j->started;
+    fprintf(j->f, "%s\"%s\": ", *written ? ", " : "", dot ? dot + 1 : path);
+    *written = true;
+}
+
+static void json_u64(json_writer_t *j, const char *path, uint64_t value)
+{
+    json_key(j, path);
+    fprintf(j->f, "%llu", (unsigned long long)value);
+}
+
+static void json_i64(json_writer_t *j, const char *path, int64_t value)
+{
+    json_key(j, path);
+    fprintf(j->f, "%lld", (long long)value);
+}
+
+/* "group.key" into `path`, then the value. */
+static void json_u64_in(json_writer_t *j, const char *group, const char *key, uint64_t value)
+{
+    char path[64];
+    snprintf(path, sizeof path, "%s.%s", group, key);
+    json_u64(j, path, value);
+}
+
+/* The resource counters that have a JSON key (core/resource.h). In the
+ * pinned pool's object, which is about bytes, the "bytes" group is the
+ * object itself. */
+static void json_counters(json_writer_t *j, const ps_resource_info_t *info, bool bytes_at_top)
+{
+    for (int c = 0; c < PS_COUNTER_COUNT; c++) {
+        const ps_resource_counter_t *counter = &ps_resource_counters[c];
+        const char *path = counter->json;
+        if (!path)
+            continue;
+        if (bytes_at_top && !strncmp(path, "bytes.", 6))
+            path += 6;
+        uint64_t value = ps_resource_counter_value(info, counter);
+        json_u64(j, path, counter->unit == PS_UNIT_FLAG ? value != 0 : value);
+    }
+}
+
+/* The text report's counts line: each counter with words (core/resource.h)
+ * that is always shown or is not 0. */
+static void text_counters(FILE *f, const char *prefix, const ps_resource_info_t *info)
+{
+    fputs(prefix, f);
+    int shown = 0;
+    for (int c = 0; c < PS_COUNTER_COUNT; c++) {
+        const ps_resource_counter_t *counter = &ps_resource_counters[c];
+        uint64_t value = ps_resource_counter_value(info, counter);
+        if (counter->text && (value || counter->shown_always))
+            fprintf(f, "%s %llu %s", shown++ ? "," : "", (unsigned long long)value, counter->text);
+    }
+    fputc('\n', f);
+}
+
+/* Adds what the pools dropped with earlier contexts did (devices.c) to the
+ * totals of `info` (memory only: their bytes went with the context). */
+static void add_dropped_totals(ps_resource_info_t *info, const ps_resource_info_t *gone)
+{
     info->upstream_allocs += gone->upstream_allocs;
     info->upstream_frees += gone->upstream_frees;
     info->fences_recorded += gone->fences_recorded;
@@ -435,93 +523,20 @@ static void host_pool_info(const ps_device_state_t *dev, ps_resource_info_t *inf
         info->peak_bytes_reserved = gone->peak_bytes_reserved;
 }
 
-/* The pinned host pool's part of the report (JSON object, or text lines). */
-static void write_host(FILE *f, int json, const ps_device_state_t *dev, const ps_shim_stats_t *s,
-                       const thread_counters_t *sum)
-{
-    int d = dev->device;
-    uint64_t host_ns = sum->time[d][TIME_HOST].ns;
-    long long requested_current = sum->host_requested[d].current;
-    long long requested_peak = requested_peak_of(&sum->host_requested[d], &host_bytes[d]);
-    unsigned long long requested_total = (unsigned long long)sum->host_requested[d].total;
-    ps_resource_info_t info = {0};
-    host_pool_info(dev, &info);
-    /* the host stack's stats adaptor (global.stats on): failed allocations, live blocks */
-    ps_stats_t st = {0};
-    ps_stack_t *host = dev->host_stack;
-    if (atomic_load(&dev->state) == PS_DEVICE_READY && host && host->stats)
-        ps_stats_get(host->stats, &st);
-    uint64_t calls = 0;
-    for (int c = PS_CALL_CUDA_HOST_ALLOC; c < PS_CALL_COUNT; c++)
-        calls += s->calls[c];
-    if (json) {
-        fprintf(f,
-                ", \"host\": {\"enabled\": %d, \"calls\": %llu, \"time_ns\": %llu, "
-                "\"requested_current\": %lld, \"requested_peak\": %lld, \"requested_total\": %llu, "
-                "\"reserved_current\": %llu, \"reserved_peak\": %llu, \"in_use\": %llu, \"pending\": %llu, "
-                "\"upstream\": {\"allocs\": %llu, \"frees\": %llu}, \"fences\": {\"recorded\": %llu, "
-                "\"waits\": %llu}, \"bound_waits\": %llu, \"failures\": %llu, \"live_peak\": %lld}",
-                ps_global && ps_global->host.enable, (unsigned long long)calls, (unsigned long long)host_ns,
-                requested_current, requested_peak, requested_total, (unsigned long long)info.bytes_reserved,
-                (unsigned long long)info.peak_bytes_reserved, (unsigned long long)info.bytes_in_use,
-                (unsigned long long)info.bytes_pending, (unsigned long long)info.upstream_allocs,
-                (unsigned long long)info.upstream_frees, (unsigned long long)info.fences_recorded,
-                (unsigned long long)info.fence_waits, (unsigned long long)info.pending_waits,
-                (unsigned long long)st.failures, (long long)st.allocations.peak);
-        return;
-    }
-    if (!calls && !info.upstream_allocs)
-        return;
-    char b1[32], b2[32], b3[32];
-    fprintf(f, "poolshim:   pinned     %llu calls, requested peak %s, reserved peak %s now %s (upstream: %llu allocs, "
-               "%llu frees)\n",
-            (unsigned long long)calls, ps_format_bytes(b1, sizeof b1, (uint64_t)requested_peak),
-            ps_format_bytes(b2, sizeof b2, info.peak_bytes_reserved), ps_format_bytes(b3, sizeof b3, info.bytes_reserved),
-            (unsigned long long)info.upstream_allocs, (unsigned long long)info.upstream_frees);
-    fprintf(f, "poolshim:   pinned     %llu fences, %llu host waits (%llu because pending bytes passed the growth bound)\n",
-            (unsigned long long)info.fences_recorded, (unsigned long long)info.fence_waits,
-            (unsigned long long)info.pending_waits);
-    if (st.failures)
-        fprintf(f, "poolshim:   pinned     %llu allocations failed (out of memory, [host] limit or maximum_size)\n",
-                (unsigned long long)st.failures);
-}
-
-/* The text report's line on the out-of-memory retry of device d, when
- * it happened (global.oom_retry; router.c, ps_route_oom_give_back). */
-static void write_oom_retry_text(FILE *f, int d)
-{
-    uint64_t given = atomic_load(&oom_counts[d][PS_OOM_GIVEN_BACK]),
-             succeeded = atomic_load(&oom_counts[d][PS_OOM_SUCCEEDED]),
-             failed = atomic_load(&oom_counts[d][PS_OOM_FAILED]),
-             skipped = atomic_load(&oom_counts[d][PS_OOM_SKIPPED_CAPTURE]);
-    if (!given && !succeeded && !failed && !skipped)
-        return;
-    char b[32];
-    fprintf(f, "poolshim:   oom retry  %s given back to CUDA allocations the pool does not serve; retried %llu "
-               "(%llu succeeded, %llu failed)",
-            ps_format_bytes(b, sizeof b, given), (unsigned long long)(succeeded + failed),
-            (unsigned long long)succeeded, (unsigned long long)failed);
-    if (skipped)
-        fprintf(f, "; %llu not retried: a stream capture was open", (unsigned long long)skipped);
-    fputc('\n', f);
-}
-
-/* The text report's line on memory given back while the program ran
- * (decay, neighbours), when any was. */
-static void write_give_text(FILE *f, int d)
-{
-    uint64_t v[PS_GIVE_COUNT], any = 0;
-    for (int k = 0; k < PS_GIVE_COUNT; k++)
-        any |= v[k] = atomic_load(&give_counts[d][k]);
-    if (!any)
-        return;
-    char a[32], b[32], c[32], e[32];
-    fprintf(f, "poolshim:   given back %s by the decay (pinned %s), %s to neighbours; asked neighbours %llu times, "
-               "%llu answers, %s from them\n",
-            ps_format_bytes(a, sizeof a, v[PS_GIVE_DECAY]), ps_format_bytes(b, sizeof b, v[PS_GIVE_DECAY_HOST]),
-            ps_format_bytes(c, sizeof c, v[PS_GIVE_TO_NEIGHBOURS]), (unsigned long long)v[PS_GIVE_ASKED],
-            (unsigned long long)v[PS_GIVE_ANSWERS], ps_format_bytes(e, sizeof e, v[PS_GIVE_FROM_NEIGHBOURS]));
-}
+/* What the report says of one device. */
+typedef struct device_report {
+    int device;                   /* its ordinal */
+    ps_device_state_t *dev;       /* its state */
+    const char *stack;            /* the configured top's name, "dropped" or "none" */
+    ps_shim_stats_t calls;        /* the shim's counts */
+    ps_resource_info_t info;      /* its stack's counters, with the dropped stacks' totals */
+    ps_resource_info_t host_info; /* the same of its pinned host pool */
+    ps_stats_t host_stats;        /* the pinned stack's stats adaptor (global.stats on) */
+    uint64_t host_calls;          /* pinned host calls */
+    uint64_t host_ns;             /* time in them */
+    int64_t host_requested_current, host_requested_peak; /* pinned bytes asked for: now, the most */
+    uint64_t host_requested_total; /* all pinned bytes asked for */
+} device_report_t;
 
 /* The name of the top of the stack the configuration gave the device
  * ([device.N] resource = NAME): the global stats and log adaptors that the
@@ -536,6 +551,41 @@ static const char *configured_top_name(const ps_stack_t *stack)
         top--;
     const ps_resource_t *r = top > 0 ? stack->all[top - 1] : stack->top;
     return r->name ? r->name : r->ops->type_name;
+}
+
+/* Gathers device d's figures from the summed thread counters and its stacks. */
+static void gather(const thread_counters_t *sum, int d, device_report_t *r)
+{
+    memset(r, 0, sizeof *r);
+    ps_device_state_t *dev = &ps_devices[d];
+    r->device = d;
+    r->dev = dev;
+    r->stack = "none";
+    snapshot_from(sum, d, &r->calls);
+    bool ready = atomic_load(&dev->state) == PS_DEVICE_READY;
+    if (ready) {
+        ps_query(dev->stack->top, &r->info);
+        /* an expandable pool under an adaptor that keeps its own figures (fixed_size) */
+        for (size_t i = 0; !r->info.expandable && i < dev->stack->count; i++)
+            r->info.expandable = (uint64_t)ps_pool_is_expandable(dev->stack->all[i]);
+        r->stack = configured_top_name(dev->stack);
+    } else if (dev->resets) {
+        r->stack = "dropped";
+    }
+    add_dropped_totals(&r->info, &dev->dropped);
+    ps_resource_t *pool = __atomic_load_n(&dev->host_pool, __ATOMIC_ACQUIRE);
+    if (ready && pool)
+        ps_query(pool, &r->host_info);
+    add_dropped_totals(&r->host_info, &dev->dropped_host);
+    ps_stack_t *host = dev->host_stack;
+    if (ready && host && host->stats)
+        ps_stats_get(host->stats, &r->host_stats);
+    for (int c = PS_CALL_CUDA_HOST_ALLOC; c < PS_CALL_COUNT; c++)
+        r->host_calls += r->calls.calls[c];
+    r->host_ns = sum->time[d][TIME_HOST].ns;
+    r->host_requested_current = sum->host_requested[d].current;
+    r->host_requested_peak = requested_peak_of(&sum->host_requested[d], &host_bytes[d]);
+    r->host_requested_total = (uint64_t)sum->host_requested[d].total;
 }
 
 static int device_used(const thread_counters_t *sum, int d)
@@ -558,6 +608,194 @@ static int barrier_totals(const ps_gpu_ops_t *gpu, uint64_t *issued, uint64_t *q
     *issued = gpu->barrier_generation(gpu->ctx);
     *quiet = gpu->barriers_quiet(gpu->ctx);
     return 1;
+}
+
+static const char *const oom_names[PS_OOM_COUNT] = {"given_back", "succeeded", "failed", "skipped_capture"};
+static const char *const give_names[PS_GIVE_COUNT] = {"decay", "decay_host", "to_neighbours",
+                                                      "neighbour_requests", "neighbour_answers", "from_neighbours"};
+
+/* The pinned host pool's object. */
+static void write_host_json(FILE *f, const device_report_t *r)
+{
+    json_writer_t j = {f};
+    fprintf(f, ", \"host\": {");
+    json_u64(&j, "enabled", ps_global && ps_global->host.enable);
+    json_u64(&j, "calls", r->host_calls);
+    json_u64(&j, "time_ns", r->host_ns);
+    json_i64(&j, "requested_current", r->host_requested_current);
+    json_i64(&j, "requested_peak", r->host_requested_peak);
+    json_u64(&j, "requested_total", r->host_requested_total);
+    json_counters(&j, &r->host_info, true);
+    json_u64(&j, "failures", r->host_stats.failures);
+    json_i64(&j, "live_peak", r->host_stats.allocations.peak);
+    fputc('}', f);
+}
+
+static void write_device_json(FILE *f, const device_report_t *r, bool first)
+{
+    const ps_shim_stats_t *s = &r->calls;
+    const ps_device_state_t *dev = r->dev;
+    int d = r->device;
+    json_writer_t j = {f, true};
+    fprintf(f, "%s{\"device\": %d, \"stack\": \"%s\"", first ? "" : ", ", d, r->stack);
+    for (int c = 0; c < PS_CALL_COUNT; c++)
+        json_u64_in(&j, "calls", call_names[c], s->calls[c]);
+    json_u64(&j, "doors.runtime", s->doors[0]);
+    json_u64(&j, "doors.driver", s->doors[1]);
+    json_u64(&j, "failures", s->failures);
+    json_u64(&j, "time_ns.allocate", s->alloc_ns);
+    json_u64(&j, "time_ns.free", s->free_ns);
+    json_i64(&j, "bytes.requested_current", s->requested_current);
+    json_i64(&j, "bytes.requested_peak", s->requested_peak);
+    json_u64(&j, "bytes.requested_total", s->requested_total);
+    json_counters(&j, &r->info, false);
+    json_u64(&j, "resets.count", dev->resets);
+    json_u64(&j, "resets.dropped_allocations", dev->dropped_allocations);
+    json_u64(&j, "resets.dropped_bytes", dev->dropped_bytes);
+    json_u64(&j, "resets.dropped_reserved", dev->dropped.bytes_reserved);
+    /* busy streams the newest barrier joined: non-blocking ones it made the legacy stream
+     * wait for, blocking ones it found busy (core/gpu_ops.h barrier_joined); 0 = a quiet barrier */
+    const ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
+    if (gpu && gpu->barrier_joined)
+        json_u64(&j, "barrier_joins", gpu->barrier_joined(gpu->ctx));
+    uint64_t issued, quiet;
+    if (barrier_totals(gpu, &issued, &quiet)) {
+        json_u64(&j, "barriers_issued", issued);
+        json_u64(&j, "barriers_quiet", quiet);
+    }
+    for (int k = 0; k < PS_OOM_COUNT; k++)
+        json_u64_in(&j, "oom_retry", oom_names[k], atomic_load(&oom_counts[d][k]));
+    for (int k = 0; k < PS_GIVE_COUNT; k++)
+        json_u64_in(&j, "give_back", give_names[k], atomic_load(&give_counts[d][k]));
+    if (ps_stats_enabled) {
+        uint64_t ns[PS_OP_TIME_KINDS], calls[PS_OP_TIME_KINDS];
+        cuda_times(d, ns, calls);
+        for (int k = 0; k < PS_OP_TIME_KINDS; k++) {
+            char path[64];
+            snprintf(path, sizeof path, "cuda_time.%s", op_time_names[k]);
+            json_key(&j, path);
+            fprintf(f, "{\"calls\": %llu, \"ns\": %llu}", (unsigned long long)calls[k], (unsigned long long)ns[k]);
+        }
+    }
+    json_end(&j);
+    write_host_json(f, r);
+    fputc('}', f);
+}
+
+/* The pinned host pool's lines, when it was used. */
+static void write_host_text(FILE *f, const device_report_t *r)
+{
+    const ps_resource_info_t *info = &r->host_info;
+    if (!r->host_calls && !info->upstream_allocs)
+        return;
+    char b1[32], b2[32], b3[32];
+    fprintf(f, "poolshim:   pinned     %llu calls, requested peak %s, reserved peak %s now %s (upstream: %llu allocs, "
+               "%llu frees)\n",
+            (unsigned long long)r->host_calls, ps_format_bytes(b1, sizeof b1, (uint64_t)r->host_requested_peak),
+            ps_format_bytes(b2, sizeof b2, info->peak_bytes_reserved),
+            ps_format_bytes(b3, sizeof b3, info->bytes_reserved), (unsigned long long)info->upstream_allocs,
+            (unsigned long long)info->upstream_frees);
+    fprintf(f, "poolshim:   pinned     %llu fences, %llu host waits (%llu because pending bytes passed the growth bound)\n",
+            (unsigned long long)info->fences_recorded, (unsigned long long)info->fence_waits,
+            (unsigned long long)info->pending_waits);
+    if (r->host_stats.failures)
+        fprintf(f, "poolshim:   pinned     %llu allocations failed (out of memory, [host] limit or maximum_size)\n",
+                (unsigned long long)r->host_stats.failures);
+}
+
+/* The line on the out-of-memory retry of device d, when it happened
+ * (global.oom_retry; oom.c, ps_route_oom_give_back). */
+static void write_oom_retry_text(FILE *f, int d)
+{
+    uint64_t given = atomic_load(&oom_counts[d][PS_OOM_GIVEN_BACK]),
+             succeeded = atomic_load(&oom_counts[d][PS_OOM_SUCCEEDED]),
+             failed = atomic_load(&oom_counts[d][PS_OOM_FAILED]),
+             skipped = atomic_load(&oom_counts[d][PS_OOM_SKIPPED_CAPTURE]);
+    if (!given && !succeeded && !failed && !skipped)
+        return;
+    char b[32];
+    fprintf(f, "poolshim:   oom retry  %s given back to CUDA allocations the pool does not serve; retried %llu "
+               "(%llu succeeded, %llu failed)",
+            ps_format_bytes(b, sizeof b, given), (unsigned long long)(succeeded + failed),
+            (unsigned long long)succeeded, (unsigned long long)failed);
+    if (skipped)
+        fprintf(f, "; %llu not retried: a stream capture was open", (unsigned long long)skipped);
+    fputc('\n', f);
+}
+
+/* The line on memory given back while the program ran (decay,
+ * neighbours), when any was. */
+static void write_give_text(FILE *f, int d)
+{
+    uint64_t v[PS_GIVE_COUNT], any = 0;
+    for (int k = 0; k < PS_GIVE_COUNT; k++)
+        any |= v[k] = atomic_load(&give_counts[d][k]);
+    if (!any)
+        return;
+    char a[32], b[32], c[32], e[32];
+    fprintf(f, "poolshim:   given back %s by the decay (pinned %s), %s to neighbours; asked neighbours %llu times, "
+               "%llu answers, %s from them\n",
+            ps_format_bytes(a, sizeof a, v[PS_GIVE_DECAY]), ps_format_bytes(b, sizeof b, v[PS_GIVE_DECAY_HOST]),
+            ps_format_bytes(c, sizeof c, v[PS_GIVE_TO_NEIGHBOURS]), (unsigned long long)v[PS_GIVE_ASKED],
+            (unsigned long long)v[PS_GIVE_ANSWERS], ps_format_bytes(e, sizeof e, v[PS_GIVE_FROM_NEIGHBOURS]));
+}
+
+/* The calls' lines: by door and function; with statistics on, bytes asked
+ * for and time in the shim and in CUDA. */
+static void write_calls_text(FILE *f, const device_report_t *r)
+{
+    const ps_shim_stats_t *s = &r->calls;
+    char b1[32], b2[32], b3[32];
+    fprintf(f, "poolshim: device %d (stack: %s)\n", r->device, r->stack);
+    fprintf(f, "poolshim:   calls      runtime %llu  driver %llu  failures %llu\n", (unsigned long long)s->doors[0],
+            (unsigned long long)s->doors[1], (unsigned long long)s->failures);
+    for (int c = 0; c < PS_CALL_COUNT; c++)
+        if (s->calls[c])
+            fprintf(f, "poolshim:     %-16s %llu\n", call_names[c], (unsigned long long)s->calls[c]);
+    if (!ps_stats_enabled)
+        return;
+    uint64_t n = s->doors[0] + s->doors[1], shim_ns = s->alloc_ns + s->free_ns;
+    fprintf(f, "poolshim:   requested  peak %s  total %s  outstanding %s\n",
+            ps_format_bytes(b1, sizeof b1, (uint64_t)s->requested_peak),
+            ps_format_bytes(b2, sizeof b2, s->requested_total),
+            ps_format_bytes(b3, sizeof b3, (uint64_t)(s->requested_current > 0 ? s->requested_current : 0)));
+    fprintf(f, "poolshim:   time       %.3f ms in the shim (%.0f ns per call)\n", (double)shim_ns / 1e6,
+            n ? (double)shim_ns / (double)n : 0.0);
+    uint64_t ns[PS_OP_TIME_KINDS], calls[PS_OP_TIME_KINDS];
+    cuda_times(r->device, ns, calls);
+    fprintf(f, "poolshim:   in CUDA   ");
+    for (int k = 0; k < PS_OP_TIME_KINDS; k++)
+        fprintf(f, " %s %.3f ms (%llu)", op_time_names[k], (double)ns[k] / 1e6, (unsigned long long)calls[k]);
+    fputc('\n', f);
+}
+
+static void write_device_text(FILE *f, const device_report_t *r)
+{
+    const ps_resource_info_t *info = &r->info;
+    const ps_device_state_t *dev = r->dev;
+    char b1[32], b2[32];
+    write_calls_text(f, r);
+    fprintf(f, "poolshim:   reserved   peak %s  now %s  (upstream: %llu allocs, %llu frees)\n",
+            ps_format_bytes(b1, sizeof b1, info->peak_bytes_reserved),
+            ps_format_bytes(b2, sizeof b2, info->bytes_reserved), (unsigned long long)info->upstream_allocs,
+            (unsigned long long)info->upstream_frees);
+    text_counters(f, "poolshim:   fences    ", info);
+    uint64_t issued, quiet;
+    if (barrier_totals(__atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE), &issued, &quiet) && issued)
+        fprintf(f, "poolshim:   barriers   %llu issued on the device, %llu quiet (joined no busy stream)\n",
+                (unsigned long long)issued, (unsigned long long)quiet);
+    fprintf(f, "poolshim:   memory     %s\n",
+            info->expandable ? "expandable (one virtual-memory range per pool, mapped as it grows)"
+                             : "chunks from cuMemAlloc");
+    if (dev->resets)
+        fprintf(f, "poolshim:   resets     %u (the context died under the stack: %llu live allocations, %s, "
+                   "and %s reserved went with it)\n",
+                dev->resets, (unsigned long long)dev->dropped_allocations,
+                ps_format_bytes(b1, sizeof b1, dev->dropped_bytes),
+                ps_format_bytes(b2, sizeof b2, dev->dropped.bytes_reserved));
+    write_oom_retry_text(f, r->device);
+    write_give_text(f, r->device);
+    write_host_text(f, r);
 }
 
 /* A launcher's number as a JSON member "key": N, when it is a whole number. */
@@ -583,188 +821,57 @@ void ps_stats_write_place(FILE *f)
         fprintf(f, "\"step\": \"%s\", ", place.step);
 }
 
+/* The process's part before the devices. */
+static void write_process_json(FILE *f, const thread_counters_t *sum)
+{
+    fprintf(f, "{\"poolshim\": 1, \"pid\": %d, \"version\": \"%s\", ", (int)getpid(), poolshim_version());
+    ps_stats_write_place(f);
+    fprintf(f, "\"passthrough\": %llu, \"invalid_frees\": %llu, ", (unsigned long long)sum->passthrough,
+            (unsigned long long)sum->invalid);
+    fprintf(f, "\"ipc\": {\"exported\": %llu, \"opened\": %llu, \"refused\": %llu}, \"devices\": [",
+            (unsigned long long)atomic_load(&ipc_counts[PS_IPC_EXPORTED]),
+            (unsigned long long)atomic_load(&ipc_counts[PS_IPC_OPENED]),
+            (unsigned long long)atomic_load(&ipc_counts[PS_IPC_REFUSED]));
+}
+
+/* The process's lines after the devices. */
+static void write_process_text_end(FILE *f, const thread_counters_t *sum)
+{
+    fprintf(f, "poolshim: passthrough calls %llu, invalid frees %llu\n", (unsigned long long)sum->passthrough,
+            (unsigned long long)sum->invalid);
+    unsigned long long exported = atomic_load(&ipc_counts[PS_IPC_EXPORTED]),
+                       opened = atomic_load(&ipc_counts[PS_IPC_OPENED]),
+                       refused = atomic_load(&ipc_counts[PS_IPC_REFUSED]);
+    if (exported || opened || refused)
+        fprintf(f, "poolshim: IPC handles exported %llu, opened %llu, refused %llu\n", exported, opened, refused);
+}
+
 void ps_stats_write(FILE *f, int json)
 {
-    static thread_counters_t sum; /* large: not on the stack */
+    static thread_counters_t sum;        /* large: not on the stack */
+    static device_report_t report;       /* the same */
     static pthread_mutex_t sum_lock = PTHREAD_MUTEX_INITIALIZER; /* the exit report, the live page (shim/live.c) */
     pthread_mutex_lock(&sum_lock);
     sum_all(&sum);
-    char b1[32], b2[32], b3[32];
-    if (json) {
-        fprintf(f, "{\"poolshim\": 1, \"pid\": %d, \"version\": \"%s\", ", (int)getpid(), poolshim_version());
-        ps_stats_write_place(f);
-        fprintf(f, "\"passthrough\": %llu, \"invalid_frees\": %llu, ", (unsigned long long)sum.passthrough,
-                (unsigned long long)sum.invalid);
-        fprintf(f, "\"ipc\": {\"exported\": %llu, \"opened\": %llu, \"refused\": %llu}, \"devices\": [",
-                (unsigned long long)atomic_load(&ipc_counts[PS_IPC_EXPORTED]),
-                (unsigned long long)atomic_load(&ipc_counts[PS_IPC_OPENED]),
-                (unsigned long long)atomic_load(&ipc_counts[PS_IPC_REFUSED]));
-    } else {
+    if (json)
+        write_process_json(f, &sum);
+    else
         fprintf(f, "poolshim: statistics of pid %d (poolshim %s)\n", (int)getpid(), poolshim_version());
-    }
-    int first = 1;
+    bool first = true;
     for (int d = 0; d < PS_MAX_DEVICES; d++) {
         if (!device_used(&sum, d))
             continue;
-        ps_shim_stats_t s;
-        snapshot_from(&sum, d, &s);
-        ps_resource_info_t info = {0};
-        ps_device_state_t *dev = &ps_devices[d];
-        const char *stack = "none";
-        if (atomic_load(&dev->state) == PS_DEVICE_READY) {
-            ps_query(dev->stack->top, &info);
-            /* an expandable pool under an adaptor that keeps its own figures (fixed_size) */
-            for (size_t r = 0; !info.expandable && r < dev->stack->count; r++)
-                info.expandable = (uint64_t)ps_pool_is_expandable(dev->stack->all[r]);
-            stack = configured_top_name(dev->stack);
-        } else if (dev->resets) {
-            stack = "dropped";
-        }
-        /* stacks dropped with their context count in the totals (memory only) */
-        const ps_resource_info_t *gone = &dev->dropped;
-        info.upstream_allocs += gone->upstream_allocs;
-        info.upstream_frees += gone->upstream_frees;
-        info.fences_recorded += gone->fences_recorded;
-        info.fence_waits += gone->fence_waits;
-        if (gone->peak_bytes_reserved > info.peak_bytes_reserved)
-            info.peak_bytes_reserved = gone->peak_bytes_reserved;
-        if (json) {
-            fprintf(f, "%s{\"device\": %d, \"stack\": \"%s\", \"calls\": {", first ? "" : ", ", d, stack);
-            for (int c = 0; c < PS_CALL_COUNT; c++)
-                fprintf(f, "%s\"%s\": %llu", c ? ", " : "", call_names[c], (unsigned long long)s.calls[c]);
-            fprintf(f,
-                    "}, \"doors\": {\"runtime\": %llu, \"driver\": %llu}, \"failures\": %llu, "
-                    "\"time_ns\": {\"allocate\": %llu, \"free\": %llu}, "
-                    "\"bytes\": {\"requested_current\": %lld, \"requested_peak\": %lld, \"requested_total\": %llu, "
-                    "\"reserved_current\": %llu, \"reserved_peak\": %llu, \"in_use\": %llu, \"pending\": %llu}, "
-                    "\"upstream\": {\"allocs\": %llu, \"frees\": %llu}, "
-                    "\"fences\": {\"recorded\": %llu, \"waits\": %llu}, \"barriers\": %llu, "
-                    "\"remap_syncs\": %llu, \"remaps_idle\": %llu, \"remap_waits\": %llu, \"remaps_slack\": %llu, \"remaps_lent\": %llu, "
-                    "\"expandable\": %llu, "
-                    "\"resets\": {\"count\": %u, \"dropped_allocations\": %llu, \"dropped_bytes\": %llu, "
-                    "\"dropped_reserved\": %llu}",
-                    (unsigned long long)s.doors[0], (unsigned long long)s.doors[1], (unsigned long long)s.failures,
-                    (unsigned long long)s.alloc_ns, (unsigned long long)s.free_ns, (long long)s.requested_current,
-                    (long long)s.requested_peak, (unsigned long long)s.requested_total,
-                    (unsigned long long)info.bytes_reserved, (unsigned long long)info.peak_bytes_reserved,
-                    (unsigned long long)info.bytes_in_use, (unsigned long long)info.bytes_pending,
-                    (unsigned long long)info.upstream_allocs, (unsigned long long)info.upstream_frees,
-                    (unsigned long long)info.fences_recorded, (unsigned long long)info.fence_waits,
-                    (unsigned long long)info.barriers, (unsigned long long)info.remap_syncs,
-                    (unsigned long long)info.remaps_idle, (unsigned long long)info.remap_waits,
-                    (unsigned long long)info.remaps_slack, (unsigned long long)info.remaps_lent,
-                    (unsigned long long)(info.expandable != 0), dev->resets,
-                    (unsigned long long)dev->dropped_allocations, (unsigned long long)dev->dropped_bytes,
-                    (unsigned long long)gone->bytes_reserved);
-            /* busy streams the newest barrier joined: non-blocking ones it made the legacy stream
-             * wait for, blocking ones it found busy (core/gpu_ops.h barrier_joined); 0 = a quiet
-             * barrier (core/reuse.c, 6b) */
-            const ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
-            if (gpu && gpu->barrier_joined)
-                fprintf(f, ", \"barrier_joins\": %u", gpu->barrier_joined(gpu->ctx));
-            uint64_t issued, quiet;
-            if (barrier_totals(gpu, &issued, &quiet))
-                fprintf(f, ", \"barriers_issued\": %llu, \"barriers_quiet\": %llu", (unsigned long long)issued,
-                        (unsigned long long)quiet);
-            fprintf(f, ", \"oom_retry\": {\"given_back\": %llu, \"succeeded\": %llu, \"failed\": %llu, "
-                       "\"skipped_capture\": %llu}",
-                    (unsigned long long)atomic_load(&oom_counts[d][PS_OOM_GIVEN_BACK]),
-                    (unsigned long long)atomic_load(&oom_counts[d][PS_OOM_SUCCEEDED]),
-                    (unsigned long long)atomic_load(&oom_counts[d][PS_OOM_FAILED]),
-                    (unsigned long long)atomic_load(&oom_counts[d][PS_OOM_SKIPPED_CAPTURE]));
-            fprintf(f, ", \"give_back\": {\"decay\": %llu, \"decay_host\": %llu, \"to_neighbours\": %llu, "
-                       "\"neighbour_requests\": %llu, \"neighbour_answers\": %llu, \"from_neighbours\": %llu}",
-                    (unsigned long long)atomic_load(&give_counts[d][PS_GIVE_DECAY]),
-                    (unsigned long long)atomic_load(&give_counts[d][PS_GIVE_DECAY_HOST]),
-                    (unsigned long long)atomic_load(&give_counts[d][PS_GIVE_TO_NEIGHBOURS]),
-                    (unsigned long long)atomic_load(&give_counts[d][PS_GIVE_ASKED]),
-                    (unsigned long long)atomic_load(&give_counts[d][PS_GIVE_ANSWERS]),
-                    (unsigned long long)atomic_load(&give_counts[d][PS_GIVE_FROM_NEIGHBOURS]));
-            if (ps_stats_enabled) {
-                uint64_t ns[PS_OP_TIME_KINDS], calls[PS_OP_TIME_KINDS];
-                cuda_times(d, ns, calls);
-                fprintf(f, ", \"cuda_time\": {");
-                for (int k = 0; k < PS_OP_TIME_KINDS; k++)
-                    fprintf(f, "%s\"%s\": {\"calls\": %llu, \"ns\": %llu}", k ? ", " : "", op_time_names[k],
-                            (unsigned long long)calls[k], (unsigned long long)ns[k]);
-                fprintf(f, "}");
-            }
-            write_host(f, 1, dev, &s, &sum);
-            fprintf(f, "}");
-        } else {
-            uint64_t n = s.doors[0] + s.doors[1];
-            fprintf(f, "poolshim: device %d (stack: %s)\n", d, stack);
-            fprintf(f, "poolshim:   calls      runtime %llu  driver %llu  failures %llu\n",
-                    (unsigned long long)s.doors[0], (unsigned long long)s.doors[1], (unsigned long long)s.failures);
-            for (int c = 0; c < PS_CALL_COUNT; c++)
-                if (s.calls[c])
-                    fprintf(f, "poolshim:     %-16s %llu\n", call_names[c], (unsigned long long)s.calls[c]);
-            if (ps_stats_enabled) {
-                fprintf(f, "poolshim:   requested  peak %s  total %s  outstanding %s\n",
-                        ps_format_bytes(b1, sizeof b1, (uint64_t)s.requested_peak),
-                        ps_format_bytes(b2, sizeof b2, s.requested_total),
-                        ps_format_bytes(b3, sizeof b3, (uint64_t)(s.requested_current > 0 ? s.requested_current : 0)));
-                fprintf(f, "poolshim:   time       %.3f ms in the shim (%.0f ns per call)\n",
-                        (double)(s.alloc_ns + s.free_ns) / 1e6,
-                        n ? (double)(s.alloc_ns + s.free_ns) / (double)n : 0.0);
-                uint64_t ns[PS_OP_TIME_KINDS], calls[PS_OP_TIME_KINDS];
-                cuda_times(d, ns, calls);
-                fprintf(f, "poolshim:   in CUDA   ");
-                for (int k = 0; k < PS_OP_TIME_KINDS; k++)
-                    fprintf(f, " %s %.3f ms (%llu)", op_time_names[k], (double)ns[k] / 1e6,
-                            (unsigned long long)calls[k]);
-                fputc('\n', f);
-            }
-            fprintf(f, "poolshim:   reserved   peak %s  now %s  (upstream: %llu allocs, %llu frees)\n",
-                    ps_format_bytes(b1, sizeof b1, info.peak_bytes_reserved),
-                    ps_format_bytes(b2, sizeof b2, info.bytes_reserved), (unsigned long long)info.upstream_allocs,
-                    (unsigned long long)info.upstream_frees);
-            fprintf(f, "poolshim:   fences     %llu recorded, %llu host waits, %llu barriers",
-                    (unsigned long long)info.fences_recorded, (unsigned long long)info.fence_waits,
-                    (unsigned long long)info.barriers);
-            if (info.remap_syncs)
-                fprintf(f, ", %llu device synchronizes to move free pieces (remap)",
-                        (unsigned long long)info.remap_syncs);
-            if (info.remaps_idle)
-                fprintf(f, ", %llu remaps of idle pieces without one", (unsigned long long)info.remaps_idle);
-            if (info.remap_waits)
-                fprintf(f, ", %llu remaps that waited for one barrier instead", (unsigned long long)info.remap_waits);
-            if (info.remaps_lent)
-                fprintf(f, ", %llu remaps that lent busy pieces instead of a wait", (unsigned long long)info.remaps_lent);
-            if (info.remaps_slack)
-                fprintf(f, ", %llu growths within remap_slack_percent instead of a wait",
-                        (unsigned long long)info.remaps_slack);
-            fputc('\n', f);
-            uint64_t issued, quiet;
-            if (barrier_totals(__atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE), &issued, &quiet) && issued)
-                fprintf(f, "poolshim:   barriers   %llu issued on the device, %llu quiet (joined no busy stream)\n",
-                        (unsigned long long)issued, (unsigned long long)quiet);
-            fprintf(f, "poolshim:   memory     %s\n",
-                    info.expandable ? "expandable (one virtual-memory range per pool, mapped as it grows)"
-                                    : "chunks from cuMemAlloc");
-            if (dev->resets)
-                fprintf(f, "poolshim:   resets     %u (the context died under the stack: %llu live allocations, %s, "
-                           "and %s reserved went with it)\n",
-                        dev->resets, (unsigned long long)dev->dropped_allocations,
-                        ps_format_bytes(b1, sizeof b1, dev->dropped_bytes),
-                        ps_format_bytes(b2, sizeof b2, gone->bytes_reserved));
-            write_oom_retry_text(f, d);
-            write_give_text(f, d);
-            write_host(f, 0, dev, &s, &sum);
-        }
-        first = 0;
+        gather(&sum, d, &report);
+        if (json)
+            write_device_json(f, &report, first);
+        else
+            write_device_text(f, &report);
+        first = false;
     }
     if (json)
         fprintf(f, "]}\n");
-    else {
-        fprintf(f, "poolshim: passthrough calls %llu, invalid frees %llu\n", (unsigned long long)sum.passthrough,
-                (unsigned long long)sum.invalid);
-        unsigned long long exported = atomic_load(&ipc_counts[PS_IPC_EXPORTED]),
-                           opened = atomic_load(&ipc_counts[PS_IPC_OPENED]),
-                           refused = atomic_load(&ipc_counts[PS_IPC_REFUSED]);
-        if (exported || opened || refused)
-            fprintf(f, "poolshim: IPC handles exported %llu, opened %llu, refused %llu\n", exported, opened, refused);
-    }
+    else
+        write_process_text_end(f, &sum);
     fflush(f);
     pthread_mutex_unlock(&sum_lock);
 }
