@@ -53,6 +53,7 @@
 #include <unistd.h>
 
 #include "../core/common.h"
+#include "../core/resource.h"
 #include "../core/safe_file.h"
 #include "cli.h"
 #include "prom_textfile.h"
@@ -105,13 +106,10 @@ typedef struct top_row {
     int device;                 /* the device ordinal in that process */
     uint64_t requested;         /* bytes asked for and not freed (stats on) */
     uint64_t requested_peak;    /* the most of them */
-    uint64_t reserved;          /* bytes the stack holds from CUDA */
-    uint64_t reserved_peak;     /* the most of them */
     uint64_t allocations;       /* device allocation calls served */
     uint64_t failures;          /* allocations that failed */
     uint64_t time_ns;           /* time inside the allocation and free calls (stats on; estimated) */
-    uint64_t barriers;          /* device-wide barriers */
-    uint64_t maps;              /* pieces mapped (chunks allocated) from CUDA since the start */
+    uint64_t counters[PS_COUNTER_COUNT]; /* its stack's counters (core/resource.h) that the report has */
     uint64_t given_back;        /* bytes given back while running: decay and neighbours */
     uint64_t oom_retries;       /* allocations beside the pool retried after running out of memory */
     double rate;                /* allocations per second since the last reading, <0: unknown */
@@ -316,14 +314,13 @@ static void add_page(const char *text, int pid, unsigned long long start)
         r->device = (int)cli_json_u64(d, "device", 0);
         r->requested = cli_json_u64(d, "bytes.requested_current", 0);
         r->requested_peak = cli_json_u64(d, "bytes.requested_peak", 0);
-        r->reserved = cli_json_u64(d, "bytes.reserved_current", 0);
-        r->reserved_peak = cli_json_u64(d, "bytes.reserved_peak", 0);
+        for (int c = 0; c < PS_COUNTER_COUNT; c++)
+            if (ps_resource_counters[c].json)
+                r->counters[c] = cli_json_u64(d, ps_resource_counters[c].json, 0);
         r->allocations = cli_json_u64(d, "calls.cudaMalloc", 0) + cli_json_u64(d, "calls.cudaMallocAsync", 0) +
                          cli_json_u64(d, "calls.cuMemAlloc", 0) + cli_json_u64(d, "calls.cuMemAllocAsync", 0);
         r->failures = cli_json_u64(d, "failures", 0);
         r->time_ns = cli_json_u64(d, "time_ns.allocate", 0) + cli_json_u64(d, "time_ns.free", 0);
-        r->barriers = cli_json_u64(d, "barriers", 0);
-        r->maps = cli_json_u64(d, "upstream.allocs", 0);
         r->given_back = cli_json_u64(d, "give_back.decay", 0) + cli_json_u64(d, "give_back.decay_host", 0) +
                         cli_json_u64(d, "give_back.to_neighbours", 0);
         r->oom_retries = cli_json_u64(d, "oom_retry.succeeded", 0) + cli_json_u64(d, "oom_retry.failed", 0);
@@ -443,9 +440,13 @@ static int compare_rows(const void *pa, const void *pb)
     const top_row_t *a = pa, *b = pb;
     int c = 0;
     switch (sort_by) {
-    case SORT_RESERVED: c = compare_u64(a->reserved, b->reserved); break;
+    case SORT_RESERVED:
+        c = compare_u64(a->counters[PS_COUNTER_bytes_reserved], b->counters[PS_COUNTER_bytes_reserved]);
+        break;
     case SORT_REQUESTED: c = compare_u64(a->requested, b->requested); break;
-    case SORT_PEAK: c = compare_u64(a->reserved_peak, b->reserved_peak); break;
+    case SORT_PEAK:
+        c = compare_u64(a->counters[PS_COUNTER_peak_bytes_reserved], b->counters[PS_COUNTER_peak_bytes_reserved]);
+        break;
     case SORT_RATE: c = a->rate > b->rate ? -1 : a->rate < b->rate; break;
     case SORT_TIME: c = compare_u64(a->time_ns, b->time_ns); break;
     default: break;
@@ -470,16 +471,17 @@ static void format_row(char *out, size_t size, const top_row_t *r)
     if (r->rank >= 0)
         snprintf(rank, sizeof rank, "%ld", r->rank);
     if (r->requested)
-        snprintf(ratio, sizeof ratio, "%.2fx", (double)r->reserved / (double)r->requested);
+        snprintf(ratio, sizeof ratio, "%.2fx", (double)r->counters[PS_COUNTER_bytes_reserved] / (double)r->requested);
     if (r->rate >= 0)
         snprintf(rate, sizeof rate, "%.0f", r->rate);
     snprintf(pid, sizeof pid, "%d", r->pid);
     snprintf(device, sizeof device, "%d", r->device);
     snprintf(out, size, header_format, pid, rank, device, cli_format_bytes(requested, sizeof requested, r->requested),
-             cli_format_bytes(reserved, sizeof reserved, r->reserved), ratio,
-             cli_format_bytes(peak, sizeof peak, r->reserved_peak), rate,
+             cli_format_bytes(reserved, sizeof reserved, r->counters[PS_COUNTER_bytes_reserved]), ratio,
+             cli_format_bytes(peak, sizeof peak, r->counters[PS_COUNTER_peak_bytes_reserved]), rate,
              cli_format_seconds(time_text, sizeof time_text, (double)r->time_ns / 1e9),
-             cli_format_count(barriers, sizeof barriers, r->barriers), cli_format_count(maps, sizeof maps, r->maps),
+             cli_format_count(barriers, sizeof barriers, r->counters[PS_COUNTER_barriers]),
+             cli_format_count(maps, sizeof maps, r->counters[PS_COUNTER_upstream_allocs]),
              cli_format_bytes(given, sizeof given, r->given_back), r->command);
 }
 
@@ -532,10 +534,10 @@ static void print_json(FILE *f, const char *dir)
                 "%s{\"device\": %d, \"requested_current\": %llu, \"requested_peak\": %llu, \"reserved_current\": %llu, "
                 "\"reserved_peak\": %llu, \"reserved_ratio\": ",
                 first_of_process ? "" : ", ", r->device, (unsigned long long)r->requested,
-                (unsigned long long)r->requested_peak, (unsigned long long)r->reserved,
-                (unsigned long long)r->reserved_peak);
+                (unsigned long long)r->requested_peak, (unsigned long long)r->counters[PS_COUNTER_bytes_reserved],
+                (unsigned long long)r->counters[PS_COUNTER_peak_bytes_reserved]);
         if (r->requested)
-            fprintf(f, "%.4f", (double)r->reserved / (double)r->requested);
+            fprintf(f, "%.4f", (double)r->counters[PS_COUNTER_bytes_reserved] / (double)r->requested);
         else
             fprintf(f, "null");
         fprintf(f, ", \"allocations\": %llu, \"allocations_per_second\": ", (unsigned long long)r->allocations);
@@ -544,11 +546,15 @@ static void print_json(FILE *f, const char *dir)
         else
             fprintf(f, "null");
         fprintf(f, ", \"failures\": %llu, \"time_ns\": %llu, \"barriers\": %llu, \"maps\": %llu, \"given_back\": %llu}",
-                (unsigned long long)r->failures, (unsigned long long)r->time_ns, (unsigned long long)r->barriers,
-                (unsigned long long)r->maps, (unsigned long long)r->given_back);
+                (unsigned long long)r->failures, (unsigned long long)r->time_ns,
+                (unsigned long long)r->counters[PS_COUNTER_barriers],
+                (unsigned long long)r->counters[PS_COUNTER_upstream_allocs], (unsigned long long)r->given_back);
     }
     fprintf(f, "%s]}\n", row_count ? "]}\n" : "");
 }
+
+/* The shim's own metrics in print_prometheus; the stack's counters follow. */
+#define SHIM_METRICS 7
 
 /* A Prometheus label value: backslash, quote and newline escaped. */
 static void prometheus_label(FILE *f, const char *text)
@@ -563,57 +569,60 @@ static void prometheus_label(FILE *f, const char *text)
     }
 }
 
+/* One metric: its HELP and TYPE (a name ending in _total is a counter),
+ * then one sample per row; `field` picks the value (print_prometheus). */
+static void prometheus_metric(FILE *f, const char *name, const char *help, int field)
+{
+    size_t length = strlen(name);
+    int counter = length > 6 && !strcmp(name + length - 6, "_total");
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, counter ? "counter" : "gauge");
+    for (int i = 0; i < row_count; i++) {
+        const top_row_t *r = &rows[i];
+        fprintf(f, "%s{pid=\"%d\",device=\"%d\",rank=\"", name, r->pid, r->device);
+        if (r->rank >= 0)
+            fprintf(f, "%ld", r->rank);
+        fprintf(f, "\",jobid=\"");
+        prometheus_label(f, r->job);
+        fprintf(f, "\",user=\"");
+        prometheus_label(f, r->user);
+        fprintf(f, "\",command=\"");
+        prometheus_label(f, r->command);
+        fprintf(f, "\"} ");
+        switch (field) {
+        case 0: fprintf(f, "%llu\n", (unsigned long long)r->requested); break;
+        case 1: fprintf(f, "%llu\n", (unsigned long long)r->requested_peak); break;
+        case 2: fprintf(f, "%llu\n", (unsigned long long)r->allocations); break;
+        case 3: fprintf(f, "%llu\n", (unsigned long long)r->failures); break;
+        case 4: fprintf(f, "%.9f\n", (double)r->time_ns / 1e9); break;
+        case 5: fprintf(f, "%llu\n", (unsigned long long)r->given_back); break;
+        case 6: fprintf(f, "%llu\n", (unsigned long long)r->oom_retries); break;
+        default: fprintf(f, "%llu\n", (unsigned long long)r->counters[field - SHIM_METRICS]); break;
+        }
+    }
+}
+
+/* The shim's own metrics, then the stack's counters that name one
+ * (core/resource.h). */
 static void print_prometheus(FILE *f)
 {
     static const struct {
-        const char *name, *type, *help;
-        int field;
-    } metrics[] = {
-        {"poolshim_requested_bytes", "gauge", "Bytes the program asked for and has not freed (needs global.stats).", 0},
-        {"poolshim_requested_peak_bytes", "gauge", "The most bytes the program had asked for at once (needs global.stats).", 1},
-        {"poolshim_reserved_bytes", "gauge", "Bytes the shim's stack holds from CUDA.", 2},
-        {"poolshim_reserved_peak_bytes", "gauge", "The most bytes the shim's stack held from CUDA.", 3},
-        {"poolshim_allocations_total", "counter", "Device allocation calls the shim served.", 4},
-        {"poolshim_allocation_failures_total", "counter", "Device allocations that failed.", 5},
-        {"poolshim_allocation_seconds_total", "counter",
-         "Time inside the shim's allocation and free calls, estimated from sampled calls (needs global.stats).", 6},
-        {"poolshim_barriers_total", "counter", "Device-wide barriers the pool recorded.", 7},
-        {"poolshim_maps_total", "counter",
-         "Pieces the stack mapped (chunks it allocated) from CUDA; rising in a steady loop means churn.", 8},
-        {"poolshim_given_back_bytes_total", "counter",
-         "Bytes given back to the device while running (decay and neighbours).", 9},
-        {"poolshim_oom_retries_total", "counter",
-         "Allocations beside the pool that ran out of device memory and were retried after a give-back.", 10},
+        const char *name, *help;
+    } metrics[SHIM_METRICS] = {
+        {"poolshim_requested_bytes", "Bytes the program asked for and has not freed (needs global.stats)."},
+        {"poolshim_requested_peak_bytes", "The most bytes the program had asked for at once (needs global.stats)."},
+        {"poolshim_allocations_total", "Device allocation calls the shim served."},
+        {"poolshim_allocation_failures_total", "Device allocations that failed."},
+        {"poolshim_allocation_seconds_total",
+         "Time inside the shim's allocation and free calls, estimated from sampled calls (needs global.stats)."},
+        {"poolshim_given_back_bytes_total", "Bytes given back to the device while running (decay and neighbours)."},
+        {"poolshim_oom_retries_total",
+         "Allocations beside the pool that ran out of device memory and were retried after a give-back."},
     };
-    for (size_t m = 0; m < sizeof metrics / sizeof metrics[0]; m++) {
-        fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", metrics[m].name, metrics[m].help, metrics[m].name, metrics[m].type);
-        for (int i = 0; i < row_count; i++) {
-            const top_row_t *r = &rows[i];
-            fprintf(f, "%s{pid=\"%d\",device=\"%d\",rank=\"", metrics[m].name, r->pid, r->device);
-            if (r->rank >= 0)
-                fprintf(f, "%ld", r->rank);
-            fprintf(f, "\",jobid=\"");
-            prometheus_label(f, r->job);
-            fprintf(f, "\",user=\"");
-            prometheus_label(f, r->user);
-            fprintf(f, "\",command=\"");
-            prometheus_label(f, r->command);
-            fprintf(f, "\"} ");
-            switch (metrics[m].field) {
-            case 0: fprintf(f, "%llu\n", (unsigned long long)r->requested); break;
-            case 1: fprintf(f, "%llu\n", (unsigned long long)r->requested_peak); break;
-            case 2: fprintf(f, "%llu\n", (unsigned long long)r->reserved); break;
-            case 3: fprintf(f, "%llu\n", (unsigned long long)r->reserved_peak); break;
-            case 4: fprintf(f, "%llu\n", (unsigned long long)r->allocations); break;
-            case 5: fprintf(f, "%llu\n", (unsigned long long)r->failures); break;
-            case 6: fprintf(f, "%.9f\n", (double)r->time_ns / 1e9); break;
-            case 7: fprintf(f, "%llu\n", (unsigned long long)r->barriers); break;
-            case 8: fprintf(f, "%llu\n", (unsigned long long)r->maps); break;
-            case 10: fprintf(f, "%llu\n", (unsigned long long)r->oom_retries); break;
-            default: fprintf(f, "%llu\n", (unsigned long long)r->given_back); break;
-            }
-        }
-    }
+    for (int m = 0; m < SHIM_METRICS; m++)
+        prometheus_metric(f, metrics[m].name, metrics[m].help, m);
+    for (int c = 0; c < PS_COUNTER_COUNT; c++)
+        if (ps_resource_counters[c].prometheus)
+            prometheus_metric(f, ps_resource_counters[c].prometheus, ps_resource_counters[c].doc, SHIM_METRICS + c);
 }
 
 /* ---- the textfile service (prom_textfile.c) ----------------------------------- */

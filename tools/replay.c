@@ -426,13 +426,8 @@ int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const r
                 s.peak_reserved = info.peak_bytes_reserved;
             /* the quarter this event falls in gets what the stack took since the last one */
             size_t quarter = events ? (size_t)((s.events - 1) * 4 / events) : 0;
-            s.upstream_allocs_quarters[quarter < 4 ? quarter : 3] += info.upstream_allocs - s.upstream_allocs;
-            s.upstream_allocs = info.upstream_allocs;
-            s.barriers = info.barriers;
-            s.remaps_idle = info.remaps_idle;
-            s.remap_waits = info.remap_waits;
-            s.remaps_slack = info.remaps_slack;
-            s.remaps_lent = info.remaps_lent;
+            s.upstream_allocs_quarters[quarter < 4 ? quarter : 3] += info.upstream_allocs - s.counters.upstream_allocs;
+            s.counters = info;
         }
         if (sim_gpu) {
             s.device_syncs = ps_fake_gpu_device_syncs(sim_gpu);
@@ -508,6 +503,7 @@ static double per_1000(uint64_t n, uint64_t allocations)
 static void print_layout_text(FILE *f, const replay_stats_t *r)
 {
     const ps_pool_layout_t *l = &r->at_peak;
+    const ps_resource_info_t *counts = &r->counters;
     char a[32], b[32], c[32], d[32], e[32];
     fprintf(f, "device %d at peak reserved %s: in use %s (%.2f%% of it), ready free %s (largest %s)", r->device,
             cli_format_bytes(a, sizeof a, l->reserved), cli_format_bytes(b, sizeof b, l->in_use),
@@ -523,15 +519,15 @@ static void print_layout_text(FILE *f, const replay_stats_t *r)
             cli_format_bytes(e, sizeof e, l->small_in_use));
     fprintf(f, "  barriers %llu (%.1f per 1000 allocations), device synchronizes %llu (%.2f per 1000), "
                "remaps without one %llu, remaps that waited for one barrier instead %llu\n",
-            (unsigned long long)r->barriers, per_1000(r->barriers, r->allocations),
+            (unsigned long long)counts->barriers, per_1000(counts->barriers, r->allocations),
             (unsigned long long)r->device_syncs, per_1000(r->device_syncs, r->allocations),
-            (unsigned long long)r->remaps_idle, (unsigned long long)r->remap_waits);
-    if (r->remaps_lent)
+            (unsigned long long)counts->remaps_idle, (unsigned long long)counts->remap_waits);
+    if (counts->remaps_lent)
         fprintf(f, "  remaps that lent busy pieces' memory instead of a wait: %llu\n",
-                (unsigned long long)r->remaps_lent);
-    if (r->remaps_slack)
+                (unsigned long long)counts->remaps_lent);
+    if (counts->remaps_slack)
         fprintf(f, "  growths within remap_slack_percent instead of a remap's wait: %llu\n",
-                (unsigned long long)r->remaps_slack);
+                (unsigned long long)counts->remaps_slack);
     if (r->wait_ns || r->sync_ns || r->wait_as_sync_ns)
         fprintf(f, "  host blocked (GPU lag): %.2f ms in barrier waits (device synchronizes there: %.2f ms), "
                    "%.2f ms in device synchronizes\n",
@@ -585,7 +581,7 @@ void replay_print_text(FILE *f, const char *log_name, const memlog_t *log, uint6
         snprintf(frag, sizeof frag, "%.1f%% of free", r->fragmentation * 100); /* of the free bytes */
         fprintf(f, "%-6d  %-16s  %10s  %10s  %14s  %14s  %8s  %14s  %8llu  %9llu", r->device,
                 r->stack, alloc_op, free_op, requested, reserved, overhead, frag,
-                (unsigned long long)r->failures, (unsigned long long)r->upstream_allocs);
+                (unsigned long long)r->failures, (unsigned long long)r->counters.upstream_allocs);
         if (recorded && r->has_recorded) {
             char real[32], real_overhead[32] = "-";
             if (r->peak_requested)
@@ -622,6 +618,12 @@ void replay_json_result_open(FILE *f, size_t index, int device, const char *stac
     cli_json_string(f, stack);
 }
 
+/* , "key": value */
+static void json_u64_member(FILE *f, const char *key, uint64_t value)
+{
+    fprintf(f, ", \"%s\": %llu", key, (unsigned long long)value);
+}
+
 void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint64_t capacity,
                        uint64_t gpu_lag_ns, unsigned busy_streams, const replay_stats_t *results, size_t count)
 {
@@ -633,21 +635,26 @@ void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint6
     for (size_t i = 0; i < count; i++) {
         const replay_stats_t *r = &results[i];
         replay_json_result_open(f, i, r->device, r->stack);
-        fprintf(f,
-                ", \"events\": %llu, \"allocations\": %llu, \"frees\": %llu, \"failures\": %llu, "
-                "\"logged_failures\": %llu, \"unknown_frees\": %llu, \"double_allocations\": %llu, "
-                "\"alloc_ns_per_op\": %.1f, \"free_ns_per_op\": %.1f, \"peak_requested\": %llu, "
-                "\"peak_reserved\": %llu, \"free_at_peak\": %llu, \"largest_free_at_peak\": %llu, "
-                "\"fragmentation\": %.4f, \"upstream_allocs\": %llu, \"barriers\": %llu, \"duration_s\": %.6f, "
-                "\"first_failure_line\": ",
-                (unsigned long long)r->events, (unsigned long long)r->allocations,
-                (unsigned long long)r->frees, (unsigned long long)r->failures,
-                (unsigned long long)r->logged_failures, (unsigned long long)r->unknown_frees,
-                (unsigned long long)r->double_allocations, per_op_ns(r->alloc_ns, r->allocations),
-                per_op_ns(r->free_ns, r->frees), (unsigned long long)r->peak_requested,
-                (unsigned long long)r->peak_reserved, (unsigned long long)r->free_at_peak,
-                (unsigned long long)r->largest_free_at_peak, r->fragmentation,
-                (unsigned long long)r->upstream_allocs, (unsigned long long)r->barriers, r->duration_s);
+        const struct {
+            const char *key;
+            uint64_t value;
+        } events[] = {{"events", r->events},
+                      {"allocations", r->allocations},
+                      {"frees", r->frees},
+                      {"failures", r->failures},
+                      {"logged_failures", r->logged_failures},
+                      {"unknown_frees", r->unknown_frees},
+                      {"double_allocations", r->double_allocations}};
+        for (size_t e = 0; e < sizeof events / sizeof events[0]; e++)
+            json_u64_member(f, events[e].key, events[e].value);
+        fprintf(f, ", \"alloc_ns_per_op\": %.1f, \"free_ns_per_op\": %.1f", per_op_ns(r->alloc_ns, r->allocations),
+                per_op_ns(r->free_ns, r->frees));
+        json_u64_member(f, "peak_requested", r->peak_requested);
+        json_u64_member(f, "peak_reserved", r->peak_reserved);
+        json_u64_member(f, "free_at_peak", r->free_at_peak);
+        json_u64_member(f, "largest_free_at_peak", r->largest_free_at_peak);
+        fprintf(f, ", \"fragmentation\": %.4f, \"duration_s\": %.6f, \"first_failure_line\": ", r->fragmentation,
+                r->duration_s);
         cli_json_u64_or_null(f, r->failures != 0, r->first_failure_line);
         fprintf(f, ", \"first_failure_size\": ");
         cli_json_u64_or_null(f, r->failures != 0, r->first_failure_size);
@@ -656,13 +663,13 @@ void replay_print_json(FILE *f, const char *log_name, const memlog_t *log, uint6
         fprintf(f, ", \"upstream_allocs_quarters\": [%llu, %llu, %llu, %llu]",
                 (unsigned long long)r->upstream_allocs_quarters[0], (unsigned long long)r->upstream_allocs_quarters[1],
                 (unsigned long long)r->upstream_allocs_quarters[2], (unsigned long long)r->upstream_allocs_quarters[3]);
-        fprintf(f, ", \"device_syncs\": %llu", (unsigned long long)r->device_syncs);
-        fprintf(f,
-                ", \"remaps_idle\": %llu, \"remap_waits\": %llu, \"remaps_lent\": %llu, \"remaps_slack\": %llu, "
-                "\"barrier_wait_ns\": %llu",
-                (unsigned long long)r->remaps_idle, (unsigned long long)r->remap_waits,
-                (unsigned long long)r->remaps_lent, (unsigned long long)r->remaps_slack,
-                (unsigned long long)r->wait_ns);
+        json_u64_member(f, "device_syncs", r->device_syncs);
+        /* the stack's counts (core/resource.h), named by their fields */
+        for (int c = 0; c < PS_COUNTER_COUNT; c++)
+            if (ps_resource_counters[c].unit == PS_UNIT_COUNT)
+                json_u64_member(f, ps_resource_counters[c].field,
+                                ps_resource_counter_value(&r->counters, &ps_resource_counters[c]));
+        json_u64_member(f, "barrier_wait_ns", r->wait_ns);
         if (r->has_layout) {
             const ps_pool_layout_t *l = &r->at_peak;
             fprintf(f, ", \"at_peak_reserved\": {\"reserved\": %llu, \"in_use\": %llu, \"ready_free\": %llu, "

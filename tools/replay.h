@@ -40,15 +40,11 @@ typedef struct replay_stats {
     uint64_t free_at_peak;        /* reserved - in use when requested peaked */
     uint64_t largest_free_at_peak;/* largest free block then */
     double fragmentation;         /* 1 - largest_free / free at the requested peak */
-    uint64_t upstream_allocs;     /* upstream allocations the stack made */
-    uint64_t upstream_allocs_quarters[4]; /* ... during each quarter of the device's events: a loop that
-                                     settled makes none after its warm-up (an expandable pool's are
-                                     piece maps) */
-    uint64_t barriers;            /* GPU barriers the stack issued (free_sync barrier) */
-    uint64_t remaps_idle;         /* pool remaps that moved idle pieces without a device synchronize */
-    uint64_t remap_waits;         /* pool remaps that waited for one barrier instead of the device */
-    uint64_t remaps_lent;         /* remaps that lent busy pieces' memory instead of a wait (remap_lend) */
-    uint64_t remaps_slack;        /* growths within remap_slack_percent instead of a remap's wait */
+    ps_resource_info_t counters;  /* the stack's counters after the last event (core/resource.h):
+                                     upstream allocations, barriers, remaps... */
+    uint64_t upstream_allocs_quarters[4]; /* upstream allocations during each quarter of the device's
+                                     events: a loop that settled makes none after its warm-up (an
+                                     expandable pool's are piece maps) */
     uint64_t wait_ns;             /* simulated host time in those waits (with a GPU lag) */
     uint64_t wait_as_sync_ns;     /* what device synchronizes at those moments would have taken */
     uint64_t sync_ns;             /* simulated host time in device synchronizes */
