@@ -65,9 +65,9 @@ int ps_track_create(const char *name, ps_resource_t *upstream, unsigned stack_de
  * returns the number of leaked allocations. Reads memory only. */
 size_t ps_track_report(ps_resource_t *track_adaptor, FILE *f);
 /* Writes the call stack recorded for the live allocation `ptr` (the
- * program's frames, one a line, as in the report); returns 1, or 0 when
+ * program's frames, one a line, as in the report); true, or false when
  * `ptr` is not tracked. */
-int ps_track_write_site(ps_resource_t *track_adaptor, const void *ptr, FILE *f);
+bool ps_track_write_site(ps_resource_t *track_adaptor, const void *ptr, FILE *f);
 
 /* ---- log ---- */
 /* Writes RMM's CSV (header "Thread,Time,Action,Pointer,Size,Stream") to

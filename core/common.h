@@ -4,8 +4,10 @@
  * THE RETURN RULE (one rule for the whole code base):
  *   functions that can fail return an int status: PS_OK (0) on success, a
  *   negative PS_E* code otherwise. Output values go through pointer
- *   arguments, which are left untouched on failure. Nothing aborts on a
- *   runtime error; asserts guard only internal invariants.
+ *   arguments, which are left untouched on failure. Predicates (is, has,
+ *   whether something happened) return bool; counts return the count.
+ *   Nothing aborts on a runtime error; asserts guard only internal
+ *   invariants.
  *
  * Naming: public API poolshim_*, internals ps_*, types ps_x_t, macros PS_*.
  * core/ never includes a CUDA header: streams and events are opaque here.
@@ -14,6 +16,7 @@
 #define PS_COMMON_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -85,8 +88,8 @@ typedef struct ps_lock {
 #define PS_LOCK_INIT {0}
 void ps_lock_slow(ps_lock_t *lock);
 void ps_lock_wake(ps_lock_t *lock);
-/* Takes the lock if it is free; 1 when taken. */
-static inline int ps_lock_try(ps_lock_t *lock)
+/* Takes the lock if it is free; true when taken. */
+static inline bool ps_lock_try(ps_lock_t *lock)
 {
     int expected = 0;
     return __atomic_compare_exchange_n(&lock->held, &expected, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);

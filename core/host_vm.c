@@ -102,7 +102,7 @@ static int vm_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
     return d->vm_unmap(d->ctx, addr, size, handle);
 }
 
-int ps_host_vm_supported(const ps_gpu_ops_t *device)
+bool ps_host_vm_supported(const ps_gpu_ops_t *device)
 {
     if (!device || !device->vm_reserve || !device->vm_release || !device->vm_unmap || !device->vm_granularity ||
         !device->host_vm_granularity || !device->host_vm_map || !device->fence_record)

@@ -35,7 +35,7 @@
  * vm_release, vm_unmap, host_vm_granularity and host_vm_map, and its host
  * granularity is a power of two that divides its vm_granularity (the
  * alignment vm_reserve gives). */
-int ps_host_vm_supported(const ps_gpu_ops_t *device);
+bool ps_host_vm_supported(const ps_gpu_ops_t *device);
 
 /* Creates the table over `device` (PS_EUNSUPPORTED unless
  * ps_host_vm_supported). Its granularity is the device's host

@@ -750,7 +750,7 @@ static int grow_or_add_initial_locked(pool_t *pool, size_t initial, uint32_t *gr
     return pool_growth_add_chunk(&pool->growth, &pool->lists, initial, initial, grown);
 }
 
-int ps_pool_is_expandable(ps_resource_t *r)
+bool ps_pool_is_expandable(ps_resource_t *r)
 {
     return r && r->ops == &pool_ops && ((pool_t *)r)->range.on;
 }
@@ -885,7 +885,7 @@ uint64_t ps_pool_thread_cache_bytes(ps_resource_t *r)
     return ready + pending;
 }
 
-int ps_pool_thread_cache_counters(ps_resource_t *r, uint64_t *hits, uint64_t *misses, uint64_t *barriers_asked)
+bool ps_pool_thread_cache_counters(ps_resource_t *r, uint64_t *hits, uint64_t *misses, uint64_t *barriers_asked)
 {
     pool_t *pool = (pool_t *)r;
     ps_tcache_counters_t c = {0};

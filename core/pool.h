@@ -49,7 +49,7 @@ int ps_pool_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t
 
 /* Whether the pool ended up expandable (options.expandable and the GPU
  * has virtual memory). */
-int ps_pool_is_expandable(ps_resource_t *pool);
+bool ps_pool_is_expandable(ps_resource_t *pool);
 
 /* Test hook: bytes held in the threads' caches (thread_cache), all
  * threads together. */
@@ -66,7 +66,7 @@ void ps_pool_note_lock_contention(ps_resource_t *pool, uint32_t count);
 
 /* What the thread caches did so far (all zero without caches); returns
  * whether they keep cudaFree'd blocks (the lock was found contended). */
-int ps_pool_thread_cache_counters(ps_resource_t *pool, uint64_t *hits, uint64_t *misses,
+bool ps_pool_thread_cache_counters(ps_resource_t *pool, uint64_t *hits, uint64_t *misses,
                                   uint64_t *barriers_asked);
 
 /* What the reserved bytes hold at one moment (ps_pool_layout): where the

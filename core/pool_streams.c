@@ -266,7 +266,7 @@ bool pool_streams_barrier(pool_streams_t *streams, pool_lists_t *lists, uint64_t
     const ps_gpu_ops_t *gpu = streams->gpu;
     *released = streams->reuse.bytes_pending;
     /* (numbered in the family: cached blocks freed before it are ready too) */
-    if (!ps_reuse_barrier(&streams->reuse)) /* refused: epochs stay, the caller goes on with them */
+    if (ps_reuse_barrier(&streams->reuse) != PS_OK) /* refused: epochs stay, the caller goes on with them */
         return false;
     for (uint32_t o = 1; o < lists->owners_count; o++) {
         if (lists->owners[o]->free_blocks) /* idle once this barrier passed */

@@ -103,8 +103,8 @@ static inline int ps_ptr_map_reserve(ps_ptr_map_t *map, size_t extra)
     return PS_OK;
 }
 
-/* Returns 1 and sets *value if `key` is present, 0 otherwise. */
-static inline int ps_ptr_map_get(const ps_ptr_map_t *map, uintptr_t key, uint64_t *value)
+/* True, with *value set, when `key` is present. */
+static inline bool ps_ptr_map_get(const ps_ptr_map_t *map, uintptr_t key, uint64_t *value)
 {
     size_t mask = map->capacity - 1;
     for (size_t i = ps_ptr_map_home(map, key);; i = (i + 1) & mask) {
@@ -117,8 +117,8 @@ static inline int ps_ptr_map_get(const ps_ptr_map_t *map, uintptr_t key, uint64_
     }
 }
 
-/* Removes `key`; returns 1 and sets *value (if non-NULL) when it was there. */
-static inline int ps_ptr_map_remove(ps_ptr_map_t *map, uintptr_t key, uint64_t *value)
+/* Removes `key`; true, with *value set (if non-NULL), when it was there. */
+static inline bool ps_ptr_map_remove(ps_ptr_map_t *map, uintptr_t key, uint64_t *value)
 {
     size_t mask = map->capacity - 1;
     size_t hole = ps_ptr_map_home(map, key);

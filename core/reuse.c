@@ -249,10 +249,11 @@ int ps_reuse_barrier(ps_reuse_t *r)
 {
     const ps_gpu_ops_t *gpu = r->gpu;
     if (r->free_sync != PS_FREE_SYNC_BARRIER || !gpu || !gpu->barrier)
-        return 0;
-    if (ps_reuse_family_barrier(r->family, gpu) != PS_OK) {
+        return PS_EUNSUPPORTED;
+    int status = ps_reuse_family_barrier(r->family, gpu);
+    if (status != PS_OK) {
         r->barriers_refused++;
-        return 0;
+        return status;
     }
     r->barriers++;
     /* read after the barrier: its own number or a later barrier's, which
@@ -263,7 +264,7 @@ int ps_reuse_barrier(ps_reuse_t *r)
     while (r->closed_count)
         pop_oldest(r);
     release_list(r, &r->open, 1);
-    return 1;
+    return PS_OK;
 }
 
 ps_reuse_barrier_call_t ps_reuse_barrier_worth(const ps_reuse_barrier_case_t *c)
@@ -293,12 +294,12 @@ ps_reuse_barrier_call_t ps_reuse_barrier_worth(const ps_reuse_barrier_case_t *c)
     return PS_REUSE_BARRIER;
 }
 
-int ps_reuse_reclaim(ps_reuse_t *r)
+bool ps_reuse_reclaim(ps_reuse_t *r)
 {
     int released = ps_reuse_poll(r);
     if (!r->bytes_pending)
         return released > 0;
-    if (ps_reuse_barrier(r))
+    if (ps_reuse_barrier(r) == PS_OK)
         return 1;
     if (r->open.count)
         ps_reuse_close(r);
@@ -308,7 +309,7 @@ int ps_reuse_reclaim(ps_reuse_t *r)
 void ps_reuse_reclaim_pressure(ps_reuse_t *r, bool host_wait)
 {
     ps_reuse_poll(r);
-    if (!r->bytes_pending || ps_reuse_barrier(r))
+    if (!r->bytes_pending || ps_reuse_barrier(r) == PS_OK)
         return;
     if (r->open.count)
         ps_reuse_close(r);
@@ -318,7 +319,7 @@ void ps_reuse_reclaim_pressure(ps_reuse_t *r, bool host_wait)
     ps_reuse_poll(r);
 }
 
-int ps_reuse_wait_oldest(ps_reuse_t *r)
+bool ps_reuse_wait_oldest(ps_reuse_t *r)
 {
     if (!r->closed_count)
         return 0;

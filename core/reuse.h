@@ -57,7 +57,7 @@ static inline uint64_t ps_reuse_family_stamp(ps_reuse_family_t *family)
 }
 
 /* Whether a barrier issued since covers a block stamped `stamp`. */
-static inline int ps_reuse_family_covers(ps_reuse_family_t *family, uint64_t stamp)
+static inline bool ps_reuse_family_covers(ps_reuse_family_t *family, uint64_t stamp)
 {
     return atomic_load_explicit(&family->issued, memory_order_acquire) > stamp;
 }
@@ -126,7 +126,7 @@ void ps_reuse_init(ps_reuse_t *r, const ps_gpu_ops_t *gpu, ps_free_sync_t free_s
 void ps_reuse_destroy(ps_reuse_t *r);
 
 /* Whether blocks freed with PS_STREAM_NONE wait here (event or barrier). */
-static inline int ps_reuse_defers(const ps_reuse_t *r)
+static inline bool ps_reuse_defers(const ps_reuse_t *r)
 {
     return r->free_sync == PS_FREE_SYNC_EVENT || r->free_sync == PS_FREE_SYNC_BARRIER;
 }
@@ -150,17 +150,18 @@ int ps_reuse_close(ps_reuse_t *r);
  * nothing could be closed). */
 int ps_reuse_close_and_poll(ps_reuse_t *r, uint64_t wait_ns);
 
-/* free_sync barrier only (returns 0 otherwise): one device-wide barrier;
- * on success every deferred block is released and 1 is returned. 0: no
- * barrier could be had (no barrier entry, a capture open: PS_EBUSY, a
- * CUDA error); nothing was released, the caller goes on with epochs. */
+/* free_sync barrier only: one device-wide barrier; PS_OK: it was issued
+ * and every deferred block is released. PS_EUNSUPPORTED under another
+ * free_sync or without a barrier entry; the barrier's error otherwise (a
+ * capture open: PS_EBUSY, a CUDA error). On an error nothing was released:
+ * the caller goes on with epochs. */
 int ps_reuse_barrier(ps_reuse_t *r);
 
 /* The rule every resource follows before it grows or takes memory it
  * would not otherwise need: poll; then, while something is pending, one
  * barrier (free_sync barrier) or, without one, close the open epoch and
- * poll it (never a host wait). Returns 1 when anything was released. */
-int ps_reuse_reclaim(ps_reuse_t *r);
+ * poll it (never a host wait). True when anything was released. */
+bool ps_reuse_reclaim(ps_reuse_t *r);
 /* The same rule under memory pressure (the arena's defragmentation): when
  * the barrier is refused or under EVENT, the open epoch is closed and, with
  * `host_wait`, every closed epoch host-waited for before the last poll. */
@@ -239,7 +240,7 @@ static inline unsigned ps_reuse_eager_percent(const ps_reuse_t *r)
 
 /* Whether the newest PS_REUSE_QUIET_RUN barriers of a reuse state's family
  * (the family's barriers; see ps_reuse_family_barrier) joined no busy stream. */
-static inline int ps_reuse_quiet(const ps_reuse_t *r)
+static inline bool ps_reuse_quiet(const ps_reuse_t *r)
 {
     return atomic_load_explicit(&r->family->quiet, memory_order_relaxed) >= PS_REUSE_QUIET_RUN;
 }
@@ -248,14 +249,14 @@ static inline int ps_reuse_quiet(const ps_reuse_t *r)
  * of that case, inline for the allocation path): whether its pending bytes
  * passed ps_reuse_eager_percent of `reserved` (unless quiet) and
  * PS_REUSE_EAGER_FLOOR. */
-static inline int ps_reuse_wants_barrier(const ps_reuse_t *r, uint64_t reserved)
+static inline bool ps_reuse_wants_barrier(const ps_reuse_t *r, uint64_t reserved)
 {
     return ps_reuse_past_percent(r->bytes_pending, reserved, ps_reuse_eager_percent(r), ps_reuse_quiet(r));
 }
 
-/* Host-waits the oldest closed epoch and releases it. Returns 1 when one
- * was released, 0 when none is closed. */
-int ps_reuse_wait_oldest(ps_reuse_t *r);
+/* Host-waits the oldest closed epoch and releases it. True when one
+ * was released, false when none is closed. */
+bool ps_reuse_wait_oldest(ps_reuse_t *r);
 
 /* Memory pressure: closes the open epoch; when no fence can be had,
  * synchronizes the device and releases the open epoch's blocks at once. */
@@ -328,7 +329,7 @@ static inline ps_stream_t ps_reuse_list_stream(ps_stream_t stream)
 
 /* Whether a block allocated or freed on `stream` uses that stream's own
  * list: not PS_STREAM_NONE, not the per-thread default stream (above). */
-static inline int ps_reuse_stream_ordered(ps_stream_t stream)
+static inline bool ps_reuse_stream_ordered(ps_stream_t stream)
 {
     return ps_reuse_list_stream(stream) != PS_STREAM_NONE;
 }

@@ -352,7 +352,7 @@ static inline int take_locked(ps_tcache_t *set, cache_t *c, size_t size, ps_stre
     return 0;
 }
 
-int ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out)
+bool ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out)
 {
     if (size > set->hot.max_block)
         return 0;
@@ -391,7 +391,7 @@ int ps_tcache_take_owner_locked(ps_tcache_t *set, size_t size, ps_stream_t strea
     return hit;
 }
 
-int ps_tcache_holds_freed(ps_tcache_t *set, size_t size)
+bool ps_tcache_holds_freed(ps_tcache_t *set, size_t size)
 {
     if (size > set->hot.max_block)
         return 0;

@@ -100,7 +100,7 @@ static inline void ps_tcache_note_owner_ready(ps_tcache_t *set, uint64_t bytes)
  * memory for no gain (the transformer log: 1.04x to 1.10x reserved/requested
  * with caches of 16 KiB to 4 MiB for every size, depending on where blocks
  * land). Stream-ordered frees are always cached. */
-static inline int ps_tcache_caches_cudafree(const ps_tcache_t *set, size_t size)
+static inline bool ps_tcache_caches_cudafree(const ps_tcache_t *set, size_t size)
 {
     const ps_tcache_hot_t *hot = (const ps_tcache_hot_t *)set;
     return size <= PS_TCACHE_SMALL ||
@@ -130,8 +130,8 @@ int ps_tcache_create(size_t cap_bytes, int immediate, ps_reuse_family_t *family,
 void ps_tcache_destroy(ps_tcache_t *set);
 
 /* Hot path, no owner lock. Takes a cached block of exactly `size` bytes
- * usable by an allocation on `stream`: returns 1 and *out, or 0. */
-int ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out);
+ * usable by an allocation on `stream`: true and *out, or false. */
+bool ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **out);
 
 /* Owner's lock held: as ps_tcache_take for the calling thread, but never
  * asks for a barrier (the owner just issued one). */
@@ -139,7 +139,7 @@ int ps_tcache_take_owner_locked(ps_tcache_t *set, size_t size, ps_stream_t strea
 
 /* Whether the calling thread's cache holds freed (not ready) blocks of
  * exactly `size` bytes, which a barrier would let it reuse. */
-int ps_tcache_holds_freed(ps_tcache_t *set, size_t size);
+bool ps_tcache_holds_freed(ps_tcache_t *set, size_t size);
 
 /* Hot path, no owner lock. Caches a block freed on `stream`: returns
  * PS_OK (cached; it may have pushed older blocks back to the pool under

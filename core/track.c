@@ -238,7 +238,7 @@ static void write_site(FILE *f, const site_t *s)
     write_frames(f, s->first);
 }
 
-int ps_track_write_site(ps_resource_t *track_adaptor, const void *ptr, FILE *f)
+bool ps_track_write_site(ps_resource_t *track_adaptor, const void *ptr, FILE *f)
 {
     track_t *t = (track_t *)track_adaptor;
     pthread_mutex_lock(&t->lock);

@@ -122,7 +122,7 @@ uintptr_t ps_vm_range_boundary_down(const ps_vm_range_t *range, uintptr_t addr)
     return range->base + i * range->piece;
 }
 
-int ps_vm_range_whole_runs(const ps_vm_range_t *range, uintptr_t *lo, uintptr_t *hi)
+bool ps_vm_range_whole_runs(const ps_vm_range_t *range, uintptr_t *lo, uintptr_t *hi)
 {
     if (*hi <= *lo)
         return 0;
@@ -403,7 +403,7 @@ size_t ps_vm_range_take_back(ps_vm_range_t *range, uintptr_t addr, size_t length
     return runs;
 }
 
-int ps_vm_range_is_lent(const ps_vm_range_t *range, uintptr_t addr, size_t length)
+bool ps_vm_range_is_lent(const ps_vm_range_t *range, uintptr_t addr, size_t length)
 {
     for (size_t i = piece_index(range, addr), end = piece_index(range, addr + length); i < end; i++)
         if (!range->lent[i])
@@ -411,7 +411,7 @@ int ps_vm_range_is_lent(const ps_vm_range_t *range, uintptr_t addr, size_t lengt
     return 1;
 }
 
-int ps_vm_range_is_mapped(const ps_vm_range_t *range, uintptr_t addr, size_t length)
+bool ps_vm_range_is_mapped(const ps_vm_range_t *range, uintptr_t addr, size_t length)
 {
     for (size_t i = piece_index(range, addr), end = piece_index(range, addr + length); i < end; i++)
         if (!range->handles[i])

@@ -47,10 +47,10 @@ void ps_vm_range_destroy(ps_vm_range_t *range);
 
 /* The whole runs inside [lo, hi) (piece-aligned or not): *lo moves up and
  * *hi down to the nearest run boundaries (an address no run crosses: a run
- * start, an unmapped piece, the range's ends). Returns 1 when some remain
+ * start, an unmapped piece, the range's ends). True when some remain
  * (*hi > *lo). Every span given to unmap, unmap_keep and lend must be
  * whole runs. */
-int ps_vm_range_whole_runs(const ps_vm_range_t *range, uintptr_t *lo, uintptr_t *hi);
+bool ps_vm_range_whole_runs(const ps_vm_range_t *range, uintptr_t *lo, uintptr_t *hi);
 /* The nearest run boundary at or above `addr` (rounded up to a piece). */
 uintptr_t ps_vm_range_boundary_up(const ps_vm_range_t *range, uintptr_t addr);
 /* The nearest run boundary at or below `addr` (rounded down to a piece). */
@@ -110,9 +110,9 @@ int ps_vm_range_unlend(ps_vm_range_t *range, uintptr_t addr, size_t length, size
  * (stash entries) that is. */
 size_t ps_vm_range_take_back(ps_vm_range_t *range, uintptr_t addr, size_t length);
 /* Whether every piece of [addr, addr + length) is lent. */
-int ps_vm_range_is_lent(const ps_vm_range_t *range, uintptr_t addr, size_t length);
+bool ps_vm_range_is_lent(const ps_vm_range_t *range, uintptr_t addr, size_t length);
 
 /* Whether every piece of [addr, addr + length) is mapped (lent ones too). */
-int ps_vm_range_is_mapped(const ps_vm_range_t *range, uintptr_t addr, size_t length);
+bool ps_vm_range_is_mapped(const ps_vm_range_t *range, uintptr_t addr, size_t length);
 
 #endif

@@ -79,7 +79,7 @@ static inline void gate_leave(void *vctx) { pthread_rwlock_unlock(&((device_ops_
 
 /* The table's context made current for one call (1.): enter_ctx answers
  * whether it pushed, leave_ctx pops then. */
-static inline int enter_ctx(device_ops_t *d)
+static inline bool enter_ctx(device_ops_t *d)
 {
     CUcontext cur = NULL;
     ps_real.cuCtxGetCurrent(&cur);

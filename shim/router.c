@@ -547,7 +547,7 @@ static int in_pinned_block(uintptr_t addr)
     return a.host && a.generation == atomic_load_explicit(&ps_devices[a.device].generation, memory_order_acquire);
 }
 
-int ps_route_pinned_block(uintptr_t addr, size_t size, unsigned *flags)
+bool ps_route_pinned_block(uintptr_t addr, size_t size, unsigned *flags)
 {
     if (!addr || ps_in_shim)
         return 0;

@@ -106,15 +106,15 @@ ps_route_t ps_route_host_alloc(int call, int door, size_t size, unsigned flags, 
  * interior pointer, a device pointer of ours). */
 ps_route_t ps_route_host_free(int call, int door, void *ptr, int *status);
 /* Pinned blocks asked about (cudaHostGetFlags, cudaHostGetDevicePointer,
- * cudaHostRegister, cudaHostUnregister and their driver twins): 1 when
+ * cudaHostRegister, cudaHostUnregister and their driver twins): true when
  * [addr, addr + size) (size 0 counts as 1 byte) begins or ends inside a live
  * pinned block of ours, with *flags (may be NULL) = the flags every pooled
- * pinned block has (PS_HOST_POOL_FLAGS); 0 otherwise (CUDA answers). The
+ * pinned block has (PS_HOST_POOL_FLAGS); false otherwise (CUDA answers). The
  * hooks then answer as CUDA does for cuMemHostAlloc memory: those flags,
  * device pointer = host pointer, "already registered", "not registered".
  * A block of the host range is not cuMemHostAlloc memory, so CUDA's own
  * answer for it is not relied on. */
-int ps_route_pinned_block(uintptr_t addr, size_t size, unsigned *flags);
+bool ps_route_pinned_block(uintptr_t addr, size_t size, unsigned *flags);
 /* The flags of every pooled pinned block: slabs are cuMemHostAlloc'd with
  * them, and the host range's pieces are accessible from the host and every
  * device (device pointer = host pointer), which is what they promise. */

@@ -259,7 +259,7 @@ static void no_driver_here(void)
                     "replay on a simulated device with --simulate SIZE\n", dlerror());
 }
 
-int replay_gpu_driver_present(void)
+bool replay_gpu_driver_present(void)
 {
     void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL); /* no CUDA call: fork stays safe */
     if (!lib) {

@@ -11,6 +11,7 @@
 #ifndef PS_TOOLS_REPLAY_GPU_H
 #define PS_TOOLS_REPLAY_GPU_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -54,10 +55,10 @@ typedef struct replay_gpu_result {
 int replay_gpu_run(const char *log_path, const char *config, int native, int device, uint64_t gpu_lag_ns,
                    replay_gpu_result_t *out);
 
-/* 1 when libcuda.so.1 can be loaded here (nothing is initialised, so a
+/* True when libcuda.so.1 can be loaded here (nothing is initialised, so a
  * fork stays safe); else 0 after printing "poolshim: error: replay on the
  * GPU: no GPU here (...); replay on a simulated device with --simulate SIZE". */
-int replay_gpu_driver_present(void);
+bool replay_gpu_driver_present(void);
 
 /* The driver (argv: replay-gpu-driver LOG DEVICE GPU_LAG_NS RESULT.json). */
 int replay_gpu_driver_main(int argc, char **argv);

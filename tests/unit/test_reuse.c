@@ -52,7 +52,7 @@ Test(reuse, barrier_releases_every_deferred_block_in_free_order_without_host_wai
     cr_assert_eq(r.bytes_pending, 300);
     cr_assert_eq(ps_reuse_poll(&r), 0, "the lagging GPU completes no fence");
     cr_assert_eq(seen.count, 0);
-    cr_assert_eq(ps_reuse_barrier(&r), 1);
+    cr_assert_eq(ps_reuse_barrier(&r), PS_OK);
     cr_assert_eq(seen.count, 2, "closed and open epochs both released");
     cr_assert_eq(seen.items[0], 11);
     cr_assert_eq(seen.items[1], 12);
@@ -73,7 +73,7 @@ Test(reuse, refused_barrier_releases_nothing_and_reclaim_falls_back_to_a_fence)
     ps_reuse_init(&r, gpu, PS_FREE_SYNC_BARRIER, 0, NULL, record_release, &seen);
     cr_assert_eq(ps_reuse_defer(&r, 7, 256), PS_OK);
     ps_fake_gpu_block_barriers(gpu, 1); /* a capture is open */
-    cr_assert_eq(ps_reuse_barrier(&r), 0);
+    cr_assert_eq(ps_reuse_barrier(&r), PS_EBUSY, "the open capture's answer");
     cr_assert_eq(ps_reuse_reclaim(&r), 0, "nothing released while the GPU lags");
     cr_assert_eq(seen.count, 0, "a refused barrier never means immediate reuse");
     cr_assert_eq(r.closed_count, 1, "reclaim closed the epoch with a fence instead");
@@ -108,13 +108,13 @@ Test(reuse, a_barrier_without_a_number_never_releases_blocks_as_idle)
     ps_reuse_t r;
     ps_reuse_init(&r, gpu, PS_FREE_SYNC_BARRIER, 0, NULL, record_idle, &r);
     cr_assert_eq(ps_reuse_defer(&r, 1, 100), PS_OK);
-    cr_assert_eq(ps_reuse_barrier(&r), 1);
+    cr_assert_eq(ps_reuse_barrier(&r), PS_OK);
     cr_assert_eq(idle_seen, 1, "a numbered barrier: its number");
     ps_gpu_ops_t unnumbered = *gpu;
     unnumbered.barrier_generation = generation_zero;
     r.gpu = &unnumbered;
     cr_assert_eq(ps_reuse_defer(&r, 2, 100), PS_OK);
-    cr_assert_eq(ps_reuse_barrier(&r), 1);
+    cr_assert_eq(ps_reuse_barrier(&r), PS_OK);
     cr_assert_eq(idle_seen, PS_REUSE_IDLE_NEVER, "no number: never known idle, not idle now (0)");
     r.gpu = gpu;
     ps_reuse_destroy(&r);
@@ -129,6 +129,8 @@ Test(reuse, event_policy_never_issues_a_barrier)
     ps_reuse_init(&r, gpu, PS_FREE_SYNC_EVENT, 3, NULL, record_release, &seen);
     cr_assert_eq(ps_reuse_defer(&r, 1, 1000), PS_OK);
     cr_assert_eq(ps_reuse_wants_barrier(&r, 10), 0, "no eager trigger under event");
+    cr_assert_eq(ps_reuse_barrier(&r), PS_EUNSUPPORTED, "asked directly, it refuses");
+    cr_assert_eq(seen.count, 0);
     cr_assert_eq(ps_reuse_reclaim(&r), 0);
     cr_assert_eq(ps_fake_gpu_barriers(gpu), 0);
     cr_assert_eq(ps_reuse_wait_oldest(&r), 1, "memory pressure: host wait");
@@ -175,17 +177,17 @@ Test(reuse, eager_trigger_skips_the_share_while_barriers_join_no_busy_stream)
     cr_assert_eq(ps_reuse_defer(&r, 1, 2 * PS_MiB), PS_OK);
     cr_assert_eq(ps_reuse_wants_barrier(&r, 100 * PS_MiB), 1, "2 of 100: past the floor, the share does not apply");
     ps_fake_gpu_set_barrier_joins(gpu, 2);
-    cr_assert_eq(ps_reuse_barrier(&r), 1);
+    cr_assert_eq(ps_reuse_barrier(&r), PS_OK);
     cr_assert_eq(ps_reuse_quiet(&r), 0, "this barrier joined two busy streams");
     cr_assert_eq(ps_reuse_defer(&r, 2, 2 * PS_MiB), PS_OK);
     cr_assert_eq(ps_reuse_wants_barrier(&r, 100 * PS_MiB), 0, "2 of 100 is not past 3%%");
     ps_fake_gpu_set_barrier_joins(gpu, 0);
     for (int i = 1; i < PS_REUSE_QUIET_RUN; i++) {
-        cr_assert_eq(ps_reuse_barrier(&r), 1);
+        cr_assert_eq(ps_reuse_barrier(&r), PS_OK);
         cr_assert_eq(ps_reuse_quiet(&r), 0, "%d quiet barriers in a row are not enough (a stream busy now and then)",
                      i);
     }
-    cr_assert_eq(ps_reuse_barrier(&r), 1);
+    cr_assert_eq(ps_reuse_barrier(&r), PS_OK);
     cr_assert_eq(ps_reuse_defer(&r, 3, 2 * PS_MiB), PS_OK);
     cr_assert_eq(ps_reuse_wants_barrier(&r, 100 * PS_MiB), 1, "quiet again after PS_REUSE_QUIET_RUN in a row");
     cr_assert_eq(ps_reuse_defer(&r, 4, 256), PS_OK);
@@ -195,7 +197,7 @@ Test(reuse, eager_trigger_skips_the_share_while_barriers_join_no_busy_stream)
     ps_gpu_ops_t untold = *gpu;
     untold.barrier_joined = NULL;
     r.gpu = &untold;
-    cr_assert_eq(ps_reuse_barrier(&r), 1);
+    cr_assert_eq(ps_reuse_barrier(&r), PS_OK);
     cr_assert_eq(ps_reuse_quiet(&r), 0, "a table that cannot tell counts as joining");
     cr_assert_eq(ps_reuse_defer(&r, 6, 2 * PS_MiB), PS_OK);
     cr_assert_eq(ps_reuse_wants_barrier(&r, 100 * PS_MiB), 0);
@@ -574,7 +576,7 @@ Test(reuse, a_barrier_of_the_family_covers_blocks_freed_before_it_not_after)
     cr_assert_eq(ps_reuse_close(&b), PS_OK);
     cr_assert_eq(ps_reuse_defer(&b, 21, 64), PS_OK);
     cr_assert_eq(ps_reuse_defer(&a, 10, 64), PS_OK);
-    cr_assert_eq(ps_reuse_barrier(&a), 1);
+    cr_assert_eq(ps_reuse_barrier(&a), PS_OK);
     cr_assert_eq(ps_reuse_defer(&b, 22, 64), PS_OK); /* after the barrier */
     cr_assert_eq(seen_a.count, 1);
     cr_assert_eq(seen_b.count, 0, "b is told at its next poll");
