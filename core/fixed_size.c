@@ -120,11 +120,13 @@ static batch_t *find_batch(fixed_size_t *fs, uintptr_t p)
     return NULL;
 }
 
-static void mark(fixed_size_t *fs, void *p, int in_use)
+enum { MARK_FREE = 0, MARK_IN_USE = 1 }; /* mark's states */
+
+static void mark(fixed_size_t *fs, void *p, int state)
 {
     batch_t *b = find_batch(fs, (uintptr_t)p);
     size_t i = ((uintptr_t)p - b->base) / fs->opts.block_size;
-    if (in_use) {
+    if (state == MARK_IN_USE) {
         b->in_use[i / 64] |= (uint64_t)1 << (i % 64);
         b->free_blocks--;
     } else {
@@ -257,7 +259,7 @@ static int fs_allocate(ps_resource_t *r, size_t size, ps_stream_t stream, void *
     }
     if (from) {
         void *p = from->items[--from->count];
-        mark(fs, p, 1);
+        mark(fs, p, MARK_IN_USE);
         fs->info.bytes_in_use += fs->opts.block_size;
         *out = p;
         status = PS_OK;
@@ -314,7 +316,7 @@ static int fs_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_t s
         pthread_mutex_unlock(&fs->lock);
         return PS_ENOMEM;
     }
-    mark(fs, ptr, 0);
+    mark(fs, ptr, MARK_FREE);
     fs->info.bytes_in_use -= fs->opts.block_size;
     pthread_mutex_unlock(&fs->lock);
     return PS_OK;

@@ -110,14 +110,17 @@ int ps_reuse_defer(ps_reuse_t *r, uint64_t item, uint64_t bytes)
     return PS_OK;
 }
 
-/* Releases every block of `list` (oldest first) and empties it, keeping
- * one array for reuse. */
-static void release_list(ps_reuse_t *r, ps_reuse_list_t *list, int keep_array)
+/* What release_list does with the list's array once it is empty. */
+enum { FREE_ARRAY = 0, KEEP_ARRAY = 1 };
+
+/* Releases every block of `list` (oldest first) and empties it; with
+ * FREE_ARRAY its array goes (one is kept spare for reuse). */
+static void release_list(ps_reuse_t *r, ps_reuse_list_t *list, int array)
 {
     for (size_t i = 0; i < list->count; i++)
         r->release(r->owner, list->items[i]);
     r->bytes_pending -= list->bytes;
-    if (keep_array) {
+    if (array == KEEP_ARRAY) {
         list->count = 0;
         list->bytes = 0;
         return;
@@ -135,7 +138,7 @@ static void pop_oldest(ps_reuse_t *r)
     ps_reuse_epoch_t *e = &r->closed[r->closed_head];
     r->gpu->fence_release(r->gpu->ctx, e->fence);
     e->fence = NULL;
-    release_list(r, &e->list, 0);
+    release_list(r, &e->list, FREE_ARRAY);
     r->closed_head = (r->closed_head + 1) % r->closed_capacity;
     r->closed_count--;
 }
@@ -161,7 +164,7 @@ int ps_reuse_poll(ps_reuse_t *r)
     /* another state of the family issued a barrier: the open epoch too */
     if (r->family != &r->own_family && r->open.count && covered(r, &r->open)) {
         r->release_idle = PS_REUSE_IDLE_NEVER;
-        release_list(r, &r->open, 1);
+        release_list(r, &r->open, KEEP_ARRAY);
         released++;
     }
     return released;
@@ -263,7 +266,7 @@ int ps_reuse_barrier(ps_reuse_t *r)
     r->release_idle = generation != 0 ? generation : PS_REUSE_IDLE_NEVER;
     while (r->closed_count)
         pop_oldest(r);
-    release_list(r, &r->open, 1);
+    release_list(r, &r->open, KEEP_ARRAY);
     return PS_OK;
 }
 
@@ -336,7 +339,7 @@ void ps_reuse_close_or_sync(ps_reuse_t *r)
         return;
     if (r->gpu->device_synchronize(r->gpu->ctx) == PS_OK) {
         r->release_idle = PS_REUSE_IDLE_NOW;
-        release_list(r, &r->open, 1);
+        release_list(r, &r->open, KEEP_ARRAY);
     }
 }
 
@@ -367,7 +370,7 @@ void ps_reuse_retire(ps_reuse_t *r, ps_reuse_list_t *list, ps_stream_t stream)
     /* no fence: wait for the whole device; then the blocks are safe */
     int synced = r->gpu && r->gpu->device_synchronize(r->gpu->ctx) == PS_OK;
     r->release_idle = synced ? PS_REUSE_IDLE_NOW : PS_REUSE_IDLE_NEVER;
-    release_list(r, list, 0);
+    release_list(r, list, FREE_ARRAY);
 }
 
 int ps_reuse_visit(const ps_reuse_t *r, void (*visit)(void *ctx, uint64_t item), void *ctx)

@@ -162,6 +162,9 @@ static inline void bytes_add(cache_t *c, int64_t delta)
 
 /* ---- finding the calling thread's cache ------------------------------- */
 
+/* Whether cache_of makes this thread's cache when it has none. */
+enum { FIND_CACHE = 0, CREATE_CACHE = 1 };
+
 static cache_t *cache_new(ps_tcache_t *set)
 {
     cache_t *c = malloc(sizeof *c);
@@ -356,7 +359,7 @@ bool ps_tcache_take(ps_tcache_t *set, size_t size, ps_stream_t stream, void **ou
 {
     if (size > set->hot.max_block)
         return 0;
-    cache_t *c = cache_of(set, 0);
+    cache_t *c = cache_of(set, FIND_CACHE);
     if (!c || !bytes_of(c))
         return 0; /* (a drain may empty it meanwhile: the check under the lock decides) */
     uint64_t ask = 0;
@@ -380,7 +383,7 @@ int ps_tcache_take_owner_locked(ps_tcache_t *set, size_t size, ps_stream_t strea
 {
     if (size > set->hot.max_block)
         return 0;
-    cache_t *c = cache_of(set, 0);
+    cache_t *c = cache_of(set, FIND_CACHE);
     if (!c || !bytes_of(c))
         return 0;
     uint64_t ask = 0; /* (never acted on: the caller holds the owner's lock) */
@@ -395,7 +398,7 @@ bool ps_tcache_holds_freed(ps_tcache_t *set, size_t size)
 {
     if (size > set->hot.max_block)
         return 0;
-    cache_t *c = cache_of(set, 0);
+    cache_t *c = cache_of(set, FIND_CACHE);
     if (!c || !bytes_of(c))
         return 0;
     ps_spin_lock(&c->lock);
@@ -411,7 +414,7 @@ int ps_tcache_put(ps_tcache_t *set, void *ptr, size_t size, ps_stream_t stream)
 {
     if (size > set->hot.max_block)
         return PS_TCACHE_DECLINED;
-    cache_t *c = cache_of(set, 1); /* (also counts this thread as one using the pool) */
+    cache_t *c = cache_of(set, CREATE_CACHE); /* (also counts this thread as one using the pool) */
     if (!c || (!ps_reuse_stream_ordered(stream) && !ps_tcache_caches_cudafree(set, size)))
         return PS_TCACHE_DECLINED; /* the pool keeps it (see ps_tcache_caches_cudafree) */
     return put_in(set, c, ptr, size, stream);
@@ -496,7 +499,7 @@ size_t ps_tcache_refill_room_locked(ps_tcache_t *set, size_t size)
 {
     if (size > set->hot.max_block || !engaged(set))
         return 0;
-    cache_t *c = cache_of(set, 1);
+    cache_t *c = cache_of(set, CREATE_CACHE);
     if (!c || is_orphaned(c))
         return 0;
     bin_t *b = bin_of(c, size);
@@ -515,7 +518,7 @@ size_t ps_tcache_refill_room_locked(ps_tcache_t *set, size_t size)
 
 void ps_tcache_refill_locked(ps_tcache_t *set, size_t size, const uintptr_t *addrs, size_t count)
 {
-    cache_t *c = cache_of(set, 1);
+    cache_t *c = cache_of(set, CREATE_CACHE);
     ps_spin_lock(&c->lock); /* (uncontended; keeps the rule "bins change under the cache lock" simple) */
     bin_t *b = bin_of(c, size);
     b->size = size;

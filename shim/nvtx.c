@@ -161,9 +161,11 @@ void ps_nvtx_drop_device(int device)
     pthread_mutex_unlock(&lock);
 }
 
-/* Registers (add = 1) or unregisters the parts of [ptr, ptr + size) that
+enum { REGIONS_REMOVE = 0, REGIONS_ADD = 1 }; /* what regions does */
+
+/* Registers (REGIONS_ADD) or unregisters the parts of [ptr, ptr + size) that
  * lie in our heaps, one region per heap (2. and 3. above). */
-static void regions(void *ptr, size_t size, int add)
+static void regions(void *ptr, size_t size, int what)
 {
     if (!ptr || !size)
         return; /* a size-0 block may not be dereferenced: nothing to show */
@@ -173,7 +175,7 @@ static void regions(void *ptr, size_t size, int add)
     for (size_t i = first_ending_after(start); i < heap_count && heaps[i].base < end; i++) {
         uintptr_t lo = start > heaps[i].base ? start : heaps[i].base;
         uintptr_t hi = end < heaps[i].base + heaps[i].size ? end : heaps[i].base + heaps[i].size;
-        if (add) {
+        if (what == REGIONS_ADD) {
             nvtxMemVirtualRangeDesc_t range = {hi - lo, (const void *)lo};
             nvtxMemRegionsRegisterBatch_t batch;
             memset(&batch, 0, sizeof batch);
@@ -205,12 +207,12 @@ static void regions(void *ptr, size_t size, int add)
 
 void ps_nvtx_region_add(void *ptr, size_t size)
 {
-    regions(ptr, size, 1);
+    regions(ptr, size, REGIONS_ADD);
 }
 
 void ps_nvtx_region_remove(void *ptr, size_t size)
 {
-    regions(ptr, size, 0);
+    regions(ptr, size, REGIONS_REMOVE);
 }
 
 size_t ps_nvtx_heap_count(void)
