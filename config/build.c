@@ -227,6 +227,83 @@ static ps_resource_t *build_implicit_bin(builder_t *b, const ps_resource_def_t *
     return r;
 }
 
+static ps_resource_t *build_def(builder_t *b, int index);
+
+/* What a builder below returns when it failed and already said why (a
+ * member that failed, a size or path that does not work out). */
+#define ALREADY_SAID 1
+
+static int build_pool(builder_t *b, const ps_resource_def_t *def, const char *name, ps_resource_t *upstream,
+                      ps_resource_t **r)
+{
+    const ps_value_t *v = def->values;
+    ps_pool_options_t opts;
+    ps_config_pool_options(b->cfg, def, b->total_bytes, &opts);
+    int rc = b->ctors->pool(name, upstream, b->gpu, &opts, r);
+    if (rc == PS_OK && *r && b->ctors == &ps_core_constructors && v[PS_KEY_UPSTREAM].set &&
+        b->cfg->defs[def->upstream].type != PS_TYPE_CUDA && !v[PS_KEY_EXPANDABLE].set && ps_pool_is_expandable(*r))
+        /* (it takes its memory from its upstream only where the device
+         * lacks virtual memory management; `upstream = cuda`, the
+         * implicit one written out, is device memory either way) */
+        ps_warning("pool '%s': its upstream '%s' is not used: the pool maps its own memory into one range "
+                   "(expandable, the default where the device can); set expandable = 0 in [resource.%s] to "
+                   "grow in chunks from '%s'",
+                   def->name, b->cfg->defs[def->upstream].name, def->name, b->cfg->defs[def->upstream].name);
+    return rc;
+}
+
+/* Its bins (named, or made for it) and its fallback, then the binning. */
+static int build_binning(builder_t *b, const ps_resource_def_t *def, const char *name, ps_resource_t *upstream,
+                         ps_resource_t **r)
+{
+    ps_bin_t *bins = calloc(def->bin_count ? def->bin_count : 1, sizeof *bins);
+    if (!bins)
+        return PS_ENOMEM;
+    int rc = PS_OK;
+    for (size_t i = 0; i < def->bin_count && rc == PS_OK; i++) {
+        const ps_bin_def_t *bin = &def->bins[i];
+        bins[i].max_size = (size_t)bin->max_size;
+        bins[i].resource =
+            bin->resource >= 0 ? build_def(b, bin->resource) : build_implicit_bin(b, def, bin, upstream);
+        rc = bins[i].resource ? PS_OK : ALREADY_SAID;
+    }
+    ps_resource_t *fallback = rc == PS_OK ? build_def(b, def->fallback) : NULL;
+    if (rc == PS_OK)
+        rc = fallback ? b->ctors->binning(name, bins, def->bin_count, fallback, r) : ALREADY_SAID;
+    free(bins);
+    return rc;
+}
+
+/* The resources sized or named per device: limit, async, log. */
+static int build_sized(builder_t *b, const ps_resource_def_t *def, const char *name, ps_resource_t *upstream,
+                       ps_resource_t **r)
+{
+    const ps_value_t *v = def->values;
+    if (def->type == PS_TYPE_ASYNC) {
+        /* unset: max, keep everything cached, as the peers were measured */
+        uint64_t threshold = v[PS_KEY_RELEASE_THRESHOLD].set
+                                 ? ps_value_bytes(&v[PS_KEY_RELEASE_THRESHOLD], b->total_bytes)
+                                 : ps_key_info[PS_KEY_RELEASE_THRESHOLD].default_value;
+        return b->ctors->async(name, b->gpu, threshold, r);
+    }
+    if (def->type == PS_TYPE_LIMIT) {
+        uint64_t limit = ps_value_bytes(&v[PS_KEY_LIMIT], b->total_bytes);
+        if (limit == 0) {
+            ps_error("device %d: the limit of `%s` comes to 0 bytes on this device", b->device, name);
+            b->status = PS_ECONFIG;
+            return ALREADY_SAID;
+        }
+        return b->ctors->limit(name, upstream, (size_t)limit, r);
+    }
+    char path[PS_PATH_MAX]; /* PS_TYPE_LOG */
+    if (ps_expand_path(v[PS_KEY_FILE].text, b->device, path, sizeof path) != PS_OK) {
+        ps_error("device %d: cannot expand the log file name `%s` of `%s`", b->device, v[PS_KEY_FILE].text, name);
+        b->status = PS_ECONFIG;
+        return ALREADY_SAID;
+    }
+    return b->ctors->log(name, upstream, path, r);
+}
+
 static ps_resource_t *build_def(builder_t *b, int index)
 {
     if (b->created[index])
@@ -242,21 +319,7 @@ static ps_resource_t *build_def(builder_t *b, int index)
     ps_resource_t *r = NULL;
     int rc = PS_OK;
     switch (def->type) {
-    case PS_TYPE_POOL: {
-        ps_pool_options_t opts;
-        ps_config_pool_options(b->cfg, def, b->total_bytes, &opts);
-        rc = b->ctors->pool(name, upstream, b->gpu, &opts, &r);
-        if (rc == PS_OK && r && b->ctors == &ps_core_constructors && v[PS_KEY_UPSTREAM].set &&
-            b->cfg->defs[def->upstream].type != PS_TYPE_CUDA && !v[PS_KEY_EXPANDABLE].set && ps_pool_is_expandable(r))
-            /* (it takes its memory from its upstream only where the device
-             * lacks virtual memory management; `upstream = cuda`, the
-             * implicit one written out, is device memory either way) */
-            ps_warning("pool '%s': its upstream '%s' is not used: the pool maps its own memory into one range "
-                       "(expandable, the default where the device can); set expandable = 0 in [resource.%s] to "
-                       "grow in chunks from '%s'",
-                       def->name, b->cfg->defs[def->upstream].name, def->name, b->cfg->defs[def->upstream].name);
-        break;
-    }
+    case PS_TYPE_POOL: rc = build_pool(b, def, name, upstream, &r); break;
     case PS_TYPE_ARENA: {
         ps_arena_options_t opts;
         ps_config_arena_options(b->cfg, def, b->total_bytes, &opts);
@@ -269,68 +332,18 @@ static ps_resource_t *build_def(builder_t *b, int index)
         rc = b->ctors->fixed_size(name, upstream, b->gpu, &opts, &r);
         break;
     }
-    case PS_TYPE_BINNING: {
-        ps_bin_t *bins = calloc(def->bin_count ? def->bin_count : 1, sizeof *bins);
-        if (!bins) {
-            rc = PS_ENOMEM;
-            break;
-        }
-        for (size_t i = 0; i < def->bin_count; i++) {
-            const ps_bin_def_t *bin = &def->bins[i];
-            bins[i].max_size = (size_t)bin->max_size;
-            bins[i].resource = bin->resource >= 0 ? build_def(b, bin->resource)
-                                                  : build_implicit_bin(b, def, bin, upstream);
-            if (!bins[i].resource) {
-                free(bins);
-                return NULL;
-            }
-        }
-        ps_resource_t *fallback = build_def(b, def->fallback);
-        if (!fallback) {
-            free(bins);
-            return NULL;
-        }
-        rc = b->ctors->binning(name, bins, def->bin_count, fallback, &r);
-        free(bins);
-        break;
-    }
+    case PS_TYPE_BINNING: rc = build_binning(b, def, name, upstream, &r); break;
     case PS_TYPE_CUDA: rc = b->ctors->cuda(name, b->gpu, &r); break;
     case PS_TYPE_MANAGED: rc = b->ctors->managed(name, b->gpu, &r); break;
-    case PS_TYPE_ASYNC: {
-        /* unset: max, keep everything cached, as the peers were measured */
-        uint64_t threshold = v[PS_KEY_RELEASE_THRESHOLD].set
-                                 ? ps_value_bytes(&v[PS_KEY_RELEASE_THRESHOLD], b->total_bytes)
-                                 : ps_key_info[PS_KEY_RELEASE_THRESHOLD].default_value;
-        rc = b->ctors->async(name, b->gpu, threshold, &r);
-        break;
-    }
-    case PS_TYPE_LIMIT: {
-        uint64_t limit = ps_value_bytes(&v[PS_KEY_LIMIT], b->total_bytes);
-        if (limit == 0) {
-            ps_error("device %d: the limit of `%s` comes to 0 bytes on this device", b->device, name);
-            b->status = PS_ECONFIG;
-            return NULL;
-        }
-        rc = b->ctors->limit(name, upstream, (size_t)limit, &r);
-        break;
-    }
+    case PS_TYPE_ASYNC:
+    case PS_TYPE_LIMIT:
+    case PS_TYPE_LOG: rc = build_sized(b, def, name, upstream, &r); break;
     case PS_TYPE_STATS: rc = b->ctors->stats(name, upstream, &r); break;
-    case PS_TYPE_TRACK:
-        rc = b->ctors->track(name, upstream, (unsigned)v[PS_KEY_STACK_DEPTH].number, &r);
-        break;
-    case PS_TYPE_LOG: {
-        char path[PS_PATH_MAX];
-        if (ps_expand_path(v[PS_KEY_FILE].text, b->device, path, sizeof path) != PS_OK) {
-            ps_error("device %d: cannot expand the log file name `%s` of `%s`", b->device,
-                     v[PS_KEY_FILE].text, name);
-            b->status = PS_ECONFIG;
-            return NULL;
-        }
-        rc = b->ctors->log(name, upstream, path, &r);
-        break;
-    }
+    case PS_TYPE_TRACK: rc = b->ctors->track(name, upstream, (unsigned)v[PS_KEY_STACK_DEPTH].number, &r); break;
     default: rc = PS_ECONFIG; break;
     }
+    if (rc == ALREADY_SAID)
+        return NULL;
     if (rc != PS_OK || !r) {
         failed(b, name, def->type, def->values[PS_KEY_TYPE].set ? &v[PS_KEY_TYPE].origin : &def->origin,
                rc != PS_OK ? rc : PS_EUPSTREAM);
@@ -383,6 +396,79 @@ static void destroy_private(stack_private_t *sp)
     free(sp);
 }
 
+/* Sizes in percent of device memory: the device's size into *total, and
+ * the limits only it reveals (`seen`: the definitions the stack reaches).
+ * PS_ECONFIG (said) when it is unknown or a limit does not fit. */
+static int device_size(const ps_config_t *cfg, int device, const ps_gpu_ops_t *gpu, const char *seen,
+                       uint64_t *total)
+{
+    size_t free_bytes = 0, bytes = 0;
+    int rc = gpu && gpu->mem_get_info ? gpu->mem_get_info(gpu->ctx, &free_bytes, &bytes) : PS_EUNSUPPORTED;
+    if (rc != PS_OK || bytes == 0) {
+        ps_error("device %d: sizes are given in %% of device memory, but the device's size is unknown (%s)", device,
+                 ps_status_name(rc != PS_OK ? rc : PS_EUPSTREAM));
+        return PS_ECONFIG;
+    }
+    *total = bytes;
+    return ps_config_check_limits(cfg, bytes, seen, report_to_log, &device) > 0 ? PS_ECONFIG : PS_OK;
+}
+
+/* The adaptors [global] puts over the configured stack `top`: red zones
+ * (debug.guard) under stats and log (which then count what the program
+ * asked for). NULL when one could not be made (said). */
+static ps_resource_t *add_global_adaptors(builder_t *b, ps_resource_t *top)
+{
+    const ps_global_config_t *g = &b->cfg->global;
+    if (top && g->debug.guard) {
+        ps_resource_t *track = NULL, *r = NULL;
+        for (size_t i = b->sp->stack.count; i > 0 && !track; i--)
+            if (b->sp->types[i - 1] == PS_TYPE_TRACK)
+                track = b->sp->stack.all[i - 1];
+        const char *name = own_name(b, "guard");
+        int (*guard)(const char *, ps_resource_t *, const ps_gpu_ops_t *, size_t, ps_resource_t *,
+                     ps_resource_t **) = b->ctors->guard ? b->ctors->guard : ps_guard_create;
+        int rc = name ? guard(name, top, b->gpu, g->debug.guard, track, &r) : PS_ENOMEM;
+        if (rc == PS_OK && r) {
+            push(b, r, PS_TYPE_LIMIT); /* an adaptor the stack lists; no kind of its own there */
+            top = r;
+        } else {
+            ps_error("device %d: cannot create the guard adaptor (debug.guard): %s%s", b->device, ps_status_name(rc),
+                     rc == PS_EUNSUPPORTED ? " (this device's GPU-ops table cannot fill and read device memory)" : "");
+            b->status = rc ? rc : PS_EUPSTREAM;
+            top = NULL;
+        }
+    }
+    if (top && g->stats != PS_STATS_OFF) {
+        ps_resource_t *r = NULL;
+        const char *name = own_name(b, "stats");
+        int rc = name ? b->ctors->stats(name, top, &r) : PS_ENOMEM;
+        if (rc == PS_OK && r) {
+            push(b, r, PS_TYPE_STATS);
+            top = r;
+        } else {
+            failed(b, "stats", PS_TYPE_STATS, &b->cfg->global_origin[PS_GKEY_STATS], rc ? rc : PS_EUPSTREAM);
+            top = NULL;
+        }
+    }
+    if (top && g->log_file[0]) {
+        char path[PS_PATH_MAX];
+        ps_resource_t *r = NULL;
+        int rc = log_path(g->log_file, b->device, path, sizeof path);
+        const char *name = rc == PS_OK ? own_name(b, "log") : NULL;
+        if (rc == PS_OK && name)
+            rc = b->ctors->log(name, top, path, &r);
+        if (rc == PS_OK && name && r) {
+            push(b, r, PS_TYPE_LOG);
+            top = r;
+        } else {
+            failed(b, "log", PS_TYPE_LOG, &b->cfg->global_origin[PS_GKEY_LOG_FILE],
+                   rc != PS_OK ? rc : name ? PS_EUPSTREAM : PS_ENOMEM);
+            top = NULL;
+        }
+    }
+    return top;
+}
+
 int ps_config_build_stack_with(const ps_config_t *cfg, int device, const ps_gpu_ops_t *gpu,
                                const ps_config_constructors_t *ctors, ps_stack_t **out)
 {
@@ -413,26 +499,13 @@ int ps_config_build_stack_with(const ps_config_t *cfg, int device, const ps_gpu_
         reachable += seen[i];
 
     builder_t b = {cfg, device, gpu, ctors, 0, created, sp, PS_OK};
-    if (needs_total) {
-        size_t free_bytes = 0, total = 0;
-        int rc = gpu && gpu->mem_get_info ? gpu->mem_get_info(gpu->ctx, &free_bytes, &total) : PS_EUNSUPPORTED;
-        if (rc != PS_OK || total == 0) {
-            ps_error("device %d: sizes are given in %% of device memory, but the device's size is unknown (%s)",
-                     device, ps_status_name(rc != PS_OK ? rc : PS_EUPSTREAM));
-            free(seen);
-            free(created);
-            free(sp);
-            return PS_ECONFIG;
-        }
-        b.total_bytes = total;
-        if (ps_config_check_limits(cfg, total, seen, report_to_log, &device) > 0) {
-            free(seen);
-            free(created);
-            free(sp);
-            return PS_ECONFIG;
-        }
-    }
+    int status = needs_total ? device_size(cfg, device, gpu, seen, &b.total_bytes) : PS_OK;
     free(seen);
+    if (status != PS_OK) {
+        free(created);
+        free(sp);
+        return status;
+    }
     sp->capacity = reachable + implicit_bins + 3; /* + guard, stats, log */
     sp->stack.all = calloc(sp->capacity, sizeof *sp->stack.all);
     sp->types = calloc(sp->capacity, sizeof *sp->types);
@@ -444,58 +517,11 @@ int ps_config_build_stack_with(const ps_config_t *cfg, int device, const ps_gpu_
     }
 
     ps_resource_t *top = build_def(&b, dev->resource);
-    const ps_global_config_t *g = &cfg->global;
-    if (top && g->debug.guard) {
-        /* red zones over the configured stack, under stats and log (which
-         * then count what the program asked for) */
-        ps_resource_t *track = NULL, *r = NULL;
-        for (size_t i = sp->stack.count; i > 0 && !track; i--)
-            if (sp->types[i - 1] == PS_TYPE_TRACK)
-                track = sp->stack.all[i - 1];
-        const char *name = own_name(&b, "guard");
-        int rc = name ? (ctors->guard ? ctors->guard : ps_guard_create)(name, top, gpu, g->debug.guard, track, &r)
-                      : PS_ENOMEM;
-        if (rc == PS_OK && r) {
-            push(&b, r, PS_TYPE_LIMIT); /* an adaptor the stack lists; no kind of its own there */
-            top = r;
-        } else {
-            ps_error("device %d: cannot create the guard adaptor (debug.guard): %s%s", device, ps_status_name(rc),
-                     rc == PS_EUNSUPPORTED ? " (this device's GPU-ops table cannot fill and read device memory)" : "");
-            b.status = rc ? rc : PS_EUPSTREAM;
-            top = NULL;
-        }
-    }
-    if (top && g->stats != PS_STATS_OFF) {
-        ps_resource_t *r = NULL;
-        const char *name = own_name(&b, "stats");
-        int rc = name ? ctors->stats(name, top, &r) : PS_ENOMEM;
-        if (rc == PS_OK && r) {
-            push(&b, r, PS_TYPE_STATS);
-            top = r;
-        } else {
-            failed(&b, "stats", PS_TYPE_STATS, &cfg->global_origin[PS_GKEY_STATS], rc ? rc : PS_EUPSTREAM);
-            top = NULL;
-        }
-    }
-    if (top && g->log_file[0]) {
-        char path[PS_PATH_MAX];
-        ps_resource_t *r = NULL;
-        int rc = log_path(g->log_file, device, path, sizeof path);
-        const char *name = rc == PS_OK ? own_name(&b, "log") : NULL;
-        if (rc == PS_OK && name)
-            rc = ctors->log(name, top, path, &r);
-        if (rc == PS_OK && name && r) {
-            push(&b, r, PS_TYPE_LOG);
-            top = r;
-        } else {
-            failed(&b, "log", PS_TYPE_LOG, &cfg->global_origin[PS_GKEY_LOG_FILE],
-                   rc != PS_OK ? rc : name ? PS_EUPSTREAM : PS_ENOMEM);
-            top = NULL;
-        }
-    }
+    if (top)
+        top = add_global_adaptors(&b, top);
     free(created);
     if (!top) {
-        int status = b.status;
+        status = b.status;
         destroy_private(sp);
         return status == PS_ENOMEM || status == PS_EUNSUPPORTED ? status : PS_ECONFIG;
     }

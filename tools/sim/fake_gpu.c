@@ -1100,61 +1100,14 @@ static int fake_ipc_unmap(void *ctx, void *addr, size_t size, uint64_t handle)
     return status;
 }
 
-int ps_fake_gpu_create(const ps_fake_gpu_options_t *opts, ps_gpu_ops_t **out)
+/* The device's maps (freed_at is made by ps_fake_gpu_note_free). */
+#define DEVICE_MAPS(dev)                                                                                 \
+    {&(dev)->live, &(dev)->fences_by_stream, &(dev)->waits_by_stream, &(dev)->vm_mapped, &(dev)->vm_fds, \
+     &(dev)->ipc_mapped, &(dev)->host_mapped, &(dev)->vm_kept, &(dev)->vm_handles, &(dev)->vm_bare}
+
+/* Fills the table the options ask for. */
+static void fill_table(fake_device_t *dev, const ps_fake_gpu_options_t *options)
 {
-    ps_fake_gpu_options_t options = {0};
-    if (opts)
-        options = *opts;
-    if (!options.upstream_alignment)
-        options.upstream_alignment = 2 * PS_MiB;
-    if (!options.vm_granularity)
-        options.vm_granularity = 2 * PS_MiB;
-    if (!options.host_vm_granularity)
-        options.host_vm_granularity = options.vm_granularity;
-    if (!ps_is_pow2(options.vm_granularity) || options.vm_granularity < 4096) {
-        ps_error("fake GPU: vm_granularity %zu is not a power of two >= 4096", options.vm_granularity);
-        return PS_EINVAL;
-    }
-    if (!ps_is_pow2(options.upstream_alignment) || options.upstream_alignment < 256) {
-        ps_error("fake GPU: upstream_alignment %zu is not a power of two >= 256",
-                 options.upstream_alignment);
-        return PS_EINVAL;
-    }
-    fake_device_t *dev = calloc(1, sizeof *dev);
-    if (!dev)
-        return PS_ENOMEM;
-    if (ps_ptr_map_init(&dev->live, 64) != PS_OK) {
-        free(dev);
-        return PS_ENOMEM;
-    }
-    if (ps_ptr_map_init(&dev->fences_by_stream, 16) != PS_OK) {
-        ps_ptr_map_free(&dev->live);
-        free(dev);
-        return PS_ENOMEM;
-    }
-    if (ps_ptr_map_init(&dev->waits_by_stream, 16) != PS_OK || ps_ptr_map_init(&dev->vm_mapped, 16) != PS_OK ||
-        ps_ptr_map_init(&dev->vm_fds, 16) != PS_OK || ps_ptr_map_init(&dev->ipc_mapped, 16) != PS_OK ||
-        ps_ptr_map_init(&dev->host_mapped, 16) != PS_OK || ps_ptr_map_init(&dev->vm_kept, 16) != PS_OK ||
-        ps_ptr_map_init(&dev->vm_handles, 16) != PS_OK || ps_ptr_map_init(&dev->vm_bare, 16) != PS_OK) {
-        ps_ptr_map_free(&dev->vm_bare);
-        ps_ptr_map_free(&dev->vm_handles);
-        ps_ptr_map_free(&dev->vm_kept);
-        ps_ptr_map_free(&dev->host_mapped);
-        ps_ptr_map_free(&dev->ipc_mapped);
-        ps_ptr_map_free(&dev->vm_fds);
-        ps_ptr_map_free(&dev->vm_mapped);
-        ps_ptr_map_free(&dev->waits_by_stream);
-        ps_ptr_map_free(&dev->fences_by_stream);
-        ps_ptr_map_free(&dev->live);
-        free(dev);
-        return PS_ENOMEM;
-    }
-    pthread_mutex_init(&dev->lock, NULL);
-    dev->options = options;
-    dev->barrier_joins = options.barrier_joins;
-    dev->auto_complete = options.auto_complete;
-    dev->timed = options.lag_ns > 0;
-    dev->simulated_next = SIMULATED_BASE;
     dev->ops = (ps_gpu_ops_t){
         .ctx = dev,
         .device = -1,
@@ -1178,38 +1131,87 @@ int ps_fake_gpu_create(const ps_fake_gpu_options_t *opts, ps_gpu_ops_t **out)
         .host_alloc = fake_host_alloc,
         .host_free = fake_host_free,
     };
-    if (options.backed) {
+    if (options->backed) {
         dev->ops.memset_d8 = fake_memset_d8;
         dev->ops.copy_to_host = fake_copy_to_host;
     }
-    if (options.virtual_memory) {
+    if (options->virtual_memory) {
         dev->ops.vm_granularity = fake_vm_granularity;
         dev->ops.vm_reserve = fake_vm_reserve;
         dev->ops.vm_release = fake_vm_release;
         dev->ops.vm_map = fake_vm_map;
         dev->ops.vm_unmap = fake_vm_unmap;
-        if (!options.no_vm_keep) {
+        if (!options->no_vm_keep) {
             dev->ops.vm_unmap_keep = fake_vm_unmap_keep;
             dev->ops.vm_map_handle = fake_vm_map_handle;
             dev->ops.vm_drop = fake_vm_drop;
         }
-        if (!options.no_vm_access && !options.no_vm_keep) {
+        if (!options->no_vm_access && !options->no_vm_keep) {
             dev->ops.vm_map_bare = fake_vm_map_bare;
             dev->ops.vm_map_handle_bare = fake_vm_map_handle_bare;
             dev->ops.vm_access = fake_vm_access;
         }
-        if (!options.no_host_vm) {
+        if (!options->no_host_vm) {
             dev->ops.host_vm_granularity = fake_host_vm_granularity;
             dev->ops.host_vm_map = fake_host_vm_map;
         }
     }
-    if (options.virtual_memory && options.backed && options.shareable) {
+    if (options->virtual_memory && options->backed && options->shareable) {
         dev->ops.ipc_export = fake_ipc_export;
         dev->ops.ipc_reserve = fake_vm_reserve;
         dev->ops.ipc_release = fake_vm_release;
         dev->ops.ipc_map = fake_ipc_map;
         dev->ops.ipc_unmap = fake_ipc_unmap;
     }
+}
+
+/* The options with their defaults filled in; PS_EINVAL (said) for bad granularities. */
+static int complete_options(const ps_fake_gpu_options_t *opts, ps_fake_gpu_options_t *options)
+{
+    *options = opts ? *opts : (ps_fake_gpu_options_t){0};
+    if (!options->upstream_alignment)
+        options->upstream_alignment = 2 * PS_MiB;
+    if (!options->vm_granularity)
+        options->vm_granularity = 2 * PS_MiB;
+    if (!options->host_vm_granularity)
+        options->host_vm_granularity = options->vm_granularity;
+    if (!ps_is_pow2(options->vm_granularity) || options->vm_granularity < 4096) {
+        ps_error("fake GPU: vm_granularity %zu is not a power of two >= 4096", options->vm_granularity);
+        return PS_EINVAL;
+    }
+    if (!ps_is_pow2(options->upstream_alignment) || options->upstream_alignment < 256) {
+        ps_error("fake GPU: upstream_alignment %zu is not a power of two >= 256", options->upstream_alignment);
+        return PS_EINVAL;
+    }
+    return PS_OK;
+}
+
+int ps_fake_gpu_create(const ps_fake_gpu_options_t *opts, ps_gpu_ops_t **out)
+{
+    ps_fake_gpu_options_t options;
+    int status = complete_options(opts, &options);
+    if (status != PS_OK)
+        return status;
+    fake_device_t *dev = calloc(1, sizeof *dev);
+    if (!dev)
+        return PS_ENOMEM;
+    ps_ptr_map_t *maps[] = DEVICE_MAPS(dev);
+    size_t made = 0, count = sizeof maps / sizeof maps[0];
+    while (made < count && ps_ptr_map_init(maps[made], made ? 16 : 64) == PS_OK)
+        made++;
+    if (made < count) {
+        while (made)
+            ps_ptr_map_free(maps[--made]);
+        free(dev);
+        return PS_ENOMEM;
+    }
+    pthread_mutex_init(&dev->lock, NULL);
+    dev->options = options;
+    dev->barrier_joins = options.barrier_joins;
+    dev->auto_complete = options.auto_complete;
+    dev->timed = options.lag_ns > 0;
+    dev->simulated_next = SIMULATED_BASE;
+    fill_table(dev, &options);
     *out = &dev->ops;
     return PS_OK;
 }
@@ -1223,19 +1225,12 @@ void ps_fake_gpu_destroy(ps_gpu_ops_t *ops)
         for (size_t i = 0; i < dev->live.capacity; i++)
             if (dev->live.slots[i].key != PS_PTR_MAP_EMPTY)
                 free((void *)dev->live.slots[i].key);
-    ps_ptr_map_free(&dev->live);
-    ps_ptr_map_free(&dev->fences_by_stream);
-    ps_ptr_map_free(&dev->waits_by_stream);
-    ps_ptr_map_free(&dev->vm_mapped);
     for (size_t i = 0; i < dev->vm_fds.capacity; i++)
         if (dev->vm_fds.slots[i].key != PS_PTR_MAP_EMPTY)
             close((int)dev->vm_fds.slots[i].value);
-    ps_ptr_map_free(&dev->vm_fds);
-    ps_ptr_map_free(&dev->ipc_mapped);
-    ps_ptr_map_free(&dev->host_mapped);
-    ps_ptr_map_free(&dev->vm_kept);
-    ps_ptr_map_free(&dev->vm_handles);
-    ps_ptr_map_free(&dev->vm_bare);
+    ps_ptr_map_t *maps[] = DEVICE_MAPS(dev);
+    for (size_t m = 0; m < sizeof maps / sizeof maps[0]; m++)
+        ps_ptr_map_free(maps[m]);
     if (dev->noting_frees)
         ps_ptr_map_free(&dev->freed_at);
     free(dev->free_positions);
