@@ -226,10 +226,6 @@ static int render_saved(const char *path, int json)
     return CLI_EXIT_OK;
 }
 
-#ifndef PS_CUPTI_BUILT
-#define PS_CUPTI_BUILT 0 /* (mk/tools.mk: 1 when this build made libpoolshim_cupti.so) */
-#endif
-
 /* Why the CUPTI library is missing: a variable naming no file, a build that
  * made one (it is not where this executable looks), or a build without it. */
 static void warn_no_cupti(void)
@@ -247,6 +243,106 @@ static void warn_no_cupti(void)
                         "toolkit's CUPTI, cupti.h and libcupti.so, was not found when it was built)");
     fprintf(stderr, ": the baseline gets wall time only\n");
 }
+
+/* The session's libraries and its private directory (with plotting, where
+ * the first stack's log goes); nonzero (said) when they cannot be had. */
+static int open_session(ab_session_t *session, char **command, int use_cupti, int plot)
+{
+    memset(session, 0, sizeof *session);
+    session->command = command;
+    session->progress = isatty(2);
+    if (cli_find_library("libpoolshim.so", "POOLSHIM_LIB", session->shim_library, sizeof session->shim_library) != 0) {
+        fprintf(stderr, "poolshim: error: ab: cannot find libpoolshim.so (set POOLSHIM_LIB)\n");
+        return -1;
+    }
+    if (use_cupti && cli_find_library("libpoolshim_cupti.so", "POOLSHIM_CUPTI_LIB", session->cupti_library,
+                                      sizeof session->cupti_library) != 0) {
+        warn_no_cupti();
+        session->cupti_library[0] = '\0';
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(session->directory, sizeof session->directory, "%s/poolshim-ab-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(session->directory)) {
+        fprintf(stderr, "poolshim: error: ab: cannot create a temporary directory: %s\n", strerror(errno));
+        return -1;
+    }
+    if (plot)
+        snprintf(session->log_path, sizeof session->log_path, "%s/plot-log.csv", session->directory);
+    return 0;
+}
+
+/* The baseline, then one variant per configuration (the default one without any). */
+static void add_variants(ab_results_t *results, const char *const *configs, size_t config_count)
+{
+    ab_variant_t *baseline = &results->variants[results->variant_count++];
+    snprintf(baseline->name, sizeof baseline->name, "baseline");
+    baseline->is_baseline = 1;
+    for (size_t i = 0; i < (config_count ? config_count : 1); i++) {
+        ab_variant_t *v = &results->variants[results->variant_count++];
+        sim_stack_name(config_count ? configs[i] : NULL, v->name, sizeof v->name);
+        if (config_count) {
+            char *resolved = realpath(configs[i], NULL);
+            snprintf(v->config, sizeof v->config, "%s", resolved ? resolved : configs[i]);
+            free(resolved);
+        }
+    }
+}
+
+/* `runs` rounds, each variant once in turn; with plotting the first
+ * stack's first run writes the allocation log. CLI_EXIT_OK, or
+ * CLI_EXIT_FAILURE when a run could not be made. */
+static int run_rounds(ab_session_t *session, ab_results_t *results, long runs, int plot)
+{
+    int exit_code = CLI_EXIT_OK;
+    for (long r = 0; r < runs && exit_code != CLI_EXIT_FAILURE; r++) {
+        for (size_t v = 0; v < results->variant_count; v++) {
+            ab_variant_t *variant = &results->variants[v];
+            if (session->progress)
+                fprintf(stderr, "\rpoolshim ab: run %ld/%ld: %-20s", r + 1, runs, variant->name);
+            ab_run_t *run = &variant->runs[variant->run_count];
+            if (run_once(session, variant, v, (size_t)r, plot && v == 1 && r == 0, run) != 0) {
+                exit_code = CLI_EXIT_FAILURE;
+                break;
+            }
+            variant->run_count++;
+            if (session->progress) {
+                char t[32];
+                fprintf(stderr, " %s (exit %d)   ", cli_format_seconds(t, sizeof t, run->wall_s), run->exit_code);
+            }
+        }
+    }
+    if (session->progress)
+        fprintf(stderr, "\r%70s\r", "");
+    return exit_code;
+}
+
+/* --plot: the first stack's run, replayed from its log and drawn with the
+ * reserved bytes it recorded; nonzero when that failed. */
+static int plot_first_stack(const ab_session_t *session, const ab_results_t *results, const char *plot_path)
+{
+    memlog_t log;
+    if (access(session->log_path, R_OK) != 0) {
+        fprintf(stderr, "poolshim: error: ab: the shim wrote no allocation log, nothing to plot\n");
+        return -1;
+    }
+    if (memlog_read(session->log_path, &log) != 0)
+        return -1;
+    char title[2200];
+    snprintf(title, sizeof title, "Memory over time: %s", results->command);
+    const char *config = results->variants[1].config[0] ? results->variants[1].config : NULL;
+    reserved_log_t recorded; /* the shim wrote its companion beside the log */
+    int have_recorded = reserved_log_read(session->log_path, &log, &recorded);
+    int failed = have_recorded < 0 || replay_plot(&log, results->variants[1].name, config, (uint64_t)1 << 40, 0,
+                                                  have_recorded ? &recorded : NULL, title, plot_path) != 0;
+    reserved_log_free(&recorded);
+    memlog_free(&log);
+    return failed ? -1 : 0;
+}
+
+#ifndef PS_CUPTI_BUILT
+#define PS_CUPTI_BUILT 0 /* (mk/tools.mk: 1 when this build made libpoolshim_cupti.so) */
+#endif
+
 
 int ps_cmd_ab(int argc, char **argv)
 {
@@ -309,66 +405,16 @@ int ps_cmd_ab(int argc, char **argv)
             return CLI_EXIT_FAILURE;
 
     ab_session_t session;
-    memset(&session, 0, sizeof session);
-    session.command = argv + optind;
-    session.progress = isatty(2);
-    if (cli_find_library("libpoolshim.so", "POOLSHIM_LIB", session.shim_library, sizeof session.shim_library) != 0) {
-        fprintf(stderr, "poolshim: error: ab: cannot find libpoolshim.so (set POOLSHIM_LIB)\n");
+    if (open_session(&session, argv + optind, use_cupti, plot_path != NULL) != 0)
         return CLI_EXIT_FAILURE;
-    }
-    if (use_cupti && cli_find_library("libpoolshim_cupti.so", "POOLSHIM_CUPTI_LIB", session.cupti_library,
-                                      sizeof session.cupti_library) != 0) {
-        warn_no_cupti();
-        session.cupti_library[0] = '\0';
-    }
-    const char *tmp = getenv("TMPDIR");
-    snprintf(session.directory, sizeof session.directory, "%s/poolshim-ab-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(session.directory)) {
-        fprintf(stderr, "poolshim: error: ab: cannot create a temporary directory: %s\n", strerror(errno));
-        return CLI_EXIT_FAILURE;
-    }
-    if (plot_path)
-        snprintf(session.log_path, sizeof session.log_path, "%s/plot-log.csv", session.directory);
-
     ab_results_t *results = calloc(1, sizeof *results);
     if (!results) {
         cli_remove_directory(session.directory);
         return CLI_EXIT_FAILURE;
     }
     shell_quote_command(results->command, sizeof results->command, session.command);
-    ab_variant_t *baseline = &results->variants[results->variant_count++];
-    snprintf(baseline->name, sizeof baseline->name, "baseline");
-    baseline->is_baseline = 1;
-    for (size_t i = 0; i < (config_count ? config_count : 1); i++) {
-        ab_variant_t *v = &results->variants[results->variant_count++];
-        sim_stack_name(config_count ? configs[i] : NULL, v->name, sizeof v->name);
-        if (config_count) {
-            char *resolved = realpath(configs[i], NULL);
-            snprintf(v->config, sizeof v->config, "%s", resolved ? resolved : configs[i]);
-            free(resolved);
-        }
-    }
-
-    int exit_code = CLI_EXIT_OK;
-    for (long r = 0; r < runs && exit_code != CLI_EXIT_FAILURE; r++) {
-        for (size_t v = 0; v < results->variant_count; v++) {
-            ab_variant_t *variant = &results->variants[v];
-            if (session.progress)
-                fprintf(stderr, "\rpoolshim ab: run %ld/%ld: %-20s", r + 1, runs, variant->name);
-            ab_run_t *run = &variant->runs[variant->run_count];
-            if (run_once(&session, variant, v, (size_t)r, plot_path && v == 1 && r == 0, run) != 0) {
-                exit_code = CLI_EXIT_FAILURE;
-                break;
-            }
-            variant->run_count++;
-            if (session.progress) {
-                char t[32];
-                fprintf(stderr, " %s (exit %d)   ", cli_format_seconds(t, sizeof t, run->wall_s), run->exit_code);
-            }
-        }
-    }
-    if (session.progress)
-        fprintf(stderr, "\r%70s\r", "");
+    add_variants(results, configs, config_count);
+    int exit_code = run_rounds(&session, results, runs, plot_path != NULL);
     if (exit_code == CLI_EXIT_OK) {
         if (json)
             ab_print_json(stdout, results);
@@ -378,27 +424,8 @@ int ps_cmd_ab(int argc, char **argv)
             for (size_t r = 0; r < results->variants[v].run_count; r++)
                 if (results->variants[v].runs[r].exit_code != 0)
                     exit_code = CLI_EXIT_FAILURE;
-        if (plot_path) {
-            memlog_t log;
-            if (access(session.log_path, R_OK) != 0) {
-                fprintf(stderr, "poolshim: error: ab: the shim wrote no allocation log, nothing to plot\n");
-                exit_code = CLI_EXIT_FAILURE;
-            } else if (memlog_read(session.log_path, &log) == 0) {
-                char title[2200];
-                snprintf(title, sizeof title, "Memory over time: %s", results->command);
-                const char *config = results->variants[1].config[0] ? results->variants[1].config : NULL;
-                reserved_log_t recorded; /* the shim wrote its companion beside the log */
-                int have_recorded = reserved_log_read(session.log_path, &log, &recorded);
-                if (have_recorded < 0 ||
-                    replay_plot(&log, results->variants[1].name, config, (uint64_t)1 << 40, 0,
-                                have_recorded ? &recorded : NULL, title, plot_path) != 0)
-                    exit_code = CLI_EXIT_FAILURE;
-                reserved_log_free(&recorded);
-                memlog_free(&log);
-            } else {
-                exit_code = CLI_EXIT_FAILURE;
-            }
-        }
+        if (plot_path && plot_first_stack(&session, results, plot_path) != 0)
+            exit_code = CLI_EXIT_FAILURE;
     }
     if (keep)
         fprintf(stderr, "poolshim: ab: runs' output and statistics kept in %s\n", session.directory);

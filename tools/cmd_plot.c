@@ -49,6 +49,72 @@ static const char plot_usage[] =
     "  -g, --gpu-lag TIME   the simulated GPU lags the host by TIME (e.g. 5ms), in log time\n"
     "  -h, --help           this text\n";
 
+/* The recorded reserved bytes as a series (step 3), held from its last
+ * change to `log_end` when that is later; its points in *xs and *ys (owned
+ * by the caller, set even when out of memory: -1). */
+static int recorded_series(const reserved_log_t *recorded, double log_end, plot_series_t *s, double **xs,
+                           uint64_t **ys)
+{
+    double *x = *xs = malloc((recorded->count + 1) * sizeof *x); /* + the log's end */
+    uint64_t *y = *ys = malloc((recorded->count + 1) * sizeof *y);
+    if (!x || !y)
+        return -1;
+    s->x = x;
+    s->y = y;
+    for (size_t i = 0; i < recorded->count; i++) {
+        x[i] = recorded->points[i].time_s;
+        y[i] = recorded->points[i].reserved;
+    }
+    size_t count = recorded->count;
+    if (log_end > x[count - 1]) {
+        x[count] = log_end;
+        y[count] = y[count - 1];
+        count++;
+    }
+    snprintf(s->name, sizeof s->name, "reserved on the GPU (recorded)");
+    s->count = count;
+    return 0;
+}
+
+/* The plot's subtitle (the log, the stack replayed or NULL, the lag, the
+ * allocations the simulated device of `capacity` refused (`refused`, also
+ * warned), the recorded peak, devices left out) and its default title. */
+static void plot_titles(const memlog_t *log, const char *log_name, int devices, uint64_t gpu_lag_ns, uint64_t capacity,
+                        uint64_t refused, const reserved_log_t *recorded, const char *stack_name, char *subtitle,
+                        size_t subtitle_size, char *title, size_t title_size)
+{
+    const char *base = strrchr(log_name, '/');
+    base = base ? base + 1 : log_name;
+    char omitted[64] = "";
+    if (log->device_count > devices)
+        snprintf(omitted, sizeof omitted, "; %d more devices not drawn", log->device_count - devices);
+    char lag[64] = "", lag_text[32];
+    if (gpu_lag_ns)
+        snprintf(lag, sizeof lag, " (GPU lag %s)",
+                 cli_format_seconds(lag_text, sizeof lag_text, (double)gpu_lag_ns / 1e9));
+    char refused_text[128] = "", capacity_text[32];
+    if (refused) {
+        cli_format_bytes(capacity_text, sizeof capacity_text, capacity);
+        snprintf(refused_text, sizeof refused_text, "; %llu allocation%s refused on %s, not drawn",
+                 (unsigned long long)refused, refused == 1 ? "" : "s", capacity_text);
+        fprintf(stderr, "poolshim: warning: plot: %llu allocation%s of the log refused on the simulated device "
+                        "of %s: not drawn (replay shows where)\n",
+                (unsigned long long)refused, refused == 1 ? "" : "s", capacity_text);
+    }
+    char real[160] = "", peak_text[32];
+    if (recorded && recorded->count)
+        snprintf(real, sizeof real, "; recorded on the GPU: peak %s",
+                 cli_format_bytes(peak_text, sizeof peak_text, recorded->peak));
+    if (stack_name)
+        snprintf(subtitle, subtitle_size,
+                 "%s, %zu events; simulated = replay over stack '%s' on a simulated device%s%s%s%s", base,
+                 log->count, stack_name, lag, refused_text, real, omitted);
+    else
+        snprintf(subtitle, subtitle_size, "%s, %zu events; simulated reserved unknown (no stack to replay on)%s%s",
+                 base, log->count, real, omitted);
+    snprintf(title, title_size, "Memory over time: %s%s", base, lag);
+}
+
 int replay_plot(const memlog_t *log, const char *log_name, const char *config, uint64_t capacity,
                 uint64_t gpu_lag_ns, const reserved_log_t *recorded, const char *title, const char *path)
 {
@@ -115,69 +181,21 @@ int replay_plot(const memlog_t *log, const char *log_name, const char *config, u
         s->dashed = have_reserved;
     }
     if (status == 0 && recorded && recorded->count) { /* step 3 */
-        recorded_x = malloc((recorded->count + 1) * sizeof *recorded_x); /* + the log's end */
-        recorded_y = malloc((recorded->count + 1) * sizeof *recorded_y);
-        if (!recorded_x || !recorded_y) {
-            status = -1;
-        } else {
-            for (size_t i = 0; i < recorded->count; i++) {
-                recorded_x[i] = recorded->points[i].time_s;
-                recorded_y[i] = recorded->points[i].reserved;
-            }
-            /* what the GPU held stays held until the log's end, not until its last change */
-            double log_end = recorded_x[recorded->count - 1];
-            for (int d = 0; d < devices; d++)
-                if (stats[d].sample_count && xs[d][stats[d].sample_count - 1] > log_end)
-                    log_end = xs[d][stats[d].sample_count - 1];
-            size_t count = recorded->count;
-            if (log_end > recorded_x[count - 1]) {
-                recorded_x[count] = log_end;
-                recorded_y[count] = recorded_y[count - 1];
-                count++;
-            }
-            plot_series_t *s = &series[series_count++];
-            snprintf(s->name, sizeof s->name, "reserved on the GPU (recorded)");
-            s->x = recorded_x;
-            s->y = recorded_y;
-            s->count = count;
-        }
+        /* what the GPU held stays held until the log's end, not until its last change */
+        double log_end = 0;
+        for (int d = 0; d < devices; d++)
+            if (stats[d].sample_count && xs[d][stats[d].sample_count - 1] > log_end)
+                log_end = xs[d][stats[d].sample_count - 1];
+        status = recorded_series(recorded, log_end, &series[series_count], &recorded_x, &recorded_y);
+        series_count += status == 0;
     }
     if (status == 0) {
-        char subtitle[512];
-        const char *base = strrchr(log_name, '/');
-        base = base ? base + 1 : log_name;
-        char omitted[64] = "";
-        if (log->device_count > devices)
-            snprintf(omitted, sizeof omitted, "; %d more devices not drawn", log->device_count - devices);
-        char lag[64] = "", lag_text[32];
-        if (gpu_lag_ns)
-            snprintf(lag, sizeof lag, " (GPU lag %s)",
-                     cli_format_seconds(lag_text, sizeof lag_text, (double)gpu_lag_ns / 1e9));
+        char subtitle[512], default_title[256];
         uint64_t refused = 0;
         for (int d = 0; d < devices; d++)
             refused += stats[d].failures;
-        char refused_text[128] = "", capacity_text[32];
-        if (refused) {
-            cli_format_bytes(capacity_text, sizeof capacity_text, capacity);
-            snprintf(refused_text, sizeof refused_text, "; %llu allocation%s refused on %s, not drawn",
-                     (unsigned long long)refused, refused == 1 ? "" : "s", capacity_text);
-            fprintf(stderr, "poolshim: warning: plot: %llu allocation%s of the log refused on the simulated device "
-                            "of %s: not drawn (replay shows where)\n",
-                    (unsigned long long)refused, refused == 1 ? "" : "s", capacity_text);
-        }
-        char real[160] = "", peak_text[32];
-        if (recorded && recorded->count)
-            snprintf(real, sizeof real, "; recorded on the GPU: peak %s",
-                     cli_format_bytes(peak_text, sizeof peak_text, recorded->peak));
-        if (have_reserved)
-            snprintf(subtitle, sizeof subtitle, "%s, %zu events; simulated = replay over stack '%s' on a "
-                                                "simulated device%s%s%s%s",
-                     base, log->count, stack_name, lag, refused_text, real, omitted);
-        else
-            snprintf(subtitle, sizeof subtitle, "%s, %zu events; simulated reserved unknown (no stack to replay on)%s%s",
-                     base, log->count, real, omitted);
-        char default_title[256];
-        snprintf(default_title, sizeof default_title, "Memory over time: %s%s", base, lag);
+        plot_titles(log, log_name, devices, gpu_lag_ns, capacity, refused, recorded, have_reserved ? stack_name : NULL,
+                    subtitle, sizeof subtitle, default_title, sizeof default_title);
         plot_spec_t spec = {title ? title : default_title, subtitle, log->has_time, series, series_count};
         status = svg_plot_file(path, &spec);
     } else {

@@ -172,7 +172,19 @@ static int replay_on_gpu(const memlog_t *log, const char *log_path, const char *
     return exit_code;
 }
 
-int ps_cmd_replay(int argc, char **argv)
+/* What `poolshim replay` was asked. */
+typedef struct replay_args {
+    const char *configs[REPLAY_MAX_CONFIGS]; /* --config, in order */
+    size_t config_count;                     /* how many */
+    const char *plot_path, *title, *log_path; /* --plot, --title, the log */
+    uint64_t capacity, gpu_lag_ns;           /* --simulate's size, --gpu-lag */
+    int json, simulate, native, breakdown, threads; /* --json, --simulate, --native, --breakdown, --threads */
+    unsigned busy_streams;                   /* --busy-streams */
+} replay_args_t;
+
+/* Parses the options and the log's name; -1 when they make sense, else
+ * the exit code. */
+static int parse_replay_args(int argc, char **argv, replay_args_t *args)
 {
     static const struct option long_options[] = {
         {"config", required_argument, NULL, 'c'}, {"simulate", required_argument, NULL, 's'},
@@ -183,55 +195,50 @@ int ps_cmd_replay(int argc, char **argv)
         {"busy-streams", required_argument, NULL, 'J'},
         {NULL, 0, NULL, 0},
     };
-    const char *configs[REPLAY_MAX_CONFIGS];
-    size_t config_count = 0;
-    const char *plot_path = NULL, *title = NULL, *log_path = NULL;
-    uint64_t capacity = 0, gpu_lag_ns = 0;
     const char *why;
-    int json = 0, simulate = 0, native = 0, breakdown = 0, threads = 0;
-    unsigned busy_streams = 0;
     const char *simulate_log = NULL; /* `--simulate LOG` (no size): the log, on REPLAY_DEFAULT_DEVICE */
-
+    memset(args, 0, sizeof *args);
     opterr = 0;
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, ":c:s:g:jp:t:nbTJ:h", long_options, NULL)) != -1) {
         switch (c) {
         case 'c':
-            if (config_count == REPLAY_MAX_CONFIGS)
+            if (args->config_count == REPLAY_MAX_CONFIGS)
                 return cli_usage_error("replay", "at most %d --config", REPLAY_MAX_CONFIGS);
-            configs[config_count++] = optarg;
+            args->configs[args->config_count++] = optarg;
             break;
         case 's':
-            if (ps_parse_size(optarg, &capacity, NULL) != PS_OK || capacity == 0) { /* the config's parser */
+            /* the config's size parser */
+            if (ps_parse_size(optarg, &args->capacity, NULL) != PS_OK || args->capacity == 0) {
                 if (access(optarg, R_OK) != 0)
                     return cli_usage_error("replay", "--simulate wants a size such as 80GiB, not '%s'", optarg);
                 /* `--simulate LOG`: the log, on a device of the default size */
                 if (simulate_log)
                     return cli_usage_error("replay", "one log at a time ('%s' is extra)", optarg);
                 simulate_log = optarg;
-                capacity = REPLAY_DEFAULT_DEVICE;
+                args->capacity = REPLAY_DEFAULT_DEVICE;
             }
-            simulate = 1;
+            args->simulate = 1;
             break;
         case 'g':
-            if (cli_parse_duration(optarg, &gpu_lag_ns, &why) != 0)
+            if (cli_parse_duration(optarg, &args->gpu_lag_ns, &why) != 0)
                 return cli_usage_error("replay", "--gpu-lag wants a duration such as 5ms or 200us, not '%s' (%s)",
                                        optarg, why);
             break;
-        case 'j': json = 1; break;
-        case 'n': native = 1; break;
-        case 'b': breakdown = 1; break;
-        case 'T': threads = 1; break;
+        case 'j': args->json = 1; break;
+        case 'n': args->native = 1; break;
+        case 'b': args->breakdown = 1; break;
+        case 'T': args->threads = 1; break;
         case 'J': {
             long n;
             if (cli_parse_int(optarg, 0, 1024, &n) != 0)
                 return cli_usage_error("replay", "--busy-streams wants a count from 0 to 1024, not '%s'", optarg);
-            busy_streams = (unsigned)n;
+            args->busy_streams = (unsigned)n;
             break;
         }
-        case 'p': plot_path = optarg; break;
-        case 't': title = optarg; break;
+        case 'p': args->plot_path = optarg; break;
+        case 't': args->title = optarg; break;
         case 'h': fputs(replay_usage, stdout); return CLI_EXIT_OK;
         case ':': return cli_usage_error("replay", "option '%s' needs a value", argv[optind - 1]);
         default: return cli_usage_error("replay", "unknown option '%s'", argv[optind - 1]);
@@ -241,61 +248,43 @@ int ps_cmd_replay(int argc, char **argv)
         return cli_usage_error("replay", "no log given (poolshim replay LOG.csv --simulate SIZE)");
     if (argc - optind > (simulate_log ? 0 : 1))
         return cli_usage_error("replay", "one log at a time ('%s' is extra)", argv[argc - 1]);
-    log_path = simulate_log ? simulate_log : argv[optind];
-    if (native && simulate)
+    args->log_path = simulate_log ? simulate_log : argv[optind];
+    if (args->native && args->simulate)
         return cli_usage_error("replay", "--native replays on the GPU: leave out --simulate");
-    if (busy_streams && !simulate)
+    if (args->busy_streams && !args->simulate)
         return cli_usage_error("replay", "--busy-streams is for the simulated device: add --simulate SIZE");
+    return -1;
+}
 
-    memlog_t log;
-    if (memlog_read(log_path, &log) != 0)
-        return CLI_EXIT_FAILURE;
-    if (gpu_lag_ns && !log.has_time) {
-        fprintf(stderr, "poolshim: error: %s: --gpu-lag needs the log's Time column\n", log_path);
-        memlog_free(&log);
-        return CLI_EXIT_FAILURE;
-    }
-
-    reserved_log_t recorded;
-    int have_recorded = reserved_log_read(log_path, &log, &recorded);
-    if (have_recorded < 0) {
-        memlog_free(&log);
-        return CLI_EXIT_FAILURE;
-    }
-
-    if (!simulate) {
-        int rc = replay_on_gpu(&log, log_path, configs, config_count, native, gpu_lag_ns,
-                               have_recorded ? &recorded : NULL, json, plot_path, title);
-        reserved_log_free(&recorded);
-        memlog_free(&log);
-        return rc;
-    }
-
-    size_t stacks = config_count ? config_count : 1;
-    size_t max_results = stacks * (size_t)log.device_count;
+/* --simulate: each stack on a simulated device per device of the log,
+ * printed; the exit code. */
+static int replay_simulated(const replay_args_t *args, const memlog_t *log, const reserved_log_t *recorded)
+{
+    size_t stacks = args->config_count ? args->config_count : 1;
+    size_t max_results = stacks * (size_t)log->device_count;
     replay_stats_t *results = calloc(max_results ? max_results : 1, sizeof *results);
     size_t result_count = 0;
     int exit_code = results ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
     for (size_t s = 0; s < stacks && exit_code == CLI_EXIT_OK; s++) {
-        const char *config = config_count ? configs[s] : NULL;
-        for (int d = 0; d < log.device_count && exit_code == CLI_EXIT_OK; d++) {
+        const char *config = args->config_count ? args->configs[s] : NULL;
+        for (int d = 0; d < log->device_count && exit_code == CLI_EXIT_OK; d++) {
             sim_stack_t sim;
-            if (sim_stack_create(config, log.devices[d], capacity, gpu_lag_ns, &sim) != PS_OK) {
+            if (sim_stack_create(config, log->devices[d], args->capacity, args->gpu_lag_ns, &sim) != PS_OK) {
                 exit_code = CLI_EXIT_FAILURE;
                 break;
             }
             /* (set after the stack is built: a pool starts quiet, as on a GPU whose table
              * has issued no barrier yet) */
-            ps_fake_gpu_set_barrier_joins(sim.gpu, busy_streams);
+            ps_fake_gpu_set_barrier_joins(sim.gpu, args->busy_streams);
             replay_stats_t *r = &results[result_count];
-            replay_options_t options = {.sim_gpu = sim.gpu, .breakdown = breakdown, .threads = threads};
-            if (replay_run_with(&log, log.devices[d], sim.top, &options, r) != 0)
+            replay_options_t options = {.sim_gpu = sim.gpu, .breakdown = args->breakdown, .threads = args->threads};
+            if (replay_run_with(log, log->devices[d], sim.top, &options, r) != 0)
                 exit_code = CLI_EXIT_FAILURE;
             else {
                 snprintf(r->stack, sizeof r->stack, "%s", sim.name);
-                if (have_recorded && recorded.device == r->device) {
+                if (recorded && recorded->device == r->device) {
                     r->has_recorded = 1;
-                    r->recorded_peak_reserved = recorded.peak;
+                    r->recorded_peak_reserved = recorded->peak;
                 }
                 result_count++;
             }
@@ -303,22 +292,52 @@ int ps_cmd_replay(int argc, char **argv)
         }
     }
     if (exit_code == CLI_EXIT_OK) {
-        if (json)
-            replay_print_json(stdout, log_path, &log, capacity, gpu_lag_ns, busy_streams, results, result_count);
+        if (args->json)
+            replay_print_json(stdout, args->log_path, log, args->capacity, args->gpu_lag_ns, args->busy_streams,
+                              results, result_count);
         else
-            replay_print_text(stdout, log_path, &log, capacity, gpu_lag_ns, busy_streams, results, result_count);
+            replay_print_text(stdout, args->log_path, log, args->capacity, args->gpu_lag_ns, args->busy_streams,
+                              results, result_count);
         exit_code = refused(results, result_count);
-        if (plot_path &&
-            replay_plot(&log, log_path, config_count ? configs[0] : NULL, capacity, gpu_lag_ns,
-                        have_recorded ? &recorded : NULL, title, plot_path) != 0)
+        if (args->plot_path &&
+            replay_plot(log, args->log_path, args->config_count ? args->configs[0] : NULL, args->capacity,
+                        args->gpu_lag_ns, recorded, args->title, args->plot_path) != 0)
             exit_code = CLI_EXIT_FAILURE;
-        else if (plot_path && !json)
-            printf("plot: %s\n", plot_path);
+        else if (args->plot_path && !args->json)
+            printf("plot: %s\n", args->plot_path);
     }
     for (size_t i = 0; i < result_count; i++)
         replay_stats_free(&results[i]);
     free(results);
+    return exit_code;
+}
+
+int ps_cmd_replay(int argc, char **argv)
+{
+    replay_args_t args;
+    int code = parse_replay_args(argc, argv, &args);
+    if (code >= 0)
+        return code;
+    memlog_t log;
+    if (memlog_read(args.log_path, &log) != 0)
+        return CLI_EXIT_FAILURE;
+    if (args.gpu_lag_ns && !log.has_time) {
+        fprintf(stderr, "poolshim: error: %s: --gpu-lag needs the log's Time column\n", args.log_path);
+        memlog_free(&log);
+        return CLI_EXIT_FAILURE;
+    }
+    reserved_log_t recorded;
+    int have_recorded = reserved_log_read(args.log_path, &log, &recorded);
+    if (have_recorded < 0) {
+        memlog_free(&log);
+        return CLI_EXIT_FAILURE;
+    }
+    if (args.simulate)
+        code = replay_simulated(&args, &log, have_recorded ? &recorded : NULL);
+    else
+        code = replay_on_gpu(&log, args.log_path, args.configs, args.config_count, args.native, args.gpu_lag_ns,
+                             have_recorded ? &recorded : NULL, args.json, args.plot_path, args.title);
     reserved_log_free(&recorded);
     memlog_free(&log);
-    return exit_code;
+    return code;
 }

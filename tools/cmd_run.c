@@ -182,7 +182,20 @@ static int run_and_wait(char **command)
     return cli_exit_code_of(status);
 }
 
-int ps_cmd_run(int argc, char **argv)
+/* What `poolshim run` was asked. */
+typedef struct run_args {
+    const char *config, *stats, *stats_file, *log_path; /* --config, --stats, --stats-file, --log */
+    char *options;   /* POOLSHIM_OPTIONS: the environment's, then each -o (owned) */
+    int dry_run;     /* --dry-run */
+    int sanitize;    /* --sanitize */
+    char **command;  /* the command after -- */
+    const char *program; /* its first word (the command even under --sanitize) */
+    size_t command_count; /* its words */
+} run_args_t;
+
+/* Parses the options; -1 when the command is to run, else the exit code
+ * (args->options freed). */
+static int parse_run_args(int argc, char **argv, run_args_t *args)
 {
     static const struct option long_options[] = {
         {"config", required_argument, NULL, 'c'},
@@ -195,123 +208,167 @@ int ps_cmd_run(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *config = NULL, *stats = NULL, *stats_file = NULL, *log_path = NULL;
-    char *options = NULL;
-    int dry_run = 0, sanitize = 0;
     const char *existing = getenv("POOLSHIM_OPTIONS");
-    if (existing && *existing)
-        options = strdup(existing);
-
+    *args = (run_args_t){.options = existing && *existing ? strdup(existing) : NULL};
     opterr = 0;
     optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, "+:c:o:s::nh", long_options, NULL)) != -1) {
+    int c, code = -1;
+    while (code < 0 && (c = getopt_long(argc, argv, "+:c:o:s::nh", long_options, NULL)) != -1) {
         int no_value = c == 'c' || c == 'o' || c == 'F' || c == 'L'
                            ? cli_value_is_double_dash("run", argc, argv, optarg)
                            : 0;
         if (no_value) {
-            free(options);
-            return no_value;
+            code = no_value;
+            break;
         }
         switch (c) {
-        case 'c': config = optarg; break;
+        case 'c': args->config = optarg; break;
         case 'o':
-            if (append_option(&options, optarg) != 0) {
-                free(options);
-                return cli_usage_error("run", "-o wants KEY=VALUE, got '%s'", optarg);
-            }
+            if (append_option(&args->options, optarg) != 0)
+                code = cli_usage_error("run", "-o wants KEY=VALUE, got '%s'", optarg);
             break;
         case 's':
-            stats = optarg ? optarg : "text";
-            if (strcmp(stats, "text") && strcmp(stats, "json") && strcmp(stats, "1")) {
-                free(options);
-                return cli_usage_error("run", "--stats is text or json, not '%s'", stats);
-            }
+            args->stats = optarg ? optarg : "text";
+            if (strcmp(args->stats, "text") && strcmp(args->stats, "json") && strcmp(args->stats, "1"))
+                code = cli_usage_error("run", "--stats is text or json, not '%s'", args->stats);
             break;
-        case 'F': stats_file = optarg; break;
-        case 'L': log_path = optarg; break;
-        case 'n': dry_run = 1; break;
-        case 'S': sanitize = 1; break;
+        case 'F': args->stats_file = optarg; break;
+        case 'L': args->log_path = optarg; break;
+        case 'n': args->dry_run = 1; break;
+        case 'S': args->sanitize = 1; break;
         case 'h':
-            free(options);
             fputs(run_usage, stdout);
-            return CLI_EXIT_OK;
-        case ':':
-            free(options);
-            return cli_usage_error("run", "option '%s' needs a value", argv[optind - 1]);
-        default:
-            free(options);
-            return cli_usage_error("run", "unknown option '%s'", argv[optind - 1]);
+            code = CLI_EXIT_OK;
+            break;
+        case ':': code = cli_usage_error("run", "option '%s' needs a value", argv[optind - 1]); break;
+        default: code = cli_usage_error("run", "unknown option '%s'", argv[optind - 1]); break;
         }
     }
-    if (optind >= argc || strcmp(argv[optind - 1], "--") != 0) {
-        free(options);
-        if (optind < argc)
-            return cli_usage_error("run", "put '--' before the command ('poolshim run -- %s ...')",
-                                   argv[optind]);
-        return cli_usage_error("run", "no command given (poolshim run [options] -- COMMAND ...)");
+    if (code < 0 && optind < argc && strcmp(argv[optind - 1], "--") != 0)
+        code = cli_usage_error("run", "put '--' before the command ('poolshim run -- %s ...')", argv[optind]);
+    else if (code < 0 && optind >= argc)
+        code = cli_usage_error("run", "no command given (poolshim run [options] -- COMMAND ...)");
+    if (code >= 0) {
+        free(args->options);
+        args->options = NULL;
     }
-    char **command = argv + optind;
-    char sanitizer[PATH_MAX];
-    char **sanitized = NULL; /* compute-sanitizer's arguments, then the command */
-    if (sanitize) {
-        if (find_sanitizer(sanitizer, sizeof sanitizer) != 0) {
-            free(options);
-            fprintf(stderr, "poolshim: error: run: --sanitize: cannot find compute-sanitizer (looked at "
-                            "$POOLSHIM_SANITIZER, PATH, $CUDA_HOME/bin and /usr/local/cuda/bin)\n");
-            return CLI_EXIT_NOT_FOUND;
-        }
-        static const char *const prefix[] = {"--tool", "memcheck", "--nvtx", "yes", "--"};
-        size_t count = (size_t)(argc - optind), extra = 1 + sizeof prefix / sizeof prefix[0];
-        sanitized = calloc(count + extra + 1, sizeof *sanitized);
-        if (!sanitized) {
-            free(options);
-            fprintf(stderr, "poolshim: error: run: out of memory\n");
-            return CLI_EXIT_FAILURE;
-        }
-        sanitized[0] = sanitizer;
-        for (size_t i = 0; i + 1 < extra; i++)
-            sanitized[1 + i] = (char *)prefix[i];
-        memcpy(sanitized + extra, command, count * sizeof *command);
-        command = sanitized;
-    }
+    args->command = argv + optind;
+    args->program = optind < argc ? argv[optind] : NULL;
+    args->command_count = optind < argc ? (size_t)(argc - optind) : 0;
+    return code;
+}
 
-    char library[PATH_MAX];
+/* --sanitize: compute-sanitizer's memcheck (with NVTX) before the command,
+ * in *sanitized (freed by the caller), `sanitizer` its path. -1, or the
+ * exit code. */
+static int sanitize_command(run_args_t *args, char *sanitizer, size_t size, char ***sanitized)
+{
+    if (find_sanitizer(sanitizer, size) != 0) {
+        fprintf(stderr, "poolshim: error: run: --sanitize: cannot find compute-sanitizer (looked at "
+                        "$POOLSHIM_SANITIZER, PATH, $CUDA_HOME/bin and /usr/local/cuda/bin)\n");
+        return CLI_EXIT_NOT_FOUND;
+    }
+    static const char *const prefix[] = {"--tool", "memcheck", "--nvtx", "yes", "--"};
+    size_t count = args->command_count, extra = 1 + sizeof prefix / sizeof prefix[0];
+    char **line = calloc(count + extra + 1, sizeof *line);
+    if (!line) {
+        fprintf(stderr, "poolshim: error: run: out of memory\n");
+        return CLI_EXIT_FAILURE;
+    }
+    line[0] = sanitizer;
+    for (size_t i = 0; i + 1 < extra; i++)
+        line[1 + i] = (char *)prefix[i];
+    memcpy(line + extra, args->command, count * sizeof *args->command);
+    args->command = *sanitized = line;
+    return -1;
+}
+
+/* The environment the shim reads: LD_PRELOAD and the POOLSHIM_* the
+ * options set. Nonzero when a setenv failed. */
+static int set_run_environment(const run_args_t *args, const char *library)
+{
+    int failed = cli_preload_append(library) != 0;
+    if (args->config)
+        failed |= setenv("POOLSHIM_CONFIG", args->config, 1) != 0;
+    if (args->options)
+        failed |= setenv("POOLSHIM_OPTIONS", args->options, 1) != 0;
+    if (args->stats)
+        failed |= setenv("POOLSHIM_STATS", args->stats, 1) != 0;
+    if (args->stats_file)
+        failed |= setenv("POOLSHIM_STATS_FILE", args->stats_file, 1) != 0;
+    if (args->log_path)
+        failed |= setenv("POOLSHIM_LOG", args->log_path, 1) != 0;
+    if (args->sanitize)
+        failed |= setenv("POOLSHIM_NVTX", "1", 1) != 0;
+    return failed;
+}
+
+/* --dry-run: the environment and the command, as they would be run. */
+static int print_dry_run(char **command)
+{
+    const char *names[] = {"LD_PRELOAD", "POOLSHIM_CONFIG", "POOLSHIM_OPTIONS", "POOLSHIM_STATS",
+                           "POOLSHIM_STATS_FILE", "POOLSHIM_LOG", "POOLSHIM_NVTX"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (getenv(names[i]))
+            printf("%s=%s\n", names[i], getenv(names[i]));
+    for (char **arg = command; *arg; arg++)
+        printf("%s%s", arg == command ? "" : " ", *arg);
+    printf("\n");
+    return CLI_EXIT_OK;
+}
+
+/* Runs the command: in place (exec), or, merging the statistics of every
+ * process (--stats alone, `directory`), as a child; `program` is the
+ * user's command (compute-sanitizer's aside). */
+static int run_command(char **command, const char *program, const char *directory, const char *stats)
+{
+    if (directory) {
+        int exit_code = run_and_wait(command);
+        print_merged_stats(directory, !strcmp(stats, "json"), program, exit_code < CLI_EXIT_CANNOT_EXECUTE);
+        cli_remove_directory(directory);
+        return exit_code;
+    }
+    fflush(NULL);
+    execvp(command[0], command);
+    int error = errno;
+    fprintf(stderr, "poolshim: error: run: cannot execute '%s': %s\n", command[0], strerror(error));
+    return error == ENOENT ? CLI_EXIT_NOT_FOUND : CLI_EXIT_CANNOT_EXECUTE;
+}
+
+int ps_cmd_run(int argc, char **argv)
+{
+    run_args_t args;
+    int code = parse_run_args(argc, argv, &args);
+    if (code >= 0)
+        return code;
+    char sanitizer[PATH_MAX], library[PATH_MAX];
+    char **sanitized = NULL; /* compute-sanitizer's arguments, then the command */
+    if (args.sanitize && (code = sanitize_command(&args, sanitizer, sizeof sanitizer, &sanitized)) >= 0) {
+        free(args.options);
+        return code;
+    }
     if (cli_find_library("libpoolshim.so", "POOLSHIM_LIB", library, sizeof library) != 0) {
-        free(options);
+        free(args.options);
         free(sanitized);
         fprintf(stderr, "poolshim: error: run: cannot find libpoolshim.so (looked at $POOLSHIM_LIB, "
                         "beside the poolshim executable and in ../lib/); set POOLSHIM_LIB\n");
         return CLI_EXIT_FAILURE;
     }
-    int failed = cli_preload_append(library) != 0;
-    if (config)
-        failed |= setenv("POOLSHIM_CONFIG", config, 1) != 0;
-    if (options)
-        failed |= setenv("POOLSHIM_OPTIONS", options, 1) != 0;
-    if (stats)
-        failed |= setenv("POOLSHIM_STATS", stats, 1) != 0;
-    if (stats_file)
-        failed |= setenv("POOLSHIM_STATS_FILE", stats_file, 1) != 0;
-    if (log_path)
-        failed |= setenv("POOLSHIM_LOG", log_path, 1) != 0;
-    if (sanitize)
-        failed |= setenv("POOLSHIM_NVTX", "1", 1) != 0;
+    int failed = set_run_environment(&args, library);
+    free(args.options);
     /* what the shim will read, checked now rather than at the first cudaMalloc */
     int invalid = !failed ? cli_check_config("run", NULL, 0) : 0;
     if (invalid) {
-        free(options);
         free(sanitized);
         return invalid;
     }
     /* --stats alone: one JSON file per process, merged at the end */
-    int merge = stats && !stats_file;
+    int merge = args.stats && !args.stats_file;
     char directory[PATH_MAX], pattern[PATH_MAX + 32];
     if (merge) {
         const char *tmp = getenv("TMPDIR");
         snprintf(directory, sizeof directory, "%s/poolshim-run-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!dry_run && !mkdtemp(directory)) {
-            free(options);
+        if (!args.dry_run && !mkdtemp(directory)) {
             free(sanitized);
             fprintf(stderr, "poolshim: error: run: cannot create a temporary directory: %s\n", strerror(errno));
             return CLI_EXIT_FAILURE;
@@ -320,38 +377,15 @@ int ps_cmd_run(int argc, char **argv)
         failed |= setenv("POOLSHIM_STATS", "json", 1) != 0;
         failed |= setenv("POOLSHIM_STATS_FILE", pattern, 1) != 0;
     }
-    free(options);
     if (failed) {
         fprintf(stderr, "poolshim: error: run: cannot set the environment: %s\n", strerror(errno));
-        if (merge && !dry_run)
+        if (merge && !args.dry_run)
             cli_remove_directory(directory);
-        free(sanitized);
-        return CLI_EXIT_FAILURE;
+        code = CLI_EXIT_FAILURE;
+    } else {
+        code = args.dry_run ? print_dry_run(args.command)
+                            : run_command(args.command, args.program, merge ? directory : NULL, args.stats);
     }
-    if (dry_run) {
-        const char *names[] = {"LD_PRELOAD", "POOLSHIM_CONFIG", "POOLSHIM_OPTIONS", "POOLSHIM_STATS",
-                               "POOLSHIM_STATS_FILE", "POOLSHIM_LOG", "POOLSHIM_NVTX"};
-        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-            if (getenv(names[i]))
-                printf("%s=%s\n", names[i], getenv(names[i]));
-        for (char **arg = command; *arg; arg++)
-            printf("%s%s", arg == command ? "" : " ", *arg);
-        printf("\n");
-        free(sanitized);
-        return CLI_EXIT_OK;
-    }
-    if (merge) {
-        int exit_code = run_and_wait(command);
-        print_merged_stats(directory, !strcmp(stats, "json"), argv[optind],
-                           exit_code < CLI_EXIT_CANNOT_EXECUTE);
-        cli_remove_directory(directory);
-        free(sanitized);
-        return exit_code;
-    }
-    fflush(NULL);
-    execvp(command[0], command);
-    int error = errno;
-    fprintf(stderr, "poolshim: error: run: cannot execute '%s': %s\n", command[0], strerror(error));
     free(sanitized);
-    return error == ENOENT ? CLI_EXIT_NOT_FOUND : CLI_EXIT_CANNOT_EXECUTE;
+    return code;
 }

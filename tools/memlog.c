@@ -111,6 +111,71 @@ static int compare_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* One data line's fields into *e (its time as logged); -1 (said) at the
+ * first field that does not parse. */
+static int parse_event(char **fields, const int *column, const char *name, unsigned line_number, memlog_event_t *e)
+{
+    memset(e, 0, sizeof *e);
+    e->line = line_number;
+    uint64_t device = 0;
+    if (parse_action(fields[column[COL_ACTION]], &e->action) != 0)
+        return bad_line(name, line_number, "unknown action (allocate, free, allocate failure)",
+                        fields[column[COL_ACTION]]);
+    if (parse_number(fields[column[COL_POINTER]], &e->pointer) != 0 || e->pointer >= UINT64_MAX - 1)
+        return bad_line(name, line_number, "bad pointer", fields[column[COL_POINTER]]);
+    if (parse_number(fields[column[COL_SIZE]], &e->size) != 0)
+        return bad_line(name, line_number, "bad size", fields[column[COL_SIZE]]);
+    if (column[COL_STREAM] >= 0 && parse_number(fields[column[COL_STREAM]], &e->stream) != 0)
+        return bad_line(name, line_number, "bad stream", fields[column[COL_STREAM]]);
+    if (column[COL_THREAD] >= 0 && parse_number(fields[column[COL_THREAD]], &e->thread) != 0)
+        return bad_line(name, line_number, "bad thread id", fields[column[COL_THREAD]]);
+    if (column[COL_DEVICE] >= 0 && (parse_number(fields[column[COL_DEVICE]], &device) != 0 || device > 1023))
+        return bad_line(name, line_number, "bad device", fields[column[COL_DEVICE]]);
+    if (column[COL_TIME] >= 0 && parse_time(fields[column[COL_TIME]], &e->time_s) != 0)
+        return bad_line(name, line_number, "bad time (HH:MM:SS.ffffff)", fields[column[COL_TIME]]);
+    e->device = (int)device;
+    return 0;
+}
+
+/* Appends `e` (its device joins the log's list); -1 (said) past 64
+ * devices or out of memory. */
+static int append_event(memlog_t *log, const memlog_event_t *e, size_t *capacity, const char *name)
+{
+    int known = 0;
+    for (int d = 0; d < log->device_count; d++)
+        known |= log->devices[d] == e->device;
+    if (!known) {
+        if (log->device_count == (int)(sizeof log->devices / sizeof log->devices[0]))
+            return bad_line(name, e->line, "more than 64 devices", NULL);
+        log->devices[log->device_count++] = e->device;
+    }
+    if (log->count == *capacity) {
+        size_t grown = *capacity ? *capacity * 2 : 1024;
+        memlog_event_t *events = realloc(log->events, grown * sizeof *events);
+        if (!events)
+            return bad_line(name, e->line, "out of memory", NULL);
+        log->events = events;
+        *capacity = grown;
+    }
+    log->events[log->count++] = *e;
+    return 0;
+}
+
+/* The distinct threads of the log (left 0 when out of memory). */
+static void count_threads(memlog_t *log)
+{
+    uint64_t *ids = log->count ? malloc(log->count * sizeof *ids) : NULL;
+    if (!ids)
+        return;
+    for (size_t i = 0; i < log->count; i++)
+        ids[i] = log->events[i].thread;
+    qsort(ids, log->count, sizeof *ids, compare_u64);
+    log->threads = 1;
+    for (size_t i = 1; i < log->count; i++)
+        log->threads += ids[i] != ids[i - 1];
+    free(ids);
+}
+
 int memlog_parse(const char *text, size_t length, const char *name, memlog_t *out)
 {
     memlog_t log;
@@ -178,30 +243,9 @@ int memlog_parse(const char *text, size_t length, const char *name, memlog_t *ou
             break;
         }
         memlog_event_t e;
-        memset(&e, 0, sizeof e);
-        e.line = line_number;
-        uint64_t device = 0;
-        if (parse_action(fields[column[COL_ACTION]], &e.action) != 0) {
-            status = bad_line(name, line_number, "unknown action (allocate, free, allocate failure)",
-                              fields[column[COL_ACTION]]);
-        } else if (parse_number(fields[column[COL_POINTER]], &e.pointer) != 0 ||
-                   e.pointer >= UINT64_MAX - 1) {
-            status = bad_line(name, line_number, "bad pointer", fields[column[COL_POINTER]]);
-        } else if (parse_number(fields[column[COL_SIZE]], &e.size) != 0) {
-            status = bad_line(name, line_number, "bad size", fields[column[COL_SIZE]]);
-        } else if (column[COL_STREAM] >= 0 && parse_number(fields[column[COL_STREAM]], &e.stream) != 0) {
-            status = bad_line(name, line_number, "bad stream", fields[column[COL_STREAM]]);
-        } else if (column[COL_THREAD] >= 0 && parse_number(fields[column[COL_THREAD]], &e.thread) != 0) {
-            status = bad_line(name, line_number, "bad thread id", fields[column[COL_THREAD]]);
-        } else if (column[COL_DEVICE] >= 0 &&
-                   (parse_number(fields[column[COL_DEVICE]], &device) != 0 || device > 1023)) {
-            status = bad_line(name, line_number, "bad device", fields[column[COL_DEVICE]]);
-        } else if (column[COL_TIME] >= 0 && parse_time(fields[column[COL_TIME]], &e.time_s) != 0) {
-            status = bad_line(name, line_number, "bad time (HH:MM:SS.ffffff)", fields[column[COL_TIME]]);
-        }
+        status = parse_event(fields, column, name, line_number, &e);
         if (status != 0)
             break;
-        e.device = (int)device;
         if (log.has_time) {
             if (log.count == 0) {
                 first_time = e.time_s;
@@ -215,27 +259,7 @@ int memlog_parse(const char *text, size_t length, const char *name, memlog_t *ou
             if (e.time_s < 0)
                 e.time_s = 0; /* threads may log slightly out of order */
         }
-        int known = 0;
-        for (int d = 0; d < log.device_count; d++)
-            known |= log.devices[d] == e.device;
-        if (!known) {
-            if (log.device_count == (int)(sizeof log.devices / sizeof log.devices[0])) {
-                status = bad_line(name, line_number, "more than 64 devices", NULL);
-                break;
-            }
-            log.devices[log.device_count++] = e.device;
-        }
-        if (log.count == capacity) {
-            size_t grown = capacity ? capacity * 2 : 1024;
-            memlog_event_t *events = realloc(log.events, grown * sizeof *events);
-            if (!events) {
-                status = bad_line(name, line_number, "out of memory", NULL);
-                break;
-            }
-            log.events = events;
-            capacity = grown;
-        }
-        log.events[log.count++] = e;
+        status = append_event(&log, &e, &capacity, name);
     }
     free(line);
     if (status == 0 && !have_header)
@@ -244,19 +268,7 @@ int memlog_parse(const char *text, size_t length, const char *name, memlog_t *ou
         memlog_free(&log);
         return -1;
     }
-    /* distinct threads */
-    if (log.count) {
-        uint64_t *ids = malloc(log.count * sizeof *ids);
-        if (ids) {
-            for (size_t i = 0; i < log.count; i++)
-                ids[i] = log.events[i].thread;
-            qsort(ids, log.count, sizeof *ids, compare_u64);
-            log.threads = 1;
-            for (size_t i = 1; i < log.count; i++)
-                log.threads += ids[i] != ids[i - 1];
-            free(ids);
-        }
-    }
+    count_threads(&log);
     *out = log;
     return 0;
 }

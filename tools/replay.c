@@ -298,176 +298,204 @@ static ps_resource_t *stack_pool(ps_resource_t *top)
     return NULL;
 }
 
+/* One replay as it goes (replay_run_with). */
+typedef struct run_state {
+    const memlog_t *log;              /* the log */
+    ps_resource_t *top;               /* the stack, or NULL (no stack: the requested bytes alone) */
+    ps_resource_t *pool;              /* --breakdown: the pool whose layout is taken at peaks, or NULL */
+    const replay_options_t *options;  /* what else to do */
+    replay_stats_t s;                 /* what it measured so far */
+    live_map_t map;                   /* logged pointer -> replayed block */
+    baton_t *baton;                   /* --threads: the calls' host threads, or NULL */
+    uint64_t requested;               /* bytes live per the log */
+    uint64_t last_reserved;           /* the stack's reserved bytes after the last event */
+    size_t events;                    /* the device's events in the log */
+    size_t sample_capacity;           /* entries allocated in s.samples */
+} run_state_t;
+
+/* An allocate event: replayed (timed), its entry kept; a pointer still
+ * live in the log is taken as freed first. -1: out of memory. */
+static int replay_allocate(run_state_t *st, const memlog_event_t *e)
+{
+    replay_stats_t *s = &st->s;
+    live_entry_t *old = map_find(&st->map, key_of(e->pointer));
+    if (old) { /* the log lost a free: treat the old block as freed */
+        s->double_allocations++;
+        if (!s->first_problem_line)
+            s->first_problem_line = e->line;
+        if (old->counted)
+            st->requested -= old->size;
+        free_entry(st->top, old, s, 0, NULL, 0);
+    }
+    live_entry_t entry = {key_of(e->pointer), NULL, e->size, e->stream, 1};
+    if (st->top) {
+        replay_call_t c = {0, st->top, (size_t)e->size, replay_stream(e->stream), NULL, 0, 0};
+        call_on(st->baton, e->thread, &c);
+        entry.replayed = c.rc == PS_OK ? c.ptr : NULL;
+        s->alloc_ns += c.took;
+        if (s->alloc_call_ns)
+            s->alloc_call_ns[s->allocations] = saturate_ns(c.took);
+        if (c.rc != PS_OK) {
+            entry.counted = 0;
+            if (!s->failures++) {
+                s->first_failure_line = e->line;
+                s->first_failure_size = e->size;
+            }
+        }
+    }
+    s->allocations++;
+    if (map_insert(&st->map, &entry) != 0) {
+        if (entry.replayed)
+            ps_deallocate(st->top, entry.replayed, (size_t)entry.size, replay_stream(entry.stream));
+        return -1;
+    }
+    if (entry.counted)
+        st->requested += e->size;
+    if (st->requested > s->peak_requested) {
+        s->peak_requested = st->requested;
+        if (st->top) {
+            ps_resource_info_t info;
+            memset(&info, 0, sizeof info);
+            ps_query(st->top, &info);
+            s->free_at_peak = info.bytes_reserved > info.bytes_in_use ? info.bytes_reserved - info.bytes_in_use : 0;
+            s->largest_free_at_peak = info.largest_free_block;
+        }
+    }
+    return 0;
+}
+
+/* A free event: the live entry's block freed (timed); an unknown pointer
+ * is counted. */
+static void replay_free(run_state_t *st, const memlog_event_t *e)
+{
+    replay_stats_t *s = &st->s;
+    live_entry_t *entry = map_find(&st->map, key_of(e->pointer));
+    if (!entry) {
+        s->unknown_frees++;
+        if (!s->first_problem_line)
+            s->first_problem_line = e->line;
+        return;
+    }
+    if (entry->counted)
+        st->requested -= entry->size;
+    free_entry(st->top, entry, s, 1, st->baton, e->thread);
+    s->frees++;
+}
+
+/* After each event: the stack's counters and peaks, the simulated
+ * device's waits, the sample. -1: out of memory. */
+static int after_event(run_state_t *st, const memlog_event_t *e)
+{
+    replay_stats_t *s = &st->s;
+    if (st->top) {
+        ps_resource_info_t info;
+        memset(&info, 0, sizeof info);
+        ps_query(st->top, &info);
+        st->last_reserved = info.bytes_reserved;
+        if (info.bytes_reserved > s->peak_reserved) {
+            s->peak_reserved = info.bytes_reserved;
+            if (st->pool)
+                ps_pool_layout(st->pool, &s->at_peak);
+        }
+        if (info.peak_bytes_reserved > s->peak_reserved)
+            s->peak_reserved = info.peak_bytes_reserved;
+        /* the quarter this event falls in gets what the stack took since the last one */
+        size_t quarter = st->events ? (size_t)((s->events - 1) * 4 / st->events) : 0;
+        s->upstream_allocs_quarters[quarter < 4 ? quarter : 3] += info.upstream_allocs - s->counters.upstream_allocs;
+        s->counters = info;
+    }
+    ps_gpu_ops_t *sim_gpu = st->options->sim_gpu;
+    if (sim_gpu) {
+        s->device_syncs = ps_fake_gpu_device_syncs(sim_gpu);
+        s->wait_ns = ps_fake_gpu_barrier_wait_ns(sim_gpu);
+        s->wait_as_sync_ns = ps_fake_gpu_wait_instead_sync_ns(sim_gpu);
+        s->sync_ns = ps_fake_gpu_device_sync_ns(sim_gpu);
+    }
+    if (!st->options->want_samples)
+        return 0;
+    if (s->sample_count == st->sample_capacity) {
+        size_t grown = st->sample_capacity ? st->sample_capacity * 2 : 1024;
+        replay_sample_t *samples = realloc(s->samples, grown * sizeof *samples);
+        if (!samples)
+            return -1;
+        s->samples = samples;
+        st->sample_capacity = grown;
+    }
+    replay_sample_t *sample = &s->samples[s->sample_count++];
+    sample->time_s = st->log->has_time ? e->time_s : (double)s->events;
+    sample->requested = st->requested;
+    sample->reserved = st->last_reserved;
+    return 0;
+}
+
 int replay_run_with(const memlog_t *log, int device, ps_resource_t *top, const replay_options_t *options,
                     replay_stats_t *out)
 {
-    ps_gpu_ops_t *sim_gpu = options->sim_gpu;
-    int want_samples = options->want_samples;
-    replay_stats_t s;
-    memset(&s, 0, sizeof s);
-    s.device = device;
-    size_t events = 0;
+    run_state_t st = {.log = log, .top = top, .options = options};
+    replay_stats_t *s = &st.s;
+    s->device = device;
     for (size_t i = 0; i < log->count; i++)
-        events += log->events[i].device == device;
+        st.events += log->events[i].device == device;
     if (options->call_times) {
-        s.alloc_call_ns = malloc((events ? events : 1) * sizeof *s.alloc_call_ns);
-        s.free_call_ns = malloc((events ? events : 1) * sizeof *s.free_call_ns);
-        if (!s.alloc_call_ns || !s.free_call_ns) {
-            replay_stats_free(&s);
+        s->alloc_call_ns = malloc((st.events ? st.events : 1) * sizeof *s->alloc_call_ns);
+        s->free_call_ns = malloc((st.events ? st.events : 1) * sizeof *s->free_call_ns);
+        if (!s->alloc_call_ns || !s->free_call_ns) {
+            replay_stats_free(s);
             fprintf(stderr, "poolshim: error: replay: out of memory\n");
             return -1;
         }
     }
     if (top)
-        snprintf(s.stack, sizeof s.stack, "%s", top->name ? top->name : top->ops->type_name);
-    ps_resource_t *pool = options->breakdown ? stack_pool(top) : NULL;
-    s.has_layout = pool != NULL;
-    live_map_t map = {NULL, 0, 0};
-    baton_t baton_storage, *baton = NULL;
+        snprintf(s->stack, sizeof s->stack, "%s", top->name ? top->name : top->ops->type_name);
+    st.pool = options->breakdown ? stack_pool(top) : NULL;
+    s->has_layout = st.pool != NULL;
+    baton_t baton;
     if (options->threads) {
-        memset(&baton_storage, 0, sizeof baton_storage);
-        pthread_mutex_init(&baton_storage.lock, NULL);
-        pthread_cond_init(&baton_storage.turn, NULL);
-        baton_storage.holder = -1;
-        baton = &baton_storage;
+        memset(&baton, 0, sizeof baton);
+        pthread_mutex_init(&baton.lock, NULL);
+        pthread_cond_init(&baton.turn, NULL);
+        baton.holder = -1;
+        st.baton = &baton;
     }
-    uint64_t requested = 0, last_reserved = 0;
     double first_time = -1, last_time = 0;
-    size_t sample_capacity = 0;
     int status = 0;
-
     for (size_t i = 0; i < log->count && status == 0; i++) {
         const memlog_event_t *e = &log->events[i];
         if (e->device != device)
             continue;
-        s.events++;
+        s->events++;
         if (first_time < 0)
             first_time = e->time_s;
         last_time = e->time_s;
-        if (sim_gpu && log->has_time)
-            ps_fake_gpu_set_clock(sim_gpu, (uint64_t)(e->time_s * 1e9 + 0.5));
+        if (options->sim_gpu && log->has_time)
+            ps_fake_gpu_set_clock(options->sim_gpu, (uint64_t)(e->time_s * 1e9 + 0.5));
         if (options->before_event)
             options->before_event(options->context, e);
-        if (e->action == MEMLOG_ALLOCATE_FAILURE) {
-            s.logged_failures++;
-        } else if (e->action == MEMLOG_ALLOCATE) {
-            live_entry_t *old = map_find(&map, key_of(e->pointer));
-            if (old) { /* the log lost a free: treat the old block as freed */
-                s.double_allocations++;
-                if (!s.first_problem_line)
-                    s.first_problem_line = e->line;
-                if (old->counted)
-                    requested -= old->size;
-                free_entry(top, old, &s, 0, NULL, 0);
-            }
-            live_entry_t entry = {key_of(e->pointer), NULL, e->size, e->stream, 1};
-            if (top) {
-                replay_call_t c = {0, top, (size_t)e->size, replay_stream(e->stream), NULL, 0, 0};
-                call_on(baton, e->thread, &c);
-                entry.replayed = c.ptr;
-                int rc = c.rc;
-                uint64_t took = c.took;
-                s.alloc_ns += took;
-                if (s.alloc_call_ns)
-                    s.alloc_call_ns[s.allocations] = saturate_ns(took);
-                if (rc != PS_OK) {
-                    entry.replayed = NULL;
-                    entry.counted = 0;
-                    if (!s.failures++) {
-                        s.first_failure_line = e->line;
-                        s.first_failure_size = e->size;
-                    }
-                }
-            }
-            s.allocations++;
-            if (map_insert(&map, &entry) != 0) {
-                if (entry.replayed)
-                    ps_deallocate(top, entry.replayed, (size_t)entry.size, replay_stream(entry.stream));
-                status = -1;
-                break;
-            }
-            if (entry.counted)
-                requested += e->size;
-            if (requested > s.peak_requested) {
-                s.peak_requested = requested;
-                if (top) {
-                    ps_resource_info_t info;
-                    memset(&info, 0, sizeof info);
-                    ps_query(top, &info);
-                    s.free_at_peak = info.bytes_reserved > info.bytes_in_use
-                                         ? info.bytes_reserved - info.bytes_in_use : 0;
-                    s.largest_free_at_peak = info.largest_free_block;
-                }
-            }
-        } else {
-            live_entry_t *entry = map_find(&map, key_of(e->pointer));
-            if (!entry) {
-                s.unknown_frees++;
-                if (!s.first_problem_line)
-                    s.first_problem_line = e->line;
-            } else {
-                if (entry->counted)
-                    requested -= entry->size;
-                free_entry(top, entry, &s, 1, baton, e->thread);
-                s.frees++;
-            }
-        }
-        if (top) {
-            ps_resource_info_t info;
-            memset(&info, 0, sizeof info);
-            ps_query(top, &info);
-            last_reserved = info.bytes_reserved;
-            if (info.bytes_reserved > s.peak_reserved) {
-                s.peak_reserved = info.bytes_reserved;
-                if (pool)
-                    ps_pool_layout(pool, &s.at_peak);
-            }
-            if (info.peak_bytes_reserved > s.peak_reserved)
-                s.peak_reserved = info.peak_bytes_reserved;
-            /* the quarter this event falls in gets what the stack took since the last one */
-            size_t quarter = events ? (size_t)((s.events - 1) * 4 / events) : 0;
-            s.upstream_allocs_quarters[quarter < 4 ? quarter : 3] += info.upstream_allocs - s.counters.upstream_allocs;
-            s.counters = info;
-        }
-        if (sim_gpu) {
-            s.device_syncs = ps_fake_gpu_device_syncs(sim_gpu);
-            s.wait_ns = ps_fake_gpu_barrier_wait_ns(sim_gpu);
-            s.wait_as_sync_ns = ps_fake_gpu_wait_instead_sync_ns(sim_gpu);
-            s.sync_ns = ps_fake_gpu_device_sync_ns(sim_gpu);
-        }
-        if (want_samples) {
-            if (s.sample_count == sample_capacity) {
-                size_t grown = sample_capacity ? sample_capacity * 2 : 1024;
-                replay_sample_t *samples = realloc(s.samples, grown * sizeof *samples);
-                if (!samples) {
-                    status = -1;
-                    break;
-                }
-                s.samples = samples;
-                sample_capacity = grown;
-            }
-            replay_sample_t *sample = &s.samples[s.sample_count++];
-            sample->time_s = log->has_time ? e->time_s : (double)s.events;
-            sample->requested = requested;
-            sample->reserved = last_reserved;
-        }
+        if (e->action == MEMLOG_ALLOCATE_FAILURE)
+            s->logged_failures++;
+        else if (e->action == MEMLOG_ALLOCATE)
+            status = replay_allocate(&st, e);
+        else
+            replay_free(&st, e);
+        if (status == 0)
+            status = after_event(&st, e);
     }
-    for (size_t i = 0; i < map.capacity; i++)
-        if (map.slots[i].logged != 0 && map.slots[i].logged != UINT64_MAX)
-            free_entry(top, &map.slots[i], &s, 0, NULL, 0);
-    free(map.slots);
-    if (baton)
-        baton_finish(baton);
-    s.duration_s = first_time < 0 ? 0 : last_time - first_time;
-    s.fragmentation = s.free_at_peak ? 1.0 - (double)s.largest_free_at_peak / (double)s.free_at_peak : 0;
-    if (s.fragmentation < 0)
-        s.fragmentation = 0;
+    for (size_t i = 0; i < st.map.capacity; i++)
+        if (st.map.slots[i].logged != 0 && st.map.slots[i].logged != UINT64_MAX)
+            free_entry(top, &st.map.slots[i], s, 0, NULL, 0);
+    free(st.map.slots);
+    if (st.baton)
+        baton_finish(st.baton);
+    s->duration_s = first_time < 0 ? 0 : last_time - first_time;
+    s->fragmentation = s->free_at_peak ? 1.0 - (double)s->largest_free_at_peak / (double)s->free_at_peak : 0;
+    if (s->fragmentation < 0)
+        s->fragmentation = 0;
     if (status != 0) {
         fprintf(stderr, "poolshim: error: replay: out of memory\n");
-        replay_stats_free(&s);
+        replay_stats_free(s);
         return -1;
     }
-    *out = s;
+    *out = *s;
     return 0;
 }
 

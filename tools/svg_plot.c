@@ -74,7 +74,30 @@ static void tick_label(char *buf, size_t size, double value, double step)
     snprintf(buf, size, "%.*f", decimals, fabs(value) < step * 1e-6 ? 0.0 : value);
 }
 
-int svg_plot_write(FILE *f, const plot_spec_t *spec)
+/* The chart's scales (1. and 2.). */
+typedef struct axes {
+    double x_min, x_axis_max, x_step; /* x: from, to (a tick), between ticks */
+    double divisor;                   /* bytes per unit of the y axis */
+    int unit;                         /* index in units[] */
+    double y_axis_max, y_step;        /* y in units: to (a tick), between ticks */
+    double legend_height;             /* the legend's box */
+} axes_t;
+
+/* up to EiB: 2^64 bytes is 16 EiB, so labels stay within four digits */
+static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+static const double plot_w = PLOT_WIDTH - MARGIN_LEFT - MARGIN_RIGHT;
+static const double plot_h = PLOT_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM;
+
+static double px_of(const axes_t *a, double x)
+{
+    return MARGIN_LEFT + (x - a->x_min) / (a->x_axis_max - a->x_min) * plot_w;
+}
+static double py_of(const axes_t *a, uint64_t bytes)
+{
+    return MARGIN_TOP + plot_h - ((double)bytes / a->divisor) / a->y_axis_max * plot_h;
+}
+
+static void compute_axes(const plot_spec_t *spec, axes_t *a)
 {
     double x_min = INFINITY, x_max = -INFINITY;
     uint64_t y_max = 0;
@@ -96,31 +119,28 @@ int svg_plot_write(FILE *f, const plot_spec_t *spec)
         x_min = 0; /* memory charts start at the program's start */
     if (x_max <= x_min)
         x_max = x_min + 1;
-
-    /* up to EiB: 2^64 bytes is 16 EiB, so labels stay within four digits */
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    int unit = 0;
-    double divisor = 1;
-    while (unit < 6 && (double)y_max >= divisor * 1024) {
-        divisor *= 1024;
-        unit++;
+    a->unit = 0;
+    a->divisor = 1;
+    while (a->unit < 6 && (double)y_max >= a->divisor * 1024) {
+        a->divisor *= 1024;
+        a->unit++;
     }
     /* headroom so the legend (top left) never covers a line */
-    const double legend_height = 10 + 20.0 * (double)spec->series_count;
-    const double free_fraction = 1 - (legend_height + 24) / (PLOT_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM);
-    double y_top_units = (double)y_max / divisor / (free_fraction > 0.3 ? free_fraction : 0.3);
-    double y_step = plot_nice_step(y_top_units > 0 ? y_top_units : 1, 6);
-    double y_axis_max = ceil(y_top_units / y_step - 1e-9) * y_step;
-    if (y_axis_max <= 0)
-        y_axis_max = y_step;
-    double x_step = plot_nice_step(x_max - x_min, 8);
-    double x_axis_max = x_min + ceil((x_max - x_min) / x_step - 1e-9) * x_step;
+    a->legend_height = 10 + 20.0 * (double)spec->series_count;
+    const double free_fraction = 1 - (a->legend_height + 24) / (PLOT_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM);
+    double y_top_units = (double)y_max / a->divisor / (free_fraction > 0.3 ? free_fraction : 0.3);
+    a->y_step = plot_nice_step(y_top_units > 0 ? y_top_units : 1, 6);
+    a->y_axis_max = ceil(y_top_units / a->y_step - 1e-9) * a->y_step;
+    if (a->y_axis_max <= 0)
+        a->y_axis_max = a->y_step;
+    a->x_min = x_min;
+    a->x_step = plot_nice_step(x_max - x_min, 8);
+    a->x_axis_max = x_min + ceil((x_max - x_min) / a->x_step - 1e-9) * a->x_step;
+}
 
-    const double plot_w = PLOT_WIDTH - MARGIN_LEFT - MARGIN_RIGHT;
-    const double plot_h = PLOT_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM;
-#define PX(x) (MARGIN_LEFT + ((x) - x_min) / (x_axis_max - x_min) * plot_w)
-#define PY(bytes) (MARGIN_TOP + plot_h - ((double)(bytes) / divisor) / y_axis_max * plot_h)
-
+/* The document's head, the titles, the grid with its ticks, the frame and the axes' names. */
+static void write_frame(FILE *f, const plot_spec_t *spec, const axes_t *a)
+{
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
                "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
@@ -142,23 +162,21 @@ int svg_plot_write(FILE *f, const plot_spec_t *spec)
         xml_text(f, spec->subtitle);
         fprintf(f, "</text>\n");
     }
-
-    /* grid and ticks */
     fprintf(f, "<g font-size=\"12\" fill=\"#333\">\n");
     char label[64];
-    for (double v = 0; v <= y_axis_max + y_step * 1e-6; v += y_step) {
-        double py = MARGIN_TOP + plot_h - v / y_axis_max * plot_h;
+    for (double v = 0; v <= a->y_axis_max + a->y_step * 1e-6; v += a->y_step) {
+        double py = MARGIN_TOP + plot_h - v / a->y_axis_max * plot_h;
         fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", MARGIN_LEFT,
                 py, MARGIN_LEFT + plot_w, py);
-        tick_label(label, sizeof label, v, y_step);
+        tick_label(label, sizeof label, v, a->y_step);
         fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", MARGIN_LEFT - 8, py + 4,
                 label);
     }
-    for (double v = x_min; v <= x_axis_max + x_step * 1e-6; v += x_step) {
-        double px = PX(v);
+    for (double v = a->x_min; v <= a->x_axis_max + a->x_step * 1e-6; v += a->x_step) {
+        double px = px_of(a, v);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", px, MARGIN_TOP,
                 px, MARGIN_TOP + plot_h);
-        tick_label(label, sizeof label, v, x_step);
+        tick_label(label, sizeof label, v, a->x_step);
         double half = TICK_CHAR_PX * (double)strlen(label) / 2;
         if (px + half > PLOT_WIDTH - 2) /* (the last label of a long one: it ends at the edge) */
             fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", PLOT_WIDTH - 2,
@@ -174,49 +192,48 @@ int svg_plot_write(FILE *f, const plot_spec_t *spec)
             MARGIN_LEFT + plot_w / 2, PLOT_HEIGHT - 15, spec->x_is_time ? "time (s)" : "event number");
     fprintf(f, "<text x=\"20\" y=\"%.1f\" font-size=\"13\" text-anchor=\"middle\" "
                "transform=\"rotate(-90 20 %.1f)\">memory (%s)</text>\n",
-            MARGIN_TOP + plot_h / 2, MARGIN_TOP + plot_h / 2, units[unit]);
+            MARGIN_TOP + plot_h / 2, MARGIN_TOP + plot_h / 2, units[a->unit]);
+}
 
-    /* series as step lines */
-    for (size_t s = 0; s < spec->series_count; s++) {
-        const plot_series_t *series = &spec->series[s];
-        if (!series->count)
-            continue;
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\"%s points=\"",
-                palette[s % (sizeof palette / sizeof palette[0])],
-                series->dashed ? " stroke-dasharray=\"6 4\"" : "");
-        double previous_y = PY(0);
-        fprintf(f, "%.1f,%.1f", PX(x_min), previous_y);
-        if (series->count <= MAX_POINTS) {
-            for (size_t i = 0; i < series->count; i++) {
-                double px = PX(series->x[i]), py = PY(series->y[i]);
-                fprintf(f, " %.1f,%.1f %.1f,%.1f", px, previous_y, px, py);
-                previous_y = py;
-            }
-        } else {
-            size_t i = 0;
-            double width = (x_axis_max - x_min) / BUCKETS;
-            while (i < series->count) {
-                long bucket = (long)((series->x[i] - x_min) / width);
-                double bucket_end = x_min + (double)(bucket + 1) * width;
-                uint64_t highest = series->y[i], last = series->y[i];
-                double x_first = series->x[i];
-                do { /* at least one point per bucket, so this always advances */
-                    if (series->y[i] > highest)
-                        highest = series->y[i];
-                    last = series->y[i];
-                    i++;
-                } while (i < series->count && series->x[i] < bucket_end);
-                double px = PX(x_first);
-                fprintf(f, " %.1f,%.1f %.1f,%.1f %.1f,%.1f", px, previous_y, px, PY(highest),
-                        PX(bucket_end > x_axis_max ? x_axis_max : bucket_end), PY(last));
-                previous_y = PY(last);
-            }
+/* One series as a step line (3.), the `index`th colour. */
+static void write_series(FILE *f, const plot_series_t *series, size_t index, const axes_t *a)
+{
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\"%s points=\"",
+            palette[index % (sizeof palette / sizeof palette[0])], series->dashed ? " stroke-dasharray=\"6 4\"" : "");
+    double previous_y = py_of(a, 0);
+    fprintf(f, "%.1f,%.1f", px_of(a, a->x_min), previous_y);
+    if (series->count <= MAX_POINTS) {
+        for (size_t i = 0; i < series->count; i++) {
+            double px = px_of(a, series->x[i]), py = py_of(a, series->y[i]);
+            fprintf(f, " %.1f,%.1f %.1f,%.1f", px, previous_y, px, py);
+            previous_y = py;
         }
-        double last_x = series->x[series->count - 1];
-        fprintf(f, " %.1f,%.1f\"/>\n", PX(last_x), previous_y);
+    } else {
+        size_t i = 0;
+        double width = (a->x_axis_max - a->x_min) / BUCKETS;
+        while (i < series->count) {
+            long bucket = (long)((series->x[i] - a->x_min) / width);
+            double bucket_end = a->x_min + (double)(bucket + 1) * width;
+            uint64_t highest = series->y[i], last = series->y[i];
+            double x_first = series->x[i];
+            do { /* at least one point per bucket, so this always advances */
+                if (series->y[i] > highest)
+                    highest = series->y[i];
+                last = series->y[i];
+                i++;
+            } while (i < series->count && series->x[i] < bucket_end);
+            double px = px_of(a, x_first);
+            fprintf(f, " %.1f,%.1f %.1f,%.1f %.1f,%.1f", px, previous_y, px, py_of(a, highest),
+                    px_of(a, bucket_end > a->x_axis_max ? a->x_axis_max : bucket_end), py_of(a, last));
+            previous_y = py_of(a, last);
+        }
     }
+    double last_x = series->x[series->count - 1];
+    fprintf(f, " %.1f,%.1f\"/>\n", px_of(a, last_x), previous_y);
+}
 
-    /* legend */
+static void write_legend(FILE *f, const plot_spec_t *spec, const axes_t *a)
+{
     double legend_x = MARGIN_LEFT + 12, legend_y = MARGIN_TOP + 12;
     size_t longest = 0;
     for (size_t s = 0; s < spec->series_count; s++)
@@ -224,7 +241,7 @@ int svg_plot_write(FILE *f, const plot_spec_t *spec)
             longest = strlen(spec->series[s].name);
     fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\" fill=\"white\" "
                "fill-opacity=\"0.85\" stroke=\"#999\"/>\n",
-            legend_x, legend_y, 60 + 7.0 * (double)longest, legend_height);
+            legend_x, legend_y, 60 + 7.0 * (double)longest, a->legend_height);
     for (size_t s = 0; s < spec->series_count; s++) {
         double y = legend_y + 18 + 20.0 * (double)s;
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2.5\"%s/>\n",
@@ -234,9 +251,18 @@ int svg_plot_write(FILE *f, const plot_spec_t *spec)
         xml_text(f, spec->series[s].name);
         fprintf(f, "</text>\n");
     }
+}
+
+int svg_plot_write(FILE *f, const plot_spec_t *spec)
+{
+    axes_t axes;
+    compute_axes(spec, &axes);
+    write_frame(f, spec, &axes);
+    for (size_t s = 0; s < spec->series_count; s++)
+        if (spec->series[s].count)
+            write_series(f, &spec->series[s], s, &axes);
+    write_legend(f, spec, &axes);
     fprintf(f, "</svg>\n");
-#undef PX
-#undef PY
     return ferror(f) ? -1 : 0;
 }
 
