@@ -37,7 +37,6 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../core/resource.h"
@@ -52,13 +51,6 @@ static pthread_t thread;
 static atomic_int started;  /* 1 once the thread runs (or failed to start) */
 static atomic_int stopping; /* 1: leave at the next wake */
 static int wake_pipe[2] = {-1, -1};
-
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
 
 /* Entering a device to give memory back (give_back.h): the gate of its
  * GPU-ops table that keeps stream captures out meanwhile. */
@@ -126,9 +118,9 @@ static void *give_back_main(void *arg)
      * neighbour that looks in the meantime does not find this process yet,
      * which holds almost nothing free so early. (A failure there leaves the
      * decay running.) */
-    uint64_t t0 = now_ns();
+    uint64_t t0 = ps_now_ns();
     if (ps_neighbours_open() == PS_OK)
-        ps_info("neighbours: registry entry made in %.0f us (on the give-back thread)", (now_ns() - t0) / 1e3);
+        ps_info("neighbours: registry entry made in %.0f us (on the give-back thread)", (ps_now_ns() - t0) / 1e3);
     uint64_t decay_ns = ps_global->decay_ms * 1000000ull;
     int tick_ms = (int)(ps_global->decay_ms / 4);
     if (tick_ms < 10)
@@ -138,13 +130,13 @@ static void *give_back_main(void *arg)
      * its last allocation (core/pool_decay.c: keep and idleness over the window) */
     uint64_t window_ns = decay_ns > (uint64_t)tick_ms * 1000000ull ? decay_ns - (uint64_t)tick_ms * 1000000ull
                                                                   : decay_ns;
-    uint64_t next_tick = now_ns() + (uint64_t)tick_ms * 1000000ull;
+    uint64_t next_tick = ps_now_ns() + (uint64_t)tick_ms * 1000000ull;
     const uint64_t publish_ns = PS_LIVE_PERIOD_MS * 1000000ull;
     int publish = 1; /* 3a. (the first call finds whether there is a registry) */
-    uint64_t next_publish = now_ns();
+    uint64_t next_publish = ps_now_ns();
     while (!atomic_load(&stopping) && !atomic_load(&ps_exiting)) {
         struct pollfd fds[2] = {{wake_pipe[0], POLLIN, 0}, {ps_neighbours_fd(), POLLIN, 0}};
-        uint64_t now = now_ns();
+        uint64_t now = ps_now_ns();
         int wait_ms = !decay_ns ? -1 : now >= next_tick ? 0 : (int)((next_tick - now) / 1000000ull);
         if (publish) {
             int publish_wait = now >= next_publish ? 0 : (int)((next_publish - now + 999999) / 1000000ull);
@@ -156,7 +148,7 @@ static void *give_back_main(void *arg)
             break;
         if (n > 0 && (fds[1].revents & POLLIN))
             ps_neighbours_serve();
-        now = now_ns();
+        now = ps_now_ns();
         if (decay_ns && now >= next_tick) {
             for (int d = 0; d < PS_MAX_DEVICES; d++)
                 ps_give_back_device(d, now, window_ns, 0, NULL);
@@ -182,7 +174,7 @@ void ps_give_back_start(void)
                    strerror(errno));
         return;
     }
-    uint64_t t0 = now_ns();
+    uint64_t t0 = ps_now_ns();
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -197,7 +189,7 @@ void ps_give_back_start(void)
     }
     pthread_setname_np(thread, "poolshim-give");
     atomic_store(&started, 2);
-    ps_info("give-back thread started in %.0f us", (now_ns() - t0) / 1e3);
+    ps_info("give-back thread started in %.0f us", (ps_now_ns() - t0) / 1e3);
 }
 
 void ps_give_back_stop(void)

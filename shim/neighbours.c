@@ -153,13 +153,6 @@ static size_t known_capacity; /* entries allocated */
 
 static atomic_uint next_number = 1; /* request numbers */
 
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
 static unsigned long long pid_namespace(void)
 {
     struct stat st;
@@ -413,19 +406,19 @@ static uint64_t give_for_request(int d, uint64_t want, uint64_t budget_ns, int *
 {
     if (want && want < GIVE_MIN)
         want = GIVE_MIN;
-    uint64_t began = now_ns(), given = 0;
+    uint64_t began = ps_now_ns(), given = 0;
     unsigned pause_ms = 1;
     for (;;) {
         ps_gpu_ops_t *gpu = __atomic_load_n(&ps_devices[d].gpu, __ATOMIC_ACQUIRE);
         uint64_t generation, after;
         bool passed = newest_barrier_passed(gpu, &generation);
-        given += ps_give_back_device(d, now_ns(), 0, want ? want - given : 0, refused);
+        given += ps_give_back_device(d, ps_now_ns(), 0, want ? want - given : 0, refused);
         if (*refused || atomic_load(&ps_exiting) || (want && given >= want))
             break;
         after = gpu && gpu->barrier_generation ? gpu->barrier_generation(gpu->ctx) : 0;
         if ((passed && after == generation) || ps_test.neighbours_one_attempt)
             break; /* every barrier had passed and none was issued since: all idle memory went */
-        if (now_ns() - began + pause_ms * 1000000ull > budget_ns)
+        if (ps_now_ns() - began + pause_ms * 1000000ull > budget_ns)
             break;
         struct timespec pause = {0, (long)pause_ms * 1000000L};
         nanosleep(&pause, NULL);
@@ -460,12 +453,12 @@ void ps_neighbours_serve(void)
         if (d >= 0) {
             uint64_t budget_ms = m.wait_ms / 2 < SERVE_BUDGET_MAX_MS ? m.wait_ms / 2 : SERVE_BUDGET_MAX_MS;
             int refused = 0;
-            uint64_t began = now_ns();
+            uint64_t began = ps_now_ns();
             answer.bytes = give_for_request(d, m.bytes, budget_ms * 1000000ull, &refused);
             answer.refused = (uint32_t)refused;
             char b[32];
             ps_info("device %d: process %u ran out of memory on this GPU: gave back %s in %.1f ms%s", d, m.pid,
-                    ps_format_bytes(b, sizeof b, answer.bytes), (double)(now_ns() - began) / 1e6,
+                    ps_format_bytes(b, sizeof b, answer.bytes), (double)(ps_now_ns() - began) / 1e6,
                     refused ? " (a stream capture is open: nothing)" : "");
         }
         if (atomic_load(&ps_exiting))
@@ -752,7 +745,7 @@ uint64_t ps_neighbours_ask(int device, uint64_t wanted)
         free(r);
         return 0;
     }
-    uint64_t began = now_ns(), deadline = began + ps_global->neighbour_wait_ms * 1000000ull;
+    uint64_t began = ps_now_ns(), deadline = began + ps_global->neighbour_wait_ms * 1000000ull;
     char uuid[41];
     uuid_text(request.uuid, uuid);
     asked_t *asked = NULL;
@@ -777,7 +770,7 @@ uint64_t ps_neighbours_ask(int device, uint64_t wanted)
     for (int k = 0; k < r->count; k++)
         p[k] = (struct pollfd){r->fd[k], POLLIN, 0};
     while (awaited > 0 && !(wanted && given >= wanted)) {
-        uint64_t now = now_ns();
+        uint64_t now = ps_now_ns();
         if (now >= deadline)
             break;
         int ready = poll(p, (nfds_t)r->count, (int)((deadline - now + 999999) / 1000000));
@@ -797,7 +790,7 @@ uint64_t ps_neighbours_ask(int device, uint64_t wanted)
                     if (asked[i].sent && asked[i].pid == (int)m.pid && !asked[i].answered) {
                         asked[i].answered = true;
                         awaited -= asked[i].awaited;
-                        remember(&asked[i], now_ns(), 0, m.bytes > 0);
+                        remember(&asked[i], ps_now_ns(), 0, m.bytes > 0);
                         break;
                     }
             }
@@ -810,7 +803,7 @@ uint64_t ps_neighbours_ask(int device, uint64_t wanted)
     int silent_now = 0;
     for (size_t i = 0; i < asked_count; i++)
         if (asked[i].awaited && !asked[i].answered && !(wanted && given >= wanted)) {
-            remember(&asked[i], now_ns(), now_ns() + SILENT_NS, false);
+            remember(&asked[i], ps_now_ns(), ps_now_ns() + SILENT_NS, false);
             silent_now++;
         }
     if (sent) {
@@ -819,7 +812,7 @@ uint64_t ps_neighbours_ask(int device, uint64_t wanted)
         ps_stats_count_give(device, PS_GIVE_FROM_NEIGHBOURS, given);
         char b[32];
         ps_info("device %d: out of memory: asked %d neighbour process(es) on this GPU, %d answered in %.1f ms, "
-                "giving back %s%s", device, sent, answers, (double)(now_ns() - began) / 1e6,
+                "giving back %s%s", device, sent, answers, (double)(ps_now_ns() - began) / 1e6,
                 ps_format_bytes(b, sizeof b, given),
                 silent_now ? " (the silent ones are not waited for in the next 30 s)" : "");
     }
