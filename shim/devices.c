@@ -457,6 +457,30 @@ static void open_gate(ps_device_state_t *dev, bool died)
     ps_gpu_ops_cuda_open(dev->gpu);
 }
 
+/* What becomes of the shim's reference on a primary context that died. */
+enum { REF_AS_IS, REF_SETTLE, REF_RELEASE, REF_GONE };
+
+/* The end of a call that may have destroyed dev's context: the one
+ * sequence of a context death. The gate of its table opens (`gated`: it
+ * was closed around the call), the table marked dead first when the
+ * context `died`; then the stack is dropped and the shim's reference is
+ * settled (settle_ref), given back (release_ours: a reset does not release
+ * it), gone with the context (REF_GONE), or left as the caller made it. */
+static void context_call_done(ps_device_state_t *dev, bool gated, bool died, const char *api, int ref)
+{
+    if (gated)
+        open_gate(dev, died);
+    if (!died)
+        return;
+    drop_device(dev, api);
+    if (ref == REF_SETTLE)
+        settle_ref(dev);
+    else if (ref == REF_RELEASE)
+        release_ours(dev);
+    else if (ref == REF_GONE)
+        dev->holds_ref = 0;
+}
+
 /* Is the context dev's stack was built in still alive and the same one? */
 static bool context_alive(ps_device_state_t *dev)
 {
@@ -510,13 +534,9 @@ CUresult ps_context_reset(CUdevice device, ps_cuDevicePrimaryCtxReset_fn real, c
     CUresult r = real(device);
     atomic_store(&dev->state, PS_DEVICE_READY);
     bool died = r == CUDA_SUCCESS || !context_alive(dev) || released_vm;
-    open_gate(dev, died);
-    if (died) {
-        drop_device(dev, api);
-        /* "resetting the primary context does not release it": whoever
-         * retained it releases its usage, which is safe after a reset */
-        release_ours(dev);
-    }
+    /* "resetting the primary context does not release it": whoever retained
+     * it releases its usage, which is safe after a reset */
+    context_call_done(dev, true, died, api, REF_RELEASE);
     pthread_mutex_unlock(&ps_devices_lock);
     return r;
 }
@@ -559,10 +579,7 @@ CUresult ps_context_release(CUdevice device, ps_cuDevicePrimaryCtxRelease_fn rea
         died = true;
         settle_ref(dev);
     }
-    if (ready)
-        open_gate(dev, died);
-    if (died)
-        drop_device(dev, api);
+    context_call_done(dev, ready, died, api, REF_AS_IS);
     pthread_mutex_unlock(&ps_devices_lock);
     return r;
 }
@@ -581,15 +598,8 @@ CUresult ps_context_destroy(CUcontext ctx, ps_cuCtxDestroy_fn real, const char *
     CUresult r = real(ctx);
     for (int d = 0; d < PS_MAX_DEVICES; d++)
         if (ours[d])
-            open_gate(&ps_devices[d], r == CUDA_SUCCESS);
+            context_call_done(&ps_devices[d], true, r == CUDA_SUCCESS, api, REF_GONE);
     if (r == CUDA_SUCCESS && ctx) {
-        for (int d = 0; d < PS_MAX_DEVICES; d++) {
-            ps_device_state_t *dev = &ps_devices[d];
-            if (ours[d]) {
-                drop_device(dev, api);
-                dev->holds_ref = 0;
-            }
-        }
         /* a non-primary context: its streams are gone, its handle may come back */
         ps_gpu_ops_cuda_forget_context(ctx);
         for (size_t i = 0; i < warned_count; i++)
@@ -616,12 +626,7 @@ CUresult ps_context_set_flags(CUdevice device, unsigned int flags, ps_cuDevicePr
         ps_gpu_ops_cuda_close(dev->gpu); /* a driver may make the context again (see ps_context_check) */
     CUresult r = real(device, flags);
     bool died = ready && r == CUDA_SUCCESS && !context_alive(dev);
-    if (ready)
-        open_gate(dev, died);
-    if (died) {
-        drop_device(dev, api);
-        settle_ref(dev);
-    }
+    context_call_done(dev, ready, died, api, REF_SETTLE);
     pthread_mutex_unlock(&ps_devices_lock);
     return r;
 }
@@ -633,10 +638,8 @@ void ps_context_check(const char *api)
     pthread_mutex_lock(&ps_devices_lock);
     for (int d = 0; d < PS_MAX_DEVICES; d++) {
         ps_device_state_t *dev = &ps_devices[d];
-        if (atomic_load(&dev->state) == PS_DEVICE_READY && !context_alive(dev)) {
-            drop_device(dev, api);
-            settle_ref(dev);
-        }
+        if (atomic_load(&dev->state) == PS_DEVICE_READY && !context_alive(dev))
+            context_call_done(dev, false, true, api, REF_SETTLE);
     }
     pthread_mutex_unlock(&ps_devices_lock);
 }
