@@ -96,20 +96,6 @@ enum {
     PS_CALL_COUNT
 };
 
-/* 1 when the shim routes allocations, 0 in passthrough (POOLSHIM_DISABLE,
- * a bad config with on_error=passthrough, a forked child of a CUDA parent,
- * and from the start of exit() on). */
-extern atomic_int ps_active;
-/* 1 once exit() began (devices.c, exit_begins): the shim starts no CUDA
- * call any more; a free of one of its blocks just forgets it. */
-extern atomic_int ps_exiting;
-/* 1 when POOLSHIM_DISABLE=1 was set at load: hooks are never handed out. */
-extern int ps_disabled_early;
-/* 1 when POOLSHIM_TRACE_LOOKUPS=1: every driver/runtime name looked up through
- * dlsym or cuGetProcAddress is printed, with whether we hooked it (to find
- * the entry points a program allocates through). */
-extern int ps_trace_lookups;
-/* The effective configuration (valid once ps_active is known). */
-extern const ps_global_config_t *ps_global;
+#include "process.h" /* the process's state: active, exiting, the configuration */
 
 #endif

@@ -78,7 +78,7 @@ void ps_devices_atfork_parent(void)
 }
 void ps_devices_atfork_child(void)
 {
-    /* (ps_init_done stays: the child inherits the parent's initialised state) */
+    /* (initialised stays: the child inherits the parent's initialised state) */
     ps_registry_atfork_child();
     ps_gpu_ops_cuda_atfork_child();
     ps_ipc_atfork_child();
@@ -99,7 +99,7 @@ void ps_devices_atfork_child(void)
             had_stacks = 1;
         }
     if (had_stacks) {
-        atomic_store(&ps_active, 0);
+        ps_process_set_active(0);
         ps_stats_forget_at_exit();
     }
     ps_devices_last = (last_context_t){0};
@@ -115,7 +115,7 @@ void ps_devices_atfork_child(void)
  * tests/gpu/pinned.cu. */
 static void build_host_pool(ps_device_state_t *dev, ps_gpu_ops_t *gpu)
 {
-    const ps_host_config_t *h = &ps_global->host;
+    const ps_host_config_t *h = &ps_global_config()->host;
     if (!h->enable || !gpu->host_alloc)
         return;
     ps_pool_options_t o;
@@ -126,7 +126,7 @@ static void build_host_pool(ps_device_state_t *dev, ps_gpu_ops_t *gpu)
         o.free_sync = PS_FREE_SYNC_NONE;
     }
     ps_stack_t *stack = NULL;
-    int rc = ps_config_build_host_stack(ps_router_config, dev->device, gpu, PS_HOST_POOL_FLAGS,
+    int rc = ps_config_build_host_stack(ps_process_config(), dev->device, gpu, PS_HOST_POOL_FLAGS,
                                         &o, &stack);
     if (rc != PS_OK) {
         ps_warning("device %d: cannot build the pinned host pool (%s): pinned memory passes through",
@@ -140,9 +140,8 @@ static void build_host_pool(ps_device_state_t *dev, ps_gpu_ops_t *gpu)
 /* Runs at exit() before the CUDA runtime's teardown (see 6. above). */
 static void exit_begins(void)
 {
-    atomic_store(&ps_exiting, 1);
-    atomic_store(&ps_active, 0);
-    ps_give_back_stop(); /* (a tick in progress ends first: it touches no stack after ps_exiting) */
+    ps_process_begin_exit();
+    ps_give_back_stop(); /* (a tick in progress ends first: it touches no stack once exiting) */
 }
 
 /* A device whose stack cannot be built: global.on_error decides, as for a
@@ -150,7 +149,7 @@ static void exit_begins(void)
  * device's calls go to CUDA). */
 static void stack_failed(ps_device_state_t *dev, int d)
 {
-    if (!ps_global || ps_global->on_error == PS_ON_ERROR_EXIT) {
+    if (!ps_global_config() || ps_global_config()->on_error == PS_ON_ERROR_EXIT) {
         ps_error("device %d: no resource stack: stopping before the allocation "
                  "(set POOLSHIM_ON_ERROR=passthrough to run without the pool instead)", d);
         _exit(1); /* as for a bad configuration: other threads may be inside CUDA */
@@ -170,7 +169,7 @@ static void build_device(ps_device_state_t *dev, int d)
     CUcontext primary = NULL;
     if (ps_real.cuDevicePrimaryCtxRetain(&primary, d) != CUDA_SUCCESS || !primary) {
         ps_error("device %d: cannot retain its primary context%s", d,
-                 ps_global && ps_global->on_error == PS_ON_ERROR_PASSTHROUGH
+                 ps_global_config() && ps_global_config()->on_error == PS_ON_ERROR_PASSTHROUGH
                      ? ": on_error=passthrough, passing its calls through"
                      : "");
         stack_failed(dev, d);
@@ -186,7 +185,7 @@ static void build_device(ps_device_state_t *dev, int d)
         stack_failed(dev, d);
         return;
     }
-    if (ps_global->debug.nvtx_ranges)
+    if (ps_global_config()->debug.nvtx_ranges)
         ps_nvtx_ranges_wrap(gpu);
     if (ps_test.return_lent) {
         ps_pool_test_return_lent_at_once(1);
@@ -202,7 +201,7 @@ static void build_device(ps_device_state_t *dev, int d)
         pushed = ps_real.cuCtxPushCurrent_v2(primary) == CUDA_SUCCESS;
     ps_stack_t *stack = NULL;
     ps_in_shim++;
-    int rc = ps_config_build_stack(ps_router_config, d, gpu, &stack);
+    int rc = ps_config_build_stack(ps_process_config(), d, gpu, &stack);
     ps_in_shim--;
     if (pushed) {
         CUcontext popped;
@@ -210,7 +209,7 @@ static void build_device(ps_device_state_t *dev, int d)
     }
     if (rc != PS_OK) {
         ps_error("device %d: cannot build its resource stack (%s)%s", d, ps_status_name(rc),
-                 ps_global && ps_global->on_error == PS_ON_ERROR_PASSTHROUGH
+                 ps_global_config() && ps_global_config()->on_error == PS_ON_ERROR_PASSTHROUGH
                      ? ": on_error=passthrough, passing its calls through"
                      : "");
         stack_failed(dev, d);
@@ -244,7 +243,7 @@ static void build_device(ps_device_state_t *dev, int d)
  * before (as for a program whose context was made before the shim loaded). */
 void ps_context_retained(CUdevice d)
 {
-    if (d < 0 || d >= PS_MAX_DEVICES || atomic_load(&ps_exiting) || !ps_shim_ensure_init())
+    if (d < 0 || d >= PS_MAX_DEVICES || ps_process_exiting() || !ps_shim_ensure_init())
         return;
     ps_device_state_t *dev = &ps_devices[d];
     if (atomic_load_explicit(&dev->state, memory_order_acquire) != PS_DEVICE_UNBUILT)

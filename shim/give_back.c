@@ -82,7 +82,7 @@ uint64_t ps_give_back_device(int d, uint64_t now, uint64_t decay_ns, uint64_t wa
 {
     if (refused)
         *refused = 0;
-    if (atomic_load(&ps_exiting))
+    if (ps_process_exiting())
         return 0;
     ps_device_state_t *dev;
     int open = ps_give_back_enter_device(d, &dev);
@@ -121,8 +121,8 @@ static void *give_back_main(void *arg)
     uint64_t t0 = ps_now_ns();
     if (ps_neighbours_open() == PS_OK)
         ps_info("neighbours: registry entry made in %.0f us (on the give-back thread)", (ps_now_ns() - t0) / 1e3);
-    uint64_t decay_ns = ps_global->decay_ms * 1000000ull;
-    int tick_ms = (int)(ps_global->decay_ms / 4);
+    uint64_t decay_ns = ps_global_config()->decay_ms * 1000000ull;
+    int tick_ms = (int)(ps_global_config()->decay_ms / 4);
     if (tick_ms < 10)
         tick_ms = 10; /* (no upper bound: the pool's ring holds 8 ticks, two windows) */
     /* the window the pool looks back over: one tick less than the decay, so
@@ -134,7 +134,7 @@ static void *give_back_main(void *arg)
     const uint64_t publish_ns = PS_LIVE_PERIOD_MS * 1000000ull;
     int publish = 1; /* 3a. (the first call finds whether there is a registry) */
     uint64_t next_publish = ps_now_ns();
-    while (!atomic_load(&stopping) && !atomic_load(&ps_exiting)) {
+    while (!atomic_load(&stopping) && !ps_process_exiting()) {
         struct pollfd fds[2] = {{wake_pipe[0], POLLIN, 0}, {ps_neighbours_fd(), POLLIN, 0}};
         uint64_t now = ps_now_ns();
         int wait_ms = !decay_ns ? -1 : now >= next_tick ? 0 : (int)((next_tick - now) / 1000000ull);
@@ -144,7 +144,7 @@ static void *give_back_main(void *arg)
                 wait_ms = publish_wait;
         }
         int n = poll(fds, fds[1].fd >= 0 ? 2 : 1, wait_ms);
-        if (atomic_load(&stopping) || atomic_load(&ps_exiting))
+        if (atomic_load(&stopping) || ps_process_exiting())
             break;
         if (n > 0 && (fds[1].revents & POLLIN))
             ps_neighbours_serve();
@@ -166,8 +166,8 @@ void ps_give_back_start(void)
 {
     int never = 0; /* (an exchange would turn a running thread's 2 back into 1 at the second device's
                       stack, and the thread would be neither stopped nor joined at exit) */
-    if (!atomic_compare_exchange_strong(&started, &never, 1) || !ps_global ||
-        (!ps_global->decay_ms && !ps_global->neighbour_release))
+    if (!atomic_compare_exchange_strong(&started, &never, 1) || !ps_global_config() ||
+        (!ps_global_config()->decay_ms && !ps_global_config()->neighbour_release))
         return;
     if (pipe(wake_pipe) != 0) {
         ps_warning("cannot start the give-back thread (pipe: %s): free memory stays in the pool until exit",

@@ -607,7 +607,7 @@ static int live_ipc_unmap(void *vctx, void *addr, size_t size, uint64_t handle)
  * descriptor (and imported again). Needs the context current. */
 static bool posix_fd_shareable(CUdevice device)
 {
-    if (!ps_global || !ps_global->ipc || !ps_real.cuMemExportToShareableHandle ||
+    if (!ps_global_config() || !ps_global_config()->ipc || !ps_real.cuMemExportToShareableHandle ||
         !ps_real.cuMemImportFromShareableHandle)
         return false;
     int supported = 0;

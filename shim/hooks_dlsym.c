@@ -23,7 +23,7 @@
 static void *hooked_lookup(void *handle, const char *symbol)
 {
     const ps_hook_t *h = ps_hook_by_name(symbol);
-    if (ps_trace_lookups)
+    if (ps_process_traces_lookups())
         dprintf(2, "poolshim: trace: dlsym(%s)%s\n", symbol, h ? " -> hooked" : "");
     if (!h)
         return NULL;
@@ -38,7 +38,7 @@ static void *hooked_lookup(void *handle, const char *symbol)
 #define DLSYM_BODY                                                                   \
     if (PS_UNLIKELY(!ps_real_dlsym))                                                 \
         ps_real_find_dlsym(); /* called before our constructor (another preload) */  \
-    if (symbol && symbol[0] == 'c' && symbol[1] == 'u' && !ps_disabled_early) {      \
+    if (symbol && symbol[0] == 'c' && symbol[1] == 'u' && !ps_process_disabled_early()) {      \
         void *hook = hooked_lookup(handle, symbol);                                  \
         if (hook)                                                                    \
             return hook;                                                             \

@@ -582,12 +582,12 @@ PS_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 static CUresult replace_with_hook(CUresult r, void **pfn, const char *symbol, int version, cuuint64_t flags)
 {
     const ps_hook_t *h = NULL;
-    if (r == CUDA_SUCCESS && pfn && *pfn && !ps_disabled_early) {
+    if (r == CUDA_SUCCESS && pfn && *pfn && !ps_process_disabled_early()) {
         h = ps_hook_by_real(*pfn);
         if (h)
             *pfn = h->hook;
     }
-    if (ps_trace_lookups)
+    if (ps_process_traces_lookups())
         dprintf(2, "poolshim: trace: cuGetProcAddress(%s, version %d, flags %llu)%s%s\n", symbol ? symbol : "?",
                 version, (unsigned long long)flags, r == CUDA_SUCCESS ? "" : " -> not found",
                 h ? " -> hooked" : "");

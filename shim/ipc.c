@@ -212,7 +212,7 @@ static void serve(int fd)
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     struct timeval timeout = {SEND_TIMEOUT_MS / 1000, SEND_TIMEOUT_MS % 1000 * 1000};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
-    if (atomic_load(&ps_exiting)) { /* no CUDA call once exit() began */
+    if (ps_process_exiting()) { /* no CUDA call once exit() began */
         send_status(fd, REPLY_EXITING);
         return;
     }

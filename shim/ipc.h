@@ -1,6 +1,6 @@
 /* IPC of pooled memory between processes under the shim (shim/ipc.c):
  * the export table, the service thread, imports. It calls the GPU-ops
- * table it is given, and reads ps_exiting; nothing else of the shim. */
+ * table it is given, and reads whether exit began (process.h); nothing else of the shim. */
 #ifndef PS_SHIM_IPC_H
 #define PS_SHIM_IPC_H
 

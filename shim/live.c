@@ -112,9 +112,10 @@ static void decide(void)
     live.decided = 1;
     const char *dir, *name;
     if (!ps_neighbours_registry(&dir, &name)) {
+        const ps_global_config_t *g = ps_global_config();
         ps_info("live statistics: not published (%s)",
-                ps_global && !ps_global->neighbour_release ? "global.neighbour_release is off: no registry"
-                                                           : "the registry directory cannot be used");
+                g && !g->neighbour_release ? "global.neighbour_release is off: no registry"
+                                           : "the registry directory cannot be used");
         return;
     }
     int a = snprintf(live.page, sizeof live.page, "%s/%s.stats", dir, name);

@@ -224,7 +224,8 @@ static bool registry_usable(void)
 
 bool ps_neighbours_registry(const char **dir, const char **name)
 {
-    if (!ps_global || !ps_global->neighbour_release || !registry_usable())
+    const ps_global_config_t *g = ps_global_config();
+    if (!g || !g->neighbour_release || !registry_usable())
         return false;
     *dir = self.dir;
     *name = self.name;
@@ -313,7 +314,8 @@ static bool message_valid(const message_t *m, ssize_t size, long uid, int kind)
 /* ---- 1. open and close ----------------------------------------------------------- */
 int ps_neighbours_open(void)
 {
-    if (!ps_global || !ps_global->neighbour_release || atomic_load(&serving_fd) >= 0 || !registry_usable())
+    const ps_global_config_t *g = ps_global_config();
+    if (!g || !g->neighbour_release || atomic_load(&serving_fd) >= 0 || !registry_usable())
         return PS_EUNSUPPORTED;
     int count = 0;
     if (!ps_real.cuDeviceGetCount || ps_real.cuDeviceGetCount(&count) != CUDA_SUCCESS)
@@ -413,7 +415,7 @@ static uint64_t give_for_request(int d, uint64_t want, uint64_t budget_ns, int *
         uint64_t generation, after;
         bool passed = newest_barrier_passed(gpu, &generation);
         given += ps_give_back_device(d, ps_now_ns(), 0, want ? want - given : 0, refused);
-        if (*refused || atomic_load(&ps_exiting) || (want && given >= want))
+        if (*refused || ps_process_exiting() || (want && given >= want))
             break;
         after = gpu && gpu->barrier_generation ? gpu->barrier_generation(gpu->ctx) : 0;
         if ((passed && after == generation) || ps_test.neighbours_one_attempt)
@@ -430,7 +432,7 @@ static uint64_t give_for_request(int d, uint64_t want, uint64_t budget_ns, int *
 void ps_neighbours_serve(void)
 {
     int fd = atomic_load(&serving_fd);
-    for (int served = 0; fd >= 0 && served < 64 && !atomic_load(&ps_exiting); served++) {
+    for (int served = 0; fd >= 0 && served < 64 && !ps_process_exiting(); served++) {
         message_t m;
         struct sockaddr_un from;
         socklen_t from_size = 0;
@@ -461,7 +463,7 @@ void ps_neighbours_serve(void)
                     ps_format_bytes(b, sizeof b, answer.bytes), (double)(ps_now_ns() - began) / 1e6,
                     refused ? " (a stream capture is open: nothing)" : "");
         }
-        if (atomic_load(&ps_exiting))
+        if (ps_process_exiting())
             return;
         sendto(fd, &answer, sizeof answer, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&from, from_size);
     }
@@ -729,12 +731,13 @@ static bool send_request(replies_t *r, const message_t *request, const asked_t *
 
 uint64_t ps_neighbours_ask(int device, uint64_t wanted)
 {
-    if (!ps_global || !ps_global->neighbour_release || ps_in_shim || device < 0 || device >= PS_MAX_DEVICES ||
-        atomic_load(&ps_exiting) || !registry_usable())
+    const ps_global_config_t *g = ps_global_config();
+    if (!g || !g->neighbour_release || ps_in_shim || device < 0 || device >= PS_MAX_DEVICES ||
+        ps_process_exiting() || !registry_usable())
         return 0;
     message_t request = {.magic = MESSAGE_MAGIC, .version = MESSAGE_VERSION, .kind = MESSAGE_REQUEST,
                          .pid = (uint32_t)self.pid, .number = atomic_fetch_add(&next_number, 1), .bytes = wanted,
-                         .wait_ms = (uint32_t)ps_global->neighbour_wait_ms};
+                         .wait_ms = (uint32_t)ps_global_config()->neighbour_wait_ms};
     if (!device_uuid(device, request.uuid))
         return 0;
     long tid = (long)syscall(SYS_gettid);
@@ -745,7 +748,7 @@ uint64_t ps_neighbours_ask(int device, uint64_t wanted)
         free(r);
         return 0;
     }
-    uint64_t began = ps_now_ns(), deadline = began + ps_global->neighbour_wait_ms * 1000000ull;
+    uint64_t began = ps_now_ns(), deadline = began + ps_global_config()->neighbour_wait_ms * 1000000ull;
     char uuid[41];
     uuid_text(request.uuid, uuid);
     asked_t *asked = NULL;

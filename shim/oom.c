@@ -25,7 +25,7 @@ uint64_t ps_route_oom_epoch(void) { return atomic_load_explicit(&oom_give_backs,
  * thread's: its neighbours' memory came just after this one's failure). */
 bool ps_route_neighbours_gave(int d, uint64_t wanted, uint64_t epoch)
 {
-    if (!ps_global->neighbour_release || ps_in_shim || !atomic_load_explicit(&ps_active, memory_order_relaxed))
+    if (!ps_global_config()->neighbour_release || ps_in_shim || !ps_process_active())
         return false;
     uint64_t given = ps_neighbours_ask(d, wanted);
     if (given)
@@ -64,7 +64,7 @@ static uint64_t trim_for_oom(int d, const char *api)
 bool ps_route_oom_give_back(int *device, uint64_t epoch, const char *api, bool *asked)
 {
     *asked = false;
-    if (ps_in_shim || !ps_shim_ensure_init() || !ps_global->oom_retry || *device < -1)
+    if (ps_in_shim || !ps_shim_ensure_init() || !ps_global_config()->oom_retry || *device < -1)
         return false; /* (a program that only ever called cuMemCreate meets the shim here first) */
     CUdevice current = -1;
     if (*device == -1 && (ps_real.cuCtxGetDevice(&current) != CUDA_SUCCESS || current < 0))
@@ -77,7 +77,7 @@ bool ps_route_oom_give_back(int *device, uint64_t epoch, const char *api, bool *
     bool retry = given || ps_route_oom_epoch() != epoch;
     char b[32];
     const char *next = retry                          ? ", retrying it once"
-                       : ps_global->neighbour_release ? ", asking the neighbours"
+                       : ps_global_config()->neighbour_release ? ", asking the neighbours"
                                                       : ", nothing to retry with";
     if (atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) == PS_DEVICE_READY)
         ps_info("device %d: %s ran out of memory: the pool gave back %s%s", d, api,

@@ -91,82 +91,63 @@
 #include "router_internal.h"
 #include "stats.h"
 
-atomic_int ps_active;
-atomic_int ps_exiting;
-const ps_global_config_t *ps_global;
-int ps_disabled_early; /* POOLSHIM_DISABLE=1 seen by the constructor */
-
-ps_config_t *ps_router_config; /* the loaded configuration (router_internal.h) */
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static ps_global_config_t passthrough_global; /* used when the config failed */
-
-int ps_trace_lookups; /* POOLSHIM_TRACE_LOOKUPS=1: print every cu* name looked up */
-
-static pid_t loaded_in; /* the process the constructor ran in (not a forked child) */
-
-__attribute__((constructor)) static void read_disable_flag(void)
-{
-    loaded_in = getpid();
-    /* the parser the configuration uses; a POOLSHIM_DISABLE that is no
-     * boolean is left to ps_config_load, which warns once and passes every
-     * call through (global.disable) */
-    (void)ps_env_bool("POOLSHIM_DISABLE", 0, &ps_disabled_early);
-    (void)ps_env_bool("POOLSHIM_TRACE_LOOKUPS", 1, &ps_trace_lookups);
-}
 
 /* global.direct_min_size, SIZE_MAX when off: one comparison per allocation. */
 static size_t direct_min = SIZE_MAX;
 
 static void init_once_body(void)
 {
-    ps_global = &passthrough_global;
-    if (ps_disabled_early) {
-        atomic_store(&ps_active, 0);
+    ps_process_set_config(NULL, &passthrough_global);
+    if (ps_process_disabled_early()) {
+        ps_process_set_active(0);
         return;
     }
     if (ps_real_load_driver() != PS_OK) {
-        atomic_store(&ps_active, 0);
+        ps_process_set_active(0);
         return;
     }
     uint64_t t0 = ps_now_ns();
-    int rc = ps_config_load(NULL, &ps_router_config);
-    ps_config_print_warnings(ps_router_config, stderr); /* unknown POOLSHIM_* variables */
+    ps_config_t *config = NULL;
+    int rc = ps_config_load(NULL, &config);
+    ps_config_print_warnings(config, stderr); /* unknown POOLSHIM_* variables */
     if (rc != PS_OK) {
-        ps_config_print_errors(ps_router_config, stderr);
-        const ps_global_config_t *g = ps_router_config ? ps_config_global(ps_router_config) : NULL;
+        ps_config_print_errors(config, stderr);
+        const ps_global_config_t *g = config ? ps_config_global(config) : NULL;
         if (!g || g->on_error == PS_ON_ERROR_EXIT) {
             ps_error("invalid configuration: stopping before the first allocation "
                      "(set POOLSHIM_ON_ERROR=passthrough to run without the pool instead)");
             _exit(1); /* not exit(): other threads may be inside CUDA, and atexit handlers would race them */
         }
         ps_warning("invalid configuration: on_error=passthrough, running without the pool");
-        atomic_store(&ps_active, 0);
+        ps_process_set_config(config, &passthrough_global);
+        ps_process_set_active(0);
         return;
     }
-    ps_global = ps_config_global(ps_router_config);
-    ps_verbosity = ps_global->verbosity;
-    if (ps_global->direct_min_size)
-        direct_min = ps_global->direct_min_size;
-    if (ps_global->disable) {
-        atomic_store(&ps_active, 0);
+    const ps_global_config_t *g = ps_config_global(config);
+    ps_process_set_config(config, g);
+    ps_verbosity = g->verbosity;
+    if (g->direct_min_size)
+        direct_min = g->direct_min_size;
+    if (g->disable) {
+        ps_process_set_active(0);
         return;
     }
-    ps_stats_init(ps_global->stats != PS_STATS_OFF);
-    if (ps_global->debug.nvtx)
+    ps_stats_init(g->stats != PS_STATS_OFF);
+    if (g->debug.nvtx)
         ps_nvtx_enable();
     pthread_atfork(ps_devices_atfork_prepare, ps_devices_atfork_parent, ps_devices_atfork_child);
     atexit(ps_stats_report_at_exit);
     ps_info("active (pid %d, version %s): set up in %.0f us, free_sync=%s, stats=%s", (int)getpid(),
             poolshim_version(), (ps_now_ns() - t0) / 1e3,
-            ps_global->free_sync == PS_FREE_SYNC_EVENT     ? "event"
-            : ps_global->free_sync == PS_FREE_SYNC_DEVICE  ? "device"
-            : ps_global->free_sync == PS_FREE_SYNC_BARRIER ? "barrier"
-                                                           : "none",
-            ps_global->stats == PS_STATS_OFF ? "off" : ps_global->stats == PS_STATS_TEXT ? "text" : "json");
-    atomic_store(&ps_active, 1);
+            g->free_sync == PS_FREE_SYNC_EVENT     ? "event"
+            : g->free_sync == PS_FREE_SYNC_DEVICE  ? "device"
+            : g->free_sync == PS_FREE_SYNC_BARRIER ? "barrier"
+                                                   : "none",
+            g->stats == PS_STATS_OFF ? "off" : g->stats == PS_STATS_TEXT ? "text" : "json");
+    ps_process_set_active(1);
 }
-
-atomic_int ps_init_done; /* 1 once init_once_body has run (ps_shim_ensure_init's shortcut) */
 
 /* Statistics asked for on stderr, and the process never reached the shim
  * (no CUDA allocation, no context): one line says so instead of silence.
@@ -175,7 +156,7 @@ atomic_int ps_init_done; /* 1 once init_once_body has run (ps_shim_ensure_init's
  * statistics file nothing is written (docs/config.md, global.stats_file). */
 __attribute__((destructor)) static void report_no_cuda_seen(void)
 {
-    if (atomic_load(&ps_init_done) || ps_disabled_early || getpid() != loaded_in)
+    if (ps_process_initialised() || ps_process_disabled_early() || getpid() != ps_process_loaded_in())
         return;
     if (!getenv("POOLSHIM_STATS") && !getenv("POOLSHIM_OPTIONS") && !getenv("POOLSHIM_CONFIG"))
         return;
@@ -194,8 +175,8 @@ __attribute__((destructor)) static void report_no_cuda_seen(void)
 int ps_shim_init(void)
 {
     pthread_once(&init_once, init_once_body);
-    atomic_store_explicit(&ps_init_done, 1, memory_order_release);
-    return atomic_load_explicit(&ps_active, memory_order_relaxed);
+    ps_process_set_initialised();
+    return ps_process_active();
 }
 
 /* Buffer ids of pooled blocks (CU_POINTER_ATTRIBUTE_BUFFER_ID: unique per
@@ -390,7 +371,7 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
     if (!ptr)
         return PS_ROUTE_PASSTHROUGH;
     if (PS_UNLIKELY(!ps_shim_ensure_init()))
-        return atomic_load(&ps_exiting) ? free_while_exiting((uintptr_t)ptr, status) : PS_ROUTE_PASSTHROUGH;
+        return ps_process_exiting() ? free_while_exiting((uintptr_t)ptr, status) : PS_ROUTE_PASSTHROUGH;
     /* only cudaFree/cuMemFree are "unsafe" calls; a stream-ordered free on a
      * capturing stream arrives here as PS_STREAM_NONE too, and the check's
      * probe (a real cuMemAlloc) on the capturing thread would invalidate its
@@ -461,7 +442,7 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
 ps_route_t ps_route_host_alloc(int call, int door, size_t size, unsigned flags, void **out, int *status)
 {
     const unsigned pooled_flags = PS_HOST_POOL_FLAGS;
-    if (!size || (flags & ~pooled_flags) || PS_UNLIKELY(!ps_shim_ensure_init()) || !ps_global->host.enable)
+    if (!size || (flags & ~pooled_flags) || PS_UNLIKELY(!ps_shim_ensure_init()) || !ps_global_config()->host.enable)
         return PS_ROUTE_PASSTHROUGH; /* write-combined (or unknown) flags: CUDA's own */
     ps_device_state_t *dev = ps_current_device(door);
     ps_resource_t *pool = dev ? __atomic_load_n(&dev->host_pool, __ATOMIC_ACQUIRE) : NULL;
@@ -498,7 +479,7 @@ ps_route_t ps_route_host_free(int call, int door, void *ptr, int *status)
     if (!ptr)
         return PS_ROUTE_PASSTHROUGH;
     if (PS_UNLIKELY(!ps_shim_ensure_init()))
-        return atomic_load(&ps_exiting) ? free_while_exiting((uintptr_t)ptr, status) : PS_ROUTE_PASSTHROUGH;
+        return ps_process_exiting() ? free_while_exiting((uintptr_t)ptr, status) : PS_ROUTE_PASSTHROUGH;
     uint64_t clock_start = ps_stats_clock_start(PS_STATS_TIME_HOST_FREE);
     ps_allocation_t a;
     if (ps_registry_remove((uintptr_t)ptr, &a) != PS_OK) {
@@ -561,7 +542,7 @@ bool ps_route_pinned_block(uintptr_t addr, size_t size, unsigned *flags)
 
 void ps_route_meminfo(size_t *free_bytes)
 {
-    if (!ps_shim_ensure_init() || ps_global->meminfo != PS_MEMINFO_POOL)
+    if (!ps_shim_ensure_init() || ps_global_config()->meminfo != PS_MEMINFO_POOL)
         return;
     ps_device_state_t *dev = ps_current_device(PS_DOOR_DRIVER);
     if (!dev)
@@ -663,7 +644,8 @@ ps_route_t ps_route_address_range(uintptr_t addr, uintptr_t *base, size_t *size,
 bool ps_route_ipc_capable(const ps_allocation_t *a)
 {
     ps_gpu_ops_t *gpu = __atomic_load_n(&ps_devices[a->device].gpu, __ATOMIC_ACQUIRE);
-    return ps_global && ps_global->ipc && gpu && gpu->ipc_export && ps_slab_mapped_device(a->ptr) == a->device;
+    const ps_global_config_t *g = ps_global_config();
+    return g && g->ipc && gpu && gpu->ipc_export && ps_slab_mapped_device(a->ptr) == a->device;
 }
 
 bool ps_route_pooled_block(uintptr_t addr, ps_allocation_t *out)
@@ -690,7 +672,7 @@ void ps_streams_destroyed(CUstream stream)
     /* let every stack retire what it keeps for this stream while the
      * handle is still valid (a fence recorded on a dead stream crashes);
      * not once exit() began (see 6. above) */
-    if (stream && (uintptr_t)stream > (uintptr_t)PS_STREAM_PER_THREAD && !atomic_load(&ps_exiting)) {
+    if (stream && (uintptr_t)stream > (uintptr_t)PS_STREAM_PER_THREAD && !ps_process_exiting()) {
         ps_in_shim++;
         for (int d = 0; d < PS_MAX_DEVICES; d++)
             if (atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) == PS_DEVICE_READY)
@@ -722,7 +704,7 @@ void ps_peer_access_enabled(CUcontext peer)
 
 void ps_route_device_synchronized(void)
 {
-    if (!atomic_load_explicit(&ps_init_done, memory_order_acquire) || ps_disabled_early)
+    if (!ps_process_initialised() || ps_process_disabled_early())
         return;
     CUdevice d = -1;
     if (ps_real.cuCtxGetDevice(&d) != CUDA_SUCCESS || d < 0 || d >= PS_MAX_DEVICES ||

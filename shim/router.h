@@ -71,14 +71,13 @@ bool ps_route_oom_give_back(int *device, uint64_t epoch, const char *api, bool *
 bool ps_route_oom_ask_neighbours(int device, uint64_t epoch);
 void ps_route_oom_retried(int device, const char *api, bool succeeded);
 
-/* Initialises on first use (config, driver). Returns ps_active. Once it
- * has run, two loads (every intercepted call asks). */
-extern atomic_int ps_init_done;
+/* Initialises on first use (config, driver). Returns whether the shim is
+ * active. Once it has run, two loads (every intercepted call asks). */
 int ps_shim_init(void);
 static inline int ps_shim_ensure_init(void)
 {
-    if (PS_LIKELY(atomic_load_explicit(&ps_init_done, memory_order_acquire)))
-        return atomic_load_explicit(&ps_active, memory_order_relaxed);
+    if (PS_LIKELY(ps_process_initialised()))
+        return ps_process_active();
     return ps_shim_init();
 }
 

@@ -9,8 +9,6 @@
 #include "router.h"
 
 /* ---- router.c ---- */
-/* The loaded configuration (init), from which devices.c builds the stacks. */
-extern ps_config_t *ps_router_config;
 /* Device d's context died (devices.c, drop_device): forgets what the
  * routing keeps per context (the pool's access, the buffer ids). */
 void ps_route_device_dropped(int d);

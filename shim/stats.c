@@ -544,10 +544,11 @@ typedef struct device_report {
  * read "stats"). */
 static const char *configured_top_name(const ps_stack_t *stack)
 {
+    const ps_global_config_t *g = ps_global_config();
     size_t top = stack->count;
-    if (top > 0 && ps_global && ps_global->log_file[0] && stack->all[top - 1] == stack->log)
+    if (top > 0 && g && g->log_file[0] && stack->all[top - 1] == stack->log)
         top--;
-    if (top > 0 && ps_global && ps_global->stats != PS_STATS_OFF && stack->all[top - 1] == stack->stats)
+    if (top > 0 && g && g->stats != PS_STATS_OFF && stack->all[top - 1] == stack->stats)
         top--;
     const ps_resource_t *r = top > 0 ? stack->all[top - 1] : stack->top;
     return r->name ? r->name : r->ops->type_name;
@@ -619,7 +620,7 @@ static void write_host_json(FILE *f, const device_report_t *r)
 {
     json_writer_t j = {f};
     fprintf(f, ", \"host\": {");
-    json_u64(&j, "enabled", ps_global && ps_global->host.enable);
+    json_u64(&j, "enabled", ps_global_config() && ps_global_config()->host.enable);
     json_u64(&j, "calls", r->host_calls);
     json_u64(&j, "time_ns", r->host_ns);
     json_i64(&j, "requested_current", r->host_requested_current);
@@ -900,7 +901,7 @@ void ps_stats_report_at_exit(void)
         if (dev->host_stack && dev->host_stack->track)
             ps_track_report(dev->host_stack->track, stderr);
     }
-    if (ps_global && ps_global->stats != PS_STATS_OFF)
+    if (ps_global_config() && ps_global_config()->stats != PS_STATS_OFF)
         write_report_at_exit();
     if (!forked_child)
         ps_hints_at_exit(); /* last, after the report */
@@ -912,11 +913,12 @@ void ps_stats_report_at_exit(void)
  * (core/safe_file.c); else refused with a warning, and printed here. */
 static void write_report_at_exit(void)
 {
+    const ps_global_config_t *g = ps_global_config();
     FILE *f = stderr;
     char path[PS_PATH_MAX], why[128] = "";
     static ps_safe_file_t file; /* (8 KiB: not on the stack of a thread at exit) */
     bool to_file = false;
-    if (ps_global->stats_file[0] && ps_expand_path(ps_global->stats_file, -1, path, sizeof path) == PS_OK) {
+    if (g->stats_file[0] && ps_expand_path(g->stats_file, -1, path, sizeof path) == PS_OK) {
         if (ps_safe_file_create(&file, path, NULL, why, sizeof why) == PS_OK && (f = fdopen(file.fd, "w")))
             to_file = true;
         else
@@ -926,7 +928,7 @@ static void write_report_at_exit(void)
             f = stderr;
         }
     }
-    ps_stats_write(f, ps_global->stats == PS_STATS_JSON);
+    ps_stats_write(f, g->stats == PS_STATS_JSON);
     if (!to_file)
         return;
     if (fflush(f) != 0 || ferror(f))
