@@ -74,7 +74,7 @@ static void order_init(void)
 /* Device d's served primary context, or NULL. */
 static CUcontext served_context(int d, unsigned *generation)
 {
-    ps_device_state_t *dev = &ps_devices[d];
+    ps_device_state_t *dev = ps_device(d);
     if (atomic_load_explicit(&dev->state, memory_order_acquire) != PS_DEVICE_READY)
         return NULL;
     *generation = atomic_load_explicit(&dev->generation, memory_order_acquire);

@@ -1,8 +1,9 @@
 /* The device table (shim/devices.c keeps it): one state per device, its
- * stack, GPU-ops table and pinned pool, and what its dropped stacks took.
- * Written by the router; read as data by the exit report (stats.c), the
- * live page, the give-back thread, the neighbours and the copy ordering.
- * Including it allows no call into the router. */
+ * stack, GPU-ops table and pinned pool, and what its dropped stacks took,
+ * and the devices lock. Written by the device lifecycle (lifecycle.c);
+ * read as data by the router, the exit report (stats.c), the live page,
+ * the give-back thread, the neighbours and the copy ordering. It calls
+ * nothing of the shim. */
 #ifndef PS_SHIM_DEVICES_H
 #define PS_SHIM_DEVICES_H
 
@@ -33,10 +34,21 @@ typedef struct ps_device_state {
     ps_resource_info_t dropped;     /* the dropped stacks' own figures, summed (peak: max) */
     ps_resource_info_t dropped_host; /* the same for the dropped host pools */
 } ps_device_state_t;
-/* Hold the devices lock around a report written while the program runs
- * (devices.c; a context reset changes what the report reads). Not at exit. */
+
+/* Device d's state, 0 <= d < PS_MAX_DEVICES (inline: the free path asks). */
+extern ps_device_state_t ps_devices_table[PS_MAX_DEVICES]; /* read through ps_device() only */
+static inline ps_device_state_t *ps_device(int d) { return &ps_devices_table[d]; }
+
+/* The devices lock: guards building and dropping stacks and what the drops
+ * keep. Lock order: the devices lock, then the streams lock, then the
+ * registry's. ps_devices_lock_reinit: in a forked child. */
+void ps_devices_lock(void);
+void ps_devices_unlock(void);
+bool ps_devices_trylock(void);
+void ps_devices_lock_reinit(void);
+/* Hold the devices lock around a report written while the program runs (a
+ * context reset changes what the report reads). Not at exit. */
 void ps_devices_report_begin(void);
 void ps_devices_report_end(void);
-extern ps_device_state_t ps_devices[PS_MAX_DEVICES];
 
 #endif

@@ -56,9 +56,9 @@ static int wake_pipe[2] = {-1, -1};
  * GPU-ops table that keeps stream captures out meanwhile. */
 int ps_give_back_enter_device(int d, ps_device_state_t **dev_out)
 {
-    if (d < 0 || d >= PS_MAX_DEVICES || atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) != PS_DEVICE_READY)
+    if (d < 0 || d >= PS_MAX_DEVICES || atomic_load_explicit(&ps_device(d)->state, memory_order_acquire) != PS_DEVICE_READY)
         return PS_EUPSTREAM;
-    ps_device_state_t *dev = &ps_devices[d];
+    ps_device_state_t *dev = ps_device(d);
     ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
     if (!gpu || !__atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE))
         return PS_EUPSTREAM;

@@ -35,7 +35,7 @@ PS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     DRIVER_READY(cuDevicePrimaryCtxRetain);
     CUresult r = ps_real.cuDevicePrimaryCtxRetain(pctx, dev);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS && ps_shim_ensure_init())
         ps_context_retained(dev); /* (also inside the shim's cudaFree(NULL): the runtime's lazy init) */
     return r;
 }

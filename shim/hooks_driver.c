@@ -341,7 +341,7 @@ static void block_attribute(int attribute, void *data, const ps_allocation_t *a)
     bool malloc_kind = a->stream == PS_STREAM_NONE;
     switch (attribute) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
-        *(CUcontext *)data = malloc_kind ? __atomic_load_n(&ps_devices[a->device].ctx, __ATOMIC_ACQUIRE) : NULL;
+        *(CUcontext *)data = malloc_kind ? __atomic_load_n(&ps_device(a->device)->ctx, __ATOMIC_ACQUIRE) : NULL;
         break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
         *(CUdeviceptr *)data = (CUdeviceptr)a->ptr;

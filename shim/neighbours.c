@@ -411,7 +411,7 @@ static uint64_t give_for_request(int d, uint64_t want, uint64_t budget_ns, int *
     uint64_t began = ps_now_ns(), given = 0;
     unsigned pause_ms = 1;
     for (;;) {
-        ps_gpu_ops_t *gpu = __atomic_load_n(&ps_devices[d].gpu, __ATOMIC_ACQUIRE);
+        ps_gpu_ops_t *gpu = __atomic_load_n(&ps_device(d)->gpu, __ATOMIC_ACQUIRE);
         uint64_t generation, after;
         bool passed = newest_barrier_passed(gpu, &generation);
         given += ps_give_back_device(d, ps_now_ns(), 0, want ? want - given : 0, refused);

@@ -79,7 +79,7 @@ bool ps_route_oom_give_back(int *device, uint64_t epoch, const char *api, bool *
     const char *next = retry                          ? ", retrying it once"
                        : ps_global_config()->neighbour_release ? ", asking the neighbours"
                                                       : ", nothing to retry with";
-    if (atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) == PS_DEVICE_READY)
+    if (atomic_load_explicit(&ps_device(d)->state, memory_order_acquire) == PS_DEVICE_READY)
         ps_info("device %d: %s ran out of memory: the pool gave back %s%s", d, api,
                 ps_format_bytes(b, sizeof b, given), next);
     if (!retry) {

@@ -1,7 +1,7 @@
 /* The router: the one place both doors end in.
  * (The device of 2., exit_begins of 6. and the context lifecycle of 7. are
- * shim/devices.c's; the out-of-memory retry of 9. and 10., shim/oom.c's;
- * shim/router_internal.h is what the three files share.)
+ * shim/lifecycle.c's; the out-of-memory retry of 9. and 10., shim/oom.c's;
+ * shim/router_internal.h is what router.c and oom.c share.)
  *
  * 1. Lazy init on the first intercepted call (never in a constructor):
  *    load libcuda, load and validate the config, register the exit report
@@ -97,6 +97,8 @@ static ps_global_config_t passthrough_global; /* used when the config failed */
 /* global.direct_min_size, SIZE_MAX when off: one comparison per allocation. */
 static size_t direct_min = SIZE_MAX;
 
+static void forget_device(int d);
+
 static void init_once_body(void)
 {
     ps_process_set_config(NULL, &passthrough_global);
@@ -137,7 +139,8 @@ static void init_once_body(void)
     ps_stats_init(g->stats != PS_STATS_OFF);
     if (g->debug.nvtx)
         ps_nvtx_enable();
-    pthread_atfork(ps_devices_atfork_prepare, ps_devices_atfork_parent, ps_devices_atfork_child);
+    ps_lifecycle_on_drop(forget_device);
+    pthread_atfork(ps_lifecycle_atfork_prepare, ps_lifecycle_atfork_parent, ps_lifecycle_atfork_child);
     atexit(ps_stats_report_at_exit);
     ps_info("active (pid %d, version %s): set up in %.0f us, free_sync=%s, stats=%s", (int)getpid(),
             poolshim_version(), (ps_now_ns() - t0) / 1e3,
@@ -225,9 +228,10 @@ static void forget_block_id(uintptr_t base)
  * stream-ordered allocations pass through (ps_route_pool_access). */
 static _Atomic uint64_t pool_shared;
 
-/* Device d's context died (devices.c, drop_device): its pools went with it,
- * and buffer ids are given again on the next query (every device's). */
-void ps_route_device_dropped(int d)
+/* Device d's context died (lifecycle.c, drop_device; registered with
+ * ps_lifecycle_on_drop by the init): its pools went with it, and buffer
+ * ids are given again on the next query (every device's). */
+static void forget_device(int d)
 {
     atomic_fetch_and(&pool_shared, ~(1ull << d)); /* the context's pools died with it */
     if (atomic_load(&block_ids_given))
@@ -398,7 +402,7 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
         ps_ipc_forget(a.ptr); /* a handle made for it is stale from now on */
     if (PS_UNLIKELY(atomic_load_explicit(&block_ids_given, memory_order_relaxed)))
         forget_block_id(a.ptr); /* the next block here is another buffer */
-    ps_device_state_t *dev = &ps_devices[a.device];
+    ps_device_state_t *dev = ps_device(a.device);
     if (a.generation != atomic_load_explicit(&dev->generation, memory_order_acquire)) {
         /* handed out before its context died (an allocation that raced
          * with the reset): not ours any more, CUDA answers as natively */
@@ -491,7 +495,7 @@ ps_route_t ps_route_host_free(int call, int door, void *ptr, int *status)
         *status = PS_EINVAL;
         return PS_ROUTE_DONE;
     }
-    ps_device_state_t *dev = &ps_devices[a.device];
+    ps_device_state_t *dev = ps_device(a.device);
     if (a.generation != atomic_load_explicit(&dev->generation, memory_order_acquire)) {
         ps_stats_count_passthrough(-1); /* its context died with the memory: CUDA answers */
         return PS_ROUTE_PASSTHROUGH;
@@ -525,7 +529,7 @@ static int in_pinned_block(uintptr_t addr)
     ps_allocation_t a;
     if (ps_registry_find(addr, &a) != PS_OK && ps_registry_find_containing(addr, &a) != PS_OK)
         return 0;
-    return a.host && a.generation == atomic_load_explicit(&ps_devices[a.device].generation, memory_order_acquire);
+    return a.host && a.generation == atomic_load_explicit(&ps_device(a.device)->generation, memory_order_acquire);
 }
 
 bool ps_route_pinned_block(uintptr_t addr, size_t size, unsigned *flags)
@@ -579,7 +583,7 @@ ps_route_t ps_route_ipc_get(const char *api, uintptr_t ptr, void *handle, int *s
     }
     if (a.direct)
         return PS_ROUTE_PASSTHROUGH; /* a whole CUDA allocation: CUDA's own handle is right */
-    ps_device_state_t *dev = &ps_devices[a.device];
+    ps_device_state_t *dev = ps_device(a.device);
     ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
     int rc = PS_EUNSUPPORTED;
     if (!a.host && a.generation == atomic_load_explicit(&dev->generation, memory_order_acquire)) {
@@ -643,7 +647,7 @@ ps_route_t ps_route_address_range(uintptr_t addr, uintptr_t *base, size_t *size,
 
 bool ps_route_ipc_capable(const ps_allocation_t *a)
 {
-    ps_gpu_ops_t *gpu = __atomic_load_n(&ps_devices[a->device].gpu, __ATOMIC_ACQUIRE);
+    ps_gpu_ops_t *gpu = __atomic_load_n(&ps_device(a->device)->gpu, __ATOMIC_ACQUIRE);
     const ps_global_config_t *g = ps_global_config();
     return g && g->ipc && gpu && gpu->ipc_export && ps_slab_mapped_device(a->ptr) == a->device;
 }
@@ -675,8 +679,8 @@ void ps_streams_destroyed(CUstream stream)
     if (stream && (uintptr_t)stream > (uintptr_t)PS_STREAM_PER_THREAD && !ps_process_exiting()) {
         ps_in_shim++;
         for (int d = 0; d < PS_MAX_DEVICES; d++)
-            if (atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) == PS_DEVICE_READY)
-                ps_stream_destroyed(ps_devices[d].stack->top, (ps_stream_t)stream);
+            if (atomic_load_explicit(&ps_device(d)->state, memory_order_acquire) == PS_DEVICE_READY)
+                ps_stream_destroyed(ps_device(d)->stack->top, (ps_stream_t)stream);
         ps_in_shim--;
     }
     ps_gpu_ops_cuda_stream_destroyed(stream);
@@ -708,7 +712,7 @@ void ps_route_device_synchronized(void)
         return;
     CUdevice d = -1;
     if (ps_real.cuCtxGetDevice(&d) != CUDA_SUCCESS || d < 0 || d >= PS_MAX_DEVICES ||
-        atomic_load_explicit(&ps_devices[d].state, memory_order_acquire) != PS_DEVICE_READY)
+        atomic_load_explicit(&ps_device(d)->state, memory_order_acquire) != PS_DEVICE_READY)
         return; /* nothing built on this device: nothing to give back */
     ps_device_state_t *dev = ps_current_device(PS_DOOR_DRIVER);
     if (dev)
@@ -753,7 +757,7 @@ PS_EXPORT int poolshim_flush(void)
 {
     int rc = PS_OK;
     for (int d = 0; d < PS_MAX_DEVICES; d++) {
-        ps_device_state_t *dev = &ps_devices[d];
+        ps_device_state_t *dev = ps_device(d);
         ps_stack_t *stack = __atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE);
         if (atomic_load(&dev->state) == PS_DEVICE_READY && stack->log)
             if (ps_log_flush(stack->log) != PS_OK)

@@ -1,6 +1,7 @@
 /* The router: what the hooks call (shim/router.c: init, allocation, free,
- * pinned memory, IPC and pointers of ours, streams; shim/devices.c: the
- * current device, context lifecycle; shim/oom.c: the out-of-memory retry).
+ * pinned memory, IPC and pointers of ours, streams; shim/oom.c: the
+ * out-of-memory retry; the current device and the context lifecycle are
+ * shim/lifecycle.h's, included here for the hooks).
  * The one place both doors end in; see router.c's opening comment. */
 #ifndef PS_SHIM_ROUTER_H
 #define PS_SHIM_ROUTER_H
@@ -8,28 +9,9 @@
 #include "allocation.h"
 #include "common.h"
 #include "devices.h"
+#include "lifecycle.h"
 #include "real.h"
 
-/* The device state of the current context, building its stack on first
- * use; NULL when the call must pass through. */
-ps_device_state_t *ps_current_device(int door);
-
-/* Context lifecycle (devices.c; the entry points are in hooks_context.c).
- * Each calls the real function, returns its result, and drops the stack
- * of a device whose primary context died, without calling CUDA on it. */
-/* After a successful cuDevicePrimaryCtxRetain from outside the shim: builds
- * the device's stack now if it has none (the cost a fresh process's first
- * allocation paid, moved to where the context is made). */
-void ps_context_retained(CUdevice device);
-CUresult ps_context_reset(CUdevice device, ps_cuDevicePrimaryCtxReset_fn real, const char *api);
-CUresult ps_context_release(CUdevice device, ps_cuDevicePrimaryCtxRelease_fn real, const char *api);
-CUresult ps_context_destroy(CUcontext ctx, ps_cuCtxDestroy_fn real, const char *api);
-CUresult ps_context_set_flags(CUdevice device, unsigned int flags, ps_cuDevicePrimaryCtxSetFlags_fn real,
-                              const char *api);
-/* After a call that may have destroyed or recreated primary contexts
- * (cudaDeviceReset, cudaSetDeviceFlags, cuDevicePrimaryCtxSetFlags): drops
- * the stack of every device whose context is not the one it was built in. */
-void ps_context_check(const char *api);
 
 /* Streams, captures and peer access, as the hooks see them (router.c; the
  * tracking itself is gpu_ops_cuda_streams.c's). A stream was created with `flags`
@@ -114,10 +96,6 @@ ps_route_t ps_route_host_free(int call, int door, void *ptr, int *status);
  * A block of the host range is not cuMemHostAlloc memory, so CUDA's own
  * answer for it is not relied on. */
 bool ps_route_pinned_block(uintptr_t addr, size_t size, unsigned *flags);
-/* The flags of every pooled pinned block: slabs are cuMemHostAlloc'd with
- * them, and the host range's pieces are accessible from the host and every
- * device (device pointer = host pointer), which is what they promise. */
-#define PS_HOST_POOL_FLAGS (PS_HOST_ALLOC_PORTABLE | PS_HOST_ALLOC_MAPPED)
 /* Those answers, for both doors (each turns *status into its own error
  * code). PS_ROUTE_PASSTHROUGH: not a pinned block of ours, or no place for
  * the answer; CUDA answers. PS_ROUTE_DONE with *status:

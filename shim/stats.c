@@ -510,7 +510,7 @@ static void text_counters(FILE *f, const char *prefix, const ps_resource_info_t 
     fputc('\n', f);
 }
 
-/* Adds what the pools dropped with earlier contexts did (devices.c) to the
+/* Adds what the pools dropped with earlier contexts did (lifecycle.c) to the
  * totals of `info` (memory only: their bytes went with the context). */
 static void add_dropped_totals(ps_resource_info_t *info, const ps_resource_info_t *gone)
 {
@@ -558,7 +558,7 @@ static const char *configured_top_name(const ps_stack_t *stack)
 static void gather(const thread_counters_t *sum, int d, device_report_t *r)
 {
     memset(r, 0, sizeof *r);
-    ps_device_state_t *dev = &ps_devices[d];
+    ps_device_state_t *dev = ps_device(d);
     r->device = d;
     r->dev = dev;
     r->stack = "none";
@@ -591,7 +591,7 @@ static void gather(const thread_counters_t *sum, int d, device_report_t *r)
 
 static int device_used(const thread_counters_t *sum, int d)
 {
-    if (atomic_load(&ps_devices[d].state) == PS_DEVICE_READY || ps_devices[d].resets)
+    if (atomic_load(&ps_device(d)->state) == PS_DEVICE_READY || ps_device(d)->resets)
         return 1;
     for (int c = 0; c < PS_CALL_COUNT; c++)
         if (sum->calls[d][c])
@@ -889,7 +889,7 @@ void ps_stats_report_at_exit(void)
     if (report_disabled)
         return;
     for (int d = 0; d < PS_MAX_DEVICES; d++) {
-        ps_device_state_t *dev = &ps_devices[d];
+        ps_device_state_t *dev = ps_device(d);
         if (atomic_load(&dev->state) != PS_DEVICE_READY)
             continue;
         if (dev->stack->log)
