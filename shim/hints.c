@@ -1,7 +1,7 @@
-/* Hints at exit (stats.h: ps_hints_at_exit): a framework whose own cache
- * keeps memory away from poolshim. Runs in the exit report
- * (ps_stats_report_at_exit), so it follows its rules: memory only, no CUDA
- * call, not in a forked child. The loaded objects are looked at here, once,
+/* Hints at exit (hints.h: ps_hints_at_exit): a framework whose own cache
+ * keeps memory away from poolshim. Runs right after the exit report
+ * (router.c, report_at_exit), so it follows its rules: memory only, no
+ * CUDA call, not in a forked child. The loaded objects are looked at here, once,
  * with dl_iterate_phdr: nothing on the allocation path.
  *
  *   PyTorch (libc10_cuda.so or libtorch_cuda.so loaded): its caching
@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hints.h"
 #include "stats.h"
 
 #define PS_HINT_CUPY_FEW 64

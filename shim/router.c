@@ -84,6 +84,7 @@
 #include "../core/ptr_map.h"
 #include "../core/resource.h"
 #include "gpu_ops_cuda.h"
+#include "hints.h"
 #include "ipc.h"
 #include "nvtx.h"
 #include "poolshim.h"
@@ -98,6 +99,15 @@ static ps_global_config_t passthrough_global; /* used when the config failed */
 static size_t direct_min = SIZE_MAX;
 
 static void forget_device(int d);
+
+/* At exit (registered by the init, before the CUDA runtime registers its
+ * teardown, so it runs after it): the report, then the hints (the
+ * process's own exit only). */
+static void report_at_exit(void)
+{
+    if (ps_stats_report_at_exit())
+        ps_hints_at_exit();
+}
 
 static void init_once_body(void)
 {
@@ -141,7 +151,7 @@ static void init_once_body(void)
         ps_nvtx_enable();
     ps_lifecycle_on_drop(forget_device);
     pthread_atfork(ps_lifecycle_atfork_prepare, ps_lifecycle_atfork_parent, ps_lifecycle_atfork_child);
-    atexit(ps_stats_report_at_exit);
+    atexit(report_at_exit);
     ps_info("active (pid %d, version %s): set up in %.0f us, free_sync=%s, stats=%s", (int)getpid(),
             poolshim_version(), (ps_now_ns() - t0) / 1e3,
             g->free_sync == PS_FREE_SYNC_EVENT     ? "event"

@@ -878,16 +878,16 @@ void ps_stats_write(FILE *f, int json)
 }
 
 static int report_disabled; /* set in a forked child: see ps_stats_forget_at_exit */
-static int forked_child;    /* set in every forked child: no hints (ps_hints_at_exit) */
+static int forked_child;    /* set in every forked child: no hints (ps_stats_report_at_exit's answer) */
 
 void ps_stats_forget_at_exit(void) { report_disabled = 1; }
 
 static void write_report_at_exit(void);
 
-void ps_stats_report_at_exit(void)
+bool ps_stats_report_at_exit(void)
 {
     if (report_disabled)
-        return;
+        return false;
     for (int d = 0; d < PS_MAX_DEVICES; d++) {
         ps_device_state_t *dev = ps_device(d);
         if (atomic_load(&dev->state) != PS_DEVICE_READY)
@@ -903,8 +903,7 @@ void ps_stats_report_at_exit(void)
     }
     if (ps_global_config() && ps_global_config()->stats != PS_STATS_OFF)
         write_report_at_exit();
-    if (!forked_child)
-        ps_hints_at_exit(); /* last, after the report */
+    return !forked_child;
 }
 
 /* The statistics report at exit, to stderr or global.stats_file: written

@@ -147,17 +147,15 @@ void ps_stats_write_place(FILE *f);
  * ps_stats_write under the devices' report lock, since a context reset
  * writes what the report reads. */
 void ps_stats_write_now(FILE *f);
-/* atexit: report, flush logs, leak report. Touches memory and files only. */
-void ps_stats_report_at_exit(void);
+/* At exit: report, flush logs, leak report. Touches memory and files only.
+ * True when this is the process's own exit (not a forked child's), after
+ * which the hints may follow (hints.h). */
+bool ps_stats_report_at_exit(void);
 void ps_stats_atfork_child(void);
 /* Device allocations the shim served (cudaMalloc, cudaMallocAsync,
  * cuMemAlloc, cuMemAllocAsync), all devices and threads; kept with
  * statistics off too. */
 uint64_t ps_stats_allocations_total(void);
-/* At exit, from ps_stats_report_at_exit (hints.c): one warning when PyTorch's
- * caching allocator or CuPy's pool kept the framework's memory away from the
- * shim. Reads memory and the loaded objects' names only; not in a forked child. */
-void ps_hints_at_exit(void);
 /* In a forked child of a process that built stacks: the exit report does
  * nothing (the stacks' locks may be held, the figures are the parent's). */
 void ps_stats_forget_at_exit(void);
