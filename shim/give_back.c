@@ -23,7 +23,7 @@
  *    registry (shim/live.c; neighbour_release on), the first at once:
  *    poll() waits for whichever comes first, the next tick or the next
  *    page (also when decay_ms is 0); without a usable registry, no more.
- * 4. Stops at exit: exit_begins (router.c) calls ps_give_back_stop, which
+ * 4. Stops at exit: exit_begins (lifecycle.c) calls ps_give_back_stop, which
  *    wakes and joins it before the CUDA runtime's teardown; a tick in
  *    progress finishes first; then the live page and the registry entry
  *    go. A forked child has no such thread and starts none (its devices
@@ -39,75 +39,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../core/resource.h"
-#include "devices.h"
+#include "give.h"
 #include "give_back.h"
-#include "gpu_ops_cuda.h"
 #include "live.h"
 #include "neighbours.h"
-#include "stats.h"
 
 static pthread_t thread;
 static atomic_int started;  /* 1 once the thread runs (or failed to start) */
 static atomic_int stopping; /* 1: leave at the next wake */
 static int wake_pipe[2] = {-1, -1};
-
-/* Entering a device to give memory back (give_back.h): the gate of its
- * GPU-ops table that keeps stream captures out meanwhile. */
-int ps_give_back_enter_device(int d, ps_device_state_t **dev_out)
-{
-    if (d < 0 || d >= PS_MAX_DEVICES || atomic_load_explicit(&ps_device(d)->state, memory_order_acquire) != PS_DEVICE_READY)
-        return PS_EUPSTREAM;
-    ps_device_state_t *dev = ps_device(d);
-    ps_gpu_ops_t *gpu = __atomic_load_n(&dev->gpu, __ATOMIC_ACQUIRE);
-    if (!gpu || !__atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE))
-        return PS_EUPSTREAM;
-    ps_in_shim++;
-    int open = ps_gpu_ops_cuda_give_back_enter(gpu);
-    if (open != PS_OK) {
-        ps_in_shim--;
-        return open;
-    }
-    *dev_out = dev;
-    return PS_OK;
-}
-
-void ps_give_back_exit_device(void)
-{
-    ps_gpu_ops_cuda_give_back_leave();
-    ps_in_shim--;
-}
-
-uint64_t ps_give_back_device(int d, uint64_t now, uint64_t decay_ns, uint64_t want, int *refused)
-{
-    if (refused)
-        *refused = 0;
-    if (ps_process_exiting())
-        return 0;
-    ps_device_state_t *dev;
-    int open = ps_give_back_enter_device(d, &dev);
-    if (open != PS_OK) {
-        if (refused)
-            *refused = open == PS_EBUSY;
-        return 0;
-    }
-    ps_stack_t *stack = __atomic_load_n(&dev->stack, __ATOMIC_ACQUIRE);
-    uint64_t given = ps_decay(stack->top, now, decay_ns, want);
-    ps_resource_t *host = __atomic_load_n(&dev->host_pool, __ATOMIC_ACQUIRE);
-    uint64_t host_given = host && !(want && given >= want) ? ps_decay(host, now, decay_ns, want ? want - given : 0) : 0;
-    ps_give_back_exit_device();
-    if (given)
-        ps_stats_count_give(d, decay_ns ? PS_GIVE_DECAY : PS_GIVE_TO_NEIGHBOURS, given);
-    if (host_given)
-        ps_stats_count_give(d, PS_GIVE_DECAY_HOST, host_given);
-    if (given || host_given) {
-        char a[32], b[32];
-        ps_debug("device %d: gave back %s of device memory and %s of pinned memory (%s)", d,
-                 ps_format_bytes(a, sizeof a, given), ps_format_bytes(b, sizeof b, host_given),
-                 decay_ns ? "decay" : "a neighbour asked");
-    }
-    return given;
-}
 
 static void *give_back_main(void *arg)
 {

@@ -91,7 +91,7 @@
 #include "../core/gpu_ops.h"
 #include "../core/safe_file.h"
 #include "devices.h"
-#include "give_back.h"
+#include "give.h"
 #include "neighbours.h"
 #include "real.h"
 #include "stats.h"

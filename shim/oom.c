@@ -4,7 +4,7 @@
  * oom_give_backs counts the give-backs that returned memory, so that a call
  * that failed just before another thread's give-back ended is retried too. */
 #include "../core/resource.h"
-#include "give_back.h"
+#include "give.h"
 #include "neighbours.h"
 #include "router_internal.h"
 #include "stats.h"
