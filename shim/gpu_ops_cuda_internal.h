@@ -188,7 +188,7 @@ uint64_t ps_gpu_ops_cuda_peers_of(int device);
 /* ps_gpu_ops_cuda_device_in_use (gpu_ops_cuda.h) when device's table was
  * just made (gpu_ops_cuda.c). */
 void ps_gpu_ops_cuda_table_in_use(int device);
-/* The async upstream's pool opened to `peers` (gpu_ops_cuda.c; context entered). */
+/* The async upstream's pool opened to `peers` (gpu_ops_cuda_vm.c; context entered). */
 void ps_gpu_ops_cuda_open_pool_to(device_ops_t *d, uint64_t peers);
 device_ops_t *ps_gpu_ops_cuda_grant_peer(int owner, int peer);
 

@@ -386,6 +386,32 @@ static int live_host_vm_map(void *vctx, void *addr, size_t size, uint64_t *handl
 /* Devices in use in the process (ps_gpu_ops_cuda_device_in_use). */
 static _Atomic uint64_t devices_in_use;
 
+/* The async upstream's memory comes from the device's current memory pool,
+ * reachable (like mapped memory, 5.) only from the
+ * devices the pool names: a copy of it made while another device is
+ * current fails. So at its first allocation the pool is opened to every
+ * device in use that can reach this one (copy_peers), as cudaMalloc memory
+ * is, and to each one that comes in use later (ps_gpu_ops_cuda_device_in_use;
+ * the access covers the pool's earlier allocations too). The program then
+ * sees that access on its pool. Context entered by the caller. */
+void ps_gpu_ops_cuda_open_pool_to(device_ops_t *d, uint64_t peers)
+{
+    CUmemoryPool pool = NULL;
+    if (!ps_real.cuDeviceGetMemPool || !ps_real.cuMemPoolSetAccess ||
+        ps_real.cuDeviceGetMemPool(&pool, d->device) != CUDA_SUCCESS)
+        return;
+    CUmemAccessDesc access[PS_MAX_DEVICES];
+    size_t count = 0;
+    for (int p = 0; p < PS_MAX_DEVICES; p++)
+        if (peers >> p & 1)
+            access[count++] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, p}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUresult r = ps_real.cuMemPoolSetAccess(pool, access, count);
+    if (r != CUDA_SUCCESS)
+        ps_warning("device %d: its memory pool could not be opened to the other devices (error %d): a copy of the "
+                   "async upstream's memory made while another device is current will fail",
+                   d->device, r);
+}
+
 /* Gives device `peer` access to every piece of d mapped so far (its bit is
  * set in copy_peers or peer_access by the caller first: later mappings name
  * it, and note_mapped grants the ones that read the mask before), and
