@@ -136,7 +136,7 @@ static bool wait_for_device(int d, CUstream stream)
 
 bool ps_copy_order_begin(ps_copy_order_t *o, uintptr_t dst, uintptr_t src, CUstream stream, bool per_thread)
 {
-    uint64_t mapped = atomic_load_explicit(&ps_slab_mapped_devices, memory_order_relaxed);
+    uint64_t mapped = ps_slab_mapped_devices();
     if (PS_LIKELY(!mapped) || ps_in_shim)
         return false;
     CUdevice current = -1;

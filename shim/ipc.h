@@ -6,8 +6,10 @@
 
 #include "common.h"
 
-/* Live exported blocks: the router calls ps_ipc_forget at a free while > 0. */
+/* Live exported blocks (ipc.c keeps the count; read through
+ * ps_ipc_exporting): the router calls ps_ipc_forget at a free while any is. */
 extern atomic_int ps_ipc_exports;
+static inline bool ps_ipc_exporting(void) { return atomic_load_explicit(&ps_ipc_exports, memory_order_relaxed) != 0; }
 /* Whether the 64 bytes at `handle` are a handle of ours (our magic). */
 bool ps_ipc_is_ours(const void *handle);
 /* Exports the live block [block, block + size) of the device whose table is

@@ -451,7 +451,9 @@ bool ps_slab_contains(uintptr_t addr)
     return inside;
 }
 
-_Atomic uint64_t ps_slab_mapped_devices;
+static _Atomic uint64_t mapped_devices; /* bit D: a slab of device D holds mapped memory */
+
+uint64_t ps_slab_mapped_devices(void) { return atomic_load_explicit(&mapped_devices, memory_order_relaxed); }
 
 void ps_slab_mark_mapped(uintptr_t addr)
 {
@@ -460,7 +462,7 @@ void ps_slab_mark_mapped(uintptr_t addr)
     if (s && !s->mapped) {
         s->mapped = true;
         if (s->device >= 0 && s->device < 64)
-            atomic_fetch_or(&ps_slab_mapped_devices, 1ull << s->device);
+            atomic_fetch_or(&mapped_devices, 1ull << s->device);
     }
     pthread_mutex_unlock(&slab_lock);
 }

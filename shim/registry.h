@@ -26,12 +26,12 @@ void ps_slab_add(uintptr_t base, size_t size, int device);
 void ps_slab_remove(uintptr_t base);
 bool ps_slab_contains(uintptr_t addr);
 /* Device memory was mapped (cuMemMap) into the slab holding `addr`: marks it,
- * and sets its device's bit in ps_slab_mapped_devices (never cleared). */
+ * and sets its device's bit in ps_slab_mapped_devices() (never cleared). */
 void ps_slab_mark_mapped(uintptr_t addr);
 /* The device of the marked slab holding `addr`, or -1 (not ours, a chunk, a host range). */
 int ps_slab_mapped_device(uintptr_t addr);
-/* Bit D: some slab of device D holds mapped device memory (read without a lock). */
-extern _Atomic uint64_t ps_slab_mapped_devices;
+/* Bit D: some slab of device D holds mapped device memory (no lock). */
+uint64_t ps_slab_mapped_devices(void);
 /* Forgets every slab of `device` (its context died; no CUDA call). */
 void ps_slab_drop_device(int device);
 /* fork(): lock everything before, unlock in the parent, reset in the child. */

@@ -408,7 +408,7 @@ ps_route_t ps_route_free(int call, int door, void *ptr, ps_stream_t stream, int 
         *status = PS_EINVAL;
         return PS_ROUTE_DONE;
     }
-    if (PS_UNLIKELY(atomic_load_explicit(&ps_ipc_exports, memory_order_relaxed)))
+    if (PS_UNLIKELY(ps_ipc_exporting()))
         ps_ipc_forget(a.ptr); /* a handle made for it is stale from now on */
     if (PS_UNLIKELY(atomic_load_explicit(&block_ids_given, memory_order_relaxed)))
         forget_block_id(a.ptr); /* the next block here is another buffer */
