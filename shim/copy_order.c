@@ -1,19 +1,16 @@
 /* Copies of pooled mapped memory across devices: ordered as CUDA orders a
  * copy of cudaMalloc memory.
  *
- * What CUDA does (tests/gpu/cross_device_probe.cu, 2 H200s, CUDA 13.0,
- * driver 580): memory from cuMemAlloc belongs to a context, and a copy of
- * it made while another device is current is serialized with the memory's
- * device: a synchronous cudaMemcpy with device 0 current of device-1
- * memory waits for the kernels queued on device 1 before it (302 ms behind
- * a 300 ms kernel), and device 1's later work waits for the copy. Memory
- * mapped with cuMemMap belongs to no context: once the copy is accepted
- * (the mapping grants the current device access, gpu_ops_cuda_vm.c) it runs
- * on the current device's stream alone, before device 1's kernel finished
- * writing it and beside device 1's next kernel (100 M wrong bytes of 96 MiB
- * in each direction). That is where the 75 M wrong bytes of the first
- * attempt to grant every device access came from. A cudaMemcpyAsync on a
- * non-blocking stream is not serialized natively either (the probe's 3b).
+ * What CUDA does (tests/gpu/cross_device_probe.cu shows it): memory from
+ * cuMemAlloc belongs to a context, and a copy of it made while another
+ * device is current is serialized with the memory's device (it waits for
+ * the kernels queued there before it, and that device's later work waits
+ * for the copy). Memory mapped with cuMemMap belongs to no context: once
+ * the copy is accepted (the mapping grants the current device access,
+ * gpu_ops_cuda_vm.c) it runs on the current device's stream alone, beside
+ * the memory's device's kernels, and reads or writes wrong bytes. A
+ * cudaMemcpyAsync on a non-blocking stream is not serialized natively
+ * either (the probe's 3b).
  *
  * So, for a copy or memset whose destination or source is mapped memory
  * of device D (a slab marked by ps_slab_mark_mapped) while the current

@@ -53,9 +53,9 @@ static void *give_back_main(void *arg)
 {
     (void)arg;
     /* The registry entry is made here, not by ps_give_back_start: its
-     * directory scan, socket and file took 0.15-0.35 ms (up to 1.9 ms) of
-     * the first allocation's time (CPU machine, fake driver, 2026-11-27). A
-     * neighbour that looks in the meantime does not find this process yet,
+     * directory scan, socket and file would otherwise add to the first
+     * allocation's time. A neighbour that looks in the meantime does not
+     * find this process yet,
      * which holds almost nothing free so early. (A failure there leaves the
      * decay running.) */
     uint64_t t0 = ps_now_ns();

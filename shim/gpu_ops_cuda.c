@@ -1,103 +1,42 @@
 /* The GPU-ops table of core/ (core/gpu_ops.h) over the real CUDA driver.
  *
- * 1. One table per device, bound to the device's primary context. Every
- *    operation makes that context current for its duration (push/pop)
- *    when another one is current: frees may arrive from any device.
- * 2. Fences are sets of events from a per-device free list (events are
- *    created once, with timing disabled, and recycled).
- *    - fence_record(PS_STREAM_NONE) closes a cudaFree epoch: one event on
- *      the legacy default stream, which orders after all prior work of
- *      every *blocking* stream (per-thread default streams included), plus
- *      one on each live *non-blocking* stream of this context, which the
- *      legacy stream does not order. The stream set comes from our
- *      cudaStreamCreate... and cuStreamCreate... hooks.
- *    - fence_record(stream) records one event on that stream.
- *    If any record fails (a stream being captured into a graph, a sticky
- *    error), no fence is returned: the pool then grows instead of reusing,
- *    which is always safe. Our own calls run in relaxed capture mode so
- *    they never invalidate the program's graph capture.
- * 3. mem_alloc/mem_free call the real cuMemAlloc_v2/cuMemFree_v2 and
- *    record the slab in the registry (bad-pointer detection).
- * 4. barrier (free_sync barrier), under ps_cuda_streams_lock so that no stream is
- *    created and no capture begins half-way:
- *      a. refuse (PS_EBUSY) when a capture is open that it would touch:
- *         cuStreamIsCapturing on the legacy stream answers
- *         CUDA_ERROR_STREAM_CAPTURE_IMPLICIT while a blocking stream
- *         captures (documented not to invalidate that capture), and each
- *         tracked non-blocking stream is asked directly (all skipped, with
- *         the capture-mode exchange, while no capture was ever begun in the
- *         process: a barrier is then one event record per stream);
- *      b. record an event on every live non-blocking stream of the
- *         context and make the legacy stream wait for each; a stream that
- *         cuStreamQuery finds idle is skipped: all its work so far has
- *         completed, and any work that may touch a block freed before this
- *         barrier was issued before that free, so before the query (a query
- *         is ~1/3 of a record and a wait on an H100: with 16 idle streams a
- *         barrier drops from 49 CUDA calls to 33, and the dearest ones go);
- *         then ask each live blocking stream of the context whether it is
- *         busy (c joins those by itself). The busy streams b and this count
- *         are what barrier_joined answers: 0 (a program on the legacy
- *         stream, whose only other stream is cuBLASLt's idle one) lets the
- *         pools issue eager barriers without a share of the reserve pending
- *         (core/reuse.c, 6b);
- *      c. record the barrier event E on the legacy stream: it completes
- *         after all earlier work of every stream (legacy semantics order
- *         blocking and per-thread streams, b orders the others);
- *      d. make every live non-blocking stream wait for E. Blocking
- *         streams order after E by legacy semantics; a non-blocking stream
- *         created later waits for E in ps_gpu_ops_cuda_stream_created.
- *      e. barriers are numbered 1, 2, 3... per table; E of barrier n is
- *         slot n % PS_BARRIER_RING of a ring of events, so barrier_passed
- *         asks cuEventQuery on it and barrier_wait cuEventSynchronize
- *         (an older barrier: on the oldest slot;
- *         a dead context: passed). POOLSHIM_TEST_ASSUME_IDLE=1 (tests
- *         only) answers passed always: the negative control of
- *         tests/gpu/remap_idle.cu.
- *    cudaStreamBeginCapture & co. pass through ps_gpu_ops_cuda_capture_gate,
- *    which takes ps_cuda_streams_lock, so a capture cannot start between a and d.
- *    A global-mode capture that begins on a named stream is remembered: while
- *    one is open, CUDA refuses "unsafe" calls (cudaMalloc, cudaFree) on
- *    every thread not in relaxed mode with cudaErrorStreamCaptureUnsupported,
- *    and so does the shim (ps_gpu_ops_cuda_unsafe_call_prohibited, asked by
- *    the router before a pool serves one: cuStreamIsCapturing drops ended
- *    captures, the thread's own mode is read, then one real cuMemAlloc asks
- *    CUDA, whose answer — and effect on the capture — is the native one).
- * 5., 8., 9. The virtual-memory entries (vm_*, ipc_*, host_vm_*, peer access
- *    to mapped pieces, giving it all back before a reset): shim/gpu_ops_cuda_vm.c.
- *    Stream tracking, the capture gate, global captures, the legacy stream's
- *    capture check and the give-back gate (2., 4. a, 11.), with the state the
- *    streams lock guards: shim/gpu_ops_cuda_streams.c.
- * 6. With debug.nvtx on, every chunk (mem_alloc, mem_alloc_managed) and
- *    every mapped piece (vm_map) is announced to nvtx.c as a heap, and
- *    withdrawn before it goes back (mem_free, vm_unmap).
- * 7. memset_d8 / copy_to_host (guard mode): cuMemsetD8Async on the
- *    block's stream (the legacy stream for cudaMalloc, then a host wait on
- *    it); cuCtxSynchronize (or cuStreamSynchronize of the block's stream)
- *    before cuMemcpyDtoH, so no kernel can still write what is read.
- * 10. The gate: no call into a context while it dies. Every entry of the
- *    table that calls CUDA is a live_ body behind a gated ops_ entry: it
- *    takes the table's gate (a rwlock) to read, and answers as the dead
- *    table does (dead_* below) once the context died. Whatever destroys
- *    the context (the router's cudaDeviceReset, last release, cuCtxDestroy,
- *    new flags) closes the gate around the real call
- *    (ps_gpu_ops_cuda_close: waits for the calls inside it and holds new
- *    ones), marks the table dead before it opens again if the context
- *    died, then drops the stack. Without it a thread already past the
- *    "dead?" check recorded an event of the destroyed context (the TSan
- *    stress of context resets saw it in 3 runs of 30; in 9 of 10 with the
- *    fake driver's 100 us delay in event calls). The gate prefers the
- *    writer (a reset is not starved by a stream of calls), so no entry may
- *    enter it twice: live_ bodies call live_ bodies only. A non-blocking
- *    stream created while the gate is closed owes its wait for the last
- *    barrier (its event may be of the dying context); it waits when the
- *    gate opens on a live context, never on a dead one.
- * 11. The out-of-memory give-back (router.c, ps_route_oom_give_back): a
- *    trim may synchronize the device, which would invalidate an open stream
- *    capture. ps_gpu_ops_cuda_give_back_enter asks as a barrier does (4. a)
- *    whether a capture is open in the context, and refuses if one is;
- *    otherwise it holds give_back_lock (to read) until the trim ended, and
- *    every cuStreamBeginCapture* takes it (to write) in the capture gate,
- *    so no capture begins half-way.
+ * 1. One table per device, bound to its primary context; every operation
+ *    makes that context current for its duration (push/pop) when another
+ *    one is current: frees may arrive from any device.
+ * 2. Fences are sets of recycled events (timing disabled).
+ *    fence_record(PS_STREAM_NONE) closes a cudaFree epoch: one event on
+ *    the legacy stream (ordered after every blocking and per-thread
+ *    stream) and one on each live non-blocking stream of the context
+ *    (tracked by our stream-creation hooks); fence_record(stream), one
+ *    event on that stream. A record that fails returns no fence: the pool
+ *    grows instead, which is always safe. Our own calls run in relaxed
+ *    capture mode, so they never invalidate the program's capture.
+ * 3. mem_alloc/mem_free: the real cuMemAlloc_v2/cuMemFree_v2, each slab
+ *    recorded in the registry (bad-pointer detection).
+ * 4. barrier (free_sync barrier), under the streams lock (no stream is
+ *    created and no capture begins half-way): refused while a capture it
+ *    would touch is open; otherwise every busy stream of the context is
+ *    joined into the legacy stream, one event E records there, and every
+ *    non-blocking stream waits for E; barrier n passes when E does. Steps
+ *    a-e are written above live_barrier.
+ * 5., 8., 9. Virtual memory (vm_*, ipc_*, host_vm_*, peer access to mapped
+ *    pieces, giving it all back before a reset): shim/gpu_ops_cuda_vm.c.
+ *    Stream tracking, the capture gate, global captures and the give-back
+ *    gate (2., 4. a, 11.): shim/gpu_ops_cuda_streams.c.
+ * 6. With debug.nvtx on, every chunk and mapped piece is announced to
+ *    nvtx.c as a heap, and withdrawn before it goes back.
+ * 7. memset_d8 / copy_to_host (guard mode): on the block's stream, after
+ *    a synchronize, so no kernel can still write what is read.
+ * 10. The gate: no call into a context while it dies. Every entry that
+ *    calls CUDA takes the table's gate (a writer-first rwlock) to read;
+ *    whatever may destroy the context closes it around the real call, and
+ *    the table is made dead (dead_* entries) before it opens if the
+ *    context died. Written out above ps_gpu_ops_cuda_close.
+ * 11. The out-of-memory give-back (oom.c): a trim may synchronize the
+ *    device, which would invalidate an open capture, so
+ *    ps_gpu_ops_cuda_give_back_enter refuses while one is open and holds
+ *    the give-back gate, which every cuStreamBeginCapture* takes, until
+ *    the trim ended.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -333,10 +272,8 @@ static int live_fence_record(void *vctx, ps_stream_t stream, ps_fence_t **out)
          * stream between the check and the record (a pool stealing a worker's
          * blocks while the worker begins a capture), and the record would land
          * in its capture, which CUDA then invalidates when our stream waits on
-         * it. Found while chasing tests/gpu/soak.cu's rare failure (H200,
-         * 2026-11-27: cudaFreeAsync inside a worker's capture returned
-         * cudaErrorStreamCaptureInvalidated), which this did not remove:
-         * docs/design.md, "Open: a capture invalidated under the soak". */
+         * it. (tests/gpu/soak.cu's rare invalidated capture, a cudaFreeAsync
+         * inside a worker's capture, has another cause: docs/design.md.) */
         pthread_mutex_lock(&ps_cuda_streams_lock);
         status = ps_cuda_capturing((CUstream)stream) ? PS_EUPSTREAM : fence_add(f, (CUstream)stream);
         pthread_mutex_unlock(&ps_cuda_streams_lock);
@@ -395,7 +332,7 @@ static int live_stream_wait_fence(void *vctx, ps_stream_t stream, ps_fence_t *f)
     return status;
 }
 
-/* ---- barrier (4. above) --------------------------------------------------------------- */
+/* ---- barrier (4.) --------------------------------------------------------------- */
 /* Whether every operation issued to `stream` so far has completed (4. b).
  * Anything but CUDA_SUCCESS (not ready, an error, no entry point) reads as
  * busy: the barrier then records on it as always. PS_BROKEN_STREAM_IDLE
@@ -411,6 +348,47 @@ static bool stream_idle(CUstream stream)
 #endif
 }
 
+/* The barrier (4.):
+ *   a. refuse (PS_EBUSY) when a capture is open that it would touch:
+ *      cuStreamIsCapturing on the legacy stream answers
+ *      CUDA_ERROR_STREAM_CAPTURE_IMPLICIT while a blocking stream captures
+ *      (documented not to invalidate that capture), and each tracked
+ *      non-blocking stream is asked directly (all skipped, with the
+ *      capture-mode exchange, while no capture was ever begun in the
+ *      process: a barrier is then one event record per stream);
+ *   b. record an event on every live non-blocking stream of the context
+ *      and make the legacy stream wait for each; a stream that
+ *      cuStreamQuery finds idle is skipped: all its work so far has
+ *      completed, and any work that may touch a block freed before this
+ *      barrier was issued before that free, so before the query (a query
+ *      costs less than a record and a wait: with 16 idle streams a barrier
+ *      drops from 49 CUDA calls to 33, and the dearest ones go); then ask
+ *      each live blocking stream whether it is busy (c joins those by
+ *      itself). The busy streams and this count are what barrier_joined
+ *      answers: 0 (a program on the legacy stream, whose only other stream
+ *      is cuBLASLt's idle one) lets the pools issue eager barriers without
+ *      a share of the reserve pending (core/reuse.c, 6b);
+ *   c. record the barrier event E on the legacy stream: it completes after
+ *      all earlier work of every stream (legacy semantics order blocking
+ *      and per-thread streams, b orders the others);
+ *   d. make every live non-blocking stream wait for E; blocking streams
+ *      order after E by legacy semantics; a non-blocking stream created
+ *      later waits for E in ps_gpu_ops_cuda_stream_created;
+ *   e. barriers are numbered 1, 2, 3... per table; E of barrier n is slot
+ *      n % PS_BARRIER_RING of a ring of events, so barrier_passed asks
+ *      cuEventQuery on it and barrier_wait cuEventSynchronize (an older
+ *      barrier: the oldest slot; a dead context: passed).
+ *      POOLSHIM_TEST_ASSUME_IDLE=1 (tests only) answers passed always: the
+ *      negative control of tests/gpu/remap_idle.cu.
+ * cudaStreamBeginCapture & co. pass through ps_gpu_ops_cuda_capture_gate,
+ * which takes the streams lock, so a capture cannot start between a and d.
+ * A global-mode capture begun on a named stream is remembered: while one is
+ * open, CUDA refuses "unsafe" calls (cudaMalloc, cudaFree) on every thread
+ * not in relaxed mode with cudaErrorStreamCaptureUnsupported, and so does
+ * the shim (ps_gpu_ops_cuda_unsafe_call_prohibited, asked by the router
+ * before a pool serves one: cuStreamIsCapturing drops ended captures, the
+ * thread's own mode is read, then one real cuMemAlloc asks CUDA, whose
+ * answer, and effect on the capture, is the native one). */
 static int live_barrier(void *vctx)
 {
     device_ops_t *d = vctx;
@@ -419,7 +397,7 @@ static int live_barrier(void *vctx)
          * generation that barrier_passed answers "not yet" for: with the
          * number left at 0 they read as idle now and remap unmapped memory
          * under running kernels (an illegal address instead of the wrong
-         * bytes the control must report; GPU suite, H100, 2026-11-23). */
+         * bytes the control must report). */
         atomic_fetch_add_explicit(&d->barriers, 1, memory_order_acq_rel);
         return PS_OK;
     }
@@ -582,7 +560,7 @@ static int live_memset_d8(void *vctx, void *ptr, uint8_t value, size_t bytes, ps
 /* A synchronize of the whole context, unless a stream capture is open in it:
  * CUDA invalidates every capture of a context that is synchronized, in
  * whatever thread and mode it was begun (the soak's thread-local captures
- * died of the pool's synchronize on another thread; tests/gpu/capture_sync.cu).
+ * died of the pool's synchronize on another thread; tests/gpu/capture_threads.cu).
  * PS_EBUSY then, nothing waited for. The streams lock is held across the
  * synchronize, so no capture begins during it (a cuStreamBeginCapture* waits
  * at the gate). */
@@ -617,7 +595,7 @@ static int live_device_synchronize(void *vctx)
     return status;
 }
 
-/* ---- the gate (10. above): every entry of the table, around its live_ body ---- */
+/* ---- the gate (10.): every entry of the table, around its live_ body ---- */
 /* (GATED and GATED_VOID: shim/gpu_ops_cuda_internal.h; the virtual-memory entries are
  * in shim/gpu_ops_cuda_vm.c) */
 GATED_TIMED(mem_alloc, PS_OP_TIME_CHUNK, (void *vctx, size_t size, void **out), (vctx, size, out), dead_mem_alloc(vctx, size, out))
@@ -716,7 +694,23 @@ int ps_gpu_ops_cuda_create(int device, CUcontext ctx, ps_gpu_ops_t **out)
     return PS_OK;
 }
 
-/* Closes the table's gate (10. above): returns once no call is inside it;
+/* The gate (10.): every entry of the table that calls CUDA is a live_
+ * body behind a gated ops_ entry: it takes the table's gate (a rwlock) to
+ * read, and answers as the dead table does (dead_*) once the context died.
+ * Whatever destroys the context (cudaDeviceReset, the last release,
+ * cuCtxDestroy, new flags: lifecycle.c) closes the gate around the real
+ * call (ps_gpu_ops_cuda_close: waits for the calls inside it and holds new
+ * ones), marks the table dead before it opens again if the context died,
+ * then drops the stack. Without it a thread already past the "dead?" check
+ * recorded an event of the destroyed context (the TSan stress of context
+ * resets sees it). The gate prefers the writer (a reset is not starved by
+ * a stream of calls), so no entry may enter it twice: live_ bodies call
+ * live_ bodies only. A non-blocking stream created while the gate is
+ * closed owes its wait for the last barrier (its event may be of the dying
+ * context); it waits when the gate opens on a live context, never on a
+ * dead one.
+ *
+ * Closes the table's gate: returns once no call is inside it;
  * later calls wait until ps_gpu_ops_cuda_open. The caller may then destroy
  * the context, and must mark the table dead before it opens the gate if
  * the context died. It must not call the table meanwhile. */

@@ -5,58 +5,28 @@
  *
  * 5. vm_*: cuMemAddressReserve / cuMemCreate + cuMemMap + cuMemSetAccess /
  *    cuMemUnmap + cuMemRelease, pinned device memory at the device's
- *    recommended granularity; offered only when the device reports
- *    CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED and the driver
- *    has every entry point. A reserved range is registered as one slab.
- *    Mapped memory is reachable only from the devices its mapping names
- *    (cuMemSetAccess): a copy of it made while another device is current
- *    fails with "invalid value" (cudaMalloc memory: works), and peer access
- *    (cuCtxEnablePeerAccess) does not open it. So every mapping names every
- *    other device *in use* that can reach this one (cuDeviceCanAccessPeer;
- *    probed once: reach_peers; those in use: copy_peers), and when some
- *    device of the process cannot, this device gets no virtual memory and
- *    its pool uses chunks (cuMemAlloc memory, which CUDA copies from any
- *    device). A device comes in use when the shim makes its table, copies
- *    another device's pooled memory with it current (copy_order.c), enables
- *    peer access or is given a memory pool's access
- *    (ps_gpu_ops_cuda_device_in_use): it and the devices in use are then
- *    granted each other's pieces mapped so far (grant_mapped_to) and named
- *    in later mappings; a mapping that read the mask before is granted the
- *    rest when it is noted (note_mapped). A program that uses one GPU of
- *    several names no other: an access call that names a peer costs more
- *    (poolshim ab on two H100s, 2026-11-27: matrixMul 201 us natively, 9.23
- *    ms under the shim when every device was named). The grant lets the copy run; ordering it
- *    as CUDA orders a copy of cudaMalloc memory is copy_order.c's (without
- *    it the first version of this grant delivered wrong bytes). Peer
- *    kernels can then reach the memory too, whether or not the program
- *    enabled peer access or granted a memory pool's access: more than
- *    natively, never less. When the program enables access from device D
- *    to device P, D is granted access to every piece of P mapped so far
- *    (a device not in copy_peers, should the driver allow it) and named
- *    in every later mapping of P. POOLSHIM_TEST_SKIP_PEER_GRANT=1 (tests
- *    only) grants nothing: the negative control of tests/gpu/multi_gpu.cu,
- *    whose copies must then fail and whose peer kernels must fault.
- * 8. ipc_* (shim/ipc.c): with global.ipc on and the device reporting
- *    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, vm_map
- *    asks cuMemCreate for POSIX file descriptor handles (export fails later
- *    otherwise); should cuMemCreate refuse that (some containers), it maps
- *    without and stops offering export. ipc_export finds the piece that
- *    holds an address (vm_lock: the exact start, else a scan) and
- *    cuMemExportToShareableHandle gives its descriptor; ipc_map imports a
- *    descriptor (cuMemImportFromShareableHandle), maps it and sets access
- *    for this device; imported ranges are no slab of ours.
+ *    recommended granularity; offered when the device supports virtual
+ *    memory management and the driver has every entry point. A reserved
+ *    range is one slab of the registry. Mapped memory is reachable only
+ *    from the devices its mapping names, so every mapping names every other
+ *    device in use that can reach this one; when some device of the
+ *    process cannot, this device gets no virtual memory and its pool uses
+ *    chunks (cuMemAlloc memory, which CUDA copies from any device). Peers
+ *    then reach pooled memory as they reach cudaMalloc memory, or more,
+ *    never less. Written out above device_in_use.
+ * 8. ipc_* (shim/ipc.c): with global.ipc on and POSIX file descriptor
+ *    handles supported, vm_map asks cuMemCreate for them (mapping without
+ *    and offering no export where cuMemCreate refuses, as in some
+ *    containers); ipc_export gives the descriptor of the piece holding an
+ *    address, ipc_map imports and maps one with access for this device;
+ *    imported ranges are no slab of ours.
  * 9. host_vm_* (the pinned pool's expandable range, core/host_vm.h):
- *    offered when virtual memory is (5.) and cuMemGetAllocationGranularity
- *    answers for a HOST location (the probe, once per table). host_vm_map
- *    = cuMemCreate (PINNED, location HOST, no shareable handle) +
+ *    offered when virtual memory is (5.) and a HOST location has a
+ *    granularity. host_vm_map = cuMemCreate (PINNED, location HOST) +
  *    cuMemMap + cuMemSetAccess for the host and every device of the
- *    process (pinned memory from cudaMallocHost is usable from every
- *    device too); a device that refuses is named once and skipped from
- *    then on; the table's own device must accept. The range comes from
- *    vm_reserve (one slab in the registry, as a device range) and pieces
- *    go back through vm_unmap; they are remembered with the device pieces,
- *    so ps_gpu_ops_cuda_release_vm gives them back before a reset too (a
- *    reset frees cuMemHostAlloc memory of the context as well). Host
+ *    process that accepts it (the table's own device must); the range
+ *    comes from vm_reserve and pieces go back through vm_unmap, so
+ *    ps_gpu_ops_cuda_release_vm gives them back before a reset too. Host
  *    pieces are no NVTX heaps (neither are pinned slabs).
  */
 #include <stdlib.h>
@@ -326,9 +296,9 @@ static int live_vm_map_handle_bare(void *vctx, void *addr, size_t size, uint64_t
     return map_kept(vctx, addr, size, handle, true);
 }
 
-/* One cuMemSetAccess over several bare mappings (vm_access): ~100 us a
- * call on an H200 plus ~31 us for every mapping it covers, against ~15 us
- * to create and map a 2 MiB piece (tests/gpu/vmm_alias_probe.cu). */
+/* One cuMemSetAccess over several bare mappings (vm_access): a call costs
+ * several times the mapping of one piece, plus a part of that for every
+ * mapping it covers (tests/gpu/vmm_alias_probe.cu measures it). */
 static int live_vm_access(void *vctx, void *addr, size_t size)
 {
     device_ops_t *d = vctx;
@@ -450,7 +420,32 @@ static device_ops_t *table_of(int device)
     return d;
 }
 
-/* `device` in use: it and every other device in use are granted each
+/* Peer access to mapped memory (5.). Mapped memory is reachable only from
+ * the devices its mapping names (cuMemSetAccess): a copy of it made while
+ * another device is current fails with "invalid value" (cudaMalloc memory:
+ * works), and peer access (cuCtxEnablePeerAccess) does not open it. So
+ * every mapping names every other device *in use* that can reach this one
+ * (cuDeviceCanAccessPeer; probed once: reach_peers; those in use:
+ * copy_peers). A device comes in use when the shim makes its table, copies
+ * another device's pooled memory with it current (copy_order.c), enables
+ * peer access or is given a memory pool's access
+ * (ps_gpu_ops_cuda_device_in_use): it and the devices in use are then
+ * granted each other's pieces mapped so far (grant_mapped_to) and named in
+ * later mappings; a mapping that read the mask before is granted the rest
+ * when it is noted (note_mapped). A program that uses one GPU of several
+ * names no other: an access call that names a peer costs more
+ * (docs/benchmarks.md: matrixMul on two GPUs). The grant lets the copy run;
+ * ordering it as CUDA orders a copy of cudaMalloc memory is copy_order.c's.
+ * Peer kernels can then reach the memory too, whether or not the program
+ * enabled peer access or granted a memory pool's access. When the program
+ * enables access from device D to device P, D is granted every piece of P
+ * mapped so far (a device not in copy_peers, should the driver allow it)
+ * and named in every later mapping of P. POOLSHIM_TEST_SKIP_PEER_GRANT=1
+ * (tests only) grants nothing: the negative control of
+ * tests/gpu/multi_gpu.cu, whose copies must then fail and whose peer
+ * kernels must fault.
+ *
+ * `device` in use: it and every other device in use are granted each
  * other's mapped memory. `settle`: even when it was in use already (its
  * table was just made: a device that came in use while the table was
  * being made found no table to grant). */

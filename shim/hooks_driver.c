@@ -323,7 +323,7 @@ PS_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CU
 }
 
 /* ---- pointer queries of a pooled block: answered as for the kind of
- * allocation it stands in for (H200, CUDA 13.0, tests/gpu/cross_device_probe.cu):
+ * allocation it stands in for (what CUDA answers: tests/gpu/cross_device_probe.cu):
  * - context: a cudaMalloc block its device's primary context, a
  *   stream-ordered one none (CUDA: none for mapped memory);
  * - range: the block (CUDA: the whole reserved range for mapped memory,

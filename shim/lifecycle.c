@@ -239,11 +239,10 @@ static void build_device(ps_device_state_t *dev, int d)
 }
 
 /* A primary context was made live by the program, its runtime or a library
- * (hooks_context.c): build the device's stack now. A fresh process's first
- * cudaMalloc paid 0.3-0.6 ms for the configuration, the GPU-ops table, the
- * stack, the pinned pool and the give-back thread (H200, 2026-11-27: the
- * first 1 GiB took 0.59-0.82 ms against 0.15-0.21 natively); the context's
- * creation, which this joins, takes far longer. Nothing is built for a
+ * (hooks_context.c): build the device's stack now, so that a fresh
+ * process's first cudaMalloc does not pay for the GPU-ops table, the
+ * stack, the pinned pool and the give-back thread; the context's creation,
+ * which this joins, takes far longer. Nothing is built for a
  * context that is not live (the program's own retain made it so), when the
  * shim is off, exiting, or the device failed before. The retain may come
  * from inside the shim (its cudaFree(NULL) passthrough, look_up_device's

@@ -397,8 +397,8 @@ static bool newest_barrier_passed(ps_gpu_ops_t *gpu, uint64_t *generation)
 }
 
 /* The least a request is given when that much is free: unmapping is the
- * slow part (~45-65 us per 2 MiB piece on an H200), so a request for one
- * block must not wait for a whole card to be unmapped (112 GiB: 2.5-6 s),
+ * slow part (tens of microseconds per piece), so a request for one block
+ * must not wait for a whole card to be unmapped (seconds for 100 GiB),
  * nor should an asker that needs many blocks ask once per block. */
 #define GIVE_MIN (4ull << 30)
 

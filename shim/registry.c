@@ -8,8 +8,8 @@
  *    that made it, so a thread writes only its own cache lines: with one
  *    global table in 256 hashed shards, at 16 threads nearly every insert
  *    had to fetch a shard line that another core wrote last (a thread cache
- *    cycles through hundreds of blocks between barriers), and inserts were
- *    32% of the samples (H100, psbench threads, 2026-11-25).
+ *    cycles through hundreds of blocks between barriers), and inserts
+ *    dominated psbench's threads workload.
  * 2. A free looks in the freeing thread's own table first (the usual case:
  *    the thread that allocated frees), then in the table where this thread
  *    last found a pointer of another thread (PyTorch's autograd thread

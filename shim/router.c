@@ -1,78 +1,40 @@
-/* The router: the one place both doors end in.
- * (The device of 2., exit_begins of 6. and the context lifecycle of 7. are
- * shim/lifecycle.c's; the out-of-memory retry of 9. and 10., shim/oom.c's;
- * shim/router_internal.h is what router.c and oom.c share.)
+/* The router: the one place both doors end in. (The current device and the
+ * context lifecycle are shim/lifecycle.c's; the out-of-memory retry of 9.
+ * and 10., shim/oom.c's; shim/router_internal.h is what router.c and oom.c
+ * share.)
  *
  * 1. Lazy init on the first intercepted call (never in a constructor):
- *    load libcuda, load and validate the config, register the exit report
- *    and fork handlers. A bad config stops the program (on_error=exit) or
- *    turns the shim into a passthrough (on_error=passthrough).
- * 2. Allocation: the current context decides the device. If no context is
- *    current and the call came through the runtime door, we let the real
- *    runtime create it exactly as it would have (real cudaFree(NULL)), so
- *    the program's later runtime calls see the same primary context. Only
- *    primary contexts are served; another context passes through. The
- *    device's stack is built on first use, with its context current.
- *    A thread-local cache maps the last context to its device.
+ *    load libcuda and the configuration, register the exit report and the
+ *    fork handlers. A bad configuration stops the program
+ *    (on_error=exit) or turns the shim into a passthrough.
+ * 2. Allocation: the current context decides the device (lifecycle.c: its
+ *    stack built on first use with its context current; with no context
+ *    current through the runtime door, the real runtime makes it, as it
+ *    would have; only primary contexts are served).
  * 3. Every pointer handed out is recorded in the registry with its size,
  *    stream and door; a free looks it up (no context query), removes it
- *    atomically and gives it back to the device's stack. With debug.nvtx
- *    on, the block is shown to compute-sanitizer as an NVTX region from
- *    its registration to its free (nvtx.c).
- * 4. A pointer not in the registry is forwarded to the real free — unless
- *    it lies inside memory the shim took from CUDA: then it is a double
- *    free or an interior pointer, answered with "invalid value" and the
- *    pool untouched (forwarding it could free a whole slab).
- * 5. Counters are per thread (no shared cache line on the hot path) and
- *    summed at exit; byte counters and timing only when stats are on,
- *    timing for one call in 64 per thread and kind (stats.h).
- * 6. Exit: the first stack built registers exit_begins with atexit. The
- *    CUDA runtime registered its own teardown when it initialised, which
- *    came before (a context must exist for a stack to be built), so
- *    exit_begins runs first: from then on allocations pass through, a free
- *    of one of our blocks forgets it (the process ends with it), and no
- *    stack is touched, so the shim starts no CUDA call once the runtime
- *    may be gone. The exit report (registered at init, before the
- *    runtime's teardown, so it runs after) reads memory only. A call
- *    already inside the shim when exit() begins finishes as it started.
- * 7. Context lifecycle: when a device's primary context dies (reset, last
- *    release, recreated by new flags), its stack is dropped under the
- *    devices lock: the GPU-ops table's gate is closed around the real call
- *    (no call of ours inside the context while it dies: 10. of
- *    gpu_ops_cuda.c), the table is made dead before the gate opens (no CUDA
- *    call on the dead events, streams and memory), the registry entries and slabs of
- *    the device are forgotten, the stack is kept on a list that is never
- *    freed (another thread may still be inside it), and the device's
- *    generation and the global context epoch move on. The next allocation
- *    sees the epoch change, and builds a new stack in the new context.
- *    A free of a pointer from before finds no entry (or a stale
- *    generation) and goes to the real free, as natively.
- * 8. IPC: cudaIpcGetMemHandle of a live pooled block goes to ipc.c with
- *    the block and its device's GPU-ops table (a direct allocation or a
- *    pointer not ours passes through; memory that cannot be exported is
- *    refused with the reason); a free forgets the block's export while any
- *    is live; cudaIpcOpenMemHandle of a handle of ours is opened through
- *    the current device's table; cuMemGetAddressRange of an opened block
- *    answers for the block.
- * 9. Out-of-memory retry (global.oom_retry, on by default): memory a program
- *    frees stays in its device's pool, so an allocation that goes to CUDA
- *    beside the pool (cuMemCreate, cuMemAllocManaged, cuMemAllocPitch,
- *    cuMemAllocFromPoolAsync, arrays: hooks_driver.c) can run out of memory
- *    where natively it would not. When one does, its device's stack is
- *    trimmed (ps_trim: pending blocks waited for, free chunks given back,
- *    whole free pieces unmapped after a device synchronize: only memory the
- *    GPU is done with) and the call is made once more. Not while a stream
- *    capture is open on the device (the synchronize would invalidate it):
- *    then the call keeps CUDA's answer. No cost until CUDA says "out of
- *    memory"; counted per device in the statistics.
- * 10. Neighbours (global.neighbour_release, on by default): when a pooled
- *    or direct allocation still finds no memory after the pool's own
- *    give-back, or the retry of 9. has nothing to retry with, the other
- *    processes of this user under the shim on the same GPU are asked to
- *    give back their free memory (neighbours.c: at most
- *    global.neighbour_wait_ms), and the allocation is made once more if
- *    they gave any, or if another thread's give-back ended meanwhile. Asked
- *    from the failing thread, holding no lock of the shim; never inside it.
+ *    atomically and gives it back to the device's stack (with debug.nvtx,
+ *    the block is an NVTX region from its registration to its free).
+ * 4. A pointer not in the registry goes to the real free, unless it lies
+ *    inside memory the shim took from CUDA: then it is a double free or an
+ *    interior pointer, answered "invalid value", the pool untouched.
+ * 5. Counters are per thread and summed at exit (stats.h).
+ * 6. Exit: from exit_begins on (lifecycle.c, before the CUDA runtime's
+ *    teardown) allocations pass through and a free of one of our blocks
+ *    forgets it: no CUDA call once the runtime may be gone. The exit
+ *    report (registered here, so it runs after the teardown) reads memory.
+ * 7. A dead context's stack is dropped by lifecycle.c; a free of a pointer
+ *    from before finds no entry (or a stale generation) and goes to the
+ *    real free, as natively.
+ * 8. IPC: handles of live pooled blocks go to ipc.c with the block's
+ *    GPU-ops table; a free forgets the block's export while any is live.
+ * 9. Out-of-memory retry (global.oom_retry): an allocation beside the pool
+ *    (hooks_driver.c) that runs out of memory is made once more after its
+ *    device's stack gave back what the GPU is done with; not while a
+ *    stream capture is open on the device (oom.c).
+ * 10. Neighbours (global.neighbour_release): when memory is still short,
+ *    the other processes of this user on the same GPU are asked to give
+ *    theirs back (neighbours.c), from the failing thread, holding no lock.
  */
 #include <errno.h>
 #include <pthread.h>

@@ -105,7 +105,7 @@ bool ps_route_pinned_block(uintptr_t addr, size_t size, unsigned *flags);
  *                                for flags other than 0 (cudaHostGetDevicePointer,
  *                                cuMemHostGetDevicePointer);
  * ps_route_pinned_register       PS_EINVAL, as CUDA answers for cuMemHostAlloc
- *                                memory (H100, CUDA 13.0); size 0 passes
+ *                                memory; size 0 passes
  *                                (cudaHostRegister, cuMemHostRegister);
  * ps_route_pinned_unregister     PS_EINVAL, the same (cudaHostUnregister,
  *                                cuMemHostUnregister). */

@@ -103,7 +103,7 @@ void ps_stats_count_ipc(int what);
  * atomics; in the JSON report always, in the text report when nonzero. */
 enum { PS_OOM_GIVEN_BACK = 0, PS_OOM_SUCCEEDED, PS_OOM_FAILED, PS_OOM_SKIPPED_CAPTURE, PS_OOM_COUNT };
 void ps_stats_count_oom(int device, int what, uint64_t n);
-/* Memory given back while the program runs (shim/decay.c, shim/neighbours.c)
+/* Memory given back while the program runs (shim/give.c, shim/neighbours.c)
  * on `device`: bytes the decay gave back from the device pool and from the
  * pinned host pool, bytes given to neighbours that asked; requests this
  * process sent to its neighbours, answers it got, and the bytes they said
