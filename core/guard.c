@@ -118,12 +118,7 @@ static int guard_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_
 
 static void guard_destroy(ps_resource_t *r) { free(r); }
 
-static const ps_resource_ops_t guard_ops = {
-    .type_name = "guard",
-    .allocate = guard_allocate,
-    .deallocate = guard_deallocate,
-    .destroy = guard_destroy, /* trim, query and the rest: the upstream's */
-};
+static const ps_resource_ops_t guard_ops = PS_ADAPTOR_OPS("guard", guard_allocate, guard_deallocate, guard_destroy);
 
 int ps_guard_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_t *gpu, size_t bytes,
                     ps_resource_t *track, ps_resource_t **out)
@@ -132,15 +127,15 @@ int ps_guard_create(const char *name, ps_resource_t *upstream, const ps_gpu_ops_
         return PS_EINVAL;
     if (!gpu->memset_d8 || !gpu->copy_to_host)
         return PS_EUNSUPPORTED;
-    guard_t *g = calloc(1, sizeof *g);
-    if (!g)
-        return PS_ENOMEM;
-    ps_resource_init(&g->base, &guard_ops, name, upstream);
-    g->gpu = gpu;
-    g->bytes = bytes;
-    g->track = track;
-    *out = &g->base;
-    return PS_OK;
+    guard_t *g = NULL;
+    int status = ps_adaptor_start(sizeof *g, 0, &guard_ops, name, upstream, out, (void **)&g);
+    if (status == PS_OK) {
+        g->gpu = gpu;
+        g->bytes = bytes;
+        g->track = track;
+        *out = &g->base;
+    }
+    return status;
 }
 
 void ps_guard_get(ps_resource_t *guard_adaptor, ps_guard_counts_t *out)

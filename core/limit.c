@@ -55,23 +55,16 @@ static int limit_deallocate(ps_resource_t *r, void *ptr, size_t size, ps_stream_
 
 static void limit_destroy(ps_resource_t *r) { free(r); }
 
-static const ps_resource_ops_t limit_ops = {
-    .type_name = "limit",
-    .allocate = limit_allocate,
-    .deallocate = limit_deallocate,
-    .destroy = limit_destroy, /* trim, query and the rest: the upstream's */
-};
+static const ps_resource_ops_t limit_ops = PS_ADAPTOR_OPS("limit", limit_allocate, limit_deallocate, limit_destroy);
 
 int ps_limit_create(const char *name, ps_resource_t *upstream, size_t limit_bytes,
                     ps_resource_t **out)
 {
-    if (!upstream || !out)
-        return PS_EINVAL;
-    limit_t *l = calloc(1, sizeof *l);
-    if (!l)
-        return PS_ENOMEM;
-    ps_resource_init(&l->base, &limit_ops, name, upstream);
-    l->limit_bytes = limit_bytes;
-    *out = &l->base;
-    return PS_OK;
+    limit_t *l = NULL;
+    int status = ps_adaptor_start(sizeof *l, 0, &limit_ops, name, upstream, out, (void **)&l);
+    if (status == PS_OK) {
+        l->limit_bytes = limit_bytes;
+        *out = &l->base;
+    }
+    return status;
 }

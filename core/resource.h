@@ -159,6 +159,20 @@ struct ps_resource {
     ps_resource_t *upstream;      /* the resource this one takes memory from, or NULL */
 };
 
+/* An adaptor's vtable: its own allocate, deallocate and destroy; trim,
+ * query and the rest are the upstream's (NULL entries forward). */
+#define PS_ADAPTOR_OPS(type, allocate_fn, deallocate_fn, destroy_fn) \
+    {.type_name = (type), .allocate = (allocate_fn), .deallocate = (deallocate_fn), .destroy = (destroy_fn)}
+
+/* The start of every adaptor's create (core/resource.c): PS_EINVAL
+ * without an upstream or `out`, PS_ENOMEM; PS_OK with *self = `size`
+ * zeroed bytes (aligned to `align` bytes; 0: malloc's alignment, freed
+ * with free()) that begin with the ps_resource_t, initialised with `ops`,
+ * `name` and `upstream`. *out is left to the caller, once the adaptor is
+ * whole. */
+int ps_adaptor_start(size_t size, size_t align, const ps_resource_ops_t *ops, const char *name,
+                     ps_resource_t *upstream, ps_resource_t **out, void **self);
+
 /* Fills the part every resource starts with: its vtable, its name (the
  * config's, or else the type name) and its upstream (NULL for none). */
 static inline void ps_resource_init(ps_resource_t *r, const ps_resource_ops_t *ops, const char *name,

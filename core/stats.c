@@ -305,24 +305,15 @@ static void stats_destroy(ps_resource_t *r)
     free(s);
 }
 
-static const ps_resource_ops_t stats_ops = {
-    .type_name = "stats",
-    .allocate = stats_allocate,
-    .deallocate = stats_deallocate,
-    .destroy = stats_destroy, /* trim, query and the rest: the upstream's */
-};
+static const ps_resource_ops_t stats_ops = PS_ADAPTOR_OPS("stats", stats_allocate, stats_deallocate, stats_destroy);
 
 int ps_stats_create(const char *name, ps_resource_t *upstream, ps_resource_t **out)
 {
-    if (!upstream || !out)
-        return PS_EINVAL;
-    stats_t *s = aligned_alloc(64, sizeof *s);
-    if (!s)
-        return PS_ENOMEM;
-    memset(s, 0, sizeof *s);
-    ps_resource_init(&s->base, &stats_ops, name, upstream);
-    *out = &s->base;
-    return PS_OK;
+    stats_t *s = NULL;
+    int status = ps_adaptor_start(sizeof *s, 64, &stats_ops, name, upstream, out, (void **)&s);
+    if (status == PS_OK)
+        *out = &s->base;
+    return status;
 }
 
 /* The time of `calls` calls estimated from `samples` timed ones (3). */

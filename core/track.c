@@ -142,28 +142,21 @@ static void track_destroy(ps_resource_t *r)
     free(t);
 }
 
-static const ps_resource_ops_t track_ops = {
-    .type_name = "track",
-    .allocate = track_allocate,
-    .deallocate = track_deallocate,
-    .destroy = track_destroy, /* trim, query and the rest: the upstream's */
-};
+static const ps_resource_ops_t track_ops = PS_ADAPTOR_OPS("track", track_allocate, track_deallocate, track_destroy);
 
 int ps_track_create(const char *name, ps_resource_t *upstream, unsigned stack_depth,
                     ps_resource_t **out)
 {
-    if (!upstream || !out)
-        return PS_EINVAL;
-    track_t *t = calloc(1, sizeof *t);
-    if (!t)
-        return PS_ENOMEM;
+    track_t *t = NULL;
+    int status = ps_adaptor_start(sizeof *t, 0, &track_ops, name, upstream, out, (void **)&t);
+    if (status != PS_OK)
+        return status;
     t->bucket_count = 1024;
     t->buckets = calloc(t->bucket_count, sizeof *t->buckets);
     if (!t->buckets) {
         free(t);
         return PS_ENOMEM;
     }
-    ps_resource_init(&t->base, &track_ops, name, upstream);
     t->stack_depth = stack_depth > TRACK_MAX_DEPTH ? TRACK_MAX_DEPTH : stack_depth;
     pthread_mutex_init(&t->lock, NULL);
     *out = &t->base;
