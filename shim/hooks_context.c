@@ -40,60 +40,60 @@ PS_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     return r;
 }
 
-PS_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+/* Before each entry below: the driver loaded, and its real function there
+ * (read through `real` after the load, which fills it). CUDA_SUCCESS, or
+ * what the hook answers instead. */
+static CUresult missing(void *const *real)
 {
-    DRIVER_READY(cuDevicePrimaryCtxReset);
-    return ps_context_reset(dev, ps_real.cuDevicePrimaryCtxReset, "cuDevicePrimaryCtxReset");
+    if (!*real && ps_real_load_driver() != PS_OK)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return *real ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
-PS_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+static CUresult reset(ps_cuDevicePrimaryCtxReset_fn *real, CUdevice dev)
 {
-    DRIVER_READY(cuDevicePrimaryCtxReset_v2);
-    return ps_context_reset(dev, ps_real.cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset");
+    CUresult m = missing((void *const *)real);
+    return m ? m : ps_context_reset(dev, *real, "cuDevicePrimaryCtxReset");
 }
 
-PS_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+static CUresult release(ps_cuDevicePrimaryCtxRelease_fn *real, CUdevice dev)
 {
-    DRIVER_READY(cuDevicePrimaryCtxRelease);
-    return ps_context_release(dev, ps_real.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease");
+    CUresult m = missing((void *const *)real);
+    return m ? m : ps_context_release(dev, *real, "cuDevicePrimaryCtxRelease");
 }
 
-PS_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+static CUresult destroy(ps_cuCtxDestroy_fn *real, CUcontext ctx)
 {
-    DRIVER_READY(cuDevicePrimaryCtxRelease_v2);
-    return ps_context_release(dev, ps_real.cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease");
+    CUresult m = missing((void *const *)real);
+    return m ? m : ps_context_destroy(ctx, *real, "cuCtxDestroy");
 }
 
-PS_EXPORT CUresult cuCtxDestroy(CUcontext ctx)
+static CUresult set_flags(ps_cuDevicePrimaryCtxSetFlags_fn *real, CUdevice dev, unsigned int flags)
 {
-    DRIVER_READY(cuCtxDestroy);
-    return ps_context_destroy(ctx, ps_real.cuCtxDestroy, "cuCtxDestroy");
-}
-
-PS_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
-{
-    DRIVER_READY(cuCtxDestroy_v2);
-    return ps_context_destroy(ctx, ps_real.cuCtxDestroy_v2, "cuCtxDestroy");
-}
-
-static CUresult set_flags(ps_cuDevicePrimaryCtxSetFlags_fn real, CUdevice dev, unsigned int flags)
-{
-    CUresult r = ps_context_set_flags(dev, flags, real, "cuDevicePrimaryCtxSetFlags");
+    CUresult r = missing((void *const *)real);
+    if (r == CUDA_SUCCESS)
+        r = ps_context_set_flags(dev, flags, *real, "cuDevicePrimaryCtxSetFlags");
     if (r == CUDA_SUCCESS)
         ps_context_check("cuDevicePrimaryCtxSetFlags"); /* (another device's context, should the driver) */
     return r;
 }
 
+PS_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return reset(&ps_real.cuDevicePrimaryCtxReset, dev); }
+PS_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return reset(&ps_real.cuDevicePrimaryCtxReset_v2, dev); }
+PS_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return release(&ps_real.cuDevicePrimaryCtxRelease, dev); }
+PS_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    return release(&ps_real.cuDevicePrimaryCtxRelease_v2, dev);
+}
+PS_EXPORT CUresult cuCtxDestroy(CUcontext ctx) { return destroy(&ps_real.cuCtxDestroy, ctx); }
+PS_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) { return destroy(&ps_real.cuCtxDestroy_v2, ctx); }
 PS_EXPORT CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
 {
-    DRIVER_READY(cuDevicePrimaryCtxSetFlags);
-    return set_flags(ps_real.cuDevicePrimaryCtxSetFlags, dev, flags);
+    return set_flags(&ps_real.cuDevicePrimaryCtxSetFlags, dev, flags);
 }
-
 PS_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
-    DRIVER_READY(cuDevicePrimaryCtxSetFlags_v2);
-    return set_flags(ps_real.cuDevicePrimaryCtxSetFlags_v2, dev, flags);
+    return set_flags(&ps_real.cuDevicePrimaryCtxSetFlags_v2, dev, flags);
 }
 
 PS_EXPORT cudaError_t cudaDeviceReset(void)

@@ -507,8 +507,6 @@ static ps_device_state_t *lock_device(CUdevice device)
 
 CUresult ps_context_reset(CUdevice device, ps_cuDevicePrimaryCtxReset_fn real, const char *api)
 {
-    if (!real)
-        return CUDA_ERROR_NOT_FOUND;
     ps_device_state_t *dev = lock_device(device);
     if (!dev)
         return real(device);
@@ -545,8 +543,6 @@ CUresult ps_context_reset(CUdevice device, ps_cuDevicePrimaryCtxReset_fn real, c
 
 CUresult ps_context_release(CUdevice device, ps_cuDevicePrimaryCtxRelease_fn real, const char *api)
 {
-    if (!real)
-        return CUDA_ERROR_NOT_FOUND;
     ps_device_state_t *dev = lock_device(device);
     if (!dev)
         return real(device);
@@ -588,8 +584,6 @@ CUresult ps_context_release(CUdevice device, ps_cuDevicePrimaryCtxRelease_fn rea
 
 CUresult ps_context_destroy(CUcontext ctx, ps_cuCtxDestroy_fn real, const char *api)
 {
-    if (!real)
-        return CUDA_ERROR_NOT_FOUND;
     ps_devices_lock();
     bool ours[PS_MAX_DEVICES] = {false}; /* devices whose stack lives in ctx: gates closed around the call */
     for (int d = 0; d < PS_MAX_DEVICES && ctx; d++)
@@ -618,8 +612,6 @@ CUresult ps_context_destroy(CUcontext ctx, ps_cuCtxDestroy_fn real, const char *
 CUresult ps_context_set_flags(CUdevice device, unsigned int flags, ps_cuDevicePrimaryCtxSetFlags_fn real,
                               const char *api)
 {
-    if (!real)
-        return CUDA_ERROR_NOT_FOUND;
     ps_device_state_t *dev = lock_device(device);
     if (!dev)
         return real(device, flags);

@@ -20,8 +20,9 @@
 ps_device_state_t *ps_current_device(int door);
 
 /* Context lifecycle (the entry points are in hooks_context.c). Each calls
- * the real function, returns its result, and drops the stack of a device
- * whose primary context died, without calling CUDA on it. */
+ * the real function (`real`, never NULL), returns its result, and drops
+ * the stack of a device whose primary context died, without calling CUDA
+ * on it. */
 /* After a successful cuDevicePrimaryCtxRetain from outside the shim, the
  * shim initialised and active: builds the device's stack now if it has
  * none (the cost a fresh process's first allocation paid, moved to where
