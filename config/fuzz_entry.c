@@ -102,13 +102,22 @@ static void exercise(ps_config_t *cfg, int rc)
     ps_config_free(cfg);
 }
 
-int ps_config_fuzz_ini(const uint8_t *data, size_t size)
+/* The fuzzer's bytes as a string (NUL-terminated copy; NULL: no memory). */
+static char *as_text(const uint8_t *data, size_t size)
 {
     char *text = malloc(size + 1);
+    if (text) {
+        memcpy(text, data, size);
+        text[size] = '\0';
+    }
+    return text;
+}
+
+int ps_config_fuzz_ini(const uint8_t *data, size_t size)
+{
+    char *text = as_text(data, size);
     if (!text)
         return 0;
-    memcpy(text, data, size);
-    text[size] = '\0';
     char *env[] = {NULL};
     ps_config_input_t in = {.environ = env, .no_env = 1};
     ps_config_t *cfg = NULL;
@@ -129,11 +138,9 @@ static const char *fixed_lookup(void *ctx, const char *name)
 
 int ps_config_fuzz_size(const uint8_t *data, size_t size)
 {
-    char *text = malloc(size + 1);
+    char *text = as_text(data, size);
     if (!text)
         return 0;
-    memcpy(text, data, size);
-    text[size] = '\0';
     for (int allow = 0; allow < 2; allow++) {
         uint64_t bytes = 0;
         double pct = -1;

@@ -16,23 +16,13 @@
 
 #include <string.h>
 
+/* The opcodes written (pickletools' names), by what they make. */
 enum {
-    OP_MARK = '(',
-    OP_STOP = '.',
-    OP_BININT = 'J',
-    OP_BININT1 = 'K',
-    OP_BININT2 = 'M',
-    OP_NONE = 'N',
-    OP_BINUNICODE = 'X',
-    OP_APPENDS = 'e',
-    OP_BINFLOAT = 'G',
-    OP_EMPTY_LIST = ']',
-    OP_SETITEMS = 'u',
-    OP_EMPTY_DICT = '}',
-    OP_PROTO = 0x80,
-    OP_NEWTRUE = 0x88,
-    OP_NEWFALSE = 0x89,
-    OP_LONG1 = 0x8a,
+    OP_PROTO = 0x80, OP_STOP = '.', OP_MARK = '(',                          /* framing */
+    OP_NONE = 'N', OP_NEWTRUE = 0x88, OP_NEWFALSE = 0x89,                    /* constants */
+    OP_BININT1 = 'K', OP_BININT2 = 'M', OP_BININT = 'J', OP_LONG1 = 0x8a,    /* integers (2.) */
+    OP_BINFLOAT = 'G', OP_BINUNICODE = 'X',                                  /* a float, a string */
+    OP_EMPTY_LIST = ']', OP_APPENDS = 'e', OP_EMPTY_DICT = '}', OP_SETITEMS = 'u', /* containers (1.) */
 };
 
 static void put(pickle_writer_t *w, const void *bytes, size_t n)

@@ -17,17 +17,12 @@
 # Environment: DEPS_DIR (default <repo>/build/deps: inside build/, so it goes to
 # the GPU machine with build/), NVCC, GPU_ARCH (sm_90), RMM_VERSION (24.12.*),
 # PYTHON (python3).
+# shellcheck disable=SC2154 # repo and tmp are deps_env.sh's
 set -eu
-repo=$(cd "$(dirname "$0")/../.." && pwd)
-DEPS_DIR=${DEPS_DIR:-$repo/build/deps}
-CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-NVCC=${NVCC:-$CUDA_HOME/bin/nvcc}
-GPU_ARCH=${GPU_ARCH:-sm_90}
+# shellcheck source=tools/bench/deps_env.sh
+. "$(dirname "$0")/deps_env.sh"
 RMM_VERSION=${RMM_VERSION:-24.12.*}
 PYTHON=${PYTHON:-python3}
-
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT INT TERM
 
 if [ ! -f "$DEPS_DIR/rmm/include/rmm/mr/device/pool_memory_resource.hpp" ]; then
     echo "fetch_rmm: downloading librmm-cu12==$RMM_VERSION"

@@ -19,18 +19,14 @@
 #   2_Concepts_and_Techniques/streamOrderedAllocation 2_Concepts_and_Techniques/streamOrderedAllocationP2P
 #   5_Domain_Specific/p2pBandwidthLatencyTest" tools/bench/fetch_samples.sh
 # Measured with them: docs/benchmarks.md, "NVIDIA samples under poolshim ab".
+# shellcheck disable=SC2154 # repo and tmp are deps_env.sh's
 set -eu
-repo=$(cd "$(dirname "$0")/../.." && pwd)
-DEPS_DIR=${DEPS_DIR:-$repo/build/deps}
-CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-NVCC=${NVCC:-$CUDA_HOME/bin/nvcc}
-GPU_ARCH=${GPU_ARCH:-sm_90}
+# shellcheck source=tools/bench/deps_env.sh
+. "$(dirname "$0")/deps_env.sh"
 SAMPLES=${SAMPLES:-vectorAdd matrixMul simpleStreams asyncAPI simpleMultiCopy}
 SAMPLES_URL=${SAMPLES_URL:-https://github.com/NVIDIA/cuda-samples}
 SAMPLES_REF=${SAMPLES_REF:-master}
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT INT TERM
 src=${SAMPLES_SRC:-}
 if [ -z "$src" ]; then
     echo "fetch_samples: cloning $SAMPLES_URL ($SAMPLES_REF)"
