@@ -404,6 +404,26 @@ int replay_gpu_driver_main(int argc, char **argv)
 
 /* ---- the parent -------------------------------------------------------- */
 
+/* The driver's result document into `out`: each member by the field's name. */
+static void read_result(const json_t *doc, replay_gpu_result_t *out)
+{
+#define COUNT(field) {#field, offsetof(replay_gpu_result_t, field)}
+    static const struct {
+        const char *key;
+        size_t at;
+    } counts[] = {COUNT(allocations), COUNT(frees), COUNT(failures), COUNT(first_failure_size),
+                  COUNT(peak_requested), COUNT(device_used_peak), COUNT(device_total), COUNT(lag_kernels),
+                  COUNT(lag_waits)},
+      seconds[] = {COUNT(alloc_median_ns), COUNT(alloc_p99_ns), COUNT(free_median_ns), COUNT(free_p99_ns),
+                   COUNT(gpu_work_s), COUNT(wall_s)};
+#undef COUNT
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+        *(uint64_t *)((char *)out + counts[i].at) = cli_json_u64(doc, counts[i].key, 0);
+    for (size_t i = 0; i < sizeof seconds / sizeof seconds[0]; i++)
+        *(double *)((char *)out + seconds[i].at) = cli_json_double(doc, seconds[i].key, 0);
+    out->first_failure_line = (unsigned)cli_json_u64(doc, "first_failure_line", 0);
+}
+
 /* Unsets every POOLSHIM_* variable (step 1: the stack is the config's). */
 static void clear_poolshim_environment(void)
 {
@@ -506,22 +526,7 @@ int replay_gpu_run(const char *log_path, const char *config, int native, int dev
             fprintf(stderr, "poolshim: error: replay on the GPU: bad result: %s\n", err);
             status = -1;
         } else {
-            out->allocations = cli_json_u64(doc, "allocations", 0);
-            out->frees = cli_json_u64(doc, "frees", 0);
-            out->failures = cli_json_u64(doc, "failures", 0);
-            out->first_failure_line = (unsigned)cli_json_u64(doc, "first_failure_line", 0);
-            out->first_failure_size = cli_json_u64(doc, "first_failure_size", 0);
-            out->alloc_median_ns = cli_json_double(doc, "alloc_median_ns", 0);
-            out->alloc_p99_ns = cli_json_double(doc, "alloc_p99_ns", 0);
-            out->free_median_ns = cli_json_double(doc, "free_median_ns", 0);
-            out->free_p99_ns = cli_json_double(doc, "free_p99_ns", 0);
-            out->peak_requested = cli_json_u64(doc, "peak_requested", 0);
-            out->device_used_peak = cli_json_u64(doc, "device_used_peak", 0);
-            out->device_total = cli_json_u64(doc, "device_total", 0);
-            out->lag_kernels = cli_json_u64(doc, "lag_kernels", 0);
-            out->lag_waits = cli_json_u64(doc, "lag_waits", 0);
-            out->gpu_work_s = cli_json_double(doc, "gpu_work_s", 0);
-            out->wall_s = cli_json_double(doc, "wall_s", 0);
+            read_result(doc, out);
             json_decref(doc);
         }
     }
