@@ -80,7 +80,10 @@ int main(int argc, char **argv)
     uint8_t *a = nullptr;
     void *separator = nullptr, *small = nullptr, *b = nullptr;
     CK(cudaMalloc((void **)&a, a_size));
-    CK(cudaMalloc(&separator, 2u << 20)); /* kept: A's hole is not next to the range's end */
+    /* kept: A's hole is not next to the range's end. 64 MiB, more than the
+     * pool's piece (8 MiB by default), so it cannot sit in the rest of A's
+     * last piece and A's hole ends at a piece boundary it does not cross. */
+    CK(cudaMalloc(&separator, 64u << 20));
     CK(cudaDeviceSynchronize());
 
     unsigned long long budget = idle ? 50000000ull : 1500000000ull;
