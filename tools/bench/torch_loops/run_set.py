@@ -14,7 +14,7 @@ Configurations (a fresh CUDA process per run; see loops.py --serve):
   async          PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
   poolshim       PyTorch's cache off, LD_PRELOAD=LIB, nothing else
   poolshim_torch poolshim.torch (python/poolshim/torch.py): PyTorch's allocator replaced by
-                 a CUDAPluggableAllocator over LIB's stream-ordered door, no LD_PRELOAD
+                 a CUDAPluggableAllocator over LIB's torch door (shim/hooks_torch.c), no LD_PRELOAD
   a variant      poolshim with extra variables (LD_PRELOAD=/other/lib.so runs another build
                  in the same rounds)
 
