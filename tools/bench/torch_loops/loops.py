@@ -37,6 +37,9 @@ import random
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import benchlib  # noqa: E402  (tools/bench/benchlib.py)
+
 LOOPS = ("convsmall", "resnet", "transformer", "mlp", "serve", "autocast", "compiled", "loader")
 
 
@@ -45,26 +48,9 @@ LOOPS = ("convsmall", "resnet", "transformer", "mlp", "serve", "autocast", "comp
 def shim_figures():
     """(maps, unmaps, barriers) of the poolshim loaded in this process so far, summed over
     devices; None without it (poolshim_stats_json, shim/poolshim.h)."""
-    try:
-        get = ctypes.CDLL(None).poolshim_stats_json
-    except AttributeError:
-        lib = os.environ.get("POOLSHIM_TORCH_LIBRARY")
-        if not lib:
-            return None
-        try:
-            get = ctypes.CDLL(lib).poolshim_stats_json
-        except (OSError, AttributeError):
-            return None
-    get.restype, get.argtypes = ctypes.c_long, [ctypes.c_char_p, ctypes.c_size_t]
-    size = 1 << 16
-    buf = ctypes.create_string_buffer(size)
-    length = get(buf, size)
-    if length >= size:
-        buf = ctypes.create_string_buffer(length + 4096)
-        length = get(buf, length + 4096)
-    if length < 0:
+    doc = benchlib.stats_now(os.environ.get("POOLSHIM_TORCH_LIBRARY"))
+    if doc is None:
         return None
-    doc = json.loads(buf.value.decode())
     maps = unmaps = barriers = 0
     for dev in doc.get("devices", []):
         up = dev.get("upstream", {})

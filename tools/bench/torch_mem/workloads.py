@@ -31,8 +31,6 @@ GPU peaks add gradients, optimizer state and workspaces. --small shrinks everyth
 dry run on the CPU.
 """
 import argparse
-import ctypes
-import json
 import os
 import random
 import sys
@@ -42,6 +40,9 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import benchlib  # noqa: E402  (tools/bench/benchlib.py)
 
 
 def setup_determinism(seed):
@@ -223,22 +224,11 @@ def bytes_stat(fn, device):
 
 def shim_figures():
     """(maps, unmaps, barriers) of the preloaded poolshim so far, summed over devices;
-    None without the library. Its statistics as of now (shim/poolshim.h; the call of
-    python/poolshim's stats_now, made here so that this script needs no package)."""
-    try:
-        get = ctypes.CDLL(None).poolshim_stats_json
-    except AttributeError:
+    None without the library. Its statistics as of now (benchlib.stats_now)."""
+    doc = benchlib.stats_now()
+    if doc is None:
         return None
-    get.restype, get.argtypes = ctypes.c_long, [ctypes.c_char_p, ctypes.c_size_t]
-    size = 1 << 16
-    buf = ctypes.create_string_buffer(size)
-    length = get(buf, size)
-    if length >= size:
-        buf = ctypes.create_string_buffer(length + 4096)
-        length = get(buf, length + 4096)
-    if length < 0:
-        return None
-    devices = json.loads(buf.value.decode("utf-8", "replace")).get("devices", [])
+    devices = doc.get("devices", [])
     cuda_time = [d.get("cuda_time", {}) for d in devices]
     return (sum(t.get("map", {}).get("calls", 0) for t in cuda_time),
             sum(t.get("unmap", {}).get("calls", 0) for t in cuda_time),
