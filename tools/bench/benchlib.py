@@ -1,6 +1,7 @@
 """What the Python benchmark scripts of tools/bench share, with no package needed
 (the scripts below this folder import it by path):
   stats_now(library)  the loaded poolshim's statistics, read while the program runs
+  log_lines(path)     the lines of a log, none when it cannot be read
 """
 import ctypes
 import json
@@ -29,3 +30,12 @@ def stats_now(library=None):
     if length < 0:
         return None
     return json.loads(buf.value.decode("utf-8", "replace"))
+
+
+def log_lines(path):
+    """The lines of the log at PATH (undecodable bytes replaced); none past a read error."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            yield from handle
+    except OSError:
+        pass

@@ -16,6 +16,8 @@ import json
 import re
 import sys
 
+import benchlib  # tools/bench/benchlib.py, beside this script
+
 DEVICE_CALLS = ("cudaMalloc", "cudaFree", "cudaMallocAsync", "cudaFreeAsync",
                 "cuMemAlloc", "cuMemFree", "cuMemAllocAsync", "cuMemFreeAsync")
 RESULT = re.compile(r"^RESULT .*\brank=(\d+)\b.*")
@@ -24,18 +26,14 @@ RESULT = re.compile(r"^RESULT .*\brank=(\d+)\b.*")
 def results(path):
     """rank -> (wall_s, result text) from a log's RESULT lines."""
     found = {}
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                match = RESULT.match(line)
-                if not match:
-                    continue
-                wall = re.search(r"\bwall_s=([0-9.]+)", line)
-                value = re.search(r"\b(checksum|final_loss)=(\S+)", line)
-                found[int(match.group(1))] = (float(wall.group(1)) if wall else None,
-                                              value.group(2) if value else None)
-    except OSError:
-        pass
+    for line in benchlib.log_lines(path):
+        match = RESULT.match(line)
+        if not match:
+            continue
+        wall = re.search(r"\bwall_s=([0-9.]+)", line)
+        value = re.search(r"\b(checksum|final_loss)=(\S+)", line)
+        found[int(match.group(1))] = (float(wall.group(1)) if wall else None,
+                                      value.group(2) if value else None)
     return found
 
 

@@ -26,6 +26,9 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import benchlib  # noqa: E402  (tools/bench/benchlib.py)
+
 GIB = float(1 << 30)
 RESULT = re.compile(r"^RESULT (.*)$")
 
@@ -33,17 +36,13 @@ RESULT = re.compile(r"^RESULT (.*)$")
 def parse_result(log_path):
     """The fields of the last RESULT line of a log (rank 0's for ddp), or {}."""
     fields = {}
-    try:
-        with open(log_path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                match = RESULT.match(line.strip())
-                if not match:
-                    continue
-                found = dict(item.split("=", 1) for item in match.group(1).split() if "=" in item)
-                if found.get("rank", "0") == "0":
-                    fields = found
-    except OSError:
-        pass
+    for line in benchlib.log_lines(log_path):
+        match = RESULT.match(line.strip())
+        if not match:
+            continue
+        found = dict(item.split("=", 1) for item in match.group(1).split() if "=" in item)
+        if found.get("rank", "0") == "0":
+            fields = found
     return fields
 
 
