@@ -43,25 +43,5 @@ done
 failed=0
 grep -h FAIL "$raw" && { echo "growth: some runs failed (above)"; failed=1; }
 echo "growth: first cudaMalloc and a 1 GiB fill, $ROUNDS alternated rounds, median ms (round 1 apart), ratio to native"
-"$PYTHON" - "$raw" <<'PY'
-import re, statistics, sys
-runs = {}
-for line in open(sys.argv[1]):
-    m = re.match(r"(\S+) (\d+) first_malloc: (.+?) ([0-9.]+) ms", line)
-    if m:
-        what = re.sub(r"fill \d+ blocks", "fill", m.group(3))
-        runs.setdefault(what, {}).setdefault(m.group(1), []).append((int(m.group(2)), float(m.group(4))))
-for what, by in runs.items():
-    def med(label):
-        later = [t for r, t in by.get(label, []) if r > 1] or [t for r, t in by.get(label, [])]
-        return statistics.median(later) if later else None
-    native = med("native")
-    cells = []
-    for label, values in by.items():
-        m = med(label)
-        first = [t for r, t in values if r == 1]
-        ratio = f" {m / native:6.2f}x" if native and label != "native" else ""
-        cells.append(f"{label} {m:9.2f}{ratio} (first {first[0]:.2f})" if first else f"{label} {m:9.2f}{ratio}")
-    print(f"  {what:10s} " + " | ".join(cells))
-PY
+"$PYTHON" "$repo/tools/bench/rounds_table.py" growth "$raw"
 exit $failed

@@ -109,18 +109,7 @@ if [ "$gpus" -ge 2 ] && "$NVCC" -O2 -o "$OUT_DIR/peer_copy_bw" "$repo/tools/benc
         how="peer access not enabled (a native copy is staged through the host)"
         [ $mode = peer ] && how="peer access enabled"
         echo "multigpu: copies between devices, $how, 4 alternated rounds, medians:"
-        "$PYTHON" - "$OUT_DIR/peer_copy_bw_$mode.txt" <<'PY'
-import re, statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    m = re.match(r"(native|shim) \d+ peer_copy_bw: (.+) ([0-9.]+) GB/s", line)
-    if m:
-        rows.setdefault(m.group(2), {}).setdefault(m.group(1), []).append(float(m.group(3)))
-for copy, by in rows.items():
-    if "native" in by and "shim" in by:
-        n, s = statistics.median(by["native"]), statistics.median(by["shim"])
-        print(f"  {copy:14s} native {n:7.1f} GB/s  poolshim {s:7.1f} GB/s  ratio {s / n:.3f}")
-PY
+        "$PYTHON" "$repo/tools/bench/rounds_table.py" peer "$OUT_DIR/peer_copy_bw_$mode.txt"
     done
 else
     echo "multigpu: copies between devices left out: needs two GPUs and nvcc"
