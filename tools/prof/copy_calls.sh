@@ -8,17 +8,13 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 # shellcheck source=tools/prof/gdb_probe.sh
 . tools/prof/gdb_probe.sh
-find_gdb copy_calls
-build_both tools/prof/copy_calls.cu cc -O0 -g
-script=build/prof/copy_calls.gdb
+gdb_probe copy_calls cc -O0 -g
 {
     gdb_opening copies_begin '^cuMem[cs]'
-    cat <<'GDB'
-commands 2-2000
-silent
+    gdb_each_stop <<'GDB'
 printf "  -> %s\n", $_as_string($pc)
-continue
-end
+GDB
+    cat <<'GDB'
 break mark
 commands
 silent

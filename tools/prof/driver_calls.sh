@@ -10,17 +10,11 @@ size=${1:-256}
 lib=$(readlink -f "${LIB:-build/libpoolshim.so}")
 # shellcheck source=tools/prof/gdb_probe.sh
 . tools/prof/gdb_probe.sh
-find_gdb driver_calls
-build_both tools/prof/driver_calls.cu dc -O2 -g
-script=build/prof/driver_calls.gdb
+gdb_probe driver_calls dc -O2 -g
 {
     gdb_opening pairs_begin '^cu[A-Z]'
-    cat <<'GDB'
-commands 2-2000
-silent
+    gdb_each_stop <<'GDB'
 bt 2
-continue
-end
 GDB
     gdb_closing pairs_end
 } >"$script"
