@@ -116,6 +116,14 @@ class Daemons:
     def remove(self):
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def close(self):
+        """Stops every daemon, then removes the directory, unless POOLSHIM_KEEP asks to keep it."""
+        self.stop_all()
+        if os.environ.get("POOLSHIM_KEEP"):
+            print(f"kept {self.dir}")
+        else:
+            self.remove()
+
 
 def http_json(url, params=None, timeout=5):
     if params:

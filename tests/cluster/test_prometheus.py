@@ -233,11 +233,7 @@ def main():
         if service and service.poll() is None:
             service.terminate()
             service.wait(timeout=10)
-        d.stop_all()
-        if os.environ.get("POOLSHIM_KEEP"):
-            print(f"kept {d.dir}")
-        else:
-            d.remove()
+        d.close()
 
 
 if __name__ == "__main__":

@@ -263,11 +263,7 @@ srun -n 2 {program} basic
                      r.stdout + r.stderr)
         check.finish()
     finally:
-        d.stop_all()
-        if os.environ.get("POOLSHIM_KEEP"):
-            print(f"kept {d.dir}")
-        else:
-            d.remove()
+        d.close()
 
 
 if __name__ == "__main__":
