@@ -8,8 +8,9 @@
 #include "../../shim/fuzz/ipc_fuzz_entry.c"
 #include "../../shim/ipc_wire.c"
 
+#include "fuzz_corpus.h"
+
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -142,40 +143,14 @@ Test(ipc_wire, replies_must_follow_the_handle)
 }
 
 /* ---- the committed corpora ---------------------------------------------------------- */
-static int replay(const char *sub, int (*entry)(const uint8_t *, size_t))
-{
-    const char *data = getenv("POOLSHIM_TEST_DATA");
-    cr_assert_not_null(data);
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/fuzz/%s", data, sub);
-    DIR *d = opendir(dir);
-    cr_assert_not_null(d, "cannot open %s", dir);
-    int files = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[8192];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        FILE *f = fopen(path, "rb");
-        cr_assert_not_null(f, "%s", path);
-        static uint8_t buf[1 << 16];
-        size_t n = fread(buf, 1, sizeof buf, f);
-        fclose(f);
-        cr_assert_eq(entry(buf, n), 0, "%s", path);
-        files++;
-    }
-    closedir(d);
-    return files;
-}
-
 Test(ipc_wire, every_handle_corpus_file_replays_cleanly)
 {
-    cr_assert_geq(replay("ipc_handle", ps_ipc_fuzz_handle), 20);
+    cr_assert_geq(fuzz_corpus_replay("ipc_handle", ps_ipc_fuzz_handle), 20);
 }
 
 Test(ipc_wire, every_request_corpus_file_replays_cleanly)
 {
-    cr_assert_geq(replay("ipc_request", ps_ipc_fuzz_request), 6);
+    cr_assert_geq(fuzz_corpus_replay("ipc_request", ps_ipc_fuzz_request), 6);
 }
 
 /* The seeds mean what their names say: the valid ones get through every
